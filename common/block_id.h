@@ -1,0 +1,59 @@
+// Namespaces and content-addressed block ids.
+//
+// Canonical encodings (all integers little-endian; "field" = u32 byte length, then the bytes):
+//
+//   tenant salt    = HMAC-SHA256(key = cluster secret,
+//                                msg = "strata-tenant-v1\0" || tenant id)
+//   namespace seed = SHA-256("strata-ns-v1\0" || field(model_id) || field(model_revision)
+//                            || u32 num_layers || u32 num_kv_heads || u32 head_dim
+//                            || u8 dtype || u32 tokens_per_block || u8 kind
+//                            || u32 tp_rank || u32 tp_size || field(lora_id)
+//                            || field(codec_policy) || salt[32])
+//   block id[i]    = SHA-256("strata-blk-v1\0" || parent[32] || u32 n_tokens
+//                            || n_tokens x u32 token || field(extra_keys))
+//                    where parent is id[i-1], or the namespace seed for i = 0.
+//
+// Only full blocks get ids; trailing tokens that do not fill a block are not addressed.
+// tests/common/block_id_test.cc pins these encodings with known answers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "common/kv_layout.h"
+
+namespace strata {
+
+using BlockId = Digest;
+using NamespaceId = Digest;
+using TenantSalt = Digest;
+
+struct NamespaceSpec {
+  std::string model_id;
+  std::string model_revision;
+  KvLayout layout;
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+  std::string lora_id;
+  std::string codec_policy = "raw";
+
+  absl::Status Validate() const;
+};
+
+TenantSalt ComputeTenantSalt(std::string_view cluster_secret, std::string_view tenant_id);
+
+NamespaceId ComputeNamespaceId(const NamespaceSpec& spec, const TenantSalt& salt);
+
+// id of one block given its parent (previous id or the namespace seed).
+BlockId ComputeBlockId(const Digest& parent, std::span<const uint32_t> block_tokens,
+                       std::string_view extra_keys = {});
+
+// ids of every full block of `tokens`, chained from `ns`.
+std::vector<BlockId> ComputeBlockIds(const NamespaceId& ns, uint32_t tokens_per_block,
+                                     std::span<const uint32_t> tokens,
+                                     std::string_view extra_keys = {});
+
+}  // namespace strata

@@ -1,0 +1,19 @@
+// CRC32C (Castagnoli), the checksum of every committed blob. Uses the SSE4.2 crc32 instruction
+// over three interleaved streams when the CPU has it, a table otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata {
+
+// Extends `crc` (0 for a fresh checksum) with `n` bytes at `data`.
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+// The CRC of the concatenation A||B given crc(A), crc(B) and the length of B.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+
+// True when the hardware path is in use (reported by benchmarks and `stratad --version`).
+bool Crc32cIsHardwareAccelerated();
+
+}  // namespace strata
