@@ -1,0 +1,444 @@
+#include "storage/host_tier.h"
+
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+
+namespace strata {
+
+HostTier::HostTier(uint8_t* base, uint64_t capacity, HostTierOptions options)
+    : base_(base), options_(std::move(options)), allocator_(capacity, options_.alignment) {
+  std::random_device rd;
+  id_state_ = (uint64_t{rd()} << 32) ^ rd();
+  stats_.capacity_bytes = allocator_.capacity();
+}
+
+uint64_t HostTier::NextId() {
+  // splitmix64: reservation and lease ids are hard to guess and never 0.
+  uint64_t z;
+  do {
+    z = (id_state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  } while (z == 0 || reservations_.contains(z) || leases_.contains(z));
+  return z;
+}
+
+uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
+  auto [it, inserted] = namespaces_.try_emplace(ns, static_cast<uint32_t>(namespaces_.size()));
+  return it->second;
+}
+
+uint32_t HostTier::FindCommitted(uint32_t ns, const BlockId& id) const {
+  auto it = index_.find(id);
+  if (it == index_.end()) return kNil;
+  const Entry& e = entries_[it->second];
+  if (e.state != State::kCommitted || e.ns != ns) return kNil;
+  return it->second;
+}
+
+uint32_t HostTier::NewSlot() {
+  if (!free_slots_.empty()) {
+    uint32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  entries_.emplace_back();
+  return static_cast<uint32_t>(entries_.size() - 1);
+}
+
+void HostTier::FreeSlot(uint32_t slot) {
+  Entry& e = entries_[slot];
+  allocator_.Free(e.offset, e.size);
+  e = Entry{};
+  free_slots_.push_back(slot);
+}
+
+void HostTier::LruPushFront(uint32_t slot) {
+  Entry& e = entries_[slot];
+  e.lru_prev = kNil;
+  e.lru_next = lru_head_;
+  if (lru_head_ != kNil) entries_[lru_head_].lru_prev = slot;
+  lru_head_ = slot;
+  if (lru_tail_ == kNil) lru_tail_ = slot;
+}
+
+void HostTier::LruUnlink(uint32_t slot) {
+  Entry& e = entries_[slot];
+  if (e.lru_prev != kNil) entries_[e.lru_prev].lru_next = e.lru_next;
+  else lru_head_ = e.lru_next;
+  if (e.lru_next != kNil) entries_[e.lru_next].lru_prev = e.lru_prev;
+  else lru_tail_ = e.lru_prev;
+  e.lru_prev = e.lru_next = kNil;
+}
+
+void HostTier::LruTouch(uint32_t slot) {
+  if (lru_head_ == slot) return;
+  LruUnlink(slot);
+  LruPushFront(slot);
+}
+
+bool HostTier::Evictable(const Entry& e, absl::Time now) const {
+  return e.state == State::kCommitted && e.leases == 0 && e.pinned_until <= now;
+}
+
+void HostTier::RemoveCommitted(uint32_t slot) {
+  Entry& e = entries_[slot];
+  LruUnlink(slot);
+  index_.erase(e.id);
+  stats_.committed_bytes -= e.size;
+  --stats_.blocks;
+  if (e.leases > 0) {
+    e.state = State::kDoomed;  // readers keep their bytes; freed at the last Release
+  } else {
+    FreeSlot(slot);
+  }
+}
+
+std::optional<uint64_t> HostTier::AllocateEvicting(uint64_t size, absl::Time now) {
+  if (auto off = allocator_.Allocate(size)) return off;
+  // Evict least-recently-used blocks until the request fits. Free space can be fragmented, so
+  // this stops at the first allocation that succeeds rather than at a byte count.
+  uint32_t slot = lru_tail_;
+  while (slot != kNil) {
+    uint32_t prev = entries_[slot].lru_prev;
+    if (Evictable(entries_[slot], now)) {
+      RemoveCommitted(slot);
+      ++stats_.evictions_lru;
+      if (auto off = allocator_.Allocate(size)) return off;
+    }
+    slot = prev;
+  }
+  return std::nullopt;
+}
+
+void HostTier::EvictToLowWatermark(absl::Time now) {
+  const double cap = static_cast<double>(allocator_.capacity());
+  if (allocator_.allocated_bytes() <= options_.high_watermark * cap) return;
+  const double target = options_.low_watermark * cap;
+  uint32_t slot = lru_tail_;
+  while (slot != kNil && allocator_.allocated_bytes() > target) {
+    uint32_t prev = entries_[slot].lru_prev;
+    if (Evictable(entries_[slot], now)) {
+      RemoveCommitted(slot);
+      ++stats_.evictions_lru;
+    }
+    slot = prev;
+  }
+}
+
+ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const ReserveItem> items) {
+  ReserveResult r;
+  r.status.resize(items.size(), BlockStatus::kInvalid);
+  r.offsets.resize(items.size(), 0);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  const uint32_t ns = InternNamespace(ns_id);
+  Reservation res;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ReserveItem& it = items[i];
+    if (it.size == 0 || it.size > options_.max_block_bytes || it.size > allocator_.capacity())
+      continue;  // kInvalid
+    if (auto found = index_.find(it.id); found != index_.end()) {
+      Entry& e = entries_[found->second];
+      if (e.ns != ns) continue;  // kInvalid: ids are namespace-seeded, this one is not ours
+      if (e.state == State::kCommitted) {
+        r.status[i] = BlockStatus::kExists;
+        LruTouch(found->second);
+        ++stats_.dedup_total;
+      } else {
+        r.status[i] = BlockStatus::kInProgress;
+      }
+      continue;
+    }
+    auto offset = AllocateEvicting(it.size, now);
+    if (!offset) {
+      r.status[i] = BlockStatus::kNoSpace;
+      ++stats_.no_space;
+      continue;
+    }
+    uint32_t slot = NewSlot();
+    Entry& e = entries_[slot];
+    e.id = it.id;
+    e.parent = it.parent;
+    e.offset = *offset;
+    e.size = it.size;
+    e.ns = ns;
+    e.state = State::kReserved;
+    index_.emplace(it.id, slot);
+    stats_.reserved_bytes += it.size;
+    res.slots.push_back(slot);
+    r.status[i] = BlockStatus::kOk;
+    r.offsets[i] = *offset;
+  }
+  if (!res.slots.empty()) {
+    res.expires = now + options_.reservation_timeout;
+    r.reservation_id = NextId();
+    r.expires_in = options_.reservation_timeout;
+    reservations_.emplace(r.reservation_id, std::move(res));
+  }
+  EvictToLowWatermark(now);
+  return r;
+}
+
+absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_id,
+                                                          std::span<const uint32_t> crcs) {
+  struct Check {
+    uint32_t slot;
+    uint64_t offset, size;
+  };
+  std::vector<Check> checks;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end())
+      return absl::NotFoundError(absl::StrCat(
+          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
+    Reservation& res = it->second;
+    if (res.committing)
+      return absl::FailedPreconditionError(
+          absl::StrCat("reservation ", reservation_id, " is already being committed"));
+    if (crcs.size() != res.slots.size())
+      return absl::InvalidArgumentError(absl::StrCat("reservation ", reservation_id, " holds ",
+                                                     res.slots.size(), " blocks but commit has ",
+                                                     crcs.size(), " CRCs"));
+    res.committing = true;  // shields the extents from ReclaimExpired while we verify
+    for (uint32_t s : res.slots) checks.push_back({s, entries_[s].offset, entries_[s].size});
+  }
+  // Verification reads the arena without the lock: the extents belong to this reservation alone.
+  std::vector<BlockStatus> out(checks.size());
+  for (size_t i = 0; i < checks.size(); ++i)
+    out[i] = Crc32c(base_ + checks[i].offset, checks[i].size) == crcs[i]
+                 ? BlockStatus::kOk
+                 : BlockStatus::kCrcMismatch;
+
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  for (size_t i = 0; i < checks.size(); ++i) {
+    uint32_t slot = checks[i].slot;
+    Entry& e = entries_[slot];
+    stats_.reserved_bytes -= e.size;
+    if (out[i] == BlockStatus::kOk) {
+      e.state = State::kCommitted;
+      e.crc = crcs[i];
+      stats_.committed_bytes += e.size;
+      ++stats_.blocks;
+      ++stats_.committed_total;
+      LruPushFront(slot);
+    } else {
+      ++stats_.crc_failures;
+      index_.erase(e.id);
+      FreeSlot(slot);
+    }
+  }
+  reservations_.erase(reservation_id);
+  EvictToLowWatermark(now);
+  return out;
+}
+
+void HostTier::DropReservation(uint64_t id) {
+  auto it = reservations_.find(id);
+  if (it == reservations_.end()) return;
+  for (uint32_t slot : it->second.slots) {
+    Entry& e = entries_[slot];
+    stats_.reserved_bytes -= e.size;
+    index_.erase(e.id);
+    FreeSlot(slot);
+  }
+  reservations_.erase(it);
+}
+
+absl::Status HostTier::Abort(uint64_t reservation_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end())
+    return absl::NotFoundError(absl::StrCat("reservation ", reservation_id, " is unknown"));
+  if (it->second.committing)
+    return absl::FailedPreconditionError(
+        absl::StrCat("reservation ", reservation_id, " is being committed"));
+  DropReservation(reservation_id);
+  return absl::OkStatus();
+}
+
+size_t HostTier::Lookup(const NamespaceId& ns_id, std::span<const BlockId> ids) {
+  absl::MutexLock lock(&mu_);
+  ++stats_.lookups;
+  auto ns_it = namespaces_.find(ns_id);
+  size_t n = 0;
+  if (ns_it != namespaces_.end()) {
+    for (; n < ids.size(); ++n) {
+      uint32_t slot = FindCommitted(ns_it->second, ids[n]);
+      if (slot == kNil) break;
+      LruTouch(slot);
+    }
+  }
+  stats_.lookup_hit_blocks += n;
+  stats_.lookup_miss_blocks += ids.size() - n;
+  return n;
+}
+
+AcquireResult HostTier::Acquire(const NamespaceId& ns_id, std::span<const BlockId> ids) {
+  AcquireResult r;
+  r.status.assign(ids.size(), BlockStatus::kNotFound);
+  r.offsets.assign(ids.size(), 0);
+  r.sizes.assign(ids.size(), 0);
+  r.crcs.assign(ids.size(), 0);
+  absl::MutexLock lock(&mu_);
+  auto ns_it = namespaces_.find(ns_id);
+  Lease lease;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t slot = ns_it == namespaces_.end() ? kNil : FindCommitted(ns_it->second, ids[i]);
+    if (slot == kNil) {
+      ++stats_.acquire_miss_blocks;
+      continue;
+    }
+    Entry& e = entries_[slot];
+    ++e.leases;
+    LruTouch(slot);
+    lease.slots.push_back(slot);
+    r.status[i] = BlockStatus::kOk;
+    r.offsets[i] = e.offset;
+    r.sizes[i] = e.size;
+    r.crcs[i] = e.crc;
+    ++stats_.acquire_hit_blocks;
+  }
+  if (!lease.slots.empty()) {
+    lease.expires = options_.clock() + options_.lease_timeout;
+    r.lease_id = NextId();
+    r.expires_in = options_.lease_timeout;
+    leases_.emplace(r.lease_id, std::move(lease));
+  }
+  return r;
+}
+
+void HostTier::DropLease(uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  for (uint32_t slot : it->second.slots) {
+    Entry& e = entries_[slot];
+    if (--e.leases == 0 && e.state == State::kDoomed) FreeSlot(slot);
+  }
+  leases_.erase(it);
+}
+
+absl::Status HostTier::Release(uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  if (!leases_.contains(lease_id))
+    return absl::NotFoundError(absl::StrCat("lease ", lease_id, " is unknown or expired"));
+  DropLease(lease_id);
+  return absl::OkStatus();
+}
+
+EvictResult HostTier::Evict(const NamespaceId& ns_id, std::span<const BlockId> ids, bool cascade,
+                            bool force) {
+  EvictResult r;
+  r.status.assign(ids.size(), BlockStatus::kNotFound);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  auto ns_it = namespaces_.find(ns_id);
+  if (ns_it == namespaces_.end()) return r;
+  const uint32_t ns = ns_it->second;
+  auto pinned = [&](const Entry& e) { return !force && e.pinned_until > now; };
+
+  std::vector<BlockId> roots;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t slot = FindCommitted(ns, ids[i]);
+    if (slot == kNil) continue;
+    if (pinned(entries_[slot])) {
+      r.status[i] = BlockStatus::kPinned;
+      continue;
+    }
+    r.status[i] = BlockStatus::kOk;
+    roots.push_back(ids[i]);
+  }
+  if (cascade && !roots.empty()) {
+    // Cascades are rare admin operations; one scan for the parent->children edges beats keeping
+    // a second index on every publish.
+    absl::flat_hash_map<BlockId, std::vector<uint32_t>> children;
+    for (uint32_t s = 0; s < entries_.size(); ++s) {
+      const Entry& e = entries_[s];
+      if (e.state == State::kCommitted && e.ns == ns && !e.parent.IsZero())
+        children[e.parent].push_back(s);
+    }
+    absl::flat_hash_set<BlockId> seen(roots.begin(), roots.end());
+    for (size_t i = 0; i < roots.size(); ++i) {
+      auto it = children.find(roots[i]);
+      if (it == children.end()) continue;
+      for (uint32_t s : it->second)
+        if (!pinned(entries_[s]) && seen.insert(entries_[s].id).second)
+          roots.push_back(entries_[s].id);
+    }
+  }
+  for (const BlockId& id : roots) {
+    uint32_t slot = FindCommitted(ns, id);
+    if (slot == kNil) continue;
+    RemoveCommitted(slot);
+    ++stats_.evictions_explicit;
+    ++r.removed_blocks;
+  }
+  return r;
+}
+
+std::vector<BlockStatus> HostTier::Pin(const NamespaceId& ns_id, std::span<const BlockId> ids,
+                                       absl::Duration ttl) {
+  std::vector<BlockStatus> out(ids.size(), BlockStatus::kNotFound);
+  absl::MutexLock lock(&mu_);
+  auto ns_it = namespaces_.find(ns_id);
+  if (ns_it == namespaces_.end()) return out;
+  const absl::Time until = options_.clock() + std::min(ttl, options_.max_pin_ttl);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t slot = FindCommitted(ns_it->second, ids[i]);
+    if (slot == kNil) continue;
+    entries_[slot].pinned_until = std::max(entries_[slot].pinned_until, until);
+    out[i] = BlockStatus::kOk;
+  }
+  return out;
+}
+
+std::vector<BlockStatus> HostTier::Unpin(const NamespaceId& ns_id, std::span<const BlockId> ids) {
+  std::vector<BlockStatus> out(ids.size(), BlockStatus::kNotFound);
+  absl::MutexLock lock(&mu_);
+  auto ns_it = namespaces_.find(ns_id);
+  if (ns_it == namespaces_.end()) return out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t slot = FindCommitted(ns_it->second, ids[i]);
+    if (slot == kNil) continue;
+    entries_[slot].pinned_until = absl::InfinitePast();
+    out[i] = BlockStatus::kOk;
+  }
+  return out;
+}
+
+void HostTier::ReclaimExpired() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, res] : reservations_)
+    if (!res.committing && res.expires <= now) expired.push_back(id);
+  for (uint64_t id : expired) DropReservation(id);
+  stats_.reservations_expired += expired.size();
+  expired.clear();
+  for (const auto& [id, lease] : leases_)
+    if (lease.expires <= now) expired.push_back(id);
+  for (uint64_t id : expired) DropLease(id);
+  stats_.leases_expired += expired.size();
+}
+
+HostTierStats HostTier::Stats() const {
+  absl::MutexLock lock(&mu_);
+  HostTierStats s = stats_;
+  const absl::Time now = options_.clock();
+  s.allocated_bytes = allocator_.allocated_bytes();
+  s.open_reservations = reservations_.size();
+  s.open_leases = leases_.size();
+  s.namespaces = namespaces_.size();
+  s.pinned_blocks = 0;
+  for (const Entry& e : entries_)
+    if (e.state == State::kCommitted && e.pinned_until > now) ++s.pinned_blocks;
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,261 @@
+#include "storage/host_tier.h"
+
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/crc32c.h"
+#include "storage/arena.h"
+
+namespace strata {
+namespace {
+
+BlockId Id(int i) {
+  return ComputeBlockId(Digest{}, std::vector<uint32_t>{static_cast<uint32_t>(i)});
+}
+
+class HostTierTest : public ::testing::Test {
+ protected:
+  void Make(uint64_t capacity, double high = 1.0, double low = 1.0) {
+    arena_ = *MmapArena::Create(capacity, false);
+    HostTierOptions o;
+    o.alignment = 1024;
+    o.high_watermark = high;
+    o.low_watermark = low;
+    o.reservation_timeout = absl::Seconds(10);
+    o.lease_timeout = absl::Seconds(10);
+    o.clock = [this] { return now_; };
+    tier_ = std::make_unique<HostTier>(arena_->data(), arena_->size(), o);
+  }
+
+  // Reserve, fill with a pattern, commit; returns the commit statuses.
+  BlockStatus Publish(const NamespaceId& ns, int i, uint64_t size, bool corrupt = false) {
+    ReserveItem item{Id(i), {}, size};
+    auto r = tier_->Reserve(ns, {&item, 1});
+    if (r.status[0] != BlockStatus::kOk) return r.status[0];
+    uint8_t* p = tier_->base() + r.offsets[0];
+    std::memset(p, i & 0xff, size);
+    uint32_t crc = Crc32c(p, size) ^ (corrupt ? 1u : 0u);
+    auto c = tier_->Commit(r.reservation_id, {&crc, 1});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return (*c)[0];
+  }
+
+  size_t Has(const NamespaceId& ns, int i) {
+    BlockId id = Id(i);
+    return tier_->Lookup(ns, {&id, 1});
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1000000);
+  std::unique_ptr<MmapArena> arena_;
+  std::unique_ptr<HostTier> tier_;
+  NamespaceId ns_ = ComputeBlockId(Digest{}, std::vector<uint32_t>{42});
+  NamespaceId other_ns_ = ComputeBlockId(Digest{}, std::vector<uint32_t>{43});
+};
+
+TEST_F(HostTierTest, TwoPhasePublishAndVisibility) {
+  Make(1 << 20);
+  ReserveItem item{Id(1), {}, 4000};
+  auto r = tier_->Reserve(ns_, {&item, 1});
+  ASSERT_EQ(r.status[0], BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 1), 0u);  // reserved is not visible
+  auto again = tier_->Reserve(ns_, {&item, 1});
+  EXPECT_EQ(again.status[0], BlockStatus::kInProgress);
+  std::memset(tier_->base() + r.offsets[0], 7, 4000);
+  uint32_t crc = Crc32c(tier_->base() + r.offsets[0], 4000);
+  auto c = tier_->Commit(r.reservation_id, {&crc, 1});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[0], BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 1), 1u);
+  EXPECT_EQ(Has(other_ns_, 1), 0u);  // other namespace sees nothing
+  // Republish is a cheap no-op.
+  auto dup = tier_->Reserve(ns_, {&item, 1});
+  EXPECT_EQ(dup.status[0], BlockStatus::kExists);
+  EXPECT_EQ(dup.reservation_id, 0u);
+  EXPECT_FALSE(tier_->Commit(r.reservation_id, {&crc, 1}).ok());  // already consumed
+}
+
+TEST_F(HostTierTest, WrongCrcIsRefusedAndSpaceReturned) {
+  Make(1 << 20);
+  EXPECT_EQ(Publish(ns_, 1, 5000, /*corrupt=*/true), BlockStatus::kCrcMismatch);
+  EXPECT_EQ(Has(ns_, 1), 0u);
+  auto s = tier_->Stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.crc_failures, 1u);
+  EXPECT_EQ(Publish(ns_, 1, 5000), BlockStatus::kOk);  // a correct retry works
+}
+
+TEST_F(HostTierTest, CommitWithWrongCrcCountIsAnError) {
+  Make(1 << 20);
+  ReserveItem items[2] = {{Id(1), {}, 100}, {Id(2), {}, 100}};
+  auto r = tier_->Reserve(ns_, items);
+  uint32_t crc = 0;
+  auto c = tier_->Commit(r.reservation_id, {&crc, 1});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tier_->Abort(r.reservation_id).ok());
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
+}
+
+TEST_F(HostTierTest, AbandonedReservationIsReclaimed) {
+  Make(1 << 20);
+  ReserveItem item{Id(1), {}, 200000};
+  auto r = tier_->Reserve(ns_, {&item, 1});
+  ASSERT_EQ(r.status[0], BlockStatus::kOk);
+  EXPECT_GT(tier_->Stats().allocated_bytes, 0u);
+  now_ += absl::Seconds(5);
+  tier_->ReclaimExpired();
+  EXPECT_EQ(tier_->Stats().open_reservations, 1u);  // not yet
+  now_ += absl::Seconds(6);
+  tier_->ReclaimExpired();
+  auto s = tier_->Stats();
+  EXPECT_EQ(s.open_reservations, 0u);
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.reservations_expired, 1u);
+  uint32_t crc = 0;
+  EXPECT_EQ(tier_->Commit(r.reservation_id, {&crc, 1}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Has(ns_, 1), 0u);
+}
+
+TEST_F(HostTierTest, LruEvictsOldestButNeverLeasedOrPinned) {
+  Make(10 * 1024);  // room for ten 1 KiB blocks
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(Publish(ns_, i, 1024), BlockStatus::kOk);
+  BlockId b0 = Id(0), b1 = Id(1);
+  auto lease = tier_->Acquire(ns_, {&b0, 1});  // oldest, but leased
+  ASSERT_EQ(lease.status[0], BlockStatus::kOk);
+  tier_->Pin(ns_, {&b1, 1}, absl::Minutes(1));  // second oldest, pinned
+  ASSERT_EQ(Publish(ns_, 10, 1024), BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 0), 1u);
+  EXPECT_EQ(Has(ns_, 1), 1u);
+  EXPECT_EQ(Has(ns_, 2), 0u);  // the oldest unprotected block went
+  EXPECT_EQ(tier_->Stats().evictions_lru, 1u);
+  // The leased block's bytes are intact while leased.
+  EXPECT_EQ(tier_->base()[lease.offsets[0]], 0);
+  EXPECT_EQ(Crc32c(tier_->base() + lease.offsets[0], 1024), lease.crcs[0]);
+}
+
+TEST_F(HostTierTest, FullOfProtectedBlocksReportsNoSpace) {
+  Make(4 * 1024);
+  std::vector<BlockId> ids;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(Publish(ns_, i, 1024), BlockStatus::kOk);
+    ids.push_back(Id(i));
+  }
+  tier_->Pin(ns_, ids, absl::Minutes(1));
+  EXPECT_EQ(Publish(ns_, 99, 1024), BlockStatus::kNoSpace);
+  now_ += absl::Minutes(2);  // pins expire
+  EXPECT_EQ(Publish(ns_, 99, 1024), BlockStatus::kOk);
+}
+
+TEST_F(HostTierTest, WatermarksEvictDownToLow) {
+  Make(100 * 1024, 0.9, 0.5);
+  for (int i = 0; i < 90; ++i) ASSERT_EQ(Publish(ns_, i, 1024), BlockStatus::kOk);
+  EXPECT_LE(tier_->Stats().allocated_bytes, 90u * 1024);
+  ASSERT_EQ(Publish(ns_, 1000, 1024), BlockStatus::kOk);  // crosses the high watermark
+  auto s = tier_->Stats();
+  EXPECT_LE(s.allocated_bytes, 51u * 1024);
+  EXPECT_EQ(Has(ns_, 1000), 1u);  // the newest survives
+  EXPECT_EQ(Has(ns_, 0), 0u);
+}
+
+TEST_F(HostTierTest, EvictLeasedBlockHidesItAndFreesAtRelease) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 4096), BlockStatus::kOk);
+  BlockId b = Id(1);
+  auto lease = tier_->Acquire(ns_, {&b, 1});
+  auto ev = tier_->Evict(ns_, {&b, 1}, false, false);
+  EXPECT_EQ(ev.status[0], BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 1), 0u);
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 4096u);  // still held for the reader
+  ASSERT_TRUE(tier_->Release(lease.lease_id).ok());
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
+  EXPECT_FALSE(tier_->Release(lease.lease_id).ok());
+}
+
+TEST_F(HostTierTest, ExpiredLeaseIsReleased) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 4096), BlockStatus::kOk);
+  BlockId b = Id(1);
+  auto lease = tier_->Acquire(ns_, {&b, 1});
+  EXPECT_EQ(tier_->Stats().open_leases, 1u);
+  now_ += absl::Seconds(11);
+  tier_->ReclaimExpired();
+  EXPECT_EQ(tier_->Stats().open_leases, 0u);
+  EXPECT_EQ(tier_->Stats().leases_expired, 1u);
+}
+
+TEST_F(HostTierTest, PinnedRefusesEvictUnlessForced) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 100), BlockStatus::kOk);
+  BlockId b = Id(1);
+  tier_->Pin(ns_, {&b, 1}, absl::Minutes(1));
+  EXPECT_EQ(tier_->Evict(ns_, {&b, 1}, false, false).status[0], BlockStatus::kPinned);
+  tier_->Unpin(ns_, {&b, 1});
+  EXPECT_EQ(tier_->Evict(ns_, {&b, 1}, false, false).status[0], BlockStatus::kOk);
+  ASSERT_EQ(Publish(ns_, 2, 100), BlockStatus::kOk);
+  BlockId c = Id(2);
+  tier_->Pin(ns_, {&c, 1}, absl::Minutes(1));
+  EXPECT_EQ(tier_->Evict(ns_, {&c, 1}, false, true).status[0], BlockStatus::kOk);
+}
+
+TEST_F(HostTierTest, CascadeEvictRemovesDescendants) {
+  Make(1 << 20);
+  // Chain a -> b -> c, and an unrelated d.
+  std::vector<uint32_t> t(64);
+  for (int i = 0; i < 64; ++i) t[i] = i;
+  auto ids = ComputeBlockIds(ns_, 16, t);
+  for (size_t i = 0; i < 3; ++i) {
+    ReserveItem item{ids[i], i ? ids[i - 1] : BlockId{}, 128};
+    auto r = tier_->Reserve(ns_, {&item, 1});
+    uint32_t crc = Crc32c(tier_->base() + r.offsets[0], 128);
+    ASSERT_TRUE(tier_->Commit(r.reservation_id, {&crc, 1}).ok());
+  }
+  ASSERT_EQ(Publish(ns_, 500, 128), BlockStatus::kOk);
+  EXPECT_EQ(tier_->Lookup(ns_, std::span(ids).first(3)), 3u);
+  auto ev = tier_->Evict(ns_, {&ids[1], 1}, /*cascade=*/true, false);
+  EXPECT_EQ(ev.removed_blocks, 2u);
+  EXPECT_EQ(tier_->Lookup(ns_, std::span(ids).first(3)), 1u);
+  EXPECT_EQ(Has(ns_, 500), 1u);
+}
+
+TEST_F(HostTierTest, WrongNamespaceCannotReadEvictOrPin) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 100), BlockStatus::kOk);
+  BlockId b = Id(1);
+  EXPECT_EQ(tier_->Acquire(other_ns_, {&b, 1}).status[0], BlockStatus::kNotFound);
+  EXPECT_EQ(tier_->Evict(other_ns_, {&b, 1}, false, true).status[0], BlockStatus::kNotFound);
+  EXPECT_EQ(tier_->Pin(other_ns_, {&b, 1}, absl::Minutes(1))[0], BlockStatus::kNotFound);
+  ReserveItem item{b, {}, 100};
+  EXPECT_EQ(tier_->Reserve(other_ns_, {&item, 1}).status[0], BlockStatus::kInvalid);
+  EXPECT_EQ(Has(ns_, 1), 1u);
+}
+
+TEST_F(HostTierTest, ConcurrentPublishersAndReaders) {
+  Make(64 << 20, 0.95, 0.85);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        int id = t * 1000 + i;
+        BlockStatus s = Publish(ns_, id, 16 * 1024);
+        EXPECT_TRUE(s == BlockStatus::kOk) << BlockStatusName(s);
+        BlockId b = Id(id);
+        auto a = tier_->Acquire(ns_, {&b, 1});
+        if (a.status[0] == BlockStatus::kOk) {
+          EXPECT_EQ(Crc32c(tier_->base() + a.offsets[0], a.sizes[0]), a.crcs[0]);
+          EXPECT_TRUE(tier_->Release(a.lease_id).ok());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto s = tier_->Stats();
+  EXPECT_EQ(s.committed_total, 1600u);
+  EXPECT_EQ(s.open_leases, 0u);
+  EXPECT_EQ(s.open_reservations, 0u);
+}
+
+}  // namespace
+}  // namespace strata
