@@ -1,0 +1,286 @@
+#include "transport/ucx.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::transport {
+namespace {
+
+absl::Status UcsError(const char* what, ucs_status_t s) {
+  return absl::UnavailableError(absl::StrCat("UCX ", what, ": ", ucs_status_string(s)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- MemoryRegion
+
+MemoryRegion::~MemoryRegion() { ucp_mem_unmap(ctx_, memh_); }
+
+absl::StatusOr<std::string> MemoryRegion::PackRkey() const {
+  void* buf = nullptr;
+  size_t len = 0;
+  ucs_status_t s = ucp_rkey_pack(ctx_, memh_, &buf, &len);
+  if (s != UCS_OK) return UcsError("rkey_pack", s);
+  std::string out(static_cast<char*>(buf), len);
+  ucp_rkey_buffer_release(buf);
+  return out;
+}
+
+// ---------------------------------------------------------------------------- Context
+
+absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return UcsError("config_read", s);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.name = "strata";
+  ucp_context_h ctx = nullptr;
+  s = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  if (s != UCS_OK) return UcsError("init", s);
+  return std::shared_ptr<Context>(new Context(ctx));
+}
+
+Context::~Context() { ucp_cleanup(ctx_); }
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> Context::Allocate(size_t bytes) {
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                 UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+  p.address = nullptr;
+  p.length = bytes;
+  p.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(ctx_, &p, &memh);
+  if (s != UCS_OK) return UcsError(absl::StrCat("mem_map(allocate ", bytes, ")").c_str(), s);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  s = ucp_mem_query(memh, &attr);
+  if (s != UCS_OK) {
+    ucp_mem_unmap(ctx_, memh);
+    return UcsError("mem_query", s);
+  }
+  return std::unique_ptr<MemoryRegion>(
+      new MemoryRegion(ctx_, memh, static_cast<uint8_t*>(attr.address), attr.length));
+}
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> Context::Register(void* data, size_t bytes) {
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  p.address = data;
+  p.length = bytes;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(ctx_, &p, &memh);
+  if (s != UCS_OK) return UcsError("mem_map(register)", s);
+  return std::unique_ptr<MemoryRegion>(
+      new MemoryRegion(ctx_, memh, static_cast<uint8_t*>(data), bytes));
+}
+
+// ---------------------------------------------------------------------------- Worker
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> ctx) {
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucp_worker_h w = nullptr;
+  ucs_status_t s = ucp_worker_create(ctx->handle(), &wp, &w);
+  if (s != UCS_OK) return UcsError("worker_create", s);
+  std::unique_ptr<Worker> worker(new Worker(std::move(ctx), w));
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  s = ucp_worker_get_address(w, &addr, &len);
+  if (s != UCS_OK) return UcsError("worker_get_address", s);
+  worker->address_.assign(reinterpret_cast<char*>(addr), len);
+  ucp_worker_release_address(w, addr);
+  return worker;
+}
+
+Worker::~Worker() {
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  ucp_worker_destroy(worker_);
+}
+
+std::string Worker::TransportSummary() const {
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_NAME;
+  ucp_worker_query(worker_, &attr);
+  // UCX 1.13 does not list transports through the API; UCX_TLS (or "auto") is what the operator
+  // asked for, and `ucx_info -e` shows what was chosen.
+  const char* tls = getenv("UCX_TLS");
+  return tls ? tls : "auto";
+}
+
+void Worker::WaitForEvents(absl::Duration timeout) {
+  if (epoll_fd_ < 0) {
+    int efd = -1;
+    if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
+      usleep(static_cast<useconds_t>(absl::ToInt64Microseconds(timeout)));
+      return;
+    }
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = efd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, efd, &ev);
+  }
+  if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;  // events already pending
+  epoll_event ev{};
+  epoll_wait(epoll_fd_, &ev, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address) {
+  std::unique_ptr<Endpoint> ep(new Endpoint(this, nullptr));
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &Endpoint::OnError;
+  p.err_handler.arg = ep.get();
+  ucs_status_t s = ucp_ep_create(worker_, &p, &ep->ep_);
+  if (s != UCS_OK) return UcsError("ep_create", s);
+  return ep;
+}
+
+// ---------------------------------------------------------------------------- ProgressThread
+
+ProgressThread::ProgressThread(Worker* worker) : worker_(worker) {
+  thread_ = std::thread([this] {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      while (worker_->Progress() != 0) {
+      }
+      worker_->WaitForEvents(absl::Milliseconds(100));
+    }
+  });
+}
+
+ProgressThread::~ProgressThread() { Stop(); }
+
+void ProgressThread::Stop() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  worker_->Signal();
+  thread_.join();
+}
+
+// ---------------------------------------------------------------------------- Endpoint
+
+void Endpoint::OnError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* self = static_cast<Endpoint*>(arg);
+  self->error_ = status;
+  self->failed_ = true;
+}
+
+absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
+  if (failed_) return UcsError("endpoint", error_);
+  if (rkey_) ucp_rkey_destroy(rkey_);
+  rkey_ = nullptr;
+  ucs_status_t s = ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_);
+  if (s != UCS_OK) return UcsError("rkey_unpack", s);
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what) {
+  if (request == nullptr) return absl::OkStatus();
+  if (UCS_PTR_IS_ERR(request)) return UcsError(what, UCS_PTR_STATUS(request));
+  ucs_status_t s;
+  unsigned spins = 0;
+  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    worker_->Progress();
+    if ((++spins & 255) == 0 && absl::Now() >= deadline) {
+      ucp_request_free(request);  // released by UCX once the forced close completes it
+      ForceClose();
+      return absl::DeadlineExceededError(absl::StrCat("UCX ", what, " did not complete in time"));
+    }
+  }
+  ucp_request_free(request);
+  if (s != UCS_OK) {
+    failed_ = true;
+    return UcsError(what, s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline) {
+  if (failed_ || ep_ == nullptr)
+    return absl::UnavailableError(
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+  if (!rkey_) return absl::FailedPreconditionError("no remote key set on the endpoint");
+  std::vector<void*> pending;
+  pending.reserve(ops.size());
+  absl::Status first_error;
+  for (const RmaOp& op : ops) {
+    ucp_request_param_t p{};
+    if (op.local_memh) {
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = op.local_memh;
+    }
+    void* r = op.kind == RmaOp::kGet
+                  ? ucp_get_nbx(ep_, op.local, op.length, op.remote_address, rkey_, &p)
+                  : ucp_put_nbx(ep_, op.local, op.length, op.remote_address, rkey_, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      first_error = UcsError(op.kind == RmaOp::kGet ? "get" : "put", UCS_PTR_STATUS(r));
+      break;
+    }
+    if (r != nullptr) pending.push_back(r);
+  }
+  // Completion of a put request only frees the source buffer; the flush guarantees the bytes
+  // reached the peer's memory, which Commit relies on.
+  ucp_request_param_t fp{};
+  absl::Status flushed = Wait(ucp_ep_flush_nbx(ep_, &fp), deadline, "flush");
+  for (void* r : pending) {
+    absl::Status s = Wait(r, deadline, "rma");
+    if (first_error.ok()) first_error = s;
+  }
+  if (first_error.ok()) first_error = flushed;
+  if (first_error.ok() && failed_) first_error = UcsError("peer", error_);
+  return first_error;
+}
+
+void Endpoint::ForceClose() {
+  failed_ = true;
+  if (ep_ == nullptr) return;
+  if (rkey_) {
+    ucp_rkey_destroy(rkey_);
+    rkey_ = nullptr;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* r = ucp_ep_close_nbx(ep_, &p);
+  ep_ = nullptr;
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+  absl::Time stop = absl::Now() + absl::Seconds(2);
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < stop) worker_->Progress();
+  ucp_request_free(r);
+}
+
+Endpoint::~Endpoint() {
+  if (ep_ == nullptr) return;
+  if (failed_) {
+    ForceClose();
+    return;
+  }
+  if (rkey_) {
+    ucp_rkey_destroy(rkey_);
+    rkey_ = nullptr;
+  }
+  ucp_request_param_t p{};
+  void* r = ucp_ep_close_nbx(ep_, &p);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+    absl::Time stop = absl::Now() + absl::Milliseconds(500);
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < stop)
+      worker_->Progress();
+    // A peer that never answers leaves the close pending; UCX releases it on completion.
+    ucp_request_free(r);
+  }
+  ep_ = nullptr;
+}
+
+}  // namespace strata::transport

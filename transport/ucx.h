@@ -1,0 +1,147 @@
+// UCX data plane: context, workers, endpoints, registered memory and batched one-sided RMA.
+//
+// The side that owns memory registers it once and hands out (address, packed rkey) through the
+// control plane; the other side puts/gets straight between its own registered buffers and that
+// memory. Block bytes never pass through gRPC.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <ucp/api/ucp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace strata::transport {
+
+class Endpoint;
+
+// Memory registered with a context: either allocated by UCX (so same-node peers can map it
+// directly) or caller-owned and only registered.
+class MemoryRegion {
+ public:
+  ~MemoryRegion();
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  ucp_mem_h handle() const { return memh_; }
+  bool Contains(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(data_);
+    return a >= b && a + n <= b + size_;
+  }
+  // The remote key a peer needs to access this region.
+  absl::StatusOr<std::string> PackRkey() const;
+
+ private:
+  friend class Context;
+  MemoryRegion(ucp_context_h ctx, ucp_mem_h memh, uint8_t* data, size_t size)
+      : ctx_(ctx), memh_(memh), data_(data), size_(size) {}
+  ucp_context_h ctx_;
+  ucp_mem_h memh_;
+  uint8_t* data_;
+  size_t size_;
+};
+
+class Context : public std::enable_shared_from_this<Context> {
+ public:
+  // `wakeup`: workers can sleep on an event fd (daemons); clients that only poll pass false.
+  static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup);
+  ~Context();
+
+  ucp_context_h handle() const { return ctx_; }
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t bytes);
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> Register(void* data, size_t bytes);
+
+ private:
+  explicit Context(ucp_context_h ctx) : ctx_(ctx) {}
+  ucp_context_h ctx_;
+};
+
+// One sided operation between a local buffer and remote memory.
+struct RmaOp {
+  enum Kind : uint8_t { kGet, kPut } kind;
+  void* local;
+  size_t length;
+  uint64_t remote_address;
+  ucp_mem_h local_memh = nullptr;  // optional: avoids UCX's registration-cache lookup
+};
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(std::shared_ptr<Context> ctx);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  ucp_worker_h handle() const { return worker_; }
+  const std::string& address() const { return address_; }
+  // Names of the transports this worker's context enabled, e.g. "tcp,posix,cma".
+  std::string TransportSummary() const;
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(std::string_view remote_address);
+
+  unsigned Progress() { return ucp_worker_progress(worker_); }
+  // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
+  void WaitForEvents(absl::Duration timeout);
+  void Signal() { ucp_worker_signal(worker_); }
+
+ private:
+  Worker(std::shared_ptr<Context> ctx, ucp_worker_h w) : ctx_(std::move(ctx)), worker_(w) {}
+  std::shared_ptr<Context> ctx_;
+  ucp_worker_h worker_;
+  std::string address_;
+  int epoll_fd_ = -1;
+};
+
+// Progresses a worker on a thread that sleeps when there is nothing to do, so an idle daemon
+// costs no CPU on a 2-core machine.
+class ProgressThread {
+ public:
+  explicit ProgressThread(Worker* worker);
+  ~ProgressThread();  // stops and joins
+  void Stop();
+
+ private:
+  Worker* worker_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+class Endpoint {
+ public:
+  ~Endpoint();  // closes gracefully within a short deadline, forcibly after
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // Makes `packed_rkey` usable for RMA to the peer's memory through this endpoint.
+  absl::Status SetRemoteKey(std::string_view packed_rkey);
+
+  // Posts every op, then flushes; returns when all completed remotely, on the first error, or at
+  // `deadline` (after which the endpoint is closed and every later call fails).
+  absl::Status Transfer(std::span<const RmaOp> ops, absl::Time deadline);
+
+  bool failed() const { return failed_.load(); }
+
+ private:
+  friend class Worker;
+  Endpoint(Worker* worker, ucp_ep_h ep) : worker_(worker), ep_(ep) {}
+  absl::Status Wait(void* request, absl::Time deadline, const char* what);
+  void ForceClose();
+  static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  Worker* worker_;
+  ucp_ep_h ep_;
+  ucp_rkey_h rkey_ = nullptr;
+  std::atomic<bool> failed_{false};
+  ucs_status_t error_ = UCS_OK;
+};
+
+}  // namespace strata::transport
