@@ -1,0 +1,482 @@
+#include "client/client.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "transport/ucx.h"
+
+namespace strata {
+namespace {
+
+std::string PackIds(std::span<const BlockId> ids) {
+  std::string out;
+  out.resize(ids.size() * 32);
+  for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out.data() + 32 * i, ids[i].bytes.data(), 32);
+  return out;
+}
+
+template <typename Repeated>
+std::vector<BlockStatus> Statuses(const Repeated& r) {
+  std::vector<BlockStatus> out;
+  out.reserve(r.size());
+  for (int s : r) out.push_back(static_cast<BlockStatus>(s));
+  return out;
+}
+
+v1::NamespaceSpecProto ToProto(const NamespaceSpec& s) {
+  v1::NamespaceSpecProto p;
+  p.set_model_id(s.model_id);
+  p.set_model_revision(s.model_revision);
+  auto* l = p.mutable_layout();
+  l->set_num_layers(s.layout.num_layers);
+  l->set_num_kv_heads(s.layout.num_kv_heads);
+  l->set_head_dim(s.layout.head_dim);
+  l->set_dtype(static_cast<uint32_t>(s.layout.dtype));
+  l->set_tokens_per_block(s.layout.tokens_per_block);
+  l->set_kind(static_cast<uint32_t>(s.layout.kind));
+  p.set_tp_rank(s.tp_rank);
+  p.set_tp_size(s.tp_size);
+  p.set_lora_id(s.lora_id);
+  p.set_codec_policy(s.codec_policy);
+  return p;
+}
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Cache::Stub> stub;
+  std::string node_id;
+
+  // Data plane. One worker per client; transfers are serialized on it.
+  std::mutex ucx_mu;
+  std::shared_ptr<transport::Context> ucx;
+  std::unique_ptr<transport::Worker> worker;
+  std::unique_ptr<transport::Endpoint> ep;
+  uint64_t arena_base = 0;
+  uint64_t arena_bytes = 0;
+
+  std::mutex reg_mu;
+  std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered;  // by start
+
+  struct OpenNs {
+    NamespaceSpec spec;
+    std::string tenant;
+  };
+  mutable std::mutex ns_mu;
+  absl::flat_hash_map<NamespaceId, OpenNs> namespaces;
+
+  // Fire-and-forget lease releases still in flight.
+  std::mutex release_mu;
+  std::condition_variable release_cv;
+  int releases_in_flight = 0;
+
+  absl::Status Rpc(const char* name, const std::function<grpc::Status(grpc::ClientContext*)>& fn) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+    grpc::Status s = fn(&ctx);
+    if (s.ok()) return absl::OkStatus();
+    auto code = static_cast<absl::StatusCode>(s.error_code());
+    if (code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable)
+      return absl::Status(code, absl::StrCat("stratad at ", options.endpoint, " did not answer ",
+                                             name, " within ",
+                                             absl::FormatDuration(options.rpc_timeout), ": ",
+                                             s.error_message()));
+    return absl::Status(code, absl::StrCat(name, ": ", s.error_message()));
+  }
+
+  // Runs a namespace-scoped call; if the daemon forgot the namespace (it restarted), reopens it
+  // once and retries.
+  absl::Status NsRpc(const char* name, const NamespaceId& ns,
+                     const std::function<grpc::Status(grpc::ClientContext*)>& fn) {
+    absl::Status s = Rpc(name, fn);
+    if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+    OpenNs open;
+    {
+      std::lock_guard<std::mutex> lock(ns_mu);
+      auto it = namespaces.find(ns);
+      if (it == namespaces.end()) return s;
+      open = it->second;
+    }
+    auto reopened = OpenRpc(open.spec, open.tenant);
+    if (!reopened.ok() || *reopened != ns) return s;
+    return Rpc(name, fn);
+  }
+
+  absl::StatusOr<NamespaceId> OpenRpc(const NamespaceSpec& spec, const std::string& tenant) {
+    v1::OpenNamespaceRequest req;
+    *req.mutable_spec() = ToProto(spec);
+    req.set_tenant(tenant);
+    v1::OpenNamespaceResponse resp;
+    RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
+      return stub->OpenNamespace(c, req, &resp);
+    }));
+    return Digest::FromBytes(resp.namespace_id());
+  }
+
+  // (Re)builds the UCX endpoint from a fresh Connect; caller holds ucx_mu.
+  absl::Status ConnectDataPlane() {
+    v1::ConnectRequest req;
+    req.set_client_name(options.client_name);
+    v1::ConnectResponse resp;
+    RETURN_IF_ERROR(
+        Rpc("Connect", [&](grpc::ClientContext* c) { return stub->Connect(c, req, &resp); }));
+    ep.reset();
+    ASSIGN_OR_RETURN(ep, worker->Connect(resp.worker_address()));
+    RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
+    arena_base = resp.arena_base();
+    arena_bytes = resp.arena_bytes();
+    node_id = resp.node_id();
+    return absl::OkStatus();
+  }
+
+  ucp_mem_h FindMemh(const void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(reg_mu);
+    auto it = registered.upper_bound(reinterpret_cast<uintptr_t>(p));
+    if (it == registered.begin()) return nullptr;
+    --it;
+    return it->second->Contains(p, n) ? it->second->handle() : nullptr;
+  }
+
+  // ops' remote_address fields hold arena offsets; they are rebased here under the lock.
+  absl::Status Transfer(std::vector<transport::RmaOp>& ops, absl::Time deadline) {
+    std::lock_guard<std::mutex> lock(ucx_mu);
+    if (!ep || ep->failed()) RETURN_IF_ERROR(ConnectDataPlane());
+    for (auto& op : ops) {
+      if (op.remote_address + op.length > arena_bytes)
+        return absl::InternalError("daemon returned an extent outside its arena");
+      op.remote_address += arena_base;
+      op.local_memh = FindMemh(op.local, op.length);
+    }
+    return ep->Transfer(ops, deadline);
+  }
+
+  void ReleaseAsync(uint64_t lease_id) {
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::ReleaseRequest req;
+      v1::ReleaseResponse resp;
+    };
+    auto* call = new Call;
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+    call->req.set_lease_id(lease_id);
+    {
+      std::lock_guard<std::mutex> lock(release_mu);
+      ++releases_in_flight;
+    }
+    // The lease also expires on the daemon, so a lost Release costs only delayed reclaim.
+    stub->async()->Release(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status) {
+      delete call;
+      std::lock_guard<std::mutex> lock(release_mu);
+      if (--releases_in_flight == 0) release_cv.notify_all();
+    });
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  std::unique_lock<std::mutex> lock(impl_->release_mu);
+  impl_->release_cv.wait(lock, [this] { return impl_->releases_in_flight == 0; });
+  lock.unlock();
+  std::lock_guard<std::mutex> ucx_lock(impl_->ucx_mu);
+  impl_->ep.reset();
+  std::lock_guard<std::mutex> reg_lock(impl_->reg_mu);
+  impl_->registered.clear();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  impl->channel =
+      grpc::CreateCustomChannel(options.endpoint, grpc::InsecureChannelCredentials(), args);
+  impl->stub = v1::Cache::NewStub(impl->channel);
+  ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/false));
+  ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
+  {
+    std::lock_guard<std::mutex> lock(impl->ucx_mu);
+    RETURN_IF_ERROR(impl->ConnectDataPlane());
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const std::string& Client::node_id() const { return impl_->node_id; }
+
+uint32_t Client::tokens_per_block(const NamespaceId& ns) const {
+  std::lock_guard<std::mutex> lock(impl_->ns_mu);
+  auto it = impl_->namespaces.find(ns);
+  return it == impl_->namespaces.end() ? 0 : it->second.spec.layout.tokens_per_block;
+}
+
+absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
+                                                  const std::string& tenant) {
+  RETURN_IF_ERROR(spec.Validate());
+  ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant));
+  std::lock_guard<std::mutex> lock(impl_->ns_mu);
+  impl_->namespaces[id] = {spec, tenant};
+  return id;
+}
+
+absl::Status Client::RegisterBuffer(void* data, size_t size) {
+  ASSIGN_OR_RETURN(auto region, impl_->ucx->Register(data, size));
+  std::lock_guard<std::mutex> lock(impl_->reg_mu);
+  impl_->registered[reinterpret_cast<uintptr_t>(data)] = std::move(region);
+  return absl::OkStatus();
+}
+
+absl::Status Client::UnregisterBuffer(void* data) {
+  std::lock_guard<std::mutex> lock(impl_->reg_mu);
+  if (impl_->registered.erase(reinterpret_cast<uintptr_t>(data)) == 0)
+    return absl::NotFoundError("buffer was not registered");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PublishResult> Client::Publish(const NamespaceId& ns,
+                                              std::span<const uint32_t> tokens,
+                                              std::span<const ConstBuffer> blocks) {
+  uint32_t tpb = tokens_per_block(ns);
+  if (tpb == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
+  std::vector<BlockId> ids = ComputeBlockIds(ns, tpb, tokens);
+  if (blocks.size() > ids.size())
+    return absl::InvalidArgumentError(absl::StrCat(blocks.size(), " buffers for ", tokens.size(),
+                                                   " tokens (", ids.size(), " full blocks)"));
+  ids.resize(blocks.size());
+  std::vector<BlockId> parents(ids.size());
+  for (size_t i = 1; i < ids.size(); ++i) parents[i] = ids[i - 1];
+  return PublishIds(ns, ids, parents, blocks);
+}
+
+absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
+                                                 std::span<const BlockId> ids,
+                                                 std::span<const BlockId> parents,
+                                                 std::span<const ConstBuffer> blocks) {
+  if (ids.size() != blocks.size() || (!parents.empty() && parents.size() != ids.size()))
+    return absl::InvalidArgumentError("ids, parents and blocks must have the same length");
+  PublishResult result;
+  result.ids.assign(ids.begin(), ids.end());
+  if (ids.empty()) return result;
+  for (const ConstBuffer& b : blocks)
+    if (b.size == 0 || b.data == nullptr)
+      return absl::InvalidArgumentError("every block buffer must be non-empty");
+
+  v1::ReserveRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  if (!parents.empty()) req.set_parent_ids(PackIds(parents));
+  for (const ConstBuffer& b : blocks) req.add_sizes(b.size);
+  v1::ReserveResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc("Reserve", ns, [&](grpc::ClientContext* c) {
+    return impl_->stub->Reserve(c, req, &resp);
+  }));
+  if (resp.status_size() != static_cast<int>(ids.size()))
+    return absl::InternalError("Reserve answered with the wrong number of statuses");
+  result.status = Statuses(resp.status());
+
+  std::vector<transport::RmaOp> ops;
+  std::vector<size_t> reserved;  // indexes of kOk blocks, in reservation order
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
+    if (result.status[i] != BlockStatus::kOk) continue;
+    reserved.push_back(i);
+    ops.push_back({transport::RmaOp::kPut, const_cast<void*>(blocks[i].data), blocks[i].size,
+                   resp.offsets(static_cast<int>(i))});
+  }
+  if (reserved.empty()) return result;
+
+  absl::Duration budget = std::min(impl_->options.transfer_timeout,
+                                   absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+  absl::Status moved = impl_->Transfer(ops, absl::Now() + budget);
+  if (!moved.ok()) {
+    v1::AbortRequest abort;
+    abort.set_reservation_id(resp.reservation_id());
+    v1::AbortResponse ignored;
+    (void)impl_->Rpc("Abort", [&](grpc::ClientContext* c) {
+      return impl_->stub->Abort(c, abort, &ignored);
+    });
+    return absl::Status(moved.code(), absl::StrCat("publish transfer failed: ", moved.message()));
+  }
+
+  v1::CommitRequest commit;
+  commit.set_reservation_id(resp.reservation_id());
+  for (size_t i : reserved) commit.add_crc32c(Crc32c(blocks[i].data, blocks[i].size));
+  v1::CommitResponse committed;
+  RETURN_IF_ERROR(impl_->Rpc("Commit", [&](grpc::ClientContext* c) {
+    return impl_->stub->Commit(c, commit, &committed);
+  }));
+  if (committed.status_size() != static_cast<int>(reserved.size()))
+    return absl::InternalError("Commit answered with the wrong number of statuses");
+  for (size_t k = 0; k < reserved.size(); ++k) {
+    BlockStatus s = static_cast<BlockStatus>(committed.status(static_cast<int>(k)));
+    result.status[reserved[k]] = s;
+    if (s == BlockStatus::kOk) {
+      ++result.stored;
+      result.bytes_sent += blocks[reserved[k]].size;
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
+                                            std::span<const uint32_t> tokens) {
+  uint32_t tpb = tokens_per_block(ns);
+  if (tpb == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
+  LookupResult r;
+  r.ids = ComputeBlockIds(ns, tpb, tokens);
+  ASSIGN_OR_RETURN(r.prefix_blocks, LookupIds(ns, r.ids));
+  r.prefix_tokens = r.prefix_blocks * tpb;
+  r.node_id = impl_->node_id;
+  return r;
+}
+
+absl::StatusOr<size_t> Client::LookupIds(const NamespaceId& ns, std::span<const BlockId> ids) {
+  v1::LookupRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::LookupResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc("Lookup", ns, [&](grpc::ClientContext* c) {
+    return impl_->stub->Lookup(c, req, &resp);
+  }));
+  return std::min<size_t>(resp.prefix_blocks(), ids.size());
+}
+
+absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
+                                          std::span<const MutableBuffer> buffers) {
+  if (ids.size() != buffers.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids.size(), " ids but ", buffers.size(), " buffers"));
+  FetchResult r;
+  r.status.assign(ids.size(), BlockStatus::kNotFound);
+  r.sizes.assign(ids.size(), 0);
+  if (ids.empty()) return r;
+  v1::AcquireRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::AcquireResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc("Acquire", ns, [&](grpc::ClientContext* c) {
+    return impl_->stub->Acquire(c, req, &resp);
+  }));
+  const int n = static_cast<int>(ids.size());
+  if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
+      resp.crc32c_size() != n)
+    return absl::InternalError("Acquire answered with the wrong number of entries");
+
+  std::vector<transport::RmaOp> ops;
+  std::vector<size_t> moving;
+  for (int i = 0; i < n; ++i) {
+    auto s = static_cast<BlockStatus>(resp.status(i));
+    if (s != BlockStatus::kOk) {
+      r.status[i] = s;
+      continue;
+    }
+    if (resp.sizes(i) > buffers[i].size) {
+      r.status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the blob
+      continue;
+    }
+    moving.push_back(i);
+    ops.push_back({transport::RmaOp::kGet, buffers[i].data, resp.sizes(i), resp.offsets(i)});
+  }
+  absl::Status moved = absl::OkStatus();
+  if (!ops.empty()) {
+    absl::Duration budget = std::min(impl_->options.transfer_timeout,
+                                     absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    moved = impl_->Transfer(ops, absl::Now() + budget);
+  }
+  if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
+  if (!moved.ok())
+    return absl::Status(moved.code(), absl::StrCat("fetch transfer failed: ", moved.message()));
+  for (size_t i : moving) {
+    const uint64_t size = resp.sizes(static_cast<int>(i));
+    if (impl_->options.verify_crc &&
+        Crc32c(buffers[i].data, size) != resp.crc32c(static_cast<int>(i))) {
+      r.status[i] = BlockStatus::kCrcMismatch;
+      continue;
+    }
+    r.status[i] = BlockStatus::kOk;
+    r.sizes[i] = size;
+    ++r.fetched;
+    r.bytes_received += size;
+  }
+  return r;
+}
+
+absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<const BlockId> ids,
+                                           bool cascade, bool force) {
+  v1::EvictRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_cascade(cascade);
+  req.set_force(force);
+  v1::EvictResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc("Evict", ns, [&](grpc::ClientContext* c) {
+    return impl_->stub->Evict(c, req, &resp);
+  }));
+  return EvictOutcome{Statuses(resp.status()), resp.removed_blocks()};
+}
+
+absl::StatusOr<std::vector<BlockStatus>> Client::Pin(const NamespaceId& ns,
+                                                     std::span<const BlockId> ids,
+                                                     absl::Duration ttl) {
+  v1::PinRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_ttl_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(ttl)));
+  v1::PinResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Pin", ns, [&](grpc::ClientContext* c) { return impl_->stub->Pin(c, req, &resp); }));
+  return Statuses(resp.status());
+}
+
+absl::StatusOr<std::vector<BlockStatus>> Client::Unpin(const NamespaceId& ns,
+                                                       std::span<const BlockId> ids) {
+  v1::UnpinRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::UnpinResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Unpin", ns, [&](grpc::ClientContext* c) { return impl_->stub->Unpin(c, req, &resp); }));
+  return Statuses(resp.status());
+}
+
+absl::StatusOr<DaemonStats> Client::Stats() {
+  v1::StatsRequest req;
+  v1::StatsResponse resp;
+  RETURN_IF_ERROR(
+      impl_->Rpc("Stats", [&](grpc::ClientContext* c) { return impl_->stub->Stats(c, req, &resp); }));
+  DaemonStats s;
+  s.node_id = resp.node_id();
+  s.version = resp.version();
+  s.uptime_ms = resp.uptime_ms();
+  for (const auto& t : resp.tiers()) {
+    if (t.tier() != v1::TIER_HOST) continue;
+    s.host_capacity_bytes = t.capacity_bytes();
+    s.host_used_bytes = t.used_bytes();
+    s.host_blocks = t.blocks();
+    s.host_reserved_bytes = t.reserved_bytes();
+  }
+  s.open_reservations = resp.open_reservations();
+  s.open_leases = resp.open_leases();
+  s.pinned_blocks = resp.pinned_blocks();
+  s.namespaces = resp.namespaces();
+  s.transport = resp.transport();
+  std::map<std::string, uint64_t> sorted(resp.counters().begin(), resp.counters().end());
+  s.counters.assign(sorted.begin(), sorted.end());
+  return s;
+}
+
+}  // namespace strata

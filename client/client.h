@@ -1,0 +1,134 @@
+// libstrata: the C++ API a serving engine links to publish, look up, fetch, pin and evict
+// KV-cache blocks on its node's stratad.
+//
+// Control calls go over gRPC with a deadline each; block bytes move with UCX one-sided RMA
+// directly between the engine's buffers and the daemon's host arena. Register long-lived engine
+// buffers once with RegisterBuffer so transfers skip per-call registration.
+//
+// A Client is thread-safe. Per-block outcomes are reported per block: a miss or a corrupt block
+// never fails the whole call, so the engine recomputes exactly those tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/block_id.h"
+#include "common/block_status.h"
+
+namespace strata {
+
+struct ClientOptions {
+  std::string endpoint = "127.0.0.1:7420";
+  std::string client_name = "libstrata";
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // Bound on one batch of RMA transfers; kept below the daemon's reservation timeout so a slow
+  // client never writes into space the daemon has already reclaimed.
+  absl::Duration transfer_timeout = absl::Seconds(10);
+  // Check every fetched block against the CRC32C recorded at commit.
+  bool verify_crc = true;
+};
+
+struct ConstBuffer {
+  const void* data;
+  size_t size;
+};
+
+struct MutableBuffer {
+  void* data;
+  size_t size;
+};
+
+struct PublishResult {
+  std::vector<BlockId> ids;
+  std::vector<BlockStatus> status;  // kOk = stored now, kExists = already there (no bytes sent)
+  size_t stored = 0;
+  size_t deduplicated = 0;
+  uint64_t bytes_sent = 0;
+};
+
+struct LookupResult {
+  std::vector<BlockId> ids;  // ids of every full block of the query
+  size_t prefix_blocks = 0;  // leading blocks cached
+  size_t prefix_tokens = 0;
+  std::string node_id;
+};
+
+struct FetchResult {
+  std::vector<BlockStatus> status;  // kOk, kNotFound, kCrcMismatch, kInvalid (buffer too small)
+  std::vector<uint64_t> sizes;      // bytes written to each buffer
+  size_t fetched = 0;
+  uint64_t bytes_received = 0;
+};
+
+struct EvictOutcome {
+  std::vector<BlockStatus> status;
+  uint64_t removed_blocks = 0;
+};
+
+struct DaemonStats {
+  std::string node_id;
+  std::string version;
+  uint64_t uptime_ms = 0;
+  uint64_t host_capacity_bytes = 0;
+  uint64_t host_used_bytes = 0;
+  uint64_t host_blocks = 0;
+  uint64_t host_reserved_bytes = 0;
+  uint64_t open_reservations = 0;
+  uint64_t open_leases = 0;
+  uint64_t pinned_blocks = 0;
+  uint64_t namespaces = 0;
+  std::string transport;
+  std::vector<std::pair<std::string, uint64_t>> counters;
+};
+
+class Client {
+ public:
+  // Connects the control plane, then the data plane (UCX endpoint to the daemon's worker).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+
+  // Opens (idempotently) a namespace for `tenant`; the returned id seeds the block ids.
+  absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant);
+
+  // Registers [data, data+size) for zero-copy transfers until UnregisterBuffer or destruction.
+  absl::Status RegisterBuffer(void* data, size_t size);
+  absl::Status UnregisterBuffer(void* data);
+
+  // Publishes blocks[i] as the i-th full block of `tokens` (blocks.size() <= full blocks).
+  absl::StatusOr<PublishResult> Publish(const NamespaceId& ns, std::span<const uint32_t> tokens,
+                                        std::span<const ConstBuffer> blocks);
+  // Lower level: publishes blobs under known ids; parents[i] is ids[i-1] of the chain.
+  absl::StatusOr<PublishResult> PublishIds(const NamespaceId& ns, std::span<const BlockId> ids,
+                                           std::span<const BlockId> parents,
+                                           std::span<const ConstBuffer> blocks);
+
+  absl::StatusOr<LookupResult> Lookup(const NamespaceId& ns, std::span<const uint32_t> tokens);
+  absl::StatusOr<size_t> LookupIds(const NamespaceId& ns, std::span<const BlockId> ids);
+
+  absl::StatusOr<FetchResult> Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
+                                    std::span<const MutableBuffer> buffers);
+
+  absl::StatusOr<EvictOutcome> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
+                                     bool cascade = false, bool force = false);
+  absl::StatusOr<std::vector<BlockStatus>> Pin(const NamespaceId& ns,
+                                               std::span<const BlockId> ids, absl::Duration ttl);
+  absl::StatusOr<std::vector<BlockStatus>> Unpin(const NamespaceId& ns,
+                                                 std::span<const BlockId> ids);
+  absl::StatusOr<DaemonStats> Stats();
+
+  const std::string& node_id() const;
+  uint32_t tokens_per_block(const NamespaceId& ns) const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,254 @@
+#include "daemon/cache_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr size_t kMaxIdsPerCall = 1 << 16;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::StatusOr<std::vector<BlockId>> ParseIds(const std::string& packed, const char* field) {
+  if (packed.size() % 32 != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be a multiple of 32 bytes, got ", packed.size()));
+  size_t n = packed.size() / 32;
+  if (n > kMaxIdsPerCall)
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " holds ", n, " ids; the limit per call is ", kMaxIdsPerCall));
+  std::vector<BlockId> ids(n);
+  for (size_t i = 0; i < n; ++i) std::memcpy(ids[i].bytes.data(), packed.data() + 32 * i, 32);
+  return ids;
+}
+
+// The namespace of a request: well-formed and opened on this daemon.
+absl::StatusOr<NamespaceId> ParseNamespace(const NamespaceRegistry& reg, const std::string& raw) {
+  auto id = Digest::FromBytes(raw);
+  if (!id.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace_id must be 32 bytes, got ", raw.size()));
+  RETURN_IF_ERROR(reg.Check(*id));
+  return *id;
+}
+
+template <typename Repeated>
+void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
+  out->Reserve(static_cast<int>(in.size()));
+  for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
+}
+
+NamespaceSpec FromProto(const v1::NamespaceSpecProto& p) {
+  NamespaceSpec s;
+  s.model_id = p.model_id();
+  s.model_revision = p.model_revision();
+  s.layout.num_layers = p.layout().num_layers();
+  s.layout.num_kv_heads = p.layout().num_kv_heads();
+  s.layout.head_dim = p.layout().head_dim();
+  s.layout.dtype = static_cast<DType>(p.layout().dtype());
+  s.layout.tokens_per_block = p.layout().tokens_per_block();
+  s.layout.kind = static_cast<KvKind>(p.layout().kind());
+  s.tp_rank = p.tp_rank();
+  s.tp_size = p.tp_size();
+  s.lora_id = p.lora_id();
+  s.codec_policy = p.codec_policy();
+  return s;
+}
+
+}  // namespace
+
+CacheService::CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane)
+    : tier_(tier), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
+
+grpc::Status CacheService::Connect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
+                                   v1::ConnectResponse* resp) {
+  resp->set_node_id(data_plane_.node_id);
+  resp->set_version(STRATA_VERSION);
+  resp->set_worker_address(data_plane_.worker_address);
+  resp->set_arena_base(data_plane_.arena_base);
+  resp->set_arena_bytes(data_plane_.arena_bytes);
+  resp->set_arena_rkey(data_plane_.arena_rkey);
+  resp->set_reservation_timeout_ms(
+      absl::ToInt64Milliseconds(tier_->options().reservation_timeout));
+  resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(tier_->options().lease_timeout));
+  spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::OpenNamespace(grpc::ServerContext*,
+                                         const v1::OpenNamespaceRequest* req,
+                                         v1::OpenNamespaceResponse* resp) {
+  auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
+  if (!id.ok()) {
+    spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
+                 req->spec().model_id(), id.status().ToString());
+    return ToGrpc(id.status());
+  }
+  resp->set_namespace_id(std::string(id->AsBytes()));
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* req,
+                                  v1::LookupResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  size_t n = tier_->Lookup(*ns, *ids);
+  resp->set_prefix_blocks(static_cast<uint32_t>(n));
+  resp->mutable_tiers()->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) resp->add_tiers(v1::TIER_HOST);
+  resp->set_node_id(data_plane_.node_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* req,
+                                   v1::ReserveResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  auto parents = ParseIds(req->parent_ids(), "parent_ids");
+  if (!parents.ok()) return ToGrpc(parents.status());
+  if (static_cast<size_t>(req->sizes_size()) != ids->size() ||
+      (!parents->empty() && parents->size() != ids->size()))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("Reserve has ", ids->size(), " ids, ", parents->size(),
+                                     " parent ids and ", req->sizes_size(),
+                                     " sizes; they must match"));
+  std::vector<ReserveItem> items(ids->size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].id = (*ids)[i];
+    if (!parents->empty()) items[i].parent = (*parents)[i];
+    items[i].size = req->sizes(static_cast<int>(i));
+  }
+  ReserveResult r = tier_->Reserve(*ns, items);
+  resp->set_reservation_id(r.reservation_id);
+  AddStatuses(r.status, resp->mutable_status());
+  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+  for (size_t i = 0; i < r.status.size(); ++i) {
+    if (r.status[i] == BlockStatus::kNoSpace)
+      spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
+                   items[i].id.ShortHex(), items[i].size, ns->ShortHex());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Commit(grpc::ServerContext*, const v1::CommitRequest* req,
+                                  v1::CommitResponse* resp) {
+  std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
+  auto r = tier_->Commit(req->reservation_id(), crcs);
+  if (!r.ok()) return ToGrpc(r.status());
+  AddStatuses(*r, resp->mutable_status());
+  for (BlockStatus s : *r)
+    if (s == BlockStatus::kCrcMismatch)
+      spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
+                   req->reservation_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Abort(grpc::ServerContext*, const v1::AbortRequest* req,
+                                 v1::AbortResponse*) {
+  return ToGrpc(tier_->Abort(req->reservation_id()));
+}
+
+grpc::Status CacheService::Acquire(grpc::ServerContext*, const v1::AcquireRequest* req,
+                                   v1::AcquireResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  AcquireResult r = tier_->Acquire(*ns, *ids);
+  resp->set_lease_id(r.lease_id);
+  AddStatuses(r.status, resp->mutable_status());
+  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+  resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
+  resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
+  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
+                                   v1::ReleaseResponse*) {
+  return ToGrpc(tier_->Release(req->lease_id()));
+}
+
+grpc::Status CacheService::Evict(grpc::ServerContext*, const v1::EvictRequest* req,
+                                 v1::EvictResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  EvictResult r = tier_->Evict(*ns, *ids, req->cascade(), req->force());
+  AddStatuses(r.status, resp->mutable_status());
+  resp->set_removed_blocks(r.removed_blocks);
+  spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns->ShortHex(),
+               ids->size(), r.removed_blocks);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Pin(grpc::ServerContext*, const v1::PinRequest* req,
+                               v1::PinResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  if (req->ttl_ms() == 0)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
+  AddStatuses(tier_->Pin(*ns, *ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Unpin(grpc::ServerContext*, const v1::UnpinRequest* req,
+                                 v1::UnpinResponse* resp) {
+  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
+  if (!ns.ok()) return ToGrpc(ns.status());
+  auto ids = ParseIds(req->ids(), "ids");
+  if (!ids.ok()) return ToGrpc(ids.status());
+  AddStatuses(tier_->Unpin(*ns, *ids), resp->mutable_status());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                 v1::StatsResponse* resp) {
+  HostTierStats s = tier_->Stats();
+  resp->set_node_id(data_plane_.node_id);
+  resp->set_version(STRATA_VERSION);
+  resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  auto* t = resp->add_tiers();
+  t->set_tier(v1::TIER_HOST);
+  t->set_capacity_bytes(s.capacity_bytes);
+  t->set_used_bytes(s.allocated_bytes);
+  t->set_blocks(s.blocks);
+  t->set_reserved_bytes(s.reserved_bytes);
+  t->set_huge_pages(data_plane_.huge_pages);
+  resp->set_open_reservations(s.open_reservations);
+  resp->set_open_leases(s.open_leases);
+  resp->set_pinned_blocks(s.pinned_blocks);
+  resp->set_namespaces(namespaces_->size());
+  resp->set_transport(data_plane_.transports);
+  auto& c = *resp->mutable_counters();
+  c["lookups_total"] = s.lookups;
+  c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
+  c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
+  c["fetch_hit_blocks_total"] = s.acquire_hit_blocks;
+  c["fetch_miss_blocks_total"] = s.acquire_miss_blocks;
+  c["committed_blocks_total"] = s.committed_total;
+  c["dedup_blocks_total"] = s.dedup_total;
+  c["crc_failures_total"] = s.crc_failures;
+  c["evictions_lru_total"] = s.evictions_lru;
+  c["evictions_explicit_total"] = s.evictions_explicit;
+  c["no_space_total"] = s.no_space;
+  c["reservations_expired_total"] = s.reservations_expired;
+  c["leases_expired_total"] = s.leases_expired;
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,215 @@
+#include "daemon/config.h"
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/units.h"
+
+namespace strata::daemon {
+
+const std::string_view kDefaultConfigYaml = R"yaml(# stratad configuration. Every field is optional; the values below are the defaults.
+
+# Name of this node in stats and logs. Empty: the host name.
+node_id: ""
+# gRPC control-plane address (HOST:PORT; port 0 picks a free port).
+listen: "127.0.0.1:7420"
+# State that outlives the process: the generated cluster secret.
+data_dir: "/var/lib/strata"
+# File holding the cluster secret that salts tenant namespaces. Empty: <data_dir>/cluster_secret,
+# generated on first start. Every node of a cluster must use the same secret.
+cluster_secret_file: ""
+# trace, debug, info, warn, error
+log_level: info
+
+host_tier:
+  # Bytes of host DRAM for blocks (B, KiB, MiB, GiB, TiB).
+  capacity: 1GiB
+  # Back the arena with huge pages when the kernel offers them.
+  huge_pages: true
+  # Who provides the arena: ucx (memory UCX allocates, directly mappable by same-node clients),
+  # mmap (an anonymous mapping registered with UCX), or auto (ucx, falling back to mmap).
+  arena: auto
+  # Above high_watermark x capacity, least-recently-used blocks are evicted down to low_watermark.
+  high_watermark: 0.95
+  low_watermark: 0.85
+  # Largest blob a client may publish.
+  max_block_size: 256MiB
+
+# A publish that reserved space but did not commit within this time loses the reservation.
+reservation_timeout: 30s
+# A fetch's read lease ends after this time even if the client never releases it.
+lease_timeout: 30s
+# Upper bound on any pin's time to live.
+max_pin_ttl: 24h
+# On SIGTERM, in-flight calls get this long to finish.
+shutdown_grace: 10s
+)yaml";
+
+namespace {
+
+using Setter = std::function<absl::Status(const YAML::Node&, DaemonConfig&)>;
+
+absl::Status FieldError(const std::string& field, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config field '", field, "': ", why));
+}
+
+template <typename T>
+absl::StatusOr<T> Scalar(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "must be a scalar value");
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    return FieldError(field, absl::StrCat("cannot read '", n.Scalar(), "' as the expected type"));
+  }
+}
+
+std::map<std::string, Setter> Setters() {
+  std::map<std::string, Setter> s;
+  auto str = [](std::string DaemonConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(c.*m, Scalar<std::string>(n, f));
+      return absl::OkStatus();
+    };
+  };
+  auto size = [](uint64_t DaemonConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      auto v = ParseSize(text);
+      if (!v.ok()) return FieldError(f, v.status().message());
+      c.*m = *v;
+      return absl::OkStatus();
+    };
+  };
+  auto dur = [](absl::Duration DaemonConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      auto v = ParseDurationText(text);
+      if (!v.ok()) return FieldError(f, v.status().message());
+      c.*m = *v;
+      return absl::OkStatus();
+    };
+  };
+  auto real = [](double DaemonConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(c.*m, Scalar<double>(n, f));
+      return absl::OkStatus();
+    };
+  };
+  s["node_id"] = str(&DaemonConfig::node_id, "node_id");
+  s["listen"] = str(&DaemonConfig::listen, "listen");
+  s["data_dir"] = str(&DaemonConfig::data_dir, "data_dir");
+  s["cluster_secret_file"] = str(&DaemonConfig::cluster_secret_file, "cluster_secret_file");
+  s["log_level"] = str(&DaemonConfig::log_level, "log_level");
+  s["host_tier.capacity"] = size(&DaemonConfig::host_capacity, "host_tier.capacity");
+  s["host_tier.max_block_size"] = size(&DaemonConfig::max_block_size, "host_tier.max_block_size");
+  s["host_tier.high_watermark"] = real(&DaemonConfig::high_watermark, "host_tier.high_watermark");
+  s["host_tier.low_watermark"] = real(&DaemonConfig::low_watermark, "host_tier.low_watermark");
+  s["host_tier.huge_pages"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.huge_pages, Scalar<bool>(n, "host_tier.huge_pages"));
+    return absl::OkStatus();
+  };
+  s["host_tier.arena"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
+    if (v == "auto") c.arena = ArenaSource::kAuto;
+    else if (v == "ucx") c.arena = ArenaSource::kUcx;
+    else if (v == "mmap") c.arena = ArenaSource::kMmap;
+    else return FieldError("host_tier.arena", absl::StrCat("'", v, "' is not auto, ucx or mmap"));
+    return absl::OkStatus();
+  };
+  s["reservation_timeout"] = dur(&DaemonConfig::reservation_timeout, "reservation_timeout");
+  s["lease_timeout"] = dur(&DaemonConfig::lease_timeout, "lease_timeout");
+  s["max_pin_ttl"] = dur(&DaemonConfig::max_pin_ttl, "max_pin_ttl");
+  s["shutdown_grace"] = dur(&DaemonConfig::shutdown_grace, "shutdown_grace");
+  return s;
+}
+
+absl::Status Apply(const YAML::Node& node, const std::string& prefix,
+                   const std::map<std::string, Setter>& setters, DaemonConfig& c) {
+  for (const auto& kv : node) {
+    std::string key = kv.first.as<std::string>();
+    std::string field = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+    if (kv.second.IsMap()) {
+      bool is_section = false;
+      for (const auto& [name, _] : setters)
+        if (name.rfind(field + ".", 0) == 0) is_section = true;
+      if (!is_section) return FieldError(field, "is not a known section");
+      RETURN_IF_ERROR(Apply(kv.second, field, setters, c));
+      continue;
+    }
+    auto it = setters.find(field);
+    if (it == setters.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, _] : setters) known.push_back(name);
+      return FieldError(field, absl::StrCat("is not a known field (known: ",
+                                            absl::StrJoin(known, ", "), ")"));
+    }
+    RETURN_IF_ERROR(it->second(kv.second, c));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonConfig> ParseOver(DaemonConfig base, std::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config is not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return base;
+  if (!root.IsMap()) return absl::InvalidArgumentError("config must be a YAML mapping");
+  RETURN_IF_ERROR(Apply(root, "", Setters(), base));
+  return base;
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml) {
+  static const DaemonConfig defaults = [] {
+    auto d = ParseOver(DaemonConfig{}, kDefaultConfigYaml);
+    return *d;  // the embedded default is covered by config_test
+  }();
+  ASSIGN_OR_RETURN(DaemonConfig c, ParseOver(defaults, yaml));
+  RETURN_IF_ERROR(ValidateConfig(c));
+  return c;
+}
+
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = ParseConfig(ss.str());
+  if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
+  return c;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& c) {
+  if (c.listen.empty() || c.listen.find(':') == std::string::npos)
+    return FieldError("listen", "must be HOST:PORT");
+  if (c.host_capacity < (1u << 20)) return FieldError("host_tier.capacity", "must be >= 1MiB");
+  if (!(c.low_watermark > 0 && c.low_watermark <= c.high_watermark && c.high_watermark <= 1))
+    return FieldError("host_tier.low_watermark",
+                      "watermarks need 0 < low_watermark <= high_watermark <= 1");
+  if (c.max_block_size == 0 || c.max_block_size > c.host_capacity)
+    return FieldError("host_tier.max_block_size", "must be > 0 and <= host_tier.capacity");
+  if (c.reservation_timeout < absl::Milliseconds(100))
+    return FieldError("reservation_timeout", "must be >= 100ms");
+  if (c.lease_timeout < absl::Milliseconds(100))
+    return FieldError("lease_timeout", "must be >= 100ms");
+  static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
+  bool ok = false;
+  for (const char* l : levels) ok |= c.log_level == l;
+  if (!ok) return FieldError("log_level", "must be trace, debug, info, warn or error");
+  if (c.data_dir.empty()) return FieldError("data_dir", "must be set");
+  return absl::OkStatus();
+}
+
+}  // namespace strata::daemon

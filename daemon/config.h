@@ -1,0 +1,42 @@
+// stratad configuration: YAML with documented defaults (kDefaultConfigYaml), flag overrides,
+// and validation whose errors name the offending field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace strata::daemon {
+
+// The embedded default configuration, also printed by `stratad --print-default-config`.
+extern const std::string_view kDefaultConfigYaml;
+
+enum class ArenaSource { kAuto, kUcx, kMmap };
+
+struct DaemonConfig {
+  std::string node_id;
+  std::string listen;
+  std::string data_dir;
+  std::string cluster_secret_file;
+  std::string log_level;
+  uint64_t host_capacity = 0;
+  bool huge_pages = true;
+  ArenaSource arena = ArenaSource::kAuto;
+  double high_watermark = 0;
+  double low_watermark = 0;
+  uint64_t max_block_size = 0;
+  absl::Duration reservation_timeout;
+  absl::Duration lease_timeout;
+  absl::Duration max_pin_ttl;
+  absl::Duration shutdown_grace;
+};
+
+// Parses YAML over the defaults: fields absent from `yaml` keep their default value.
+absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml);
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
+absl::Status ValidateConfig(const DaemonConfig& c);
+
+}  // namespace strata::daemon

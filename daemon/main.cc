@@ -1,0 +1,95 @@
+// stratad: the Strata node daemon.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/units.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+
+int main(int argc, char** argv) {
+  using strata::daemon::DaemonConfig;
+  CLI::App app{"stratad: Strata KV-cache node daemon"};
+  std::string config_file, listen, capacity, data_dir, ready_file, log_level, node_id;
+  bool print_default = false, version = false;
+  app.add_option("--config", config_file, "YAML config file (default: the embedded config)");
+  app.add_option("--listen", listen, "gRPC address HOST:PORT (overrides 'listen')");
+  app.add_option("--host-capacity", capacity, "host tier size, e.g. 4GiB (overrides "
+                                              "'host_tier.capacity')");
+  app.add_option("--data-dir", data_dir, "state directory (overrides 'data_dir')");
+  app.add_option("--node-id", node_id, "node name (overrides 'node_id')");
+  app.add_option("--log-level", log_level, "overrides 'log_level'");
+  app.add_option("--ready-file", ready_file,
+                 "write {\"endpoint\":...,\"pid\":...} here once serving (for scripts and tests)");
+  app.add_flag("--print-default-config", print_default, "print the embedded config and exit");
+  app.add_flag("--version", version, "print the version and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (version) {
+    std::cout << "stratad " << STRATA_VERSION << "\n";
+    return 0;
+  }
+  if (print_default) {
+    std::cout << strata::daemon::kDefaultConfigYaml;
+    return 0;
+  }
+
+  absl::StatusOr<DaemonConfig> config = config_file.empty()
+                                            ? strata::daemon::ParseConfig("")
+                                            : strata::daemon::LoadConfigFile(config_file);
+  if (!config.ok()) {
+    std::cerr << "stratad: invalid configuration: " << config.status().message() << "\n";
+    return 2;
+  }
+  if (!listen.empty()) config->listen = listen;
+  if (!data_dir.empty()) config->data_dir = data_dir;
+  if (!node_id.empty()) config->node_id = node_id;
+  if (!log_level.empty()) config->log_level = log_level;
+  if (!capacity.empty()) {
+    auto bytes = strata::ParseSize(capacity);
+    if (!bytes.ok()) {
+      std::cerr << "stratad: --host-capacity: " << bytes.status().message() << "\n";
+      return 2;
+    }
+    config->host_capacity = *bytes;
+  }
+  if (auto s = strata::daemon::ValidateConfig(*config); !s.ok()) {
+    std::cerr << "stratad: invalid configuration: " << s.message() << "\n";
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  spdlog::flush_on(spdlog::level::info);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ stratad[%P] %v");
+
+  // Signals are taken synchronously on this thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto daemon = strata::daemon::Daemon::Start(*config);
+  if (!daemon.ok()) {
+    spdlog::error("cannot start: {}", daemon.status().ToString());
+    return 1;
+  }
+  if (!ready_file.empty()) {
+    std::string tmp = ready_file + ".tmp";
+    std::ofstream(tmp) << "{\"endpoint\":\"" << (*daemon)->endpoint() << "\",\"pid\":" << getpid()
+                       << "}\n";
+    std::rename(tmp.c_str(), ready_file.c_str());
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*daemon)->Shutdown();
+  daemon->reset();
+  spdlog::info("exited cleanly");
+  return 0;
+}

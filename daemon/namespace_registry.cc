@@ -1,0 +1,30 @@
+#include "daemon/namespace_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace strata::daemon {
+
+absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
+                                                    const std::string& tenant) {
+  RETURN_IF_ERROR(spec.Validate());
+  if (tenant.empty()) return absl::InvalidArgumentError("tenant must be set");
+  NamespaceId id = ComputeNamespaceId(spec, ComputeTenantSalt(secret_, tenant));
+  absl::MutexLock lock(&mu_);
+  open_.try_emplace(id, spec);
+  return id;
+}
+
+absl::Status NamespaceRegistry::Check(const NamespaceId& id) const {
+  absl::MutexLock lock(&mu_);
+  if (open_.contains(id)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "namespace ", id.ShortHex(), " is not open on this daemon; call OpenNamespace first"));
+}
+
+size_t NamespaceRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return open_.size();
+}
+
+}  // namespace strata::daemon

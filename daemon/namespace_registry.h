@@ -1,0 +1,29 @@
+// Namespaces opened on this daemon. The daemon holds the cluster secret and derives each
+// tenant's salt, so a client learns only the seed of namespaces it opened.
+#pragma once
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/block_id.h"
+
+namespace strata::daemon {
+
+class NamespaceRegistry {
+ public:
+  explicit NamespaceRegistry(std::string cluster_secret) : secret_(std::move(cluster_secret)) {}
+
+  absl::StatusOr<NamespaceId> Open(const NamespaceSpec& spec, const std::string& tenant);
+  // OK when `id` was opened; otherwise an error that says what to do.
+  absl::Status Check(const NamespaceId& id) const;
+  size_t size() const;
+
+ private:
+  const std::string secret_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<NamespaceId, NamespaceSpec> open_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::daemon
