@@ -1,0 +1,111 @@
+// The encoded-blob container: a fixed header (magic, version, codec id and parameters, KvLayout),
+// a section table, section payloads and a CRC32C trailer over everything before it.
+//
+//   offset  size  field
+//   0       4     magic "SKVC"
+//   4       2     format version (kBlobVersion)
+//   6       2     header bytes (kHeaderBytes)
+//   8       1     mode (codec::Mode)
+//   9       1     flags (kFlag*)
+//   10      2     group size
+//   12      4     num_layers
+//   16      4     num_kv_heads
+//   20      4     head_dim
+//   24      4     tokens_per_block
+//   28      1     dtype (common DType)
+//   29      1     kind (common KvKind)
+//   30      1     key bits (default for the blob; sections carry their own)
+//   31      1     value bits
+//   32      4     number of sections
+//   36      4     reserved, zero
+//   40      8     total blob bytes, trailer included
+//   48      8     decoded bytes (KvLayout::BlockBytes)
+//   56      8     reserved, zero
+//   64      24*n  section table: u8 type, u8 tensor, u16 layer, u8 bits, u8 coder, u16 reserved,
+//                 u64 offset, u64 size (offsets from the start of the blob)
+//   ...           section payloads, in table order, non-overlapping
+//   end-4   4     CRC32C of every preceding byte
+//
+// All integers are little-endian. ParseBlob validates every field and every offset before
+// anything reads a payload, so a hostile blob yields a Status and never an out-of-bounds read.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/kv_layout.h"
+
+namespace strata::codec {
+
+inline constexpr uint32_t kBlobMagic = 0x43564B53;  // "SKVC" little-endian
+inline constexpr uint16_t kBlobVersion = 1;
+inline constexpr size_t kHeaderBytes = 64;
+inline constexpr size_t kSectionEntryBytes = 24;
+inline constexpr size_t kTrailerBytes = 4;
+inline constexpr uint32_t kMaxSections = 1u << 20;
+
+inline constexpr uint8_t kFlagHadamard = 1;
+inline constexpr uint8_t kFlagTokenDelta = 2;
+inline constexpr uint8_t kFlagEntropy = 4;
+
+enum class SectionType : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4 };
+
+struct SectionEntry {
+  SectionType type = SectionType::kRaw;
+  uint8_t tensor = 0;  // 0 = K (or the MLA latent), 1 = V
+  uint16_t layer = 0;
+  uint8_t bits = 0;
+  uint8_t coder = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct BlobHeader {
+  uint8_t mode = 0;
+  uint8_t flags = 0;
+  uint16_t group_size = 0;
+  KvLayout layout;
+  uint8_t key_bits = 0;
+  uint8_t value_bits = 0;
+  uint64_t total_bytes = 0;
+  uint64_t decoded_bytes = 0;
+};
+
+// A validated view of a blob; spans point into the caller's buffer.
+struct BlobView {
+  BlobHeader header;
+  std::vector<SectionEntry> sections;
+  std::span<const uint8_t> blob;
+  std::span<const uint8_t> Payload(const SectionEntry& s) const {
+    return blob.subspan(s.offset, s.size);
+  }
+};
+
+// Builds a blob: header, table and payloads are appended in order; Finish() patches offsets
+// and writes the trailer. Payload bytes are written straight into the output buffer.
+class BlobWriter {
+ public:
+  BlobWriter(std::vector<uint8_t>* out, const BlobHeader& header, uint32_t num_sections);
+  // Starts the next section's payload; returns the output buffer to append to.
+  std::vector<uint8_t>* BeginSection(const SectionEntry& entry);
+  void EndSection();
+  // Fails if fewer sections than announced were written.
+  absl::Status Finish();
+
+ private:
+  std::vector<uint8_t>* out_;
+  uint32_t num_sections_;
+  uint32_t next_ = 0;
+  size_t section_start_ = 0;
+  bool open_ = false;
+};
+
+struct ParseOptions {
+  bool verify_crc = true;
+};
+
+absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions opts = {});
+
+}  // namespace strata::codec

@@ -1,0 +1,412 @@
+#include "codec/codec.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "codec/half.h"
+#include "codec/internal/kernels.h"
+#include "codec/internal/sections.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+
+namespace strata::codec {
+
+using internal::SectionScratch;
+using internal::TensorShape;
+
+std::string_view ModeName(Mode m) {
+  switch (m) {
+    case Mode::kRaw:
+      return "raw";
+    case Mode::kLossless:
+      return "lossless";
+    case Mode::kQuant:
+      return "quant";
+    case Mode::kGroupwise:
+      return "groupwise";
+  }
+  return "unknown";
+}
+
+absl::Status CodecParams::Validate(const KvLayout& layout) const {
+  RETURN_IF_ERROR(layout.Validate());
+  auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
+  switch (mode) {
+    case Mode::kRaw:
+      return absl::OkStatus();
+    case Mode::kLossless:
+      if (layout.dtype != DType::kFloat16 && layout.dtype != DType::kBFloat16)
+        return absl::InvalidArgumentError("codec: lossless mode needs fp16 or bf16 tensors");
+      return absl::OkStatus();
+    case Mode::kQuant:
+    case Mode::kGroupwise:
+      break;
+    default:
+      return absl::InvalidArgumentError("codec: unknown mode");
+  }
+  if (layout.dtype == DType::kFloat8E4M3)
+    return absl::InvalidArgumentError("codec: quantising fp8 tensors is not supported");
+  if (layout.num_layers > 65535) return absl::InvalidArgumentError("codec: too many layers");
+  if (!bits_ok(key_bits) || !bits_ok(value_bits))
+    return absl::InvalidArgumentError("codec: bits must be in 2..8");
+  for (uint8_t b : layer_key_bits)
+    if (!bits_ok(b)) return absl::InvalidArgumentError("codec: per-layer key bits must be 2..8");
+  for (uint8_t b : layer_value_bits)
+    if (!bits_ok(b)) return absl::InvalidArgumentError("codec: per-layer value bits must be 2..8");
+  if (!layer_key_bits.empty() && layer_key_bits.size() != layout.num_layers)
+    return absl::InvalidArgumentError("codec: per-layer key bits must name every layer");
+  if (!layer_value_bits.empty() && layer_value_bits.size() != layout.num_layers)
+    return absl::InvalidArgumentError("codec: per-layer value bits must name every layer");
+  if (group_size == 0) return absl::InvalidArgumentError("codec: group_size must be > 0");
+  if (mode == Mode::kQuant) {
+    if (hadamard && (layout.head_dim & (layout.head_dim - 1)) != 0)
+      return absl::InvalidArgumentError("codec: Hadamard rotation needs a power-of-two head_dim");
+    if (group_size > layout.ValuesPerTokenPerTensor())
+      return absl::InvalidArgumentError("codec: quant group_size exceeds the channels per token");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
+  absl::string_view spec = AsAbsl(spec_in);
+  CodecParams p;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("codec spec '", spec, "': ", why));
+  };
+  if (spec == "raw") return p;
+  if (spec == "lossless") {
+    p.mode = Mode::kLossless;
+    return p;
+  }
+  if (absl::StartsWith(spec, "int")) {  // intN-gG
+    std::vector<absl::string_view> parts = absl::StrSplit(spec.substr(3), "-g");
+    uint32_t bits, group;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &bits) ||
+        !absl::SimpleAtoi(parts[1], &group) || bits < 2 || bits > 8 || group == 0 ||
+        group > 65535)
+      return bad("expected intN-gG with N in 2..8");
+    p.mode = Mode::kGroupwise;
+    p.key_bits = p.value_bits = static_cast<uint8_t>(bits);
+    p.group_size = static_cast<uint16_t>(group);
+    return p;
+  }
+  std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+  if (parts[0] != "quant") return bad("unknown mode (raw, lossless, intN-gG, quant:...)");
+  p.mode = Mode::kQuant;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    absl::string_view t = parts[i];
+    uint32_t v;
+    if (t == "had") {
+      p.hadamard = true;
+    } else if (t == "nodelta") {
+      p.token_delta = false;
+    } else if (absl::StartsWith(t, "g") && absl::SimpleAtoi(t.substr(1), &v) && v > 0 &&
+               v < 65536) {
+      p.group_size = static_cast<uint16_t>(v);
+    } else if (t.size() == 4 && t[0] == 'k' && t[2] == 'v' && t[1] >= '2' && t[1] <= '8' &&
+               t[3] >= '2' && t[3] <= '8') {
+      p.key_bits = static_cast<uint8_t>(t[1] - '0');
+      p.value_bits = static_cast<uint8_t>(t[3] - '0');
+    } else {
+      return bad(absl::StrCat("unknown option '", t, "'"));
+    }
+  }
+  return p;
+}
+
+std::string CodecSpecString(const CodecParams& p) {
+  switch (p.mode) {
+    case Mode::kRaw:
+      return "raw";
+    case Mode::kLossless:
+      return "lossless";
+    case Mode::kGroupwise:
+      return absl::StrCat("int", p.key_bits, "-g", p.group_size);
+    case Mode::kQuant: {
+      std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
+      if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
+      if (p.hadamard) absl::StrAppend(&s, ":had");
+      if (!p.token_delta) absl::StrAppend(&s, ":nodelta");
+      return s;
+    }
+  }
+  return "unknown";
+}
+
+namespace internal {
+
+void ToFloat(const uint8_t* in, DType dtype, float* out, size_t n) {
+  switch (dtype) {
+    case DType::kFloat16:
+      HalfToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n);
+      break;
+    case DType::kBFloat16:
+      BF16ToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n);
+      break;
+    case DType::kFloat32:
+      std::memcpy(out, in, n * 4);
+      break;
+    default:
+      std::memset(out, 0, n * 4);
+  }
+}
+
+void FromFloat(const float* in, DType dtype, uint8_t* out, size_t n) {
+  switch (dtype) {
+    case DType::kFloat16:
+      FloatToHalfRow(in, reinterpret_cast<uint16_t*>(out), n);
+      break;
+    case DType::kBFloat16:
+      FloatToBF16Row(in, reinterpret_cast<uint16_t*>(out), n);
+      break;
+    case DType::kFloat32:
+      std::memcpy(out, in, n * 4);
+      break;
+    default:
+      break;
+  }
+}
+
+void HadamardRows(float* x, size_t rows, size_t n) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  for (size_t r = 0; r < rows; ++r) {
+    float* v = x + r * n;
+    for (size_t h = 1; h < n; h <<= 1) {
+      for (size_t i = 0; i < n; i += 2 * h) {
+        for (size_t j = i; j < i + h; ++j) {
+          const float a = v[j], b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) v[i] *= scale;
+  }
+}
+
+}  // namespace internal
+
+namespace {
+
+TensorShape ShapeOf(const KvLayout& l, uint32_t tensor) {
+  TensorShape s;
+  s.tokens = l.tokens_per_block;
+  s.heads = l.num_kv_heads;
+  s.head_dim = l.head_dim;
+  s.dtype = l.dtype;
+  s.is_key = tensor == 0;
+  return s;
+}
+
+SectionType SectionTypeOf(Mode m) { return static_cast<SectionType>(static_cast<uint8_t>(m)); }
+
+}  // namespace
+
+struct Encoder::Scratch {
+  SectionScratch sec;
+};
+struct Decoder::Scratch {
+  SectionScratch sec;
+};
+
+Encoder::Encoder() : scratch_(std::make_unique<Scratch>()) {}
+Encoder::~Encoder() = default;
+Decoder::Decoder() : scratch_(std::make_unique<Scratch>()) {}
+Decoder::~Decoder() = default;
+
+absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
+                             std::span<const uint8_t> block, std::vector<uint8_t>* blob,
+                             EncodeStats* stats) {
+  RETURN_IF_ERROR(params.Validate(layout));
+  if (block.size() != layout.BlockBytes())
+    return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
+                                                   " bytes, layout needs ", layout.BlockBytes()));
+  BlobHeader h;
+  h.mode = static_cast<uint8_t>(params.mode);
+  h.layout = layout;
+  if (params.mode == Mode::kQuant || params.mode == Mode::kGroupwise) {
+    h.group_size = params.group_size;
+    h.key_bits = params.key_bits;
+    h.value_bits = params.value_bits;
+  }
+  if (params.mode == Mode::kQuant) {
+    h.flags = kFlagEntropy | (params.hadamard ? kFlagHadamard : 0) |
+              (params.token_delta ? kFlagTokenDelta : 0);
+  } else if (params.mode == Mode::kLossless) {
+    h.flags = kFlagEntropy;
+  }
+  rans::CoderStats coder;
+  if (params.mode == Mode::kRaw) {
+    BlobWriter w(blob, h, 1);
+    SectionEntry e;
+    e.type = SectionType::kRaw;
+    w.BeginSection(e)->insert(blob->end(), block.begin(), block.end());
+    w.EndSection();
+    RETURN_IF_ERROR(w.Finish());
+  } else {
+    const uint32_t tensors = layout.TensorsPerLayer();
+    BlobWriter w(blob, h, layout.num_layers * tensors);
+    const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
+    for (uint32_t l = 0; l < layout.num_layers; ++l) {
+      for (uint32_t t = 0; t < tensors; ++t) {
+        const TensorShape shape = ShapeOf(layout, t);
+        const uint8_t* in = block.data() + (size_t{l} * tensors + t) * tensor_bytes;
+        const uint8_t bits = t == 0 ? params.KeyBits(l) : params.ValueBits(l);
+        SectionEntry e;
+        e.type = SectionTypeOf(params.mode);
+        e.layer = static_cast<uint16_t>(l);
+        e.tensor = static_cast<uint8_t>(t);
+        e.bits = params.mode == Mode::kLossless ? 0 : bits;
+        e.coder = params.mode == Mode::kGroupwise ? 0 : 1;
+        std::vector<uint8_t>* out = w.BeginSection(e);
+        switch (params.mode) {
+          case Mode::kLossless:
+            RETURN_IF_ERROR(internal::EncodeLossless(in, shape, &scratch_->sec, out, &coder));
+            break;
+          case Mode::kQuant:
+            RETURN_IF_ERROR(
+                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out, &coder));
+            break;
+          case Mode::kGroupwise:
+            RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
+                                                      &scratch_->sec, out, &coder));
+            break;
+          default:
+            return absl::InternalError("codec: unreachable mode");
+        }
+        w.EndSection();
+      }
+    }
+    RETURN_IF_ERROR(w.Finish());
+  }
+  if (stats) {
+    stats->coder.Add(coder);
+    stats->values += layout.BlockBytes() / DTypeBytes(layout.dtype);
+    stats->blob_bytes += blob->size();
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckSections(const BlobView& v) {
+  const BlobHeader& h = v.header;
+  const Mode mode = static_cast<Mode>(h.mode);
+  if (mode == Mode::kRaw) {
+    if (v.sections.size() != 1 || v.sections[0].type != SectionType::kRaw ||
+        v.sections[0].size != h.decoded_bytes)
+      return absl::DataLossError("blob: a raw blob holds one section of the block's size");
+    return absl::OkStatus();
+  }
+  if (mode != Mode::kLossless && mode != Mode::kQuant && mode != Mode::kGroupwise)
+    return absl::DataLossError(absl::StrCat("blob: unknown mode ", h.mode));
+  if ((mode == Mode::kLossless) &&
+      h.layout.dtype != DType::kFloat16 && h.layout.dtype != DType::kBFloat16)
+    return absl::DataLossError("blob: lossless blob of a dtype it cannot hold");
+  if (mode != Mode::kLossless && h.layout.dtype == DType::kFloat8E4M3)
+    return absl::DataLossError("blob: quantised fp8 blob");
+  const uint32_t tensors = h.layout.TensorsPerLayer();
+  if (v.sections.size() != uint64_t{h.layout.num_layers} * tensors)
+    return absl::DataLossError("blob: section count disagrees with the layout");
+  for (size_t i = 0; i < v.sections.size(); ++i) {
+    const SectionEntry& s = v.sections[i];
+    if (s.layer != i / tensors || s.tensor != i % tensors ||
+        s.type != static_cast<SectionType>(h.mode))
+      return absl::DataLossError(absl::StrCat("blob: section ", i, " is out of order"));
+    if (mode != Mode::kLossless && (s.bits < 2 || s.bits > 8))
+      return absl::DataLossError(absl::StrCat("blob: section ", i, " has ", s.bits, " bits"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> out,
+                             DecodeOptions opts) {
+  ParseOptions po;
+  po.verify_crc = opts.verify_crc;
+  ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob, po));
+  RETURN_IF_ERROR(CheckSections(v));
+  const KvLayout& layout = v.header.layout;
+  if (out.size() != layout.BlockBytes())
+    return absl::InvalidArgumentError(absl::StrCat("codec: output holds ", out.size(),
+                                                   " bytes, blob decodes to ",
+                                                   layout.BlockBytes()));
+  const Mode mode = static_cast<Mode>(v.header.mode);
+  if (mode == Mode::kRaw) {
+    std::memcpy(out.data(), v.Payload(v.sections[0]).data(), out.size());
+    return absl::OkStatus();
+  }
+  const uint32_t tensors = layout.TensorsPerLayer();
+  const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
+  for (const SectionEntry& s : v.sections) {
+    const TensorShape shape = ShapeOf(layout, s.tensor);
+    uint8_t* dst = out.data() + (size_t{s.layer} * tensors + s.tensor) * tensor_bytes;
+    absl::Status st;
+    switch (mode) {
+      case Mode::kLossless:
+        st = internal::DecodeLossless(v.Payload(s), shape, &scratch_->sec, dst);
+        break;
+      case Mode::kQuant:
+        st = internal::DecodeQuant(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
+        break;
+      case Mode::kGroupwise:
+        st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
+        break;
+      default:
+        st = absl::InternalError("codec: unreachable mode");
+    }
+    if (!st.ok())
+      return absl::Status(st.code(), absl::StrCat("layer ", s.layer, s.tensor ? " V: " : " K: ",
+                                                  st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
+  ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob));
+  RETURN_IF_ERROR(CheckSections(v));
+  BlobInfo info;
+  info.layout = v.header.layout;
+  info.blob_bytes = blob.size();
+  info.sections = v.sections;
+  CodecParams& p = info.params;
+  p.mode = static_cast<Mode>(v.header.mode);
+  if (p.mode == Mode::kQuant || p.mode == Mode::kGroupwise) {
+    p.key_bits = v.header.key_bits;
+    p.value_bits = v.header.value_bits;
+    p.group_size = v.header.group_size;
+    p.hadamard = v.header.flags & kFlagHadamard;
+    p.token_delta = v.header.flags & kFlagTokenDelta;
+    bool per_layer = false;
+    for (const SectionEntry& s : v.sections)
+      per_layer |= s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);
+    if (per_layer) {
+      const uint32_t tensors = info.layout.TensorsPerLayer();
+      p.layer_key_bits.assign(info.layout.num_layers, p.key_bits);
+      p.layer_value_bits.assign(info.layout.num_layers, p.value_bits);
+      for (const SectionEntry& s : v.sections)
+        (s.tensor == 0 ? p.layer_key_bits : p.layer_value_bits)[s.layer] = s.bits;
+      if (tensors == 1) p.layer_value_bits.clear();
+    }
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<uint8_t>> Encode(const KvLayout& layout, const CodecParams& params,
+                                            std::span<const uint8_t> block) {
+  Encoder e;
+  std::vector<uint8_t> blob;
+  RETURN_IF_ERROR(e.Encode(layout, params, block, &blob));
+  return blob;
+}
+
+absl::Status Decode(std::span<const uint8_t> blob, std::span<uint8_t> out) {
+  Decoder d;
+  return d.Decode(blob, out);
+}
+
+}  // namespace strata::codec

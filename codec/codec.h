@@ -1,0 +1,120 @@
+// Strata's KV-block codec: turns one block's KV tensors into a self-describing blob and back.
+//
+// Input/output layout of a block (KvLayout): for each layer, K then V (or one MLA latent), each a
+// row-major [tokens_per_block][num_kv_heads][head_dim] tensor of `dtype`, layers back to back.
+// That is KvLayout::BlockBytes() bytes.
+//
+// Modes:
+//   raw        the bytes, framed (header, CRC).
+//   lossless   fp16/bf16: byte-plane split; the high byte (sign, exponent, top mantissa bits) is
+//              rANS-coded with per-(layer, tensor, channel group) statistics, the low byte is
+//              rANS-coded when that pays and stored otherwise. Bit-exact.
+//   quant      lossy: KIVI axes (keys: a step per channel; values: a step per token and channel
+//              group), optional Hadamard rotation of each head vector, closed-loop token-delta
+//              prediction against the previous token's reconstruction (the block's first token
+//              is the anchor), int2..int8 step sizes (range / (2^bits - 1), as plain intN),
+//              and rANS coding of the symbols with per-(layer, tensor, channel group) tables.
+//              Bits can be set per layer. Deterministic: same input and params, same bytes.
+//   groupwise  the plain baseline: groups of `group_size` consecutive values, asymmetric
+//              min/max, fp16 scale and zero per group, codes bit-packed (no entropy coding).
+//
+// Pure library: no I/O, no threads. Encoder and Decoder keep scratch buffers between calls; use
+// one per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "codec/blob.h"
+#include "codec/rans.h"
+#include "common/kv_layout.h"
+
+namespace strata::codec {
+
+enum class Mode : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4 };
+std::string_view ModeName(Mode m);
+
+struct CodecParams {
+  Mode mode = Mode::kRaw;
+  uint8_t key_bits = 4;      // quant and groupwise: 2..8
+  uint8_t value_bits = 4;
+  uint16_t group_size = 64;  // groupwise: values per group; quant: channels per value step
+  bool hadamard = false;     // quant: rotate each head vector (head_dim a power of two)
+  bool token_delta = true;   // quant: predict each token from the previous reconstruction
+  // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
+  std::vector<uint8_t> layer_key_bits;
+  std::vector<uint8_t> layer_value_bits;
+
+  absl::Status Validate(const KvLayout& layout) const;
+  uint8_t KeyBits(uint32_t layer) const {
+    return layer < layer_key_bits.size() ? layer_key_bits[layer] : key_bits;
+  }
+  uint8_t ValueBits(uint32_t layer) const {
+    return layer < layer_value_bits.size() ? layer_value_bits[layer] : value_bits;
+  }
+};
+
+// Spec strings: "raw", "lossless", "int4-g64" (groupwise, 4 bits, group 64), and
+// "quant:k3v4[:g64][:had][:nodelta]" (key bits 3, value bits 4, value group 64, Hadamard on,
+// token delta off).
+absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
+std::string CodecSpecString(const CodecParams& p);
+
+struct EncodeStats {
+  rans::CoderStats coder;  // entropy-coded streams only
+  uint64_t values = 0;
+  uint64_t blob_bytes = 0;
+};
+
+class Encoder {
+ public:
+  Encoder();
+  ~Encoder();
+  // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob.
+  absl::Status Encode(const KvLayout& layout, const CodecParams& params,
+                      std::span<const uint8_t> block, std::vector<uint8_t>* blob,
+                      EncodeStats* stats = nullptr);
+
+ private:
+  struct Scratch;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+struct DecodeOptions {
+  bool verify_crc = true;  // false only for fuzzing the parsers behind the checksum
+};
+
+class Decoder {
+ public:
+  Decoder();
+  ~Decoder();
+  // `out` must hold exactly the blob's layout BlockBytes().
+  absl::Status Decode(std::span<const uint8_t> blob, std::span<uint8_t> out,
+                      DecodeOptions opts = {});
+
+ private:
+  struct Scratch;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+// Header, codec parameters and section table of a blob, validated (CRC included).
+struct BlobInfo {
+  KvLayout layout;
+  CodecParams params;
+  std::vector<SectionEntry> sections;
+  uint64_t blob_bytes = 0;
+};
+absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob);
+
+// One-shot helpers.
+absl::StatusOr<std::vector<uint8_t>> Encode(const KvLayout& layout, const CodecParams& params,
+                                            std::span<const uint8_t> block);
+absl::Status Decode(std::span<const uint8_t> blob, std::span<uint8_t> out);
+
+}  // namespace strata::codec

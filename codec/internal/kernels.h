@@ -1,0 +1,39 @@
+// Row kernels for the codec's hot loops, dispatched at run time to the best SIMD target
+// Highway finds (AVX-512, AVX2, SSE4, or portable scalar). All float arithmetic is separate
+// multiplies and adds (no fused multiply-add), so every target produces the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::codec::internal {
+
+void HalfToFloatRow(const uint16_t* in, float* out, size_t n);
+void FloatToHalfRow(const float* in, uint16_t* out, size_t n);
+void BF16ToFloatRow(const uint16_t* in, float* out, size_t n);
+void FloatToBF16Row(const float* in, uint16_t* out, size_t n);
+
+// mn = min(mn, x), mx = max(mx, x), element-wise.
+void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n);
+
+// Closed-loop predictive quantisation of one token row (n channels):
+//   p   = mu + a * (xh - mu)             prediction from the previous reconstruction
+//   q   = clamp(round((x - p) * inv_step), -offset, max_sym - offset)
+//   xh  = p + q * step                   new reconstruction (the decoder computes the same)
+//   sym = q + offset
+// With a == 0 this is plain uniform quantisation around mu.
+void QuantRow(const float* x, const float* mu, const float* a, const float* step,
+              const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
+              int32_t max_sym);
+// The decoder half: xh = mu + a * (xh - mu) + (sym - offset) * step.
+void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                float* xh, size_t n, int32_t offset);
+
+// Byte planes of 16-bit words: lo[i] = w[i] & 0xFF, hi[i] = w[i] >> 8, and back.
+void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);
+void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n);
+
+// Name of the SIMD target in use (for benchmark reports).
+const char* SimdTargetName();
+
+}  // namespace strata::codec::internal

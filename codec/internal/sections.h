@@ -1,0 +1,63 @@
+// Per-section encoders and decoders of each mode (one section = one layer's K or V tensor).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codec/codec.h"
+#include "codec/rans.h"
+
+namespace strata::codec::internal {
+
+struct TensorShape {
+  uint32_t tokens = 0;
+  uint32_t heads = 0;
+  uint32_t head_dim = 0;
+  DType dtype = DType::kFloat16;
+  bool is_key = true;
+  size_t channels() const { return size_t{heads} * head_dim; }
+  size_t values() const { return size_t{tokens} * channels(); }
+  size_t bytes() const { return values() * DTypeBytes(dtype); }
+};
+
+struct SectionScratch {
+  std::vector<float> f;       // tensor as floats
+  std::vector<float> row;     // one row of floats
+  std::vector<float> mu, a, step, inv_step, xh, mn, mx;
+  std::vector<uint16_t> steps16;
+  std::vector<uint16_t> syms;
+  std::vector<uint8_t> lo, hi;
+  rans::Scratch rans;
+};
+
+// Channel-group contexts for the rANS tables: 16 consecutive channels of a head share one.
+inline uint32_t NumChannelContexts(const TensorShape& s) {
+  return s.head_dim % rans::kLanes == 0 ? s.head_dim / rans::kLanes : 1;
+}
+
+// Converts n values of `dtype` to float / back.
+void ToFloat(const uint8_t* in, DType dtype, float* out, size_t n);
+void FromFloat(const float* in, DType dtype, uint8_t* out, size_t n);
+// Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two); self-inverse.
+void HadamardRows(float* x, size_t rows, size_t n);
+
+absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
+                         rans::CoderStats* stats);
+absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
+                         SectionScratch* sc, uint8_t* out);
+
+absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
+                            std::vector<uint8_t>* out, rans::CoderStats* stats);
+absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
+                            SectionScratch* sc, uint8_t* out);
+
+absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                             uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,
+                             rans::CoderStats* stats);
+absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s,
+                             uint8_t bits, SectionScratch* sc, uint8_t* out);
+
+}  // namespace strata::codec::internal

@@ -1,0 +1,218 @@
+// Highway dynamic dispatch: this file is compiled once per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "codec/kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <cmath>
+
+#include "codec/half.h"
+#include "codec/internal/kernels.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::codec::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void HalfToFloatRowImpl(const uint16_t* in, float* out, size_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in + i))), d,
+               out + i);
+  for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+void FloatToHalfRowImpl(const float* in, uint16_t* out, size_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, in + i)), dh,
+               reinterpret_cast<hwy::float16_t*>(out + i));
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+void BF16ToFloatRowImpl(const uint16_t* in, float* out, size_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Rebind<uint16_t, decltype(du)> du16;
+  const hn::RebindToFloat<decltype(du)> df;
+  const size_t N = hn::Lanes(du);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, in + i)));
+    hn::StoreU(hn::BitCast(df, v), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = BF16ToFloat(in[i]);
+}
+
+void FloatToBF16RowImpl(const float* in, uint16_t* out, size_t n) {
+  // Round to nearest even; NaN handling in the scalar helper (rare, and only on the tail).
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Rebind<uint16_t, decltype(du)> du16;
+  const hn::RebindToFloat<decltype(du)> df;
+  const size_t N = hn::Lanes(du);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto f = hn::LoadU(df, in + i);
+    if (!hn::AllFalse(df, hn::IsNaN(f))) break;  // finish this row with the scalar path
+    auto x = hn::BitCast(du, f);
+    auto odd = hn::And(hn::ShiftRight<16>(x), hn::Set(du, 1));
+    x = hn::Add(x, hn::Add(hn::Set(du, 0x7FFF), odd));
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), hn::ShiftRight<16>(x))), du16, out + i);
+  }
+  for (; i < n; ++i) out[i] = FloatToBF16(in[i]);
+}
+
+void MinMaxAccumRowImpl(const float* x, float* mn, float* mx, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Min(hn::LoadU(d, mn + i), v), d, mn + i);
+    hn::StoreU(hn::Max(hn::LoadU(d, mx + i), v), d, mx + i);
+  }
+  for (; i < n; ++i) {
+    mn[i] = std::min(mn[i], x[i]);
+    mx[i] = std::max(mx[i], x[i]);
+  }
+}
+
+void QuantRowImpl(const float* x, const float* mu, const float* a, const float* step,
+                  const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
+                  int32_t max_sym) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> du16;
+  const size_t N = hn::Lanes(d);
+  const auto qlo = hn::Set(d, static_cast<float>(-offset));
+  const auto qhi = hn::Set(d, static_cast<float>(max_sym - offset));
+  const auto off = hn::Set(di, offset);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto m = hn::LoadU(d, mu + i);
+    const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
+    auto q = hn::Round(hn::Mul(hn::Sub(hn::LoadU(d, x + i), p), hn::LoadU(d, inv_step + i)));
+    q = hn::Min(hn::Max(q, qlo), qhi);
+    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
+    hn::StoreU(hn::DemoteTo(du16, hn::Add(hn::ConvertTo(di, q), off)), du16, sym + i);
+  }
+  for (; i < n; ++i) {
+    const float p = mu[i] + a[i] * (xh[i] - mu[i]);
+    float q = std::nearbyint((x[i] - p) * inv_step[i]);
+    q = std::min(std::max(q, static_cast<float>(-offset)), static_cast<float>(max_sym - offset));
+    xh[i] = p + q * step[i];
+    sym[i] = static_cast<uint16_t>(static_cast<int32_t>(q) + offset);
+  }
+}
+
+void DequantRowImpl(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                    float* xh, size_t n, int32_t offset) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> du16;
+  const size_t N = hn::Lanes(d);
+  const auto off = hn::Set(di, offset);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto m = hn::LoadU(d, mu + i);
+    const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
+    const auto q = hn::ConvertTo(d, hn::Sub(hn::PromoteTo(di, hn::LoadU(du16, sym + i)), off));
+    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
+  }
+  for (; i < n; ++i) {
+    const float p = mu[i] + a[i] * (xh[i] - mu[i]);
+    const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
+    xh[i] = p + q * step[i];
+  }
+}
+
+void SplitBytesImpl(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
+  const hn::ScalableTag<uint16_t> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  const auto ff = hn::Set(d, 0xFF);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, w + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, hn::And(v, ff))), d8, lo + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, hn::ShiftRight<8>(v))), d8, hi + i);
+  }
+  for (; i < n; ++i) {
+    lo[i] = static_cast<uint8_t>(w[i]);
+    hi[i] = static_cast<uint8_t>(w[i] >> 8);
+  }
+}
+
+void MergeBytesImpl(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n) {
+  const hn::ScalableTag<uint16_t> d;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto l = hn::PromoteTo(d, hn::LoadU(d8, lo + i));
+    const auto h = hn::PromoteTo(d, hn::LoadU(d8, hi + i));
+    hn::StoreU(hn::Or(l, hn::ShiftLeft<8>(h)), d, w + i);
+  }
+  for (; i < n; ++i) w[i] = static_cast<uint16_t>(lo[i] | (hi[i] << 8));
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace strata::codec::internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::codec::internal {
+
+HWY_EXPORT(HalfToFloatRowImpl);
+HWY_EXPORT(FloatToHalfRowImpl);
+HWY_EXPORT(BF16ToFloatRowImpl);
+HWY_EXPORT(FloatToBF16RowImpl);
+HWY_EXPORT(MinMaxAccumRowImpl);
+HWY_EXPORT(QuantRowImpl);
+HWY_EXPORT(DequantRowImpl);
+HWY_EXPORT(SplitBytesImpl);
+HWY_EXPORT(MergeBytesImpl);
+HWY_EXPORT(TargetNameImpl);
+
+void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(HalfToFloatRowImpl)(in, out, n);
+}
+void FloatToHalfRow(const float* in, uint16_t* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(FloatToHalfRowImpl)(in, out, n);
+}
+void BF16ToFloatRow(const uint16_t* in, float* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(BF16ToFloatRowImpl)(in, out, n);
+}
+void FloatToBF16Row(const float* in, uint16_t* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(FloatToBF16RowImpl)(in, out, n);
+}
+void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n) {
+  HWY_DYNAMIC_DISPATCH(MinMaxAccumRowImpl)(x, mn, mx, n);
+}
+void QuantRow(const float* x, const float* mu, const float* a, const float* step,
+              const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
+              int32_t max_sym) {
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, xh, sym, n, offset, max_sym);
+}
+void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                float* xh, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRowImpl)(sym, mu, a, step, xh, n, offset);
+}
+void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
+  HWY_DYNAMIC_DISPATCH(SplitBytesImpl)(w, lo, hi, n);
+}
+void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n) {
+  HWY_DYNAMIC_DISPATCH(MergeBytesImpl)(lo, hi, w, n);
+}
+const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+}  // namespace strata::codec::internal
+#endif

@@ -1,0 +1,257 @@
+// Lossy `quant` sections.
+//
+// Payload:
+//   u8 bits, u8 axis (0: a step per channel, keys; 1: a step per token and channel group,
+//   values), u8 flags (kFlagTokenDelta, kFlagHadamard), u8 rANS contexts, u16 group
+//   fp16 mu[C]                 per-channel centre (mean over the block's tokens)
+//   u8 a[C]                    if token delta: predictor weight a/16 in [0, 1]
+//   fp16 step[C]               axis 0
+//   fp16 step[T * ceil(C/G)]   axis 1
+//   rANS(symbols, alphabet 4 << bits)
+//
+// Reconstruction (kernels.h QuantRow/DequantRow), for token t and channel c:
+//   xh[t][c] = mu[c] + a[c] * (xh[t-1][c] - mu[c]) + (sym - 2^(bits+1)) * step,  xh[-1] = mu.
+// The step is the plain intN step, range / (2^bits - 1), over the channel (keys) or the token's
+// channel group (values), so the error matches per-channel/per-token intN with the same bits;
+// the prediction only shrinks the symbols the entropy coder sees.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/half.h"
+#include "codec/internal/byte_io.h"
+#include "codec/internal/kernels.h"
+#include "codec/internal/sections.h"
+#include "common/status_macros.h"
+
+namespace strata::codec::internal {
+namespace {
+
+constexpr float kMinStep = 6.103515625e-05f;  // 2^-14, the smallest normal fp16
+constexpr float kMaxStep = 65504.0f;
+
+uint16_t StepToHalf(float range, int levels) {
+  float st = range / static_cast<float>(levels);
+  if (!(st >= kMinStep)) st = kMinStep;  // also catches NaN
+  if (st > kMaxStep) st = kMaxStep;
+  return FloatToHalf(st);
+}
+
+void FillRowSteps(const uint16_t* steps16, size_t channels, size_t group, float* step,
+                  float* inv_step) {
+  for (size_t c0 = 0, g = 0; c0 < channels; c0 += group, ++g) {
+    const float st = HalfToFloat(steps16[g]);
+    const float inv = 1.0f / st;
+    const size_t c1 = std::min(channels, c0 + group);
+    for (size_t c = c0; c < c1; ++c) step[c] = st;
+    if (inv_step)
+      for (size_t c = c0; c < c1; ++c) inv_step[c] = inv;
+  }
+}
+
+}  // namespace
+
+absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
+                         rans::CoderStats* stats) {
+  const size_t T = s.tokens, C = s.channels(), n = s.values();
+  const int levels = (1 << bits) - 1;
+  const int32_t offset = 1 << (bits + 1);
+  const uint32_t alphabet = 4u << bits;
+  const uint8_t axis = s.is_key ? 0 : 1;
+  const size_t group = axis == 0 ? C : std::min<size_t>(p.group_size, C);
+  const size_t ngroups = (C + group - 1) / group;
+
+  sc->f.resize(n);
+  ToFloat(in, s.dtype, sc->f.data(), n);
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(sc->f[i]))
+      return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
+  if (p.hadamard) HadamardRows(sc->f.data(), T * s.heads, s.head_dim);
+  const float* f = sc->f.data();
+
+  // Per-channel centre.
+  sc->mu.assign(C, 0.0f);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t c = 0; c < C; ++c) sc->mu[c] += f[t * C + c];
+  std::vector<uint16_t> mu16(C);
+  for (size_t c = 0; c < C; ++c) {
+    mu16[c] = FloatToHalf(sc->mu[c] / static_cast<float>(T));
+    sc->mu[c] = HalfToFloat(mu16[c]);
+  }
+
+  // Steps.
+  if (axis == 0) {
+    sc->mn.assign(f, f + C);
+    sc->mx.assign(f, f + C);
+    for (size_t t = 1; t < T; ++t) MinMaxAccumRow(f + t * C, sc->mn.data(), sc->mx.data(), C);
+    sc->steps16.resize(C);
+    for (size_t c = 0; c < C; ++c) sc->steps16[c] = StepToHalf(sc->mx[c] - sc->mn[c], levels);
+  } else {
+    sc->steps16.resize(T * ngroups);
+    for (size_t t = 0; t < T; ++t) {
+      const float* r = f + t * C;
+      for (size_t g = 0; g < ngroups; ++g) {
+        const size_t c0 = g * group, c1 = std::min(C, c0 + group);
+        float lo = r[c0], hi = r[c0];
+        for (size_t c = c0 + 1; c < c1; ++c) {
+          lo = std::min(lo, r[c]);
+          hi = std::max(hi, r[c]);
+        }
+        sc->steps16[t * ngroups + g] = StepToHalf(hi - lo, levels);
+      }
+    }
+  }
+
+  // Predictor weights: a = rho * var / (var + D), the closed-loop optimum for an AR(1) channel
+  // whose prediction sees quantisation noise of variance D = step^2 / 12.
+  sc->a.assign(C, 0.0f);
+  std::vector<uint8_t> a16(C, 0);
+  if (p.token_delta && T > 1) {
+    std::vector<float> num(C, 0.0f), den(C, 0.0f), d2(C, 0.0f);
+    for (size_t t = 1; t < T; ++t) {
+      const float* cur = f + t * C;
+      const float* prev = f + (t - 1) * C;
+      for (size_t c = 0; c < C; ++c) {
+        const float y0 = prev[c] - sc->mu[c], y1 = cur[c] - sc->mu[c];
+        num[c] += y0 * y1;
+        den[c] += y0 * y0;
+      }
+    }
+    if (axis == 0) {
+      for (size_t c = 0; c < C; ++c) {
+        const float st = HalfToFloat(sc->steps16[c]);
+        d2[c] = st * st;
+      }
+    } else {
+      for (size_t t = 0; t < T; ++t)
+        for (size_t g = 0; g < ngroups; ++g) {
+          const float st = HalfToFloat(sc->steps16[t * ngroups + g]);
+          const size_t c0 = g * group, c1 = std::min(C, c0 + group);
+          for (size_t c = c0; c < c1; ++c) d2[c] += st * st / static_cast<float>(T);
+        }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      if (den[c] <= 0) continue;
+      const float rho = num[c] / den[c];
+      const float var = den[c] / static_cast<float>(T - 1);
+      const float a = rho * var / (var + d2[c] / 12.0f);
+      const int q = static_cast<int>(std::lround(std::clamp(a, 0.0f, 1.0f) * 16.0f));
+      a16[c] = static_cast<uint8_t>(q);
+      sc->a[c] = static_cast<float>(q) / 16.0f;
+    }
+  }
+
+  // Quantise row by row; xh carries the reconstruction the decoder will have.
+  sc->syms.resize(n);
+  sc->xh.assign(sc->mu.begin(), sc->mu.end());
+  sc->step.resize(C);
+  sc->inv_step.resize(C);
+  if (axis == 0) {
+    for (size_t c = 0; c < C; ++c) {
+      sc->step[c] = HalfToFloat(sc->steps16[c]);
+      sc->inv_step[c] = 1.0f / sc->step[c];
+    }
+  }
+  for (size_t t = 0; t < T; ++t) {
+    if (axis == 1)
+      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(),
+                   sc->inv_step.data());
+    QuantRow(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(), sc->inv_step.data(),
+             sc->xh.data(), sc->syms.data() + t * C, C, offset, static_cast<int32_t>(alphabet - 1));
+  }
+
+  ByteWriter w(out);
+  const uint32_t ctx = NumChannelContexts(s);
+  w.U8(bits);
+  w.U8(axis);
+  w.U8(static_cast<uint8_t>((p.token_delta ? kFlagTokenDelta : 0) |
+                            (p.hadamard ? kFlagHadamard : 0)));
+  w.U8(static_cast<uint8_t>(ctx));
+  w.U16(static_cast<uint16_t>(group == C && axis == 0 ? 0 : group));
+  w.Raw(mu16.data(), C * 2);
+  if (p.token_delta) w.Raw(a16.data(), C);
+  w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
+  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats);
+  return absl::OkStatus();
+}
+
+absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
+                         SectionScratch* sc, uint8_t* out) {
+  const size_t T = s.tokens, C = s.channels(), n = s.values();
+  ByteReader r(payload, "quant section");
+  uint8_t b, axis, flags, ctx;
+  uint16_t group16;
+  RETURN_IF_ERROR(r.Read(&b));
+  RETURN_IF_ERROR(r.Read(&axis));
+  RETURN_IF_ERROR(r.Read(&flags));
+  RETURN_IF_ERROR(r.Read(&ctx));
+  RETURN_IF_ERROR(r.Read(&group16));
+  if (b != bits) return absl::DataLossError("quant section: bits disagree with the table");
+  if (axis > 1) return absl::DataLossError("quant section: unknown axis");
+  if (flags & ~(kFlagTokenDelta | kFlagHadamard))
+    return absl::DataLossError("quant section: unknown flags");
+  if (ctx == 0) return absl::DataLossError("quant section: no rANS contexts");
+  const bool delta = flags & kFlagTokenDelta;
+  const bool had = flags & kFlagHadamard;
+  if (had && (s.head_dim & (s.head_dim - 1)) != 0)
+    return absl::DataLossError("quant section: Hadamard flag with a non-power-of-two head_dim");
+  size_t group = C;
+  if (axis == 1) {
+    if (group16 == 0 || group16 > C) return absl::DataLossError("quant section: bad group");
+    group = group16;
+  } else if (group16 != 0) {
+    return absl::DataLossError("quant section: group set on a per-channel section");
+  }
+  const size_t ngroups = (C + group - 1) / group;
+  const uint8_t* mu_p;
+  const uint8_t* a_p = nullptr;
+  const uint8_t* st_p;
+  RETURN_IF_ERROR(r.Take(C * 2, &mu_p));
+  if (delta) RETURN_IF_ERROR(r.Take(C, &a_p));
+  const size_t nsteps = axis == 0 ? C : T * ngroups;
+  RETURN_IF_ERROR(r.Take(nsteps * 2, &st_p));
+
+  const uint32_t alphabet = 4u << bits;
+  const int32_t offset = 1 << (bits + 1);
+  sc->syms.resize(n);
+  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data()));
+  if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
+
+  sc->mu.resize(C);
+  sc->a.assign(C, 0.0f);
+  for (size_t c = 0; c < C; ++c) {
+    uint16_t h;
+    std::memcpy(&h, mu_p + 2 * c, 2);
+    sc->mu[c] = HalfToFloat(h);
+    if (delta) {
+      if (a_p[c] > 16) return absl::DataLossError("quant section: predictor weight above 1");
+      sc->a[c] = static_cast<float>(a_p[c]) / 16.0f;
+    }
+  }
+  sc->steps16.resize(nsteps);
+  std::memcpy(sc->steps16.data(), st_p, nsteps * 2);
+  sc->step.resize(C);
+  if (axis == 0)
+    for (size_t c = 0; c < C; ++c) sc->step[c] = HalfToFloat(sc->steps16[c]);
+  sc->xh.assign(sc->mu.begin(), sc->mu.end());
+  sc->row.resize(C);
+  const size_t out_row = C * DTypeBytes(s.dtype);
+  for (size_t t = 0; t < T; ++t) {
+    if (axis == 1)
+      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(), nullptr);
+    DequantRow(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+               sc->xh.data(), C, offset);
+    if (had) {
+      std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
+      HadamardRows(sc->row.data(), s.heads, s.head_dim);
+      FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);
+    } else {
+      FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::codec::internal

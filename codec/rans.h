@@ -1,0 +1,68 @@
+// Interleaved rANS entropy coder with static per-context frequency tables.
+//
+// Symbols are coded by kLanes interleaved 32-bit states (symbol i uses state i % kLanes) that
+// share one stream of 16-bit words, so the decoder can work on kLanes symbols at a time (and
+// does, with AVX-512 when the CPU has it). Symbol i belongs to context (i / kLanes) % num_ctx:
+// callers order their symbols so that each run of kLanes symbols shares its statistics (e.g.
+// 16 consecutive channels of one token). Each context carries its own normalised frequency
+// table, stored in front of the stream.
+//
+// Section layout written by Encode:
+//   num_ctx tables: u8 prob_bits (0 = context unused), then if used: varint lo, varint count,
+//                   count varints (frequencies of symbols lo..lo+count-1, summing to 2^prob_bits)
+//   varint stream bytes, then the stream: kLanes u32 initial states, then u16 words.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codec/internal/byte_io.h"
+
+namespace strata::codec::rans {
+
+inline constexpr int kLanes = 16;
+inline constexpr uint32_t kMaxAlphabet = 4096;
+inline constexpr uint32_t kMaxContexts = 256;
+
+struct CoderStats {
+  double entropy_bits = 0;   // sum over contexts of the empirical (order-0) entropy
+  uint64_t stream_bits = 0;  // coded stream, states included
+  uint64_t table_bits = 0;   // serialized frequency tables
+  uint64_t symbols = 0;
+  void Add(const CoderStats& o) {
+    entropy_bits += o.entropy_bits;
+    stream_bits += o.stream_bits;
+    table_bits += o.table_bits;
+    symbols += o.symbols;
+  }
+};
+
+// Reusable buffers; one per thread of use.
+struct Scratch {
+  std::vector<uint32_t> counts;
+  std::vector<uint8_t> enc_syms;   // EncSym records
+  std::vector<uint16_t> words;
+  std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
+  std::vector<uint16_t> dec_sym;
+};
+
+// Symbols must be < alphabet (<= kMaxAlphabet). Appends the tables and the stream to `out`.
+template <typename Sym>
+void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
+            std::vector<uint8_t>* out, CoderStats* stats);
+
+// Reads what Encode wrote; writes n symbols, each < alphabet, or returns DataLoss.
+template <typename Sym>
+absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
+                    Scratch* scratch, Sym* out);
+
+// Empirical order-0 entropy in bits of the symbols, with the same contexts as Encode.
+template <typename Sym>
+double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx);
+
+// True when Decode uses the AVX-512 path on this CPU.
+bool SimdDecodeAvailable();
+
+}  // namespace strata::codec::rans

@@ -1,0 +1,283 @@
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/codec.h"
+#include "codec/half.h"
+#include "codec/synthetic_kv.h"
+#include "gtest/gtest.h"
+
+namespace strata::codec {
+namespace {
+
+KvLayout Layout(uint32_t layers, uint32_t heads, uint32_t dim, uint32_t tokens,
+                DType dt = DType::kFloat16, KvKind kind = KvKind::kSeparateKV) {
+  KvLayout l;
+  l.num_layers = layers;
+  l.num_kv_heads = heads;
+  l.head_dim = dim;
+  l.tokens_per_block = tokens;
+  l.dtype = dt;
+  l.kind = kind;
+  return l;
+}
+
+std::vector<float> AsFloats(const std::vector<uint8_t>& b, DType dt) {
+  std::vector<float> f(b.size() / DTypeBytes(dt));
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint16_t h;
+    if (dt == DType::kFloat32) {
+      std::memcpy(&f[i], b.data() + 4 * i, 4);
+      continue;
+    }
+    std::memcpy(&h, b.data() + 2 * i, 2);
+    f[i] = dt == DType::kFloat16 ? HalfToFloat(h) : BF16ToFloat(h);
+  }
+  return f;
+}
+
+std::vector<uint8_t> RoundTrip(const KvLayout& l, const CodecParams& p,
+                               const std::vector<uint8_t>& data, size_t* blob_size = nullptr) {
+  auto blob = Encode(l, p, data);
+  EXPECT_TRUE(blob.ok()) << blob.status();
+  if (!blob.ok()) return {};
+  if (blob_size) *blob_size = blob->size();
+  std::vector<uint8_t> out(data.size());
+  absl::Status s = Decode(*blob, out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(Lossless, BitExactOnSyntheticAndSpecialValues) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const KvLayout l = Layout(3, 2, 64, 32, dt);
+    auto data = GenerateSyntheticKv(l, 1);
+    // Sprinkle NaNs, infinities, subnormals, signed zeros.
+    const uint16_t specials[] = {0x7C00, 0xFC00, 0x7E01, 0x0001, 0x8000, 0x03FF, 0x7F80, 0xFFC1};
+    for (size_t i = 0; i < 64; ++i)
+      std::memcpy(data.data() + 2 * (i * 97 % (data.size() / 2)), &specials[i % 8], 2);
+    CodecParams p;
+    p.mode = Mode::kLossless;
+    size_t size = 0;
+    EXPECT_EQ(RoundTrip(l, p, data, &size), data);
+    EXPECT_LT(size, data.size());  // structured data compresses
+  }
+  // Incompressible input stays bit-exact too (and barely grows).
+  const KvLayout l = Layout(1, 1, 128, 64);
+  std::vector<uint8_t> noise(l.BlockBytes());
+  std::mt19937 rng(4);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  CodecParams p;
+  p.mode = Mode::kLossless;
+  size_t size = 0;
+  EXPECT_EQ(RoundTrip(l, p, noise, &size), noise);
+  EXPECT_LT(size, noise.size() + 2048);
+}
+
+TEST(Lossless, RejectsFp32) {
+  CodecParams p;
+  p.mode = Mode::kLossless;
+  const KvLayout l = Layout(1, 1, 16, 16, DType::kFloat32);
+  std::vector<uint8_t> d(l.BlockBytes());
+  EXPECT_EQ(Encode(l, p, d).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Quant with token delta off and no rotation is exactly per-channel (keys) / per-token-group
+// (values) intN: every reconstruction lies within step/2 of the input (plus fp16 rounding).
+TEST(Quant, ErrorWithinHalfStep) {
+  const KvLayout l = Layout(2, 2, 64, 48);
+  auto data = GenerateSyntheticKv(l, 1);
+  const auto x = AsFloats(data, l.dtype);
+  for (bool delta : {false, true}) {
+    for (uint8_t bits : {2, 3, 4, 8}) {
+      CodecParams p;
+      p.mode = Mode::kQuant;
+      p.key_bits = p.value_bits = bits;
+      p.group_size = 32;
+      p.token_delta = delta;
+      const auto y = AsFloats(RoundTrip(l, p, data), l.dtype);
+      ASSERT_EQ(y.size(), x.size());
+      const size_t T = l.tokens_per_block, C = l.ValuesPerTokenPerTensor();
+      for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+        for (int tensor = 0; tensor < 2; ++tensor) {
+          const size_t base = (size_t{layer} * 2 + tensor) * T * C;
+          for (size_t c = 0; c < C; ++c) {
+            for (size_t t = 0; t < T; ++t) {
+              float lo = INFINITY, hi = -INFINITY;
+              if (tensor == 0) {
+                for (size_t u = 0; u < T; ++u) {
+                  lo = std::min(lo, x[base + u * C + c]);
+                  hi = std::max(hi, x[base + u * C + c]);
+                }
+              } else {
+                const size_t g0 = c / 32 * 32;
+                for (size_t u = g0; u < g0 + 32; ++u) {
+                  lo = std::min(lo, x[base + t * C + u]);
+                  hi = std::max(hi, x[base + t * C + u]);
+                }
+              }
+              const float step = (hi - lo) / static_cast<float>((1 << bits) - 1);
+              const float xv = x[base + t * C + c], yv = y[base + t * C + c];
+              // 0.51: fp16 rounding of the step; + output rounding to fp16.
+              ASSERT_LE(std::fabs(xv - yv), 0.51f * step + std::fabs(xv) * 1e-3f + 1e-4f)
+                  << "bits " << int(bits) << " delta " << delta << " layer " << layer
+                  << " tensor " << tensor << " t " << t << " c " << c;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Quant, DeterministicAndSmallerWithDelta) {
+  const KvLayout l = Layout(2, 4, 128, 64);
+  auto data = GenerateSyntheticKv(l, 1);
+  CodecParams p;
+  p.mode = Mode::kQuant;
+  p.key_bits = 4;
+  p.value_bits = 4;
+  auto a = Encode(l, p, data);
+  auto b = Encode(l, p, data);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  CodecParams nd = p;
+  nd.token_delta = false;
+  auto c = Encode(l, nd, data);
+  ASSERT_TRUE(c.ok());
+  // The generator has correlated neighbouring tokens; prediction must pay for its side info.
+  EXPECT_LT(a->size(), c->size());
+  // Fewer bits, smaller blobs.
+  CodecParams p3 = p;
+  p3.key_bits = p3.value_bits = 3;
+  auto d = Encode(l, p3, data);
+  ASSERT_TRUE(d.ok());
+  EXPECT_LT(d->size(), a->size());
+}
+
+TEST(Quant, HadamardRoundTripAndRelativeError) {
+  const KvLayout l = Layout(2, 2, 128, 32);
+  auto data = GenerateSyntheticKv(l, 1);
+  const auto x = AsFloats(data, l.dtype);
+  for (bool had : {false, true}) {
+    CodecParams p;
+    p.mode = Mode::kQuant;
+    p.key_bits = p.value_bits = 8;
+    p.hadamard = had;
+    const auto y = AsFloats(RoundTrip(l, p, data), l.dtype);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      num += (x[i] - y[i]) * (x[i] - y[i]);
+      den += x[i] * x[i];
+    }
+    EXPECT_LT(num / den, 1e-4) << had;
+  }
+}
+
+TEST(Quant, PerLayerBitsAndOtherLayouts) {
+  // bf16, MLA latent, head_dim not a multiple of 16 (single rANS context), fp32.
+  for (const KvLayout& l :
+       {Layout(3, 2, 64, 16, DType::kBFloat16), Layout(2, 1, 96, 24, DType::kFloat16, KvKind::kMlaLatent),
+        Layout(2, 3, 40, 8), Layout(1, 2, 32, 8, DType::kFloat32)}) {
+    auto data = GenerateSyntheticKv(l, 1);
+    CodecParams p;
+    p.mode = Mode::kQuant;
+    p.group_size = 8;
+    p.layer_key_bits.assign(l.num_layers, 3);
+    p.layer_value_bits.assign(l.num_layers, 5);
+    p.layer_key_bits[0] = 8;
+    auto blob = Encode(l, p, data);
+    ASSERT_TRUE(blob.ok()) << blob.status() << " " << l.DebugString();
+    auto info = InspectBlob(*blob);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->params.KeyBits(0), 8);
+    if (l.num_layers > 1) {
+      EXPECT_EQ(info->params.KeyBits(1), 3);
+      if (l.kind == KvKind::kSeparateKV) {
+        EXPECT_EQ(info->params.ValueBits(1), 5);
+      }
+    }
+    std::vector<uint8_t> out(data.size());
+    ASSERT_TRUE(Decode(*blob, out).ok()) << l.DebugString();
+    const auto x = AsFloats(data, l.dtype), y = AsFloats(out, l.dtype);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      num += (x[i] - y[i]) * (x[i] - y[i]);
+      den += x[i] * x[i];
+    }
+    EXPECT_LT(num / den, 0.05) << l.DebugString();
+  }
+}
+
+TEST(Quant, RejectsNonFinite) {
+  const KvLayout l = Layout(1, 1, 16, 16);
+  auto data = GenerateSyntheticKv(l, 1);
+  const uint16_t inf = 0x7C00;
+  std::memcpy(data.data() + 10, &inf, 2);
+  CodecParams p;
+  p.mode = Mode::kQuant;
+  EXPECT_EQ(Encode(l, p, data).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Groupwise, MatchesPlainQuantisation) {
+  const KvLayout l = Layout(1, 2, 64, 8);
+  auto data = GenerateSyntheticKv(l, 1);
+  const auto x = AsFloats(data, l.dtype);
+  for (uint8_t bits : {2, 3, 4, 5, 8}) {
+    CodecParams p;
+    p.mode = Mode::kGroupwise;
+    p.key_bits = p.value_bits = bits;
+    p.group_size = 64;
+    size_t size = 0;
+    const auto y = AsFloats(RoundTrip(l, p, data, &size), l.dtype);
+    const size_t n = x.size();
+    EXPECT_EQ(size, kHeaderBytes + 2 * kSectionEntryBytes + kTrailerBytes + 2 * 3 +
+                        n / 64 * 4 + 2 * ((n / 2 * bits + 7) / 8));
+    for (size_t g = 0; g < n / 64; ++g) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (size_t i = g * 64; i < g * 64 + 64; ++i) {
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+      }
+      const float step = (hi - lo) / static_cast<float>((1 << bits) - 1);
+      for (size_t i = g * 64; i < g * 64 + 64; ++i)
+        ASSERT_LE(std::fabs(x[i] - y[i]), 0.51f * step + std::fabs(lo) * 1e-3f + 1e-3f * std::fabs(x[i]) + 1e-4f)
+            << int(bits) << " " << i;
+    }
+  }
+}
+
+TEST(Spec, ParseAndPrint) {
+  for (const char* s : {"raw", "lossless", "int4-g64", "int2-g128", "quant:k4v4",
+                        "quant:k2v3:g32:had", "quant:k8v8:nodelta"}) {
+    auto p = ParseCodecSpec(s);
+    ASSERT_TRUE(p.ok()) << s << p.status();
+    EXPECT_EQ(CodecSpecString(*p), s);
+  }
+  for (const char* s : {"", "int9-g64", "int4-g0", "quant:k9v4", "quant:zz", "zstd"})
+    EXPECT_FALSE(ParseCodecSpec(s).ok()) << s;
+}
+
+TEST(Params, Validation) {
+  const KvLayout l = Layout(2, 2, 48, 16);
+  std::vector<uint8_t> d(l.BlockBytes());
+  CodecParams p;
+  p.mode = Mode::kQuant;
+  p.hadamard = true;  // 48 is not a power of two
+  EXPECT_FALSE(Encode(l, p, d).ok());
+  p.hadamard = false;
+  p.layer_key_bits = {4};  // one layer named out of two
+  EXPECT_FALSE(Encode(l, p, d).ok());
+  p.layer_key_bits.clear();
+  p.key_bits = 1;
+  EXPECT_FALSE(Encode(l, p, d).ok());
+  p.key_bits = 4;
+  std::vector<uint8_t> wrong(d.size() + 2);
+  EXPECT_EQ(Encode(l, p, wrong).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Encode(l, p, d).ok());  // all zeros is fine
+}
+
+}  // namespace
+}  // namespace strata::codec

@@ -1,0 +1,107 @@
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/half.h"
+#include "codec/internal/kernels.h"
+#include "gtest/gtest.h"
+
+namespace strata::codec {
+namespace {
+
+TEST(Half, EveryHalfRoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f)))) << h;
+      continue;
+    }
+    EXPECT_EQ(FloatToHalf(f), h) << h;
+  }
+}
+
+TEST(Half, KnownValues) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);          // rounds to infinity
+  EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);    // smallest subnormal
+  EXPECT_EQ(FloatToHalf(2.9802322e-08f), 0x0000);    // half of it: ties to even (0)
+  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3C00);  // tie, even mantissa kept
+  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3C02);  // tie, rounds up to even
+  EXPECT_FLOAT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+  EXPECT_EQ(FloatToBF16(1.0f), 0x3F80);
+  EXPECT_EQ(FloatToBF16(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie to even
+  EXPECT_EQ(FloatToBF16(std::bit_cast<float>(0x3F818000u)), 0x3F82);
+}
+
+TEST(Half, SimdRowsMatchScalar) {
+  std::mt19937 rng(7);
+  std::vector<float> f(10007);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint32_t bits = rng();
+    float v = std::bit_cast<float>(bits);
+    if (!std::isfinite(v)) v = 1.0f;
+    // Spread over the fp16 range, subnormals included.
+    f[i] = i % 3 == 0 ? v : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
+                                       static_cast<int>(rng() % 40) - 30);
+  }
+  std::vector<uint16_t> h(f.size()), b(f.size());
+  internal::FloatToHalfRow(f.data(), h.data(), f.size());
+  internal::FloatToBF16Row(f.data(), b.data(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    ASSERT_EQ(h[i], FloatToHalf(f[i])) << i << " " << f[i];
+    ASSERT_EQ(b[i], FloatToBF16(f[i])) << i << " " << f[i];
+  }
+  std::vector<float> back(f.size()), back_b(f.size());
+  internal::HalfToFloatRow(h.data(), back.data(), h.size());
+  internal::BF16ToFloatRow(b.data(), back_b.data(), b.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(HalfToFloat(h[i])));
+    ASSERT_EQ(std::bit_cast<uint32_t>(back_b[i]), std::bit_cast<uint32_t>(BF16ToFloat(b[i])));
+  }
+}
+
+TEST(Kernels, SplitMergeBytes) {
+  std::vector<uint16_t> w(1000);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+  std::vector<uint8_t> lo(w.size()), hi(w.size());
+  internal::SplitBytes(w.data(), lo.data(), hi.data(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(lo[i], w[i] & 0xFF);
+    ASSERT_EQ(hi[i], w[i] >> 8);
+  }
+  std::vector<uint16_t> back(w.size());
+  internal::MergeBytes(lo.data(), hi.data(), back.data(), w.size());
+  EXPECT_EQ(back, w);
+}
+
+TEST(Kernels, QuantRowAndDequantRowAgree) {
+  const size_t n = 77;  // not a multiple of any vector width: exercises the scalar tail
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  std::vector<float> x(n), mu(n), a(n), st(n), inv(n), xh(n), xh2(n);
+  std::vector<uint16_t> sym(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = g(rng);
+    mu[i] = 0.1f * g(rng);
+    a[i] = static_cast<float>(rng() % 17) / 16.0f;
+    st[i] = 0.05f + 0.01f * static_cast<float>(i % 5);
+    inv[i] = 1.0f / st[i];
+    xh[i] = xh2[i] = g(rng);
+  }
+  internal::QuantRow(x.data(), mu.data(), a.data(), st.data(), inv.data(), xh.data(), sym.data(),
+                     n, 64, 255);
+  internal::DequantRow(sym.data(), mu.data(), a.data(), st.data(), xh2.data(), n, 64);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(xh[i]), std::bit_cast<uint32_t>(xh2[i])) << i;
+    if (sym[i] > 0 && sym[i] < 255) {
+      EXPECT_LE(std::fabs(xh[i] - x[i]), st[i] * 0.5001f) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::codec
