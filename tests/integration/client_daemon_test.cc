@@ -1,0 +1,466 @@
+// End-to-end tests: a real stratad process on loopback driven by libstrata.
+#include <atomic>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "tests/integration/daemon_process.h"
+
+namespace strata {
+namespace {
+
+using testing::DaemonProcess;
+using testing::RunCommand;
+
+constexpr uint32_t kTokensPerBlock = 16;
+
+NamespaceSpec Spec(const std::string& model = "llama-test") {
+  NamespaceSpec s;
+  s.model_id = model;
+  s.model_revision = "r1";
+  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  return s;
+}
+
+std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 128000;
+  return t;
+}
+
+std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, size_t bytes, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> blocks(count, std::vector<uint8_t>(bytes));
+  for (auto& b : blocks)
+    for (size_t i = 0; i < bytes; i += 8) {
+      uint64_t v = rng();
+      std::memcpy(b.data() + i, &v, std::min<size_t>(8, bytes - i));
+    }
+  return blocks;
+}
+
+std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
+  std::vector<ConstBuffer> v;
+  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
+  return v;
+}
+
+std::unique_ptr<Client> Connect(const DaemonProcess& d, absl::Duration rpc = absl::Seconds(5)) {
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  o.rpc_timeout = rpc;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::unique_ptr<v1::Cache::Stub> RawStub(const DaemonProcess& d) {
+  return v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+}
+
+void Deadline(grpc::ClientContext& c) {
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+TEST(ClientDaemonTest, PublishLookupFetchIsByteIdentical) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "tenant-a");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+
+  auto tokens = Tokens(8 * kTokensPerBlock + 5, 1);  // 8 full blocks + a partial one
+  auto blocks = RandomBlocks(8, 64 << 10, 2);
+  auto pub = client->Publish(*ns, tokens, Views(blocks));
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  EXPECT_EQ(pub->stored, 8u);
+  EXPECT_EQ(pub->bytes_sent, 8u * (64 << 10));
+
+  auto extended = tokens;
+  auto more = Tokens(3 * kTokensPerBlock, 99);
+  extended.insert(extended.begin() + 8 * kTokensPerBlock, more.begin(), more.end());
+  auto look = client->Lookup(*ns, extended);
+  ASSERT_TRUE(look.ok()) << look.status();
+  EXPECT_EQ(look->ids.size(), 11u);
+  EXPECT_EQ(look->prefix_blocks, 8u);
+  EXPECT_EQ(look->prefix_tokens, 8u * kTokensPerBlock);
+
+  std::vector<std::vector<uint8_t>> out(8, std::vector<uint8_t>(64 << 10, 0));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  ASSERT_TRUE(client->RegisterBuffer(out[0].data(), out[0].size()).ok());
+  auto fetched = client->Fetch(*ns, std::span(look->ids).first(8), bufs);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ(fetched->fetched, 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(fetched->status[i], BlockStatus::kOk);
+    EXPECT_EQ(out[i], blocks[i]) << "block " << i;
+  }
+  // A second process computing the same tokens gets the same ids and finds them.
+  auto other = Connect(d);
+  auto ns2 = other->OpenNamespace(Spec(), "tenant-a");
+  ASSERT_TRUE(ns2.ok());
+  EXPECT_EQ(*ns2, *ns);
+  EXPECT_EQ(other->Lookup(*ns2, tokens)->prefix_blocks, 8u);
+}
+
+TEST(ClientDaemonTest, RepublishIsADedupNoOp) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(4 * kTokensPerBlock, 3);
+  auto blocks = RandomBlocks(4, 100000, 4);
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 4u);
+  auto again = client->Publish(ns, tokens, Views(blocks));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->stored, 0u);
+  EXPECT_EQ(again->deduplicated, 4u);
+  EXPECT_EQ(again->bytes_sent, 0u);
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->host_blocks, 4u);
+  bool saw = false;
+  for (auto& [k, v] : stats->counters)
+    if (k == "dedup_blocks_total") {
+      EXPECT_EQ(v, 4u);
+      saw = true;
+    }
+  EXPECT_TRUE(saw);
+}
+
+TEST(ClientDaemonTest, ConcurrentPublishersAndFetchers) {
+  DaemonProcess d("host_tier:\n  capacity: 256MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  constexpr int kThreads = 8, kRounds = 12, kBlocks = 4;
+  constexpr size_t kBytes = 128 << 10;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(Connect(d));
+  auto ns = *clients[0]->OpenNamespace(Spec(), "t");
+  for (auto& c : clients) ASSERT_TRUE(c->OpenNamespace(Spec(), "t").ok());
+  // All threads share a common 2-block prefix, so publishers race on the same ids.
+  auto shared_prefix = Tokens(2 * kTokensPerBlock, 5);
+  std::atomic<int> failures{0}, verified{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Client& c = *clients[t % clients.size()];
+      for (int r = 0; r < kRounds; ++r) {
+        auto tokens = shared_prefix;
+        auto tail = Tokens((kBlocks - 2) * kTokensPerBlock, 1000 + t * 100 + r);
+        tokens.insert(tokens.end(), tail.begin(), tail.end());
+        // Block contents derive from the ids so every publisher of an id sends the same bytes.
+        auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+        std::vector<std::vector<uint8_t>> blocks;
+        for (auto& id : ids) blocks.push_back(RandomBlocks(1, kBytes, id.bytes[0] | id.bytes[1] << 8)[0]);
+        auto pub = c.Publish(ns, tokens, Views(blocks));
+        if (!pub.ok()) {
+          ++failures;
+          continue;
+        }
+        for (auto s : pub->status)
+          if (s != BlockStatus::kOk && s != BlockStatus::kExists && s != BlockStatus::kInProgress)
+            ++failures;
+        std::vector<std::vector<uint8_t>> out(kBlocks, std::vector<uint8_t>(kBytes));
+        std::vector<MutableBuffer> bufs;
+        for (auto& b : out) bufs.push_back({b.data(), b.size()});
+        auto f = c.Fetch(ns, ids, bufs);
+        if (!f.ok()) {
+          ++failures;
+          continue;
+        }
+        for (int i = 0; i < kBlocks; ++i) {
+          if (f->status[i] == BlockStatus::kOk) {
+            if (out[i] != blocks[i]) ++failures;
+            else ++verified;
+          } else if (pub->status[i] != BlockStatus::kInProgress) {
+            ++failures;  // we stored or found it, so it must be fetchable
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(verified.load(), kThreads * kRounds * (kBlocks - 2));
+  auto stats = clients[0]->Stats();
+  EXPECT_EQ(stats->open_reservations, 0u);
+}
+
+TEST(ClientDaemonTest, CapacityPressureEvictsLruButNeverLeasedOrPinned) {
+  DaemonProcess d(
+      "host_tier:\n  capacity: 16MiB\n  high_watermark: 0.9\n  low_watermark: 0.7\n"
+      "  max_block_size: 1MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  constexpr size_t kBytes = 1 << 20;
+  // Blocks 0..3 first: 0 pinned, 1 leased (held through a raw Acquire), 2 and 3 unprotected.
+  std::vector<std::vector<uint32_t>> prompts;
+  std::vector<BlockId> first_ids;
+  for (int i = 0; i < 40; ++i) {
+    prompts.push_back(Tokens(kTokensPerBlock, 500 + i));
+    first_ids.push_back(ComputeBlockIds(ns, kTokensPerBlock, prompts.back())[0]);
+  }
+  auto payload = RandomBlocks(1, kBytes, 9);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(client->Publish(ns, prompts[i], Views(payload))->stored, 1u);
+  ASSERT_EQ((*client->Pin(ns, {&first_ids[0], 1}, absl::Minutes(5)))[0], BlockStatus::kOk);
+  auto stub = RawStub(d);
+  v1::AcquireRequest acq;
+  acq.set_namespace_id(std::string(ns.AsBytes()));
+  acq.set_ids(std::string(first_ids[1].AsBytes()));
+  v1::AcquireResponse lease;
+  grpc::ClientContext c;
+  Deadline(c);
+  ASSERT_TRUE(stub->Acquire(&c, acq, &lease).ok());
+  ASSERT_EQ(lease.status(0), v1::BLOCK_OK);
+
+  for (int i = 4; i < 40; ++i) {
+    auto pub = client->Publish(ns, prompts[i], Views(payload));
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    ASSERT_EQ(pub->stored, 1u) << "block " << i << " " << BlockStatusName(pub->status[0]);
+  }
+  EXPECT_EQ(*client->LookupIds(ns, {&first_ids[0], 1}), 1u) << "pinned block was evicted";
+  EXPECT_EQ(*client->LookupIds(ns, {&first_ids[1], 1}), 1u) << "leased block was evicted";
+  EXPECT_EQ(*client->LookupIds(ns, {&first_ids[2], 1}), 0u) << "LRU block survived";
+  EXPECT_EQ(*client->LookupIds(ns, {&first_ids[39], 1}), 1u) << "newest block is gone";
+  auto stats = client->Stats();
+  EXPECT_LE(stats->host_used_bytes, 16u << 20);
+  uint64_t lru = 0;
+  for (auto& [k, v] : stats->counters)
+    if (k == "evictions_lru_total") lru = v;
+  EXPECT_GE(lru, 20u);
+  // The pinned and leased blocks still hold their original bytes.
+  std::vector<uint8_t> out(kBytes);
+  MutableBuffer buf{out.data(), out.size()};
+  auto f = client->Fetch(ns, {&first_ids[1], 1}, {&buf, 1});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->status[0], BlockStatus::kOk);
+  EXPECT_EQ(out, payload[0]);
+}
+
+TEST(ClientDaemonTest, ClientKilledBetweenReserveAndCommitLeavesNothing) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\nreservation_timeout: 1s\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto [code, out] = RunCommand(std::string(PUBLISH_AND_DIE_BIN) + " " + d.endpoint() +
+                                " 4 1048576");
+  EXPECT_NE(out.find("dying before commit"), std::string::npos) << out;
+  EXPECT_NE(code, 0);
+  auto client = Connect(d);
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->host_blocks, 0u);  // nothing visible
+  // Space comes back once the reservation expires.
+  auto deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    stats = client->Stats();
+    if (stats->open_reservations == 0 && stats->host_used_bytes == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(stats->open_reservations, 0u);
+  EXPECT_EQ(stats->host_used_bytes, 0u);
+  EXPECT_EQ(stats->host_blocks, 0u);
+}
+
+TEST(ClientDaemonTest, CommitWithWrongCrcIsRefused) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto stub = RawStub(d);
+  auto id = ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 8))[0];
+  v1::ReserveRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(std::string(id.AsBytes()));
+  req.add_sizes(4096);
+  v1::ReserveResponse res;
+  {
+    grpc::ClientContext c;
+    Deadline(c);
+    ASSERT_TRUE(stub->Reserve(&c, req, &res).ok());
+  }
+  ASSERT_EQ(res.status(0), v1::BLOCK_OK);
+  v1::CommitRequest commit;
+  commit.set_reservation_id(res.reservation_id());
+  commit.add_crc32c(0xDEADBEEF);  // not the CRC of what the arena holds
+  v1::CommitResponse cr;
+  {
+    grpc::ClientContext c;
+    Deadline(c);
+    ASSERT_TRUE(stub->Commit(&c, commit, &cr).ok());
+  }
+  EXPECT_EQ(cr.status(0), v1::BLOCK_CRC_MISMATCH);
+  EXPECT_EQ(*client->LookupIds(ns, {&id, 1}), 0u);
+  auto stats = client->Stats();
+  EXPECT_EQ(stats->host_used_bytes, 0u);
+}
+
+TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns_a = *client->OpenNamespace(Spec(), "tenant-a");
+  auto ns_b = *client->OpenNamespace(Spec(), "tenant-b");
+  ASSERT_NE(ns_a, ns_b);
+  auto tokens = Tokens(2 * kTokensPerBlock, 11);
+  auto blocks = RandomBlocks(2, 4096, 12);
+  ASSERT_EQ(client->Publish(ns_a, tokens, Views(blocks))->stored, 2u);
+
+  // Tenant B computing the same tokens gets other ids and finds nothing.
+  EXPECT_EQ(client->Lookup(ns_b, tokens)->prefix_blocks, 0u);
+  // Tenant B presenting tenant A's ids gets per-block misses, never A's bytes.
+  auto ids_a = ComputeBlockIds(ns_a, kTokensPerBlock, tokens);
+  std::vector<uint8_t> out(4096);
+  std::vector<MutableBuffer> bufs(2, MutableBuffer{out.data(), out.size()});
+  auto f = client->Fetch(ns_b, ids_a, bufs);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->status[0], BlockStatus::kNotFound);
+  EXPECT_EQ(f->fetched, 0u);
+  // Unknown ids: per-block not found.
+  BlockId unknown = ComputeBlockId(ns_a, std::vector<uint32_t>{1, 2, 3});
+  auto f2 = client->Fetch(ns_a, {&unknown, 1}, {&bufs[0], 1});
+  ASSERT_TRUE(f2.ok());
+  EXPECT_EQ(f2->status[0], BlockStatus::kNotFound);
+  // A namespace never opened on the daemon: a clear error naming it.
+  NamespaceId never = ComputeBlockId(Digest{}, std::vector<uint32_t>{42});
+  auto f3 = client->LookupIds(never, {&unknown, 1});
+  EXPECT_EQ(f3.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(f3.status().message().find(never.ShortHex()), std::string::npos) << f3.status();
+  EXPECT_NE(f3.status().message().find("not open"), std::string::npos) << f3.status();
+  // A malformed request: ids not a multiple of 32 bytes.
+  auto stub = RawStub(d);
+  v1::LookupRequest bad;
+  bad.set_namespace_id(std::string(ns_a.AsBytes()));
+  bad.set_ids("short");
+  v1::LookupResponse lr;
+  grpc::ClientContext c;
+  Deadline(c);
+  auto s = stub->Lookup(&c, bad, &lr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("multiple of 32"), std::string::npos);
+  // A fetch buffer too small for the block is reported for that block.
+  std::vector<uint8_t> tiny(100);
+  MutableBuffer tb{tiny.data(), tiny.size()};
+  auto f4 = client->Fetch(ns_a, {&ids_a[0], 1}, {&tb, 1});
+  ASSERT_TRUE(f4.ok());
+  EXPECT_EQ(f4->status[0], BlockStatus::kInvalid);
+  // An invalid namespace spec is refused with the field named.
+  auto bad_spec = Spec();
+  bad_spec.layout.head_dim = 0;
+  auto open = client->OpenNamespace(bad_spec, "t");
+  EXPECT_NE(open.status().message().find("head_dim"), std::string::npos);
+}
+
+TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(5 * kTokensPerBlock, 21);
+  auto blocks = RandomBlocks(5, 8192, 22);
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 5u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  ASSERT_EQ((*client->Pin(ns, {&ids[4], 1}, absl::Minutes(1)))[0], BlockStatus::kOk);
+  auto ev = client->Evict(ns, {&ids[2], 1}, /*cascade=*/true);
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->removed_blocks, 2u);  // 2 and 3; 4 is pinned
+  EXPECT_EQ(client->Lookup(ns, tokens)->prefix_blocks, 2u);
+  EXPECT_EQ(*client->LookupIds(ns, {&ids[4], 1}), 1u);
+  ASSERT_EQ((*client->Unpin(ns, {&ids[4], 1}))[0], BlockStatus::kOk);
+  EXPECT_EQ(client->Evict(ns, {&ids[4], 1})->removed_blocks, 1u);
+}
+
+TEST(ClientDaemonTest, KilledDaemonMakesCallsFailWithinTheirDeadline) {
+  auto d = std::make_unique<DaemonProcess>();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto client = Connect(*d, absl::Seconds(1));
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(2 * kTokensPerBlock, 31);
+  auto blocks = RandomBlocks(2, 65536, 32);
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 2u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  d->Signal(SIGKILL);
+  ASSERT_TRUE(d->WaitExit(std::chrono::seconds(5)).has_value());
+
+  auto timed = [](auto&& fn) {
+    absl::Time t0 = absl::Now();
+    absl::Status s = fn();
+    return std::make_pair(s, absl::Now() - t0);
+  };
+  std::vector<uint8_t> out(65536);
+  std::vector<MutableBuffer> bufs(2, MutableBuffer{out.data(), out.size()});
+  auto [s1, t1] = timed([&] { return client->Lookup(ns, tokens).status(); });
+  auto [s2, t2] = timed([&] { return client->Fetch(ns, ids, bufs).status(); });
+  auto more = Tokens(2 * kTokensPerBlock, 33);
+  auto [s3, t3] = timed([&] { return client->Publish(ns, more, Views(blocks)).status(); });
+  for (auto& [s, t] : {std::pair{s1, t1}, {s2, t2}, {s3, t3}}) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
+                s.code() == absl::StatusCode::kDeadlineExceeded)
+        << s;
+    EXPECT_LT(t, absl::Seconds(3)) << s;
+  }
+  EXPECT_NE(s1.message().find("did not answer"), std::string::npos) << s1;
+}
+
+TEST(ClientDaemonTest, SigtermDrainsAndExitsZero) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto blocks = RandomBlocks(1, 4096, 41);
+  ASSERT_EQ(client->Publish(ns, Tokens(kTokensPerBlock, 42), Views(blocks))->stored, 1u);
+  d.Signal(SIGTERM);
+  auto code = d.WaitExit(std::chrono::seconds(15));
+  ASSERT_TRUE(code.has_value()) << "stratad did not exit after SIGTERM";
+  EXPECT_EQ(*code, 0) << d.log();
+  EXPECT_NE(d.log().find("exited cleanly"), std::string::npos) << d.log();
+}
+
+TEST(ClientDaemonTest, BadConfigIsRefusedNamingTheField) {
+  struct Case {
+    std::string yaml, field;
+  };
+  for (const Case& c : {Case{"host_tier:\n  capacity: lots\n", "host_tier.capacity"},
+                        Case{"host_tier:\n  high_watermark: 0.5\n  low_watermark: 0.9\n",
+                             "host_tier.low_watermark"},
+                        Case{"lease_timout: 5s\n", "lease_timout"},
+                        Case{"log_level: chatty\n", "log_level"},
+                        Case{"listen: [1, 2]\n", "listen"}}) {
+    DaemonProcess d(c.yaml);
+    EXPECT_FALSE(d.ok());
+    auto code = d.WaitExit(std::chrono::seconds(5));
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, 2);
+    EXPECT_NE(d.log().find("'" + c.field + "'"), std::string::npos) << d.log();
+  }
+}
+
+TEST(ClientDaemonTest, StratactlStatusAndStatsJson) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto [code, out] = RunCommand(std::string(STRATACTL_BIN) + " --endpoint " + d.endpoint() +
+                                " status --json");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"status\":\"serving\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"capacity_bytes\":67108864"), std::string::npos) << out;
+  auto [code2, out2] =
+      RunCommand(std::string(STRATACTL_BIN) + " stats --json --endpoint " + d.endpoint());
+  EXPECT_EQ(code2, 0);
+  EXPECT_NE(out2.find("\"committed_blocks_total\":0"), std::string::npos) << out2;
+  auto [code3, out3] =
+      RunCommand(std::string(STRATACTL_BIN) + " status --endpoint 127.0.0.1:1 --timeout 1");
+  EXPECT_EQ(code3, 3);
+  EXPECT_NE(out3.find("cannot reach stratad"), std::string::npos) << out3;
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,121 @@
+// Starts a real stratad on an ephemeral loopback port for a test and cleans up after it.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::testing {
+
+inline std::string MakeTempDir(const std::string& tag) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / ("strata-" + tag + "-XXXXXX"));
+  char* dir = mkdtemp(tmpl.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+// Runs a command, returns (exit code, stdout+stderr).
+inline std::pair<int, std::string> RunCommand(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+class DaemonProcess {
+ public:
+  // `config_yaml` is written to a file and passed with --config; extra args follow.
+  explicit DaemonProcess(const std::string& config_yaml = "",
+                         std::vector<std::string> extra_args = {}) {
+    dir_ = MakeTempDir("daemon");
+    std::string config = dir_ + "/stratad.yaml";
+    std::ofstream(config) << (config_yaml.empty() ? "host_tier:\n  capacity: 64MiB\n"
+                                                  : config_yaml);
+    ready_ = dir_ + "/ready.json";
+    log_ = dir_ + "/stratad.log";
+    std::vector<std::string> args = {STRATAD_BIN,  "--config",     config,
+                                      "--listen",   "127.0.0.1:0", "--data-dir",
+                                      dir_ + "/data", "--ready-file", ready_};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(ready_);
+      std::string json((std::istreambuf_iterator<char>(in)), {});
+      auto k = json.find("\"endpoint\":\"");
+      if (k != std::string::npos) {
+        k += 12;
+        endpoint_ = json.substr(k, json.find('"', k) - k);
+        return;
+      }
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  ~DaemonProcess() {
+    if (!exited_ && pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  bool ok() const { return !endpoint_.empty() && !exited_; }
+  const std::string& endpoint() const { return endpoint_; }
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+  void Signal(int sig) { kill(pid_, sig); }
+
+  // Exit code once the process ends within `timeout`, nullopt if it is still running.
+  std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exited_ && std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited_) return std::nullopt;
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  }
+
+ private:
+  std::string dir_, ready_, log_, endpoint_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  bool exited_ = false;
+};
+
+}  // namespace strata::testing
