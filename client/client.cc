@@ -131,7 +131,10 @@ struct Client::Impl {
     RETURN_IF_ERROR(
         Rpc("Connect", [&](grpc::ClientContext* c) { return stub->Connect(c, req, &resp); }));
     ep.reset();
-    ASSIGN_OR_RETURN(ep, worker->Connect(resp.worker_address()));
+    // The daemon is on this node: keep shared-memory transports (see Worker::Connect); gRPC and
+    // the transfer deadline detect a daemon that died.
+    ASSIGN_OR_RETURN(ep, worker->Connect(resp.worker_address(),
+                                         transport::Worker::PeerFailure::kIgnore));
     RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
     arena_base = resp.arena_base();
     arena_bytes = resp.arena_bytes();

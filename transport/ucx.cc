@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <array>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -134,18 +135,30 @@ void Worker::WaitForEvents(absl::Duration timeout) {
   epoll_wait(epoll_fd_, &ev, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
 }
 
-absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address) {
-  std::unique_ptr<Endpoint> ep(new Endpoint(this, nullptr));
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &Endpoint::OnError;
-  p.err_handler.arg = ep.get();
-  ucs_status_t s = ucp_ep_create(worker_, &p, &ep->ep_);
-  if (s != UCS_OK) return UcsError("ep_create", s);
-  return ep;
+absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address,
+                                                          PeerFailure peer_failure) {
+  ucs_status_t s = UCS_OK;
+  const auto modes = peer_failure == PeerFailure::kDetect
+                         ? std::array{UCP_ERR_HANDLING_MODE_PEER, UCP_ERR_HANDLING_MODE_NONE}
+                         : std::array{UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_NONE};
+  for (ucp_err_handling_mode_t mode : modes) {
+    std::unique_ptr<Endpoint> ep(new Endpoint(this, nullptr));
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
+    p.err_mode = mode;
+    if (mode == UCP_ERR_HANDLING_MODE_PEER) {
+      p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      p.err_handler.cb = &Endpoint::OnError;
+      p.err_handler.arg = ep.get();
+    }
+    s = ucp_ep_create(worker_, &p, &ep->ep_);
+    if (s == UCS_OK) {
+      ep->peer_failure_detection_ = mode == UCP_ERR_HANDLING_MODE_PEER;
+      return ep;
+    }
+  }
+  return UcsError("ep_create", s);
 }
 
 // ---------------------------------------------------------------------------- ProgressThread

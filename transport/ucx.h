@@ -86,7 +86,13 @@ class Worker {
   // Names of the transports this worker's context enabled, e.g. "tcp,posix,cma".
   std::string TransportSummary() const;
 
-  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(std::string_view remote_address);
+  // kDetect asks UCX to report a dead peer (failing requests instead of hanging them) and falls
+  // back to kIgnore when no transport can: in UCX 1.13 posix/sysv shared memory cannot, and
+  // asking for it removes them from the endpoint, leaving a same-node peer on tcp. kIgnore keeps
+  // shared memory; the caller's deadlines then detect a dead peer.
+  enum class PeerFailure { kDetect, kIgnore };
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(std::string_view remote_address,
+                                                    PeerFailure peer_failure = PeerFailure::kDetect);
 
   unsigned Progress() { return ucp_worker_progress(worker_); }
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
@@ -129,6 +135,8 @@ class Endpoint {
   absl::Status Transfer(std::span<const RmaOp> ops, absl::Time deadline);
 
   bool failed() const { return failed_.load(); }
+  // Whether UCX reports a dead peer on this endpoint (false on shared-memory-only transports).
+  bool peer_failure_detection() const { return peer_failure_detection_; }
 
  private:
   friend class Worker;
@@ -141,6 +149,7 @@ class Endpoint {
   ucp_ep_h ep_;
   ucp_rkey_h rkey_ = nullptr;
   std::atomic<bool> failed_{false};
+  bool peer_failure_detection_ = false;
   ucs_status_t error_ = UCS_OK;
 };
 

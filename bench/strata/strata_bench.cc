@@ -1,0 +1,419 @@
+// strata_bench: publish/fetch throughput and latency through a real stratad, beside
+// ucx_perftest (same sizes, same UCX transport) and memcpy measured in the same run.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "common/crc32c.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[k];
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& tls) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("UCX_TLS", tls.c_str(), 1);
+    int fd = open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Runs ucx_perftest (server + client on loopback) and returns its overall bandwidth in GB/s.
+std::optional<double> PerftestGbps(const std::string& test, size_t bytes, int iters,
+                                   const std::string& tls, const std::string& tmp) {
+  int port = FreePort();
+  pid_t server = Spawn({"ucx_perftest", "-p", std::to_string(port)}, tmp + "/pt_server.log", tls);
+  std::optional<double> result;
+  for (int attempt = 0; attempt < 50 && !result; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string log = tmp + "/pt_client.log";
+    pid_t client = Spawn({"ucx_perftest", "127.0.0.1", "-p", std::to_string(port), "-t", test, "-s",
+                          std::to_string(bytes), "-n", std::to_string(iters)},
+                         log, tls);
+    int st = 0;
+    waitpid(client, &st, 0);
+    std::string out = ReadFile(log);
+    auto k = out.find("Final:");
+    if (k != std::string::npos) {
+      std::istringstream line(out.substr(k + 6));
+      double f[8] = {};
+      for (double& x : f) line >> x;
+      result = f[5] * 1024.0 * 1024.0 / 1e9;  // "overall" MB/s, MB = 2^20 bytes
+    } else if (out.find("Connection refused") == std::string::npos) {
+      std::cerr << "ucx_perftest " << test << " failed:\n" << out << "\n";
+      break;
+    }
+  }
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  return result;
+}
+
+double MemcpyGbps(size_t bytes, int iters) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::memcpy(b.data(), a.data(), bytes);
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    std::memcpy(b.data(), a.data(), bytes);
+    a[i % bytes] = static_cast<char>(b[(i * 7) % bytes]);  // keep the copies observable
+  }
+  return static_cast<double>(bytes) * iters / Seconds(Clock::now() - t0) / 1e9;
+}
+
+struct Row {
+  std::string op;
+  size_t block_bytes;
+  std::string transport;
+  double gbps = 0, p50_us = 0, p99_us = 0, perftest_gbps = 0, gbps_no_crc = 0;
+};
+
+class Daemon {
+ public:
+  Daemon(const std::string& bin, const std::string& tls, const std::string& capacity,
+         const std::string& tmp)
+      : tmp_(tmp) {
+    std::string ready = tmp + "/ready.json";
+    std::filesystem::remove(ready);
+    pid_ = Spawn({bin, "--listen", "127.0.0.1:0", "--data-dir", tmp + "/data", "--host-capacity",
+                  capacity, "--ready-file", ready, "--log-level", "warn"},
+                 tmp + "/stratad.log", tls);
+    for (int i = 0; i < 400 && endpoint_.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      std::string json = ReadFile(ready);
+      auto k = json.find("\"endpoint\":\"");
+      if (k != std::string::npos) {
+        k += 12;
+        endpoint_ = json.substr(k, json.find('"', k) - k);
+      }
+    }
+  }
+  ~Daemon() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string log() const { return ReadFile(tmp_ + "/stratad.log"); }
+
+ private:
+  std::string tmp_, endpoint_;
+  pid_t pid_;
+};
+
+strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
+  strata::NamespaceSpec s;
+  s.model_id = "strata-bench";
+  s.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tokens_per_block,
+                              strata::KvKind::kSeparateKV};
+  return s;
+}
+
+// Unique token sequences: each call returns `blocks` full blocks never published before.
+class TokenSource {
+ public:
+  explicit TokenSource(uint32_t tpb) : tpb_(tpb) {}
+  std::vector<uint32_t> Next(size_t blocks) {
+    std::vector<uint32_t> t(blocks * tpb_);
+    for (auto& x : t) x = static_cast<uint32_t>(rng_());
+    return t;
+  }
+
+ private:
+  uint32_t tpb_;
+  std::mt19937 rng_{12345};
+};
+
+struct Config {
+  bool smoke = false;
+  std::string stratad = STRATAD_BIN;
+  std::string endpoint;
+};
+
+bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
+                  std::vector<Row>& rows, double* lookup_p50, double* lookup_p99,
+                  double* hash_p50) {
+  std::string tmp = (std::filesystem::temp_directory_path() / "strata-bench-XXXXXX").string();
+  if (!mkdtemp(tmp.data())) return false;
+  setenv("UCX_TLS", tls.c_str(), 1);
+  std::unique_ptr<Daemon> daemon;
+  std::string endpoint = cfg.endpoint;
+  if (endpoint.empty()) {
+    daemon = std::make_unique<Daemon>(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp);
+    endpoint = daemon->endpoint();
+    if (endpoint.empty()) {
+      std::cerr << "stratad did not start:\n" << daemon->log() << "\n";
+      return false;
+    }
+  }
+  strata::ClientOptions o;
+  o.endpoint = endpoint;
+  o.client_name = "strata_bench";
+  auto client = strata::Client::Connect(o);
+  if (!client.ok()) {
+    std::cerr << "connect: " << client.status() << "\n";
+    return false;
+  }
+  o.verify_crc = false;
+  auto raw_client = strata::Client::Connect(o);
+  if (!raw_client.ok()) return false;
+  constexpr uint32_t kTpb = 256;
+  auto ns = (*client)->OpenNamespace(BenchSpec(kTpb), "bench");
+  auto ns2 = (*raw_client)->OpenNamespace(BenchSpec(kTpb), "bench");
+  if (!ns.ok() || !ns2.ok()) {
+    std::cerr << "open namespace: " << ns.status() << "\n";
+    return false;
+  }
+  TokenSource tokens(kTpb);
+
+  std::vector<size_t> sizes = cfg.smoke ? std::vector<size_t>{64 << 10, 1 << 20}
+                                        : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
+  const size_t batch_bytes = cfg.smoke ? (8 << 20) : (32 << 20);
+  for (size_t size : sizes) {
+    const size_t batch = std::max<size_t>(1, batch_bytes / size);
+    std::vector<char> src(batch * size), dst(batch * size);
+    std::mt19937_64 rng(size);
+    for (size_t i = 0; i < src.size(); i += 8) {
+      uint64_t v = rng();
+      std::memcpy(&src[i], &v, 8);
+    }
+    (void)(*client)->RegisterBuffer(src.data(), src.size());
+    (void)(*client)->RegisterBuffer(dst.data(), dst.size());
+    (void)(*raw_client)->RegisterBuffer(dst.data(), dst.size());
+    std::vector<strata::ConstBuffer> in(batch);
+    std::vector<strata::MutableBuffer> out(batch);
+    for (size_t i = 0; i < batch; ++i) {
+      in[i] = {src.data() + i * size, size};
+      out[i] = {dst.data() + i * size, size};
+    }
+    const int rounds = cfg.smoke ? 3 : 20;
+    const int lat_iters = cfg.smoke ? 20 : 200;
+
+    // Publish: batched throughput, then single-block latency.
+    Row pub{"publish", size, name};
+    double bytes = 0, secs = 0;
+    for (int r = 0; r < rounds; ++r) {
+      auto t = tokens.Next(batch);
+      auto t0 = Clock::now();
+      auto res = (*client)->Publish(*ns, t, in);
+      secs += Seconds(Clock::now() - t0);
+      if (!res.ok() || res->stored != batch) {
+        std::cerr << "publish failed: " << (res.ok() ? "partial" : res.status().ToString()) << "\n";
+        return false;
+      }
+      bytes += static_cast<double>(batch * size);
+    }
+    pub.gbps = bytes / secs / 1e9;
+    std::vector<double> lat;
+    for (int i = 0; i < lat_iters; ++i) {
+      auto t = tokens.Next(1);
+      auto t0 = Clock::now();
+      auto res = (*client)->Publish(*ns, t, std::span(in).first(1));
+      lat.push_back(Seconds(Clock::now() - t0) * 1e6);
+      if (!res.ok()) return false;
+    }
+    pub.p50_us = Percentile(lat, 0.5);
+    pub.p99_us = Percentile(lat, 0.99);
+
+    // Fetch: one working set published once, fetched repeatedly into registered buffers.
+    Row fetch{"fetch", size, name};
+    auto t = tokens.Next(batch);
+    auto res = (*client)->Publish(*ns, t, in);
+    if (!res.ok()) return false;
+    auto ids = res->ids;
+    auto fetch_gbps = [&](strata::Client& c) -> double {
+      double b = 0, s = 0;
+      for (int r = 0; r < rounds + 1; ++r) {
+        auto t0 = Clock::now();
+        auto f = c.Fetch(*ns, ids, out);
+        double dt = Seconds(Clock::now() - t0);
+        if (!f.ok() || f->fetched != batch) {
+          std::cerr << "fetch failed: " << (f.ok() ? "partial" : f.status().ToString()) << "\n";
+          return -1;
+        }
+        if (r == 0) continue;  // warm-up
+        s += dt;
+        b += static_cast<double>(batch * size);
+      }
+      return b / s / 1e9;
+    };
+    fetch.gbps = fetch_gbps(**client);
+    fetch.gbps_no_crc = fetch_gbps(**raw_client);
+    if (fetch.gbps < 0 || fetch.gbps_no_crc < 0) return false;
+    if (std::memcmp(src.data(), dst.data(), src.size()) != 0) {
+      std::cerr << "fetched bytes differ from published bytes\n";
+      return false;
+    }
+    lat.clear();
+    for (int i = 0; i < lat_iters; ++i) {
+      auto t0 = Clock::now();
+      auto f = (*client)->Fetch(*ns, std::span(ids).first(1), std::span(out).first(1));
+      lat.push_back(Seconds(Clock::now() - t0) * 1e6);
+      if (!f.ok() || f->fetched != 1) return false;
+    }
+    fetch.p50_us = Percentile(lat, 0.5);
+    fetch.p99_us = Percentile(lat, 0.99);
+
+    int pt_iters = std::max(20, static_cast<int>((cfg.smoke ? (256 << 20) : (2ull << 30)) / size));
+    pub.perftest_gbps = PerftestGbps("ucp_put_bw", size, pt_iters, tls, tmp).value_or(0);
+    fetch.perftest_gbps = PerftestGbps("ucp_get", size, pt_iters, tls, tmp).value_or(0);
+    rows.push_back(pub);
+    rows.push_back(fetch);
+    (void)(*client)->UnregisterBuffer(src.data());
+    (void)(*client)->UnregisterBuffer(dst.data());
+    (void)(*raw_client)->UnregisterBuffer(dst.data());
+  }
+
+  // Lookup of a 128k-token prompt: 512 blocks of 256 tokens, all cached.
+  auto prompt = tokens.Next(512);
+  std::vector<char> small(4096, 7);
+  std::vector<strata::ConstBuffer> small_in(512, strata::ConstBuffer{small.data(), small.size()});
+  auto p = (*client)->Publish(*ns, prompt, small_in);
+  if (!p.ok() || p->stored + p->deduplicated != 512) return false;
+  std::vector<double> lat, hash;
+  const int iters = cfg.smoke ? 50 : 1000;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    auto ids = strata::ComputeBlockIds(*ns, kTpb, prompt);
+    auto t1 = Clock::now();
+    auto n = (*client)->LookupIds(*ns, ids);
+    auto t2 = Clock::now();
+    if (!n.ok() || *n != 512) {
+      std::cerr << "lookup failed\n";
+      return false;
+    }
+    hash.push_back(Seconds(t1 - t0) * 1e6);
+    lat.push_back(Seconds(t2 - t1) * 1e6);
+  }
+  *lookup_p50 = Percentile(lat, 0.5);
+  *lookup_p99 = Percentile(lat, 0.99);
+  *hash_p50 = Percentile(hash, 0.5);
+  client->reset();
+  raw_client->reset();
+  daemon.reset();
+  std::filesystem::remove_all(tmp);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata_bench: Strata publish/fetch/lookup against ucx_perftest and memcpy"};
+  Config cfg;
+  bool json = false;
+  std::string transports = "shm,tcp";
+  app.add_flag("--smoke", cfg.smoke, "tiny sizes and counts (CI)");
+  app.add_flag("--json", json, "print one JSON object");
+  app.add_option("--transports", transports, "comma list of shm and tcp")->capture_default_str();
+  app.add_option("--stratad", cfg.stratad, "stratad binary to start")->capture_default_str();
+  app.add_option("--endpoint", cfg.endpoint, "use a running stratad instead of starting one");
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+
+  double memcpy_gbps = MemcpyGbps(64 << 20, cfg.smoke ? 4 : 40);
+  std::vector<Row> rows;
+  double lookup_p50 = 0, lookup_p99 = 0, hash_p50 = 0;
+  bool ok = true;
+  for (const std::string& t : {std::string("shm"), std::string("tcp")}) {
+    if (transports.find(t) == std::string::npos) continue;
+    // Same UCX_TLS for stratad, the client and ucx_perftest.
+    std::string tls = t == "shm" ? "shm,self" : "tcp,self";
+    double p50 = 0, p99 = 0, h = 0;
+    if (!RunTransport(cfg, t, tls, rows, &p50, &p99, &h)) {
+      std::cerr << "benchmark over " << t << " failed\n";
+      ok = false;
+      continue;
+    }
+    if (lookup_p50 == 0) {  // report the first transport's lookup (control plane is gRPC anyway)
+      lookup_p50 = p50;
+      lookup_p99 = p99;
+      hash_p50 = h;
+    }
+  }
+  if (json) {
+    std::cout << absl::StrFormat(
+        "{\"memcpy_gbps\": %.3f, \"lookup_512_p50_us\": %.1f, \"lookup_512_p99_us\": %.1f, "
+        "\"hash_512_p50_us\": %.1f, \"crc32c_hw\": %s, \"rows\": [",
+        memcpy_gbps, lookup_p50, lookup_p99, hash_p50,
+        strata::Crc32cIsHardwareAccelerated() ? "true" : "false");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::cout << absl::StrFormat(
+          "%s{\"op\": \"%s\", \"block_bytes\": %d, \"transport\": \"%s\", \"gbps\": %.3f, "
+          "\"p50_us\": %.1f, \"p99_us\": %.1f, \"perftest_gbps\": %.3f, "
+          "\"ratio_vs_perftest\": %.3f%s}",
+          i ? ", " : "", r.op, r.block_bytes, r.transport, r.gbps, r.p50_us, r.p99_us,
+          r.perftest_gbps, r.perftest_gbps > 0 ? r.gbps / r.perftest_gbps : 0.0,
+          r.op == "fetch" ? absl::StrFormat(", \"gbps_no_crc\": %.3f", r.gbps_no_crc) : "");
+    }
+    std::cout << "]}\n";
+  } else {
+    std::cout << absl::StrFormat("memcpy (64 MiB, one core): %.2f GB/s\n", memcpy_gbps);
+    std::cout << absl::StrFormat(
+        "lookup of 512 blocks (128k tokens): p50 %.1f us, p99 %.1f us (+ %.1f us hashing)\n\n",
+        lookup_p50, lookup_p99, hash_p50);
+    std::cout << absl::StrFormat("%-8s %-9s %-9s %9s %9s %9s %12s %7s %10s\n", "op", "block",
+                                 "transport", "GB/s", "p50 us", "p99 us", "perftest GB/s",
+                                 "ratio", "no-CRC GB/s");
+    for (const Row& r : rows)
+      std::cout << absl::StrFormat(
+          "%-8s %-9s %-9s %9.2f %9.1f %9.1f %12.2f %7.2f %10s\n", r.op,
+          r.block_bytes >= (1 << 20) ? absl::StrFormat("%dMiB", r.block_bytes >> 20)
+                                     : absl::StrFormat("%dKiB", r.block_bytes >> 10),
+          r.transport, r.gbps, r.p50_us, r.p99_us, r.perftest_gbps,
+          r.perftest_gbps > 0 ? r.gbps / r.perftest_gbps : 0.0,
+          r.op == "fetch" ? absl::StrFormat("%.2f", r.gbps_no_crc) : "");
+  }
+  return ok ? 0 : 1;
+}
