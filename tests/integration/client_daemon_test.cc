@@ -462,5 +462,14 @@ TEST(ClientDaemonTest, StratactlStatusAndStatsJson) {
   EXPECT_NE(out3.find("cannot reach stratad"), std::string::npos) << out3;
 }
 
+TEST(ClientDaemonTest, QuickstartExampleRuns) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto [code, out] = RunCommand(std::string(QUICKSTART_BIN) + " " + d.endpoint());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("cached prefix: 16 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("bytes identical"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace strata
