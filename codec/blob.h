@@ -49,6 +49,7 @@ inline constexpr uint32_t kMaxSections = 1u << 20;
 inline constexpr uint8_t kFlagHadamard = 1;
 inline constexpr uint8_t kFlagTokenDelta = 2;
 inline constexpr uint8_t kFlagEntropy = 4;
+inline constexpr uint8_t kFlagKeyOutliers = 8;
 
 enum class SectionType : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4 };
 

@@ -103,6 +103,8 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
       p.hadamard = true;
     } else if (t == "nodelta") {
       p.token_delta = false;
+    } else if (t == "ol") {
+      p.key_outliers = true;
     } else if (absl::StartsWith(t, "g") && absl::SimpleAtoi(t.substr(1), &v) && v > 0 &&
                v < 65536) {
       p.group_size = static_cast<uint16_t>(v);
@@ -130,6 +132,7 @@ std::string CodecSpecString(const CodecParams& p) {
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
       if (p.hadamard) absl::StrAppend(&s, ":had");
       if (!p.token_delta) absl::StrAppend(&s, ":nodelta");
+      if (p.key_outliers) absl::StrAppend(&s, ":ol");
       return s;
     }
   }
@@ -234,7 +237,8 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
   }
   if (params.mode == Mode::kQuant) {
     h.flags = kFlagEntropy | (params.hadamard ? kFlagHadamard : 0) |
-              (params.token_delta ? kFlagTokenDelta : 0);
+              (params.token_delta ? kFlagTokenDelta : 0) |
+              (params.key_outliers ? kFlagKeyOutliers : 0);
   } else if (params.mode == Mode::kLossless) {
     h.flags = kFlagEntropy;
   }
@@ -268,7 +272,8 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             break;
           case Mode::kQuant:
             RETURN_IF_ERROR(
-                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out, &coder));
+                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out, &coder,
+                                      stats ? stats->symbol_sink : nullptr));
             break;
           case Mode::kGroupwise:
             RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
@@ -381,6 +386,7 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
     p.group_size = v.header.group_size;
     p.hadamard = v.header.flags & kFlagHadamard;
     p.token_delta = v.header.flags & kFlagTokenDelta;
+    p.key_outliers = v.header.flags & kFlagKeyOutliers;
     bool per_layer = false;
     for (const SectionEntry& s : v.sections)
       per_layer |= s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);

@@ -47,6 +47,10 @@ struct CodecParams {
   uint16_t group_size = 64;  // groupwise: values per group; quant: channels per value step
   bool hadamard = false;     // quant: rotate each head vector (head_dim a power of two)
   bool token_delta = true;   // quant: predict each token from the previous reconstruction
+  // quant: keep the keys' outlier channels exactly (fp16, dense-and-sparse as in KVQuant):
+  // channels whose mean square over the block exceeds 16x the median of their head, at most
+  // head_dim/16 per head.
+  bool key_outliers = false;
   // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
   std::vector<uint8_t> layer_key_bits;
   std::vector<uint8_t> layer_value_bits;
@@ -61,8 +65,8 @@ struct CodecParams {
 };
 
 // Spec strings: "raw", "lossless", "int4-g64" (groupwise, 4 bits, group 64), and
-// "quant:k3v4[:g64][:had][:nodelta]" (key bits 3, value bits 4, value group 64, Hadamard on,
-// token delta off).
+// "quant:k3v4[:g64][:had][:nodelta][:ol]" (key bits 3, value bits 4, value group 64, Hadamard
+// on, token delta off, key outlier channels kept exactly).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
 std::string CodecSpecString(const CodecParams& p);
 
@@ -70,6 +74,9 @@ struct EncodeStats {
   rans::CoderStats coder;  // entropy-coded streams only
   uint64_t values = 0;
   uint64_t blob_bytes = 0;
+  // When set, quant mode appends the symbols it entropy-codes (all sections, in order), so
+  // benchmarks can run other coders on exactly the same stream.
+  std::vector<uint16_t>* symbol_sink = nullptr;
 };
 
 class Encoder {

@@ -2,7 +2,10 @@
 //
 // Payload:
 //   u8 bits, u8 axis (0: a step per channel, keys; 1: a step per token and channel group,
-//   values), u8 flags (kFlagTokenDelta, kFlagHadamard), u8 rANS contexts, u16 group
+//   values), u8 flags (kFlagTokenDelta, kFlagHadamard, kFlagKeyOutliers), u8 rANS contexts,
+//   u16 group
+//   if kFlagKeyOutliers: u16 W, u16 channel[W] (ascending), then the W channels' input values
+//                 [T][W] in the input dtype, kept exactly; they are zeroed before quantising
 //   fp16 mu[C]                 per-channel centre (mean over the block's tokens)
 //   u8 a[C]                    if token delta: predictor weight a/16 in [0, 1]
 //   fp16 step[C]               axis 0
@@ -54,7 +57,7 @@ void FillRowSteps(const uint16_t* steps16, size_t channels, size_t group, float*
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats) {
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
   const int levels = (1 << bits) - 1;
   const int32_t offset = 1 << (bits + 1);
@@ -68,6 +71,31 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(sc->f[i]))
       return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
+  // Dense-and-sparse: pick the keys' outlier channels, keep their input bytes, zero them.
+  std::vector<uint16_t> outliers;
+  const bool use_outliers = p.key_outliers && axis == 0;
+  if (use_outliers) {
+    const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
+    std::vector<float> ms(C, 0.0f);
+    for (size_t t = 0; t < T; ++t)
+      for (size_t c = 0; c < C; ++c) ms[c] += sc->f[t * C + c] * sc->f[t * C + c];
+    std::vector<std::pair<float, uint16_t>> cand;
+    for (size_t h = 0; h < s.heads; ++h) {
+      std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
+      std::nth_element(sorted.begin(), sorted.begin() + D / 2, sorted.end());
+      const float median = sorted[D / 2];
+      cand.clear();
+      for (size_t c = h * D; c < (h + 1) * D; ++c)
+        if (ms[c] > 16.0f * median && ms[c] > 0) cand.push_back({ms[c], static_cast<uint16_t>(c)});
+      std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      for (size_t i = 0; i < cand.size() && i < per_head; ++i) outliers.push_back(cand[i].second);
+    }
+    std::sort(outliers.begin(), outliers.end());
+    for (size_t t = 0; t < T; ++t)
+      for (uint16_t c : outliers) sc->f[t * C + c] = 0.0f;
+  }
   if (p.hadamard) HadamardRows(sc->f.data(), T * s.heads, s.head_dim);
   const float* f = sc->f.data();
 
@@ -167,13 +195,27 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   w.U8(bits);
   w.U8(axis);
   w.U8(static_cast<uint8_t>((p.token_delta ? kFlagTokenDelta : 0) |
-                            (p.hadamard ? kFlagHadamard : 0)));
+                            (p.hadamard ? kFlagHadamard : 0) |
+                            (use_outliers ? kFlagKeyOutliers : 0)));
   w.U8(static_cast<uint8_t>(ctx));
   w.U16(static_cast<uint16_t>(group == C && axis == 0 ? 0 : group));
+  if (use_outliers) {
+    const size_t eb = DTypeBytes(s.dtype);
+    w.U16(static_cast<uint16_t>(outliers.size()));
+    w.Raw(outliers.data(), outliers.size() * 2);
+    const size_t at = w.Skip(T * outliers.size() * eb);
+    uint8_t* dst = out->data() + at;
+    for (size_t t = 0; t < T; ++t)
+      for (uint16_t c : outliers) {
+        std::memcpy(dst, in + (t * C + c) * eb, eb);
+        dst += eb;
+      }
+  }
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
   rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats);
+  if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }
 
@@ -190,7 +232,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   RETURN_IF_ERROR(r.Read(&group16));
   if (b != bits) return absl::DataLossError("quant section: bits disagree with the table");
   if (axis > 1) return absl::DataLossError("quant section: unknown axis");
-  if (flags & ~(kFlagTokenDelta | kFlagHadamard))
+  if (flags & ~(kFlagTokenDelta | kFlagHadamard | kFlagKeyOutliers))
     return absl::DataLossError("quant section: unknown flags");
   if (ctx == 0) return absl::DataLossError("quant section: no rANS contexts");
   const bool delta = flags & kFlagTokenDelta;
@@ -205,6 +247,21 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     return absl::DataLossError("quant section: group set on a per-channel section");
   }
   const size_t ngroups = (C + group - 1) / group;
+  const size_t eb = DTypeBytes(s.dtype);
+  uint16_t nout = 0;
+  const uint8_t* out_idx = nullptr;
+  const uint8_t* out_vals = nullptr;
+  if (flags & kFlagKeyOutliers) {
+    RETURN_IF_ERROR(r.Read(&nout));
+    if (nout > C) return absl::DataLossError("quant section: more outliers than channels");
+    RETURN_IF_ERROR(r.Take(size_t{nout} * 2, &out_idx));
+    for (size_t i = 0; i < nout; ++i) {
+      uint16_t c;
+      std::memcpy(&c, out_idx + 2 * i, 2);
+      if (c >= C) return absl::DataLossError("quant section: outlier channel out of range");
+    }
+    RETURN_IF_ERROR(r.Take(T * nout * eb, &out_vals));
+  }
   const uint8_t* mu_p;
   const uint8_t* a_p = nullptr;
   const uint8_t* st_p;
@@ -249,6 +306,11 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
       FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);
     } else {
       FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
+    }
+    for (size_t i = 0; i < nout; ++i) {
+      uint16_t c;
+      std::memcpy(&c, out_idx + 2 * i, 2);
+      std::memcpy(out + t * out_row + c * eb, out_vals + (t * nout + i) * eb, eb);
     }
   }
   return absl::OkStatus();

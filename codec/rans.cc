@@ -77,12 +77,12 @@ inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 
 template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
-  size_t groups = (n + kLanes - 1) / kLanes;
+  size_t groups = (n + kCtxRun - 1) / kCtxRun;
   uint32_t ctx = 0;
   for (size_t g = 0; g < groups; ++g) {
     uint32_t* h = counts + size_t{ctx} * alphabet;
-    size_t base = g * kLanes;
-    size_t cnt = std::min<size_t>(kLanes, n - base);
+    size_t base = g * kCtxRun;
+    size_t cnt = std::min<size_t>(kCtxRun, n - base);
     for (size_t l = 0; l < cnt; ++l) ++h[syms[base + l]];
     if (++ctx == num_ctx) ctx = 0;
   }
@@ -94,43 +94,65 @@ bool CpuHasAvx512() {
   return ok;
 }
 
-// Decodes full groups while at least kLanes words remain (so the 16-word load is in bounds).
-// Returns the number of groups decoded.
-template <typename Sym>
-__attribute__((target("avx512f,avx512bw"))) size_t DecodeGroupsAvx512(
-    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t first_group,
-    size_t full_groups, uint32_t num_ctx, const uint32_t* const* ent, const uint16_t* const* sym,
-    const uint32_t* prob_bits, Sym* out) {
-  __m512i x = _mm512_loadu_si512(states);
+#define STRATA_AVX512_FN __attribute__((target("avx512f,avx512bw"))) inline
+
+// One rANS decode step of 16 lanes sharing context tables (ent, sym) and precision p.
+STRATA_AVX512_FN __m512i DecStep(__m512i x, const uint32_t* ent, const uint16_t* sym, uint32_t p,
+                                 __m512i* sv) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-  const __m512i lbound = _mm512_set1_epi32(static_cast<int>(kL));
-  size_t g = first_group;
-  uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
-  for (; g < full_groups; ++g) {
-    if (wend - wp < kLanes) break;
-    const uint32_t p = prob_bits[ctx];
-    const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << p) - 1));
-    __m512i slot = _mm512_and_si512(x, mask);
-    __m512i e = _mm512_i32gather_epi32(slot, ent[ctx], 4);
-    __m512i s = _mm512_i32gather_epi32(slot, sym[ctx], 2);  // reads 4 bytes; tables padded
-    __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
-    x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 16), xs),
-                         _mm512_and_si512(e, low16));
-    __mmask16 need = _mm512_cmplt_epu32_mask(x, lbound);
-    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
-    __m512i expanded = _mm512_maskz_expand_epi32(need, w);
-    x = _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16), expanded);
-    wp += std::popcount(static_cast<unsigned>(need));
-    s = _mm512_and_si512(s, low16);
-    if constexpr (sizeof(Sym) == 1) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + g * kLanes), _mm512_cvtepi32_epi8(s));
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * kLanes), _mm512_cvtepi32_epi16(s));
-    }
-    if (++ctx == num_ctx) ctx = 0;
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i e = _mm512_i32gather_epi32(slot, ent, 4);
+  *sv = _mm512_and_si512(_mm512_i32gather_epi32(slot, sym, 2), low16);  // tables padded
+  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 16), xs),
+                          _mm512_and_si512(e, low16));
+}
+
+// Refills the lanes that fell below kL with the next words, in lane order.
+STRATA_AVX512_FN __m512i DecRenorm(__m512i x, const uint16_t*& wp) {
+  const __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kL)));
+  const __m512i w =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+  wp += std::popcount(static_cast<unsigned>(need));
+  return _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16),
+                              _mm512_maskz_expand_epi32(need, w));
+}
+
+template <typename Sym>
+STRATA_AVX512_FN void DecStore(__m512i sv, Sym* dst) {
+  if constexpr (sizeof(Sym) == 1) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(sv));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(sv));
   }
-  _mm512_storeu_si512(states, x);
-  return g - first_group;
+}
+
+// Decodes pairs of full 16-symbol runs (states 0-15, then 16-31) while at least kLanes words
+// remain, so both 16-word loads are in bounds. The two state vectors are independent, so their
+// gathers overlap. Returns the number of runs decoded (even).
+template <typename Sym>
+__attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
+    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
+    const uint32_t* const* ent, const uint16_t* const* sym, const uint32_t* prob_bits, Sym* out) {
+  __m512i x0 = _mm512_loadu_si512(states);
+  __m512i x1 = _mm512_loadu_si512(states + 16);
+  size_t g = 0;
+  uint32_t c0 = 0;
+  for (; g + 2 <= runs; g += 2) {
+    if (wend - wp < kLanes) break;
+    const uint32_t c1 = c0 + 1 == num_ctx ? 0 : c0 + 1;
+    __m512i s0, s1;
+    x0 = DecStep(x0, ent[c0], sym[c0], prob_bits[c0], &s0);
+    x1 = DecStep(x1, ent[c1], sym[c1], prob_bits[c1], &s1);
+    x0 = DecRenorm(x0, wp);
+    x1 = DecRenorm(x1, wp);
+    DecStore(s0, out + g * kCtxRun);
+    DecStore(s1, out + (g + 1) * kCtxRun);
+    c0 = c1 + 1 == num_ctx ? 0 : c1 + 1;
+  }
+  _mm512_storeu_si512(states, x0);
+  _mm512_storeu_si512(states + 16, x1);
+  return g;
 }
 #endif
 
@@ -215,30 +237,33 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 
   // Encode backwards; words are written from the end of the scratch buffer towards its front.
   std::vector<uint16_t>& words = scratch->words;
-  words.resize(n + kLanes);
+  words.resize(n + kLanes + 1);  // +1: the unconditional store at wp[-1]
   uint16_t* const wend = words.data() + words.size();
   uint16_t* wp = wend;
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kL;
-  const size_t groups = (n + kLanes - 1) / kLanes;
-  for (size_t g = groups; g-- > 0;) {
+  const size_t runs = (n + kCtxRun - 1) / kCtxRun;
+  for (size_t g = runs; g-- > 0;) {
     const EncSym* tab = enc + size_t(g % num_ctx) * alphabet;
-    const size_t base = g * kLanes;
-    const int cnt = static_cast<int>(std::min<size_t>(kLanes, n - base));
+    const size_t base = g * kCtxRun;
+    const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
+    uint32_t* xl = x + (base % kLanes);
     for (int l = cnt - 1; l >= 0; --l) {
       const EncSym& s = tab[syms[base + l]];
-      uint32_t xs = x[l];
-      if (xs >= s.x_max) {
-        *--wp = static_cast<uint16_t>(xs);
-        xs >>= 16;
-      }
+      uint32_t xs = xl[l];
+      // Branchless renormalisation: the word is always written, the pointer moves only when
+      // it is needed (an unpredictable branch here costs more than the coding itself).
+      const bool emit = xs >= s.x_max;
+      wp[-1] = static_cast<uint16_t>(xs);
+      wp -= emit;
+      xs = emit ? xs >> 16 : xs;
       uint64_t q = MulHi64(xs, s.rcp);
       uint32_t r = xs - static_cast<uint32_t>(q) * s.freq;
       if (r >= s.freq) {
         ++q;
         r -= s.freq;
       }
-      x[l] = (static_cast<uint32_t>(q) << s.shift) + r + s.start;
+      xl[l] = (static_cast<uint32_t>(q) << s.shift) + r + s.start;
     }
   }
   const size_t nwords = static_cast<size_t>(wend - wp);
@@ -289,8 +314,8 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     if (sum != (uint64_t{1} << p)) return absl::DataLossError("rans: frequencies do not sum up");
     total_entries += size_t{1} << p;
   }
-  const size_t groups = (n + kLanes - 1) / kLanes;
-  for (uint32_t c = 0; c < num_ctx && c < groups; ++c)
+  const size_t runs = (n + kCtxRun - 1) / kCtxRun;
+  for (uint32_t c = 0; c < num_ctx && c < runs; ++c)
     if (prob_bits[c] == 0) return absl::DataLossError("rans: symbols in an empty context");
 
   // Pass 2: build the decode tables (validated above, so plain reads are safe).
@@ -340,23 +365,24 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   const uint16_t* wp = words.data();
   const uint16_t* const wend = words.data() + nwords;
 
-  const size_t full_groups = n / kLanes;
+  const size_t full_runs = n / kCtxRun;
   size_t g = 0;
 #if STRATA_RANS_AVX512
-  if (CpuHasAvx512() && full_groups > 0)
-    g += DecodeGroupsAvx512<Sym>(x, wp, wend, 0, full_groups, num_ctx, ent, sym, prob_bits, out);
+  if (CpuHasAvx512() && full_runs >= 2)
+    g = DecodeRunsAvx512<Sym>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits, out);
 #endif
   uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
-  for (; g < groups; ++g) {
+  for (; g < runs; ++g) {
     const uint32_t p = prob_bits[ctx];
     const uint32_t mask = (1u << p) - 1;
     const uint32_t* e = ent[ctx];
     const uint16_t* sy = sym[ctx];
-    const size_t base = g * kLanes;
-    const int cnt = static_cast<int>(std::min<size_t>(kLanes, n - base));
-    if (cnt == kLanes && wend - wp >= kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        uint32_t xs = x[l];
+    const size_t base = g * kCtxRun;
+    uint32_t* xl = x + (base % kLanes);
+    const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
+    if (cnt == kCtxRun && wend - wp >= kCtxRun) {
+      for (int l = 0; l < kCtxRun; ++l) {
+        uint32_t xs = xl[l];
         const uint32_t slot = xs & mask;
         const uint32_t en = e[slot];
         out[base + l] = static_cast<Sym>(sy[slot]);
@@ -365,11 +391,11 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
         const uint32_t word = *wp;
         xs = need ? (xs << 16) | word : xs;
         wp += need;
-        x[l] = xs;
+        xl[l] = xs;
       }
     } else {
       for (int l = 0; l < cnt; ++l) {
-        uint32_t xs = x[l];
+        uint32_t xs = xl[l];
         const uint32_t slot = xs & mask;
         const uint32_t en = e[slot];
         out[base + l] = static_cast<Sym>(sy[slot]);
@@ -378,7 +404,7 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
           if (wp == wend) return absl::DataLossError("rans: stream exhausted");
           xs = (xs << 16) | *wp++;
         }
-        x[l] = xs;
+        xl[l] = xs;
       }
     }
     if (++ctx == num_ctx) ctx = 0;

@@ -1,11 +1,11 @@
 // Interleaved rANS entropy coder with static per-context frequency tables.
 //
 // Symbols are coded by kLanes interleaved 32-bit states (symbol i uses state i % kLanes) that
-// share one stream of 16-bit words, so the decoder can work on kLanes symbols at a time (and
-// does, with AVX-512 when the CPU has it). Symbol i belongs to context (i / kLanes) % num_ctx:
-// callers order their symbols so that each run of kLanes symbols shares its statistics (e.g.
-// 16 consecutive channels of one token). Each context carries its own normalised frequency
-// table, stored in front of the stream.
+// share one stream of 16-bit words, so the decoder can work on many symbols at a time (and
+// does, with two 16-lane AVX-512 vectors in flight when the CPU has it). Symbol i belongs to
+// context (i / kCtxRun) % num_ctx: callers order their symbols so that each run of kCtxRun
+// symbols shares its statistics (e.g. 16 consecutive channels of one token). Each context
+// carries its own normalised frequency table, stored in front of the stream.
 //
 // Section layout written by Encode:
 //   num_ctx tables: u8 prob_bits (0 = context unused), then if used: varint lo, varint count,
@@ -22,7 +22,8 @@
 
 namespace strata::codec::rans {
 
-inline constexpr int kLanes = 16;
+inline constexpr int kLanes = 32;   // interleaved states
+inline constexpr int kCtxRun = 16;  // symbols per context run
 inline constexpr uint32_t kMaxAlphabet = 4096;
 inline constexpr uint32_t kMaxContexts = 256;
 

@@ -1,5 +1,6 @@
 #include "codec/synthetic_kv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -83,9 +84,14 @@ std::vector<uint8_t> GenerateSyntheticKv(const KvLayout& layout, uint32_t num_bl
         mv[c] = static_cast<float>(0.2 * rng.Gaussian());
       }
       if (half > 0) {
-        for (uint32_t o = 0; o < P.outlier_pairs; ++o) {
-          // Low-frequency half of the pairs: j in [half/2, half).
-          const uint32_t j = half / 2 + static_cast<uint32_t>(rng.Next() % (half - half / 2));
+        std::vector<uint32_t> picked;
+        for (uint32_t o = 0; o < P.outlier_pairs && o < half - half / 2; ++o) {
+          // Distinct pairs from the low-frequency half: j in [half/2, half).
+          uint32_t j;
+          do {
+            j = half / 2 + static_cast<uint32_t>(rng.Next() % (half - half / 2));
+          } while (std::find(picked.begin(), picked.end(), j) != picked.end());
+          picked.push_back(j);
           for (uint32_t c : {j, j + half}) {
             s[c] *= P.outlier_scale;
             m[c] = static_cast<float>(P.outlier_scale * (1.0 + rng.Uniform()) *

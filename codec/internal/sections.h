@@ -45,7 +45,7 @@ void HadamardRows(float* x, size_t rows, size_t n);
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats);
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          SectionScratch* sc, uint8_t* out);
 

@@ -1,0 +1,663 @@
+// codec_eval: rate, distortion and speed of every codec mode on one data set, against plain
+// group-wise intN, zstd and memcpy measured in the same run (one core, this process).
+//
+//   codec_eval [--layers 8 --heads 8 --head-dim 128 --tokens-per-block 256 --blocks 4]
+//              [--data kv.npy] [--modes raw,lossless,int4-g64,quant:k3v4,...] [--json] [--smoke]
+//
+// Data: the synthetic generator (codec/synthetic_kv.h) or a .npy array of shape
+// (layers, 2, tokens, kv_heads, head_dim), float16 or float32; tokens are cut into blocks.
+// Queries for the attention-logit error: per (layer, kv head), 8 vectors with independent
+// N(0, rms_c^2) channels, rms_c the RMS of that key channel over the data set, so queries are
+// large where keys are (real Q/K projections share their massive channels).
+#include <zstd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/codec/npy.h"
+#include "codec/codec.h"
+#include "codec/half.h"
+#include "codec/internal/kernels.h"
+#include "codec/internal/sections.h"
+#include "codec/rans.h"
+#include "codec/synthetic_kv.h"
+
+namespace strata::codec_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using codec::CodecParams;
+using codec::Mode;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Dataset {
+  KvLayout layout;  // per block
+  uint32_t blocks = 0;
+  std::vector<uint8_t> bytes;  // blocks * BlockBytes
+  std::vector<float> f;        // the same values as floats
+  std::vector<float> queries;  // [layer][head][q][dim]
+  uint32_t nq = 8;
+  std::string source;
+};
+
+size_t BlockBytes(const Dataset& d) { return d.layout.BlockBytes(); }
+size_t Values(const Dataset& d) { return d.bytes.size() / DTypeBytes(d.layout.dtype); }
+
+void ToFloats(const uint8_t* p, DType dt, float* out, size_t n) {
+  codec::internal::ToFloat(p, dt, out, n);
+}
+
+void MakeQueries(Dataset* d, uint64_t seed) {
+  const KvLayout& l = d->layout;
+  const size_t T = l.tokens_per_block, H = l.num_kv_heads, D = l.head_dim;
+  const size_t tensors = l.TensorsPerLayer();
+  std::vector<double> ms(size_t{l.num_layers} * H * D, 0.0);
+  for (uint32_t b = 0; b < d->blocks; ++b)
+    for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+      const float* k = d->f.data() + (size_t{b} * l.num_layers * tensors + layer * tensors) * T * H * D;
+      for (size_t t = 0; t < T; ++t)
+        for (size_t h = 0; h < H; ++h)
+          for (size_t c = 0; c < D; ++c) {
+            const double v = k[(t * H + h) * D + c];
+            ms[(layer * H + h) * D + c] += v * v;
+          }
+    }
+  const double cnt = static_cast<double>(T) * d->blocks;
+  d->queries.resize(size_t{l.num_layers} * H * d->nq * D);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 12345;
+  auto uniform = [&] {
+    s += 0x9E3779B97F4A7C15ull;
+    uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (static_cast<double>((z ^ (z >> 31)) >> 11) + 0.5) * 0x1.0p-53;
+  };
+  for (size_t lh = 0; lh < size_t{l.num_layers} * H; ++lh)
+    for (uint32_t j = 0; j < d->nq; ++j)
+      for (size_t c = 0; c < D; ++c) {
+        const double g = std::sqrt(-2 * std::log(uniform())) * std::cos(2 * M_PI * uniform());
+        d->queries[(lh * d->nq + j) * D + c] =
+            static_cast<float>(g * std::sqrt(ms[lh * D + c] / cnt));
+      }
+}
+
+absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path, uint32_t tokens_per_block) {
+  auto a = ReadNpy(path);
+  if (!a.ok()) return a.status();
+  if (a->shape.size() != 5 || a->shape[1] != 2)
+    return absl::InvalidArgumentError(
+        "--data: expected shape (layers, 2, tokens, kv_heads, head_dim)");
+  Dataset d;
+  const uint64_t L = a->shape[0], T = a->shape[2], H = a->shape[3], D = a->shape[4];
+  const uint32_t TB = static_cast<uint32_t>(std::min<uint64_t>(tokens_per_block, T));
+  d.layout.num_layers = static_cast<uint32_t>(L);
+  d.layout.num_kv_heads = static_cast<uint32_t>(H);
+  d.layout.head_dim = static_cast<uint32_t>(D);
+  d.layout.tokens_per_block = TB;
+  d.layout.dtype = DType::kFloat16;
+  if (auto s = d.layout.Validate(); !s.ok()) return s;
+  d.blocks = static_cast<uint32_t>(T / TB);
+  const size_t eb = a->descr == "<f2" ? 2 : 4;
+  const size_t row = H * D;
+  d.bytes.resize(size_t{d.blocks} * d.layout.BlockBytes());
+  std::vector<float> tmp(row);
+  for (uint32_t b = 0; b < d.blocks; ++b)
+    for (uint64_t layer = 0; layer < L; ++layer)
+      for (uint64_t kv = 0; kv < 2; ++kv)
+        for (uint32_t t = 0; t < TB; ++t) {
+          const uint64_t src_t = uint64_t{b} * TB + t;
+          const uint8_t* src = a->data.data() + (((layer * 2 + kv) * T + src_t) * row) * eb;
+          uint8_t* dst = d.bytes.data() + b * d.layout.BlockBytes() +
+                         (((layer * 2 + kv) * TB + t) * row) * 2;
+          if (eb == 2) {
+            std::memcpy(dst, src, row * 2);
+          } else {
+            std::memcpy(tmp.data(), src, row * 4);
+            codec::internal::FloatToHalfRow(tmp.data(), reinterpret_cast<uint16_t*>(dst), row);
+          }
+        }
+  d.source = absl::StrCat("npy ", path);
+  return d;
+}
+
+struct Row {
+  std::string mode;
+  bool baseline = false;
+  bool lossy = false;
+  double bits = 0, ratio = 0, rel_mse = 0, rel_mse_k = 0, rel_mse_v = 0, max_abs = 0,
+         logit = 0, enc_gbps = 0, dec_gbps = 0, entropy = 0;
+  double coder_over_entropy = 0;  // coded stream bits / empirical entropy (tables excluded)
+  double tables_bits = 0;         // table bits per value
+  bool bit_exact = false;
+  std::vector<uint16_t> symbols;
+  int bits_param = 0;
+};
+
+struct Quality {
+  double rel_mse = 0, rel_mse_k = 0, rel_mse_v = 0, max_abs = 0, logit = 0;
+  bool exact = false;
+};
+
+Quality Measure(const Dataset& d, const std::vector<uint8_t>& decoded) {
+  const KvLayout& l = d.layout;
+  const size_t T = l.tokens_per_block, H = l.num_kv_heads, D = l.head_dim;
+  const size_t tensors = l.TensorsPerLayer();
+  const size_t tv = T * H * D;
+  Quality q;
+  q.exact = decoded == d.bytes;
+  std::vector<float> y(tv), diff(tv);
+  double e[2] = {0, 0}, s[2] = {0, 0}, logit_err = 0, logit_ref = 0;
+  for (uint32_t b = 0; b < d.blocks; ++b)
+    for (uint32_t layer = 0; layer < l.num_layers; ++layer)
+      for (size_t t = 0; t < tensors; ++t) {
+        const size_t off = (size_t{b} * l.num_layers * tensors + layer * tensors + t) * tv;
+        ToFloats(decoded.data() + off * DTypeBytes(l.dtype), l.dtype, y.data(), tv);
+        const float* x = d.f.data() + off;
+        for (size_t i = 0; i < tv; ++i) {
+          const double dd = static_cast<double>(x[i]) - y[i];
+          diff[i] = static_cast<float>(dd);
+          e[t] += dd * dd;
+          s[t] += static_cast<double>(x[i]) * x[i];
+          if (std::isfinite(dd)) q.max_abs = std::max(q.max_abs, std::fabs(dd));
+          else q.max_abs = INFINITY;
+        }
+        if (t != 0) continue;
+        for (size_t h = 0; h < H; ++h) {
+          const float* qs = d.queries.data() + ((size_t{layer} * H + h) * d.nq) * D;
+          for (uint32_t j = 0; j < d.nq; ++j)
+            for (size_t tok = 0; tok < T; ++tok) {
+              const float* kv = x + (tok * H + h) * D;
+              const float* dv = diff.data() + (tok * H + h) * D;
+              float ref = 0, err = 0;
+              for (size_t c = 0; c < D; ++c) {
+                ref += qs[j * D + c] * kv[c];
+                err += qs[j * D + c] * dv[c];
+              }
+              logit_ref += std::fabs(ref);
+              logit_err += std::fabs(err);
+            }
+        }
+      }
+  q.rel_mse = (e[0] + e[1]) / (s[0] + s[1]);
+  q.rel_mse_k = e[0] / s[0];
+  q.rel_mse_v = tensors == 2 ? e[1] / s[1] : 0;
+  q.logit = logit_err / logit_ref;
+  return q;
+}
+
+double WordEntropyBits(const Dataset& d) {
+  std::vector<uint64_t> h(65536, 0);
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(d.bytes.data());
+  const size_t n = d.bytes.size() / 2;
+  for (size_t i = 0; i < n; ++i) ++h[w[i]];
+  double bits = 0;
+  for (uint64_t c : h)
+    if (c) bits += c * std::log2(static_cast<double>(n) / c);
+  return bits / n;
+}
+
+template <typename F>
+double BestSeconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps) {
+  auto params = codec::ParseCodecSpec(spec);
+  if (!params.ok()) return params.status();
+  const size_t bb = BlockBytes(d);
+  codec::Encoder enc;
+  codec::Decoder dec;
+  std::vector<std::vector<uint8_t>> blobs(d.blocks);
+  codec::EncodeStats stats;
+  Row row;
+  stats.symbol_sink = params->mode == Mode::kQuant ? &row.symbols : nullptr;
+  for (uint32_t b = 0; b < d.blocks; ++b) {
+    auto s = enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b], &stats);
+    if (!s.ok()) return s;
+  }
+  const double te = BestSeconds(reps, [&] {
+    for (uint32_t b = 0; b < d.blocks; ++b)
+      (void)enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b]);
+  });
+  std::vector<uint8_t> out(d.bytes.size());
+  absl::Status st;
+  const double td = BestSeconds(reps, [&] {
+    for (uint32_t b = 0; b < d.blocks && st.ok(); ++b) st = dec.Decode(blobs[b], {out.data() + b * bb, bb});
+  });
+  if (!st.ok()) return st;
+  const double values = static_cast<double>(Values(d));
+  const Quality q = Measure(d, out);
+  row.mode = spec;
+  row.baseline = params->mode == Mode::kGroupwise;
+  row.lossy = params->mode == Mode::kGroupwise || params->mode == Mode::kQuant;
+  row.bits = 8.0 * static_cast<double>(stats.blob_bytes) / values;
+  row.ratio = 16.0 / row.bits;
+  row.rel_mse = q.rel_mse;
+  row.rel_mse_k = q.rel_mse_k;
+  row.rel_mse_v = q.rel_mse_v;
+  row.max_abs = q.max_abs;
+  row.logit = q.logit;
+  row.bit_exact = q.exact;
+  const double fp16_bytes = values * 2;
+  row.enc_gbps = fp16_bytes / te / 1e9;
+  row.dec_gbps = fp16_bytes / td / 1e9;
+  row.bits_param = params->key_bits;
+  if (params->mode == Mode::kRaw) {
+    row.entropy = WordEntropyBits(d);
+  } else {
+    row.entropy = stats.coder.entropy_bits / values;
+    if (stats.coder.entropy_bits > 0)
+      row.coder_over_entropy = static_cast<double>(stats.coder.stream_bits) / stats.coder.entropy_bits;
+    row.tables_bits = static_cast<double>(stats.coder.table_bits) / values;
+  }
+  return row;
+}
+
+Row RunZstd(const Dataset& d, int level, int reps) {
+  const size_t bb = BlockBytes(d);
+  std::vector<std::vector<uint8_t>> blobs(d.blocks, std::vector<uint8_t>(ZSTD_compressBound(bb)));
+  std::vector<size_t> sizes(d.blocks);
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  auto enc = [&] {
+    for (uint32_t b = 0; b < d.blocks; ++b)
+      sizes[b] = ZSTD_compressCCtx(cctx, blobs[b].data(), blobs[b].size(),
+                                   d.bytes.data() + b * bb, bb, level);
+  };
+  enc();
+  const double te = BestSeconds(reps, enc);
+  std::vector<uint8_t> out(d.bytes.size());
+  const double td = BestSeconds(reps, [&] {
+    for (uint32_t b = 0; b < d.blocks; ++b)
+      ZSTD_decompressDCtx(dctx, out.data() + b * bb, bb, blobs[b].data(), sizes[b]);
+  });
+  ZSTD_freeCCtx(cctx);
+  ZSTD_freeDCtx(dctx);
+  Row row;
+  row.mode = absl::StrCat("zstd-", level);
+  row.baseline = true;
+  double total = 0;
+  for (size_t s : sizes) total += static_cast<double>(s);
+  const double values = static_cast<double>(Values(d));
+  row.bits = 8 * total / values;
+  row.ratio = 16.0 / row.bits;
+  const Quality q = Measure(d, out);
+  row.rel_mse = q.rel_mse;
+  row.max_abs = q.max_abs;
+  row.logit = q.logit;
+  row.bit_exact = q.exact;
+  row.enc_gbps = values * 2 / te / 1e9;
+  row.dec_gbps = values * 2 / td / 1e9;
+  row.entropy = WordEntropyBits(d);
+  return row;
+}
+
+double MemcpyGbps(const Dataset& d, int reps) {
+  std::vector<uint8_t> dst(d.bytes.size());
+  std::memset(dst.data(), 1, dst.size());
+  const double t = BestSeconds(std::max(reps, 3), [&] {
+    std::memcpy(dst.data(), d.bytes.data(), d.bytes.size());
+    asm volatile("" : : "r"(dst.data()) : "memory");
+  });
+  return static_cast<double>(d.bytes.size()) / t / 1e9;
+}
+
+// Same-symbol comparison of entropy coders for one quant row.
+struct SymbolRow {
+  std::string mode;
+  double n = 0, entropy = 0, rans_bits = 0, zstd3_bits = 0, zstd19_bits = 0;
+  double rans_enc = 0, rans_dec = 0, zstd3_enc = 0, zstd3_dec = 0;  // Msymbols/s
+};
+
+SymbolRow CompareCoders(const Dataset& d, const Row& row, int reps) {
+  // Per section (one layer's K or V), as in the blob: rANS with per-section tables against zstd
+  // on the same section's symbols.
+  SymbolRow r;
+  r.mode = row.mode;
+  const auto& s = row.symbols;
+  r.n = static_cast<double>(s.size());
+  const size_t sec = size_t{d.layout.tokens_per_block} * d.layout.ValuesPerTokenPerTensor();
+  const uint32_t ctx = d.layout.head_dim % 16 == 0 ? d.layout.head_dim / 16 : 1;
+  const size_t nsec = s.size() / sec;
+  std::vector<uint32_t> alpha(nsec);
+  std::vector<std::vector<uint8_t>> bytes(nsec), rbuf(nsec), zbuf(nsec);
+  std::vector<size_t> zsize(nsec);
+  for (size_t i = 0; i < nsec; ++i) {
+    uint16_t maxs = 0;
+    for (size_t j = i * sec; j < (i + 1) * sec; ++j) maxs = std::max(maxs, s[j]);
+    alpha[i] = uint32_t{maxs} + 1;
+    // zstd sees the symbols as bytes when they fit (int6 and below), else as 16-bit words.
+    if (maxs < 256) {
+      bytes[i].assign(s.begin() + i * sec, s.begin() + (i + 1) * sec);
+    } else {
+      bytes[i].resize(sec * 2);
+      std::memcpy(bytes[i].data(), s.data() + i * sec, sec * 2);
+    }
+    zbuf[i].resize(ZSTD_compressBound(bytes[i].size()));
+  }
+  codec::rans::Scratch scratch;
+  codec::rans::CoderStats st;
+  for (size_t i = 0; i < nsec; ++i)
+    codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i], &st);
+  r.entropy = st.entropy_bits / r.n;
+  double rbytes = 0;
+  for (auto& b : rbuf) rbytes += static_cast<double>(b.size());
+  r.rans_bits = 8.0 * rbytes / r.n;
+  r.rans_enc = r.n / BestSeconds(reps, [&] {
+                 for (size_t i = 0; i < nsec; ++i) {
+                   rbuf[i].clear();
+                   codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i],
+                                       nullptr);
+                 }
+               }) / 1e6;
+  std::vector<uint16_t> back(sec);
+  r.rans_dec = r.n / BestSeconds(reps, [&] {
+                 for (size_t i = 0; i < nsec; ++i) {
+                   codec::internal::ByteReader rd(rbuf[i], "bench");
+                   (void)codec::rans::Decode(rd, sec, alpha[i], ctx, &scratch, back.data());
+                 }
+               }) / 1e6;
+  r.zstd3_enc = r.n / BestSeconds(reps, [&] {
+                  for (size_t i = 0; i < nsec; ++i)
+                    zsize[i] = ZSTD_compress(zbuf[i].data(), zbuf[i].size(), bytes[i].data(),
+                                             bytes[i].size(), 3);
+                }) / 1e6;
+  double zb = 0;
+  for (size_t z : zsize) zb += static_cast<double>(z);
+  r.zstd3_bits = 8.0 * zb / r.n;
+  std::vector<uint8_t> zout(sec * 2);
+  r.zstd3_dec = r.n / BestSeconds(reps, [&] {
+                  for (size_t i = 0; i < nsec; ++i)
+                    ZSTD_decompress(zout.data(), zout.size(), zbuf[i].data(), zsize[i]);
+                }) / 1e6;
+  double z19 = 0;
+  for (size_t i = 0; i < nsec; ++i)
+    z19 += static_cast<double>(ZSTD_compress(zbuf[i].data(), zbuf[i].size(), bytes[i].data(),
+                                             bytes[i].size(), 19));
+  r.zstd19_bits = 8.0 * z19 / r.n;
+  return r;
+}
+
+// Logit error of the plain baselines interpolated (log-linear in error) at `bits`.
+std::optional<double> BaselineAt(const std::vector<const Row*>& base, double bits, bool* extrap) {
+  if (base.size() < 2) return std::nullopt;
+  size_t i = 0;
+  while (i + 2 < base.size() && bits > base[i + 1]->bits) ++i;
+  const Row* a = base[i];
+  const Row* b = base[i + 1];
+  *extrap = bits < base.front()->bits || bits > base.back()->bits;
+  const double la = std::log(a->logit), lb = std::log(b->logit);
+  const double t = (bits - a->bits) / (b->bits - a->bits);
+  return std::exp(la + t * (lb - la));
+}
+
+}  // namespace
+}  // namespace strata::codec_bench
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  using namespace strata::codec_bench;
+  CLI::App app{"codec_eval: rate, distortion and speed of Strata's KV codec modes"};
+  uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
+  std::string data_path, modes_str, write_npy, dtype_str = "fp16";
+  bool json = false, smoke = false;
+  int reps = 3;
+  codec::SyntheticKvParams gen;
+  app.add_option("--layers", layers, "generator: layers");
+  app.add_option("--heads", heads, "generator: kv heads");
+  app.add_option("--head-dim", head_dim, "generator: head dim");
+  app.add_option("--tokens-per-block", tpb, "tokens per block");
+  app.add_option("--blocks", blocks, "generator: blocks (consecutive positions)");
+  app.add_option("--dtype", dtype_str, "generator dtype: fp16 or bf16");
+  app.add_option("--seed", gen.seed, "generator seed");
+  app.add_option("--key-corr", gen.key_token_corr, "generator: AR(1) token correlation of keys");
+  app.add_option("--value-corr", gen.value_token_corr, "generator: AR(1) token correlation of values");
+  app.add_option("--outlier-scale", gen.outlier_scale, "generator: outlier key channel scale");
+  app.add_option("--data", data_path, ".npy file, shape (layers, 2, tokens, kv_heads, head_dim)");
+  app.add_option("--modes", modes_str, "comma-separated codec specs (default: all)");
+  app.add_option("--reps", reps, "timing repetitions (best of)");
+  app.add_option("--write-npy", write_npy, "write the generated data set as .npy and continue");
+  app.add_flag("--json", json, "print JSON instead of tables");
+  app.add_flag("--smoke", smoke, "tiny sizes, one repetition (a quick self-check)");
+  CLI11_PARSE(app, argc, argv);
+  if (smoke) {
+    layers = 2;
+    heads = 2;
+    head_dim = 64;
+    tpb = 64;
+    blocks = 2;
+    reps = 1;
+  }
+  Dataset d;
+  if (!data_path.empty()) {
+    auto ds = LoadNpyDataset(data_path, tpb);
+    if (!ds.ok()) {
+      std::fprintf(stderr, "codec_eval: %s\n", std::string(ds.status().message()).c_str());
+      return 1;
+    }
+    d = std::move(*ds);
+  } else {
+    auto dt = ParseDType(dtype_str);
+    if (!dt.ok() || (*dt != DType::kFloat16 && *dt != DType::kBFloat16)) {
+      std::fprintf(stderr, "codec_eval: --dtype must be fp16 or bf16\n");
+      return 1;
+    }
+    d.layout.num_layers = layers;
+    d.layout.num_kv_heads = heads;
+    d.layout.head_dim = head_dim;
+    d.layout.tokens_per_block = tpb;
+    d.layout.dtype = *dt;
+    if (auto s = d.layout.Validate(); !s.ok() || blocks == 0) {
+      std::fprintf(stderr, "codec_eval: bad layout\n");
+      return 1;
+    }
+    d.blocks = blocks;
+    d.bytes = codec::GenerateSyntheticKv(d.layout, blocks, gen);
+    d.source = absl::StrFormat(
+        "generator seed %d, key corr %.2f, value corr %.2f, outlier scale %.1f", gen.seed,
+        gen.key_token_corr, gen.value_token_corr, gen.outlier_scale);
+    if (!write_npy.empty()) {
+      // Back to (layers, 2, tokens, heads, dim).
+      NpyArray a;
+      a.descr = "<f2";
+      const uint64_t T = uint64_t{tpb} * blocks, row = uint64_t{heads} * head_dim;
+      a.shape = {layers, 2, T, heads, head_dim};
+      a.data.resize(d.bytes.size());
+      for (uint32_t b = 0; b < blocks; ++b)
+        for (uint64_t l = 0; l < layers; ++l)
+          for (uint64_t kv = 0; kv < 2; ++kv)
+            std::memcpy(a.data.data() + ((l * 2 + kv) * T + uint64_t{b} * tpb) * row * 2,
+                        d.bytes.data() + b * d.layout.BlockBytes() + ((l * 2 + kv) * tpb) * row * 2,
+                        tpb * row * 2);
+      if (d.layout.dtype != DType::kFloat16) {
+        std::fprintf(stderr, "codec_eval: --write-npy writes fp16 data only\n");
+        return 1;
+      }
+      if (auto s = WriteNpy(write_npy, a); !s.ok()) {
+        std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+    }
+  }
+  d.f.resize(Values(d));
+  ToFloats(d.bytes.data(), d.layout.dtype, d.f.data(), d.f.size());
+  MakeQueries(&d, 99);
+
+  std::vector<std::string> modes;
+  if (!modes_str.empty()) {
+    modes = absl::StrSplit(modes_str, ',', absl::SkipEmpty());
+  } else if (smoke) {
+    modes = {"zstd-3", "raw", "lossless", "int4-g64", "int2-g64", "quant:k4v4", "quant:k3v4:had",
+             "quant:k3v4:ol"};
+  } else {
+    modes = {"zstd-3",           "raw",           "lossless",          "int8-g64",
+             "int4-g64",         "int3-g64",      "int2-g64",          "quant:k8v8",
+             "quant:k4v4",       "quant:k4v4:had", "quant:k4v4:nodelta", "quant:k8v8:ol",
+             "quant:k4v4:ol",    "quant:k3v4:ol", "quant:k3v3:ol",     "quant:k2v3:ol",
+             "quant:k2v2:ol",    "quant:k3v4:had:ol", "quant:k3v4:nodelta:ol"};
+  }
+  const double memcpy_gbps = MemcpyGbps(d, reps);
+  std::vector<Row> rows;
+  for (const std::string& m : modes) {
+    if (absl::StartsWith(m, "zstd-")) {
+      int level = 3;
+      if (!absl::SimpleAtoi(m.substr(5), &level)) {
+        std::fprintf(stderr, "codec_eval: bad mode %s\n", m.c_str());
+        return 1;
+      }
+      rows.push_back(RunZstd(d, level, reps));
+      continue;
+    }
+    auto r = RunCodec(d, m, reps);
+    if (!r.ok()) {
+      std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(), std::string(r.status().message()).c_str());
+      return 1;
+    }
+    // Lossless modes must round-trip exactly; stop loudly if not.
+    if ((m == "raw" || m == "lossless") && !r->bit_exact) {
+      std::fprintf(stderr, "codec_eval: %s did not round-trip bit-exactly\n", m.c_str());
+      return 2;
+    }
+    rows.push_back(std::move(*r));
+  }
+
+  if (json) {
+    std::string out = absl::StrFormat("{\"memcpy_gbps\": %.4f, \"rows\": [", memcpy_gbps);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      absl::StrAppendFormat(
+          &out,
+          "%s\n  {\"mode\": \"%s\", \"baseline\": %s, \"bits_per_value\": %.5f, "
+          "\"ratio_vs_fp16\": %.4f, \"rel_mse\": %.6g, \"max_abs_err\": %.6g, "
+          "\"logit_rel_err\": %.6g, \"encode_gbps\": %.4f, \"decode_gbps\": %.4f, "
+          "\"entropy_bits\": %.5f}",
+          i ? "," : "", r.mode, r.baseline ? "true" : "false", r.bits, r.ratio, r.rel_mse,
+          std::isfinite(r.max_abs) ? r.max_abs : 1e308, r.logit, r.enc_gbps, r.dec_gbps,
+          r.entropy);
+    }
+    out += "\n]}\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+
+  std::printf("data: %s; layout %s; %u blocks (%.1f MiB fp16); SIMD %s; rANS decode %s\n",
+              d.source.c_str(), d.layout.DebugString().c_str(), d.blocks,
+              static_cast<double>(d.bytes.size()) / (1 << 20), codec::internal::SimdTargetName(),
+              codec::rans::SimdDecodeAvailable() ? "AVX-512" : "scalar");
+  std::printf("memcpy: %.2f GB/s (same buffer, one core). Speeds are GB/s of fp16 input, one core, best of %d.\n\n",
+              memcpy_gbps, reps);
+  std::printf("%-20s %4s %8s %7s %10s %10s %10s %10s %10s %7s %7s %8s %8s\n", "mode", "base",
+              "bits/val", "x fp16", "rel_mse", "mse_K", "mse_V", "max_abs", "logit_err", "enc",
+              "dec", "H bits", "code/H");
+  for (const Row& r : rows) {
+    std::printf("%-20s %4s %8.3f %7.2f %10.3g %10.3g %10.3g %10.3g %10.3g %7.2f %7.2f %8.3f ",
+                r.mode.c_str(), r.baseline ? "yes" : "", r.bits, r.ratio, r.rel_mse, r.rel_mse_k,
+                r.rel_mse_v, r.max_abs, r.logit, r.enc_gbps, r.dec_gbps, r.entropy);
+    if (r.coder_over_entropy > 0)
+      std::printf("%8.4f\n", r.coder_over_entropy);
+    else
+      std::printf("%8s\n", "-");
+  }
+  std::printf("\nH bits: empirical entropy per value of the symbol streams under the coder's own "
+              "model (per-context order-0); code/H: coded stream bits over that entropy (tables "
+              "excluded). raw/zstd rows: order-0 entropy of the fp16 words.\n");
+
+  // Rate-distortion against the plain baselines.
+  std::vector<const Row*> base;
+  for (const Row& r : rows)
+    if (r.baseline && r.lossy) base.push_back(&r);
+  std::sort(base.begin(), base.end(), [](const Row* a, const Row* b) { return a->bits < b->bits; });
+  std::printf("\nRate-distortion (attention-logit error at equal bits; baseline = plain group-wise "
+              "intN interpolated log-linearly at the same bits/value):\n");
+  std::printf("%-20s %8s %11s %13s %8s %10s %14s\n", "mode", "bits/val", "logit_err",
+              "baseline@bits", "better", "rel_mse", "Shannon bits*");
+  for (const Row& r : rows) {
+    if (!r.lossy) continue;
+    bool extrap = false;
+    auto b = BaselineAt(base, r.bits, &extrap);
+    const double shannon = std::max(0.0, 0.5 * std::log2(1.0 / r.rel_mse));
+    std::printf("%-20s %8.3f %11.4g ", r.mode.c_str(), r.bits, r.logit);
+    if (b && !r.baseline)
+      std::printf("%13.4g %8s ", *b, (r.logit < *b ? (extrap ? "yes(ex)" : "yes") : (extrap ? "no(ex)" : "no")));
+    else
+      std::printf("%13s %8s ", "-", "-");
+    std::printf("%10.4g %14.3f\n", r.rel_mse, shannon);
+  }
+  std::printf("* rate an ideal coder needs for i.i.d. Gaussian data at the same relative MSE: "
+              "R(D) = 1/2 log2(sigma^2/D). Correlated data can go below it.\n");
+
+  // Entropy coders on the same symbol streams.
+  std::vector<SymbolRow> srows;
+  for (const Row& r : rows)
+    if (!r.symbols.empty()) srows.push_back(CompareCoders(d, r, reps));
+  if (!srows.empty()) {
+    std::printf("\nEntropy coders on the same quantised symbol streams (bits/symbol; Msym/s, one core):\n");
+    std::printf("%-20s %8s %9s %9s %9s %9s %9s %9s %9s\n", "mode", "H", "rANS", "zstd-3",
+                "zstd-19", "rANS enc", "zstd enc", "rANS dec", "zstd dec");
+    for (const SymbolRow& s : srows)
+      std::printf("%-20s %8.4f %9.4f %9.4f %9.4f %9.0f %9.0f %9.0f %9.0f\n", s.mode.c_str(),
+                  s.entropy, s.rans_bits, s.zstd3_bits, s.zstd19_bits, s.rans_enc, s.zstd3_enc,
+                  s.rans_dec, s.zstd3_dec);
+    std::printf("(per section, as in the blob; rANS bits include its tables)\n");
+  }
+
+  // Acceptance figures computed from the rows above.
+  const Row* zstd = nullptr;
+  const Row* lossless = nullptr;
+  const Row* int4 = nullptr;
+  for (const Row& r : rows) {
+    if (r.mode == "zstd-3") zstd = &r;
+    if (r.mode == "lossless") lossless = &r;
+    if (r.mode == "int4-g64") int4 = &r;
+  }
+  std::printf("\nChecks:\n");
+  if (zstd && lossless)
+    std::printf("  lossless: ratio %.4f vs zstd-3 %.4f (%s); encode %.2f GB/s = %.1fx zstd-3 (%s 3x)\n",
+                lossless->ratio, zstd->ratio, lossless->ratio >= zstd->ratio ? "ok" : "WORSE",
+                lossless->enc_gbps, lossless->enc_gbps / zstd->enc_gbps,
+                lossless->enc_gbps >= 3 * zstd->enc_gbps ? ">=" : "below");
+  if (int4) {
+    const Row* best = nullptr;
+    for (const Row& r : rows)
+      if (r.lossy && !r.baseline && r.logit <= int4->logit && (!best || r.bits < best->bits)) best = &r;
+    if (best)
+      std::printf("  lowest-rate quant row with logit_err <= int4-g64 (%.4g): %s at %.3f bits/value "
+                  "(%.2fx fp16); its rel_mse %.4g vs int4-g64 %.4g (K %.4g vs %.4g, V %.4g vs %.4g)\n",
+                  int4->logit, best->mode.c_str(), best->bits, best->ratio, best->rel_mse,
+                  int4->rel_mse, best->rel_mse_k, int4->rel_mse_k, best->rel_mse_v, int4->rel_mse_v);
+    const Row* best_both = nullptr;
+    for (const Row& r : rows)
+      if (r.lossy && !r.baseline && r.logit <= int4->logit && r.rel_mse_v <= int4->rel_mse_v &&
+          (!best_both || r.bits < best_both->bits))
+        best_both = &r;
+    if (best_both)
+      std::printf("  lowest-rate quant row also matching int4-g64 value MSE: %s at %.3f bits/value (%.2fx)\n",
+                  best_both->mode.c_str(), best_both->bits, best_both->ratio);
+  }
+  for (const Row& r : rows)
+    if (r.mode.rfind("quant", 0) == 0)
+      std::printf("  %-20s coder %.2f%% over entropy (tables +%.4f bits/value); enc %.2f GB/s (%s 1), dec %.2f GB/s (%s 2)\n",
+                  r.mode.c_str(), 100 * (r.coder_over_entropy - 1), r.tables_bits, r.enc_gbps,
+                  r.enc_gbps >= 1 ? ">=" : "<", r.dec_gbps, r.dec_gbps >= 2 ? ">=" : "<");
+  return 0;
+}
