@@ -1,6 +1,10 @@
 #include "client/client.h"
 
+#include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
+#include <thread>
 #include <map>
 #include <mutex>
 
@@ -74,6 +78,35 @@ struct Client::Impl {
   };
   mutable std::mutex ns_mu;
   absl::flat_hash_map<NamespaceId, OpenNs> namespaces;
+
+  // A second thread that checks CRCs of fetched blocks while later blocks are still moving, so
+  // verification costs little extra time on top of the transfer.
+  std::mutex verify_mu;
+  std::condition_variable verify_cv;
+  std::deque<std::function<void()>> verify_jobs;
+  bool verify_stop = false;
+  std::thread verifier;
+
+  void RunVerifier() {
+    std::unique_lock<std::mutex> lock(verify_mu);
+    while (true) {
+      verify_cv.wait(lock, [&] { return verify_stop || !verify_jobs.empty(); });
+      if (verify_jobs.empty()) return;
+      auto job = std::move(verify_jobs.front());
+      verify_jobs.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  void PostVerifyJob(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(verify_mu);
+      verify_jobs.push_back(std::move(job));
+    }
+    verify_cv.notify_one();
+  }
 
   // Fire-and-forget lease releases still in flight.
   std::mutex release_mu;
@@ -188,6 +221,12 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->verify_mu);
+    impl_->verify_stop = true;
+  }
+  impl_->verify_cv.notify_all();
+  if (impl_->verifier.joinable()) impl_->verifier.join();
   std::unique_lock<std::mutex> lock(impl_->release_mu);
   impl_->release_cv.wait(lock, [this] { return impl_->releases_in_flight == 0; });
   lock.unlock();
@@ -212,6 +251,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     std::lock_guard<std::mutex> lock(impl->ucx_mu);
     RETURN_IF_ERROR(impl->ConnectDataPlane());
   }
+  Impl* raw = impl.get();
+  impl->verifier = std::thread([raw] { raw->RunVerifier(); });
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -394,19 +435,71 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
     moving.push_back(i);
     ops.push_back({transport::RmaOp::kGet, buffers[i].data, resp.sizes(i), resp.offsets(i)});
   }
+  // Blocks move in chunks; a chunk's CRCs are checked (by the verifier thread, and by this thread
+  // once it has no transfers left) while the next chunk moves.
+  struct Pipeline {
+    std::atomic<size_t> transferred{0};  // ops [0, transferred) have landed
+    std::atomic<size_t> next{0};         // next op to claim for verification
+    std::atomic<size_t> checked{0};
+    std::atomic<bool> aborted{false};
+    std::vector<uint8_t> ok;
+  };
+  auto pipe = std::make_shared<Pipeline>();
+  pipe->ok.assign(ops.size(), 0);
+  const bool verify = impl_->options.verify_crc;
+  auto verify_some = [pipe, &ops, &resp, &moving, n = ops.size()](bool wait_for_more) {
+    while (true) {
+      size_t i = pipe->next.load();
+      if (i >= n || pipe->aborted.load()) return;
+      if (i >= pipe->transferred.load()) {
+        if (!wait_for_more) return;
+        std::this_thread::yield();
+        continue;
+      }
+      if (!pipe->next.compare_exchange_weak(i, i + 1)) continue;
+      pipe->ok[i] = Crc32c(ops[i].local, ops[i].length) ==
+                    resp.crc32c(static_cast<int>(moving[i]));
+      pipe->checked.fetch_add(1);
+    }
+  };
+  uint64_t total_bytes = 0;
+  for (const auto& op : ops) total_bytes += op.length;
+  constexpr uint64_t kChunkBytes = 4 << 20;
+  const bool pipelined = verify && ops.size() > 1 && total_bytes >= 2 * kChunkBytes;
+  std::atomic<bool> helper_done{!pipelined};
+  if (pipelined) {
+    impl_->PostVerifyJob([verify_some, &helper_done] {
+      verify_some(/*wait_for_more=*/true);
+      helper_done.store(true);
+    });
+  }
   absl::Status moved = absl::OkStatus();
   if (!ops.empty()) {
     absl::Duration budget = std::min(impl_->options.transfer_timeout,
                                      absl::Milliseconds(resp.expires_in_ms()) * 0.8);
-    moved = impl_->Transfer(ops, absl::Now() + budget);
+    const absl::Time deadline = absl::Now() + budget;
+    size_t begin = 0;
+    while (begin < ops.size() && moved.ok()) {
+      size_t end = begin;
+      uint64_t bytes = 0;
+      while (end < ops.size() && (end == begin || !pipelined || bytes < kChunkBytes))
+        bytes += ops[end++].length;
+      std::vector<transport::RmaOp> chunk(ops.begin() + begin, ops.begin() + end);
+      moved = impl_->Transfer(chunk, deadline);
+      if (moved.ok()) pipe->transferred.store(end);
+      begin = end;
+    }
   }
+  if (!moved.ok()) pipe->aborted.store(true);
+  if (verify && moved.ok()) verify_some(/*wait_for_more=*/false);
+  while (!helper_done.load()) std::this_thread::yield();  // the helper reads our buffers
   if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
   if (!moved.ok())
     return absl::Status(moved.code(), absl::StrCat("fetch transfer failed: ", moved.message()));
-  for (size_t i : moving) {
+  for (size_t k = 0; k < moving.size(); ++k) {
+    size_t i = moving[k];
     const uint64_t size = resp.sizes(static_cast<int>(i));
-    if (impl_->options.verify_crc &&
-        Crc32c(buffers[i].data, size) != resp.crc32c(static_cast<int>(i))) {
+    if (verify && !pipe->ok[k]) {
       r.status[i] = BlockStatus::kCrcMismatch;
       continue;
     }
