@@ -411,6 +411,52 @@ TEST(ClientDaemonTest, KilledDaemonMakesCallsFailWithinTheirDeadline) {
   EXPECT_NE(s1.message().find("did not answer"), std::string::npos) << s1;
 }
 
+TEST(ClientDaemonTest, DaemonKilledDuringFetchesFailsThemWithinTheDeadline) {
+  auto d = std::make_unique<DaemonProcess>("host_tier:\n  capacity: 256MiB\n");
+  ASSERT_TRUE(d->ok()) << d->log();
+  ClientOptions o;
+  o.endpoint = d->endpoint();
+  o.rpc_timeout = absl::Seconds(1);
+  o.transfer_timeout = absl::Seconds(2);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok());
+  auto ns = *(*client)->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(16 * kTokensPerBlock, 51);
+  auto blocks = RandomBlocks(16, 4 << 20, 52);
+  ASSERT_EQ((*client)->Publish(ns, tokens, Views(blocks))->stored, 16u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  std::vector<std::vector<uint8_t>> out(16, std::vector<uint8_t>(4 << 20));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok_calls{0}, failed_calls{0}, corrupt{0};
+  absl::Duration slowest;
+  std::thread fetcher([&] {
+    while (!stop) {
+      absl::Time t0 = absl::Now();
+      auto f = (*client)->Fetch(ns, ids, bufs);
+      slowest = std::max(slowest, absl::Now() - t0);
+      if (!f.ok()) {
+        ++failed_calls;
+        continue;
+      }
+      ++ok_calls;
+      for (size_t i = 0; i < 16; ++i)
+        if (f->status[i] == BlockStatus::kOk && out[i] != blocks[i]) ++corrupt;
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  d->Signal(SIGKILL);
+  ASSERT_TRUE(d->WaitExit(std::chrono::seconds(5)).has_value());
+  absl::SleepFor(absl::Milliseconds(1500));
+  stop = true;
+  fetcher.join();
+  EXPECT_GT(ok_calls.load(), 0);
+  EXPECT_GT(failed_calls.load(), 0);  // calls after the kill fail instead of hanging
+  EXPECT_EQ(corrupt.load(), 0);       // nothing reported OK carries wrong bytes
+  EXPECT_LT(slowest, absl::Seconds(3));
+}
+
 TEST(ClientDaemonTest, SigtermDrainsAndExitsZero) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();

@@ -45,7 +45,9 @@ TEST(ExtentAllocatorTest, RandomizedNoOverlapAndFullRecovery) {
       if (auto off = a.Allocate(size)) {
         uint64_t r = a.RoundUp(size);
         auto next = live.lower_bound(*off);
-        if (next != live.end()) ASSERT_LE(*off + r, next->first);
+        if (next != live.end()) {
+          ASSERT_LE(*off + r, next->first);
+        }
         if (next != live.begin()) {
           auto prev = std::prev(next);
           ASSERT_LE(prev->first + prev->second, *off);

@@ -1,0 +1,42 @@
+// Writes one valid blob per codec mode (small layouts) into a directory: the fuzzer's seeds.
+// Each file starts with the fuzzer's selector byte (1: verify CRC, 0: skip it).
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "codec/codec.h"
+#include "codec/synthetic_kv.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: codec_fuzz_seeds DIR\n");
+    return 1;
+  }
+  using namespace strata;
+  KvLayout l;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.head_dim = 32;
+  l.tokens_per_block = 16;
+  int n = 0;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    l.dtype = dt;
+    auto data = codec::GenerateSyntheticKv(l, 1);
+    for (const char* spec : {"raw", "lossless", "int4-g64", "int3-g16", "quant:k4v4",
+                             "quant:k2v3:g16:had", "quant:k3v4:ol", "quant:k8v8:nodelta"}) {
+      auto p = codec::ParseCodecSpec(spec);
+      if (!p.ok()) return 1;
+      auto blob = codec::Encode(l, *p, data);
+      if (!blob.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(blob.status().message()).c_str());
+        return 1;
+      }
+      for (char sel : {'\0', '\1'}) {
+        std::ofstream f(std::string(argv[1]) + "/seed" + std::to_string(n++), std::ios::binary);
+        f.write(&sel, 1);
+        f.write(reinterpret_cast<const char*>(blob->data()), static_cast<std::streamsize>(blob->size()));
+      }
+    }
+  }
+  return 0;
+}
