@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev liburing-dev libzstd-dev libhwy-dev libssl-dev libxxhash-dev
   libyaml-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   python3
 )
 
