@@ -180,6 +180,60 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_
   return RawHardware(static_cast<uint32_t>(c), p, n);
 }
 
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
+    uint32_t crc, uint8_t* dst, const uint8_t* p, size_t n) {
+  static const FoldConstants k = FoldBy(2048);
+  const __m512i kk = _mm512_set_epi64(static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
+                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
+                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
+                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo));
+  __m512i d0 = _mm512_loadu_si512(p), d1 = _mm512_loadu_si512(p + 64);
+  __m512i d2 = _mm512_loadu_si512(p + 128), d3 = _mm512_loadu_si512(p + 192);
+  _mm512_storeu_si512(dst, d0);
+  _mm512_storeu_si512(dst + 64, d1);
+  _mm512_storeu_si512(dst + 128, d2);
+  _mm512_storeu_si512(dst + 192, d3);
+  __m512i a0 = _mm512_xor_si512(d0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
+  __m512i a1 = d1, a2 = d2, a3 = d3;
+  p += 256;
+  dst += 256;
+  n -= 256;
+  while (n >= 256) {
+    d0 = _mm512_loadu_si512(p);
+    d1 = _mm512_loadu_si512(p + 64);
+    d2 = _mm512_loadu_si512(p + 128);
+    d3 = _mm512_loadu_si512(p + 192);
+    _mm512_storeu_si512(dst, d0);
+    _mm512_storeu_si512(dst + 64, d1);
+    _mm512_storeu_si512(dst + 128, d2);
+    _mm512_storeu_si512(dst + 192, d3);
+    a0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a0, kk, 0x00),
+                                   _mm512_clmulepi64_epi128(a0, kk, 0x11), d0, 0x96);
+    a1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a1, kk, 0x00),
+                                   _mm512_clmulepi64_epi128(a1, kk, 0x11), d1, 0x96);
+    a2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a2, kk, 0x00),
+                                   _mm512_clmulepi64_epi128(a2, kk, 0x11), d2, 0x96);
+    a3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a3, kk, 0x00),
+                                   _mm512_clmulepi64_epi128(a3, kk, 0x11), d3, 0x96);
+    p += 256;
+    dst += 256;
+    n -= 256;
+  }
+  alignas(64) uint8_t folded[256];
+  _mm512_store_si512(folded, a0);
+  _mm512_store_si512(folded + 64, a1);
+  _mm512_store_si512(folded + 128, a2);
+  _mm512_store_si512(folded + 192, a3);
+  uint64_t c = 0;
+  for (int i = 0; i < 256; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, folded + i, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  std::memcpy(dst, p, n);
+  return RawHardware(static_cast<uint32_t>(c), p, n);
+}
+
 bool HasFolding() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("vpclmulqdq") &&
@@ -203,6 +257,15 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
   if (HasSse42()) return ~RawHardware(reg, p, n);
 #endif
   return ~RawPortable(reg, p, n);
+}
+
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, uint32_t crc) {
+#if defined(__x86_64__)
+  if (n >= 1024 && HasFolding())
+    return ~RawCopyFolding(~crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
+#endif
+  std::memcpy(dst, src, n);
+  return Crc32c(dst, n, crc);
 }
 
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {

@@ -10,6 +10,10 @@ namespace strata {
 // Extends `crc` (0 for a fresh checksum) with `n` bytes at `data`.
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 
+// Copies n bytes from src to dst and returns the CRC32C of them (extending `crc`), reading src
+// once: the checksum is computed on the data in registers while it is copied.
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, uint32_t crc = 0);
+
 // The CRC of the concatenation A||B given crc(A), crc(B) and the length of B.
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 

@@ -199,6 +199,13 @@ absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
   return absl::OkStatus();
 }
 
+void* Endpoint::MapRemote(uint64_t remote_address) const {
+  if (rkey_ == nullptr || failed_) return nullptr;
+  void* local = nullptr;
+  if (ucp_rkey_ptr(rkey_, remote_address, &local) != UCS_OK) return nullptr;
+  return local;
+}
+
 absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what) {
   if (request == nullptr) return absl::OkStatus();
   if (UCS_PTR_IS_ERR(request)) return UcsError(what, UCS_PTR_STATUS(request));

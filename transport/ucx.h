@@ -134,6 +134,10 @@ class Endpoint {
   // `deadline` (after which the endpoint is closed and every later call fails).
   absl::Status Transfer(std::span<const RmaOp> ops, absl::Time deadline);
 
+  // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
+  // it into this process (same node), else nullptr. Loads and stores through it replace RMA.
+  void* MapRemote(uint64_t remote_address) const;
+
   bool failed() const { return failed_.load(); }
   // Whether UCX reports a dead peer on this endpoint (false on shared-memory-only transports).
   bool peer_failure_detection() const { return peer_failure_detection_; }

@@ -1,5 +1,6 @@
 #include "common/crc32c.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,19 @@ TEST(Crc32cTest, MatchesReferenceAtEverySizeAndAlignment) {
       EXPECT_EQ(Crc32c(buf.data() + off, n), ReferenceCrc32c(buf.data() + off, n))
           << "n=" << n << " off=" << off;
     }
+  }
+}
+
+TEST(Crc32cTest, CopyWithCrcCopiesAndMatches) {
+  std::mt19937_64 rng(9);
+  std::vector<uint8_t> src(300000), dst(300000);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  for (size_t n : {0ul, 5ul, 1023ul, 1024ul, 4096ul, 65537ul, 299999ul}) {
+    std::fill(dst.begin(), dst.end(), 0);
+    uint32_t c = CopyWithCrc32c(dst.data(), src.data() + 1, n, 0x1234);
+    EXPECT_EQ(c, Crc32c(src.data() + 1, n, 0x1234)) << n;
+    EXPECT_TRUE(std::equal(src.begin() + 1, src.begin() + 1 + n, dst.begin())) << n;
+    EXPECT_EQ(dst[n], 0) << n;  // nothing written past the end
   }
 }
 

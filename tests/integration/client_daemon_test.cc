@@ -10,6 +10,7 @@
 #include "client/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "transport/ucx.h"
 
 namespace strata {
 namespace {
@@ -301,6 +302,56 @@ TEST(ClientDaemonTest, CommitWithWrongCrcIsRefused) {
   EXPECT_EQ(*client->LookupIds(ns, {&id, 1}), 0u);
   auto stats = client->Stats();
   EXPECT_EQ(stats->host_used_bytes, 0u);
+}
+
+TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(3 * kTokensPerBlock, 61);
+  auto blocks = RandomBlocks(3, 3 << 20, 62);  // big enough for the pipelined/parallel paths
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 3u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  // Find block 1 in the arena and overwrite a few bytes of it behind the daemon's back.
+  auto stub = RawStub(d);
+  v1::ConnectResponse conn;
+  {
+    grpc::ClientContext c;
+    Deadline(c);
+    ASSERT_TRUE(stub->Connect(&c, {}, &conn).ok());
+  }
+  v1::AcquireRequest acq;
+  acq.set_namespace_id(std::string(ns.AsBytes()));
+  acq.set_ids(std::string(ids[1].AsBytes()));
+  v1::AcquireResponse where;
+  {
+    grpc::ClientContext c;
+    Deadline(c);
+    ASSERT_TRUE(stub->Acquire(&c, acq, &where).ok());
+  }
+  auto ctx = transport::Context::Create(false);
+  auto worker = transport::Worker::Create(*ctx);
+  auto ep = (*worker)->Connect(conn.worker_address());
+  ASSERT_TRUE(ep.ok());
+  ASSERT_TRUE((*ep)->SetRemoteKey(conn.arena_rkey()).ok());
+  char garbage[64];
+  std::memset(garbage, 0x5a, sizeof garbage);
+  transport::RmaOp put{transport::RmaOp::kPut, garbage, sizeof garbage,
+                       conn.arena_base() + where.offsets(0) + 1000};
+  ASSERT_TRUE((*ep)->Transfer({&put, 1}, absl::Now() + absl::Seconds(5)).ok());
+
+  std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(3 << 20));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto f = client->Fetch(ns, ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->status[0], BlockStatus::kOk);
+  EXPECT_EQ(f->status[1], BlockStatus::kCrcMismatch);
+  EXPECT_EQ(f->status[2], BlockStatus::kOk);
+  EXPECT_EQ(f->fetched, 2u);
+  EXPECT_EQ(out[0], blocks[0]);
+  EXPECT_EQ(out[2], blocks[2]);
 }
 
 TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
