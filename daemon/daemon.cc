@@ -159,8 +159,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   if (!impl->server || port == 0)
     return absl::UnavailableError(
         absl::StrCat("config field 'listen': cannot listen on ", config.listen));
-  std::string host = config.listen.substr(0, config.listen.rfind(':'));
-  impl->endpoint = absl::StrCat(host, ":", port);
+  if (config.listen.rfind("unix:", 0) == 0) {
+    impl->endpoint = config.listen;  // a Unix socket has no port to resolve
+  } else {
+    std::string host = config.listen.substr(0, config.listen.rfind(':'));
+    impl->endpoint = absl::StrCat(host, ":", port);
+  }
 
   absl::Duration period = std::min({absl::Seconds(1), config.reservation_timeout / 4,
                                     config.lease_timeout / 4});

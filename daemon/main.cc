@@ -15,6 +15,8 @@
 int main(int argc, char** argv) {
   using strata::daemon::DaemonConfig;
   CLI::App app{"stratad: Strata KV-cache node daemon"};
+  // A flag given twice takes its last value, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string config_file, listen, capacity, data_dir, ready_file, log_level, node_id;
   bool print_default = false, version = false;
   app.add_option("--config", config_file, "YAML config file (default: the embedded config)");

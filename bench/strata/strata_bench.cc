@@ -184,7 +184,7 @@ struct Config {
 
 bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
                   std::vector<Row>& rows, double* lookup_p50, double* lookup_p99,
-                  double* hash_p50) {
+                  double* hash_p50, double* rpc_p50) {
   std::string tmp = (std::filesystem::temp_directory_path() / "strata-bench-XXXXXX").string();
   if (!mkdtemp(tmp.data())) return false;
   setenv("UCX_TLS", tls.c_str(), 1);
@@ -351,6 +351,14 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
     hash.push_back(Seconds(t1 - t0) * 1e6);
     lat.push_back(Seconds(t2 - t1) * 1e6);
   }
+  // Baseline: the smallest round trip on the same channel (Stats, no ids).
+  std::vector<double> empty;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    if (!(*client)->Stats().ok()) return false;
+    empty.push_back(Seconds(Clock::now() - t0) * 1e6);
+  }
+  *rpc_p50 = Percentile(empty, 0.5);
   *lookup_p50 = Percentile(lat, 0.5);
   *lookup_p99 = Percentile(lat, 0.99);
   *hash_p50 = Percentile(hash, 0.5);
@@ -378,14 +386,14 @@ int main(int argc, char** argv) {
 
   double memcpy_gbps = MemcpyGbps(64 << 20, cfg.smoke ? 4 : 40);
   std::vector<Row> rows;
-  double lookup_p50 = 0, lookup_p99 = 0, hash_p50 = 0;
+  double lookup_p50 = 0, lookup_p99 = 0, hash_p50 = 0, rpc_p50 = 0;
   bool ok = true;
   for (const std::string& t : {std::string("shm"), std::string("tcp")}) {
     if (transports.find(t) == std::string::npos) continue;
     // Same UCX_TLS for stratad, the client and ucx_perftest.
     std::string tls = t == "shm" ? "shm,self" : "tcp,self";
-    double p50 = 0, p99 = 0, h = 0;
-    if (!RunTransport(cfg, t, tls, rows, &p50, &p99, &h)) {
+    double p50 = 0, p99 = 0, h = 0, rpc = 0;
+    if (!RunTransport(cfg, t, tls, rows, &p50, &p99, &h, &rpc)) {
       std::cerr << "benchmark over " << t << " failed\n";
       ok = false;
       continue;
@@ -394,13 +402,15 @@ int main(int argc, char** argv) {
       lookup_p50 = p50;
       lookup_p99 = p99;
       hash_p50 = h;
+      rpc_p50 = rpc;
     }
   }
   if (json) {
     std::cout << absl::StrFormat(
         "{\"memcpy_gbps\": %.3f, \"lookup_512_p50_us\": %.1f, \"lookup_512_p99_us\": %.1f, "
-        "\"hash_512_p50_us\": %.1f, \"crc32c_hw\": %s, \"rows\": [",
-        memcpy_gbps, lookup_p50, lookup_p99, hash_p50,
+        "\"hash_512_p50_us\": %.1f, \"empty_rpc_p50_us\": %.1f, \"crc32c_hw\": %s, "
+        "\"rows\": [",
+        memcpy_gbps, lookup_p50, lookup_p99, hash_p50, rpc_p50,
         strata::Crc32cIsHardwareAccelerated() ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -420,8 +430,9 @@ int main(int argc, char** argv) {
   } else {
     std::cout << absl::StrFormat("memcpy (64 MiB, one core): %.2f GB/s\n", memcpy_gbps);
     std::cout << absl::StrFormat(
-        "lookup of 512 blocks (128k tokens): p50 %.1f us, p99 %.1f us (+ %.1f us hashing)\n\n",
-        lookup_p50, lookup_p99, hash_p50);
+        "lookup of 512 blocks (128k tokens): p50 %.1f us, p99 %.1f us (+ %.1f us hashing); "
+        "empty RPC p50 %.1f us\n\n",
+        lookup_p50, lookup_p99, hash_p50, rpc_p50);
     std::cout << "GB/s and ratio: publish of distinct blocks; fetch with ucx_perftest's footprint "
                  "(one block, two staging buffers).\nws: fetch of distinct blocks into distinct buffers "
                  "(32 MiB), against memcpy of the same size.\n\n";

@@ -541,6 +541,20 @@ TEST(ClientDaemonTest, BadConfigIsRefusedNamingTheField) {
   }
 }
 
+TEST(ClientDaemonTest, ServesOnAUnixSocket) {
+  std::string sock = testing::MakeTempDir("sock") + "/stratad.sock";
+  DaemonProcess d("", {"--listen", "unix:" + sock});
+  ASSERT_TRUE(d.ok()) << d.log();
+  EXPECT_EQ(d.endpoint(), "unix:" + sock);
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(kTokensPerBlock, 71);
+  auto blocks = RandomBlocks(1, 8192, 72);
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 1u);
+  EXPECT_EQ(client->Lookup(ns, tokens)->prefix_blocks, 1u);
+}
+
 TEST(ClientDaemonTest, StratactlStatusAndStatsJson) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
