@@ -9,6 +9,7 @@
 #include <thread>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 
 #include <grpcpp/grpcpp.h>
@@ -185,6 +186,37 @@ struct Client::Impl {
       started[b] = true;
     }
     return out;
+  }
+
+  // Moves `ops` by plain copies through the mapped arena (kPut: engine buffer -> arena, kGet:
+  // arena -> engine buffer) on two threads. Returns nullopt when the arena is not mapped (RMA is
+  // needed), else each op's CRC32C computed during the copy (empty when !checksum).
+  std::optional<absl::StatusOr<std::vector<uint32_t>>> CopyThroughMapping(
+      const std::vector<transport::RmaOp>& ops, bool checksum) {
+    std::shared_lock<std::shared_mutex> lock(map_mu);
+    uint8_t* arena = mapped_arena;
+    if (arena == nullptr) return std::nullopt;
+    std::vector<uint64_t> sizes;
+    for (const auto& op : ops) {
+      if (op.remote_address + op.length > arena_bytes)
+        return absl::StatusOr<std::vector<uint32_t>>(
+            absl::InternalError("daemon returned an extent outside its arena"));
+      sizes.push_back(op.length);
+    }
+    auto pieces = SplitIntoPieces(sizes);
+    std::vector<uint32_t> piece_crcs(pieces.size());
+    ParallelFor(pieces.size(), [&](size_t i) {
+      const Piece& p = pieces[i];
+      const transport::RmaOp& op = ops[p.block];
+      uint8_t* local = static_cast<uint8_t*>(op.local) + p.offset;
+      uint8_t* remote = arena + op.remote_address + p.offset;
+      uint8_t* dst = op.kind == transport::RmaOp::kGet ? local : remote;
+      const uint8_t* src = op.kind == transport::RmaOp::kGet ? remote : local;
+      if (checksum) piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
+      else std::memcpy(dst, src, p.len);
+    });
+    if (!checksum) return absl::StatusOr<std::vector<uint32_t>>(std::vector<uint32_t>{});
+    return absl::StatusOr<std::vector<uint32_t>>(CombinePieces(pieces, piece_crcs, ops.size()));
   }
 
   // Fire-and-forget lease releases still in flight.
@@ -428,25 +460,9 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   // Same node with the arena mapped: copy and checksum in one pass. Otherwise RMA put, then CRC.
   std::vector<uint32_t> crcs;
   absl::Status moved = absl::OkStatus();
-  {
-    std::shared_lock<std::shared_mutex> map_lock(impl_->map_mu);
-    if (uint8_t* arena = impl_->mapped_arena) {
-      std::vector<uint64_t> sizes;
-      for (const auto& op : ops) {
-        if (op.remote_address + op.length > impl_->arena_bytes)
-          return absl::InternalError("daemon returned an extent outside its arena");
-        sizes.push_back(op.length);
-      }
-      auto pieces = Impl::SplitIntoPieces(sizes);
-      std::vector<uint32_t> piece_crcs(pieces.size());
-      impl_->ParallelFor(pieces.size(), [&](size_t i) {
-        const auto& p = pieces[i];
-        const auto& op = ops[p.block];
-        piece_crcs[i] = CopyWithCrc32c(arena + op.remote_address + p.offset,
-                                       static_cast<const uint8_t*>(op.local) + p.offset, p.len);
-      });
-      crcs = Impl::CombinePieces(pieces, piece_crcs, ops.size());
-    }
+  if (auto copied = impl_->CopyThroughMapping(ops, /*checksum=*/true)) {
+    if (!copied->ok()) return copied->status();
+    crcs = std::move(**copied);
   }
   if (crcs.empty()) {
     absl::Duration budget = std::min(impl_->options.transfer_timeout,
@@ -560,39 +576,15 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
       r.bytes_received += r.sizes[i];
     }
   };
-  {
-    std::shared_lock<std::shared_mutex> map_lock(impl_->map_mu);
-    if (uint8_t* arena = impl_->mapped_arena) {
-      // Same node with the arena mapped: copy (and checksum in the same pass) under the lease.
-      std::vector<uint64_t> sizes;
-      for (const auto& op : ops) {
-        if (op.remote_address + op.length > impl_->arena_bytes) {
-          if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
-          return absl::InternalError("daemon returned an extent outside its arena");
-        }
-        sizes.push_back(op.length);
-      }
-      auto pieces = Impl::SplitIntoPieces(sizes);
-      std::vector<uint32_t> piece_crcs(pieces.size());
-      impl_->ParallelFor(pieces.size(), [&](size_t i) {
-        const auto& p = pieces[i];
-        const auto& op = ops[p.block];
-        uint8_t* dst = static_cast<uint8_t*>(op.local) + p.offset;
-        const uint8_t* src = arena + op.remote_address + p.offset;
-        if (verify) piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
-        else std::memcpy(dst, src, p.len);
-      });
-      map_lock.unlock();
-      if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
-      std::vector<uint8_t> good(ops.size(), 1);
-      if (verify) {
-        auto crcs = Impl::CombinePieces(pieces, piece_crcs, ops.size());
-        for (size_t k = 0; k < ops.size(); ++k)
-          good[k] = crcs[k] == resp.crc32c(static_cast<int>(moving[k]));
-      }
-      finish(good);
-      return r;
-    }
+  // Same node with the arena mapped: copy (and checksum in the same pass) under the lease.
+  if (auto copied = impl_->CopyThroughMapping(ops, verify)) {
+    if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
+    if (!copied->ok()) return copied->status();
+    std::vector<uint8_t> good(ops.size(), 1);
+    for (size_t k = 0; verify && k < ops.size(); ++k)
+      good[k] = (**copied)[k] == resp.crc32c(static_cast<int>(moving[k]));
+    finish(good);
+    return r;
   }
 
   // Blocks move in chunks; a chunk's CRCs are checked (by the verifier thread, and by this thread

@@ -138,21 +138,45 @@ FoldConstants FoldBy(uint64_t bits) {
   return {uint64_t{XPowModP(bits + 64 - 1)} << 32, uint64_t{XPowModP(bits - 1)} << 32};
 }
 
-__attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i Fold(
-    __m512i a, __m512i k, const uint8_t* next) {
+__attribute__((target("avx512f"), always_inline)) inline __m512i FoldConstantVector() {
+  static const FoldConstants k = FoldBy(2048);
+  const auto lo = static_cast<long long>(k.k_lo), hi = static_cast<long long>(k.k_hi);
+  return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
+}
+
+// CRC register of the 256 folded bytes, from state 0.
+__attribute__((target("avx512f,sse4.2"), always_inline)) inline uint32_t FinishFolded(
+    __m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+  alignas(64) uint8_t folded[256];
+  _mm512_store_si512(folded, a0);
+  _mm512_store_si512(folded + 64, a1);
+  _mm512_store_si512(folded + 128, a2);
+  _mm512_store_si512(folded + 192, a3);
+  uint64_t c = 0;
+  for (int i = 0; i < 256; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, folded + i, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  return static_cast<uint32_t>(c);
+}
+
+__attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i FoldData(
+    __m512i a, __m512i k, __m512i data) {
   __m512i lo = _mm512_clmulepi64_epi128(a, k, 0x00);
   __m512i hi = _mm512_clmulepi64_epi128(a, k, 0x11);
-  return _mm512_ternarylogic_epi64(lo, hi, _mm512_loadu_si512(next), 0x96);  // a ^ b ^ c
+  return _mm512_ternarylogic_epi64(lo, hi, data, 0x96);  // lo ^ hi ^ data
+}
+
+__attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i Fold(
+    __m512i a, __m512i k, const uint8_t* next) {
+  return FoldData(a, k, _mm512_loadu_si512(next));
 }
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_t crc,
                                                                         const uint8_t* p,
                                                                         size_t n) {
-  static const FoldConstants k = FoldBy(2048);
-  const __m512i kk = _mm512_set_epi64(static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo));
+  const __m512i kk = FoldConstantVector();
   __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
   __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
   a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
@@ -166,27 +190,13 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_
     p += 256;
     n -= 256;
   }
-  alignas(64) uint8_t folded[256];
-  _mm512_store_si512(folded, a0);
-  _mm512_store_si512(folded + 64, a1);
-  _mm512_store_si512(folded + 128, a2);
-  _mm512_store_si512(folded + 192, a3);
-  uint64_t c = 0;
-  for (int i = 0; i < 256; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, folded + i, 8);
-    c = _mm_crc32_u64(c, v);
-  }
-  return RawHardware(static_cast<uint32_t>(c), p, n);
+  const uint32_t c = FinishFolded(a0, a1, a2, a3);
+  return RawHardware(c, p, n);
 }
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
     uint32_t crc, uint8_t* dst, const uint8_t* p, size_t n) {
-  static const FoldConstants k = FoldBy(2048);
-  const __m512i kk = _mm512_set_epi64(static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo),
-                                      static_cast<long long>(k.k_hi), static_cast<long long>(k.k_lo));
+  const __m512i kk = FoldConstantVector();
   __m512i d0 = _mm512_loadu_si512(p), d1 = _mm512_loadu_si512(p + 64);
   __m512i d2 = _mm512_loadu_si512(p + 128), d3 = _mm512_loadu_si512(p + 192);
   _mm512_storeu_si512(dst, d0);
@@ -207,31 +217,17 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
     _mm512_storeu_si512(dst + 64, d1);
     _mm512_storeu_si512(dst + 128, d2);
     _mm512_storeu_si512(dst + 192, d3);
-    a0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a0, kk, 0x00),
-                                   _mm512_clmulepi64_epi128(a0, kk, 0x11), d0, 0x96);
-    a1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a1, kk, 0x00),
-                                   _mm512_clmulepi64_epi128(a1, kk, 0x11), d1, 0x96);
-    a2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a2, kk, 0x00),
-                                   _mm512_clmulepi64_epi128(a2, kk, 0x11), d2, 0x96);
-    a3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a3, kk, 0x00),
-                                   _mm512_clmulepi64_epi128(a3, kk, 0x11), d3, 0x96);
+    a0 = FoldData(a0, kk, d0);
+    a1 = FoldData(a1, kk, d1);
+    a2 = FoldData(a2, kk, d2);
+    a3 = FoldData(a3, kk, d3);
     p += 256;
     dst += 256;
     n -= 256;
   }
-  alignas(64) uint8_t folded[256];
-  _mm512_store_si512(folded, a0);
-  _mm512_store_si512(folded + 64, a1);
-  _mm512_store_si512(folded + 128, a2);
-  _mm512_store_si512(folded + 192, a3);
-  uint64_t c = 0;
-  for (int i = 0; i < 256; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, folded + i, 8);
-    c = _mm_crc32_u64(c, v);
-  }
+  const uint32_t c = FinishFolded(a0, a1, a2, a3);
   std::memcpy(dst, p, n);
-  return RawHardware(static_cast<uint32_t>(c), p, n);
+  return RawHardware(c, p, n);
 }
 
 bool HasFolding() {
