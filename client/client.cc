@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "codec/codec.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -84,7 +85,24 @@ struct Client::Impl {
   struct OpenNs {
     NamespaceSpec spec;
     std::string tenant;
+    std::optional<codec::CodecParams> codec;  // nullopt: the "opaque" policy
   };
+
+  KvLayout LayoutOf(const NamespaceId& ns) {
+    std::lock_guard<std::mutex> lock(ns_mu);
+    auto it = namespaces.find(ns);
+    return it == namespaces.end() ? KvLayout{} : it->second.spec.layout;
+  }
+
+  // The codec of a namespace this client opened; nullopt when blobs are opaque.
+  absl::StatusOr<std::optional<codec::CodecParams>> CodecOf(const NamespaceId& ns) {
+    std::lock_guard<std::mutex> lock(ns_mu);
+    auto it = namespaces.find(ns);
+    if (it == namespaces.end())
+      return absl::FailedPreconditionError(
+          absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
+    return it->second.codec;
+  }
   mutable std::mutex ns_mu;
   absl::flat_hash_map<NamespaceId, OpenNs> namespaces;
 
@@ -383,9 +401,19 @@ uint32_t Client::tokens_per_block(const NamespaceId& ns) const {
 absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
                                                   const std::string& tenant) {
   RETURN_IF_ERROR(spec.Validate());
+  std::optional<codec::CodecParams> params;
+  if (spec.codec_policy != kOpaqueCodecPolicy) {
+    auto parsed = codec::ParseCodecSpec(spec.codec_policy);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ",
+                                                     parsed.status().message()));
+    if (auto s = parsed->Validate(spec.layout); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
+    params = *parsed;
+  }
   ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant));
   std::lock_guard<std::mutex> lock(impl_->ns_mu);
-  impl_->namespaces[id] = {spec, tenant};
+  impl_->namespaces[id] = {spec, tenant, params};
   return id;
 }
 
@@ -432,6 +460,33 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   for (const ConstBuffer& b : blocks)
     if (b.size == 0 || b.data == nullptr)
       return absl::InvalidArgumentError("every block buffer must be non-empty");
+  ASSIGN_OR_RETURN(auto codec_params, impl_->CodecOf(ns));
+  // With a codec, what travels and is stored is each block's encoded blob.
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<ConstBuffer> blob_views;
+  if (codec_params) {
+    const KvLayout layout = impl_->LayoutOf(ns);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i].size != layout.BlockBytes())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
+            layout.DebugString(), " needs ", layout.BlockBytes()));
+    blobs.resize(blocks.size());
+    std::vector<absl::Status> encoded(blocks.size());
+    impl_->ParallelFor(blocks.size(), [&](size_t i) {
+      thread_local codec::Encoder encoder;
+      encoded[i] = encoder.Encode(
+          layout, *codec_params,
+          {static_cast<const uint8_t*>(blocks[i].data), blocks[i].size}, &blobs[i]);
+    });
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (!encoded[i].ok())
+        return absl::Status(encoded[i].code(),
+                            absl::StrCat("encoding block ", i, ": ", encoded[i].message()));
+      blob_views.push_back({blobs[i].data(), blobs[i].size()});
+    }
+    blocks = blob_views;
+  }
 
   v1::ReserveRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
@@ -546,24 +601,46 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
       resp.crc32c_size() != n)
     return absl::InternalError("Acquire answered with the wrong number of entries");
+  auto codec_params = impl_->CodecOf(ns);
+  if (!codec_params.ok()) {
+    if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
+    return codec_params.status();
+  }
+  const bool decode = codec_params->has_value();
+  const uint64_t decoded_bytes = decode ? impl_->LayoutOf(ns).BlockBytes() : 0;
 
+  // Blobs land in the engine's buffers, or, with a codec, in staging buffers decoded from.
   std::vector<transport::RmaOp> ops;
   std::vector<size_t> moving;
+  std::vector<std::vector<uint8_t>> staging;
   for (int i = 0; i < n; ++i) {
     auto s = static_cast<BlockStatus>(resp.status(i));
     if (s != BlockStatus::kOk) {
       r.status[i] = s;
       continue;
     }
-    if (resp.sizes(i) > buffers[i].size) {
-      r.status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the blob
+    if ((decode ? decoded_bytes : resp.sizes(i)) > buffers[i].size) {
+      r.status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the block
       continue;
     }
+    void* landing = buffers[i].data;
+    if (decode) landing = staging.emplace_back(resp.sizes(i)).data();
     moving.push_back(i);
-    ops.push_back({transport::RmaOp::kGet, buffers[i].data, resp.sizes(i), resp.offsets(i)});
+    ops.push_back({transport::RmaOp::kGet, landing, resp.sizes(i), resp.offsets(i)});
   }
-  const bool verify = impl_->options.verify_crc;
-  auto finish = [&](const std::vector<uint8_t>& good) {
+  // A blob carries its own CRC32C, checked by the decoder; opaque blocks are checked here.
+  const bool verify = impl_->options.verify_crc && !decode;
+  auto finish = [&](std::vector<uint8_t> good) {
+    if (decode) {
+      impl_->ParallelFor(moving.size(), [&](size_t k) {
+        if (!good[k]) return;
+        thread_local codec::Decoder decoder;
+        good[k] = decoder
+                      .Decode(staging[k], {static_cast<uint8_t*>(buffers[moving[k]].data),
+                                           decoded_bytes})
+                      .ok();
+      });
+    }
     for (size_t k = 0; k < moving.size(); ++k) {
       size_t i = moving[k];
       if (!good[k]) {
@@ -571,9 +648,9 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
         continue;
       }
       r.status[i] = BlockStatus::kOk;
-      r.sizes[i] = resp.sizes(static_cast<int>(i));
+      r.sizes[i] = decode ? decoded_bytes : resp.sizes(static_cast<int>(i));
       ++r.fetched;
-      r.bytes_received += r.sizes[i];
+      r.bytes_received += resp.sizes(static_cast<int>(i));
     }
   };
   // Same node with the arena mapped: copy (and checksum in the same pass) under the lease.

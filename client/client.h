@@ -60,9 +60,9 @@ struct LookupResult {
 
 struct FetchResult {
   std::vector<BlockStatus> status;  // kOk, kNotFound, kCrcMismatch, kInvalid (buffer too small)
-  std::vector<uint64_t> sizes;      // bytes written to each buffer
+  std::vector<uint64_t> sizes;      // bytes written to each buffer (decoded size under a codec)
   size_t fetched = 0;
-  uint64_t bytes_received = 0;
+  uint64_t bytes_received = 0;      // bytes that travelled (encoded size under a codec)
 };
 
 struct EvictOutcome {
@@ -100,6 +100,8 @@ class Client {
   absl::Status UnregisterBuffer(void* data);
 
   // Publishes blocks[i] as the i-th full block of `tokens` (blocks.size() <= full blocks).
+  // Under a codec policy each block is the layout-shaped KV of the block (BlockBytes() bytes),
+  // encoded here before it is sent; under "opaque" the bytes are stored as given.
   absl::StatusOr<PublishResult> Publish(const NamespaceId& ns, std::span<const uint32_t> tokens,
                                         std::span<const ConstBuffer> blocks);
   // Lower level: publishes blobs under known ids; parents[i] is ids[i-1] of the chain.
@@ -110,6 +112,7 @@ class Client {
   absl::StatusOr<LookupResult> Lookup(const NamespaceId& ns, std::span<const uint32_t> tokens);
   absl::StatusOr<size_t> LookupIds(const NamespaceId& ns, std::span<const BlockId> ids);
 
+  // Under a codec policy, fetched blobs are decoded into the buffers (BlockBytes() each).
   absl::StatusOr<FetchResult> Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
                                     std::span<const MutableBuffer> buffers);
 

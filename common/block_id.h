@@ -27,6 +27,11 @@
 
 namespace strata {
 
+// Codec policy under which blocks are stored exactly as the client hands them over, with no
+// codec framing (any size). Every other policy is a codec spec (codec/codec.h): the client
+// encodes each layout-shaped block on publish and decodes it on fetch.
+inline constexpr std::string_view kOpaqueCodecPolicy = "opaque";
+
 using BlockId = Digest;
 using NamespaceId = Digest;
 using TenantSalt = Digest;
@@ -38,7 +43,7 @@ struct NamespaceSpec {
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
   std::string lora_id;
-  std::string codec_policy = "raw";
+  std::string codec_policy{kOpaqueCodecPolicy};
 
   absl::Status Validate() const;
 };

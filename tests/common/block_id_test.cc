@@ -14,6 +14,7 @@ NamespaceSpec TestSpec() {
   s.model_id = "llama-3-8b";
   s.model_revision = "rev1";
   s.layout = KvLayout{32, 8, 128, DType::kFloat16, 16, KvKind::kSeparateKV};
+  s.codec_policy = "raw";
   return s;
 }
 

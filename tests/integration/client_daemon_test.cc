@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "client/client.h"
+#include "codec/half.h"
+#include "codec/synthetic_kv.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "transport/ucx.h"
@@ -352,6 +354,75 @@ TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
   EXPECT_EQ(f->fetched, 2u);
   EXPECT_EQ(out[0], blocks[0]);
   EXPECT_EQ(out[2], blocks[2]);
+}
+
+// Blocks published under a codec policy travel and are stored encoded, and come back decoded:
+// bit-exact for lossless, within quantization error for quant.
+TEST(ClientDaemonTest, CodecPoliciesEncodeOnPublishAndDecodeOnFetch) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  KvLayout layout{2, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  const size_t kBlocks = 4;
+  auto kv = codec::GenerateSyntheticKv(layout, kBlocks, codec::SyntheticKvParams{});
+  ASSERT_EQ(kv.size(), kBlocks * layout.BlockBytes());
+  std::vector<ConstBuffer> in;
+  for (size_t b = 0; b < kBlocks; ++b)
+    in.push_back({kv.data() + b * layout.BlockBytes(), layout.BlockBytes()});
+  auto tokens = Tokens(kBlocks * kTokensPerBlock, 81);
+
+  for (std::string policy : {"lossless", "quant:k4v4", "int8-g64"}) {
+    SCOPED_TRACE(policy);
+    NamespaceSpec spec = Spec();
+    spec.layout = layout;
+    spec.codec_policy = policy;
+    auto ns = client->OpenNamespace(spec, "t");
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    auto pub = client->Publish(*ns, tokens, in);
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    ASSERT_EQ(pub->stored, kBlocks);
+    // What travels is the encoded blob: ~4.5 bits/value for k4v4, ~8.5 for int8 with scales.
+    const double limit = policy == "lossless" ? 1.05 : policy == "int8-g64" ? 0.6 : 0.4;
+    EXPECT_LT(pub->bytes_sent, kv.size() * limit) << "blob larger than expected";
+
+    std::vector<uint8_t> out(kv.size());
+    std::vector<MutableBuffer> bufs;
+    for (size_t b = 0; b < kBlocks; ++b)
+      bufs.push_back({out.data() + b * layout.BlockBytes(), layout.BlockBytes()});
+    auto f = client->Fetch(*ns, pub->ids, bufs);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->fetched, kBlocks);
+    EXPECT_EQ(f->sizes[0], layout.BlockBytes());
+    EXPECT_EQ(f->bytes_received, pub->bytes_sent);
+    if (policy == "lossless") {
+      EXPECT_EQ(out, kv);
+    } else {
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < kv.size() / 2; ++i) {
+        uint16_t a, b;
+        std::memcpy(&a, kv.data() + 2 * i, 2);
+        std::memcpy(&b, out.data() + 2 * i, 2);
+        double x = codec::HalfToFloat(a), y = codec::HalfToFloat(b);
+        err += (x - y) * (x - y);
+        ref += x * x;
+      }
+      EXPECT_LT(err / ref, policy == "int8-g64" ? 1e-3 : 0.05);
+    }
+  }
+  // A block of the wrong size is refused under a codec policy, with the sizes named.
+  NamespaceSpec spec = Spec();
+  spec.layout = layout;
+  spec.codec_policy = "lossless";
+  auto ns = *client->OpenNamespace(spec, "t");
+  std::vector<uint8_t> small(100);
+  ConstBuffer bad{small.data(), small.size()};
+  auto pub = client->Publish(ns, Tokens(kTokensPerBlock, 82), {&bad, 1});
+  EXPECT_EQ(pub.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(pub.status().message().find("needs"), std::string::npos) << pub.status();
+  // An unknown codec policy is refused at OpenNamespace.
+  spec.codec_policy = "zip-9";
+  auto bad_ns = client->OpenNamespace(spec, "t");
+  EXPECT_NE(bad_ns.status().message().find("codec_policy"), std::string::npos) << bad_ns.status();
 }
 
 TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
