@@ -599,8 +599,10 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
   }));
   const int n = static_cast<int>(ids.size());
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
-      resp.crc32c_size() != n)
+      resp.crc32c_size() != n) {
+    if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
     return absl::InternalError("Acquire answered with the wrong number of entries");
+  }
   auto codec_params = impl_->CodecOf(ns);
   if (!codec_params.ok()) {
     if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
@@ -669,7 +671,6 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
   struct Pipeline {
     std::atomic<size_t> transferred{0};  // ops [0, transferred) have landed
     std::atomic<size_t> next{0};         // next op to claim for verification
-    std::atomic<size_t> checked{0};
     std::atomic<bool> aborted{false};
     std::vector<uint8_t> ok;
   };
@@ -687,7 +688,6 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
       if (!pipe->next.compare_exchange_weak(i, i + 1)) continue;
       pipe->ok[i] = Crc32c(ops[i].local, ops[i].length) ==
                     resp.crc32c(static_cast<int>(moving[i]));
-      pipe->checked.fetch_add(1);
     }
   };
   uint64_t total_bytes = 0;
