@@ -89,8 +89,8 @@ bool CacheService::Drain(absl::Duration grace) {
 CacheService::CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane)
     : tier_(tier), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
 
-grpc::Status CacheService::Connect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
-                                   v1::ConnectResponse* resp) {
+grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
+                                     v1::ConnectResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   resp->set_node_id(data_plane_.node_id);
@@ -106,9 +106,9 @@ grpc::Status CacheService::Connect(grpc::ServerContext* ctx, const v1::ConnectRe
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::OpenNamespace(grpc::ServerContext*,
-                                         const v1::OpenNamespaceRequest* req,
-                                         v1::OpenNamespaceResponse* resp) {
+grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
+                                           const v1::OpenNamespaceRequest* req,
+                                           v1::OpenNamespaceResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
@@ -121,8 +121,8 @@ grpc::Status CacheService::OpenNamespace(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest* req,
-                                  v1::LookupResponse* resp) {
+grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupRequest* req,
+                                    v1::LookupResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -137,8 +137,8 @@ grpc::Status CacheService::Lookup(grpc::ServerContext*, const v1::LookupRequest*
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* req,
-                                   v1::ReserveResponse* resp) {
+grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequest* req,
+                                     v1::ReserveResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -172,8 +172,8 @@ grpc::Status CacheService::Reserve(grpc::ServerContext*, const v1::ReserveReques
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Commit(grpc::ServerContext*, const v1::CommitRequest* req,
-                                  v1::CommitResponse* resp) {
+grpc::Status CacheService::DoCommit(grpc::ServerContext*, const v1::CommitRequest* req,
+                                    v1::CommitResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
@@ -187,15 +187,15 @@ grpc::Status CacheService::Commit(grpc::ServerContext*, const v1::CommitRequest*
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Abort(grpc::ServerContext*, const v1::AbortRequest* req,
-                                 v1::AbortResponse*) {
+grpc::Status CacheService::DoAbort(grpc::ServerContext*, const v1::AbortRequest* req,
+                                   v1::AbortResponse*) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   return ToGrpc(tier_->Abort(req->reservation_id()));
 }
 
-grpc::Status CacheService::Acquire(grpc::ServerContext*, const v1::AcquireRequest* req,
-                                   v1::AcquireResponse* resp) {
+grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequest* req,
+                                     v1::AcquireResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -212,15 +212,15 @@ grpc::Status CacheService::Acquire(grpc::ServerContext*, const v1::AcquireReques
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
-                                   v1::ReleaseResponse*) {
+grpc::Status CacheService::DoRelease(grpc::ServerContext*, const v1::ReleaseRequest* req,
+                                     v1::ReleaseResponse*) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   return ToGrpc(tier_->Release(req->lease_id()));
 }
 
-grpc::Status CacheService::Evict(grpc::ServerContext*, const v1::EvictRequest* req,
-                                 v1::EvictResponse* resp) {
+grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest* req,
+                                   v1::EvictResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -235,8 +235,8 @@ grpc::Status CacheService::Evict(grpc::ServerContext*, const v1::EvictRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Pin(grpc::ServerContext*, const v1::PinRequest* req,
-                               v1::PinResponse* resp) {
+grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req,
+                                 v1::PinResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -249,8 +249,8 @@ grpc::Status CacheService::Pin(grpc::ServerContext*, const v1::PinRequest* req,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Unpin(grpc::ServerContext*, const v1::UnpinRequest* req,
-                                 v1::UnpinResponse* resp) {
+grpc::Status CacheService::DoUnpin(grpc::ServerContext*, const v1::UnpinRequest* req,
+                                   v1::UnpinResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   auto ns = ParseNamespace(*namespaces_, req->namespace_id());
@@ -261,8 +261,8 @@ grpc::Status CacheService::Unpin(grpc::ServerContext*, const v1::UnpinRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
-                                 v1::StatsResponse* resp) {
+grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*,
+                                   v1::StatsResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   HostTierStats s = tier_->Stats();

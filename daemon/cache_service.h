@@ -2,10 +2,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/host_tier.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -27,27 +29,57 @@ class CacheService final : public v1::Cache::Service {
  public:
   CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane);
 
-  grpc::Status Connect(grpc::ServerContext*, const v1::ConnectRequest*,
-                       v1::ConnectResponse*) override;
-  grpc::Status OpenNamespace(grpc::ServerContext*, const v1::OpenNamespaceRequest*,
-                             v1::OpenNamespaceResponse*) override;
-  grpc::Status Lookup(grpc::ServerContext*, const v1::LookupRequest*,
-                      v1::LookupResponse*) override;
-  grpc::Status Reserve(grpc::ServerContext*, const v1::ReserveRequest*,
-                       v1::ReserveResponse*) override;
-  grpc::Status Commit(grpc::ServerContext*, const v1::CommitRequest*,
-                      v1::CommitResponse*) override;
-  grpc::Status Abort(grpc::ServerContext*, const v1::AbortRequest*, v1::AbortResponse*) override;
-  grpc::Status Acquire(grpc::ServerContext*, const v1::AcquireRequest*,
-                       v1::AcquireResponse*) override;
-  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest*,
-                       v1::ReleaseResponse*) override;
-  grpc::Status Evict(grpc::ServerContext*, const v1::EvictRequest*, v1::EvictResponse*) override;
-  grpc::Status Pin(grpc::ServerContext*, const v1::PinRequest*, v1::PinResponse*) override;
-  grpc::Status Unpin(grpc::ServerContext*, const v1::UnpinRequest*,
-                     v1::UnpinResponse*) override;
-  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
-                     v1::StatsResponse*) override;
+  grpc::Status Connect(grpc::ServerContext* c, const v1::ConnectRequest* q,
+                       v1::ConnectResponse* r) override {
+    return Timed(RpcMetrics::kConnect, [&] { return DoConnect(c, q, r); });
+  }
+  grpc::Status OpenNamespace(grpc::ServerContext* c, const v1::OpenNamespaceRequest* q,
+                             v1::OpenNamespaceResponse* r) override {
+    return Timed(RpcMetrics::kOpenNamespace, [&] { return DoOpenNamespace(c, q, r); });
+  }
+  grpc::Status Lookup(grpc::ServerContext* c, const v1::LookupRequest* q,
+                      v1::LookupResponse* r) override {
+    return Timed(RpcMetrics::kLookup, [&] { return DoLookup(c, q, r); });
+  }
+  grpc::Status Reserve(grpc::ServerContext* c, const v1::ReserveRequest* q,
+                       v1::ReserveResponse* r) override {
+    return Timed(RpcMetrics::kReserve, [&] { return DoReserve(c, q, r); });
+  }
+  grpc::Status Commit(grpc::ServerContext* c, const v1::CommitRequest* q,
+                      v1::CommitResponse* r) override {
+    return Timed(RpcMetrics::kCommit, [&] { return DoCommit(c, q, r); });
+  }
+  grpc::Status Abort(grpc::ServerContext* c, const v1::AbortRequest* q,
+                     v1::AbortResponse* r) override {
+    return Timed(RpcMetrics::kAbort, [&] { return DoAbort(c, q, r); });
+  }
+  grpc::Status Acquire(grpc::ServerContext* c, const v1::AcquireRequest* q,
+                       v1::AcquireResponse* r) override {
+    return Timed(RpcMetrics::kAcquire, [&] { return DoAcquire(c, q, r); });
+  }
+  grpc::Status Release(grpc::ServerContext* c, const v1::ReleaseRequest* q,
+                       v1::ReleaseResponse* r) override {
+    return Timed(RpcMetrics::kRelease, [&] { return DoRelease(c, q, r); });
+  }
+  grpc::Status Evict(grpc::ServerContext* c, const v1::EvictRequest* q,
+                     v1::EvictResponse* r) override {
+    return Timed(RpcMetrics::kEvict, [&] { return DoEvict(c, q, r); });
+  }
+  grpc::Status Pin(grpc::ServerContext* c, const v1::PinRequest* q,
+                   v1::PinResponse* r) override {
+    return Timed(RpcMetrics::kPin, [&] { return DoPin(c, q, r); });
+  }
+  grpc::Status Unpin(grpc::ServerContext* c, const v1::UnpinRequest* q,
+                     v1::UnpinResponse* r) override {
+    return Timed(RpcMetrics::kUnpin, [&] { return DoUnpin(c, q, r); });
+  }
+  grpc::Status Stats(grpc::ServerContext* c, const v1::StatsRequest* q,
+                     v1::StatsResponse* r) override {
+    return Timed(RpcMetrics::kStats, [&] { return DoStats(c, q, r); });
+  }
+
+  // Per-method request, latency and error metrics; null (the default) records nothing.
+  void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
 
   // Refuses new calls from now on and waits up to `grace` for in-flight ones; true if they all
   // finished.
@@ -67,7 +99,31 @@ class CacheService final : public v1::Cache::Service {
     bool admitted_;
   };
 
+  grpc::Status DoConnect(grpc::ServerContext*, const v1::ConnectRequest*, v1::ConnectResponse*);
+  grpc::Status DoOpenNamespace(grpc::ServerContext*, const v1::OpenNamespaceRequest*,
+                               v1::OpenNamespaceResponse*);
+  grpc::Status DoLookup(grpc::ServerContext*, const v1::LookupRequest*, v1::LookupResponse*);
+  grpc::Status DoReserve(grpc::ServerContext*, const v1::ReserveRequest*, v1::ReserveResponse*);
+  grpc::Status DoCommit(grpc::ServerContext*, const v1::CommitRequest*, v1::CommitResponse*);
+  grpc::Status DoAbort(grpc::ServerContext*, const v1::AbortRequest*, v1::AbortResponse*);
+  grpc::Status DoAcquire(grpc::ServerContext*, const v1::AcquireRequest*, v1::AcquireResponse*);
+  grpc::Status DoRelease(grpc::ServerContext*, const v1::ReleaseRequest*, v1::ReleaseResponse*);
+  grpc::Status DoEvict(grpc::ServerContext*, const v1::EvictRequest*, v1::EvictResponse*);
+  grpc::Status DoPin(grpc::ServerContext*, const v1::PinRequest*, v1::PinResponse*);
+  grpc::Status DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*, v1::UnpinResponse*);
+  grpc::Status DoStats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse*);
+  template <typename F>
+  grpc::Status Timed(RpcMetrics::Op op, F&& handler) {
+    if (!metrics_) return handler();
+    auto t0 = std::chrono::steady_clock::now();
+    grpc::Status s = handler();
+    metrics_->Record(op, s.error_code(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return s;
+  }
+
   HostTier* tier_;
+  RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;
   const absl::Time started_ = absl::Now();

@@ -21,6 +21,11 @@ node_id: ""
 # gRPC control-plane address: HOST:PORT (port 0 picks a free port), or unix:PATH for a local
 # Unix socket (slightly lower latency for clients on this node).
 listen: "127.0.0.1:7420"
+# Operator HTTP endpoint: /metrics (Prometheus text format), /healthz (liveness), /readyz
+# (readiness: host tier open and gRPC serving; 503 while starting or draining). HOST:PORT, port 0
+# picks a free port (reported as "http_endpoint" in --ready-file). Empty disables it; the
+# conventional port is 9420, e.g. "0.0.0.0:9420" for a Prometheus scraping from another host.
+http_listen: ""
 # State that outlives the process: the generated cluster secret.
 data_dir: "/var/lib/strata"
 # File holding the cluster secret that salts tenant namespaces. Empty: <data_dir>/cluster_secret,
@@ -106,6 +111,7 @@ std::map<std::string, Setter> Setters() {
   };
   s["node_id"] = str(&DaemonConfig::node_id, "node_id");
   s["listen"] = str(&DaemonConfig::listen, "listen");
+  s["http_listen"] = str(&DaemonConfig::http_listen, "http_listen");
   s["data_dir"] = str(&DaemonConfig::data_dir, "data_dir");
   s["cluster_secret_file"] = str(&DaemonConfig::cluster_secret_file, "cluster_secret_file");
   s["log_level"] = str(&DaemonConfig::log_level, "log_level");
@@ -195,6 +201,10 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path) {
 absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.listen.empty() || c.listen.find(':') == std::string::npos)
     return FieldError("listen", "must be HOST:PORT or unix:PATH");
+  if (!c.http_listen.empty() &&
+      (c.http_listen.rfind(':') == std::string::npos || c.http_listen.rfind(':') == 0 ||
+       c.http_listen.rfind(':') + 1 == c.http_listen.size()))
+    return FieldError("http_listen", "must be HOST:PORT, or empty to disable HTTP");
   if (c.host_capacity < (1u << 20)) return FieldError("host_tier.capacity", "must be >= 1MiB");
   if (!(c.low_watermark > 0 && c.low_watermark <= c.high_watermark && c.high_watermark <= 1))
     return FieldError("host_tier.low_watermark",

@@ -19,6 +19,7 @@ enum class ArenaSource { kAuto, kUcx, kMmap };
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
+  std::string http_listen;  // empty: no HTTP endpoint
   std::string data_dir;
   std::string cluster_secret_file;
   std::string log_level;

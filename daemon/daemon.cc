@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,8 @@
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "daemon/cache_service.h"
+#include "daemon/http_server.h"
+#include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/arena.h"
 #include "storage/host_tier.h"
@@ -25,9 +29,62 @@
 
 namespace strata::daemon {
 
+// Tier series are registered once; a scrape only stores values into them.
+struct TierSeries {
+  Gauge *capacity, *used, *committed, *reserved, *blocks, *pinned, *reservations, *leases,
+      *namespaces;
+  Counter *lookup_hit, *lookup_miss, *fetch_hit, *fetch_miss, *committed_total, *dedup,
+      *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
+};
+
+static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
+  const MetricLabels host = {{"tier", "host"}};
+  return std::make_unique<TierSeries>(TierSeries{
+    m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", host),
+    m.AddGauge("strata_tier_used_bytes",
+               "Bytes allocated in a tier: committed, reserved, and evicted but still "
+               "leased.",
+               host),
+    m.AddGauge("strata_tier_committed_bytes", "Bytes of committed blocks in a tier.", host),
+    m.AddGauge("strata_tier_reserved_bytes",
+               "Bytes reserved by publishes that have not committed yet.", host),
+    m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", host),
+    m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.",
+               host),
+    m.AddGauge("strata_open_reservations", "Publish reservations not yet committed."),
+    m.AddGauge("strata_open_leases", "Fetch read leases not yet released."),
+    m.AddGauge("strata_namespaces", "Namespaces opened on this daemon."),
+    m.AddCounter("strata_lookup_blocks_total",
+                 "Blocks asked for by Lookup, by result (hit: in the cached prefix).",
+                 {{"result", "hit"}}),
+    m.AddCounter("strata_lookup_blocks_total", "", {{"result", "miss"}}),
+    m.AddCounter("strata_fetch_blocks_total",
+                 "Blocks asked for by a fetch (Acquire), by result.", {{"result", "hit"}}),
+    m.AddCounter("strata_fetch_blocks_total", "", {{"result", "miss"}}),
+    m.AddCounter("strata_committed_blocks_total",
+                 "Blocks published: committed after CRC32C verification."),
+    m.AddCounter("strata_dedup_blocks_total",
+                 "Blocks a publish skipped because they were already cached."),
+    m.AddCounter("strata_crc_failures_total",
+                 "Blocks dropped at commit because their CRC32C did not match."),
+    m.AddCounter("strata_evictions_total", "Blocks evicted from a tier, by reason.",
+                 {{"tier", "host"}, {"reason", "lru"}}),
+    m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "explicit"}}),
+    m.AddCounter("strata_reserve_no_space_blocks_total",
+                 "Blocks a publish could not reserve because the tier was full."),
+    m.AddCounter("strata_reservations_expired_total",
+                 "Reservations reclaimed because the client never committed."),
+    m.AddCounter("strata_leases_expired_total",
+                 "Read leases reclaimed because the client never released them."),
+  });
+}
+
 struct Daemon::Impl {
   DaemonConfig config;
   std::string endpoint;
+  MetricsRegistry metrics;  // outlives everything that records into it
+  std::unique_ptr<RpcMetrics> rpc_metrics;
+  std::unique_ptr<TierSeries> tier_series;
   std::shared_ptr<transport::Context> ucx;
   std::unique_ptr<transport::Worker> worker;
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
@@ -40,6 +97,13 @@ struct Daemon::Impl {
   absl::Notification stop_reclaim;
   std::thread reclaim;
   bool shut_down = false;
+  // Read by HTTP threads: set once the tier and namespaces exist (never cleared), and while the
+  // gRPC server serves and is not draining.
+  std::atomic<bool> tier_open{false};
+  std::atomic<bool> serving{false};
+  std::atomic<bool> shut_down_started{false};
+  // Last member: destroyed (stopped) first, so its handlers never see a destroyed member.
+  std::unique_ptr<HttpServer> http;
 };
 
 namespace {
@@ -94,12 +158,60 @@ Daemon::~Daemon() { Shutdown(); }
 
 const std::string& Daemon::endpoint() const { return impl_->endpoint; }
 
+const std::string& Daemon::http_endpoint() const {
+  static const std::string kNone;
+  return impl_->http ? impl_->http->endpoint() : kNone;
+}
+
+namespace {
+
+// Metrics read from the host tier at scrape time; `d.tier_open` must be true.
+void CollectTierMetrics(Daemon::Impl& d);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   RETURN_IF_ERROR(ValidateConfig(config));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   const std::string node_id = config.node_id.empty() ? Hostname() : config.node_id;
   ASSIGN_OR_RETURN(std::string secret, LoadOrCreateSecret(config));
+
+  // HTTP first, so /healthz answers (and /readyz says "starting") while a large arena faults in.
+  impl->rpc_metrics = std::make_unique<RpcMetrics>(&impl->metrics);
+  impl->tier_series = RegisterTierSeries(impl->metrics);
+  impl->metrics.AddGauge("strata_build_info", "Always 1; labels carry the stratad version.",
+                         {{"version", STRATA_VERSION}})
+      ->Set(1);
+  impl->metrics.AddGauge("strata_start_time_seconds", "Unix time stratad started.")
+      ->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  impl->metrics.AddGauge("strata_cluster_nodes",
+                         "Nodes in this daemon's cluster view (static membership: this node).")
+      ->Set(1);
+  if (!config.http_listen.empty()) {
+    Impl* raw = impl.get();
+    Histogram* render_time = impl->metrics.AddHistogram(
+        "strata_metrics_render_duration_seconds",
+        "Time stratad took to build a /metrics response (read tier stats and render).",
+        LatencyBucketsSeconds());
+    raw->metrics.AddCollector([raw] {
+      if (raw->tier_open.load(std::memory_order_acquire)) CollectTierMetrics(*raw);
+    });
+    HttpServer::Handlers h;
+    h.metrics = [raw, render_time] {
+      auto t0 = std::chrono::steady_clock::now();
+      std::string text = raw->metrics.Render();
+      render_time->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return text;
+    };
+    h.ready = [raw](std::string* why) {
+      if (raw->serving.load(std::memory_order_acquire)) return true;
+      *why = raw->shut_down_started.load() ? "draining" : "starting (host tier or gRPC not up)";
+      return false;
+    };
+    ASSIGN_OR_RETURN(impl->http, HttpServer::Start(config.http_listen, std::move(h)));
+  }
 
   // Data plane: the arena is registered once; clients get its address and rkey at Connect.
   ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/true));
@@ -149,6 +261,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.transports = impl->worker->TransportSummary();
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
+  impl->service->set_metrics(impl->rpc_metrics.get());
+  impl->tier_open.store(true, std::memory_order_release);
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -173,10 +287,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     while (!raw->stop_reclaim.WaitForNotificationWithTimeout(period)) raw->tier->ReclaimExpired();
   });
 
+  impl->serving.store(true, std::memory_order_release);
   spdlog::info("stratad {} node '{}' listening on {}; host tier {} ({}), UCX transports {}",
                STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->tier->capacity()),
                impl->mmap_arena ? (huge ? "mmap, huge pages" : "mmap") : "UCX-allocated",
                dp.transports);
+  if (impl->http) spdlog::info("HTTP /metrics, /healthz, /readyz on {}", impl->http->endpoint());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
 
@@ -184,6 +300,8 @@ void Daemon::Shutdown() {
   Impl& d = *impl_;
   if (d.shut_down) return;
   d.shut_down = true;
+  d.shut_down_started.store(true);
+  d.serving.store(false, std::memory_order_release);  // /readyz fails from now on
   spdlog::info("draining: refusing new calls, {} for in-flight ones",
                absl::FormatDuration(d.config.shutdown_grace));
   if (!d.service->Drain(d.config.shutdown_grace))
@@ -197,6 +315,37 @@ void Daemon::Shutdown() {
   auto s = d.tier->Stats();
   spdlog::info("stopped: {} blocks, {} open reservations and {} open leases dropped", s.blocks,
                s.open_reservations, s.open_leases);
+  if (d.http) d.http->Stop();
 }
+
+namespace {
+
+void CollectTierMetrics(Daemon::Impl& d) {
+  TierSeries& x = *d.tier_series;
+  HostTierStats s = d.tier->Stats();
+  x.capacity->Set(static_cast<double>(s.capacity_bytes));
+  x.used->Set(static_cast<double>(s.allocated_bytes));
+  x.committed->Set(static_cast<double>(s.committed_bytes));
+  x.reserved->Set(static_cast<double>(s.reserved_bytes));
+  x.blocks->Set(static_cast<double>(s.blocks));
+  x.pinned->Set(static_cast<double>(s.pinned_blocks));
+  x.reservations->Set(static_cast<double>(s.open_reservations));
+  x.leases->Set(static_cast<double>(s.open_leases));
+  x.namespaces->Set(static_cast<double>(d.namespaces->size()));
+  x.lookup_hit->Set(s.lookup_hit_blocks);
+  x.lookup_miss->Set(s.lookup_miss_blocks);
+  x.fetch_hit->Set(s.acquire_hit_blocks);
+  x.fetch_miss->Set(s.acquire_miss_blocks);
+  x.committed_total->Set(s.committed_total);
+  x.dedup->Set(s.dedup_total);
+  x.crc_failures->Set(s.crc_failures);
+  x.evict_lru->Set(s.evictions_lru);
+  x.evict_explicit->Set(s.evictions_explicit);
+  x.no_space->Set(s.no_space);
+  x.res_expired->Set(s.reservations_expired);
+  x.lease_expired->Set(s.leases_expired);
+}
+
+}  // namespace
 
 }  // namespace strata::daemon

@@ -17,6 +17,8 @@ class Daemon {
 
   // "HOST:PORT" actually bound (resolves port 0).
   const std::string& endpoint() const;
+  // HTTP endpoint (/metrics, /healthz, /readyz) actually bound; empty when 'http_listen' is empty.
+  const std::string& http_endpoint() const;
   // Stops accepting calls, lets in-flight ones finish within config.shutdown_grace, then tears
   // down the data plane. Idempotent.
   void Shutdown();

@@ -17,17 +17,21 @@ int main(int argc, char** argv) {
   CLI::App app{"stratad: Strata KV-cache node daemon"};
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string config_file, listen, capacity, data_dir, ready_file, log_level, node_id;
+  std::string config_file, listen, http_listen, capacity, data_dir, ready_file, log_level, node_id;
   bool print_default = false, version = false;
   app.add_option("--config", config_file, "YAML config file (default: the embedded config)");
   app.add_option("--listen", listen, "gRPC address HOST:PORT (overrides 'listen')");
+  app.add_option("--http-listen", http_listen,
+                 "HTTP /metrics, /healthz, /readyz address HOST:PORT (overrides 'http_listen'; "
+                 "'off' disables it)");
   app.add_option("--host-capacity", capacity, "host tier size, e.g. 4GiB (overrides "
                                               "'host_tier.capacity')");
   app.add_option("--data-dir", data_dir, "state directory (overrides 'data_dir')");
   app.add_option("--node-id", node_id, "node name (overrides 'node_id')");
   app.add_option("--log-level", log_level, "overrides 'log_level'");
   app.add_option("--ready-file", ready_file,
-                 "write {\"endpoint\":...,\"pid\":...} here once serving (for scripts and tests)");
+                 "write {\"endpoint\":...,\"http_endpoint\":...,\"pid\":...} here once serving "
+                 "(for scripts and tests; http_endpoint only with HTTP on)");
   app.add_flag("--print-default-config", print_default, "print the embedded config and exit");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!listen.empty()) config->listen = listen;
+  if (!http_listen.empty()) config->http_listen = http_listen == "off" ? "" : http_listen;
   if (!data_dir.empty()) config->data_dir = data_dir;
   if (!node_id.empty()) config->node_id = node_id;
   if (!log_level.empty()) config->log_level = log_level;
@@ -83,8 +88,12 @@ int main(int argc, char** argv) {
   }
   if (!ready_file.empty()) {
     std::string tmp = ready_file + ".tmp";
-    std::ofstream(tmp) << "{\"endpoint\":\"" << (*daemon)->endpoint() << "\",\"pid\":" << getpid()
-                       << "}\n";
+    std::ofstream out(tmp);
+    out << "{\"endpoint\":\"" << (*daemon)->endpoint() << "\",";
+    if (!(*daemon)->http_endpoint().empty())
+      out << "\"http_endpoint\":\"" << (*daemon)->http_endpoint() << "\",";
+    out << "\"pid\":" << getpid() << "}\n";
+    out.close();
     std::rename(tmp.c_str(), ready_file.c_str());
   }
   int sig = 0;

@@ -1,0 +1,70 @@
+// /metrics latency against resident blocks: starts its own stratad with HTTP on, publishes N
+// small blocks, then times K sequential scrapes over a fresh connection each (as Prometheus
+// would after an idle interval) and reports p50/p99/max, beside the daemon's own render time.
+//
+//   metrics_scrape_bench [blocks=100000] [scrapes=200]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "client/client.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/operability/ops_helpers.h"
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  size_t blocks = argc > 1 ? std::stoul(argv[1]) : 100000;
+  int scrapes = argc > 2 ? std::stoi(argv[2]) : 200;
+  testing::DaemonProcess d("host_tier:\n  capacity: 256MiB\n",
+                           {"--http-listen", "127.0.0.1:0", "--log-level", "warn"});
+  if (!d.ok()) {
+    std::fprintf(stderr, "stratad did not start:\n%s\n", d.log().c_str());
+    return 1;
+  }
+  std::string http =
+      testing::JsonField(testing::ReadFile(d.dir() + "/ready.json"), "http_endpoint");
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::Connect(o);
+  if (!client.ok()) return 1;
+  auto ns = (*client)->OpenNamespace(testing::OpsSpec(), "bench");
+  if (!ns.ok()) return 1;
+  auto t0 = std::chrono::steady_clock::now();
+  auto ids = testing::PublishMany(**client, *ns, blocks, 64);
+  if (!ids.ok()) {
+    std::fprintf(stderr, "publish: %s\n", ids.status().ToString().c_str());
+    return 1;
+  }
+  double publish_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<double> ms;
+  size_t body = 0;
+  std::string last;
+  for (int i = 0; i < scrapes; ++i) {
+    auto s = std::chrono::steady_clock::now();
+    auto r = testing::HttpGet(http, "/metrics");
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+    if (r.status != 200) {
+      std::fprintf(stderr, "scrape %d failed (status %d)\n", i, r.status);
+      return 1;
+    }
+    body = r.body.size();
+    last = std::move(r.body);
+  }
+  std::sort(ms.begin(), ms.end());
+  auto pct = [&](double p) { return ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };
+  auto resident = testing::SampleValue(last, "strata_tier_blocks{tier=\"host\"}");
+  auto render_sum = testing::SampleValue(last, "strata_metrics_render_duration_seconds_sum");
+  auto render_n = testing::SampleValue(last, "strata_metrics_render_duration_seconds_count");
+  std::printf("blocks resident      %.0f (published %zu in %.2f s)\n", resident.value_or(-1),
+              blocks, publish_s);
+  std::printf("scrapes              %d, body %zu bytes\n", scrapes, body);
+  std::printf("client GET /metrics  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", pct(0.5),
+              pct(0.99), ms.back());
+  if (render_sum && render_n && *render_n > 0)
+    std::printf("daemon render mean   %.3f ms over %.0f renders\n", *render_sum / *render_n * 1e3,
+                *render_n);
+  return 0;
+}
