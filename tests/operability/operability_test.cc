@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -193,6 +194,56 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
   // The target is healthy from Prometheus's side too.
   auto up = HttpGet(web, "/api/v1/query?query=up%7Bjob%3D%22strata%22%7D");
   EXPECT_NE(up.body.find("\"1\"]"), std::string::npos) << up.body;
+
+  // Every query of the Grafana dashboard parses and returns data from this daemon's series
+  // (rates need two scrapes in the window, so retry for a few seconds).
+  std::string dashboard = testing::ReadFile(std::string(STRATA_SOURCE_DIR) +
+                                            "/charts/strata/dashboards/strata-overview.json");
+  auto exprs = testing::DashboardExprs(dashboard);
+  ASSERT_GE(exprs.size(), 10u);
+  auto colon = web.rfind(':');
+  httplib::Client api(web.substr(0, colon), std::stoi(web.substr(colon + 1)));
+  api.set_read_timeout(5, 0);
+  for (std::string expr : exprs) {
+    for (auto [from, to] : {std::pair<std::string, std::string>{"$__rate_interval", "30s"},
+                            {"$instance", ".*"}})
+      for (size_t p; (p = expr.find(from)) != std::string::npos;) expr.replace(p, from.size(), to);
+    std::string body;
+    bool has_data = false;
+    for (int attempt = 0; attempt < 40 && !has_data; ++attempt) {
+      auto r = api.Post("/api/v1/query", httplib::Params{{"query", expr}});
+      ASSERT_TRUE(r) << expr;
+      body = r->body;
+      ASSERT_EQ(r->status, 200) << expr << "\n" << body;
+      has_data = body.find("\"result\":[]") == std::string::npos;
+      if (!has_data) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    EXPECT_TRUE(has_data) << "dashboard query returned no series: " << expr << "\n" << body;
+  }
+}
+
+// Every metric a dashboard query names is one the daemon exports (checked on a live scrape).
+TEST(OperabilityTest, DashboardNamesOnlyExportedMetrics) {
+  HttpDaemon d;
+  ASSERT_TRUE(d.ok()) << d.process.log();
+  auto m = HttpGet(d.http, "/metrics");
+  ASSERT_EQ(m.status, 200);
+  auto exported = testing::ExportedNames(m.body);
+  std::string dashboard = testing::ReadFile(std::string(STRATA_SOURCE_DIR) +
+                                            "/charts/strata/dashboards/strata-overview.json");
+  auto exprs = testing::DashboardExprs(dashboard);
+  ASSERT_GE(exprs.size(), 10u);
+  size_t names = 0;
+  for (const std::string& expr : exprs) {
+    auto used = testing::StrataMetricNames(expr);
+    EXPECT_FALSE(used.empty()) << "query names no Strata metric: " << expr;
+    for (const std::string& name : used) {
+      ++names;
+      EXPECT_NE(std::find(exported.begin(), exported.end(), name), exported.end())
+          << name << " (in " << expr << ") is not exported";
+    }
+  }
+  EXPECT_GE(names, exprs.size());
 }
 
 // /metrics stays correct and answers with 100k blocks resident (timings: metrics_scrape_bench).

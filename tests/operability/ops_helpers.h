@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,67 @@ inline std::vector<std::string> MetricFamilies(const std::string& text) {
   while ((pos = text.find("# TYPE ", pos)) != std::string::npos) {
     pos += 7;
     out.push_back(text.substr(pos, text.find(' ', pos) - pos));
+  }
+  return out;
+}
+
+// Every "expr" string of a Grafana dashboard JSON, unescaped (\" \\ \n \t \/ only: what
+// PromQL needs).
+inline std::vector<std::string> DashboardExprs(const std::string& json) {
+  std::vector<std::string> out;
+  const std::string key = "\"expr\":";
+  size_t pos = 0;
+  while ((pos = json.find(key, pos)) != std::string::npos) {
+    pos = json.find('"', pos + key.size());
+    if (pos == std::string::npos) break;
+    std::string expr;
+    for (++pos; pos < json.size() && json[pos] != '"'; ++pos) {
+      char c = json[pos];
+      if (c == '\\' && pos + 1 < json.size()) {
+        char e = json[++pos];
+        expr += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      } else {
+        expr += c;
+      }
+    }
+    out.push_back(expr);
+  }
+  return out;
+}
+
+// Identifiers in a PromQL expression that name Strata metrics (everything exported is strata_*).
+inline std::vector<std::string> StrataMetricNames(const std::string& expr) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = expr.find("strata_", pos)) != std::string::npos) {
+    if (pos > 0 && (std::isalnum(static_cast<unsigned char>(expr[pos - 1])) ||
+                    expr[pos - 1] == '_' || expr[pos - 1] == ':')) {
+      pos += 7;
+      continue;
+    }
+    size_t end = pos;
+    while (end < expr.size() &&
+           (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_' ||
+            expr[end] == ':'))
+      ++end;
+    out.push_back(expr.substr(pos, end - pos));
+    pos = end;
+  }
+  return out;
+}
+
+// Names a scrape answers to: each family, plus _bucket/_sum/_count for histograms.
+inline std::vector<std::string> ExportedNames(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = text.find("# TYPE ", pos)) != std::string::npos) {
+    pos += 7;
+    size_t sp = text.find(' ', pos);
+    std::string name = text.substr(pos, sp - pos);
+    std::string type = text.substr(sp + 1, text.find('\n', sp) - sp - 1);
+    out.push_back(name);
+    if (type == "histogram")
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) out.push_back(name + suffix);
   }
   return out;
 }
