@@ -136,41 +136,62 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
       << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
       << "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
       << "      - targets: ['" << d.http << "']\n";
-  int port = testing::FreeLoopbackPort();
-  ASSERT_GT(port, 0);
-  std::string web = "127.0.0.1:" + std::to_string(port);
-  std::vector<std::string> args = {prometheus,
-                                   "--config.file=" + dir + "/prometheus.yml",
-                                   "--storage.tsdb.path=" + dir + "/data",
-                                   "--web.listen-address=" + web,
-                                   "--log.level=warn"};
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open((dir + "/prometheus.log").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  ASSERT_GT(pid, 0);
+  // Prometheus cannot report an ephemeral port, so it gets one that was free a moment ago; if
+  // another process takes it first, Prometheus exits and we try again on another.
+  std::string web;
+  pid_t pid = -1;
   struct Cleanup {
-    pid_t pid;
+    pid_t& pid;
     std::string dir;
     ~Cleanup() {
-      kill(pid, SIGTERM);
-      int st;
-      for (int i = 0; i < 100 && waitpid(pid, &st, WNOHANG) != pid; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, WNOHANG);
+      if (pid > 0) {
+        kill(pid, SIGTERM);
+        int st;
+        for (int i = 0; i < 100 && waitpid(pid, &st, WNOHANG) != pid; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, WNOHANG);
+      }
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
     }
   } cleanup{pid, dir};
-
+  for (int attempt = 0; attempt < 3 && pid < 0; ++attempt) {
+    int port = testing::FreeLoopbackPort();
+    ASSERT_GT(port, 0);
+    web = "127.0.0.1:" + std::to_string(port);
+    std::vector<std::string> args = {prometheus,
+                                     "--config.file=" + dir + "/prometheus.yml",
+                                     "--storage.tsdb.path=" + dir + "/data",
+                                     "--web.listen-address=" + web,
+                                     "--log.level=warn"};
+    pid = fork();
+    if (pid == 0) {
+      int fd = ::open((dir + "/prometheus.log").c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ASSERT_GT(pid, 0);
+    bool ready = false;
+    for (int i = 0; i < 150 && !ready; ++i) {
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) break;  // exited: port taken, or worse
+      ready = HttpGet(web, "/-/ready", 1).status == 200;
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!ready) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  ASSERT_GT(pid, 0) << "prometheus did not become ready:\n"
+                    << testing::ReadFile(dir + "/prometheus.log");
   // sum by (job) of a counter the daemon exports; Prometheus returns it as a JSON vector.
   const std::string query =
       "/api/v1/query?query=sum%20by%20(job)%20(strata_committed_blocks_total%7Bjob%3D%22strata%22"
