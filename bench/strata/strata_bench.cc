@@ -156,6 +156,7 @@ class Daemon {
 strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
   strata::NamespaceSpec s;
   s.model_id = "strata-bench";
+  s.codec_policy = std::string(strata::kOpaqueCodecPolicy);  // measures the data plane alone
   s.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tokens_per_block,
                               strata::KvKind::kSeparateKV};
   return s;
