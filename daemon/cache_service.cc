@@ -160,6 +160,12 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
     items[i].size = req->sizes(static_cast<int>(i));
   }
   ReserveResult r = tier_->Reserve(*ns, items);
+  if (metrics_) {
+    uint64_t granted = 0;
+    for (size_t i = 0; i < r.status.size(); ++i)
+      if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
+    metrics_->AddPublishBytes(granted);
+  }
   resp->set_reservation_id(r.reservation_id);
   AddStatuses(r.status, resp->mutable_status());
   resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
@@ -203,6 +209,12 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequ
   auto ids = ParseIds(req->ids(), "ids");
   if (!ids.ok()) return ToGrpc(ids.status());
   AcquireResult r = tier_->Acquire(*ns, *ids);
+  if (metrics_) {
+    uint64_t leased = 0;
+    for (size_t i = 0; i < r.status.size(); ++i)
+      if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
+    metrics_->AddFetchBytes(leased);
+  }
   resp->set_lease_id(r.lease_id);
   AddStatuses(r.status, resp->mutable_status());
   resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());

@@ -183,8 +183,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   impl->metrics.AddGauge("strata_build_info", "Always 1; labels carry the stratad version.",
                          {{"version", STRATA_VERSION}})
       ->Set(1);
-  impl->metrics.AddGauge("strata_start_time_seconds", "Unix time stratad started.")
-      ->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  RegisterProcessMetrics(&impl->metrics);
   impl->metrics.AddGauge("strata_cluster_nodes",
                          "Nodes in this daemon's cluster view (static membership: this node).")
       ->Set(1);

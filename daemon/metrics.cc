@@ -1,7 +1,15 @@
 #include "daemon/metrics.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 namespace strata::daemon {
 namespace {
@@ -116,6 +124,11 @@ Gauge* MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
   return &FindOrAdd(name, help, Type::kGauge, labels, nullptr)->gauge;
 }
 
+Gauge* MetricsRegistry::AddFloatCounter(const std::string& name, const std::string& help,
+                                        const MetricLabels& labels) {
+  return &FindOrAdd(name, help, Type::kFloatCounter, labels, nullptr)->gauge;
+}
+
 Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
                                          const std::vector<double>& bounds,
                                          const MetricLabels& labels) {
@@ -146,8 +159,9 @@ std::string MetricsRegistry::Render() {
     AppendEscaped(out, f.help, false);
     out += "\n# TYPE ";
     out += f.name;
-    out += f.type == Type::kCounter ? " counter\n" : f.type == Type::kGauge ? " gauge\n"
-                                                                           : " histogram\n";
+    out += f.type == Type::kCounter || f.type == Type::kFloatCounter ? " counter\n"
+           : f.type == Type::kGauge                                   ? " gauge\n"
+                                                                      : " histogram\n";
     for (const Series& s : f.series) {
       switch (f.type) {
         case Type::kCounter:
@@ -158,6 +172,7 @@ std::string MetricsRegistry::Render() {
           out += '\n';
           break;
         case Type::kGauge:
+        case Type::kFloatCounter:
           out += f.name;
           AppendLabels(out, s.labels);
           out += ' ';
@@ -200,6 +215,46 @@ std::string MetricsRegistry::Render() {
   return out;
 }
 
+void RegisterProcessMetrics(MetricsRegistry* r) {
+  Gauge* cpu = r->AddFloatCounter("process_cpu_seconds_total",
+                                  "Total user and system CPU time spent in seconds.");
+  Gauge* rss = r->AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.");
+  Gauge* vsize = r->AddGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
+  Gauge* fds = r->AddGauge("process_open_fds", "Number of open file descriptors.");
+  Gauge* max_fds = r->AddGauge("process_max_fds", "Maximum number of open file descriptors.");
+  r->AddGauge("process_start_time_seconds",
+              "Start time of the process since unix epoch in seconds.")
+      ->Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  r->AddCollector([=] {
+    // /proc/self/stat: fields after the parenthesised command; utime and stime are fields 14
+    // and 15, vsize 23 and rss (pages) 24.
+    std::ifstream in("/proc/self/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream fields(stat.substr(close + 2));
+      std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+      // f[0] is field 3 (state).
+      if (f.size() > 21) {
+        cpu->Set((std::stod(f[11]) + std::stod(f[12])) / ticks);
+        vsize->Set(std::stod(f[20]));
+        rss->Set(std::stod(f[21]) * page);
+      }
+    }
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      ++n;
+    fds->Set(static_cast<double>(n));
+    rlimit lim{};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0) max_fds->Set(static_cast<double>(lim.rlim_cur));
+  });
+}
+
 const char* RpcMetrics::OpName(Op op) {
   static const char* names[kNumOps] = {"Connect", "OpenNamespace", "Lookup", "Reserve",
                                        "Commit",  "Abort",         "Acquire", "Release",
@@ -229,6 +284,13 @@ RpcMetrics::RpcMetrics(MetricsRegistry* registry) : registry_(registry) {
         "network).",
         LatencyBucketsSeconds(), labels);
   }
+  const char* bytes_help =
+      "Block bytes granted to clients for one-sided RMA, by direction: reserved for a publish "
+      "(client puts into the arena) or leased for a fetch (client gets from it).";
+  publish_bytes_ =
+      registry->AddCounter("strata_data_plane_bytes_total", bytes_help, {{"direction", "publish"}});
+  fetch_bytes_ =
+      registry->AddCounter("strata_data_plane_bytes_total", bytes_help, {{"direction", "fetch"}});
   // One zero series up front, so the family is documented and sum(rate(...)) has data before
   // the first error.
   errors_[kLookup][14].store(

@@ -65,7 +65,7 @@ std::vector<double> LatencyBucketsSeconds();
 
 class MetricsRegistry {
  public:
-  enum class Type { kCounter, kGauge, kHistogram };
+  enum class Type { kCounter, kGauge, kHistogram, kFloatCounter };
 
   // Returns the series of family `name` with `labels`, creating family and series as needed.
   // Same name and labels give the same series. A family's type and help are fixed by its first
@@ -74,6 +74,9 @@ class MetricsRegistry {
                       const MetricLabels& labels = {});
   Gauge* AddGauge(const std::string& name, const std::string& help,
                   const MetricLabels& labels = {});
+  // A counter whose value is a float kept elsewhere (e.g. CPU seconds), set by a collector.
+  Gauge* AddFloatCounter(const std::string& name, const std::string& help,
+                         const MetricLabels& labels = {});
   Histogram* AddHistogram(const std::string& name, const std::string& help,
                           const std::vector<double>& bounds, const MetricLabels& labels = {});
 
@@ -117,16 +120,27 @@ class RpcMetrics {
   explicit RpcMetrics(MetricsRegistry* registry);
   // One finished call: `code` is the gRPC status code (0 = OK).
   void Record(Op op, int code, double seconds);
+  // Bytes the daemon handed out for one-sided RMA: reserved for a publish (the client puts them
+  // into the arena) or leased for a fetch (the client gets them). The transfer itself never
+  // passes through the daemon, so this is what it can see of data-plane volume.
+  void AddPublishBytes(uint64_t n) { publish_bytes_->Add(n); }
+  void AddFetchBytes(uint64_t n) { fetch_bytes_->Add(n); }
 
  private:
   static constexpr int kNumCodes = 17;
   MetricsRegistry* registry_;
   std::array<Counter*, kNumOps> requests_{};
   std::array<Histogram*, kNumOps> latency_{};
+  Counter* publish_bytes_;
+  Counter* fetch_bytes_;
   // Created the first time an (op, code) error happens.
   std::array<std::array<std::atomic<Counter*>, kNumCodes>, kNumOps> errors_{};
   absl::Mutex errors_mu_;
 };
+
+// The standard process_* metrics (CPU seconds, resident and virtual memory, open and maximum
+// file descriptors, start time), read from /proc/self at scrape time.
+void RegisterProcessMetrics(MetricsRegistry* registry);
 
 // gRPC status code names as in the gRPC specification ("NOT_FOUND").
 const char* GrpcCodeName(int code);

@@ -115,6 +115,8 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
             1)
       << m.body;
   EXPECT_EQ(SampleValue(m.body, "strata_open_leases"), 0);
+  EXPECT_EQ(SampleValue(m.body, "strata_data_plane_bytes_total{direction=\"publish\"}"), 7 * 512);
+  EXPECT_EQ(SampleValue(m.body, "strata_data_plane_bytes_total{direction=\"fetch\"}"), 512);
   EXPECT_EQ(SampleValue(m.body, "strata_build_info{version=\"" STRATA_VERSION "\"}"), 1);
 }
 
@@ -256,8 +258,8 @@ TEST(OperabilityTest, DashboardNamesOnlyExportedMetrics) {
   ASSERT_GE(exprs.size(), 10u);
   size_t names = 0;
   for (const std::string& expr : exprs) {
-    auto used = testing::StrataMetricNames(expr);
-    EXPECT_FALSE(used.empty()) << "query names no Strata metric: " << expr;
+    auto used = testing::MetricNamesIn(expr);
+    EXPECT_FALSE(used.empty()) << "query names no daemon metric: " << expr;
     for (const std::string& name : used) {
       ++names;
       EXPECT_NE(std::find(exported.begin(), exported.end(), name), exported.end())

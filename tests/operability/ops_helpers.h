@@ -131,14 +131,14 @@ inline std::vector<std::string> DashboardExprs(const std::string& json) {
   return out;
 }
 
-// Identifiers in a PromQL expression that name Strata metrics (everything exported is strata_*).
-inline std::vector<std::string> StrataMetricNames(const std::string& expr) {
+inline std::vector<std::string> MetricNamesWithPrefix(const std::string& expr,
+                                                      const std::string& prefix) {
   std::vector<std::string> out;
   size_t pos = 0;
-  while ((pos = expr.find("strata_", pos)) != std::string::npos) {
+  while ((pos = expr.find(prefix, pos)) != std::string::npos) {
     if (pos > 0 && (std::isalnum(static_cast<unsigned char>(expr[pos - 1])) ||
                     expr[pos - 1] == '_' || expr[pos - 1] == ':')) {
-      pos += 7;
+      pos += prefix.size();
       continue;
     }
     size_t end = pos;
@@ -148,6 +148,17 @@ inline std::vector<std::string> StrataMetricNames(const std::string& expr) {
       ++end;
     out.push_back(expr.substr(pos, end - pos));
     pos = end;
+  }
+  return out;
+}
+
+// Identifiers in a PromQL expression that name metrics the daemon could export: everything it
+// exports is strata_* or process_*.
+inline std::vector<std::string> MetricNamesIn(const std::string& expr) {
+  std::vector<std::string> out;
+  for (const std::string prefix : {"strata_", "process_"}) {
+    auto more = MetricNamesWithPrefix(expr, prefix);
+    out.insert(out.end(), more.begin(), more.end());
   }
   return out;
 }
