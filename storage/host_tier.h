@@ -35,6 +35,8 @@ struct HostTierOptions {
   absl::Duration lease_timeout = absl::Seconds(30);
   absl::Duration max_pin_ttl = absl::Hours(24);
   uint64_t max_block_bytes = uint64_t{1} << 30;
+  // Commits of at least this many bytes verify their CRCs on two threads.
+  uint64_t parallel_verify_bytes = 8 << 20;
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };

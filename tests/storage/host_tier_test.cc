@@ -87,6 +87,30 @@ TEST_F(HostTierTest, WrongCrcIsRefusedAndSpaceReturned) {
   EXPECT_EQ(Publish(ns_, 1, 5000), BlockStatus::kOk);  // a correct retry works
 }
 
+TEST_F(HostTierTest, LargeCommitVerifiesEveryBlockOnTwoThreads) {
+  Make(64 << 20);
+  // 3 blocks, 17 MiB in all (over the parallel threshold), sizes not multiples of the piece size.
+  std::vector<ReserveItem> items = {{Id(1), {}, (5 << 20) + 123}, {Id(2), {}, 7 << 20},
+                                    {Id(3), {}, (5 << 20) - 77}};
+  auto r = tier_->Reserve(ns_, items);
+  std::vector<uint32_t> crcs;
+  for (size_t i = 0; i < items.size(); ++i) {
+    ASSERT_EQ(r.status[i], BlockStatus::kOk);
+    uint8_t* p = tier_->base() + r.offsets[i];
+    for (uint64_t k = 0; k < items[i].size; ++k) p[k] = static_cast<uint8_t>(k * 7 + i);
+    crcs.push_back(Crc32c(p, items[i].size));
+  }
+  crcs[1] ^= 0x10;  // the middle block is wrong
+  auto c = tier_->Commit(r.reservation_id, crcs);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[0], BlockStatus::kOk);
+  EXPECT_EQ((*c)[1], BlockStatus::kCrcMismatch);
+  EXPECT_EQ((*c)[2], BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 1), 1u);
+  EXPECT_EQ(Has(ns_, 2), 0u);
+  EXPECT_EQ(Has(ns_, 3), 1u);
+}
+
 TEST_F(HostTierTest, CommitWithWrongCrcCountIsAnError) {
   Make(1 << 20);
   ReserveItem items[2] = {{Id(1), {}, 100}, {Id(2), {}, 100}};
