@@ -179,7 +179,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 
   // HTTP first, so /healthz answers (and /readyz says "starting") while a large arena faults in.
   impl->rpc_metrics = std::make_unique<RpcMetrics>(&impl->metrics);
-  impl->tier_series = RegisterTierSeries(impl->metrics);
   impl->metrics.AddGauge("strata_build_info", "Always 1; labels carry the stratad version.",
                          {{"version", STRATA_VERSION}})
       ->Set(1);
@@ -261,6 +260,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
+  impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
   impl->tier_open.store(true, std::memory_order_release);
 
   grpc::ServerBuilder builder;
