@@ -13,6 +13,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   python3
   prometheus yamllint
+  fio
 )
 
 missing=()
