@@ -2,7 +2,8 @@
 // with the same block size, queue depth, bytes and filesystem, measured back to back in the same
 // run; plus the time to reopen a store whose catalog holds 100k blocks.
 //
-//   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--json] [--smoke]
+//   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--repeat 3]
+//              [--json] [--smoke]
 //
 // Write: the tier allocates extents in a fresh preallocated file and writes each block with
 // O_DIRECT (no fdatasync per batch, as fio does none); fio writes sequentially to a fresh file
@@ -36,6 +37,13 @@ struct Row {
   uint32_t qd = 0;
   double tier_write = 0, fio_write = -1, tier_read = 0, fio_read = -1;  // MiB/s; -1: not run
 };
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
 
@@ -178,11 +186,15 @@ int Main(int argc, char** argv) {
   std::vector<uint32_t> qds = {1, 4, 16};
   uint64_t bytes = uint64_t{512} << 20;
   uint64_t catalog_entries = 100000;
+  int repeat = 3;
   bool json = false, smoke = false, no_fio = false;
   app.add_option("--dir", dir, "directory (filesystem) for the tier file and fio's file");
   app.add_option("--sizes", sizes, "block sizes in bytes")->delimiter(',');
   app.add_option("--qd", qds, "queue depths")->delimiter(',');
   app.add_option("--bytes", bytes, "bytes written and read per run");
+  app.add_option("--repeat", repeat,
+                 "runs per point, tier and fio alternating; the median of each is reported")
+      ->check(CLI::Range(1, 99));
   app.add_option("--catalog-entries", catalog_entries, "catalog size for the reopen timing");
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_flag("--smoke", smoke, "128 KiB and 1 MiB at QD 1 and 16, 32 MiB per run");
@@ -201,6 +213,7 @@ int Main(int argc, char** argv) {
     sizes = {128 << 10, 1 << 20};
     qds = {1, 16};
     bytes = 32 << 20;
+    repeat = 1;
   }
   std::string tmpl = dir + "/strata_nvme_bench.XXXXXX";
   if (!mkdtemp(tmpl.data())) {
@@ -214,19 +227,32 @@ int Main(int argc, char** argv) {
   for (uint64_t bs : sizes) {
     for (uint32_t qd : qds) {
       uint64_t run_bytes = std::max<uint64_t>(bytes / bs, 8) * bs;
-      auto row = RunTier(work, bs, qd, run_bytes, &backend);
+      std::vector<double> tw, tr, fw, fr;
+      absl::StatusOr<Row> row;
+      for (int rep = 0; rep < repeat; ++rep) {
+        row = RunTier(work, bs, qd, run_bytes, &backend);
+        if (!row.ok()) break;
+        tw.push_back(row->tier_write);
+        tr.push_back(row->tier_read);
+        if (fio) {
+          std::string f = work + "/fio.dat";
+          std::filesystem::remove(f);
+          fw.push_back(RunFio(f, "write", bs, qd, run_bytes) / (1 << 20));
+          fr.push_back(RunFio(f, "randread", bs, qd, run_bytes) / (1 << 20));
+          std::filesystem::remove(f);
+        }
+      }
       if (!row.ok()) {
         std::fprintf(stderr, "nvme_bench: tier run failed: %s\n",
                      std::string(row.status().message()).c_str());
         rc = 1;
         break;
       }
+      row->tier_write = Median(tw);
+      row->tier_read = Median(tr);
       if (fio) {
-        std::string f = work + "/fio.dat";
-        std::filesystem::remove(f);
-        row->fio_write = RunFio(f, "write", bs, qd, run_bytes) / (1 << 20);
-        row->fio_read = RunFio(f, "randread", bs, qd, run_bytes) / (1 << 20);
-        std::filesystem::remove(f);
+        row->fio_write = Median(fw);
+        row->fio_read = Median(fr);
       }
       rows.push_back(*row);
       if (!json) {
@@ -243,8 +269,8 @@ int Main(int argc, char** argv) {
   }
   auto ratio = [](double a, double b) { return b > 0 ? a / b : -1.0; };
   if (json) {
-    std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"rows\": [", dir.c_str(),
-                backend.c_str(), fio ? "true" : "false");
+    std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"repeat\": %d, "
+                "\"rows\": [", dir.c_str(), backend.c_str(), fio ? "true" : "false", repeat);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf(
@@ -264,8 +290,8 @@ int Main(int argc, char** argv) {
     }
     std::printf("}\n");
   } else {
-    std::printf("NVMe tier (%s) vs fio (io_uring, direct=1) in %s; MiB/s\n", backend.c_str(),
-                dir.c_str());
+    std::printf("NVMe tier (%s) vs fio (io_uring, direct=1) in %s; MiB/s, median of %d\n",
+                backend.c_str(), dir.c_str(), repeat);
     std::printf("%9s %3s | %10s %10s %6s | %10s %10s %6s\n", "block", "qd", "tier wr",
                 "fio wr", "ratio", "tier rd", "fio rd", "ratio");
     for (const Row& r : rows) {

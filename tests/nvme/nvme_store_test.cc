@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -122,36 +123,60 @@ TEST(NvmeBlockStore, GracefulRestartFindsEveryBlock) {
   for (uint64_t i = 100; i < 130; ++i) EXPECT_TRUE(GetAndCheck(**s, i).ok()) << i;
 }
 
-// A child process writes blocks in a loop and appends each committed index to a log; the parent
-// SIGKILLs it mid-storm, reopens, and checks the catalog against the log.
+// The write storm of KillNineDuringWriteStorm: runs only in the child process that test execs
+// (STRATA_NVME_STORM_DIR set). Writes batches of blocks forever, appending each committed index
+// to committed.log after the Put returns, and writes one byte to fd STRATA_NVME_STORM_FD once
+// 40 blocks are committed.
+constexpr int kStormBatch = 4;
+
+TEST(NvmeBlockStoreStormChild, WriteStorm) {
+  const char* dir_env = std::getenv("STRATA_NVME_STORM_DIR");
+  if (!dir_env) GTEST_SKIP() << "runs only as the child of KillNineDuringWriteStorm";
+  const std::string dir = dir_env;
+  const int ready_fd = std::atoi(std::getenv("STRATA_NVME_STORM_FD"));
+  NvmeBlockStoreOptions o;
+  o.tier.files = {{dir + "/tier0.dat", 256 << 20}};
+  o.tier.queue_depth = 8;
+  o.catalog_path = dir + "/catalog";
+  auto s = NvmeBlockStore::Open(o);
+  if (!s.ok()) _exit(2);
+  int fd = open((dir + "/committed.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  bool signalled = false;
+  for (uint64_t i = 0;; i += kStormBatch) {
+    auto sts = PutBlocks(**s, i, kStormBatch);
+    for (int k = 0; k < kStormBatch; ++k) {
+      if (!sts[k].ok()) _exit(3);
+      uint32_t rec = static_cast<uint32_t>(i + k);
+      if (write(fd, &rec, sizeof(rec)) != sizeof(rec)) _exit(4);
+    }
+    if (!signalled && i >= 40) {
+      char c = 1;
+      (void)!write(ready_fd, &c, 1);
+      signalled = true;
+    }
+    if (i > 200000) _exit(5);
+  }
+}
+
+// A child process (this test binary, exec'd fresh so no thread state is inherited) writes blocks
+// in a loop and logs each committed index; the parent SIGKILLs it mid-storm, reopens, and checks
+// the catalog against the log.
 TEST(NvmeBlockStore, KillNineDuringWriteStorm) {
   TempDir dir;
   const std::string log = dir.Sub("committed.log");
-  const int batch = 4;
+  const int batch = kStormBatch;
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe");
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(ready[0]);
-    auto s = NvmeBlockStore::Open(StoreOptions(dir, 256 << 20));
-    if (!s.ok()) _exit(2);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    bool signalled = false;
-    for (uint64_t i = 0;; i += batch) {
-      auto sts = PutBlocks(**s, i, batch);
-      for (int k = 0; k < batch; ++k) {
-        if (!sts[k].ok()) _exit(3);
-        uint32_t rec = static_cast<uint32_t>(i + k);
-        if (write(fd, &rec, sizeof(rec)) != sizeof(rec)) _exit(4);
-      }
-      if (!signalled && i >= 40) {
-        char c = 1;
-        (void)!write(ready[1], &c, 1);
-        signalled = true;
-      }
-      if (i > 200000) _exit(5);
-    }
+    setenv("STRATA_NVME_STORM_DIR", dir.path().c_str(), 1);
+    setenv("STRATA_NVME_STORM_FD", std::to_string(ready[1]).c_str(), 1);
+    execl(self.c_str(), self.c_str(), "--gtest_filter=NvmeBlockStoreStormChild.WriteStorm",
+          static_cast<char*>(nullptr));
+    _exit(127);
   }
   close(ready[1]);
   char c;
