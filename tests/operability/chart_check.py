@@ -185,6 +185,18 @@ def main():
         rendered_files.append(out)
         check_config_with_stratad(args.stratad, manifests, label, work)
 
+    # Values the schema (values.schema.json) or the templates must refuse.
+    for label, bad in (("port out of range", {"ports": {"grpc": 7420, "http": 70000}}),
+                       ("unknown nvme.type", {"nvme": {"enabled": True, "type": "nfs"}}),
+                       ("chart-owned config field", {"config": {"listen": "0.0.0.0:1"}}),
+                       ("misspelt top-level key", {"hostNetwrok": True})):
+        try:
+            helm_chart.Chart.load(CHART).render(bad, name="strata", namespace="strata")
+            fail("values with a %s were accepted" % label)
+        except Exception as e:  # HelmValuesError or HelmRenderError
+            detail = " ".join(l.strip() for l in str(e).splitlines()[1:4])
+            note("refused as expected (%s): %s" % (label, detail[:200]))
+
     if yamllint and rendered_files:
         if run([yamllint, "-s", "-d", RENDERED_YAMLLINT] + rendered_files)[0]:
             fail("yamllint on the rendered manifests")
