@@ -84,6 +84,11 @@ class CacheService final : public v1::Cache::Service {
   // Refuses new calls from now on and waits up to `grace` for in-flight ones; true if they all
   // finished.
   bool Drain(absl::Duration grace);
+  // Calls admitted and still running.
+  int in_flight() {
+    absl::MutexLock lock(&drain_mu_);
+    return in_flight_;
+  }
 
  private:
   // Admits a call unless draining, and counts it while it runs.

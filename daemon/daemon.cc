@@ -31,6 +31,7 @@ namespace strata::daemon {
 
 // Tier series are registered once; a scrape only stores values into them.
 struct TierSeries {
+  Gauge *ready, *in_flight;
   Gauge *capacity, *used, *committed, *reserved, *blocks, *pinned, *reservations, *leases,
       *namespaces;
   Counter *lookup_hit, *lookup_miss, *fetch_hit, *fetch_miss, *committed_total, *dedup,
@@ -40,6 +41,8 @@ struct TierSeries {
 static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
   const MetricLabels host = {{"tier", "host"}};
   return std::make_unique<TierSeries>(TierSeries{
+    m.AddGauge("strata_ready", "1 while /readyz answers 200: serving and not draining."),
+    m.AddGauge("strata_rpc_in_flight", "Cache gRPC calls admitted and still running."),
     m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", host),
     m.AddGauge("strata_tier_used_bytes",
                "Bytes allocated in a tier: committed, reserved, and evicted but still "
@@ -321,6 +324,8 @@ namespace {
 
 void CollectTierMetrics(Daemon::Impl& d) {
   TierSeries& x = *d.tier_series;
+  x.ready->Set(d.serving.load(std::memory_order_acquire) ? 1 : 0);
+  x.in_flight->Set(d.service->in_flight());
   HostTierStats s = d.tier->Stats();
   x.capacity->Set(static_cast<double>(s.capacity_bytes));
   x.used->Set(static_cast<double>(s.allocated_bytes));
