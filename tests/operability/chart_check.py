@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks charts/strata: renders it with a real Helm engine for the default and the production
-values, then runs yamllint, kubernetes-validate (strict schemas) and checkov on what it renders,
-and starts a real stratad on the config the chart's ConfigMap carries.
+values, then runs yamllint, kubernetes-validate (strict schemas), checkov and promtool (the
+PrometheusRule) on what it renders, checks that bad values are refused, and starts a real
+stratad on the config the chart's ConfigMap carries. promtool also checks and unit-tests the
+alerting rules file (charts/strata/alerts) directly.
 
 The Helm engine (PyPI helm-python-sdk: Helm's Go SDK behind a C ABI), kubernetes-validate and
 checkov come from a virtualenv that charts/check.sh creates (default ~/.cache/strata-chart-venv,
@@ -23,8 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHART = os.path.join(ROOT, "charts", "strata")
 YAMLLINT_CONFIG = os.path.join(ROOT, "charts", ".yamllint")
 # Rendered manifests embed the dashboard JSON and image digests: every rule but line length.
+# Helm's toYaml does not indent sequences under their key; both styles pass.
 RENDERED_YAMLLINT = ("{extends: default, rules: {line-length: disable, document-start: disable, "
-                     "truthy: {check-keys: false}}}")
+                     "truthy: {check-keys: false}, indentation: {indent-sequences: whatever}}}")
 VALUES = {"default": None, "production": os.path.join(CHART, "values-production.yaml")}
 VENV = os.environ.get("STRATA_CHART_VENV", os.path.expanduser("~/.cache/strata-chart-venv"))
 SKIP = 77
@@ -134,7 +137,9 @@ def main():
     yamllint = shutil.which("yamllint") or venv_bin("yamllint")
     if yamllint:
         code, _ = run([yamllint, "-s", "-c", YAMLLINT_CONFIG, os.path.join(CHART, "Chart.yaml"),
-                       os.path.join(CHART, "values.yaml"), VALUES["production"]])
+                       os.path.join(CHART, "values.yaml"), VALUES["production"],
+                       os.path.join(CHART, "alerts", "strata-alerts.yaml"),
+                       os.path.join(CHART, "alerts", "strata-alerts_test.yaml")])
         if code:
             fail("yamllint on the values files")
     elif args.require:
@@ -148,6 +153,18 @@ def main():
         note("dashboard: valid JSON, %d panels" % len(panels))
     except (OSError, ValueError, KeyError) as e:
         fail("dashboard %s: %s" % (dashboard, e))
+
+    promtool = shutil.which("promtool")
+    alerts = os.path.join(CHART, "alerts")
+    if promtool:
+        if run([promtool, "check", "rules", os.path.join(alerts, "strata-alerts.yaml")])[0]:
+            fail("promtool check rules")
+        if run([promtool, "test", "rules", "strata-alerts_test.yaml"], cwd=alerts)[0]:
+            fail("promtool test rules")
+    elif args.require:
+        fail("promtool not installed")
+    else:
+        note("SKIP promtool: not installed")
 
     try:
         import helm_python  # noqa: F401
@@ -183,6 +200,13 @@ def main():
         note("rendered %s: %d objects: %s" % (label, len(manifests), ", ".join(
             sorted("%s/%s" % (m["kind"], m["metadata"]["name"]) for m in manifests if m))))
         rendered_files.append(out)
+        for m in manifests:
+            if m and m.get("kind") == "PrometheusRule" and promtool:
+                rules = os.path.join(work, label + "-prometheusrule-spec.yaml")
+                with open(rules, "w") as f:
+                    yaml.safe_dump(m["spec"], f)
+                if run([promtool, "check", "rules", rules])[0]:
+                    fail("promtool check rules on the rendered PrometheusRule (%s)" % label)
         check_config_with_stratad(args.stratad, manifests, label, work)
 
     # Values the schema (values.schema.json) or the templates must refuse.

@@ -136,6 +136,7 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
   std::string dir = testing::MakeTempDir("prometheus");
   std::ofstream(dir + "/prometheus.yml")
       << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+      << "rule_files:\n  - " << STRATA_SOURCE_DIR << "/charts/strata/alerts/strata-alerts.yaml\n"
       << "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
       << "      - targets: ['" << d.http << "']\n";
   // Prometheus cannot report an ephemeral port, so it gets one that was free a moment ago; if
@@ -243,6 +244,35 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
     }
     EXPECT_TRUE(has_data) << "dashboard query returned no series: " << expr << "\n" << body;
   }
+
+  // The alerting rules load and evaluate without error against this daemon's series, and name
+  // only metrics it exports (or `up`).
+  auto exported = testing::ExportedNames(HttpGet(d.http, "/metrics").body);
+  std::string rules;
+  size_t evaluated = 0;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    rules = HttpGet(web, "/api/v1/rules").body;
+    evaluated = 0;
+    for (size_t p = 0; (p = rules.find("\"health\":\"ok\"", p)) != std::string::npos; ++p)
+      ++evaluated;
+    if (evaluated >= 8) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_GE(evaluated, 8u) << rules;
+  EXPECT_EQ(rules.find("\"health\":\"err\""), std::string::npos) << rules;
+  std::string as_exprs;  // the rules' "query" fields, read with the dashboard's "expr" reader
+  for (size_t p = 0; (p = rules.find("\"query\":", p)) != std::string::npos; p += 8)
+    as_exprs += "\"expr\":" + rules.substr(p + 8, rules.find("\",\"", p + 9) - p - 7) + ",";
+  auto queries = testing::DashboardExprs(as_exprs);
+  EXPECT_GE(queries.size(), 8u) << rules;
+  size_t names = 0;
+  for (const std::string& q : queries)
+    for (const std::string& name : testing::MetricNamesIn(q)) {
+      ++names;
+      EXPECT_NE(std::find(exported.begin(), exported.end(), name), exported.end())
+          << name << " (in alert " << q << ") is not exported";
+    }
+  EXPECT_GE(names, 9u);  // every rule but StrataDaemonDown (`up`) names one or two
 }
 
 // Every metric a dashboard query names is one the daemon exports (checked on a live scrape).
