@@ -79,6 +79,7 @@ struct TierCounters {
   uint64_t used_bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t hits = 0;
+  // Counted for blocks that stay in the tier (one routed straight down at insert is not).
   uint64_t bytes_written = 0;  // host: inserts + promotions; NVMe: demotions
   uint64_t bytes_read = 0;     // host: hits + demotion sources; NVMe: promotions
   uint64_t evictions = 0;      // victims chosen by this tier's policy (demoted or dropped)

@@ -108,6 +108,7 @@ struct Row {
 struct Knobs {
   double prefix_freq_bonus = 0.5;
   uint32_t prefix_freq_max_accesses = 2;
+  double adapt_step = 0.5;
 };
 
 absl::StatusOr<Row> RunOne(const Workload& w, const PolicySpec& spec, uint64_t capacity_blocks,
@@ -123,19 +124,19 @@ absl::StatusOr<Row> RunOne(const Workload& w, const PolicySpec& spec, uint64_t c
   TierManagerOptions options;
   options.host.capacity_bytes = row.host_blocks * block_bytes;
   options.nvme.capacity_bytes = row.nvme_blocks * block_bytes;
-  options.host.policy = options.nvme.policy = spec.policy;
-  options.admission = spec.admission;
   options.typical_block_bytes = block_bytes;
 
   NextUseOracle oracle;
   const bool offline = spec.policy == "belady";
   auto make_policy = [&]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
     if (offline) return MakeBeladyPolicy(&oracle);
-    if (spec.policy == "prefix-freq") {
+    if (spec.policy == "prefix-freq" || spec.policy == "prefix-adaptive") {
       return std::make_unique<PrefixAwarePolicy>(
           PrefixAwareOptions{.frequency_bonus = knobs.prefix_freq_bonus,
-                             .max_counted_accesses = knobs.prefix_freq_max_accesses},
-          "prefix-freq");
+                             .max_counted_accesses = knobs.prefix_freq_max_accesses,
+                             .adaptive = spec.policy == "prefix-adaptive",
+                             .adapt_step = knobs.adapt_step},
+          spec.policy);
     }
     return MakeEvictionPolicy(spec.policy);
   };
@@ -258,6 +259,46 @@ void PrintTable(const Workload& w, const std::vector<Row>& rows, uint64_t block_
                          bel->hit_rate > 0 ? 100 * best->hit_rate / bel->hit_rate : 0.0);
     std::printf("\n");
   }
+  // Per online policy: does it beat LRU at every capacity, and by how little at worst.
+  std::printf("\nper policy against lru (hit-rate points; min over capacities):\n");
+  std::vector<std::string> names;
+  for (const Row& r : rows) {
+    if (std::find(names.begin(), names.end(), r.policy) == names.end()) names.push_back(r.policy);
+  }
+  for (const std::string& name : names) {
+    if (name == "lru" || name == "belady") continue;
+    double min_margin = 1e9;
+    double min_share = 1e9;
+    int wins = 0;
+    int n = 0;
+    int64_t min_hits = INT64_MAX;
+    for (uint64_t cap : caps) {
+      const Row* me = nullptr;
+      const Row* lru = nullptr;
+      const Row* bel = nullptr;
+      for (const Row& r : rows) {
+        if (r.capacity_blocks != cap) continue;
+        if (r.policy == name) me = &r;
+        if (r.policy == "lru") lru = &r;
+        if (r.policy == "belady") bel = &r;
+      }
+      if (me == nullptr || lru == nullptr) continue;
+      ++n;
+      const double margin = me->hit_rate - lru->hit_rate;
+      const int64_t more = static_cast<int64_t>(me->stats.host.hits + me->stats.nvme.hits) -
+                           static_cast<int64_t>(lru->stats.host.hits + lru->stats.nvme.hits);
+      wins += more > 0;
+      min_hits = std::min(min_hits, more);
+      min_margin = std::min(min_margin, margin);
+      if (bel != nullptr && bel->hit_rate > 0) {
+        min_share = std::min(min_share, me->hit_rate / bel->hit_rate);
+      }
+    }
+    std::printf("  %-18s beats lru at %d/%d capacities; worst margin %+.3f pts (%+lld hits)",
+                name.c_str(), wins, n, 100 * min_margin, static_cast<long long>(min_hits));
+    if (min_share < 1e9) std::printf("; at worst %.1f%% of belady", 100 * min_share);
+    std::printf("\n");
+  }
 }
 
 void PrintJson(const std::vector<Row>& rows) {
@@ -304,6 +345,7 @@ int Main(int argc, char** argv) {
   app.add_option("--prefix-freq-max-accesses", knobs.prefix_freq_max_accesses,
                  "prefix-freq: accesses counted at most")
       ->check(CLI::Range(1u, 1000u));
+  app.add_option("--adapt-step", knobs.adapt_step, "prefix-adaptive: step per ghost hit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -337,6 +379,7 @@ int Main(int argc, char** argv) {
       {"prefix-lru", "prefix-lru", "always"},
       {"prefix-freq", "prefix-freq", "always"},
       {"prefix-freq+2nd", "prefix-freq", "second-access"},
+      {"prefix-adaptive", "prefix-adaptive", "always"},
       {"belady", "belady", "always"},
   };
   std::vector<Row> rows;

@@ -9,7 +9,7 @@
 namespace strata {
 
 std::vector<std::string_view> OnlineEvictionPolicyNames() {
-  return {"lru", "s3fifo", "prefix-lru", "prefix-freq"};
+  return {"lru", "s3fifo", "prefix-lru", "prefix-freq", "prefix-adaptive"};
 }
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name) {
@@ -20,12 +20,17 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_v
     return std::make_unique<PrefixAwarePolicy>(
         PrefixAwareOptions{.frequency_bonus = 0.5, .max_counted_accesses = 2}, "prefix-freq");
   }
+  if (name == "prefix-adaptive") {
+    return std::make_unique<PrefixAwarePolicy>(
+        PrefixAwareOptions{.frequency_bonus = 0.5, .max_counted_accesses = 2, .adaptive = true},
+        "prefix-adaptive");
+  }
   if (name == "belady") {
     return absl::InvalidArgumentError(
         "belady needs the future access sequence; only a trace replay can build it");
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown eviction policy '", AsAbsl(name),
-                                                 "' (want lru, s3fifo, prefix-lru or prefix-freq)"));
+                                                 "' (want lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive)"));
 }
 
 }  // namespace strata

@@ -48,7 +48,8 @@ class EvictionPolicy {
   virtual size_t size() const = 0;
 };
 
-// Names accepted by MakeEvictionPolicy: "lru", "s3fifo", "prefix-lru", "prefix-freq". ("belady" needs an
+// Names accepted by MakeEvictionPolicy: "lru", "s3fifo", "prefix-lru", "prefix-freq",
+// "prefix-adaptive". ("belady" needs an
 // oracle of future accesses; build it with MakeBeladyPolicy.)
 std::vector<std::string_view> OnlineEvictionPolicyNames();
 

@@ -11,9 +11,9 @@ uint32_t PrefixAwarePolicy::ChildCount(const BlockId& id) const {
 
 uint64_t PrefixAwarePolicy::Priority(uint32_t accesses) {
   const uint64_t tick = ++clock_;
-  if (options_.frequency_bonus <= 0.0) return tick;
+  if (bonus_ <= 0.0) return tick;
   const uint32_t counted = std::clamp<uint32_t>(accesses, 1, options_.max_counted_accesses);
-  const double bonus = options_.frequency_bonus * static_cast<double>(nodes_.size()) *
+  const double bonus = bonus_ * static_cast<double>(nodes_.size()) *
                        static_cast<double>(counted - 1);
   return tick + static_cast<uint64_t>(bonus);
 }
@@ -22,6 +22,17 @@ void PrefixAwarePolicy::OnInsert(const BlockId& id, const BlockMeta& meta) {
   if (nodes_.contains(id)) {
     OnAccess(id);
     return;
+  }
+  if (options_.adaptive) {
+    const double unit =
+        options_.adapt_step / static_cast<double>(std::max<size_t>(nodes_.size(), 1));
+    const double once = static_cast<double>(std::max<size_t>(ghost_once_.size(), 1));
+    const double reused = static_cast<double>(std::max<size_t>(ghost_reused_.size(), 1));
+    if (ghost_once_.Erase(id)) {
+      bonus_ = std::max(0.0, bonus_ - unit * std::max(1.0, reused / once));
+    } else if (ghost_reused_.Erase(id)) {
+      bonus_ = std::min(options_.max_bonus, bonus_ + unit * std::max(1.0, once / reused));
+    }
   }
   Node node;
   node.parent = (meta.parent == id) ? BlockId{} : meta.parent;
@@ -74,6 +85,10 @@ std::optional<BlockId> PrefixAwarePolicy::PopVictim() {
     // Unreachable for real chains (they have no cycles); a forged parent cycle still gets an
     // answer rather than a stuck tier.
     victim = nodes_.begin()->first;
+  }
+  if (options_.adaptive) {
+    const uint32_t accesses = nodes_.find(victim)->second.accesses;
+    (accesses >= 2 ? ghost_reused_ : ghost_once_).Add(victim, std::max<size_t>(nodes_.size(), 1));
   }
   Forget(victim);
   return victim;

@@ -12,23 +12,31 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "storage/eviction/eviction_policy.h"
+#include "storage/eviction/ghost_list.h"
 
 namespace strata {
 
 struct PrefixAwareOptions {
   double frequency_bonus = 0.0;
   uint32_t max_counted_accesses = 2;
+  // Adapt frequency_bonus online, ARC-style: victims are remembered in two ghost lists (evicted
+  // after one access / after more); a ghost hit on a one-access victim means recency deserved
+  // more weight (bonus down), one on a reused victim means frequency did (bonus up).
+  bool adaptive = false;
+  double max_bonus = 4.0;
+  double adapt_step = 0.5;  // per ghost hit, in units of 1 / tracked blocks
 };
 
 class PrefixAwarePolicy final : public EvictionPolicy {
  public:
   explicit PrefixAwarePolicy(PrefixAwareOptions options = {}, std::string_view name = "prefix-lru")
-      : options_(options), name_(name) {}
+      : options_(options), bonus_(options.frequency_bonus), name_(name) {}
 
   std::string_view name() const override { return name_; }
   void OnInsert(const BlockId& id, const BlockMeta& meta) override;
@@ -37,8 +45,9 @@ class PrefixAwarePolicy final : public EvictionPolicy {
   std::optional<BlockId> PopVictim() override;
   size_t size() const override { return nodes_.size(); }
 
-  // For tests: number of tracked children of `id`.
+  // For tests: number of tracked children of `id`; the current bonus.
   uint32_t ChildCount(const BlockId& id) const;
+  double bonus() const { return bonus_; }
 
  private:
   struct Node {
@@ -52,7 +61,10 @@ class PrefixAwarePolicy final : public EvictionPolicy {
   void Forget(const BlockId& id);
 
   const PrefixAwareOptions options_;
-  const std::string_view name_;
+  double bonus_ = 0.0;
+  GhostList ghost_once_;
+  GhostList ghost_reused_;
+  const std::string name_;
   uint64_t clock_ = 0;
   absl::flat_hash_map<BlockId, Node> nodes_;
   // Tracked children per parent id (the parent itself may be untracked).

@@ -130,6 +130,28 @@ TEST(PrefixAwarePolicy, FrequencyBonusKeepsReusedBlocks) {
   EXPECT_EQ(run(freq), Ids({100, 101, 102, 103, 104, 105, 106, 107, 200, 201, 202, 1}));
 }
 
+TEST(PrefixAwarePolicy, AdaptiveBonusFollowsGhostHits) {
+  PrefixAwarePolicy p(PrefixAwareOptions{.frequency_bonus = 0.5, .adaptive = true},
+                      "prefix-adaptive");
+  for (uint32_t i = 1; i <= 4; ++i) p.OnInsert(Id(i), Root());
+  EXPECT_EQ(p.PopVictim(), Id(1));  // evicted after one access
+  p.OnInsert(Id(1), Root());        // ... and wanted again: recency deserved more weight
+  const double lowered = p.bonus();
+  EXPECT_LT(lowered, 0.5);
+  // A reused block is evicted, then wanted again: frequency deserved more weight.
+  p.OnInsert(Id(9), BlockMeta{BlockId{}, 3});
+  std::optional<BlockId> v;
+  while ((v = p.PopVictim()) && *v != Id(9)) {
+  }
+  ASSERT_TRUE(v.has_value());
+  p.OnInsert(Id(9), Root());
+  EXPECT_GT(p.bonus(), lowered);
+  // A block never seen before moves nothing.
+  const double before = p.bonus();
+  p.OnInsert(Id(50), Root());
+  EXPECT_EQ(p.bonus(), before);
+}
+
 TEST(EvictionPolicyFactory, NamesAndErrors) {
   for (std::string_view name : OnlineEvictionPolicyNames()) {
     auto p = MakeEvictionPolicy(name);
