@@ -11,15 +11,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
-venv="${STRATA_CHART_VENV:-$HOME/.cache/strata-chart-venv}"
 stratad="${1:-$root/build/daemon/stratad}"
-
-if [ ! -x "$venv/bin/checkov" ] || [ ! -x "$venv/bin/kubernetes-validate" ] ||
-   ! "$venv/bin/python" -c "import helm_python" 2>/dev/null; then
-  echo "chart check: creating the tool virtualenv in $venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check \
-    helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 checkov==3.3.30
-fi
+venv="$(bash "$root/scripts/chart-tools.sh")"
 STRATA_CHART_VENV="$venv" exec "$venv/bin/python" "$root/tests/operability/chart_check.py" \
   --stratad "$stratad" --require

@@ -11,7 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3
+  python3 python3-venv
   prometheus yamllint
   fio
 )
