@@ -167,15 +167,22 @@ TEST(NvmeBlockStore, KillNineDuringWriteStorm) {
   const int batch = kStormBatch;
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
+  // Everything the child needs is built before fork: between fork and exec it only calls
+  // async-signal-safe functions.
   std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::string filter = "--gtest_filter=NvmeBlockStoreStormChild.WriteStorm";
+  std::vector<std::string> env_strings = {"STRATA_NVME_STORM_DIR=" + dir.path(),
+                                          "STRATA_NVME_STORM_FD=" + std::to_string(ready[1])};
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char* argv[] = {self.data(), filter.data(), nullptr};
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(ready[0]);
-    setenv("STRATA_NVME_STORM_DIR", dir.path().c_str(), 1);
-    setenv("STRATA_NVME_STORM_FD", std::to_string(ready[1]).c_str(), 1);
-    execl(self.c_str(), self.c_str(), "--gtest_filter=NvmeBlockStoreStormChild.WriteStorm",
-          static_cast<char*>(nullptr));
+    execve(self.c_str(), argv, envp.data());
     _exit(127);
   }
   close(ready[1]);
