@@ -38,6 +38,19 @@ absl::StatusOr<NamespaceId> ParseNamespace(const NamespaceRegistry& reg, const s
   return *id;
 }
 
+// The namespace and packed ids every block-scoped request carries, validated.
+struct Scoped {
+  NamespaceId ns;
+  std::vector<BlockId> ids;
+};
+
+template <typename Request>
+absl::StatusOr<Scoped> ParseScoped(const NamespaceRegistry& reg, const Request& req) {
+  ASSIGN_OR_RETURN(NamespaceId ns, ParseNamespace(reg, req.namespace_id()));
+  ASSIGN_OR_RETURN(std::vector<BlockId> ids, ParseIds(req.ids(), "ids"));
+  return Scoped{ns, std::move(ids)};
+}
+
 template <typename Repeated>
 void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
   out->Reserve(static_cast<int>(in.size()));
@@ -125,11 +138,10 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
                                     v1::LookupResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
-  size_t n = tier_->Lookup(*ns, *ids);
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  size_t n = tier_->Lookup(ns, ids);
   resp->set_prefix_blocks(static_cast<uint32_t>(n));
   resp->mutable_tiers()->Reserve(static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) resp->add_tiers(v1::TIER_HOST);
@@ -141,25 +153,24 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
                                      v1::ReserveResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
   auto parents = ParseIds(req->parent_ids(), "parent_ids");
   if (!parents.ok()) return ToGrpc(parents.status());
-  if (static_cast<size_t>(req->sizes_size()) != ids->size() ||
-      (!parents->empty() && parents->size() != ids->size()))
+  if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
+      (!parents->empty() && parents->size() != ids.size()))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("Reserve has ", ids->size(), " ids, ", parents->size(),
+                        absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(),
                                      " parent ids and ", req->sizes_size(),
                                      " sizes; they must match"));
-  std::vector<ReserveItem> items(ids->size());
+  std::vector<ReserveItem> items(ids.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    items[i].id = (*ids)[i];
+    items[i].id = ids[i];
     if (!parents->empty()) items[i].parent = (*parents)[i];
     items[i].size = req->sizes(static_cast<int>(i));
   }
-  ReserveResult r = tier_->Reserve(*ns, items);
+  ReserveResult r = tier_->Reserve(ns, items);
   if (metrics_) {
     uint64_t granted = 0;
     for (size_t i = 0; i < r.status.size(); ++i)
@@ -173,7 +184,7 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
   for (size_t i = 0; i < r.status.size(); ++i) {
     if (r.status[i] == BlockStatus::kNoSpace)
       spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
-                   items[i].id.ShortHex(), items[i].size, ns->ShortHex());
+                   items[i].id.ShortHex(), items[i].size, ns.ShortHex());
   }
   return grpc::Status::OK;
 }
@@ -204,11 +215,10 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequ
                                      v1::AcquireResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
-  AcquireResult r = tier_->Acquire(*ns, *ids);
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  AcquireResult r = tier_->Acquire(ns, ids);
   if (metrics_) {
     uint64_t leased = 0;
     for (size_t i = 0; i < r.status.size(); ++i)
@@ -235,15 +245,14 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest*
                                    v1::EvictResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
-  EvictResult r = tier_->Evict(*ns, *ids, req->cascade(), req->force());
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  EvictResult r = tier_->Evict(ns, ids, req->cascade(), req->force());
   AddStatuses(r.status, resp->mutable_status());
   resp->set_removed_blocks(r.removed_blocks);
-  spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns->ShortHex(),
-               ids->size(), r.removed_blocks);
+  spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
+               ids.size(), r.removed_blocks);
   return grpc::Status::OK;
 }
 
@@ -251,13 +260,12 @@ grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req
                                  v1::PinResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
   if (req->ttl_ms() == 0)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
-  AddStatuses(tier_->Pin(*ns, *ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
+  AddStatuses(tier_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
   return grpc::Status::OK;
 }
 
@@ -265,11 +273,10 @@ grpc::Status CacheService::DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*
                                    v1::UnpinResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto ns = ParseNamespace(*namespaces_, req->namespace_id());
-  if (!ns.ok()) return ToGrpc(ns.status());
-  auto ids = ParseIds(req->ids(), "ids");
-  if (!ids.ok()) return ToGrpc(ids.status());
-  AddStatuses(tier_->Unpin(*ns, *ids), resp->mutable_status());
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  AddStatuses(tier_->Unpin(ns, ids), resp->mutable_status());
   return grpc::Status::OK;
 }
 
