@@ -19,6 +19,7 @@
 #include "codec/codec.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
+#include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "transport/ucx.h"
 
@@ -38,24 +39,6 @@ std::vector<BlockStatus> Statuses(const Repeated& r) {
   out.reserve(r.size());
   for (int s : r) out.push_back(static_cast<BlockStatus>(s));
   return out;
-}
-
-v1::NamespaceSpecProto ToProto(const NamespaceSpec& s) {
-  v1::NamespaceSpecProto p;
-  p.set_model_id(s.model_id);
-  p.set_model_revision(s.model_revision);
-  auto* l = p.mutable_layout();
-  l->set_num_layers(s.layout.num_layers);
-  l->set_num_kv_heads(s.layout.num_kv_heads);
-  l->set_head_dim(s.layout.head_dim);
-  l->set_dtype(static_cast<uint32_t>(s.layout.dtype));
-  l->set_tokens_per_block(s.layout.tokens_per_block);
-  l->set_kind(static_cast<uint32_t>(s.layout.kind));
-  p.set_tp_rank(s.tp_rank);
-  p.set_tp_size(s.tp_size);
-  p.set_lora_id(s.lora_id);
-  p.set_codec_policy(s.codec_policy);
-  return p;
 }
 
 }  // namespace

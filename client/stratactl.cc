@@ -1,11 +1,14 @@
 // stratactl: admin CLI for a stratad node.
 //
-// Exit codes: 0 success; 1 the daemon refused or failed the operation; 2 bad usage;
-// 3 the daemon could not be reached within --timeout.
+// Exit codes: 0 success; 1 the daemon refused or failed the operation (or a config file is
+// invalid); 2 bad usage; 3 the daemon could not be reached within --timeout; 4 the command
+// needs a part of Strata this build does not have yet.
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
@@ -14,12 +17,39 @@
 #include "common/block_id.h"
 #include "common/block_status.h"
 #include "common/units.h"
+#include "daemon/config.h"
+#include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
 
 namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUnreachable = 3;
+constexpr int kExitNotBuilt = 4;
+
+std::string Hex(const std::string& raw) {
+  auto d = strata::Digest::FromBytes(raw);
+  return d.ok() ? d->ToHex() : std::string();
+}
+
+absl::StatusOr<std::string> PackHexIds(const std::vector<std::string>& hex) {
+  std::string packed;
+  for (const auto& h : hex) {
+    auto id = strata::Digest::FromHex(h);
+    if (!id.ok()) return id.status();
+    packed.append(id->AsBytes());
+  }
+  return packed;
+}
+
+std::string BlockJson(const strata::v1::BlockInfo& b) {
+  return absl::StrFormat(
+      "{\"id\":\"%s\",\"namespace_id\":\"%s\",\"tier\":\"host\",\"size_bytes\":%d,"
+      "\"crc32c\":%d,\"parent_id\":\"%s\",\"pinned_for_ms\":%d,\"leases\":%d,"
+      "\"idle_ms\":%d}",
+      Hex(b.id()), Hex(b.namespace_id()), b.size_bytes(), b.crc32c(), Hex(b.parent_id()),
+      b.pinned_for_ms(), b.leases(), b.idle_ms());
+}
 
 std::string JsonEscape(const std::string& s) {
   std::string o;
@@ -74,6 +104,38 @@ int main(int argc, char** argv) {
   evict_cmd->add_option("ids", id_hex, "block ids (64 hex characters each)")->required();
   evict_cmd->add_flag("--cascade", cascade, "also remove every block chained after each id");
   evict_cmd->add_flag("--force", force, "remove pinned blocks too");
+
+  auto* nodes_cmd = app.add_subcommand("nodes", "the nodes of the cluster (this node alone for now)");
+  auto* ls_cmd = app.add_subcommand("ls", "namespaces, or the blocks of one namespace (paged)");
+  std::string ls_ns;
+  uint32_t page_size = 100;
+  uint64_t page_token = 0;
+  bool all_pages = false;
+  ls_cmd->add_option("--namespace", ls_ns, "namespace id; without it, list the namespaces");
+  ls_cmd->add_option("--page-size", page_size, "blocks per page")->capture_default_str();
+  ls_cmd->add_option("--page-token", page_token, "continue from a previous page");
+  ls_cmd->add_flag("--all", all_pages, "every page");
+  auto* inspect_cmd = app.add_subcommand("inspect", "where blocks live: tier, size, CRC, pins");
+  std::vector<std::string> inspect_ids;
+  inspect_cmd->add_option("ids", inspect_ids, "block ids (64 hex characters each)")->required();
+  auto* pin_cmd = app.add_subcommand("pin", "protect blocks from eviction for a while");
+  auto* unpin_cmd = app.add_subcommand("unpin", "remove pins");
+  std::string pin_ns, ttl = "1h";
+  std::vector<std::string> pin_ids;
+  for (auto* c : {pin_cmd, unpin_cmd}) {
+    c->add_option("--namespace", pin_ns, "namespace id (64 hex characters)")->required();
+    c->add_option("ids", pin_ids, "block ids")->required();
+  }
+  pin_cmd->add_option("--ttl", ttl, "how long, e.g. 30m")->capture_default_str();
+  auto* config_cmd = app.add_subcommand("config", "configuration files");
+  config_cmd->require_subcommand(1);
+  auto* validate_cmd = config_cmd->add_subcommand("validate", "check a stratad config file");
+  std::string config_file;
+  validate_cmd->add_option("file", config_file, "YAML file")->required();
+  auto* reposition_cmd = app.add_subcommand("reposition", "move blocks to another node or tier");
+  auto* drain_cmd = app.add_subcommand("drain", "move a node's blocks off before it leaves");
+  std::vector<std::string> unbuilt_args;
+  for (auto* c : {reposition_cmd, drain_cmd}) c->add_option("args", unbuilt_args, "node, ids, tier");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -137,6 +199,196 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : counters) std::cout << absl::StrFormat("  %-28s %d\n", k, v);
     }
     return 0;
+  }
+
+  if (*validate_cmd) {
+    auto c = strata::daemon::LoadConfigFile(config_file);
+    if (!c.ok()) {
+      if (json) std::cout << "{\"valid\":false,\"error\":\"" << JsonEscape(std::string(c.status().message())) << "\"}\n";
+      else std::cerr << "stratactl: " << c.status().message() << "\n";
+      return kExitFailed;
+    }
+    if (json) std::cout << "{\"valid\":true}\n";
+    else std::cout << config_file << ": valid\n";
+    return 0;
+  }
+
+  if (*reposition_cmd || *drain_cmd) {
+    std::cerr << "stratactl: '" << (*drain_cmd ? "drain" : "reposition")
+              << "' needs the cluster layer (membership, directory, remote transfer), which "
+                 "this build of Strata does not have yet\n";
+    return kExitNotBuilt;
+  }
+
+  auto admin = strata::v1::Admin::NewStub(channel);
+  if (*nodes_cmd) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    strata::v1::StatsResponse r;
+    grpc::Status s = stub->Stats(&ctx, strata::v1::StatsRequest(), &r);
+    if (!s.ok()) return Report(s, endpoint, "nodes");
+    const auto* host = HostTier(r);
+    uint64_t cap = host ? host->capacity_bytes() : 0, used = host ? host->used_bytes() : 0;
+    if (json) {
+      std::cout << absl::StrFormat(
+          "{\"membership\":\"single-node\",\"nodes\":[{\"node_id\":\"%s\",\"endpoint\":\"%s\","
+          "\"state\":\"serving\",\"version\":\"%s\",\"host_capacity_bytes\":%d,"
+          "\"host_used_bytes\":%d}]}\n",
+          JsonEscape(r.node_id()), JsonEscape(endpoint), JsonEscape(r.version()), cap, used);
+    } else {
+      std::cout << absl::StrFormat("%-20s %-24s %-8s %s\n", "NODE", "ENDPOINT", "STATE", "HOST");
+      std::cout << absl::StrFormat("%-20s %-24s %-8s %s / %s\n", r.node_id(), endpoint,
+                                   "serving", strata::FormatSize(used), strata::FormatSize(cap));
+      std::cout << "(single-node membership: cluster membership is not built yet)\n";
+    }
+    return 0;
+  }
+
+  if (*ls_cmd && ls_ns.empty()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    strata::v1::ListNamespacesResponse r;
+    grpc::Status s = admin->ListNamespaces(&ctx, {}, &r);
+    if (!s.ok()) return Report(s, endpoint, "ls");
+    if (json) {
+      std::cout << "{\"namespaces\":[";
+      for (int i = 0; i < r.namespaces_size(); ++i) {
+        const auto& n = r.namespaces(i);
+        std::cout << (i ? "," : "")
+                  << absl::StrFormat("{\"namespace_id\":\"%s\",\"tenant\":\"%s\",\"model_id\":"
+                                     "\"%s\",\"codec_policy\":\"%s\",\"blocks\":%d,\"bytes\":%d}",
+                                     Hex(n.namespace_id()), JsonEscape(n.tenant()),
+                                     JsonEscape(n.spec().model_id()),
+                                     JsonEscape(n.spec().codec_policy()), n.blocks(), n.bytes());
+      }
+      std::cout << "]}\n";
+    } else {
+      std::cout << absl::StrFormat("%-64s  %-12s %-28s %-10s %8s %10s\n", "NAMESPACE", "TENANT",
+                                   "MODEL", "CODEC", "BLOCKS", "BYTES");
+      for (const auto& n : r.namespaces())
+        std::cout << absl::StrFormat("%-64s  %-12s %-28s %-10s %8d %10s\n",
+                                     Hex(n.namespace_id()), n.tenant(), n.spec().model_id(),
+                                     n.spec().codec_policy(), n.blocks(),
+                                     strata::FormatSize(n.bytes()));
+    }
+    return 0;
+  }
+
+  if (*ls_cmd) {
+    auto ns = strata::Digest::FromHex(ls_ns);
+    if (!ns.ok()) {
+      std::cerr << "stratactl: --namespace: " << ns.status().message() << "\n";
+      return 2;
+    }
+    std::vector<strata::v1::BlockInfo> blocks;
+    uint64_t token = page_token;
+    int pages = 0;
+    do {
+      strata::v1::ListBlocksRequest req;
+      req.set_namespace_id(std::string(ns->AsBytes()));
+      req.set_page_size(page_size);
+      req.set_page_token(token);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      strata::v1::ListBlocksResponse r;
+      grpc::Status s = admin->ListBlocks(&ctx, req, &r);
+      if (!s.ok()) return Report(s, endpoint, "ls");
+      blocks.insert(blocks.end(), r.blocks().begin(), r.blocks().end());
+      token = r.next_page_token();
+      if (all_pages && !json && isatty(2))  // progress for long listings, on the terminal only
+        std::cerr << "\rstratactl: " << blocks.size() << " blocks, page " << ++pages << std::flush;
+    } while (all_pages && token != 0);
+    if (all_pages && !json && isatty(2)) std::cerr << "\n";
+    if (json) {
+      std::cout << "{\"blocks\":[";
+      for (size_t i = 0; i < blocks.size(); ++i) std::cout << (i ? "," : "") << BlockJson(blocks[i]);
+      std::cout << "],\"next_page_token\":" << token << "}\n";
+    } else {
+      std::cout << absl::StrFormat("%-64s  %-5s %10s %10s %7s %9s\n", "BLOCK", "TIER", "SIZE",
+                                   "CRC32C", "LEASES", "PINNED");
+      for (const auto& b : blocks)
+        std::cout << absl::StrFormat("%-64s  %-5s %10s   %08x %7d %9s\n", Hex(b.id()), "host",
+                                     strata::FormatSize(b.size_bytes()), b.crc32c(), b.leases(),
+                                     b.pinned_for_ms() ? absl::StrFormat("%ds", b.pinned_for_ms() / 1000) : "-");
+      if (token != 0) std::cout << "more: --page-token " << token << "\n";
+    }
+    return 0;
+  }
+
+  if (*inspect_cmd) {
+    auto packed = PackHexIds(inspect_ids);
+    if (!packed.ok()) {
+      std::cerr << "stratactl: block id: " << packed.status().message() << "\n";
+      return 2;
+    }
+    strata::v1::InspectBlocksRequest req;
+    req.set_ids(*packed);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    strata::v1::InspectBlocksResponse r;
+    grpc::Status s = admin->InspectBlocks(&ctx, req, &r);
+    if (!s.ok()) return Report(s, endpoint, "inspect");
+    if (json) {
+      std::cout << "{\"blocks\":[";
+      for (int i = 0; i < r.blocks_size(); ++i) std::cout << (i ? "," : "") << BlockJson(r.blocks(i));
+      std::cout << "]}\n";
+    } else {
+      for (const auto& b : r.blocks())
+        std::cout << absl::StrFormat(
+            "block      %s\nnamespace  %s\nlocation   node %s, tier host\nsize       %s\n"
+            "crc32c     %08x\nparent     %s\nleases     %d\npinned     %s\nidle       %.1fs\n\n",
+            Hex(b.id()), Hex(b.namespace_id()), endpoint, strata::FormatSize(b.size_bytes()),
+            b.crc32c(), b.parent_id().empty() ? "(first block of its chain)" : Hex(b.parent_id()),
+            b.leases(), b.pinned_for_ms() ? absl::StrFormat("%ds more", b.pinned_for_ms() / 1000) : "no",
+            b.idle_ms() / 1000.0);
+    }
+    if (r.blocks_size() < static_cast<int>(inspect_ids.size())) {
+      std::cerr << "stratactl: " << inspect_ids.size() - r.blocks_size()
+                << " of the ids are not held by this node\n";
+      return kExitFailed;
+    }
+    return 0;
+  }
+
+  if (*pin_cmd || *unpin_cmd) {
+    auto ns = strata::Digest::FromHex(pin_ns);
+    auto packed = PackHexIds(pin_ids);
+    auto ttl_d = strata::ParseDurationText(ttl);
+    if (!ns.ok() || !packed.ok() || !ttl_d.ok()) {
+      std::cerr << "stratactl: " << (!ns.ok() ? ns.status() : !packed.ok() ? packed.status() : ttl_d.status()).message() << "\n";
+      return 2;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    google::protobuf::RepeatedField<int> statuses;
+    grpc::Status s;
+    if (*pin_cmd) {
+      strata::v1::PinRequest req;
+      req.set_namespace_id(std::string(ns->AsBytes()));
+      req.set_ids(*packed);
+      req.set_ttl_ms(absl::ToInt64Milliseconds(*ttl_d));
+      strata::v1::PinResponse r;
+      s = stub->Pin(&ctx, req, &r);
+      statuses = r.status();
+    } else {
+      strata::v1::UnpinRequest req;
+      req.set_namespace_id(std::string(ns->AsBytes()));
+      req.set_ids(*packed);
+      strata::v1::UnpinResponse r;
+      s = stub->Unpin(&ctx, req, &r);
+      statuses = r.status();
+    }
+    if (!s.ok()) return Report(s, endpoint, *pin_cmd ? "pin" : "unpin");
+    bool all_ok = true;
+    if (json) std::cout << "{\"status\":[";
+    for (int i = 0; i < statuses.size(); ++i) {
+      auto st = strata::BlockStatusName(static_cast<strata::BlockStatus>(statuses[i]));
+      all_ok &= st == "ok";
+      if (json) std::cout << (i ? "," : "") << "\"" << st << "\"";
+      else std::cout << pin_ids[i] << "  " << st << "\n";
+    }
+    if (json) std::cout << "]}\n";
+    return all_ok ? 0 : kExitFailed;
   }
 
   if (*evict_cmd) {

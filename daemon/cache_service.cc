@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "proto/convert.h"
 
 namespace strata::daemon {
 namespace {
@@ -57,22 +58,6 @@ void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
   for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
 }
 
-NamespaceSpec FromProto(const v1::NamespaceSpecProto& p) {
-  NamespaceSpec s;
-  s.model_id = p.model_id();
-  s.model_revision = p.model_revision();
-  s.layout.num_layers = p.layout().num_layers();
-  s.layout.num_kv_heads = p.layout().num_kv_heads();
-  s.layout.head_dim = p.layout().head_dim();
-  s.layout.dtype = static_cast<DType>(p.layout().dtype());
-  s.layout.tokens_per_block = p.layout().tokens_per_block();
-  s.layout.kind = static_cast<KvKind>(p.layout().kind());
-  s.tp_rank = p.tp_rank();
-  s.tp_size = p.tp_size();
-  s.lora_id = p.lora_id();
-  s.codec_policy = p.codec_policy();
-  return s;
-}
 
 }  // namespace
 

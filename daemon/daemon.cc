@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/units.h"
+#include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -96,6 +97,7 @@ struct Daemon::Impl {
   std::unique_ptr<HostTier> tier;
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<CacheService> service;
+  std::unique_ptr<AdminService> admin;
   std::unique_ptr<grpc::Server> server;
   absl::Notification stop_reclaim;
   std::thread reclaim;
@@ -270,6 +272,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   int port = 0;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl->service.get());
+  impl->admin = std::make_unique<AdminService>(impl->tier.get(), impl->namespaces.get());
+  builder.RegisterService(impl->admin.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   impl->server = builder.BuildAndStart();
   if (!impl->server || port == 0)

@@ -1,5 +1,7 @@
 #include "daemon/namespace_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -11,7 +13,7 @@ absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
   if (tenant.empty()) return absl::InvalidArgumentError("tenant must be set");
   NamespaceId id = ComputeNamespaceId(spec, ComputeTenantSalt(secret_, tenant));
   absl::MutexLock lock(&mu_);
-  open_.try_emplace(id, spec);
+  open_.try_emplace(id, Entry{id, spec, tenant});
   return id;
 }
 
@@ -20,6 +22,14 @@ absl::Status NamespaceRegistry::Check(const NamespaceId& id) const {
   if (open_.contains(id)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "namespace ", id.ShortHex(), " is not open on this daemon; call OpenNamespace first"));
+}
+
+std::vector<NamespaceRegistry::Entry> NamespaceRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Entry> out;
+  for (const auto& [id, e] : open_) out.push_back(e);
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  return out;
 }
 
 size_t NamespaceRegistry::size() const {

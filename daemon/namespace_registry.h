@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -20,10 +21,17 @@ class NamespaceRegistry {
   absl::Status Check(const NamespaceId& id) const;
   size_t size() const;
 
+  struct Entry {
+    NamespaceId id;
+    NamespaceSpec spec;
+    std::string tenant;
+  };
+  std::vector<Entry> List() const;
+
  private:
   const std::string secret_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<NamespaceId, NamespaceSpec> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NamespaceId, Entry> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata::daemon

@@ -1,6 +1,7 @@
 #include "storage/host_tier.h"
 
 #include <atomic>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -31,7 +32,71 @@ uint64_t HostTier::NextId() {
 
 uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
   auto [it, inserted] = namespaces_.try_emplace(ns, static_cast<uint32_t>(namespaces_.size()));
+  if (inserted) namespace_ids_.push_back(ns);
   return it->second;
+}
+
+BlockInfo HostTier::Describe(uint32_t slot, absl::Time now) const {
+  const Entry& e = entries_[slot];
+  BlockInfo b;
+  b.id = e.id;
+  b.ns = namespace_ids_[e.ns];
+  b.parent = e.parent;
+  b.size = e.size;
+  b.crc = e.crc;
+  b.leases = e.leases;
+  b.pinned_for = e.pinned_until > now ? e.pinned_until - now : absl::ZeroDuration();
+  b.idle = e.last_use == absl::InfinitePast() ? absl::ZeroDuration() : now - e.last_use;
+  return b;
+}
+
+std::vector<BlockInfo> HostTier::List(const NamespaceId* ns, size_t limit,
+                                      uint64_t* cursor) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::optional<uint32_t> want;
+  if (ns) {
+    auto it = namespaces_.find(*ns);
+    if (it == namespaces_.end()) {
+      *cursor = 0;
+      return {};
+    }
+    want = it->second;
+  }
+  std::vector<BlockInfo> out;
+  uint64_t slot = *cursor;
+  for (; slot < entries_.size() && out.size() < limit; ++slot) {
+    const Entry& e = entries_[slot];
+    if (e.state == State::kCommitted && (!want || e.ns == *want))
+      out.push_back(Describe(static_cast<uint32_t>(slot), now));
+  }
+  *cursor = slot < entries_.size() ? slot : 0;
+  return out;
+}
+
+std::vector<BlockInfo> HostTier::Inspect(std::span<const BlockId> ids) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::vector<BlockInfo> out;
+  for (const BlockId& id : ids) {
+    auto it = index_.find(id);
+    if (it != index_.end() && entries_[it->second].state == State::kCommitted)
+      out.push_back(Describe(it->second, now));
+  }
+  return out;
+}
+
+absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> HostTier::UsageByNamespace()
+    const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> out;
+  for (const Entry& e : entries_) {
+    if (e.state != State::kCommitted) continue;
+    auto& [blocks, bytes] = out[namespace_ids_[e.ns]];
+    ++blocks;
+    bytes += e.size;
+  }
+  return out;
 }
 
 uint32_t HostTier::FindCommitted(uint32_t ns, const BlockId& id) const {
@@ -78,6 +143,7 @@ void HostTier::LruUnlink(uint32_t slot) {
 }
 
 void HostTier::LruTouch(uint32_t slot) {
+  entries_[slot].last_use = options_.clock();
   if (lru_head_ == slot) return;
   LruUnlink(slot);
   LruPushFront(slot);
@@ -258,6 +324,7 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
     if (out[i] == BlockStatus::kOk) {
       e.state = State::kCommitted;
       e.crc = crcs[i];
+      e.last_use = now;
       stats_.committed_bytes += e.size;
       ++stats_.blocks;
       ++stats_.committed_total;

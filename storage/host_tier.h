@@ -68,6 +68,18 @@ struct EvictResult {
   uint64_t removed_blocks = 0;
 };
 
+// One committed block as an operator sees it.
+struct BlockInfo {
+  BlockId id;
+  NamespaceId ns;
+  BlockId parent;
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  uint32_t leases = 0;
+  absl::Duration pinned_for;  // zero when not pinned
+  absl::Duration idle;        // since the block was last published, looked up or fetched
+};
+
 struct HostTierStats {
   uint64_t capacity_bytes = 0;
   uint64_t allocated_bytes = 0;  // committed + reserved + doomed-but-leased
@@ -118,6 +130,14 @@ class HostTier {
                                absl::Duration ttl);
   std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids);
 
+  // A page of committed blocks of `ns` (every namespace when null), in a stable order while
+  // they stay resident. `*cursor` starts at 0 and is 0 again after the last page.
+  std::vector<BlockInfo> List(const NamespaceId* ns, size_t limit, uint64_t* cursor) const;
+  // The committed blocks among `ids` (any namespace: an operator view).
+  std::vector<BlockInfo> Inspect(std::span<const BlockId> ids) const;
+  // Committed blocks and bytes per namespace.
+  absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace() const;
+
   // Ends expired reservations, leases and pins; call periodically.
   void ReclaimExpired();
 
@@ -142,6 +162,7 @@ class HostTier {
     uint32_t lru_next = kNil;
     State state = State::kFree;
     absl::Time pinned_until = absl::InfinitePast();
+    absl::Time last_use = absl::InfinitePast();
   };
   struct Reservation {
     std::vector<uint32_t> slots;
@@ -154,6 +175,7 @@ class HostTier {
   };
 
   uint32_t InternNamespace(const NamespaceId& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BlockInfo Describe(uint32_t slot, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Slot of a committed block of `ns`, or kNil.
   uint32_t FindCommitted(uint32_t ns, const BlockId& id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   uint32_t NewSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -180,6 +202,7 @@ class HostTier {
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockId, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, uint32_t> namespaces_ ABSL_GUARDED_BY(mu_);
+  std::vector<NamespaceId> namespace_ids_ ABSL_GUARDED_BY(mu_);  // by interned index
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = kNil;  // most recent

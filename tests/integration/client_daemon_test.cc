@@ -1,4 +1,5 @@
 // End-to-end tests: a real stratad process on loopback driven by libstrata.
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <random>
@@ -642,6 +643,65 @@ TEST(ClientDaemonTest, StratactlStatusAndStatsJson) {
       RunCommand(std::string(STRATACTL_BIN) + " status --endpoint 127.0.0.1:1 --timeout 1");
   EXPECT_EQ(code3, 3);
   EXPECT_NE(out3.find("cannot reach stratad"), std::string::npos) << out3;
+}
+
+TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  auto ns = *client->OpenNamespace(Spec("ctl-model"), "tenant-ctl");
+  auto tokens = Tokens(3 * kTokensPerBlock, 91);
+  auto blocks = RandomBlocks(3, 5000, 92);
+  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 3u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  const std::string ctl = std::string(STRATACTL_BIN) + " --endpoint " + d.endpoint() + " ";
+
+  auto [c1, namespaces] = RunCommand(ctl + "ls --json");
+  EXPECT_EQ(c1, 0) << namespaces;
+  EXPECT_NE(namespaces.find(ns.ToHex()), std::string::npos) << namespaces;
+  EXPECT_NE(namespaces.find("\"tenant\":\"tenant-ctl\""), std::string::npos) << namespaces;
+  EXPECT_NE(namespaces.find("\"blocks\":3,\"bytes\":15000"), std::string::npos) << namespaces;
+
+  auto [c2, page] = RunCommand(ctl + "ls --json --page-size 2 --namespace " + ns.ToHex());
+  EXPECT_EQ(c2, 0) << page;
+  EXPECT_EQ(std::count(page.begin(), page.end(), '{') - 1, 2) << page;  // two blocks
+  EXPECT_EQ(page.find("\"next_page_token\":0}"), std::string::npos) << page;  // more to come
+  auto [c3, all] = RunCommand(ctl + "ls --json --all --page-size 2 --namespace " + ns.ToHex());
+  EXPECT_EQ(c3, 0);
+  for (const auto& id : ids) EXPECT_NE(all.find(id.ToHex()), std::string::npos) << all;
+
+  auto [c4, inspected] = RunCommand(ctl + "inspect --json " + ids[1].ToHex());
+  EXPECT_EQ(c4, 0) << inspected;
+  EXPECT_NE(inspected.find("\"size_bytes\":5000"), std::string::npos) << inspected;
+  EXPECT_NE(inspected.find("\"parent_id\":\"" + ids[0].ToHex()), std::string::npos) << inspected;
+  BlockId unknown = ComputeBlockId(ns, std::vector<uint32_t>{5});
+  auto [c5, missing] = RunCommand(ctl + "inspect " + unknown.ToHex());
+  EXPECT_EQ(c5, 1) << missing;
+  EXPECT_NE(missing.find("not held by this node"), std::string::npos) << missing;
+
+  auto [c6, pinned] = RunCommand(ctl + "pin --ttl 5m --namespace " + ns.ToHex() + " " +
+                                 ids[2].ToHex());
+  EXPECT_EQ(c6, 0) << pinned;
+  EXPECT_EQ(client->Evict(ns, {&ids[2], 1})->status[0], BlockStatus::kPinned);
+  auto [c7, unpinned] = RunCommand(ctl + "unpin --namespace " + ns.ToHex() + " " + ids[2].ToHex());
+  EXPECT_EQ(c7, 0) << unpinned;
+  EXPECT_EQ(client->Evict(ns, {&ids[2], 1})->status[0], BlockStatus::kOk);
+
+  auto [c8, nodes] = RunCommand(ctl + "nodes --json");
+  EXPECT_EQ(c8, 0);
+  EXPECT_NE(nodes.find("\"state\":\"serving\""), std::string::npos) << nodes;
+  auto [c9, drain] = RunCommand(ctl + "drain node-1");
+  EXPECT_EQ(c9, 4) << drain;
+  EXPECT_NE(drain.find("does not have yet"), std::string::npos) << drain;
+
+  std::string good = d.dir() + "/good.yaml", bad = d.dir() + "/bad.yaml";
+  std::ofstream(good) << "host_tier:\n  capacity: 2GiB\n";
+  std::ofstream(bad) << "host_tier:\n  capacity: 2 bananas\n";
+  auto [c10, v1] = RunCommand(std::string(STRATACTL_BIN) + " config validate " + good);
+  EXPECT_EQ(c10, 0) << v1;
+  auto [c11, v2] = RunCommand(std::string(STRATACTL_BIN) + " config validate " + bad);
+  EXPECT_EQ(c11, 1) << v2;
+  EXPECT_NE(v2.find("'host_tier.capacity'"), std::string::npos) << v2;
 }
 
 TEST(ClientDaemonTest, QuickstartExampleRuns) {

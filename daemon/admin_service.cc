@@ -1,0 +1,77 @@
+#include "daemon/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr uint32_t kDefaultPage = 100;
+constexpr uint32_t kMaxPage = 10000;
+
+void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
+  out->set_id(std::string(b.id.AsBytes()));
+  out->set_namespace_id(std::string(b.ns.AsBytes()));
+  out->set_tier(v1::TIER_HOST);
+  out->set_size_bytes(b.size);
+  out->set_crc32c(b.crc);
+  if (!b.parent.IsZero()) out->set_parent_id(std::string(b.parent.AsBytes()));
+  out->set_pinned_for_ms(absl::ToInt64Milliseconds(b.pinned_for));
+  out->set_leases(b.leases);
+  out->set_idle_ms(absl::ToInt64Milliseconds(b.idle));
+}
+
+}  // namespace
+
+grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
+                                          v1::ListNamespacesResponse* resp) {
+  auto usage = tier_->UsageByNamespace();
+  for (const auto& e : namespaces_->List()) {
+    auto* n = resp->add_namespaces();
+    n->set_namespace_id(std::string(e.id.AsBytes()));
+    n->set_tenant(e.tenant);
+    *n->mutable_spec() = strata::ToProto(e.spec);
+    if (auto it = usage.find(e.id); it != usage.end()) {
+      n->set_blocks(it->second.first);
+      n->set_bytes(it->second.second);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocksRequest* req,
+                                      v1::ListBlocksResponse* resp) {
+  std::optional<NamespaceId> ns;
+  if (!req->namespace_id().empty()) {
+    auto id = Digest::FromBytes(req->namespace_id());
+    if (!id.ok())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("namespace_id must be 32 bytes, got ",
+                                       req->namespace_id().size()));
+    if (auto s = namespaces_->Check(*id); !s.ok())
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message()));
+    ns = *id;
+  }
+  uint32_t page = req->page_size() == 0 ? kDefaultPage : std::min(req->page_size(), kMaxPage);
+  uint64_t cursor = req->page_token();
+  for (const BlockInfo& b : tier_->List(ns ? &*ns : nullptr, page, &cursor))
+    ToProto(b, resp->add_blocks());
+  resp->set_next_page_token(cursor);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::InspectBlocks(grpc::ServerContext*,
+                                         const v1::InspectBlocksRequest* req,
+                                         v1::InspectBlocksResponse* resp) {
+  if (req->ids().size() % 32 != 0 || req->ids().size() > 32 * kMaxPage)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("ids must be up to ", kMaxPage, " x 32 bytes, got ",
+                                     req->ids().size(), " bytes"));
+  std::vector<BlockId> ids(req->ids().size() / 32);
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::memcpy(ids[i].bytes.data(), req->ids().data() + 32 * i, 32);
+  for (const BlockInfo& b : tier_->Inspect(ids)) ToProto(b, resp->add_blocks());
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::daemon

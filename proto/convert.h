@@ -1,0 +1,12 @@
+// Conversions between the wire messages and the vocabulary types of common/.
+#pragma once
+
+#include "common/block_id.h"
+#include "strata/v1/cache.pb.h"
+
+namespace strata {
+
+v1::NamespaceSpecProto ToProto(const NamespaceSpec& spec);
+NamespaceSpec FromProto(const v1::NamespaceSpecProto& proto);
+
+}  // namespace strata
