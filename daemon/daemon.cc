@@ -275,6 +275,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   impl->admin = std::make_unique<AdminService>(impl->tier.get(), impl->namespaces.get());
   builder.RegisterService(impl->admin.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
+  // daemon already listens on, and the two silently split the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   impl->server = builder.BuildAndStart();
   if (!impl->server || port == 0)
     return absl::UnavailableError(

@@ -109,6 +109,7 @@ TEST(ClientDaemonTest, PublishLookupFetchIsByteIdentical) {
   }
   // A second process computing the same tokens gets the same ids and finds them.
   auto other = Connect(d);
+  ASSERT_TRUE(other);
   auto ns2 = other->OpenNamespace(Spec(), "tenant-a");
   ASSERT_TRUE(ns2.ok());
   EXPECT_EQ(*ns2, *ns);
@@ -119,6 +120,7 @@ TEST(ClientDaemonTest, RepublishIsADedupNoOp) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(4 * kTokensPerBlock, 3);
   auto blocks = RandomBlocks(4, 100000, 4);
@@ -146,7 +148,10 @@ TEST(ClientDaemonTest, ConcurrentPublishersAndFetchers) {
   constexpr int kThreads = 8, kRounds = 12, kBlocks = 4;
   constexpr size_t kBytes = 128 << 10;
   std::vector<std::unique_ptr<Client>> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(Connect(d));
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(Connect(d));
+    ASSERT_TRUE(clients.back());
+  }
   auto ns = *clients[0]->OpenNamespace(Spec(), "t");
   for (auto& c : clients) ASSERT_TRUE(c->OpenNamespace(Spec(), "t").ok());
   // All threads share a common 2-block prefix, so publishers race on the same ids.
@@ -204,6 +209,7 @@ TEST(ClientDaemonTest, CapacityPressureEvictsLruButNeverLeasedOrPinned) {
       "  max_block_size: 1MiB\n");
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   constexpr size_t kBytes = 1 << 20;
   // Blocks 0..3 first: 0 pinned, 1 leased (held through a raw Acquire), 2 and 3 unprotected.
@@ -259,6 +265,7 @@ TEST(ClientDaemonTest, ClientKilledBetweenReserveAndCommitLeavesNothing) {
   EXPECT_NE(out.find("dying before commit"), std::string::npos) << out;
   EXPECT_NE(code, 0);
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->host_blocks, 0u);  // nothing visible
@@ -278,6 +285,7 @@ TEST(ClientDaemonTest, CommitWithWrongCrcIsRefused) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto stub = RawStub(d);
   auto id = ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 8))[0];
@@ -311,6 +319,7 @@ TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(3 * kTokensPerBlock, 61);
   auto blocks = RandomBlocks(3, 3 << 20, 62);  // big enough for the pipelined/parallel paths
@@ -363,6 +372,7 @@ TEST(ClientDaemonTest, CodecPoliciesEncodeOnPublishAndDecodeOnFetch) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   KvLayout layout{2, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
   const size_t kBlocks = 4;
   auto kv = codec::GenerateSyntheticKv(layout, kBlocks, codec::SyntheticKvParams{});
@@ -430,6 +440,7 @@ TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns_a = *client->OpenNamespace(Spec(), "tenant-a");
   auto ns_b = *client->OpenNamespace(Spec(), "tenant-b");
   ASSERT_NE(ns_a, ns_b);
@@ -486,6 +497,7 @@ TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(5 * kTokensPerBlock, 21);
   auto blocks = RandomBlocks(5, 8192, 22);
@@ -505,6 +517,7 @@ TEST(ClientDaemonTest, KilledDaemonMakesCallsFailWithinTheirDeadline) {
   auto d = std::make_unique<DaemonProcess>();
   ASSERT_TRUE(d->ok()) << d->log();
   auto client = Connect(*d, absl::Seconds(1));
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(2 * kTokensPerBlock, 31);
   auto blocks = RandomBlocks(2, 65536, 32);
@@ -584,6 +597,7 @@ TEST(ClientDaemonTest, SigtermDrainsAndExitsZero) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto blocks = RandomBlocks(1, 4096, 41);
   ASSERT_EQ(client->Publish(ns, Tokens(kTokensPerBlock, 42), Views(blocks))->stored, 1u);
@@ -649,6 +663,7 @@ TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto client = Connect(d);
+  ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec("ctl-model"), "tenant-ctl");
   auto tokens = Tokens(3 * kTokensPerBlock, 91);
   auto blocks = RandomBlocks(3, 5000, 92);
