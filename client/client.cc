@@ -663,9 +663,11 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
     while (true) {
       size_t i = pipe->next.load();
       if (i >= n || pipe->aborted.load()) return;
-      if (i >= pipe->transferred.load()) {
+      size_t landed = pipe->transferred.load();
+      if (i >= landed) {
         if (!wait_for_more) return;
-        std::this_thread::yield();
+        // Sleep, not spin: over TCP the daemon's progress thread needs this core.
+        pipe->transferred.wait(landed);
         continue;
       }
       if (!pipe->next.compare_exchange_weak(i, i + 1)) continue;
@@ -697,11 +699,18 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
         bytes += ops[end++].length;
       std::vector<transport::RmaOp> chunk(ops.begin() + begin, ops.begin() + end);
       moved = impl_->Transfer(chunk, deadline);
-      if (moved.ok()) pipe->transferred.store(end);
+      if (moved.ok()) {
+        pipe->transferred.store(end);
+        pipe->transferred.notify_all();
+      }
       begin = end;
     }
   }
-  if (!moved.ok()) pipe->aborted.store(true);
+  if (!moved.ok()) {
+    pipe->aborted.store(true);
+    pipe->transferred.store(SIZE_MAX);  // wakes the helper, which then sees `aborted`
+    pipe->transferred.notify_all();
+  }
   if (verify && moved.ok()) verify_some(/*wait_for_more=*/false);
   while (!helper_done.load()) std::this_thread::yield();  // the helper reads our buffers
   if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());

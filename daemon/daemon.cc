@@ -278,6 +278,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
   // daemon already listens on, and the two silently split the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+
   impl->server = builder.BuildAndStart();
   if (!impl->server || port == 0)
     return absl::UnavailableError(
