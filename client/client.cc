@@ -220,6 +220,77 @@ struct Client::Impl {
     return absl::StatusOr<std::vector<uint32_t>>(CombinePieces(pieces, piece_crcs, ops.size()));
   }
 
+  // One long-lived LookupStream per client (see cache.proto). Used when free; a lookup that
+  // finds it busy, broken or not yet open takes the unary call instead.
+  struct LookupStreamState {
+    grpc::ClientContext ctx;
+    grpc::CompletionQueue cq;
+    std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::LookupRequest, v1::LookupResponse>> rw;
+    bool usable = false;
+  };
+  std::mutex lookup_stream_mu;
+  std::unique_ptr<LookupStreamState> lookup_stream;
+
+  // Waits for `tag` on the stream's queue until `deadline`; false on timeout or failure.
+  static bool AwaitTag(LookupStreamState& st, void* tag, absl::Time deadline) {
+    void* got = nullptr;
+    bool ok = false;
+    switch (st.cq.AsyncNext(&got, &ok, absl::ToChronoTime(deadline))) {
+      case grpc::CompletionQueue::GOT_EVENT:
+        return got == tag && ok;
+      default:
+        return false;
+    }
+  }
+
+  // Tears a stream down: cancel, then drain its queue so no operation refers to it any more.
+  static void CloseLookupStream(std::unique_ptr<LookupStreamState> st) {
+    if (!st) return;
+    st->ctx.TryCancel();
+    st->cq.Shutdown();
+    void* tag;
+    bool ok;
+    while (st->cq.Next(&tag, &ok)) {
+    }
+  }
+
+  // nullopt: the stream could not be used (the caller falls back to the unary call).
+  std::optional<absl::StatusOr<v1::LookupResponse>> LookupOnStream(const v1::LookupRequest& req) {
+    std::unique_lock<std::mutex> lock(lookup_stream_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    const absl::Time deadline = absl::Now() + options.rpc_timeout;
+    if (!lookup_stream || !lookup_stream->usable) {
+      CloseLookupStream(std::move(lookup_stream));
+      auto st = std::make_unique<LookupStreamState>();
+      st->rw = stub->AsyncLookupStream(&st->ctx, &st->cq, reinterpret_cast<void*>(1));
+      if (!AwaitTag(*st, reinterpret_cast<void*>(1), deadline)) {
+        CloseLookupStream(std::move(st));
+        return std::nullopt;
+      }
+      st->usable = true;
+      lookup_stream = std::move(st);
+    }
+    LookupStreamState& st = *lookup_stream;
+    v1::LookupResponse resp;
+    st.rw->Write(req, reinterpret_cast<void*>(2));
+    bool written = AwaitTag(st, reinterpret_cast<void*>(2), deadline);
+    if (written) st.rw->Read(&resp, reinterpret_cast<void*>(3));
+    if (!written || !AwaitTag(st, reinterpret_cast<void*>(3), deadline)) {
+      st.usable = false;
+      CloseLookupStream(std::move(lookup_stream));
+      if (absl::Now() >= deadline)
+        return absl::StatusOr<v1::LookupResponse>(absl::DeadlineExceededError(absl::StrCat(
+            "stratad at ", options.endpoint, " did not answer Lookup within ",
+            absl::FormatDuration(options.rpc_timeout))));
+      return std::nullopt;  // the stream broke (daemon restarted?): the unary call decides
+    }
+    if (resp.error_code() != 0)
+      return absl::StatusOr<v1::LookupResponse>(absl::Status(
+          static_cast<absl::StatusCode>(resp.error_code()),
+          absl::StrCat("Lookup: ", resp.error_message())));
+    return absl::StatusOr<v1::LookupResponse>(std::move(resp));
+  }
+
   // Fire-and-forget lease releases still in flight.
   std::mutex release_mu;
   std::condition_variable release_cv;
@@ -338,6 +409,10 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
   impl_->StopPrefault();
+  {
+    std::lock_guard<std::mutex> lock(impl_->lookup_stream_mu);
+    Impl::CloseLookupStream(std::move(impl_->lookup_stream));
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->verify_mu);
     impl_->verify_stop = true;
@@ -557,6 +632,12 @@ absl::StatusOr<size_t> Client::LookupIds(const NamespaceId& ns, std::span<const 
   v1::LookupRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
+  if (auto streamed = impl_->LookupOnStream(req)) {
+    // A namespace the daemon forgot (it restarted) is reopened by the unary path below.
+    if (streamed->ok()) return std::min<size_t>((*streamed)->prefix_blocks(), ids.size());
+    if (streamed->status().code() != absl::StatusCode::kFailedPrecondition)
+      return streamed->status();
+  }
   v1::LookupResponse resp;
   RETURN_IF_ERROR(impl_->NsRpc("Lookup", ns, [&](grpc::ClientContext* c) {
     return impl_->stub->Lookup(c, req, &resp);

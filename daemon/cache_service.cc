@@ -119,6 +119,24 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status CacheService::LookupStream(
+    grpc::ServerContext* c, grpc::ServerReaderWriter<v1::LookupResponse, v1::LookupRequest>* stream) {
+  // Each message is admitted (and refused while draining) like a unary Lookup; the stream itself
+  // is not counted as in flight, so idle streams never hold up a drain (Shutdown cancels them).
+  v1::LookupRequest req;
+  while (stream->Read(&req)) {
+    v1::LookupResponse resp;
+    grpc::Status s = Timed(RpcMetrics::kLookup, [&] { return DoLookup(c, &req, &resp); });
+    if (!s.ok()) {
+      resp.Clear();
+      resp.set_error_code(static_cast<uint32_t>(s.error_code()));
+      resp.set_error_message(s.error_message());
+    }
+    if (!stream->Write(resp)) break;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupRequest* req,
                                     v1::LookupResponse* resp) {
   CallScope call(this);

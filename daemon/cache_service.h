@@ -41,6 +41,9 @@ class CacheService final : public v1::Cache::Service {
                       v1::LookupResponse* r) override {
     return Timed(RpcMetrics::kLookup, [&] { return DoLookup(c, q, r); });
   }
+  grpc::Status LookupStream(
+      grpc::ServerContext* c,
+      grpc::ServerReaderWriter<v1::LookupResponse, v1::LookupRequest>* stream) override;
   grpc::Status Reserve(grpc::ServerContext* c, const v1::ReserveRequest* q,
                        v1::ReserveResponse* r) override {
     return Timed(RpcMetrics::kReserve, [&] { return DoReserve(c, q, r); });
