@@ -145,6 +145,10 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
   size_t n = tier_->Lookup(ns, ids);
+  if (metrics_) {
+    const uint64_t tpb = namespaces_->TokensPerBlock(ns);
+    metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
+  }
   resp->set_prefix_blocks(static_cast<uint32_t>(n));
   resp->mutable_tiers()->Reserve(static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) resp->add_tiers(v1::TIER_HOST);

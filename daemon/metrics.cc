@@ -291,6 +291,12 @@ RpcMetrics::RpcMetrics(MetricsRegistry* registry) : registry_(registry) {
       registry->AddCounter("strata_data_plane_bytes_total", bytes_help, {{"direction", "publish"}});
   fetch_bytes_ =
       registry->AddCounter("strata_data_plane_bytes_total", bytes_help, {{"direction", "fetch"}});
+  const char* tokens_help =
+      "Prompt tokens covered by looked-up blocks: in the cached prefix (hit) or after it (miss).";
+  lookup_hit_tokens_ =
+      registry->AddCounter("strata_lookup_tokens_total", tokens_help, {{"result", "hit"}});
+  lookup_miss_tokens_ =
+      registry->AddCounter("strata_lookup_tokens_total", tokens_help, {{"result", "miss"}});
   // One zero series up front, so the family is documented and sum(rate(...)) has data before
   // the first error.
   errors_[kLookup][14].store(

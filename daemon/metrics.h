@@ -125,6 +125,11 @@ class RpcMetrics {
   // passes through the daemon, so this is what it can see of data-plane volume.
   void AddPublishBytes(uint64_t n) { publish_bytes_->Add(n); }
   void AddFetchBytes(uint64_t n) { fetch_bytes_->Add(n); }
+  // Tokens covered by a lookup's blocks: the cached prefix (hit) and the rest (miss).
+  void AddLookupTokens(uint64_t hit, uint64_t miss) {
+    lookup_hit_tokens_->Add(hit);
+    lookup_miss_tokens_->Add(miss);
+  }
 
  private:
   static constexpr int kNumCodes = 17;
@@ -132,6 +137,8 @@ class RpcMetrics {
   std::array<Counter*, kNumOps> requests_{};
   std::array<Histogram*, kNumOps> latency_{};
   Counter* publish_bytes_;
+  Counter* lookup_hit_tokens_;
+  Counter* lookup_miss_tokens_;
   Counter* fetch_bytes_;
   // Created the first time an (op, code) error happens.
   std::array<std::array<std::atomic<Counter*>, kNumCodes>, kNumOps> errors_{};

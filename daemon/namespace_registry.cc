@@ -32,6 +32,12 @@ std::vector<NamespaceRegistry::Entry> NamespaceRegistry::List() const {
   return out;
 }
 
+uint32_t NamespaceRegistry::TokensPerBlock(const NamespaceId& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(id);
+  return it == open_.end() ? 0 : it->second.spec.layout.tokens_per_block;
+}
+
 size_t NamespaceRegistry::size() const {
   absl::MutexLock lock(&mu_);
   return open_.size();

@@ -20,6 +20,8 @@ class NamespaceRegistry {
   // OK when `id` was opened; otherwise an error that says what to do.
   absl::Status Check(const NamespaceId& id) const;
   size_t size() const;
+  // Tokens per block of an open namespace; 0 when it is not open.
+  uint32_t TokensPerBlock(const NamespaceId& id) const;
 
   struct Entry {
     NamespaceId id;

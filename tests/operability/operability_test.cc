@@ -85,6 +85,8 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   auto ids = testing::PublishMany(*client, *ns, 7, 512);
   ASSERT_TRUE(ids.ok()) << ids.status();
   ASSERT_EQ(*client->LookupIds(*ns, *ids), 7u);
+  BlockId absent = ComputeBlockId(*ns, std::vector<uint32_t>{1, 2, 3, 4});
+  ASSERT_EQ(*client->LookupIds(*ns, {&absent, 1}), 0u);  // one block's tokens missed
   std::vector<uint8_t> buf(512);
   MutableBuffer dst{buf.data(), buf.size()};
   ASSERT_TRUE(client->Fetch(*ns, std::span<const BlockId>(ids->data(), 1), {&dst, 1}).ok());
@@ -107,8 +109,11 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   EXPECT_EQ(SampleValue(m.body, "strata_tier_capacity_bytes{tier=\"host\"}"), 64 << 20);
   EXPECT_GE(*SampleValue(m.body, "strata_tier_used_bytes{tier=\"host\"}"), 7 * 512);
   EXPECT_EQ(SampleValue(m.body, "strata_lookup_blocks_total{result=\"hit\"}"), 7);
+  // OpsSpec blocks hold 4 tokens: 7 blocks found, 1 missed.
+  EXPECT_EQ(SampleValue(m.body, "strata_lookup_tokens_total{result=\"hit\"}"), 7 * 4);
+  EXPECT_EQ(SampleValue(m.body, "strata_lookup_tokens_total{result=\"miss\"}"), 4);
   EXPECT_EQ(SampleValue(m.body, "strata_fetch_blocks_total{result=\"hit\"}"), 1);
-  EXPECT_EQ(SampleValue(m.body, "strata_rpc_requests_total{method=\"Lookup\"}"), 1);
+  EXPECT_EQ(SampleValue(m.body, "strata_rpc_requests_total{method=\"Lookup\"}"), 2);
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_duration_seconds_count{method=\"Commit\"}"), 1);
   EXPECT_EQ(SampleValue(m.body,
                         "strata_rpc_errors_total{method=\"Evict\",code=\"FAILED_PRECONDITION\"}"),
