@@ -35,6 +35,8 @@ data_dir: "/var/lib/strata"
 cluster_secret_file: ""
 # trace, debug, info, warn, error
 log_level: info
+# text (for people) or json (one object per line: time, level, pid, msg).
+log_format: text
 
 host_tier:
   # Bytes of host DRAM for blocks (B, KiB, MiB, GiB, TiB).
@@ -117,6 +119,7 @@ std::map<std::string, Setter> Setters() {
   s["data_dir"] = str(&DaemonConfig::data_dir, "data_dir");
   s["cluster_secret_file"] = str(&DaemonConfig::cluster_secret_file, "cluster_secret_file");
   s["log_level"] = str(&DaemonConfig::log_level, "log_level");
+  s["log_format"] = str(&DaemonConfig::log_format, "log_format");
   s["host_tier.capacity"] = size(&DaemonConfig::host_capacity, "host_tier.capacity");
   s["host_tier.max_block_size"] = size(&DaemonConfig::max_block_size, "host_tier.max_block_size");
   s["host_tier.high_watermark"] = real(&DaemonConfig::high_watermark, "host_tier.high_watermark");
@@ -225,6 +228,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   bool ok = false;
   for (const char* l : levels) ok |= c.log_level == l;
   if (!ok) return FieldError("log_level", "must be trace, debug, info, warn or error");
+  if (c.log_format != "text" && c.log_format != "json")
+    return FieldError("log_format", "must be text or json");
   if (c.data_dir.empty()) return FieldError("data_dir", "must be set");
   return absl::OkStatus();
 }

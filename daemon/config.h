@@ -23,6 +23,7 @@ struct DaemonConfig {
   std::string data_dir;
   std::string cluster_secret_file;
   std::string log_level;
+  std::string log_format;
   uint64_t host_capacity = 0;
   bool huge_pages = true;
   ArenaSource arena = ArenaSource::kAuto;

@@ -11,6 +11,8 @@
 #include "common/units.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/logging.h"
+#include "daemon/logging.h"
 
 int main(int argc, char** argv) {
   using strata::daemon::DaemonConfig;
@@ -29,6 +31,8 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "state directory (overrides 'data_dir')");
   app.add_option("--node-id", node_id, "node name (overrides 'node_id')");
   app.add_option("--log-level", log_level, "overrides 'log_level'");
+  std::string log_format;
+  app.add_option("--log-format", log_format, "text or json (overrides 'log_format')");
   app.add_option("--ready-file", ready_file,
                  "write {\"endpoint\":...,\"http_endpoint\":...,\"pid\":...} here once serving "
                  "(for scripts and tests; http_endpoint only with HTTP on)");
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
   if (!data_dir.empty()) config->data_dir = data_dir;
   if (!node_id.empty()) config->node_id = node_id;
   if (!log_level.empty()) config->log_level = log_level;
+  if (!log_format.empty()) config->log_format = log_format;
   if (!capacity.empty()) {
     auto bytes = strata::ParseSize(capacity);
     if (!bytes.ok()) {
@@ -69,9 +74,7 @@ int main(int argc, char** argv) {
     std::cerr << "stratad: invalid configuration: " << s.message() << "\n";
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(config->log_level));
-  spdlog::flush_on(spdlog::level::info);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ stratad[%P] %v");
+  strata::daemon::ConfigureLogging(config->log_level, config->log_format);
 
   // Signals are taken synchronously on this thread; every other thread inherits the mask.
   sigset_t signals;

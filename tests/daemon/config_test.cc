@@ -37,7 +37,8 @@ TEST(ConfigTest, ErrorsNameTheField) {
                         Case{"nvme_tier:\n  capacity: 1GiB\n", "'nvme_tier'"},
                         Case{"reservation_timeout: 10ms\n", "'reservation_timeout'"},
                         Case{"listen: nowhere\n", "'listen'"},
-                        Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"}}) {
+                        Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"},
+                        Case{"log_format: xml\n", "'log_format'"}}) {
     auto c = ParseConfig(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_NE(c.status().message().find(k.field), std::string::npos) << c.status();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -717,6 +718,35 @@ TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
   auto [c11, v2] = RunCommand(std::string(STRATACTL_BIN) + " config validate " + bad);
   EXPECT_EQ(c11, 1) << v2;
   EXPECT_NE(v2.find("'host_tier.capacity'"), std::string::npos) << v2;
+}
+
+TEST(ClientDaemonTest, JsonLogsAreOneEscapedObjectPerLine) {
+  DaemonProcess d("", {"--log-format", "json"});
+  ASSERT_TRUE(d.ok()) << d.log();
+  // A refused OpenNamespace is logged with the tenant name, quotes and all (sent raw: the
+  // client library would refuse the spec itself).
+  auto stub = RawStub(d);
+  v1::OpenNamespaceRequest open;
+  open.set_tenant("evil\"tenant");
+  v1::OpenNamespaceResponse resp;
+  grpc::ClientContext c;
+  Deadline(c);
+  EXPECT_EQ(stub->OpenNamespace(&c, open, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  d.Signal(SIGTERM);
+  ASSERT_TRUE(d.WaitExit(std::chrono::seconds(15)).has_value());
+  std::istringstream lines(d.log());
+  std::string line;
+  int n = 0;
+  bool saw_tenant = false;
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_EQ(line.rfind("{\"time\":\"", 0), 0u) << line;
+    EXPECT_EQ(line.back(), '}') << line;
+    EXPECT_NE(line.find("\"level\":\""), std::string::npos) << line;
+    saw_tenant |= line.find("evil\\\"tenant") != std::string::npos;
+  }
+  EXPECT_GE(n, 3);  // start, the refusal, drain and exit
+  EXPECT_TRUE(saw_tenant) << d.log();
 }
 
 TEST(ClientDaemonTest, QuickstartExampleRuns) {
