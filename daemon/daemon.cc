@@ -37,6 +37,7 @@ struct TierSeries {
       *namespaces;
   Counter *lookup_hit, *lookup_miss, *fetch_hit, *fetch_miss, *committed_total, *dedup,
       *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
+  Gauge *codec_raw, *codec_stored, *codec_ratio;
 };
 
 static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
@@ -80,6 +81,13 @@ static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
                  "Reservations reclaimed because the client never committed."),
     m.AddCounter("strata_leases_expired_total",
                  "Read leases reclaimed because the client never released them."),
+    m.AddGauge("strata_codec_raw_bytes",
+               "Uncompressed size of the resident blocks of codec namespaces (blocks x layout "
+               "block bytes)."),
+    m.AddGauge("strata_codec_stored_bytes",
+               "Bytes those blocks occupy as encoded blobs."),
+    m.AddGauge("strata_codec_ratio",
+               "strata_codec_raw_bytes / strata_codec_stored_bytes; 0 with no codec blocks."),
   });
 }
 
@@ -356,6 +364,19 @@ void CollectTierMetrics(Daemon::Impl& d) {
   x.no_space->Set(s.no_space);
   x.res_expired->Set(s.reservations_expired);
   x.lease_expired->Set(s.leases_expired);
+  // The daemon never decodes; what a codec saves follows from each namespace's layout.
+  auto usage = d.tier->UsageByNamespace();
+  double raw = 0, stored = 0;
+  for (const auto& e : d.namespaces->List()) {
+    if (e.spec.codec_policy == kOpaqueCodecPolicy) continue;
+    auto it = usage.find(e.id);
+    if (it == usage.end()) continue;
+    raw += static_cast<double>(it->second.first) * static_cast<double>(e.spec.layout.BlockBytes());
+    stored += static_cast<double>(it->second.second);
+  }
+  x.codec_raw->Set(raw);
+  x.codec_stored->Set(stored);
+  x.codec_ratio->Set(stored > 0 ? raw / stored : 0);
 }
 
 }  // namespace

@@ -32,7 +32,10 @@ uint64_t HostTier::NextId() {
 
 uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
   auto [it, inserted] = namespaces_.try_emplace(ns, static_cast<uint32_t>(namespaces_.size()));
-  if (inserted) namespace_ids_.push_back(ns);
+  if (inserted) {
+    namespace_ids_.push_back(ns);
+    namespace_usage_.emplace_back(0, 0);
+  }
   return it->second;
 }
 
@@ -90,12 +93,8 @@ absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> HostTier::UsageB
     const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> out;
-  for (const Entry& e : entries_) {
-    if (e.state != State::kCommitted) continue;
-    auto& [blocks, bytes] = out[namespace_ids_[e.ns]];
-    ++blocks;
-    bytes += e.size;
-  }
+  for (size_t i = 0; i < namespace_ids_.size(); ++i)
+    if (namespace_usage_[i].first > 0) out[namespace_ids_[i]] = namespace_usage_[i];
   return out;
 }
 
@@ -159,6 +158,8 @@ void HostTier::RemoveCommitted(uint32_t slot) {
   index_.erase(e.id);
   stats_.committed_bytes -= e.size;
   --stats_.blocks;
+  --namespace_usage_[e.ns].first;
+  namespace_usage_[e.ns].second -= e.size;
   if (e.leases > 0) {
     e.state = State::kDoomed;  // readers keep their bytes; freed at the last Release
   } else {
@@ -327,6 +328,8 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       e.last_use = now;
       stats_.committed_bytes += e.size;
       ++stats_.blocks;
+      ++namespace_usage_[e.ns].first;
+      namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
       LruPushFront(slot);
     } else {

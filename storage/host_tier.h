@@ -135,7 +135,7 @@ class HostTier {
   std::vector<BlockInfo> List(const NamespaceId* ns, size_t limit, uint64_t* cursor) const;
   // The committed blocks among `ids` (any namespace: an operator view).
   std::vector<BlockInfo> Inspect(std::span<const BlockId> ids) const;
-  // Committed blocks and bytes per namespace.
+  // Committed blocks and bytes per namespace (cheap: kept as blocks come and go).
   absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace() const;
 
   // Ends expired reservations, leases and pins; call periodically.
@@ -203,6 +203,8 @@ class HostTier {
   absl::flat_hash_map<BlockId, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, uint32_t> namespaces_ ABSL_GUARDED_BY(mu_);
   std::vector<NamespaceId> namespace_ids_ ABSL_GUARDED_BY(mu_);  // by interned index
+  // Committed blocks and bytes per interned namespace, kept up to date on commit and removal.
+  std::vector<std::pair<uint64_t, uint64_t>> namespace_usage_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = kNil;  // most recent

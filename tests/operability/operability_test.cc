@@ -281,6 +281,41 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
 }
 
 // Every metric a dashboard query names is one the daemon exports (checked on a live scrape).
+TEST(OperabilityTest, CodecRatioFollowsCodecNamespaces) {
+  HttpDaemon d;
+  ASSERT_TRUE(d.ok()) << d.process.log();
+  auto client = Connect(d.process);
+  ASSERT_TRUE(client);
+  NamespaceSpec spec = testing::OpsSpec();
+  spec.layout = KvLayout{2, 2, 64, DType::kFloat16, 16, KvKind::kSeparateKV};
+  spec.codec_policy = "lossless";
+  auto ns = client->OpenNamespace(spec, "tenant-codec");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  // Smooth values compress well losslessly; the daemon only sees the blobs.
+  const size_t block = spec.layout.BlockBytes();
+  std::vector<uint8_t> kv(3 * block);
+  for (size_t i = 0; i + 1 < kv.size(); i += 2) {
+    uint16_t h = static_cast<uint16_t>(0x3C00 + (i / 2) % 7);  // 1.0 plus a few ulps
+    std::memcpy(&kv[i], &h, 2);
+  }
+  std::vector<ConstBuffer> in;
+  for (int b = 0; b < 3; ++b) in.push_back({kv.data() + b * block, block});
+  std::vector<uint32_t> tokens(3 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 13);
+  auto pub = client->Publish(*ns, tokens, in);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, 3u);
+  auto m = HttpGet(d.http, "/metrics");
+  ASSERT_EQ(m.status, 200);
+  using testing::SampleValue;
+  EXPECT_EQ(SampleValue(m.body, "strata_codec_raw_bytes"), static_cast<double>(3 * block));
+  EXPECT_EQ(SampleValue(m.body, "strata_codec_stored_bytes"), static_cast<double>(pub->bytes_sent));
+  auto ratio = SampleValue(m.body, "strata_codec_ratio");
+  ASSERT_TRUE(ratio.has_value());
+  EXPECT_NEAR(*ratio, 3.0 * block / pub->bytes_sent, 1e-6);
+  EXPECT_GT(*ratio, 1.0);
+}
+
 TEST(OperabilityTest, DashboardNamesOnlyExportedMetrics) {
   HttpDaemon d;
   ASSERT_TRUE(d.ok()) << d.process.log();
