@@ -1,0 +1,94 @@
+#include "placement/rendezvous.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <openssl/sha.h>
+
+namespace strata::placement {
+
+uint64_t NodeHash(std::string_view node_id) {
+  static constexpr char kDomain[] = "strata-node-v1";  // + its NUL terminator
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, kDomain, sizeof kDomain);
+  SHA256_Update(&ctx, node_id.data(), node_id.size());
+  unsigned char out[SHA256_DIGEST_LENGTH];
+  SHA256_Final(out, &ctx);
+  uint64_t h = 0;
+  for (int i = 7; i >= 0; --i) h = (h << 8) | out[i];
+  return h;
+}
+
+uint64_t KeyOf(const BlockId& id) {
+  uint64_t k = 0;
+  for (int i = 7; i >= 0; --i) k = (k << 8) | id.bytes[i];
+  return k;
+}
+
+Rendezvous::Rendezvous(std::vector<std::string> node_ids) : ids_(std::move(node_ids)) {
+  std::sort(ids_.begin(), ids_.end());
+  ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+  hashes_.reserve(ids_.size());
+  for (const auto& id : ids_) hashes_.push_back(NodeHash(id));
+}
+
+int Rendezvous::IndexOf(std::string_view node_id) const {
+  auto it = std::lower_bound(ids_.begin(), ids_.end(), node_id,
+                             [](const std::string& a, std::string_view b) { return a < b; });
+  if (it == ids_.end() || *it != node_id) return -1;
+  return static_cast<int>(it - ids_.begin());
+}
+
+// ids_ is sorted, so a lower index is the smaller node id: ties go to it.
+bool Rendezvous::Better(uint64_t score_a, uint32_t a, uint64_t score_b, uint32_t b) const {
+  return score_a != score_b ? score_a > score_b : a < b;
+}
+
+void Rendezvous::TopR(uint64_t key, size_t r, std::vector<uint32_t>* out) const {
+  out->clear();
+  r = std::min(r, ids_.size());
+  if (r == 0) return;
+  // R is small (1-3): keep the best R in a sorted array, insertion style.
+  uint64_t best_score[8];
+  uint32_t best[8];
+  size_t n = 0;
+  const size_t keep = std::min<size_t>(r, 8);
+  for (uint32_t i = 0; i < ids_.size(); ++i) {
+    uint64_t s = Score(key, hashes_[i]);
+    if (n == keep && !Better(s, i, best_score[n - 1], best[n - 1])) continue;
+    size_t pos = n < keep ? n++ : keep - 1;
+    while (pos > 0 && Better(s, i, best_score[pos - 1], best[pos - 1])) {
+      best_score[pos] = best_score[pos - 1];
+      best[pos] = best[pos - 1];
+      --pos;
+    }
+    best_score[pos] = s;
+    best[pos] = i;
+  }
+  out->assign(best, best + n);
+  if (r > keep) {  // more than 8 owners asked for: rank everything
+    std::vector<std::pair<uint64_t, uint32_t>> all;
+    all.reserve(ids_.size());
+    for (uint32_t i = 0; i < ids_.size(); ++i) all.emplace_back(Score(key, hashes_[i]), i);
+    std::sort(all.begin(), all.end(), [this](const auto& x, const auto& y) {
+      return Better(x.first, x.second, y.first, y.second);
+    });
+    out->clear();
+    for (size_t i = 0; i < r; ++i) out->push_back(all[i].second);
+  }
+}
+
+std::vector<uint32_t> Rendezvous::TopR(const BlockId& id, size_t r) const {
+  std::vector<uint32_t> out;
+  TopR(KeyOf(id), r, &out);
+  return out;
+}
+
+std::vector<uint32_t> Rendezvous::Rank(const BlockId& id) const {
+  std::vector<uint32_t> out;
+  TopR(KeyOf(id), ids_.size(), &out);
+  return out;
+}
+
+}  // namespace strata::placement
