@@ -3,20 +3,15 @@
 #include <algorithm>
 #include <cstring>
 
-#include <openssl/sha.h>
+#include "common/digest.h"
 
 namespace strata::placement {
 
 uint64_t NodeHash(std::string_view node_id) {
   static constexpr char kDomain[] = "strata-node-v1";  // + its NUL terminator
-  SHA256_CTX ctx;
-  SHA256_Init(&ctx);
-  SHA256_Update(&ctx, kDomain, sizeof kDomain);
-  SHA256_Update(&ctx, node_id.data(), node_id.size());
-  unsigned char out[SHA256_DIGEST_LENGTH];
-  SHA256_Final(out, &ctx);
+  Digest d = Sha256().Bytes(kDomain, sizeof kDomain).Bytes(node_id.data(), node_id.size()).Finish();
   uint64_t h = 0;
-  for (int i = 7; i >= 0; --i) h = (h << 8) | out[i];
+  for (int i = 7; i >= 0; --i) h = (h << 8) | d.bytes[i];
   return h;
 }
 
