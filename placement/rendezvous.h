@@ -59,7 +59,7 @@ class Rendezvous {
   bool Better(uint64_t score_a, uint32_t a, uint64_t score_b, uint32_t b) const;
 
   std::vector<std::string> ids_;  // sorted
-  std::vector<uint64_t> hashes_;
+  std::vector<uint64_t> hashes_;  // by index, padded to a multiple of the scoring chunk
 };
 
 }  // namespace strata::placement
