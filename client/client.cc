@@ -69,7 +69,50 @@ struct Client::Impl {
     NamespaceSpec spec;
     std::string tenant;
     std::optional<codec::CodecParams> codec;  // nullopt: the "opaque" policy
+    uint32_t replicas = 0;
   };
+
+  // Clients of other nodes' daemons, for blocks the local daemon does not hold; by node id.
+  std::mutex peers_mu;
+  std::map<std::string, std::shared_ptr<Client>> peers;
+  bool clustered = false;  // the local daemon has other nodes in its view
+
+  absl::StatusOr<std::shared_ptr<Client>> Peer(const std::string& node, const std::string& address,
+                                               const NamespaceId& ns) {
+    std::shared_ptr<Client> peer;
+    {
+      std::lock_guard<std::mutex> lock(peers_mu);
+      auto it = peers.find(node);
+      if (it != peers.end() && it->second->impl_->options.endpoint == address) peer = it->second;
+    }
+    if (!peer) {
+      ClientOptions o = options;
+      o.endpoint = address;
+      o.remote_fetch = false;
+      o.same_node = false;
+      o.client_name = absl::StrCat(options.client_name, "->", node);
+      ASSIGN_OR_RETURN(std::unique_ptr<Client> made, Client::Connect(o));
+      peer = std::move(made);
+      std::lock_guard<std::mutex> lock(peers_mu);
+      peers[node] = peer;
+    }
+    if (peer->tokens_per_block(ns) == 0) {
+      OpenNs open;
+      {
+        std::lock_guard<std::mutex> lock(ns_mu);
+        auto it = namespaces.find(ns);
+        if (it == namespaces.end())
+          return absl::FailedPreconditionError(
+              absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
+        open = it->second;
+      }
+      ASSIGN_OR_RETURN(NamespaceId there, peer->OpenNamespace(open.spec, open.tenant));
+      if (there != ns)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node ", node, " derives a different namespace id: its cluster secret differs"));
+    }
+    return peer;
+  }
 
   KvLayout LayoutOf(const NamespaceId& ns) {
     std::lock_guard<std::mutex> lock(ns_mu);
@@ -323,15 +366,17 @@ struct Client::Impl {
       if (it == namespaces.end()) return s;
       open = it->second;
     }
-    auto reopened = OpenRpc(open.spec, open.tenant);
+    auto reopened = OpenRpc(open.spec, open.tenant, open.replicas);
     if (!reopened.ok() || *reopened != ns) return s;
     return Rpc(name, fn);
   }
 
-  absl::StatusOr<NamespaceId> OpenRpc(const NamespaceSpec& spec, const std::string& tenant) {
+  absl::StatusOr<NamespaceId> OpenRpc(const NamespaceSpec& spec, const std::string& tenant,
+                                      uint32_t replicas = 0) {
     v1::OpenNamespaceRequest req;
     *req.mutable_spec() = ToProto(spec);
     req.set_tenant(tenant);
+    req.set_replicas(replicas);
     v1::OpenNamespaceResponse resp;
     RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
       return stub->OpenNamespace(c, req, &resp);
@@ -350,7 +395,9 @@ struct Client::Impl {
     // The daemon is on this node: keep shared-memory transports (see Worker::Connect); gRPC and
     // the transfer deadline detect a daemon that died.
     ASSIGN_OR_RETURN(ep, worker->Connect(resp.worker_address(),
-                                         transport::Worker::PeerFailure::kIgnore));
+                                         options.same_node
+                                             ? transport::Worker::PeerFailure::kIgnore
+                                             : transport::Worker::PeerFailure::kDetect));
     RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
     arena_base = resp.arena_base();
     arena_bytes = resp.arena_bytes();
@@ -359,6 +406,7 @@ struct Client::Impl {
     map_lock.unlock();
     if (mapped_arena) StartPrefault();
     node_id = resp.node_id();
+    clustered = resp.cluster_nodes() > 1;
     return absl::OkStatus();
   }
 
@@ -458,6 +506,11 @@ uint32_t Client::tokens_per_block(const NamespaceId& ns) const {
 
 absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
                                                   const std::string& tenant) {
+  return OpenNamespace(spec, tenant, 0);
+}
+
+absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
+                                                  const std::string& tenant, uint32_t replicas) {
   RETURN_IF_ERROR(spec.Validate());
   std::optional<codec::CodecParams> params;
   if (spec.codec_policy != kOpaqueCodecPolicy) {
@@ -469,9 +522,9 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
   }
-  ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant));
+  ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant, replicas));
   std::lock_guard<std::mutex> lock(impl_->ns_mu);
-  impl_->namespaces[id] = {spec, tenant, params};
+  impl_->namespaces[id] = {spec, tenant, params, replicas};
   return id;
 }
 
@@ -614,6 +667,28 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   return result;
 }
 
+namespace {
+
+absl::StatusOr<v1::LookupResponse> LookupCall(Client::Impl* impl, const NamespaceId& ns,
+                                              std::span<const BlockId> ids) {
+  v1::LookupRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  if (auto streamed = impl->LookupOnStream(req)) {
+    // A namespace the daemon forgot (it restarted) is reopened by the unary path below.
+    if (streamed->ok()) return std::move(**streamed);
+    if (streamed->status().code() != absl::StatusCode::kFailedPrecondition)
+      return streamed->status();
+  }
+  v1::LookupResponse resp;
+  RETURN_IF_ERROR(impl->NsRpc("Lookup", ns, [&](grpc::ClientContext* c) {
+    return impl->stub->Lookup(c, req, &resp);
+  }));
+  return resp;
+}
+
+}  // namespace
+
 absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
                                             std::span<const uint32_t> tokens) {
   uint32_t tpb = tokens_per_block(ns);
@@ -622,32 +697,36 @@ absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
         absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
   LookupResult r;
   r.ids = ComputeBlockIds(ns, tpb, tokens);
-  ASSIGN_OR_RETURN(r.prefix_blocks, LookupIds(ns, r.ids));
+  ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, r.ids));
+  r.prefix_blocks = std::min<size_t>(resp.prefix_blocks(), r.ids.size());
+  if (resp.nodes_size() > 0 && resp.holder_size() >= static_cast<int>(r.prefix_blocks)) {
+    for (size_t i = 0; i < r.prefix_blocks; ++i) {
+      uint32_t h = resp.holder(static_cast<int>(i));
+      r.nodes.push_back(h < static_cast<uint32_t>(resp.nodes_size())
+                            ? resp.nodes(static_cast<int>(h)).id()
+                            : std::string());
+    }
+  }
   r.prefix_tokens = r.prefix_blocks * tpb;
   r.node_id = impl_->node_id;
   return r;
 }
 
+
 absl::StatusOr<size_t> Client::LookupIds(const NamespaceId& ns, std::span<const BlockId> ids) {
-  v1::LookupRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
-  if (auto streamed = impl_->LookupOnStream(req)) {
-    // A namespace the daemon forgot (it restarted) is reopened by the unary path below.
-    if (streamed->ok()) return std::min<size_t>((*streamed)->prefix_blocks(), ids.size());
-    if (streamed->status().code() != absl::StatusCode::kFailedPrecondition)
-      return streamed->status();
-  }
-  v1::LookupResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc("Lookup", ns, [&](grpc::ClientContext* c) {
-    return impl_->stub->Lookup(c, req, &resp);
-  }));
+  ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, ids));
   return std::min<size_t>(resp.prefix_blocks(), ids.size());
 }
 
-absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
-                                          std::span<const MutableBuffer> buffers) {
-  if (ids.size() != buffers.size())
+namespace {
+
+// One fetch from the daemon `impl` talks to. With `blobs` set, blocks land as stored (no
+// decoding) in blobs[i], sized to fit, and `buffers` is ignored.
+absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const NamespaceId& ns,
+                                            std::span<const BlockId> ids,
+                                            std::span<const MutableBuffer> buffers,
+                                            std::vector<std::vector<uint8_t>>* blobs) {
+  if (!blobs && ids.size() != buffers.size())
     return absl::InvalidArgumentError(
         absl::StrCat(ids.size(), " ids but ", buffers.size(), " buffers"));
   FetchResult r;
@@ -672,7 +751,8 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
     if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
     return codec_params.status();
   }
-  const bool decode = codec_params->has_value();
+  const bool decode = codec_params->has_value() && !blobs;
+  if (blobs) blobs->assign(ids.size(), {});
   const uint64_t decoded_bytes = decode ? impl_->LayoutOf(ns).BlockBytes() : 0;
 
   // Blobs land in the engine's buffers, or, with a codec, in staging buffers decoded from.
@@ -685,12 +765,18 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
       r.status[i] = s;
       continue;
     }
-    if ((decode ? decoded_bytes : resp.sizes(i)) > buffers[i].size) {
-      r.status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the block
-      continue;
+    void* landing = nullptr;
+    if (blobs) {
+      (*blobs)[i].resize(resp.sizes(i));
+      landing = (*blobs)[i].data();
+    } else {
+      if ((decode ? decoded_bytes : resp.sizes(i)) > buffers[i].size) {
+        r.status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the block
+        continue;
+      }
+      landing = buffers[i].data;
+      if (decode) landing = staging.emplace_back(resp.sizes(i)).data();
     }
-    void* landing = buffers[i].data;
-    if (decode) landing = staging.emplace_back(resp.sizes(i)).data();
     moving.push_back(i);
     ops.push_back({transport::RmaOp::kGet, landing, resp.sizes(i), resp.offsets(i)});
   }
@@ -799,6 +885,119 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
     return absl::Status(moved.code(), absl::StrCat("fetch transfer failed: ", moved.message()));
   finish(pipe->ok);
   return r;
+}
+
+}  // namespace
+
+absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
+                                          std::span<const MutableBuffer> buffers) {
+  ASSIGN_OR_RETURN(FetchResult r, FetchFromDaemon(impl_.get(), ns, ids, buffers, nullptr));
+  if (!impl_->options.remote_fetch || !impl_->clustered || r.fetched == ids.size()) return r;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (r.status[i] == BlockStatus::kNotFound) missing.push_back(i);
+  if (missing.empty()) return r;
+  std::vector<BlockId> missing_ids;
+  for (size_t i : missing) missing_ids.push_back(ids[i]);
+  auto located = Locate(ns, missing_ids);
+  if (!located.ok()) return r;  // the local answer stands: those blocks are misses
+  // Each missing block tries its holders in order; a node that fails (dead, timed out, lost the
+  // block) passes the block on to the next holder.
+  std::vector<size_t> attempt(missing.size(), 0);
+  std::vector<size_t> pending(missing.size());
+  for (size_t k = 0; k < missing.size(); ++k) pending[k] = k;
+  auto holder_of = [&](size_t k) -> const BlockHolder* {
+    const auto& hs = (*located)[k];
+    while (attempt[k] < hs.size() && hs[attempt[k]].node == impl_->node_id) ++attempt[k];
+    return attempt[k] < hs.size() ? &hs[attempt[k]] : nullptr;
+  };
+  while (!pending.empty()) {
+    std::map<std::string, std::vector<size_t>> by_node;
+    std::map<std::string, std::string> address;
+    for (size_t k : pending)
+      if (const BlockHolder* h = holder_of(k)) {
+        by_node[h->node].push_back(k);
+        address[h->node] = h->address;
+      }
+    if (by_node.empty()) break;
+    pending.clear();
+    for (auto& [node, ks] : by_node) {
+      std::vector<BlockId> sub_ids;
+      std::vector<MutableBuffer> sub_bufs;
+      for (size_t k : ks) {
+        sub_ids.push_back(ids[missing[k]]);
+        sub_bufs.push_back(buffers[missing[k]]);
+      }
+      absl::StatusOr<FetchResult> got = absl::UnavailableError("not tried");
+      auto peer = impl_->Peer(node, address[node], ns);
+      if (peer.ok()) got = (*peer)->Fetch(ns, sub_ids, sub_bufs);
+      for (size_t j = 0; j < ks.size(); ++j) {
+        size_t k = ks[j], i = missing[k];
+        if (got.ok() && got->status[j] == BlockStatus::kOk) {
+          r.status[i] = BlockStatus::kOk;
+          r.sizes[i] = got->sizes[j];
+          ++r.fetched;
+          r.bytes_received += got->sizes[j];
+          ++r.remote;
+          continue;
+        }
+        if (got.ok() && got->status[j] == BlockStatus::kCrcMismatch)
+          r.status[i] = BlockStatus::kCrcMismatch;  // reported unless a replica serves it
+        ++attempt[k];
+        pending.push_back(k);
+      }
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<FetchResult> Client::FetchBlobs(const NamespaceId& ns, std::span<const BlockId> ids,
+                                               std::vector<std::vector<uint8_t>>* blobs) {
+  return FetchFromDaemon(impl_.get(), ns, ids, {}, blobs);
+}
+
+absl::StatusOr<std::vector<std::vector<BlockHolder>>> Client::Locate(
+    const NamespaceId& ns, std::span<const BlockId> ids) {
+  v1::LocateRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::LocateResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Locate", ns, [&](grpc::ClientContext* c) { return impl_->stub->Locate(c, req, &resp); }));
+  if (resp.holders_per_id_size() != static_cast<int>(ids.size()))
+    return absl::InternalError("Locate answered with the wrong number of entries");
+  std::vector<std::vector<BlockHolder>> out(ids.size());
+  int next = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (uint32_t h = 0; h < resp.holders_per_id(static_cast<int>(i)); ++h, ++next) {
+      if (next >= resp.holder_node_size() || next >= resp.holder_tier_size() ||
+          resp.holder_node(next) >= static_cast<uint32_t>(resp.nodes_size()))
+        return absl::InternalError("Locate answered with inconsistent holder lists");
+      const auto& n = resp.nodes(static_cast<int>(resp.holder_node(next)));
+      out[i].push_back({n.id(), n.address(),
+                        resp.holder_tier(next) == v1::TIER_NVME ? "nvme" : "host"});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<RepositionOutcome> Client::Reposition(const NamespaceId& ns,
+                                                     std::span<const BlockId> ids,
+                                                     const std::string& target_node, bool move) {
+  v1::RepositionRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_target_node(target_node);
+  req.set_target_tier(v1::TIER_HOST);
+  req.set_move(move);
+  v1::RepositionResponse resp;
+  RETURN_IF_ERROR(impl_->NsRpc("Reposition", ns, [&](grpc::ClientContext* c) {
+    return impl_->stub->Reposition(c, req, &resp);
+  }));
+  if (resp.status_size() != static_cast<int>(ids.size()))
+    return absl::InternalError("Reposition answered with the wrong number of statuses");
+  return RepositionOutcome{Statuses(resp.status()), resp.copied(), resp.already_there(),
+                           resp.removed_sources()};
 }
 
 absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<const BlockId> ids,

@@ -31,6 +31,12 @@ struct ClientOptions {
   absl::Duration transfer_timeout = absl::Seconds(10);
   // Check every fetched block against the CRC32C recorded at commit.
   bool verify_crc = true;
+  // Blocks the local daemon lacks are fetched straight from the node holding them (found
+  // through the local daemon's directory), trying each replica in turn.
+  bool remote_fetch = true;
+  // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
+  // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
+  bool same_node = true;
 };
 
 struct ConstBuffer {
@@ -56,6 +62,23 @@ struct LookupResult {
   size_t prefix_blocks = 0;  // leading blocks cached
   size_t prefix_tokens = 0;
   std::string node_id;
+  // In a cluster: the node holding each prefix block (this node when it holds it); empty when
+  // the daemon runs alone.
+  std::vector<std::string> nodes;
+};
+
+// Where a block is: node id, its gRPC address, and tier ("host", "nvme").
+struct BlockHolder {
+  std::string node;
+  std::string address;
+  std::string tier;
+};
+
+struct RepositionOutcome {
+  std::vector<BlockStatus> status;  // kOk: on the target now; kNotFound: no holder answered
+  uint64_t copied = 0;
+  uint64_t already_there = 0;
+  uint64_t removed_sources = 0;
 };
 
 struct FetchResult {
@@ -63,6 +86,7 @@ struct FetchResult {
   std::vector<uint64_t> sizes;      // bytes written to each buffer (decoded size under a codec)
   size_t fetched = 0;
   uint64_t bytes_received = 0;      // bytes that travelled (encoded size under a codec)
+  size_t remote = 0;                // blocks fetched from another node's daemon
 };
 
 struct EvictOutcome {
@@ -94,6 +118,10 @@ class Client {
 
   // Opens (idempotently) a namespace for `tenant`; the returned id seeds the block ids.
   absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant);
+  // As above, asking the cluster to keep `replicas` copies of each block (0: the daemon's
+  // default). Not part of the namespace's identity.
+  absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant,
+                                            uint32_t replicas);
 
   // Registers [data, data+size) for zero-copy transfers until UnregisterBuffer or destruction.
   absl::Status RegisterBuffer(void* data, size_t size);
@@ -115,6 +143,24 @@ class Client {
   // Under a codec policy, fetched blobs are decoded into the buffers (BlockBytes() each).
   absl::StatusOr<FetchResult> Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
                                     std::span<const MutableBuffer> buffers);
+
+  // Blocks exactly as stored (encoded blobs under a codec, never decoded): blobs[i] is empty
+  // unless status[i] is kOk. What daemons use to copy blocks between nodes.
+  absl::StatusOr<FetchResult> FetchBlobs(const NamespaceId& ns, std::span<const BlockId> ids,
+                                         std::vector<std::vector<uint8_t>>* blobs);
+
+  // Every node known to hold each id, best first (the local daemon, then host before nvme).
+  absl::StatusOr<std::vector<std::vector<BlockHolder>>> Locate(const NamespaceId& ns,
+                                                              std::span<const BlockId> ids);
+
+  // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster.
+  absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
+                                               const std::string& target_node, bool move = false);
+  // Pulls blocks held elsewhere into the local daemon's host tier ahead of a fetch (a decode
+  // node prefetching what its prefill node computed).
+  absl::StatusOr<RepositionOutcome> Prefetch(const NamespaceId& ns, std::span<const BlockId> ids) {
+    return Reposition(ns, ids, "", false);
+  }
 
   absl::StatusOr<EvictOutcome> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
                                      bool cascade = false, bool force = false);

@@ -1,8 +1,8 @@
 // stratactl: admin CLI for a stratad node.
 //
 // Exit codes: 0 success; 1 the daemon refused or failed the operation (or a config file is
-// invalid); 2 bad usage; 3 the daemon could not be reached within --timeout; 4 the command
-// needs a part of Strata this build does not have yet.
+// invalid, or a reposition/drain left blocks behind); 2 bad usage; 3 the daemon could not be
+// reached within --timeout.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -25,7 +25,6 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUnreachable = 3;
-constexpr int kExitNotBuilt = 4;
 
 std::string Hex(const std::string& raw) {
   auto d = strata::Digest::FromBytes(raw);
@@ -105,7 +104,7 @@ int main(int argc, char** argv) {
   evict_cmd->add_flag("--cascade", cascade, "also remove every block chained after each id");
   evict_cmd->add_flag("--force", force, "remove pinned blocks too");
 
-  auto* nodes_cmd = app.add_subcommand("nodes", "the nodes of the cluster (this node alone for now)");
+  auto* nodes_cmd = app.add_subcommand("nodes", "the nodes of the cluster, as this node sees it");
   auto* ls_cmd = app.add_subcommand("ls", "namespaces, or the blocks of one namespace (paged)");
   std::string ls_ns;
   uint32_t page_size = 100;
@@ -132,10 +131,20 @@ int main(int argc, char** argv) {
   auto* validate_cmd = config_cmd->add_subcommand("validate", "check a stratad config file");
   std::string config_file;
   validate_cmd->add_option("file", config_file, "YAML file")->required();
-  auto* reposition_cmd = app.add_subcommand("reposition", "move blocks to another node or tier");
-  auto* drain_cmd = app.add_subcommand("drain", "move a node's blocks off before it leaves");
-  std::vector<std::string> unbuilt_args;
-  for (auto* c : {reposition_cmd, drain_cmd}) c->add_option("args", unbuilt_args, "node, ids, tier");
+  auto* reposition_cmd =
+      app.add_subcommand("reposition", "copy or move blocks to another node's host tier");
+  std::string repo_ns, repo_to;
+  std::vector<std::string> repo_ids;
+  bool repo_move = false;
+  reposition_cmd->add_option("--namespace", repo_ns, "namespace id (64 hex characters)")
+      ->required();
+  reposition_cmd->add_option("--to", repo_to, "target node id (default: the --endpoint node)");
+  reposition_cmd->add_flag("--move", repo_move, "remove the source copies afterwards");
+  reposition_cmd->add_option("ids", repo_ids, "block ids")->required();
+  auto* drain_cmd = app.add_subcommand(
+      "drain", "move a node's blocks to the nodes that rank next for them, then leave the cluster");
+  std::string drain_node;
+  drain_cmd->add_option("node", drain_node, "node id (default: the --endpoint node)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -213,33 +222,112 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (*reposition_cmd || *drain_cmd) {
-    std::cerr << "stratactl: '" << (*drain_cmd ? "drain" : "reposition")
-              << "' needs the cluster layer (membership, directory, remote transfer), which "
-                 "this build of Strata does not have yet\n";
-    return kExitNotBuilt;
+  // Moving blocks takes longer than a query: allow minutes unless --timeout says more.
+  const auto long_deadline =
+      std::max(deadline, std::chrono::system_clock::now() + std::chrono::minutes(10));
+  if (*reposition_cmd) {
+    auto ns = strata::Digest::FromHex(repo_ns);
+    auto packed = PackHexIds(repo_ids);
+    if (!ns.ok() || !packed.ok()) {
+      std::cerr << "stratactl: " << (!ns.ok() ? ns.status() : packed.status()).message() << "\n";
+      return 2;
+    }
+    strata::v1::RepositionRequest req;
+    req.set_namespace_id(std::string(ns->AsBytes()));
+    req.set_ids(*packed);
+    req.set_target_node(repo_to);
+    req.set_target_tier(strata::v1::TIER_HOST);
+    req.set_move(repo_move);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(long_deadline);
+    strata::v1::RepositionResponse r;
+    grpc::Status s = stub->Reposition(&ctx, req, &r);
+    if (!s.ok()) return Report(s, endpoint, "reposition");
+    uint64_t failed = 0;
+    for (int st : r.status()) failed += st != strata::v1::BLOCK_OK;
+    if (json) {
+      std::cout << absl::StrFormat(
+          "{\"copied\":%d,\"already_there\":%d,\"removed_sources\":%d,\"failed\":%d}\n",
+          r.copied(), r.already_there(), r.removed_sources(), failed);
+    } else {
+      std::cout << absl::StrFormat("%d copied, %d already there, %d source copies removed, "
+                                   "%d failed\n",
+                                   r.copied(), r.already_there(), r.removed_sources(), failed);
+    }
+    return failed == 0 ? 0 : kExitFailed;
+  }
+  if (*drain_cmd) {
+    std::string target = endpoint;
+    if (!drain_node.empty()) {  // find the node's address through the --endpoint node
+      auto admin0 = strata::v1::Admin::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      strata::v1::ListNodesResponse nodes;
+      grpc::Status s = admin0->ListNodes(&ctx, strata::v1::ListNodesRequest(), &nodes);
+      if (!s.ok()) return Report(s, endpoint, "drain");
+      target.clear();
+      for (const auto& n : nodes.nodes())
+        if (n.id() == drain_node) target = n.address();
+      if (target.empty()) {
+        std::cerr << "stratactl: node '" << drain_node << "' is not in the cluster view of "
+                  << endpoint << "\n";
+        return kExitFailed;
+      }
+    }
+    auto admin1 = strata::v1::Admin::NewStub(
+        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(long_deadline);
+    strata::v1::DrainResponse r;
+    grpc::Status s = admin1->Drain(&ctx, strata::v1::DrainRequest(), &r);
+    if (!s.ok()) return Report(s, target, "drain");
+    if (json) {
+      std::cout << absl::StrFormat("{\"blocks\":%d,\"moved\":%d,\"failed\":%d,\"targets\":[",
+                                   r.blocks(), r.moved(), r.failed());
+      for (int i = 0; i < r.targets_size(); ++i)
+        std::cout << (i ? "," : "") << "\"" << JsonEscape(r.targets(i)) << "\"";
+      std::cout << "]}\n";
+    } else {
+      std::cout << absl::StrFormat("drained %d blocks: %d moved to %d nodes, %d failed\n",
+                                   r.blocks(), r.moved(), r.targets_size(), r.failed());
+    }
+    return r.failed() == 0 ? 0 : kExitFailed;
   }
 
   auto admin = strata::v1::Admin::NewStub(channel);
   if (*nodes_cmd) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
-    strata::v1::StatsResponse r;
-    grpc::Status s = stub->Stats(&ctx, strata::v1::StatsRequest(), &r);
+    strata::v1::ListNodesResponse r;
+    grpc::Status s = admin->ListNodes(&ctx, strata::v1::ListNodesRequest(), &r);
     if (!s.ok()) return Report(s, endpoint, "nodes");
-    const auto* host = HostTier(r);
-    uint64_t cap = host ? host->capacity_bytes() : 0, used = host ? host->used_bytes() : 0;
     if (json) {
       std::cout << absl::StrFormat(
-          "{\"membership\":\"single-node\",\"nodes\":[{\"node_id\":\"%s\",\"endpoint\":\"%s\","
-          "\"state\":\"serving\",\"version\":\"%s\",\"host_capacity_bytes\":%d,"
-          "\"host_used_bytes\":%d}]}\n",
-          JsonEscape(r.node_id()), JsonEscape(endpoint), JsonEscape(r.version()), cap, used);
+          "{\"membership\":\"%s\",\"healthy\":%s,\"detail\":\"%s\",\"epoch\":%d,"
+          "\"directory_ids\":%d,\"directory_bytes\":%d,\"nodes\":[",
+          JsonEscape(r.membership()), r.healthy() ? "true" : "false", JsonEscape(r.detail()),
+          r.epoch(), r.directory_ids(), r.directory_bytes());
+      for (int i = 0; i < r.nodes_size(); ++i) {
+        const auto& n = r.nodes(i);
+        std::cout << (i ? "," : "")
+                  << absl::StrFormat(
+                         "{\"node_id\":\"%s\",\"endpoint\":\"%s\",\"state\":\"serving\","
+                         "\"version\":\"%s\",\"host_capacity_bytes\":%d,\"self\":%s}",
+                         JsonEscape(n.id()), JsonEscape(n.address()), JsonEscape(n.version()),
+                         n.host_capacity(), n.self() ? "true" : "false");
+      }
+      std::cout << "]}\n";
     } else {
+      std::cout << absl::StrFormat("membership %s, %s%s; this node owns %d directory entries\n",
+                                   r.membership(), r.healthy() ? "healthy" : "DEGRADED",
+                                   r.detail().empty() ? "" : " (" + r.detail() + ")",
+                                   r.directory_ids());
       std::cout << absl::StrFormat("%-20s %-24s %-8s %s\n", "NODE", "ENDPOINT", "STATE", "HOST");
-      std::cout << absl::StrFormat("%-20s %-24s %-8s %s / %s\n", r.node_id(), endpoint,
-                                   "serving", strata::FormatSize(used), strata::FormatSize(cap));
-      std::cout << "(single-node membership: cluster membership is not built yet)\n";
+      for (const auto& n : r.nodes())
+        std::cout << absl::StrFormat("%-20s %-24s %-8s %s%s\n", n.id(), n.address(), "serving",
+                                     n.host_capacity() ? strata::FormatSize(n.host_capacity())
+                                                       : std::string("-"),
+                                     n.self() ? "  (this node)" : "");
     }
     return 0;
   }

@@ -1,5 +1,7 @@
 #include "daemon/admin_service.h"
 
+#include "daemon/cluster.h"
+
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
 
@@ -71,6 +73,45 @@ grpc::Status AdminService::InspectBlocks(grpc::ServerContext*,
   for (size_t i = 0; i < ids.size(); ++i)
     std::memcpy(ids[i].bytes.data(), req->ids().data() + 32 * i, 32);
   for (const BlockInfo& b : tier_->Inspect(ids)) ToProto(b, resp->add_blocks());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
+                                 v1::DrainResponse* resp) {
+  Cluster* c = cluster_.load();
+  if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
+  if (c->size() <= 1)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this node is alone in its cluster: there is nowhere to drain to");
+  auto r = c->Drain(absl::FromChrono(ctx->deadline()));
+  resp->set_blocks(r.blocks);
+  resp->set_moved(r.moved);
+  resp->set_failed(r.failed);
+  for (auto& t : r.targets) resp->add_targets(t);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+                                     v1::ListNodesResponse* resp) {
+  Cluster* c = cluster_.load();
+  if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
+  std::string detail;
+  resp->set_healthy(c->healthy(&detail));
+  resp->set_detail(detail);
+  resp->set_membership(c->membership_kind());
+  auto view = c->View();
+  resp->set_epoch(view.epoch);
+  for (const auto& n : view.nodes) {
+    auto* out = resp->add_nodes();
+    out->set_id(n.id);
+    out->set_address(n.address);
+    out->set_host_capacity(n.host_capacity);
+    out->set_nvme_capacity(n.nvme_capacity);
+    out->set_version(n.version);
+    out->set_self(n.id == c->self().id);
+  }
+  resp->set_directory_ids(c->directory().ids());
+  resp->set_directory_bytes(c->directory().memory_bytes());
   return grpc::Status::OK;
 }
 

@@ -1,11 +1,15 @@
 // The Admin gRPC service (proto/strata/v1/admin.proto): what this node holds, for stratactl.
 #pragma once
 
+#include <atomic>
+
 #include "daemon/namespace_registry.h"
 #include "storage/host_tier.h"
 #include "strata/v1/admin.grpc.pb.h"
 
 namespace strata::daemon {
+
+class Cluster;
 
 class AdminService final : public v1::Admin::Service {
  public:
@@ -18,8 +22,14 @@ class AdminService final : public v1::Admin::Service {
                           v1::ListBlocksResponse*) override;
   grpc::Status InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest*,
                              v1::InspectBlocksResponse*) override;
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override;
+  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+                         v1::ListNodesResponse*) override;
+
+  void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
  private:
+  std::atomic<Cluster*> cluster_{nullptr};
   const HostTier* tier_;
   const NamespaceRegistry* namespaces_;
 };

@@ -2,8 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
+#include "absl/container/flat_hash_set.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "daemon/cluster.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -100,6 +105,8 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
   resp->set_reservation_timeout_ms(
       absl::ToInt64Milliseconds(tier_->options().reservation_timeout));
   resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(tier_->options().lease_timeout));
+  Cluster* cluster = cluster_.load();
+  resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
   spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
   return grpc::Status::OK;
 }
@@ -115,6 +122,9 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
                  req->spec().model_id(), id.status().ToString());
     return ToGrpc(id.status());
   }
+  if (req->replicas() > 8)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
+  if (req->replicas() > 0) namespaces_->SetReplicas(*id, req->replicas());
   resp->set_namespace_id(std::string(id->AsBytes()));
   return grpc::Status::OK;
 }
@@ -144,14 +154,48 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
   auto scoped = ParseScoped(*namespaces_, *req);
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
-  size_t n = tier_->Lookup(ns, ids);
+  const size_t local = tier_->Lookup(ns, ids);
+  size_t n = local;
+  resp->mutable_tiers()->Reserve(static_cast<int>(ids.size()));
+  for (size_t i = 0; i < local; ++i) resp->add_tiers(v1::TIER_HOST);
+  Cluster* cluster = cluster_.load();
+  if (cluster && cluster->size() > 1 && local < ids.size()) {
+    // The rest of the prefix may be on other nodes: ask the directory.
+    auto rest = std::span<const BlockId>(ids).subspan(local);
+    auto located = cluster->Locate(rest, absl::Now() + cluster->options_peer_timeout());
+    auto* self = resp->add_nodes();
+    self->set_id(cluster->self().id);
+    self->set_address(cluster->self().address);
+    for (size_t i = 0; i < local; ++i) resp->add_holder(0);
+    absl::flat_hash_map<std::string, uint32_t> index;
+    auto view = cluster->View();
+    for (const auto& holders : located) {
+      const placement::Location* best = nullptr;
+      for (const auto& h : holders)
+        if (view.Find(h.node) && (!best || h.node == cluster->self().id)) best = &h;
+      if (!best) break;
+      uint32_t at = 0;
+      if (best->node != cluster->self().id) {
+        auto [it, fresh] = index.try_emplace(best->node, resp->nodes_size());
+        if (fresh) {
+          auto* ref = resp->add_nodes();
+          ref->set_id(best->node);
+          ref->set_address(view.Find(best->node)->address);
+        }
+        at = it->second;
+      }
+      resp->add_holder(at);
+      resp->add_tiers(best->tier == placement::LocationTier::kNvme ? v1::TIER_NVME
+                                                                   : v1::TIER_HOST);
+      ++n;
+    }
+    cluster->CountRemoteLocated(n - local);
+  }
   if (metrics_) {
     const uint64_t tpb = namespaces_->TokensPerBlock(ns);
     metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
   }
   resp->set_prefix_blocks(static_cast<uint32_t>(n));
-  resp->mutable_tiers()->Reserve(static_cast<int>(n));
-  for (size_t i = 0; i < n; ++i) resp->add_tiers(v1::TIER_HOST);
   resp->set_node_id(data_plane_.node_id);
   return grpc::Status::OK;
 }
@@ -184,6 +228,23 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
       if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
     metrics_->AddPublishBytes(granted);
   }
+  Cluster* cluster = cluster_.load();
+  if (cluster && r.reservation_id != 0 && cluster->size() > 1) {
+    auto entry = namespaces_->Find(ns);
+    if (entry && cluster->ReplicasFor(*entry) > 1) {
+      PendingReplication p{ns, {}, {}, absl::Now() + tier_->options().reservation_timeout};
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (r.status[i] != BlockStatus::kOk) continue;
+        p.ids.push_back(items[i].id);
+        p.parents.push_back(items[i].parent);
+      }
+      absl::MutexLock lock(&replicate_mu_);
+      // Forget reservations that were abandoned (never committed nor aborted).
+      const absl::Time now = absl::Now();
+      absl::erase_if(to_replicate_, [&](const auto& kv) { return kv.second.expires < now; });
+      to_replicate_[r.reservation_id] = std::move(p);
+    }
+  }
   resp->set_reservation_id(r.reservation_id);
   AddStatuses(r.status, resp->mutable_status());
   resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
@@ -196,14 +257,37 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::DoCommit(grpc::ServerContext*, const v1::CommitRequest* req,
+grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                                     v1::CommitResponse* resp) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
   std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
+  // (abort drops a pending replication below too: its reservation id never commits)
   auto r = tier_->Commit(req->reservation_id(), crcs);
+  std::optional<PendingReplication> replicate;
+  {
+    absl::MutexLock lock(&replicate_mu_);
+    auto it = to_replicate_.find(req->reservation_id());
+    if (it != to_replicate_.end()) {
+      replicate = std::move(it->second);
+      to_replicate_.erase(it);
+    }
+  }
   if (!r.ok()) return ToGrpc(r.status());
   AddStatuses(*r, resp->mutable_status());
+  Cluster* cluster = cluster_.load();
+  if (replicate && cluster && r->size() == replicate->ids.size()) {
+    // Synchronous: once Commit returns, every replica holds the block (or the failure is
+    // counted and logged), so losing the publishing node loses nothing.
+    std::vector<BlockId> ids, parents;
+    for (size_t i = 0; i < r->size(); ++i) {
+      if ((*r)[i] != BlockStatus::kOk) continue;
+      ids.push_back(replicate->ids[i]);
+      parents.push_back(replicate->parents[i]);
+    }
+    if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
+      cluster->Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
+  }
   for (BlockStatus s : *r)
     if (s == BlockStatus::kCrcMismatch)
       spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
@@ -215,6 +299,10 @@ grpc::Status CacheService::DoAbort(grpc::ServerContext*, const v1::AbortRequest*
                                    v1::AbortResponse*) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
+  {
+    absl::MutexLock lock(&replicate_mu_);
+    to_replicate_.erase(req->reservation_id());
+  }
   return ToGrpc(tier_->Abort(req->reservation_id()));
 }
 
@@ -321,6 +409,79 @@ grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*
   c["no_space_total"] = s.no_space;
   c["reservations_expired_total"] = s.reservations_expired;
   c["leases_expired_total"] = s.leases_expired;
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Locate(grpc::ServerContext*, const v1::LocateRequest* req,
+                                  v1::LocateResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  absl::flat_hash_set<BlockId> local;
+  for (const auto& b : tier_->Inspect(ids))
+    if (b.ns == ns) local.insert(b.id);
+  Cluster* cluster = cluster_.load();
+  std::vector<std::vector<placement::Location>> located(ids.size());
+  if (cluster && cluster->size() > 1)
+    located = cluster->Locate(ids, absl::Now() + cluster->options_peer_timeout());
+  const std::string self = cluster ? cluster->self().id : data_plane_.node_id;
+  auto* me = resp->add_nodes();
+  me->set_id(self);
+  me->set_address(cluster ? cluster->self().address : "");
+  absl::flat_hash_map<std::string, uint32_t> index;
+  auto view = cluster ? cluster->View() : placement::MembershipView{};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t count = 0;
+    if (local.contains(ids[i])) {
+      resp->add_holder_node(0);
+      resp->add_holder_tier(v1::TIER_HOST);
+      ++count;
+    }
+    // Host copies before NVMe ones: a host read is the cheaper one to serve.
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& h : located[i]) {
+        bool nvme = h.tier == placement::LocationTier::kNvme;
+        if ((pass == 0) == nvme || h.node == self) continue;
+        const placement::NodeRecord* rec = view.Find(h.node);
+        if (!rec) continue;
+        auto [it, fresh] = index.try_emplace(h.node, resp->nodes_size());
+        if (fresh) {
+          auto* ref = resp->add_nodes();
+          ref->set_id(h.node);
+          ref->set_address(rec->address);
+        }
+        resp->add_holder_node(it->second);
+        resp->add_holder_tier(nvme ? v1::TIER_NVME : v1::TIER_HOST);
+        ++count;
+      }
+    resp->add_holders_per_id(count);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::RepositionRequest* req,
+                                      v1::RepositionResponse* resp) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
+  auto scoped = ParseScoped(*namespaces_, *req);
+  if (!scoped.ok()) return ToGrpc(scoped.status());
+  const auto& [ns, ids] = *scoped;
+  if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "Reposition places blocks in the host tier only (target_tier HOST)");
+  Cluster* cluster = cluster_.load();
+  if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
+  auto entry = namespaces_->Find(ns);
+  if (!entry) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "namespace not open");
+  auto r = cluster->Reposition(*entry, ids, req->target_node(), req->move(),
+                               absl::FromChrono(ctx->deadline()));
+  if (!r.ok()) return ToGrpc(r.status());
+  AddStatuses(r->status, resp->mutable_status());
+  resp->set_copied(r->copied);
+  resp->set_already_there(r->already_there);
+  resp->set_removed_sources(r->removed_sources);
   return grpc::Status::OK;
 }
 

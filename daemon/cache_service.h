@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/metrics.h"
@@ -13,6 +14,8 @@
 #include "strata/v1/cache.grpc.pb.h"
 
 namespace strata::daemon {
+
+class Cluster;
 
 // What a client needs to reach the arena over UCX.
 struct DataPlaneInfo {
@@ -80,6 +83,13 @@ class CacheService final : public v1::Cache::Service {
                      v1::StatsResponse* r) override {
     return Timed(RpcMetrics::kStats, [&] { return DoStats(c, q, r); });
   }
+  grpc::Status Locate(grpc::ServerContext* c, const v1::LocateRequest* q,
+                      v1::LocateResponse* r) override;
+  grpc::Status Reposition(grpc::ServerContext* c, const v1::RepositionRequest* q,
+                          v1::RepositionResponse* r) override;
+
+  // The cluster layer, once it is up (null: this node answers alone).
+  void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
   // Per-method request, latency and error metrics; null (the default) records nothing.
   void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
@@ -131,6 +141,15 @@ class CacheService final : public v1::Cache::Service {
   }
 
   HostTier* tier_;
+  std::atomic<Cluster*> cluster_{nullptr};
+  // Reservations of namespaces that replicate: what to copy once they commit.
+  struct PendingReplication {
+    NamespaceId ns;
+    std::vector<BlockId> ids, parents;  // the BLOCK_OK entries, in commit order
+    absl::Time expires;
+  };
+  absl::Mutex replicate_mu_;
+  absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;

@@ -60,6 +60,30 @@ lease_timeout: 30s
 max_pin_ttl: 24h
 # On SIGTERM, in-flight calls get this long to finish.
 shutdown_grace: 10s
+
+cluster:
+  # static: this node plus static_nodes (a fixed list). etcd: every daemon registers itself in
+  # etcd under a lease and watches the others come and go.
+  membership: static
+  # static: the other nodes, each "NODE_ID@HOST:PORT" (their gRPC listen address).
+  static_nodes: []
+  # etcd: client URLs, tried in order; keys live under etcd_prefix; a daemon that dies leaves
+  # the view once its lease (etcd_lease_ttl) runs out.
+  etcd_endpoints: ["http://127.0.0.1:2379"]
+  etcd_prefix: /strata/nodes/
+  etcd_lease_ttl: 10s
+  # How other nodes and clients reach this one. Empty: the address 'listen' bound.
+  advertise_address: ""
+  # Nodes holding each block's directory entry (chosen by rendezvous hashing); losing fewer
+  # than this many nodes at once loses no entry.
+  directory_owners: 2
+  # Directory entries expire unless their holder re-announces them within this time.
+  directory_ttl: 60s
+  # Copies of each block on distinct nodes (the publisher's included), unless a namespace
+  # asks for its own count when it is opened. 1: no replication.
+  replicas: 1
+  # Deadline of every call to another daemon.
+  peer_timeout: 1s
 )yaml";
 
 namespace {
@@ -140,6 +164,65 @@ std::map<std::string, Setter> Setters() {
   s["lease_timeout"] = dur(&DaemonConfig::lease_timeout, "lease_timeout");
   s["max_pin_ttl"] = dur(&DaemonConfig::max_pin_ttl, "max_pin_ttl");
   s["shutdown_grace"] = dur(&DaemonConfig::shutdown_grace, "shutdown_grace");
+  s["cluster.membership"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.cluster.membership, Scalar<std::string>(n, "cluster.membership"));
+    return absl::OkStatus();
+  };
+  s["cluster.static_nodes"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    if (!n.IsSequence()) return FieldError("cluster.static_nodes", "must be a list");
+    c.cluster.static_nodes.clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string field = absl::StrCat("cluster.static_nodes[", i, "]");
+      ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+      size_t at = v.find('@');
+      if (at == 0 || at == std::string::npos || v.find(':', at) == std::string::npos)
+        return FieldError(field, absl::StrCat("'", v, "' is not NODE_ID@HOST:PORT"));
+      c.cluster.static_nodes.push_back({v.substr(0, at), v.substr(at + 1)});
+    }
+    return absl::OkStatus();
+  };
+  s["cluster.etcd_endpoints"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    if (!n.IsSequence()) return FieldError("cluster.etcd_endpoints", "must be a list");
+    c.cluster.etcd_endpoints.clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string field = absl::StrCat("cluster.etcd_endpoints[", i, "]");
+      ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+      if (v.rfind("http://", 0) != 0)
+        return FieldError(field, absl::StrCat("'", v, "' must start with http://"));
+      c.cluster.etcd_endpoints.push_back(v);
+    }
+    return absl::OkStatus();
+  };
+  s["cluster.etcd_prefix"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.cluster.etcd_prefix, Scalar<std::string>(n, "cluster.etcd_prefix"));
+    return absl::OkStatus();
+  };
+  s["cluster.advertise_address"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.cluster.advertise_address,
+                     Scalar<std::string>(n, "cluster.advertise_address"));
+    return absl::OkStatus();
+  };
+  auto cdur = [](absl::Duration ClusterConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      auto v = ParseDurationText(text);
+      if (!v.ok()) return FieldError(f, v.status().message());
+      c.cluster.*m = *v;
+      return absl::OkStatus();
+    };
+  };
+  auto cuint = [](uint32_t ClusterConfig::*m, std::string f) {
+    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+      ASSIGN_OR_RETURN(c.cluster.*m, Scalar<uint32_t>(n, f));
+      return absl::OkStatus();
+    };
+  };
+  s["cluster.etcd_lease_ttl"] = cdur(&ClusterConfig::etcd_lease_ttl, "cluster.etcd_lease_ttl");
+  s["cluster.directory_ttl"] = cdur(&ClusterConfig::directory_ttl, "cluster.directory_ttl");
+  s["cluster.peer_timeout"] = cdur(&ClusterConfig::peer_timeout, "cluster.peer_timeout");
+  s["cluster.directory_owners"] =
+      cuint(&ClusterConfig::directory_owners, "cluster.directory_owners");
+  s["cluster.replicas"] = cuint(&ClusterConfig::replicas, "cluster.replicas");
   return s;
 }
 
@@ -231,6 +314,25 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.log_format != "text" && c.log_format != "json")
     return FieldError("log_format", "must be text or json");
   if (c.data_dir.empty()) return FieldError("data_dir", "must be set");
+  const ClusterConfig& k = c.cluster;
+  if (k.membership != "static" && k.membership != "etcd")
+    return FieldError("cluster.membership", "must be static or etcd");
+  if (k.membership == "etcd" && k.etcd_endpoints.empty())
+    return FieldError("cluster.etcd_endpoints", "must list at least one endpoint for etcd");
+  if (k.etcd_lease_ttl < absl::Seconds(1))
+    return FieldError("cluster.etcd_lease_ttl", "must be >= 1s");
+  if (k.directory_owners < 1 || k.directory_owners > 8)
+    return FieldError("cluster.directory_owners", "must be between 1 and 8");
+  if (k.directory_ttl < absl::Seconds(1))
+    return FieldError("cluster.directory_ttl", "must be >= 1s");
+  if (k.replicas < 1 || k.replicas > 8) return FieldError("cluster.replicas", "must be 1 to 8");
+  if (k.peer_timeout < absl::Milliseconds(10))
+    return FieldError("cluster.peer_timeout", "must be >= 10ms");
+  for (size_t i = 0; i < k.static_nodes.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (k.static_nodes[i].id == k.static_nodes[j].id)
+        return FieldError(absl::StrCat("cluster.static_nodes[", i, "]"),
+                          absl::StrCat("node id '", k.static_nodes[i].id, "' is listed twice"));
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -15,6 +16,24 @@ namespace strata::daemon {
 extern const std::string_view kDefaultConfigYaml;
 
 enum class ArenaSource { kAuto, kUcx, kMmap };
+
+struct StaticNode {
+  std::string id;
+  std::string address;
+};
+
+struct ClusterConfig {
+  std::string membership;             // "static" | "etcd"
+  std::vector<StaticNode> static_nodes;
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix;
+  absl::Duration etcd_lease_ttl;
+  std::string advertise_address;      // empty: the bound listen address
+  uint32_t directory_owners = 0;      // R: owners of each block's directory entry
+  absl::Duration directory_ttl;
+  uint32_t replicas = 0;              // default copies per block (namespaces may override)
+  absl::Duration peer_timeout;
+};
 
 struct DaemonConfig {
   std::string node_id;
@@ -34,6 +53,7 @@ struct DaemonConfig {
   absl::Duration lease_timeout;
   absl::Duration max_pin_ttl;
   absl::Duration shutdown_grace;
+  ClusterConfig cluster;
 };
 
 // Parses YAML over the defaults: fields absent from `yaml` keep their default value.

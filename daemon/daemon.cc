@@ -21,6 +21,8 @@
 #include "common/units.h"
 #include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
+#include "daemon/cluster.h"
+#include "daemon/peer_service.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -106,7 +108,11 @@ struct Daemon::Impl {
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<CacheService> service;
   std::unique_ptr<AdminService> admin;
+  std::unique_ptr<PeerService> peer;
   std::unique_ptr<grpc::Server> server;
+  // Set once membership is up; the host tier's change hook forwards to it.
+  std::unique_ptr<Cluster> cluster;
+  std::atomic<Cluster*> cluster_ptr{nullptr};
   absl::Notification stop_reclaim;
   std::thread reclaim;
   bool shut_down = false;
@@ -181,6 +187,48 @@ namespace {
 // Metrics read from the host tier at scrape time; `d.tier_open` must be true.
 void CollectTierMetrics(Daemon::Impl& d);
 
+// Cluster series, refreshed at scrape time from the cluster's counters and view.
+void RegisterClusterSeries(Daemon::Impl* d) {
+  MetricsRegistry& m = d->metrics;
+  Gauge* nodes = m.AddGauge("strata_cluster_nodes", "Nodes in this daemon's cluster view.");
+  Gauge* healthy = m.AddGauge("strata_cluster_membership_healthy",
+                              "1 while the membership store (etcd) answers; 0 = degraded: the "
+                              "last view stays in force and local blocks are still served.");
+  Gauge* dir_ids = m.AddGauge("strata_directory_entries",
+                              "Block ids whose directory entry this node owns.");
+  Gauge* dir_bytes = m.AddGauge("strata_directory_memory_bytes",
+                                "Memory this node's directory entries take (estimate).");
+  Counter* announced = m.AddCounter("strata_directory_announced_total",
+                                    "Block ids this node announced to their owners.");
+  Counter* peer_fail = m.AddCounter("strata_peer_failures_total",
+                                    "Calls to other daemons that failed or timed out.");
+  Counter* replicated = m.AddCounter("strata_replicated_blocks_total",
+                                     "Copies of committed blocks made on other nodes.");
+  Counter* repl_fail = m.AddCounter("strata_replication_failures_total",
+                                    "Block copies to replica nodes that failed.");
+  Counter* pulled = m.AddCounter("strata_pulled_blocks_total",
+                                 "Blocks copied into this node from another node.");
+  Counter* remote = m.AddCounter("strata_lookup_remote_blocks_total",
+                                 "Lookup prefix blocks found on other nodes.");
+  m.AddCollector([d, nodes, healthy, dir_ids, dir_bytes, announced, peer_fail, replicated,
+                  repl_fail, pulled, remote] {
+    Cluster* c = d->cluster_ptr.load(std::memory_order_acquire);
+    if (!c) return;
+    std::string detail;
+    nodes->Set(static_cast<double>(c->size()));
+    healthy->Set(c->healthy(&detail) ? 1 : 0);
+    dir_ids->Set(static_cast<double>(c->directory().ids()));
+    dir_bytes->Set(static_cast<double>(c->directory().memory_bytes()));
+    const ClusterCounters& k = c->counters();
+    announced->Set(k.announced.load());
+    peer_fail->Set(k.peer_failures.load());
+    replicated->Set(k.replicated.load());
+    repl_fail->Set(k.replication_failed.load());
+    pulled->Set(k.pulled.load());
+    remote->Set(k.remote_located.load());
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
@@ -196,9 +244,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                          {{"version", STRATA_VERSION}})
       ->Set(1);
   RegisterProcessMetrics(&impl->metrics);
-  impl->metrics.AddGauge("strata_cluster_nodes",
-                         "Nodes in this daemon's cluster view (static membership: this node).")
-      ->Set(1);
   if (!config.http_listen.empty()) {
     Impl* raw = impl.get();
     Histogram* render_time = impl->metrics.AddHistogram(
@@ -257,6 +302,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   topts.lease_timeout = config.lease_timeout;
   topts.max_pin_ttl = config.max_pin_ttl;
   topts.max_block_bytes = std::min(config.max_block_size, config.host_capacity);
+  {
+    Impl* raw = impl.get();
+    topts.on_change = [raw](const BlockEvent& e) {
+      if (Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire)) c->OnBlockEvent(e);
+    };
+  }
   impl->tier = std::make_unique<HostTier>(impl->region->data(),
                                           std::min<uint64_t>(impl->region->size(),
                                                              config.host_capacity),
@@ -282,6 +333,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   builder.RegisterService(impl->service.get());
   impl->admin = std::make_unique<AdminService>(impl->tier.get(), impl->namespaces.get());
   builder.RegisterService(impl->admin.get());
+  impl->peer = std::make_unique<PeerService>();
+  builder.RegisterService(impl->peer.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
   // daemon already listens on, and the two silently split the connections.
@@ -296,6 +349,29 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   } else {
     std::string host = config.listen.substr(0, config.listen.rfind(':'));
     impl->endpoint = absl::StrCat(host, ":", port);
+  }
+
+  // The cluster layer needs the bound address, so it starts once the server listens.
+  {
+    Cluster::Options co;
+    co.config = config.cluster;
+    co.self.id = node_id;
+    co.self.address =
+        config.cluster.advertise_address.empty() ? impl->endpoint : config.cluster.advertise_address;
+    co.self.host_capacity = impl->tier->capacity();
+    co.self.version = STRATA_VERSION;
+    co.arena_base = impl->region->data();
+    auto cluster = Cluster::Start(std::move(co), impl->tier.get(), impl->namespaces.get());
+    if (!cluster.ok()) {
+      impl->server->Shutdown(std::chrono::system_clock::now());
+      return cluster.status();
+    }
+    impl->cluster = std::move(*cluster);
+    impl->cluster_ptr.store(impl->cluster.get(), std::memory_order_release);
+    impl->service->set_cluster(impl->cluster.get());
+    impl->admin->set_cluster(impl->cluster.get());
+    impl->peer->set_cluster(impl->cluster.get());
+    RegisterClusterSeries(impl.get());
   }
 
   absl::Duration period = std::min({absl::Seconds(1), config.reservation_timeout / 4,
@@ -325,6 +401,8 @@ void Daemon::Shutdown() {
   if (!d.service->Drain(d.config.shutdown_grace))
     spdlog::warn("calls still running after {}; cancelling them",
                  absl::FormatDuration(d.config.shutdown_grace));
+  // Leave the cluster before the server goes, so peers stop sending work here.
+  if (d.cluster) d.cluster->Stop();
   // Everything admitted has finished (or is being cancelled): close the server at once.
   d.server->Shutdown(std::chrono::system_clock::now());
   d.stop_reclaim.Notify();

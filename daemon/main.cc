@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   std::string config_file, listen, http_listen, capacity, data_dir, ready_file, log_level, node_id;
   bool print_default = false, version = false;
   app.add_option("--config", config_file, "YAML config file (default: the embedded config)");
-  app.add_option("--listen", listen, "gRPC address HOST:PORT (overrides 'listen')");
+  // The last --listen wins, so a wrapper can append its own.
+  app.add_option("--listen", listen, "gRPC address HOST:PORT (overrides 'listen')")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--http-listen", http_listen,
                  "HTTP /metrics, /healthz, /readyz address HOST:PORT (overrides 'http_listen'; "
                  "'off' disables it)");

@@ -43,4 +43,17 @@ size_t NamespaceRegistry::size() const {
   return open_.size();
 }
 
+std::optional<NamespaceRegistry::Entry> NamespaceRegistry::Find(const NamespaceId& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(id);
+  if (it == open_.end()) return std::nullopt;
+  return it->second;
+}
+
+void NamespaceRegistry::SetReplicas(const NamespaceId& id, uint32_t replicas) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(id);
+  if (it != open_.end()) it->second.replicas = replicas;
+}
+
 }  // namespace strata::daemon

@@ -2,6 +2,7 @@
 // tenant's salt, so a client learns only the seed of namespaces it opened.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,12 @@ class NamespaceRegistry {
     NamespaceId id;
     NamespaceSpec spec;
     std::string tenant;
+    uint32_t replicas = 0;  // 0: the daemon's default
   };
   std::vector<Entry> List() const;
+  std::optional<Entry> Find(const NamespaceId& id) const;
+  // Copies per block the namespace asked for (a later non-zero request replaces it).
+  void SetReplicas(const NamespaceId& id, uint32_t replicas);
 
  private:
   const std::string secret_;

@@ -154,6 +154,7 @@ bool HostTier::Evictable(const Entry& e, absl::Time now) const {
 
 void HostTier::RemoveCommitted(uint32_t slot) {
   Entry& e = entries_[slot];
+  if (options_.on_change) options_.on_change({BlockEvent::kRemoved, e.id});
   LruUnlink(slot);
   index_.erase(e.id);
   stats_.committed_bytes -= e.size;
@@ -332,6 +333,7 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
       LruPushFront(slot);
+      if (options_.on_change) options_.on_change({BlockEvent::kStored, e.id});
     } else {
       ++stats_.crc_failures;
       index_.erase(e.id);

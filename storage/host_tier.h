@@ -27,6 +27,12 @@
 
 namespace strata {
 
+// A committed block became visible in this tier, or left it (evicted, removed, cascaded).
+struct BlockEvent {
+  enum Kind : uint8_t { kStored, kRemoved } kind;
+  BlockId id;
+};
+
 struct HostTierOptions {
   uint64_t alignment = 256;
   double high_watermark = 0.95;
@@ -39,6 +45,9 @@ struct HostTierOptions {
   uint64_t parallel_verify_bytes = 8 << 20;
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // Told of every BlockEvent, with the tier's lock held: it must be cheap and must not call
+  // back into the tier (the daemon queues events for the cluster directory).
+  std::function<void(const BlockEvent&)> on_change;
 };
 
 struct ReserveItem {

@@ -1,0 +1,694 @@
+#include "daemon/cluster.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "common/crc32c.h"
+#include "proto/convert.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr size_t kIdsPerMessage = 16384;  // 512 KiB of ids: well under gRPC's message limit
+
+std::string PackIds(std::span<const BlockId> ids) {
+  std::string out(ids.size() * 32, '\0');
+  for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out.data() + 32 * i, ids[i].bytes.data(), 32);
+  return out;
+}
+
+std::vector<BlockId> UnpackIds(const std::string& packed) {
+  std::vector<BlockId> ids(packed.size() / 32);
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::memcpy(ids[i].bytes.data(), packed.data() + 32 * i, 32);
+  return ids;
+}
+
+// Waits for a set of callback-API calls, each of which must call Done() exactly once.
+class CallGroup {
+ public:
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pending_;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pending_ == 0) cv_.notify_all();
+  }
+  // Every call carries a deadline, so its callback always comes; this only waits for them.
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pending_ = 0;
+};
+
+placement::LocationTier TierOf(int proto_tier) {
+  switch (proto_tier) {
+    case v1::TIER_GPU: return placement::LocationTier::kGpu;
+    case v1::TIER_HOST: return placement::LocationTier::kHost;
+    case v1::TIER_NVME: return placement::LocationTier::kNvme;
+    default: return placement::LocationTier::kUnknown;
+  }
+}
+
+}  // namespace
+
+const placement::NodeRecord& Cluster::NodeAt(const Ring& r, uint32_t index) {
+  return *r.view.Find(r.rendezvous.node(index));
+}
+
+Cluster::Cluster(Options options, HostTier* tier, NamespaceRegistry* namespaces)
+    : options_(std::move(options)), tier_(tier), namespaces_(namespaces) {}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTier* tier,
+                                                        NamespaceRegistry* namespaces) {
+  std::unique_ptr<Cluster> c(new Cluster(std::move(options), tier, namespaces));
+  const ClusterConfig& cfg = c->options_.config;
+  if (cfg.membership == "etcd") {
+    placement::EtcdMembershipOptions eo;
+    eo.endpoints = cfg.etcd_endpoints;
+    eo.prefix = cfg.etcd_prefix;
+    eo.lease_ttl = cfg.etcd_lease_ttl;
+    eo.call_timeout = std::max(cfg.peer_timeout, absl::Seconds(1));
+    c->membership_ = placement::NewEtcdMembership(std::move(eo));
+  } else {
+    std::vector<placement::NodeRecord> nodes;
+    for (const auto& n : cfg.static_nodes)
+      if (n.id != c->options_.self.id) nodes.push_back({n.id, n.address, 0, 0, ""});
+    c->membership_ = placement::NewStaticMembership(std::move(nodes));
+  }
+  Cluster* raw = c.get();
+  c->membership_->SetListener([raw](const placement::MembershipView& v) { raw->OnView(v); });
+  if (absl::Status s = c->membership_->Start(c->options_.self); !s.ok())
+    return absl::Status(s.code(), absl::StrCat("cluster membership (", cfg.membership,
+                                               "): ", s.message()));
+  c->OnView(c->membership_->View());
+  c->announcer_ = std::thread([raw] { raw->AnnounceLoop(); });
+  return c;
+}
+
+Cluster::~Cluster() { Stop(); }
+
+void Cluster::Stop() {
+  if (stopped_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(ev_mu_);
+    stop_ = true;
+  }
+  ev_cv_.notify_all();
+  if (announcer_.joinable()) announcer_.join();
+  if (absl::Status s = membership_->Leave(); !s.ok())
+    spdlog::warn("leaving the cluster: {}", s.ToString());
+  std::lock_guard<std::mutex> lock(sources_mu_);
+  sources_.clear();
+}
+
+std::shared_ptr<const Cluster::Ring> Cluster::ring() const {
+  std::lock_guard<std::mutex> lock(ring_mu_);
+  return ring_;
+}
+
+size_t Cluster::size() const {
+  auto r = ring();
+  return r ? r->view.nodes.size() : 1;
+}
+
+placement::MembershipView Cluster::View() const {
+  auto r = ring();
+  return r ? r->view : placement::MembershipView{};
+}
+
+bool Cluster::healthy(std::string* detail) const { return membership_->healthy(detail); }
+
+void Cluster::OnView(const placement::MembershipView& view) {
+  auto next = std::make_shared<Ring>(Ring{view, placement::Rendezvous(view.Ids()), -1});
+  next->self = next->rendezvous.IndexOf(options_.self.id);
+  std::shared_ptr<const Ring> prev;
+  {
+    std::lock_guard<std::mutex> lock(ring_mu_);
+    if (ring_ && ring_->view.epoch == view.epoch && ring_->view.nodes == view.nodes) return;
+    prev = ring_;
+    ring_ = next;
+  }
+  if (prev) {
+    for (const auto& n : prev->view.nodes)
+      if (!view.Find(n.id)) {
+        size_t dropped = directory_.RemoveNode(n.id);
+        spdlog::info("node '{}' left the cluster; dropped its {} directory entries", n.id, dropped);
+      }
+    for (const auto& n : view.nodes)
+      if (!prev->view.Find(n.id)) spdlog::info("node '{}' ({}) joined the cluster", n.id, n.address);
+  }
+  // Entries this node no longer owns go; holders re-announce to the new owners.
+  const size_t r = options_.config.directory_owners;
+  const int self = next->self;
+  std::vector<uint32_t> owners;
+  directory_.Retain([&](const BlockId& id) {
+    next->rendezvous.TopR(placement::KeyOf(id), r, &owners);
+    return std::find(owners.begin(), owners.end(), static_cast<uint32_t>(self)) != owners.end();
+  });
+  {
+    std::lock_guard<std::mutex> lock(ev_mu_);
+    full_refresh_ = true;
+  }
+  ev_cv_.notify_all();
+}
+
+void Cluster::OnBlockEvent(const BlockEvent& event) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(ev_mu_);
+    first = events_.empty();
+    events_.push_back(event);
+  }
+  if (first) ev_cv_.notify_one();
+}
+
+std::vector<BlockId> Cluster::LocalIds() const {
+  std::vector<BlockId> ids;
+  uint64_t cursor = 0;
+  do {
+    auto page = tier_->List(nullptr, 65536, &cursor);
+    for (const auto& b : page) ids.push_back(b.id);
+  } while (cursor != 0);
+  return ids;
+}
+
+void Cluster::AnnounceLoop() {
+  const absl::Duration refresh = options_.config.directory_ttl / 3;
+  absl::Time next_refresh = absl::Now() + refresh;
+  std::unique_lock<std::mutex> lock(ev_mu_);
+  while (!stop_) {
+    ev_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                    [&] { return stop_ || full_refresh_ || !events_.empty(); });
+    if (stop_) break;
+    const absl::Time now = absl::Now();
+    bool refresh_all = full_refresh_ || now >= next_refresh;
+    full_refresh_ = false;
+    std::vector<BlockEvent> events;
+    events.swap(events_);
+    lock.unlock();
+    if (refresh_all) {
+      // Everything held, to every owner: covers new owners after a membership change and keeps
+      // entries from expiring. Events queued meanwhile are covered by the snapshot, except
+      // removals, which still withdraw.
+      Announce(LocalIds(), false);
+      next_refresh = now + refresh;
+      directory_.Expire(now);
+    }
+    // The last event of an id decides whether it is held.
+    absl::flat_hash_map<BlockId, BlockEvent::Kind> last;
+    for (const auto& e : events) last[e.id] = e.kind;
+    std::vector<BlockId> stored, removed;
+    for (const auto& [id, kind] : last) (kind == BlockEvent::kStored ? stored : removed).push_back(id);
+    if (!stored.empty() && !refresh_all) Announce(stored, false);
+    if (!removed.empty()) Announce(removed, true);
+    lock.lock();
+  }
+}
+
+std::shared_ptr<v1::Peer::Stub> Cluster::PeerStub(const std::string& address) {
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  auto& stub = stubs_[address];
+  if (!stub) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    // Fail fast on a dead peer instead of backing off for seconds between reconnects.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    stub = v1::Peer::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  return stub;
+}
+
+void Cluster::Announce(std::span<const BlockId> ids, bool withdraw) {
+  if (ids.empty()) return;
+  auto r = ring();
+  if (!r || r->self < 0) return;
+  const size_t owners_per_id = options_.config.directory_owners;
+  std::vector<std::vector<BlockId>> per_owner(r->rendezvous.size());
+  std::vector<uint32_t> owners;
+  for (const auto& id : ids) {
+    r->rendezvous.TopR(placement::KeyOf(id), owners_per_id, &owners);
+    for (uint32_t o : owners) per_owner[o].push_back(id);
+  }
+  const absl::Time expires = absl::Now() + options_.config.directory_ttl;
+  const placement::LocationTier host[] = {placement::LocationTier::kHost};
+  CallGroup calls;
+  for (size_t o = 0; o < per_owner.size(); ++o) {
+    auto& mine = per_owner[o];
+    if (mine.empty()) continue;
+    if (static_cast<int>(o) == r->self) {
+      if (withdraw) directory_.Withdraw(options_.self.id, mine);
+      else directory_.Announce(options_.self.id, mine, host, expires);
+      continue;
+    }
+    auto stub = PeerStub(NodeAt(*r, o).address);
+    for (size_t begin = 0; begin < mine.size(); begin += kIdsPerMessage) {
+      size_t end = std::min(mine.size(), begin + kIdsPerMessage);
+      struct Call {
+        grpc::ClientContext ctx;
+        v1::AnnounceRequest req;
+        v1::AnnounceResponse resp;
+      };
+      auto call = std::make_shared<Call>();
+      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.config.peer_timeout));
+      call->req.set_node_id(options_.self.id);
+      call->req.set_ids(PackIds(std::span<const BlockId>(mine).subspan(begin, end - begin)));
+      call->req.add_tiers(v1::TIER_HOST);
+      call->req.set_withdraw(withdraw);
+      call->req.set_ttl_ms(absl::ToInt64Milliseconds(options_.config.directory_ttl));
+      calls.Add();
+      stub->async()->Announce(&call->ctx, &call->req, &call->resp,
+                              [this, call, &calls](grpc::Status s) {
+                                if (!s.ok()) counters_.peer_failures.fetch_add(1);
+                                calls.Done();
+                              });
+    }
+  }
+  calls.Wait();
+  (withdraw ? counters_.withdrawn : counters_.announced).fetch_add(ids.size());
+}
+
+void Cluster::HandleAnnounce(const v1::AnnounceRequest& req) {
+  std::vector<BlockId> ids = UnpackIds(req.ids());
+  if (req.withdraw()) {
+    directory_.Withdraw(req.node_id(), ids);
+    return;
+  }
+  std::vector<placement::LocationTier> tiers;
+  for (int t : req.tiers()) tiers.push_back(TierOf(t));
+  if (tiers.empty()) tiers.push_back(placement::LocationTier::kHost);
+  if (tiers.size() != 1 && tiers.size() != ids.size()) tiers.resize(1);
+  absl::Duration ttl = req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms())
+                                        : options_.config.directory_ttl;
+  directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl);
+}
+
+void Cluster::HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp) {
+  auto found = directory_.Locate(ids, absl::Now());
+  absl::flat_hash_map<std::string, uint32_t> index;
+  for (const auto& holders : found) {
+    resp->add_holders_per_id(static_cast<uint32_t>(holders.size()));
+    for (const auto& h : holders) {
+      auto [it, fresh] = index.try_emplace(h.node, static_cast<uint32_t>(index.size()));
+      if (fresh) resp->add_node_ids(h.node);
+      resp->add_holder_node(it->second);
+      resp->add_holder_tier(static_cast<v1::Tier>(h.tier));
+    }
+  }
+}
+
+std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const BlockId> ids,
+                                                              absl::Time deadline) {
+  std::vector<std::vector<placement::Location>> out(ids.size());
+  auto r = ring();
+  if (!r || ids.empty()) return out;
+  const size_t owners_per_id = options_.config.directory_owners;
+  std::vector<std::vector<uint32_t>> per_owner(r->rendezvous.size());
+  std::vector<uint32_t> owners;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    r->rendezvous.TopR(placement::KeyOf(ids[i]), owners_per_id, &owners);
+    for (uint32_t o : owners) per_owner[o].push_back(static_cast<uint32_t>(i));
+  }
+  std::mutex merge_mu;
+  auto merge = [&](uint32_t i, placement::Location loc) {
+    for (const auto& have : out[i])
+      if (have.node == loc.node) return;
+    out[i].push_back(std::move(loc));
+  };
+  CallGroup calls;
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::PeerLocateRequest req;
+    v1::PeerLocateResponse resp;
+    std::vector<uint32_t> which;
+  };
+  std::vector<std::shared_ptr<Call>> pending;
+  for (size_t o = 0; o < per_owner.size(); ++o) {
+    auto& which = per_owner[o];
+    if (which.empty()) continue;
+    std::vector<BlockId> sub;
+    sub.reserve(which.size());
+    for (uint32_t i : which) sub.push_back(ids[i]);
+    if (static_cast<int>(o) == r->self) {
+      auto found = directory_.Locate(sub, absl::Now());
+      std::lock_guard<std::mutex> lock(merge_mu);
+      for (size_t k = 0; k < which.size(); ++k)
+        for (auto& loc : found[k]) merge(which[k], std::move(loc));
+      continue;
+    }
+    auto call = std::make_shared<Call>();
+    call->ctx.set_deadline(absl::ToChronoTime(deadline));
+    call->req.set_ids(PackIds(sub));
+    call->which = std::move(which);
+    calls.Add();
+    PeerStub(NodeAt(*r, o).address)
+        ->async()
+        ->Locate(&call->ctx, &call->req, &call->resp, [this, call, &calls](grpc::Status s) {
+          if (!s.ok()) counters_.peer_failures.fetch_add(1);
+          calls.Done();
+        });
+    pending.push_back(call);
+  }
+  calls.Wait();
+  for (const auto& call : pending) {
+    const auto& resp = call->resp;
+    if (resp.holders_per_id_size() != static_cast<int>(call->which.size())) continue;
+    int next = 0;
+    for (size_t k = 0; k < call->which.size(); ++k) {
+      for (uint32_t h = 0; h < resp.holders_per_id(static_cast<int>(k)); ++h, ++next) {
+        if (next >= resp.holder_node_size() || next >= resp.holder_tier_size()) break;
+        uint32_t node = resp.holder_node(next);
+        if (node >= static_cast<uint32_t>(resp.node_ids_size())) continue;
+        const std::string& id = resp.node_ids(static_cast<int>(node));
+        if (!r->view.Find(id)) continue;  // a node that has left since
+        merge(call->which[k], {id, TierOf(resp.holder_tier(next))});
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Client>> Cluster::SourceClient(const std::string& node,
+                                                              const std::string& address) {
+  std::lock_guard<std::mutex> lock(sources_mu_);
+  auto it = sources_.find(address);
+  if (it != sources_.end()) return it->second;
+  ClientOptions o;
+  o.endpoint = address;
+  o.client_name = absl::StrCat("stratad:", options_.self.id);
+  o.rpc_timeout = std::max(options_.config.peer_timeout, absl::Seconds(2));
+  o.remote_fetch = false;
+  o.same_node = false;
+  auto made = Client::Connect(o);
+  if (!made.ok())
+    return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
+                                                           address, ": ",
+                                                           made.status().message()));
+  std::shared_ptr<Client> c = std::move(*made);
+  sources_[address] = c;
+  return c;
+}
+
+std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::string& tenant,
+                                       std::span<const BlockId> ids,
+                                       std::span<const BlockId> parents,
+                                       const std::string& source_node,
+                                       const std::string& source_address, absl::Time deadline) {
+  std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
+  auto ns = namespaces_->Open(spec, tenant);
+  if (!ns.ok()) {
+    spdlog::warn("Pull from '{}': cannot open the namespace here: {}", source_node,
+                 ns.status().ToString());
+    status.assign(ids.size(), BlockStatus::kInvalid);
+    return status;
+  }
+  // Skip what is already here.
+  absl::flat_hash_set<BlockId> held;
+  for (const auto& b : tier_->Inspect(ids)) held.insert(b.id);
+  std::vector<size_t> need;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (held.contains(ids[i])) status[i] = BlockStatus::kExists;
+    else need.push_back(i);
+  }
+  if (need.empty()) return status;
+  auto source = SourceClient(source_node, source_address);
+  if (!source.ok()) {
+    counters_.peer_failures.fetch_add(1);
+    spdlog::warn("Pull: {}", source.status().ToString());
+    return status;
+  }
+  auto there = (*source)->OpenNamespace(spec, tenant);
+  if (!there.ok() || *there != *ns) {
+    spdlog::warn("Pull from '{}': namespace not usable there ({})", source_node,
+                 there.ok() ? "its cluster secret differs" : there.status().ToString());
+    return status;
+  }
+  std::vector<BlockId> need_ids;
+  for (size_t i : need) need_ids.push_back(ids[i]);
+  std::vector<std::vector<uint8_t>> blobs;
+  auto got = (*source)->FetchBlobs(*ns, need_ids, &blobs);
+  if (!got.ok()) {
+    counters_.peer_failures.fetch_add(1);
+    spdlog::warn("Pull from '{}': {}", source_node, got.status().ToString());
+    return status;
+  }
+  std::vector<ReserveItem> items;
+  std::vector<size_t> placed;  // index into need
+  for (size_t k = 0; k < need.size(); ++k) {
+    status[need[k]] = got->status[k];
+    if (got->status[k] != BlockStatus::kOk) continue;
+    ReserveItem it;
+    it.id = need_ids[k];
+    if (!parents.empty()) it.parent = parents[need[k]];
+    it.size = blobs[k].size();
+    items.push_back(it);
+    placed.push_back(k);
+  }
+  if (items.empty()) return status;
+  ReserveResult res = tier_->Reserve(*ns, items);
+  std::vector<uint32_t> crcs;
+  std::vector<size_t> reserved;  // index into items
+  for (size_t j = 0; j < items.size(); ++j) {
+    size_t i = need[placed[j]];
+    status[i] = res.status[j];
+    if (res.status[j] != BlockStatus::kOk) continue;
+    const auto& blob = blobs[placed[j]];
+    uint64_t offset = res.offsets[reserved.size()];
+    std::memcpy(options_.arena_base + offset, blob.data(), blob.size());
+    crcs.push_back(Crc32c(blob.data(), blob.size()));
+    reserved.push_back(j);
+  }
+  if (reserved.empty()) return status;
+  auto committed = tier_->Commit(res.reservation_id, crcs);
+  if (!committed.ok()) {
+    for (size_t j : reserved) status[need[placed[j]]] = BlockStatus::kExpired;
+    return status;
+  }
+  for (size_t q = 0; q < reserved.size(); ++q) {
+    status[need[placed[reserved[q]]]] = (*committed)[q];
+    if ((*committed)[q] == BlockStatus::kOk) counters_.pulled.fetch_add(1);
+  }
+  (void)deadline;  // bounded by the source client's rpc and transfer timeouts
+  return status;
+}
+
+std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
+                                            const NamespaceRegistry::Entry& ns,
+                                            std::span<const BlockId> ids,
+                                            std::span<const BlockId> parents,
+                                            const std::string& source_node,
+                                            const std::string& source_address,
+                                            absl::Time deadline) {
+  std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
+  v1::PullRequest req;
+  *req.mutable_spec() = ToProto(ns.spec);
+  req.set_tenant(ns.tenant);
+  req.set_ids(PackIds(ids));
+  if (!parents.empty()) req.set_parent_ids(PackIds(parents));
+  req.set_source_node(source_node);
+  req.set_source_address(source_address);
+  v1::PullResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  grpc::Status s = PeerStub(target_address)->Pull(&ctx, req, &resp);
+  if (!s.ok() || resp.status_size() != static_cast<int>(ids.size())) {
+    counters_.peer_failures.fetch_add(1);
+    spdlog::warn("Pull of {} blocks at {} from '{}' failed: {}", ids.size(), target_address,
+                 source_node, s.ok() ? "wrong number of statuses" : s.error_message());
+    return status;
+  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    status[i] = static_cast<BlockStatus>(resp.status(static_cast<int>(i)));
+  return status;
+}
+
+uint32_t Cluster::ReplicasFor(const NamespaceRegistry::Entry& ns) const {
+  return ns.replicas > 0 ? ns.replicas : options_.config.replicas;
+}
+
+void Cluster::Replicate(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
+                        std::span<const BlockId> parents, absl::Time deadline) {
+  const uint32_t copies = ReplicasFor(ns);
+  auto r = ring();
+  if (copies <= 1 || !r || r->view.nodes.size() <= 1 || ids.empty()) return;
+  // Replica k of a block goes to the k-th node of its ranking, skipping this one: every node
+  // can tell where a block's replicas belong without asking.
+  std::map<uint32_t, std::vector<size_t>> per_target;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t placed = 0;
+    for (uint32_t n : r->rendezvous.Rank(ids[i])) {
+      if (placed + 1 >= copies) break;
+      if (static_cast<int>(n) == r->self) continue;
+      per_target[n].push_back(i);
+      ++placed;
+    }
+  }
+  std::vector<std::thread> workers;
+  for (auto& [target, which] : per_target) {
+    workers.emplace_back([&, target = target, which = which] {
+      std::vector<BlockId> sub, sub_parents;
+      for (size_t i : which) {
+        sub.push_back(ids[i]);
+        if (!parents.empty()) sub_parents.push_back(parents[i]);
+      }
+      auto st = AskToPull(NodeAt(*r, target).address, ns, sub, sub_parents, options_.self.id,
+                          options_.self.address, deadline);
+      for (BlockStatus s : st) {
+        if (s == BlockStatus::kOk || s == BlockStatus::kExists) counters_.replicated.fetch_add(1);
+        else counters_.replication_failed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+}
+
+absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceRegistry::Entry& ns,
+                                                              std::span<const BlockId> ids,
+                                                              const std::string& target_node,
+                                                              bool move, absl::Time deadline) {
+  auto r = ring();
+  const std::string target = target_node.empty() ? options_.self.id : target_node;
+  const placement::NodeRecord* tnode = r ? r->view.Find(target) : nullptr;
+  if (!tnode)
+    return absl::NotFoundError(absl::StrCat("node '", target, "' is not in this node's cluster view"));
+  RepositionResult out;
+  out.status.assign(ids.size(), BlockStatus::kNotFound);
+  // Holders: this node's tier, then the directory.
+  absl::flat_hash_set<BlockId> local;
+  for (const auto& b : tier_->Inspect(ids)) local.insert(b.id);
+  auto located = Locate(ids, std::min(deadline, absl::Now() + options_.config.peer_timeout));
+  std::map<std::string, std::vector<size_t>> by_source;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<std::string> holders;
+    if (local.contains(ids[i])) holders.push_back(options_.self.id);
+    for (const auto& l : located[i])
+      if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
+        holders.push_back(l.node);
+    if (std::find(holders.begin(), holders.end(), target) != holders.end()) {
+      out.status[i] = BlockStatus::kOk;
+      ++out.already_there;
+      continue;
+    }
+    if (!holders.empty()) by_source[holders.front()].push_back(i);
+  }
+  std::vector<std::pair<std::string, std::vector<BlockId>>> to_remove;
+  for (auto& [source, which] : by_source) {
+    const placement::NodeRecord* snode = r->view.Find(source);
+    if (!snode) continue;
+    std::vector<BlockId> sub;
+    for (size_t i : which) sub.push_back(ids[i]);
+    std::vector<BlockStatus> st =
+        target == options_.self.id
+            ? Pull(ns.spec, ns.tenant, sub, {}, source, snode->address, deadline)
+            : AskToPull(tnode->address, ns, sub, {}, source, snode->address, deadline);
+    std::vector<BlockId> moved;
+    for (size_t k = 0; k < which.size(); ++k) {
+      bool ok = st[k] == BlockStatus::kOk || st[k] == BlockStatus::kExists;
+      out.status[which[k]] = ok ? BlockStatus::kOk : st[k];
+      if (st[k] == BlockStatus::kOk) ++out.copied;
+      if (st[k] == BlockStatus::kExists) ++out.already_there;
+      if (ok) moved.push_back(sub[k]);
+    }
+    if (move && !moved.empty()) to_remove.emplace_back(source, std::move(moved));
+  }
+  for (auto& [source, moved] : to_remove) {
+    if (source == options_.self.id) {
+      out.removed_sources += tier_->Evict(ns.id, moved, false, false).removed_blocks;
+      continue;
+    }
+    const placement::NodeRecord* snode = r->view.Find(source);
+    auto c = SourceClient(source, snode->address);
+    if (!c.ok()) continue;
+    auto opened = (*c)->OpenNamespace(ns.spec, ns.tenant);
+    if (!opened.ok()) continue;
+    auto ev = (*c)->Evict(*opened, moved);
+    if (ev.ok()) out.removed_sources += ev->removed_blocks;
+  }
+  return out;
+}
+
+Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
+  DrainResult out;
+  auto r = ring();
+  std::vector<BlockInfo> blocks;
+  uint64_t cursor = 0;
+  do {
+    auto page = tier_->List(nullptr, 65536, &cursor);
+    blocks.insert(blocks.end(), page.begin(), page.end());
+  } while (cursor != 0);
+  out.blocks = blocks.size();
+  // (namespace, target node) -> blocks
+  std::map<std::pair<NamespaceId, uint32_t>, std::vector<const BlockInfo*>> plan;
+  for (const auto& b : blocks) {
+    int target = -1;
+    for (uint32_t n : r->rendezvous.Rank(b.id))
+      if (static_cast<int>(n) != r->self) {
+        target = static_cast<int>(n);
+        break;
+      }
+    if (target < 0 || !namespaces_->Find(b.ns)) {
+      ++out.failed;  // nowhere to go, or a namespace nobody opened since this daemon started
+      continue;
+    }
+    plan[{b.ns, static_cast<uint32_t>(target)}].push_back(&b);
+  }
+  std::vector<BlockId> moved;
+  std::map<NamespaceId, std::vector<BlockId>> moved_by_ns;
+  for (auto& [key, list] : plan) {
+    auto ns = namespaces_->Find(key.first);
+    const auto& node = NodeAt(*r, key.second);
+    for (size_t begin = 0; begin < list.size(); begin += kIdsPerMessage) {
+      size_t end = std::min(list.size(), begin + kIdsPerMessage);
+      std::vector<BlockId> ids, parents;
+      for (size_t k = begin; k < end; ++k) {
+        ids.push_back(list[k]->id);
+        parents.push_back(list[k]->parent);
+      }
+      auto st = AskToPull(node.address, *ns, ids, parents, options_.self.id,
+                          options_.self.address, deadline);
+      bool any = false;
+      for (size_t k = 0; k < ids.size(); ++k) {
+        if (st[k] == BlockStatus::kOk || st[k] == BlockStatus::kExists) {
+          ++out.moved;
+          moved.push_back(ids[k]);
+          moved_by_ns[key.first].push_back(ids[k]);
+          any = true;
+        } else {
+          ++out.failed;
+        }
+      }
+      if (any && std::find(out.targets.begin(), out.targets.end(), node.id) == out.targets.end())
+        out.targets.push_back(node.id);
+    }
+  }
+  // The copies elsewhere are now the ones to find: stop advertising ours, drop them, leave.
+  Announce(moved, true);
+  for (const auto& [ns, ids] : moved_by_ns) tier_->Evict(ns, ids, false, /*force=*/true);
+  {
+    std::lock_guard<std::mutex> lock(ev_mu_);
+    stop_ = true;
+  }
+  ev_cv_.notify_all();
+  if (absl::Status s = membership_->Leave(); !s.ok()) spdlog::warn("drain: leaving: {}", s.ToString());
+  spdlog::info("drain: {} blocks, {} moved to {} nodes, {} could not be moved", out.blocks,
+               out.moved, out.targets.size(), out.failed);
+  return out;
+}
+
+}  // namespace strata::daemon

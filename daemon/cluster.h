@@ -1,0 +1,163 @@
+// The cluster side of one daemon: membership, the directory entries this node owns, announcing
+// its own blocks to their owners, locating blocks held elsewhere, and copying blocks between
+// nodes (replication, reposition, drain).
+//
+// Block bytes between daemons move the way a client moves them: the receiving daemon pulls from
+// the source's arena with UCX through a libstrata Client, then commits into its own host tier,
+// where the CRC32C is verified once more. The directory is soft state: each holder re-announces
+// its blocks every directory_ttl/3 and whenever membership changes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/block_id.h"
+#include "common/block_status.h"
+#include "daemon/config.h"
+#include "daemon/namespace_registry.h"
+#include "placement/directory.h"
+#include "placement/membership.h"
+#include "placement/rendezvous.h"
+#include "storage/host_tier.h"
+#include "strata/v1/peer.grpc.pb.h"
+
+namespace strata {
+class Client;
+}
+
+namespace strata::daemon {
+
+struct ClusterCounters {
+  std::atomic<uint64_t> announced{0};         // ids sent to owners (refreshes included)
+  std::atomic<uint64_t> withdrawn{0};
+  std::atomic<uint64_t> peer_failures{0};     // peer calls that failed or timed out
+  std::atomic<uint64_t> replicated{0};        // copies made on other nodes after a commit
+  std::atomic<uint64_t> replication_failed{0};
+  std::atomic<uint64_t> pulled{0};            // blocks copied into this node from another
+  std::atomic<uint64_t> remote_located{0};    // lookup blocks found on other nodes
+};
+
+class Cluster {
+ public:
+  struct Options {
+    ClusterConfig config;
+    placement::NodeRecord self;
+    uint8_t* arena_base = nullptr;  // the host tier's memory, where pulled blocks land
+  };
+
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(Options options, HostTier* tier,
+                                                        NamespaceRegistry* namespaces);
+  ~Cluster();  // Stop()
+  // Stops announcing and leaves the membership. Idempotent.
+  void Stop();
+
+  // HostTier's change hook (called with the tier's lock held): queues the event.
+  void OnBlockEvent(const BlockEvent& event);
+
+  const placement::NodeRecord& self() const { return options_.self; }
+  size_t size() const;  // nodes in the current view
+  placement::MembershipView View() const;
+  bool healthy(std::string* detail) const;
+  const ClusterCounters& counters() const { return counters_; }
+  absl::Duration options_peer_timeout() const { return options_.config.peer_timeout; }
+  void CountRemoteLocated(uint64_t n) { counters_.remote_located.fetch_add(n); }
+  const placement::Directory& directory() const { return directory_; }
+  std::string membership_kind() const { return membership_->kind(); }
+
+  // Holders of each id according to the directory (this node included once it announced).
+  // Owners that do not answer by `deadline` are skipped (the other owners cover for them).
+  std::vector<std::vector<placement::Location>> Locate(std::span<const BlockId> ids,
+                                                       absl::Time deadline);
+
+  // Peer service.
+  void HandleAnnounce(const v1::AnnounceRequest& req);
+  void HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp);
+  // Copies `ids` from the daemon at `source_address` into this node's host tier.
+  std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
+                                std::span<const BlockId> ids, std::span<const BlockId> parents,
+                                const std::string& source_node, const std::string& source_address,
+                                absl::Time deadline);
+
+  // Copies freshly committed blocks to the namespace's other replica nodes (the next ones in
+  // each block's rendezvous ranking). Returns when done or at `deadline`.
+  void Replicate(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
+                 std::span<const BlockId> parents, absl::Time deadline);
+  uint32_t ReplicasFor(const NamespaceRegistry::Entry& ns) const;
+
+  struct RepositionResult {
+    std::vector<BlockStatus> status;
+    uint64_t copied = 0, already_there = 0, removed_sources = 0;
+  };
+  absl::StatusOr<RepositionResult> Reposition(const NamespaceRegistry::Entry& ns,
+                                              std::span<const BlockId> ids,
+                                              const std::string& target_node, bool move,
+                                              absl::Time deadline);
+
+  struct DrainResult {
+    uint64_t blocks = 0, moved = 0, failed = 0;
+    std::vector<std::string> targets;
+  };
+  DrainResult Drain(absl::Time deadline);
+
+ private:
+  explicit Cluster(Options options, HostTier* tier, NamespaceRegistry* namespaces);
+
+  struct Ring {  // one membership view, ready for ranking
+    placement::MembershipView view;
+    placement::Rendezvous rendezvous;
+    int self = -1;
+  };
+  std::shared_ptr<const Ring> ring() const;
+  // The node a rendezvous index names (the view holds every node the ring ranks).
+  static const placement::NodeRecord& NodeAt(const Ring& r, uint32_t index);
+  void OnView(const placement::MembershipView& view);
+  void AnnounceLoop();
+  // Sends (or withdraws) `ids` to their owners; this node's own share goes to its directory.
+  void Announce(std::span<const BlockId> ids, bool withdraw);
+  std::vector<BlockId> LocalIds() const;
+  std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address);
+  absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
+                                                       const std::string& address);
+  // Asks `target` to pull `ids` of `ns` from this node; per-id statuses (kNotFound on failure).
+  std::vector<BlockStatus> AskToPull(const std::string& target_address,
+                                     const NamespaceRegistry::Entry& ns,
+                                     std::span<const BlockId> ids,
+                                     std::span<const BlockId> parents,
+                                     const std::string& source_node,
+                                     const std::string& source_address, absl::Time deadline);
+
+  const Options options_;
+  HostTier* const tier_;
+  NamespaceRegistry* const namespaces_;
+  std::unique_ptr<placement::Membership> membership_;
+  placement::Directory directory_;
+  ClusterCounters counters_;
+
+  mutable std::mutex ring_mu_;
+  std::shared_ptr<const Ring> ring_;
+
+  std::mutex stubs_mu_;
+  std::map<std::string, std::shared_ptr<v1::Peer::Stub>> stubs_;
+  std::mutex sources_mu_;
+  std::map<std::string, std::shared_ptr<Client>> sources_;
+
+  // Announcement queue, fed by OnBlockEvent.
+  std::mutex ev_mu_;
+  std::condition_variable ev_cv_;
+  std::vector<BlockEvent> events_;
+  bool full_refresh_ = true;
+  bool stop_ = false;
+  std::thread announcer_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace strata::daemon

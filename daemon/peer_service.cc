@@ -1,0 +1,76 @@
+#include "daemon/peer_service.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr size_t kMaxIds = 1 << 16;
+
+// Packed ids, or an error naming the field.
+grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
+  if (packed.size() % 32 != 0 || packed.size() / 32 > kMaxIds)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(field, " must be N x 32 bytes with N <= ", kMaxIds,
+                                     "; got ", packed.size(), " bytes"));
+  out->resize(packed.size() / 32);
+  for (size_t i = 0; i < out->size(); ++i)
+    std::memcpy((*out)[i].bytes.data(), packed.data() + 32 * i, 32);
+  return grpc::Status::OK;
+}
+
+grpc::Status NotUp() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon's cluster layer is not up yet");
+}
+
+}  // namespace
+
+grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
+                                   v1::AnnounceResponse*) {
+  std::vector<BlockId> ids;
+  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
+  if (req->node_id().empty())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Announce needs node_id");
+  Cluster* c = cluster_.load();
+  if (!c) return NotUp();
+  c->HandleAnnounce(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateRequest* req,
+                                 v1::PeerLocateResponse* resp) {
+  std::vector<BlockId> ids;
+  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
+  Cluster* c = cluster_.load();
+  if (!c) return NotUp();
+  c->HandleLocate(ids, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
+                               v1::PullResponse* resp) {
+  std::vector<BlockId> ids, parents;
+  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
+  if (auto s = Unpack(req->parent_ids(), "parent_ids", &parents); !s.ok()) return s;
+  if (!parents.empty() && parents.size() != ids.size())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "parent_ids must be empty or match ids one for one");
+  if (req->source_address().empty())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull needs source_address");
+  NamespaceSpec spec = FromProto(req->spec());
+  if (absl::Status s = spec.Validate(); !s.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("spec: ", s.message()));
+  Cluster* c = cluster_.load();
+  if (!c) return NotUp();
+  auto deadline = absl::FromChrono(ctx->deadline());
+  for (BlockStatus s : c->Pull(spec, req->tenant(), ids, parents, req->source_node(),
+                                      req->source_address(), deadline))
+    resp->add_status(static_cast<v1::BlockStatus>(s));
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,359 @@
+// Several real stratad processes on loopback forming one cluster (static membership): blocks
+// published on one node are found and fetched through another, survive the loss of a node when
+// replicated, move on reposition, and leave a draining node.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "strata/v1/admin.grpc.pb.h"
+#include "tests/integration/daemon_process.h"
+
+namespace strata {
+namespace {
+
+using testing::DaemonProcess;
+using testing::MakeTempDir;
+using testing::RunCommand;
+
+constexpr uint32_t kTokensPerBlock = 16;
+constexpr size_t kBlockBytes = 64 << 10;
+
+NamespaceSpec Spec() {
+  NamespaceSpec s;
+  s.model_id = "cluster-test";
+  s.model_revision = "r1";
+  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  return s;
+}
+
+std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 128000;
+  return t;
+}
+
+std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> blocks(count, std::vector<uint8_t>(kBlockBytes));
+  for (auto& b : blocks)
+    for (size_t i = 0; i < b.size(); i += 8) {
+      uint64_t v = rng();
+      std::memcpy(b.data() + i, &v, 8);
+    }
+  return blocks;
+}
+
+// A free loopback port: static membership needs every address before the daemons start.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(int nodes, int replicas = 1) {
+    dir_ = MakeTempDir("cluster");
+    std::ofstream(dir_ + "/secret") << "cluster-test-secret-0123456789\n";
+    std::vector<std::string> addrs;
+    for (int i = 0; i < nodes; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    std::string peers;
+    for (int i = 0; i < nodes; ++i) peers += absl::StrCat("\"n", i, "@", addrs[i], "\", ");
+    for (int i = 0; i < nodes; ++i) {
+      std::string yaml = absl::StrCat(
+          "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
+          "host_tier:\n  capacity: 64MiB\n",
+          "cluster:\n  membership: static\n  static_nodes: [", peers, "]\n",
+          "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n");
+      daemons_.push_back(std::make_unique<DaemonProcess>(
+          yaml, std::vector<std::string>{"--listen", addrs[i]}));
+    }
+  }
+  ~Cluster() {
+    daemons_.clear();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const {
+    for (const auto& d : daemons_)
+      if (!d->ok()) return false;
+    return true;
+  }
+  std::string logs() const {
+    std::string all;
+    for (size_t i = 0; i < daemons_.size(); ++i)
+      all += absl::StrCat("--- n", i, " ---\n", daemons_[i]->log());
+    return all;
+  }
+  DaemonProcess& node(int i) { return *daemons_[i]; }
+  void Kill(int i) {
+    daemons_[i]->Signal(SIGKILL);
+    daemons_[i]->WaitExit(std::chrono::seconds(5));
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<DaemonProcess>> daemons_;
+};
+
+std::unique_ptr<Client> Connect(DaemonProcess& d) {
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  o.rpc_timeout = absl::Seconds(5);
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+struct Published {
+  NamespaceId ns;
+  std::vector<uint32_t> tokens;
+  std::vector<BlockId> ids;
+  std::vector<std::vector<uint8_t>> blocks;
+};
+
+Published Publish(Client& c, size_t n, uint32_t seed, uint32_t replicas = 0) {
+  Published p;
+  auto ns = c.OpenNamespace(Spec(), "tenant-a", replicas);
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  p.ns = *ns;
+  p.tokens = Tokens(n * kTokensPerBlock, seed);
+  p.blocks = RandomBlocks(n, seed);
+  std::vector<ConstBuffer> views;
+  for (const auto& b : p.blocks) views.push_back({b.data(), b.size()});
+  auto r = c.Publish(p.ns, p.tokens, views);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) {
+    EXPECT_EQ(r->stored, n);
+    p.ids = r->ids;
+  }
+  return p;
+}
+
+// Fetches every block of `p` through `c`; returns how many came back byte-identical.
+size_t FetchIdentical(Client& c, const NamespaceId& ns, const Published& p, size_t* remote) {
+  std::vector<std::vector<uint8_t>> out(p.ids.size(), std::vector<uint8_t>(kBlockBytes));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto r = c.Fetch(ns, p.ids, bufs);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return 0;
+  if (remote) *remote = r->remote;
+  size_t same = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    same += r->status[i] == BlockStatus::kOk && out[i] == p.blocks[i];
+  return same;
+}
+
+// Waits (the directory fills asynchronously, in tens of milliseconds) until a lookup through
+// `c` sees the whole prefix.
+size_t AwaitPrefix(Client& c, const NamespaceId& ns, const Published& p) {
+  size_t got = 0;
+  for (int i = 0; i < 100; ++i) {
+    auto r = c.Lookup(ns, p.tokens);
+    if (r.ok()) got = r->prefix_blocks;
+    if (got == p.ids.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return got;
+}
+
+TEST(ClusterTest, PublishOnOneNodeFetchThroughAnother) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  auto c = Connect(cl.node(2));
+  ASSERT_TRUE(a && c);
+  Published p = Publish(*a, 12, 1);
+  auto ns_c = c->OpenNamespace(Spec(), "tenant-a");
+  ASSERT_TRUE(ns_c.ok());
+  ASSERT_EQ(*ns_c, p.ns) << "same spec, tenant and secret give the same namespace everywhere";
+  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size()) << cl.logs();
+  auto look = c->Lookup(p.ns, p.tokens);
+  ASSERT_TRUE(look.ok());
+  ASSERT_EQ(look->nodes.size(), p.ids.size());
+  for (const auto& n : look->nodes) EXPECT_EQ(n, "n0");
+  size_t remote = 0;
+  EXPECT_EQ(FetchIdentical(*c, p.ns, p, &remote), p.ids.size());
+  EXPECT_EQ(remote, p.ids.size()) << "node n2 held none of them: all came from n0";
+
+  // Another tenant derives other ids: it finds nothing.
+  auto other = c->OpenNamespace(Spec(), "tenant-b");
+  ASSERT_TRUE(other.ok());
+  auto miss = c->Lookup(*other, p.tokens);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->prefix_blocks, 0u);
+}
+
+TEST(ClusterTest, LookupSpansBlocksSpreadOverNodes) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(Connect(cl.node(i)));
+  auto ns = clients[0]->OpenNamespace(Spec(), "tenant-a");
+  ASSERT_TRUE(ns.ok());
+  for (int i = 1; i < 3; ++i) ASSERT_TRUE(clients[i]->OpenNamespace(Spec(), "tenant-a").ok());
+  // One chain of 9 blocks, block k published on node k % 3.
+  auto tokens = Tokens(9 * kTokensPerBlock, 7);
+  auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
+  auto blocks = RandomBlocks(9, 7);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    BlockId parent = k == 0 ? BlockId{} : ids[k - 1];
+    ConstBuffer buf{blocks[k].data(), blocks[k].size()};
+    auto r = clients[k % 3]->PublishIds(*ns, {&ids[k], 1}, {&parent, 1}, {&buf, 1});
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  Published p{*ns, tokens, ids, blocks};
+  ASSERT_EQ(AwaitPrefix(*clients[0], *ns, p), 9u) << cl.logs();
+  auto look = clients[0]->Lookup(*ns, tokens);
+  ASSERT_TRUE(look.ok());
+  for (size_t k = 0; k < 9; ++k) EXPECT_EQ(look->nodes[k], absl::StrCat("n", k % 3)) << k;
+  size_t remote = 0;
+  EXPECT_EQ(FetchIdentical(*clients[0], *ns, p, &remote), 9u);
+  EXPECT_EQ(remote, 6u);
+}
+
+// With two replicas, whichever node dies, every committed block is still fetchable.
+class ReplicationTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReplicationTest, KillingAnyOneNodeLosesNoBlock) {
+  const int victim = GetParam();
+  Cluster cl(3, /*replicas=*/2);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  ASSERT_TRUE(a);
+  Published p = Publish(*a, 16, 3);
+  // Each block has two holders (the directory learns of the copies asynchronously).
+  size_t with_two = 0;
+  for (int attempt = 0; attempt < 60 && with_two < p.ids.size(); ++attempt) {
+    if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto holders = a->Locate(p.ns, p.ids);
+    ASSERT_TRUE(holders.ok()) << holders.status();
+    with_two = 0;
+    for (const auto& hs : *holders) {
+      std::vector<std::string> nodes;
+      for (const auto& h : hs) nodes.push_back(h.node);
+      std::sort(nodes.begin(), nodes.end());
+      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+      with_two += nodes.size() == 2;
+    }
+  }
+  EXPECT_EQ(with_two, p.ids.size()) << cl.logs();
+  cl.Kill(victim);
+  const int reader = victim == 2 ? 1 : 2;
+  auto c = Connect(cl.node(reader));
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(FetchIdentical(*c, p.ns, p, nullptr), p.ids.size()) << cl.logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Victims, ReplicationTest, ::testing::Values(0, 1, 2));
+
+TEST(ClusterTest, UnreplicatedBlocksOfADeadNodeAreMissesWithinTheDeadline) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  auto c = Connect(cl.node(2));
+  Published p = Publish(*a, 6, 5);
+  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size());
+  cl.Kill(0);
+  std::vector<std::vector<uint8_t>> out(p.ids.size(), std::vector<uint8_t>(kBlockBytes));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c->Fetch(p.ns, p.ids, bufs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+  for (auto s : r->status) EXPECT_NE(s, BlockStatus::kOk);
+  EXPECT_EQ(r->fetched, 0u);
+}
+
+TEST(ClusterTest, PrefetchAndMove) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  auto c = Connect(cl.node(2));
+  Published p = Publish(*a, 8, 9);
+  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size());
+  // Decode node n2 prefetches what prefill node n0 computed: afterwards it serves them itself.
+  auto pre = c->Prefetch(p.ns, p.ids);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_EQ(pre->copied, p.ids.size());
+  size_t remote = 99;
+  EXPECT_EQ(FetchIdentical(*c, p.ns, p, &remote), p.ids.size());
+  EXPECT_EQ(remote, 0u);
+  auto again = c->Prefetch(p.ns, p.ids);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->already_there, p.ids.size());
+
+  // Move the first half from wherever it is to n1: n1 holds them, n0 and n2 no longer do.
+  std::vector<BlockId> half(p.ids.begin(), p.ids.begin() + 4);
+  auto mv = a->Reposition(p.ns, half, "n1", /*move=*/true);
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  for (auto s : mv->status) EXPECT_EQ(s, BlockStatus::kOk);
+  EXPECT_EQ(mv->copied, 4u);
+  auto b = Connect(cl.node(1));
+  ASSERT_TRUE(b->OpenNamespace(Spec(), "tenant-a").ok());
+  ClientOptions local_only;
+  local_only.endpoint = cl.node(1).endpoint();
+  local_only.remote_fetch = false;
+  auto b_local = Client::Connect(local_only);
+  ASSERT_TRUE(b_local.ok());
+  ASSERT_TRUE((*b_local)->OpenNamespace(Spec(), "tenant-a").ok());
+  Published first{p.ns, {}, half, {p.blocks.begin(), p.blocks.begin() + 4}};
+  EXPECT_EQ(FetchIdentical(**b_local, p.ns, first, nullptr), 4u);
+  auto bad = a->Reposition(p.ns, half, "no-such-node");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound) << bad.status();
+}
+
+TEST(ClusterTest, DrainMovesEveryBlockOffTheNode) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  Published p = Publish(*a, 20, 11);
+  auto [rc, out] = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(),
+                                           " drain --json"));
+  ASSERT_EQ(rc, 0) << out << cl.logs();
+  EXPECT_NE(out.find("\"moved\":20"), std::string::npos) << out;
+  auto stats = a->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->host_blocks, 0u);
+  auto c = Connect(cl.node(2));
+  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size()) << cl.logs();
+  EXPECT_EQ(FetchIdentical(*c, p.ns, p, nullptr), p.ids.size());
+}
+
+TEST(ClusterTest, StratactlNodesListsTheCluster) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto [rc, out] =
+      RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(1).endpoint(), " nodes --json"));
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* n : {"\"n0\"", "\"n1\"", "\"n2\""}) EXPECT_NE(out.find(n), std::string::npos) << out;
+  EXPECT_NE(out.find("\"membership\":\"static\""), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace strata
