@@ -1,9 +1,6 @@
 // Several real stratad processes on loopback forming one cluster (static membership): blocks
 // published on one node are found and fetched through another, survive the loss of a node when
 // replicated, move on reposition, and leave a draining node.
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -16,12 +13,14 @@
 #include "client/client.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/free_port.h"
 
 namespace strata {
 namespace {
 
 using testing::DaemonProcess;
 using testing::MakeTempDir;
+using testing::FreePort;
 using testing::RunCommand;
 
 constexpr uint32_t kTokensPerBlock = 16;
@@ -53,25 +52,20 @@ std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, uint32_t seed) {
   return blocks;
 }
 
-// A free loopback port: static membership needs every address before the daemons start.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 class Cluster {
  public:
   explicit Cluster(int nodes, int replicas = 1) {
     dir_ = MakeTempDir("cluster");
     std::ofstream(dir_ + "/secret") << "cluster-test-secret-0123456789\n";
+    // A port picked free may be taken by the time its daemon binds it: start over then.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      daemons_.clear();
+      StartAll(nodes, replicas);
+      if (ok()) break;
+    }
+  }
+
+  void StartAll(int nodes, int replicas) {
     std::vector<std::string> addrs;
     for (int i = 0; i < nodes; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     std::string peers;
