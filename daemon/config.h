@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -15,6 +16,11 @@ namespace strata::daemon {
 extern const std::string_view kDefaultConfigYaml;
 
 enum class ArenaSource { kAuto, kUcx, kMmap };
+
+struct NvmeFileConfig {
+  std::string path;
+  uint64_t capacity = 0;
+};
 
 struct DaemonConfig {
   std::string node_id;
@@ -29,7 +35,17 @@ struct DaemonConfig {
   ArenaSource arena = ArenaSource::kAuto;
   double high_watermark = 0;
   double low_watermark = 0;
+  std::string host_policy;  // host_tier.policy
   uint64_t max_block_size = 0;
+  // nvme: no files, no NVMe tier.
+  std::vector<NvmeFileConfig> nvme_files;
+  std::string nvme_catalog_dir;  // empty: <data_dir>/nvme-catalog
+  double nvme_high_watermark = 0;
+  double nvme_low_watermark = 0;
+  std::string nvme_policy;
+  std::string nvme_admission;
+  uint32_t nvme_queue_depth = 0;
+  bool nvme_sync_after_write = true;
   absl::Duration reservation_timeout;
   absl::Duration lease_timeout;
   absl::Duration max_pin_ttl;
