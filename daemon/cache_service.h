@@ -10,6 +10,7 @@
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/host_tier.h"
+#include "storage/tiered_store.h"
 #include "strata/v1/cache.grpc.pb.h"
 
 namespace strata::daemon {
@@ -81,6 +82,8 @@ class CacheService final : public v1::Cache::Service {
     return Timed(RpcMetrics::kStats, [&] { return DoStats(c, q, r); });
   }
 
+  // The NVMe tier under the host tier; null (the default): host tier only.
+  void set_tiered(TieredStore* tiered) { tiered_ = tiered; }
   // Per-method request, latency and error metrics; null (the default) records nothing.
   void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
 
@@ -131,6 +134,7 @@ class CacheService final : public v1::Cache::Service {
   }
 
   HostTier* tier_;
+  TieredStore* tiered_ = nullptr;
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;
