@@ -74,10 +74,14 @@ int Report(const grpc::Status& s, const std::string& endpoint, const char* what)
   return kExitFailed;
 }
 
-const strata::v1::TierStats* HostTier(const strata::v1::StatsResponse& r) {
+const strata::v1::TierStats* FindTier(const strata::v1::StatsResponse& r, strata::v1::Tier tier) {
   for (const auto& t : r.tiers())
-    if (t.tier() == strata::v1::TIER_HOST) return &t;
+    if (t.tier() == tier) return &t;
   return nullptr;
+}
+
+const strata::v1::TierStats* HostTier(const strata::v1::StatsResponse& r) {
+  return FindTier(r, strata::v1::TIER_HOST);
 }
 
 }  // namespace
@@ -175,7 +179,12 @@ int main(int argc, char** argv) {
         << ",\"transport\":\"" << JsonEscape(r.transport()) << "\""
         << ",\"tiers\":[{\"tier\":\"host\",\"capacity_bytes\":" << cap
         << ",\"used_bytes\":" << used << ",\"blocks\":" << blocks
-        << ",\"reserved_bytes\":" << (host ? host->reserved_bytes() : 0) << "}]"
+        << ",\"reserved_bytes\":" << (host ? host->reserved_bytes() : 0) << "}";
+      if (const auto* nvme = FindTier(r, strata::v1::TIER_NVME))
+        o << ",{\"tier\":\"nvme\",\"capacity_bytes\":" << nvme->capacity_bytes()
+          << ",\"used_bytes\":" << nvme->used_bytes() << ",\"blocks\":" << nvme->blocks()
+          << "}";
+      o << "]"
         << ",\"open_reservations\":" << r.open_reservations()
         << ",\"open_leases\":" << r.open_leases() << ",\"pinned_blocks\":" << r.pinned_blocks()
         << ",\"namespaces\":" << r.namespaces();
@@ -199,6 +208,12 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat("host tier   %s of %s used (%.1f%%), %d blocks\n",
                                  strata::FormatSize(used), strata::FormatSize(cap),
                                  cap ? 100.0 * used / cap : 0.0, blocks);
+    if (const auto* nvme = FindTier(r, strata::v1::TIER_NVME))
+      std::cout << absl::StrFormat(
+          "nvme tier   %s of %s used (%.1f%%), %d blocks\n", strata::FormatSize(nvme->used_bytes()),
+          strata::FormatSize(nvme->capacity_bytes()),
+          nvme->capacity_bytes() ? 100.0 * nvme->used_bytes() / nvme->capacity_bytes() : 0.0,
+          nvme->blocks());
     std::cout << absl::StrFormat("in flight   %d reservations, %d leases, %d pinned blocks, %d "
                                  "namespaces\n",
                                  r.open_reservations(), r.open_leases(), r.pinned_blocks(),

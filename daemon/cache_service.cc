@@ -154,10 +154,13 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
   auto scoped = ParseScoped(*namespaces_, *req);
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
-  const size_t local = tier_->Lookup(ns, ids);
+  std::vector<Tier> tiers;
+  const size_t local =
+      tiered_ ? tiered_->Lookup(ns, ids, &tiers) : tier_->Lookup(ns, ids);
   size_t n = local;
   resp->mutable_tiers()->Reserve(static_cast<int>(ids.size()));
-  for (size_t i = 0; i < local; ++i) resp->add_tiers(v1::TIER_HOST);
+  for (size_t i = 0; i < local; ++i)
+    resp->add_tiers(i < tiers.size() && tiers[i] == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST);
   Cluster* cluster = cluster_.load();
   if (cluster && cluster->size() > 1 && local < ids.size()) {
     // The rest of the prefix may be on other nodes: ask the directory.
@@ -221,7 +224,7 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
     if (!parents->empty()) items[i].parent = (*parents)[i];
     items[i].size = req->sizes(static_cast<int>(i));
   }
-  ReserveResult r = tier_->Reserve(ns, items);
+  ReserveResult r = tiered_ ? tiered_->Reserve(ns, items) : tier_->Reserve(ns, items);
   if (metrics_) {
     uint64_t granted = 0;
     for (size_t i = 0; i < r.status.size(); ++i)
@@ -313,7 +316,7 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequ
   auto scoped = ParseScoped(*namespaces_, *req);
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
-  AcquireResult r = tier_->Acquire(ns, ids);
+  AcquireResult r = tiered_ ? tiered_->Acquire(ns, ids) : tier_->Acquire(ns, ids);
   if (metrics_) {
     uint64_t leased = 0;
     for (size_t i = 0; i < r.status.size(); ++i)
@@ -343,7 +346,8 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest*
   auto scoped = ParseScoped(*namespaces_, *req);
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
-  EvictResult r = tier_->Evict(ns, ids, req->cascade(), req->force());
+  EvictResult r = tiered_ ? tiered_->Evict(ns, ids, req->cascade(), req->force())
+                          : tier_->Evict(ns, ids, req->cascade(), req->force());
   AddStatuses(r.status, resp->mutable_status());
   resp->set_removed_blocks(r.removed_blocks);
   spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
@@ -360,7 +364,9 @@ grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req
   const auto& [ns, ids] = *scoped;
   if (req->ttl_ms() == 0)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
-  AddStatuses(tier_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
+  const absl::Duration ttl = absl::Milliseconds(req->ttl_ms());
+  AddStatuses(tiered_ ? tiered_->Pin(ns, ids, ttl) : tier_->Pin(ns, ids, ttl),
+              resp->mutable_status());
   return grpc::Status::OK;
 }
 
@@ -371,7 +377,7 @@ grpc::Status CacheService::DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*
   auto scoped = ParseScoped(*namespaces_, *req);
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
-  AddStatuses(tier_->Unpin(ns, ids), resp->mutable_status());
+  AddStatuses(tiered_ ? tiered_->Unpin(ns, ids) : tier_->Unpin(ns, ids), resp->mutable_status());
   return grpc::Status::OK;
 }
 
@@ -393,9 +399,28 @@ grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*
   resp->set_open_reservations(s.open_reservations);
   resp->set_open_leases(s.open_leases);
   resp->set_pinned_blocks(s.pinned_blocks);
+  auto& c = *resp->mutable_counters();
+  if (tiered_) {
+    TieredStoreCounters n = tiered_->Counters();
+    auto* nt = resp->add_tiers();
+    nt->set_tier(v1::TIER_NVME);
+    nt->set_capacity_bytes(n.nvme_capacity_bytes);
+    nt->set_used_bytes(n.nvme_used_bytes);
+    nt->set_blocks(n.nvme_blocks);
+    resp->set_pinned_blocks(s.pinned_blocks + n.nvme_pinned_blocks);
+    c["demotions_total"] = n.demotions;
+    c["promotions_total"] = n.promotions;
+    c["admission_rejected_total"] = n.admission_rejected;
+    c["nvme_evictions_total"] = n.nvme_evictions;
+    c["nvme_full_drops_total"] = n.nvme_full_drops;
+    c["nvme_write_errors_total"] = n.nvme_write_errors;
+    c["nvme_read_errors_total"] = n.nvme_read_errors;
+    c["nvme_crc_failures_total"] = n.nvme_crc_failures;
+    c["nvme_evictions_explicit_total"] = n.nvme_removed_explicit;
+    c["host_pressure_drops_total"] = s.pressure_drops;
+  }
   resp->set_namespaces(namespaces_->size());
   resp->set_transport(data_plane_.transports);
-  auto& c = *resp->mutable_counters();
   c["lookups_total"] = s.lookups;
   c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
   c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;

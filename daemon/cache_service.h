@@ -11,6 +11,7 @@
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/host_tier.h"
+#include "storage/tiered_store.h"
 #include "strata/v1/cache.grpc.pb.h"
 
 namespace strata::daemon {
@@ -91,6 +92,8 @@ class CacheService final : public v1::Cache::Service {
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
+  // The NVMe tier under the host tier; null (the default): host tier only.
+  void set_tiered(TieredStore* tiered) { tiered_ = tiered; }
   // Per-method request, latency and error metrics; null (the default) records nothing.
   void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
 
@@ -150,6 +153,7 @@ class CacheService final : public v1::Cache::Service {
   };
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
+  TieredStore* tiered_ = nullptr;
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;

@@ -176,7 +176,13 @@ void Cluster::OnBlockEvent(const BlockEvent& event) {
   if (first) ev_cv_.notify_one();
 }
 
+bool Cluster::Holds(const BlockId& id) const {
+  if (options_.holds) return options_.holds(id);
+  return !tier_->Inspect({&id, 1}).empty();
+}
+
 std::vector<BlockId> Cluster::LocalIds() const {
+  if (options_.list_local) return options_.list_local();
   std::vector<BlockId> ids;
   uint64_t cursor = 0;
   do {
@@ -212,7 +218,11 @@ void Cluster::AnnounceLoop() {
     absl::flat_hash_map<BlockId, BlockEvent::Kind> last;
     for (const auto& e : events) last[e.id] = e.kind;
     std::vector<BlockId> stored, removed;
-    for (const auto& [id, kind] : last) (kind == BlockEvent::kStored ? stored : removed).push_back(id);
+    for (const auto& [id, kind] : last) {
+      // A block demoted to NVMe left the host tier but not this node.
+      if (kind == BlockEvent::kRemoved && Holds(id)) continue;
+      (kind == BlockEvent::kStored ? stored : removed).push_back(id);
+    }
     if (!stored.empty() && !refresh_all) Announce(stored, false);
     if (!removed.empty()) Announce(removed, true);
     lock.lock();
@@ -419,11 +429,9 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
     return status;
   }
   // Skip what is already here.
-  absl::flat_hash_set<BlockId> held;
-  for (const auto& b : tier_->Inspect(ids)) held.insert(b.id);
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (held.contains(ids[i])) status[i] = BlockStatus::kExists;
+    if (Holds(ids[i])) status[i] = BlockStatus::kExists;
     else need.push_back(i);
   }
   if (need.empty()) return status;
@@ -571,7 +579,8 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
   out.status.assign(ids.size(), BlockStatus::kNotFound);
   // Holders: this node's tier, then the directory.
   absl::flat_hash_set<BlockId> local;
-  for (const auto& b : tier_->Inspect(ids)) local.insert(b.id);
+  for (const auto& id : ids)
+    if (Holds(id)) local.insert(id);
   auto located = Locate(ids, std::min(deadline, absl::Now() + options_.config.peer_timeout));
   std::map<std::string, std::vector<size_t>> by_source;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,9 @@ class Cluster {
     ClusterConfig config;
     placement::NodeRecord self;
     uint8_t* arena_base = nullptr;  // the host tier's memory, where pulled blocks land
+    // Blocks this node holds in any tier (default: the host tier's); whether it holds one.
+    std::function<std::vector<BlockId>()> list_local;
+    std::function<bool(const BlockId&)> holds;
   };
 
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(Options options, HostTier* tier,
@@ -124,6 +128,7 @@ class Cluster {
   // Sends (or withdraws) `ids` to their owners; this node's own share goes to its directory.
   void Announce(std::span<const BlockId> ids, bool withdraw);
   std::vector<BlockId> LocalIds() const;
+  bool Holds(const BlockId& id) const;
   std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address);
   absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
                                                        const std::string& address);

@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,7 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
 #include "common/units.h"
+#include "storage/eviction/admission_policy.h"
+#include "storage/eviction/eviction_policy.h"
 
 namespace strata::daemon {
 
@@ -46,11 +50,41 @@ host_tier:
   # Who provides the arena: ucx (memory UCX allocates, directly mappable by same-node clients),
   # mmap (an anonymous mapping registered with UCX), or auto (ucx, falling back to mmap).
   arena: auto
-  # Above high_watermark x capacity, least-recently-used blocks are evicted down to low_watermark.
+  # Above high_watermark x capacity, blocks are evicted down to low_watermark: written back to
+  # the NVMe tier when one is configured (below), dropped otherwise.
   high_watermark: 0.95
   low_watermark: 0.85
+  # Which blocks leave first: lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive
+  # (docs/eviction.md). Leased and pinned blocks never leave.
+  policy: lru
   # Largest blob a client may publish (never more than the capacity).
   max_block_size: 256MiB
+
+# NVMe tier: host-tier victims are written here instead of being dropped, fetched blocks are
+# staged back into host memory, and the blocks survive a restart (RocksDB catalog). No files: no
+# NVMe tier. Example:
+#   files:
+#     - {path: /mnt/nvme0/strata.tier, capacity: 512GiB}
+#     - {path: /mnt/nvme1/strata.tier, capacity: 512GiB}
+nvme:
+  # Tier files, preallocated to their capacity at start (the disk space they take is fixed).
+  files: []
+  # RocksDB catalog of the NVMe blocks. Empty: <data_dir>/nvme-catalog.
+  catalog_dir: ""
+  # Above high_watermark x capacity, NVMe blocks are dropped down to low_watermark.
+  high_watermark: 0.95
+  low_watermark: 0.85
+  # Which NVMe blocks are dropped first (same names as host_tier.policy).
+  policy: lru
+  # Which host victims are written down: always, or second-access (only blocks requested
+  # again while cached, or rejected once before and back since).
+  admission: always
+  # io_uring requests in flight per batch.
+  queue_depth: 32
+  # fdatasync the tier files after every write batch, before the catalog entry is written.
+  # false: faster, but a power loss may leave catalog entries whose data never reached the
+  # disk (their CRC then fails on first read and they are dropped).
+  sync_after_write: true
 
 # A publish that reserved space but did not commit within this time loses the reservation.
 reservation_timeout: 30s
@@ -148,6 +182,50 @@ std::map<std::string, Setter> Setters() {
   s["host_tier.max_block_size"] = size(&DaemonConfig::max_block_size, "host_tier.max_block_size");
   s["host_tier.high_watermark"] = real(&DaemonConfig::high_watermark, "host_tier.high_watermark");
   s["host_tier.low_watermark"] = real(&DaemonConfig::low_watermark, "host_tier.low_watermark");
+  s["host_tier.policy"] = str(&DaemonConfig::host_policy, "host_tier.policy");
+  s["nvme.catalog_dir"] = str(&DaemonConfig::nvme_catalog_dir, "nvme.catalog_dir");
+  s["nvme.high_watermark"] = real(&DaemonConfig::nvme_high_watermark, "nvme.high_watermark");
+  s["nvme.low_watermark"] = real(&DaemonConfig::nvme_low_watermark, "nvme.low_watermark");
+  s["nvme.policy"] = str(&DaemonConfig::nvme_policy, "nvme.policy");
+  s["nvme.admission"] = str(&DaemonConfig::nvme_admission, "nvme.admission");
+  s["nvme.queue_depth"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.nvme_queue_depth, Scalar<uint32_t>(n, "nvme.queue_depth"));
+    return absl::OkStatus();
+  };
+  s["nvme.sync_after_write"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.nvme_sync_after_write, Scalar<bool>(n, "nvme.sync_after_write"));
+    return absl::OkStatus();
+  };
+  s["nvme.files"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    if (!n.IsSequence() && !n.IsNull())
+      return FieldError("nvme.files", "must be a list of {path, capacity}");
+    c.nvme_files.clear();
+    for (size_t i = 0; n.IsSequence() && i < n.size(); ++i) {
+      const std::string f = absl::StrCat("nvme.files[", i, "]");
+      if (!n[i].IsMap()) return FieldError(f, "must be a mapping {path, capacity}");
+      NvmeFileConfig file;
+      bool has_path = false, has_capacity = false;
+      for (const auto& kv : n[i]) {
+        const std::string key = kv.first.as<std::string>();
+        if (key == "path") {
+          ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
+          has_path = true;
+        } else if (key == "capacity") {
+          ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(kv.second, f + ".capacity"));
+          auto v = ParseSize(text);
+          if (!v.ok()) return FieldError(f + ".capacity", v.status().message());
+          file.capacity = *v;
+          has_capacity = true;
+        } else {
+          return FieldError(f + "." + key, "is not a known field (known: path, capacity)");
+        }
+      }
+      if (!has_path) return FieldError(f + ".path", "must be set");
+      if (!has_capacity) return FieldError(f + ".capacity", "must be set");
+      c.nvme_files.push_back(std::move(file));
+    }
+    return absl::OkStatus();
+  };
   s["host_tier.huge_pages"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
     ASSIGN_OR_RETURN(c.huge_pages, Scalar<bool>(n, "host_tier.huge_pages"));
     return absl::OkStatus();
@@ -303,6 +381,41 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("host_tier.low_watermark",
                       "watermarks need 0 < low_watermark <= high_watermark <= 1");
   if (c.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
+  auto one_of = [](const std::string& v, const std::vector<std::string_view>& names) {
+    return std::find(names.begin(), names.end(), v) != names.end();
+  };
+  auto join = [](const std::vector<std::string_view>& names) {
+    std::string out;
+    for (std::string_view n : names) absl::StrAppend(&out, out.empty() ? "" : ", ", AsAbsl(n));
+    return out;
+  };
+  const auto policies = OnlineEvictionPolicyNames();
+  if (!one_of(c.host_policy, policies))
+    return FieldError("host_tier.policy", absl::StrCat("'", c.host_policy, "' is not one of ",
+                                                       join(policies)));
+  if (!one_of(c.nvme_policy, policies))
+    return FieldError("nvme.policy", absl::StrCat("'", c.nvme_policy, "' is not one of ",
+                                                  join(policies)));
+  const auto admissions = AdmissionPolicyNames();
+  if (!one_of(c.nvme_admission, admissions))
+    return FieldError("nvme.admission", absl::StrCat("'", c.nvme_admission, "' is not one of ",
+                                                     join(admissions)));
+  if (!(c.nvme_low_watermark > 0 && c.nvme_low_watermark <= c.nvme_high_watermark &&
+        c.nvme_high_watermark <= 1))
+    return FieldError("nvme.low_watermark",
+                      "watermarks need 0 < low_watermark <= high_watermark <= 1");
+  if (c.nvme_queue_depth < 1 || c.nvme_queue_depth > 4096)
+    return FieldError("nvme.queue_depth", "must be between 1 and 4096");
+  for (size_t i = 0; i < c.nvme_files.size(); ++i) {
+    const std::string f = absl::StrCat("nvme.files[", i, "]");
+    if (c.nvme_files[i].path.empty()) return FieldError(f + ".path", "must not be empty");
+    if (c.nvme_files[i].capacity < (1u << 16))
+      return FieldError(f + ".capacity", "must be >= 64KiB");
+    for (size_t j = 0; j < i; ++j)
+      if (c.nvme_files[j].path == c.nvme_files[i].path)
+        return FieldError(f + ".path", absl::StrCat("'", c.nvme_files[i].path,
+                                                      "' is also nvme.files[", j, "]"));
+  }
   if (c.reservation_timeout < absl::Milliseconds(100))
     return FieldError("reservation_timeout", "must be >= 100ms");
   if (c.lease_timeout < absl::Milliseconds(100))

@@ -35,6 +35,11 @@ struct ClusterConfig {
   absl::Duration peer_timeout;
 };
 
+struct NvmeFileConfig {
+  std::string path;
+  uint64_t capacity = 0;
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -48,7 +53,17 @@ struct DaemonConfig {
   ArenaSource arena = ArenaSource::kAuto;
   double high_watermark = 0;
   double low_watermark = 0;
+  std::string host_policy;  // host_tier.policy
   uint64_t max_block_size = 0;
+  // nvme: no files, no NVMe tier.
+  std::vector<NvmeFileConfig> nvme_files;
+  std::string nvme_catalog_dir;  // empty: <data_dir>/nvme-catalog
+  double nvme_high_watermark = 0;
+  double nvme_low_watermark = 0;
+  std::string nvme_policy;
+  std::string nvme_admission;
+  uint32_t nvme_queue_depth = 0;
+  bool nvme_sync_after_write = true;
   absl::Duration reservation_timeout;
   absl::Duration lease_timeout;
   absl::Duration max_pin_ttl;

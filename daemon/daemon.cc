@@ -28,6 +28,7 @@
 #include "daemon/namespace_registry.h"
 #include "storage/arena.h"
 #include "storage/host_tier.h"
+#include "storage/tiered_store.h"
 #include "transport/ucx.h"
 
 namespace strata::daemon {
@@ -41,6 +42,41 @@ struct TierSeries {
       *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
   Gauge *codec_raw, *codec_stored, *codec_ratio;
 };
+
+// NVMe tier series, registered only when the tier is configured.
+struct NvmeSeries {
+  Gauge *capacity, *used, *blocks, *pinned;
+  Counter *demotions, *demoted_bytes, *promotions, *promoted_bytes, *rejected, *evict_policy,
+      *evict_explicit, *full_drops, *write_errors, *read_errors, *crc_failures, *pressure_drops;
+};
+
+static std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
+  const MetricLabels nvme = {{"tier", "nvme"}};
+  return std::make_unique<NvmeSeries>(NvmeSeries{
+    m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", nvme),
+    m.AddGauge("strata_tier_used_bytes", "", nvme),
+    m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
+    m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
+    m.AddCounter("strata_demotions_total",
+                 "Host-tier victims written to the NVMe tier instead of being dropped."),
+    m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
+    m.AddCounter("strata_promotions_total",
+                 "NVMe blocks staged into host memory by a fetch (they become host blocks)."),
+    m.AddCounter("strata_promoted_bytes_total", "Bytes of blocks promoted from the NVMe tier."),
+    m.AddCounter("strata_admission_rejected_total",
+                 "Host-tier victims the NVMe admission rule dropped instead of demoting."),
+    m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "policy"}}),
+    m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "explicit"}}),
+    m.AddCounter("strata_nvme_full_drops_total",
+                 "Host-tier victims dropped because the NVMe tier had no room for them."),
+    m.AddCounter("strata_nvme_write_errors_total",
+                 "Host-tier victims dropped because their NVMe write failed."),
+    m.AddCounter("strata_nvme_read_errors_total", "NVMe reads of a fetch that failed."),
+    m.AddCounter("strata_nvme_crc_failures_total",
+                 "NVMe blocks dropped because their CRC32C failed when read (never served)."),
+    m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "pressure_drop"}}),
+  });
+}
 
 static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
   const MetricLabels host = {{"tier", "host"}};
@@ -105,6 +141,8 @@ struct Daemon::Impl {
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
   std::unique_ptr<transport::ProgressThread> progress;
   std::unique_ptr<HostTier> tier;
+  std::unique_ptr<TieredStore> tiered;  // null without NVMe files; stopped before `tier` goes
+  std::unique_ptr<NvmeSeries> nvme_series;
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<CacheService> service;
   std::unique_ptr<AdminService> admin;
@@ -302,6 +340,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   topts.lease_timeout = config.lease_timeout;
   topts.max_pin_ttl = config.max_pin_ttl;
   topts.max_block_bytes = std::min(config.max_block_size, config.host_capacity);
+  topts.eviction_policy = config.host_policy;
+  topts.write_back = !config.nvme_files.empty();
   {
     Impl* raw = impl.get();
     topts.on_change = [raw](const BlockEvent& e) {
@@ -313,6 +353,44 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
                                                              config.host_capacity),
                                           topts);
   impl->namespaces = std::make_unique<NamespaceRegistry>(secret);
+  if (!config.nvme_files.empty()) {
+    TieredStoreOptions n;
+    for (const NvmeFileConfig& f : config.nvme_files)
+      n.nvme.tier.files.push_back({f.path, f.capacity});
+    n.nvme.tier.queue_depth = config.nvme_queue_depth;
+    n.nvme.tier.sync_after_write = config.nvme_sync_after_write;
+    n.nvme.catalog_path = config.nvme_catalog_dir.empty() ? config.data_dir + "/nvme-catalog"
+                                                          : config.nvme_catalog_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(n.nvme.catalog_path).parent_path(),
+                                        ec);
+    n.nvme_high_watermark = config.nvme_high_watermark;
+    n.nvme_low_watermark = config.nvme_low_watermark;
+    n.nvme_policy = config.nvme_policy;
+    n.admission = config.nvme_admission;
+    n.warn = [](const std::string& msg) { spdlog::warn("{}", msg); };
+    auto tiered = TieredStore::Open(impl->tier.get(), std::move(n));
+    if (!tiered.ok())
+      return absl::Status(tiered.status().code(),
+                          absl::StrCat("nvme tier (config section 'nvme'): ",
+                                       tiered.status().message()));
+    impl->tiered = std::move(*tiered);
+    const NvmeTier& t = impl->tiered->nvme_tier();
+    const NvmeRecoveryReport& rec = impl->tiered->recovery();
+    spdlog::info(
+        "nvme tier: {} in {} file(s), io {} (queue depth {}{}), {}; catalog {}: recovered {} "
+        "blocks of {} entries in {} (dropped: {} undecodable, {} missing extent, {} overlapping)",
+        FormatSize(t.capacity_bytes()), t.file_count(), NvmeIoBackendName(t.io_backend()),
+        t.queue_depth(), t.registered_buffers() ? ", registered buffers" : "",
+        t.direct_io() ? "O_DIRECT" : "buffered (the filesystem refused O_DIRECT)",
+        config.nvme_catalog_dir.empty() ? config.data_dir + "/nvme-catalog"
+                                        : config.nvme_catalog_dir,
+        rec.entries_kept, rec.entries_loaded, absl::FormatDuration(rec.elapsed),
+        rec.dropped_undecodable, rec.dropped_missing_extent, rec.dropped_overlapping);
+    if (!t.io_uring_error().empty())
+      spdlog::warn("nvme tier: io_uring unavailable ({}); using the thread-pool fallback",
+                   t.io_uring_error());
+  }
 
   DataPlaneInfo dp;
   dp.node_id = node_id;
@@ -324,7 +402,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
+  impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
+  if (impl->tiered) impl->nvme_series = RegisterNvmeSeries(impl->metrics);
   impl->tier_open.store(true, std::memory_order_release);
 
   grpc::ServerBuilder builder;
@@ -361,6 +441,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     co.self.host_capacity = impl->tier->capacity();
     co.self.version = STRATA_VERSION;
     co.arena_base = impl->region->data();
+    if (TieredStore* t = impl->tiered.get()) {
+      HostTier* host = impl->tier.get();
+      co.holds = [host, t](const BlockId& id) {
+        return !host->Inspect({&id, 1}).empty() || t->HoldsOnNvme(id);
+      };
+      co.list_local = [host, t] {
+        std::vector<BlockId> ids = t->NvmeIds();
+        uint64_t cursor = 0;
+        do {
+          for (const auto& b : host->List(nullptr, 65536, &cursor)) ids.push_back(b.id);
+        } while (cursor != 0);
+        return ids;
+      };
+    }
     auto cluster = Cluster::Start(std::move(co), impl->tier.get(), impl->namespaces.get());
     if (!cluster.ok()) {
       impl->server->Shutdown(std::chrono::system_clock::now());
@@ -408,6 +502,14 @@ void Daemon::Shutdown() {
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();
+  if (d.tiered) {
+    // Blocks queued for write-back are dropped; NVMe blocks stay in the catalog for the next
+    // start. Host blocks are not flushed to NVMe (they are lost, as without an NVMe tier).
+    d.tiered->Stop();
+    auto n = d.tiered->Counters();
+    spdlog::info("nvme tier closed: {} blocks ({}) kept for the next start", n.nvme_blocks,
+                 FormatSize(n.nvme_used_bytes));
+  }
   auto s = d.tier->Stats();
   spdlog::info("stopped: {} blocks, {} open reservations and {} open leases dropped", s.blocks,
                s.open_reservations, s.open_leases);
@@ -455,6 +557,26 @@ void CollectTierMetrics(Daemon::Impl& d) {
   x.codec_raw->Set(raw);
   x.codec_stored->Set(stored);
   x.codec_ratio->Set(stored > 0 ? raw / stored : 0);
+  if (d.tiered && d.nvme_series) {
+    NvmeSeries& y = *d.nvme_series;
+    TieredStoreCounters n = d.tiered->Counters();
+    y.capacity->Set(static_cast<double>(n.nvme_capacity_bytes));
+    y.used->Set(static_cast<double>(n.nvme_used_bytes));
+    y.blocks->Set(static_cast<double>(n.nvme_blocks));
+    y.pinned->Set(static_cast<double>(n.nvme_pinned_blocks));
+    y.demotions->Set(n.demotions);
+    y.demoted_bytes->Set(n.demoted_bytes);
+    y.promotions->Set(n.promotions);
+    y.promoted_bytes->Set(n.promoted_bytes);
+    y.rejected->Set(n.admission_rejected);
+    y.evict_policy->Set(n.nvme_evictions);
+    y.evict_explicit->Set(n.nvme_removed_explicit);
+    y.full_drops->Set(n.nvme_full_drops);
+    y.write_errors->Set(n.nvme_write_errors);
+    y.read_errors->Set(n.nvme_read_errors);
+    y.crc_failures->Set(n.nvme_crc_failures);
+    y.pressure_drops->Set(s.pressure_drops);
+  }
 }
 
 }  // namespace

@@ -16,6 +16,8 @@ HostTier::HostTier(uint8_t* base, uint64_t capacity, HostTierOptions options)
   std::random_device rd;
   id_state_ = (uint64_t{rd()} << 32) ^ rd();
   stats_.capacity_bytes = allocator_.capacity();
+  auto policy = MakeEvictionPolicy(options_.eviction_policy);
+  policy_ = policy.ok() ? std::move(*policy) : std::move(*MakeEvictionPolicy("lru"));
 }
 
 uint64_t HostTier::NextId() {
@@ -123,29 +125,111 @@ void HostTier::FreeSlot(uint32_t slot) {
   free_slots_.push_back(slot);
 }
 
-void HostTier::LruPushFront(uint32_t slot) {
+void HostTier::Touch(uint32_t slot) {
   Entry& e = entries_[slot];
-  e.lru_prev = kNil;
-  e.lru_next = lru_head_;
-  if (lru_head_ != kNil) entries_[lru_head_].lru_prev = slot;
-  lru_head_ = slot;
-  if (lru_tail_ == kNil) lru_tail_ = slot;
+  e.last_use = options_.clock();
+  ++e.accesses;
+  policy_->OnAccess(e.id);
 }
 
-void HostTier::LruUnlink(uint32_t slot) {
-  Entry& e = entries_[slot];
-  if (e.lru_prev != kNil) entries_[e.lru_prev].lru_next = e.lru_next;
-  else lru_head_ = e.lru_next;
-  if (e.lru_next != kNil) entries_[e.lru_next].lru_prev = e.lru_prev;
-  else lru_tail_ = e.lru_prev;
-  e.lru_prev = e.lru_next = kNil;
+uint32_t HostTier::NextVictim(absl::Time now, std::vector<uint32_t>& skipped) {
+  while (auto id = policy_->PopVictim()) {
+    auto it = index_.find(*id);
+    if (it == index_.end()) continue;
+    const Entry& e = entries_[it->second];
+    if (e.state != State::kCommitted || e.demoting) continue;
+    if (!Evictable(e, now)) {
+      skipped.push_back(it->second);
+      continue;
+    }
+    return it->second;
+  }
+  return kNil;
 }
 
-void HostTier::LruTouch(uint32_t slot) {
-  entries_[slot].last_use = options_.clock();
-  if (lru_head_ == slot) return;
-  LruUnlink(slot);
-  LruPushFront(slot);
+void HostTier::RestoreSkipped(const std::vector<uint32_t>& skipped) {
+  for (uint32_t slot : skipped) {
+    const Entry& e = entries_[slot];
+    if (e.state == State::kCommitted && !e.demoting)
+      policy_->OnInsert(e.id, BlockMeta{e.parent, std::max<uint32_t>(e.accesses, 1)});
+  }
+}
+
+void HostTier::EvictVictim(uint32_t slot) {
+  Entry& e = entries_[slot];
+  if (options_.write_back && !write_back_stopped_) {
+    e.demoting = true;
+    ++e.leases;  // the write-back reads the extent: it must not be freed meanwhile
+    demoting_bytes_ += e.size;
+    ++demoting_blocks_;
+    demotion_queue_.push_back(slot);
+    return;
+  }
+  if (options_.write_back) ++stats_.pressure_drops;
+  RemoveCommitted(slot);
+  ++stats_.evictions_lru;
+}
+
+bool HostTier::FinishDemotionLocked(uint32_t slot, bool stored_below) {
+  Entry& e = entries_[slot];
+  demoting_bytes_ -= e.size;
+  --demoting_blocks_;
+  ++demotions_finished_;
+  e.demoting = false;
+  --e.leases;
+  if (e.state == State::kCommitted) {
+    RemoveCommitted(slot);  // frees now, or at the last client Release
+    ++stats_.evictions_lru;
+    if (stored_below) ++stats_.demoted;
+    return true;
+  }
+  // Evicted explicitly while queued or being written: only the write-back held it.
+  if (e.leases == 0 && e.state == State::kDoomed) FreeSlot(slot);
+  return false;
+}
+
+std::vector<DemotionItem> HostTier::TakeDemotions(size_t max, absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !demotion_queue_.empty() || write_back_stopped_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  std::vector<DemotionItem> out;
+  while (!demotion_queue_.empty() && out.size() < max) {
+    uint32_t slot = demotion_queue_.front();
+    demotion_queue_.pop_front();
+    const Entry& e = entries_[slot];
+    if (e.state != State::kCommitted) {  // evicted while queued
+      FinishDemotionLocked(slot, false);
+      continue;
+    }
+    DemotionItem d;
+    d.handle = slot;
+    d.id = e.id;
+    d.ns = namespace_ids_[e.ns];
+    d.parent = e.parent;
+    d.offset = e.offset;
+    d.size = e.size;
+    d.crc = e.crc;
+    d.accesses = std::max<uint32_t>(e.accesses, 1);
+    out.push_back(d);
+  }
+  return out;
+}
+
+bool HostTier::FinishDemotion(uint32_t handle, bool stored_below) {
+  absl::MutexLock lock(&mu_);
+  return FinishDemotionLocked(handle, stored_below);
+}
+
+void HostTier::StopWriteBack() {
+  absl::MutexLock lock(&mu_);
+  write_back_stopped_ = true;
+  while (!demotion_queue_.empty()) {
+    uint32_t slot = demotion_queue_.front();
+    demotion_queue_.pop_front();
+    FinishDemotionLocked(slot, false);
+  }
 }
 
 bool HostTier::Evictable(const Entry& e, absl::Time now) const {
@@ -155,7 +239,7 @@ bool HostTier::Evictable(const Entry& e, absl::Time now) const {
 void HostTier::RemoveCommitted(uint32_t slot) {
   Entry& e = entries_[slot];
   if (options_.on_change) options_.on_change({BlockEvent::kRemoved, e.id});
-  LruUnlink(slot);
+  policy_->OnRemove(e.id);
   index_.erase(e.id);
   stats_.committed_bytes -= e.size;
   --stats_.blocks;
@@ -170,34 +254,56 @@ void HostTier::RemoveCommitted(uint32_t slot) {
 
 std::optional<uint64_t> HostTier::AllocateEvicting(uint64_t size, absl::Time now) {
   if (auto off = allocator_.Allocate(size)) return off;
-  // Evict least-recently-used blocks until the request fits. Free space can be fragmented, so
-  // this stops at the first allocation that succeeds rather than at a byte count.
-  uint32_t slot = lru_tail_;
-  while (slot != kNil) {
-    uint32_t prev = entries_[slot].lru_prev;
-    if (Evictable(entries_[slot], now)) {
-      RemoveCommitted(slot);
-      ++stats_.evictions_lru;
+  if (options_.write_back) {
+    // Queue victims until as many bytes as the request are on their way down, and wait for the
+    // write-back to free them. Free space can be fragmented: retry after every completion.
+    const absl::Time deadline = absl::Now() + options_.write_back_wait;
+    while (!write_back_stopped_) {
+      std::vector<uint32_t> skipped;
+      while (demoting_bytes_ < size) {
+        uint32_t v = NextVictim(now, skipped);
+        if (v == kNil) break;
+        EvictVictim(v);
+      }
+      RestoreSkipped(skipped);
+      if (demoting_bytes_ == 0) break;
+      const uint64_t seen = demotions_finished_;
+      auto progressed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return demotions_finished_ != seen || write_back_stopped_;
+      };
+      bool moved = mu_.AwaitWithDeadline(absl::Condition(&progressed), deadline);
       if (auto off = allocator_.Allocate(size)) return off;
+      if (!moved) break;
     }
-    slot = prev;
   }
-  return std::nullopt;
+  // Drop victims until the request fits (stops at the first allocation that succeeds).
+  std::vector<uint32_t> skipped;
+  std::optional<uint64_t> off;
+  while (!off) {
+    uint32_t v = NextVictim(now, skipped);
+    if (v == kNil) break;
+    if (options_.write_back) ++stats_.pressure_drops;
+    RemoveCommitted(v);
+    ++stats_.evictions_lru;
+    off = allocator_.Allocate(size);
+  }
+  RestoreSkipped(skipped);
+  return off;
 }
 
 void HostTier::EvictToLowWatermark(absl::Time now) {
   const double cap = static_cast<double>(allocator_.capacity());
-  if (allocator_.allocated_bytes() <= options_.high_watermark * cap) return;
+  // Blocks being written back still hold their bytes but are already on their way out.
+  auto used = [this] { return static_cast<double>(allocator_.allocated_bytes() - demoting_bytes_); };
+  if (used() <= options_.high_watermark * cap) return;
   const double target = options_.low_watermark * cap;
-  uint32_t slot = lru_tail_;
-  while (slot != kNil && allocator_.allocated_bytes() > target) {
-    uint32_t prev = entries_[slot].lru_prev;
-    if (Evictable(entries_[slot], now)) {
-      RemoveCommitted(slot);
-      ++stats_.evictions_lru;
-    }
-    slot = prev;
+  std::vector<uint32_t> skipped;
+  while (used() > target) {
+    uint32_t v = NextVictim(now, skipped);
+    if (v == kNil) break;
+    EvictVictim(v);
   }
+  RestoreSkipped(skipped);
 }
 
 ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const ReserveItem> items) {
@@ -217,7 +323,7 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
       if (e.ns != ns) continue;  // kInvalid: ids are namespace-seeded, this one is not ours
       if (e.state == State::kCommitted) {
         r.status[i] = BlockStatus::kExists;
-        LruTouch(found->second);
+        Touch(found->second);
         ++stats_.dedup_total;
       } else {
         r.status[i] = BlockStatus::kInProgress;
@@ -327,12 +433,13 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       e.state = State::kCommitted;
       e.crc = crcs[i];
       e.last_use = now;
+      e.accesses = 1;
       stats_.committed_bytes += e.size;
       ++stats_.blocks;
       ++namespace_usage_[e.ns].first;
       namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
-      LruPushFront(slot);
+      policy_->OnInsert(e.id, BlockMeta{e.parent, 1});
       if (options_.on_change) options_.on_change({BlockEvent::kStored, e.id});
     } else {
       ++stats_.crc_failures;
@@ -369,16 +476,23 @@ absl::Status HostTier::Abort(uint64_t reservation_id) {
   return absl::OkStatus();
 }
 
-size_t HostTier::Lookup(const NamespaceId& ns_id, std::span<const BlockId> ids) {
+size_t HostTier::Lookup(const NamespaceId& ns_id, std::span<const BlockId> ids,
+                        const std::function<bool(const BlockId&)>& lower,
+                        std::vector<bool>* in_lower) {
   absl::MutexLock lock(&mu_);
   ++stats_.lookups;
   auto ns_it = namespaces_.find(ns_id);
   size_t n = 0;
-  if (ns_it != namespaces_.end()) {
-    for (; n < ids.size(); ++n) {
-      uint32_t slot = FindCommitted(ns_it->second, ids[n]);
-      if (slot == kNil) break;
-      LruTouch(slot);
+  if (in_lower) in_lower->clear();
+  for (; n < ids.size(); ++n) {
+    uint32_t slot = ns_it == namespaces_.end() ? kNil : FindCommitted(ns_it->second, ids[n]);
+    if (slot != kNil) {
+      Touch(slot);
+      if (in_lower) in_lower->push_back(false);
+    } else if (lower && lower(ids[n])) {
+      if (in_lower) in_lower->push_back(true);
+    } else {
+      break;
     }
   }
   stats_.lookup_hit_blocks += n;
@@ -403,7 +517,7 @@ AcquireResult HostTier::Acquire(const NamespaceId& ns_id, std::span<const BlockI
     }
     Entry& e = entries_[slot];
     ++e.leases;
-    LruTouch(slot);
+    Touch(slot);
     lease.slots.push_back(slot);
     r.status[i] = BlockStatus::kOk;
     r.offsets[i] = e.offset;
@@ -541,6 +655,8 @@ HostTierStats HostTier::Stats() const {
   s.open_reservations = reservations_.size();
   s.open_leases = leases_.size();
   s.namespaces = namespaces_.size();
+  s.demoting_blocks = demoting_blocks_;
+  s.demoting_bytes = demoting_bytes_;
   s.pinned_blocks = 0;
   for (const Entry& e : entries_)
     if (e.state == State::kCommitted && e.pinned_until > now) ++s.pinned_blocks;

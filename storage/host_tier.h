@@ -1,19 +1,29 @@
 // The host-DRAM tier: committed blobs in one fixed arena, an index by BlockId, two-phase
-// publish (Reserve, then Commit with CRC32C verification), read leases, pins with a TTL, and LRU
-// eviction between a high and a low watermark.
+// publish (Reserve, then Commit with CRC32C verification), read leases, pins with a TTL, and
+// eviction between a high and a low watermark in the order of a pluggable EvictionPolicy
+// (storage/eviction; "lru" by default).
+//
+// Write-back (options.write_back): a victim is not dropped but queued for a lower tier. It stays
+// committed and readable until the owner of the lower tier, which drains the queue with
+// TakeDemotions, calls FinishDemotion; only then does it leave this tier and its extent is
+// freed. A reservation that finds no room waits (up to write_back_wait) for write-back to free
+// space, then falls back to dropping victims (counted as pressure_drops).
 //
 // Invariants:
 // - A block becomes visible only after Commit verified its bytes.
 // - A leased block is never freed or overwritten; evicting it only hides it, and its extent is
 //   freed when the last lease ends.
-// - A pinned block (pin not expired) is never chosen by LRU eviction.
+// - A pinned block (pin not expired) or a leased one is never chosen as a victim.
 // - Reservations and leases expire, so a client that dies gives every byte back.
 //
 // Thread-safe: one mutex guards the metadata; CRC verification runs outside it.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -23,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/block_id.h"
 #include "common/block_status.h"
+#include "storage/eviction/eviction_policy.h"
 #include "storage/extent_allocator.h"
 
 namespace strata {
@@ -43,6 +54,13 @@ struct HostTierOptions {
   uint64_t max_block_bytes = uint64_t{1} << 30;
   // Commits of at least this many bytes verify their CRCs on two threads.
   uint64_t parallel_verify_bytes = 8 << 20;
+  // Victim order: a name from OnlineEvictionPolicyNames() (unknown names fall back to "lru";
+  // the daemon validates its config first).
+  std::string eviction_policy = "lru";
+  // Hand victims to a lower tier (TakeDemotions / FinishDemotion) instead of dropping them.
+  bool write_back = false;
+  // How long a reservation waits for write-back to free space before dropping victims.
+  absl::Duration write_back_wait = absl::Seconds(2);
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
   // Told of every BlockEvent, with the tier's lock held: it must be cheap and must not call
@@ -89,6 +107,19 @@ struct BlockInfo {
   absl::Duration idle;        // since the block was last published, looked up or fetched
 };
 
+// A committed block on its way to a lower tier. Its bytes stay valid at base() + offset until
+// FinishDemotion(handle, ...) is called.
+struct DemotionItem {
+  uint32_t handle = 0;
+  BlockId id;
+  NamespaceId ns;
+  BlockId parent;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  uint32_t accesses = 1;  // requests while cached here, counting the publish
+};
+
 struct HostTierStats {
   uint64_t capacity_bytes = 0;
   uint64_t allocated_bytes = 0;  // committed + reserved + doomed-but-leased
@@ -108,7 +139,11 @@ struct HostTierStats {
   uint64_t committed_total = 0;
   uint64_t dedup_total = 0;
   uint64_t crc_failures = 0;
-  uint64_t evictions_lru = 0;
+  uint64_t evictions_lru = 0;      // victims that left the tier (dropped or written back)
+  uint64_t demoted = 0;            // victims written back to a lower tier
+  uint64_t pressure_drops = 0;     // write-back on, but victims dropped to make room at once
+  uint64_t demoting_blocks = 0;    // gauge: queued or being written back
+  uint64_t demoting_bytes = 0;
   uint64_t evictions_explicit = 0;
   uint64_t no_space = 0;
   uint64_t reservations_expired = 0;
@@ -128,8 +163,12 @@ class HostTier {
                                                   std::span<const uint32_t> crcs);
   absl::Status Abort(uint64_t reservation_id);
 
-  // Number of leading ids that are committed in `ns`.
-  size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids);
+  // Number of leading ids that are committed in `ns`. With `lower`, a block missing here counts
+  // when lower(id) is true (a lower tier holds it; called under this tier's lock, so it must not
+  // call back into it); `in_lower` then says, per counted block, which ones those were.
+  size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
+                const std::function<bool(const BlockId&)>& lower = nullptr,
+                std::vector<bool>* in_lower = nullptr);
 
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
   absl::Status Release(uint64_t lease_id);
@@ -150,6 +189,14 @@ class HostTier {
   // Ends expired reservations, leases and pins; call periodically.
   void ReclaimExpired();
 
+  // Write-back: up to `max` queued victims, waiting up to `wait` for one.
+  std::vector<DemotionItem> TakeDemotions(size_t max, absl::Duration wait);
+  // The block of `handle` leaves this tier (`stored_below`: it was written to the lower tier).
+  // False when it had been evicted meanwhile: the caller should remove its lower copy.
+  bool FinishDemotion(uint32_t handle, bool stored_below);
+  // No more write-back: queued victims are dropped, waiting reservations fall back to dropping.
+  void StopWriteBack();
+
   HostTierStats Stats() const;
   uint8_t* base() const { return base_; }
   uint64_t capacity() const { return allocator_.capacity(); }
@@ -166,9 +213,9 @@ class HostTier {
     uint64_t size = 0;
     uint32_t crc = 0;
     uint32_t ns = 0;
-    uint32_t leases = 0;
-    uint32_t lru_prev = kNil;
-    uint32_t lru_next = kNil;
+    uint32_t leases = 0;    // read leases, plus one while being written back
+    uint32_t accesses = 0;  // requests since commit, counting the publish
+    bool demoting = false;
     State state = State::kFree;
     absl::Time pinned_until = absl::InfinitePast();
     absl::Time last_use = absl::InfinitePast();
@@ -189,10 +236,16 @@ class HostTier {
   uint32_t FindCommitted(uint32_t ns, const BlockId& id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   uint32_t NewSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruPushFront(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruUnlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruTouch(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const Entry& e, absl::Time now) const;
+  // The policy's next evictable victim, or kNil. Blocks it passes over (leased, pinned) are
+  // collected in `skipped` and must go back with RestoreSkipped after the pass.
+  uint32_t NextVictim(absl::Time now, std::vector<uint32_t>& skipped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RestoreSkipped(const std::vector<uint32_t>& skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the victim, or queues it for write-back.
+  void EvictVictim(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FinishDemotionLocked(uint32_t slot, bool stored_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a committed block from the index; frees its extent now or when its leases end.
   void RemoveCommitted(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<uint64_t> AllocateEvicting(uint64_t size, absl::Time now)
@@ -216,8 +269,12 @@ class HostTier {
   std::vector<std::pair<uint64_t, uint64_t>> namespace_usage_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
-  uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = kNil;  // most recent
-  uint32_t lru_tail_ ABSL_GUARDED_BY(mu_) = kNil;  // least recent
+  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint32_t> demotion_queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t demoting_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t demoting_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t demotions_finished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool write_back_stopped_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t id_state_ ABSL_GUARDED_BY(mu_);
   mutable HostTierStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -38,13 +38,79 @@ TEST(ConfigTest, ErrorsNameTheField) {
                         Case{"reservation_timeout: 10ms\n", "'reservation_timeout'"},
                         Case{"listen: nowhere\n", "'listen'"},
                         Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"},
-                        Case{"log_format: xml\n", "'log_format'"}}) {
+                        Case{"log_format: xml\n", "'log_format'"},
+                        Case{"host_tier:\n  policy: fifo\n", "'host_tier.policy'"},
+                        Case{"nvme:\n  policy: belady\n", "'nvme.policy'"},
+                        Case{"nvme:\n  admission: sometimes\n", "'nvme.admission'"},
+                        Case{"nvme:\n  queue_depth: 0\n", "'nvme.queue_depth'"},
+                        Case{"nvme:\n  low_watermark: 0.99\n", "'nvme.low_watermark'"},
+                        Case{"nvme:\n  sync_after_write: often\n", "'nvme.sync_after_write'"},
+                        Case{"nvme:\n  files: /dev/nvme0\n", "'nvme.files'"},
+                        Case{"nvme:\n  files:\n    - /dev/nvme0\n", "'nvme.files[0]'"},
+                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
+                             "    - {path: /b, capacity: lots}\n",
+                             "'nvme.files[1].capacity'"},
+                        Case{"nvme:\n  files:\n    - {path: /a}\n", "'nvme.files[0].capacity'"},
+                        Case{"nvme:\n  files:\n    - {capacity: 1GiB}\n", "'nvme.files[0].path'"},
+                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1KiB}\n",
+                             "'nvme.files[0].capacity'"},
+                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB, mode: raw}\n",
+                             "'nvme.files[0].mode'"},
+                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
+                             "    - {path: /a, capacity: 1GiB}\n",
+                             "'nvme.files[1].path'"}}) {
     auto c = ParseConfig(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_NE(c.status().message().find(k.field), std::string::npos) << c.status();
   }
   EXPECT_FALSE(ParseConfig("[not, a, mapping]").ok());
   EXPECT_FALSE(ParseConfig("host_tier: {capacity: 1GiB").ok());  // not YAML
+}
+
+TEST(ConfigTest, NvmeSectionDefaultsToNoTier) {
+  auto c = ParseConfig("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->nvme_files.empty());
+  EXPECT_EQ(c->host_policy, "lru");
+  EXPECT_EQ(c->nvme_policy, "lru");
+  EXPECT_EQ(c->nvme_admission, "always");
+  EXPECT_EQ(c->nvme_queue_depth, 32u);
+  EXPECT_TRUE(c->nvme_sync_after_write);
+  EXPECT_DOUBLE_EQ(c->nvme_high_watermark, 0.95);
+  EXPECT_DOUBLE_EQ(c->nvme_low_watermark, 0.85);
+  EXPECT_EQ(c->nvme_catalog_dir, "");
+}
+
+TEST(ConfigTest, NvmeSectionParses) {
+  auto c = ParseConfig(
+      "host_tier:\n  policy: prefix-adaptive\n"
+      "nvme:\n"
+      "  files:\n"
+      "    - {path: /mnt/a/strata.tier, capacity: 2GiB}\n"
+      "    - path: /mnt/b/strata.tier\n"
+      "      capacity: 512MiB\n"
+      "  catalog_dir: /var/lib/strata/cat\n"
+      "  high_watermark: 0.9\n  low_watermark: 0.7\n"
+      "  policy: s3fifo\n  admission: second-access\n"
+      "  queue_depth: 64\n  sync_after_write: false\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host_policy, "prefix-adaptive");
+  ASSERT_EQ(c->nvme_files.size(), 2u);
+  EXPECT_EQ(c->nvme_files[0].path, "/mnt/a/strata.tier");
+  EXPECT_EQ(c->nvme_files[0].capacity, 2ull << 30);
+  EXPECT_EQ(c->nvme_files[1].path, "/mnt/b/strata.tier");
+  EXPECT_EQ(c->nvme_files[1].capacity, 512ull << 20);
+  EXPECT_EQ(c->nvme_catalog_dir, "/var/lib/strata/cat");
+  EXPECT_DOUBLE_EQ(c->nvme_high_watermark, 0.9);
+  EXPECT_DOUBLE_EQ(c->nvme_low_watermark, 0.7);
+  EXPECT_EQ(c->nvme_policy, "s3fifo");
+  EXPECT_EQ(c->nvme_admission, "second-access");
+  EXPECT_EQ(c->nvme_queue_depth, 64u);
+  EXPECT_FALSE(c->nvme_sync_after_write);
+  // An explicit empty list is no NVMe tier.
+  auto none = ParseConfig("nvme:\n  files: []\n");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->nvme_files.empty());
 }
 
 }  // namespace

@@ -1,0 +1,425 @@
+#include "storage/tiered_store.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(HostTier* host,
+                                                               TieredStoreOptions options) {
+  if (!host->options().write_back)
+    return absl::InvalidArgumentError("TieredStore needs a host tier with write_back on");
+  if (!(options.nvme_low_watermark > 0 &&
+        options.nvme_low_watermark <= options.nvme_high_watermark &&
+        options.nvme_high_watermark <= 1))
+    return absl::InvalidArgumentError("nvme watermarks need 0 < low <= high <= 1");
+  std::unique_ptr<TieredStore> s(new TieredStore(host, std::move(options)));
+  ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(s->options_.nvme_policy));
+  ASSIGN_OR_RETURN(s->store_, NvmeBlockStore::Open(s->options_.nvme));
+  const uint64_t typical = 1 << 20;
+  ASSIGN_OR_RETURN(
+      auto admission,
+      MakeAdmissionPolicy(s->options_.admission,
+                          std::max<uint64_t>(1024, s->store_->tier().capacity_bytes() / typical)));
+  {
+    absl::MutexLock l(&s->meta_mu_);
+    s->policy_ = std::move(policy);
+    s->admission_ = std::move(admission);
+    // Recovered blocks enter the NVMe policy (their access history is not persisted).
+    for (const BlockId& id : s->store_->Ids()) {
+      auto e = s->store_->Lookup(id);
+      s->policy_->OnInsert(id, BlockMeta{e ? e->parent : BlockId{}, 1});
+    }
+  }
+  TieredStore* raw = s.get();
+  s->writer_ = std::thread([raw] { raw->WriteBackLoop(); });
+  return s;
+}
+
+TieredStore::~TieredStore() { Stop(); }
+
+void TieredStore::Stop() {
+  if (stop_.exchange(true)) return;
+  host_->StopWriteBack();  // wakes the writer; queued victims are dropped
+  if (writer_.joinable()) writer_.join();
+}
+
+bool TieredStore::OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry* entry) const {
+  auto e = store_->Lookup(id);
+  if (!e || e->ns != ns) return false;
+  if (entry) *entry = *e;
+  return true;
+}
+
+std::vector<BlockId> TieredStore::NvmeIds() const { return store_->Ids(); }
+
+bool TieredStore::HoldsOnNvme(const BlockId& id) const { return store_->Lookup(id).has_value(); }
+
+bool TieredStore::PinnedOnNvme(const BlockId& id) {
+  auto it = pins_.find(id);
+  if (it == pins_.end()) return false;
+  if (it->second > absl::Now()) return true;
+  pins_.erase(it);
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write-back
+
+void TieredStore::WriteBackLoop() {
+  while (!stop_.load()) {
+    auto items = host_->TakeDemotions(options_.write_back_batch, absl::Milliseconds(100));
+    if (!items.empty()) WriteBack(items);
+  }
+}
+
+void TieredStore::MakeRoom(uint64_t need) {
+  const NvmeTier& tier = store_->tier();
+  const double cap = static_cast<double>(tier.capacity_bytes());
+  auto used = [&] { return static_cast<double>(tier.capacity_bytes() - tier.free_bytes()); };
+  // Past the high watermark: down to the low one; otherwise only what the batch needs.
+  const double limit = used() + need > options_.nvme_high_watermark * cap
+                           ? options_.nvme_low_watermark * cap
+                           : cap;
+  std::vector<BlockId> skipped;
+  std::vector<BlockId> victims;
+  {
+    absl::MutexLock l(&meta_mu_);
+    double projected = used();
+    while (projected + need > limit) {
+      auto v = policy_->PopVictim();
+      if (!v) break;
+      if (PinnedOnNvme(*v)) {
+        skipped.push_back(*v);
+        continue;
+      }
+      auto e = store_->Lookup(*v);
+      if (!e) continue;
+      projected -= static_cast<double>(NvmeTier::RoundUp(e->size));
+      victims.push_back(*v);
+    }
+    for (const BlockId& id : skipped) {
+      auto e = store_->Lookup(id);
+      if (e) policy_->OnInsert(id, BlockMeta{e->parent, 1});
+    }
+  }
+  for (const BlockId& id : victims)
+    if (store_->Remove(id).ok()) n_.nvme_evictions.fetch_add(1);
+}
+
+void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
+  std::vector<DemotionItem> admitted;
+  std::vector<uint32_t> rejected;
+  {
+    absl::MutexLock l(&meta_mu_);
+    for (const DemotionItem& d : items) {
+      if (admission_->Admit(d.id, d.accesses)) admitted.push_back(d);
+      else rejected.push_back(d.handle);
+    }
+  }
+  for (uint32_t h : rejected) host_->FinishDemotion(h, false);
+  n_.admission_rejected.fetch_add(rejected.size());
+  if (admitted.empty()) return;
+
+  absl::MutexLock io(&io_mu_);
+  uint64_t need = 0;
+  for (const DemotionItem& d : admitted) need += NvmeTier::RoundUp(d.size);
+  MakeRoom(need);
+  std::vector<NvmePutReq> puts(admitted.size());
+  const int64_t now_us = absl::ToUnixMicros(absl::Now());
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    const DemotionItem& d = admitted[i];
+    puts[i].id = d.id;
+    puts[i].meta.ns = d.ns;
+    puts[i].meta.parent = d.parent;
+    puts[i].meta.last_access_us = now_us;
+    puts[i].data = std::span<const std::byte>(
+        reinterpret_cast<const std::byte*>(host_->base() + d.offset), d.size);
+  }
+  std::vector<absl::Status> st = store_->Put(puts);
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    const DemotionItem& d = admitted[i];
+    if (!st[i].ok()) {
+      if (absl::IsResourceExhausted(st[i])) {
+        uint64_t k = n_.nvme_full_drops.fetch_add(1) + 1;
+        if ((k & (k - 1)) == 0)  // 1st, 2nd, 4th, 8th, ... time: the log stays readable
+          Warn(absl::StrCat("nvme tier full: host victim ", d.id.ShortHex(), " (", d.size,
+                            " bytes) dropped instead of demoted (", k,
+                            " so far); serving continues from host memory: ",
+                            st[i].message()));
+      } else {
+        n_.nvme_write_errors.fetch_add(1);
+        Warn(absl::StrCat("nvme write of block ", d.id.ShortHex(), " failed; dropped: ",
+                          st[i].ToString()));
+      }
+      host_->FinishDemotion(d.handle, false);
+      continue;
+    }
+    {
+      absl::MutexLock l(&meta_mu_);
+      policy_->OnInsert(d.id, BlockMeta{d.parent, d.accesses});
+    }
+    n_.demotions.fetch_add(1);
+    n_.demoted_bytes.fetch_add(d.size);
+    if (!host_->FinishDemotion(d.handle, true)) {
+      // Evicted by a client while it was being written: the NVMe copy must go too.
+      RemoveNvme(d.id);
+    }
+  }
+}
+
+bool TieredStore::RemoveNvme(const BlockId& id) {
+  bool removed = store_->Remove(id).ok();
+  absl::MutexLock l(&meta_mu_);
+  policy_->OnRemove(id);
+  pins_.erase(id);
+  return removed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+size_t TieredStore::Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
+                           std::vector<Tier>* tiers) {
+  auto probe = [&](const BlockId& id) {
+    if (!OnNvme(ns, id)) return false;
+    absl::MutexLock l(&meta_mu_);
+    policy_->OnAccess(id);
+    return true;
+  };
+  std::vector<bool> lower;
+  size_t n = host_->Lookup(ns, ids, probe, &lower);
+  if (tiers) {
+    tiers->clear();
+    for (size_t i = 0; i < n; ++i) tiers->push_back(lower[i] ? Tier::kNvme : Tier::kHost);
+  }
+  return n;
+}
+
+void TieredStore::Promote(const NamespaceId& ns, const BlockId& id, const CatalogEntry& entry) {
+  ReserveItem item{id, entry.parent, entry.size};
+  ReserveResult rr = host_->Reserve(ns, {&item, 1});
+  if (rr.status[0] != BlockStatus::kOk) return;  // kExists: already back in host; else no room
+  const uint64_t offset = rr.offsets[0];
+  absl::Status st;
+  {
+    absl::MutexLock io(&io_mu_);
+    NvmeGetReq g;
+    g.id = id;
+    g.dst = std::span<std::byte>(reinterpret_cast<std::byte*>(host_->base() + offset),
+                                 entry.size);
+    st = store_->Get({&g, 1})[0];
+  }
+  if (!st.ok()) {
+    (void)host_->Abort(rr.reservation_id);
+    if (absl::IsDataLoss(st)) {  // the store dropped it already
+      n_.nvme_crc_failures.fetch_add(1);
+      absl::MutexLock l(&meta_mu_);
+      policy_->OnRemove(id);
+      pins_.erase(id);
+      Warn(st.ToString());
+    } else if (!absl::IsNotFound(st)) {
+      n_.nvme_read_errors.fetch_add(1);
+      Warn(absl::StrCat("nvme read of block ", id.ShortHex(), " failed: ", st.ToString()));
+    }
+    return;
+  }
+  // The host tier verifies the CRC32C recorded when the block was first committed.
+  const uint32_t crc = entry.crc32c;
+  auto committed = host_->Commit(rr.reservation_id, {&crc, 1});
+  {
+    absl::MutexLock io(&io_mu_);
+    RemoveNvme(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
+  }
+  if (!committed.ok() || (*committed)[0] != BlockStatus::kOk) {
+    n_.nvme_crc_failures.fetch_add(1);
+    Warn(absl::StrCat("nvme block ", id.ShortHex(),
+                      " failed its CRC32C when staged into host memory; dropped"));
+    return;
+  }
+  n_.promotions.fetch_add(1);
+  n_.promoted_bytes.fetch_add(entry.size);
+}
+
+AcquireResult TieredStore::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {
+  absl::flat_hash_set<BlockId> in_host;
+  for (const BlockInfo& b : host_->Inspect(ids)) in_host.insert(b.id);
+  for (const BlockId& id : ids) {
+    if (in_host.contains(id)) continue;
+    CatalogEntry e;
+    if (!OnNvme(ns, id, &e)) continue;
+    absl::Time pinned_until = absl::InfinitePast();
+    {
+      absl::MutexLock l(&meta_mu_);
+      if (PinnedOnNvme(id)) pinned_until = pins_[id];
+    }
+    Promote(ns, id, e);
+    if (pinned_until > absl::Now())  // the pin follows the block
+      host_->Pin(ns, {&id, 1}, pinned_until - absl::Now());
+  }
+  return host_->Acquire(ns, ids);
+}
+
+ReserveResult TieredStore::Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) {
+  std::vector<size_t> on_nvme_idx;
+  std::vector<ReserveItem> rest;
+  std::vector<size_t> rest_idx;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (OnNvme(ns, items[i].id)) on_nvme_idx.push_back(i);
+    else {
+      rest.push_back(items[i]);
+      rest_idx.push_back(i);
+    }
+  }
+  if (on_nvme_idx.empty()) return host_->Reserve(ns, items);
+  ReserveResult part = host_->Reserve(ns, rest);
+  ReserveResult r;
+  r.reservation_id = part.reservation_id;
+  r.expires_in = part.expires_in;
+  r.status.assign(items.size(), BlockStatus::kExists);
+  r.offsets.assign(items.size(), 0);
+  for (size_t k = 0; k < rest_idx.size(); ++k) {
+    r.status[rest_idx[k]] = part.status[k];
+    r.offsets[rest_idx[k]] = part.offsets[k];
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evict, pins
+
+EvictResult TieredStore::Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
+                               bool force) {
+  if (!cascade) {
+    EvictResult r = host_->Evict(ns, ids, false, force);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (r.status[i] != BlockStatus::kNotFound || !OnNvme(ns, ids[i])) continue;
+      {
+        absl::MutexLock l(&meta_mu_);
+        if (!force && PinnedOnNvme(ids[i])) {
+          r.status[i] = BlockStatus::kPinned;
+          continue;
+        }
+      }
+      absl::MutexLock io(&io_mu_);
+      if (RemoveNvme(ids[i])) {
+        r.status[i] = BlockStatus::kOk;
+        ++r.removed_blocks;
+        n_.nvme_removed_explicit.fetch_add(1);
+      }
+    }
+    return r;
+  }
+  // Cascade across both tiers: one scan of the parent -> child edges of `ns` (rare admin call).
+  struct Node {
+    bool pinned = false;
+    bool host = false;
+  };
+  absl::flat_hash_map<BlockId, Node> nodes;
+  absl::flat_hash_map<BlockId, std::vector<BlockId>> children;
+  uint64_t cursor = 0;
+  do {
+    for (const BlockInfo& b : host_->List(&ns, 4096, &cursor)) {
+      nodes[b.id] = Node{b.pinned_for > absl::ZeroDuration(), true};
+      if (!b.parent.IsZero()) children[b.parent].push_back(b.id);
+    }
+  } while (cursor != 0);
+  for (const BlockId& id : store_->Ids()) {
+    CatalogEntry e;
+    if (nodes.contains(id) || !OnNvme(ns, id, &e)) continue;
+    bool pinned;
+    {
+      absl::MutexLock l(&meta_mu_);
+      pinned = PinnedOnNvme(id);
+    }
+    nodes[id] = Node{pinned, false};
+    if (!e.parent.IsZero()) children[e.parent].push_back(id);
+  }
+  EvictResult r;
+  r.status.assign(ids.size(), BlockStatus::kNotFound);
+  std::vector<BlockId> closure;
+  absl::flat_hash_set<BlockId> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = nodes.find(ids[i]);
+    if (it == nodes.end()) continue;
+    if (it->second.pinned && !force) {
+      r.status[i] = BlockStatus::kPinned;
+      continue;
+    }
+    r.status[i] = BlockStatus::kOk;
+    if (seen.insert(ids[i]).second) closure.push_back(ids[i]);
+  }
+  for (size_t i = 0; i < closure.size(); ++i) {
+    auto it = children.find(closure[i]);
+    if (it == children.end()) continue;
+    for (const BlockId& c : it->second)
+      if ((force || !nodes[c].pinned) && seen.insert(c).second) closure.push_back(c);
+  }
+  std::vector<BlockId> host_ids, nvme_ids;
+  for (const BlockId& id : closure) (nodes[id].host ? host_ids : nvme_ids).push_back(id);
+  if (!host_ids.empty()) r.removed_blocks += host_->Evict(ns, host_ids, false, force).removed_blocks;
+  absl::MutexLock io(&io_mu_);
+  for (const BlockId& id : nvme_ids)
+    if (RemoveNvme(id)) {
+      ++r.removed_blocks;
+      n_.nvme_removed_explicit.fetch_add(1);
+    }
+  return r;
+}
+
+std::vector<BlockStatus> TieredStore::Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                                          absl::Duration ttl) {
+  std::vector<BlockStatus> out = host_->Pin(ns, ids, ttl);
+  const absl::Time until = absl::Now() + std::min(ttl, host_->options().max_pin_ttl);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (out[i] != BlockStatus::kNotFound || !OnNvme(ns, ids[i])) continue;
+    absl::MutexLock l(&meta_mu_);
+    auto [it, inserted] = pins_.try_emplace(ids[i], until);
+    if (!inserted) it->second = std::max(it->second, until);
+    out[i] = BlockStatus::kOk;
+  }
+  return out;
+}
+
+std::vector<BlockStatus> TieredStore::Unpin(const NamespaceId& ns, std::span<const BlockId> ids) {
+  std::vector<BlockStatus> out = host_->Unpin(ns, ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (out[i] != BlockStatus::kNotFound || !OnNvme(ns, ids[i])) continue;
+    absl::MutexLock l(&meta_mu_);
+    pins_.erase(ids[i]);
+    out[i] = BlockStatus::kOk;
+  }
+  return out;
+}
+
+TieredStoreCounters TieredStore::Counters() const {
+  TieredStoreCounters c;
+  const NvmeTier& tier = store_->tier();
+  c.nvme_capacity_bytes = tier.capacity_bytes();
+  c.nvme_used_bytes = tier.capacity_bytes() - tier.free_bytes();
+  NvmeStoreCounters sc = store_->Counters();
+  c.nvme_blocks = sc.blocks;
+  {
+    absl::MutexLock l(&meta_mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [id, until] : pins_)
+      if (until > now) ++c.nvme_pinned_blocks;
+  }
+  c.demotions = n_.demotions.load();
+  c.demoted_bytes = n_.demoted_bytes.load();
+  c.promotions = n_.promotions.load();
+  c.promoted_bytes = n_.promoted_bytes.load();
+  c.admission_rejected = n_.admission_rejected.load();
+  c.nvme_evictions = n_.nvme_evictions.load();
+  c.nvme_full_drops = n_.nvme_full_drops.load();
+  c.nvme_write_errors = n_.nvme_write_errors.load();
+  c.nvme_read_errors = n_.nvme_read_errors.load();
+  c.nvme_crc_failures = n_.nvme_crc_failures.load();
+  c.nvme_removed_explicit = n_.nvme_removed_explicit.load();
+  return c;
+}
+
+}  // namespace strata

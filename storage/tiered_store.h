@@ -1,0 +1,143 @@
+// Host DRAM over NVMe: the NVMe tier as the host tier's write-back target.
+//
+// The host tier (storage/host_tier.h, with options.write_back) chooses its victims with its own
+// eviction policy and queues them; a background thread here drains the queue: the NVMe
+// admission rule decides whether a victim is written down or dropped, the NVMe eviction policy
+// makes room (dropping NVMe blocks) when the NVMe tier would pass its high watermark, then the
+// victims are written (data durable, then catalog entry) and only then leave host memory. A
+// victim that does not fit even after NVMe eviction (disk full, everything pinned) is dropped
+// and counted; the host tier keeps serving.
+//
+// A fetch (Acquire) of an NVMe block promotes it first: a host extent is reserved, the block
+// is read into it, its CRC32C is verified by the host tier's commit (and by the store on the
+// first read after a restart), and it becomes a host block; it leaves NVMe (tiers are
+// exclusive). A block failing its CRC is dropped from NVMe, counted, and reported not found.
+// Lookup, Evict (with cascade across both tiers), Pin and Unpin see both tiers.
+//
+// On open the NVMe blocks are recovered from the RocksDB catalog (NvmeBlockStore).
+//
+// Locking: `io_mu_` serializes NVMe I/O against removal (a block is never removed while read);
+// `meta_mu_` guards the NVMe policy, admission and pins and is a leaf lock. No lock of this
+// class is held while calling into the host tier, except io_mu_ (the host tier never calls
+// back into paths that take it).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "storage/eviction/admission_policy.h"
+#include "storage/eviction/eviction_policy.h"
+#include "storage/host_tier.h"
+#include "storage/nvme_tier.h"
+#include "storage/tier_manager.h"
+
+namespace strata {
+
+struct TieredStoreOptions {
+  NvmeBlockStoreOptions nvme;
+  double nvme_high_watermark = 0.95;
+  double nvme_low_watermark = 0.85;
+  std::string nvme_policy = "lru";    // OnlineEvictionPolicyNames()
+  std::string admission = "always";   // AdmissionPolicyNames()
+  size_t write_back_batch = 16;       // victims written per NVMe batch
+  // Operator-facing warnings (disk full, write errors, CRC failures); may be null.
+  std::function<void(const std::string&)> warn;
+};
+
+struct TieredStoreCounters {
+  uint64_t nvme_capacity_bytes = 0;
+  uint64_t nvme_used_bytes = 0;
+  uint64_t nvme_blocks = 0;
+  uint64_t nvme_pinned_blocks = 0;
+  uint64_t demotions = 0;           // host victims now on NVMe
+  uint64_t demoted_bytes = 0;
+  uint64_t promotions = 0;          // NVMe blocks staged into host memory by a fetch
+  uint64_t promoted_bytes = 0;
+  uint64_t admission_rejected = 0;  // host victims the admission rule dropped
+  uint64_t nvme_evictions = 0;      // NVMe blocks dropped by the NVMe policy to make room
+  uint64_t nvme_full_drops = 0;     // host victims dropped because NVMe had no room
+  uint64_t nvme_write_errors = 0;   // host victims dropped because the NVMe write failed
+  uint64_t nvme_read_errors = 0;
+  uint64_t nvme_crc_failures = 0;   // NVMe blocks dropped because their CRC32C failed
+  uint64_t nvme_removed_explicit = 0;
+};
+
+class TieredStore {
+ public:
+  // `host` must outlive the store and have options().write_back set.
+  static absl::StatusOr<std::unique_ptr<TieredStore>> Open(HostTier* host,
+                                                           TieredStoreOptions options);
+  ~TieredStore();
+  TieredStore(const TieredStore&) = delete;
+  TieredStore& operator=(const TieredStore&) = delete;
+
+  // Leading blocks present in either tier; `tiers` gets kHost or kNvme for each.
+  size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids, std::vector<Tier>* tiers);
+  // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
+  AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
+  EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
+                    bool force);
+  std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                               absl::Duration ttl);
+  std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids);
+  // Reserve items already on NVMe are answered kExists (dedup) instead of being reserved again.
+  ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items);
+
+  // Stops the write-back thread; queued victims are dropped. Idempotent.
+  void Stop();
+
+  TieredStoreCounters Counters() const;
+  // Every block on NVMe, and whether one is (any namespace): the cluster layer announces what
+  // this node holds in either tier.
+  std::vector<BlockId> NvmeIds() const;
+  bool HoldsOnNvme(const BlockId& id) const;
+  const NvmeRecoveryReport& recovery() const { return store_->recovery(); }
+  const NvmeTier& nvme_tier() const { return store_->tier(); }
+
+ private:
+  TieredStore(HostTier* host, TieredStoreOptions options) : host_(host), options_(std::move(options)) {}
+  bool OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry* entry = nullptr) const;
+  void WriteBackLoop();
+  void WriteBack(std::vector<DemotionItem>& items);
+  // Drops NVMe blocks until `need` more bytes fit under the limits. io_mu_ held.
+  void MakeRoom(uint64_t need);
+  // Removes an NVMe block (io_mu_ held). True if it was there.
+  bool RemoveNvme(const BlockId& id);
+  // Stages one NVMe block into the host tier; false if it could not (then it is not served).
+  void Promote(const NamespaceId& ns, const BlockId& id, const CatalogEntry& entry);
+  bool PinnedOnNvme(const BlockId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(meta_mu_);
+  void Warn(const std::string& msg) const {
+    if (options_.warn) options_.warn(msg);
+  }
+
+  HostTier* const host_;
+  const TieredStoreOptions options_;
+  std::unique_ptr<NvmeBlockStore> store_;  // NvmeTier itself is thread-safe; see io_mu_
+
+  absl::Mutex io_mu_;
+  mutable absl::Mutex meta_mu_;
+  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(meta_mu_);
+  std::unique_ptr<AdmissionPolicy> admission_ ABSL_GUARDED_BY(meta_mu_);
+  absl::flat_hash_map<BlockId, absl::Time> pins_ ABSL_GUARDED_BY(meta_mu_);
+
+  struct Atomics {
+    std::atomic<uint64_t> demotions{0}, demoted_bytes{0}, promotions{0}, promoted_bytes{0},
+        admission_rejected{0}, nvme_evictions{0}, nvme_full_drops{0}, nvme_write_errors{0},
+        nvme_read_errors{0}, nvme_crc_failures{0}, nvme_removed_explicit{0};
+  } n_;
+
+  std::atomic<bool> stop_{false};
+  std::thread writer_;
+};
+
+}  // namespace strata
