@@ -290,6 +290,7 @@ class EtcdMembership final : public Membership {
         SetWatch(true, "");
         Publish(false);
       }
+      const absl::Time opened = absl::Now();
       absl::Status st = watch_.Watch(
           options_.prefix, revision_ + 1, idle, [this](const internal::EtcdWatchResponse& r) {
             if (r.compact_revision > 0 || r.canceled) {
@@ -309,6 +310,10 @@ class EtcdMembership final : public Membership {
           });
       if (st.ok()) {
         backoff = absl::Milliseconds(100);
+        // A stream that ends as soon as it opens (a proxy closing it, say) must not spin.
+        if (absl::Now() - opened < absl::Milliseconds(20) && SleepFor(absl::Milliseconds(50))) {
+          return;
+        }
         continue;
       }
       resync_ = true;
