@@ -279,6 +279,11 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
   if (!r.ok()) return ToGrpc(r.status());
   AddStatuses(*r, resp->mutable_status());
   Cluster* cluster = cluster_.load();
+  if (cluster && cluster->size() > 1) {
+    // Published means findable: the directory owners know the new blocks before Commit returns,
+    // so a lookup on any node right after (a decode node after its prefill node) sees them.
+    cluster->FlushAnnouncements(absl::Now() + cluster->options_peer_timeout());
+  }
   if (replicate && cluster && r->size() == replicate->ids.size()) {
     // Synchronous: once Commit returns, every replica holds the block (or the failure is
     // counted and logged), so losing the publishing node loses nothing.

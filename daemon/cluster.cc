@@ -139,6 +139,8 @@ void Cluster::OnView(const placement::MembershipView& view) {
   {
     std::lock_guard<std::mutex> lock(ring_mu_);
     if (ring_ && ring_->view.epoch == view.epoch && ring_->view.nodes == view.nodes) return;
+    // The membership's thread may deliver an older view after a newer one was read directly.
+    if (ring_ && view.epoch < ring_->view.epoch) return;
     prev = ring_;
     ring_ = next;
   }
@@ -172,6 +174,7 @@ void Cluster::OnBlockEvent(const BlockEvent& event) {
     std::lock_guard<std::mutex> lock(ev_mu_);
     first = events_.empty();
     events_.push_back(event);
+    ++events_queued_;
   }
   if (first) ev_cv_.notify_one();
 }
@@ -205,6 +208,7 @@ void Cluster::AnnounceLoop() {
     full_refresh_ = false;
     std::vector<BlockEvent> events;
     events.swap(events_);
+    const uint64_t batch_end = events_queued_;
     lock.unlock();
     if (refresh_all) {
       // Everything held, to every owner: covers new owners after a membership change and keeps
@@ -226,7 +230,17 @@ void Cluster::AnnounceLoop() {
     if (!stored.empty() && !refresh_all) Announce(stored, false);
     if (!removed.empty()) Announce(removed, true);
     lock.lock();
+    events_announced_ = batch_end;
+    flushed_cv_.notify_all();
   }
+  flushed_cv_.notify_all();
+}
+
+void Cluster::FlushAnnouncements(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(ev_mu_);
+  const uint64_t target = events_queued_;
+  flushed_cv_.wait_until(lock, absl::ToChronoTime(deadline),
+                         [&] { return stop_ || events_announced_ >= target; });
 }
 
 std::shared_ptr<v1::Peer::Stub> Cluster::PeerStub(const std::string& address) {
@@ -324,17 +338,44 @@ void Cluster::HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse*
 }
 
 std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const BlockId> ids,
-                                                              absl::Time deadline) {
+                                                              absl::Time deadline,
+                                                              LocateMode mode) {
   std::vector<std::vector<placement::Location>> out(ids.size());
   auto r = ring();
   if (!r || ids.empty()) return out;
   const size_t owners_per_id = options_.config.directory_owners;
-  std::vector<std::vector<uint32_t>> per_owner(r->rendezvous.size());
-  std::vector<uint32_t> owners;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    r->rendezvous.TopR(placement::KeyOf(ids[i]), owners_per_id, &owners);
-    for (uint32_t o : owners) per_owner[o].push_back(static_cast<uint32_t>(i));
+  // Owners of each id, best first; a round asks the owners of rank [first, last).
+  std::vector<std::vector<uint32_t>> owners(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    r->rendezvous.TopR(placement::KeyOf(ids[i]), owners_per_id, &owners[i]);
+  auto round = [&](size_t first, size_t last, const std::vector<uint32_t>& which) {
+    std::vector<std::vector<uint32_t>> per_owner(r->rendezvous.size());
+    for (uint32_t i : which)
+      for (size_t k = first; k < std::min(last, owners[i].size()); ++k)
+        per_owner[owners[i][k]].push_back(i);
+    AskOwners(*r, ids, std::move(per_owner), deadline, &out);
+  };
+  std::vector<uint32_t> all(ids.size());
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (mode == LocateMode::kAllOwners) {
+    round(0, owners_per_id, all);
+    return out;
   }
+  // Every owner holds the same entries in steady state: ask the first, and the others only for
+  // what it did not know (it may be dead, or new since a membership change).
+  round(0, 1, all);
+  std::vector<uint32_t> unknown;
+  for (uint32_t i : all)
+    if (out[i].empty()) unknown.push_back(i);
+  if (!unknown.empty() && owners_per_id > 1) round(1, owners_per_id, unknown);
+  return out;
+}
+
+void Cluster::AskOwners(const Ring& ring, std::span<const BlockId> ids,
+                        std::vector<std::vector<uint32_t>> per_owner, absl::Time deadline,
+                        std::vector<std::vector<placement::Location>>* out_ptr) {
+  auto& out = *out_ptr;
+  const Ring* r = &ring;
   std::mutex merge_mu;
   auto merge = [&](uint32_t i, placement::Location loc) {
     for (const auto& have : out[i])
@@ -349,6 +390,8 @@ std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const Bl
     std::vector<uint32_t> which;
   };
   std::vector<std::shared_ptr<Call>> pending;
+  std::vector<uint32_t> own;  // this node's share: answered while the calls are out
+  std::vector<BlockId> own_ids;
   for (size_t o = 0; o < per_owner.size(); ++o) {
     auto& which = per_owner[o];
     if (which.empty()) continue;
@@ -356,10 +399,8 @@ std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const Bl
     sub.reserve(which.size());
     for (uint32_t i : which) sub.push_back(ids[i]);
     if (static_cast<int>(o) == r->self) {
-      auto found = directory_.Locate(sub, absl::Now());
-      std::lock_guard<std::mutex> lock(merge_mu);
-      for (size_t k = 0; k < which.size(); ++k)
-        for (auto& loc : found[k]) merge(which[k], std::move(loc));
+      own = std::move(which);
+      own_ids = std::move(sub);
       continue;
     }
     auto call = std::make_shared<Call>();
@@ -367,13 +408,19 @@ std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const Bl
     call->req.set_ids(PackIds(sub));
     call->which = std::move(which);
     calls.Add();
-    PeerStub(NodeAt(*r, o).address)
+    PeerStub(NodeAt(ring, o).address)
         ->async()
         ->Locate(&call->ctx, &call->req, &call->resp, [this, call, &calls](grpc::Status s) {
           if (!s.ok()) counters_.peer_failures.fetch_add(1);
           calls.Done();
         });
     pending.push_back(call);
+  }
+  if (!own.empty()) {
+    auto found = directory_.Locate(own_ids, absl::Now());
+    std::lock_guard<std::mutex> lock(merge_mu);
+    for (size_t k = 0; k < own.size(); ++k)
+      for (auto& loc : found[k]) merge(own[k], std::move(loc));
   }
   calls.Wait();
   for (const auto& call : pending) {
@@ -391,7 +438,6 @@ std::vector<std::vector<placement::Location>> Cluster::Locate(std::span<const Bl
       }
     }
   }
-  return out;
 }
 
 absl::StatusOr<std::shared_ptr<Client>> Cluster::SourceClient(const std::string& node,
@@ -492,7 +538,9 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
     status[need[placed[reserved[q]]]] = (*committed)[q];
     if ((*committed)[q] == BlockStatus::kOk) counters_.pulled.fetch_add(1);
   }
-  (void)deadline;  // bounded by the source client's rpc and transfer timeouts
+  // The copy is findable before the caller hears it exists (a replica must be, once the
+  // publisher's Commit returns).
+  FlushAnnouncements(std::min(deadline, absl::Now() + options_.config.peer_timeout));
   return status;
 }
 

@@ -79,8 +79,15 @@ class Cluster {
 
   // Holders of each id according to the directory (this node included once it announced).
   // Owners that do not answer by `deadline` are skipped (the other owners cover for them).
+  // kPrimaryFirst asks each id's first owner, and the other owners only for ids it did not
+  // know (lookups: one round in steady state); kAllOwners asks every owner at once.
+  enum class LocateMode { kPrimaryFirst, kAllOwners };
   std::vector<std::vector<placement::Location>> Locate(std::span<const BlockId> ids,
-                                                       absl::Time deadline);
+                                                       absl::Time deadline,
+                                                       LocateMode mode = LocateMode::kPrimaryFirst);
+  // Waits until every block event queued before the call has been announced to its owners (or
+  // `deadline`): a block committed here is then findable from any node.
+  void FlushAnnouncements(absl::Time deadline);
 
   // Peer service.
   void HandleAnnounce(const v1::AnnounceRequest& req);
@@ -124,6 +131,10 @@ class Cluster {
   // The node a rendezvous index names (the view holds every node the ring ranks).
   static const placement::NodeRecord& NodeAt(const Ring& r, uint32_t index);
   void OnView(const placement::MembershipView& view);
+  // One round of Peer.Locate calls (this node's share answered locally); merges into `out`.
+  void AskOwners(const Ring& ring, std::span<const BlockId> ids,
+                 std::vector<std::vector<uint32_t>> per_owner, absl::Time deadline,
+                 std::vector<std::vector<placement::Location>>* out);
   void AnnounceLoop();
   // Sends (or withdraws) `ids` to their owners; this node's own share goes to its directory.
   void Announce(std::span<const BlockId> ids, bool withdraw);
@@ -158,7 +169,10 @@ class Cluster {
   // Announcement queue, fed by OnBlockEvent.
   std::mutex ev_mu_;
   std::condition_variable ev_cv_;
+  std::condition_variable flushed_cv_;
   std::vector<BlockEvent> events_;
+  uint64_t events_queued_ = 0;     // events ever queued
+  uint64_t events_announced_ = 0;  // events whose announcement finished
   bool full_refresh_ = true;
   bool stop_ = false;
   std::thread announcer_;

@@ -12,8 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-venv
-  prometheus yamllint
-  fio
+  prometheus yamllint etcd-server etcd-client
+  fio ccache
 )
 
 missing=()

@@ -1,0 +1,325 @@
+// cluster_bench: a static cluster of real stratad processes on loopback.
+//  - lookup latency of a 512-block prompt (128k tokens, 256 per block) whose blocks are spread
+//    over every node, through one node's client;
+//  - remote fetch throughput: blocks held on one node fetched by a client of another node,
+//    beside ucx_perftest ucp_get (same size, same UCX_TLS) measured in the same run.
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/common/bench_util.h"
+#include "client/client.h"
+
+namespace {
+
+using namespace strata::bench;
+
+struct Node {
+  pid_t pid = -1;
+  std::string endpoint;
+};
+
+class LocalCluster {
+ public:
+  LocalCluster(int n, const std::string& tls, const std::string& capacity) {
+    dir_ = (std::filesystem::temp_directory_path() / "strata-cluster-bench-XXXXXX").string();
+    if (!mkdtemp(dir_.data())) return;
+    std::ofstream(dir_ + "/secret") << "cluster-bench-secret-0123456789\n";
+    std::vector<std::string> addrs;
+    for (int i = 0; i < n; ++i) addrs.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    std::string peers;
+    for (int i = 0; i < n; ++i) peers += absl::StrCat("\"n", i, "@", addrs[i], "\", ");
+    for (int i = 0; i < n; ++i) {
+      std::string d = absl::StrCat(dir_, "/n", i);
+      std::filesystem::create_directories(d);
+      std::ofstream(d + "/stratad.yaml")
+          << "node_id: n" << i << "\ncluster_secret_file: " << dir_ << "/secret\n"
+          << "log_level: warn\nhost_tier:\n  capacity: " << capacity << "\n"
+          << "cluster:\n  membership: static\n  static_nodes: [" << peers << "]\n";
+      Node node;
+      node.pid = Spawn({STRATAD_BIN, "--config", d + "/stratad.yaml", "--listen", addrs[i],
+                        "--data-dir", d + "/data", "--ready-file", d + "/ready.json"},
+                       d + "/stratad.log", tls);
+      for (int k = 0; k < 400; ++k) {
+        if (ReadFile(d + "/ready.json").find("\"endpoint\"") != std::string::npos) {
+          node.endpoint = addrs[i];
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+      nodes_.push_back(node);
+    }
+  }
+  ~LocalCluster() {
+    for (auto& n : nodes_) kill(n.pid, SIGTERM);
+    for (auto& n : nodes_) waitpid(n.pid, nullptr, 0);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const {
+    for (const auto& n : nodes_)
+      if (n.endpoint.empty()) return false;
+    return !nodes_.empty();
+  }
+  const std::string& endpoint(int i) const { return nodes_[i].endpoint; }
+  std::string logs() const {
+    std::string all;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      all += absl::StrCat("--- n", i, "\n", ReadFile(absl::StrCat(dir_, "/n", i, "/stratad.log")));
+    return all;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<Node> nodes_;
+};
+
+strata::NamespaceSpec Spec(uint32_t tpb) {
+  strata::NamespaceSpec s;
+  s.model_id = "cluster-bench";
+  s.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tpb,
+                              strata::KvKind::kSeparateKV};
+  return s;
+}
+
+std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
+  strata::ClientOptions o;
+  o.endpoint = endpoint;
+  o.client_name = "cluster_bench";
+  auto c = strata::Client::Connect(o);
+  if (!c.ok()) {
+    std::cerr << "connect " << endpoint << ": " << c.status() << "\n";
+    return nullptr;
+  }
+  return std::move(*c);
+}
+
+struct FetchRow {
+  size_t block_bytes = 0;
+  double gbps = 0, perftest_gbps = 0, p50_us = 0;
+};
+
+struct Result {
+  int nodes = 0;
+  std::string tls;
+  double lookup_p50_us = 0, lookup_p99_us = 0;            // spread over every node
+  double local_lookup_p50_us = 0, local_lookup_p99_us = 0;  // all on the asking node
+  std::vector<FetchRow> fetch;
+};
+
+bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
+  setenv("UCX_TLS", tls.c_str(), 1);
+  LocalCluster cl(nodes, tls, smoke ? "256MiB" : "1GiB");
+  if (!cl.ok()) {
+    std::cerr << "cluster did not start:\n" << cl.logs();
+    return false;
+  }
+  out->nodes = nodes;
+  out->tls = tls;
+  std::vector<std::unique_ptr<strata::Client>> clients;
+  for (int i = 0; i < nodes; ++i) {
+    clients.push_back(Connect(cl.endpoint(i)));
+    if (!clients.back()) return false;
+  }
+  constexpr uint32_t kTpb = 256;
+  constexpr size_t kBlocks = 512;
+  strata::NamespaceId ns;
+  for (auto& c : clients) {
+    auto opened = c->OpenNamespace(Spec(kTpb), "bench");
+    if (!opened.ok()) return false;
+    ns = *opened;
+  }
+  std::mt19937 rng(42);
+  auto tokens_of = [&](size_t blocks) {
+    std::vector<uint32_t> t(blocks * kTpb);
+    for (auto& x : t) x = rng() % 128000;
+    return t;
+  };
+
+  // Lookup: one 128k-token prompt, block k published on node k % nodes.
+  {
+    auto tokens = tokens_of(kBlocks);
+    auto ids = strata::ComputeBlockIds(ns, kTpb, tokens);
+    std::vector<char> small(4096, 1);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      strata::BlockId parent = k == 0 ? strata::BlockId{} : ids[k - 1];
+      strata::ConstBuffer b{small.data(), small.size()};
+      auto r = clients[k % nodes]->PublishIds(ns, {&ids[k], 1}, {&parent, 1}, {&b, 1});
+      if (!r.ok()) return false;
+    }
+    for (int i = 0; i < 200; ++i) {  // the directory fills asynchronously
+      auto r = clients[0]->Lookup(ns, tokens);
+      if (r.ok() && r->prefix_blocks == kBlocks) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    const int iters = smoke ? 50 : 500;
+    auto measure = [&](strata::Client& c, const std::vector<uint32_t>& t, double* p50,
+                       double* p99) {
+      std::vector<double> lat;
+      for (int i = 0; i < iters + 10; ++i) {
+        auto t0 = Clock::now();
+        auto r = c.Lookup(ns, t);
+        double us = Seconds(Clock::now() - t0) * 1e6;
+        if (!r.ok() || r->prefix_blocks != kBlocks) {
+          std::cerr << "lookup: " << (r.ok() ? absl::StrCat(r->prefix_blocks, " blocks")
+                                             : r.status().ToString())
+                    << "\n";
+          return false;
+        }
+        if (i >= 10) lat.push_back(us);
+      }
+      *p50 = Percentile(lat, 0.5);
+      *p99 = Percentile(lat, 0.99);
+      return true;
+    };
+    if (!measure(*clients[0], tokens, &out->lookup_p50_us, &out->lookup_p99_us)) return false;
+    // Baseline in the same run: the same prompt size held entirely by the asking node.
+    auto local_tokens = tokens_of(kBlocks);
+    std::vector<strata::ConstBuffer> views(kBlocks, strata::ConstBuffer{small.data(), small.size()});
+    if (!clients[0]->Publish(ns, local_tokens, views).ok()) return false;
+    if (!measure(*clients[0], local_tokens, &out->local_lookup_p50_us, &out->local_lookup_p99_us))
+      return false;
+  }
+
+  // Remote fetch: blocks published on node 1, fetched through node 0's client.
+  std::vector<size_t> sizes = smoke ? std::vector<size_t>{1 << 20}
+                                    : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
+  const size_t batch_bytes = smoke ? (16 << 20) : (64 << 20);
+  std::string tmp = (std::filesystem::temp_directory_path() / "strata-cbench-XXXXXX").string();
+  if (!mkdtemp(tmp.data())) return false;
+  for (size_t size : sizes) {
+    const size_t batch = std::max<size_t>(1, batch_bytes / size);
+    std::vector<char> src(batch * size), dst(batch * size);
+    std::mt19937_64 r64(size);
+    for (size_t i = 0; i < src.size(); i += 8) {
+      uint64_t v = r64();
+      std::memcpy(&src[i], &v, 8);
+    }
+    std::vector<strata::ConstBuffer> in(batch);
+    std::vector<strata::MutableBuffer> dstv(batch);
+    for (size_t i = 0; i < batch; ++i) {
+      in[i] = {src.data() + i * size, size};
+      dstv[i] = {dst.data() + i * size, size};
+    }
+    auto pub = clients[1]->Publish(ns, tokens_of(batch), in);
+    if (!pub.ok() || pub->stored != batch) return false;
+    (void)clients[0]->RegisterBuffer(dst.data(), dst.size());
+    FetchRow row;
+    row.block_bytes = size;
+    const int rounds = smoke ? 2 : 8;
+    double bytes = 0, secs = 0;
+    for (int r = 0; r <= rounds; ++r) {
+      auto t0 = Clock::now();
+      auto f = clients[0]->Fetch(ns, pub->ids, dstv);
+      double dt = Seconds(Clock::now() - t0);
+      if (!f.ok() || f->fetched != batch || f->remote != batch) {
+        std::cerr << "remote fetch of " << batch << " x " << size << " B: "
+                  << (f.ok() ? absl::StrCat(f->fetched, " fetched, ", f->remote, " remote")
+                             : f.status().ToString());
+        if (f.ok()) {
+          std::map<int, int> hist;
+          for (auto st : f->status) ++hist[static_cast<int>(st)];
+          for (auto [k, v] : hist) std::cerr << " status " << k << ": " << v;
+        }
+        std::cerr
+                  << "\n" << cl.logs();
+        return false;
+      }
+      if (r == 0) continue;  // warm-up: connects to node 1 and opens the namespace there
+      bytes += static_cast<double>(batch * size);
+      secs += dt;
+    }
+    if (std::memcmp(src.data(), dst.data(), src.size()) != 0) {
+      std::cerr << "remote fetch returned different bytes\n";
+      return false;
+    }
+    row.gbps = bytes / secs / 1e9;
+    std::vector<double> lat;
+    for (int i = 0; i < (smoke ? 10 : 100); ++i) {
+      auto t0 = Clock::now();
+      auto f = clients[0]->Fetch(ns, {&pub->ids[0], 1}, {&dstv[0], 1});
+      if (!f.ok() || f->fetched != 1) return false;
+      lat.push_back(Seconds(Clock::now() - t0) * 1e6);
+    }
+    row.p50_us = Percentile(lat, 0.5);
+    int pt_iters = std::max(20, static_cast<int>((smoke ? (256 << 20) : (2ull << 30)) / size));
+    row.perftest_gbps = PerftestGbps("ucp_get", size, pt_iters, tls, tmp).value_or(0);
+    (void)clients[0]->UnregisterBuffer(dst.data());
+    out->fetch.push_back(row);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cluster_bench: lookup and remote fetch across a loopback stratad cluster"};
+  int nodes = 5;
+  bool json = false, smoke = false;
+  // tcp is what crosses between nodes here (no RDMA device): the fair baseline for a remote
+  // fetch. "all" lets UCX pick shared memory for ucx_perftest, which no remote node can use.
+  std::vector<std::string> transports = {"tcp"};
+  app.add_option("--nodes", nodes, "daemons in the cluster")->capture_default_str();
+  app.add_option("--transports", transports, "UCX_TLS values to run (\"all\": UCX's choice)");
+  app.add_flag("--json", json, "one JSON object on stdout");
+  app.add_flag("--smoke", smoke, "small and quick (CI)");
+  CLI11_PARSE(app, argc, argv);
+  if (smoke) {
+    nodes = std::min(nodes, 3);
+    transports = {"tcp"};
+  }
+  std::vector<Result> results;
+  for (const auto& tls : transports) {
+    Result r;
+    if (!Run(nodes, tls, smoke, &r)) {
+      std::cerr << "cluster_bench: run with UCX_TLS=" << tls << " failed\n";
+      return 1;
+    }
+    results.push_back(r);
+  }
+  if (json) {
+    std::cout << "{\"runs\": [";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      std::cout << (i ? ", " : "")
+                << absl::StrFormat(
+                       "{\"nodes\": %d, \"transport\": \"%s\", \"lookup_512_p50_us\": %.1f, "
+                       "\"lookup_512_p99_us\": %.1f, \"local_lookup_512_p50_us\": %.1f, "
+                       "\"local_lookup_512_p99_us\": %.1f, \"remote_fetch\": [",
+                       r.nodes, r.tls, r.lookup_p50_us, r.lookup_p99_us, r.local_lookup_p50_us,
+                       r.local_lookup_p99_us);
+      for (size_t k = 0; k < r.fetch.size(); ++k) {
+        const auto& f = r.fetch[k];
+        std::cout << (k ? ", " : "")
+                  << absl::StrFormat(
+                         "{\"block_bytes\": %d, \"gbps\": %.3f, \"p50_us\": %.1f, "
+                         "\"perftest_gbps\": %.3f, \"ratio_vs_perftest\": %.3f}",
+                         f.block_bytes, f.gbps, f.p50_us, f.perftest_gbps,
+                         f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0);
+      }
+      std::cout << "]}";
+    }
+    std::cout << "]}\n";
+    return 0;
+  }
+  for (const auto& r : results) {
+    std::cout << absl::StrFormat(
+        "%d nodes, UCX_TLS=%s\n  lookup of 512 blocks spread over all nodes: p50 %.0f us, p99 "
+        "%.0f us (all on the asking node: p50 %.0f us, p99 %.0f us)\n",
+        r.nodes, r.tls, r.lookup_p50_us, r.lookup_p99_us, r.local_lookup_p50_us,
+        r.local_lookup_p99_us);
+    std::cout << absl::StrFormat("  %-10s %10s %10s %14s %8s\n", "block", "GB/s", "p50 us",
+                                 "perftest GB/s", "ratio");
+    for (const auto& f : r.fetch)
+      std::cout << absl::StrFormat("  %-10d %10.2f %10.0f %14.2f %8.2f\n", f.block_bytes, f.gbps,
+                                   f.p50_us, f.perftest_gbps,
+                                   f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0);
+  }
+  return 0;
+}

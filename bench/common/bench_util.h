@@ -1,0 +1,110 @@
+// Helpers every benchmark shares: timing, percentiles, spawning processes with a UCX_TLS, and
+// the baselines measured in the same run (ucx_perftest, memcpy).
+#pragma once
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+inline double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[k];
+}
+
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& tls) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("UCX_TLS", tls.c_str(), 1);
+    int fd = open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Runs ucx_perftest (server + client on loopback) and returns its overall bandwidth in GB/s.
+inline std::optional<double> PerftestGbps(const std::string& test, size_t bytes, int iters,
+                                   const std::string& tls, const std::string& tmp) {
+  int port = FreePort();
+  pid_t server = Spawn({"ucx_perftest", "-p", std::to_string(port)}, tmp + "/pt_server.log", tls);
+  std::optional<double> result;
+  for (int attempt = 0; attempt < 50 && !result; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string log = tmp + "/pt_client.log";
+    pid_t client = Spawn({"ucx_perftest", "127.0.0.1", "-p", std::to_string(port), "-t", test, "-s",
+                          std::to_string(bytes), "-n", std::to_string(iters)},
+                         log, tls);
+    int st = 0;
+    waitpid(client, &st, 0);
+    std::string out = ReadFile(log);
+    auto k = out.find("Final:");
+    if (k != std::string::npos) {
+      std::istringstream line(out.substr(k + 6));
+      double f[8] = {};
+      for (double& x : f) line >> x;
+      result = f[5] * 1024.0 * 1024.0 / 1e9;  // "overall" MB/s, MB = 2^20 bytes
+    } else if (attempt == 49) {
+      std::cerr << "ucx_perftest " << test << " failed:\n" << out << "\n";
+    }  // otherwise the server was not listening yet, or the run was disturbed: try again
+  }
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  return result;
+}
+
+inline double MemcpyGbps(size_t bytes, int iters) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::memcpy(b.data(), a.data(), bytes);
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    std::memcpy(b.data(), a.data(), bytes);
+    a[i % bytes] = static_cast<char>(b[(i * 7) % bytes]);  // keep the copies observable
+  }
+  return static_cast<double>(bytes) * iters / Seconds(Clock::now() - t0) / 1e9;
+}
+
+}  // namespace strata::bench
