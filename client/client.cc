@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "common/crc32c.h"
+#include "common/lookup_wire.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -334,6 +335,70 @@ struct Client::Impl {
     return absl::StatusOr<v1::LookupResponse>(std::move(resp));
   }
 
+  // Lookup fast path (common/lookup_wire.h). The reply arrives through the worker, which only
+  // the thread holding ucx_mu progresses, so `am_wait` needs no lock of its own.
+  struct AmWait {
+    uint64_t request_id = 0;
+    bool done = false;
+    lookup_wire::ReplyHeader header;
+    std::string data;
+  };
+  AmWait* am_wait = nullptr;
+  uint64_t am_next_id = 1;
+  int am_timeouts = 0;           // consecutive; the fast path is switched off after a few
+  bool am_enabled = true;
+
+  void OnAmReply(const transport::AmMessage& m) {
+    lookup_wire::ReplyHeader h;
+    if (!am_wait || !lookup_wire::DecodeReplyHeader(m.header, &h) ||
+        h.request_id != am_wait->request_id)
+      return;  // a late reply to a lookup that already gave up
+    am_wait->header = h;
+    am_wait->data.assign(m.data);
+    am_wait->done = true;
+  }
+
+  // nullopt: no definitive answer this way (disabled, too many ids, timeout, an error, or the
+  // prompt continues on other nodes); the caller asks the gRPC Lookup.
+  std::optional<v1::LookupResponse> AmLookup(const NamespaceId& ns, std::span<const BlockId> ids) {
+    if (ids.empty() || ids.size() > lookup_wire::kMaxIds) return std::nullopt;
+    std::lock_guard<std::mutex> lock(ucx_mu);
+    if (!am_enabled || !ep || ep->failed()) return std::nullopt;
+    AmWait wait;
+    wait.request_id = am_next_id++;
+    std::string header(lookup_wire::kRequestHeaderBytes, '\0');
+    lookup_wire::PutU64(header.data(), wait.request_id);
+    std::memcpy(header.data() + 8, ns.bytes.data(), 32);
+    std::string data = PackIds(ids);
+    // Short: a daemon that does not answer this way is asked through gRPC instead.
+    const absl::Time deadline = absl::Now() + std::min(options.rpc_timeout, absl::Milliseconds(250));
+    am_wait = &wait;
+    absl::Status sent = ep->AmSend(lookup_wire::kLookupRequestAm, header, data, deadline);
+    unsigned spins = 0;
+    while (sent.ok() && !wait.done) {
+      worker->Progress();
+      if ((++spins & 63) == 0 && absl::Now() >= deadline) break;
+    }
+    am_wait = nullptr;
+    if (!wait.done) {
+      if (++am_timeouts >= 3) {
+        am_enabled = false;  // e.g. a daemon without the fast path: stop paying the wait
+        std::fprintf(stderr, "libstrata: lookup fast path disabled after %d timeouts (%s)\n",
+                     am_timeouts, std::string(sent.message()).c_str());
+      }
+      return std::nullopt;
+    }
+    am_timeouts = 0;
+    const auto& h = wait.header;
+    if (h.code != 0 || !h.complete || h.prefix > ids.size() || wait.data.size() != h.prefix)
+      return std::nullopt;
+    v1::LookupResponse resp;
+    resp.set_prefix_blocks(h.prefix);
+    for (char t : wait.data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
+    resp.set_node_id(node_id);
+    return resp;
+  }
+
   // Fire-and-forget lease releases still in flight.
   std::mutex release_mu;
   std::condition_variable release_cv;
@@ -487,6 +552,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->stub = v1::Cache::NewStub(impl->channel);
   ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/false));
   ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
+  {
+    Impl* raw = impl.get();
+    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        lookup_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) { raw->OnAmReply(m); }));
+  }
   {
     std::lock_guard<std::mutex> lock(impl->ucx_mu);
     RETURN_IF_ERROR(impl->ConnectDataPlane());
@@ -671,6 +741,7 @@ namespace {
 
 absl::StatusOr<v1::LookupResponse> LookupCall(Client::Impl* impl, const NamespaceId& ns,
                                               std::span<const BlockId> ids) {
+  if (auto fast = impl->AmLookup(ns, ids)) return std::move(*fast);
   v1::LookupRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/lookup_wire.h"
 #include "common/status_macros.h"
 #include "daemon/cluster.h"
 #include "proto/convert.h"
@@ -513,6 +514,52 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
   resp->set_already_there(r->already_there);
   resp->set_removed_sources(r->removed_sources);
   return grpc::Status::OK;
+}
+
+void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = lookup_wire;
+  if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes) return;  // not ours
+  const auto t0 = std::chrono::steady_clock::now();
+  w::ReplyHeader h;
+  h.request_id = w::GetU64(m.header.data());
+  std::string data;
+  auto fail = [&](absl::StatusCode code, std::string message) {
+    h.code = static_cast<uint32_t>(code);
+    data = std::move(message);
+  };
+  CallScope call(this);
+  if (!call.admitted()) {
+    fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  } else if (m.data.size() % 32 != 0 || m.data.size() / 32 > w::kMaxIds) {
+    fail(absl::StatusCode::kInvalidArgument, "ids must be N x 32 bytes with N <= 1024");
+  } else if (auto ns = ParseNamespace(*namespaces_, std::string(m.header.substr(8, 32)));
+             !ns.ok()) {
+    fail(ns.status().code(), std::string(ns.status().message()));
+  } else {
+    std::vector<BlockId> ids(m.data.size() / 32);
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::memcpy(ids[i].bytes.data(), m.data.data() + 32 * i, 32);
+    std::vector<Tier> tiers;
+    const size_t n = tiered_ ? tiered_->Lookup(*ns, ids, &tiers) : tier_->Lookup(*ns, ids);
+    Cluster* cluster = cluster_.load();
+    // Blocks past the local prefix may be on other nodes: only the gRPC Lookup asks them.
+    h.complete = n == ids.size() || !cluster || cluster->size() <= 1;
+    h.prefix = static_cast<uint32_t>(n);
+    data.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      data[i] = static_cast<char>(i < tiers.size() && tiers[i] == Tier::kNvme ? v1::TIER_NVME
+                                                                              : v1::TIER_HOST);
+    if (metrics_ && h.complete) {
+      const uint64_t tpb = namespaces_->TokensPerBlock(*ns);
+      metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
+      metrics_->AddFastLookup();
+    }
+  }
+  const bool counted = h.complete;  // otherwise the client asks the gRPC Lookup, which counts
+  worker->AmReply(m.reply_ep, w::kLookupReplyAm, w::EncodeReplyHeader(h), std::move(data));
+  if (metrics_ && counted)
+    metrics_->Record(RpcMetrics::kLookup, static_cast<int>(h.code),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace strata::daemon

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
+#include "transport/ucx.h"
 #include "storage/host_tier.h"
 #include "storage/tiered_store.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -88,6 +89,10 @@ class CacheService final : public v1::Cache::Service {
                       v1::LocateResponse* r) override;
   grpc::Status Reposition(grpc::ServerContext* c, const v1::RepositionRequest* q,
                           v1::RepositionResponse* r) override;
+
+  // Lookup fast path (common/lookup_wire.h): answers an active message on the data-plane
+  // worker's progress thread and replies through `worker`. Never blocks on other nodes.
+  void HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker);
 
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "daemon/admin_service.h"
+#include "common/lookup_wire.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster.h"
 #include "daemon/peer_service.h"
@@ -145,6 +146,7 @@ struct Daemon::Impl {
   std::unique_ptr<NvmeSeries> nvme_series;
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<CacheService> service;
+  std::atomic<CacheService*> am_service{nullptr};
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<PeerService> peer;
   std::unique_ptr<grpc::Server> server;
@@ -331,6 +333,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     ASSIGN_OR_RETURN(impl->region,
                      impl->ucx->Register(impl->mmap_arena->data(), impl->mmap_arena->size()));
   }
+  {
+    // Installed before the progress thread runs (the worker is serialized); lookups arriving
+    // before the service exists are dropped and their senders fall back to gRPC.
+    Impl* raw = impl.get();
+    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        lookup_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
+          if (CacheService* s = raw->am_service.load(std::memory_order_acquire))
+            s->HandleAmLookup(m, raw->worker.get());
+        }));
+  }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());
 
   HostTierOptions topts;
@@ -402,6 +414,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
+  impl->am_service.store(impl->service.get(), std::memory_order_release);
   impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
   if (impl->tiered) impl->nvme_series = RegisterNvmeSeries(impl->metrics);

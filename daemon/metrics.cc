@@ -297,6 +297,10 @@ RpcMetrics::RpcMetrics(MetricsRegistry* registry) : registry_(registry) {
       registry->AddCounter("strata_lookup_tokens_total", tokens_help, {{"result", "hit"}});
   lookup_miss_tokens_ =
       registry->AddCounter("strata_lookup_tokens_total", tokens_help, {{"result", "miss"}});
+  fast_lookups_ = registry->AddCounter(
+      "strata_lookup_fast_path_total",
+      "Lookups answered over the UCX active-message fast path instead of gRPC (they are counted "
+      "under method=\"Lookup\" in strata_rpc_requests_total too).");
   // One zero series up front, so the family is documented and sum(rate(...)) has data before
   // the first error.
   errors_[kLookup][14].store(

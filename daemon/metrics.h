@@ -130,6 +130,8 @@ class RpcMetrics {
     lookup_hit_tokens_->Add(hit);
     lookup_miss_tokens_->Add(miss);
   }
+  // A Lookup answered over the UCX active-message fast path (also counted as method Lookup).
+  void AddFastLookup() { fast_lookups_->Add(1); }
 
  private:
   static constexpr int kNumCodes = 17;
@@ -140,6 +142,7 @@ class RpcMetrics {
   Counter* lookup_hit_tokens_;
   Counter* lookup_miss_tokens_;
   Counter* fetch_bytes_;
+  Counter* fast_lookups_;
   // Created the first time an (op, code) error happens.
   std::array<std::array<std::atomic<Counter*>, kNumCodes>, kNumOps> errors_{};
   absl::Mutex errors_mu_;

@@ -39,7 +39,7 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup) {
   if (s != UCS_OK) return UcsError("config_read", s);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "strata";
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
@@ -100,6 +100,61 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> 
   worker->address_.assign(reinterpret_cast<char*>(addr), len);
   ucp_worker_release_address(w, addr);
   return worker;
+}
+
+namespace {
+
+ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                  const ucp_am_recv_param_t* param) {
+  // Senders use eager sends; a rendezvous message (too large) is dropped and its sender's
+  // deadline runs out.
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;
+  AmMessage m;
+  m.header = {static_cast<const char*>(header), header_length};
+  m.data = {static_cast<const char*>(data), length};
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m.reply_ep = param->reply_ep;
+  (*static_cast<AmHandler*>(arg))(m);
+  return UCS_OK;
+}
+
+struct PendingReply {
+  std::string header, data;
+};
+
+void OnReplySent(void* request, ucs_status_t, void* user_data) {
+  delete static_cast<PendingReply*>(user_data);
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+absl::Status Worker::SetAmHandler(uint16_t id, AmHandler handler) {
+  auto h = std::make_unique<AmHandler>(std::move(handler));
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  p.id = id;
+  p.cb = OnAm;
+  p.arg = h.get();
+  p.flags = UCP_AM_FLAG_WHOLE_MSG;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
+  if (s != UCS_OK) return UcsError("set_am_recv_handler", s);
+  am_handlers_[id] = std::move(h);
+  return absl::OkStatus();
+}
+
+void Worker::AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data) {
+  if (reply_ep == nullptr) return;
+  auto* pending = new PendingReply{std::move(header), std::move(data)};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = OnReplySent;
+  p.user_data = pending;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  void* r = ucp_am_send_nbx(reply_ep, id, pending->header.data(), pending->header.size(),
+                            pending->data.data(), pending->data.size(), &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete pending;  // done at once, or failed
 }
 
 Worker::~Worker() {
@@ -261,6 +316,18 @@ absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline)
   if (first_error.ok()) first_error = flushed;
   if (first_error.ok() && failed_) first_error = UcsError("peer", error_);
   return first_error;
+}
+
+absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_view data,
+                              absl::Time deadline) {
+  if (failed_ || ep_ == nullptr)
+    return absl::UnavailableError(
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  return Wait(ucp_am_send_nbx(ep_, id, header.data(), header.size(), data.data(), data.size(), &p),
+              deadline, "am_send");
 }
 
 void Endpoint::ForceClose() {

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +76,14 @@ struct RmaOp {
   ucp_mem_h local_memh = nullptr;  // optional: avoids UCX's registration-cache lookup
 };
 
+// An active message as its handler sees it: valid only during the call.
+struct AmMessage {
+  std::string_view header;
+  std::string_view data;
+  ucp_ep_h reply_ep = nullptr;  // set when the sender asked for replies
+};
+using AmHandler = std::function<void(const AmMessage&)>;
+
 class Worker {
  public:
   static absl::StatusOr<std::unique_ptr<Worker>> Create(std::shared_ptr<Context> ctx);
@@ -95,6 +105,13 @@ class Worker {
                                                     PeerFailure peer_failure = PeerFailure::kDetect);
 
   unsigned Progress() { return ucp_worker_progress(worker_); }
+
+  // Active messages: small request/reply exchanges beside RMA (a lookup that skips the gRPC
+  // stack). `handler` runs on whichever thread progresses this worker, so it must be quick and
+  // must not block. Install handlers before peers send.
+  absl::Status SetAmHandler(uint16_t id, AmHandler handler);
+  // Sends a reply from inside a handler; completes in the background (no wait).
+  void AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data);
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
   void WaitForEvents(absl::Duration timeout);
   void Signal() { ucp_worker_signal(worker_); }
@@ -105,6 +122,7 @@ class Worker {
   ucp_worker_h worker_;
   std::string address_;
   int epoll_fd_ = -1;
+  std::map<uint16_t, std::unique_ptr<AmHandler>> am_handlers_;
 };
 
 // Progresses a worker on a thread that sleeps when there is nothing to do, so an idle daemon
@@ -133,6 +151,11 @@ class Endpoint {
   // Posts every op, then flushes; returns when all completed remotely, on the first error, or at
   // `deadline` (after which the endpoint is closed and every later call fails).
   absl::Status Transfer(std::span<const RmaOp> ops, absl::Time deadline);
+
+  // Sends an active message, eagerly (the receiver gets it whole), asking for a reply endpoint;
+  // returns once UCX has sent it or at `deadline`.
+  absl::Status AmSend(uint16_t id, std::string_view header, std::string_view data,
+                      absl::Time deadline);
 
   // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
   // it into this process (same node), else nullptr. Loads and stores through it replace RMA.

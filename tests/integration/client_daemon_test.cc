@@ -494,6 +494,35 @@ TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
   EXPECT_NE(open.status().message().find("head_dim"), std::string::npos);
 }
 
+// Lookups of up to 1,024 ids ride the UCX active-message fast path, longer ones gRPC: both give
+// the same answers, including partial prefixes and the namespace error.
+TEST(ClientDaemonTest, FastPathAndGrpcLookupsAgree) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = *client->OpenNamespace(Spec(), "tenant-a");
+  constexpr size_t kBlocks = 1500;
+  auto tokens = Tokens(kBlocks * kTokensPerBlock, 21);
+  std::vector<uint8_t> blob(256, 3);
+  std::vector<ConstBuffer> views(kBlocks, ConstBuffer{blob.data(), blob.size()});
+  auto pub = client->Publish(ns, tokens, views);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  const auto& ids = pub->ids;
+  EXPECT_EQ(*client->LookupIds(ns, ids), kBlocks);                            // gRPC
+  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 1000u);        // fast path
+  ASSERT_TRUE(client->Evict(ns, {&ids[700], 1}).ok());
+  EXPECT_EQ(*client->LookupIds(ns, ids), 700u);
+  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 700u);
+  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).subspan(701, 1000)), 799u);
+  auto look = client->Lookup(ns, std::span(tokens).first(900 * kTokensPerBlock));
+  ASSERT_TRUE(look.ok());
+  EXPECT_EQ(look->prefix_blocks, 700u);
+  NamespaceId never = ComputeBlockId(Digest{}, std::vector<uint32_t>{43});
+  auto err = client->LookupIds(never, std::span(ids).first(4));
+  EXPECT_EQ(err.status().code(), absl::StatusCode::kFailedPrecondition) << err.status();
+}
+
 TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();

@@ -114,6 +114,8 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   EXPECT_EQ(SampleValue(m.body, "strata_lookup_tokens_total{result=\"miss\"}"), 4);
   EXPECT_EQ(SampleValue(m.body, "strata_fetch_blocks_total{result=\"hit\"}"), 1);
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_requests_total{method=\"Lookup\"}"), 2);
+  // Both went over the UCX active-message fast path, not gRPC.
+  EXPECT_EQ(SampleValue(m.body, "strata_lookup_fast_path_total"), 2);
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_duration_seconds_count{method=\"Commit\"}"), 1);
   EXPECT_EQ(SampleValue(m.body,
                         "strata_rpc_errors_total{method=\"Evict\",code=\"FAILED_PRECONDITION\"}"),

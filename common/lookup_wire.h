@@ -1,0 +1,72 @@
+// The lookup fast path: a Lookup sent as a UCX active message on the data-plane endpoint a
+// client already has, answered by the daemon's progress thread. It skips the gRPC stack, which
+// costs more than the lookup itself on small machines. The gRPC Lookup stays the reference:
+// a client falls back to it whenever the fast path cannot give a definitive answer.
+//
+// Request  (AM id kLookupRequestAm): header = u64 request id | namespace id[32];
+//                                    data   = N x 32-byte block ids.
+// Reply    (AM id kLookupReplyAm):   header = u64 request id | u32 status code (absl) |
+//                                             u32 prefix blocks | u8 complete | 3 x u8 zero;
+//                                    data   = one tier byte (strata.v1.Tier) per prefix block,
+//                                             or the error message when status != 0.
+// `complete` = 0 means the answer covers this node only and the caller must ask the gRPC
+// Lookup (the rest of the prompt may sit on other nodes). All integers little-endian.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace strata::lookup_wire {
+
+inline constexpr uint16_t kLookupRequestAm = 1;
+inline constexpr uint16_t kLookupReplyAm = 2;
+inline constexpr size_t kRequestHeaderBytes = 8 + 32;
+inline constexpr size_t kReplyHeaderBytes = 8 + 4 + 4 + 4;
+// Eager sends only: keep requests well under UCX's rendezvous threshold on every transport.
+inline constexpr size_t kMaxIds = 1024;
+
+struct ReplyHeader {
+  uint64_t request_id = 0;
+  uint32_t code = 0;
+  uint32_t prefix = 0;
+  bool complete = false;
+};
+
+inline void PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+inline void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+inline uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+inline uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+inline std::string EncodeReplyHeader(const ReplyHeader& h) {
+  std::string out(kReplyHeaderBytes, '\0');
+  PutU64(out.data(), h.request_id);
+  PutU32(out.data() + 8, h.code);
+  PutU32(out.data() + 12, h.prefix);
+  out[16] = h.complete ? 1 : 0;
+  return out;
+}
+
+inline bool DecodeReplyHeader(std::string_view in, ReplyHeader* h) {
+  if (in.size() != kReplyHeaderBytes) return false;
+  h->request_id = GetU64(in.data());
+  h->code = GetU32(in.data() + 8);
+  h->prefix = GetU32(in.data() + 12);
+  h->complete = in[16] != 0;
+  return true;
+}
+
+}  // namespace strata::lookup_wire
