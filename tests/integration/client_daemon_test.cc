@@ -611,7 +611,9 @@ TEST(ClientDaemonTest, DaemonKilledDuringFetchesFailsThemWithinTheDeadline) {
         if (f->status[i] == BlockStatus::kOk && out[i] != blocks[i]) ++corrupt;
     }
   });
-  absl::SleepFor(absl::Milliseconds(300));
+  // Kill it mid-stream, once fetches are flowing (a loaded machine may need a while).
+  for (int i = 0; i < 500 && ok_calls.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  absl::SleepFor(absl::Milliseconds(50));
   d->Signal(SIGKILL);
   ASSERT_TRUE(d->WaitExit(std::chrono::seconds(5)).has_value());
   absl::SleepFor(absl::Milliseconds(1500));
