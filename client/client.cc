@@ -346,7 +346,7 @@ struct Client::Impl {
   AmWait* am_wait = nullptr;
   uint64_t am_next_id = 1;
   int am_timeouts = 0;           // consecutive; the fast path is switched off after a few
-  bool am_enabled = true;
+  bool am_enabled = true;  // options.lookup_fast_path, until the fast path keeps timing out
 
   void OnAmReply(const transport::AmMessage& m) {
     lookup_wire::ReplyHeader h;
@@ -544,6 +544,7 @@ Client::~Client() {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->am_enabled = options.lookup_fast_path;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);

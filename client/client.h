@@ -34,6 +34,9 @@ struct ClientOptions {
   // Blocks the local daemon lacks are fetched straight from the node holding them (found
   // through the local daemon's directory), trying each replica in turn.
   bool remote_fetch = true;
+  // Lookups of up to 1,024 blocks as a UCX active message on the data-plane endpoint (falls back
+  // to gRPC by itself; false: always gRPC).
+  bool lookup_fast_path = true;
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
   bool same_node = true;

@@ -22,6 +22,13 @@ namespace strata::lookup_wire {
 
 inline constexpr uint16_t kLookupRequestAm = 1;
 inline constexpr uint16_t kLookupReplyAm = 2;
+// Daemon to daemon: the directory entries an owner holds for a batch of ids (Peer.Locate's fast
+// path). Request: header = u64 request id; data = N x 32-byte ids.
+// Reply: header = u64 request id | u32 status code | u32 node count | 4 x u8 zero;
+//        data = node count x (u16 length, id bytes), then per id: u8 holder count, then per
+//        holder u16 node index and u8 tier (strata.v1.Tier).
+inline constexpr uint16_t kPeerLocateAm = 3;
+inline constexpr uint16_t kPeerLocateReplyAm = 4;
 inline constexpr size_t kRequestHeaderBytes = 8 + 32;
 inline constexpr size_t kReplyHeaderBytes = 8 + 4 + 4 + 4;
 // Eager sends only: keep requests well under UCX's rendezvous threshold on every transport.

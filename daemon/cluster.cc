@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "common/crc32c.h"
+#include "common/lookup_wire.h"
+#include "strata/v1/cache.grpc.pb.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -111,6 +113,11 @@ void Cluster::Stop() {
   if (announcer_.joinable()) announcer_.join();
   if (absl::Status s = membership_->Leave(); !s.ok())
     spdlog::warn("leaving the cluster: {}", s.ToString());
+  {
+    std::lock_guard<std::mutex> lock(am_mu_);
+    am_links_.clear();
+    am_worker_.reset();
+  }
   std::lock_guard<std::mutex> lock(sources_mu_);
   sources_.clear();
 }
@@ -323,6 +330,158 @@ void Cluster::HandleAnnounce(const v1::AnnounceRequest& req) {
   directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl);
 }
 
+void Cluster::HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = lookup_wire;
+  if (m.reply_ep == nullptr || m.header.size() != 8) return;
+  std::string header(w::kReplyHeaderBytes, '\0');
+  w::PutU64(header.data(), w::GetU64(m.header.data()));
+  std::string data;
+  if (m.data.size() % 32 != 0) {
+    w::PutU32(header.data() + 8, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  } else {
+    std::vector<BlockId> ids(m.data.size() / 32);
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::memcpy(ids[i].bytes.data(), m.data.data() + 32 * i, 32);
+    auto found = directory_.Locate(ids, absl::Now());
+    absl::flat_hash_map<std::string, uint16_t> index;
+    std::string table, holders;
+    for (const auto& hs : found) {
+      holders.push_back(static_cast<char>(std::min<size_t>(hs.size(), 255)));
+      for (size_t k = 0; k < hs.size() && k < 255; ++k) {
+        auto [it, fresh] = index.try_emplace(hs[k].node, static_cast<uint16_t>(index.size()));
+        if (fresh) {
+          uint16_t len = static_cast<uint16_t>(std::min<size_t>(hs[k].node.size(), 65535));
+          table.push_back(static_cast<char>(len & 0xff));
+          table.push_back(static_cast<char>(len >> 8));
+          table.append(hs[k].node, 0, len);
+        }
+        holders.push_back(static_cast<char>(it->second & 0xff));
+        holders.push_back(static_cast<char>(it->second >> 8));
+        holders.push_back(static_cast<char>(hs[k].tier));
+      }
+    }
+    w::PutU32(header.data() + 12, static_cast<uint32_t>(index.size()));
+    data = table + holders;
+  }
+  worker->AmReply(m.reply_ep, w::kPeerLocateReplyAm, std::move(header), std::move(data));
+}
+
+transport::Endpoint* Cluster::AmLink(const std::string& address, absl::Time deadline) {
+  if (!options_.ucx) return nullptr;
+  if (!am_worker_) {
+    auto worker = transport::Worker::Create(options_.ucx);
+    if (!worker.ok()) return nullptr;
+    am_worker_ = std::move(*worker);
+    auto* pending = &am_pending_;
+    auto status = am_worker_->SetAmHandler(
+        lookup_wire::kPeerLocateReplyAm, [pending](const transport::AmMessage& m) {
+          if (m.header.size() != lookup_wire::kReplyHeaderBytes) return;
+          auto it = pending->find(lookup_wire::GetU64(m.header.data()));
+          if (it == pending->end()) return;  // a late answer to a query that moved on
+          it->second->code = lookup_wire::GetU32(m.header.data() + 8);
+          it->second->nodes = lookup_wire::GetU32(m.header.data() + 12);
+          it->second->data.assign(m.data);
+          it->second->done = true;
+        });
+    if (!status.ok()) {
+      am_worker_.reset();
+      return nullptr;
+    }
+  }
+  auto& link = am_links_[address];
+  if (link && !link->failed()) return link.get();
+  link.reset();
+  // A peer that could not be reached is not retried for a second (gRPC answers meanwhile).
+  auto retry = am_retry_after_.find(address);
+  if (retry != am_retry_after_.end() && absl::Now() < retry->second) return nullptr;
+  am_retry_after_[address] = absl::Now() + absl::Seconds(1);
+  // The peer's worker address, from the Connect every client makes.
+  auto stub = v1::Cache::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  v1::ConnectRequest req;
+  req.set_client_name(absl::StrCat("stratad:", options_.self.id, ":directory"));
+  v1::ConnectResponse resp;
+  if (!stub->Connect(&ctx, req, &resp).ok()) return nullptr;
+  auto ep = am_worker_->Connect(resp.worker_address(), transport::Worker::PeerFailure::kDetect);
+  if (!ep.ok()) return nullptr;
+  link = std::move(*ep);
+  am_retry_after_.erase(address);
+  return link.get();
+}
+
+std::vector<size_t> Cluster::AskOwnersOverAm(
+    const Ring& ring, const std::vector<std::pair<size_t, std::vector<uint32_t>>>& calls,
+    std::span<const BlockId> ids, absl::Time deadline,
+    const std::function<void(uint32_t, placement::Location)>& merge) {
+  std::vector<size_t> unanswered;
+  std::lock_guard<std::mutex> lock(am_mu_);
+  std::vector<AmPending> slots(calls.size());
+  std::vector<uint64_t> request_ids(calls.size(), 0);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto& [owner, which] = calls[c];
+    transport::Endpoint* ep = AmLink(NodeAt(ring, owner).address, deadline);
+    if (!ep) continue;
+    std::string header(8, '\0');
+    request_ids[c] = am_next_++;
+    lookup_wire::PutU64(header.data(), request_ids[c]);
+    std::string data(which.size() * 32, '\0');
+    for (size_t k = 0; k < which.size(); ++k)
+      std::memcpy(data.data() + 32 * k, ids[which[k]].bytes.data(), 32);
+    am_pending_[request_ids[c]] = &slots[c];
+    if (!ep->AmPost(lookup_wire::kPeerLocateAm, std::move(header), std::move(data)).ok()) {
+      am_pending_.erase(request_ids[c]);
+      request_ids[c] = 0;
+    }
+  }
+  auto all_done = [&] {
+    for (size_t c = 0; c < calls.size(); ++c)
+      if (request_ids[c] != 0 && !slots[c].done) return false;
+    return true;
+  };
+  unsigned spins = 0;
+  while (am_worker_ && !all_done()) {
+    am_worker_->Progress();
+    if ((++spins & 63) == 0 && absl::Now() >= deadline) break;
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (request_ids[c] != 0) am_pending_.erase(request_ids[c]);
+    const AmPending& a = slots[c];
+    if (request_ids[c] == 0 || !a.done || a.code != 0) {
+      unanswered.push_back(c);
+      continue;
+    }
+    // Decode: node table, then the holders of each id in order.
+    std::vector<std::string> names;
+    size_t pos = 0;
+    bool bad = false;
+    for (uint32_t n = 0; n < a.nodes && !bad; ++n) {
+      if (pos + 2 > a.data.size()) { bad = true; break; }
+      size_t len = static_cast<uint8_t>(a.data[pos]) | (static_cast<uint8_t>(a.data[pos + 1]) << 8);
+      pos += 2;
+      if (pos + len > a.data.size()) { bad = true; break; }
+      names.push_back(a.data.substr(pos, len));
+      pos += len;
+    }
+    const auto& which = calls[c].second;
+    for (size_t k = 0; k < which.size() && !bad; ++k) {
+      if (pos >= a.data.size()) { bad = true; break; }
+      size_t count = static_cast<uint8_t>(a.data[pos++]);
+      for (size_t h = 0; h < count; ++h) {
+        if (pos + 3 > a.data.size()) { bad = true; break; }
+        size_t node = static_cast<uint8_t>(a.data[pos]) | (static_cast<uint8_t>(a.data[pos + 1]) << 8);
+        int tier = static_cast<uint8_t>(a.data[pos + 2]);
+        pos += 3;
+        if (node >= names.size() || !ring.view.Find(names[node])) continue;
+        merge(which[k], {names[node], TierOf(tier)});
+      }
+    }
+    if (bad) unanswered.push_back(c);
+  }
+  return unanswered;
+}
+
 void Cluster::HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp) {
   auto found = directory_.Locate(ids, absl::Now());
   absl::flat_hash_map<std::string, uint32_t> index;
@@ -375,40 +534,59 @@ void Cluster::AskOwners(const Ring& ring, std::span<const BlockId> ids,
                         std::vector<std::vector<uint32_t>> per_owner, absl::Time deadline,
                         std::vector<std::vector<placement::Location>>* out_ptr) {
   auto& out = *out_ptr;
-  const Ring* r = &ring;
   std::mutex merge_mu;
   auto merge = [&](uint32_t i, placement::Location loc) {
+    std::lock_guard<std::mutex> lock(merge_mu);
     for (const auto& have : out[i])
       if (have.node == loc.node) return;
     out[i].push_back(std::move(loc));
   };
+  // This node's share is answered from its own directory.
+  std::vector<std::pair<size_t, std::vector<uint32_t>>> remote;
+  for (size_t o = 0; o < per_owner.size(); ++o) {
+    if (per_owner[o].empty()) continue;
+    if (static_cast<int>(o) != ring.self) {
+      remote.emplace_back(o, std::move(per_owner[o]));
+      continue;
+    }
+    std::vector<BlockId> own_ids;
+    for (uint32_t i : per_owner[o]) own_ids.push_back(ids[i]);
+    auto found = directory_.Locate(own_ids, absl::Now());
+    for (size_t k = 0; k < per_owner[o].size(); ++k)
+      for (auto& loc : found[k]) merge(per_owner[o][k], std::move(loc));
+  }
+  if (remote.empty()) return;
+  // Active messages first (tens of microseconds a round trip); owners they do not reach in
+  // time are asked over gRPC.
+  std::vector<size_t> grpc_calls;
+  if (options_.ucx) {
+    const absl::Time am_deadline =
+        std::min(deadline, absl::Now() + std::min(options_.config.peer_timeout,
+                                                  absl::Milliseconds(200)));
+    grpc_calls = AskOwnersOverAm(ring, remote, ids, am_deadline, merge);
+  } else {
+    for (size_t c = 0; c < remote.size(); ++c) grpc_calls.push_back(c);
+  }
+  if (grpc_calls.empty() || absl::Now() >= deadline) return;
   CallGroup calls;
   struct Call {
     grpc::ClientContext ctx;
     v1::PeerLocateRequest req;
     v1::PeerLocateResponse resp;
-    std::vector<uint32_t> which;
+    const std::vector<uint32_t>* which = nullptr;
   };
   std::vector<std::shared_ptr<Call>> pending;
-  std::vector<uint32_t> own;  // this node's share: answered while the calls are out
-  std::vector<BlockId> own_ids;
-  for (size_t o = 0; o < per_owner.size(); ++o) {
-    auto& which = per_owner[o];
-    if (which.empty()) continue;
+  for (size_t c : grpc_calls) {
+    const auto& [owner, which] = remote[c];
     std::vector<BlockId> sub;
     sub.reserve(which.size());
     for (uint32_t i : which) sub.push_back(ids[i]);
-    if (static_cast<int>(o) == r->self) {
-      own = std::move(which);
-      own_ids = std::move(sub);
-      continue;
-    }
     auto call = std::make_shared<Call>();
     call->ctx.set_deadline(absl::ToChronoTime(deadline));
     call->req.set_ids(PackIds(sub));
-    call->which = std::move(which);
+    call->which = &which;
     calls.Add();
-    PeerStub(NodeAt(ring, o).address)
+    PeerStub(NodeAt(ring, owner).address)
         ->async()
         ->Locate(&call->ctx, &call->req, &call->resp, [this, call, &calls](grpc::Status s) {
           if (!s.ok()) counters_.peer_failures.fetch_add(1);
@@ -416,25 +594,20 @@ void Cluster::AskOwners(const Ring& ring, std::span<const BlockId> ids,
         });
     pending.push_back(call);
   }
-  if (!own.empty()) {
-    auto found = directory_.Locate(own_ids, absl::Now());
-    std::lock_guard<std::mutex> lock(merge_mu);
-    for (size_t k = 0; k < own.size(); ++k)
-      for (auto& loc : found[k]) merge(own[k], std::move(loc));
-  }
   calls.Wait();
   for (const auto& call : pending) {
     const auto& resp = call->resp;
-    if (resp.holders_per_id_size() != static_cast<int>(call->which.size())) continue;
+    const auto& which = *call->which;
+    if (resp.holders_per_id_size() != static_cast<int>(which.size())) continue;
     int next = 0;
-    for (size_t k = 0; k < call->which.size(); ++k) {
+    for (size_t k = 0; k < which.size(); ++k) {
       for (uint32_t h = 0; h < resp.holders_per_id(static_cast<int>(k)); ++h, ++next) {
         if (next >= resp.holder_node_size() || next >= resp.holder_tier_size()) break;
         uint32_t node = resp.holder_node(next);
         if (node >= static_cast<uint32_t>(resp.node_ids_size())) continue;
         const std::string& id = resp.node_ids(static_cast<int>(node));
-        if (!r->view.Find(id)) continue;  // a node that has left since
-        merge(call->which[k], {id, TierOf(resp.holder_tier(next))});
+        if (!ring.view.Find(id)) continue;  // a node that has left since
+        merge(which[k], {id, TierOf(resp.holder_tier(next))});
       }
     }
   }

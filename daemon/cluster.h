@@ -29,6 +29,7 @@
 #include "placement/membership.h"
 #include "placement/rendezvous.h"
 #include "storage/host_tier.h"
+#include "transport/ucx.h"
 #include "strata/v1/peer.grpc.pb.h"
 
 namespace strata {
@@ -56,6 +57,9 @@ class Cluster {
     // Blocks this node holds in any tier (default: the host tier's); whether it holds one.
     std::function<std::vector<BlockId>()> list_local;
     std::function<bool(const BlockId&)> holds;
+    // The daemon's UCX context: directory queries to other daemons go as active messages on
+    // a worker of its own (gRPC Peer.Locate is the fallback). Null: gRPC only.
+    std::shared_ptr<transport::Context> ucx;
   };
 
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(Options options, HostTier* tier,
@@ -92,6 +96,9 @@ class Cluster {
   // Peer service.
   void HandleAnnounce(const v1::AnnounceRequest& req);
   void HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp);
+  // The same over a UCX active message (common/lookup_wire.h), on the daemon worker's progress
+  // thread; replies through `worker`.
+  void HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker);
   // Copies `ids` from the daemon at `source_address` into this node's host tier.
   std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
                                 std::span<const BlockId> ids, std::span<const BlockId> parents,
@@ -141,6 +148,15 @@ class Cluster {
   std::vector<BlockId> LocalIds() const;
   bool Holds(const BlockId& id) const;
   std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address);
+  // Asks owners over active messages; returns the owners that did not answer (the caller asks
+  // those over gRPC). `calls` maps owner index -> (positions in ids, the ids).
+  std::vector<size_t> AskOwnersOverAm(
+      const Ring& ring, const std::vector<std::pair<size_t, std::vector<uint32_t>>>& calls,
+      std::span<const BlockId> ids, absl::Time deadline,
+      const std::function<void(uint32_t, placement::Location)>& merge);
+  // The endpoint to a peer daemon's worker, connecting (Cache.Connect for its address) the
+  // first time; null when it cannot be reached. Caller holds am_mu_.
+  transport::Endpoint* AmLink(const std::string& address, absl::Time deadline);
   absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
                                                        const std::string& address);
   // Asks `target` to pull `ids` of `ns` from this node; per-id statuses (kNotFound on failure).
@@ -163,6 +179,18 @@ class Cluster {
 
   std::mutex stubs_mu_;
   std::map<std::string, std::shared_ptr<v1::Peer::Stub>> stubs_;
+  std::mutex am_mu_;  // the active-message worker is progressed by one caller at a time
+  std::unique_ptr<transport::Worker> am_worker_;
+  std::map<std::string, std::unique_ptr<transport::Endpoint>> am_links_;  // by address
+  std::map<std::string, absl::Time> am_retry_after_;
+  struct AmPending {
+    bool done = false;
+    uint32_t code = 0;
+    uint32_t nodes = 0;
+    std::string data;
+  };
+  std::map<uint64_t, AmPending*> am_pending_;
+  uint64_t am_next_ = 1;
   std::mutex sources_mu_;
   std::map<std::string, std::shared_ptr<Client>> sources_;
 

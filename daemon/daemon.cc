@@ -342,6 +342,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
           if (CacheService* s = raw->am_service.load(std::memory_order_acquire))
             s->HandleAmLookup(m, raw->worker.get());
         }));
+    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        lookup_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
+          if (Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire))
+            c->HandleAmLocate(m, raw->worker.get());
+        }));
   }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());
 
@@ -454,6 +459,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     co.self.host_capacity = impl->tier->capacity();
     co.self.version = STRATA_VERSION;
     co.arena_base = impl->region->data();
+    co.ucx = impl->ucx;
     if (TieredStore* t = impl->tiered.get()) {
       HostTier* host = impl->tier.get();
       co.holds = [host, t](const BlockId& id) {

@@ -330,6 +330,30 @@ absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_
               deadline, "am_send");
 }
 
+absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data) {
+  if (failed_ || ep_ == nullptr)
+    return absl::UnavailableError(
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+  auto* pending = new PendingReply{std::move(header), std::move(data)};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = OnReplySent;
+  p.user_data = pending;
+  p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  void* r = ucp_am_send_nbx(ep_, id, pending->header.data(), pending->header.size(),
+                            pending->data.data(), pending->data.size(), &p);
+  if (r == nullptr) {
+    delete pending;
+    return absl::OkStatus();
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    delete pending;
+    return UcsError("am_send", UCS_PTR_STATUS(r));
+  }
+  return absl::OkStatus();
+}
+
 void Endpoint::ForceClose() {
   failed_ = true;
   if (ep_ == nullptr) return;

@@ -157,6 +157,10 @@ class Endpoint {
   absl::Status AmSend(uint16_t id, std::string_view header, std::string_view data,
                       absl::Time deadline);
 
+  // Posts an active message (eager, asking for a reply endpoint) without waiting: the bytes are
+  // copied and freed once UCX is done with them. Replies arrive through the worker's handlers.
+  absl::Status AmPost(uint16_t id, std::string header, std::string data);
+
   // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
   // it into this process (same node), else nullptr. Loads and stores through it replace RMA.
   void* MapRemote(uint64_t remote_address) const;

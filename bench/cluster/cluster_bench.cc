@@ -108,6 +108,9 @@ struct Result {
   std::string tls;
   double lookup_p50_us = 0, lookup_p99_us = 0;            // spread over every node
   double local_lookup_p50_us = 0, local_lookup_p99_us = 0;  // all on the asking node
+  double hash_p50_us = 0;
+  double grpc_lookup_p50_us = 0, grpc_lookup_p99_us = 0;  // gRPC only, spread
+  double grpc_local_lookup_p50_us = 0, grpc_local_lookup_p99_us = 0;  // computing the 512 ids from 128k tokens (client CPU, not included)
   std::vector<FetchRow> fetch;
 };
 
@@ -157,16 +160,16 @@ bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     const int iters = smoke ? 50 : 500;
-    auto measure = [&](strata::Client& c, const std::vector<uint32_t>& t, double* p50,
+    // As strata_bench does: ids computed once (hashing is the client's CPU, reported apart).
+    auto measure = [&](strata::Client& c, const std::vector<strata::BlockId>& q, double* p50,
                        double* p99) {
       std::vector<double> lat;
       for (int i = 0; i < iters + 10; ++i) {
         auto t0 = Clock::now();
-        auto r = c.Lookup(ns, t);
+        auto r = c.LookupIds(ns, q);
         double us = Seconds(Clock::now() - t0) * 1e6;
-        if (!r.ok() || r->prefix_blocks != kBlocks) {
-          std::cerr << "lookup: " << (r.ok() ? absl::StrCat(r->prefix_blocks, " blocks")
-                                             : r.status().ToString())
+        if (!r.ok() || *r != kBlocks) {
+          std::cerr << "lookup: " << (r.ok() ? absl::StrCat(*r, " blocks") : r.status().ToString())
                     << "\n";
           return false;
         }
@@ -176,12 +179,32 @@ bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
       *p99 = Percentile(lat, 0.99);
       return true;
     };
-    if (!measure(*clients[0], tokens, &out->lookup_p50_us, &out->lookup_p99_us)) return false;
+    {
+      std::vector<double> hash;
+      for (int i = 0; i < 20; ++i) {
+        auto t0 = Clock::now();
+        auto again = strata::ComputeBlockIds(ns, kTpb, tokens);
+        hash.push_back(Seconds(Clock::now() - t0) * 1e6);
+      }
+      out->hash_p50_us = Percentile(hash, 0.5);
+    }
+    if (!measure(*clients[0], ids, &out->lookup_p50_us, &out->lookup_p99_us)) return false;
     // Baseline in the same run: the same prompt size held entirely by the asking node.
     auto local_tokens = tokens_of(kBlocks);
     std::vector<strata::ConstBuffer> views(kBlocks, strata::ConstBuffer{small.data(), small.size()});
     if (!clients[0]->Publish(ns, local_tokens, views).ok()) return false;
-    if (!measure(*clients[0], local_tokens, &out->local_lookup_p50_us, &out->local_lookup_p99_us))
+    auto local_ids = strata::ComputeBlockIds(ns, kTpb, local_tokens);
+    if (!measure(*clients[0], local_ids, &out->local_lookup_p50_us, &out->local_lookup_p99_us))
+      return false;
+    // The same two lookups through gRPC only (no active-message fast path), same run.
+    strata::ClientOptions go;
+    go.endpoint = cl.endpoint(0);
+    go.lookup_fast_path = false;
+    auto grpc_client = strata::Client::Connect(go);
+    if (!grpc_client.ok() || !(*grpc_client)->OpenNamespace(Spec(kTpb), "bench").ok()) return false;
+    if (!measure(**grpc_client, local_ids, &out->grpc_local_lookup_p50_us, &out->grpc_local_lookup_p99_us))
+      return false;
+    if (!measure(**grpc_client, ids, &out->grpc_lookup_p50_us, &out->grpc_lookup_p99_us))
       return false;
   }
 
@@ -291,9 +314,12 @@ int main(int argc, char** argv) {
                 << absl::StrFormat(
                        "{\"nodes\": %d, \"transport\": \"%s\", \"lookup_512_p50_us\": %.1f, "
                        "\"lookup_512_p99_us\": %.1f, \"local_lookup_512_p50_us\": %.1f, "
-                       "\"local_lookup_512_p99_us\": %.1f, \"remote_fetch\": [",
+                       "\"local_lookup_512_p99_us\": %.1f, \"hash_512_p50_us\": %.1f, "
+                       "\"grpc_lookup_512_p50_us\": %.1f, \"grpc_local_lookup_512_p50_us\": %.1f, "
+                       "\"remote_fetch\": [",
                        r.nodes, r.tls, r.lookup_p50_us, r.lookup_p99_us, r.local_lookup_p50_us,
-                       r.local_lookup_p99_us);
+                       r.local_lookup_p99_us, r.hash_p50_us, r.grpc_lookup_p50_us,
+                       r.grpc_local_lookup_p50_us);
       for (size_t k = 0; k < r.fetch.size(); ++k) {
         const auto& f = r.fetch[k];
         std::cout << (k ? ", " : "")
@@ -311,9 +337,14 @@ int main(int argc, char** argv) {
   for (const auto& r : results) {
     std::cout << absl::StrFormat(
         "%d nodes, UCX_TLS=%s\n  lookup of 512 blocks spread over all nodes: p50 %.0f us, p99 "
-        "%.0f us (all on the asking node: p50 %.0f us, p99 %.0f us)\n",
+        "%.0f us (all on the asking node: p50 %.0f us, p99 %.0f us); hashing the ids: %.0f us\n",
         r.nodes, r.tls, r.lookup_p50_us, r.lookup_p99_us, r.local_lookup_p50_us,
-        r.local_lookup_p99_us);
+        r.local_lookup_p99_us, r.hash_p50_us);
+    std::cout << absl::StrFormat(
+        "  gRPC only (no fast path), same run: spread p50 %.0f us p99 %.0f us; all local p50 "
+        "%.0f us p99 %.0f us\n",
+        r.grpc_lookup_p50_us, r.grpc_lookup_p99_us, r.grpc_local_lookup_p50_us,
+        r.grpc_local_lookup_p99_us);
     std::cout << absl::StrFormat("  %-10s %10s %10s %14s %8s\n", "block", "GB/s", "p50 us",
                                  "perftest GB/s", "ratio");
     for (const auto& f : r.fetch)
