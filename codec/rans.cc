@@ -19,6 +19,8 @@
 namespace strata::codec::rans {
 namespace {
 
+bool g_force_scalar = false;
+
 constexpr uint32_t kL = 1u << 16;  // states live in [kL, 2^32); words are 16 bits
 constexpr int kMinProbBits = 11;
 constexpr int kMaxProbBits = 15;
@@ -77,15 +79,37 @@ inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 
 template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
-  size_t groups = (n + kCtxRun - 1) / kCtxRun;
+  const size_t full = n / kCtxRun;
   uint32_t ctx = 0;
-  for (size_t g = 0; g < groups; ++g) {
-    uint32_t* h = counts + size_t{ctx} * alphabet;
-    size_t base = g * kCtxRun;
-    size_t cnt = std::min<size_t>(kCtxRun, n - base);
-    for (size_t l = 0; l < cnt; ++l) ++h[syms[base + l]];
-    if (++ctx == num_ctx) ctx = 0;
+  if (alphabet <= 1024) {
+    // Four sub-histograms per context (lane & 3), so runs of one symbol do not serialise on
+    // one counter's store-to-load latency.
+    std::vector<uint32_t> sub(size_t{num_ctx} * 4 * alphabet, 0);
+    for (size_t g = 0; g < full; ++g) {
+      uint32_t* h = sub.data() + size_t{ctx} * 4 * alphabet;
+      const Sym* s = syms + g * kCtxRun;
+      for (int l = 0; l < kCtxRun; l += 4) {
+        ++h[s[l]];
+        ++h[alphabet + s[l + 1]];
+        ++h[2 * alphabet + s[l + 2]];
+        ++h[3 * alphabet + s[l + 3]];
+      }
+      if (++ctx == num_ctx) ctx = 0;
+    }
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      const uint32_t* h = sub.data() + size_t{c} * 4 * alphabet;
+      uint32_t* o = counts + size_t{c} * alphabet;
+      for (uint32_t a = 0; a < alphabet; ++a)
+        o[a] += h[a] + h[alphabet + a] + h[2 * alphabet + a] + h[3 * alphabet + a];
+    }
+  } else {
+    for (size_t g = 0; g < full; ++g) {
+      uint32_t* h = counts + size_t{ctx} * alphabet;
+      for (int l = 0; l < kCtxRun; ++l) ++h[syms[g * kCtxRun + l]];
+      if (++ctx == num_ctx) ctx = 0;
+    }
   }
+  for (size_t i = full * kCtxRun; i < n; ++i) ++counts[size_t{ctx} * alphabet + syms[i]];
 }
 
 #if STRATA_RANS_AVX512
@@ -154,9 +178,106 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
   _mm512_storeu_si512(states + 16, x1);
   return g;
 }
+
+template <typename Sym, int kTab>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncStep(
+    const Sym* syms, size_t g, const uint32_t* tables, size_t stride, const __m512i lov,
+    const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp, __m512i& xr) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i bit5 = _mm512_set1_epi32(32);
+    const uint32_t p = prob_bits[ctx];
+    const uint32_t* tab = tables + size_t{ctx} * stride;
+    __m512i idx;
+    if constexpr (sizeof(Sym) == 1) {
+      idx = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + g * kCtxRun)));
+    } else {
+      idx = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(syms + g * kCtxRun)));
+    }
+    idx = _mm512_sub_epi32(idx, lov);
+    __m512i e;
+    if constexpr (kTab == 0) {
+      e = _mm512_i32gather_epi32(idx, tab, 4);
+    } else if constexpr (kTab == 16) {
+      e = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(tab));
+    } else if constexpr (kTab == 32) {
+      e = _mm512_permutex2var_epi32(_mm512_loadu_si512(tab), idx, _mm512_loadu_si512(tab + 16));
+    } else {
+      static_assert(kTab == 64);
+      const __m512i e0 =
+          _mm512_permutex2var_epi32(_mm512_loadu_si512(tab), idx, _mm512_loadu_si512(tab + 16));
+      const __m512i e1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(tab + 32), idx,
+                                                   _mm512_loadu_si512(tab + 48));
+      e = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, bit5), e0, e1);
+    }
+    const __m512i freq = _mm512_and_si512(e, low16);
+    const __m512i start = _mm512_srli_epi32(e, 16);
+    // freq << (32 - p), minus one: emit while x > that (x >= freq << (32 - p)); a symbol with
+    // freq = 2^p wraps to 0xFFFFFFFF and never emits.
+    const __m512i xmax1 = _mm512_sub_epi32(
+        _mm512_sll_epi32(freq, _mm_cvtsi32_si128(static_cast<int>(32 - p))), one);
+    __m512i x = xr;
+    const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
+    const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
+    const __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+    wp -= k;
+    _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
+    x = _mm512_mask_srli_epi32(x, emit, x, 16);
+    const __m512 qf = _mm512_div_ps(_mm512_cvtepu32_ps(x), _mm512_cvtepi32_ps(freq));
+    __m512i q = _mm512_cvttps_epu32(qf);
+    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
+    const __mmask16 neg = _mm512_cmplt_epi32_mask(r, zero);
+    q = _mm512_mask_sub_epi32(q, neg, q, one);
+    r = _mm512_mask_add_epi32(r, neg, r, freq);
+    const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
+    q = _mm512_mask_add_epi32(q, over, q, one);
+    r = _mm512_mask_sub_epi32(r, over, r, freq);
+    xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
+                          _mm512_add_epi32(r, start));
+    ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
+}
+
+// Encodes full 16-symbol runs g = runs-1 .. 0 (backwards, as the scalar loop), run g on the
+// state vector of lanes (g & 1) * 16 .. +15. Per-context tables hold freq | start << 16 per
+// symbol, `stride` entries per context starting at symbol `lo`. kTab selects the lookup:
+// 0 = gather, 16/32/64 = in-register permutes of a table of that many entries.
+// q = x / freq comes from a float division (relative error < 2^-22, and q < 2^(32-p) <= 2^21,
+// so the estimate is within 1 of the quotient) corrected by one step each way: the result is
+// exact, so the stream is identical to the scalar encoder's bit for bit.
+template <typename Sym, int kTab>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx512(
+    const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, size_t stride,
+    uint32_t lo, const uint32_t* prob_bits, uint32_t* states, uint16_t*& wp_ref) {
+  __m512i x0 = _mm512_loadu_si512(states);
+  __m512i x1 = _mm512_loadu_si512(states + 16);
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  uint16_t* wp = wp_ref;
+  uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
+#define STRATA_ENC_STEP(g, xr) \
+  EncStep<Sym, kTab>(syms, g, tables, stride, lov, prob_bits, ctx, num_ctx, wp, xr)
+  size_t g = runs;
+  if (g & 1) {  // run g - 1 is even: lanes 0-15
+    --g;
+    STRATA_ENC_STEP(g, x0);
+  }
+  while (g >= 2) {
+    STRATA_ENC_STEP(g - 1, x1);
+    STRATA_ENC_STEP(g - 2, x0);
+    g -= 2;
+  }
+#undef STRATA_ENC_STEP
+  wp_ref = wp;
+  _mm512_storeu_si512(states, x0);
+  _mm512_storeu_si512(states + 16, x1);
+}
 #endif
 
 }  // namespace
+
+void ForceScalarForTesting(bool on) { g_force_scalar = on; }
 
 bool SimdDecodeAvailable() {
 #if STRATA_RANS_AVX512
@@ -192,7 +313,10 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 
   scratch->enc_syms.resize(size_t{alphabet} * num_ctx * sizeof(EncSym));
   EncSym* enc = reinterpret_cast<EncSym*>(scratch->enc_syms.data());
+  for (size_t i = 0; i < size_t{alphabet} * num_ctx; ++i) enc[i].freq = 0;
   std::vector<uint32_t> freqs(alphabet);
+  uint32_t ctx_bits[kMaxContexts] = {};
+  uint32_t ctx_lo[kMaxContexts], ctx_hi[kMaxContexts];
   double entropy = 0;
   for (uint32_t c = 0; c < num_ctx; ++c) {
     const uint32_t* h = counts.data() + size_t{c} * alphabet;
@@ -205,6 +329,8 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
       ++used;
       total += h[s];
     }
+    ctx_lo[c] = lo;
+    ctx_hi[c] = hi;
     if (total == 0) {
       w.U8(0);
       continue;
@@ -212,6 +338,7 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     for (uint32_t s = lo; s <= hi; ++s)
       if (h[s]) entropy += h[s] * std::log2(static_cast<double>(total) / h[s]);
     const int p = ChooseProbBits(used);
+    ctx_bits[c] = static_cast<uint32_t>(p);
     const uint32_t count = hi - lo + 1;
     Normalize(h + lo, count, total, p, freqs.data());
     w.U8(static_cast<uint8_t>(p));
@@ -243,7 +370,7 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kL;
   const size_t runs = (n + kCtxRun - 1) / kCtxRun;
-  for (size_t g = runs; g-- > 0;) {
+  auto scalar_run = [&](size_t g) {
     const EncSym* tab = enc + size_t(g % num_ctx) * alphabet;
     const size_t base = g * kCtxRun;
     const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
@@ -265,7 +392,44 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
       }
       xl[l] = (static_cast<uint32_t>(q) << s.shift) + r + s.start;
     }
+  };
+  size_t g = runs;
+  if (n % kCtxRun != 0) scalar_run(--g);  // the partial run is the last one
+#if STRATA_RANS_AVX512
+  if (g > 0 && CpuHasAvx512() && !g_force_scalar) {
+    // Packed per-context tables for the vector loop: freq | start << 16, symbols lo..hi.
+    uint32_t lo = alphabet, hi = 0;
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      lo = std::min(lo, ctx_lo[c]);
+      hi = std::max(hi, ctx_hi[c]);
+    }
+    const uint32_t span = hi - lo + 1;
+    const size_t stride = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : alphabet;
+    if (stride == alphabet) lo = 0;
+    scratch->enc_ent.assign(stride * num_ctx, 0);
+    for (uint32_t c = 0; c < num_ctx; ++c)
+      for (uint32_t sy = ctx_lo[c]; sy <= ctx_hi[c] && sy < alphabet; ++sy) {
+        const EncSym& es = enc[size_t{c} * alphabet + sy];
+        if (es.freq) scratch->enc_ent[c * stride + (sy - lo)] = es.freq | es.start << 16;
+      }
+    const uint32_t* tabs = scratch->enc_ent.data();
+    switch (stride) {
+      case 16:
+        EncodeRunsAvx512<Sym, 16>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      case 32:
+        EncodeRunsAvx512<Sym, 32>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      case 64:
+        EncodeRunsAvx512<Sym, 64>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      default:
+        EncodeRunsAvx512<Sym, 0>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+    }
+    g = 0;
   }
+#endif
+  while (g-- > 0) scalar_run(g);
   const size_t nwords = static_cast<size_t>(wend - wp);
   const size_t stream_bytes = kLanes * 4 + nwords * 2;
   w.Varint(static_cast<uint32_t>(stream_bytes));
@@ -368,7 +532,7 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   const size_t full_runs = n / kCtxRun;
   size_t g = 0;
 #if STRATA_RANS_AVX512
-  if (CpuHasAvx512() && full_runs >= 2)
+  if (CpuHasAvx512() && !g_force_scalar && full_runs >= 2)
     g = DecodeRunsAvx512<Sym>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits, out);
 #endif
   uint32_t ctx = static_cast<uint32_t>(g % num_ctx);

@@ -44,6 +44,7 @@ struct CoderStats {
 struct Scratch {
   std::vector<uint32_t> counts;
   std::vector<uint8_t> enc_syms;   // EncSym records
+  std::vector<uint32_t> enc_ent;   // SIMD encoder tables: freq | start << 16
   std::vector<uint16_t> words;
   std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
   std::vector<uint16_t> dec_sym;
@@ -65,5 +66,8 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 // True when Decode uses the AVX-512 path on this CPU.
 bool SimdDecodeAvailable();
+
+// Tests: run the scalar encoder and decoder even where AVX-512 is available (not thread-safe).
+void ForceScalarForTesting(bool on);
 
 }  // namespace strata::codec::rans
