@@ -30,7 +30,7 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
   w.U8(static_cast<uint8_t>(ctx));
   const size_t mode_at = w.Skip(1);
   rans::CoderStats hi_stats;
-  rans::Encode(sc->hi.data(), n, 256, ctx, &sc->rans, out, &hi_stats);
+  rans::Encode(sc->hi.data(), n, 256, ctx, &sc->rans, out, &hi_stats, RansLanes(kCoderWritten));
   if (out->size() - mode_at - 1 >= n) {  // incompressible: store
     out->resize(mode_at + 1);
     (*out)[mode_at] = 0;
@@ -44,7 +44,7 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
   const double lo_entropy = rans::EmpiricalEntropyBits(sc->lo.data(), n, 256, 1);
   if (n > 0 && lo_entropy < kLowPlaneCodeBelow * static_cast<double>(n)) {
     w.U8(1);
-    rans::Encode(sc->lo.data(), n, 256, 1, &sc->rans, out, stats);
+    rans::Encode(sc->lo.data(), n, 256, 1, &sc->rans, out, stats, RansLanes(kCoderWritten));
   } else {
     w.U8(0);
     w.Raw(sc->lo.data(), n);
@@ -58,8 +58,10 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
 }
 
 absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
-                            SectionScratch* sc, uint8_t* out) {
+                            uint8_t coder, SectionScratch* sc, uint8_t* out) {
   const size_t n = s.values();
+  const int lanes = RansLanes(coder);
+  if (lanes == 0) return absl::DataLossError("lossless section: unknown entropy coder");
   ByteReader r(payload, "lossless section");
   uint8_t ctx, hi_mode, lo_mode;
   RETURN_IF_ERROR(r.Read(&ctx));
@@ -71,7 +73,7 @@ absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape&
   if (hi_mode == 0) {
     RETURN_IF_ERROR(r.Take(n, &hi));
   } else if (hi_mode == 1) {
-    RETURN_IF_ERROR(rans::Decode(r, n, 256, ctx, &sc->rans, sc->hi.data()));
+    RETURN_IF_ERROR(rans::Decode(r, n, 256, ctx, &sc->rans, sc->hi.data(), lanes));
   } else {
     return absl::DataLossError("lossless section: unknown high-plane mode");
   }
@@ -80,7 +82,7 @@ absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape&
   if (lo_mode == 0) {
     RETURN_IF_ERROR(r.Take(n, &lo));
   } else if (lo_mode == 1) {
-    RETURN_IF_ERROR(rans::Decode(r, n, 256, 1, &sc->rans, sc->lo.data()));
+    RETURN_IF_ERROR(rans::Decode(r, n, 256, 1, &sc->rans, sc->lo.data(), lanes));
     lo = sc->lo.data();
   } else {
     return absl::DataLossError("lossless section: unknown low-plane mode");

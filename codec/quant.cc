@@ -211,14 +211,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
-  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats);
+  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats,
+               RansLanes(kCoderWritten));
   if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }
 
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         SectionScratch* sc, uint8_t* out) {
+                         uint8_t coder, SectionScratch* sc, uint8_t* out) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
+  const int lanes = RansLanes(coder);
+  if (lanes == 0) return absl::DataLossError("quant section: unknown entropy coder");
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
@@ -270,7 +273,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   const uint32_t alphabet = 4u << bits;
   const int32_t offset = 1 << (bits + 1);
   sc->syms.resize(n);
-  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data()));
+  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
   if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
 
   sc->mu.resize(C);

@@ -99,18 +99,29 @@ TEST(Rans, CorruptStreamsFailCleanly) {
 // other's output (skips nothing where AVX-512 is missing: both runs are then scalar).
 template <typename Sym>
 void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t ctx) {
-  Scratch scratch;
-  std::vector<uint8_t> simd, scalar;
-  Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &simd, nullptr);
-  ForceScalarForTesting(true);
-  Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &scalar, nullptr);
-  std::vector<Sym> back(syms.size());
-  internal::ByteReader r1(simd, "t");
-  const bool scalar_dec_ok = Decode(r1, back.size(), alphabet, ctx, &scratch, back.data()).ok();
-  ForceScalarForTesting(false);
-  ASSERT_EQ(simd, scalar) << "n=" << syms.size() << " alphabet=" << alphabet << " ctx=" << ctx;
-  EXPECT_TRUE(scalar_dec_ok);
-  EXPECT_EQ(back, syms);
+  for (int lanes : {32, 64}) {
+    Scratch scratch;
+    std::vector<uint8_t> simd, scalar;
+    Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &simd, nullptr, lanes);
+    ForceScalarForTesting(true);
+    Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &scalar, nullptr, lanes);
+    std::vector<Sym> back(syms.size()), back2(syms.size());
+    internal::ByteReader r1(simd, "t");
+    const bool scalar_dec_ok =
+        Decode(r1, back.size(), alphabet, ctx, &scratch, back.data(), lanes).ok();
+    ForceScalarForTesting(false);
+    ASSERT_EQ(simd, scalar) << "n=" << syms.size() << " alphabet=" << alphabet << " ctx=" << ctx
+                            << " lanes=" << lanes;
+    EXPECT_TRUE(scalar_dec_ok);
+    EXPECT_EQ(back, syms);
+    internal::ByteReader r2(simd, "t");
+    ASSERT_TRUE(Decode(r2, back2.size(), alphabet, ctx, &scratch, back2.data(), lanes).ok());
+    EXPECT_EQ(back2, syms);
+    EXPECT_EQ(r2.remaining(), 0u);
+    // A stream read with the other lane count must fail cleanly, not crash.
+    internal::ByteReader r3(simd, "t");
+    (void)Decode(r3, back2.size(), alphabet, ctx, &scratch, back2.data(), lanes == 32 ? 64 : 32);
+  }
 }
 
 TEST(Rans, VectorEncoderMatchesScalar) {
