@@ -6,6 +6,8 @@
 //   high bytes                          sign, exponent and top mantissa bits: skewed, coded
 //   u8 low-plane mode: 0 stored, 1 rANS (one context)
 //   low bytes                           mostly mantissa noise: coded only when that pays
+//                                       (order-0 entropy, estimated on a 1/8 sample, < 7.85 bits)
+#include <cmath>
 #include <cstring>
 
 #include "codec/internal/byte_io.h"
@@ -17,6 +19,29 @@ namespace strata::codec::internal {
 namespace {
 // Code the low plane when its entropy is under this many bits per byte (else store it).
 constexpr double kLowPlaneCodeBelow = 7.85;
+
+// Order-0 entropy in bits per byte, estimated from every 8th 256-byte chunk (all of it when
+// short). Only steers the store-or-code decision, so a sample is enough and is deterministic.
+double SampledEntropyPerByte(const uint8_t* p, size_t n) {
+  uint32_t h[4][256] = {};
+  size_t used = 0;
+  const size_t chunk = 256, stride = n >= 64 * 2048 ? 2048 : chunk;
+  for (size_t at = 0; at + chunk <= n; at += stride, used += chunk)
+    for (size_t i = 0; i < chunk; i += 4) {
+      ++h[0][p[at + i]];
+      ++h[1][p[at + i + 1]];
+      ++h[2][p[at + i + 2]];
+      ++h[3][p[at + i + 3]];
+    }
+  for (size_t i = (n / chunk) * chunk; stride == chunk && i < n; ++i, ++used) ++h[0][p[i]];
+  if (used == 0) return 0;
+  double bits = 0;
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t c = h[0][b] + h[1][b] + h[2][b] + h[3][b];
+    if (c) bits += c * std::log2(static_cast<double>(used) / c);
+  }
+  return bits / static_cast<double>(used);
+}
 }  // namespace
 
 absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
@@ -41,15 +66,14 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
     (*out)[mode_at] = 1;
   }
   if (stats) stats->Add(hi_stats);
-  const double lo_entropy = rans::EmpiricalEntropyBits(sc->lo.data(), n, 256, 1);
-  if (n > 0 && lo_entropy < kLowPlaneCodeBelow * static_cast<double>(n)) {
+  if (n > 0 && SampledEntropyPerByte(sc->lo.data(), n) < kLowPlaneCodeBelow) {
     w.U8(1);
     rans::Encode(sc->lo.data(), n, 256, 1, &sc->rans, out, stats, RansLanes(kCoderWritten));
   } else {
     w.U8(0);
     w.Raw(sc->lo.data(), n);
     if (stats) {
-      stats->entropy_bits += lo_entropy;
+      stats->entropy_bits += rans::EmpiricalEntropyBits(sc->lo.data(), n, 256, 1);
       stats->stream_bits += 8 * n;
       stats->symbols += n;
     }
