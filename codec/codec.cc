@@ -264,7 +264,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
         e.layer = static_cast<uint16_t>(l);
         e.tensor = static_cast<uint8_t>(t);
         e.bits = params.mode == Mode::kLossless ? 0 : bits;
-        e.coder = params.mode == Mode::kGroupwise ? 0 : 1;
+        e.coder = params.mode == Mode::kGroupwise ? 0 : internal::kCoderWritten;
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {
           case Mode::kLossless:
@@ -353,10 +353,10 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
     absl::Status st;
     switch (mode) {
       case Mode::kLossless:
-        st = internal::DecodeLossless(v.Payload(s), shape, &scratch_->sec, dst);
+        st = internal::DecodeLossless(v.Payload(s), shape, s.coder, &scratch_->sec, dst);
         break;
       case Mode::kQuant:
-        st = internal::DecodeQuant(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
+        st = internal::DecodeQuant(v.Payload(s), shape, s.bits, s.coder, &scratch_->sec, dst);
         break;
       case Mode::kGroupwise:
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);

@@ -3,6 +3,7 @@
 #define HWY_TARGET_INCLUDE "codec/kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <algorithm>
 #include <cmath>
 
 #include "codec/half.h"
@@ -162,6 +163,76 @@ void MergeBytesImpl(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n)
   for (; i < n; ++i) w[i] = static_cast<uint16_t>(lo[i] | (hi[i] << 8));
 }
 
+bool AccumRowImpl(const float* x, float* sum, float* mn, float* mx, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  auto bad = hn::FirstN(d, 0);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    bad = hn::Or(bad, hn::Not(hn::IsFinite(v)));
+    hn::StoreU(hn::Add(hn::LoadU(d, sum + i), v), d, sum + i);
+    if (mn) {
+      hn::StoreU(hn::Min(hn::LoadU(d, mn + i), v), d, mn + i);
+      hn::StoreU(hn::Max(hn::LoadU(d, mx + i), v), d, mx + i);
+    }
+  }
+  bool finite = hn::AllFalse(d, bad);
+  for (; i < n; ++i) {
+    finite &= std::isfinite(x[i]);
+    sum[i] += x[i];
+    if (mn) {
+      mn[i] = std::min(mn[i], x[i]);
+      mx[i] = std::max(mx[i], x[i]);
+    }
+  }
+  return finite;
+}
+
+void GroupRangesRowImpl(const float* x, size_t n, size_t group, float* range) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  for (size_t c0 = 0, g = 0; c0 < n; c0 += group, ++g) {
+    const size_t c1 = std::min(n, c0 + group);
+    float lo = x[c0], hi = x[c0];
+    size_t c = c0;
+    if (c1 - c0 >= N) {
+      auto vlo = hn::LoadU(d, x + c0), vhi = vlo;
+      for (c = c0 + N; c + N <= c1; c += N) {
+        const auto v = hn::LoadU(d, x + c);
+        vlo = hn::Min(vlo, v);
+        vhi = hn::Max(vhi, v);
+      }
+      lo = hn::GetLane(hn::MinOfLanes(d, vlo));
+      hi = hn::GetLane(hn::MaxOfLanes(d, vhi));
+    }
+    for (; c < c1; ++c) {
+      lo = std::min(lo, x[c]);
+      hi = std::max(hi, x[c]);
+    }
+    range[g] = hi - lo;
+  }
+}
+
+void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float* num, float* den,
+                    size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto m = hn::LoadU(d, mu + i);
+    const auto y0 = hn::Sub(hn::LoadU(d, prev + i), m);
+    const auto y1 = hn::Sub(hn::LoadU(d, cur + i), m);
+    hn::StoreU(hn::Add(hn::LoadU(d, num + i), hn::Mul(y0, y1)), d, num + i);
+    hn::StoreU(hn::Add(hn::LoadU(d, den + i), hn::Mul(y0, y0)), d, den + i);
+  }
+  for (; i < n; ++i) {
+    const float y0 = prev[i] - mu[i], y1 = cur[i] - mu[i];
+    num[i] += y0 * y1;
+    den[i] += y0 * y0;
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -181,6 +252,9 @@ HWY_EXPORT(DequantRowImpl);
 HWY_EXPORT(SplitBytesImpl);
 HWY_EXPORT(MergeBytesImpl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(AccumRowImpl);
+HWY_EXPORT(GroupRangesRowImpl);
+HWY_EXPORT(ArStatsRowImpl);
 
 void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(HalfToFloatRowImpl)(in, out, n);
@@ -211,6 +285,16 @@ void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
 }
 void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n) {
   HWY_DYNAMIC_DISPATCH(MergeBytesImpl)(lo, hi, w, n);
+}
+bool AccumRow(const float* x, float* sum, float* mn, float* mx, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(AccumRowImpl)(x, sum, mn, mx, n);
+}
+void GroupRangesRow(const float* x, size_t n, size_t group, float* range) {
+  HWY_DYNAMIC_DISPATCH(GroupRangesRowImpl)(x, n, group, range);
+}
+void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
+                size_t n) {
+  HWY_DYNAMIC_DISPATCH(ArStatsRowImpl)(prev, cur, mu, num, den, n);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -68,17 +68,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
 
   sc->f.resize(n);
   ToFloat(in, s.dtype, sc->f.data(), n);
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(sc->f[i]))
-      return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
   // Dense-and-sparse: pick the keys' outlier channels, keep their input bytes, zero them.
   std::vector<uint16_t> outliers;
+  bool outliers_finite = true;  // the kept channels are zeroed below, so check them here
   const bool use_outliers = p.key_outliers && axis == 0;
   if (use_outliers) {
     const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
-    std::vector<float> ms(C, 0.0f);
-    for (size_t t = 0; t < T; ++t)
-      for (size_t c = 0; c < C; ++c) ms[c] += sc->f[t * C + c] * sc->f[t * C + c];
+    std::vector<float> ms(C, 0.0f), zero(C, 0.0f), unused(C, 0.0f);
+    for (size_t t = 0; t < T; ++t) {
+      const float* r = sc->f.data() + t * C;
+      ArStatsRow(r, r, zero.data(), unused.data(), ms.data(), C);  // ms += x^2
+    }
     std::vector<std::pair<float, uint16_t>> cand;
     for (size_t h = 0; h < s.heads; ++h) {
       std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
@@ -94,42 +94,46 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     }
     std::sort(outliers.begin(), outliers.end());
     for (size_t t = 0; t < T; ++t)
-      for (uint16_t c : outliers) sc->f[t * C + c] = 0.0f;
+      for (uint16_t c : outliers) {
+        outliers_finite &= std::isfinite(sc->f[t * C + c]);
+        sc->f[t * C + c] = 0.0f;
+      }
   }
   if (p.hadamard) HadamardRows(sc->f.data(), T * s.heads, s.head_dim);
   const float* f = sc->f.data();
 
-  // Per-channel centre.
+  // One pass over the rows: finiteness, per-channel sums (centre), and the step ranges
+  // (per-channel min/max for keys, per token and channel group for values).
   sc->mu.assign(C, 0.0f);
-  for (size_t t = 0; t < T; ++t)
-    for (size_t c = 0; c < C; ++c) sc->mu[c] += f[t * C + c];
+  const bool key_axis = axis == 0;
+  if (key_axis) {
+    sc->mn.assign(f, f + C);
+    sc->mx.assign(f, f + C);
+  } else {
+    sc->mn.resize(ngroups);
+    sc->steps16.resize(T * ngroups);
+  }
+  bool finite = true;
+  for (size_t t = 0; t < T; ++t) {
+    const float* r = f + t * C;
+    finite &= AccumRow(r, sc->mu.data(), key_axis ? sc->mn.data() : nullptr,
+                       key_axis ? sc->mx.data() : nullptr, C);
+    if (!key_axis) {
+      GroupRangesRow(r, C, group, sc->mn.data());
+      for (size_t g = 0; g < ngroups; ++g)
+        sc->steps16[t * ngroups + g] = StepToHalf(sc->mn[g], levels);
+    }
+  }
+  if (!finite || !outliers_finite)
+    return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
   std::vector<uint16_t> mu16(C);
   for (size_t c = 0; c < C; ++c) {
     mu16[c] = FloatToHalf(sc->mu[c] / static_cast<float>(T));
     sc->mu[c] = HalfToFloat(mu16[c]);
   }
-
-  // Steps.
-  if (axis == 0) {
-    sc->mn.assign(f, f + C);
-    sc->mx.assign(f, f + C);
-    for (size_t t = 1; t < T; ++t) MinMaxAccumRow(f + t * C, sc->mn.data(), sc->mx.data(), C);
+  if (key_axis) {
     sc->steps16.resize(C);
     for (size_t c = 0; c < C; ++c) sc->steps16[c] = StepToHalf(sc->mx[c] - sc->mn[c], levels);
-  } else {
-    sc->steps16.resize(T * ngroups);
-    for (size_t t = 0; t < T; ++t) {
-      const float* r = f + t * C;
-      for (size_t g = 0; g < ngroups; ++g) {
-        const size_t c0 = g * group, c1 = std::min(C, c0 + group);
-        float lo = r[c0], hi = r[c0];
-        for (size_t c = c0 + 1; c < c1; ++c) {
-          lo = std::min(lo, r[c]);
-          hi = std::max(hi, r[c]);
-        }
-        sc->steps16[t * ngroups + g] = StepToHalf(hi - lo, levels);
-      }
-    }
   }
 
   // Predictor weights: a = rho * var / (var + D), the closed-loop optimum for an AR(1) channel
@@ -138,15 +142,8 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   std::vector<uint8_t> a16(C, 0);
   if (p.token_delta && T > 1) {
     std::vector<float> num(C, 0.0f), den(C, 0.0f), d2(C, 0.0f);
-    for (size_t t = 1; t < T; ++t) {
-      const float* cur = f + t * C;
-      const float* prev = f + (t - 1) * C;
-      for (size_t c = 0; c < C; ++c) {
-        const float y0 = prev[c] - sc->mu[c], y1 = cur[c] - sc->mu[c];
-        num[c] += y0 * y1;
-        den[c] += y0 * y0;
-      }
-    }
+    for (size_t t = 1; t < T; ++t)
+      ArStatsRow(f + (t - 1) * C, f + t * C, sc->mu.data(), num.data(), den.data(), C);
     if (axis == 0) {
       for (size_t c = 0; c < C; ++c) {
         const float st = HalfToFloat(sc->steps16[c]);
@@ -214,14 +211,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
-  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats);
+  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats,
+               RansLanes(kCoderWritten));
   if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }
 
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         SectionScratch* sc, uint8_t* out) {
+                         uint8_t coder, SectionScratch* sc, uint8_t* out) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
+  const int lanes = RansLanes(coder);
+  if (lanes == 0) return absl::DataLossError("quant section: unknown entropy coder");
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
@@ -273,7 +273,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   const uint32_t alphabet = 4u << bits;
   const int32_t offset = 1 << (bits + 1);
   sc->syms.resize(n);
-  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data()));
+  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
   if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
 
   sc->mu.resize(C);

@@ -19,6 +19,8 @@
 namespace strata::codec::rans {
 namespace {
 
+bool g_force_scalar = false;
+
 constexpr uint32_t kL = 1u << 16;  // states live in [kL, 2^32); words are 16 bits
 constexpr int kMinProbBits = 11;
 constexpr int kMaxProbBits = 15;
@@ -77,15 +79,37 @@ inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 
 template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
-  size_t groups = (n + kCtxRun - 1) / kCtxRun;
+  const size_t full = n / kCtxRun;
   uint32_t ctx = 0;
-  for (size_t g = 0; g < groups; ++g) {
-    uint32_t* h = counts + size_t{ctx} * alphabet;
-    size_t base = g * kCtxRun;
-    size_t cnt = std::min<size_t>(kCtxRun, n - base);
-    for (size_t l = 0; l < cnt; ++l) ++h[syms[base + l]];
-    if (++ctx == num_ctx) ctx = 0;
+  if (alphabet <= 1024) {
+    // Four sub-histograms per context (lane & 3), so runs of one symbol do not serialise on
+    // one counter's store-to-load latency.
+    std::vector<uint32_t> sub(size_t{num_ctx} * 4 * alphabet, 0);
+    for (size_t g = 0; g < full; ++g) {
+      uint32_t* h = sub.data() + size_t{ctx} * 4 * alphabet;
+      const Sym* s = syms + g * kCtxRun;
+      for (int l = 0; l < kCtxRun; l += 4) {
+        ++h[s[l]];
+        ++h[alphabet + s[l + 1]];
+        ++h[2 * alphabet + s[l + 2]];
+        ++h[3 * alphabet + s[l + 3]];
+      }
+      if (++ctx == num_ctx) ctx = 0;
+    }
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      const uint32_t* h = sub.data() + size_t{c} * 4 * alphabet;
+      uint32_t* o = counts + size_t{c} * alphabet;
+      for (uint32_t a = 0; a < alphabet; ++a)
+        o[a] += h[a] + h[alphabet + a] + h[2 * alphabet + a] + h[3 * alphabet + a];
+    }
+  } else {
+    for (size_t g = 0; g < full; ++g) {
+      uint32_t* h = counts + size_t{ctx} * alphabet;
+      for (int l = 0; l < kCtxRun; ++l) ++h[syms[g * kCtxRun + l]];
+      if (++ctx == num_ctx) ctx = 0;
+    }
   }
+  for (size_t i = full * kCtxRun; i < n; ++i) ++counts[size_t{ctx} * alphabet + syms[i]];
 }
 
 #if STRATA_RANS_AVX512
@@ -127,36 +151,196 @@ STRATA_AVX512_FN void DecStore(__m512i sv, Sym* dst) {
   }
 }
 
-// Decodes pairs of full 16-symbol runs (states 0-15, then 16-31) while at least kLanes words
-// remain, so both 16-word loads are in bounds. The two state vectors are independent, so their
-// gathers overlap. Returns the number of runs decoded (even).
-template <typename Sym>
+// Decodes blocks of V full 16-symbol runs (run g on state vector g % V) while at least 16 * V
+// words remain, so every 16-word load is in bounds. The V state vectors are independent, so
+// their gathers overlap. Returns the number of runs decoded (a multiple of V).
+template <typename Sym, int V>
 __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
     uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
     const uint32_t* const* ent, const uint16_t* const* sym, const uint32_t* prob_bits, Sym* out) {
-  __m512i x0 = _mm512_loadu_si512(states);
-  __m512i x1 = _mm512_loadu_si512(states + 16);
+  __m512i xv[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  const uint16_t* wq = wp;  // local: the stores to out must not force reloads
   size_t g = 0;
   uint32_t c0 = 0;
-  for (; g + 2 <= runs; g += 2) {
-    if (wend - wp < kLanes) break;
-    const uint32_t c1 = c0 + 1 == num_ctx ? 0 : c0 + 1;
-    __m512i s0, s1;
-    x0 = DecStep(x0, ent[c0], sym[c0], prob_bits[c0], &s0);
-    x1 = DecStep(x1, ent[c1], sym[c1], prob_bits[c1], &s1);
-    x0 = DecRenorm(x0, wp);
-    x1 = DecRenorm(x1, wp);
-    DecStore(s0, out + g * kCtxRun);
-    DecStore(s1, out + (g + 1) * kCtxRun);
-    c0 = c1 + 1 == num_ctx ? 0 : c1 + 1;
+  for (; g + V <= runs; g += V) {
+    if (wend - wq < 16 * V) break;
+    __m512i sv[V];
+    uint32_t c = c0;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      xv[v] = DecStep(xv[v], ent[c], sym[c], prob_bits[c], &sv[v]);
+      c = c + 1 == num_ctx ? 0 : c + 1;
+    }
+    c0 = c;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
   }
-  _mm512_storeu_si512(states, x0);
-  _mm512_storeu_si512(states + 16, x1);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
+  wp = wq;
   return g;
+}
+
+// Decode step with one gather: `pack` holds bias | symbol << 16 per slot, and the frequency
+// comes from an in-register table of the context's symbols lo..lo+kTab-1 (kTab 16, 32 or 64).
+template <int kTab>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecStepPacked(
+    __m512i x, const uint32_t* pack, const uint32_t* ftab, __m512i lov, uint32_t p, __m512i* sv) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i e = _mm512_i32gather_epi32(slot, pack, 4);
+  const __m512i sym = _mm512_srli_epi32(e, 16);
+  const __m512i idx = _mm512_sub_epi32(sym, lov);
+  __m512i f;
+  if constexpr (kTab == 16) {
+    f = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(ftab));
+  } else if constexpr (kTab == 32) {
+    f = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
+  } else {
+    static_assert(kTab == 64);
+    const __m512i f0 =
+        _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
+    const __m512i f1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab + 32), idx,
+                                                 _mm512_loadu_si512(ftab + 48));
+    f = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), f0, f1);
+  }
+  *sv = sym;
+  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  return _mm512_add_epi32(_mm512_mullo_epi32(f, xs), _mm512_and_si512(e, low16));
+}
+
+template <typename Sym, int kTab, int V>
+__attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
+    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
+    const uint32_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
+    Sym* out) {
+  __m512i xv[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  const uint16_t* wq = wp;  // local: the stores to out must not force reloads
+  size_t g = 0;
+  uint32_t c0 = 0;
+  for (; g + V <= runs; g += V) {
+    if (wend - wq < 16 * V) break;
+    __m512i sv[V];
+    uint32_t c = c0;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      xv[v] = DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c],
+                                  &sv[v]);
+      c = c + 1 == num_ctx ? 0 : c + 1;
+    }
+    c0 = c;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
+  wp = wq;
+  return g;
+}
+
+template <typename Sym, int kTab>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncStep(
+    const Sym* syms, size_t g, const uint32_t* tables, size_t stride, const __m512i lov,
+    const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp, __m512i& xr) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i bit5 = _mm512_set1_epi32(32);
+    const uint32_t p = prob_bits[ctx];
+    const uint32_t* tab = tables + size_t{ctx} * stride;
+    __m512i idx;
+    if constexpr (sizeof(Sym) == 1) {
+      idx = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + g * kCtxRun)));
+    } else {
+      idx = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(syms + g * kCtxRun)));
+    }
+    idx = _mm512_sub_epi32(idx, lov);
+    __m512i e;
+    if constexpr (kTab == 0) {
+      e = _mm512_i32gather_epi32(idx, tab, 4);
+    } else if constexpr (kTab == 16) {
+      e = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(tab));
+    } else if constexpr (kTab == 32) {
+      e = _mm512_permutex2var_epi32(_mm512_loadu_si512(tab), idx, _mm512_loadu_si512(tab + 16));
+    } else {
+      static_assert(kTab == 64);
+      const __m512i e0 =
+          _mm512_permutex2var_epi32(_mm512_loadu_si512(tab), idx, _mm512_loadu_si512(tab + 16));
+      const __m512i e1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(tab + 32), idx,
+                                                   _mm512_loadu_si512(tab + 48));
+      e = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, bit5), e0, e1);
+    }
+    const __m512i freq = _mm512_and_si512(e, low16);
+    const __m512i start = _mm512_srli_epi32(e, 16);
+    // freq << (32 - p), minus one: emit while x > that (x >= freq << (32 - p)); a symbol with
+    // freq = 2^p wraps to 0xFFFFFFFF and never emits.
+    const __m512i xmax1 = _mm512_sub_epi32(
+        _mm512_sll_epi32(freq, _mm_cvtsi32_si128(static_cast<int>(32 - p))), one);
+    __m512i x = xr;
+    const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
+    const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
+    const __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+    wp -= k;
+    _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
+    x = _mm512_mask_srli_epi32(x, emit, x, 16);
+    const __m512 qf = _mm512_div_ps(_mm512_cvtepu32_ps(x), _mm512_cvtepi32_ps(freq));
+    __m512i q = _mm512_cvttps_epu32(qf);
+    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
+    const __mmask16 neg = _mm512_cmplt_epi32_mask(r, zero);
+    q = _mm512_mask_sub_epi32(q, neg, q, one);
+    r = _mm512_mask_add_epi32(r, neg, r, freq);
+    const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
+    q = _mm512_mask_add_epi32(q, over, q, one);
+    r = _mm512_mask_sub_epi32(r, over, r, freq);
+    xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
+                          _mm512_add_epi32(r, start));
+    ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
+}
+
+// Encodes full 16-symbol runs g = runs-1 .. 0 (backwards, as the scalar loop), run g on the
+// state vector g % V (lanes 16 * (g % V) ..). Per-context tables hold freq | start << 16 per
+// symbol, `stride` entries per context starting at symbol `lo`. kTab selects the lookup:
+// 0 = gather, 16/32/64 = in-register permutes of a table of that many entries.
+// q = x / freq comes from a float division (relative error < 2^-22, and q < 2^(32-p) <= 2^21,
+// so the estimate is within 1 of the quotient) corrected by one step each way: the result is
+// exact, so the stream is identical to the scalar encoder's bit for bit.
+template <typename Sym, int kTab, int V>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx512(
+    const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, size_t stride,
+    uint32_t lo, const uint32_t* prob_bits, uint32_t* states, uint16_t*& wp_ref) {
+  // runs is a multiple of V: run b * V + v uses state vector v.
+  __m512i xv[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  uint16_t* wp = wp_ref;
+  uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
+  for (size_t b = runs / V; b-- > 0;) {
+#pragma GCC unroll 4
+    for (int v = V - 1; v >= 0; --v)
+      EncStep<Sym, kTab>(syms, b * V + v, tables, stride, lov, prob_bits, ctx, num_ctx, wp,
+                         xv[v]);
+  }
+  wp_ref = wp;
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
 }
 #endif
 
 }  // namespace
+
+void ForceScalarForTesting(bool on) { g_force_scalar = on; }
 
 bool SimdDecodeAvailable() {
 #if STRATA_RANS_AVX512
@@ -183,7 +367,8 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats) {
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes) {
+  const int L = lanes == 64 ? 64 : 32;
   internal::ByteWriter w(out);
   const size_t table_start = out->size();
   std::vector<uint32_t>& counts = scratch->counts;
@@ -192,7 +377,10 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 
   scratch->enc_syms.resize(size_t{alphabet} * num_ctx * sizeof(EncSym));
   EncSym* enc = reinterpret_cast<EncSym*>(scratch->enc_syms.data());
+  for (size_t i = 0; i < size_t{alphabet} * num_ctx; ++i) enc[i].freq = 0;
   std::vector<uint32_t> freqs(alphabet);
+  uint32_t ctx_bits[kMaxContexts] = {};
+  uint32_t ctx_lo[kMaxContexts], ctx_hi[kMaxContexts];
   double entropy = 0;
   for (uint32_t c = 0; c < num_ctx; ++c) {
     const uint32_t* h = counts.data() + size_t{c} * alphabet;
@@ -205,6 +393,8 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
       ++used;
       total += h[s];
     }
+    ctx_lo[c] = lo;
+    ctx_hi[c] = hi;
     if (total == 0) {
       w.U8(0);
       continue;
@@ -212,6 +402,7 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     for (uint32_t s = lo; s <= hi; ++s)
       if (h[s]) entropy += h[s] * std::log2(static_cast<double>(total) / h[s]);
     const int p = ChooseProbBits(used);
+    ctx_bits[c] = static_cast<uint32_t>(p);
     const uint32_t count = hi - lo + 1;
     Normalize(h + lo, count, total, p, freqs.data());
     w.U8(static_cast<uint8_t>(p));
@@ -237,17 +428,17 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 
   // Encode backwards; words are written from the end of the scratch buffer towards its front.
   std::vector<uint16_t>& words = scratch->words;
-  words.resize(n + kLanes + 1);  // +1: the unconditional store at wp[-1]
+  words.resize(n + L + 1);  // +1: the unconditional store at wp[-1]
   uint16_t* const wend = words.data() + words.size();
   uint16_t* wp = wend;
-  uint32_t x[kLanes];
-  for (int l = 0; l < kLanes; ++l) x[l] = kL;
+  uint32_t x[kMaxLanes];
+  for (int l = 0; l < L; ++l) x[l] = kL;
   const size_t runs = (n + kCtxRun - 1) / kCtxRun;
-  for (size_t g = runs; g-- > 0;) {
+  auto scalar_run = [&](size_t g) {
     const EncSym* tab = enc + size_t(g % num_ctx) * alphabet;
     const size_t base = g * kCtxRun;
     const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
-    uint32_t* xl = x + (base % kLanes);
+    uint32_t* xl = x + (base % L);
     for (int l = cnt - 1; l >= 0; --l) {
       const EncSym& s = tab[syms[base + l]];
       uint32_t xs = xl[l];
@@ -265,11 +456,62 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
       }
       xl[l] = (static_cast<uint32_t>(q) << s.shift) + r + s.start;
     }
+  };
+  size_t g = runs;
+  if (n % kCtxRun != 0) scalar_run(--g);  // the partial run is the last one
+#if STRATA_RANS_AVX512
+  const size_t V = static_cast<size_t>(L / 16);
+  if (g >= V && CpuHasAvx512() && !g_force_scalar) {
+    while (g % V != 0) scalar_run(--g);  // the vector loop takes whole blocks of V runs
+    // Packed per-context tables for the vector loop: freq | start << 16, symbols lo..hi.
+    uint32_t lo = alphabet, hi = 0;
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      lo = std::min(lo, ctx_lo[c]);
+      hi = std::max(hi, ctx_hi[c]);
+    }
+    const uint32_t span = hi - lo + 1;
+    const size_t stride = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : alphabet;
+    if (stride == alphabet) lo = 0;
+    scratch->enc_ent.assign(stride * num_ctx, 0);
+    for (uint32_t c = 0; c < num_ctx; ++c)
+      for (uint32_t sy = ctx_lo[c]; sy <= ctx_hi[c] && sy < alphabet; ++sy) {
+        const EncSym& es = enc[size_t{c} * alphabet + sy];
+        if (es.freq) scratch->enc_ent[c * stride + (sy - lo)] = es.freq | es.start << 16;
+      }
+    const uint32_t* tabs = scratch->enc_ent.data();
+    switch (stride) {
+      case 16:
+        if (V == 4)
+          EncodeRunsAvx512<Sym, 16, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else
+          EncodeRunsAvx512<Sym, 16, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      case 32:
+        if (V == 4)
+          EncodeRunsAvx512<Sym, 32, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else
+          EncodeRunsAvx512<Sym, 32, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      case 64:
+        if (V == 4)
+          EncodeRunsAvx512<Sym, 64, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else
+          EncodeRunsAvx512<Sym, 64, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        break;
+      default:
+        if (V == 4)
+          EncodeRunsAvx512<Sym, 0, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else
+          EncodeRunsAvx512<Sym, 0, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+    }
+    g = 0;
   }
+#endif
+  while (g-- > 0) scalar_run(g);
   const size_t nwords = static_cast<size_t>(wend - wp);
-  const size_t stream_bytes = kLanes * 4 + nwords * 2;
+  const size_t stream_bytes = size_t(L) * 4 + nwords * 2;
   w.Varint(static_cast<uint32_t>(stream_bytes));
-  w.Raw(x, sizeof(x));
+  w.Raw(x, size_t(L) * 4);
   w.Raw(wp, nwords * 2);
   if (stats) {
     stats->entropy_bits += entropy;
@@ -281,7 +523,9 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 
 template <typename Sym>
 absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
-                    Scratch* scratch, Sym* out) {
+                    Scratch* scratch, Sym* out, int lanes) {
+  if (lanes != 32 && lanes != 64) return absl::InternalError("rans: lanes must be 32 or 64");
+  const int L = lanes;
   if (alphabet == 0 || alphabet > kMaxAlphabet || num_ctx == 0 || num_ctx > kMaxContexts)
     return absl::DataLossError("rans: bad alphabet or context count");
   if constexpr (sizeof(Sym) == 1) {
@@ -319,6 +563,7 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     if (prob_bits[c] == 0) return absl::DataLossError("rans: symbols in an empty context");
 
   // Pass 2: build the decode tables (validated above, so plain reads are safe).
+  uint32_t sym_lo = alphabet, sym_hi = 0;
   scratch->dec_entry.resize(total_entries);
   scratch->dec_sym.resize(total_entries + 2);  // +2: the SIMD gather reads 4 bytes
   internal::ByteReader t(tables_begin, static_cast<size_t>(in.pos() - tables_begin), "rans");
@@ -333,6 +578,8 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     uint32_t lo = 0, count = 0;
     (void)t.Varint(&lo);
     (void)t.Varint(&count);
+    sym_lo = std::min(sym_lo, lo);
+    sym_hi = std::max(sym_hi, lo + count - 1);
     uint32_t* e = scratch->dec_entry.data() + offsets[c];
     uint16_t* sy = scratch->dec_sym.data() + offsets[c];
     uint32_t start = 0;
@@ -349,27 +596,74 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
 
   uint32_t stream_bytes = 0;
   if (auto s = in.Varint(&stream_bytes); !s.ok()) return s;
-  if (stream_bytes < kLanes * 4 || (stream_bytes - kLanes * 4) % 2 != 0)
+  if (stream_bytes < size_t(L) * 4 || (stream_bytes - size_t(L) * 4) % 2 != 0)
     return absl::DataLossError("rans: bad stream length");
   const uint8_t* sp;
   if (auto s = in.Take(stream_bytes, &sp); !s.ok()) return s;
-  uint32_t x[kLanes];
-  std::memcpy(x, sp, sizeof(x));
-  for (int l = 0; l < kLanes; ++l)
+  uint32_t x[kMaxLanes];
+  std::memcpy(x, sp, size_t(L) * 4);
+  for (int l = 0; l < L; ++l)
     if (x[l] < kL) return absl::DataLossError("rans: bad initial state");
   // The word area may be unaligned; copy it so u16 loads are well defined.
-  const size_t nwords = (stream_bytes - kLanes * 4) / 2;
+  const size_t nwords = (stream_bytes - size_t(L) * 4) / 2;
   std::vector<uint16_t>& words = scratch->words;
-  words.resize(nwords + kLanes);
-  std::memcpy(words.data(), sp + kLanes * 4, nwords * 2);
+  words.resize(nwords + kMaxLanes);
+  std::memcpy(words.data(), sp + size_t(L) * 4, nwords * 2);
   const uint16_t* wp = words.data();
   const uint16_t* const wend = words.data() + nwords;
 
   const size_t full_runs = n / kCtxRun;
   size_t g = 0;
 #if STRATA_RANS_AVX512
-  if (CpuHasAvx512() && full_runs >= 2)
-    g = DecodeRunsAvx512<Sym>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits, out);
+  const int V = L / 16;
+  if (CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(V)) {
+    const uint32_t span = sym_hi >= sym_lo ? sym_hi - sym_lo + 1 : 0;
+    if (span > 0 && span <= 64) {
+      // One gather per step: slot -> bias | symbol << 16; frequency by symbol from registers.
+      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : 64;
+      scratch->dec_pack.resize(total_entries);
+      scratch->dec_ftab.assign(size_t{tab} * num_ctx, 0);
+      const uint32_t* pack[kMaxContexts];
+      for (uint32_t c = 0; c < num_ctx; ++c) {
+        pack[c] = scratch->dec_pack.data() + offsets[c];
+        if (prob_bits[c] == 0) continue;
+        const size_t m = size_t{1} << prob_bits[c];
+        const uint32_t* e = ent[c];
+        const uint16_t* sy = sym[c];
+        uint32_t* pk = scratch->dec_pack.data() + offsets[c];
+        uint32_t* ft = scratch->dec_ftab.data() + size_t{c} * tab;
+        for (size_t i = 0; i < m; ++i) {
+          pk[i] = (e[i] & 0xFFFF) | uint32_t{sy[i]} << 16;
+          ft[sy[i] - sym_lo] = e[i] >> 16;
+        }
+      }
+      const uint32_t* ft = scratch->dec_ftab.data();
+      switch (tab) {
+        case 16:
+          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 16, 4>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out)
+                     : DecodeRunsPackedAvx512<Sym, 16, 2>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out);
+          break;
+        case 32:
+          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 32, 4>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out)
+                     : DecodeRunsPackedAvx512<Sym, 32, 2>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out);
+          break;
+        default:
+          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out)
+                     : DecodeRunsPackedAvx512<Sym, 64, 2>(x, wp, wend, full_runs, num_ctx, pack,
+                                                          ft, sym_lo, prob_bits, out);
+      }
+    } else {
+      g = V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
+                                            out)
+                 : DecodeRunsAvx512<Sym, 2>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
+                                            out);
+    }
+  }
 #endif
   uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
   for (; g < runs; ++g) {
@@ -378,7 +672,7 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     const uint32_t* e = ent[ctx];
     const uint16_t* sy = sym[ctx];
     const size_t base = g * kCtxRun;
-    uint32_t* xl = x + (base % kLanes);
+    uint32_t* xl = x + (base % L);
     const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
     if (cnt == kCtxRun && wend - wp >= kCtxRun) {
       for (int l = 0; l < kCtxRun; ++l) {
@@ -410,19 +704,19 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     if (++ctx == num_ctx) ctx = 0;
   }
   if (wp != wend) return absl::DataLossError("rans: stream has trailing words");
-  for (int l = 0; l < kLanes; ++l)
+  for (int l = 0; l < L; ++l)
     if (x[l] != kL) return absl::DataLossError("rans: final state mismatch (corrupt stream)");
   return absl::OkStatus();
 }
 
 template void Encode<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, Scratch*,
-                              std::vector<uint8_t>*, CoderStats*);
+                              std::vector<uint8_t>*, CoderStats*, int);
 template void Encode<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, Scratch*,
-                               std::vector<uint8_t>*, CoderStats*);
+                               std::vector<uint8_t>*, CoderStats*, int);
 template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
-                                      uint8_t*);
+                                      uint8_t*, int);
 template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t,
-                                       Scratch*, uint16_t*);
+                                       Scratch*, uint16_t*, int);
 template double EmpiricalEntropyBits<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t);
 template double EmpiricalEntropyBits<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t);
 

@@ -10,7 +10,7 @@
 // Section layout written by Encode:
 //   num_ctx tables: u8 prob_bits (0 = context unused), then if used: varint lo, varint count,
 //                   count varints (frequencies of symbols lo..lo+count-1, summing to 2^prob_bits)
-//   varint stream bytes, then the stream: kLanes u32 initial states, then u16 words.
+//   varint stream bytes, then the stream: `lanes` u32 initial states, then u16 words.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,8 @@
 
 namespace strata::codec::rans {
 
-inline constexpr int kLanes = 32;   // interleaved states
+inline constexpr int kLanes = 32;   // interleaved states of the original (coder 1) streams
+inline constexpr int kMaxLanes = 64;  // coder 2 streams: 64 states, four 16-lane vectors
 inline constexpr int kCtxRun = 16;  // symbols per context run
 inline constexpr uint32_t kMaxAlphabet = 4096;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -44,20 +45,25 @@ struct CoderStats {
 struct Scratch {
   std::vector<uint32_t> counts;
   std::vector<uint8_t> enc_syms;   // EncSym records
+  std::vector<uint32_t> enc_ent;   // SIMD encoder tables: freq | start << 16
   std::vector<uint16_t> words;
   std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
   std::vector<uint16_t> dec_sym;
+  std::vector<uint32_t> dec_pack;   // SIMD decoder: bias | symbol << 16 per slot
+  std::vector<uint32_t> dec_ftab;   // SIMD decoder: frequency per symbol, per context
 };
 
 // Symbols must be < alphabet (<= kMaxAlphabet). Appends the tables and the stream to `out`.
+// `lanes` (32 or 64) is the number of interleaved states: symbol i uses state i % lanes. 64
+// gives the decoder four independent dependency chains instead of two.
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats);
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes);
 
 // Reads what Encode wrote; writes n symbols, each < alphabet, or returns DataLoss.
 template <typename Sym>
 absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
-                    Scratch* scratch, Sym* out);
+                    Scratch* scratch, Sym* out, int lanes = kLanes);
 
 // Empirical order-0 entropy in bits of the symbols, with the same contexts as Encode.
 template <typename Sym>
@@ -65,5 +71,8 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 // True when Decode uses the AVX-512 path on this CPU.
 bool SimdDecodeAvailable();
+
+// Tests: run the scalar encoder and decoder even where AVX-512 is available (not thread-safe).
+void ForceScalarForTesting(bool on);
 
 }  // namespace strata::codec::rans

@@ -358,7 +358,7 @@ SymbolRow CompareCoders(const Dataset& d, const Row& row, int reps) {
   codec::rans::Scratch scratch;
   codec::rans::CoderStats st;
   for (size_t i = 0; i < nsec; ++i)
-    codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i], &st);
+    codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i], &st, 64);
   r.entropy = st.entropy_bits / r.n;
   double rbytes = 0;
   for (auto& b : rbuf) rbytes += static_cast<double>(b.size());
@@ -367,14 +367,14 @@ SymbolRow CompareCoders(const Dataset& d, const Row& row, int reps) {
                  for (size_t i = 0; i < nsec; ++i) {
                    rbuf[i].clear();
                    codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i],
-                                       nullptr);
+                                       nullptr, 64);
                  }
                }) / 1e6;
   std::vector<uint16_t> back(sec);
   r.rans_dec = r.n / BestSeconds(reps, [&] {
                  for (size_t i = 0; i < nsec; ++i) {
                    codec::internal::ByteReader rd(rbuf[i], "bench");
-                   (void)codec::rans::Decode(rd, sec, alpha[i], ctx, &scratch, back.data());
+                   (void)codec::rans::Decode(rd, sec, alpha[i], ctx, &scratch, back.data(), 64);
                  }
                }) / 1e6;
   r.zstd3_enc = r.n / BestSeconds(reps, [&] {

@@ -16,6 +16,15 @@ void FloatToBF16Row(const float* in, uint16_t* out, size_t n);
 // mn = min(mn, x), mx = max(mx, x), element-wise.
 void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n);
 
+// sum += x and, when mn is set, mn = min(mn, x), mx = max(mx, x), element-wise. Returns false if
+// any x is NaN or infinite.
+bool AccumRow(const float* x, float* sum, float* mn, float* mx, size_t n);
+// range[g] = max - min of x over channels [g * group, min(n, (g + 1) * group)).
+void GroupRangesRow(const float* x, size_t n, size_t group, float* range);
+// num += (prev - mu) * (cur - mu), den += (prev - mu)^2, element-wise.
+void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
+                size_t n);
+
 // Closed-loop predictive quantisation of one token row (n channels):
 //   p   = mu + a * (xh - mu)             prediction from the previous reconstruction
 //   q   = clamp(round((x - p) * inv_step), -offset, max_sym - offset)

@@ -34,7 +34,17 @@ struct SectionScratch {
 
 // Channel-group contexts for the rANS tables: 16 consecutive channels of a head share one.
 inline uint32_t NumChannelContexts(const TensorShape& s) {
-  return s.head_dim % rans::kLanes == 0 ? s.head_dim / rans::kLanes : 1;
+  return s.head_dim % 32 == 0 ? s.head_dim / 32 : 1;
+}
+
+// SectionEntry::coder of entropy-coded sections: 1 = rANS with 32 interleaved states (blobs
+// written before the 64-state coder), 2 = rANS with 64 states (what the encoder writes now).
+inline constexpr uint8_t kCoderRans32 = 1;
+inline constexpr uint8_t kCoderRans64 = 2;
+inline constexpr uint8_t kCoderWritten = kCoderRans64;
+// Lanes of a section's rANS streams, or 0 for an unknown coder.
+inline int RansLanes(uint8_t coder) {
+  return coder == kCoderRans32 ? 32 : coder == kCoderRans64 ? 64 : 0;
 }
 
 // Converts n values of `dtype` to float / back.
@@ -47,12 +57,12 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
                          rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         SectionScratch* sc, uint8_t* out);
+                         uint8_t coder, SectionScratch* sc, uint8_t* out);
 
 absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                             std::vector<uint8_t>* out, rans::CoderStats* stats);
 absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
-                            SectionScratch* sc, uint8_t* out);
+                            uint8_t coder, SectionScratch* sc, uint8_t* out);
 
 absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
                              uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,

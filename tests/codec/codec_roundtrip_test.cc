@@ -7,7 +7,9 @@
 #include "codec/codec.h"
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
+#include "common/crc32c.h"
 #include "gtest/gtest.h"
+#include "tests/codec/v1_blobs.inc"
 
 namespace strata::codec {
 namespace {
@@ -248,6 +250,41 @@ TEST(Groupwise, MatchesPlainQuantisation) {
             << int(bits) << " " << i;
     }
   }
+}
+
+// Blobs written before the 64-state rANS coder (section coder 1, 32 states) still decode: the
+// lossless one to the exact input, the quant one to what the current encoder reconstructs
+// (the quantiser is unchanged; only the entropy-coded stream layout differs).
+TEST(Compat, Coder1BlobsStillDecode) {
+  KvLayout l;
+  l.num_layers = 1;
+  l.num_kv_heads = 2;
+  l.head_dim = 64;
+  l.tokens_per_block = 16;
+  l.dtype = DType::kFloat16;
+  const std::vector<uint8_t> input = GenerateSyntheticKv(l, 1, SyntheticKvParams{});
+  std::vector<uint8_t> out(l.BlockBytes());
+  ASSERT_TRUE(Decode(std::span<const uint8_t>(kLosslessV1, sizeof(kLosslessV1)), out).ok());
+  EXPECT_EQ(out, input);
+  auto info = InspectBlob(std::span<const uint8_t>(kQuantV1, sizeof(kQuantV1)));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->sections[0].coder, 1);
+  ASSERT_TRUE(Decode(std::span<const uint8_t>(kQuantV1, sizeof(kQuantV1)), out).ok());
+  auto fresh = Encode(l, *ParseCodecSpec("quant:k4v4:ol"), input);
+  ASSERT_TRUE(fresh.ok());
+  auto finfo = InspectBlob(*fresh);
+  ASSERT_TRUE(finfo.ok());
+  EXPECT_EQ(finfo->sections[0].coder, 2);
+  std::vector<uint8_t> out2(l.BlockBytes());
+  ASSERT_TRUE(Decode(*fresh, out2).ok());
+  EXPECT_EQ(out, out2);
+  // An unknown coder id is a clean DataLoss (CRC recomputed so the parser reaches the section).
+  std::vector<uint8_t> bad(kQuantV1, kQuantV1 + sizeof(kQuantV1));
+  bad[64 + 5] = 7;
+  const uint32_t crc = Crc32c(bad.data(), bad.size() - 4);
+  std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+  absl::Status st = Decode(bad, out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
 }
 
 TEST(Spec, ParseAndPrint) {
