@@ -3,20 +3,26 @@
 // same run; plus the time to reopen a store whose catalog holds 100k blocks.
 //
 //   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--repeat 5]
-//              [--fio-flags "..."] [--json] [--smoke]
+//              [--reads 1] [--fio-flags "..."] [--ab-ring] [--huge-pages] [--json] [--smoke]
 //
 // Each (block size, queue depth) point runs `repeat` rounds. A round:
 //   write: the tier writes every block of a fresh preallocated file T with O_DIRECT (no
 //          fdatasync, as fio does none); fio writes a fresh file F sequentially (rw=write) and
 //          F is removed. The two writes run in alternating order from round to round.
-//   read:  the tier reads every block of T once, in a random order (a fresh permutation per
-//          round); fio does rw=randread over the same file T (its random map also reads every
-//          block once). Same file, so the same on-disk layout and the same cache state below the
-//          guest (O_DIRECT bypasses the guest page cache for both). Alternating order too.
-// Reported per point: the median (and best) of the rounds for each side, ratio = tier / fio of
-// the medians, and for reads a pass/fail against the 0.90 target. CPU time per operation is
+//   read:  `reads` times: the tier reads every block of T once, in a random order (a fresh
+//          permutation each time); fio does rw=randread over the same file T (its random map
+//          also reads every block once). Same file, so the same on-disk layout and the same cache
+//          state below the guest (O_DIRECT bypasses the guest page cache for both). The order
+//          of tier and fio alternates.
+// Memory: the tier reads into fresh 4 KiB-page anonymous memory each time (MADV_NOHUGEPAGE), as
+// fio reads into its freshly malloc'ed buffers; --huge-pages gives the tier THP-backed memory
+// like the host tier's arena (fio cannot: it needs hugetlbfs for that). On a virtual disk the
+// physical layout of that memory (segments per I/O) moves throughput by up to 2x; the read
+// samples show the destination's contiguous runs per buffer when /proc/self/pagemap is readable.
+// Reported per point: the median (and best) of the samples for each side, ratio = tier / fio
+// of the medians, and for reads a pass/fail against the 0.90 target. CPU time per operation is
 // taken from getrusage for the tier (the io_uring engine runs in the calling thread) and from
-// fio's usr_cpu/sys_cpu.
+// fio's usr_cpu/sys_cpu (different accounting: compare trends, not single values).
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -74,6 +80,11 @@ struct Series {
     if (v.empty()) return -1;
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+  }
+  std::string Numbers(bool segments = false) const {  // JSON array body
+    std::vector<std::string> parts;
+    for (const auto& s : runs) parts.push_back(absl::StrFormat("%.1f", segments ? s.segments : s.mibps));
+    return absl::StrJoin(parts, ", ");
   }
   std::string List() const {
     std::vector<std::string> parts;
@@ -158,7 +169,7 @@ double ThreadCpuSeconds() {
 // Buffers for the tier's I/O: anonymous memory, 2 MiB aligned; with `huge`, MADV_HUGEPAGE (as
 // the host tier's arena asks for), else plain 4 KiB pages like fio's malloc'ed buffers.
 struct AlignedPool {
-  AlignedPool(size_t n, size_t bytes, bool huge) : n(n), bytes(bytes) {
+  AlignedPool(size_t n, size_t bytes, bool huge, bool fill = true) : n(n), bytes(bytes) {
     size_t total = n * bytes, align = size_t{2} << 20;
     map_bytes = total + align;
     void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -166,6 +177,7 @@ struct AlignedPool {
     map = p;
     base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
     madvise(base, total, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    if (!fill) return;
     uint64_t pattern = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < total; i += 8) std::memcpy(base + i, &pattern, 8), pattern += 0x51;
   }
@@ -476,9 +488,10 @@ int Main(int argc, char** argv) {
   }
   if (json) {
     std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"fio_version\": \"%s\", "
-                "\"fio_flags\": \"%s\", \"repeat\": %d, \"read_target\": %.2f, \"rows\": [",
+                "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"huge_pages\": %s, "
+                "\"read_target\": %.2f, \"rows\": [",
                 dir.c_str(), backend.c_str(), fio ? "true" : "false", fio_version.c_str(),
-                fio_flags.c_str(), repeat, kReadTarget);
+                fio_flags.c_str(), repeat, reads, huge ? "true" : "false", kReadTarget);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
@@ -487,15 +500,17 @@ int Main(int argc, char** argv) {
           "\"fio_write_mibps\": %.1f, \"write_ratio\": %.3f, \"tier_read_mibps\": %.1f, "
           "\"fio_read_mibps\": %.1f, \"read_ratio\": %.3f, \"read_best_ratio\": %.3f, "
           "\"read_pass\": %s, \"tier_read_runs\": [%s], \"fio_read_runs\": [%s], "
-          "\"tier_write_runs\": [%s], \"fio_write_runs\": [%s], "
+          "\"tier_write_runs\": [%s], \"fio_write_runs\": [%s], \"tier_read_segments\": [%s], "
           "\"tier_read_cpu_us_per_op\": %.1f, \"fio_read_cpu_us_per_op\": %.1f, "
           "\"plain_ring_read_mibps\": %.1f, \"plain_ring_read_cpu_us_per_op\": %.1f}",
           i ? ", " : "", (unsigned long long)r.block, r.qd, r.tier_write.Median(),
           r.fio_write.Median(), Ratio(r.tier_write.Median(), r.fio_write.Median()),
           r.tier_read.Median(), r.fio_read.Median(), rq,
           Ratio(r.tier_read.Best(), r.fio_read.Best()),
-          rq < 0 ? "null" : (rq >= kReadTarget ? "true" : "false"), r.tier_read.List().c_str(),
-          r.fio_read.List().c_str(), r.tier_write.List().c_str(), r.fio_write.List().c_str(),
+          rq < 0 ? "null" : (rq >= kReadTarget ? "true" : "false"),
+          r.tier_read.Numbers().c_str(), r.fio_read.Numbers().c_str(),
+          r.tier_write.Numbers().c_str(), r.fio_write.Numbers().c_str(),
+          r.tier_read.Numbers(true).c_str(),
           r.tier_read.MedianCpu(), r.fio_read.MedianCpu(), r.plain_read.Median(),
           r.plain_read.MedianCpu());
     }
@@ -509,10 +524,11 @@ int Main(int argc, char** argv) {
     std::printf("}\n");
   } else {
     std::printf("NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads;\n"
-                "MiB/s, median of %d alternating rounds (best in the read columns); "
+                "MiB/s, median of %d samples (%d rounds x %d reads; best in the read columns); "
                 "cpu = CPU us per op (median)\n",
                 backend.c_str(), fio ? fio_version.c_str() : "no fio",
-                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(), repeat);
+                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(), repeat * reads,
+                repeat, reads);
     std::printf("%9s %3s | %8s %8s %5s | %8s %8s %5s %5s %9s %9s %4s\n", "block", "qd",
                 "tier wr", "fio wr", "ratio", "tier rd", "fio rd", "ratio", "best", "tier cpu",
                 "fio cpu", "");
@@ -531,8 +547,9 @@ int Main(int argc, char** argv) {
       }
     }
     if (compared > 0) {
-      std::printf("reads: %d of %d points at >= %.0f%% of fio (median of %d)%s%s\n", passed,
-                  compared, kReadTarget * 100, repeat, failed.empty() ? "" : "; below: ",
+      std::printf("reads: %d of %d points at >= %.0f%% of fio (medians of %d samples)%s%s\n",
+                  passed, compared, kReadTarget * 100, repeat * reads,
+                  failed.empty() ? "" : "; below: ",
                   absl::StrJoin(failed, " ").c_str());
     }
     if (cat.ok()) {
