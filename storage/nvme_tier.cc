@@ -73,34 +73,52 @@ struct NvmeTier::Impl {
 
 namespace {
 
+// io_uring engine. Each thread that runs a batch gets its own ring, set up the way fio sets up
+// its ring (COOP_TASKRUN, SINGLE_ISSUER, DEFER_TASKRUN: completions are posted only when the
+// owner waits for them, no inter-processor interrupt per completion), with the files and the
+// staging buffers registered. A ring with SINGLE_ISSUER accepts submissions from the thread that
+// created it only, hence one per thread; batches are still serialized by the tier (io_mu_), so
+// rings never run concurrently and the staging pool is never shared by two batches. At most
+// kMaxRings are kept; the least recently used one is closed when another thread needs one.
 class UringEngine final : public NvmeTier::Impl {
  public:
   using Op = NvmeTier::Op;
+  static constexpr size_t kMaxRings = 8;
 
   static absl::StatusOr<std::unique_ptr<UringEngine>> Create(uint32_t qd, uint32_t nbufs,
                                                              uint64_t buf_bytes,
-                                                             const std::vector<int>& fds) {
-    auto e = std::unique_ptr<UringEngine>(new UringEngine(qd, nbufs, buf_bytes));
+                                                             const std::vector<int>& fds,
+                                                             bool taskrun_flags) {
+    auto e = std::unique_ptr<UringEngine>(new UringEngine(qd, nbufs, buf_bytes, fds));
+    e->want_flags_ = taskrun_flags ? IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+                                         IORING_SETUP_DEFER_TASKRUN
+                                   : 0;
     if (!e->region_.base) return absl::ResourceExhaustedError("cannot map staging buffers");
-    int r = io_uring_queue_init(std::max<uint32_t>(qd, 1), &e->ring_, 0);
-    if (r < 0) return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", Errno(-r)));
-    e->ring_ok_ = true;
-    std::vector<iovec> iov(nbufs);
-    for (uint32_t i = 0; i < nbufs; ++i) iov[i] = {e->region_.at(i * buf_bytes), buf_bytes};
-    e->fixed_bufs_ = io_uring_register_buffers(&e->ring_, iov.data(), iov.size()) == 0;
-    e->fixed_files_ = io_uring_register_files(&e->ring_, fds.data(), fds.size()) == 0;
+    // Huge pages where the kernel has them: a staged op is then one physically contiguous
+    // segment for the device instead of one per 4 KiB page. Before the first touch.
+    madvise(e->region_.base, e->region_.bytes, MADV_HUGEPAGE);
+    for (uint32_t i = 0; i < nbufs; ++i) e->iov_[i] = {e->region_.at(i * buf_bytes), buf_bytes};
+    // The opening thread's ring: proves io_uring works here (else the thread pool takes over).
+    ASSIGN_OR_RETURN(Ring * ring, e->RingForThisThread());
+    e->fixed_bufs_ = ring->fixed_bufs;
     return e;
   }
-  ~UringEngine() override {
-    if (ring_ok_) io_uring_queue_exit(&ring_);
-  }
+  ~UringEngine() override = default;
   bool fixed_bufs() const { return fixed_bufs_; }
+  unsigned setup_flags() const { return setup_flags_; }
 
   void Run(std::vector<Op>& ops, bool is_write, std::vector<int64_t>& results) override {
     results.assign(ops.size(), 0);
-    std::vector<int> op_buf(ops.size(), -1);
-    std::vector<uint32_t> free_bufs;
-    for (uint32_t i = 0; i < nbufs_; ++i) free_bufs.push_back(nbufs_ - 1 - i);
+    absl::StatusOr<Ring*> got = RingForThisThread();
+    if (!got.ok()) {
+      std::fill(results.begin(), results.end(), -ENOMEM);
+      return;
+    }
+    Ring& rg = **got;
+    io_uring* ring = &rg.ring;
+    op_buf_.assign(ops.size(), -1);
+    free_bufs_.clear();
+    for (uint32_t i = 0; i < nbufs_; ++i) free_bufs_.push_back(nbufs_ - 1 - i);
     size_t next = 0, done = 0;
     uint32_t inflight = 0;
     while (done < ops.size()) {
@@ -108,30 +126,30 @@ class UringEngine final : public NvmeTier::Impl {
         Op& op = ops[next];
         int buf = -1;
         if (!op.direct) {
-          if (free_bufs.empty()) break;
-          buf = static_cast<int>(free_bufs.back());
+          if (free_bufs_.empty()) break;
+          buf = static_cast<int>(free_bufs_.back());
         }
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        io_uring_sqe* sqe = io_uring_get_sqe(ring);
         if (!sqe) break;
-        if (buf >= 0) free_bufs.pop_back();
+        if (buf >= 0) free_bufs_.pop_back();
         std::byte* mem = op.direct ? op.direct : region_.at(uint64_t(buf) * buf_bytes_);
         if (is_write && buf >= 0) StageIn(this, mem, op.src, op.copy_len, op.len);
-        int fd = fixed_files_ ? static_cast<int>(op.file) : op.fd;
+        int fd = rg.fixed_files ? static_cast<int>(op.file) : op.fd;
         unsigned len = static_cast<unsigned>(op.len);
-        if (buf >= 0 && fixed_bufs_) {
+        if (buf >= 0 && rg.fixed_bufs) {
           if (is_write) io_uring_prep_write_fixed(sqe, fd, mem, len, op.offset, buf);
           else io_uring_prep_read_fixed(sqe, fd, mem, len, op.offset, buf);
         } else {
           if (is_write) io_uring_prep_write(sqe, fd, mem, len, op.offset);
           else io_uring_prep_read(sqe, fd, mem, len, op.offset);
         }
-        if (fixed_files_) sqe->flags |= IOSQE_FIXED_FILE;
+        if (rg.fixed_files) sqe->flags |= IOSQE_FIXED_FILE;
         io_uring_sqe_set_data64(sqe, next);
-        op_buf[next] = buf;
+        op_buf_[next] = buf;
         ++next;
         ++inflight;
       }
-      int r = io_uring_submit_and_wait(&ring_, inflight > 0 ? 1 : 0);
+      int r = io_uring_submit_and_wait(ring, inflight > 0 ? 1 : 0);
       if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
         // The ring is unusable: ops not submitted fail; wait out those in flight.
         for (size_t i = next; i < ops.size(); ++i) results[i] = r;
@@ -139,45 +157,108 @@ class UringEngine final : public NvmeTier::Impl {
         next = ops.size();
         if (inflight == 0) break;
         io_uring_cqe* cqe = nullptr;
-        if (io_uring_wait_cqe(&ring_, &cqe) < 0) {
+        if (io_uring_wait_cqe(ring, &cqe) < 0) {
           for (size_t i = 0; i < next; ++i) if (results[i] == 0) results[i] = r;
           break;
         }
       }
       unsigned head, seen = 0;
       io_uring_cqe* cqe;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
+      io_uring_for_each_cqe(ring, head, cqe) {
         size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
         Op& op = ops[i];
         int64_t res = cqe->res;
         if (res >= 0 && static_cast<uint64_t>(res) != op.len) res = -EIO;  // short I/O
         results[i] = res;
-        if (op_buf[i] >= 0) {
+        if (op_buf_[i] >= 0) {
           if (!is_write && res >= 0) {
-            std::memcpy(op.dst, region_.at(uint64_t(op_buf[i]) * buf_bytes_), op.copy_len);
+            std::memcpy(op.dst, region_.at(uint64_t(op_buf_[i]) * buf_bytes_), op.copy_len);
           }
-          free_bufs.push_back(static_cast<uint32_t>(op_buf[i]));
+          free_bufs_.push_back(static_cast<uint32_t>(op_buf_[i]));
         }
         ++seen;
         --inflight;
         ++done;
       }
-      io_uring_cq_advance(&ring_, seen);
+      io_uring_cq_advance(ring, seen);
     }
   }
 
  private:
-  UringEngine(uint32_t qd, uint32_t nbufs, uint64_t buf_bytes)
+  struct Ring {
+    io_uring ring{};
+    uint64_t thread = 0;
+    uint64_t last_used = 0;
+    bool fixed_bufs = false;
+    bool fixed_files = false;
+    ~Ring() { io_uring_queue_exit(&ring); }
+  };
+
+  UringEngine(uint32_t qd, uint32_t nbufs, uint64_t buf_bytes, std::vector<int> fds)
       : qd_(std::max<uint32_t>(qd, 1)), nbufs_(nbufs), buf_bytes_(buf_bytes),
-        region_(size_t(nbufs) * buf_bytes) {}
+        region_(size_t(nbufs) * buf_bytes), iov_(nbufs), fds_(std::move(fds)) {}
+
+  // A process-unique number for the calling thread (thread ids and tids can be reused).
+  static uint64_t ThisThread() {
+    static std::atomic<uint64_t> next{1};
+    thread_local uint64_t id = next.fetch_add(1);
+    return id;
+  }
+
+  // Callers are serialized (the tier's io_mu_, or Create before the tier is shared).
+  absl::StatusOr<Ring*> RingForThisThread() {
+    uint64_t me = ThisThread();
+    ++clock_;
+    for (auto& r : rings_) {
+      if (r->thread == me) {
+        r->last_used = clock_;
+        return r.get();
+      }
+    }
+    if (rings_.size() >= kMaxRings) {
+      auto lru = std::min_element(rings_.begin(), rings_.end(), [](const auto& a, const auto& b) {
+        return a->last_used < b->last_used;
+      });
+      rings_.erase(lru);
+    }
+    auto r = std::make_unique<Ring>();
+    // fio's flags; each one the kernel does not know is dropped in turn (DEFER_TASKRUN needs
+    // SINGLE_ISSUER; both need 6.1, COOP_TASKRUN 5.19).
+    unsigned flags = want_flags_;
+    int rc;
+    while (true) {
+      io_uring_params p{};
+      p.flags = flags;
+      rc = io_uring_queue_init_params(qd_, &r->ring, &p);
+      if (rc != -EINVAL || flags == 0) break;
+      if (flags & IORING_SETUP_DEFER_TASKRUN) {
+        flags &= ~(IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SINGLE_ISSUER);
+      } else {
+        flags = 0;
+      }
+    }
+    if (rc < 0) return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", Errno(-rc)));
+    setup_flags_ = flags;
+    r->thread = me;
+    r->last_used = clock_;
+    r->fixed_bufs = io_uring_register_buffers(&r->ring, iov_.data(), iov_.size()) == 0;
+    r->fixed_files = io_uring_register_files(&r->ring, fds_.data(), fds_.size()) == 0;
+    rings_.push_back(std::move(r));
+    return rings_.back().get();
+  }
 
   uint32_t qd_, nbufs_;
   uint64_t buf_bytes_;
   AlignedRegion region_;
-  io_uring ring_{};
-  bool ring_ok_ = false;
+  std::vector<iovec> iov_;
+  std::vector<int> fds_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  uint64_t clock_ = 0;
   bool fixed_bufs_ = false;
-  bool fixed_files_ = false;
+  unsigned want_flags_ = 0;
+  unsigned setup_flags_ = 0;
+  std::vector<int> op_buf_;          // per batch, reused
+  std::vector<uint32_t> free_bufs_;  // per batch, reused
 };
 
 // pread/pwrite on a small pool of threads, each with its own staging buffer.
@@ -353,9 +434,11 @@ absl::Status NvmeTier::SetUpIo() {
   for (const auto& f : files_) fds.push_back(f.fd);
   if (!options_.force_thread_pool) {
     auto uring = UringEngine::Create(options_.queue_depth, options_.staging_buffers,
-                                     options_.staging_buffer_bytes, fds);
+                                     options_.staging_buffer_bytes, fds,
+                                     options_.io_uring_taskrun_flags);
     if (uring.ok()) {
       registered_buffers_ = (*uring)->fixed_bufs();
+      io_uring_setup_flags_ = (*uring)->setup_flags();
       impl_ = std::move(*uring);
       backend_ = NvmeIoBackend::kIoUring;
       return absl::OkStatus();

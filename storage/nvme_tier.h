@@ -63,6 +63,9 @@ struct NvmeTierOptions {
   bool force_thread_pool = false;      // skip io_uring (tests, or a kernel without it)
   bool force_buffered = false;         // skip O_DIRECT (tests)
   uint32_t thread_pool_threads = 4;    // workers of the pread/pwrite fallback
+  // io_uring rings set up like fio's (COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN, one ring per
+  // calling thread); false: plain rings without setup flags (the engine before; A/B in the bench).
+  bool io_uring_taskrun_flags = true;
 };
 
 // Where a payload lives. `size` is the payload length; the extent occupies RoundUp(size).
@@ -122,6 +125,8 @@ class NvmeTier {
   const std::string& io_uring_error() const { return io_uring_error_; }
   bool direct_io() const { return direct_io_; }
   bool registered_buffers() const { return registered_buffers_; }
+  // IORING_SETUP_* flags the (opening thread's) ring was created with; 0 for the thread pool.
+  uint32_t io_uring_setup_flags() const { return io_uring_setup_flags_; }
   uint32_t queue_depth() const { return options_.queue_depth; }
   size_t file_count() const { return files_.size(); }
   std::vector<NvmeFileStats> Stats() const;
@@ -158,6 +163,7 @@ class NvmeTier {
   std::string io_uring_error_;
   bool direct_io_ = true;
   bool registered_buffers_ = false;
+  uint32_t io_uring_setup_flags_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

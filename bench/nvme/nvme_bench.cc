@@ -1,16 +1,32 @@
 // nvme_bench: NVMe-tier write and read throughput against fio (ioengine=io_uring, direct=1)
-// with the same block size, queue depth, bytes and filesystem, measured back to back in the same
-// run; plus the time to reopen a store whose catalog holds 100k blocks.
+// at the same block size, queue depth, bytes, filesystem and file, measured back to back in the
+// same run; plus the time to reopen a store whose catalog holds 100k blocks.
 //
-//   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--repeat 3]
-//              [--json] [--smoke]
+//   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--repeat 5]
+//              [--reads 1] [--fio-flags "..."] [--ab-ring] [--huge-pages] [--json] [--smoke]
 //
-// Write: the tier allocates extents in a fresh preallocated file and writes each block with
-// O_DIRECT (no fdatasync per batch, as fio does none); fio writes sequentially to a fresh file
-// (rw=write). Read: the tier reads the blocks it wrote in a random order; fio does rw=randread
-// over the file it wrote. Ratios are tier / fio.
+// Each (block size, queue depth) point runs `repeat` rounds. A round:
+//   write: the tier writes every block of a fresh preallocated file T with O_DIRECT (no
+//          fdatasync, as fio does none); fio writes a fresh file F sequentially (rw=write) and
+//          F is removed. The two writes run in alternating order from round to round.
+//   read:  `reads` times: the tier reads every block of T once, in a random order (a fresh
+//          permutation each time); fio does rw=randread over the same file T (its random map
+//          also reads every block once). Same file, so the same on-disk layout and the same cache
+//          state below the guest (O_DIRECT bypasses the guest page cache for both). The order
+//          of tier and fio alternates.
+// Memory: the tier reads into fresh 4 KiB-page anonymous memory each time (MADV_NOHUGEPAGE), as
+// fio reads into its freshly malloc'ed buffers; --huge-pages gives the tier THP-backed memory
+// like the host tier's arena (fio cannot: it needs hugetlbfs for that). On a virtual disk the
+// physical layout of that memory (segments per I/O) moves throughput by up to 2x; the read
+// samples show the destination's contiguous runs per buffer when /proc/self/pagemap is readable.
+// Reported per point: the median (and best) of the samples for each side, ratio = tier / fio
+// of the medians, and for reads a pass/fail against the 0.90 target. CPU time per operation is
+// taken from getrusage for the tier (the io_uring engine runs in the calling thread) and from
+// fio's usr_cpu/sys_cpu (different accounting: compare trends, not single values).
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +38,10 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <liburing.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
@@ -32,99 +50,247 @@
 namespace strata {
 namespace {
 
+constexpr double kReadTarget = 0.90;
+
+// One measured run: MiB/s and CPU microseconds per operation (-1: unknown).
+struct Sample {
+  double mibps = -1;
+  double cpu_us_per_op = -1;
+  double segments = -1;  // tier: physically contiguous runs per destination buffer
+};
+
+struct Series {
+  std::vector<Sample> runs;
+  double Median() const {
+    std::vector<double> v;
+    for (const auto& s : runs) v.push_back(s.mibps);
+    if (v.empty()) return -1;
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  double Best() const {
+    double b = -1;
+    for (const auto& s : runs) b = std::max(b, s.mibps);
+    return b;
+  }
+  double MedianCpu() const {
+    std::vector<double> v;
+    for (const auto& s : runs) if (s.cpu_us_per_op >= 0) v.push_back(s.cpu_us_per_op);
+    if (v.empty()) return -1;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  std::string Numbers(bool segments = false) const {  // JSON array body
+    std::vector<std::string> parts;
+    for (const auto& s : runs) parts.push_back(absl::StrFormat("%.1f", segments ? s.segments : s.mibps));
+    return absl::StrJoin(parts, ", ");
+  }
+  std::string List() const {
+    std::vector<std::string> parts;
+    for (const auto& s : runs) {
+      parts.push_back(s.segments < 0 ? absl::StrFormat("%.1f", s.mibps)
+                                     : absl::StrFormat("%.1f/%.0fseg", s.mibps, s.segments));
+    }
+    return absl::StrJoin(parts, ", ");
+  }
+};
+
 struct Row {
   uint64_t block = 0;
   uint32_t qd = 0;
-  double tier_write = 0, fio_write = -1, tier_read = 0, fio_read = -1;  // MiB/s; -1: not run
+  Series tier_write, fio_write, tier_read, fio_read;
+  Series plain_read;  // --ab-ring: the tier with plain io_uring rings (no setup flags)
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+double Ratio(double a, double b) { return a > 0 && b > 0 ? a / b : -1.0; }
 
 bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
 
-// Bandwidth (bytes/s) of the "read" or "write" section of fio's JSON output, or -1.
-double FioBandwidth(const std::string& json, const std::string& dir) {
-  size_t sec = json.find("\"" + dir + "\" : {");
-  if (sec == std::string::npos) return -1;
-  size_t bw = json.find("\"bw_bytes\" : ", sec);
-  if (bw == std::string::npos) return -1;
-  return std::strtod(json.c_str() + bw + 13, nullptr);
+std::string FioVersion() {
+  FILE* p = popen("fio --version 2>/dev/null", "r");
+  if (!p) return "";
+  char buf[128] = {0};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+  pclose(p);
+  std::string v(buf, n);
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v;
 }
 
-double RunFio(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
-              uint64_t bytes) {
-  std::string cmd = absl::StrFormat(
+// Number following `"key" : ` after position `from` in fio's JSON output, or -1.
+double JsonNumber(const std::string& json, size_t from, const std::string& key) {
+  size_t k = json.find("\"" + key + "\" : ", from);
+  if (k == std::string::npos) return -1;
+  return std::strtod(json.c_str() + k + key.size() + 5, nullptr);
+}
+
+std::string FioCommand(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
+                       uint64_t bytes, const std::string& extra) {
+  return absl::StrFormat(
       "fio --name=strata_cmp --filename=%s --ioengine=io_uring --direct=1 --rw=%s --bs=%d "
-      "--iodepth=%d --size=%d --numjobs=1 --thread --output-format=json 2>/dev/null",
-      file, rw, bs, qd, bytes);
+      "--iodepth=%d --size=%d --numjobs=1 --thread%s%s --output-format=json",
+      file, rw, bs, qd, bytes, extra.empty() ? "" : " ", extra);
+}
+
+Sample RunFio(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
+              uint64_t bytes, const std::string& extra) {
+  std::string cmd = FioCommand(file, rw, bs, qd, bytes, extra) + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
+  if (!p) return {};
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) return -1;
-  return FioBandwidth(out, rw == "write" ? "write" : "read");
+  if (pclose(p) != 0) return {};
+  size_t sec = out.find(std::string("\"") + (rw == "write" ? "write" : "read") + "\" : {");
+  if (sec == std::string::npos) return {};
+  Sample s;
+  double bw = JsonNumber(out, sec, "bw_bytes");
+  if (bw <= 0) return {};
+  s.mibps = bw / (1 << 20);
+  // usr_cpu / sys_cpu are percentages of the job's run time (job_runtime, ms).
+  double usr = JsonNumber(out, 0, "usr_cpu"), sys = JsonNumber(out, 0, "sys_cpu");
+  double runtime_ms = JsonNumber(out, 0, "job_runtime");
+  double ios = double(bytes / bs);
+  if (usr >= 0 && sys >= 0 && runtime_ms > 0) {
+    s.cpu_us_per_op = (usr + sys) / 100.0 * runtime_ms * 1000.0 / ios;
+  }
+  return s;
 }
 
+double ThreadCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Buffers for the tier's I/O: anonymous memory, 2 MiB aligned; with `huge`, MADV_HUGEPAGE (as
+// the host tier's arena asks for), else plain 4 KiB pages like fio's malloc'ed buffers.
 struct AlignedPool {
-  AlignedPool(size_t n, size_t bytes) : n(n), bytes(bytes) {
-    base = static_cast<std::byte*>(std::aligned_alloc(4096, n * bytes));
-    for (size_t i = 0; i < n * bytes; ++i) base[i] = static_cast<std::byte>(i * 131 + 7);
+  AlignedPool(size_t n, size_t bytes, bool huge, bool fill = true) : n(n), bytes(bytes) {
+    size_t total = n * bytes, align = size_t{2} << 20;
+    map_bytes = total + align;
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    map = p;
+    base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
+    madvise(base, total, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    if (!fill) return;
+    uint64_t pattern = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < total; i += 8) std::memcpy(base + i, &pattern, 8), pattern += 0x51;
   }
-  ~AlignedPool() { std::free(base); }
+  ~AlignedPool() { munmap(map, map_bytes); }
   std::byte* at(size_t i) const { return base + (i % n) * bytes; }
-  size_t n, bytes;
+  // Mean number of physically contiguous runs per buffer (what a scatter list of one I/O
+  // needs), from /proc/self/pagemap; -1 when page frame numbers are not readable (not root).
+  double SegmentsPerBuffer() const {
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    uint64_t pages = bytes / 4096, runs = 0;
+    std::vector<uint64_t> e(pages);
+    for (size_t b = 0; b < n; ++b) {
+      off_t off = off_t(reinterpret_cast<uintptr_t>(at(b)) / 4096 * 8);
+      if (pread(fd, e.data(), pages * 8, off) != ssize_t(pages * 8)) return close(fd), -1;
+      for (uint64_t p = 0; p < pages; ++p) {
+        uint64_t pfn = e[p] & ((uint64_t{1} << 55) - 1);
+        if (pfn == 0) return close(fd), -1;
+        if (p == 0 || pfn != (e[p - 1] & ((uint64_t{1} << 55) - 1)) + 1) ++runs;
+      }
+    }
+    close(fd);
+    return double(runs) / double(n);
+  }
+  size_t n, bytes, map_bytes;
+  void* map;
   std::byte* base;
 };
 
-absl::StatusOr<Row> RunTier(const std::string& dir, uint64_t bs, uint32_t qd, uint64_t bytes,
-                            std::string* backend) {
-  Row row{bs, qd};
-  std::string path = dir + "/tier.dat";
-  std::filesystem::remove(path);
-  NvmeTierOptions o;
-  o.files = {{path, bytes}};
-  o.queue_depth = qd;
-  o.staging_buffers = std::max<uint32_t>(qd, 4);
-  o.staging_buffer_bytes = std::min<uint64_t>(bs, 4 << 20);
-  o.sync_after_write = false;
-  auto tier = NvmeTier::Open(o);
-  if (!tier.ok()) return tier.status();
-  *backend = absl::StrFormat("%s%s%s", NvmeIoBackendName((*tier)->io_backend()),
-                             (*tier)->direct_io() ? "+O_DIRECT" : "+buffered",
-                             (*tier)->registered_buffers() ? "+fixedbufs" : "");
-  size_t nblocks = bytes / bs;
-  AlignedPool pool(std::max<uint32_t>(qd, 1) * 2, bs);
-  std::vector<NvmeWriteReq> writes(nblocks);
-  for (size_t i = 0; i < nblocks; ++i) writes[i].data = {pool.at(i), bs};
-  absl::Time t0 = absl::Now();
-  auto ws = (*tier)->Write(writes);
-  double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-  for (const auto& s : ws) if (!s.ok()) return s;
-  row.tier_write = double(nblocks * bs) / secs / (1 << 20);
-
-  std::vector<NvmeReadReq> reads(nblocks);
-  std::vector<size_t> order(nblocks);
-  for (size_t i = 0; i < nblocks; ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(42));
-  for (size_t i = 0; i < nblocks; ++i) {
-    reads[i] = {writes[order[i]].extent, {pool.at(i), bs}};
+// A tier holding one file of `bytes`, written block by block.
+class TierRun {
+ public:
+  static absl::StatusOr<std::unique_ptr<TierRun>> Create(const std::string& path, uint64_t bs,
+                                                         uint32_t qd, uint64_t bytes, bool huge) {
+    std::filesystem::remove(path);
+    auto r = std::unique_ptr<TierRun>(new TierRun(path, bs, qd, bytes, huge));
+    ASSIGN_OR_RETURN(r->tier_, NvmeTier::Open(r->Options(true)));
+    return r;
   }
-  t0 = absl::Now();
-  auto rs = (*tier)->Read(reads);
-  secs = absl::ToDoubleSeconds(absl::Now() - t0);
-  for (const auto& s : rs) if (!s.ok()) return s;
-  row.tier_read = double(nblocks * bs) / secs / (1 << 20);
-  tier->reset();
-  std::filesystem::remove(path);
-  return row;
-}
+  NvmeTierOptions Options(bool taskrun_flags) const {
+    NvmeTierOptions o;
+    o.files = {{path_, bytes_}};
+    o.queue_depth = qd_;
+    o.staging_buffers = std::max<uint32_t>(qd_, 4);
+    o.staging_buffer_bytes = std::min<uint64_t>(bs_, 4 << 20);
+    o.sync_after_write = false;
+    o.io_uring_taskrun_flags = taskrun_flags;
+    return o;
+  }
+  // A second tier on the same (already written) file with plain rings, for --ab-ring.
+  absl::Status OpenPlain() {
+    ASSIGN_OR_RETURN(plain_, NvmeTier::Open(Options(false)));
+    return absl::OkStatus();
+  }
+  ~TierRun() {
+    plain_.reset();
+    tier_.reset();
+    std::filesystem::remove(path_);
+  }
+  std::string Backend() const {
+    uint32_t f = tier_->io_uring_setup_flags();
+    return absl::StrFormat("%s%s%s+fixedfiles%s%s", NvmeIoBackendName(tier_->io_backend()),
+                           tier_->direct_io() ? "+O_DIRECT" : "+buffered",
+                           tier_->registered_buffers() ? "+fixedbufs(staging)" : "",
+                           f & IORING_SETUP_COOP_TASKRUN ? "+coop_taskrun" : "",
+                           f & IORING_SETUP_DEFER_TASKRUN ? "+single_issuer+defer_taskrun" : "");
+  }
+
+  absl::StatusOr<Sample> Write() {
+    size_t nblocks = bytes_ / bs_;
+    writes_.assign(nblocks, {});
+    for (size_t i = 0; i < nblocks; ++i) writes_[i].data = {pool_.at(i), bs_};
+    double c0 = ThreadCpuSeconds();
+    absl::Time t0 = absl::Now();
+    auto ws = tier_->Write(writes_);
+    double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+    double cpu = ThreadCpuSeconds() - c0;
+    for (const auto& s : ws) RETURN_IF_ERROR(s);
+    return Sample{double(nblocks * bs_) / secs / (1 << 20), cpu * 1e6 / double(nblocks)};
+  }
+
+  absl::StatusOr<Sample> Read(uint64_t seed, bool plain = false) {
+    NvmeTier& tier = plain ? *plain_ : *tier_;
+    size_t nblocks = writes_.size();
+    std::vector<size_t> order(nblocks);
+    for (size_t i = 0; i < nblocks; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+    // Fresh destination memory per run, as each fio run allocates its own buffers.
+    AlignedPool dst(pool_.n, bs_, huge_);
+    std::vector<NvmeReadReq> reads(nblocks);
+    for (size_t i = 0; i < nblocks; ++i) reads[i] = {writes_[order[i]].extent, {dst.at(i), bs_}};
+    double c0 = ThreadCpuSeconds();
+    absl::Time t0 = absl::Now();
+    auto rs = tier.Read(reads);
+    double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+    double cpu = ThreadCpuSeconds() - c0;
+    for (const auto& s : rs) RETURN_IF_ERROR(s);
+    return Sample{double(nblocks * bs_) / secs / (1 << 20), cpu * 1e6 / double(nblocks),
+                  dst.SegmentsPerBuffer()};
+  }
+
+ private:
+  TierRun(std::string path, uint64_t bs, uint32_t qd, uint64_t bytes, bool huge)
+      : path_(std::move(path)), bs_(bs), bytes_(bytes), qd_(qd), huge_(huge),
+        pool_(std::max<uint32_t>(qd, 1) * 2, bs, huge) {}
+  std::string path_;
+  uint64_t bs_, bytes_;
+  uint32_t qd_;
+  bool huge_;
+  AlignedPool pool_;
+  std::unique_ptr<NvmeTier> tier_, plain_;
+  std::vector<NvmeWriteReq> writes_;
+};
 
 struct CatalogTiming {
   uint64_t entries = 0;
@@ -179,6 +345,45 @@ absl::StatusOr<CatalogTiming> TimeCatalogReopen(const std::string& dir, uint64_t
   return t;
 }
 
+// One round of a point: writes (alternating order), then reads of the tier's file.
+absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_t bytes,
+                      int round, int reads, bool huge, bool ab_ring, bool fio, const std::string& fio_flags, Row& row,
+                      std::string* backend) {
+  std::string tier_path = work + "/tier.dat", fio_path = work + "/fio.dat";
+  ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, huge));
+  *backend = tier->Backend();
+  bool tier_first = round % 2 == 0;
+  auto fio_write = [&] {
+    std::filesystem::remove(fio_path);
+    row.fio_write.runs.push_back(RunFio(fio_path, "write", bs, qd, bytes, fio_flags));
+    std::filesystem::remove(fio_path);
+  };
+  if (fio && !tier_first) fio_write();
+  ASSIGN_OR_RETURN(Sample w, tier->Write());
+  row.tier_write.runs.push_back(w);
+  if (fio && tier_first) fio_write();
+  auto fio_read = [&] {
+    row.fio_read.runs.push_back(RunFio(tier_path, "randread", bs, qd, bytes, fio_flags));
+  };
+  if (ab_ring) RETURN_IF_ERROR(tier->OpenPlain());
+  for (int k = 0; k < reads; ++k) {
+    bool tier_reads_first = (round + k) % 2 == 0;
+    uint64_t seed = 1000 + round * 100 + k;
+    auto plain_read = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(Sample p, tier->Read(seed, /*plain=*/true));
+      row.plain_read.runs.push_back(p);
+      return absl::OkStatus();
+    };
+    if (fio && !tier_reads_first) fio_read();
+    if (ab_ring && !tier_reads_first) RETURN_IF_ERROR(plain_read());
+    ASSIGN_OR_RETURN(Sample r, tier->Read(seed));
+    row.tier_read.runs.push_back(r);
+    if (ab_ring && tier_reads_first) RETURN_IF_ERROR(plain_read());
+    if (fio && tier_reads_first) fio_read();
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"nvme_bench: NVMe tier vs fio (io_uring, O_DIRECT), catalog reopen time"};
   std::string dir = "/tmp";
@@ -186,19 +391,30 @@ int Main(int argc, char** argv) {
   std::vector<uint32_t> qds = {1, 4, 16};
   uint64_t bytes = uint64_t{512} << 20;
   uint64_t catalog_entries = 100000;
-  int repeat = 3;
-  bool json = false, smoke = false, no_fio = false;
+  int repeat = 5;
+  int reads = 1;
+  std::string fio_flags;
+  bool json = false, smoke = false, no_fio = false, huge = false, ab_ring = false;
   app.add_option("--dir", dir, "directory (filesystem) for the tier file and fio's file");
   app.add_option("--sizes", sizes, "block sizes in bytes")->delimiter(',');
   app.add_option("--qd", qds, "queue depths")->delimiter(',');
   app.add_option("--bytes", bytes, "bytes written and read per run");
   app.add_option("--repeat", repeat,
-                 "runs per point, tier and fio alternating; the median of each is reported")
+                 "rounds per point, tier and fio alternating; medians are compared")
       ->check(CLI::Range(1, 99));
+  app.add_option("--reads", reads,
+                 "read pairs (tier, fio; alternating) per round, on the round's file")
+      ->check(CLI::Range(1, 99));
+  app.add_option("--fio-flags", fio_flags,
+                 "extra fio options for both jobs (e.g. \"--fixedbufs --registerfiles\")");
   app.add_option("--catalog-entries", catalog_entries, "catalog size for the reopen timing");
   app.add_flag("--json", json, "print JSON instead of a table");
-  app.add_flag("--smoke", smoke, "128 KiB and 1 MiB at QD 1 and 16, 32 MiB per run");
+  app.add_flag("--smoke", smoke, "128 KiB and 1 MiB at QD 1 and 16, 32 MiB, one round");
   app.add_flag("--no-fio", no_fio, "tier only");
+  app.add_flag("--ab-ring", ab_ring,
+               "also read with plain io_uring rings (no setup flags): the engine before");
+  app.add_flag("--huge-pages", huge,
+               "tier buffers with MADV_HUGEPAGE (like the host arena; fio keeps 4 KiB pages)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -214,7 +430,9 @@ int Main(int argc, char** argv) {
     qds = {1, 16};
     bytes = 32 << 20;
     repeat = 1;
+    catalog_entries = std::min<uint64_t>(catalog_entries, 20000);
   }
+  std::string fio_version = fio ? FioVersion() : "";
   std::string tmpl = dir + "/strata_nvme_bench.XXXXXX";
   if (!mkdtemp(tmpl.data())) {
     std::perror("mkdtemp");
@@ -227,38 +445,27 @@ int Main(int argc, char** argv) {
   for (uint64_t bs : sizes) {
     for (uint32_t qd : qds) {
       uint64_t run_bytes = std::max<uint64_t>(bytes / bs, 8) * bs;
-      std::vector<double> tw, tr, fw, fr;
-      absl::StatusOr<Row> row;
-      for (int rep = 0; rep < repeat; ++rep) {
-        row = RunTier(work, bs, qd, run_bytes, &backend);
-        if (!row.ok()) break;
-        tw.push_back(row->tier_write);
-        tr.push_back(row->tier_read);
-        if (fio) {
-          std::string f = work + "/fio.dat";
-          std::filesystem::remove(f);
-          fw.push_back(RunFio(f, "write", bs, qd, run_bytes) / (1 << 20));
-          fr.push_back(RunFio(f, "randread", bs, qd, run_bytes) / (1 << 20));
-          std::filesystem::remove(f);
-        }
+      Row row;
+      row.block = bs;
+      row.qd = qd;
+      absl::Status st;
+      for (int round = 0; round < repeat && st.ok(); ++round) {
+        st = RunRound(work, bs, qd, run_bytes, round, reads, huge, ab_ring, fio, fio_flags, row, &backend);
       }
-      if (!row.ok()) {
+      if (!st.ok()) {
         std::fprintf(stderr, "nvme_bench: tier run failed: %s\n",
-                     std::string(row.status().message()).c_str());
+                     std::string(st.message()).c_str());
         rc = 1;
         break;
       }
-      row->tier_write = Median(tw);
-      row->tier_read = Median(tr);
-      if (fio) {
-        row->fio_write = Median(fw);
-        row->fio_read = Median(fr);
-      }
-      rows.push_back(*row);
+      rows.push_back(row);
       if (!json) {
-        std::fprintf(stderr, "  done %7llu KiB QD %2u\n", (unsigned long long)(bs >> 10), qd);
+        std::fprintf(stderr, "  %7llu KiB QD %2u  read tier [%s]  fio [%s]\n",
+                     (unsigned long long)(bs >> 10), qd, row.tier_read.List().c_str(),
+                     row.fio_read.List().c_str());
       }
     }
+    if (rc) break;
   }
   auto cat = TimeCatalogReopen(work, catalog_entries);
   std::filesystem::remove_all(work);
@@ -267,21 +474,47 @@ int Main(int argc, char** argv) {
                  std::string(cat.status().message()).c_str());
     rc = 1;
   }
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : -1.0; };
+  int passed = 0, compared = 0;
+  std::vector<std::string> failed;
+  for (const Row& r : rows) {
+    double q = Ratio(r.tier_read.Median(), r.fio_read.Median());
+    if (q < 0) continue;
+    ++compared;
+    if (q >= kReadTarget) {
+      ++passed;
+    } else {
+      failed.push_back(absl::StrFormat("%lluKiB/QD%u", (unsigned long long)(r.block >> 10), r.qd));
+    }
+  }
   if (json) {
-    std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"repeat\": %d, "
-                "\"rows\": [", dir.c_str(), backend.c_str(), fio ? "true" : "false", repeat);
+    std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"fio_version\": \"%s\", "
+                "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"huge_pages\": %s, "
+                "\"read_target\": %.2f, \"rows\": [",
+                dir.c_str(), backend.c_str(), fio ? "true" : "false", fio_version.c_str(),
+                fio_flags.c_str(), repeat, reads, huge ? "true" : "false", kReadTarget);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
+      double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
       std::printf(
           "%s{\"block_bytes\": %llu, \"qd\": %u, \"tier_write_mibps\": %.1f, "
           "\"fio_write_mibps\": %.1f, \"write_ratio\": %.3f, \"tier_read_mibps\": %.1f, "
-          "\"fio_read_mibps\": %.1f, \"read_ratio\": %.3f}",
-          i ? ", " : "", (unsigned long long)r.block, r.qd, r.tier_write, r.fio_write,
-          ratio(r.tier_write, r.fio_write), r.tier_read, r.fio_read,
-          ratio(r.tier_read, r.fio_read));
+          "\"fio_read_mibps\": %.1f, \"read_ratio\": %.3f, \"read_best_ratio\": %.3f, "
+          "\"read_pass\": %s, \"tier_read_runs\": [%s], \"fio_read_runs\": [%s], "
+          "\"tier_write_runs\": [%s], \"fio_write_runs\": [%s], \"tier_read_segments\": [%s], "
+          "\"tier_read_cpu_us_per_op\": %.1f, \"fio_read_cpu_us_per_op\": %.1f, "
+          "\"plain_ring_read_mibps\": %.1f, \"plain_ring_read_cpu_us_per_op\": %.1f}",
+          i ? ", " : "", (unsigned long long)r.block, r.qd, r.tier_write.Median(),
+          r.fio_write.Median(), Ratio(r.tier_write.Median(), r.fio_write.Median()),
+          r.tier_read.Median(), r.fio_read.Median(), rq,
+          Ratio(r.tier_read.Best(), r.fio_read.Best()),
+          rq < 0 ? "null" : (rq >= kReadTarget ? "true" : "false"),
+          r.tier_read.Numbers().c_str(), r.fio_read.Numbers().c_str(),
+          r.tier_write.Numbers().c_str(), r.fio_write.Numbers().c_str(),
+          r.tier_read.Numbers(true).c_str(),
+          r.tier_read.MedianCpu(), r.fio_read.MedianCpu(), r.plain_read.Median(),
+          r.plain_read.MedianCpu());
     }
-    std::printf("]");
+    std::printf("], \"read_points_passed\": %d, \"read_points_compared\": %d", passed, compared);
     if (cat.ok()) {
       std::printf(", \"catalog\": {\"entries\": %llu, \"kept\": %llu, \"reopen_wal_s\": %.3f, "
                   "\"reopen_sst_s\": %.3f}",
@@ -290,15 +523,34 @@ int Main(int argc, char** argv) {
     }
     std::printf("}\n");
   } else {
-    std::printf("NVMe tier (%s) vs fio (io_uring, direct=1) in %s; MiB/s, median of %d\n",
-                backend.c_str(), dir.c_str(), repeat);
-    std::printf("%9s %3s | %10s %10s %6s | %10s %10s %6s\n", "block", "qd", "tier wr",
-                "fio wr", "ratio", "tier rd", "fio rd", "ratio");
+    std::printf("NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads;\n"
+                "MiB/s, median of %d samples (%d rounds x %d reads; best in the read columns); "
+                "cpu = CPU us per op (median)\n",
+                backend.c_str(), fio ? fio_version.c_str() : "no fio",
+                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(), repeat * reads,
+                repeat, reads);
+    std::printf("%9s %3s | %8s %8s %5s | %8s %8s %5s %5s %9s %9s %4s\n", "block", "qd",
+                "tier wr", "fio wr", "ratio", "tier rd", "fio rd", "ratio", "best", "tier cpu",
+                "fio cpu", "");
     for (const Row& r : rows) {
-      std::printf("%6lluKiB %3u | %10.1f %10.1f %6.2f | %10.1f %10.1f %6.2f\n",
-                  (unsigned long long)(r.block >> 10), r.qd, r.tier_write, r.fio_write,
-                  ratio(r.tier_write, r.fio_write), r.tier_read, r.fio_read,
-                  ratio(r.tier_read, r.fio_read));
+      double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
+      std::printf("%6lluKiB %3u | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f %5.2f %9.1f %9.1f %4s\n",
+                  (unsigned long long)(r.block >> 10), r.qd, r.tier_write.Median(),
+                  r.fio_write.Median(), Ratio(r.tier_write.Median(), r.fio_write.Median()),
+                  r.tier_read.Median(), r.fio_read.Median(), rq,
+                  Ratio(r.tier_read.Best(), r.fio_read.Best()), r.tier_read.MedianCpu(),
+                  r.fio_read.MedianCpu(), rq < 0 ? "" : (rq >= kReadTarget ? "ok" : "FAIL"));
+      if (ab_ring) {
+        std::printf("%13s | plain-ring tier read %8.1f MiB/s (%.2f of fio), %.1f cpu us/op\n",
+                    "", r.plain_read.Median(), Ratio(r.plain_read.Median(), r.fio_read.Median()),
+                    r.plain_read.MedianCpu());
+      }
+    }
+    if (compared > 0) {
+      std::printf("reads: %d of %d points at >= %.0f%% of fio (medians of %d samples)%s%s\n",
+                  passed, compared, kReadTarget * 100, repeat * reads,
+                  failed.empty() ? "" : "; below: ",
+                  absl::StrJoin(failed, " ").c_str());
     }
     if (cat.ok()) {
       std::printf("catalog reopen with %llu entries: %.3f s (WAL replay), %.3f s (from SST); "
