@@ -393,8 +393,9 @@ TEST(ClientDaemonTest, CodecPoliciesEncodeOnPublishAndDecodeOnFetch) {
     auto pub = client->Publish(*ns, tokens, in);
     ASSERT_TRUE(pub.ok()) << pub.status();
     ASSERT_EQ(pub->stored, kBlocks);
-    // What travels is the encoded blob: ~4.5 bits/value for k4v4, ~8.5 for int8 with scales.
-    const double limit = policy == "lossless" ? 1.05 : policy == "int8-g64" ? 0.6 : 0.4;
+    // What travels is the encoded blob: ~4.5 bits/value for k4v4, ~8.5 for int8 with scales,
+    // plus per-section headers and rANS states, which weigh on these tiny 16 KiB blocks.
+    const double limit = policy == "lossless" ? 1.05 : policy == "int8-g64" ? 0.6 : 0.45;
     EXPECT_LT(pub->bytes_sent, kv.size() * limit) << "blob larger than expected";
 
     std::vector<uint8_t> out(kv.size());
