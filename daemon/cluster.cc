@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
                                                "): ", s.message()));
   c->OnView(c->membership_->View());
   c->announcer_ = std::thread([raw] { raw->AnnounceLoop(); });
+  if (cfg.rereplicate) c->repairer_ = std::thread([raw] { raw->RepairLoop(); });
   return c;
 }
 
@@ -110,7 +111,9 @@ void Cluster::Stop() {
     stop_ = true;
   }
   ev_cv_.notify_all();
+  repair_cv_.notify_all();
   if (announcer_.joinable()) announcer_.join();
+  if (repairer_.joinable()) repairer_.join();
   if (absl::Status s = membership_->Leave(); !s.ok())
     spdlog::warn("leaving the cluster: {}", s.ToString());
   {
@@ -156,6 +159,9 @@ void Cluster::OnView(const placement::MembershipView& view) {
       if (!view.Find(n.id)) {
         size_t dropped = directory_.RemoveNode(n.id);
         spdlog::info("node '{}' left the cluster; dropped its {} directory entries", n.id, dropped);
+        std::lock_guard<std::mutex> lock(ev_mu_);
+        repair_due_ = true;
+        repair_cv_.notify_all();
       }
     for (const auto& n : view.nodes)
       if (!prev->view.Find(n.id)) spdlog::info("node '{}' ({}) joined the cluster", n.id, n.address);
@@ -241,6 +247,79 @@ void Cluster::AnnounceLoop() {
     flushed_cv_.notify_all();
   }
   flushed_cv_.notify_all();
+}
+
+void Cluster::RepairLoop() {
+  std::unique_lock<std::mutex> lock(ev_mu_);
+  while (!stop_) {
+    repair_cv_.wait(lock, [&] { return stop_ || repair_due_; });
+    if (stop_) break;
+    // Let every holder re-announce to the new owners first: the repair reads the directory.
+    full_refresh_ = true;
+    ev_cv_.notify_all();
+    lock.unlock();
+    absl::SleepFor(std::min(absl::Seconds(1), options_.config.peer_timeout * 2));
+    lock.lock();
+    if (stop_) break;
+    repair_due_ = false;
+    lock.unlock();
+    Repair();
+    lock.lock();
+  }
+}
+
+void Cluster::Repair() {
+  auto r = ring();
+  if (!r || r->self < 0) return;
+  std::map<NamespaceId, std::vector<BlockInfo>> by_ns;
+  uint64_t cursor = 0;
+  do {
+    for (auto& b : tier_->List(nullptr, 65536, &cursor)) by_ns[b.ns].push_back(b);
+  } while (cursor != 0);
+  uint64_t made = 0, failed = 0;
+  for (auto& [ns_id, blocks] : by_ns) {
+    auto ns = namespaces_->Find(ns_id);
+    if (!ns) continue;
+    const uint32_t copies = ReplicasFor(*ns);
+    if (copies <= 1) continue;
+    std::vector<BlockId> ids;
+    for (const auto& b : blocks) ids.push_back(b.id);
+    auto located = Locate(ids, absl::Now() + options_.config.peer_timeout, LocateMode::kAllOwners);
+    std::map<uint32_t, std::vector<size_t>> per_target;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::vector<std::string> holders = {options_.self.id};
+      for (const auto& l : located[i])
+        if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
+          holders.push_back(l.node);
+      if (holders.size() >= copies) continue;
+      // One holder acts: the smallest id among them.
+      if (*std::min_element(holders.begin(), holders.end()) != options_.self.id) continue;
+      size_t missing = copies - holders.size();
+      for (uint32_t n : r->rendezvous.Rank(ids[i])) {
+        if (missing == 0) break;
+        const std::string& id = r->rendezvous.node(n);
+        if (std::find(holders.begin(), holders.end(), id) != holders.end()) continue;
+        per_target[n].push_back(i);
+        --missing;
+      }
+    }
+    for (auto& [target, which] : per_target) {
+      std::vector<BlockId> sub, parents;
+      for (size_t i : which) {
+        sub.push_back(ids[i]);
+        parents.push_back(blocks[i].parent);
+      }
+      auto st = AskToPull(NodeAt(*r, target).address, *ns, sub, parents, options_.self.id,
+                          options_.self.address, absl::Now() + absl::Seconds(30));
+      for (BlockStatus s : st) {
+        if (s == BlockStatus::kOk || s == BlockStatus::kExists) ++made;
+        else ++failed;
+      }
+    }
+  }
+  counters_.rereplicated.fetch_add(made);
+  if (made + failed > 0)
+    spdlog::info("re-replication after a node left: {} copies made, {} failed", made, failed);
 }
 
 void Cluster::FlushAnnouncements(absl::Time deadline) {
@@ -635,7 +714,7 @@ absl::StatusOr<std::shared_ptr<Client>> Cluster::SourceClient(const std::string&
 }
 
 std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::string& tenant,
-                                       std::span<const BlockId> ids,
+                                       uint32_t replicas, std::span<const BlockId> ids,
                                        std::span<const BlockId> parents,
                                        const std::string& source_node,
                                        const std::string& source_address, absl::Time deadline) {
@@ -647,6 +726,7 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
     status.assign(ids.size(), BlockStatus::kInvalid);
     return status;
   }
+  if (replicas > 0) namespaces_->SetReplicas(*ns, replicas);
   // Skip what is already here.
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -732,6 +812,7 @@ std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
   if (!parents.empty()) req.set_parent_ids(PackIds(parents));
   req.set_source_node(source_node);
   req.set_source_address(source_address);
+  req.set_replicas(ns.replicas);
   v1::PullResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
@@ -825,7 +906,7 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
     for (size_t i : which) sub.push_back(ids[i]);
     std::vector<BlockStatus> st =
         target == options_.self.id
-            ? Pull(ns.spec, ns.tenant, sub, {}, source, snode->address, deadline)
+            ? Pull(ns.spec, ns.tenant, ns.replicas, sub, {}, source, snode->address, deadline)
             : AskToPull(tnode->address, ns, sub, {}, source, snode->address, deadline);
     std::vector<BlockId> moved;
     for (size_t k = 0; k < which.size(); ++k) {

@@ -45,6 +45,7 @@ struct ClusterCounters {
   std::atomic<uint64_t> replicated{0};        // copies made on other nodes after a commit
   std::atomic<uint64_t> replication_failed{0};
   std::atomic<uint64_t> pulled{0};            // blocks copied into this node from another
+  std::atomic<uint64_t> rereplicated{0};      // copies made to replace ones a departed node held
   std::atomic<uint64_t> remote_located{0};    // lookup blocks found on other nodes
 };
 
@@ -101,6 +102,7 @@ class Cluster {
   void HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker);
   // Copies `ids` from the daemon at `source_address` into this node's host tier.
   std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
+                                uint32_t replicas,
                                 std::span<const BlockId> ids, std::span<const BlockId> parents,
                                 const std::string& source_node, const std::string& source_address,
                                 absl::Time deadline);
@@ -143,6 +145,10 @@ class Cluster {
                  std::vector<std::vector<uint32_t>> per_owner, absl::Time deadline,
                  std::vector<std::vector<placement::Location>>* out);
   void AnnounceLoop();
+  // After a node left: copies of replicated blocks it held are made again (by the holder with
+  // the smallest node id, so exactly one node acts for each block).
+  void RepairLoop();
+  void Repair();
   // Sends (or withdraws) `ids` to their owners; this node's own share goes to its directory.
   void Announce(std::span<const BlockId> ids, bool withdraw);
   std::vector<BlockId> LocalIds() const;
@@ -204,6 +210,9 @@ class Cluster {
   bool full_refresh_ = true;
   bool stop_ = false;
   std::thread announcer_;
+  std::thread repairer_;
+  bool repair_due_ = false;  // guarded by ev_mu_
+  std::condition_variable repair_cv_;
   std::atomic<bool> stopped_{false};
 };
 

@@ -116,6 +116,9 @@ cluster:
   # Copies of each block on distinct nodes (the publisher's included), unless a namespace
   # asks for its own count when it is opened. 1: no replication.
   replicas: 1
+  # When a node leaves the view, holders of replicated blocks that lost a copy make a new one on
+  # the next node of the block's ranking.
+  rereplicate: true
   # Deadline of every call to another daemon.
   peer_timeout: 1s
 )yaml";
@@ -301,6 +304,10 @@ std::map<std::string, Setter> Setters() {
   s["cluster.directory_owners"] =
       cuint(&ClusterConfig::directory_owners, "cluster.directory_owners");
   s["cluster.replicas"] = cuint(&ClusterConfig::replicas, "cluster.replicas");
+  s["cluster.rereplicate"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    ASSIGN_OR_RETURN(c.cluster.rereplicate, Scalar<bool>(n, "cluster.rereplicate"));
+    return absl::OkStatus();
+  };
   return s;
 }
 

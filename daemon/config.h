@@ -32,6 +32,7 @@ struct ClusterConfig {
   uint32_t directory_owners = 0;      // R: owners of each block's directory entry
   absl::Duration directory_ttl;
   uint32_t replicas = 0;              // default copies per block (namespaces may override)
+  bool rereplicate = true;            // restore lost copies when a node leaves the view
   absl::Duration peer_timeout;
 };
 

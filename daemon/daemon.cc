@@ -250,8 +250,10 @@ void RegisterClusterSeries(Daemon::Impl* d) {
                                  "Blocks copied into this node from another node.");
   Counter* remote = m.AddCounter("strata_lookup_remote_blocks_total",
                                  "Lookup prefix blocks found on other nodes.");
+  Counter* rerepl = m.AddCounter("strata_rereplicated_blocks_total",
+                                 "Copies made to replace the ones a departed node held.");
   m.AddCollector([d, nodes, healthy, dir_ids, dir_bytes, announced, peer_fail, replicated,
-                  repl_fail, pulled, remote] {
+                  repl_fail, pulled, remote, rerepl] {
     Cluster* c = d->cluster_ptr.load(std::memory_order_acquire);
     if (!c) return;
     std::string detail;
@@ -266,6 +268,7 @@ void RegisterClusterSeries(Daemon::Impl* d) {
     repl_fail->Set(k.replication_failed.load());
     pulled->Set(k.pulled.load());
     remote->Set(k.remote_located.load());
+    rerepl->Set(k.rereplicated.load());
   });
 }
 

@@ -67,7 +67,7 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   auto deadline = absl::FromChrono(ctx->deadline());
-  for (BlockStatus s : c->Pull(spec, req->tenant(), ids, parents, req->source_node(),
+  for (BlockStatus s : c->Pull(spec, req->tenant(), req->replicas(), ids, parents, req->source_node(),
                                       req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;

@@ -3,6 +3,7 @@
 // daemons keep serving and report degraded membership.
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -166,6 +167,89 @@ TEST_F(EtcdClusterTest, JoinMovesAboutOneNthOfTheDirectoryAndDeathsLeaveTheView)
       << Logs();
   std::printf("killed node left the view after %.1f s (lease ttl 2 s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// Replicas 2 over four nodes: fetches keep succeeding while a replica holder is killed under
+// them; once it leaves the view the lost copies are made again, so the publisher can die next
+// and still nothing is lost.
+TEST_F(EtcdClusterTest, LostReplicasAreMadeAgainAfterANodeLeaves) {
+  std::vector<DaemonProcess*> d;
+  for (int i = 0; i < 4; ++i) {
+    d.push_back(&AddNode(i));
+    ASSERT_TRUE(d.back()->ok()) << Logs();
+  }
+  ASSERT_TRUE(WaitFor([&] { return Nodes(*d[0]).nodes_size() == 4; }, std::chrono::seconds(10)))
+      << Logs();
+  ClientOptions o;
+  o.endpoint = d[0]->endpoint();
+  auto a = Client::Connect(o);
+  ASSERT_TRUE(a.ok());
+  auto ns = (*a)->OpenNamespace(Spec(), "t", /*replicas=*/2);
+  ASSERT_TRUE(ns.ok());
+  constexpr size_t kBlocks = 40;
+  std::vector<uint32_t> tokens(kBlocks * kTokensPerBlock);
+  std::mt19937 rng(9);
+  for (auto& t : tokens) t = rng() % 50000;
+  std::vector<std::vector<uint8_t>> blobs(kBlocks, std::vector<uint8_t>(8192));
+  for (size_t b = 0; b < kBlocks; ++b)
+    for (auto& x : blobs[b]) x = static_cast<uint8_t>(rng());
+  std::vector<ConstBuffer> views;
+  for (auto& b : blobs) views.push_back({b.data(), b.size()});
+  auto pub = (*a)->Publish(*ns, tokens, views);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, kBlocks);
+
+  o.endpoint = d[3]->endpoint();
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->OpenNamespace(Spec(), "t").ok());
+  auto fetch_all = [&]() -> size_t {
+    std::vector<std::vector<uint8_t>> out(kBlocks, std::vector<uint8_t>(8192));
+    std::vector<MutableBuffer> bufs;
+    for (auto& b : out) bufs.push_back({b.data(), b.size()});
+    auto f = (*c)->Fetch(*ns, pub->ids, bufs);
+    if (!f.ok()) return 0;
+    size_t same = 0;
+    for (size_t i = 0; i < kBlocks; ++i) same += f->status[i] == BlockStatus::kOk && out[i] == blobs[i];
+    return same;
+  };
+  ASSERT_EQ(fetch_all(), kBlocks);
+
+  // Kill n1 while n3's client keeps fetching.
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0}, short_rounds{0};
+  std::thread fetcher([&] {
+    while (!stop) {
+      if (fetch_all() != kBlocks) ++short_rounds;
+      ++rounds;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  d[1]->Signal(SIGKILL);
+  d[1]->WaitExit(std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop = true;
+  fetcher.join();
+  EXPECT_GT(rounds.load(), 0);
+  EXPECT_EQ(short_rounds.load(), 0) << "every block has a live replica: no fetch may miss";
+
+  // Once n1 leaves the view, every block is back to two live holders.
+  auto live_holders_ok = [&] {
+    auto h = (*a)->Locate(*ns, pub->ids);
+    if (!h.ok()) return false;
+    for (const auto& hs : *h) {
+      std::set<std::string> nodes;
+      for (const auto& x : hs)
+        if (x.node != "n1") nodes.insert(x.node);
+      if (nodes.size() < 2) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitFor(live_holders_ok, std::chrono::seconds(15))) << Logs();
+  // So the publisher can die too.
+  d[0]->Signal(SIGKILL);
+  d[0]->WaitExit(std::chrono::seconds(5));
+  EXPECT_EQ(fetch_all(), kBlocks) << Logs();
 }
 
 TEST_F(EtcdClusterTest, EtcdDownDegradesButKeepsServing) {
