@@ -217,20 +217,13 @@ void Cluster::AnnounceLoop() {
                     [&] { return stop_ || full_refresh_ || !events_.empty(); });
     if (stop_) break;
     const absl::Time now = absl::Now();
-    bool refresh_all = full_refresh_ || now >= next_refresh;
+    const bool refresh_all = full_refresh_ || now >= next_refresh;
     full_refresh_ = false;
     std::vector<BlockEvent> events;
     events.swap(events_);
     const uint64_t batch_end = events_queued_;
     lock.unlock();
-    if (refresh_all) {
-      // Everything held, to every owner: covers new owners after a membership change and keeps
-      // entries from expiring. Events queued meanwhile are covered by the snapshot, except
-      // removals, which still withdraw.
-      Announce(LocalIds(), false);
-      next_refresh = now + refresh;
-      directory_.Expire(now);
-    }
+    // Events first: commits wait for them (FlushAnnouncements), never for a full refresh.
     // The last event of an id decides whether it is held.
     absl::flat_hash_map<BlockId, BlockEvent::Kind> last;
     for (const auto& e : events) last[e.id] = e.kind;
@@ -240,11 +233,20 @@ void Cluster::AnnounceLoop() {
       if (kind == BlockEvent::kRemoved && Holds(id)) continue;
       (kind == BlockEvent::kStored ? stored : removed).push_back(id);
     }
-    if (!stored.empty() && !refresh_all) Announce(stored, false);
+    if (!stored.empty()) Announce(stored, false);
     if (!removed.empty()) Announce(removed, true);
     lock.lock();
     events_announced_ = batch_end;
     flushed_cv_.notify_all();
+    if (refresh_all) {
+      // Everything held, to every owner: covers new owners after a membership change and keeps
+      // entries from expiring.
+      lock.unlock();
+      Announce(LocalIds(), false);
+      next_refresh = now + refresh;
+      directory_.Expire(now);
+      lock.lock();
+    }
   }
   flushed_cv_.notify_all();
 }
@@ -348,7 +350,8 @@ std::shared_ptr<v1::Peer::Stub> Cluster::PeerStub(const std::string& address) {
 void Cluster::Announce(std::span<const BlockId> ids, bool withdraw) {
   if (ids.empty()) return;
   auto r = ring();
-  if (!r || r->self < 0) return;
+  // Alone, this node is its own directory: its tiers answer every lookup already.
+  if (!r || r->self < 0 || r->rendezvous.size() <= 1) return;
   const size_t owners_per_id = options_.config.directory_owners;
   std::vector<std::vector<BlockId>> per_owner(r->rendezvous.size());
   std::vector<uint32_t> owners;
