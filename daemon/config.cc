@@ -446,6 +446,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (k.directory_ttl < absl::Seconds(1))
     return FieldError("cluster.directory_ttl", "must be >= 1s");
   if (k.replicas < 1 || k.replicas > 8) return FieldError("cluster.replicas", "must be 1 to 8");
+  if (!k.advertise_address.empty() && k.advertise_address.rfind(':') == std::string::npos)
+    return FieldError("cluster.advertise_address", "must be HOST:PORT (or empty)");
   if (k.peer_timeout < absl::Milliseconds(10))
     return FieldError("cluster.peer_timeout", "must be >= 10ms");
   for (size_t i = 0; i < k.static_nodes.size(); ++i)

@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
                                               "'host_tier.capacity')");
   app.add_option("--data-dir", data_dir, "state directory (overrides 'data_dir')");
   app.add_option("--node-id", node_id, "node name (overrides 'node_id')");
+  std::string advertise;
+  app.add_option("--advertise-address", advertise,
+                 "HOST:PORT other nodes and clients use to reach this daemon (overrides "
+                 "'cluster.advertise_address')");
   app.add_option("--log-level", log_level, "overrides 'log_level'");
   std::string log_format;
   app.add_option("--log-format", log_format, "text or json (overrides 'log_format')");
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   if (!http_listen.empty()) config->http_listen = http_listen == "off" ? "" : http_listen;
   if (!data_dir.empty()) config->data_dir = data_dir;
   if (!node_id.empty()) config->node_id = node_id;
+  if (!advertise.empty()) config->cluster.advertise_address = advertise;
   if (!log_level.empty()) config->log_level = log_level;
   if (!log_format.empty()) config->log_format = log_format;
   if (!capacity.empty()) {

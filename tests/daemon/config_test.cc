@@ -58,13 +58,47 @@ TEST(ConfigTest, ErrorsNameTheField) {
                              "'nvme.files[0].mode'"},
                         Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
                              "    - {path: /a, capacity: 1GiB}\n",
-                             "'nvme.files[1].path'"}}) {
+                             "'nvme.files[1].path'"},
+                        Case{"cluster:\n  membership: zookeeper\n", "'cluster.membership'"},
+                        Case{"cluster:\n  static_nodes: [\"n1-no-address\"]\n",
+                             "'cluster.static_nodes[0]'"},
+                        Case{"cluster:\n  static_nodes: [\"a@h:1\", \"a@h:2\"]\n",
+                             "'cluster.static_nodes[1]'"},
+                        Case{"cluster:\n  etcd_endpoints: [\"https://x:2379\"]\n",
+                             "'cluster.etcd_endpoints[0]'"},
+                        Case{"cluster:\n  membership: etcd\n  etcd_endpoints: []\n",
+                             "'cluster.etcd_endpoints'"},
+                        Case{"cluster:\n  replicas: 0\n", "'cluster.replicas'"},
+                        Case{"cluster:\n  directory_owners: 9\n", "'cluster.directory_owners'"},
+                        Case{"cluster:\n  peer_timeout: 1ms\n", "'cluster.peer_timeout'"},
+                        Case{"cluster:\n  advertise_address: nowhere\n",
+                             "'cluster.advertise_address'"},
+                        Case{"cluster:\n  rereplicate: sometimes\n", "'cluster.rereplicate'"}}) {
     auto c = ParseConfig(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_NE(c.status().message().find(k.field), std::string::npos) << c.status();
   }
   EXPECT_FALSE(ParseConfig("[not, a, mapping]").ok());
   EXPECT_FALSE(ParseConfig("host_tier: {capacity: 1GiB").ok());  // not YAML
+}
+
+TEST(ConfigTest, ClusterSectionParses) {
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->cluster.membership, "static");
+  EXPECT_TRUE(d->cluster.static_nodes.empty());
+  EXPECT_EQ(d->cluster.replicas, 1u);
+  auto c = ParseConfig(
+      "cluster:\n  membership: etcd\n  etcd_endpoints: [\"http://e1:2379\", \"http://e2:2379\"]\n"
+      "  static_nodes: [\"n1@10.0.0.1:7420\"]\n  replicas: 2\n  directory_ttl: 90s\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cluster.membership, "etcd");
+  ASSERT_EQ(c->cluster.etcd_endpoints.size(), 2u);
+  ASSERT_EQ(c->cluster.static_nodes.size(), 1u);
+  EXPECT_EQ(c->cluster.static_nodes[0].id, "n1");
+  EXPECT_EQ(c->cluster.static_nodes[0].address, "10.0.0.1:7420");
+  EXPECT_EQ(c->cluster.replicas, 2u);
+  EXPECT_EQ(c->cluster.directory_ttl, absl::Seconds(90));
 }
 
 TEST(ConfigTest, NvmeSectionDefaultsToNoTier) {
