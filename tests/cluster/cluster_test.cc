@@ -14,6 +14,7 @@
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"
+#include "tests/support/test_data.h"
 
 namespace strata {
 namespace {
@@ -22,6 +23,7 @@ using testing::DaemonProcess;
 using testing::MakeTempDir;
 using testing::FreePort;
 using testing::RunCommand;
+using testing::Tokens;
 
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlockBytes = 64 << 10;
@@ -34,23 +36,7 @@ NamespaceSpec Spec() {
   return s;
 }
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  std::mt19937 rng(seed);
-  for (auto& x : t) x = rng() % 128000;
-  return t;
-}
 
-std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<uint8_t>> blocks(count, std::vector<uint8_t>(kBlockBytes));
-  for (auto& b : blocks)
-    for (size_t i = 0; i < b.size(); i += 8) {
-      uint64_t v = rng();
-      std::memcpy(b.data() + i, &v, 8);
-    }
-  return blocks;
-}
 
 class Cluster {
  public:
@@ -129,7 +115,7 @@ Published Publish(Client& c, size_t n, uint32_t seed, uint32_t replicas = 0) {
   EXPECT_TRUE(ns.ok()) << ns.status();
   p.ns = *ns;
   p.tokens = Tokens(n * kTokensPerBlock, seed);
-  p.blocks = RandomBlocks(n, seed);
+  p.blocks = testing::RandomBlocks(n, kBlockBytes, seed);
   std::vector<ConstBuffer> views;
   for (const auto& b : p.blocks) views.push_back({b.data(), b.size()});
   auto r = c.Publish(p.ns, p.tokens, views);
@@ -207,7 +193,7 @@ TEST(ClusterTest, LookupSpansBlocksSpreadOverNodes) {
   // One chain of 9 blocks, block k published on node k % 3.
   auto tokens = Tokens(9 * kTokensPerBlock, 7);
   auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
-  auto blocks = RandomBlocks(9, 7);
+  auto blocks = testing::RandomBlocks(9, kBlockBytes, 7);
   for (size_t k = 0; k < ids.size(); ++k) {
     BlockId parent = k == 0 ? BlockId{} : ids[k - 1];
     ConstBuffer buf{blocks[k].data(), blocks[k].size()};

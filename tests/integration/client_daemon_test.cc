@@ -14,13 +14,16 @@
 #include "codec/synthetic_kv.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/test_data.h"
 #include "transport/ucx.h"
 
 namespace strata {
 namespace {
 
 using testing::DaemonProcess;
+using testing::RandomBlocks;
 using testing::RunCommand;
+using testing::Tokens;
 
 constexpr uint32_t kTokensPerBlock = 16;
 
@@ -32,23 +35,7 @@ NamespaceSpec Spec(const std::string& model = "llama-test") {
   return s;
 }
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  std::mt19937 rng(seed);
-  for (auto& x : t) x = rng() % 128000;
-  return t;
-}
 
-std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, size_t bytes, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<uint8_t>> blocks(count, std::vector<uint8_t>(bytes));
-  for (auto& b : blocks)
-    for (size_t i = 0; i < bytes; i += 8) {
-      uint64_t v = rng();
-      std::memcpy(b.data() + i, &v, std::min<size_t>(8, bytes - i));
-    }
-  return blocks;
-}
 
 std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
   std::vector<ConstBuffer> v;

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "placement/internal/etcd_client.h"
 #include "placement/membership.h"
+#include "tests/support/etcd_server.h"
 
 extern char** environ;
 
@@ -26,30 +27,6 @@ namespace strata::placement {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string FindEtcd() {
-  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/usr/sbin"}) {
-    std::string p = std::string(dir) + "/etcd";
-    if (access(p.c_str(), X_OK) == 0) return p;
-  }
-  return {};
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 bool WaitFor(const std::function<bool()>& cond, absl::Duration limit) {
   absl::Time deadline = absl::Now() + limit;
@@ -60,80 +37,15 @@ bool WaitFor(const std::function<bool()>& cond, absl::Duration limit) {
   return cond();
 }
 
-// One etcd member in a temp dir on free loopback ports; killed (-9) at destruction.
-class EtcdServer {
- public:
-  EtcdServer() {
-    char tmpl[] = "/tmp/strata-etcd-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    client_port_ = FreePort();
-    peer_port_ = FreePort();
-  }
-  ~EtcdServer() {
-    Kill();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+using testing::EtcdServer;
+using testing::FindEtcd;
+using testing::FreePort;
 
-  std::string endpoint() const { return absl::StrCat("http://127.0.0.1:", client_port_); }
-
-  // Starts (or restarts, with the same data dir and ports) and waits until it answers.
-  bool Start() {
-    std::string client = endpoint();
-    std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
-    std::vector<std::string> args = {FindEtcd(),
-                                     "--name", "t",
-                                     "--data-dir", dir_ + "/data",
-                                     "--listen-client-urls", client,
-                                     "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer,
-                                     "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "t=" + peer,
-                                     "--listen-metrics-urls", "",
-                                     "--log-level", "warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    std::string log = dir_ + "/etcd.log";
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      pid_ = -1;
-      return false;
-    }
-    internal::EtcdClient probe({endpoint()}, absl::Milliseconds(500));
-    return WaitFor([&] { return probe.RangePrefix("/probe/").ok(); }, absl::Seconds(15));
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  std::string log() const {
-    std::string out;
-    if (FILE* f = fopen((dir_ + "/etcd.log").c_str(), "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-      fclose(f);
-    }
-    return out.size() > 4000 ? out.substr(out.size() - 4000) : out;
-  }
-
- private:
-  std::string dir_;
-  int client_port_ = -1;
-  int peer_port_ = -1;
-  pid_t pid_ = -1;
-};
+// Starts `server` and waits until its JSON gateway answers.
+bool StartEtcd(EtcdServer& server) {
+  internal::EtcdClient probe({server.endpoint()}, absl::Milliseconds(500));
+  return server.Start([&] { return probe.RangePrefix("/probe/").ok(); });
+}
 
 NodeRecord Rec(std::string id) {
   NodeRecord r;
@@ -150,7 +62,7 @@ class EtcdMembershipTest : public ::testing::Test {
   static void SetUpTestSuite() {
     if (FindEtcd().empty()) return;
     server_ = new EtcdServer;
-    if (!server_->Start()) {
+    if (!StartEtcd(*server_)) {
       FAIL() << "etcd did not start: " << server_->log();
     }
   }
@@ -300,7 +212,7 @@ TEST_F(EtcdMembershipTest, StartFailsWithTheEndpointInTheMessage) {
 
 TEST_F(EtcdMembershipTest, EtcdDownKeepsTheViewAndRecovers) {
   EtcdServer own;
-  ASSERT_TRUE(own.Start()) << own.log();
+  ASSERT_TRUE(StartEtcd(own)) << own.log();
   auto opts = Options(own);
   auto a = NewEtcdMembership(opts);
   ASSERT_TRUE(a->Start(Rec("node-a")).ok());
@@ -319,7 +231,7 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheViewAndRecovers) {
   EXPECT_EQ(a->View().nodes, before.nodes);
   EXPECT_EQ(a->View().epoch, before.epoch);
 
-  ASSERT_TRUE(own.Start()) << own.log();
+  ASSERT_TRUE(StartEtcd(own)) << own.log();
   ASSERT_TRUE(WaitFor([&] { return a->healthy(&detail) && b->healthy(&detail); },
                       absl::Seconds(5)))
       << detail;

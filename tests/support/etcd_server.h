@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,18 @@ class EtcdServer {
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) pid_ = -1;
     return rc == 0;
+  }
+
+  // Spawns and waits (up to `limit`) until `ready` says it answers.
+  bool Start(const std::function<bool()>& ready,
+             std::chrono::milliseconds limit = std::chrono::seconds(15)) {
+    if (!Spawn()) return false;
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (ready()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ready();
   }
 
   void Kill() {

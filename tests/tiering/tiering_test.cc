@@ -13,11 +13,13 @@
 #include "storage/catalog.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/test_data.h"
 
 namespace strata {
 namespace {
 
 using testing::DaemonProcess;
+using testing::Tokens;
 
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlockBytes = 256 << 10;
@@ -32,12 +34,6 @@ NamespaceSpec Spec() {
   return s;
 }
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  std::mt19937 rng(seed);
-  for (auto& x : t) x = rng() % 128000;
-  return t;
-}
 
 std::vector<uint8_t> Block(uint32_t seed) {
   std::mt19937_64 rng(seed);

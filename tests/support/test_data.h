@@ -1,0 +1,31 @@
+// Deterministic test data: token sequences and random block contents from a seed.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace strata::testing {
+
+// `n` token ids below a 128k vocabulary.
+inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 128000;
+  return t;
+}
+
+// `count` blocks of `bytes` random bytes each.
+inline std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, size_t bytes, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> blocks(count, std::vector<uint8_t>(bytes));
+  for (auto& b : blocks)
+    for (size_t i = 0; i < bytes; i += 8) {
+      uint64_t v = rng();
+      std::memcpy(b.data() + i, &v, std::min<size_t>(8, bytes - i));
+    }
+  return blocks;
+}
+
+}  // namespace strata::testing
