@@ -132,6 +132,96 @@ void DequantRowImpl(const uint16_t* sym, const float* mu, const float* a, const 
   }
 }
 
+// Fused decoder row: xh = mu + a * (xh - mu) + (sym - offset) * step, and, when out16 is set,
+// out16 = fp16(xh) in the same pass.
+template <typename Sym>
+HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
+                            float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<Sym, decltype(d)> ds;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  const size_t N = hn::Lanes(d);
+  const auto off = hn::Set(di, offset);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto m = hn::LoadU(d, mu + i);
+    const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
+    const auto q = hn::ConvertTo(
+        d, hn::Sub(hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                                 hn::LoadU(ds, sym + i))),
+                   off));
+    const auto v = hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i)));
+    hn::StoreU(v, d, xh + i);
+    if (out16)
+      hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out16 + i));
+  }
+  for (; i < n; ++i) {
+    const float p = mu[i] + a[i] * (xh[i] - mu[i]);
+    const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
+    xh[i] = p + q * step[i];
+    if (out16) out16[i] = FloatToHalf(xh[i]);
+  }
+}
+
+void DequantRow8Impl(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                     float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  DequantRowT(sym, mu, a, step, xh, out16, n, offset);
+}
+void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                      float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  DequantRowT(sym, mu, a, step, xh, out16, n, offset);
+}
+
+// Orthonormal fast Walsh-Hadamard transform of each n-vector, in place. The butterflies and
+// their order (h = 1, 2, 4, ...; a + b low, a - b high; then one multiply by 1/sqrt(n)) are
+// those of the scalar loop, so every target gives the same bits. Stages with h < lanes run
+// inside a vector (a lane permute), the others between vectors.
+void HadamardRowsImpl(float* x, size_t rows, size_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const size_t N = hn::Lanes(d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  if (n < N || n % N != 0) {
+    for (size_t r = 0; r < rows; ++r) {
+      float* v = x + r * n;
+      for (size_t h = 1; h < n; h <<= 1)
+        for (size_t i = 0; i < n; i += 2 * h)
+          for (size_t j = i; j < i + h; ++j) {
+            const float a = v[j], b = v[j + h];
+            v[j] = a + b;
+            v[j + h] = a - b;
+          }
+      for (size_t i = 0; i < n; ++i) v[i] *= scale;
+    }
+    return;
+  }
+  const auto iota = hn::Iota(di, 0);
+  const auto sc = hn::Set(d, scale);
+  for (size_t r = 0; r < rows; ++r) {
+    float* v = x + r * n;
+    for (size_t i = 0; i < n; i += N) {
+      auto u = hn::LoadU(d, v + i);
+      for (size_t h = 1; h < N; h <<= 1) {
+        const auto hv = hn::Set(di, static_cast<int32_t>(h));
+        const auto idx = hn::IndicesFromVec(d, hn::Xor(iota, hv));
+        const auto y = hn::TableLookupLanes(u, idx);  // partner lane
+        const auto hi = hn::RebindMask(d, hn::Ne(hn::And(iota, hv), hn::Zero(di)));
+        u = hn::IfThenElse(hi, hn::Sub(y, u), hn::Add(u, y));
+      }
+      hn::StoreU(u, d, v + i);
+    }
+    for (size_t h = N; h < n; h <<= 1)
+      for (size_t i = 0; i < n; i += 2 * h)
+        for (size_t j = i; j < i + h; j += N) {
+          const auto a = hn::LoadU(d, v + j), b = hn::LoadU(d, v + j + h);
+          hn::StoreU(hn::Add(a, b), d, v + j);
+          hn::StoreU(hn::Sub(a, b), d, v + j + h);
+        }
+    for (size_t i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, v + i), sc), d, v + i);
+  }
+}
+
 void SplitBytesImpl(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
   const hn::ScalableTag<uint16_t> d;
   const hn::RebindToSigned<decltype(d)> di;
@@ -249,6 +339,9 @@ HWY_EXPORT(FloatToBF16RowImpl);
 HWY_EXPORT(MinMaxAccumRowImpl);
 HWY_EXPORT(QuantRowImpl);
 HWY_EXPORT(DequantRowImpl);
+HWY_EXPORT(DequantRow8Impl);
+HWY_EXPORT(DequantRow16Impl);
+HWY_EXPORT(HadamardRowsImpl);
 HWY_EXPORT(SplitBytesImpl);
 HWY_EXPORT(MergeBytesImpl);
 HWY_EXPORT(TargetNameImpl);
@@ -279,6 +372,17 @@ void QuantRow(const float* x, const float* mu, const float* a, const float* step
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset) {
   HWY_DYNAMIC_DISPATCH(DequantRowImpl)(sym, mu, a, step, xh, n, offset);
+}
+void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                   float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, xh, out16, n, offset);
+}
+void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                   float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, xh, out16, n, offset);
+}
+void HadamardRowsSimd(float* x, size_t rows, size_t n) {
+  HWY_DYNAMIC_DISPATCH(HadamardRowsImpl)(x, rows, n);
 }
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
   HWY_DYNAMIC_DISPATCH(SplitBytesImpl)(w, lo, hi, n);

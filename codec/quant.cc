@@ -272,8 +272,15 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
 
   const uint32_t alphabet = 4u << bits;
   const int32_t offset = 1 << (bits + 1);
-  sc->syms.resize(n);
-  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+  // Alphabets up to 256 (bits <= 6) decode to bytes: half the symbol traffic.
+  const bool narrow = alphabet <= 256;
+  if (narrow) {
+    sc->syms8.resize(n);
+    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes));
+  } else {
+    sc->syms.resize(n);
+    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+  }
   if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
 
   sc->mu.resize(C);
@@ -298,13 +305,21 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   for (size_t t = 0; t < T; ++t) {
     if (axis == 1)
       FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(), nullptr);
-    DequantRow(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-               sc->xh.data(), C, offset);
+    // fp16 output without rotation: dequantise and convert in one pass.
+    uint16_t* out16 = !had && s.dtype == DType::kFloat16
+                          ? reinterpret_cast<uint16_t*>(out + t * out_row)
+                          : nullptr;
+    if (narrow)
+      DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    sc->xh.data(), out16, C, offset);
+    else
+      DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    sc->xh.data(), out16, C, offset);
     if (had) {
       std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
-      HadamardRows(sc->row.data(), s.heads, s.head_dim);
+      HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);
       FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);
-    } else {
+    } else if (!out16) {
       FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
     }
     for (size_t i = 0; i < nout; ++i) {

@@ -38,6 +38,16 @@ void QuantRow(const float* x, const float* mu, const float* a, const float* step
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset);
 
+// DequantRow on 8- or 16-bit symbols, fused with the fp16 conversion of the new xh (out16, when
+// not null, receives fp16(xh) as FloatToHalfRow would write it).
+void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                   float* xh, uint16_t* out16, size_t n, int32_t offset);
+void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                   float* xh, uint16_t* out16, size_t n, int32_t offset);
+// Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two), in place;
+// bit-identical to the scalar butterflies on every target.
+void HadamardRowsSimd(float* x, size_t rows, size_t n);
+
 // Byte planes of 16-bit words: lo[i] = w[i] & 0xFF, hi[i] = w[i] >> 8, and back.
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);
 void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n);
