@@ -111,32 +111,13 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
   }
 }
 
-void DequantRowImpl(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                    float* xh, size_t n, int32_t offset) {
-  const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> du16;
-  const size_t N = hn::Lanes(d);
-  const auto off = hn::Set(di, offset);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto m = hn::LoadU(d, mu + i);
-    const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
-    const auto q = hn::ConvertTo(d, hn::Sub(hn::PromoteTo(di, hn::LoadU(du16, sym + i)), off));
-    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
-  }
-  for (; i < n; ++i) {
-    const float p = mu[i] + a[i] * (xh[i] - mu[i]);
-    const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
-    xh[i] = p + q * step[i];
-  }
-}
 
 // Fused decoder row: xh = mu + a * (xh - mu) + (sym - offset) * step, and, when out16 is set,
 // out16 = fp16(xh) in the same pass.
 template <typename Sym>
 HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
-                            float* xh, uint16_t* out16, size_t n, int32_t offset) {
+                            size_t step_group, float* xh, uint16_t* out16, size_t n,
+                            int32_t offset) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<Sym, decltype(d)> ds;
@@ -144,14 +125,23 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   const size_t N = hn::Lanes(d);
   const auto off = hn::Set(di, offset);
   size_t i = 0;
+  const bool odd_group = step_group != 0 && step_group % N != 0;
+  HWY_ALIGN float stv[hn::MaxLanes(d)];
   for (; i + N <= n; i += N) {
     const auto m = hn::LoadU(d, mu + i);
     const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
+    hn::Vec<decltype(d)> st;
+    if (odd_group) {  // groups straddle vectors: gather the steps lane by lane
+      for (size_t k = 0; k < N; ++k) stv[k] = step[(i + k) / step_group];
+      st = hn::Load(d, stv);
+    } else {
+      st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
+    }
     const auto q = hn::ConvertTo(
         d, hn::Sub(hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
                                                  hn::LoadU(ds, sym + i))),
                    off));
-    const auto v = hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i)));
+    const auto v = hn::Add(p, hn::Mul(q, st));
     hn::StoreU(v, d, xh + i);
     if (out16)
       hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out16 + i));
@@ -159,18 +149,20 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
     const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
-    xh[i] = p + q * step[i];
+    xh[i] = p + q * (step_group ? step[i / step_group] : step[i]);
     if (out16) out16[i] = FloatToHalf(xh[i]);
   }
 }
 
 void DequantRow8Impl(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                     size_t step_group,
                      float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  DequantRowT(sym, mu, a, step, xh, out16, n, offset);
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
 }
 void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                     size_t step_group,
                       float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  DequantRowT(sym, mu, a, step, xh, out16, n, offset);
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
 }
 
 // Orthonormal fast Walsh-Hadamard transform of each n-vector, in place. The butterflies and
@@ -338,7 +330,6 @@ HWY_EXPORT(BF16ToFloatRowImpl);
 HWY_EXPORT(FloatToBF16RowImpl);
 HWY_EXPORT(MinMaxAccumRowImpl);
 HWY_EXPORT(QuantRowImpl);
-HWY_EXPORT(DequantRowImpl);
 HWY_EXPORT(DequantRow8Impl);
 HWY_EXPORT(DequantRow16Impl);
 HWY_EXPORT(HadamardRowsImpl);
@@ -371,15 +362,15 @@ void QuantRow(const float* x, const float* mu, const float* a, const float* step
 }
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRowImpl)(sym, mu, a, step, xh, n, offset);
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, 0, xh, nullptr, n, offset);
 }
 void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
-                   float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, xh, out16, n, offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
 }
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                   float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, xh, out16, n, offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
 }
 void HadamardRowsSimd(float* x, size_t rows, size_t n) {
   HWY_DYNAMIC_DISPATCH(HadamardRowsImpl)(x, rows, n);

@@ -303,18 +303,22 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   sc->row.resize(C);
   const size_t out_row = C * DTypeBytes(s.dtype);
   for (size_t t = 0; t < T; ++t) {
-    if (axis == 1)
-      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(), nullptr);
+    size_t step_group = 0;
+    if (axis == 1) {
+      step_group = group;
+      for (size_t g = 0; g < ngroups; ++g)
+        sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
+    }
     // fp16 output without rotation: dequantise and convert in one pass.
     uint16_t* out16 = !had && s.dtype == DType::kFloat16
                           ? reinterpret_cast<uint16_t*>(out + t * out_row)
                           : nullptr;
     if (narrow)
       DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    sc->xh.data(), out16, C, offset);
+                    step_group, sc->xh.data(), out16, C, offset);
     else
       DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    sc->xh.data(), out16, C, offset);
+                    step_group, sc->xh.data(), out16, C, offset);
     if (had) {
       std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
       HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);

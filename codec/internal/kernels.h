@@ -39,11 +39,13 @@ void DequantRow(const uint16_t* sym, const float* mu, const float* a, const floa
                 float* xh, size_t n, int32_t offset);
 
 // DequantRow on 8- or 16-bit symbols, fused with the fp16 conversion of the new xh (out16, when
-// not null, receives fp16(xh) as FloatToHalfRow would write it).
+// not null, receives fp16(xh) as FloatToHalfRow would write it). step_group 0: step[c] per
+// channel; else step[c / step_group] (one step per channel group; fastest when step_group is a
+// multiple of the vector length).
 void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
-                   float* xh, uint16_t* out16, size_t n, int32_t offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                   float* xh, uint16_t* out16, size_t n, int32_t offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
 // Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two), in place;
 // bit-identical to the scalar butterflies on every target.
 void HadamardRowsSimd(float* x, size_t rows, size_t n);
