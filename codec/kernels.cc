@@ -84,8 +84,8 @@ void MinMaxAccumRowImpl(const float* x, float* mn, float* mx, size_t n) {
 }
 
 void QuantRowImpl(const float* x, const float* mu, const float* a, const float* step,
-                  const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
-                  int32_t max_sym) {
+                  const float* inv_step, size_t step_group, float* xh, uint16_t* sym, size_t n,
+                  int32_t offset, int32_t max_sym) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<uint16_t, decltype(d)> du16;
@@ -93,20 +93,39 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
   const auto qlo = hn::Set(d, static_cast<float>(-offset));
   const auto qhi = hn::Set(d, static_cast<float>(max_sym - offset));
   const auto off = hn::Set(di, offset);
+  const bool odd_group = step_group != 0 && step_group % N != 0;
+  HWY_ALIGN float stv[hn::MaxLanes(d)];
+  HWY_ALIGN float isv[hn::MaxLanes(d)];
   size_t i = 0;
   for (; i + N <= n; i += N) {
+    hn::Vec<decltype(d)> st, is;
+    if (odd_group) {
+      for (size_t k = 0; k < N; ++k) {
+        stv[k] = step[(i + k) / step_group];
+        isv[k] = inv_step[(i + k) / step_group];
+      }
+      st = hn::Load(d, stv);
+      is = hn::Load(d, isv);
+    } else if (step_group) {
+      st = hn::Set(d, step[i / step_group]);
+      is = hn::Set(d, inv_step[i / step_group]);
+    } else {
+      st = hn::LoadU(d, step + i);
+      is = hn::LoadU(d, inv_step + i);
+    }
     const auto m = hn::LoadU(d, mu + i);
     const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
-    auto q = hn::Round(hn::Mul(hn::Sub(hn::LoadU(d, x + i), p), hn::LoadU(d, inv_step + i)));
+    auto q = hn::Round(hn::Mul(hn::Sub(hn::LoadU(d, x + i), p), is));
     q = hn::Min(hn::Max(q, qlo), qhi);
-    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
+    hn::StoreU(hn::Add(p, hn::Mul(q, st)), d, xh + i);
     hn::StoreU(hn::DemoteTo(du16, hn::Add(hn::ConvertTo(di, q), off)), du16, sym + i);
   }
   for (; i < n; ++i) {
+    const size_t k = step_group ? i / step_group : i;
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
-    float q = std::nearbyint((x[i] - p) * inv_step[i]);
+    float q = std::nearbyint((x[i] - p) * inv_step[k]);
     q = std::min(std::max(q, static_cast<float>(-offset)), static_cast<float>(max_sym - offset));
-    xh[i] = p + q * step[i];
+    xh[i] = p + q * step[k];
     sym[i] = static_cast<uint16_t>(static_cast<int32_t>(q) + offset);
   }
 }
@@ -315,6 +334,17 @@ void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float*
   }
 }
 
+void SumSquaresRowImpl(const float* x, float* acc, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Add(hn::LoadU(d, acc + i), hn::Mul(v, v)), d, acc + i);
+  }
+  for (; i < n; ++i) acc[i] += x[i] * x[i];
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -339,6 +369,7 @@ HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(AccumRowImpl);
 HWY_EXPORT(GroupRangesRowImpl);
 HWY_EXPORT(ArStatsRowImpl);
+HWY_EXPORT(SumSquaresRowImpl);
 
 void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(HalfToFloatRowImpl)(in, out, n);
@@ -358,7 +389,13 @@ void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n) {
 void QuantRow(const float* x, const float* mu, const float* a, const float* step,
               const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
               int32_t max_sym) {
-  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, xh, sym, n, offset, max_sym);
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, 0, xh, sym, n, offset, max_sym);
+}
+void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
+                     size_t n, int32_t offset, int32_t max_sym) {
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, step_group, xh, sym, n, offset,
+                                     max_sym);
 }
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset) {
@@ -390,6 +427,9 @@ void GroupRangesRow(const float* x, size_t n, size_t group, float* range) {
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n) {
   HWY_DYNAMIC_DISPATCH(ArStatsRowImpl)(prev, cur, mu, num, den, n);
+}
+void SumSquaresRow(const float* x, float* acc, size_t n) {
+  HWY_DYNAMIC_DISPATCH(SumSquaresRowImpl)(x, acc, n);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

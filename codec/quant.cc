@@ -41,18 +41,6 @@ uint16_t StepToHalf(float range, int levels) {
   return FloatToHalf(st);
 }
 
-void FillRowSteps(const uint16_t* steps16, size_t channels, size_t group, float* step,
-                  float* inv_step) {
-  for (size_t c0 = 0, g = 0; c0 < channels; c0 += group, ++g) {
-    const float st = HalfToFloat(steps16[g]);
-    const float inv = 1.0f / st;
-    const size_t c1 = std::min(channels, c0 + group);
-    for (size_t c = c0; c < c1; ++c) step[c] = st;
-    if (inv_step)
-      for (size_t c = c0; c < c1; ++c) inv_step[c] = inv;
-  }
-}
-
 }  // namespace
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
@@ -74,11 +62,8 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   const bool use_outliers = p.key_outliers && axis == 0;
   if (use_outliers) {
     const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
-    std::vector<float> ms(C, 0.0f), zero(C, 0.0f), unused(C, 0.0f);
-    for (size_t t = 0; t < T; ++t) {
-      const float* r = sc->f.data() + t * C;
-      ArStatsRow(r, r, zero.data(), unused.data(), ms.data(), C);  // ms += x^2
-    }
+    std::vector<float> ms(C, 0.0f);
+    for (size_t t = 0; t < T; ++t) SumSquaresRow(sc->f.data() + t * C, ms.data(), C);
     std::vector<std::pair<float, uint16_t>> cand;
     for (size_t h = 0; h < s.heads; ++h) {
       std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
@@ -150,12 +135,15 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
         d2[c] = st * st;
       }
     } else {
+      // Per group (every channel of a group gets the same sum, added in the same order).
+      std::vector<float> d2g(ngroups, 0.0f);
       for (size_t t = 0; t < T; ++t)
         for (size_t g = 0; g < ngroups; ++g) {
           const float st = HalfToFloat(sc->steps16[t * ngroups + g]);
-          const size_t c0 = g * group, c1 = std::min(C, c0 + group);
-          for (size_t c = c0; c < c1; ++c) d2[c] += st * st / static_cast<float>(T);
+          d2g[g] += st * st / static_cast<float>(T);
         }
+      for (size_t g = 0; g < ngroups; ++g)
+        for (size_t c = g * group, c1 = std::min(C, c + group); c < c1; ++c) d2[c] = d2g[g];
     }
     for (size_t c = 0; c < C; ++c) {
       if (den[c] <= 0) continue;
@@ -180,11 +168,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     }
   }
   for (size_t t = 0; t < T; ++t) {
-    if (axis == 1)
-      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(),
-                   sc->inv_step.data());
-    QuantRow(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(), sc->inv_step.data(),
-             sc->xh.data(), sc->syms.data() + t * C, C, offset, static_cast<int32_t>(alphabet - 1));
+    size_t step_group = 0;
+    if (axis == 1) {
+      step_group = group;
+      for (size_t g = 0; g < ngroups; ++g) {
+        sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
+        sc->inv_step[g] = 1.0f / sc->step[g];
+      }
+    }
+    QuantRowGrouped(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    sc->inv_step.data(), step_group, sc->xh.data(), sc->syms.data() + t * C, C,
+                    offset, static_cast<int32_t>(alphabet - 1));
   }
 
   ByteWriter w(out);

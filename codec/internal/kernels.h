@@ -25,6 +25,9 @@ void GroupRangesRow(const float* x, size_t n, size_t group, float* range);
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n);
 
+// acc += x * x, element-wise.
+void SumSquaresRow(const float* x, float* acc, size_t n);
+
 // Closed-loop predictive quantisation of one token row (n channels):
 //   p   = mu + a * (xh - mu)             prediction from the previous reconstruction
 //   q   = clamp(round((x - p) * inv_step), -offset, max_sym - offset)
@@ -34,6 +37,10 @@ void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num
 void QuantRow(const float* x, const float* mu, const float* a, const float* step,
               const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
               int32_t max_sym);
+// QuantRow with one step (and inv_step) per channel group: step[c / step_group].
+void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
+                     size_t n, int32_t offset, int32_t max_sym);
 // The decoder half: xh = mu + a * (xh - mu) + (sym - offset) * step.
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset);
