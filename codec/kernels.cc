@@ -188,14 +188,18 @@ void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, cons
 // their order (h = 1, 2, 4, ...; a + b low, a - b high; then one multiply by 1/sqrt(n)) are
 // those of the scalar loop, so every target gives the same bits. Stages with h < lanes run
 // inside a vector (a lane permute), the others between vectors.
-void HadamardRowsImpl(float* x, size_t rows, size_t n) {
+// Hadamard of each n-vector of `in`; writes the floats to x (may equal in) or, when out16 is set,
+// only their fp16 conversion to out16 (x is then scratch of n floats).
+void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_t n) {
+  const hn::Rebind<hwy::float16_t, hn::ScalableTag<float>> dh;
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const size_t N = hn::Lanes(d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(n));
   if (n < N || n % N != 0) {
     for (size_t r = 0; r < rows; ++r) {
-      float* v = x + r * n;
+      float* v = out16 ? x : x + r * n;
+      if (v != in + r * n) std::copy(in + r * n, in + (r + 1) * n, v);
       for (size_t h = 1; h < n; h <<= 1)
         for (size_t i = 0; i < n; i += 2 * h)
           for (size_t j = i; j < i + h; ++j) {
@@ -204,15 +208,18 @@ void HadamardRowsImpl(float* x, size_t rows, size_t n) {
             v[j + h] = a - b;
           }
       for (size_t i = 0; i < n; ++i) v[i] *= scale;
+      if (out16)
+        for (size_t i = 0; i < n; ++i) out16[r * n + i] = FloatToHalf(v[i]);
     }
     return;
   }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);
   for (size_t r = 0; r < rows; ++r) {
-    float* v = x + r * n;
+    float* v = out16 ? x : x + r * n;
+    const float* src = in + r * n;
     for (size_t i = 0; i < n; i += N) {
-      auto u = hn::LoadU(d, v + i);
+      auto u = hn::LoadU(d, src + i);
       for (size_t h = 1; h < N; h <<= 1) {
         const auto hv = hn::Set(di, static_cast<int32_t>(h));
         const auto idx = hn::IndicesFromVec(d, hn::Xor(iota, hv));
@@ -229,8 +236,20 @@ void HadamardRowsImpl(float* x, size_t rows, size_t n) {
           hn::StoreU(hn::Add(a, b), d, v + j);
           hn::StoreU(hn::Sub(a, b), d, v + j + h);
         }
-    for (size_t i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, v + i), sc), d, v + i);
+    if (out16) {
+      for (size_t i = 0; i < n; i += N)
+        hn::StoreU(hn::DemoteTo(dh, hn::Mul(hn::LoadU(d, v + i), sc)), dh,
+                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + i));
+    } else {
+      for (size_t i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, v + i), sc), d, v + i);
+    }
   }
+}
+
+void HadamardRowsImpl(float* x, size_t rows, size_t n) { HadamardCore(x, x, nullptr, rows, n); }
+void HadamardRowsToHalfImpl(const float* in, float* tmp, uint16_t* out16, size_t rows,
+                            size_t n) {
+  HadamardCore(in, tmp, out16, rows, n);
 }
 
 void SplitBytesImpl(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
@@ -363,6 +382,7 @@ HWY_EXPORT(QuantRowImpl);
 HWY_EXPORT(DequantRow8Impl);
 HWY_EXPORT(DequantRow16Impl);
 HWY_EXPORT(HadamardRowsImpl);
+HWY_EXPORT(HadamardRowsToHalfImpl);
 HWY_EXPORT(SplitBytesImpl);
 HWY_EXPORT(MergeBytesImpl);
 HWY_EXPORT(TargetNameImpl);
@@ -408,6 +428,9 @@ void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const fl
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
   HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n) {
+  HWY_DYNAMIC_DISPATCH(HadamardRowsToHalfImpl)(in, tmp, out16, rows, n);
 }
 void HadamardRowsSimd(float* x, size_t rows, size_t n) {
   HWY_DYNAMIC_DISPATCH(HadamardRowsImpl)(x, rows, n);

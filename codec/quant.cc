@@ -313,7 +313,10 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     else
       DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
                     step_group, sc->xh.data(), out16, C, offset);
-    if (had) {
+    if (had && s.dtype == DType::kFloat16) {
+      HadamardRowsToHalf(sc->xh.data(), sc->row.data(),
+                         reinterpret_cast<uint16_t*>(out + t * out_row), s.heads, s.head_dim);
+    } else if (had) {
       std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
       HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);
       FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);

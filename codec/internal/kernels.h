@@ -56,6 +56,9 @@ void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const f
 // Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two), in place;
 // bit-identical to the scalar butterflies on every target.
 void HadamardRowsSimd(float* x, size_t rows, size_t n);
+// out16 = fp16(Hadamard(in)) per n-vector, the same bits as HadamardRowsSimd + FloatToHalfRow;
+// tmp holds n floats of scratch.
+void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n);
 
 // Byte planes of 16-bit words: lo[i] = w[i] & 0xFF, hi[i] = w[i] >> 8, and back.
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);
