@@ -200,13 +200,15 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecSte
     f = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(ftab));
   } else if constexpr (kTab == 32) {
     f = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
-  } else {
-    static_assert(kTab == 64);
+  } else if constexpr (kTab == 64) {
     const __m512i f0 =
         _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
     const __m512i f1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab + 32), idx,
                                                  _mm512_loadu_si512(ftab + 48));
     f = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), f0, f1);
+  } else {
+    static_assert(kTab == 256);  // 1 KiB per context: a second gather, from L1
+    f = _mm512_i32gather_epi32(idx, ftab, 4);
   }
   *sv = _mm512_add_epi32(idx, lov);
   const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
@@ -619,9 +621,10 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   const int V = L / 16;
   if (CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(V)) {
     const uint32_t span = sym_hi >= sym_lo ? sym_hi - sym_lo + 1 : 0;
-    if (span > 0 && span <= 64) {
-      // One gather per step: slot -> bias | symbol << 16; frequency by symbol from registers.
-      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : 64;
+    if (span > 0 && span <= 256) {
+      // One byte gather per step: slot -> symbol index; freq | start by symbol index from
+      // registers (span <= 64) or from a small L1-resident table (span <= 256).
+      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
       scratch->dec_pack8.resize(total_entries + 4);  // +4: the gather reads 4 bytes per slot
       scratch->dec_ftab.assign(size_t{tab} * num_ctx, 0);
       const uint8_t* pack[kMaxContexts];
@@ -653,11 +656,17 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
                      : DecodeRunsPackedAvx512<Sym, 32, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
           break;
-        default:
+        case 64:
           g = V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 64, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
+          break;
+        default:
+          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 256, 4>(x, wp, wend, full_runs, num_ctx, pack,
+                                                           ft, sym_lo, prob_bits, out)
+                     : DecodeRunsPackedAvx512<Sym, 256, 2>(x, wp, wend, full_runs, num_ctx, pack,
+                                                           ft, sym_lo, prob_bits, out);
       }
     } else {
       g = V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
