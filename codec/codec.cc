@@ -173,22 +173,7 @@ void FromFloat(const float* in, DType dtype, uint8_t* out, size_t n) {
   }
 }
 
-void HadamardRows(float* x, size_t rows, size_t n) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
-  for (size_t r = 0; r < rows; ++r) {
-    float* v = x + r * n;
-    for (size_t h = 1; h < n; h <<= 1) {
-      for (size_t i = 0; i < n; i += 2 * h) {
-        for (size_t j = i; j < i + h; ++j) {
-          const float a = v[j], b = v[j + h];
-          v[j] = a + b;
-          v[j + h] = a - b;
-        }
-      }
-    }
-    for (size_t i = 0; i < n; ++i) v[i] *= scale;
-  }
-}
+void HadamardRows(float* x, size_t rows, size_t n) { HadamardRowsSimd(x, rows, n); }
 
 }  // namespace internal
 

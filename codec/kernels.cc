@@ -84,8 +84,8 @@ void MinMaxAccumRowImpl(const float* x, float* mn, float* mx, size_t n) {
 }
 
 void QuantRowImpl(const float* x, const float* mu, const float* a, const float* step,
-                  const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
-                  int32_t max_sym) {
+                  const float* inv_step, size_t step_group, float* xh, uint16_t* sym, size_t n,
+                  int32_t offset, int32_t max_sym) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<uint16_t, decltype(d)> du16;
@@ -93,43 +93,163 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
   const auto qlo = hn::Set(d, static_cast<float>(-offset));
   const auto qhi = hn::Set(d, static_cast<float>(max_sym - offset));
   const auto off = hn::Set(di, offset);
+  const bool odd_group = step_group != 0 && step_group % N != 0;
+  HWY_ALIGN float stv[hn::MaxLanes(d)];
+  HWY_ALIGN float isv[hn::MaxLanes(d)];
   size_t i = 0;
   for (; i + N <= n; i += N) {
+    hn::Vec<decltype(d)> st, is;
+    if (odd_group) {
+      for (size_t k = 0; k < N; ++k) {
+        stv[k] = step[(i + k) / step_group];
+        isv[k] = inv_step[(i + k) / step_group];
+      }
+      st = hn::Load(d, stv);
+      is = hn::Load(d, isv);
+    } else if (step_group) {
+      st = hn::Set(d, step[i / step_group]);
+      is = hn::Set(d, inv_step[i / step_group]);
+    } else {
+      st = hn::LoadU(d, step + i);
+      is = hn::LoadU(d, inv_step + i);
+    }
     const auto m = hn::LoadU(d, mu + i);
     const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
-    auto q = hn::Round(hn::Mul(hn::Sub(hn::LoadU(d, x + i), p), hn::LoadU(d, inv_step + i)));
+    auto q = hn::Round(hn::Mul(hn::Sub(hn::LoadU(d, x + i), p), is));
     q = hn::Min(hn::Max(q, qlo), qhi);
-    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
+    hn::StoreU(hn::Add(p, hn::Mul(q, st)), d, xh + i);
     hn::StoreU(hn::DemoteTo(du16, hn::Add(hn::ConvertTo(di, q), off)), du16, sym + i);
   }
   for (; i < n; ++i) {
+    const size_t k = step_group ? i / step_group : i;
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
-    float q = std::nearbyint((x[i] - p) * inv_step[i]);
+    float q = std::nearbyint((x[i] - p) * inv_step[k]);
     q = std::min(std::max(q, static_cast<float>(-offset)), static_cast<float>(max_sym - offset));
-    xh[i] = p + q * step[i];
+    xh[i] = p + q * step[k];
     sym[i] = static_cast<uint16_t>(static_cast<int32_t>(q) + offset);
   }
 }
 
-void DequantRowImpl(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                    float* xh, size_t n, int32_t offset) {
+
+// Fused decoder row: xh = mu + a * (xh - mu) + (sym - offset) * step, and, when out16 is set,
+// out16 = fp16(xh) in the same pass.
+template <typename Sym>
+HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
+                            size_t step_group, float* xh, uint16_t* out16, size_t n,
+                            int32_t offset) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> du16;
+  const hn::Rebind<Sym, decltype(d)> ds;
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
   const auto off = hn::Set(di, offset);
   size_t i = 0;
+  const bool odd_group = step_group != 0 && step_group % N != 0;
+  HWY_ALIGN float stv[hn::MaxLanes(d)];
   for (; i + N <= n; i += N) {
     const auto m = hn::LoadU(d, mu + i);
     const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
-    const auto q = hn::ConvertTo(d, hn::Sub(hn::PromoteTo(di, hn::LoadU(du16, sym + i)), off));
-    hn::StoreU(hn::Add(p, hn::Mul(q, hn::LoadU(d, step + i))), d, xh + i);
+    hn::Vec<decltype(d)> st;
+    if (odd_group) {  // groups straddle vectors: gather the steps lane by lane
+      for (size_t k = 0; k < N; ++k) stv[k] = step[(i + k) / step_group];
+      st = hn::Load(d, stv);
+    } else {
+      st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
+    }
+    const auto q = hn::ConvertTo(
+        d, hn::Sub(hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                                 hn::LoadU(ds, sym + i))),
+                   off));
+    const auto v = hn::Add(p, hn::Mul(q, st));
+    hn::StoreU(v, d, xh + i);
+    if (out16)
+      hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out16 + i));
   }
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
     const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
-    xh[i] = p + q * step[i];
+    xh[i] = p + q * (step_group ? step[i / step_group] : step[i]);
+    if (out16) out16[i] = FloatToHalf(xh[i]);
   }
+}
+
+void DequantRow8Impl(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                     size_t step_group,
+                     float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                     size_t step_group,
+                      float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+
+// Orthonormal fast Walsh-Hadamard transform of each n-vector, in place. The butterflies and
+// their order (h = 1, 2, 4, ...; a + b low, a - b high; then one multiply by 1/sqrt(n)) are
+// those of the scalar loop, so every target gives the same bits. Stages with h < lanes run
+// inside a vector (a lane permute), the others between vectors.
+// Hadamard of each n-vector of `in`; writes the floats to x (may equal in) or, when out16 is set,
+// only their fp16 conversion to out16 (x is then scratch of n floats).
+void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_t n) {
+  const hn::Rebind<hwy::float16_t, hn::ScalableTag<float>> dh;
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const size_t N = hn::Lanes(d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  if (n < N || n % N != 0) {
+    for (size_t r = 0; r < rows; ++r) {
+      float* v = out16 ? x : x + r * n;
+      if (v != in + r * n) std::copy(in + r * n, in + (r + 1) * n, v);
+      for (size_t h = 1; h < n; h <<= 1)
+        for (size_t i = 0; i < n; i += 2 * h)
+          for (size_t j = i; j < i + h; ++j) {
+            const float a = v[j], b = v[j + h];
+            v[j] = a + b;
+            v[j + h] = a - b;
+          }
+      for (size_t i = 0; i < n; ++i) v[i] *= scale;
+      if (out16)
+        for (size_t i = 0; i < n; ++i) out16[r * n + i] = FloatToHalf(v[i]);
+    }
+    return;
+  }
+  const auto iota = hn::Iota(di, 0);
+  const auto sc = hn::Set(d, scale);
+  for (size_t r = 0; r < rows; ++r) {
+    float* v = out16 ? x : x + r * n;
+    const float* src = in + r * n;
+    for (size_t i = 0; i < n; i += N) {
+      auto u = hn::LoadU(d, src + i);
+      for (size_t h = 1; h < N; h <<= 1) {
+        const auto hv = hn::Set(di, static_cast<int32_t>(h));
+        const auto idx = hn::IndicesFromVec(d, hn::Xor(iota, hv));
+        const auto y = hn::TableLookupLanes(u, idx);  // partner lane
+        const auto hi = hn::RebindMask(d, hn::Ne(hn::And(iota, hv), hn::Zero(di)));
+        u = hn::IfThenElse(hi, hn::Sub(y, u), hn::Add(u, y));
+      }
+      hn::StoreU(u, d, v + i);
+    }
+    for (size_t h = N; h < n; h <<= 1)
+      for (size_t i = 0; i < n; i += 2 * h)
+        for (size_t j = i; j < i + h; j += N) {
+          const auto a = hn::LoadU(d, v + j), b = hn::LoadU(d, v + j + h);
+          hn::StoreU(hn::Add(a, b), d, v + j);
+          hn::StoreU(hn::Sub(a, b), d, v + j + h);
+        }
+    if (out16) {
+      for (size_t i = 0; i < n; i += N)
+        hn::StoreU(hn::DemoteTo(dh, hn::Mul(hn::LoadU(d, v + i), sc)), dh,
+                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + i));
+    } else {
+      for (size_t i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, v + i), sc), d, v + i);
+    }
+  }
+}
+
+void HadamardRowsImpl(float* x, size_t rows, size_t n) { HadamardCore(x, x, nullptr, rows, n); }
+void HadamardRowsToHalfImpl(const float* in, float* tmp, uint16_t* out16, size_t rows,
+                            size_t n) {
+  HadamardCore(in, tmp, out16, rows, n);
 }
 
 void SplitBytesImpl(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
@@ -233,6 +353,17 @@ void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float*
   }
 }
 
+void SumSquaresRowImpl(const float* x, float* acc, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Add(hn::LoadU(d, acc + i), hn::Mul(v, v)), d, acc + i);
+  }
+  for (; i < n; ++i) acc[i] += x[i] * x[i];
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -248,13 +379,17 @@ HWY_EXPORT(BF16ToFloatRowImpl);
 HWY_EXPORT(FloatToBF16RowImpl);
 HWY_EXPORT(MinMaxAccumRowImpl);
 HWY_EXPORT(QuantRowImpl);
-HWY_EXPORT(DequantRowImpl);
+HWY_EXPORT(DequantRow8Impl);
+HWY_EXPORT(DequantRow16Impl);
+HWY_EXPORT(HadamardRowsImpl);
+HWY_EXPORT(HadamardRowsToHalfImpl);
 HWY_EXPORT(SplitBytesImpl);
 HWY_EXPORT(MergeBytesImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(AccumRowImpl);
 HWY_EXPORT(GroupRangesRowImpl);
 HWY_EXPORT(ArStatsRowImpl);
+HWY_EXPORT(SumSquaresRowImpl);
 
 void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(HalfToFloatRowImpl)(in, out, n);
@@ -274,11 +409,31 @@ void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n) {
 void QuantRow(const float* x, const float* mu, const float* a, const float* step,
               const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
               int32_t max_sym) {
-  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, xh, sym, n, offset, max_sym);
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, 0, xh, sym, n, offset, max_sym);
+}
+void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
+                     size_t n, int32_t offset, int32_t max_sym) {
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, step_group, xh, sym, n, offset,
+                                     max_sym);
 }
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRowImpl)(sym, mu, a, step, xh, n, offset);
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, 0, xh, nullptr, n, offset);
+}
+void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n) {
+  HWY_DYNAMIC_DISPATCH(HadamardRowsToHalfImpl)(in, tmp, out16, rows, n);
+}
+void HadamardRowsSimd(float* x, size_t rows, size_t n) {
+  HWY_DYNAMIC_DISPATCH(HadamardRowsImpl)(x, rows, n);
 }
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
   HWY_DYNAMIC_DISPATCH(SplitBytesImpl)(w, lo, hi, n);
@@ -295,6 +450,9 @@ void GroupRangesRow(const float* x, size_t n, size_t group, float* range) {
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n) {
   HWY_DYNAMIC_DISPATCH(ArStatsRowImpl)(prev, cur, mu, num, den, n);
+}
+void SumSquaresRow(const float* x, float* acc, size_t n) {
+  HWY_DYNAMIC_DISPATCH(SumSquaresRowImpl)(x, acc, n);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -41,18 +41,6 @@ uint16_t StepToHalf(float range, int levels) {
   return FloatToHalf(st);
 }
 
-void FillRowSteps(const uint16_t* steps16, size_t channels, size_t group, float* step,
-                  float* inv_step) {
-  for (size_t c0 = 0, g = 0; c0 < channels; c0 += group, ++g) {
-    const float st = HalfToFloat(steps16[g]);
-    const float inv = 1.0f / st;
-    const size_t c1 = std::min(channels, c0 + group);
-    for (size_t c = c0; c < c1; ++c) step[c] = st;
-    if (inv_step)
-      for (size_t c = c0; c < c1; ++c) inv_step[c] = inv;
-  }
-}
-
 }  // namespace
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
@@ -74,11 +62,8 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   const bool use_outliers = p.key_outliers && axis == 0;
   if (use_outliers) {
     const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
-    std::vector<float> ms(C, 0.0f), zero(C, 0.0f), unused(C, 0.0f);
-    for (size_t t = 0; t < T; ++t) {
-      const float* r = sc->f.data() + t * C;
-      ArStatsRow(r, r, zero.data(), unused.data(), ms.data(), C);  // ms += x^2
-    }
+    std::vector<float> ms(C, 0.0f);
+    for (size_t t = 0; t < T; ++t) SumSquaresRow(sc->f.data() + t * C, ms.data(), C);
     std::vector<std::pair<float, uint16_t>> cand;
     for (size_t h = 0; h < s.heads; ++h) {
       std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
@@ -150,12 +135,15 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
         d2[c] = st * st;
       }
     } else {
+      // Per group (every channel of a group gets the same sum, added in the same order).
+      std::vector<float> d2g(ngroups, 0.0f);
       for (size_t t = 0; t < T; ++t)
         for (size_t g = 0; g < ngroups; ++g) {
           const float st = HalfToFloat(sc->steps16[t * ngroups + g]);
-          const size_t c0 = g * group, c1 = std::min(C, c0 + group);
-          for (size_t c = c0; c < c1; ++c) d2[c] += st * st / static_cast<float>(T);
+          d2g[g] += st * st / static_cast<float>(T);
         }
+      for (size_t g = 0; g < ngroups; ++g)
+        for (size_t c = g * group, c1 = std::min(C, c + group); c < c1; ++c) d2[c] = d2g[g];
     }
     for (size_t c = 0; c < C; ++c) {
       if (den[c] <= 0) continue;
@@ -180,11 +168,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     }
   }
   for (size_t t = 0; t < T; ++t) {
-    if (axis == 1)
-      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(),
-                   sc->inv_step.data());
-    QuantRow(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(), sc->inv_step.data(),
-             sc->xh.data(), sc->syms.data() + t * C, C, offset, static_cast<int32_t>(alphabet - 1));
+    size_t step_group = 0;
+    if (axis == 1) {
+      step_group = group;
+      for (size_t g = 0; g < ngroups; ++g) {
+        sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
+        sc->inv_step[g] = 1.0f / sc->step[g];
+      }
+    }
+    QuantRowGrouped(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    sc->inv_step.data(), step_group, sc->xh.data(), sc->syms.data() + t * C, C,
+                    offset, static_cast<int32_t>(alphabet - 1));
   }
 
   ByteWriter w(out);
@@ -272,8 +266,15 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
 
   const uint32_t alphabet = 4u << bits;
   const int32_t offset = 1 << (bits + 1);
-  sc->syms.resize(n);
-  RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+  // Alphabets up to 256 (bits <= 6) decode to bytes: half the symbol traffic.
+  const bool narrow = alphabet <= 256;
+  if (narrow) {
+    sc->syms8.resize(n);
+    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes));
+  } else {
+    sc->syms.resize(n);
+    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+  }
   if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
 
   sc->mu.resize(C);
@@ -296,15 +297,30 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   sc->row.resize(C);
   const size_t out_row = C * DTypeBytes(s.dtype);
   for (size_t t = 0; t < T; ++t) {
-    if (axis == 1)
-      FillRowSteps(sc->steps16.data() + t * ngroups, C, group, sc->step.data(), nullptr);
-    DequantRow(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-               sc->xh.data(), C, offset);
-    if (had) {
+    size_t step_group = 0;
+    if (axis == 1) {
+      step_group = group;
+      for (size_t g = 0; g < ngroups; ++g)
+        sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
+    }
+    // fp16 output without rotation: dequantise and convert in one pass.
+    uint16_t* out16 = !had && s.dtype == DType::kFloat16
+                          ? reinterpret_cast<uint16_t*>(out + t * out_row)
+                          : nullptr;
+    if (narrow)
+      DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    step_group, sc->xh.data(), out16, C, offset);
+    else
+      DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
+                    step_group, sc->xh.data(), out16, C, offset);
+    if (had && s.dtype == DType::kFloat16) {
+      HadamardRowsToHalf(sc->xh.data(), sc->row.data(),
+                         reinterpret_cast<uint16_t*>(out + t * out_row), s.heads, s.head_dim);
+    } else if (had) {
       std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
-      HadamardRows(sc->row.data(), s.heads, s.head_dim);
+      HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);
       FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);
-    } else {
+    } else if (!out16) {
       FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
     }
     for (size_t i = 0; i < nout; ++i) {

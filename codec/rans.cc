@@ -185,38 +185,41 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
   return g;
 }
 
-// Decode step with one gather: `pack` holds bias | symbol << 16 per slot, and the frequency
-// comes from an in-register table of the context's symbols lo..lo+kTab-1 (kTab 16, 32 or 64).
+// Decode step with one byte gather: `pack` holds, per slot, the symbol's index in the context's
+// symbols lo..lo+kTab-1 (one byte, so a context's table is 2^p bytes and stays in L1), and the
+// symbol's freq | start << 16 comes from an in-register table (kTab 16, 32 or 64 entries).
 template <int kTab>
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecStepPacked(
-    __m512i x, const uint32_t* pack, const uint32_t* ftab, __m512i lov, uint32_t p, __m512i* sv) {
+    __m512i x, const uint8_t* pack, const uint32_t* ftab, __m512i lov, uint32_t p, __m512i* sv) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
-  const __m512i e = _mm512_i32gather_epi32(slot, pack, 4);
-  const __m512i sym = _mm512_srli_epi32(e, 16);
-  const __m512i idx = _mm512_sub_epi32(sym, lov);
+  const __m512i idx =
+      _mm512_and_si512(_mm512_i32gather_epi32(slot, pack, 1), _mm512_set1_epi32(0xFF));
   __m512i f;
   if constexpr (kTab == 16) {
     f = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(ftab));
   } else if constexpr (kTab == 32) {
     f = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
-  } else {
-    static_assert(kTab == 64);
+  } else if constexpr (kTab == 64) {
     const __m512i f0 =
         _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
     const __m512i f1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab + 32), idx,
                                                  _mm512_loadu_si512(ftab + 48));
     f = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), f0, f1);
+  } else {
+    static_assert(kTab == 256);  // 1 KiB per context: a second gather, from L1
+    f = _mm512_i32gather_epi32(idx, ftab, 4);
   }
-  *sv = sym;
+  *sv = _mm512_add_epi32(idx, lov);
   const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
-  return _mm512_add_epi32(_mm512_mullo_epi32(f, xs), _mm512_and_si512(e, low16));
+  const __m512i bias = _mm512_sub_epi32(slot, _mm512_srli_epi32(f, 16));
+  return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, low16), xs), bias);
 }
 
 template <typename Sym, int kTab, int V>
 __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
     uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
-    const uint32_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
+    const uint8_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
     Sym* out) {
   __m512i xv[V];
 #pragma GCC unroll 4
@@ -618,23 +621,25 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   const int V = L / 16;
   if (CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(V)) {
     const uint32_t span = sym_hi >= sym_lo ? sym_hi - sym_lo + 1 : 0;
-    if (span > 0 && span <= 64) {
-      // One gather per step: slot -> bias | symbol << 16; frequency by symbol from registers.
-      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : 64;
-      scratch->dec_pack.resize(total_entries);
+    if (span > 0 && span <= 256) {
+      // One byte gather per step: slot -> symbol index; freq | start by symbol index from
+      // registers (span <= 64) or from a small L1-resident table (span <= 256).
+      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
+      scratch->dec_pack8.resize(total_entries + 4);  // +4: the gather reads 4 bytes per slot
       scratch->dec_ftab.assign(size_t{tab} * num_ctx, 0);
-      const uint32_t* pack[kMaxContexts];
+      const uint8_t* pack[kMaxContexts];
       for (uint32_t c = 0; c < num_ctx; ++c) {
-        pack[c] = scratch->dec_pack.data() + offsets[c];
+        pack[c] = scratch->dec_pack8.data() + offsets[c];
         if (prob_bits[c] == 0) continue;
         const size_t m = size_t{1} << prob_bits[c];
         const uint32_t* e = ent[c];
         const uint16_t* sy = sym[c];
-        uint32_t* pk = scratch->dec_pack.data() + offsets[c];
+        uint8_t* pk = scratch->dec_pack8.data() + offsets[c];
         uint32_t* ft = scratch->dec_ftab.data() + size_t{c} * tab;
         for (size_t i = 0; i < m; ++i) {
-          pk[i] = (e[i] & 0xFFFF) | uint32_t{sy[i]} << 16;
-          ft[sy[i] - sym_lo] = e[i] >> 16;
+          const uint32_t k = sy[i] - sym_lo;
+          pk[i] = static_cast<uint8_t>(k);
+          ft[k] = (e[i] >> 16) | static_cast<uint32_t>(i - (e[i] & 0xFFFF)) << 16;
         }
       }
       const uint32_t* ft = scratch->dec_ftab.data();
@@ -651,11 +656,17 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
                      : DecodeRunsPackedAvx512<Sym, 32, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
           break;
-        default:
+        case 64:
           g = V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 64, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
+          break;
+        default:
+          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 256, 4>(x, wp, wend, full_runs, num_ctx, pack,
+                                                           ft, sym_lo, prob_bits, out)
+                     : DecodeRunsPackedAvx512<Sym, 256, 2>(x, wp, wend, full_runs, num_ctx, pack,
+                                                           ft, sym_lo, prob_bits, out);
       }
     } else {
       g = V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,

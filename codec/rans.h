@@ -49,7 +49,7 @@ struct Scratch {
   std::vector<uint16_t> words;
   std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
   std::vector<uint16_t> dec_sym;
-  std::vector<uint32_t> dec_pack;   // SIMD decoder: bias | symbol << 16 per slot
+  std::vector<uint8_t> dec_pack8;   // SIMD decoder: symbol index (symbol - lo) per slot
   std::vector<uint32_t> dec_ftab;   // SIMD decoder: frequency per symbol, per context
 };
 

@@ -25,6 +25,9 @@ void GroupRangesRow(const float* x, size_t n, size_t group, float* range);
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n);
 
+// acc += x * x, element-wise.
+void SumSquaresRow(const float* x, float* acc, size_t n);
+
 // Closed-loop predictive quantisation of one token row (n channels):
 //   p   = mu + a * (xh - mu)             prediction from the previous reconstruction
 //   q   = clamp(round((x - p) * inv_step), -offset, max_sym - offset)
@@ -34,9 +37,28 @@ void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num
 void QuantRow(const float* x, const float* mu, const float* a, const float* step,
               const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,
               int32_t max_sym);
+// QuantRow with one step (and inv_step) per channel group: step[c / step_group].
+void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
+                     size_t n, int32_t offset, int32_t max_sym);
 // The decoder half: xh = mu + a * (xh - mu) + (sym - offset) * step.
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset);
+
+// DequantRow on 8- or 16-bit symbols, fused with the fp16 conversion of the new xh (out16, when
+// not null, receives fp16(xh) as FloatToHalfRow would write it). step_group 0: step[c] per
+// channel; else step[c / step_group] (one step per channel group; fastest when step_group is a
+// multiple of the vector length).
+void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
+void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
+// Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two), in place;
+// bit-identical to the scalar butterflies on every target.
+void HadamardRowsSimd(float* x, size_t rows, size_t n);
+// out16 = fp16(Hadamard(in)) per n-vector, the same bits as HadamardRowsSimd + FloatToHalfRow;
+// tmp holds n floats of scratch.
+void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n);
 
 // Byte planes of 16-bit words: lo[i] = w[i] & 0xFF, hi[i] = w[i] >> 8, and back.
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);

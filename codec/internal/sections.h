@@ -28,6 +28,7 @@ struct SectionScratch {
   std::vector<float> mu, a, step, inv_step, xh, mn, mx;
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
+  std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
   rans::Scratch rans;
 };

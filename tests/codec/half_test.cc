@@ -103,5 +103,67 @@ TEST(Kernels, QuantRowAndDequantRowAgree) {
   }
 }
 
+// The SIMD Walsh-Hadamard (in place and fused with the fp16 conversion) gives exactly the scalar
+// butterflies' bits, so blobs and decoded blocks do not depend on the SIMD target.
+TEST(Kernels, HadamardMatchesScalarBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  for (size_t n : {1u, 2u, 8u, 32u, 64u, 128u, 256u}) {
+    const size_t rows = 3;
+    std::vector<float> x(rows * n), ref(rows * n), tmp(n);
+    for (auto& v : x) v = g(rng) * 10.0f;
+    ref = x;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+    for (size_t r = 0; r < rows; ++r) {
+      float* v = ref.data() + r * n;
+      for (size_t h = 1; h < n; h <<= 1)
+        for (size_t i = 0; i < n; i += 2 * h)
+          for (size_t j = i; j < i + h; ++j) {
+            const float a = v[j], b = v[j + h];
+            v[j] = a + b;
+            v[j + h] = a - b;
+          }
+      for (size_t i = 0; i < n; ++i) v[i] *= scale;
+    }
+    std::vector<uint16_t> h16(rows * n), ref16(rows * n);
+    internal::HadamardRowsToHalf(x.data(), tmp.data(), h16.data(), rows, n);
+    internal::HadamardRowsSimd(x.data(), rows, n);
+    for (size_t i = 0; i < rows * n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(x[i]), std::bit_cast<uint32_t>(ref[i])) << n << " " << i;
+      ref16[i] = FloatToHalf(ref[i]);
+    }
+    EXPECT_EQ(h16, ref16) << n;
+  }
+}
+
+TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
+  const size_t n = 200, group = 40;  // 40: groups straddle vectors on every target
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  std::vector<float> mu(n), a(n), st(n), gst(n / group), xh(n), xh2(n), xh3(n);
+  std::vector<uint8_t> s8(n);
+  std::vector<uint16_t> s16(n), out(n), out2(n);
+  for (size_t i = 0; i < n; ++i) {
+    mu[i] = g(rng);
+    a[i] = static_cast<float>(rng() % 17) / 16.0f;
+    xh[i] = xh2[i] = xh3[i] = g(rng);
+    s8[i] = static_cast<uint8_t>(rng() % 64);
+    s16[i] = s8[i];
+  }
+  for (size_t k = 0; k < n / group; ++k) gst[k] = 0.01f * static_cast<float>(k + 1);
+  for (size_t i = 0; i < n; ++i) st[i] = gst[i / group];
+  internal::DequantRow(s16.data(), mu.data(), a.data(), st.data(), xh.data(), n, 32);
+  internal::DequantRowF16(s8.data(), mu.data(), a.data(), gst.data(), group, xh2.data(),
+                          out.data(), n, 32);
+  internal::DequantRowF16(s16.data(), mu.data(), a.data(), st.data(), 0, xh3.data(), nullptr, n,
+                          32);
+  internal::FloatToHalfRow(xh.data(), out2.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(xh[i]), std::bit_cast<uint32_t>(xh2[i])) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(xh[i]), std::bit_cast<uint32_t>(xh3[i])) << i;
+  }
+  EXPECT_EQ(out, out2);
+}
+
 }  // namespace
 }  // namespace strata::codec
