@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <thread>
 #include <map>
@@ -18,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "common/crc32c.h"
-#include "common/lookup_wire.h"
+#include "common/am_wire.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -43,6 +44,13 @@ std::vector<BlockStatus> Statuses(const Repeated& r) {
 }
 
 }  // namespace
+
+// UCX reaches peers by RDMA only through an HCA; without one it emulates RMA in software.
+static bool HostHasRdmaDevice() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
 
 struct Client::Impl {
   ClientOptions options;
@@ -335,12 +343,12 @@ struct Client::Impl {
     return absl::StatusOr<v1::LookupResponse>(std::move(resp));
   }
 
-  // Lookup fast path (common/lookup_wire.h). The reply arrives through the worker, which only
+  // Lookup fast path (common/am_wire.h). The reply arrives through the worker, which only
   // the thread holding ucx_mu progresses, so `am_wait` needs no lock of its own.
   struct AmWait {
     uint64_t request_id = 0;
     bool done = false;
-    lookup_wire::ReplyHeader header;
+    am_wire::ReplyHeader header;
     std::string data;
   };
   AmWait* am_wait = nullptr;
@@ -349,8 +357,8 @@ struct Client::Impl {
   bool am_enabled = true;  // options.lookup_fast_path, until the fast path keeps timing out
 
   void OnAmReply(const transport::AmMessage& m) {
-    lookup_wire::ReplyHeader h;
-    if (!am_wait || !lookup_wire::DecodeReplyHeader(m.header, &h) ||
+    am_wire::ReplyHeader h;
+    if (!am_wait || !am_wire::DecodeReplyHeader(m.header, &h) ||
         h.request_id != am_wait->request_id)
       return;  // a late reply to a lookup that already gave up
     am_wait->header = h;
@@ -361,19 +369,19 @@ struct Client::Impl {
   // nullopt: no definitive answer this way (disabled, too many ids, timeout, an error, or the
   // prompt continues on other nodes); the caller asks the gRPC Lookup.
   std::optional<v1::LookupResponse> AmLookup(const NamespaceId& ns, std::span<const BlockId> ids) {
-    if (ids.empty() || ids.size() > lookup_wire::kMaxIds) return std::nullopt;
+    if (ids.empty() || ids.size() > am_wire::kMaxIds) return std::nullopt;
     std::lock_guard<std::mutex> lock(ucx_mu);
     if (!am_enabled || !ep || ep->failed()) return std::nullopt;
     AmWait wait;
     wait.request_id = am_next_id++;
-    std::string header(lookup_wire::kRequestHeaderBytes, '\0');
-    lookup_wire::PutU64(header.data(), wait.request_id);
+    std::string header(am_wire::kRequestHeaderBytes, '\0');
+    am_wire::PutU64(header.data(), wait.request_id);
     std::memcpy(header.data() + 8, ns.bytes.data(), 32);
     std::string data = PackIds(ids);
     // Short: a daemon that does not answer this way is asked through gRPC instead.
     const absl::Time deadline = absl::Now() + std::min(options.rpc_timeout, absl::Milliseconds(250));
     am_wait = &wait;
-    absl::Status sent = ep->AmSend(lookup_wire::kLookupRequestAm, header, data, deadline);
+    absl::Status sent = ep->AmSend(am_wire::kLookupRequestAm, header, data, deadline);
     unsigned spins = 0;
     while (sent.ok() && !wait.done) {
       worker->Progress();
@@ -397,6 +405,110 @@ struct Client::Impl {
     for (char t : wait.data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
     resp.set_node_id(node_id);
     return resp;
+  }
+
+  // Fetch by push (common/am_wire.h); like am_wait, touched only by the ucx_mu holder.
+  struct PushWait {
+    uint64_t request_id = 0;
+    std::vector<void*> dest;
+    std::vector<size_t> length;
+    std::vector<ucp_mem_h> memh;
+    size_t done = 0;
+    absl::Status error;
+    std::vector<std::pair<size_t, void*>> kept;  // rendezvous payloads to receive
+  };
+  PushWait* push_wait = nullptr;
+  uint64_t push_next_id = 1;
+  bool push_fetch = false;  // decided at each (re)connect
+
+  bool OnPushBlock(const transport::AmMessage& m) {
+    if (!push_wait || m.header.size() != am_wire::kFetchBlockHeaderBytes ||
+        am_wire::GetU64(m.header.data()) != push_wait->request_id)
+      return false;  // a late block of a fetch that gave up: dropped
+    PushWait& w = *push_wait;
+    const uint32_t index = am_wire::GetU32(m.header.data() + 8);
+    const uint32_t code = am_wire::GetU32(m.header.data() + 12);
+    if (index == am_wire::kFetchRefused) {
+      w.error = absl::Status(static_cast<absl::StatusCode>(code == 0 ? 13 : code),
+                             absl::StrCat("daemon refused the fetch: ", std::string(m.data)));
+      return false;
+    }
+    if (index >= w.dest.size() || m.length != w.length[index]) {
+      w.error = absl::InternalError("daemon sent a block that does not match the request");
+      return false;
+    }
+    if (m.rendezvous) {
+      w.kept.emplace_back(index, m.desc);
+      return true;
+    }
+    std::memcpy(w.dest[index], m.data.data(), m.data.size());
+    ++w.done;
+    return false;
+  }
+
+  // Moves `ops` (remote_address = arena offset) by asking the daemon to push them; caller
+  // holds ucx_mu. On a timeout the endpoint is aborted, so no late byte lands in a buffer the
+  // caller has taken back.
+  absl::Status PushTransfer(uint64_t lease_id, const std::vector<transport::RmaOp>& ops,
+                            absl::Time deadline) {
+    if (!ep || ep->failed()) RETURN_IF_ERROR(ConnectDataPlane());
+    PushWait w;
+    w.request_id = push_next_id++;
+    std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
+    am_wire::PutU64(header.data(), w.request_id);
+    am_wire::PutU64(header.data() + 8, lease_id);
+    am_wire::PutU32(header.data() + 16, static_cast<uint32_t>(ops.size()));
+    std::string data(ops.size() * 16, '\0');
+    for (size_t i = 0; i < ops.size(); ++i) {
+      am_wire::PutU64(data.data() + 16 * i, ops[i].remote_address);
+      am_wire::PutU64(data.data() + 16 * i + 8, ops[i].length);
+      w.dest.push_back(ops[i].local);
+      w.length.push_back(ops[i].length);
+      w.memh.push_back(FindMemh(ops[i].local, ops[i].length));
+    }
+    push_wait = &w;
+    absl::Status s = ep->AmPost(am_wire::kFetchRequestAm, std::move(header), std::move(data));
+    std::vector<std::pair<size_t, void*>> receiving;
+    unsigned spins = 0;
+    while (s.ok() && w.error.ok() && w.done < ops.size()) {
+      worker->Progress();
+      for (auto [index, desc] : w.kept) {
+        auto r = worker->AmRecvData(desc, w.dest[index], w.length[index], w.memh[index]);
+        if (!r.ok()) w.error = r.status();
+        else if (*r == nullptr) ++w.done;
+        else receiving.emplace_back(index, *r);
+      }
+      w.kept.clear();
+      for (size_t k = 0; k < receiving.size();) {
+        int state = transport::Worker::RequestState(receiving[k].second);
+        if (state == 0) {
+          ++k;
+          continue;
+        }
+        transport::Worker::RequestFree(receiving[k].second);
+        if (state < 0) w.error = absl::UnavailableError("receiving a pushed block failed");
+        else ++w.done;
+        receiving[k] = receiving.back();
+        receiving.pop_back();
+      }
+      if ((++spins & 63) == 0 && absl::Now() >= deadline) {
+        w.error = absl::DeadlineExceededError("pushed blocks did not all arrive in time");
+        break;
+      }
+    }
+    if (!s.ok()) w.error = s;
+    if (!w.error.ok() && (!receiving.empty() || w.done < ops.size())) {
+      // Stop every transfer still aimed at the caller's buffers before returning.
+      ep->Abort();
+      for (auto [index, r] : receiving) {
+        absl::Time stop = absl::Now() + absl::Seconds(2);
+        while (transport::Worker::RequestState(r) == 0 && absl::Now() < stop) worker->Progress();
+        transport::Worker::RequestFree(r);
+      }
+    }
+    for (auto [index, desc] : w.kept) worker->AmDiscard(desc);
+    push_wait = nullptr;
+    return w.error;
   }
 
   // Fire-and-forget lease releases still in flight.
@@ -472,6 +584,9 @@ struct Client::Impl {
     if (mapped_arena) StartPrefault();
     node_id = resp.node_id();
     clustered = resp.cluster_nodes() > 1;
+    push_fetch = mapped_arena == nullptr &&
+                 (options.fetch_transfer == "push" ||
+                  (options.fetch_transfer == "auto" && !HostHasRdmaDevice()));
     return absl::OkStatus();
   }
 
@@ -556,7 +671,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   {
     Impl* raw = impl.get();
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        lookup_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) { raw->OnAmReply(m); }));
+        am_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) {
+          if (!m.rendezvous) raw->OnAmReply(m);
+          return false;
+        }));
+    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        am_wire::kFetchBlockAm,
+        [raw](const transport::AmMessage& m) { return raw->OnPushBlock(m); }));
   }
   {
     std::lock_guard<std::mutex> lock(impl->ucx_mu);
@@ -884,6 +1005,28 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
     std::vector<uint8_t> good(ops.size(), 1);
     for (size_t k = 0; verify && k < ops.size(); ++k)
       good[k] = (**copied)[k] == resp.crc32c(static_cast<int>(moving[k]));
+    finish(good);
+    return r;
+  }
+
+  // No RDMA device: the daemon pushes the blocks (see ClientOptions::fetch_transfer).
+  if (impl_->push_fetch && !ops.empty()) {
+    absl::Duration budget = std::min(impl_->options.transfer_timeout,
+                                     absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    absl::Status moved;
+    {
+      std::lock_guard<std::mutex> lock(impl_->ucx_mu);
+      moved = impl_->PushTransfer(resp.lease_id(), ops, absl::Now() + budget);
+    }
+    if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
+    if (!moved.ok())
+      return absl::Status(moved.code(), absl::StrCat("fetch transfer failed: ", moved.message()));
+    std::vector<uint8_t> good(ops.size(), 1);
+    if (verify)
+      impl_->ParallelFor(ops.size(), [&](size_t k) {
+        good[k] = Crc32c(ops[k].local, ops[k].length) ==
+                  resp.crc32c(static_cast<int>(moving[k]));
+      });
     finish(good);
     return r;
   }

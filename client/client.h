@@ -37,6 +37,11 @@ struct ClientOptions {
   // Lookups of up to 1,024 blocks as a UCX active message on the data-plane endpoint (falls back
   // to gRPC by itself; false: always gRPC).
   bool lookup_fast_path = true;
+  // How fetched bytes move when the daemon's arena is not mapped into this process: "rma"
+  // (one-sided get), "push" (the daemon sends each block as an active message, received
+  // straight into the engine's buffer), or "auto": push when this host has no RDMA device
+  // (UCX then emulates RMA in software, at a fraction of what TCP carries), rma otherwise.
+  std::string fetch_transfer = "auto";
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
   bool same_node = true;

@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/lookup_wire.h"
+#include "common/am_wire.h"
 #include "common/status_macros.h"
 #include "daemon/cluster.h"
 #include "proto/convert.h"
@@ -517,7 +517,7 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
 }
 
 void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
-  namespace w = lookup_wire;
+  namespace w = am_wire;
   if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes) return;  // not ours
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
@@ -560,6 +560,42 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   if (metrics_ && counted)
     metrics_->Record(RpcMetrics::kLookup, static_cast<int>(h.code),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = am_wire;
+  if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes) return;
+  const uint64_t request_id = w::GetU64(m.header.data());
+  const uint64_t lease_id = w::GetU64(m.header.data() + 8);
+  const uint32_t count = w::GetU32(m.header.data() + 16);
+  auto block_header = [&](uint32_t index, absl::StatusCode code) {
+    std::string h(w::kFetchBlockHeaderBytes, '\0');
+    w::PutU64(h.data(), request_id);
+    w::PutU32(h.data() + 8, index);
+    w::PutU32(h.data() + 12, static_cast<uint32_t>(code));
+    return h;
+  };
+  auto refuse = [&](absl::StatusCode code, std::string why) {
+    worker->AmReply(m.reply_ep, w::kFetchBlockAm, block_header(w::kFetchRefused, code),
+                    std::move(why));
+  };
+  CallScope call(this);
+  if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  if (arena_base_ == nullptr || m.data.size() != size_t{count} * 16)
+    return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
+  // Every extent must be one its lease holds: the lease keeps it from being freed or
+  // overwritten until the client releases it after the last byte arrived.
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
+    if (off + size > arena_bytes_ || !tier_->LeaseCovers(lease_id, off, size))
+      return refuse(absl::StatusCode::kFailedPrecondition,
+                    "an extent is not held by that lease (expired or released?)");
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
+    worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
+                           arena_base_ + off, size, arena_memh_);
+  }
 }
 
 }  // namespace strata::daemon

@@ -90,9 +90,18 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status Reposition(grpc::ServerContext* c, const v1::RepositionRequest* q,
                           v1::RepositionResponse* r) override;
 
-  // Lookup fast path (common/lookup_wire.h): answers an active message on the data-plane
+  // Lookup fast path (common/am_wire.h): answers an active message on the data-plane
   // worker's progress thread and replies through `worker`. Never blocks on other nodes.
   void HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker);
+
+  // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
+  // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
+  void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  void set_arena(uint8_t* base, uint64_t bytes, ucp_mem_h memh) {
+    arena_base_ = base;
+    arena_bytes_ = bytes;
+    arena_memh_ = memh;
+  }
 
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
@@ -149,6 +158,9 @@ class CacheService final : public v1::Cache::Service {
   }
 
   HostTier* tier_;
+  uint8_t* arena_base_ = nullptr;
+  uint64_t arena_bytes_ = 0;
+  ucp_mem_h arena_memh_ = nullptr;
   std::atomic<Cluster*> cluster_{nullptr};
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {

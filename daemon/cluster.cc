@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "common/crc32c.h"
-#include "common/lookup_wire.h"
+#include "common/am_wire.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "proto/convert.h"
 
@@ -413,7 +413,7 @@ void Cluster::HandleAnnounce(const v1::AnnounceRequest& req) {
 }
 
 void Cluster::HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker) {
-  namespace w = lookup_wire;
+  namespace w = am_wire;
   if (m.reply_ep == nullptr || m.header.size() != 8) return;
   std::string header(w::kReplyHeaderBytes, '\0');
   w::PutU64(header.data(), w::GetU64(m.header.data()));
@@ -456,14 +456,15 @@ transport::Endpoint* Cluster::AmLink(const std::string& address, absl::Time dead
     am_worker_ = std::move(*worker);
     auto* pending = &am_pending_;
     auto status = am_worker_->SetAmHandler(
-        lookup_wire::kPeerLocateReplyAm, [pending](const transport::AmMessage& m) {
-          if (m.header.size() != lookup_wire::kReplyHeaderBytes) return;
-          auto it = pending->find(lookup_wire::GetU64(m.header.data()));
-          if (it == pending->end()) return;  // a late answer to a query that moved on
-          it->second->code = lookup_wire::GetU32(m.header.data() + 8);
-          it->second->nodes = lookup_wire::GetU32(m.header.data() + 12);
+        am_wire::kPeerLocateReplyAm, [pending](const transport::AmMessage& m) {
+          if (m.rendezvous || m.header.size() != am_wire::kReplyHeaderBytes) return false;
+          auto it = pending->find(am_wire::GetU64(m.header.data()));
+          if (it == pending->end()) return false;  // a late answer to a query that moved on
+          it->second->code = am_wire::GetU32(m.header.data() + 8);
+          it->second->nodes = am_wire::GetU32(m.header.data() + 12);
           it->second->data.assign(m.data);
           it->second->done = true;
+          return false;
         });
     if (!status.ok()) {
       am_worker_.reset();
@@ -507,12 +508,12 @@ std::vector<size_t> Cluster::AskOwnersOverAm(
     if (!ep) continue;
     std::string header(8, '\0');
     request_ids[c] = am_next_++;
-    lookup_wire::PutU64(header.data(), request_ids[c]);
+    am_wire::PutU64(header.data(), request_ids[c]);
     std::string data(which.size() * 32, '\0');
     for (size_t k = 0; k < which.size(); ++k)
       std::memcpy(data.data() + 32 * k, ids[which[k]].bytes.data(), 32);
     am_pending_[request_ids[c]] = &slots[c];
-    if (!ep->AmPost(lookup_wire::kPeerLocateAm, std::move(header), std::move(data)).ok()) {
+    if (!ep->AmPost(am_wire::kPeerLocateAm, std::move(header), std::move(data)).ok()) {
       am_pending_.erase(request_ids[c]);
       request_ids[c] = 0;
     }

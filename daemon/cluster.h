@@ -97,7 +97,7 @@ class Cluster {
   // Peer service.
   void HandleAnnounce(const v1::AnnounceRequest& req);
   void HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp);
-  // The same over a UCX active message (common/lookup_wire.h), on the daemon worker's progress
+  // The same over a UCX active message (common/am_wire.h), on the daemon worker's progress
   // thread; replies through `worker`.
   void HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker);
   // Copies `ids` from the daemon at `source_address` into this node's host tier.

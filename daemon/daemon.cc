@@ -20,7 +20,7 @@
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "daemon/admin_service.h"
-#include "common/lookup_wire.h"
+#include "common/am_wire.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster.h"
 #include "daemon/peer_service.h"
@@ -341,14 +341,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     // before the service exists are dropped and their senders fall back to gRPC.
     Impl* raw = impl.get();
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        lookup_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
-          if (CacheService* s = raw->am_service.load(std::memory_order_acquire))
-            s->HandleAmLookup(m, raw->worker.get());
+        am_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
+          CacheService* s = raw->am_service.load(std::memory_order_acquire);
+          if (s && !m.rendezvous) s->HandleAmLookup(m, raw->worker.get());
+          return false;
         }));
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        lookup_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
-          if (Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire))
-            c->HandleAmLocate(m, raw->worker.get());
+        am_wire::kFetchRequestAm, [raw](const transport::AmMessage& m) {
+          CacheService* s = raw->am_service.load(std::memory_order_acquire);
+          if (s && !m.rendezvous) s->HandleAmFetch(m, raw->worker.get());
+          return false;
+        }));
+    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
+          Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire);
+          if (c && !m.rendezvous) c->HandleAmLocate(m, raw->worker.get());
+          return false;
         }));
   }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());
@@ -422,6 +430,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
+  impl->service->set_arena(impl->region->data(), impl->tier->capacity(), impl->region->handle());
   impl->am_service.store(impl->service.get(), std::memory_order_release);
   impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists

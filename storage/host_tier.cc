@@ -544,6 +544,15 @@ void HostTier::DropLease(uint64_t id) {
   leases_.erase(it);
 }
 
+bool HostTier::LeaseCovers(uint64_t lease_id, uint64_t offset, uint64_t size) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.expires <= options_.clock()) return false;
+  for (uint32_t slot : it->second.slots)
+    if (entries_[slot].offset == offset && entries_[slot].size == size) return true;
+  return false;
+}
+
 absl::Status HostTier::Release(uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   if (!leases_.contains(lease_id))

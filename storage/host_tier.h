@@ -172,6 +172,8 @@ class HostTier {
 
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
   absl::Status Release(uint64_t lease_id);
+  // Whether lease `lease_id` (unexpired) holds a block occupying exactly [offset, offset+size).
+  bool LeaseCovers(uint64_t lease_id, uint64_t offset, uint64_t size) const;
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
   std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,

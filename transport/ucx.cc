@@ -106,13 +106,17 @@ namespace {
 
 ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
                   const ucp_am_recv_param_t* param) {
-  // Senders use eager sends; a rendezvous message (too large) is dropped and its sender's
-  // deadline runs out.
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;
   AmMessage m;
   m.header = {static_cast<const char*>(header), header_length};
-  m.data = {static_cast<const char*>(data), length};
+  m.length = length;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m.reply_ep = param->reply_ep;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    m.rendezvous = true;
+    m.desc = data;
+    // Kept: the handler receives (or discards) it later. Not kept: UCX drops it.
+    return (*static_cast<AmHandler*>(arg))(m) ? UCS_INPROGRESS : UCS_OK;
+  }
+  m.data = {static_cast<const char*>(data), length};
   (*static_cast<AmHandler*>(arg))(m);
   return UCS_OK;
 }
@@ -126,7 +130,49 @@ void OnReplySent(void* request, ucs_status_t, void* user_data) {
   ucp_request_free(request);
 }
 
+void OnZeroCopySent(void* request, ucs_status_t, void* user_data) {
+  delete static_cast<std::string*>(user_data);
+  ucp_request_free(request);
+}
+
+void OnRecvData(void*, ucs_status_t, size_t, void*) {}
+
 }  // namespace
+
+void Worker::AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
+                            size_t length, ucp_mem_h memh) {
+  if (ep == nullptr) return;
+  auto* hdr = new std::string(std::move(header));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  if (memh) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  p.cb.send = OnZeroCopySent;
+  p.user_data = hdr;
+  void* r = ucp_am_send_nbx(ep, id, hdr->data(), hdr->size(), data, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete hdr;
+}
+
+absl::StatusOr<void*> Worker::AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+  p.cb.recv_am = OnRecvData;
+  if (memh) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  void* r = ucp_am_recv_data_nbx(worker_, desc, dest, length, &p);
+  if (UCS_PTR_IS_ERR(r)) return UcsError("am_recv_data", UCS_PTR_STATUS(r));
+  return r;
+}
+
+int Worker::RequestState(void* request) {
+  ucs_status_t s = ucp_request_check_status(request);
+  if (s == UCS_INPROGRESS) return 0;
+  return s == UCS_OK ? 1 : -1;
+}
 
 absl::Status Worker::SetAmHandler(uint16_t id, AmHandler handler) {
   auto h = std::make_unique<AmHandler>(std::move(handler));

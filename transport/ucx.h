@@ -76,13 +76,19 @@ struct RmaOp {
   ucp_mem_h local_memh = nullptr;  // optional: avoids UCX's registration-cache lookup
 };
 
-// An active message as its handler sees it: valid only during the call.
+// An active message as its handler sees it: valid only during the call, except that a
+// rendezvous message's `desc` stays valid when the handler returns true (it then hands it to
+// Worker::AmRecvData, or frees it with Worker::AmDiscard).
 struct AmMessage {
   std::string_view header;
-  std::string_view data;
+  std::string_view data;        // empty for a rendezvous message
   ucp_ep_h reply_ep = nullptr;  // set when the sender asked for replies
+  bool rendezvous = false;      // the payload still sits at the sender: see `desc`
+  void* desc = nullptr;
+  size_t length = 0;            // payload bytes (both kinds)
 };
-using AmHandler = std::function<void(const AmMessage&)>;
+// Returns true to keep a rendezvous descriptor; eager messages ignore the result.
+using AmHandler = std::function<bool(const AmMessage&)>;
 
 class Worker {
  public:
@@ -112,6 +118,18 @@ class Worker {
   absl::Status SetAmHandler(uint16_t id, AmHandler handler);
   // Sends a reply from inside a handler; completes in the background (no wait).
   void AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data);
+  // Sends [data, data+length) without copying it (registered memory `memh` when known); the
+  // bytes must stay untouched until the send completes, which happens in the background.
+  // Large payloads go by rendezvous: the receiver pulls them into its own buffer.
+  void AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
+                      size_t length, ucp_mem_h memh);
+  // Receives a kept rendezvous payload into `dest`; the returned request completes when the
+  // bytes have landed (check with RequestDone, free with RequestFree). nullptr: done already.
+  absl::StatusOr<void*> AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh);
+  void AmDiscard(void* desc) { ucp_am_data_release(worker_, desc); }
+  // 1: completed, 0: in progress, -1: failed.
+  static int RequestState(void* request);
+  static void RequestFree(void* request) { ucp_request_free(request); }
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
   void WaitForEvents(absl::Duration timeout);
   void Signal() { ucp_worker_signal(worker_); }
@@ -166,6 +184,8 @@ class Endpoint {
   void* MapRemote(uint64_t remote_address) const;
 
   bool failed() const { return failed_.load(); }
+  // Closes the endpoint at once; outstanding requests on it complete with an error.
+  void Abort() { ForceClose(); }
   // Whether UCX reports a dead peer on this endpoint (false on shared-memory-only transports).
   bool peer_failure_detection() const { return peer_failure_detection_; }
 

@@ -511,6 +511,41 @@ TEST(ClientDaemonTest, FastPathAndGrpcLookupsAgree) {
   EXPECT_EQ(err.status().code(), absl::StatusCode::kFailedPrecondition) << err.status();
 }
 
+// Where the arena is not mapped (the UCX_TLS=tcp run of this suite), fetched bytes move by
+// one-sided get ("rma") or by the daemon pushing them ("push"); both must deliver the same
+// verified bytes, large blocks (rendezvous) and small ones (eager) alike.
+TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
+  DaemonProcess d("host_tier:\n  capacity: 256MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto tokens = Tokens(6 * kTokensPerBlock, 31);
+  std::vector<std::vector<uint8_t>> blocks = RandomBlocks(3, 3 << 20, 32);
+  for (auto& b : RandomBlocks(3, 1000, 33)) blocks.push_back(b);
+  std::vector<std::vector<uint8_t>> got[2];
+  const char* modes[2] = {"rma", "push"};
+  NamespaceId ns;
+  for (int m = 0; m < 2; ++m) {
+    ClientOptions o;
+    o.endpoint = d.endpoint();
+    o.fetch_transfer = modes[m];
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ns = *(*c)->OpenNamespace(Spec(), "t");
+    if (m == 0) ASSERT_EQ((*c)->Publish(ns, tokens, Views(blocks))->stored, 6u);
+    auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+    got[m].assign(6, std::vector<uint8_t>(3 << 20));
+    std::vector<MutableBuffer> bufs;
+    for (auto& b : got[m]) bufs.push_back({b.data(), b.size()});
+    auto f = (*c)->Fetch(ns, ids, bufs);
+    ASSERT_TRUE(f.ok()) << modes[m] << ": " << f.status();
+    ASSERT_EQ(f->fetched, 6u) << modes[m];
+    for (size_t i = 0; i < 6; ++i) {
+      ASSERT_EQ(f->sizes[i], blocks[i].size());
+      EXPECT_TRUE(std::equal(blocks[i].begin(), blocks[i].end(), got[m][i].begin()))
+          << modes[m] << " block " << i;
+    }
+  }
+}
+
 TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();

@@ -1,4 +1,6 @@
-// The lookup fast path: a Lookup sent as a UCX active message on the data-plane endpoint a
+// Wire formats of the UCX active messages that ride beside RMA on the data-plane endpoints.
+//
+// Lookup fast path: a Lookup sent as an active message on the data-plane endpoint a
 // client already has, answered by the daemon's progress thread. It skips the gRPC stack, which
 // costs more than the lookup itself on small machines. The gRPC Lookup stays the reference:
 // a client falls back to it whenever the fast path cannot give a definitive answer.
@@ -18,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-namespace strata::lookup_wire {
+namespace strata::am_wire {
 
 inline constexpr uint16_t kLookupRequestAm = 1;
 inline constexpr uint16_t kLookupReplyAm = 2;
@@ -29,6 +31,19 @@ inline constexpr uint16_t kLookupReplyAm = 2;
 //        holder u16 node index and u8 tier (strata.v1.Tier).
 inline constexpr uint16_t kPeerLocateAm = 3;
 inline constexpr uint16_t kPeerLocateReplyAm = 4;
+// Fetch by push (transports whose RMA UCX emulates in software, e.g. tcp): after Acquire, the
+// client asks the daemon to send the leased extents; the daemon sends each block as one active
+// message from its arena (zero copy; rendezvous for large ones, which the client receives
+// straight into the engine's buffer).
+// Request: header = u64 request id | u64 lease id | u32 count | u32 zero;
+//          data = count x (u64 arena offset, u64 size).
+// Block:   header = u64 request id | u32 index (0xffffffff: the request was refused) |
+//          u32 status code; data = the block's bytes.
+inline constexpr uint16_t kFetchRequestAm = 5;
+inline constexpr uint16_t kFetchBlockAm = 6;
+inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
+inline constexpr size_t kFetchBlockHeaderBytes = 8 + 4 + 4;
+inline constexpr uint32_t kFetchRefused = 0xffffffffu;
 inline constexpr size_t kRequestHeaderBytes = 8 + 32;
 inline constexpr size_t kReplyHeaderBytes = 8 + 4 + 4 + 4;
 // Eager sends only: keep requests well under UCX's rendezvous threshold on every transport.
@@ -76,4 +91,4 @@ inline bool DecodeReplyHeader(std::string_view in, ReplyHeader* h) {
   return true;
 }
 
-}  // namespace strata::lookup_wire
+}  // namespace strata::am_wire
