@@ -197,6 +197,17 @@ bool Cluster::Holds(const BlockId& id) const {
   return !tier_->Inspect({&id, 1}).empty();
 }
 
+std::vector<BlockInfo> Cluster::LocalBlocks() const {
+  if (options_.list_blocks) return options_.list_blocks();
+  std::vector<BlockInfo> blocks;
+  uint64_t cursor = 0;
+  do {
+    auto page = tier_->List(nullptr, 65536, &cursor);
+    blocks.insert(blocks.end(), page.begin(), page.end());
+  } while (cursor != 0);
+  return blocks;
+}
+
 std::vector<BlockId> Cluster::LocalIds() const {
   if (options_.list_local) return options_.list_local();
   std::vector<BlockId> ids;
@@ -274,10 +285,7 @@ void Cluster::Repair() {
   auto r = ring();
   if (!r || r->self < 0) return;
   std::map<NamespaceId, std::vector<BlockInfo>> by_ns;
-  uint64_t cursor = 0;
-  do {
-    for (auto& b : tier_->List(nullptr, 65536, &cursor)) by_ns[b.ns].push_back(b);
-  } while (cursor != 0);
+  for (auto& b : LocalBlocks()) by_ns[b.ns].push_back(b);
   uint64_t made = 0, failed = 0;
   for (auto& [ns_id, blocks] : by_ns) {
     auto ns = namespaces_->Find(ns_id);
@@ -941,12 +949,8 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
 Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   DrainResult out;
   auto r = ring();
-  std::vector<BlockInfo> blocks;
-  uint64_t cursor = 0;
-  do {
-    auto page = tier_->List(nullptr, 65536, &cursor);
-    blocks.insert(blocks.end(), page.begin(), page.end());
-  } while (cursor != 0);
+  // Host and NVMe blocks alike: a pull from here stages NVMe blocks like any fetch.
+  std::vector<BlockInfo> blocks = LocalBlocks();
   out.blocks = blocks.size();
   // (namespace, target node) -> blocks
   std::map<std::pair<NamespaceId, uint32_t>, std::vector<const BlockInfo*>> plan;
@@ -965,36 +969,54 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   }
   std::vector<BlockId> moved;
   std::map<NamespaceId, std::vector<BlockId>> moved_by_ns;
-  for (auto& [key, list] : plan) {
-    auto ns = namespaces_->Find(key.first);
-    const auto& node = NodeAt(*r, key.second);
-    for (size_t begin = 0; begin < list.size(); begin += kIdsPerMessage) {
-      size_t end = std::min(list.size(), begin + kIdsPerMessage);
-      std::vector<BlockId> ids, parents;
-      for (size_t k = begin; k < end; ++k) {
-        ids.push_back(list[k]->id);
-        parents.push_back(list[k]->parent);
-      }
-      auto st = AskToPull(node.address, *ns, ids, parents, options_.self.id,
-                          options_.self.address, deadline);
-      bool any = false;
-      for (size_t k = 0; k < ids.size(); ++k) {
-        if (st[k] == BlockStatus::kOk || st[k] == BlockStatus::kExists) {
-          ++out.moved;
-          moved.push_back(ids[k]);
-          moved_by_ns[key.first].push_back(ids[k]);
-          any = true;
-        } else {
-          ++out.failed;
+  // Two passes: batches small enough that this node can stage a batch's NVMe blocks into its
+  // host tier while the batch's other blocks are leased, then one block at a time for what the
+  // first pass could not place (the host tier was busy demoting, say).
+  for (int pass = 0; pass < 2 && !plan.empty(); ++pass) {
+    const uint64_t batch_bytes = pass == 0 ? std::max<uint64_t>(tier_->capacity() / 4, 1) : 1;
+    std::map<std::pair<NamespaceId, uint32_t>, std::vector<const BlockInfo*>> retry;
+    for (auto& [key, list] : plan) {
+      auto ns = namespaces_->Find(key.first);
+      const auto& node = NodeAt(*r, key.second);
+      for (size_t begin = 0, end = 0; begin < list.size(); begin = end) {
+        uint64_t bytes = 0;
+        end = begin;
+        while (end < list.size() && end - begin < kIdsPerMessage &&
+               (end == begin || bytes + list[end]->size <= batch_bytes))
+          bytes += list[end++]->size;
+        std::vector<BlockId> ids, parents;
+        for (size_t k = begin; k < end; ++k) {
+          ids.push_back(list[k]->id);
+          parents.push_back(list[k]->parent);
         }
+        auto st = AskToPull(node.address, *ns, ids, parents, options_.self.id,
+                            options_.self.address, deadline);
+        bool any = false;
+        for (size_t k = 0; k < ids.size(); ++k) {
+          if (st[k] == BlockStatus::kOk || st[k] == BlockStatus::kExists) {
+            ++out.moved;
+            moved.push_back(ids[k]);
+            moved_by_ns[key.first].push_back(ids[k]);
+            any = true;
+          } else if (pass == 0) {
+            retry[key].push_back(list[begin + k]);
+          } else {
+            ++out.failed;
+          }
+        }
+        if (any &&
+            std::find(out.targets.begin(), out.targets.end(), node.id) == out.targets.end())
+          out.targets.push_back(node.id);
       }
-      if (any && std::find(out.targets.begin(), out.targets.end(), node.id) == out.targets.end())
-        out.targets.push_back(node.id);
     }
+    plan = std::move(retry);
   }
   // The copies elsewhere are now the ones to find: stop advertising ours, drop them, leave.
   Announce(moved, true);
-  for (const auto& [ns, ids] : moved_by_ns) tier_->Evict(ns, ids, false, /*force=*/true);
+  for (const auto& [ns, ids] : moved_by_ns) {
+    if (options_.evict) options_.evict(ns, ids);
+    else tier_->Evict(ns, ids, false, /*force=*/true);
+  }
   {
     std::lock_guard<std::mutex> lock(ev_mu_);
     stop_ = true;

@@ -58,6 +58,11 @@ class Cluster {
     // Blocks this node holds in any tier (default: the host tier's); whether it holds one.
     std::function<std::vector<BlockId>()> list_local;
     std::function<bool(const BlockId&)> holds;
+    // Every block held, with namespace and parent (default: the host tier's), for drain and
+    // re-replication.
+    std::function<std::vector<BlockInfo>()> list_blocks;
+    // Removes blocks from every tier (default: the host tier).
+    std::function<void(const NamespaceId&, std::span<const BlockId>)> evict;
     // The daemon's UCX context: directory queries to other daemons go as active messages on
     // a worker of its own (gRPC Peer.Locate is the fallback). Null: gRPC only.
     std::shared_ptr<transport::Context> ucx;
@@ -153,6 +158,7 @@ class Cluster {
   void Announce(std::span<const BlockId> ids, bool withdraw);
   std::vector<BlockId> LocalIds() const;
   bool Holds(const BlockId& id) const;
+  std::vector<BlockInfo> LocalBlocks() const;
   std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address);
   // Asks owners over active messages; returns the owners that did not answer (the caller asks
   // those over gRPC). `calls` maps owner index -> (positions in ids, the ids).

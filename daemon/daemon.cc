@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -476,6 +477,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       HostTier* host = impl->tier.get();
       co.holds = [host, t](const BlockId& id) {
         return !host->Inspect({&id, 1}).empty() || t->HoldsOnNvme(id);
+      };
+      co.list_blocks = [host, t] {
+        std::vector<BlockInfo> blocks = t->NvmeBlocks();
+        // A block being demoted is briefly in both tiers: list it once.
+        absl::flat_hash_set<BlockId> seen;
+        for (const auto& b : blocks) seen.insert(b.id);
+        uint64_t cursor = 0;
+        do {
+          for (auto& b : host->List(nullptr, 65536, &cursor))
+            if (seen.insert(b.id).second) blocks.push_back(b);
+        } while (cursor != 0);
+        return blocks;
+      };
+      co.evict = [t](const NamespaceId& ns, std::span<const BlockId> ids) {
+        t->Evict(ns, ids, /*cascade=*/false, /*force=*/true);
       };
       co.list_local = [host, t] {
         std::vector<BlockId> ids = t->NvmeIds();

@@ -56,6 +56,22 @@ bool TieredStore::OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry*
 
 std::vector<BlockId> TieredStore::NvmeIds() const { return store_->Ids(); }
 
+std::vector<BlockInfo> TieredStore::NvmeBlocks() const {
+  std::vector<BlockInfo> out;
+  for (const BlockId& id : store_->Ids()) {
+    auto e = store_->Lookup(id);
+    if (!e) continue;  // removed meanwhile
+    BlockInfo b;
+    b.id = id;
+    b.ns = e->ns;
+    b.parent = e->parent;
+    b.size = e->size;
+    b.crc = e->crc32c;
+    out.push_back(b);
+  }
+  return out;
+}
+
 bool TieredStore::HoldsOnNvme(const BlockId& id) const { return store_->Lookup(id).has_value(); }
 
 bool TieredStore::PinnedOnNvme(const BlockId& id) {

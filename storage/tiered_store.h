@@ -100,6 +100,8 @@ class TieredStore {
   // Every block on NVMe, and whether one is (any namespace): the cluster layer announces what
   // this node holds in either tier.
   std::vector<BlockId> NvmeIds() const;
+  // The same as BlockInfo (id, namespace, parent, size, CRC), for moving blocks off the node.
+  std::vector<BlockInfo> NvmeBlocks() const;
   bool HoldsOnNvme(const BlockId& id) const;
   const NvmeRecoveryReport& recovery() const { return store_->recovery(); }
   const NvmeTier& nvme_tier() const { return store_->tier(); }

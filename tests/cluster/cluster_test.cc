@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/client.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
@@ -40,7 +41,9 @@ NamespaceSpec Spec() {
 
 class Cluster {
  public:
-  explicit Cluster(int nodes, int replicas = 1) {
+  // `node0_yaml` is appended to node 0's config (e.g. a small host tier and an NVMe tier).
+  explicit Cluster(int nodes, int replicas = 1, std::string node0_yaml = "")
+      : node0_yaml_(std::move(node0_yaml)) {
     dir_ = MakeTempDir("cluster");
     std::ofstream(dir_ + "/secret") << "cluster-test-secret-0123456789\n";
     // A port picked free may be taken by the time its daemon binds it: start over then.
@@ -59,9 +62,10 @@ class Cluster {
     for (int i = 0; i < nodes; ++i) {
       std::string yaml = absl::StrCat(
           "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
-          "host_tier:\n  capacity: 64MiB\n",
+          i == 0 && !node0_yaml_.empty() ? "" : "host_tier:\n  capacity: 64MiB\n",
           "cluster:\n  membership: static\n  static_nodes: [", peers, "]\n",
-          "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n");
+          "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n",
+          i == 0 ? absl::StrReplaceAll(node0_yaml_, {{"$DIR", dir_}}) : std::string());
       daemons_.push_back(std::make_unique<DaemonProcess>(
           yaml, std::vector<std::string>{"--listen", addrs[i]}));
     }
@@ -90,6 +94,7 @@ class Cluster {
 
  private:
   std::string dir_;
+  std::string node0_yaml_;
   std::vector<std::unique_ptr<DaemonProcess>> daemons_;
 };
 
@@ -323,6 +328,34 @@ TEST(ClusterTest, DrainMovesEveryBlockOffTheNode) {
   ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
   ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size()) << cl.logs();
   EXPECT_EQ(FetchIdentical(*c, p.ns, p, nullptr), p.ids.size());
+}
+
+TEST(ClusterTest, DrainMovesNvmeBlocksToo) {
+  // Node 0: a 4 MiB host tier over a 64 MiB NVMe tier, so part of 5 MiB of blocks demotes.
+  Cluster cl(3, 1,
+             "host_tier:\n  capacity: 4MiB\n"
+             "nvme:\n  files: [{path: $DIR/n0.nvme, capacity: 64MiB}]\n");
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  // Four publishes of 20 blocks (1.25 MiB each): one call cannot reserve more than the host tier.
+  Published p;
+  for (int part = 0; part < 4; ++part) {
+    Published q = Publish(*a, 20, 13 + part);
+    p.ns = q.ns;
+    p.tokens.insert(p.tokens.end(), q.tokens.begin(), q.tokens.end());
+    p.ids.insert(p.ids.end(), q.ids.begin(), q.ids.end());
+    p.blocks.insert(p.blocks.end(), q.blocks.begin(), q.blocks.end());
+  }
+  auto stats = a->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_LT(stats->host_blocks, 80u) << "some blocks live on NVMe only";
+  auto [rc, out] = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(),
+                                           " drain --json"));
+  ASSERT_EQ(rc, 0) << out << cl.logs();
+  EXPECT_NE(out.find("\"blocks\":80,\"moved\":80,\"failed\":0"), std::string::npos) << out;
+  auto c = Connect(cl.node(2));
+  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
+  EXPECT_EQ(FetchIdentical(*c, p.ns, p, nullptr), p.ids.size()) << cl.logs();
 }
 
 TEST(ClusterTest, StratactlNodesListsTheCluster) {
