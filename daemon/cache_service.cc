@@ -593,8 +593,10 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   }
   for (uint32_t i = 0; i < count; ++i) {
     uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
+    // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
+    constexpr uint64_t kEagerBytes = 256 << 10;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena_base_ + off, size, arena_memh_);
+                           arena_base_ + off, size, arena_memh_, size <= kEagerBytes);
   }
 }
 

@@ -140,7 +140,7 @@ void OnRecvData(void*, ucs_status_t, size_t, void*) {}
 }  // namespace
 
 void Worker::AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
-                            size_t length, ucp_mem_h memh) {
+                            size_t length, ucp_mem_h memh, bool eager) {
   if (ep == nullptr) return;
   auto* hdr = new std::string(std::move(header));
   ucp_request_param_t p{};
@@ -148,6 +148,10 @@ void Worker::AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const 
   if (memh) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;
+  }
+  if (eager) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
   }
   p.cb.send = OnZeroCopySent;
   p.user_data = hdr;

@@ -121,8 +121,9 @@ class Worker {
   // Sends [data, data+length) without copying it (registered memory `memh` when known); the
   // bytes must stay untouched until the send completes, which happens in the background.
   // Large payloads go by rendezvous: the receiver pulls them into its own buffer.
+  // `eager` forces the eager protocol (no rendezvous round trip; the receiver copies).
   void AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
-                      size_t length, ucp_mem_h memh);
+                      size_t length, ucp_mem_h memh, bool eager = false);
   // Receives a kept rendezvous payload into `dest`; the returned request completes when the
   // bytes have landed (check with RequestDone, free with RequestFree). nullptr: done already.
   absl::StatusOr<void*> AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh);
