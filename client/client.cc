@@ -500,9 +500,12 @@ struct Client::Impl {
     if (!w.error.ok() && (!receiving.empty() || w.done < ops.size())) {
       // Stop every transfer still aimed at the caller's buffers before returning.
       ep->Abort();
+      for (auto [index, r] : receiving) worker->RequestCancel(r);
+      const absl::Time stop = absl::Now() + absl::Milliseconds(500);
       for (auto [index, r] : receiving) {
-        absl::Time stop = absl::Now() + absl::Seconds(2);
         while (transport::Worker::RequestState(r) == 0 && absl::Now() < stop) worker->Progress();
+        // Not finished even now: UCX owns it until it completes; it no longer targets a live
+        // connection, so nothing more lands in the buffer.
         transport::Worker::RequestFree(r);
       }
     }

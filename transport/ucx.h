@@ -131,6 +131,7 @@ class Worker {
   // 1: completed, 0: in progress, -1: failed.
   static int RequestState(void* request);
   static void RequestFree(void* request) { ucp_request_free(request); }
+  void RequestCancel(void* request) { ucp_request_cancel(worker_, request); }
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
   void WaitForEvents(absl::Duration timeout);
   void Signal() { ucp_worker_signal(worker_); }
