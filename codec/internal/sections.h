@@ -43,6 +43,10 @@ inline uint32_t NumChannelContexts(const TensorShape& s) {
 inline constexpr uint8_t kCoderRans32 = 1;
 inline constexpr uint8_t kCoderRans64 = 2;
 inline constexpr uint8_t kCoderWritten = kCoderRans64;
+// Lossless fp16 sections written since the exponent-plane layout (see lossless.cc): per group of
+// 32 values a bit-packed exponent offset, raw sign and mantissa bits; no rANS. bf16 sections
+// still use the byte-plane layout with kCoderWritten.
+inline constexpr uint8_t kCoderExpPlanes = 3;
 // Lanes of a section's rANS streams, or 0 for an unknown coder.
 inline int RansLanes(uint8_t coder) {
   return coder == kCoderRans32 ? 32 : coder == kCoderRans64 ? 64 : 0;
@@ -64,6 +68,17 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
                             std::vector<uint8_t>* out, rans::CoderStats* stats);
 absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
                             uint8_t coder, SectionScratch* sc, uint8_t* out);
+// The exponent-plane layout (coder kCoderExpPlanes, fp16 only).
+absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
+                                  std::vector<uint8_t>* out, rans::CoderStats* stats);
+absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const TensorShape& s,
+                                  uint8_t* out);
+// Tests: run the scalar exponent-plane coder even where AVX-512 is available.
+void ForceScalarPlanesForTesting(bool on);
+// Tests: write fp16 lossless sections in the byte-plane layout (kCoderWritten), as before the
+// exponent-plane layout, to check that such blobs still decode.
+void WriteBytePlanesForTesting(bool on);
+bool WriteBytePlanes();
 
 absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
                              uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,

@@ -6,6 +6,7 @@
 
 #include "codec/codec.h"
 #include "codec/half.h"
+#include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
@@ -76,6 +77,56 @@ TEST(Lossless, BitExactOnSyntheticAndSpecialValues) {
   size_t size = 0;
   EXPECT_EQ(RoundTrip(l, p, noise, &size), noise);
   EXPECT_LT(size, noise.size() + 2048);
+}
+
+// The fp16 exponent-plane layout (coder 3): the AVX-512 and scalar coders write the same bytes
+// and each decodes the other's; group tails (values not a multiple of 32), every exponent,
+// escapes at every width; byte-plane (coder 2) fp16 sections still decode.
+TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
+  std::mt19937 rng(7);
+  for (uint32_t dim : {128u, 40u, 8u}) {
+    const KvLayout l = Layout(2, 3, dim, 37);
+    auto data = GenerateSyntheticKv(l, 1);
+    uint16_t* h = reinterpret_cast<uint16_t*>(data.data());
+    const size_t n = data.size() / 2;
+    for (size_t i = 0; i < n / 4; ++i) {  // a quarter of the values: anything at all
+      h[rng() % n] = static_cast<uint16_t>(rng());
+    }
+    for (size_t i = 0; i < 64 && i < n; ++i) h[i] = static_cast<uint16_t>(i << 10 | i);
+    CodecParams p;
+    p.mode = Mode::kLossless;
+    auto simd = Encode(l, p, data);
+    ASSERT_TRUE(simd.ok()) << simd.status() << " dim " << dim;
+    internal::ForceScalarPlanesForTesting(true);
+    auto scalar = Encode(l, p, data);
+    std::vector<uint8_t> out(data.size()), out2(data.size());
+    const absl::Status s1 = Decode(*simd, out);
+    internal::ForceScalarPlanesForTesting(false);
+    ASSERT_TRUE(scalar.ok());
+    EXPECT_EQ(*simd, *scalar) << "dim " << dim;
+    ASSERT_TRUE(s1.ok()) << s1;
+    EXPECT_EQ(out, data);
+    ASSERT_TRUE(Decode(*scalar, out2).ok());
+    EXPECT_EQ(out2, data);
+    auto info = InspectBlob(*simd);
+    ASSERT_TRUE(info.ok());
+    for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, 3);
+  }
+  // Byte-plane fp16 sections (what the encoder wrote before coder 3) still decode.
+  const KvLayout l = Layout(2, 2, 64, 16);
+  auto data = GenerateSyntheticKv(l, 1);
+  CodecParams p;
+  p.mode = Mode::kLossless;
+  internal::WriteBytePlanesForTesting(true);
+  auto old = Encode(l, p, data);
+  internal::WriteBytePlanesForTesting(false);
+  ASSERT_TRUE(old.ok());
+  auto info = InspectBlob(*old);
+  ASSERT_TRUE(info.ok());
+  for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, 2);
+  std::vector<uint8_t> out(data.size());
+  ASSERT_TRUE(Decode(*old, out).ok());
+  EXPECT_EQ(out, data);
 }
 
 TEST(Lossless, RejectsFp32) {
@@ -326,7 +377,7 @@ namespace {
 // Encoder and Decoder keep scratch between calls; reuse must not change any output.
 TEST(Codec, ReusedEncoderAndDecoderMatchFreshOnes) {
   const KvLayout l = Layout(2, 4, 128, 256);
-  auto data = GenerateSyntheticKv(l, 3);
+  auto data = GenerateSyntheticKv(l, 1);
   for (const char* spec : {"quant:k4v4", "quant:k3v3:had", "lossless", "int4-g64"}) {
     auto p = ParseCodecSpec(spec);
     ASSERT_TRUE(p.ok());
