@@ -377,7 +377,7 @@ namespace {
 // Encoder and Decoder keep scratch between calls; reuse must not change any output.
 TEST(Codec, ReusedEncoderAndDecoderMatchFreshOnes) {
   const KvLayout l = Layout(2, 4, 128, 256);
-  auto data = GenerateSyntheticKv(l, 1);
+  auto data = GenerateSyntheticKv(l, 3);
   for (const char* spec : {"quant:k4v4", "quant:k3v3:had", "lossless", "int4-g64"}) {
     auto p = ParseCodecSpec(spec);
     ASSERT_TRUE(p.ok());
@@ -386,7 +386,7 @@ TEST(Codec, ReusedEncoderAndDecoderMatchFreshOnes) {
     for (uint32_t b = 0; b < 3; ++b) {
       std::span<const uint8_t> block(data.data() + b * l.BlockBytes(), l.BlockBytes());
       std::vector<uint8_t> blob;
-      ASSERT_TRUE(enc.Encode(l, *p, block, &blob).ok());
+      { auto st = enc.Encode(l, *p, block, &blob); ASSERT_TRUE(st.ok()) << st << spec; }
       auto fresh = Encode(l, *p, block);
       ASSERT_TRUE(fresh.ok());
       EXPECT_EQ(blob, *fresh) << spec << " block " << b;
