@@ -253,7 +253,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                             !internal::WriteBytePlanes();
         e.coder = params.mode == Mode::kGroupwise ? 0
                   : planes                        ? internal::kCoderExpPlanes
-                                                  : internal::kCoderWritten;
+                                                  : internal::CoderWritten();
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {
           case Mode::kLossless:

@@ -24,6 +24,7 @@ namespace strata::codec::internal {
 namespace {
 bool g_planes_force_scalar = false;
 bool g_write_byte_planes = false;
+uint8_t g_coder_written = 0;
 // Code the low plane when its entropy is under this many bits per byte (else store it).
 constexpr double kLowPlaneCodeBelow = 7.85;
 
@@ -62,7 +63,7 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
   w.U8(static_cast<uint8_t>(ctx));
   const size_t mode_at = w.Skip(1);
   rans::CoderStats hi_stats;
-  rans::Encode(sc->hi.data(), n, 256, ctx, &sc->rans, out, &hi_stats, RansLanes(kCoderWritten));
+  rans::Encode(sc->hi.data(), n, 256, ctx, &sc->rans, out, &hi_stats, RansLanes(CoderWritten()));
   if (out->size() - mode_at - 1 >= n) {  // incompressible: store
     out->resize(mode_at + 1);
     (*out)[mode_at] = 0;
@@ -75,7 +76,7 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
   if (stats) stats->Add(hi_stats);
   if (n > 0 && SampledEntropyPerByte(sc->lo.data(), n) < kLowPlaneCodeBelow) {
     w.U8(1);
-    rans::Encode(sc->lo.data(), n, 256, 1, &sc->rans, out, stats, RansLanes(kCoderWritten));
+    rans::Encode(sc->lo.data(), n, 256, 1, &sc->rans, out, stats, RansLanes(CoderWritten()));
   } else {
     w.U8(0);
     w.Raw(sc->lo.data(), n);
@@ -339,6 +340,8 @@ STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, siz
 }  // namespace
 
 void ForceScalarPlanesForTesting(bool on) { g_planes_force_scalar = on; }
+uint8_t CoderWritten() { return g_coder_written ? g_coder_written : kCoderWritten; }
+void SetCoderWrittenForTesting(uint8_t coder) { g_coder_written = coder; }
 void WriteBytePlanesForTesting(bool on) { g_write_byte_planes = on; }
 bool WriteBytePlanes() { return g_write_byte_planes; }
 

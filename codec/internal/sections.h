@@ -42,14 +42,23 @@ inline uint32_t NumChannelContexts(const TensorShape& s) {
 // written before the 64-state coder), 2 = rANS with 64 states (what the encoder writes now).
 inline constexpr uint8_t kCoderRans32 = 1;
 inline constexpr uint8_t kCoderRans64 = 2;
-inline constexpr uint8_t kCoderWritten = kCoderRans64;
+inline constexpr uint8_t kCoderRans128 = 4;
+inline constexpr uint8_t kCoderWritten = kCoderRans128;
+// The rANS coder id the encoder writes: kCoderWritten, or what a test set.
+uint8_t CoderWritten();
+// Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
+// check that blobs of earlier coders still decode.
+void SetCoderWrittenForTesting(uint8_t coder);
 // Lossless fp16 sections written since the exponent-plane layout (see lossless.cc): per group of
 // 32 values a bit-packed exponent offset, raw sign and mantissa bits; no rANS. bf16 sections
 // still use the byte-plane layout with kCoderWritten.
 inline constexpr uint8_t kCoderExpPlanes = 3;
 // Lanes of a section's rANS streams, or 0 for an unknown coder.
 inline int RansLanes(uint8_t coder) {
-  return coder == kCoderRans32 ? 32 : coder == kCoderRans64 ? 64 : 0;
+  return coder == kCoderRans32    ? 32
+         : coder == kCoderRans64  ? 64
+         : coder == kCoderRans128 ? 128
+                                  : 0;
 }
 
 // Converts n values of `dtype` to float / back.

@@ -123,10 +123,37 @@ TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
   ASSERT_TRUE(old.ok());
   auto info = InspectBlob(*old);
   ASSERT_TRUE(info.ok());
-  for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, 2);
+  for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, internal::kCoderWritten);
   std::vector<uint8_t> out(data.size());
   ASSERT_TRUE(Decode(*old, out).ok());
   EXPECT_EQ(out, data);
+}
+
+// Quant blobs of the 64-state coder (coder 2, written before coder 4) and of the 32-state one
+// still decode, to the same values as the 128-state coder's blob.
+TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
+  const KvLayout l = Layout(2, 4, 128, 64);
+  auto data = GenerateSyntheticKv(l, 1);
+  for (const char* spec : {"quant:k4v4", "quant:k3v4:ol", "quant:k8v8", "quant:k2v2:had"}) {
+    auto p = ParseCodecSpec(spec);
+    ASSERT_TRUE(p.ok());
+    auto now = Encode(l, *p, data);
+    ASSERT_TRUE(now.ok());
+    std::vector<uint8_t> want(data.size());
+    ASSERT_TRUE(Decode(*now, want).ok());
+    for (uint8_t coder : {1, 2}) {
+      internal::SetCoderWrittenForTesting(coder);
+      auto old = Encode(l, *p, data);
+      internal::SetCoderWrittenForTesting(0);
+      ASSERT_TRUE(old.ok());
+      auto info = InspectBlob(*old);
+      ASSERT_TRUE(info.ok());
+      for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, coder);
+      std::vector<uint8_t> got(data.size());
+      ASSERT_TRUE(Decode(*old, got).ok()) << spec << " coder " << int(coder);
+      EXPECT_EQ(got, want) << spec << " coder " << int(coder);
+    }
+  }
 }
 
 TEST(Lossless, RejectsFp32) {
@@ -325,7 +352,7 @@ TEST(Compat, Coder1BlobsStillDecode) {
   ASSERT_TRUE(fresh.ok());
   auto finfo = InspectBlob(*fresh);
   ASSERT_TRUE(finfo.ok());
-  EXPECT_EQ(finfo->sections[0].coder, 2);
+  EXPECT_EQ(finfo->sections[0].coder, 4);
   std::vector<uint8_t> out2(l.BlockBytes());
   ASSERT_TRUE(Decode(*fresh, out2).ok());
   EXPECT_EQ(out, out2);
