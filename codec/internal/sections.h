@@ -43,9 +43,15 @@ inline uint32_t NumChannelContexts(const TensorShape& s) {
 inline constexpr uint8_t kCoderRans32 = 1;
 inline constexpr uint8_t kCoderRans64 = 2;
 inline constexpr uint8_t kCoderRans128 = 4;
-inline constexpr uint8_t kCoderWritten = kCoderRans128;
+// Byte-plane lossless (bf16) and quant sections of more than 6 bits: 64 states (their 16-bit
+// symbols gain nothing from more chains, and the 128-state encoder is slower on them).
+inline constexpr uint8_t kCoderWritten = kCoderRans64;
 // The rANS coder id the encoder writes: kCoderWritten, or what a test set.
 uint8_t CoderWritten();
+// The coder of a quant section of `bits`: 128 states for byte symbols (bits <= 6), where the
+// decoder is gather-latency bound and eight chains help; kCoderWritten otherwise; or what a
+// test set.
+uint8_t QuantCoder(uint8_t bits);
 // Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
 // check that blobs of earlier coders still decode.
 void SetCoderWrittenForTesting(uint8_t coder);
