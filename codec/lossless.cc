@@ -91,7 +91,7 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
 
 absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
                             uint8_t coder, SectionScratch* sc, uint8_t* out) {
-  if (coder == kCoderExpPlanes) return DecodeLosslessPlanes(payload, s, out);
+  if (coder == kCoderExpPlanes) return DecodeLosslessPlanes(payload, s, sc, out);
   const size_t n = s.values();
   const int lanes = RansLanes(coder);
   if (lanes == 0) return absl::DataLossError("lossless section: unknown entropy coder");
@@ -154,15 +154,19 @@ inline int ChooseWidth(const int* esc) {
   return best;
 }
 
-size_t EncodeGroupScalar(const uint16_t* v, uint8_t* rec, std::vector<uint8_t>* exc) {
-  int e[kPG], emax = 0;
+// `col` (column mode): the base exponent of each of the 32 values; nullptr: the group's max.
+size_t EncodeGroupScalar(const uint16_t* v, const uint8_t* col, uint8_t* rec,
+                         std::vector<uint8_t>* exc) {
+  int e[kPG], base[kPG], emax = 0;
   for (int i = 0; i < kPG; ++i) {
     e[i] = (v[i] >> 10) & 31;
     emax = std::max(emax, e[i]);
   }
+  for (int i = 0; i < kPG; ++i) base[i] = col ? col[i] : emax;
+  if (col) emax = 0;
   int esc[6] = {};
   for (int i = 0; i < kPG; ++i)
-    for (int w = 0; w <= 5; ++w) esc[w] += emax - e[i] >= (1 << w) - 1;
+    for (int w = 0; w <= 5; ++w) esc[w] += base[i] - e[i] >= (1 << w) - 1;
   const int w = ChooseWidth(esc);
   const int lim = (1 << w) - 1;
   uint32_t sign = 0, m9 = 0, m8 = 0, planes[5] = {};
@@ -170,7 +174,7 @@ size_t EncodeGroupScalar(const uint16_t* v, uint8_t* rec, std::vector<uint8_t>* 
     sign |= uint32_t(v[i] >> 15) << i;
     m9 |= uint32_t{(v[i] >> 9) & 1u} << i;
     m8 |= uint32_t{(v[i] >> 8) & 1u} << i;
-    const int code = std::min(emax - e[i], lim);
+    const int code = std::min(base[i] - e[i], lim);
     for (int b = 0; b < w; ++b) planes[b] |= uint32_t((code >> b) & 1) << i;
     if (code == lim) exc->push_back(static_cast<uint8_t>(e[i]));
   }
@@ -185,11 +189,11 @@ size_t EncodeGroupScalar(const uint16_t* v, uint8_t* rec, std::vector<uint8_t>* 
 }
 
 // Decodes one record; returns its size or 0 when malformed. *exc advances past the exceptions.
-size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t** exc,
-                         const uint8_t* exc_end, uint16_t* v) {
+size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t* col,
+                         const uint8_t** exc, const uint8_t* exc_end, uint16_t* v) {
   if (avail < 13 + kPG) return 0;
   const int emax = rec[0] & 31, w = rec[0] >> 5;
-  if (w > 5 || avail < size_t(13 + 4 * w + kPG)) return 0;
+  if (w > 5 || avail < size_t(13 + 4 * w + kPG) || (col && emax != 0)) return 0;
   const int lim = (1 << w) - 1;
   uint32_t sign, m9, m8, planes[5];
   std::memcpy(&sign, rec + 1, 4);
@@ -205,8 +209,9 @@ size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t** exc,
       if (*exc >= exc_end || **exc > 31) return 0;
       e = *(*exc)++;
     } else {
-      if (code > emax) return 0;
-      e = emax - code;
+      const int base = col ? col[i] : emax;
+      if (code > base) return 0;
+      e = base - code;
     }
     v[i] = static_cast<uint16_t>(((sign >> i) & 1) << 15 | e << 10 | ((m9 >> i) & 1) << 9 |
                                  ((m8 >> i) & 1) << 8 | lo[i]);
@@ -225,10 +230,24 @@ bool PlanesSimd() {
 }
 #define STRATA_PLANES_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt,bmi2")))
 
-STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t groups, uint8_t* out,
-                                           uint8_t* exc, size_t* exc_n) {
+// Largest exponent field of each of the C channels over the rows (C % 32 == 0).
+STRATA_PLANES_FN void ColumnMaxAvx512(const uint16_t* in, size_t rows, size_t C, uint8_t* col) {
+  const __m512i emask = _mm512_set1_epi16(0x7C00);
+  for (size_t k = 0; k < C; k += kPG) {
+    __m512i m = _mm512_setzero_si512();
+    for (size_t t = 0; t < rows; ++t)
+      m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_loadu_si512(in + t * C + k), emask));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + k),
+                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(m, 10)));
+  }
+}
+
+STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t groups, const uint8_t* col,
+                                           size_t C, uint8_t* out, uint8_t* exc,
+                                           size_t* exc_n) {
   uint8_t* o = out;
   uint8_t* x = exc;
+  size_t co = 0;  // column mode: channel offset of group g, (g * 32) % C
   const __m512i emask = _mm512_set1_epi16(0x7C00);
   for (size_t g = 0; g < groups; ++g) {
     const __m512i v = _mm512_loadu_si512(in + g * kPG);
@@ -239,9 +258,15 @@ STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t groups, ui
     m1 = _mm_max_epu16(m1, _mm_shuffle_epi32(m1, 0x4E));
     m1 = _mm_max_epu16(m1, _mm_shuffle_epi32(m1, 0xB1));
     m1 = _mm_max_epu16(m1, _mm_srli_epi32(m1, 16));
-    const int emax = (_mm_cvtsi128_si32(m1) & 0x7C00) >> 10;
+    int emax = (_mm_cvtsi128_si32(m1) & 0x7C00) >> 10;
     const __m512i e = _mm512_srli_epi16(ef, 10);
-    const __m512i d = _mm512_sub_epi16(_mm512_set1_epi16(static_cast<int16_t>(emax)), e);
+    __m512i base = _mm512_set1_epi16(static_cast<int16_t>(emax));
+    if (col) {
+      base = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + co)));
+      emax = 0;
+      co = co + kPG == C ? 0 : co + kPG;  // no division per group
+    }
+    const __m512i d = _mm512_sub_epi16(base, e);
     // Escapes at each width, then the width of least cost (ChooseWidth, without branches).
     const int e1 = _mm_popcnt_u32(_mm512_cmpge_epu16_mask(d, _mm512_set1_epi16(1)));
     const int e2 = _mm_popcnt_u32(_mm512_cmpge_epu16_mask(d, _mm512_set1_epi16(3)));
@@ -287,16 +312,17 @@ STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t groups, ui
 
 // Returns the bytes of records consumed, or SIZE_MAX when malformed.
 STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, size_t groups,
-                                           const uint8_t** exc, const uint8_t* exc_end,
-                                           uint16_t* out) {
+                                           const uint8_t* col, size_t C, const uint8_t** exc,
+                                           const uint8_t* exc_end, uint16_t* out) {
   const uint8_t* p = rec;
   const uint8_t* end = rec + avail;
   const uint8_t* x = *exc;
   const __m512i k31 = _mm512_set1_epi16(31);
+  size_t co = 0;  // column mode: channel offset of group g, (g * 32) % C
   for (size_t g = 0; g < groups; ++g) {
     if (end - p < 13 + kPG) return SIZE_MAX;
     const int emax = p[0] & 31, w = p[0] >> 5;
-    if (w > 5 || end - p < 13 + 4 * w + kPG) return SIZE_MAX;
+    if (w > 5 || end - p < 13 + 4 * w + kPG || (col && emax != 0)) return SIZE_MAX;
     uint32_t sign, m9, m8;
     std::memcpy(&sign, p + 1, 4);
     std::memcpy(&m9, p + 5, 4);
@@ -310,7 +336,10 @@ STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, siz
                                   _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
     }
     const __m512i lim = _mm512_set1_epi16(static_cast<int16_t>((1 << w) - 1));
-    const __m512i vmax = _mm512_set1_epi16(static_cast<int16_t>(emax));
+    const __m512i vmax =
+        col ? _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + co)))
+            : _mm512_set1_epi16(static_cast<int16_t>(emax));
+    if (col) co = co + kPG == C ? 0 : co + kPG;
     const __mmask32 em = _mm512_cmpeq_epi16_mask(code, lim);
     if (_mm512_mask_cmpgt_epu16_mask(~em, code, vmax)) return SIZE_MAX;
     __m512i e = _mm512_sub_epi16(vmax, code);
@@ -354,7 +383,32 @@ absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, Secti
     return absl::InternalError("lossless planes: fp16 only");
   const size_t n = s.values(), groups = n / kPG, tail = n % kPG;
   const uint16_t* v = reinterpret_cast<const uint16_t*>(in);
+  const size_t C = s.channels();
   ByteWriter w(out);
+  // Keys: exponents relative to their channel's largest (per-channel scales, outlier channels);
+  // values (per-token scales) and odd widths: relative to the group's largest.
+  const bool column = s.is_key && C % kPG == 0 && s.tokens > 0;
+  w.U8(column ? 1 : 0);
+  const uint8_t* col = nullptr;
+  if (column) {
+    const size_t col_at = w.Skip(C + 32);  // +32: slack for the 32-byte loads, trimmed below
+    uint8_t* cp = out->data() + col_at;
+#ifdef STRATA_PLANES_SIMD
+    if (PlanesSimd()) {
+      ColumnMaxAvx512(v, s.tokens, C, cp);
+    } else
+#endif
+    {
+      std::memset(cp, 0, C);
+      for (size_t t = 0; t < s.tokens; ++t)
+        for (size_t c = 0; c < C; ++c)
+          cp[c] = std::max<uint8_t>(cp[c], static_cast<uint8_t>((v[t * C + c] >> 10) & 31));
+    }
+    sc->mu.resize((C + 3) / 4 + 8);  // a stable copy: `out` may move below
+    std::memcpy(sc->mu.data(), cp, C);
+    col = reinterpret_cast<const uint8_t*>(sc->mu.data());
+    out->resize(col_at + C);
+  }
   const size_t len_at = w.Skip(4);
   const size_t rec_at = w.Skip(groups * (13 + 5 * 4 + kPG));  // worst case
   sc->lo.resize(n + 64);  // exceptions: at most one byte per value
@@ -362,12 +416,14 @@ absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, Secti
   uint8_t* rec = out->data() + rec_at;
 #ifdef STRATA_PLANES_SIMD
   if (PlanesSimd()) {
-    rec_bytes = EncodeGroupsAvx512(v, groups, rec, sc->lo.data(), &exc_n);
+    rec_bytes = EncodeGroupsAvx512(v, groups, col, C, rec, sc->lo.data(), &exc_n);
   } else
 #endif
   {
     sc->hi.clear();
-    for (size_t g = 0; g < groups; ++g) rec_bytes += EncodeGroupScalar(v + g * kPG, rec + rec_bytes, &sc->hi);
+    for (size_t g = 0; g < groups; ++g)
+      rec_bytes += EncodeGroupScalar(v + g * kPG, col ? col + (g * kPG) % C : nullptr,
+                                     rec + rec_bytes, &sc->hi);
     exc_n = sc->hi.size();
     if (exc_n) std::memcpy(sc->lo.data(), sc->hi.data(), exc_n);
   }
@@ -378,7 +434,7 @@ absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, Secti
   w.Raw(v + groups * kPG, 2 * tail);
   w.Raw(sc->lo.data(), exc_n);
   if (stats) {
-    const uint64_t bits = 8 * (4 + rec_bytes + 2 * tail + exc_n);
+    const uint64_t bits = 8 * (1 + (column ? C : 0) + 4 + rec_bytes + 2 * tail + exc_n);
     stats->stream_bits += bits;
     stats->entropy_bits += static_cast<double>(bits);
     stats->symbols += n;
@@ -387,11 +443,28 @@ absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, Secti
 }
 
 absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const TensorShape& s,
-                                  uint8_t* out) {
+                                  SectionScratch* sc, uint8_t* out) {
   if (s.dtype != DType::kFloat16)
     return absl::DataLossError("lossless section: exponent-plane layout of a non-fp16 tensor");
   const size_t n = s.values(), groups = n / kPG, tail = n % kPG;
+  const size_t C = s.channels();
   ByteReader r(payload, "lossless section");
+  uint8_t mode;
+  RETURN_IF_ERROR(r.Read(&mode));
+  const uint8_t* col = nullptr;
+  if (mode == 1) {
+    if (C % kPG != 0) return absl::DataLossError("lossless section: column bases need C % 32 == 0");
+    const uint8_t* cp;
+    RETURN_IF_ERROR(r.Take(C, &cp));
+    sc->lo.resize(C + 32);  // a copy with slack for the 32-byte loads
+    for (size_t c = 0; c < C; ++c) {
+      if (cp[c] > 31) return absl::DataLossError("lossless section: column base out of range");
+      sc->lo[c] = cp[c];
+    }
+    col = sc->lo.data();
+  } else if (mode != 0) {
+    return absl::DataLossError("lossless section: unknown exponent base mode");
+  }
   uint32_t rec_bytes;
   RETURN_IF_ERROR(r.Read(&rec_bytes));
   const uint8_t* rec;
@@ -404,13 +477,15 @@ absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const Tensor
   size_t used = 0;
 #ifdef STRATA_PLANES_SIMD
   if (PlanesSimd()) {
-    used = DecodeGroupsAvx512(rec, rec_bytes, groups, &exc, exc_end, v);
+    used = DecodeGroupsAvx512(rec, rec_bytes, groups, col, C, &exc, exc_end, v);
     if (used == SIZE_MAX) return absl::DataLossError("lossless section: malformed group");
   } else
 #endif
   {
     for (size_t g = 0; g < groups; ++g) {
-      const size_t k = DecodeGroupScalar(rec + used, rec_bytes - used, &exc, exc_end, v + g * kPG);
+      const size_t k = DecodeGroupScalar(rec + used, rec_bytes - used,
+                                         col ? col + (g * kPG) % C : nullptr, &exc, exc_end,
+                                         v + g * kPG);
       if (k == 0) return absl::DataLossError("lossless section: malformed group");
       used += k;
     }

@@ -87,7 +87,7 @@ absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape&
 absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                                   std::vector<uint8_t>* out, rans::CoderStats* stats);
 absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const TensorShape& s,
-                                  uint8_t* out);
+                                  SectionScratch* sc, uint8_t* out);
 // Tests: run the scalar exponent-plane coder even where AVX-512 is available.
 void ForceScalarPlanesForTesting(bool on);
 // Tests: write fp16 lossless sections in the byte-plane layout (kCoderWritten), as before the
