@@ -253,7 +253,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                             !internal::WriteBytePlanes();
         e.coder = params.mode == Mode::kGroupwise ? 0
                   : planes                        ? internal::kCoderExpPlanes
-                  : params.mode == Mode::kQuant   ? internal::QuantCoder(bits)
+                  : params.mode == Mode::kQuant   ? internal::QuantCoder(bits, shape.values())
                                                   : internal::CoderWritten();
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {

@@ -370,8 +370,9 @@ STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, siz
 
 void ForceScalarPlanesForTesting(bool on) { g_planes_force_scalar = on; }
 uint8_t CoderWritten() { return g_coder_written ? g_coder_written : kCoderWritten; }
-uint8_t QuantCoder(uint8_t bits) {
-  return g_coder_written ? g_coder_written : bits <= 6 ? kCoderRans128 : kCoderWritten;
+uint8_t QuantCoder(uint8_t bits, size_t values) {
+  if (g_coder_written) return g_coder_written;
+  return bits <= 6 && values >= kMinValuesFor128 ? kCoderRans128 : kCoderWritten;
 }
 void SetCoderWrittenForTesting(uint8_t coder) { g_coder_written = coder; }
 void WriteBytePlanesForTesting(bool on) { g_write_byte_planes = on; }

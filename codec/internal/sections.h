@@ -48,10 +48,12 @@ inline constexpr uint8_t kCoderRans128 = 4;
 inline constexpr uint8_t kCoderWritten = kCoderRans64;
 // The rANS coder id the encoder writes: kCoderWritten, or what a test set.
 uint8_t CoderWritten();
-// The coder of a quant section of `bits`: 128 states for byte symbols (bits <= 6), where the
-// decoder is gather-latency bound and eight chains help; kCoderWritten otherwise; or what a
-// test set.
-uint8_t QuantCoder(uint8_t bits);
+// The coder of a quant section of `bits` and `values` symbols: 128 states for byte symbols
+// (bits <= 6) in sections of at least kMinValuesFor128 symbols, where the decoder is gather
+// bound and eight chains help; kCoderWritten otherwise (small sections: the 512 bytes of
+// states would weigh); or what a test set.
+inline constexpr size_t kMinValuesFor128 = 32768;
+uint8_t QuantCoder(uint8_t bits, size_t values);
 // Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
 // check that blobs of earlier coders still decode.
 void SetCoderWrittenForTesting(uint8_t coder);

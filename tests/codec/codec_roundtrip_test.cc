@@ -139,6 +139,9 @@ TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
     ASSERT_TRUE(p.ok());
     auto now = Encode(l, *p, data);
     ASSERT_TRUE(now.ok());
+    auto ninfo = InspectBlob(*now);
+    ASSERT_TRUE(ninfo.ok());
+    for (const auto& sec : ninfo->sections) EXPECT_EQ(sec.coder, sec.bits <= 6 ? 4 : 2) << spec;
     std::vector<uint8_t> want(data.size());
     ASSERT_TRUE(Decode(*now, want).ok());
     for (uint8_t coder : {1, 2}) {
@@ -352,7 +355,7 @@ TEST(Compat, Coder1BlobsStillDecode) {
   ASSERT_TRUE(fresh.ok());
   auto finfo = InspectBlob(*fresh);
   ASSERT_TRUE(finfo.ok());
-  EXPECT_EQ(finfo->sections[0].coder, 4);
+  EXPECT_EQ(finfo->sections[0].coder, 2);  // small sections keep 64 states
   std::vector<uint8_t> out2(l.BlockBytes());
   ASSERT_TRUE(Decode(*fresh, out2).ok());
   EXPECT_EQ(out, out2);
