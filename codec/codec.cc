@@ -249,11 +249,18 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
         e.layer = static_cast<uint16_t>(l);
         e.tensor = static_cast<uint8_t>(t);
         e.bits = params.mode == Mode::kLossless ? 0 : bits;
-        e.coder = params.mode == Mode::kGroupwise ? 0 : internal::kCoderWritten;
+        const bool planes = params.mode == Mode::kLossless && layout.dtype == DType::kFloat16 &&
+                            !internal::WriteBytePlanes();
+        e.coder = params.mode == Mode::kGroupwise ? 0
+                  : planes                        ? internal::kCoderExpPlanes
+                  : params.mode == Mode::kQuant   ? internal::QuantCoder(bits, shape.values())
+                                                  : internal::CoderWritten();
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {
           case Mode::kLossless:
-            RETURN_IF_ERROR(internal::EncodeLossless(in, shape, &scratch_->sec, out, &coder));
+            RETURN_IF_ERROR(
+                planes ? internal::EncodeLosslessPlanes(in, shape, &scratch_->sec, out, &coder)
+                       : internal::EncodeLossless(in, shape, &scratch_->sec, out, &coder));
             break;
           case Mode::kQuant:
             RETURN_IF_ERROR(

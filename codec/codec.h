@@ -6,9 +6,11 @@
 //
 // Modes:
 //   raw        the bytes, framed (header, CRC).
-//   lossless   fp16/bf16: byte-plane split; the high byte (sign, exponent, top mantissa bits) is
-//              rANS-coded with per-(layer, tensor, channel group) statistics, the low byte is
-//              rANS-coded when that pays and stored otherwise. Bit-exact.
+//   lossless   fp16: per group of 32 values, the exponents as bit-packed offsets below the
+//              group's largest (escapes for the rest), sign and mantissa bits raw (fast, no
+//              entropy coder). bf16: byte-plane split; the high byte (sign, exponent, top mantissa
+//              bits) is rANS-coded with per-(layer, tensor, channel group) statistics, the low
+//              byte is rANS-coded when that pays and stored otherwise. Bit-exact.
 //   quant      lossy: KIVI axes (keys: a step per channel; values: a step per token and channel
 //              group), optional Hadamard rotation of each head vector, closed-loop token-delta
 //              prediction against the previous token's reconstruction (the block's first token

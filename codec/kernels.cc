@@ -215,6 +215,49 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
   }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);
+  if (n / N <= 8) {
+    // Whole row in registers: in-vector stages by lane permutes (the high lane of each pair
+    // takes y - u, computed as y + (u with its sign flipped), the same bits), then the stages
+    // between vectors, scale and store. Same butterflies in the same order as below.
+    using V = decltype(hn::Zero(d));
+    const size_t nv = n / N;
+    V flip[8];
+    size_t stages = 0;
+    for (size_t h = 1; h < N; h <<= 1, ++stages) {
+      const auto hv = hn::Set(di, static_cast<int32_t>(h));
+      flip[stages] = hn::BitCast(
+          d, hn::IfThenElseZero(hn::Ne(hn::And(iota, hv), hn::Zero(di)),
+                                hn::Set(di, static_cast<int32_t>(0x80000000u))));
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      const float* src = in + r * n;
+      V u[8];
+      for (size_t k = 0; k < nv; ++k) {
+        u[k] = hn::LoadU(d, src + k * N);
+        size_t st = 0;
+        for (size_t h = 1; h < N; h <<= 1, ++st) {
+          const auto hv = hn::Set(di, static_cast<int32_t>(h));
+          const auto y = hn::TableLookupLanes(u[k], hn::IndicesFromVec(d, hn::Xor(iota, hv)));
+          u[k] = hn::Add(y, hn::Xor(u[k], flip[st]));
+        }
+      }
+      for (size_t hvec = 1; hvec < nv; hvec <<= 1)
+        for (size_t i = 0; i < nv; i += 2 * hvec)
+          for (size_t j = i; j < i + hvec; ++j) {
+            const V a = u[j], b = u[j + hvec];
+            u[j] = hn::Add(a, b);
+            u[j + hvec] = hn::Sub(a, b);
+          }
+      if (out16) {
+        for (size_t k = 0; k < nv; ++k)
+          hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], sc)), dh,
+                     reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * N));
+      } else {
+        for (size_t k = 0; k < nv; ++k) hn::StoreU(hn::Mul(u[k], sc), d, x + r * n + k * N);
+      }
+    }
+    return;
+  }
   for (size_t r = 0; r < rows; ++r) {
     float* v = out16 ? x : x + r * n;
     const float* src = in + r * n;

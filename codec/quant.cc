@@ -206,7 +206,7 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
   rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats,
-               RansLanes(kCoderWritten));
+               RansLanes(QuantCoder(bits, n)));
   if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }

@@ -159,7 +159,7 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
     uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
     const uint32_t* const* ent, const uint16_t* const* sym, const uint32_t* prob_bits, Sym* out) {
   __m512i xv[V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
   const uint16_t* wq = wp;  // local: the stores to out must not force reloads
   size_t g = 0;
@@ -168,18 +168,18 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
     if (wend - wq < 16 * V) break;
     __m512i sv[V];
     uint32_t c = c0;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       xv[v] = DecStep(xv[v], ent[c], sym[c], prob_bits[c], &sv[v]);
       c = c + 1 == num_ctx ? 0 : c + 1;
     }
     c0 = c;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
   wp = wq;
   return g;
@@ -222,7 +222,7 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
     const uint8_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
     Sym* out) {
   __m512i xv[V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
   const uint16_t* wq = wp;  // local: the stores to out must not force reloads
@@ -232,19 +232,19 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
     if (wend - wq < 16 * V) break;
     __m512i sv[V];
     uint32_t c = c0;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       xv[v] = DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c],
                                   &sv[v]);
       c = c + 1 == num_ctx ? 0 : c + 1;
     }
     c0 = c;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
   wp = wq;
   return g;
@@ -324,19 +324,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx
     uint32_t lo, const uint32_t* prob_bits, uint32_t* states, uint16_t*& wp_ref) {
   // runs is a multiple of V: run b * V + v uses state vector v.
   __m512i xv[V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
   uint16_t* wp = wp_ref;
   uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
   for (size_t b = runs / V; b-- > 0;) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = V - 1; v >= 0; --v)
       EncStep<Sym, kTab>(syms, b * V + v, tables, stride, lov, prob_bits, ctx, num_ctx, wp,
                          xv[v]);
   }
   wp_ref = wp;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
 }
 #endif
@@ -371,7 +371,7 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
             std::vector<uint8_t>* out, CoderStats* stats, int lanes) {
-  const int L = lanes == 64 ? 64 : 32;
+  const int L = lanes == 128 ? 128 : lanes == 64 ? 64 : 32;
   internal::ByteWriter w(out);
   const size_t table_start = out->size();
   std::vector<uint32_t>& counts = scratch->counts;
@@ -484,25 +484,33 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     const uint32_t* tabs = scratch->enc_ent.data();
     switch (stride) {
       case 16:
-        if (V == 4)
+        if (V == 8)
+          EncodeRunsAvx512<Sym, 16, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else if (V == 4)
           EncodeRunsAvx512<Sym, 16, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         else
           EncodeRunsAvx512<Sym, 16, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         break;
       case 32:
-        if (V == 4)
+        if (V == 8)
+          EncodeRunsAvx512<Sym, 32, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else if (V == 4)
           EncodeRunsAvx512<Sym, 32, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         else
           EncodeRunsAvx512<Sym, 32, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         break;
       case 64:
-        if (V == 4)
+        if (V == 8)
+          EncodeRunsAvx512<Sym, 64, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else if (V == 4)
           EncodeRunsAvx512<Sym, 64, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         else
           EncodeRunsAvx512<Sym, 64, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         break;
       default:
-        if (V == 4)
+        if (V == 8)
+          EncodeRunsAvx512<Sym, 0, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+        else if (V == 4)
           EncodeRunsAvx512<Sym, 0, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
         else
           EncodeRunsAvx512<Sym, 0, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
@@ -527,7 +535,8 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 template <typename Sym>
 absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
                     Scratch* scratch, Sym* out, int lanes) {
-  if (lanes != 32 && lanes != 64) return absl::InternalError("rans: lanes must be 32 or 64");
+  if (lanes != 32 && lanes != 64 && lanes != 128)
+    return absl::InternalError("rans: lanes must be 32, 64 or 128");
   const int L = lanes;
   if (alphabet == 0 || alphabet > kMaxAlphabet || num_ctx == 0 || num_ctx > kMaxContexts)
     return absl::DataLossError("rans: bad alphabet or context count");
@@ -645,31 +654,36 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
       const uint32_t* ft = scratch->dec_ftab.data();
       switch (tab) {
         case 16:
-          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 16, 4>(x, wp, wend, full_runs, num_ctx, pack,
+          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 16, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
+            : V == 4 ? DecodeRunsPackedAvx512<Sym, 16, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 16, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
           break;
         case 32:
-          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 32, 4>(x, wp, wend, full_runs, num_ctx, pack,
+          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 32, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
+            : V == 4 ? DecodeRunsPackedAvx512<Sym, 32, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 32, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
           break;
         case 64:
-          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
+          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 64, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
+            : V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 64, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                           ft, sym_lo, prob_bits, out);
           break;
         default:
-          g = V == 4 ? DecodeRunsPackedAvx512<Sym, 256, 4>(x, wp, wend, full_runs, num_ctx, pack,
+          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 256, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
+            : V == 4 ? DecodeRunsPackedAvx512<Sym, 256, 4>(x, wp, wend, full_runs, num_ctx, pack,
                                                            ft, sym_lo, prob_bits, out)
                      : DecodeRunsPackedAvx512<Sym, 256, 2>(x, wp, wend, full_runs, num_ctx, pack,
                                                            ft, sym_lo, prob_bits, out);
       }
     } else {
-      g = V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
+      g = V == 8 ? DecodeRunsAvx512<Sym, 8>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits, out)
+        : V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
                                             out)
                  : DecodeRunsAvx512<Sym, 2>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
                                             out);

@@ -23,7 +23,7 @@
 namespace strata::codec::rans {
 
 inline constexpr int kLanes = 32;   // interleaved states of the original (coder 1) streams
-inline constexpr int kMaxLanes = 64;  // coder 2 streams: 64 states, four 16-lane vectors
+inline constexpr int kMaxLanes = 128;  // coder 4 streams: 128 states, eight 16-lane vectors
 inline constexpr int kCtxRun = 16;  // symbols per context run
 inline constexpr uint32_t kMaxAlphabet = 4096;
 inline constexpr uint32_t kMaxContexts = 256;
@@ -54,8 +54,8 @@ struct Scratch {
 };
 
 // Symbols must be < alphabet (<= kMaxAlphabet). Appends the tables and the stream to `out`.
-// `lanes` (32 or 64) is the number of interleaved states: symbol i uses state i % lanes. 64
-// gives the decoder four independent dependency chains instead of two.
+// `lanes` (32, 64 or 128) is the number of interleaved states: symbol i uses state i % lanes. 128
+// (coder 4) gives the AVX-512 decoder eight independent 16-lane chains (64: four, 32: two).
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
             std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes);

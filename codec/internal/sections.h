@@ -42,10 +42,31 @@ inline uint32_t NumChannelContexts(const TensorShape& s) {
 // written before the 64-state coder), 2 = rANS with 64 states (what the encoder writes now).
 inline constexpr uint8_t kCoderRans32 = 1;
 inline constexpr uint8_t kCoderRans64 = 2;
+inline constexpr uint8_t kCoderRans128 = 4;
+// Byte-plane lossless (bf16) and quant sections of more than 6 bits: 64 states (their 16-bit
+// symbols gain nothing from more chains, and the 128-state encoder is slower on them).
 inline constexpr uint8_t kCoderWritten = kCoderRans64;
+// The rANS coder id the encoder writes: kCoderWritten, or what a test set.
+uint8_t CoderWritten();
+// The coder of a quant section of `bits` and `values` symbols: 128 states for byte symbols
+// (bits <= 6) in sections of at least kMinValuesFor128 symbols, where the decoder is gather
+// bound and eight chains help; kCoderWritten otherwise (small sections: the 512 bytes of
+// states would weigh); or what a test set.
+inline constexpr size_t kMinValuesFor128 = 32768;
+uint8_t QuantCoder(uint8_t bits, size_t values);
+// Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
+// check that blobs of earlier coders still decode.
+void SetCoderWrittenForTesting(uint8_t coder);
+// Lossless fp16 sections written since the exponent-plane layout (see lossless.cc): per group of
+// 32 values a bit-packed exponent offset, raw sign and mantissa bits; no rANS. bf16 sections
+// still use the byte-plane layout with kCoderWritten.
+inline constexpr uint8_t kCoderExpPlanes = 3;
 // Lanes of a section's rANS streams, or 0 for an unknown coder.
 inline int RansLanes(uint8_t coder) {
-  return coder == kCoderRans32 ? 32 : coder == kCoderRans64 ? 64 : 0;
+  return coder == kCoderRans32    ? 32
+         : coder == kCoderRans64  ? 64
+         : coder == kCoderRans128 ? 128
+                                  : 0;
 }
 
 // Converts n values of `dtype` to float / back.
@@ -64,6 +85,17 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
                             std::vector<uint8_t>* out, rans::CoderStats* stats);
 absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
                             uint8_t coder, SectionScratch* sc, uint8_t* out);
+// The exponent-plane layout (coder kCoderExpPlanes, fp16 only).
+absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
+                                  std::vector<uint8_t>* out, rans::CoderStats* stats);
+absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const TensorShape& s,
+                                  SectionScratch* sc, uint8_t* out);
+// Tests: run the scalar exponent-plane coder even where AVX-512 is available.
+void ForceScalarPlanesForTesting(bool on);
+// Tests: write fp16 lossless sections in the byte-plane layout (kCoderWritten), as before the
+// exponent-plane layout, to check that such blobs still decode.
+void WriteBytePlanesForTesting(bool on);
+bool WriteBytePlanes();
 
 absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
                              uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,

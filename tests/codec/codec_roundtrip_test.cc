@@ -6,6 +6,7 @@
 
 #include "codec/codec.h"
 #include "codec/half.h"
+#include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
@@ -76,6 +77,86 @@ TEST(Lossless, BitExactOnSyntheticAndSpecialValues) {
   size_t size = 0;
   EXPECT_EQ(RoundTrip(l, p, noise, &size), noise);
   EXPECT_LT(size, noise.size() + 2048);
+}
+
+// The fp16 exponent-plane layout (coder 3): the AVX-512 and scalar coders write the same bytes
+// and each decodes the other's; group tails (values not a multiple of 32), every exponent,
+// escapes at every width; byte-plane (coder 2) fp16 sections still decode.
+TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
+  std::mt19937 rng(7);
+  for (uint32_t dim : {128u, 40u, 8u}) {
+    const KvLayout l = Layout(2, 3, dim, 37);
+    auto data = GenerateSyntheticKv(l, 1);
+    uint16_t* h = reinterpret_cast<uint16_t*>(data.data());
+    const size_t n = data.size() / 2;
+    for (size_t i = 0; i < n / 4; ++i) {  // a quarter of the values: anything at all
+      h[rng() % n] = static_cast<uint16_t>(rng());
+    }
+    for (size_t i = 0; i < 64 && i < n; ++i) h[i] = static_cast<uint16_t>(i << 10 | i);
+    CodecParams p;
+    p.mode = Mode::kLossless;
+    auto simd = Encode(l, p, data);
+    ASSERT_TRUE(simd.ok()) << simd.status() << " dim " << dim;
+    internal::ForceScalarPlanesForTesting(true);
+    auto scalar = Encode(l, p, data);
+    std::vector<uint8_t> out(data.size()), out2(data.size());
+    const absl::Status s1 = Decode(*simd, out);
+    internal::ForceScalarPlanesForTesting(false);
+    ASSERT_TRUE(scalar.ok());
+    EXPECT_EQ(*simd, *scalar) << "dim " << dim;
+    ASSERT_TRUE(s1.ok()) << s1;
+    EXPECT_EQ(out, data);
+    ASSERT_TRUE(Decode(*scalar, out2).ok());
+    EXPECT_EQ(out2, data);
+    auto info = InspectBlob(*simd);
+    ASSERT_TRUE(info.ok());
+    for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, 3);
+  }
+  // Byte-plane fp16 sections (what the encoder wrote before coder 3) still decode.
+  const KvLayout l = Layout(2, 2, 64, 16);
+  auto data = GenerateSyntheticKv(l, 1);
+  CodecParams p;
+  p.mode = Mode::kLossless;
+  internal::WriteBytePlanesForTesting(true);
+  auto old = Encode(l, p, data);
+  internal::WriteBytePlanesForTesting(false);
+  ASSERT_TRUE(old.ok());
+  auto info = InspectBlob(*old);
+  ASSERT_TRUE(info.ok());
+  for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, internal::kCoderWritten);
+  std::vector<uint8_t> out(data.size());
+  ASSERT_TRUE(Decode(*old, out).ok());
+  EXPECT_EQ(out, data);
+}
+
+// Quant blobs of the 64-state coder (coder 2, written before coder 4) and of the 32-state one
+// still decode, to the same values as the 128-state coder's blob.
+TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
+  const KvLayout l = Layout(2, 4, 128, 64);
+  auto data = GenerateSyntheticKv(l, 1);
+  for (const char* spec : {"quant:k4v4", "quant:k3v4:ol", "quant:k8v8", "quant:k2v2:had"}) {
+    auto p = ParseCodecSpec(spec);
+    ASSERT_TRUE(p.ok());
+    auto now = Encode(l, *p, data);
+    ASSERT_TRUE(now.ok());
+    auto ninfo = InspectBlob(*now);
+    ASSERT_TRUE(ninfo.ok());
+    for (const auto& sec : ninfo->sections) EXPECT_EQ(sec.coder, sec.bits <= 6 ? 4 : 2) << spec;
+    std::vector<uint8_t> want(data.size());
+    ASSERT_TRUE(Decode(*now, want).ok());
+    for (uint8_t coder : {1, 2}) {
+      internal::SetCoderWrittenForTesting(coder);
+      auto old = Encode(l, *p, data);
+      internal::SetCoderWrittenForTesting(0);
+      ASSERT_TRUE(old.ok());
+      auto info = InspectBlob(*old);
+      ASSERT_TRUE(info.ok());
+      for (const auto& sec : info->sections) EXPECT_EQ(sec.coder, coder);
+      std::vector<uint8_t> got(data.size());
+      ASSERT_TRUE(Decode(*old, got).ok()) << spec << " coder " << int(coder);
+      EXPECT_EQ(got, want) << spec << " coder " << int(coder);
+    }
+  }
 }
 
 TEST(Lossless, RejectsFp32) {
@@ -274,7 +355,7 @@ TEST(Compat, Coder1BlobsStillDecode) {
   ASSERT_TRUE(fresh.ok());
   auto finfo = InspectBlob(*fresh);
   ASSERT_TRUE(finfo.ok());
-  EXPECT_EQ(finfo->sections[0].coder, 2);
+  EXPECT_EQ(finfo->sections[0].coder, 2);  // small sections keep 64 states
   std::vector<uint8_t> out2(l.BlockBytes());
   ASSERT_TRUE(Decode(*fresh, out2).ok());
   EXPECT_EQ(out, out2);
@@ -335,7 +416,7 @@ TEST(Codec, ReusedEncoderAndDecoderMatchFreshOnes) {
     for (uint32_t b = 0; b < 3; ++b) {
       std::span<const uint8_t> block(data.data() + b * l.BlockBytes(), l.BlockBytes());
       std::vector<uint8_t> blob;
-      ASSERT_TRUE(enc.Encode(l, *p, block, &blob).ok());
+      { auto st = enc.Encode(l, *p, block, &blob); ASSERT_TRUE(st.ok()) << st << spec; }
       auto fresh = Encode(l, *p, block);
       ASSERT_TRUE(fresh.ok());
       EXPECT_EQ(blob, *fresh) << spec << " block " << b;

@@ -99,7 +99,7 @@ TEST(Rans, CorruptStreamsFailCleanly) {
 // other's output (skips nothing where AVX-512 is missing: both runs are then scalar).
 template <typename Sym>
 void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t ctx) {
-  for (int lanes : {32, 64}) {
+  for (int lanes : {32, 64, 128}) {
     Scratch scratch;
     std::vector<uint8_t> simd, scalar;
     Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &simd, nullptr, lanes);
