@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/codec/npy.h"
+#include "bench/codec/safetensors.h"
 #include "codec/codec.h"
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
@@ -95,8 +96,17 @@ void MakeQueries(Dataset* d, uint64_t seed) {
       }
 }
 
-absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path, uint32_t tokens_per_block) {
-  auto a = ReadNpy(path);
+// A .npy file, or a safetensors file as PATH.safetensors[:TENSOR] (one tensor, or the named
+// one), shape (layers, 2, tokens, kv_heads, head_dim).
+absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t tokens_per_block) {
+  std::string path = path_spec, tensor;
+  const size_t st = path_spec.find(".safetensors");
+  const bool safetensors = st != std::string::npos;
+  if (safetensors && st + 12 < path_spec.size() && path_spec[st + 12] == ':') {
+    path = path_spec.substr(0, st + 12);
+    tensor = path_spec.substr(st + 13);
+  }
+  auto a = safetensors ? ReadSafetensors(path, tensor) : ReadNpy(path);
   if (!a.ok()) return a.status();
   if (a->shape.size() != 5 || a->shape[1] != 2)
     return absl::InvalidArgumentError(
@@ -130,7 +140,7 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path, uint32_t tokens_
             codec::internal::FloatToHalfRow(tmp.data(), reinterpret_cast<uint16_t*>(dst), row);
           }
         }
-  d.source = absl::StrCat("npy ", path);
+  d.source = absl::StrCat(safetensors ? "safetensors " : "npy ", path_spec);
   return d;
 }
 
@@ -433,10 +443,14 @@ int main(int argc, char** argv) {
   app.add_option("--key-corr", gen.key_token_corr, "generator: AR(1) token correlation of keys");
   app.add_option("--value-corr", gen.value_token_corr, "generator: AR(1) token correlation of values");
   app.add_option("--outlier-scale", gen.outlier_scale, "generator: outlier key channel scale");
-  app.add_option("--data", data_path, ".npy file, shape (layers, 2, tokens, kv_heads, head_dim)");
+  app.add_option("--data", data_path,
+                 ".npy file or FILE.safetensors[:TENSOR], shape (layers, 2, tokens, kv_heads, "
+                 "head_dim), fp16/bf16/fp32");
   app.add_option("--modes", modes_str, "comma-separated codec specs (default: all)");
   app.add_option("--reps", reps, "timing repetitions (best of)");
-  app.add_option("--write-npy", write_npy, "write the generated data set as .npy and continue");
+  app.add_option("--write-npy", write_npy,
+                 "write the generated data set as .npy (or, for a .safetensors name, as a "
+                 "safetensors tensor 'kv') and continue");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--smoke", smoke, "tiny sizes, one repetition (a quick self-check)");
   CLI11_PARSE(app, argc, argv);
@@ -493,7 +507,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "codec_eval: --write-npy writes fp16 data only\n");
         return 1;
       }
-      if (auto s = WriteNpy(write_npy, a); !s.ok()) {
+      const bool as_st = write_npy.size() > 12 &&
+                         write_npy.compare(write_npy.size() - 12, 12, ".safetensors") == 0;
+      if (auto s = as_st ? WriteSafetensors(write_npy, "kv", a) : WriteNpy(write_npy, a);
+          !s.ok()) {
         std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
         return 1;
       }
