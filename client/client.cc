@@ -416,6 +416,7 @@ struct Client::Impl {
     size_t done = 0;
     absl::Status error;
     std::vector<std::pair<size_t, void*>> kept;  // rendezvous payloads to receive
+    std::function<void(size_t)> on_landed;       // block i is complete in its buffer
   };
   PushWait* push_wait = nullptr;
   uint64_t push_next_id = 1;
@@ -443,6 +444,7 @@ struct Client::Impl {
     }
     std::memcpy(w.dest[index], m.data.data(), m.data.size());
     ++w.done;
+    if (w.on_landed) w.on_landed(index);
     return false;
   }
 
@@ -450,9 +452,10 @@ struct Client::Impl {
   // holds ucx_mu. On a timeout the endpoint is aborted, so no late byte lands in a buffer the
   // caller has taken back.
   absl::Status PushTransfer(uint64_t lease_id, const std::vector<transport::RmaOp>& ops,
-                            absl::Time deadline) {
+                            absl::Time deadline, std::function<void(size_t)> on_landed = {}) {
     if (!ep || ep->failed()) RETURN_IF_ERROR(ConnectDataPlane());
     PushWait w;
+    w.on_landed = std::move(on_landed);
     w.request_id = push_next_id++;
     std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
     am_wire::PutU64(header.data(), w.request_id);
@@ -474,9 +477,14 @@ struct Client::Impl {
       worker->Progress();
       for (auto [index, desc] : w.kept) {
         auto r = worker->AmRecvData(desc, w.dest[index], w.length[index], w.memh[index]);
-        if (!r.ok()) w.error = r.status();
-        else if (*r == nullptr) ++w.done;
-        else receiving.emplace_back(index, *r);
+        if (!r.ok()) {
+          w.error = r.status();
+        } else if (*r == nullptr) {
+          ++w.done;
+          if (w.on_landed) w.on_landed(index);
+        } else {
+          receiving.emplace_back(index, *r);
+        }
       }
       w.kept.clear();
       for (size_t k = 0; k < receiving.size();) {
@@ -486,8 +494,12 @@ struct Client::Impl {
           continue;
         }
         transport::Worker::RequestFree(receiving[k].second);
-        if (state < 0) w.error = absl::UnavailableError("receiving a pushed block failed");
-        else ++w.done;
+        if (state < 0) {
+          w.error = absl::UnavailableError("receiving a pushed block failed");
+        } else {
+          ++w.done;
+          if (w.on_landed) w.on_landed(receiving[k].first);
+        }
         receiving[k] = receiving.back();
         receiving.pop_back();
       }
@@ -1016,20 +1028,39 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
   if (impl_->push_fetch && !ops.empty()) {
     absl::Duration budget = std::min(impl_->options.transfer_timeout,
                                      absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    // Each block's CRC is checked on the verifier thread as soon as it lands, while later
+    // blocks are still arriving.
+    std::vector<uint8_t> good(ops.size(), verify ? 0 : 1);
+    std::mutex checks_mu;
+    std::condition_variable checks_cv;
+    size_t checks_pending = 0;
+    auto on_landed = [&](size_t k) {
+      if (!verify) return;
+      {
+        std::lock_guard<std::mutex> lock(checks_mu);
+        ++checks_pending;
+      }
+      impl_->PostVerifyJob([&, k] {
+        uint8_t ok = Crc32c(ops[k].local, ops[k].length) ==
+                     resp.crc32c(static_cast<int>(moving[k]));
+        std::lock_guard<std::mutex> lock(checks_mu);
+        good[k] = ok;
+        if (--checks_pending == 0) checks_cv.notify_all();
+      });
+    };
     absl::Status moved;
     {
       std::lock_guard<std::mutex> lock(impl_->ucx_mu);
-      moved = impl_->PushTransfer(resp.lease_id(), ops, absl::Now() + budget);
+      moved = impl_->PushTransfer(resp.lease_id(), ops, absl::Now() + budget, on_landed);
+    }
+    {
+      // The checks read the caller's buffers: they finish before this call returns.
+      std::unique_lock<std::mutex> lock(checks_mu);
+      checks_cv.wait(lock, [&] { return checks_pending == 0; });
     }
     if (resp.lease_id() != 0) impl_->ReleaseAsync(resp.lease_id());
     if (!moved.ok())
       return absl::Status(moved.code(), absl::StrCat("fetch transfer failed: ", moved.message()));
-    std::vector<uint8_t> good(ops.size(), 1);
-    if (verify)
-      impl_->ParallelFor(ops.size(), [&](size_t k) {
-        good[k] = Crc32c(ops[k].local, ops[k].length) ==
-                  resp.crc32c(static_cast<int>(moving[k]));
-      });
     finish(good);
     return r;
   }
