@@ -456,7 +456,7 @@ void Cluster::HandleAmLocate(const transport::AmMessage& m, transport::Worker* w
   worker->AmReply(m.reply_ep, w::kPeerLocateReplyAm, std::move(header), std::move(data));
 }
 
-transport::Endpoint* Cluster::AmLink(const std::string& address, absl::Time deadline) {
+transport::Endpoint* Cluster::AmLink(const std::string& address) {
   if (!options_.ucx) return nullptr;
   if (!am_worker_) {
     auto worker = transport::Worker::Create(options_.ucx);
@@ -482,24 +482,47 @@ transport::Endpoint* Cluster::AmLink(const std::string& address, absl::Time dead
   auto& link = am_links_[address];
   if (link && !link->failed()) return link.get();
   link.reset();
-  // A peer that could not be reached is not retried for a second (gRPC answers meanwhile).
-  auto retry = am_retry_after_.find(address);
-  if (retry != am_retry_after_.end() && absl::Now() < retry->second) return nullptr;
-  am_retry_after_[address] = absl::Now() + absl::Seconds(1);
-  // The peer's worker address, from the Connect every client makes.
-  auto stub = v1::Cache::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-  v1::ConnectRequest req;
-  req.set_client_name(absl::StrCat("stratad:", options_.self.id, ":directory"));
-  v1::ConnectResponse resp;
-  if (!stub->Connect(&ctx, req, &resp).ok()) return nullptr;
-  auto ep = am_worker_->Connect(resp.worker_address(), transport::Worker::PeerFailure::kDetect);
-  if (!ep.ok()) return nullptr;
+  // The worker address comes from ResolveWorkerAddresses, outside this lock.
+  auto known = am_worker_addrs_.find(address);
+  if (known == am_worker_addrs_.end()) return nullptr;
+  auto ep = am_worker_->Connect(known->second, transport::Worker::PeerFailure::kDetect);
+  if (!ep.ok()) {
+    am_worker_addrs_.erase(known);  // the peer may have restarted: ask it again next time
+    return nullptr;
+  }
   link = std::move(*ep);
-  am_retry_after_.erase(address);
   return link.get();
+}
+
+void Cluster::ResolveWorkerAddresses(const std::vector<std::string>& addresses,
+                                     absl::Time deadline) {
+  std::vector<std::string> unknown;
+  {
+    std::lock_guard<std::mutex> lock(am_mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& a : addresses) {
+      auto link = am_links_.find(a);
+      if (link != am_links_.end() && link->second && !link->second->failed()) continue;
+      if (am_worker_addrs_.contains(a)) continue;
+      // A peer that could not be reached is not asked again for a second (gRPC answers).
+      auto retry = am_retry_after_.find(a);
+      if (retry != am_retry_after_.end() && now < retry->second) continue;
+      am_retry_after_[a] = now + absl::Seconds(1);
+      unknown.push_back(a);
+    }
+  }
+  for (const auto& a : unknown) {  // no lock held across these calls
+    auto stub = v1::Cache::NewStub(grpc::CreateChannel(a, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    v1::ConnectRequest req;
+    req.set_client_name(absl::StrCat("stratad:", options_.self.id, ":directory"));
+    v1::ConnectResponse resp;
+    if (!stub->Connect(&ctx, req, &resp).ok()) continue;
+    std::lock_guard<std::mutex> lock(am_mu_);
+    am_worker_addrs_[a] = resp.worker_address();
+    am_retry_after_.erase(a);
+  }
 }
 
 std::vector<size_t> Cluster::AskOwnersOverAm(
@@ -507,12 +530,15 @@ std::vector<size_t> Cluster::AskOwnersOverAm(
     std::span<const BlockId> ids, absl::Time deadline,
     const std::function<void(uint32_t, placement::Location)>& merge) {
   std::vector<size_t> unanswered;
+  std::vector<std::string> addresses;
+  for (const auto& c : calls) addresses.push_back(NodeAt(ring, c.first).address);
+  ResolveWorkerAddresses(addresses, deadline);
   std::lock_guard<std::mutex> lock(am_mu_);
   std::vector<AmPending> slots(calls.size());
   std::vector<uint64_t> request_ids(calls.size(), 0);
   for (size_t c = 0; c < calls.size(); ++c) {
     const auto& [owner, which] = calls[c];
-    transport::Endpoint* ep = AmLink(NodeAt(ring, owner).address, deadline);
+    transport::Endpoint* ep = AmLink(NodeAt(ring, owner).address);
     if (!ep) continue;
     std::string header(8, '\0');
     request_ids[c] = am_next_++;
@@ -809,14 +835,11 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
   return status;
 }
 
-std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
-                                            const NamespaceRegistry::Entry& ns,
-                                            std::span<const BlockId> ids,
-                                            std::span<const BlockId> parents,
-                                            const std::string& source_node,
-                                            const std::string& source_address,
-                                            absl::Time deadline) {
-  std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
+v1::PullRequest Cluster::MakePullRequest(const NamespaceRegistry::Entry& ns,
+                                         std::span<const BlockId> ids,
+                                         std::span<const BlockId> parents,
+                                         const std::string& source_node,
+                                         const std::string& source_address) const {
   v1::PullRequest req;
   *req.mutable_spec() = ToProto(ns.spec);
   req.set_tenant(ns.tenant);
@@ -825,19 +848,36 @@ std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
   req.set_source_node(source_node);
   req.set_source_address(source_address);
   req.set_replicas(ns.replicas);
+  return req;
+}
+
+std::vector<BlockStatus> Cluster::PullStatuses(const grpc::Status& s, const v1::PullResponse& resp,
+                                               size_t n, const std::string& target_address,
+                                               const std::string& source_node) {
+  std::vector<BlockStatus> status(n, BlockStatus::kNotFound);
+  if (!s.ok() || resp.status_size() != static_cast<int>(n)) {
+    counters_.peer_failures.fetch_add(1);
+    spdlog::warn("Pull of {} blocks at {} from '{}' failed: {}", n, target_address, source_node,
+                 s.ok() ? "wrong number of statuses" : s.error_message());
+    return status;
+  }
+  for (size_t i = 0; i < n; ++i) status[i] = static_cast<BlockStatus>(resp.status(static_cast<int>(i)));
+  return status;
+}
+
+std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
+                                            const NamespaceRegistry::Entry& ns,
+                                            std::span<const BlockId> ids,
+                                            std::span<const BlockId> parents,
+                                            const std::string& source_node,
+                                            const std::string& source_address,
+                                            absl::Time deadline) {
+  v1::PullRequest req = MakePullRequest(ns, ids, parents, source_node, source_address);
   v1::PullResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   grpc::Status s = PeerStub(target_address)->Pull(&ctx, req, &resp);
-  if (!s.ok() || resp.status_size() != static_cast<int>(ids.size())) {
-    counters_.peer_failures.fetch_add(1);
-    spdlog::warn("Pull of {} blocks at {} from '{}' failed: {}", ids.size(), target_address,
-                 source_node, s.ok() ? "wrong number of statuses" : s.error_message());
-    return status;
-  }
-  for (size_t i = 0; i < ids.size(); ++i)
-    status[i] = static_cast<BlockStatus>(resp.status(static_cast<int>(i)));
-  return status;
+  return PullStatuses(s, resp, ids.size(), target_address, source_node);
 }
 
 uint32_t Cluster::ReplicasFor(const NamespaceRegistry::Entry& ns) const {
@@ -852,32 +892,55 @@ void Cluster::Replicate(const NamespaceRegistry::Entry& ns, std::span<const Bloc
   // Replica k of a block goes to the k-th node of its ranking, skipping this one: every node
   // can tell where a block's replicas belong without asking.
   std::map<uint32_t, std::vector<size_t>> per_target;
+  std::vector<uint32_t> ranked;
   for (size_t i = 0; i < ids.size(); ++i) {
     uint32_t placed = 0;
-    for (uint32_t n : r->rendezvous.Rank(ids[i])) {
+    // The best `copies` nodes always hold copies - 1 others than this one.
+    r->rendezvous.TopR(placement::KeyOf(ids[i]), copies, &ranked);
+    for (uint32_t n : ranked) {
       if (placed + 1 >= copies) break;
       if (static_cast<int>(n) == r->self) continue;
       per_target[n].push_back(i);
       ++placed;
     }
   }
-  std::vector<std::thread> workers;
+  // All targets at once, on gRPC's callback threads: no thread of our own per commit.
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::PullRequest req;
+    v1::PullResponse resp;
+    grpc::Status status;
+    std::string address;
+    size_t n = 0;
+  };
+  std::vector<std::shared_ptr<Call>> pulls;
+  CallGroup group;
   for (auto& [target, which] : per_target) {
-    workers.emplace_back([&, target = target, which = which] {
-      std::vector<BlockId> sub, sub_parents;
-      for (size_t i : which) {
-        sub.push_back(ids[i]);
-        if (!parents.empty()) sub_parents.push_back(parents[i]);
-      }
-      auto st = AskToPull(NodeAt(*r, target).address, ns, sub, sub_parents, options_.self.id,
-                          options_.self.address, deadline);
-      for (BlockStatus s : st) {
-        if (s == BlockStatus::kOk || s == BlockStatus::kExists) counters_.replicated.fetch_add(1);
-        else counters_.replication_failed.fetch_add(1);
-      }
-    });
+    std::vector<BlockId> sub, sub_parents;
+    for (size_t i : which) {
+      sub.push_back(ids[i]);
+      if (!parents.empty()) sub_parents.push_back(parents[i]);
+    }
+    auto call = std::make_shared<Call>();
+    call->address = NodeAt(*r, target).address;
+    call->n = sub.size();
+    call->req = MakePullRequest(ns, sub, sub_parents, options_.self.id, options_.self.address);
+    call->ctx.set_deadline(absl::ToChronoTime(deadline));
+    group.Add();
+    PeerStub(call->address)->async()->Pull(&call->ctx, &call->req, &call->resp,
+                                          [call, &group](grpc::Status s) {
+                                            call->status = std::move(s);
+                                            group.Done();
+                                          });
+    pulls.push_back(call);
   }
-  for (auto& w : workers) w.join();
+  group.Wait();
+  for (const auto& call : pulls)
+    for (BlockStatus s : PullStatuses(call->status, call->resp, call->n, call->address,
+                                      options_.self.id)) {
+      if (s == BlockStatus::kOk || s == BlockStatus::kExists) counters_.replicated.fetch_add(1);
+      else counters_.replication_failed.fetch_add(1);
+    }
 }
 
 absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceRegistry::Entry& ns,

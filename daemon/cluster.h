@@ -166,11 +166,22 @@ class Cluster {
       const Ring& ring, const std::vector<std::pair<size_t, std::vector<uint32_t>>>& calls,
       std::span<const BlockId> ids, absl::Time deadline,
       const std::function<void(uint32_t, placement::Location)>& merge);
-  // The endpoint to a peer daemon's worker, connecting (Cache.Connect for its address) the
-  // first time; null when it cannot be reached. Caller holds am_mu_.
-  transport::Endpoint* AmLink(const std::string& address, absl::Time deadline);
+  // The endpoint to a peer daemon's worker, from its worker address once known; null when it
+  // is not known or cannot be reached. Caller holds am_mu_.
+  transport::Endpoint* AmLink(const std::string& address);
+  // Learns the worker addresses of peers without a live endpoint (Cache.Connect, the call every
+  // client makes), with no lock held across the calls.
+  void ResolveWorkerAddresses(const std::vector<std::string>& addresses, absl::Time deadline);
   absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
                                                        const std::string& address);
+  v1::PullRequest MakePullRequest(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
+                                  std::span<const BlockId> parents,
+                                  const std::string& source_node,
+                                  const std::string& source_address) const;
+  // Per-id statuses of a finished Pull (kNotFound for all when the call failed).
+  std::vector<BlockStatus> PullStatuses(const grpc::Status& s, const v1::PullResponse& resp,
+                                        size_t n, const std::string& target_address,
+                                        const std::string& source_node);
   // Asks `target` to pull `ids` of `ns` from this node; per-id statuses (kNotFound on failure).
   std::vector<BlockStatus> AskToPull(const std::string& target_address,
                                      const NamespaceRegistry::Entry& ns,
@@ -195,6 +206,7 @@ class Cluster {
   std::unique_ptr<transport::Worker> am_worker_;
   std::map<std::string, std::unique_ptr<transport::Endpoint>> am_links_;  // by address
   std::map<std::string, absl::Time> am_retry_after_;
+  std::map<std::string, std::string> am_worker_addrs_;  // gRPC address -> UCX worker address
   struct AmPending {
     bool done = false;
     uint32_t code = 0;
