@@ -41,6 +41,31 @@ uint16_t StepToHalf(float range, int levels) {
   return FloatToHalf(st);
 }
 
+// A value step comes from the token's range over its channel group, but the symbol codes the
+// residual against the prediction mu + a * (xh[t-1] - mu), which can lie outside that range
+// (a token whose group sits far from the channels' means: real KV has such tokens). The
+// alphabet holds residuals of +-(offset - 1) steps; where a residual would be clipped, the
+// group's step grows just enough (rounded up in fp16) that none is. The decoder reads the
+// steps as before: only the encoder's choice changes.
+void WidenValueSteps(const float* x, const float* mu, const float* a, const float* xh, size_t C,
+                     size_t group, int32_t offset, uint16_t* steps16) {
+  const float room = static_cast<float>(offset) - 1.0f;
+  for (size_t g = 0, c0 = 0; c0 < C; ++g, c0 += group) {
+    const size_t c1 = std::min(C, c0 + group);
+    float worst = 0.0f;
+    for (size_t c = c0; c < c1; ++c) {
+      const float pred = mu[c] + a[c] * (xh[c] - mu[c]);
+      worst = std::max(worst, std::fabs(x[c] - pred));
+    }
+    // Residual / step must round to at most `room`: keep half a step of margin.
+    const float need = worst / (room - 0.5f);
+    if (!(need > HalfToFloat(steps16[g]))) continue;
+    uint16_t h = FloatToHalf(std::min(need, kMaxStep));
+    while (HalfToFloat(h) < need && HalfToFloat(h) < kMaxStep) ++h;
+    steps16[g] = h;
+  }
+}
+
 }  // namespace
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
@@ -171,6 +196,8 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     size_t step_group = 0;
     if (axis == 1) {
       step_group = group;
+      WidenValueSteps(f + t * C, sc->mu.data(), sc->a.data(), sc->xh.data(), C, group, offset,
+                      sc->steps16.data() + t * ngroups);
       for (size_t g = 0; g < ngroups; ++g) {
         sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
         sc->inv_step[g] = 1.0f / sc->step[g];

@@ -216,6 +216,48 @@ TEST(Quant, ErrorWithinHalfStep) {
   }
 }
 
+// Real KV has tokens whose values sit far from every channel's mean while spanning a narrow
+// range across the channel group (the group's step is tiny, the residual against the
+// prediction is not). Those residuals used to be clipped to the alphabet: errors of the
+// whole offset (max |err| 3.1 on SmolLM2's KV at every bit width).
+TEST(Quant, ValuesFarFromTheChannelMeansAreNotClipped) {
+  const KvLayout l = Layout(1, 1, 64, 32);
+  const size_t T = l.tokens_per_block, C = l.ValuesPerTokenPerTensor();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> x(2 * T * C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = n01(rng);
+  const size_t v = T * C;  // values tensor
+  for (size_t c = 0; c < C; ++c) x[v + (T - 1) * C + c] = 40.0f + 0.01f * n01(rng);
+  for (size_t c = 0; c < C; ++c) x[v + 5 * C + c] = -30.0f + 0.01f * n01(rng);
+  std::vector<uint8_t> data(x.size() * 2);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t h = FloatToHalf(x[i]);
+    std::memcpy(data.data() + 2 * i, &h, 2);
+  }
+  const auto xq = AsFloats(data, l.dtype);
+  for (bool delta : {false, true}) {
+    for (uint8_t bits : {2, 3, 4, 8}) {
+      CodecParams p;
+      p.mode = Mode::kQuant;
+      p.key_bits = p.value_bits = bits;
+      p.group_size = 32;
+      p.token_delta = delta;
+      const auto y = AsFloats(RoundTrip(l, p, data), l.dtype);
+      ASSERT_EQ(y.size(), xq.size());
+      // The widened step spans a residual of at most ~45 in 2^(bits+1) - 1.5 steps.
+      const float bound = 0.6f * 50.0f / static_cast<float>((2 << bits) - 2) + 0.05f;
+      for (size_t t : {size_t{5}, T - 1}) {
+        for (size_t c = 0; c < C; ++c) {
+          const size_t i = v + t * C + c;
+          ASSERT_LE(std::fabs(xq[i] - y[i]), bound)
+              << "bits " << int(bits) << " delta " << delta << " t " << t << " c " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(Quant, DeterministicAndSmallerWithDelta) {
   const KvLayout l = Layout(2, 4, 128, 64);
   auto data = GenerateSyntheticKv(l, 1);
