@@ -215,67 +215,94 @@ size_t TieredStore::Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
   return n;
 }
 
-void TieredStore::Promote(const NamespaceId& ns, const BlockId& id, const CatalogEntry& entry) {
-  ReserveItem item{id, entry.parent, entry.size};
-  ReserveResult rr = host_->Reserve(ns, {&item, 1});
-  if (rr.status[0] != BlockStatus::kOk) return;  // kExists: already back in host; else no room
-  const uint64_t offset = rr.offsets[0];
-  absl::Status st;
-  {
-    absl::MutexLock io(&io_mu_);
+void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> blocks) {
+  // Host extents are whole multiples of the host tier's alignment; when that is a multiple of
+  // the NVMe alignment, the read may fill the padding and goes straight into host memory
+  // (O_DIRECT) instead of through a staging buffer and a copy.
+  const uint64_t host_align = host_->options().alignment;
+  const bool whole_pages = host_align % kNvmeAlignment == 0;
+  std::vector<uint64_t> reservation(blocks.size(), 0);
+  std::vector<NvmeGetReq> gets;
+  std::vector<size_t> get_block;
+  gets.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const CatalogEntry& e = blocks[i].entry;
+    ReserveItem item{blocks[i].id, e.parent, e.size};
+    ReserveResult rr = host_->Reserve(ns, {&item, 1});
+    if (rr.status[0] != BlockStatus::kOk) continue;  // kExists: back in host already; or no room
+    reservation[i] = rr.reservation_id;
+    uint64_t len = whole_pages ? NvmeTier::RoundUp(e.size) : e.size;
     NvmeGetReq g;
-    g.id = id;
-    g.dst = std::span<std::byte>(reinterpret_cast<std::byte*>(host_->base() + offset),
-                                 entry.size);
-    st = store_->Get({&g, 1})[0];
+    g.id = blocks[i].id;
+    g.dst = std::span<std::byte>(reinterpret_cast<std::byte*>(host_->base() + rr.offsets[0]), len);
+    gets.push_back(g);
+    get_block.push_back(i);
   }
-  if (!st.ok()) {
-    (void)host_->Abort(rr.reservation_id);
-    if (absl::IsDataLoss(st)) {  // the store dropped it already
-      n_.nvme_crc_failures.fetch_add(1);
-      absl::MutexLock l(&meta_mu_);
-      policy_->OnRemove(id);
-      pins_.erase(id);
-      Warn(st.ToString());
-    } else if (!absl::IsNotFound(st)) {
-      n_.nvme_read_errors.fetch_add(1);
-      Warn(absl::StrCat("nvme read of block ", id.ShortHex(), " failed: ", st.ToString()));
-    }
-    return;
-  }
-  // The host tier verifies the CRC32C recorded when the block was first committed.
-  const uint32_t crc = entry.crc32c;
-  auto committed = host_->Commit(rr.reservation_id, {&crc, 1});
+  if (gets.empty()) return;
+  std::vector<absl::Status> read;
   {
     absl::MutexLock io(&io_mu_);
-    RemoveNvme(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
+    read = store_->Get(gets);
   }
-  if (!committed.ok() || (*committed)[0] != BlockStatus::kOk) {
-    n_.nvme_crc_failures.fetch_add(1);
-    Warn(absl::StrCat("nvme block ", id.ShortHex(),
-                      " failed its CRC32C when staged into host memory; dropped"));
-    return;
+  for (size_t k = 0; k < gets.size(); ++k) {
+    const size_t i = get_block[k];
+    const BlockId& id = blocks[i].id;
+    const absl::Status& st = read[k];
+    if (!st.ok()) {
+      (void)host_->Abort(reservation[i]);
+      if (absl::IsDataLoss(st)) {  // the store dropped it already
+        n_.nvme_crc_failures.fetch_add(1);
+        absl::MutexLock l(&meta_mu_);
+        policy_->OnRemove(id);
+        pins_.erase(id);
+        Warn(st.ToString());
+      } else if (!absl::IsNotFound(st)) {
+        n_.nvme_read_errors.fetch_add(1);
+        Warn(absl::StrCat("nvme read of block ", id.ShortHex(), " failed: ", st.ToString()));
+      }
+      continue;
+    }
+    // The host tier verifies the CRC32C recorded when the block was first committed.
+    const uint32_t crc = blocks[i].entry.crc32c;
+    auto committed = host_->Commit(reservation[i], {&crc, 1});
+    {
+      absl::MutexLock io(&io_mu_);
+      RemoveNvme(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
+    }
+    if (!committed.ok() || (*committed)[0] != BlockStatus::kOk) {
+      n_.nvme_crc_failures.fetch_add(1);
+      Warn(absl::StrCat("nvme block ", id.ShortHex(),
+                        " failed its CRC32C when staged into host memory; dropped"));
+      continue;
+    }
+    n_.promotions.fetch_add(1);
+    n_.promoted_bytes.fetch_add(blocks[i].entry.size);
+    absl::Duration left = blocks[i].pinned_until - absl::Now();
+    if (left > absl::ZeroDuration()) host_->Pin(ns, {&id, 1}, left);  // the pin follows the block
   }
-  n_.promotions.fetch_add(1);
-  n_.promoted_bytes.fetch_add(entry.size);
 }
 
 AcquireResult TieredStore::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {
   absl::flat_hash_set<BlockId> in_host;
   for (const BlockInfo& b : host_->Inspect(ids)) in_host.insert(b.id);
+  std::vector<Promotion> batch;
   for (const BlockId& id : ids) {
     if (in_host.contains(id)) continue;
-    CatalogEntry e;
-    if (!OnNvme(ns, id, &e)) continue;
-    absl::Time pinned_until = absl::InfinitePast();
+    Promotion p{id, {}, absl::InfinitePast()};
+    if (!OnNvme(ns, id, &p.entry)) continue;
     {
       absl::MutexLock l(&meta_mu_);
-      if (PinnedOnNvme(id)) pinned_until = pins_[id];
+      if (PinnedOnNvme(id)) p.pinned_until = pins_[id];
     }
-    Promote(ns, id, e);
-    if (pinned_until > absl::Now())  // the pin follows the block
-      host_->Pin(ns, {&id, 1}, pinned_until - absl::Now());
+    batch.push_back(p);
+    // Bounded batches: reserved-but-unread host extents cannot be evicted, so a huge fetch
+    // must not hold most of the host tier in reservations at once.
+    if (batch.size() == kPromoteBatch) {
+      Promote(ns, batch);
+      batch.clear();
+    }
   }
+  Promote(ns, batch);
   return host_->Acquire(ns, ids);
 }
 

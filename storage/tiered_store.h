@@ -116,7 +116,16 @@ class TieredStore {
   // Removes an NVMe block (io_mu_ held). True if it was there.
   bool RemoveNvme(const BlockId& id);
   // Stages one NVMe block into the host tier; false if it could not (then it is not served).
-  void Promote(const NamespaceId& ns, const BlockId& id, const CatalogEntry& entry);
+  static constexpr size_t kPromoteBatch = 64;
+  struct Promotion {
+    BlockId id;
+    CatalogEntry entry;
+    absl::Time pinned_until;  // the NVMe pin, carried over to the host copy
+  };
+  // Stages NVMe blocks into host memory: one host reservation per block (each commits or aborts
+  // on its own), then one batched NVMe read for all of them, so a fetch of many NVMe blocks
+  // keeps the queue depth busy instead of reading them one by one.
+  void Promote(const NamespaceId& ns, std::span<const Promotion> blocks);
   bool PinnedOnNvme(const BlockId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(meta_mu_);
   void Warn(const std::string& msg) const {
     if (options_.warn) options_.warn(msg);

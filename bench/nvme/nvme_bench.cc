@@ -3,7 +3,8 @@
 // same run; plus the time to reopen a store whose catalog holds 100k blocks.
 //
 //   nvme_bench [--dir /tmp] [--sizes 131072,...] [--qd 1,4,16] [--bytes N] [--repeat 5]
-//              [--reads 1] [--fio-flags "..."] [--ab-ring] [--huge-pages] [--json] [--smoke]
+//              [--reads 1] [--fio-flags "..."] [--ab-ring] [--memory 4k|thp|hugetlb] [--json]
+//              [--smoke]
 //
 // Each (block size, queue depth) point runs `repeat` rounds. A round:
 //   write: the tier writes every block of a fresh preallocated file T with O_DIRECT (no
@@ -14,9 +15,10 @@
 //          also reads every block once). Same file, so the same on-disk layout and the same cache
 //          state below the guest (O_DIRECT bypasses the guest page cache for both). The order
 //          of tier and fio alternates.
-// Memory: the tier reads into fresh 4 KiB-page anonymous memory each time (MADV_NOHUGEPAGE), as
-// fio reads into its freshly malloc'ed buffers; --huge-pages gives the tier THP-backed memory
-// like the host tier's arena (fio cannot: it needs hugetlbfs for that). On a virtual disk the
+// Memory (--memory): the tier reads into fresh memory of the named kind each time, fio into its
+// own buffers of the same kind where fio has one: 4k (default: 4 KiB pages vs fio's malloc),
+// hugetlb (reserved 2 MiB pages vs fio --iomem=shmhuge; needs vm.nr_hugepages, which
+// --reserve-huge-pages sets for the run), thp (tier only). On a virtual disk the
 // physical layout of that memory (segments per I/O) moves throughput by up to 2x; the read
 // samples show the destination's contiguous runs per buffer when /proc/self/pagemap is readable.
 // Reported per point: the median (and best) of the samples for each side, ratio = tier / fio
@@ -166,17 +168,53 @@ double ThreadCpuSeconds() {
          double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-// Buffers for the tier's I/O: anonymous memory, 2 MiB aligned; with `huge`, MADV_HUGEPAGE (as
-// the host tier's arena asks for), else plain 4 KiB pages like fio's malloc'ed buffers.
+// What memory the reads land in, on both sides.
+//   k4k:     4 KiB pages (MADV_NOHUGEPAGE) vs fio's malloc'ed buffers (THP is "madvise" here).
+//   kThp:    transparent huge pages (MADV_HUGEPAGE) for the tier only: fio has no THP option.
+//   kHugetlb: reserved 2 MiB pages (MAP_HUGETLB) vs fio --iomem=shmhuge (SHM_HUGETLB): the
+//            memory stratad's arena gets when huge pages are reserved (UCX's sysv/posix
+//            allocators use them, as does arena: mmap with huge_pages), like for like.
+enum class Memory { k4k, kThp, kHugetlb };
+
+const char* MemoryName(Memory m) {
+  return m == Memory::k4k ? "4k" : m == Memory::kThp ? "thp" : "hugetlb";
+}
+
+uint64_t FreeHugePages() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long n = 0;
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::sscanf(line, "HugePages_Free: %llu", &n) == 1) break;
+  }
+  std::fclose(f);
+  return n;
+}
+
+// Buffers for the tier's I/O, 2 MiB aligned, of the kind `memory` names.
 struct AlignedPool {
-  AlignedPool(size_t n, size_t bytes, bool huge, bool fill = true) : n(n), bytes(bytes) {
+  AlignedPool(size_t n, size_t bytes, Memory memory, bool fill = true) : n(n), bytes(bytes) {
     size_t total = n * bytes, align = size_t{2} << 20;
-    map_bytes = total + align;
-    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    map = p;
-    base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
-    madvise(base, total, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    if (memory == Memory::kHugetlb) {
+      map_bytes = (total + align - 1) & ~(align - 1);
+      void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+      if (p == MAP_FAILED) {
+        std::fprintf(stderr, "nvme_bench: MAP_HUGETLB of %zu bytes failed: %s\n", map_bytes,
+                     std::strerror(errno));
+        std::abort();
+      }
+      map = p;
+      base = static_cast<std::byte*>(p);
+    } else {
+      map_bytes = total + align;
+      void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) std::abort();
+      map = p;
+      base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
+      madvise(base, total, memory == Memory::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    }
     if (!fill) return;
     uint64_t pattern = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < total; i += 8) std::memcpy(base + i, &pattern, 8), pattern += 0x51;
@@ -211,9 +249,11 @@ struct AlignedPool {
 class TierRun {
  public:
   static absl::StatusOr<std::unique_ptr<TierRun>> Create(const std::string& path, uint64_t bs,
-                                                         uint32_t qd, uint64_t bytes, bool huge) {
+                                                         uint32_t qd, uint64_t bytes, Memory memory,
+                                                         uint32_t dst_buffers) {
     std::filesystem::remove(path);
-    auto r = std::unique_ptr<TierRun>(new TierRun(path, bs, qd, bytes, huge));
+    auto r = std::unique_ptr<TierRun>(new TierRun(path, bs, qd, bytes, memory));
+    r->dst_buffers_ = dst_buffers;
     ASSIGN_OR_RETURN(r->tier_, NvmeTier::Open(r->Options(true)));
     return r;
   }
@@ -266,7 +306,7 @@ class TierRun {
     for (size_t i = 0; i < nblocks; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
     // Fresh destination memory per run, as each fio run allocates its own buffers.
-    AlignedPool dst(pool_.n, bs_, huge_);
+    AlignedPool dst(dst_buffers_ ? dst_buffers_ : std::max<uint32_t>(qd_, 1), bs_, memory_);
     std::vector<NvmeReadReq> reads(nblocks);
     for (size_t i = 0; i < nblocks; ++i) reads[i] = {writes_[order[i]].extent, {dst.at(i), bs_}};
     double c0 = ThreadCpuSeconds();
@@ -280,13 +320,14 @@ class TierRun {
   }
 
  private:
-  TierRun(std::string path, uint64_t bs, uint32_t qd, uint64_t bytes, bool huge)
-      : path_(std::move(path)), bs_(bs), bytes_(bytes), qd_(qd), huge_(huge),
-        pool_(std::max<uint32_t>(qd, 1) * 2, bs, huge) {}
+  TierRun(std::string path, uint64_t bs, uint32_t qd, uint64_t bytes, Memory memory)
+      : path_(std::move(path)), bs_(bs), bytes_(bytes), qd_(qd), memory_(memory),
+        pool_(std::max<uint32_t>(qd, 1) * 2, bs, memory) {}
   std::string path_;
   uint64_t bs_, bytes_;
   uint32_t qd_;
-  bool huge_;
+  Memory memory_;
+  uint32_t dst_buffers_ = 0;
   AlignedPool pool_;
   std::unique_ptr<NvmeTier> tier_, plain_;
   std::vector<NvmeWriteReq> writes_;
@@ -347,10 +388,10 @@ absl::StatusOr<CatalogTiming> TimeCatalogReopen(const std::string& dir, uint64_t
 
 // One round of a point: writes (alternating order), then reads of the tier's file.
 absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_t bytes,
-                      int round, int reads, bool huge, bool ab_ring, bool fio, const std::string& fio_flags, Row& row,
+                      int round, int reads, Memory memory, uint32_t dst_buffers, bool ab_ring, bool fio, const std::string& fio_flags, Row& row,
                       std::string* backend) {
   std::string tier_path = work + "/tier.dat", fio_path = work + "/fio.dat";
-  ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, huge));
+  ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
   *backend = tier->Backend();
   bool tier_first = round % 2 == 0;
   auto fio_write = [&] {
@@ -395,6 +436,9 @@ int Main(int argc, char** argv) {
   int reads = 1;
   std::string fio_flags;
   bool json = false, smoke = false, no_fio = false, huge = false, ab_ring = false;
+  bool reserve_huge = false;
+  uint32_t dst_buffers = 0;
+  std::string memory_name = "4k";
   app.add_option("--dir", dir, "directory (filesystem) for the tier file and fio's file");
   app.add_option("--sizes", sizes, "block sizes in bytes")->delimiter(',');
   app.add_option("--qd", qds, "queue depths")->delimiter(',');
@@ -413,14 +457,34 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-fio", no_fio, "tier only");
   app.add_flag("--ab-ring", ab_ring,
                "also read with plain io_uring rings (no setup flags): the engine before");
-  app.add_flag("--huge-pages", huge,
-               "tier buffers with MADV_HUGEPAGE (like the host arena; fio keeps 4 KiB pages)");
+  app.add_option("--memory", memory_name,
+                 "memory reads land in: 4k (vs fio malloc), hugetlb (vs fio --iomem=shmhuge), "
+                 "thp (tier only)")
+      ->check(CLI::IsMember({"4k", "thp", "hugetlb"}));
+  app.add_option("--dst-buffers", dst_buffers,
+                 "read destinations cycle over this many block buffers (0: qd of them, as fio's "
+                 "iodepth buffers; a large number spreads reads over memory like the arena)");
+  app.add_flag("--huge-pages", huge, "same as --memory thp (kept for old command lines)");
+  app.add_flag("--reserve-huge-pages", reserve_huge,
+               "with --memory hugetlb: raise vm.nr_hugepages for the run (root), restore after");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  Memory memory = memory_name == "hugetlb" ? Memory::kHugetlb
+                  : (memory_name == "thp" || huge) ? Memory::kThp
+                                                   : Memory::k4k;
   bool fio = !no_fio && HaveFio();
+  if (memory == Memory::kThp && fio) {
+    std::fprintf(stderr, "nvme_bench: --memory thp has no fio counterpart; fio reads into malloc'ed "
+                         "4 KiB pages (not like for like)\n");
+  }
+  if (memory == Memory::kHugetlb) {
+    if (fio_flags.find("--iomem") == std::string::npos) {
+      fio_flags += std::string(fio_flags.empty() ? "" : " ") + "--iomem=shmhuge";
+    }
+  }
   if (smoke) {
     if (!fio && !no_fio) {
       std::fprintf(stderr, "nvme_bench: fio not found; smoke skipped\n");
@@ -433,6 +497,34 @@ int Main(int argc, char** argv) {
     catalog_entries = std::min<uint64_t>(catalog_entries, 20000);
   }
   std::string fio_version = fio ? FioVersion() : "";
+  // Huge pages needed at once: the tier's write pool and read destination (2 x qd buffers each)
+  // plus fio's qd buffers, at the largest point.
+  std::string saved_nr_hugepages;
+  if (memory == Memory::kHugetlb) {
+    uint64_t need = 0;
+    for (uint64_t bs : sizes) {
+      for (uint32_t qd : qds) {
+        uint64_t per = (2 * 2 * std::max<uint32_t>(qd, 1) + qd) * bs;
+        need = std::max<uint64_t>(need, per / (2 << 20) + 4 * 3);
+      }
+    }
+    if (reserve_huge && FreeHugePages() < need) {
+      FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "r");
+      char buf[32] = {0};
+      if (f && std::fgets(buf, sizeof(buf), f)) saved_nr_hugepages = buf;
+      if (f) std::fclose(f);
+      uint64_t total = std::strtoull(buf, nullptr, 10) + need - FreeHugePages();
+      f = std::fopen("/proc/sys/vm/nr_hugepages", "w");
+      if (f) std::fprintf(f, "%llu\n", (unsigned long long)total), std::fclose(f);
+    }
+    if (FreeHugePages() < need) {
+      std::fprintf(stderr,
+                   "nvme_bench: --memory hugetlb needs %llu free 2 MiB huge pages, %llu are free "
+                   "(echo N > /proc/sys/vm/nr_hugepages, or --reserve-huge-pages as root)\n",
+                   (unsigned long long)need, (unsigned long long)FreeHugePages());
+      return 2;
+    }
+  }
   std::string tmpl = dir + "/strata_nvme_bench.XXXXXX";
   if (!mkdtemp(tmpl.data())) {
     std::perror("mkdtemp");
@@ -450,7 +542,8 @@ int Main(int argc, char** argv) {
       row.qd = qd;
       absl::Status st;
       for (int round = 0; round < repeat && st.ok(); ++round) {
-        st = RunRound(work, bs, qd, run_bytes, round, reads, huge, ab_ring, fio, fio_flags, row, &backend);
+        st = RunRound(work, bs, qd, run_bytes, round, reads, memory, dst_buffers, ab_ring, fio, fio_flags, row,
+                      &backend);
       }
       if (!st.ok()) {
         std::fprintf(stderr, "nvme_bench: tier run failed: %s\n",
@@ -466,6 +559,12 @@ int Main(int argc, char** argv) {
       }
     }
     if (rc) break;
+  }
+  if (!saved_nr_hugepages.empty()) {
+    if (FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "w")) {
+      std::fputs(saved_nr_hugepages.c_str(), f);
+      std::fclose(f);
+    }
   }
   auto cat = TimeCatalogReopen(work, catalog_entries);
   std::filesystem::remove_all(work);
@@ -488,10 +587,10 @@ int Main(int argc, char** argv) {
   }
   if (json) {
     std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"fio_version\": \"%s\", "
-                "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"huge_pages\": %s, "
+                "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"memory\": \"%s\", "
                 "\"read_target\": %.2f, \"rows\": [",
                 dir.c_str(), backend.c_str(), fio ? "true" : "false", fio_version.c_str(),
-                fio_flags.c_str(), repeat, reads, huge ? "true" : "false", kReadTarget);
+                fio_flags.c_str(), repeat, reads, MemoryName(memory), kReadTarget);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
@@ -523,11 +622,13 @@ int Main(int argc, char** argv) {
     }
     std::printf("}\n");
   } else {
-    std::printf("NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads;\n"
+    std::printf("NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads; "
+                "memory %s;\n"
                 "MiB/s, median of %d samples (%d rounds x %d reads; best in the read columns); "
                 "cpu = CPU us per op (median)\n",
                 backend.c_str(), fio ? fio_version.c_str() : "no fio",
-                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(), repeat * reads,
+                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(),
+                MemoryName(memory), repeat * reads,
                 repeat, reads);
     std::printf("%9s %3s | %8s %8s %5s | %8s %8s %5s %5s %9s %9s %4s\n", "block", "qd",
                 "tier wr", "fio wr", "ratio", "tier rd", "fio rd", "ratio", "best", "tier cpu",
