@@ -14,7 +14,8 @@
 //     (codec/quant.cc, codec/rans.h), as does the keys' outlier selection (`:ol`, not offered).
 //
 // Calls enqueue on the stream and return without waiting unless they say otherwise; buffers
-// must stay alive until the stream has run them. Arguments are checked on the host.
+// must stay alive until the stream has run them. Tensors must be aligned to their element size.
+// Arguments are checked on the host. Work is per section: one call handles one layer's K or V.
 #pragma once
 
 #include <cstddef>
