@@ -1,0 +1,383 @@
+// The CUDA kernels' math on the host: runs the plans of codec/cuda/kernel_math.h with an
+// executor that walks the kernels' grids (blocks, threads, per-thread indices, barrier-separated
+// Hadamard stages) exactly as kernels.cu launches them, and compares every byte with the CPU
+// codec. Built with g++ and run in CI on every machine (no GPU or CUDA toolkit needed).
+#include "codec/cuda/kernel_math.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/codec.h"
+#include "codec/half.h"
+#include "codec/internal/kernels.h"
+#include "codec/synthetic_kv.h"
+#include "gtest/gtest.h"
+#include "tests/codec/cuda_reference.h"
+
+namespace strata::codec {
+namespace {
+
+namespace m = cuda::math;
+using cuda_test::CpuBlock;
+using cuda_test::EncodeOnCpu;
+using cuda_test::MakeLayout;
+
+// The device executor's grid walk on the host. `reverse` visits blocks and threads backwards:
+// threads of one kernel run in no particular order on a GPU, so a plan must give the same bytes
+// either way (a step that read what another thread of the same step writes would not).
+struct HostExec {
+  bool reverse = false;
+  int kernels = 0;
+
+  template <class Op>
+  void ForEach(uint64_t count, const Op& op) {
+    if (count == 0) return;
+    ++kernels;
+    const uint64_t blocks = (count + m::kThreads - 1) / m::kThreads;
+    for (uint64_t bi = 0; bi < blocks; ++bi) {
+      const uint64_t b = reverse ? blocks - 1 - bi : bi;
+      for (uint32_t ti = 0; ti < m::kThreads; ++ti) {
+        const uint32_t t = reverse ? m::kThreads - 1 - ti : ti;
+        const uint64_t i = b * m::kThreads + t;  // blockIdx.x * blockDim.x + threadIdx.x
+        if (i < count) op(i);
+      }
+    }
+  }
+
+  // HadamardKernel: block r owns row r in "shared memory"; each phase runs every thread, then
+  // the barrier.
+  void Hadamard(float* x, uint64_t rows, uint32_t n, float scale) {
+    ++kernels;
+    const uint32_t threads = m::HadamardThreads(n);
+    std::vector<float> shared(n);
+    auto each_thread = [&](auto&& fn) {
+      for (uint32_t ti = 0; ti < threads; ++ti) fn(reverse ? threads - 1 - ti : ti);
+    };
+    for (uint64_t ri = 0; ri < rows; ++ri) {
+      float* row = x + (reverse ? rows - 1 - ri : ri) * n;
+      each_thread([&](uint32_t tid) {
+        for (uint32_t j = tid; j < n; j += threads) shared[j] = row[j];
+      });
+      for (uint32_t h = 1; h < n; h <<= 1)
+        each_thread([&](uint32_t tid) { m::HadamardStage(shared.data(), n, h, tid, threads); });
+      each_thread([&](uint32_t tid) {
+        for (uint32_t j = tid; j < n; j += threads) row[j] = m::Mul(shared[j], scale);
+      });
+    }
+  }
+};
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(CudaMath, HalfAndBF16ConversionsMatchTheCpu) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_EQ(Bits(m::HalfBitsToFloat(static_cast<uint16_t>(h))),
+              Bits(HalfToFloat(static_cast<uint16_t>(h))))
+        << h;
+    ASSERT_EQ(Bits(m::BF16BitsToFloat(static_cast<uint16_t>(h))),
+              Bits(BF16ToFloat(static_cast<uint16_t>(h))));
+  }
+  // Every float near each fp16 rounding boundary, and a stride through all patterns.
+  std::vector<uint32_t> pats;
+  for (uint32_t h = 0; h < 0x7C00; ++h) {
+    const uint32_t f = Bits(HalfToFloat(static_cast<uint16_t>(h)));
+    const uint32_t mid = f + (h >= 0x400 ? 0x1000u : 0u);  // halfway to the next normal fp16
+    for (int d = -2; d <= 2; ++d) {
+      pats.push_back(f + d);
+      pats.push_back(mid + d);
+    }
+  }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65521) pats.push_back(static_cast<uint32_t>(u));
+  for (uint32_t u : {0x477FEFFFu, 0x477FF000u, 0x477FF001u, 0x33000000u, 0x33000001u, 0x32FFFFFFu,
+                     0x387FE000u, 0x387FF000u, 0x387FFFFFu, 0x38800000u, 0x7F800000u, 0x7FC00000u,
+                     0x7F800001u, 0x00000001u, 0x807FFFFFu})
+    pats.push_back(u);
+  for (uint32_t u : pats) {
+    for (uint32_t s : {0u, 0x80000000u}) {
+      const float f = FromBits(u ^ s);
+      ASSERT_EQ(m::FloatToHalfBits(f), FloatToHalf(f)) << std::hex << (u ^ s);
+      ASSERT_EQ(m::FloatToBF16Bits(f), FloatToBF16(f)) << std::hex << (u ^ s);
+    }
+  }
+  // And the SIMD row conversions the CPU codec writes its output with (finite values).
+  std::vector<float> fin;
+  for (uint32_t u : pats)
+    if ((u & 0x7F800000u) != 0x7F800000u) fin.push_back(FromBits(u));
+  std::vector<uint16_t> h16(fin.size()), b16(fin.size());
+  internal::FloatToHalfRow(fin.data(), h16.data(), fin.size());
+  internal::FloatToBF16Row(fin.data(), b16.data(), fin.size());
+  for (size_t i = 0; i < fin.size(); ++i) {
+    ASSERT_EQ(m::FloatToHalfBits(fin[i]), h16[i]) << fin[i];
+    ASSERT_EQ(m::FloatToBF16Bits(fin[i]), b16[i]) << fin[i];
+  }
+}
+
+TEST(CudaMath, HadamardMatchesTheCpuBitForBit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (uint32_t n = 1; n <= 8192; n *= 2) {
+    const size_t rows = n >= 1024 ? 2 : 5;
+    std::vector<float> x(rows * n);
+    for (float& v : x) v = nd(rng);
+    std::vector<float> cpu = x;
+    internal::HadamardRowsSimd(cpu.data(), rows, n);
+    for (bool rev : {false, true}) {
+      std::vector<float> host = x;
+      HostExec ex{rev};
+      ex.Hadamard(host.data(), rows, n, m::HadamardScale(n));
+      ASSERT_EQ(std::memcmp(host.data(), cpu.data(), x.size() * 4), 0) << "n=" << n;
+      // Inverse (the same transform) brings the input back, to rounding.
+      ex.Hadamard(host.data(), rows, n, m::HadamardScale(n));
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(host[i], x[i], 1e-4f * (1 + std::abs(x[i])));
+    }
+  }
+}
+
+// Signed zeros, constant groups, subnormals and huge values in a block of `dt`.
+void SprinkleEdgeValues(std::vector<uint8_t>* block, DType dt, size_t group) {
+  const size_t eb = DTypeBytes(dt), n = block->size() / eb;
+  auto put = [&](size_t i, float v) {
+    if (i >= n) return;
+    if (dt == DType::kFloat32) {
+      std::memcpy(block->data() + i * 4, &v, 4);
+    } else {
+      const uint16_t h = dt == DType::kFloat16 ? FloatToHalf(v) : FloatToBF16(v);
+      std::memcpy(block->data() + i * 2, &h, 2);
+    }
+  };
+  for (size_t i = 0; i < group; ++i) put(i, (i % 3) ? -0.0f : 0.0f);          // zeros, mixed signs
+  for (size_t i = group; i < 2 * group; ++i) put(i, 1.5f);                    // constant
+  for (size_t i = 2 * group; i < 3 * group; ++i) put(i, (i % 2 ? 1 : -1) * 3e-7f);  // fp16 subnormals
+  put(3 * group, 60000.0f);
+  put(3 * group + 1, -60000.0f);
+  put(4 * group + 1, -0.0f);
+}
+
+TEST(CudaMath, GroupwiseMatchesTheCpuByteForByte) {
+  struct Case {
+    DType dt;
+    uint32_t heads, dim, tokens;
+    uint16_t group;
+  };
+  const Case cases[] = {
+      {DType::kFloat16, 2, 64, 16, 64},  {DType::kFloat16, 3, 48, 7, 100},
+      {DType::kBFloat16, 2, 32, 9, 32},  {DType::kFloat32, 1, 64, 5, 7},
+      {DType::kFloat16, 1, 16, 3, 1},    {DType::kFloat16, 4, 128, 16, 128},
+  };
+  int sections = 0;
+  for (const Case& c : cases) {
+    const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+    std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+    SprinkleEdgeValues(&block, c.dt, c.group);
+    for (uint8_t bits = 2; bits <= 8; ++bits) {
+      CodecParams p;
+      p.mode = Mode::kGroupwise;
+      p.key_bits = p.value_bits = bits;
+      p.group_size = c.group;
+      const CpuBlock cpu = EncodeOnCpu(l, p, block);
+      ASSERT_FALSE(cpu.sections.empty());
+      for (const auto& s : cpu.sections) {
+        m::GroupwiseArgs a;
+        a.dtype = static_cast<uint8_t>(c.dt);
+        a.n = s.bytes / DTypeBytes(c.dt);
+        a.bits = bits;
+        a.group = c.group;
+        ASSERT_EQ(m::GroupwisePayloadBytes(a.n, bits, c.group), s.payload.size());
+        for (bool rev : {false, true}) {
+          std::vector<uint8_t> payload(s.payload.size(), 0xA5);
+          a.in = block.data() + s.block_offset;
+          a.payload = payload.data();
+          HostExec ex{rev};
+          m::GroupwiseEncodePlan(ex, a);
+          ASSERT_EQ(payload, s.payload) << "bits " << int(bits) << " group " << c.group;
+          std::vector<uint8_t> out(s.bytes, 0xA5);
+          a.cpayload = s.payload.data();
+          a.out = out.data();
+          m::GroupwiseDecodePlan(ex, a);
+          ASSERT_EQ(std::memcmp(out.data(), cpu.decoded.data() + s.block_offset, s.bytes), 0)
+              << "bits " << int(bits) << " group " << c.group;
+        }
+        ++sections;
+      }
+    }
+  }
+  EXPECT_EQ(sections, 6 * 7 * 4);
+}
+
+struct QuantCase {
+  DType dt;
+  uint32_t heads, dim, tokens;
+  uint16_t group;
+  bool had, delta;
+};
+
+void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
+  const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+  SyntheticKvParams sp;
+  sp.seed = 3 + c.tokens;
+  const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
+  CodecParams p;
+  p.mode = Mode::kQuant;
+  p.key_bits = kbits;
+  p.value_bits = vbits;
+  p.group_size = c.group;
+  p.hadamard = c.had;
+  p.token_delta = c.delta;
+  const CpuBlock cpu = EncodeOnCpu(l, p, block);
+  ASSERT_EQ(cpu.sections.size(), 4u);
+  const uint32_t C = c.heads * c.dim, T = c.tokens;
+  for (const auto& s : cpu.sections) {
+    SCOPED_TRACE(testing::Message() << (s.is_key ? "K" : "V") << " layer " << s.layer << " bits "
+                                    << int(s.bits) << " T " << T << " C " << C << " g "
+                                    << c.group << (c.had ? " had" : "")
+                                    << (c.delta ? "" : " nodelta"));
+    m::QuantArgs a;
+    a.T = T;
+    a.C = C;
+    a.heads = c.heads;
+    a.head_dim = c.dim;
+    a.bits = s.bits;
+    a.group = s.is_key ? C : std::min<uint32_t>(c.group, C);
+    a.key_axis = s.is_key;
+    a.token_delta = c.delta;
+    a.hadamard = c.had;
+    a.hadamard_scale = c.had ? m::HadamardScale(c.dim) : 1.0f;
+    a.dtype = static_cast<uint8_t>(c.dt);
+    std::vector<float> f(size_t{T} * C), mu(C), w(C);
+    std::vector<uint16_t> mu16(C), steps16(a.steps()), syms(size_t{T} * C);
+    std::vector<uint8_t> a16(C, 0xEE);
+    uint32_t nonfinite = 0;
+    a.f = f.data();
+    a.mu = mu.data();
+    a.a = w.data();
+    a.nonfinite = &nonfinite;
+    a.mu16 = mu16.data();
+    a.a16 = a16.data();
+    a.steps16 = steps16.data();
+    a.syms = syms.data();
+    for (bool rev : {false, true}) {
+      a.in = block.data() + s.block_offset;
+      HostExec ex{rev};
+      m::QuantEncodePlan(ex, a);
+      ASSERT_EQ(nonfinite, 0u);
+      ASSERT_EQ(mu16, s.mu16);
+      if (c.delta) {
+        ASSERT_EQ(a16, s.a16);
+      }
+      ASSERT_EQ(steps16, s.steps16);
+      ASSERT_EQ(syms, s.syms);
+      // Decoder: from the CPU's arrays (here equal to ours) to the CPU decoder's bytes.
+      std::vector<uint8_t> out(s.bytes, 0xA5);
+      std::vector<float> rec(size_t{T} * C);
+      m::QuantArgs d = a;
+      d.f = rec.data();
+      d.out = out.data();
+      d.mu16 = const_cast<uint16_t*>(s.mu16.data());
+      d.a16 = c.delta ? const_cast<uint8_t*>(s.a16.data()) : nullptr;
+      d.steps16 = const_cast<uint16_t*>(s.steps16.data());
+      d.syms = const_cast<uint16_t*>(s.syms.data());
+      m::QuantDecodePlan(ex, d);
+      ASSERT_EQ(std::memcmp(out.data(), cpu.decoded.data() + s.block_offset, s.bytes), 0);
+    }
+  }
+}
+
+TEST(CudaMath, QuantMatchesTheCpuByteForByte) {
+  const QuantCase cases[] = {
+      {DType::kFloat16, 2, 64, 16, 64, false, true},
+      {DType::kFloat16, 2, 64, 16, 64, true, true},
+      {DType::kFloat16, 2, 64, 16, 64, false, false},
+      {DType::kFloat16, 2, 128, 33, 48, true, true},   // groups straddle heads, odd tokens
+      {DType::kBFloat16, 2, 32, 16, 64, true, true},
+      {DType::kFloat32, 1, 64, 9, 20, false, true},
+      {DType::kFloat16, 3, 16, 1, 16, true, true},     // one token: no prediction
+      {DType::kFloat16, 1, 8, 2, 3, false, true},
+  };
+  for (const QuantCase& c : cases) {
+    for (uint8_t b : {2, 3, 4, 8}) {
+      CheckQuantOnHost(c, b, b);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+  CheckQuantOnHost(cases[1], 5, 6);
+  CheckQuantOnHost(cases[3], 7, 3);
+}
+
+// Rounding ties and near-ties of the quantiser, element by element against the CPU's row kernel
+// (SIMD lanes and scalar tail): x sits at p + (k + 1/2) step, and a few ulps either side.
+TEST(CudaMath, QuantElementMatchesTheCpuOnTies) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  const size_t n = 37;
+  for (int bits : {2, 4, 8}) {
+    const int32_t off = 1 << (bits + 1), max_sym = (4 << bits) - 1;
+    for (int iter = 0; iter < 2000; ++iter) {
+      std::vector<float> x(n), mu(n), w(n), st(n), inv(n), xh(n);
+      for (size_t c = 0; c < n; ++c) {
+        mu[c] = HalfToFloat(FloatToHalf(u(rng)));
+        w[c] = static_cast<float>(rng() % 17) / 16.0f;
+        xh[c] = u(rng);
+        st[c] = HalfToFloat(FloatToHalf(std::abs(u(rng)) / 8 + 1e-3f));
+        inv[c] = 1.0f / st[c];
+        const float p = mu[c] + w[c] * (xh[c] - mu[c]);
+        const int k = static_cast<int>(rng() % (2 * off)) - off;
+        x[c] = p + (static_cast<float>(k) + 0.5f) * st[c];
+        uint32_t b = Bits(x[c]);
+        b += static_cast<int32_t>(rng() % 5) - 2;
+        x[c] = FromBits(b);
+      }
+      std::vector<float> xh_cpu = xh;
+      std::vector<uint16_t> sym_cpu(n), sym(n);
+      internal::QuantRow(x.data(), mu.data(), w.data(), st.data(), inv.data(), xh_cpu.data(),
+                         sym_cpu.data(), n, off, max_sym);
+      for (size_t c = 0; c < n; ++c) {
+        const float r = m::QuantElement(x[c], mu[c], w[c], xh[c], st[c], m::Div(1.0f, st[c]),
+                                        static_cast<float>(-off),
+                                        static_cast<float>(max_sym - off), off, &sym[c]);
+        ASSERT_EQ(sym[c], sym_cpu[c]) << "bits " << bits << " c " << c;
+        ASSERT_EQ(Bits(r), Bits(xh_cpu[c]));
+      }
+    }
+  }
+}
+
+TEST(CudaMath, QuantFlagsNonFiniteInput) {
+  const uint32_t T = 4, C = 8;
+  std::vector<uint16_t> in(T * C, FloatToHalf(1.0f));
+  in[13] = 0x7C00;  // +inf
+  m::QuantArgs a;
+  a.T = T;
+  a.C = C;
+  a.heads = 1;
+  a.head_dim = C;
+  a.group = C;
+  std::vector<float> f(T * C), mu(C), w(C);
+  std::vector<uint16_t> mu16(C), steps16(C), syms(T * C);
+  std::vector<uint8_t> a16(C);
+  uint32_t nonfinite = 0;
+  a.in = in.data();
+  a.f = f.data();
+  a.mu = mu.data();
+  a.a = w.data();
+  a.nonfinite = &nonfinite;
+  a.mu16 = mu16.data();
+  a.a16 = a16.data();
+  a.steps16 = steps16.data();
+  a.syms = syms.data();
+  HostExec ex;
+  m::QuantEncodePlan(ex, a);
+  EXPECT_EQ(nonfinite, 1u);
+}
+
+}  // namespace
+}  // namespace strata::codec
