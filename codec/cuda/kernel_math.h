@@ -449,7 +449,7 @@ STRATA_HD float QuantElement(float x, float m, float w, float xh, float st, floa
   return Add(p, Mul(q, st));
 }
 
-// Thread c: the closed loop over the tokens; writes the symbols of channel c.
+// Thread c (keys): the closed loop over the tokens; writes the symbols of channel c.
 struct QuantClosedLoopOp {
   QuantArgs a;
   STRATA_HD void operator()(uint64_t c) const {
@@ -463,6 +463,48 @@ struct QuantClosedLoopOp {
       const float inv = Div(1.0f, st);
       const uint64_t i = uint64_t{t} * a.C + c;
       xh = QuantElement(a.f[i], m, w, xh, st, inv, qlo, qhi, off, &a.syms[i]);
+    }
+  }
+};
+
+// Thread g (values): the closed loop of channel group g over the tokens. Before quantising a
+// token, its group's step grows where a residual against the prediction would be clipped
+// (codec/quant.cc WidenValueSteps: the same operations in the same order), so the step is a
+// property of the whole group and one thread owns it. The reconstruction overwrites the input
+// in f as it goes (f[t-1] is the previous reconstruction).
+struct QuantValueLoopOp {
+  QuantArgs a;
+  STRATA_HD void operator()(uint64_t g) const {
+    const int32_t off = a.offset();
+    const float qlo = static_cast<float>(-off);
+    const float qhi = static_cast<float>(static_cast<int32_t>((4u << a.bits) - 1) - off);
+    const float room = Sub(static_cast<float>(off), 1.0f);
+    const uint64_t c0 = g * a.group, c1 = c0 + a.group < a.C ? c0 + a.group : a.C;
+    for (uint32_t t = 0; t < a.T; ++t) {
+      const uint64_t row = uint64_t{t} * a.C;
+      float worst = 0.0f;
+      for (uint64_t c = c0; c < c1; ++c) {
+        const float m = a.mu[c];
+        const float xh = t == 0 ? m : a.f[row - a.C + c];
+        const float p = Add(m, Mul(a.a[c], Sub(xh, m)));
+        const float r = Sub(a.f[row + c], p);
+        worst = Max(worst, r < 0.0f ? -r : r);
+      }
+      uint16_t* step16 = &a.steps16[uint64_t{t} * a.groups() + g];
+      const float need = Div(worst, Sub(room, 0.5f));
+      if (need > HalfBitsToFloat(*step16)) {
+        uint16_t h = FloatToHalfBits(Min(need, kMaxStep));
+        while (HalfBitsToFloat(h) < need && HalfBitsToFloat(h) < kMaxStep) ++h;
+        *step16 = h;
+      }
+      const float st = HalfBitsToFloat(*step16);
+      const float inv = Div(1.0f, st);
+      for (uint64_t c = c0; c < c1; ++c) {
+        const float m = a.mu[c];
+        const float xh = t == 0 ? m : a.f[row - a.C + c];
+        a.f[row + c] = QuantElement(a.f[row + c], m, a.a[c], xh, st, inv, qlo, qhi, off,
+                                    &a.syms[row + c]);
+      }
     }
   }
 };
@@ -494,7 +536,8 @@ void QuantEncodePlan(Exec& ex, const QuantArgs& a) {
   ex.ForEach(a.C, QuantChannelOp{a});
   if (!a.key_axis) ex.ForEach(a.steps(), QuantGroupStepOp{a});
   ex.ForEach(a.C, QuantPredictorOp{a});
-  ex.ForEach(a.C, QuantClosedLoopOp{a});
+  if (a.key_axis) ex.ForEach(a.C, QuantClosedLoopOp{a});
+  else ex.ForEach(a.groups(), QuantValueLoopOp{a});
 }
 
 template <class Exec>

@@ -219,13 +219,27 @@ struct QuantCase {
   uint32_t heads, dim, tokens;
   uint16_t group;
   bool had, delta;
+  bool far_values = false;  // fp16 only: two value tokens far from every channel's mean
 };
 
 void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
   const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
   SyntheticKvParams sp;
   sp.seed = 3 + c.tokens;
-  const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
+  std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
+  if (c.far_values) {
+    // Narrow within the group, far from the means: the CPU widens these tokens' value steps
+    // (codec/quant.cc WidenValueSteps), and so must the kernels.
+    const size_t T = c.tokens, C = size_t{c.heads} * c.dim;
+    for (uint32_t layer = 0; layer < 2; ++layer) {
+      const size_t v = (size_t{layer} * 2 + 1) * T * C;
+      for (size_t t : {size_t{1}, T - 1})
+        for (size_t ch = 0; ch < C; ++ch) {
+          const uint16_t h = FloatToHalf((t == 1 ? -30.0f : 40.0f) + 0.001f * float(ch % 7));
+          std::memcpy(block.data() + 2 * (v + t * C + ch), &h, 2);
+        }
+    }
+  }
   CodecParams p;
   p.mode = Mode::kQuant;
   p.key_bits = kbits;
@@ -302,6 +316,8 @@ TEST(CudaMath, QuantMatchesTheCpuByteForByte) {
       {DType::kFloat32, 1, 64, 9, 20, false, true},
       {DType::kFloat16, 3, 16, 1, 16, true, true},     // one token: no prediction
       {DType::kFloat16, 1, 8, 2, 3, false, true},
+      {DType::kFloat16, 2, 64, 16, 32, false, true, true},  // value steps widened
+      {DType::kFloat16, 2, 64, 16, 32, true, false, true},
   };
   for (const QuantCase& c : cases) {
     for (uint8_t b : {2, 3, 4, 8}) {
