@@ -391,6 +391,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       n.nvme.tier.files.push_back({f.path, f.capacity});
     n.nvme.tier.queue_depth = config.nvme_queue_depth;
     n.nvme.tier.sync_after_write = config.nvme_sync_after_write;
+    // Promotions run on gRPC handler threads, which come and go: one ring for all of them.
+    n.nvme.tier.shared_ring = true;
     n.nvme.catalog_path = config.nvme_catalog_dir.empty() ? config.data_dir + "/nvme-catalog"
                                                           : config.nvme_catalog_dir;
     std::error_code ec;

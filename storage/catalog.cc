@@ -130,10 +130,14 @@ absl::Status Catalog::PutBatch(std::span<const std::pair<BlockId, CatalogEntry>>
 absl::Status Catalog::Delete(const BlockId& id) { return DeleteBatch({&id, 1}); }
 
 absl::Status Catalog::DeleteBatch(std::span<const BlockId> ids) {
+  return DeleteBatch(ids, options_.sync_writes);
+}
+
+absl::Status Catalog::DeleteBatch(std::span<const BlockId> ids, bool sync) {
   rocksdb::WriteBatch batch;
   for (const auto& id : ids) batch.Delete(KeyOf(id));
   rocksdb::WriteOptions wo;
-  wo.sync = options_.sync_writes;
+  wo.sync = sync && options_.sync_writes;
   return FromRocks(db_->Write(wo, &batch), absl::StrCat("delete ", path_));
 }
 

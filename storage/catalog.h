@@ -80,6 +80,8 @@ class Catalog {
   absl::Status PutBatch(std::span<const std::pair<BlockId, CatalogEntry>> entries);
   absl::Status Delete(const BlockId& id);
   absl::Status DeleteBatch(std::span<const BlockId> ids);
+  // As above, fsyncing the WAL only when `sync` (a later synced write makes it durable too).
+  absl::Status DeleteBatch(std::span<const BlockId> ids, bool sync);
   // NOT_FOUND when absent; DATA_LOSS when the stored value does not decode.
   absl::StatusOr<CatalogEntry> Get(const BlockId& id) const;
 

@@ -88,11 +88,13 @@ class UringEngine final : public NvmeTier::Impl {
   static absl::StatusOr<std::unique_ptr<UringEngine>> Create(uint32_t qd, uint32_t nbufs,
                                                              uint64_t buf_bytes,
                                                              const std::vector<int>& fds,
-                                                             bool taskrun_flags) {
+                                                             bool taskrun_flags, bool shared) {
     auto e = std::unique_ptr<UringEngine>(new UringEngine(qd, nbufs, buf_bytes, fds));
-    e->want_flags_ = taskrun_flags ? IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
-                                         IORING_SETUP_DEFER_TASKRUN
-                                   : 0;
+    e->shared_ = shared;
+    e->want_flags_ = !taskrun_flags ? 0
+                     : shared       ? IORING_SETUP_COOP_TASKRUN
+                                    : IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+                                          IORING_SETUP_DEFER_TASKRUN;
     if (!e->region_.base) return absl::ResourceExhaustedError("cannot map staging buffers");
     // Huge pages where the kernel has them: a staged op is then one physically contiguous
     // segment for the device instead of one per 4 KiB page. Before the first touch.
@@ -207,6 +209,7 @@ class UringEngine final : public NvmeTier::Impl {
 
   // Callers are serialized (the tier's io_mu_, or Create before the tier is shared).
   absl::StatusOr<Ring*> RingForThisThread() {
+    if (shared_ && !rings_.empty()) return rings_[0].get();
     uint64_t me = ThisThread();
     ++clock_;
     for (auto& r : rings_) {
@@ -255,6 +258,7 @@ class UringEngine final : public NvmeTier::Impl {
   std::vector<std::unique_ptr<Ring>> rings_;
   uint64_t clock_ = 0;
   bool fixed_bufs_ = false;
+  bool shared_ = false;
   unsigned want_flags_ = 0;
   unsigned setup_flags_ = 0;
   std::vector<int> op_buf_;          // per batch, reused
@@ -435,7 +439,7 @@ absl::Status NvmeTier::SetUpIo() {
   if (!options_.force_thread_pool) {
     auto uring = UringEngine::Create(options_.queue_depth, options_.staging_buffers,
                                      options_.staging_buffer_bytes, fds,
-                                     options_.io_uring_taskrun_flags);
+                                     options_.io_uring_taskrun_flags, options_.shared_ring);
     if (uring.ok()) {
       registered_buffers_ = (*uring)->fixed_bufs();
       io_uring_setup_flags_ = (*uring)->setup_flags();
@@ -886,6 +890,24 @@ absl::Status NvmeBlockStore::Remove(const BlockId& id) {
   }
   tier_->Free(ExtentOf(e));
   return absl::OkStatus();
+}
+
+size_t NvmeBlockStore::RemoveMoved(std::span<const BlockId> ids) {
+  std::vector<BlockId> gone;
+  std::vector<CatalogEntry> entries;
+  {
+    absl::MutexLock l(&mu_);
+    for (const BlockId& id : ids) {
+      auto it = blocks_.find(id);
+      if (it == blocks_.end()) continue;
+      gone.push_back(id);
+      entries.push_back(it->second.entry);
+    }
+    if (gone.empty() || !catalog_->DeleteBatch(gone, /*sync=*/false).ok()) return 0;
+    for (const BlockId& id : gone) blocks_.erase(id);
+  }
+  for (const CatalogEntry& e : entries) tier_->Free(ExtentOf(e));
+  return gone.size();
 }
 
 std::optional<CatalogEntry> NvmeBlockStore::Lookup(const BlockId& id) const {

@@ -66,6 +66,10 @@ struct NvmeTierOptions {
   // io_uring rings set up like fio's (COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN, one ring per
   // calling thread); false: plain rings without setup flags (the engine before; A/B in the bench).
   bool io_uring_taskrun_flags = true;
+  // One ring for every calling thread (COOP_TASKRUN only; SINGLE_ISSUER would tie it to one
+  // thread). For callers on many short-lived threads, such as the daemon's gRPC handlers, where
+  // per-thread rings would be set up (and their staging buffers registered) again and again.
+  bool shared_ring = false;
 };
 
 // Where a payload lives. `size` is the payload length; the extent occupies RoundUp(size).
@@ -215,6 +219,12 @@ class NvmeBlockStore {
   std::vector<absl::Status> Get(std::span<NvmeGetReq> reqs);
   // Drops a block (catalog entry first, then the extent). NOT_FOUND when absent.
   absl::Status Remove(const BlockId& id);
+  // Drops the blocks among `ids` that are here, in one catalog batch that is not fsynced: for
+  // blocks that now live elsewhere (promoted to host memory). If the deletions are lost in a
+  // crash, the entries come back at restart: their data is still on disk, or, where a new block
+  // reused the extent, their CRC fails on first read and they are dropped, never served.
+  // Returns how many were removed.
+  size_t RemoveMoved(std::span<const BlockId> ids);
 
   std::optional<CatalogEntry> Lookup(const BlockId& id) const;
   std::vector<BlockId> Ids() const;

@@ -244,6 +244,9 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     absl::MutexLock io(&io_mu_);
     read = store_->Get(gets);
   }
+  // Commit what was read; the NVMe copies of those blocks then go in one catalog batch.
+  std::vector<BlockId> moved;
+  std::vector<size_t> committed_blocks;
   for (size_t k = 0; k < gets.size(); ++k) {
     const size_t i = get_block[k];
     const BlockId& id = blocks[i].id;
@@ -265,16 +268,28 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     // The host tier verifies the CRC32C recorded when the block was first committed.
     const uint32_t crc = blocks[i].entry.crc32c;
     auto committed = host_->Commit(reservation[i], {&crc, 1});
-    {
-      absl::MutexLock io(&io_mu_);
-      RemoveNvme(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
-    }
+    moved.push_back(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
     if (!committed.ok() || (*committed)[0] != BlockStatus::kOk) {
       n_.nvme_crc_failures.fetch_add(1);
       Warn(absl::StrCat("nvme block ", id.ShortHex(),
                         " failed its CRC32C when staged into host memory; dropped"));
       continue;
     }
+    committed_blocks.push_back(i);
+  }
+  {
+    absl::MutexLock io(&io_mu_);
+    store_->RemoveMoved(moved);
+  }
+  {
+    absl::MutexLock l(&meta_mu_);
+    for (const BlockId& id : moved) {
+      policy_->OnRemove(id);
+      pins_.erase(id);
+    }
+  }
+  for (size_t i : committed_blocks) {
+    const BlockId& id = blocks[i].id;
     n_.promotions.fetch_add(1);
     n_.promoted_bytes.fetch_add(blocks[i].entry.size);
     absl::Duration left = blocks[i].pinned_until - absl::Now();

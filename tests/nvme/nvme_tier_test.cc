@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <liburing.h>
 
 #include "test_util.h"
 
@@ -112,9 +113,14 @@ TEST(NvmeTier, IoUringUsesRegisteredBuffers) {
 
 // Each thread gets its own ring (SINGLE_ISSUER); more threads than the engine keeps rings for,
 // some concurrent, some one after another, writing and reading staged and direct.
-TEST(NvmeTier, ManyThreadsShareTheTier) {
+// Per-thread rings (fio's flags) and one shared ring (what stratad uses: its callers are gRPC
+// handler threads that come and go), from waves of short-lived threads.
+class ManyThreads : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ManyThreads, ShareTheTier) {
   TempDir dir;
   NvmeTierOptions o;
+  o.shared_ring = GetParam();
   o.files = {{dir.Sub("a.dat"), 64 << 20}};
   o.queue_depth = 4;
   o.staging_buffers = 2;
@@ -122,6 +128,9 @@ TEST(NvmeTier, ManyThreadsShareTheTier) {
   auto tier = NvmeTier::Open(o);
   ASSERT_TRUE(tier.ok()) << tier.status();
   NvmeTier& t = **tier;
+  if (t.io_backend() == NvmeIoBackend::kIoUring && GetParam()) {
+    EXPECT_EQ(t.io_uring_setup_flags() & IORING_SETUP_SINGLE_ISSUER, 0u);
+  }
   std::atomic<int> bad{0};
   auto work = [&](int k) {
     for (int round = 0; round < 3; ++round) {
@@ -154,6 +163,9 @@ TEST(NvmeTier, ManyThreadsShareTheTier) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(t.free_bytes(), t.capacity_bytes());
 }
+
+INSTANTIATE_TEST_SUITE_P(Rings, ManyThreads, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "shared_ring" : "per_thread"; });
 
 TEST(NvmeTier, FullGivesResourceExhaustedNamingThePath) {
   TempDir dir;
