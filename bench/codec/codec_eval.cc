@@ -96,6 +96,49 @@ void MakeQueries(Dataset* d, uint64_t seed) {
       }
 }
 
+// Real queries for the logit error: PATH.safetensors[:TENSOR] or .npy of shape (layers, tokens,
+// q_heads, head_dim), q_heads a multiple of kv_heads (grouped-query attention: q head i reads kv
+// head i / (q_heads / kv_heads)), with the keys' position encoding applied. Per (layer, kv head)
+// `per_head` queries: the group's q heads at positions spread evenly over the tokens.
+absl::Status LoadQueries(Dataset* d, const std::string& path_spec, uint32_t per_head) {
+  std::string path = path_spec, tensor;
+  const size_t st = path_spec.find(".safetensors");
+  const bool safetensors = st != std::string::npos;
+  if (safetensors && st + 12 < path_spec.size() && path_spec[st + 12] == ':') {
+    path = path_spec.substr(0, st + 12);
+    tensor = path_spec.substr(st + 13);
+  }
+  auto a = safetensors ? ReadSafetensors(path, tensor) : ReadNpy(path);
+  if (!a.ok()) return a.status();
+  const KvLayout& l = d->layout;
+  if (a->shape.size() != 4 || a->shape[0] != l.num_layers || a->shape[3] != l.head_dim ||
+      a->shape[2] == 0 || a->shape[2] % l.num_kv_heads != 0 || a->shape[1] == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--queries: expected shape (", l.num_layers, ", tokens, a multiple of ", l.num_kv_heads,
+        ", ", l.head_dim, ")"));
+  }
+  const uint64_t T = a->shape[1], QH = a->shape[2], D = l.head_dim, H = l.num_kv_heads;
+  const uint64_t group = QH / H;
+  const size_t eb = a->descr == "<f2" ? 2 : 4;
+  d->nq = per_head;
+  d->queries.assign(size_t{l.num_layers} * H * per_head * D, 0.0f);
+  for (uint64_t layer = 0; layer < l.num_layers; ++layer)
+    for (uint64_t h = 0; h < H; ++h)
+      for (uint32_t j = 0; j < per_head; ++j) {
+        const uint64_t qh = h * group + j % group;
+        const uint64_t t = (uint64_t{j / group} * T) / ((per_head + group - 1) / group) +
+                           T / (2 * ((per_head + group - 1) / group));
+        const uint8_t* src = a->data.data() + ((layer * T + std::min(t, T - 1)) * QH + qh) * D * eb;
+        float* dst = d->queries.data() + ((layer * H + h) * per_head + j) * D;
+        if (eb == 2) {
+          codec::internal::ToFloat(src, DType::kFloat16, dst, D);
+        } else {
+          std::memcpy(dst, src, D * 4);
+        }
+      }
+  return absl::OkStatus();
+}
+
 // A .npy file, or a safetensors file as PATH.safetensors[:TENSOR] (one tensor, or the named
 // one), shape (layers, 2, tokens, kv_heads, head_dim).
 absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t tokens_per_block) {
@@ -429,7 +472,7 @@ int main(int argc, char** argv) {
   using namespace strata::codec_bench;
   CLI::App app{"codec_eval: rate, distortion and speed of Strata's KV codec modes"};
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
-  std::string data_path, modes_str, write_npy, dtype_str = "fp16";
+  std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -446,6 +489,12 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_path,
                  ".npy file or FILE.safetensors[:TENSOR], shape (layers, 2, tokens, kv_heads, "
                  "head_dim), fp16/bf16/fp32");
+  app.add_option("--queries", queries_path,
+                 "real queries for the logit error: .npy or FILE.safetensors[:TENSOR], shape "
+                 "(layers, tokens, q_heads, head_dim); default: synthetic ones");
+  app.add_option("--write-queries", write_queries,
+                 "write the synthetic queries as (layers, nq, kv_heads, head_dim) fp32 .npy or "
+                 ".safetensors (tensor 'q') and continue");
   app.add_option("--modes", modes_str, "comma-separated codec specs (default: all)");
   app.add_option("--reps", reps, "timing repetitions (best of)");
   app.add_option("--write-npy", write_npy,
@@ -518,7 +567,38 @@ int main(int argc, char** argv) {
   }
   d.f.resize(Values(d));
   ToFloats(d.bytes.data(), d.layout.dtype, d.f.data(), d.f.size());
-  MakeQueries(&d, 99);
+  if (queries_path.empty()) {
+    MakeQueries(&d, 99);
+    if (!write_queries.empty()) {
+      // Shape (layers, nq, kv_heads, head_dim): nq "positions", one q head per kv head.
+      const KvLayout& l = d.layout;
+      NpyArray q;
+      q.shape = {l.num_layers, d.nq, l.num_kv_heads, l.head_dim};
+      q.descr = "<f4";
+      q.data.resize(d.queries.size() * 4);
+      for (uint32_t layer = 0; layer < l.num_layers; ++layer)
+        for (uint32_t j = 0; j < d.nq; ++j)
+          for (uint32_t h = 0; h < l.num_kv_heads; ++h)
+            std::memcpy(q.data.data() + (((size_t{layer} * d.nq + j) * l.num_kv_heads + h) *
+                                         l.head_dim) * 4,
+                        d.queries.data() + ((size_t{layer} * l.num_kv_heads + h) * d.nq + j) *
+                                               l.head_dim,
+                        l.head_dim * 4);
+      const bool as_st = write_queries.size() > 12 &&
+                         write_queries.compare(write_queries.size() - 12, 12, ".safetensors") == 0;
+      if (auto s = as_st ? WriteSafetensors(write_queries, "q", q) : WriteNpy(write_queries, q);
+          !s.ok()) {
+        std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+    }
+  } else if (auto s = LoadQueries(&d, queries_path, 48); !s.ok()) {
+    std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
+    return 1;
+  } else {
+    absl::StrAppend(&d.source, "; real queries from ", queries_path, " (", d.nq,
+                    " per layer and kv head)");
+  }
 
   std::vector<std::string> modes;
   if (!modes_str.empty()) {
