@@ -78,7 +78,8 @@ inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 }
 
 template <typename Sym>
-void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
+void HistogramImpl(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx,
+                   uint32_t* counts) {
   const size_t full = n / kCtxRun;
   uint32_t ctx = 0;
   if (alphabet <= 1024) {
@@ -356,7 +357,7 @@ bool SimdDecodeAvailable() {
 template <typename Sym>
 double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx) {
   std::vector<uint32_t> counts(size_t{alphabet} * num_ctx, 0);
-  Histogram(syms, n, alphabet, num_ctx, counts.data());
+  HistogramImpl(syms, n, alphabet, num_ctx, counts.data());
   double bits = 0;
   for (uint32_t c = 0; c < num_ctx; ++c) {
     const uint32_t* h = counts.data() + size_t{c} * alphabet;
@@ -370,13 +371,17 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats, int lanes) {
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes, const uint32_t* given) {
   const int L = lanes == 128 ? 128 : lanes == 64 ? 64 : 32;
   internal::ByteWriter w(out);
   const size_t table_start = out->size();
   std::vector<uint32_t>& counts = scratch->counts;
-  counts.assign(size_t{alphabet} * num_ctx, 0);
-  Histogram(syms, n, alphabet, num_ctx, counts.data());
+  if (given) {
+    counts.assign(given, given + size_t{alphabet} * num_ctx);
+  } else {
+    counts.assign(size_t{alphabet} * num_ctx, 0);
+    HistogramImpl(syms, n, alphabet, num_ctx, counts.data());
+  }
 
   scratch->enc_syms.resize(size_t{alphabet} * num_ctx * sizeof(EncSym));
   EncSym* enc = reinterpret_cast<EncSym*>(scratch->enc_syms.data());
@@ -734,10 +739,17 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   return absl::OkStatus();
 }
 
+template <typename Sym>
+void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
+  HistogramImpl(syms, n, alphabet, num_ctx, counts);
+}
+
 template void Encode<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, Scratch*,
-                              std::vector<uint8_t>*, CoderStats*, int);
+                              std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
 template void Encode<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, Scratch*,
-                               std::vector<uint8_t>*, CoderStats*, int);
+                               std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
+template void Histogram<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t*);
+template void Histogram<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, uint32_t*);
 template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
                                       uint8_t*, int);
 template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t,

@@ -1,0 +1,24 @@
+// Raw low bits of the split quant coder (section coder kCoderSplit, see quant.cc): n values of r
+// bits each (1 <= r <= 7), every value a byte < 2^r, packed little-endian: value i occupies bits
+// [i * r, (i + 1) * r) of the packed string, whose last byte is padded with zero bits. Groups of
+// 8 values are r whole bytes, packed with one PEXT (unpacked with one PDEP) where the CPU has
+// BMI2, by shifts otherwise; both write the same bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::codec::internal {
+
+inline size_t LowBitsBytes(size_t n, int r) { return (n * static_cast<size_t>(r) + 7) / 8; }
+
+// Writes LowBitsBytes(n, r) bytes; `out` must have room for 8 more (stores are 8 bytes wide).
+void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out);
+// Reads exactly LowBitsBytes(n, r) bytes of `in` (never past them); `out` must have room for
+// n + 8 bytes. Returns false when the padding bits of the last byte are not zero.
+bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out);
+
+// Tests: use the shift-based packer and unpacker even where BMI2 is available.
+void ForceScalarLowBitsForTesting(bool on);
+
+}  // namespace strata::codec::internal

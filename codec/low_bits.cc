@@ -1,0 +1,121 @@
+#include "codec/internal/low_bits.h"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define STRATA_LOW_BITS_BMI2 1
+#endif
+
+namespace strata::codec::internal {
+namespace {
+
+bool g_force_scalar = false;
+
+// Mask of the low r bits of each of the 8 bytes of a word.
+inline uint64_t ByteMask(int r) { return ((uint64_t{1} << r) - 1) * 0x0101010101010101ull; }
+
+inline uint64_t Load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void Store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// 8 bytes (low r bits each) <-> 8r bits, by shifts.
+inline uint64_t Gather8(uint64_t v, int r) {
+  uint64_t o = 0;
+  for (int i = 0; i < 8; ++i) o |= ((v >> (8 * i)) & ((uint64_t{1} << r) - 1)) << (i * r);
+  return o;
+}
+inline uint64_t Scatter8(uint64_t v, int r) {
+  uint64_t o = 0;
+  for (int i = 0; i < 8; ++i) o |= ((v >> (i * r)) & ((uint64_t{1} << r) - 1)) << (8 * i);
+  return o;
+}
+
+template <bool kBmi2>
+inline uint64_t Pack8(uint64_t v, int r, uint64_t mask);
+template <bool kBmi2>
+inline uint64_t Unpack8(uint64_t v, int r, uint64_t mask);
+
+template <>
+inline uint64_t Pack8<false>(uint64_t v, int r, uint64_t) { return Gather8(v, r); }
+template <>
+inline uint64_t Unpack8<false>(uint64_t v, int r, uint64_t) { return Scatter8(v, r); }
+#if STRATA_LOW_BITS_BMI2
+template <>
+__attribute__((target("bmi2"), always_inline)) inline uint64_t Pack8<true>(uint64_t v, int,
+                                                                           uint64_t mask) {
+  return _pext_u64(v, mask);
+}
+template <>
+__attribute__((target("bmi2"), always_inline)) inline uint64_t Unpack8<true>(uint64_t v, int,
+                                                                             uint64_t mask) {
+  return _pdep_u64(v, mask);
+}
+#define STRATA_BMI2_FN __attribute__((target("bmi2")))
+#else
+#define STRATA_BMI2_FN
+#endif
+
+template <bool kBmi2>
+STRATA_BMI2_FN void PackImpl(const uint8_t* lo, size_t n, int r, uint8_t* out) {
+  const uint64_t mask = ByteMask(r);
+  const size_t groups = n / 8;
+  for (size_t g = 0; g < groups; ++g) Store64(out + g * r, Pack8<kBmi2>(Load64(lo + 8 * g), r, mask));
+  if (const size_t t = n % 8) {
+    uint8_t tail[8] = {};
+    std::memcpy(tail, lo + 8 * groups, t);
+    Store64(out + groups * r, Pack8<kBmi2>(Load64(tail), r, mask));
+  }
+}
+
+template <bool kBmi2>
+STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out) {
+  const uint64_t mask = ByteMask(r);
+  const size_t groups = n / 8, bytes = LowBitsBytes(n, r);
+  size_t g = 0;
+  // Groups whose 8-byte load stays inside the packed bytes.
+  for (; g < groups && g * r + 8 <= bytes; ++g)
+    Store64(out + 8 * g, Unpack8<kBmi2>(Load64(in + g * r), r, mask));
+  // The rest (at most 8 groups and the tail) from a zero-padded copy.
+  uint8_t buf[8 * 8 + 16] = {};
+  const size_t left = bytes - g * r;  // <= 8 r + r
+  std::memcpy(buf, in + g * r, left);
+  const size_t total = (n + 7) / 8;  // groups including a partial one
+  for (size_t k = 0; g < total; ++g, ++k)
+    Store64(out + 8 * g, Unpack8<kBmi2>(Load64(buf + k * r), r, mask));
+}
+
+bool HaveBmi2() {
+#if STRATA_LOW_BITS_BMI2
+  static const bool ok = __builtin_cpu_supports("bmi2");
+  return ok && !g_force_scalar;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void ForceScalarLowBitsForTesting(bool on) { g_force_scalar = on; }
+
+void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out) {
+  if (HaveBmi2())
+    PackImpl<true>(lo, n, r, out);
+  else
+    PackImpl<false>(lo, n, r, out);
+}
+
+bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out) {
+  const size_t bits = n * static_cast<size_t>(r);
+  if (bits % 8 != 0 && (in[bits / 8] >> (bits % 8)) != 0) return false;
+  if (HaveBmi2())
+    UnpackImpl<true>(in, n, r, out);
+  else
+    UnpackImpl<false>(in, n, r, out);
+  return true;
+}
+
+}  // namespace strata::codec::internal
