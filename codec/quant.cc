@@ -347,8 +347,22 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
           }
         }
       }
+      // The high part's tables come from the sample too (no pass over all symbols): its counts
+      // plus one for every value between the section's smallest and largest high part, so
+      // every symbol that occurs has a frequency. Costs ~0.1% of the stream against exact
+      // counts (a sample of 1 in 7 blocks); tested by the code/H column of codec_eval.
+      std::vector<uint32_t>& hcounts = sc->hcounts;
+      hcounts.assign(size_t{ahi} * ctx, 0);
+      const uint32_t top = static_cast<uint32_t>(mx >> r) - base;  // < ahi
+      for (uint32_t c = 0; c < ctx; ++c) {
+        const uint32_t* h = sc->counts.data() + size_t{c} * alphabet;
+        uint32_t* o = hcounts.data() + size_t{c} * ahi;
+        for (uint32_t v = 0; v <= top; ++v) o[v] = 1;
+        for (uint32_t v = static_cast<uint32_t>(mn); v <= mx; ++v) o[(v >> r) - base] += h[v];
+      }
       rans::CoderStats hs;
-      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, &hs, RansLanes(hcoder));
+      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, &hs, RansLanes(hcoder),
+                   hcounts.data());
       const size_t lo_bytes = LowBitsBytes(lo_values, r);
       const size_t at = w.Skip(lo_bytes + 8);
       PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);

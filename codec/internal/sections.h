@@ -31,7 +31,7 @@ struct SectionScratch {
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;   // split coder: one row of low bits
-  std::vector<uint32_t> counts;  // split coder: histograms
+  std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   rans::Scratch rans;
 };
 
