@@ -1,5 +1,6 @@
 #include "codec/internal/low_bits.h"
 
+#include <bit>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -88,6 +89,25 @@ STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out)
     Store64(out + 8 * g, Unpack8<kBmi2>(Load64(buf + k * r), r, mask));
 }
 
+#if STRATA_LOW_BITS_BMI2
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t ExpandRowVbmi2(
+    const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out) {
+  const uint8_t* p = in;
+  for (size_t c = 0, k = 0; c < C; c += 64, ++k) {
+    const __mmask64 m = keep[k];
+    _mm512_storeu_si512(out + c, _mm512_maskz_expand_epi8(m, _mm512_loadu_si512(p)));
+    p += std::popcount(static_cast<uint64_t>(m));
+  }
+  return static_cast<size_t>(p - in);
+}
+
+bool HaveVbmi2() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi2");
+  return ok && !g_force_scalar;
+}
+#endif
+
 bool HaveBmi2() {
 #if STRATA_LOW_BITS_BMI2
   static const bool ok = __builtin_cpu_supports("bmi2");
@@ -106,6 +126,26 @@ void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out) {
     PackImpl<true>(lo, n, r, out);
   else
     PackImpl<false>(lo, n, r, out);
+}
+
+size_t ExpandLowBitsRow(const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out) {
+#if STRATA_LOW_BITS_BMI2
+  if (HaveVbmi2()) return ExpandRowVbmi2(in, keep, C, out);
+#endif
+  const uint8_t* p = in;
+  for (size_t c = 0; c < C;) {
+    const bool kept = (keep[c / 64] >> (c % 64)) & 1;
+    size_t e = c + 1;
+    while (e < C && (((keep[e / 64] >> (e % 64)) & 1) == kept)) ++e;
+    if (kept) {
+      std::memcpy(out + c, p, e - c);
+      p += e - c;
+    } else {
+      std::memset(out + c, 0, e - c);
+    }
+    c = e;
+  }
+  return static_cast<size_t>(p - in);
 }
 
 bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out) {

@@ -29,6 +29,7 @@
 // channel group (values), so the error matches per-channel/per-token intN with the same bits;
 // the prediction only shrinks the symbols the entropy coder sees.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -442,7 +443,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   bool narrow = alphabet <= 256;
   int split_r = 0;
   const uint8_t* lo_row = nullptr;  // split: the current row's low bits
-  std::vector<uint32_t> seg;        // split with outliers: kept channel runs [c0, c1) pairs
+  std::vector<uint64_t> keep;       // split with outliers: channels that keep low bits
   if (coder == kCoderSplit) {
     uint8_t r8, hcoder;
     uint16_t base;
@@ -460,30 +461,21 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     // Low bits: every value's, or all but the outlier channels' (see the layout above).
     size_t kept = C;
     if ((flags & kFlagKeyOutliers) && !had && nout > 0) {
-      sc->lo_row.assign(C + 8, 0);  // marks, then reused as the row buffer
+      keep.assign((C + 63) / 64, 0);
+      for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
       for (size_t i = 0; i < nout; ++i) {
         uint16_t c;
-        std::memcpy(&c, out_idx + 2 * i, 2);
-        sc->lo_row[c] = 1;
-      }
-      for (size_t c = 0; c < C;) {
-        if (sc->lo_row[c]) {
-          ++c;
-          continue;
-        }
-        const size_t c0 = c;
-        while (c < C && !sc->lo_row[c]) ++c;
-        seg.push_back(static_cast<uint32_t>(c0));
-        seg.push_back(static_cast<uint32_t>(c));
+        std::memcpy(&c, out_idx + 2 * i, 2);  // < C, checked above; duplicates count once
+        keep[c / 64] &= ~(uint64_t{1} << (c % 64));
       }
       kept = 0;
-      for (size_t i = 0; i < seg.size(); i += 2) kept += seg[i + 1] - seg[i];
-      std::fill(sc->lo_row.begin(), sc->lo_row.end(), 0);
+      for (uint64_t k : keep) kept += static_cast<size_t>(std::popcount(k));
+      sc->lo_row.resize((C + 63) / 64 * 64);
     }
     const size_t lo_values = T * kept;
     const uint8_t* packed;
     RETURN_IF_ERROR(r.Take(LowBitsBytes(lo_values, r8), &packed));
-    sc->lo.resize(lo_values + 8);
+    sc->lo.resize(lo_values + 64);  // + 64: ExpandLowBitsRow reads a whole vector
     if (!UnpackLowBits(packed, lo_values, r8, sc->lo.data()))
       return absl::DataLossError("quant section: nonzero padding after the low bits");
     split_r = r8;
@@ -530,15 +522,10 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
                           ? reinterpret_cast<uint16_t*>(out + t * out_row)
                           : nullptr;
     if (split_r) {
-      if (seg.empty()) {
+      if (keep.empty()) {
         lo_row = sc->lo.data() + t * C;
-      } else {  // spread the row's kept low bits over their channels (outliers stay 0)
-        const uint8_t* src = sc->lo.data() + lo_off;
-        for (size_t i = 0; i < seg.size(); i += 2) {
-          std::memcpy(sc->lo_row.data() + seg[i], src, seg[i + 1] - seg[i]);
-          src += seg[i + 1] - seg[i];
-        }
-        lo_off = static_cast<size_t>(src - sc->lo.data());
+      } else {  // spread the row's kept low bits over their channels (outliers get 0)
+        lo_off += ExpandLowBitsRow(sc->lo.data() + lo_off, keep.data(), C, sc->lo_row.data());
         lo_row = sc->lo_row.data();
       }
       DequantRowSplitF16(sc->syms8.data() + t * C, lo_row, split_r, sc->mu.data(), sc->a.data(),

@@ -18,7 +18,15 @@ void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out);
 // n + 8 bytes. Returns false when the padding bits of the last byte are not zero.
 bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out);
 
-// Tests: use the shift-based packer and unpacker even where BMI2 is available.
+// One token row of the low bits when some channels store none (the outlier channels of `ol`
+// sections): out[c] = the next value of `in` for channels whose bit is set in `keep` (bit c % 64
+// of keep[c / 64]), 0 for the others; returns the number of values read. `in` must be readable
+// 64 bytes past the values it holds, `out` writable to C rounded up to 64. AVX-512 VBMI2
+// (vpexpandb, 64 channels per step) where available, copies of the kept runs otherwise.
+size_t ExpandLowBitsRow(const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out);
+
+// Tests: use the shift-based packer and unpacker (and the run-copy expansion) even where
+// BMI2 (VBMI2) is available.
 void ForceScalarLowBitsForTesting(bool on);
 
 }  // namespace strata::codec::internal

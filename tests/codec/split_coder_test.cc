@@ -81,6 +81,34 @@ TEST(LowBits, PackUnpackRoundTripScalarAndBmi2Agree) {
   }
 }
 
+TEST(LowBits, ExpandRowVectorAndRunCopiesAgree) {
+  Hooks hooks;
+  std::mt19937 rng(7);
+  for (size_t C : {size_t{1}, size_t{20}, size_t{64}, size_t{100}, size_t{128}, size_t{1024}}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<uint64_t> keep((C + 63) / 64, 0);
+      size_t kept = 0;
+      for (size_t c = 0; c < C; ++c)
+        if (rng() % 8 != 0 || trial == 0) {  // trial 0: every channel kept
+          keep[c / 64] |= uint64_t{1} << (c % 64);
+          ++kept;
+        }
+      std::vector<uint8_t> in(kept + 64);
+      for (auto& v : in) v = static_cast<uint8_t>(1 + rng() % 127);
+      std::vector<uint8_t> want(C, 0);
+      for (size_t c = 0, k = 0; c < C; ++c)
+        if ((keep[c / 64] >> (c % 64)) & 1) want[c] = in[k++];
+      for (bool scalar : {false, true}) {
+        internal::ForceScalarLowBitsForTesting(scalar);
+        std::vector<uint8_t> out((C + 63) / 64 * 64, 0xEE);
+        EXPECT_EQ(internal::ExpandLowBitsRow(in.data(), keep.data(), C, out.data()), kept);
+        out.resize(C);
+        EXPECT_EQ(out, want) << "C " << C << " scalar " << scalar;
+      }
+    }
+  }
+}
+
 // Every r the split coder can take decodes to exactly what the plain 64-state coder decodes to
 // (the quantiser is untouched), with and without outliers and rotation, 7 and 8 bits.
 TEST(SplitCoder, EveryLowBitCountDecodesLikeThePlainCoder) {
@@ -112,6 +140,9 @@ TEST(SplitCoder, EveryLowBitCountDecodesLikeThePlainCoder) {
       }
       if (r <= 6) EXPECT_GT(split, 0) << spec << " r " << r;
       EXPECT_EQ(DecodeOk(*blob, data.size()), want) << spec << " r " << r;
+      internal::ForceScalarLowBitsForTesting(true);
+      EXPECT_EQ(DecodeOk(*blob, data.size()), want) << spec << " r " << r << " scalar";
+      internal::ForceScalarLowBitsForTesting(false);
     }
     // The encoder's own choice, and its determinism.
     auto a = Encode(l, *p, data), b = Encode(l, *p, data);
