@@ -1,5 +1,6 @@
 #include "codec/internal/low_bits.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -72,11 +73,12 @@ STRATA_BMI2_FN void PackImpl(const uint8_t* lo, size_t n, int r, uint8_t* out) {
   }
 }
 
+// Unpacks groups g0.. (8 values each) to the end.
 template <bool kBmi2>
-STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out) {
+STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out, size_t g0) {
   const uint64_t mask = ByteMask(r);
   const size_t groups = n / 8, bytes = LowBitsBytes(n, r);
-  size_t g = 0;
+  size_t g = g0;
   // Groups whose 8-byte load stays inside the packed bytes.
   for (; g < groups && g * r + 8 <= bytes; ++g)
     Store64(out + 8 * g, Unpack8<kBmi2>(Load64(in + g * r), r, mask));
@@ -99,6 +101,36 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t ExpandRowVbmi2(
     p += std::popcount(static_cast<uint64_t>(m));
   }
   return static_cast<size_t>(p - in);
+}
+
+// 64 values per step: a masked load of their 8r bytes, vpermb puts group q's r bytes in qword q,
+// vpmultishiftqb takes byte i of each qword from bit i * r on, and the mask keeps r bits.
+// Returns the number of whole 8-value groups done. The loads never pass the packed bytes.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t UnpackVbmi(const uint8_t* in,
+                                                                          size_t n, int r,
+                                                                          uint8_t* out) {
+  alignas(64) uint8_t perm[64], shifts[64];
+  for (int q = 0; q < 8; ++q)
+    for (int i = 0; i < 8; ++i) {
+      perm[8 * q + i] = static_cast<uint8_t>(std::min(63, q * r + i));
+      shifts[8 * q + i] = static_cast<uint8_t>(i * r);
+    }
+  const __m512i pv = _mm512_load_si512(perm), sv = _mm512_load_si512(shifts);
+  const __m512i mv = _mm512_set1_epi8(static_cast<char>((1u << r) - 1));
+  const __mmask64 lm = (uint64_t{1} << (8 * r)) - 1;
+  const size_t blocks = n / 64;
+  for (size_t b = 0; b < blocks; ++b) {
+    const __m512i v = _mm512_maskz_loadu_epi8(lm, in + b * 8 * r);
+    const __m512i w = _mm512_multishift_epi64_epi8(sv, _mm512_permutexvar_epi8(pv, v));
+    _mm512_storeu_si512(out + 64 * b, _mm512_and_si512(w, mv));
+  }
+  return blocks * 8;
+}
+
+bool HaveVbmi() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi");
+  return ok && !g_force_scalar;
 }
 
 bool HaveVbmi2() {
@@ -151,10 +183,14 @@ size_t ExpandLowBitsRow(const uint8_t* in, const uint64_t* keep, size_t C, uint8
 bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out) {
   const size_t bits = n * static_cast<size_t>(r);
   if (bits % 8 != 0 && (in[bits / 8] >> (bits % 8)) != 0) return false;
+  size_t g0 = 0;
+#if STRATA_LOW_BITS_BMI2
+  if (HaveVbmi()) g0 = UnpackVbmi(in, n, r, out);
+#endif
   if (HaveBmi2())
-    UnpackImpl<true>(in, n, r, out);
+    UnpackImpl<true>(in, n, r, out, g0);
   else
-    UnpackImpl<false>(in, n, r, out);
+    UnpackImpl<false>(in, n, r, out, g0);
   return true;
 }
 
