@@ -5,6 +5,10 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC's AVX-512 headers start some intrinsics from _mm*_undefined_*(), which -Wall flags.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define STRATA_LOW_BITS_BMI2 1
 #endif

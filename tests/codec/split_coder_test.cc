@@ -136,9 +136,13 @@ TEST(SplitCoder, EveryLowBitCountDecodesLikeThePlainCoder) {
         // r >= bits, or a high part wider than a byte, falls back to the plain coder.
         EXPECT_TRUE(s.coder == internal::kCoderSplit || s.coder == internal::kCoderRans64);
         split += s.coder == internal::kCoderSplit;
-        if (r < s.bits && r >= s.bits - 4) EXPECT_EQ(s.coder, internal::kCoderSplit);
+        if (r < s.bits && r >= s.bits - 4) {
+          EXPECT_EQ(s.coder, internal::kCoderSplit);
+        }
       }
-      if (r <= 6) EXPECT_GT(split, 0) << spec << " r " << r;
+      if (r <= 6) {
+        EXPECT_GT(split, 0) << spec << " r " << r;
+      }
       EXPECT_EQ(DecodeOk(*blob, data.size()), want) << spec << " r " << r;
       internal::ForceScalarLowBitsForTesting(true);
       EXPECT_EQ(DecodeOk(*blob, data.size()), want) << spec << " r " << r << " scalar";
@@ -240,7 +244,8 @@ TEST(SplitCoder, HostileSectionsAreDataLoss) {
   longer.push_back(0);
   expect_loss(longer, "trailing byte");
   auto pad = payload;
-  pad.back() |= 0x80;
+  ASSERT_GT(pad.size(), at + 4);
+  pad[pad.size() - 1] = static_cast<uint8_t>(pad[pad.size() - 1] | 0x80);
   expect_loss(pad, "padding bit");
   // Random mutations of the split fields and the rest never crash.
   for (int i = 0; i < 2000; ++i) {
