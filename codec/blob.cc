@@ -56,6 +56,10 @@ std::vector<uint8_t>* BlobWriter::BeginSection(const SectionEntry& e) {
   return out_;
 }
 
+void BlobWriter::SetSectionCoder(uint8_t coder) {
+  Put<uint8_t>(out_, kHeaderBytes + size_t{next_} * kSectionEntryBytes + 5, coder);
+}
+
 void BlobWriter::EndSection() {
   size_t at = kHeaderBytes + size_t{next_} * kSectionEntryBytes;
   Put<uint64_t>(out_, at + 8, section_start_);

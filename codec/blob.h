@@ -91,6 +91,8 @@ class BlobWriter {
   BlobWriter(std::vector<uint8_t>* out, const BlobHeader& header, uint32_t num_sections);
   // Starts the next section's payload; returns the output buffer to append to.
   std::vector<uint8_t>* BeginSection(const SectionEntry& entry);
+  // Rewrites the open section's coder (a section encoder may settle on another coder).
+  void SetSectionCoder(uint8_t coder);
   void EndSection();
   // Fails if fewer sections than announced were written.
   absl::Status Finish();

@@ -262,11 +262,15 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                 planes ? internal::EncodeLosslessPlanes(in, shape, &scratch_->sec, out, &coder)
                        : internal::EncodeLossless(in, shape, &scratch_->sec, out, &coder));
             break;
-          case Mode::kQuant:
+          case Mode::kQuant: {
+            uint8_t written = e.coder;
             RETURN_IF_ERROR(
-                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out, &coder,
-                                      stats ? stats->symbol_sink : nullptr));
+                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out,
+                                      stats ? &coder : nullptr,  // stats cost a pass: on demand
+                                      stats ? stats->symbol_sink : nullptr, &written));
+            if (written != e.coder) w.SetSectionCoder(written);
             break;
+          }
           case Mode::kGroupwise:
             RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
                                                       &scratch_->sec, out, &coder));

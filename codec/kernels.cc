@@ -133,10 +133,12 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
 
 // Fused decoder row: xh = mu + a * (xh - mu) + (sym - offset) * step, and, when out16 is set,
 // out16 = fp16(xh) in the same pass.
+// Split symbols (lo set): sym = (hi << r) + lo, hi the 8-bit `sym` argument; `offset` then
+// already holds the split's base (offset - (base << r)), so q = sym - offset as before.
 template <typename Sym>
 HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
                             size_t step_group, float* xh, uint16_t* out16, size_t n,
-                            int32_t offset) {
+                            int32_t offset, const uint8_t* lo = nullptr, int r = 0) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<Sym, decltype(d)> ds;
@@ -156,10 +158,17 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
     } else {
       st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
     }
-    const auto q = hn::ConvertTo(
-        d, hn::Sub(hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
-                                                 hn::LoadU(ds, sym + i))),
-                   off));
+    auto si = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                            hn::LoadU(ds, sym + i)));
+    if constexpr (sizeof(Sym) == 1) {
+      if (lo) {
+        const hn::Rebind<uint8_t, decltype(d)> d8;
+        si = hn::Add(hn::ShiftLeftSame(si, r),
+                     hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                                   hn::LoadU(d8, lo + i))));
+      }
+    }
+    const auto q = hn::ConvertTo(d, hn::Sub(si, off));
     const auto v = hn::Add(p, hn::Mul(q, st));
     hn::StoreU(v, d, xh + i);
     if (out16)
@@ -167,7 +176,8 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   }
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
-    const float q = static_cast<float>(static_cast<int32_t>(sym[i]) - offset);
+    const int32_t sv = lo ? (static_cast<int32_t>(sym[i]) << r) + lo[i] : sym[i];
+    const float q = static_cast<float>(sv - offset);
     xh[i] = p + q * (step_group ? step[i / step_group] : step[i]);
     if (out16) out16[i] = FloatToHalf(xh[i]);
   }
@@ -177,6 +187,11 @@ void DequantRow8Impl(const uint8_t* sym, const float* mu, const float* a, const 
                      size_t step_group,
                      float* xh, uint16_t* out16, size_t n, int32_t offset) {
   DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void DequantRowSplitImpl(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
+                         const float* a, const float* step, size_t step_group, float* xh,
+                         uint16_t* out16, size_t n, int32_t offset) {
+  DequantRowT(hi, mu, a, step, step_group, xh, out16, n, offset, lo, r);
 }
 void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, const float* step,
                      size_t step_group,
@@ -313,6 +328,46 @@ void SplitBytesImpl(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n) {
   }
 }
 
+void SplitSymbolsImpl(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi,
+                      uint8_t* lo) {
+  const hn::ScalableTag<uint16_t> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  const auto mask = hn::Set(d, static_cast<uint16_t>((1u << r) - 1));
+  const auto bv = hn::Set(d, base);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, sym + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, hn::And(v, mask))), d8, lo + i);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, hn::Sub(hn::ShiftRightSame(v, r), bv))), d8,
+               hi + i);
+  }
+  for (; i < n; ++i) {
+    lo[i] = static_cast<uint8_t>(sym[i] & ((1u << r) - 1));
+    hi[i] = static_cast<uint8_t>((sym[i] >> r) - base);
+  }
+}
+
+void MinMaxU16Impl(const uint16_t* x, size_t n, uint16_t* mn, uint16_t* mx) {
+  const hn::ScalableTag<uint16_t> d;
+  const size_t N = hn::Lanes(d);
+  auto vmn = hn::Set(d, 0xFFFF), vmx = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    vmn = hn::Min(vmn, v);
+    vmx = hn::Max(vmx, v);
+  }
+  uint16_t a = hn::GetLane(hn::MinOfLanes(d, vmn)), b = hn::GetLane(hn::MaxOfLanes(d, vmx));
+  for (; i < n; ++i) {
+    a = std::min(a, x[i]);
+    b = std::max(b, x[i]);
+  }
+  *mn = a;
+  *mx = b;
+}
+
 void MergeBytesImpl(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n) {
   const hn::ScalableTag<uint16_t> d;
   const hn::Rebind<uint8_t, decltype(d)> d8;
@@ -424,6 +479,9 @@ HWY_EXPORT(MinMaxAccumRowImpl);
 HWY_EXPORT(QuantRowImpl);
 HWY_EXPORT(DequantRow8Impl);
 HWY_EXPORT(DequantRow16Impl);
+HWY_EXPORT(DequantRowSplitImpl);
+HWY_EXPORT(SplitSymbolsImpl);
+HWY_EXPORT(MinMaxU16Impl);
 HWY_EXPORT(HadamardRowsImpl);
 HWY_EXPORT(HadamardRowsToHalfImpl);
 HWY_EXPORT(SplitBytesImpl);
@@ -471,6 +529,19 @@ void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const fl
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
   HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+}
+void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
+                        const float* a, const float* step, size_t step_group, float* xh,
+                        uint16_t* out16, size_t n, int32_t offset) {
+  HWY_DYNAMIC_DISPATCH(DequantRowSplitImpl)(hi, lo, r, mu, a, step, step_group, xh, out16, n,
+                                            offset);
+}
+void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi,
+                  uint8_t* lo) {
+  HWY_DYNAMIC_DISPATCH(SplitSymbolsImpl)(sym, n, r, base, hi, lo);
+}
+void MinMaxU16(const uint16_t* x, size_t n, uint16_t* mn, uint16_t* mx) {
+  HWY_DYNAMIC_DISPATCH(MinMaxU16Impl)(x, n, mn, mx);
 }
 void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n) {
   HWY_DYNAMIC_DISPATCH(HadamardRowsToHalfImpl)(in, tmp, out16, rows, n);

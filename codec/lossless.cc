@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 
+// GCC 12 warns about its own AVX-512 headers (undefined upper halves it then overwrites).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -372,6 +374,7 @@ void ForceScalarPlanesForTesting(bool on) { g_planes_force_scalar = on; }
 uint8_t CoderWritten() { return g_coder_written ? g_coder_written : kCoderWritten; }
 uint8_t QuantCoder(uint8_t bits, size_t values) {
   if (g_coder_written) return g_coder_written;
+  if (bits >= 7) return kCoderSplit;
   return bits <= 6 && values >= kMinValuesFor128 ? kCoderRans128 : kCoderWritten;
 }
 void SetCoderWrittenForTesting(uint8_t coder) { g_coder_written = coder; }

@@ -10,7 +10,18 @@
 //   u8 a[C]                    if token delta: predictor weight a/16 in [0, 1]
 //   fp16 step[C]               axis 0
 //   fp16 step[T * ceil(C/G)]   axis 1
-//   rANS(symbols, alphabet 4 << bits)
+//   coder 1, 2, 4: rANS(symbols, alphabet 4 << bits)
+//   coder 5 (split): u8 r (1..7, < bits), u8 rANS coder of the high part (1, 2 or 4), u16 base,
+//                 rANS(hi = (sym >> r) - base as bytes, alphabet min(256, (4 << bits >> r) - base)),
+//                 then the low r bits of every symbol, bit-packed (low_bits.h) to the end of the
+//                 payload, in value order; with kFlagKeyOutliers and no Hadamard the outlier
+//                 channels' low bits are left out (those channels are zero when quantised, their
+//                 symbols are 2^(bits+1) whose low bits are 0, and their output is the kept
+//                 input anyway). sym = (hi + base) << r | lo.
+//   The encoder picks the largest r whose coded size (entropy of hi + r raw bits per value)
+//   stays within kSplitMaxLoss of the symbols' own entropy and whose high part spans <= 256
+//   values; the high part of 8-bit symbols then spans <= 64 values on typical data, which the
+//   rANS coder's in-register table paths handle, and the tables shrink with the alphabet.
 //
 // Reconstruction (kernels.h QuantRow/DequantRow), for token t and channel c:
 //   xh[t][c] = mu[c] + a[c] * (xh[t-1][c] - mu[c]) + (sym - 2^(bits+1)) * step,  xh[-1] = mu.
@@ -18,6 +29,7 @@
 // channel group (values), so the error matches per-channel/per-token intN with the same bits;
 // the prediction only shrinks the symbols the entropy coder sees.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -25,6 +37,7 @@
 #include "codec/half.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/kernels.h"
+#include "codec/internal/low_bits.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
@@ -66,11 +79,99 @@ void WidenValueSteps(const float* x, const float* mu, const float* a, const floa
   }
 }
 
+int g_split_r = 0;  // tests: forced r
+
+// Order-0 entropy in bits of per-context histograms (num_ctx * alphabet), and the used range.
+// `sample`: the histograms are of a sample; add the Miller-Madow correction ((used - 1) / 2 nats
+// per context), without which a sample's entropy of a wide alphabet reads low (by ~0.3% for
+// 8-bit symbols sampled 1 in 7).
+double HistEntropy(const uint32_t* h, uint32_t alphabet, uint32_t num_ctx, uint32_t* lo,
+                   uint32_t* hi, bool sample = false) {
+  double bits = 0;
+  *lo = alphabet;
+  *hi = 0;
+  for (uint32_t c = 0; c < num_ctx; ++c) {
+    const uint32_t* hc = h + size_t{c} * alphabet;
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < alphabet; ++s) total += hc[s];
+    if (total == 0) continue;
+    const double lt = std::log2(static_cast<double>(total));
+    uint32_t used = 0;
+    for (uint32_t s = 0; s < alphabet; ++s) {
+      if (!hc[s]) continue;
+      ++used;
+      bits += hc[s] * (lt - std::log2(static_cast<double>(hc[s])));
+      *lo = std::min(*lo, s);
+      *hi = std::max(*hi, s);
+    }
+    if (sample) bits += (used - 1) / (2.0 * std::log(2.0));
+  }
+  return bits;
+}
+
+// Histogram (num_ctx * alphabet, rANS contexts) of a deterministic sample of the symbols: every
+// `stride`-th block of num_ctx runs of kCtxRun symbols, stride odd so that, when a token row is
+// a power-of-two number of blocks, the sampled blocks walk through every channel. Returns the
+// number of symbols sampled.
+size_t SampleHistogram(const uint16_t* syms, size_t n, uint32_t alphabet, uint32_t num_ctx,
+                       size_t stride, uint32_t* counts) {
+  const size_t block = size_t{num_ctx} * rans::kCtxRun;
+  size_t sampled = 0;
+  for (size_t at = 0; at < n; at += stride * block) {
+    const size_t len = std::min(block, n - at);
+    for (size_t i = 0; i < len; ++i)
+      ++counts[(i / rans::kCtxRun) * alphabet + syms[at + i]];
+    sampled += len;
+  }
+  return sampled;
+}
+
+// The split coder's r: the largest r < bits (<= 7) whose high part spans <= 256 values over all
+// symbols (min mn, max mx) and whose estimated cost, from the sample histogram `counts` of
+// `sampled` symbols, H(hi) + r * sampled * lo_frac, is within kSplitMaxLoss of H(sym); 0 when
+// none is. lo_frac: the share of symbols that keep their low bits.
+int ChooseSplit(const uint32_t* counts, size_t sampled, uint32_t alphabet, uint32_t num_ctx,
+                uint8_t bits, double lo_frac, uint16_t mn, uint16_t mx) {
+  const int forced = g_split_r;
+  uint32_t lo, hi;
+  const double full_bits = HistEntropy(counts, alphabet, num_ctx, &lo, &hi, true);
+  std::vector<uint32_t> hc;
+  // Relative cost of r over the whole symbols' entropy.
+  auto cost = [&](int r) {
+    const uint32_t ha = alphabet >> r;
+    hc.assign(size_t{ha} * num_ctx, 0);
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      const uint32_t* h = counts + size_t{c} * alphabet;
+      uint32_t* o = hc.data() + size_t{c} * ha;
+      for (uint32_t s = 0; s < alphabet; ++s) o[s >> r] += h[s];
+    }
+    const double hbits = HistEntropy(hc.data(), ha, num_ctx, &lo, &hi, true);
+    return (hbits + r * static_cast<double>(sampled) * lo_frac) / full_bits - 1.0;
+  };
+  auto span = [&](int r) { return (mx >> r) - (mn >> r) + 1; };
+  for (int r = std::min(7, bits - 1); r >= 1; --r) {
+    if (forced && r != forced) continue;
+    if (span(r) > 256) continue;
+    if (forced) return r;
+    if (full_bits <= 0 || cost(r) > kSplitMaxLoss) continue;
+    // The rANS coder's fast paths want the high part within 64 values: one more low bit is
+    // worth up to twice the loss.
+    if (span(r) > 64 && r + 1 <= std::min(7, bits - 1) && span(r + 1) <= 64 &&
+        cost(r + 1) <= 2 * kSplitMaxLoss)
+      return r + 1;
+    return r;
+  }
+  return 0;
+}
+
 }  // namespace
+
+void SetSplitLowBitsForTesting(int r) { g_split_r = r; }
 
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink) {
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
+                         uint8_t* coder) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
   const int levels = (1 << bits) - 1;
   const int32_t offset = 1 << (bits + 1);
@@ -232,8 +333,79 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
-  rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats,
-               RansLanes(QuantCoder(bits, n)));
+  if (*coder != kCoderSplit) {
+    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
+  } else {
+    // Split coder: r from a sample's histogram (1 in 7 blocks of large sections).
+    const size_t stride = std::min<size_t>(7, std::max<size_t>(1, n / 32768)) | 1;
+    sc->counts.assign(size_t{alphabet} * ctx, 0);
+    const size_t sampled =
+        SampleHistogram(sc->syms.data(), n, alphabet, ctx, stride, sc->counts.data());
+    // Outlier channels (zero when quantised, replaced by their kept values) keep no low bits.
+    const bool skip = use_outliers && !p.hadamard && !outliers.empty();
+    const size_t lo_values = n - (skip ? T * outliers.size() : 0);
+    uint16_t mn = 0, mx = 0;
+    if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
+    const int r = n == 0 ? 0
+                         : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
+                                       static_cast<double>(lo_values) / static_cast<double>(n),
+                                       mn, mx);
+    if (r == 0) {
+      *coder = kCoderWritten;
+      rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
+    } else {
+      const uint8_t hcoder = n >= kMinValuesFor128 ? kCoderRans128 : kCoderRans64;
+      const uint16_t base = static_cast<uint16_t>(mn >> r);
+      const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r) - base);
+      w.U8(static_cast<uint8_t>(r));
+      w.U8(hcoder);
+      w.U16(base);
+      sc->hi.resize(n);
+      sc->lo.resize(n);
+      SplitSymbols(sc->syms.data(), n, r, base, sc->hi.data(), sc->lo.data());
+      if (skip) {  // drop the outlier channels' low bits, row by row (in place, forwards)
+        uint8_t* dst = sc->lo.data();
+        for (size_t t = 0; t < T; ++t) {
+          size_t c0 = 0;
+          for (size_t i = 0; i <= outliers.size(); ++i) {
+            const size_t c1 = i < outliers.size() ? outliers[i] : C;
+            std::memmove(dst, sc->lo.data() + t * C + c0, c1 - c0);
+            dst += c1 - c0;
+            c0 = c1 + 1;
+          }
+        }
+      }
+      // The high part's tables come from the sample too (no pass over all symbols): its counts
+      // plus one for every value between the section's smallest and largest high part, so
+      // every symbol that occurs has a frequency. Costs ~0.1% of the stream against exact
+      // counts (a sample of 1 in 7 blocks); tested by the code/H column of codec_eval.
+      std::vector<uint32_t>& hcounts = sc->hcounts;
+      hcounts.assign(size_t{ahi} * ctx, 0);
+      const uint32_t top = static_cast<uint32_t>(mx >> r) - base;  // < ahi
+      for (uint32_t c = 0; c < ctx; ++c) {
+        const uint32_t* h = sc->counts.data() + size_t{c} * alphabet;
+        uint32_t* o = hcounts.data() + size_t{c} * ahi;
+        for (uint32_t v = 0; v <= top; ++v) o[v] = 1;
+        for (uint32_t v = static_cast<uint32_t>(mn); v <= mx; ++v) o[(v >> r) - base] += h[v];
+      }
+      rans::CoderStats hs;
+      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, &hs, RansLanes(hcoder),
+                   hcounts.data());
+      const size_t lo_bytes = LowBitsBytes(lo_values, r);
+      const size_t at = w.Skip(lo_bytes + 8);
+      PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);
+      out->resize(at + lo_bytes);
+      if (stats) {  // measured against the whole symbols' entropy (exact, not the sample's)
+        sc->counts.assign(size_t{alphabet} * ctx, 0);
+        rans::Histogram(sc->syms.data(), n, alphabet, ctx, sc->counts.data());
+        uint32_t l0, h0;
+        stats->entropy_bits += HistEntropy(sc->counts.data(), alphabet, ctx, &l0, &h0);
+        stats->stream_bits += hs.stream_bits + 8 * lo_bytes;
+        stats->table_bits += hs.table_bits + 32;  // + r, coder, base
+        stats->symbols += n;
+      }
+    }
+  }
   if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }
@@ -242,7 +414,8 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
                          uint8_t coder, SectionScratch* sc, uint8_t* out) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
   const int lanes = RansLanes(coder);
-  if (lanes == 0) return absl::DataLossError("quant section: unknown entropy coder");
+  if (lanes == 0 && coder != kCoderSplit)
+    return absl::DataLossError("quant section: unknown entropy coder");
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
@@ -292,10 +465,50 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   RETURN_IF_ERROR(r.Take(nsteps * 2, &st_p));
 
   const uint32_t alphabet = 4u << bits;
-  const int32_t offset = 1 << (bits + 1);
+  int32_t offset = 1 << (bits + 1);
   // Alphabets up to 256 (bits <= 6) decode to bytes: half the symbol traffic.
-  const bool narrow = alphabet <= 256;
-  if (narrow) {
+  bool narrow = alphabet <= 256;
+  int split_r = 0;
+  const uint8_t* lo_row = nullptr;  // split: the current row's low bits
+  std::vector<uint64_t> keep;       // split with outliers: channels that keep low bits
+  if (coder == kCoderSplit) {
+    uint8_t r8, hcoder;
+    uint16_t base;
+    RETURN_IF_ERROR(r.Read(&r8));
+    RETURN_IF_ERROR(r.Read(&hcoder));
+    RETURN_IF_ERROR(r.Read(&base));
+    if (r8 < 1 || r8 > 7 || r8 >= bits)
+      return absl::DataLossError("quant section: split low bits out of range");
+    const int hlanes = RansLanes(hcoder);
+    if (hlanes == 0) return absl::DataLossError("quant section: unknown high-part coder");
+    if (base >= (alphabet >> r8)) return absl::DataLossError("quant section: split base too large");
+    const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r8) - base);
+    sc->syms8.resize(n);
+    RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes));
+    // Low bits: every value's, or all but the outlier channels' (see the layout above).
+    size_t kept = C;
+    if ((flags & kFlagKeyOutliers) && !had && nout > 0) {
+      keep.assign((C + 63) / 64, 0);
+      for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
+      for (size_t i = 0; i < nout; ++i) {
+        uint16_t c;
+        std::memcpy(&c, out_idx + 2 * i, 2);  // < C, checked above; duplicates count once
+        keep[c / 64] &= ~(uint64_t{1} << (c % 64));
+      }
+      kept = 0;
+      for (uint64_t k : keep) kept += static_cast<size_t>(std::popcount(k));
+      sc->lo_row.resize((C + 63) / 64 * 64);
+    }
+    const size_t lo_values = T * kept;
+    const uint8_t* packed;
+    RETURN_IF_ERROR(r.Take(LowBitsBytes(lo_values, r8), &packed));
+    sc->lo.resize(lo_values + 64);  // + 64: ExpandLowBitsRow reads a whole vector
+    if (!UnpackLowBits(packed, lo_values, r8, sc->lo.data()))
+      return absl::DataLossError("quant section: nonzero padding after the low bits");
+    split_r = r8;
+    offset -= static_cast<int32_t>(base) << r8;
+    narrow = true;
+  } else if (narrow) {
     sc->syms8.resize(n);
     RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes));
   } else {
@@ -323,6 +536,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   sc->xh.assign(sc->mu.begin(), sc->mu.end());
   sc->row.resize(C);
   const size_t out_row = C * DTypeBytes(s.dtype);
+  size_t lo_off = 0;  // split with outliers: next row's low bits in sc->lo
   for (size_t t = 0; t < T; ++t) {
     size_t step_group = 0;
     if (axis == 1) {
@@ -334,7 +548,16 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     uint16_t* out16 = !had && s.dtype == DType::kFloat16
                           ? reinterpret_cast<uint16_t*>(out + t * out_row)
                           : nullptr;
-    if (narrow)
+    if (split_r) {
+      if (keep.empty()) {
+        lo_row = sc->lo.data() + t * C;
+      } else {  // spread the row's kept low bits over their channels (outliers get 0)
+        lo_off += ExpandLowBitsRow(sc->lo.data() + lo_off, keep.data(), C, sc->lo_row.data());
+        lo_row = sc->lo_row.data();
+      }
+      DequantRowSplitF16(sc->syms8.data() + t * C, lo_row, split_r, sc->mu.data(), sc->a.data(),
+                         sc->step.data(), step_group, sc->xh.data(), out16, C, offset);
+    } else if (narrow)
       DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
                     step_group, sc->xh.data(), out16, C, offset);
     else

@@ -78,7 +78,8 @@ inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 }
 
 template <typename Sym>
-void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
+void HistogramImpl(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx,
+                   uint32_t* counts) {
   const size_t full = n / kCtxRun;
   uint32_t ctx = 0;
   if (alphabet <= 1024) {
@@ -356,7 +357,7 @@ bool SimdDecodeAvailable() {
 template <typename Sym>
 double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx) {
   std::vector<uint32_t> counts(size_t{alphabet} * num_ctx, 0);
-  Histogram(syms, n, alphabet, num_ctx, counts.data());
+  HistogramImpl(syms, n, alphabet, num_ctx, counts.data());
   double bits = 0;
   for (uint32_t c = 0; c < num_ctx; ++c) {
     const uint32_t* h = counts.data() + size_t{c} * alphabet;
@@ -370,13 +371,17 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats, int lanes) {
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes, const uint32_t* given) {
   const int L = lanes == 128 ? 128 : lanes == 64 ? 64 : 32;
   internal::ByteWriter w(out);
   const size_t table_start = out->size();
   std::vector<uint32_t>& counts = scratch->counts;
-  counts.assign(size_t{alphabet} * num_ctx, 0);
-  Histogram(syms, n, alphabet, num_ctx, counts.data());
+  if (given) {
+    counts.assign(given, given + size_t{alphabet} * num_ctx);
+  } else {
+    counts.assign(size_t{alphabet} * num_ctx, 0);
+    HistogramImpl(syms, n, alphabet, num_ctx, counts.data());
+  }
 
   scratch->enc_syms.resize(size_t{alphabet} * num_ctx * sizeof(EncSym));
   EncSym* enc = reinterpret_cast<EncSym*>(scratch->enc_syms.data());
@@ -574,35 +579,87 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   for (uint32_t c = 0; c < num_ctx && c < runs; ++c)
     if (prob_bits[c] == 0) return absl::DataLossError("rans: symbols in an empty context");
 
-  // Pass 2: build the decode tables (validated above, so plain reads are safe).
+  // Pass 2: the symbol range over all contexts (tables validated above: plain reads are safe).
+  const size_t table_len = static_cast<size_t>(in.pos() - tables_begin);
   uint32_t sym_lo = alphabet, sym_hi = 0;
-  scratch->dec_entry.resize(total_entries);
-  scratch->dec_sym.resize(total_entries + 2);  // +2: the SIMD gather reads 4 bytes
-  internal::ByteReader t(tables_begin, static_cast<size_t>(in.pos() - tables_begin), "rans");
+  {
+    internal::ByteReader t(tables_begin, table_len, "rans");
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      uint8_t p = 0;
+      (void)t.Read(&p);
+      if (p == 0) continue;
+      uint32_t lo = 0, count = 0, f = 0;
+      (void)t.Varint(&lo);
+      (void)t.Varint(&count);
+      sym_lo = std::min(sym_lo, lo);
+      sym_hi = std::max(sym_hi, lo + count - 1);
+      for (uint32_t i = 0; i < count; ++i) (void)t.Varint(&f);
+    }
+  }
+  const uint32_t span = sym_hi >= sym_lo ? sym_hi - sym_lo + 1 : 0;
+  const size_t full_runs = n / kCtxRun;
+  // Packed tables (the AVX-512 byte-gather decoder, and the scalar finish after it): per slot
+  // the symbol's index (symbol - sym_lo, one byte), per index freq | start << 16. Built straight
+  // from the frequencies (a memset per symbol), without the per-slot entry tables.
+  bool packed = false;
+  uint32_t tab = 0;
+#if STRATA_RANS_AVX512
+  packed = CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(L / 16) && span > 0 &&
+           span <= 256;
+  tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
+#endif
   const uint32_t* ent[kMaxContexts];
   const uint16_t* sym[kMaxContexts];
-  for (uint32_t c = 0; c < num_ctx; ++c) {
-    uint8_t p = 0;
-    (void)t.Read(&p);
-    ent[c] = scratch->dec_entry.data() + offsets[c];
-    sym[c] = scratch->dec_sym.data() + offsets[c];
-    if (p == 0) continue;
-    uint32_t lo = 0, count = 0;
-    (void)t.Varint(&lo);
-    (void)t.Varint(&count);
-    sym_lo = std::min(sym_lo, lo);
-    sym_hi = std::max(sym_hi, lo + count - 1);
-    uint32_t* e = scratch->dec_entry.data() + offsets[c];
-    uint16_t* sy = scratch->dec_sym.data() + offsets[c];
-    uint32_t start = 0;
-    for (uint32_t i = 0; i < count; ++i) {
-      uint32_t f = 0;
-      (void)t.Varint(&f);
-      for (uint32_t j = 0; j < f; ++j) {
-        e[start + j] = (f << 16) | j;
-        sy[start + j] = static_cast<uint16_t>(lo + i);
+  const uint8_t* pack[kMaxContexts];
+  internal::ByteReader t(tables_begin, table_len, "rans");
+  if (packed) {
+    scratch->dec_pack8.resize(total_entries + 4);  // +4: the gather reads 4 bytes per slot
+    scratch->dec_ftab.assign(size_t{tab} * num_ctx, 0);
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      uint8_t p = 0;
+      (void)t.Read(&p);
+      pack[c] = scratch->dec_pack8.data() + offsets[c];
+      if (p == 0) continue;
+      uint32_t lo = 0, count = 0;
+      (void)t.Varint(&lo);
+      (void)t.Varint(&count);
+      uint8_t* pk = scratch->dec_pack8.data() + offsets[c];
+      uint32_t* ft = scratch->dec_ftab.data() + size_t{c} * tab;
+      uint32_t start = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        uint32_t f = 0;
+        (void)t.Varint(&f);
+        if (f == 0) continue;
+        const uint32_t k = lo + i - sym_lo;
+        std::memset(pk + start, static_cast<int>(k), f);
+        ft[k] = f | start << 16;
+        start += f;
       }
-      start += f;
+    }
+  } else {
+    scratch->dec_entry.resize(total_entries);
+    scratch->dec_sym.resize(total_entries + 2);  // +2: the SIMD gather reads 4 bytes
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      uint8_t p = 0;
+      (void)t.Read(&p);
+      ent[c] = scratch->dec_entry.data() + offsets[c];
+      sym[c] = scratch->dec_sym.data() + offsets[c];
+      if (p == 0) continue;
+      uint32_t lo = 0, count = 0;
+      (void)t.Varint(&lo);
+      (void)t.Varint(&count);
+      uint32_t* e = scratch->dec_entry.data() + offsets[c];
+      uint16_t* sy = scratch->dec_sym.data() + offsets[c];
+      uint32_t start = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        uint32_t f = 0;
+        (void)t.Varint(&f);
+        for (uint32_t j = 0; j < f; ++j) {
+          e[start + j] = (f << 16) | j;
+          sy[start + j] = static_cast<uint16_t>(lo + i);
+        }
+        start += f;
+      }
     }
   }
 
@@ -624,33 +681,13 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   const uint16_t* wp = words.data();
   const uint16_t* const wend = words.data() + nwords;
 
-  const size_t full_runs = n / kCtxRun;
   size_t g = 0;
 #if STRATA_RANS_AVX512
   const int V = L / 16;
   if (CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(V)) {
-    const uint32_t span = sym_hi >= sym_lo ? sym_hi - sym_lo + 1 : 0;
-    if (span > 0 && span <= 256) {
+    if (packed) {
       // One byte gather per step: slot -> symbol index; freq | start by symbol index from
       // registers (span <= 64) or from a small L1-resident table (span <= 256).
-      const uint32_t tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
-      scratch->dec_pack8.resize(total_entries + 4);  // +4: the gather reads 4 bytes per slot
-      scratch->dec_ftab.assign(size_t{tab} * num_ctx, 0);
-      const uint8_t* pack[kMaxContexts];
-      for (uint32_t c = 0; c < num_ctx; ++c) {
-        pack[c] = scratch->dec_pack8.data() + offsets[c];
-        if (prob_bits[c] == 0) continue;
-        const size_t m = size_t{1} << prob_bits[c];
-        const uint32_t* e = ent[c];
-        const uint16_t* sy = sym[c];
-        uint8_t* pk = scratch->dec_pack8.data() + offsets[c];
-        uint32_t* ft = scratch->dec_ftab.data() + size_t{c} * tab;
-        for (size_t i = 0; i < m; ++i) {
-          const uint32_t k = sy[i] - sym_lo;
-          pk[i] = static_cast<uint8_t>(k);
-          ft[k] = (e[i] >> 16) | static_cast<uint32_t>(i - (e[i] & 0xFFFF)) << 16;
-        }
-      }
       const uint32_t* ft = scratch->dec_ftab.data();
       switch (tab) {
         case 16:
@@ -691,6 +728,32 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   }
 #endif
   uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
+  if (packed) {
+    // Scalar finish on the packed tables.
+    for (; g < runs; ++g) {
+      const uint32_t p = prob_bits[ctx];
+      const uint32_t mask = (1u << p) - 1;
+      const uint8_t* pk = pack[ctx];
+      const uint32_t* ft = scratch->dec_ftab.data() + size_t{ctx} * tab;
+      const size_t base = g * kCtxRun;
+      uint32_t* xl = x + (base % L);
+      const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
+      for (int l = 0; l < cnt; ++l) {
+        uint32_t xs = xl[l];
+        const uint32_t slot = xs & mask;
+        const uint32_t k = pk[slot];
+        const uint32_t fe = ft[k];
+        out[base + l] = static_cast<Sym>(k + sym_lo);
+        xs = (fe & 0xFFFF) * (xs >> p) + slot - (fe >> 16);
+        if (xs < kL) {
+          if (wp == wend) return absl::DataLossError("rans: stream exhausted");
+          xs = (xs << 16) | *wp++;
+        }
+        xl[l] = xs;
+      }
+      if (++ctx == num_ctx) ctx = 0;
+    }
+  }
   for (; g < runs; ++g) {
     const uint32_t p = prob_bits[ctx];
     const uint32_t mask = (1u << p) - 1;
@@ -734,10 +797,17 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   return absl::OkStatus();
 }
 
+template <typename Sym>
+void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
+  HistogramImpl(syms, n, alphabet, num_ctx, counts);
+}
+
 template void Encode<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, Scratch*,
-                              std::vector<uint8_t>*, CoderStats*, int);
+                              std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
 template void Encode<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, Scratch*,
-                               std::vector<uint8_t>*, CoderStats*, int);
+                               std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
+template void Histogram<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t*);
+template void Histogram<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, uint32_t*);
 template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
                                       uint8_t*, int);
 template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t,

@@ -56,9 +56,18 @@ struct Scratch {
 // Symbols must be < alphabet (<= kMaxAlphabet). Appends the tables and the stream to `out`.
 // `lanes` (32, 64 or 128) is the number of interleaved states: symbol i uses state i % lanes. 128
 // (coder 4) gives the AVX-512 decoder eight independent 16-lane chains (64: four, 32: two).
+// `counts`, when set (num_ctx * alphabet, contexts as Histogram's), replaces the histogram pass:
+// the exact histogram, or any estimate (e.g. of a sample) that is nonzero for every symbol that
+// occurs in its context; the tables are normalised from it (and stats' entropy_bits is its).
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes);
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes,
+            const uint32_t* counts = nullptr);
+
+// counts[ctx * alphabet + sym] += occurrences, with Encode's contexts (symbol i in context
+// (i / kCtxRun) % num_ctx). Symbols must be < alphabet.
+template <typename Sym>
+void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts);
 
 // Reads what Encode wrote; writes n symbols, each < alphabet, or returns DataLoss.
 template <typename Sym>

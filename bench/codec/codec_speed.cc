@@ -1,6 +1,7 @@
 // codec_speed: quick one-core encode/decode speed of codec modes on the generator's data, with
 // memcpy and zstd-3 measured in the same run (interleaved, best of --reps). Prints a hash of the
-// blobs (determinism / format-change check) and verifies lossless round trips.
+// blobs (determinism / format-change check), a hash of the decoded blocks (reconstruction check)
+// and verifies lossless round trips.
 //
 //   codec_speed [--modes quant:k4v4,quant:k3v4:ol,...] [--reps 5] [--blocks 4]
 #include <zstd.h>
@@ -69,8 +70,8 @@ int main(int argc, char** argv) {
                ZSTD_compressCCtx(zc, zbuf.data(), zbuf.size(), data.data() + b * bb, bb, 3);
            });
   };
-  std::printf("%-22s %8s %7s %7s %7s %7s %18s\n", "mode", "bits/val", "enc", "dec", "memcpy",
-              "zstd3e", "blob hash");
+  std::printf("%-22s %8s %7s %7s %7s %7s %18s %18s\n", "mode", "bits/val", "enc", "dec",
+              "memcpy", "zstd3e", "blob hash", "output hash");
   for (auto m : absl::StrSplit(modes_str, ',', absl::SkipEmpty())) {
     auto p = codec::ParseCodecSpec(std::string(m));
     if (!p.ok()) {
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
       }
     if (p->mode == codec::Mode::kLossless && std::memcmp(dst.data(), data.data(), data.size()))
       std::printf("LOSSLESS MISMATCH\n");
+    // Hash of the decoded blocks: equal across coder changes when the reconstruction is.
+    const uint64_t out_hash = Fnv(dst, 14695981039346656037ull);
     const double mc = memcpy_gbps();
     const double z = zstd_gbps();
     const double te = dec_only ? 1e30 : Best(reps, [&] {
@@ -107,9 +110,9 @@ int main(int argc, char** argv) {
       for (uint32_t b = 0; b < blocks; ++b)
         (void)dec.Decode(blobs[b], {dst.data() + b * bb, bb});
     });
-    std::printf("%-22s %8.3f %7.2f %7.2f %7.2f %7.2f   %016llx\n", std::string(m).c_str(),
-                8.0 * total / (data.size() / 2), gb / te, gb / td, mc, z,
-                static_cast<unsigned long long>(h));
+    std::printf("%-22s %8.3f %7.2f %7.2f %7.2f %7.2f   %016llx   %016llx\n",
+                std::string(m).c_str(), 8.0 * total / (data.size() / 2), gb / te, gb / td, mc, z,
+                static_cast<unsigned long long>(h), static_cast<unsigned long long>(out_hash));
   }
   ZSTD_freeCCtx(zc);
   return 0;

@@ -53,6 +53,15 @@ void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const fl
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
+// DequantRowF16 on split symbols (the split quant coder): sym = (hi << r) + lo, and `offset`
+// is the quantiser's offset minus base << r (base: what the encoder subtracted from sym >> r).
+void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
+                        const float* a, const float* step, size_t step_group, float* xh,
+                        uint16_t* out16, size_t n, int32_t offset);
+// hi[i] = (sym[i] >> r) - base, lo[i] = sym[i] & (2^r - 1); both must fit a byte.
+void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi, uint8_t* lo);
+// Smallest and largest of n > 0 values.
+void MinMaxU16(const uint16_t* x, size_t n, uint16_t* mn, uint16_t* mx);
 // Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two), in place;
 // bit-identical to the scalar butterflies on every target.
 void HadamardRowsSimd(float* x, size_t rows, size_t n);

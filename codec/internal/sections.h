@@ -30,6 +30,8 @@ struct SectionScratch {
   std::vector<uint16_t> syms;
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
+  std::vector<uint8_t> lo_row;   // split coder: one row of low bits
+  std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   rans::Scratch rans;
 };
 
@@ -61,6 +63,15 @@ void SetCoderWrittenForTesting(uint8_t coder);
 // 32 values a bit-packed exponent offset, raw sign and mantissa bits; no rANS. bf16 sections
 // still use the byte-plane layout with kCoderWritten.
 inline constexpr uint8_t kCoderExpPlanes = 3;
+// Quant sections of 7-8 bits (since the split coder): each symbol's high part (sym >> r, minus
+// a base) rANS-coded as bytes, its low r bits stored raw and bit-packed (low_bits.h); r is chosen
+// per section from the data (see quant.cc). Where no r keeps the coded size within
+// kSplitMaxLoss of the symbols' entropy, the section is written with kCoderWritten instead.
+inline constexpr uint8_t kCoderSplit = 5;
+inline constexpr double kSplitMaxLoss = 0.005;
+// Tests: make the split coder use this r where its high part fits bytes (0 = choose from the
+// data), to exercise every r.
+void SetSplitLowBitsForTesting(int r);
 // Lanes of a section's rANS streams, or 0 for an unknown coder.
 inline int RansLanes(uint8_t coder) {
   return coder == kCoderRans32    ? 32
@@ -75,9 +86,12 @@ void FromFloat(const float* in, DType dtype, uint8_t* out, size_t n);
 // Orthonormal fast Walsh-Hadamard transform of each n-vector (n a power of two); self-inverse.
 void HadamardRows(float* x, size_t rows, size_t n);
 
+// *coder: in, the coder QuantCoder chose; out, the coder the section was written with (the split
+// coder falls back to kCoderWritten where it does not pay).
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink);
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
+                         uint8_t* coder);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out);
 

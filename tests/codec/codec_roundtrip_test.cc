@@ -129,8 +129,8 @@ TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
   EXPECT_EQ(out, data);
 }
 
-// Quant blobs of the 64-state coder (coder 2, written before coder 4) and of the 32-state one
-// still decode, to the same values as the 128-state coder's blob.
+// Quant blobs of the 64-state coder (coder 2, written before coder 4 and, for 7-8 bits, before
+// the split coder 5) and of the 32-state one still decode, to the same values as today's blob.
 TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
   const KvLayout l = Layout(2, 4, 128, 64);
   auto data = GenerateSyntheticKv(l, 1);
@@ -141,7 +141,7 @@ TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
     ASSERT_TRUE(now.ok());
     auto ninfo = InspectBlob(*now);
     ASSERT_TRUE(ninfo.ok());
-    for (const auto& sec : ninfo->sections) EXPECT_EQ(sec.coder, sec.bits <= 6 ? 4 : 2) << spec;
+    for (const auto& sec : ninfo->sections) EXPECT_EQ(sec.coder, sec.bits <= 6 ? 4 : 5) << spec;
     std::vector<uint8_t> want(data.size());
     ASSERT_TRUE(Decode(*now, want).ok());
     for (uint8_t coder : {1, 2}) {

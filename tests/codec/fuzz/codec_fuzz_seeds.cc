@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "codec/codec.h"
+#include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
 
 int main(int argc, char** argv) {
@@ -22,8 +24,14 @@ int main(int argc, char** argv) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     l.dtype = dt;
     auto data = codec::GenerateSyntheticKv(l, 1);
+    // The last three with the split coder (section coder 5) at a forced r, so the corpus
+    // has its sections whatever the encoder would choose on data this small.
     for (const char* spec : {"raw", "lossless", "int4-g64", "int3-g16", "quant:k4v4",
-                             "quant:k2v3:g16:had", "quant:k3v4:ol", "quant:k8v8:nodelta"}) {
+                             "quant:k2v3:g16:had", "quant:k3v4:ol", "quant:k8v8:nodelta",
+                             "quant:k8v8:ol", "quant:k7v8:had", "quant:k8v8"}) {
+      const std::string_view sv(spec);
+      codec::internal::SetSplitLowBitsForTesting(
+          sv == "quant:k8v8:ol" ? 3 : sv == "quant:k7v8:had" ? 2 : sv == "quant:k8v8" ? 5 : 0);
       auto p = codec::ParseCodecSpec(spec);
       if (!p.ok()) return 1;
       auto blob = codec::Encode(l, *p, data);
