@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 warns about its own AVX-512 headers (undefined upper halves it then overwrites).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
