@@ -52,8 +52,9 @@ inline constexpr uint8_t kCoderWritten = kCoderRans64;
 uint8_t CoderWritten();
 // The coder of a quant section of `bits` and `values` symbols: 128 states for byte symbols
 // (bits <= 6) in sections of at least kMinValuesFor128 symbols, where the decoder is gather
-// bound and eight chains help; kCoderWritten otherwise (small sections: the 512 bytes of
-// states would weigh); or what a test set.
+// bound and eight chains help — EncodeQuant then lowers it to 64 or 32 states where the 512
+// bytes of final states would pass 1.5% of the section's coded size —; kCoderWritten otherwise;
+// or what a test set.
 inline constexpr size_t kMinValuesFor128 = 32768;
 uint8_t QuantCoder(uint8_t bits, size_t values);
 // Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to

@@ -130,7 +130,8 @@ TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
 }
 
 // Quant blobs of the 64-state coder (coder 2, written before coder 4 and, for 7-8 bits, before
-// the split coder 5) and of the 32-state one still decode, to the same values as today's blob.
+// the split coder 5) and of the 32-state one still decode, to the same values as today's blob
+// (whose <= 6-bit sections now pick 32, 64 or 128 states by size).
 TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
   const KvLayout l = Layout(2, 4, 128, 64);
   auto data = GenerateSyntheticKv(l, 1);
@@ -141,7 +142,14 @@ TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
     ASSERT_TRUE(now.ok());
     auto ninfo = InspectBlob(*now);
     ASSERT_TRUE(ninfo.ok());
-    for (const auto& sec : ninfo->sections) EXPECT_EQ(sec.coder, sec.bits <= 6 ? 4 : 5) << spec;
+    // <= 6 bits: rANS with 32, 64 or 128 states by the section's size; 7-8 bits: the split coder.
+    for (const auto& sec : ninfo->sections) {
+      if (sec.bits <= 6) {
+        EXPECT_GT(internal::RansLanes(sec.coder), 0) << spec;
+      } else {
+        EXPECT_EQ(sec.coder, 5) << spec;
+      }
+    }
     std::vector<uint8_t> want(data.size());
     ASSERT_TRUE(Decode(*now, want).ok());
     for (uint8_t coder : {1, 2}) {
@@ -253,6 +261,46 @@ TEST(Quant, ValuesFarFromTheChannelMeansAreNotClipped) {
           ASSERT_LE(std::fabs(xq[i] - y[i]), bound)
               << "bits " << int(bits) << " delta " << delta << " t " << t << " c " << c;
         }
+      }
+    }
+  }
+}
+
+// A small model's sections (3 kv heads x 64 x 256 tokens = 49k symbols) are written with fewer
+// rANS states than a large model's (8 x 128 x 256), whose final states would otherwise weigh
+// 2-5% of the section; both decode to the same values as with 128 states.
+TEST(Quant, SmallSectionsGetFewerRansStates) {
+  for (const auto& [l, want_small] :
+       {std::pair{Layout(2, 3, 64, 256), true}, std::pair{Layout(1, 8, 128, 256), false}}) {
+    const auto data = GenerateSyntheticKv(l, 1);
+    for (uint8_t bits : {2, 4}) {
+      CodecParams p;
+      p.mode = Mode::kQuant;
+      p.key_bits = p.value_bits = bits;
+      p.key_outliers = true;
+      auto blob = Encode(l, p, data);
+      ASSERT_TRUE(blob.ok()) << blob.status();
+      auto info = InspectBlob(*blob);
+      ASSERT_TRUE(info.ok());
+      for (const auto& sec : info->sections) {
+        const int lanes = internal::RansLanes(sec.coder);
+        if (want_small) {
+          EXPECT_LT(lanes, 128) << l.DebugString() << " bits " << int(bits);
+        } else {
+          // 4 bits: 128 states; 2 bits (about a bit per symbol): 64 or 128.
+          EXPECT_GE(lanes, bits == 4 ? 128 : 64) << l.DebugString() << " bits " << int(bits);
+        }
+      }
+      internal::SetCoderWrittenForTesting(internal::kCoderRans128);
+      auto fixed = Encode(l, p, data);
+      internal::SetCoderWrittenForTesting(0);
+      ASSERT_TRUE(fixed.ok());
+      std::vector<uint8_t> a(data.size()), b(data.size());
+      ASSERT_TRUE(Decode(*blob, a).ok());
+      ASSERT_TRUE(Decode(*fixed, b).ok());
+      EXPECT_EQ(a, b);
+      if (want_small) {
+        EXPECT_LT(blob->size(), fixed->size());
       }
     }
   }
