@@ -432,6 +432,31 @@ void GroupRangesRowImpl(const float* x, size_t n, size_t group, float* range) {
   }
 }
 
+void MaxResidualGroupsImpl(const float* x, const float* mu, const float* a, const float* xh,
+                           size_t n, size_t group, float* worst) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  for (size_t c0 = 0, g = 0; c0 < n; c0 += group, ++g) {
+    const size_t c1 = std::min(n, c0 + group);
+    float w = 0.0f;
+    size_t c = c0;
+    if (c1 - c0 >= N) {
+      auto vw = hn::Zero(d);
+      for (; c + N <= c1; c += N) {
+        const auto m = hn::LoadU(d, mu + c);
+        const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + c), hn::Sub(hn::LoadU(d, xh + c), m)));
+        vw = hn::Max(vw, hn::Abs(hn::Sub(hn::LoadU(d, x + c), p)));
+      }
+      w = hn::GetLane(hn::MaxOfLanes(d, vw));
+    }
+    for (; c < c1; ++c) {
+      const float p = mu[c] + a[c] * (xh[c] - mu[c]);
+      w = std::max(w, std::fabs(x[c] - p));
+    }
+    worst[g] = w;
+  }
+}
+
 void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float* num, float* den,
                     size_t n) {
   const hn::ScalableTag<float> d;
@@ -489,6 +514,7 @@ HWY_EXPORT(MergeBytesImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(AccumRowImpl);
 HWY_EXPORT(GroupRangesRowImpl);
+HWY_EXPORT(MaxResidualGroupsImpl);
 HWY_EXPORT(ArStatsRowImpl);
 HWY_EXPORT(SumSquaresRowImpl);
 
@@ -560,6 +586,10 @@ bool AccumRow(const float* x, float* sum, float* mn, float* mx, size_t n) {
 }
 void GroupRangesRow(const float* x, size_t n, size_t group, float* range) {
   HWY_DYNAMIC_DISPATCH(GroupRangesRowImpl)(x, n, group, range);
+}
+void MaxResidualGroups(const float* x, const float* mu, const float* a, const float* xh, size_t n,
+                       size_t group, float* worst) {
+  HWY_DYNAMIC_DISPATCH(MaxResidualGroupsImpl)(x, mu, a, xh, n, group, worst);
 }
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n) {

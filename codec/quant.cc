@@ -61,17 +61,12 @@ uint16_t StepToHalf(float range, int levels) {
 // group's step grows just enough (rounded up in fp16) that none is. The decoder reads the
 // steps as before: only the encoder's choice changes.
 void WidenValueSteps(const float* x, const float* mu, const float* a, const float* xh, size_t C,
-                     size_t group, int32_t offset, uint16_t* steps16) {
+                     size_t group, int32_t offset, float* worst, uint16_t* steps16) {
   const float room = static_cast<float>(offset) - 1.0f;
+  MaxResidualGroups(x, mu, a, xh, C, group, worst);
   for (size_t g = 0, c0 = 0; c0 < C; ++g, c0 += group) {
-    const size_t c1 = std::min(C, c0 + group);
-    float worst = 0.0f;
-    for (size_t c = c0; c < c1; ++c) {
-      const float pred = mu[c] + a[c] * (xh[c] - mu[c]);
-      worst = std::max(worst, std::fabs(x[c] - pred));
-    }
     // Residual / step must round to at most `room`: keep half a step of margin.
-    const float need = worst / (room - 0.5f);
+    const float need = worst[g] / (room - 0.5f);
     if (!(need > HalfToFloat(steps16[g]))) continue;
     uint16_t h = FloatToHalf(std::min(need, kMaxStep));
     while (HalfToFloat(h) < need && HalfToFloat(h) < kMaxStep) ++h;
@@ -79,8 +74,7 @@ void WidenValueSteps(const float* x, const float* mu, const float* a, const floa
   }
 }
 
-int g_split_r = 0;
-  // tests: forced r
+int g_split_r = 0;  // tests: forced r
 
 // Order-0 entropy in bits of per-context histograms (num_ctx * alphabet), and the used range.
 // `sample`: the histograms are of a sample; add the Miller-Madow correction ((used - 1) / 2 nats
@@ -314,12 +308,13 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
       sc->inv_step[c] = 1.0f / sc->step[c];
     }
   }
+  std::vector<float> worst(axis == 1 ? ngroups : 0);
   for (size_t t = 0; t < T; ++t) {
     size_t step_group = 0;
     if (axis == 1) {
       step_group = group;
       WidenValueSteps(f + t * C, sc->mu.data(), sc->a.data(), sc->xh.data(), C, group, offset,
-                      sc->steps16.data() + t * ngroups);
+                      worst.data(), sc->steps16.data() + t * ngroups);
       for (size_t g = 0; g < ngroups; ++g) {
         sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
         sc->inv_step[g] = 1.0f / sc->step[g];

@@ -21,6 +21,10 @@ void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n);
 bool AccumRow(const float* x, float* sum, float* mn, float* mx, size_t n);
 // range[g] = max - min of x over channels [g * group, min(n, (g + 1) * group)).
 void GroupRangesRow(const float* x, size_t n, size_t group, float* range);
+// worst[g] = max over channel group g of |x - (mu + a * (xh - mu))| (the quantiser's residual
+// against its prediction, the same float operations as QuantRow).
+void MaxResidualGroups(const float* x, const float* mu, const float* a, const float* xh, size_t n,
+                       size_t group, float* worst);
 // num += (prev - mu) * (cur - mu), den += (prev - mu)^2, element-wise.
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n);
