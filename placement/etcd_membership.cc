@@ -75,9 +75,21 @@ class EtcdMembership final : public Membership {
     }
     key_ = options_.prefix + self.id;
     value_ = internal::EncodeNodeRecord(self);
-    if (auto st = Register(); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("etcd membership: cannot register ", key_, ": ",
-                                                  st.message()));
+    const absl::Time give_up = absl::Now() + options_.start_timeout;
+    for (absl::Duration pause = absl::Milliseconds(50);; pause = std::min(2 * pause, absl::Seconds(1))) {
+      absl::Status st = Register();
+      if (st.ok()) break;
+      if (!absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st)) {
+        return absl::Status(st.code(), absl::StrCat("etcd membership: cannot register ", key_,
+                                                    ": ", st.message()));
+      }
+      if (absl::Now() + pause > give_up) {
+        return absl::Status(st.code(), absl::StrCat("etcd membership: cannot register ", key_,
+                                                    " within ", absl::FormatDuration(
+                                                        options_.start_timeout), ": ",
+                                                    st.message()));
+      }
+      absl::SleepFor(pause);
     }
     auto range = watch_.RangePrefix(options_.prefix);
     if (!range.ok()) {

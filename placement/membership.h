@@ -69,6 +69,9 @@ struct EtcdMembershipOptions {
   std::string prefix = "/strata/nodes/";
   absl::Duration lease_ttl = absl::Seconds(10);  // a dead daemon leaves the view after this
   absl::Duration call_timeout = absl::Seconds(2);  // every etcd request has this deadline
+  // Start keeps trying while etcd is unreachable for this long (a node and etcd started
+  // together, or etcd restarting), then fails; other errors fail at once.
+  absl::Duration start_timeout = absl::Seconds(30);
 };
 
 // Fails (with the endpoint and etcd's answer in the message) when Start cannot register.

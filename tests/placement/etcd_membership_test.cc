@@ -198,6 +198,7 @@ TEST_F(EtcdMembershipTest, StartFailsWithTheEndpointInTheMessage) {
   EtcdMembershipOptions o;
   o.endpoints = {absl::StrCat("http://127.0.0.1:", FreePort())};
   o.call_timeout = absl::Milliseconds(300);
+  o.start_timeout = absl::Milliseconds(300);
   auto m = NewEtcdMembership(o);
   auto st = m->Start(Rec("node-a"));
   EXPECT_FALSE(st.ok());
@@ -249,6 +250,36 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheViewAndRecovers) {
   EXPECT_TRUE(b->Leave().ok());
   ASSERT_TRUE(WaitFor([&] { return Ids(*a).size() == 1; }, absl::Seconds(2)));
   EXPECT_TRUE(a->Leave().ok());
+}
+
+// A node started before etcd answers (a DaemonSet and etcd coming up together) waits for it
+// instead of failing; with etcd never there it gives up after start_timeout, saying why.
+TEST_F(EtcdMembershipTest, StartWaitsForEtcdToComeUpThenGivesUp) {
+  EtcdServer late;
+  auto opts = Options(late);
+  opts.start_timeout = absl::Seconds(20);
+  auto a = NewEtcdMembership(opts);
+  std::thread starter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    ASSERT_TRUE(late.Spawn());
+  });
+  const absl::Time t0 = absl::Now();
+  absl::Status st = a->Start(Rec("early"));
+  starter.join();
+  ASSERT_TRUE(st.ok()) << st << "\n" << late.log();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(600));
+  EXPECT_EQ(Ids(*a), (std::vector<std::string>{"early"}));
+  EXPECT_TRUE(a->Leave().ok());
+
+  EtcdServer never;
+  auto none = Options(never);
+  none.start_timeout = absl::Milliseconds(800);
+  auto b = NewEtcdMembership(none);
+  const absl::Time t1 = absl::Now();
+  st = b->Start(Rec("alone"));
+  EXPECT_TRUE(absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_NE(st.message().find("within"), absl::string_view::npos) << st;
+  EXPECT_LT(absl::Now() - t1, absl::Seconds(4));
 }
 
 }  // namespace
