@@ -96,19 +96,25 @@ void MakeQueries(Dataset* d, uint64_t seed) {
       }
 }
 
+bool IsSafetensors(const std::string& path_spec) {
+  return path_spec.find(".safetensors") != std::string::npos;
+}
+
+// A .npy file, or PATH.safetensors[:TENSOR] (the named tensor, or the file's only one).
+absl::StatusOr<NpyArray> ReadTensor(const std::string& path_spec) {
+  const size_t st = path_spec.find(".safetensors");
+  if (st == std::string::npos) return ReadNpy(path_spec);
+  if (st + 12 < path_spec.size() && path_spec[st + 12] == ':')
+    return ReadSafetensors(path_spec.substr(0, st + 12), path_spec.substr(st + 13));
+  return ReadSafetensors(path_spec, "");
+}
+
 // Real queries for the logit error: PATH.safetensors[:TENSOR] or .npy of shape (layers, tokens,
 // q_heads, head_dim), q_heads a multiple of kv_heads (grouped-query attention: q head i reads kv
 // head i / (q_heads / kv_heads)), with the keys' position encoding applied. Per (layer, kv head)
 // `per_head` queries: the group's q heads at positions spread evenly over the tokens.
 absl::Status LoadQueries(Dataset* d, const std::string& path_spec, uint32_t per_head) {
-  std::string path = path_spec, tensor;
-  const size_t st = path_spec.find(".safetensors");
-  const bool safetensors = st != std::string::npos;
-  if (safetensors && st + 12 < path_spec.size() && path_spec[st + 12] == ':') {
-    path = path_spec.substr(0, st + 12);
-    tensor = path_spec.substr(st + 13);
-  }
-  auto a = safetensors ? ReadSafetensors(path, tensor) : ReadNpy(path);
+  auto a = ReadTensor(path_spec);
   if (!a.ok()) return a.status();
   const KvLayout& l = d->layout;
   if (a->shape.size() != 4 || a->shape[0] != l.num_layers || a->shape[3] != l.head_dim ||
@@ -142,14 +148,7 @@ absl::Status LoadQueries(Dataset* d, const std::string& path_spec, uint32_t per_
 // A .npy file, or a safetensors file as PATH.safetensors[:TENSOR] (one tensor, or the named
 // one), shape (layers, 2, tokens, kv_heads, head_dim).
 absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t tokens_per_block) {
-  std::string path = path_spec, tensor;
-  const size_t st = path_spec.find(".safetensors");
-  const bool safetensors = st != std::string::npos;
-  if (safetensors && st + 12 < path_spec.size() && path_spec[st + 12] == ':') {
-    path = path_spec.substr(0, st + 12);
-    tensor = path_spec.substr(st + 13);
-  }
-  auto a = safetensors ? ReadSafetensors(path, tensor) : ReadNpy(path);
+  auto a = ReadTensor(path_spec);
   if (!a.ok()) return a.status();
   if (a->shape.size() != 5 || a->shape[1] != 2)
     return absl::InvalidArgumentError(
@@ -183,7 +182,7 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t to
             codec::internal::FloatToHalfRow(tmp.data(), reinterpret_cast<uint16_t*>(dst), row);
           }
         }
-  d.source = absl::StrCat(safetensors ? "safetensors " : "npy ", path_spec);
+  d.source = absl::StrCat(IsSafetensors(path_spec) ? "safetensors " : "npy ", path_spec);
   return d;
 }
 

@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace strata::bench {
@@ -65,6 +67,48 @@ inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
+
+// A stratad for a benchmark: `bin` with `args` plus --listen 127.0.0.1:0 and a ready file in
+// `dir`, UCX_TLS=`tls` and `env` in its environment, output in dir/stratad.log. endpoint() is
+// empty when it did not get ready within 20 s. SIGTERM and wait on destruction.
+class StratadProcess {
+ public:
+  StratadProcess(const std::string& bin, std::vector<std::string> args, const std::string& dir,
+                 const std::string& tls,
+                 const std::vector<std::pair<std::string, std::string>>& env = {})
+      : log_(dir + "/stratad.log") {
+    const std::string ready = dir + "/ready.json";
+    std::filesystem::remove(ready);
+    args.insert(args.begin(), bin);
+    for (const char* a : {"--listen", "127.0.0.1:0", "--ready-file"}) args.push_back(a);
+    args.push_back(ready);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    pid_ = Spawn(args, log_, tls);
+    for (const auto& [k, v] : env) unsetenv(k.c_str());
+    for (int i = 0; i < 800 && endpoint_.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      std::string json = ReadFile(ready);
+      auto k = json.find("\"endpoint\":\"");
+      if (k != std::string::npos) {
+        k += 12;
+        endpoint_ = json.substr(k, json.find('"', k) - k);
+      }
+    }
+  }
+  ~StratadProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  StratadProcess(const StratadProcess&) = delete;
+  StratadProcess& operator=(const StratadProcess&) = delete;
+  const std::string& endpoint() const { return endpoint_; }
+  std::string log() const { return ReadFile(log_); }
+
+ private:
+  std::string log_, endpoint_;
+  pid_t pid_ = -1;
+};
 
 // Runs ucx_perftest (server + client on loopback) and returns its overall bandwidth in GB/s.
 inline std::optional<double> PerftestGbps(const std::string& test, size_t bytes, int iters,

@@ -83,49 +83,6 @@ double RunFio(const std::string& file, size_t bs, uint32_t qd, uint64_t bytes, b
   return std::strtod(out.c_str() + k + 13, nullptr) / (1 << 20);
 }
 
-class Daemon {
- public:
-  Daemon(const std::string& bin, const std::string& dir, const std::string& config, bool huge) {
-    std::string ready = dir + "/ready.json";
-    std::string mode = huge ? "try" : "n";
-    std::filesystem::remove(ready);
-    pid_ = fork();
-    if (pid_ == 0) {
-      setenv("UCX_TLS", "shm,self", 1);
-      setenv("UCX_SYSV_HUGETLB_MODE", mode.c_str(), 1);
-      setenv("UCX_POSIX_HUGETLB_MODE", mode.c_str(), 1);
-      std::string log = dir + "/stratad.log";
-      FILE* f = freopen(log.c_str(), "w", stdout);
-      (void)f;
-      dup2(1, 2);
-      execl(bin.c_str(), bin.c_str(), "--config", config.c_str(), "--listen", "127.0.0.1:0",
-            "--http-listen", "off", "--data-dir", (dir + "/data").c_str(), "--ready-file",
-            ready.c_str(), "--log-level", "warn", nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 800 && endpoint_.empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      std::string json = ReadFile(ready);
-      auto k = json.find("\"endpoint\":\"");
-      if (k != std::string::npos) {
-        k += 12;
-        endpoint_ = json.substr(k, json.find('"', k) - k);
-      }
-    }
-    log_ = dir + "/stratad.log";
-  }
-  ~Daemon() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  std::string log() const { return ReadFile(log_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string endpoint_, log_;
-};
-
 uint64_t Counter(strata::Client& c, const std::string& name) {
   auto s = c.Stats();
   if (!s.ok()) return 0;
@@ -222,7 +179,15 @@ int Main(int argc, char** argv) {
     }
     std::filesystem::remove_all(work + "/catalog");
     std::filesystem::remove(work + "/tier0");
-    auto daemon = std::make_unique<Daemon>(stratad, work, config, huge);
+    // The arena is UCX's SysV/posix allocation: on reserved huge pages unless told not to.
+    const std::string hugetlb_mode = huge ? "try" : "n";
+    auto daemon = std::make_unique<strata::bench::StratadProcess>(
+        stratad,
+        std::vector<std::string>{"--config", config, "--http-listen", "off", "--data-dir",
+                                 work + "/data", "--log-level", "warn"},
+        work, "shm,self",
+        std::vector<std::pair<std::string, std::string>>{
+            {"UCX_SYSV_HUGETLB_MODE", hugetlb_mode}, {"UCX_POSIX_HUGETLB_MODE", hugetlb_mode}});
     if (daemon->endpoint().empty()) {
       std::fprintf(stderr, "stratad did not start:\n%s\n", daemon->log().c_str());
       rc = 1;

@@ -44,37 +44,17 @@ struct Row {
   double ws_gbps = 0, ws_gbps_no_crc = 0, ws_memcpy_gbps = 0;  // fetch, working-set footprint
 };
 
-class Daemon {
- public:
-  Daemon(const std::string& bin, const std::string& tls, const std::string& capacity,
-         const std::string& tmp)
-      : tmp_(tmp) {
-    std::string ready = tmp + "/ready.json";
-    std::filesystem::remove(ready);
-    pid_ = Spawn({bin, "--listen", "127.0.0.1:0", "--data-dir", tmp + "/data", "--host-capacity",
-                  capacity, "--ready-file", ready, "--log-level", "warn"},
-                 tmp + "/stratad.log", tls);
-    for (int i = 0; i < 400 && endpoint_.empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      std::string json = ReadFile(ready);
-      auto k = json.find("\"endpoint\":\"");
-      if (k != std::string::npos) {
-        k += 12;
-        endpoint_ = json.substr(k, json.find('"', k) - k);
-      }
-    }
-  }
-  ~Daemon() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  std::string log() const { return ReadFile(tmp_ + "/stratad.log"); }
-
- private:
-  std::string tmp_, endpoint_;
-  pid_t pid_;
-};
+// stratad with a host tier of `capacity`, its state in tmp/data.
+std::unique_ptr<strata::bench::StratadProcess> StartDaemon(const std::string& bin,
+                                                           const std::string& tls,
+                                                           const std::string& capacity,
+                                                           const std::string& tmp) {
+  return std::make_unique<strata::bench::StratadProcess>(
+      bin,
+      std::vector<std::string>{"--data-dir", tmp + "/data", "--host-capacity", capacity,
+                               "--log-level", "warn"},
+      tmp, tls);
+}
 
 strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
   strata::NamespaceSpec s;
@@ -112,10 +92,10 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   std::string tmp = (std::filesystem::temp_directory_path() / "strata-bench-XXXXXX").string();
   if (!mkdtemp(tmp.data())) return false;
   setenv("UCX_TLS", tls.c_str(), 1);
-  std::unique_ptr<Daemon> daemon;
+  std::unique_ptr<strata::bench::StratadProcess> daemon;
   std::string endpoint = cfg.endpoint;
   if (endpoint.empty()) {
-    daemon = std::make_unique<Daemon>(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp);
+    daemon = StartDaemon(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp);
     endpoint = daemon->endpoint();
     if (endpoint.empty()) {
       std::cerr << "stratad did not start:\n" << daemon->log() << "\n";
