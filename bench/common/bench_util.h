@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -67,6 +68,21 @@ inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
+
+// Unique token sequences: each call returns `blocks` full blocks never published before.
+class TokenSource {
+ public:
+  explicit TokenSource(uint32_t tpb, uint32_t seed = 12345) : tpb_(tpb), rng_(seed) {}
+  std::vector<uint32_t> Next(size_t blocks) {
+    std::vector<uint32_t> t(blocks * tpb_);
+    for (auto& x : t) x = static_cast<uint32_t>(rng_());
+    return t;
+  }
+
+ private:
+  uint32_t tpb_;
+  std::mt19937 rng_;
+};
 
 // A stratad for a benchmark: `bin` with `args` plus --listen 127.0.0.1:0 and a ready file in
 // `dir`, UCX_TLS=`tls` and `env` in its environment, output in dir/stratad.log. endpoint() is

@@ -91,23 +91,10 @@ uint64_t Counter(strata::Client& c, const std::string& name) {
   return 0;
 }
 
-class Tokens {
- public:
-  explicit Tokens(uint32_t tpb) : tpb_(tpb) {}
-  std::vector<uint32_t> Next(size_t blocks) {
-    std::vector<uint32_t> t(blocks * tpb_);
-    for (auto& x : t) x = static_cast<uint32_t>(rng_());
-    return t;
-  }
-
- private:
-  uint32_t tpb_;
-  std::mt19937 rng_{4242};
-};
-
 // Publishes `count` blocks of `bs` as prompts of up to 16 blocks; returns their ids.
-bool PublishMany(strata::Client& c, const strata::NamespaceId& ns, Tokens& tokens, size_t bs,
-                 size_t count, const std::vector<char>& src, std::vector<strata::BlockId>* ids) {
+bool PublishMany(strata::Client& c, const strata::NamespaceId& ns,
+                 strata::bench::TokenSource& tokens, size_t bs, size_t count,
+                 const std::vector<char>& src, std::vector<strata::BlockId>* ids) {
   for (size_t done = 0; done < count;) {
     size_t n = std::min<size_t>(16, count - done);
     std::vector<strata::ConstBuffer> in(n);
@@ -215,7 +202,7 @@ int Main(int argc, char** argv) {
       rc = 1;
       break;
     }
-    Tokens tokens(16);
+    strata::bench::TokenSource tokens(16, 4242);
     std::vector<char> src(16 * bs);
     std::mt19937_64 rng(bs);
     for (size_t i = 0; i + 8 <= src.size(); i += 8) {

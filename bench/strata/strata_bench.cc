@@ -65,21 +65,6 @@ strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
   return s;
 }
 
-// Unique token sequences: each call returns `blocks` full blocks never published before.
-class TokenSource {
- public:
-  explicit TokenSource(uint32_t tpb) : tpb_(tpb) {}
-  std::vector<uint32_t> Next(size_t blocks) {
-    std::vector<uint32_t> t(blocks * tpb_);
-    for (auto& x : t) x = static_cast<uint32_t>(rng_());
-    return t;
-  }
-
- private:
-  uint32_t tpb_;
-  std::mt19937 rng_{12345};
-};
-
 struct Config {
   bool smoke = false;
   std::string stratad = STRATAD_BIN;
@@ -120,7 +105,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
     std::cerr << "open namespace: " << ns.status() << "\n";
     return false;
   }
-  TokenSource tokens(kTpb);
+  strata::bench::TokenSource tokens(kTpb);
 
   std::vector<size_t> sizes = cfg.smoke ? std::vector<size_t>{64 << 10, 1 << 20}
                                         : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
