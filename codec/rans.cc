@@ -433,6 +433,19 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     }
   }
   const size_t table_bytes = out->size() - table_start;
+  if (stats && given) {
+    // Statistics are of the symbols themselves, whatever the tables were built from.
+    std::vector<uint32_t> exact(size_t{alphabet} * num_ctx, 0);
+    HistogramImpl(syms, n, alphabet, num_ctx, exact.data());
+    entropy = 0;
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      const uint32_t* h = exact.data() + size_t{c} * alphabet;
+      uint64_t total = 0;
+      for (uint32_t s = 0; s < alphabet; ++s) total += h[s];
+      for (uint32_t s = 0; s < alphabet; ++s)
+        if (h[s]) entropy += h[s] * std::log2(static_cast<double>(total) / h[s]);
+    }
+  }
 
   // Encode backwards; words are written from the end of the scratch buffer towards its front.
   std::vector<uint16_t>& words = scratch->words;

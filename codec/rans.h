@@ -58,7 +58,8 @@ struct Scratch {
 // (coder 4) gives the AVX-512 decoder eight independent 16-lane chains (64: four, 32: two).
 // `counts`, when set (num_ctx * alphabet, contexts as Histogram's), replaces the histogram pass:
 // the exact histogram, or any estimate (e.g. of a sample) that is nonzero for every symbol that
-// occurs in its context; the tables are normalised from it (and stats' entropy_bits is its).
+// occurs in its context; the tables are normalised from it. stats' entropy_bits is always that of
+// the symbols (counted again when `counts` is given and stats are asked for).
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
             std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes,

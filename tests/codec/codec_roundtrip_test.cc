@@ -306,6 +306,36 @@ TEST(Quant, SmallSectionsGetFewerRansStates) {
   }
 }
 
+// Large sections build their rANS tables from a sample of the token rows; a symbol that occurs
+// only in rows outside the sample must still have a code.
+TEST(Quant, SampledTablesCodeSymbolsSeenOnlyOutsideTheSample) {
+  const KvLayout l = Layout(1, 8, 128, 256);  // 262,144 symbols per section
+  const size_t T = l.tokens_per_block, C = l.ValuesPerTokenPerTensor();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<uint8_t> data(2 * T * C * 2);
+  std::vector<float> x(2 * T * C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = n01(rng);
+  // Rows 1 and 2 are outside a 1-in-3 sample of rows: extreme values there only.
+  for (size_t c = 0; c < 8; ++c) x[1 * C + 5 + 97 * c] = 40.0f;
+  for (size_t c = 0; c < 8; ++c) x[2 * C + 9 + 97 * c] = -40.0f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t h = FloatToHalf(x[i]);
+    std::memcpy(data.data() + 2 * i, &h, 2);
+  }
+  for (uint8_t bits : {2, 4}) {
+    CodecParams p;
+    p.mode = Mode::kQuant;
+    p.key_bits = p.value_bits = bits;
+    const auto y = AsFloats(RoundTrip(l, p, data), l.dtype);
+    ASSERT_EQ(y.size(), x.size());
+    for (size_t c = 0; c < 8; ++c) {
+      EXPECT_NEAR(y[1 * C + 5 + 97 * c], 40.0f, 41.0f / ((1 << bits) - 1)) << int(bits);
+      EXPECT_NEAR(y[2 * C + 9 + 97 * c], -40.0f, 41.0f / ((1 << bits) - 1)) << int(bits);
+    }
+  }
+}
+
 TEST(Quant, DeterministicAndSmallerWithDelta) {
   const KvLayout l = Layout(2, 4, 128, 64);
   auto data = GenerateSyntheticKv(l, 1);
