@@ -431,9 +431,9 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
         for (uint32_t v = 0; v <= top; ++v) o[v] = 1;
         for (uint32_t v = static_cast<uint32_t>(mn); v <= mx; ++v) o[(v >> r) - base] += h[v];
       }
-      rans::CoderStats hs;
-      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, &hs, RansLanes(hcoder),
-                   hcounts.data());
+      rans::CoderStats hs;  // only when asked: stats make rANS count the symbols again
+      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, stats ? &hs : nullptr,
+                   RansLanes(hcoder), hcounts.data());
       const size_t lo_bytes = LowBitsBytes(lo_values, r);
       const size_t at = w.Skip(lo_bytes + 8);
       PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);
