@@ -440,6 +440,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   impl->am_service.store(impl->service.get(), std::memory_order_release);
   impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
+  const MappingPages arena_pages = DescribeMapping(impl->region->data());
+  impl->metrics
+      .AddGauge("strata_host_arena_page_bytes",
+                "Page size of the memory behind the host tier (2097152 on reserved huge pages; "
+                "NVMe reads and RMA into 4 KiB pages cost more).")
+      ->Set(static_cast<double>(arena_pages.page_bytes));
   if (impl->tiered) impl->nvme_series = RegisterNvmeSeries(impl->metrics);
   impl->tier_open.store(true, std::memory_order_release);
 
@@ -528,9 +534,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   });
 
   impl->serving.store(true, std::memory_order_release);
-  spdlog::info("stratad {} node '{}' listening on {}; host tier {} ({}), UCX transports {}",
+  spdlog::info("stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX "
+               "transports {}",
                STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->tier->capacity()),
                impl->mmap_arena ? (huge ? "mmap, huge pages" : "mmap") : "UCX-allocated",
+               arena_pages.page_bytes ? FormatSize(arena_pages.page_bytes) : "unknown",
+               arena_pages.thp_bytes
+                   ? absl::StrCat(", ", FormatSize(arena_pages.thp_bytes), " transparent huge")
+                   : std::string(),
                dp.transports);
   if (impl->http) spdlog::info("HTTP /metrics, /healthz, /readyz on {}", impl->http->endpoint());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));

@@ -3,7 +3,11 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,5 +35,29 @@ absl::StatusOr<std::unique_ptr<MmapArena>> MmapArena::Create(uint64_t bytes, boo
 }
 
 MmapArena::~MmapArena() { munmap(data_, size_); }
+
+MappingPages DescribeMapping(const void* addr) {
+  MappingPages m;
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    // Mapping header: "lo-hi perms offset dev inode [path]"; field lines start "Name:".
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 &&
+        line.find(':') > line.find(' ')) {
+      if (in) break;
+      in = a >= lo && a < hi;
+      if (in) m.mapping_bytes = hi - lo;
+      continue;
+    }
+    if (!in) continue;
+    unsigned long long kb = 0;
+    if (std::sscanf(line.c_str(), "KernelPageSize: %llu kB", &kb) == 1) m.page_bytes = kb << 10;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %llu kB", &kb) == 1) m.thp_bytes = kb << 10;
+  }
+  return m;
+}
 
 }  // namespace strata

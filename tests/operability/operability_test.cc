@@ -107,6 +107,10 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   EXPECT_EQ(SampleValue(m.body, "strata_tier_blocks{tier=\"host\"}"), 7);
   EXPECT_EQ(SampleValue(m.body, "strata_committed_blocks_total"), 7);
   EXPECT_EQ(SampleValue(m.body, "strata_tier_capacity_bytes{tier=\"host\"}"), 64 << 20);
+  // 4096, or 2097152 where the arena sits on reserved huge pages.
+  auto page = SampleValue(m.body, "strata_host_arena_page_bytes");
+  ASSERT_TRUE(page.has_value());
+  EXPECT_TRUE(*page == 4096 || *page == 2097152) << *page;
   EXPECT_GE(*SampleValue(m.body, "strata_tier_used_bytes{tier=\"host\"}"), 7 * 512);
   EXPECT_EQ(SampleValue(m.body, "strata_lookup_blocks_total{result=\"hit\"}"), 7);
   // OpsSpec blocks hold 4 tokens: 7 blocks found, 1 missed.
