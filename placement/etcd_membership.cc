@@ -89,7 +89,10 @@ class EtcdMembership final : public Membership {
                                                         options_.start_timeout), ": ",
                                                     st.message()));
       }
-      absl::SleepFor(pause);
+      if (SleepFor(pause)) {
+        return absl::CancelledError(absl::StrCat("etcd membership: stopped while waiting to "
+                                                 "register ", key_));
+      }
     }
     auto range = watch_.RangePrefix(options_.prefix);
     if (!range.ok()) {

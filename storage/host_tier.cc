@@ -464,6 +464,15 @@ void HostTier::DropReservation(uint64_t id) {
   reservations_.erase(it);
 }
 
+absl::Status HostTier::HoldReservation(uint64_t reservation_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end())
+    return absl::NotFoundError(absl::StrCat("reservation ", reservation_id, " is unknown"));
+  it->second.expires = absl::InfiniteFuture();
+  return absl::OkStatus();
+}
+
 absl::Status HostTier::Abort(uint64_t reservation_id) {
   absl::MutexLock lock(&mu_);
   auto it = reservations_.find(reservation_id);

@@ -162,6 +162,9 @@ class HostTier {
   absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
                                                   std::span<const uint32_t> crcs);
   absl::Status Abort(uint64_t reservation_id);
+  // The reservation no longer expires: for an internal writer (a promotion from a lower tier)
+  // that will commit or abort it, whose data may land after the usual timeout.
+  absl::Status HoldReservation(uint64_t reservation_id);
 
   // Number of leading ids that are committed in `ns`. With `lower`, a block missing here counts
   // when lower(id) is true (a lower tier holds it; called under this tier's lock, so it must not

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/crc32c.h"
+#include "absl/container/flat_hash_set.h"
 #include "common/status_macros.h"
 
 namespace strata {
@@ -73,7 +74,8 @@ struct NvmeTier::Impl {
 
 namespace {
 
-// io_uring engine. Each thread that runs a batch gets its own ring, set up the way fio sets up
+// io_uring engine. Each thread that runs a batch gets its own ring (or, with shared_ring, all
+// share one without SINGLE_ISSUER), set up the way fio sets up
 // its ring (COOP_TASKRUN, SINGLE_ISSUER, DEFER_TASKRUN: completions are posted only when the
 // owner waits for them, no inter-processor interrupt per completion), with the files and the
 // staging buffers registered. A ring with SINGLE_ISSUER accepts submissions from the thread that
@@ -157,6 +159,7 @@ class UringEngine final : public NvmeTier::Impl {
         for (size_t i = next; i < ops.size(); ++i) results[i] = r;
         done += ops.size() - next;
         next = ops.size();
+        rg.broken = true;  // closed after this batch; the next one gets a fresh ring
         if (inflight == 0) break;
         io_uring_cqe* cqe = nullptr;
         if (io_uring_wait_cqe(ring, &cqe) < 0) {
@@ -184,6 +187,10 @@ class UringEngine final : public NvmeTier::Impl {
       }
       io_uring_cq_advance(ring, seen);
     }
+    if (rg.broken) {
+      rings_.erase(std::find_if(rings_.begin(), rings_.end(),
+                                [&](const auto& r) { return r.get() == &rg; }));
+    }
   }
 
  private:
@@ -193,6 +200,7 @@ class UringEngine final : public NvmeTier::Impl {
     uint64_t last_used = 0;
     bool fixed_bufs = false;
     bool fixed_files = false;
+    bool broken = false;  // a submit failed for good: not used again
     ~Ring() { io_uring_queue_exit(&ring); }
   };
 
@@ -892,22 +900,24 @@ absl::Status NvmeBlockStore::Remove(const BlockId& id) {
   return absl::OkStatus();
 }
 
-size_t NvmeBlockStore::RemoveMoved(std::span<const BlockId> ids) {
+absl::StatusOr<std::vector<BlockId>> NvmeBlockStore::RemoveMoved(std::span<const BlockId> ids) {
   std::vector<BlockId> gone;
   std::vector<CatalogEntry> entries;
   {
     absl::MutexLock l(&mu_);
+    absl::flat_hash_set<BlockId> seen;
     for (const BlockId& id : ids) {
       auto it = blocks_.find(id);
-      if (it == blocks_.end()) continue;
+      if (it == blocks_.end() || !seen.insert(id).second) continue;
       gone.push_back(id);
       entries.push_back(it->second.entry);
     }
-    if (gone.empty() || !catalog_->DeleteBatch(gone, /*sync=*/false).ok()) return 0;
+    if (gone.empty()) return gone;
+    RETURN_IF_ERROR(catalog_->DeleteBatch(gone, /*sync=*/false));
     for (const BlockId& id : gone) blocks_.erase(id);
   }
   for (const CatalogEntry& e : entries) tier_->Free(ExtentOf(e));
-  return gone.size();
+  return gone;
 }
 
 std::optional<CatalogEntry> NvmeBlockStore::Lookup(const BlockId& id) const {

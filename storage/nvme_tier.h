@@ -223,8 +223,9 @@ class NvmeBlockStore {
   // blocks that now live elsewhere (promoted to host memory). If the deletions are lost in a
   // crash, the entries come back at restart: their data is still on disk, or, where a new block
   // reused the extent, their CRC fails on first read and they are dropped, never served.
-  // Returns how many were removed.
-  size_t RemoveMoved(std::span<const BlockId> ids);
+  // Returns the ids removed (each once); an error when the catalog refused the batch (nothing
+  // is removed then).
+  absl::StatusOr<std::vector<BlockId>> RemoveMoved(std::span<const BlockId> ids);
 
   std::optional<CatalogEntry> Lookup(const BlockId& id) const;
   std::vector<BlockId> Ids() const;

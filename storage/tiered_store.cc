@@ -230,6 +230,9 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     ReserveItem item{blocks[i].id, e.parent, e.size};
     ReserveResult rr = host_->Reserve(ns, {&item, 1});
     if (rr.status[0] != BlockStatus::kOk) continue;  // kExists: back in host already; or no room
+    // The read lands in this extent later (after the rest of the batch is reserved and the tier
+    // is free): it must not expire and go to another block meanwhile.
+    if (!host_->HoldReservation(rr.reservation_id).ok()) continue;
     reservation[i] = rr.reservation_id;
     uint64_t len = whole_pages ? NvmeTier::RoundUp(e.size) : e.size;
     NvmeGetReq g;
@@ -239,12 +242,11 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     get_block.push_back(i);
   }
   if (gets.empty()) return;
-  std::vector<absl::Status> read;
-  {
-    absl::MutexLock io(&io_mu_);
-    read = store_->Get(gets);
-  }
-  // Commit what was read; the NVMe copies of those blocks then go in one catalog batch.
+  // Read, commit and drop the NVMe copies under io_mu_, so a write-back of a block just
+  // committed (it could be chosen as a victim at once) or an Evict cannot interleave: each
+  // block ends in exactly one tier, or none if it was evicted or failed its CRC.
+  absl::MutexLock io(&io_mu_);
+  std::vector<absl::Status> read = store_->Get(gets);
   std::vector<BlockId> moved;
   std::vector<size_t> committed_blocks;
   for (size_t k = 0; k < gets.size(); ++k) {
@@ -259,7 +261,7 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
         policy_->OnRemove(id);
         pins_.erase(id);
         Warn(st.ToString());
-      } else if (!absl::IsNotFound(st)) {
+      } else if (!absl::IsNotFound(st)) {  // NotFound: evicted meanwhile
         n_.nvme_read_errors.fetch_add(1);
         Warn(absl::StrCat("nvme read of block ", id.ShortHex(), " failed: ", st.ToString()));
       }
@@ -268,32 +270,51 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     // The host tier verifies the CRC32C recorded when the block was first committed.
     const uint32_t crc = blocks[i].entry.crc32c;
     auto committed = host_->Commit(reservation[i], {&crc, 1});
+    if (!committed.ok()) {  // the reservation is gone: keep the NVMe copy, it is intact
+      (void)host_->Abort(reservation[i]);
+      Warn(absl::StrCat("promotion of nvme block ", id.ShortHex(), " lost its host reservation: ",
+                        committed.status().ToString(), "; the block stays on NVMe"));
+      continue;
+    }
     moved.push_back(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
-    if (!committed.ok() || (*committed)[0] != BlockStatus::kOk) {
+    if ((*committed)[0] != BlockStatus::kOk) {
       n_.nvme_crc_failures.fetch_add(1);
-      Warn(absl::StrCat("nvme block ", id.ShortHex(),
-                        " failed its CRC32C when staged into host memory; dropped"));
+      Warn(absl::StrCat("nvme block ", id.ShortHex(), " failed its CRC32C when staged into host "
+                        "memory (", std::string(BlockStatusName((*committed)[0])),
+                        "); dropped"));
       continue;
     }
     committed_blocks.push_back(i);
   }
-  {
-    absl::MutexLock io(&io_mu_);
-    store_->RemoveMoved(moved);
+  absl::StatusOr<std::vector<BlockId>> removed = store_->RemoveMoved(moved);
+  if (!removed.ok()) {
+    Warn(absl::StrCat("nvme catalog: promoted blocks not removed from NVMe (they stay there and "
+                      "are found again): ",
+                      removed.status().ToString()));
   }
+  // Pins follow the block: the one seen when the fetch began, or one set since (kept in pins_
+  // while the block was reserved and not yet in host memory), whichever lasts longer.
+  std::vector<absl::Time> pin_until(blocks.size(), absl::InfinitePast());
   {
     absl::MutexLock l(&meta_mu_);
-    for (const BlockId& id : moved) {
-      policy_->OnRemove(id);
-      pins_.erase(id);
+    for (size_t i : committed_blocks) {
+      pin_until[i] = blocks[i].pinned_until;
+      auto it = pins_.find(blocks[i].id);
+      if (it != pins_.end()) pin_until[i] = std::max(pin_until[i], it->second);
+    }
+    if (removed.ok()) {
+      for (const BlockId& id : *removed) {
+        policy_->OnRemove(id);
+        pins_.erase(id);
+      }
     }
   }
+  const absl::Time now = absl::Now();
   for (size_t i : committed_blocks) {
     const BlockId& id = blocks[i].id;
     n_.promotions.fetch_add(1);
     n_.promoted_bytes.fetch_add(blocks[i].entry.size);
-    absl::Duration left = blocks[i].pinned_until - absl::Now();
-    if (left > absl::ZeroDuration()) host_->Pin(ns, {&id, 1}, left);  // the pin follows the block
+    if (pin_until[i] > now) host_->Pin(ns, {&id, 1}, pin_until[i] - now);
   }
 }
 

@@ -115,7 +115,6 @@ class TieredStore {
   void MakeRoom(uint64_t need);
   // Removes an NVMe block (io_mu_ held). True if it was there.
   bool RemoveNvme(const BlockId& id);
-  // Stages one NVMe block into the host tier; false if it could not (then it is not served).
   static constexpr size_t kPromoteBatch = 64;
   struct Promotion {
     BlockId id;

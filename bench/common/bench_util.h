@@ -98,9 +98,21 @@ class StratadProcess {
     args.insert(args.begin(), bin);
     for (const char* a : {"--listen", "127.0.0.1:0", "--ready-file"}) args.push_back(a);
     args.push_back(ready);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<std::pair<std::string, const char*>> saved;  // restored after the fork
+    for (const auto& [k, v] : env) {
+      const char* old = getenv(k.c_str());
+      saved.push_back({k, old ? strdup(old) : nullptr});
+      setenv(k.c_str(), v.c_str(), 1);
+    }
     pid_ = Spawn(args, log_, tls);
-    for (const auto& [k, v] : env) unsetenv(k.c_str());
+    for (const auto& [k, old] : saved) {
+      if (old) {
+        setenv(k.c_str(), old, 1);
+        free(const_cast<char*>(old));
+      } else {
+        unsetenv(k.c_str());
+      }
+    }
     for (int i = 0; i < 800 && endpoint_.empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
       std::string json = ReadFile(ready);

@@ -500,6 +500,14 @@ int Main(int argc, char** argv) {
   // Huge pages needed at once: the tier's write pool and read destination (2 x qd buffers each)
   // plus fio's qd buffers, at the largest point.
   std::string saved_nr_hugepages;
+  auto restore_huge_pages = [&] {
+    if (saved_nr_hugepages.empty()) return;
+    if (FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "w")) {
+      std::fputs(saved_nr_hugepages.c_str(), f);
+      std::fclose(f);
+    }
+    saved_nr_hugepages.clear();
+  };
   if (memory == Memory::kHugetlb) {
     uint64_t need = 0;
     for (uint64_t bs : sizes) {
@@ -522,12 +530,14 @@ int Main(int argc, char** argv) {
                    "nvme_bench: --memory hugetlb needs %llu free 2 MiB huge pages, %llu are free "
                    "(echo N > /proc/sys/vm/nr_hugepages, or --reserve-huge-pages as root)\n",
                    (unsigned long long)need, (unsigned long long)FreeHugePages());
+      restore_huge_pages();
       return 2;
     }
   }
   std::string tmpl = dir + "/strata_nvme_bench.XXXXXX";
   if (!mkdtemp(tmpl.data())) {
     std::perror("mkdtemp");
+    restore_huge_pages();
     return 1;
   }
   std::string work = tmpl;
@@ -560,12 +570,7 @@ int Main(int argc, char** argv) {
     }
     if (rc) break;
   }
-  if (!saved_nr_hugepages.empty()) {
-    if (FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "w")) {
-      std::fputs(saved_nr_hugepages.c_str(), f);
-      std::fclose(f);
-    }
-  }
+  restore_huge_pages();
   auto cat = TimeCatalogReopen(work, catalog_entries);
   std::filesystem::remove_all(work);
   if (!cat.ok()) {

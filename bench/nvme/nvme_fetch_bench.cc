@@ -238,7 +238,8 @@ int Main(int argc, char** argv) {
         // The set is the least recently used: it goes down first. Wait for all of it.
         bool down = false;
         for (int i = 0; i < 3000 && !down; ++i) {
-          down = Counter(**client, "demotions_total") - demoted0 >= set_blocks;
+          const uint64_t now_demoted = Counter(**client, "demotions_total");
+          down = now_demoted >= demoted0 && now_demoted - demoted0 >= set_blocks;
           if (!down) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         auto ev = (*client)->Evict(*ns, filler);

@@ -98,8 +98,11 @@ absl::StatusOr<std::string> EtcdClient::Post(const std::string& path, const std:
       auto j = Json::Parse(res->body);
       std::string what = j.ok() ? j->StringOr("error", j->StringOr("message", res->body))
                                 : res->body;
-      return absl::FailedPreconditionError(
-          absl::StrCat(endpoints_[i], path, ": HTTP ", res->status, ": ", what));
+      std::string msg = absl::StrCat(endpoints_[i], path, ": HTTP ", res->status, ": ", what);
+      // 503/504: no leader yet, an election, a request timed out inside etcd — it may answer
+      // in a moment, which callers that retry need to tell apart from a refusal.
+      if (res->status == 503 || res->status == 504) return absl::UnavailableError(msg);
+      return absl::FailedPreconditionError(msg);
     }
     return std::move(res->body);
   }

@@ -1,0 +1,113 @@
+// TieredStore's promotion (a fetch of NVMe blocks): batches past the batch limit, bytes intact
+// in host memory, pins carried over, NVMe copies gone, a block evicted before the fetch not
+// brought back.
+#include "storage/tiered_store.h"
+
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/crc32c.h"
+#include "storage/arena.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using testing_nvme::IdOf;
+using testing_nvme::Payload;
+using testing_nvme::TempDir;
+
+constexpr size_t kBlock = 100'000;  // not a multiple of 4 KiB: reads fill the extent's padding
+constexpr int kBlocks = 220;        // 22 MB through a 16 MiB host tier
+
+struct Fixture {
+  TempDir dir;
+  std::unique_ptr<MmapArena> arena;
+  std::unique_ptr<HostTier> host;
+  std::unique_ptr<TieredStore> store;
+  NamespaceId ns = IdOf(777);
+  std::vector<std::vector<std::byte>> data;
+
+  void Open() {
+    auto a = MmapArena::Create(16 << 20, /*huge_pages=*/false);
+    ASSERT_TRUE(a.ok());
+    arena = std::move(*a);
+    HostTierOptions ho;
+    ho.alignment = kNvmeAlignment;  // as stratad sets it with an NVMe tier
+    ho.write_back = true;
+    ho.high_watermark = 0.9;
+    ho.low_watermark = 0.6;
+    host = std::make_unique<HostTier>(arena->data(), arena->size(), ho);
+    TieredStoreOptions to;
+    to.nvme.tier.files = {{dir.Sub("tier.dat"), 64 << 20}};
+    to.nvme.tier.sync_after_write = false;
+    to.nvme.tier.shared_ring = true;
+    to.nvme.catalog_path = dir.Sub("catalog");
+    auto s = TieredStore::Open(host.get(), to);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store = std::move(*s);
+  }
+
+  void Publish(int i) {
+    data.push_back(Payload(1000 + i, kBlock));
+    ReserveItem item{IdOf(i), BlockId{}, kBlock};
+    ReserveResult r = store->Reserve(ns, {&item, 1});
+    ASSERT_EQ(r.status[0], BlockStatus::kOk) << i;
+    std::memcpy(host->base() + r.offsets[0], data.back().data(), kBlock);
+    const uint32_t crc = Crc32c(data.back().data(), kBlock);
+    auto c = host->Commit(r.reservation_id, {&crc, 1});
+    ASSERT_TRUE(c.ok() && (*c)[0] == BlockStatus::kOk) << i;
+  }
+};
+
+TEST(TieredStorePromote, BatchesKeepBytesPinsAndExclusiveTiers) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Open());
+  for (int i = 0; i < kBlocks; ++i) ASSERT_NO_FATAL_FAILURE(f.Publish(i));
+  // Write-back runs on its own thread: wait until the oldest blocks are down.
+  for (int t = 0; t < 500 && f.store->Counters().nvme_blocks < 80; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::vector<BlockId> down, up;
+  for (int i = 0; i < kBlocks; ++i) (f.store->HoldsOnNvme(IdOf(i)) ? down : up).push_back(IdOf(i));
+  ASSERT_GE(down.size(), 70u) << "not enough blocks demoted to cross a promotion batch";
+  // Room for the promotions without write-back: drop what is still in host memory.
+  f.store->Evict(f.ns, up, /*cascade=*/false, /*force=*/true);
+  // A pin set while on NVMe must follow the block; a block evicted from NVMe must stay gone.
+  const BlockId pinned = down[3], evicted = down[5];
+  ASSERT_EQ(f.store->Pin(f.ns, {&pinned, 1}, absl::Hours(1))[0], BlockStatus::kOk);
+  f.store->Evict(f.ns, {&evicted, 1}, false, true);
+
+  const uint64_t promotions0 = f.store->Counters().promotions;
+  AcquireResult a = f.store->Acquire(f.ns, down);
+  ASSERT_EQ(a.status.size(), down.size());
+  size_t ok = 0;
+  for (size_t k = 0; k < down.size(); ++k) {
+    const BlockId& id = down[k];
+    if (id == evicted) {
+      EXPECT_EQ(a.status[k], BlockStatus::kNotFound);
+      continue;
+    }
+    ASSERT_EQ(a.status[k], BlockStatus::kOk) << k;
+    ASSERT_EQ(a.sizes[k], kBlock);
+    int i = -1;
+    for (int j = 0; j < kBlocks; ++j)
+      if (IdOf(j) == id) i = j;
+    ASSERT_GE(i, 0);
+    EXPECT_EQ(std::memcmp(f.host->base() + a.offsets[k], f.data[i].data(), kBlock), 0) << k;
+    EXPECT_FALSE(f.store->HoldsOnNvme(id)) << "in both tiers: " << k;
+    ++ok;
+  }
+  EXPECT_EQ(ok, down.size() - 1);
+  EXPECT_EQ(f.store->Counters().promotions - promotions0, ok);
+  EXPECT_FALSE(f.store->HoldsOnNvme(evicted));
+  auto info = f.host->Inspect({&pinned, 1});
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_GT(info[0].pinned_for, absl::Minutes(50));
+  EXPECT_TRUE(f.host->Release(a.lease_id).ok());
+  f.store->Stop();
+}
+
+}  // namespace
+}  // namespace strata
