@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "common/crc32c.h"
 #include "common/am_wire.h"
@@ -93,6 +94,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
   }
   Cluster* raw = c.get();
   c->membership_->SetListener([raw](const placement::MembershipView& v) { raw->OnView(v); });
+  if (cfg.membership == "etcd") {
+    spdlog::info("joining the cluster through etcd ({}); waiting up to {} if it is not answering "
+                 "yet",
+                 absl::StrJoin(cfg.etcd_endpoints, ", "),
+                 absl::FormatDuration(placement::EtcdMembershipOptions{}.start_timeout));
+  }
   if (absl::Status s = c->membership_->Start(c->options_.self); !s.ok())
     return absl::Status(s.code(), absl::StrCat("cluster membership (", cfg.membership,
                                                "): ", s.message()));
