@@ -1,6 +1,7 @@
 #include "codec/rans.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -114,6 +115,27 @@ void HistogramImpl(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ct
 }
 
 #if STRATA_RANS_AVX512
+// The SIMD paths are templates on the number of 16-lane state vectors (8, 4 or 2 for 128, 64
+// or 32 states) and on the span of a section's symbol table (16, 32, 64, or a general one):
+// these call f with each as a compile-time constant.
+template <typename F>
+decltype(auto) WithChains(int chains, F&& f) {
+  switch (chains) {
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: return f(std::integral_constant<int, 2>{});
+  }
+}
+template <int kGeneral, typename F>
+decltype(auto) WithTableSpan(uint32_t span, F&& f) {
+  switch (span) {
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, kGeneral>{});
+  }
+}
+
 bool CpuHasAvx512() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return ok;
@@ -500,39 +522,12 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
         if (es.freq) scratch->enc_ent[c * stride + (sy - lo)] = es.freq | es.start << 16;
       }
     const uint32_t* tabs = scratch->enc_ent.data();
-    switch (stride) {
-      case 16:
-        if (V == 8)
-          EncodeRunsAvx512<Sym, 16, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else if (V == 4)
-          EncodeRunsAvx512<Sym, 16, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else
-          EncodeRunsAvx512<Sym, 16, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        break;
-      case 32:
-        if (V == 8)
-          EncodeRunsAvx512<Sym, 32, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else if (V == 4)
-          EncodeRunsAvx512<Sym, 32, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else
-          EncodeRunsAvx512<Sym, 32, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        break;
-      case 64:
-        if (V == 8)
-          EncodeRunsAvx512<Sym, 64, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else if (V == 4)
-          EncodeRunsAvx512<Sym, 64, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else
-          EncodeRunsAvx512<Sym, 64, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        break;
-      default:
-        if (V == 8)
-          EncodeRunsAvx512<Sym, 0, 8>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else if (V == 4)
-          EncodeRunsAvx512<Sym, 0, 4>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-        else
-          EncodeRunsAvx512<Sym, 0, 2>(syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
-    }
+    WithChains(V, [&](auto v) {
+      WithTableSpan<0>(stride, [&](auto span) {
+        EncodeRunsAvx512<Sym, decltype(span)::value, decltype(v)::value>(
+            syms, g, num_ctx, tabs, stride, lo, ctx_bits, x, wp);
+      });
+    });
     g = 0;
   }
 #endif
@@ -702,41 +697,17 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
       // One byte gather per step: slot -> symbol index; freq | start by symbol index from
       // registers (span <= 64) or from a small L1-resident table (span <= 256).
       const uint32_t* ft = scratch->dec_ftab.data();
-      switch (tab) {
-        case 16:
-          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 16, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
-            : V == 4 ? DecodeRunsPackedAvx512<Sym, 16, 4>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out)
-                     : DecodeRunsPackedAvx512<Sym, 16, 2>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out);
-          break;
-        case 32:
-          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 32, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
-            : V == 4 ? DecodeRunsPackedAvx512<Sym, 32, 4>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out)
-                     : DecodeRunsPackedAvx512<Sym, 32, 2>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out);
-          break;
-        case 64:
-          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 64, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
-            : V == 4 ? DecodeRunsPackedAvx512<Sym, 64, 4>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out)
-                     : DecodeRunsPackedAvx512<Sym, 64, 2>(x, wp, wend, full_runs, num_ctx, pack,
-                                                          ft, sym_lo, prob_bits, out);
-          break;
-        default:
-          g = V == 8 ? DecodeRunsPackedAvx512<Sym, 256, 8>(x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out)
-            : V == 4 ? DecodeRunsPackedAvx512<Sym, 256, 4>(x, wp, wend, full_runs, num_ctx, pack,
-                                                           ft, sym_lo, prob_bits, out)
-                     : DecodeRunsPackedAvx512<Sym, 256, 2>(x, wp, wend, full_runs, num_ctx, pack,
-                                                           ft, sym_lo, prob_bits, out);
-      }
+      g = WithChains(V, [&](auto v) {
+        return WithTableSpan<256>(tab, [&](auto span) {
+          return DecodeRunsPackedAvx512<Sym, decltype(span)::value, decltype(v)::value>(
+              x, wp, wend, full_runs, num_ctx, pack, ft, sym_lo, prob_bits, out);
+        });
+      });
     } else {
-      g = V == 8 ? DecodeRunsAvx512<Sym, 8>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits, out)
-        : V == 4 ? DecodeRunsAvx512<Sym, 4>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
-                                            out)
-                 : DecodeRunsAvx512<Sym, 2>(x, wp, wend, full_runs, num_ctx, ent, sym, prob_bits,
-                                            out);
+      g = WithChains(V, [&](auto v) {
+        return DecodeRunsAvx512<Sym, decltype(v)::value>(x, wp, wend, full_runs, num_ctx, ent,
+                                                         sym, prob_bits, out);
+      });
     }
   }
 #endif
