@@ -292,15 +292,14 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
                       "are found again): ",
                       removed.status().ToString()));
   }
-  // Pins follow the block: the one seen when the fetch began, or one set since (kept in pins_
-  // while the block was reserved and not yet in host memory), whichever lasts longer.
+  // Pins follow the block. An NVMe pin lives in pins_ until here (also one set while the block
+  // was reserved: the host tier did not hold it yet).
   std::vector<absl::Time> pin_until(blocks.size(), absl::InfinitePast());
   {
     absl::MutexLock l(&meta_mu_);
     for (size_t i : committed_blocks) {
-      pin_until[i] = blocks[i].pinned_until;
       auto it = pins_.find(blocks[i].id);
-      if (it != pins_.end()) pin_until[i] = std::max(pin_until[i], it->second);
+      if (it != pins_.end()) pin_until[i] = it->second;
     }
     if (removed.ok()) {
       for (const BlockId& id : *removed) {
@@ -324,12 +323,8 @@ AcquireResult TieredStore::Acquire(const NamespaceId& ns, std::span<const BlockI
   std::vector<Promotion> batch;
   for (const BlockId& id : ids) {
     if (in_host.contains(id)) continue;
-    Promotion p{id, {}, absl::InfinitePast()};
+    Promotion p{id, {}};
     if (!OnNvme(ns, id, &p.entry)) continue;
-    {
-      absl::MutexLock l(&meta_mu_);
-      if (PinnedOnNvme(id)) p.pinned_until = pins_[id];
-    }
     batch.push_back(p);
     // Bounded batches: reserved-but-unread host extents cannot be evicted, so a huge fetch
     // must not hold most of the host tier in reservations at once.

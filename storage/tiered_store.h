@@ -119,7 +119,6 @@ class TieredStore {
   struct Promotion {
     BlockId id;
     CatalogEntry entry;
-    absl::Time pinned_until;  // the NVMe pin, carried over to the host copy
   };
   // Stages NVMe blocks into host memory: one host reservation per block (each commits or aborts
   // on its own), then one batched NVMe read for all of them, so a fetch of many NVMe blocks
