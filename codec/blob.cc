@@ -146,7 +146,7 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
     s.coder = e[5];
     s.offset = Get<uint64_t>(e + 8);
     s.size = Get<uint64_t>(e + 16);
-    if (e[0] < 1 || e[0] > 4)
+    if (e[0] < 1 || e[0] > 5)
       return absl::DataLossError(absl::StrCat("blob: section ", i, " has unknown type"));
     if (s.layer >= h.layout.num_layers || s.tensor >= h.layout.TensorsPerLayer())
       return absl::DataLossError(absl::StrCat("blob: section ", i, " names layer ", s.layer,

@@ -51,7 +51,15 @@ inline constexpr uint8_t kFlagTokenDelta = 2;
 inline constexpr uint8_t kFlagEntropy = 4;
 inline constexpr uint8_t kFlagKeyOutliers = 8;
 
-enum class SectionType : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4 };
+// kStream: the rANS stream that the blob's kCoderShared quant sections share; the last section
+// (layer 0, tensor 0, bits 0, coder 4: 128 states) when there is one.
+enum class SectionType : uint8_t {
+  kRaw = 1,
+  kLossless = 2,
+  kQuant = 3,
+  kGroupwise = 4,
+  kStream = 5
+};
 
 struct SectionEntry {
   SectionType type = SectionType::kRaw;

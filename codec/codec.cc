@@ -195,9 +195,11 @@ SectionType SectionTypeOf(Mode m) { return static_cast<SectionType>(static_cast<
 
 struct Encoder::Scratch {
   SectionScratch sec;
+  rans::SharedEncoder shared;
 };
 struct Decoder::Scratch {
   SectionScratch sec;
+  rans::SharedDecoder shared;
 };
 
 Encoder::Encoder() : scratch_(std::make_unique<Scratch>()) {}
@@ -237,7 +239,16 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     RETURN_IF_ERROR(w.Finish());
   } else {
     const uint32_t tensors = layout.TensorsPerLayer();
-    BlobWriter w(blob, h, layout.num_layers * tensors);
+    // Quant sections of <= 6 bits code their symbols into one stream, the blob's last section.
+    bool use_shared = false;
+    if (params.mode == Mode::kQuant)
+      for (uint32_t l = 0; l < layout.num_layers; ++l)
+        for (uint32_t t = 0; t < tensors; ++t)
+          use_shared |= internal::QuantCoder(t == 0 ? params.KeyBits(l) : params.ValueBits(l),
+                                             ShapeOf(layout, t).values()) ==
+                        internal::kCoderShared;
+    scratch_->shared.Reset();
+    BlobWriter w(blob, h, layout.num_layers * tensors + (use_shared ? 1 : 0));
     const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t t = 0; t < tensors; ++t) {
@@ -267,7 +278,8 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             RETURN_IF_ERROR(
                 internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out,
                                       stats ? &coder : nullptr,  // stats cost a pass: on demand
-                                      stats ? stats->symbol_sink : nullptr, &written));
+                                      stats ? stats->symbol_sink : nullptr, &written,
+                                      &scratch_->shared));
             if (written != e.coder) w.SetSectionCoder(written);
             break;
           }
@@ -280,6 +292,13 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
         }
         w.EndSection();
       }
+    }
+    if (use_shared) {
+      SectionEntry e;
+      e.type = SectionType::kStream;
+      e.coder = internal::kCoderRans128;
+      rans::FinishShared(&scratch_->shared, w.BeginSection(e), stats ? &coder : nullptr);
+      w.EndSection();
     }
     RETURN_IF_ERROR(w.Finish());
   }
@@ -310,9 +329,17 @@ absl::Status CheckSections(const BlobView& v) {
   if (mode != Mode::kLossless && h.layout.dtype == DType::kFloat8E4M3)
     return absl::DataLossError("blob: quantised fp8 blob");
   const uint32_t tensors = h.layout.TensorsPerLayer();
-  if (v.sections.size() != uint64_t{h.layout.num_layers} * tensors)
+  const uint64_t tensor_sections = uint64_t{h.layout.num_layers} * tensors;
+  if (v.sections.size() == tensor_sections + 1) {
+    const SectionEntry& s = v.sections.back();
+    if (mode != Mode::kQuant || s.type != SectionType::kStream)
+      return absl::DataLossError("blob: section count disagrees with the layout");
+    if (s.layer != 0 || s.tensor != 0 || s.bits != 0 || s.coder != internal::kCoderRans128)
+      return absl::DataLossError("blob: malformed stream section");
+  } else if (v.sections.size() != tensor_sections) {
     return absl::DataLossError("blob: section count disagrees with the layout");
-  for (size_t i = 0; i < v.sections.size(); ++i) {
+  }
+  for (size_t i = 0; i < tensor_sections; ++i) {
     const SectionEntry& s = v.sections[i];
     if (s.layer != i / tensors || s.tensor != i % tensors ||
         s.type != static_cast<SectionType>(h.mode))
@@ -343,7 +370,17 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
   }
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
-  for (const SectionEntry& s : v.sections) {
+  // With a shared stream (the last section) the sections are decoded last to first: the stream
+  // is read from the states the encoder ended with, after the first section.
+  size_t count = v.sections.size();
+  rans::SharedDecoder* shared = nullptr;
+  if (!v.sections.empty() && v.sections.back().type == SectionType::kStream) {
+    shared = &scratch_->shared;
+    RETURN_IF_ERROR(rans::StartShared(v.Payload(v.sections.back()), shared));
+    --count;
+  }
+  for (size_t i = count; i-- > 0;) {
+    const SectionEntry& s = v.sections[i];
     const TensorShape shape = ShapeOf(layout, s.tensor);
     uint8_t* dst = out.data() + (size_t{s.layer} * tensors + s.tensor) * tensor_bytes;
     absl::Status st;
@@ -352,7 +389,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         st = internal::DecodeLossless(v.Payload(s), shape, s.coder, &scratch_->sec, dst);
         break;
       case Mode::kQuant:
-        st = internal::DecodeQuant(v.Payload(s), shape, s.bits, s.coder, &scratch_->sec, dst);
+        st = internal::DecodeQuant(v.Payload(s), shape, s.bits, s.coder, &scratch_->sec, dst,
+                                   shared);
         break;
       case Mode::kGroupwise:
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
@@ -364,6 +402,7 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
       return absl::Status(st.code(), absl::StrCat("layer ", s.layer, s.tensor ? " V: " : " K: ",
                                                   st.message()));
   }
+  if (shared) return rans::FinishShared(*shared);
   return absl::OkStatus();
 }
 
@@ -385,13 +424,15 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
     p.key_outliers = v.header.flags & kFlagKeyOutliers;
     bool per_layer = false;
     for (const SectionEntry& s : v.sections)
-      per_layer |= s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);
+      per_layer |= s.type != SectionType::kStream &&
+                   s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);
     if (per_layer) {
       const uint32_t tensors = info.layout.TensorsPerLayer();
       p.layer_key_bits.assign(info.layout.num_layers, p.key_bits);
       p.layer_value_bits.assign(info.layout.num_layers, p.value_bits);
       for (const SectionEntry& s : v.sections)
-        (s.tensor == 0 ? p.layer_key_bits : p.layer_value_bits)[s.layer] = s.bits;
+        if (s.type != SectionType::kStream)
+          (s.tensor == 0 ? p.layer_key_bits : p.layer_value_bits)[s.layer] = s.bits;
       if (tensors == 1) p.layer_value_bits.clear();
     }
   }

@@ -376,8 +376,8 @@ void ForceScalarPlanesForTesting(bool on) { g_planes_force_scalar = on; }
 uint8_t CoderWritten() { return g_coder_written ? g_coder_written : kCoderWritten; }
 uint8_t QuantCoder(uint8_t bits, size_t values) {
   if (g_coder_written) return g_coder_written;
-  if (bits >= 7) return kCoderSplit;
-  return bits <= 6 && values >= kMinValuesFor128 ? kCoderRans128 : kCoderWritten;
+  (void)values;
+  return bits >= 7 ? kCoderSplit : kCoderShared;
 }
 void SetCoderWrittenForTesting(uint8_t coder) { g_coder_written = coder; }
 void WriteBytePlanesForTesting(bool on) { g_write_byte_planes = on; }

@@ -11,6 +11,8 @@
 //   fp16 step[C]               axis 0
 //   fp16 step[T * ceil(C/G)]   axis 1
 //   coder 1, 2, 4: rANS(symbols, alphabet 4 << bits)
+//   coder 6 (shared, <= 6 bits): the rANS tables only; the symbols are in the blob's stream
+//                 section (rans::SharedEncoder), coded after the previous section's
 //   coder 5 (split): u8 r (1..7, < bits), u8 rANS coder of the high part (1, 2 or 4), u16 base,
 //                 rANS(hi = (sym >> r) - base as bytes, alphabet min(256, (4 << bits >> r) - base)),
 //                 then the low r bits of every symbol, bit-packed (low_bits.h) to the end of the
@@ -121,45 +123,31 @@ size_t SampleHistogram(const uint16_t* syms, size_t n, uint32_t alphabet, uint32
   return sampled;
 }
 
-// The rANS states of a section end as 32 bits each in the stream: 4096 bits for 128 states,
-// 2% of a 49k-symbol section at 4 bits (a 135M model's layer: 3 kv heads x 64 x 256 tokens).
-// Fewer states where they would weigh more than kMaxStateShare of the section's size (its
-// order-0 entropy under the coder's contexts); 128 where the section is large (the decoder is
-// latency bound and eight chains of 16 keep it busy). Leaves the histogram in sc->counts for
-// rans::Encode, which then does not count again. On SmolLM2-135M's KV (49k-symbol sections)
-// this took the coder from 1.9-5.1% over entropy to 0.5-1.3% at 2-4 bits; 32 states decode
-// 15-20% slower than 128, hence 1.5% and not less.
+// The rANS tables' counts, in sc->counts. Sections of kSampledTablesFrom symbols or more build
+// them from a 1-in-3 sample (the histogram pass was ~18% of quant encoding), every symbol between
+// the section's smallest and largest given at least a count of one in every context, so none
+// that occurs is left without a code. The tables' precision costs < 0.1% there (measured: code/H
+// unchanged to 0.01 points on the generator's 262k-symbol sections).
 //
-// Sections of kSampledTablesFrom symbols or more build their tables from a 1-in-3 sample (the
-// histogram pass was ~18% of quant encoding), every symbol between the section's smallest and
-// largest given at least a count of one in every context, so none that occurs is left without
-// a code. The tables' precision costs < 0.1% there (measured: code/H unchanged to 0.01 points
-// on the generator's 262k-symbol sections).
-uint8_t LanesForSize(SectionScratch* sc, size_t n, uint32_t alphabet, uint32_t ctx) {
-  constexpr double kMaxStateShare = 0.015;
+// (Before the shared stream, this also chose the section's number of rANS states: its own 128
+// final states weighed 2-5% of a 49k-symbol section, and the 32 states chosen instead cost the
+// decoder 15-20%.)
+void TableCounts(SectionScratch* sc, size_t n, uint32_t alphabet, uint32_t ctx) {
   constexpr size_t kSampledTablesFrom = 131072;
   sc->counts.assign(size_t{alphabet} * ctx, 0);
-  double scale = 1.0;
   if (n >= kSampledTablesFrom) {
     const uint16_t* y = sc->syms.data();
     uint16_t mn, mx;
     MinMaxU16(y, n, &mn, &mx);
-    const size_t sampled = SampleHistogram(y, n, alphabet, ctx, 3, sc->counts.data());
+    SampleHistogram(y, n, alphabet, ctx, 3, sc->counts.data());
     for (uint32_t c = 0; c < ctx; ++c)
       for (uint32_t s = mn; s <= mx; ++s) {
         uint32_t& k = sc->counts[size_t{c} * alphabet + s];
         if (k == 0) k = 1;
       }
-    scale = static_cast<double>(n) / static_cast<double>(std::max<size_t>(sampled, 1));
   } else {
     rans::Histogram(sc->syms.data(), n, alphabet, ctx, sc->counts.data());
   }
-  uint32_t lo, hi;
-  const double bits = scale * HistEntropy(sc->counts.data(), alphabet, ctx, &lo, &hi);
-  for (uint8_t c : {kCoderRans128, kCoderRans64}) {
-    if (32.0 * RansLanes(c) <= kMaxStateShare * bits) return c;
-  }
-  return kCoderRans32;
 }
 
 // The split coder's r: the largest r < bits (<= 7) whose high part spans <= 256 values over all
@@ -207,7 +195,7 @@ void SetSplitLowBitsForTesting(int r) { g_split_r = r; }
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
                          rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
-                         uint8_t* coder) {
+                         uint8_t* coder, rans::SharedEncoder* shared) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
   const int levels = (1 << bits) - 1;
   const int32_t offset = 1 << (bits + 1);
@@ -370,14 +358,15 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
   w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
-  if (*coder != kCoderSplit) {
-    const uint32_t* counts = nullptr;
-    if (*coder == kCoderRans128 && CoderWritten() == kCoderWritten) {
-      *coder = LanesForSize(sc, n, alphabet, ctx);
-      counts = sc->counts.data();
-    }
+  if (*coder == kCoderShared) {
+    if (!shared) return absl::InternalError("quant section: shared coder without a stream");
+    TableCounts(sc, n, alphabet, ctx);
+    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, 128,
+                 sc->counts.data(), shared);
+  } else if (*coder != kCoderSplit) {
+    TableCounts(sc, n, alphabet, ctx);
     rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder),
-                 counts);
+                 sc->counts.data());
   } else {
     // Split coder: r from a sample's histogram (1 in 7 blocks of large sections).
     const size_t stride = std::min<size_t>(7, std::max<size_t>(1, n / 32768)) | 1;
@@ -454,11 +443,17 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
 }
 
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         uint8_t coder, SectionScratch* sc, uint8_t* out) {
+                         uint8_t coder, SectionScratch* sc, uint8_t* out,
+                         rans::SharedDecoder* shared) {
   const size_t T = s.tokens, C = s.channels(), n = s.values();
   const int lanes = RansLanes(coder);
-  if (lanes == 0 && coder != kCoderSplit)
+  if (lanes == 0 && coder != kCoderSplit && coder != kCoderShared)
     return absl::DataLossError("quant section: unknown entropy coder");
+  if (coder == kCoderShared && (bits > 6 || !shared))
+    return absl::DataLossError(
+        bits > 6 ? "quant section: shared-stream coder on a section of more than 6 bits"
+                 : "quant section: shared-stream coder in a blob without a stream section");
+  if (coder != kCoderShared) shared = nullptr;
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
@@ -553,7 +548,8 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     narrow = true;
   } else if (narrow) {
     sc->syms8.resize(n);
-    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes));
+    RETURN_IF_ERROR(
+        rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
   } else {
     sc->syms.resize(n);
     RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));

@@ -393,8 +393,9 @@ double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32
 
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
-            std::vector<uint8_t>* out, CoderStats* stats, int lanes, const uint32_t* given) {
-  const int L = lanes == 128 ? 128 : lanes == 64 ? 64 : 32;
+            std::vector<uint8_t>* out, CoderStats* stats, int lanes, const uint32_t* given,
+            SharedEncoder* shared) {
+  const int L = shared || lanes == 128 ? 128 : lanes == 64 ? 64 : 32;
   internal::ByteWriter w(out);
   const size_t table_start = out->size();
   std::vector<uint32_t>& counts = scratch->counts;
@@ -469,13 +470,21 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     }
   }
 
-  // Encode backwards; words are written from the end of the scratch buffer towards its front.
-  std::vector<uint16_t>& words = scratch->words;
-  words.resize(n + L + 1);  // +1: the unconditional store at wp[-1]
-  uint16_t* const wend = words.data() + words.size();
+  // Encode backwards; words are written from the end of the buffer towards its front (at most
+  // one word per symbol, +1: the unconditional store at wp[-1]; + L for the final states).
+  uint16_t* wend;
+  uint32_t own_states[kMaxLanes];
+  uint32_t* x = own_states;
+  if (shared) {
+    wend = shared->Chunk(shared->used, n + 1) + n + 1;
+    x = shared->x;
+  } else {
+    std::vector<uint16_t>& words = scratch->words;
+    words.resize(n + L + 1);
+    wend = words.data() + words.size();
+    for (int l = 0; l < L; ++l) x[l] = kL;
+  }
   uint16_t* wp = wend;
-  uint32_t x[kMaxLanes];
-  for (int l = 0; l < L; ++l) x[l] = kL;
   const size_t runs = (n + kCtxRun - 1) / kCtxRun;
   auto scalar_run = [&](size_t g) {
     const EncSym* tab = enc + size_t(g % num_ctx) * alphabet;
@@ -533,10 +542,17 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
 #endif
   while (g-- > 0) scalar_run(g);
   const size_t nwords = static_cast<size_t>(wend - wp);
-  const size_t stream_bytes = size_t(L) * 4 + nwords * 2;
-  w.Varint(static_cast<uint32_t>(stream_bytes));
-  w.Raw(x, size_t(L) * 4);
-  w.Raw(wp, nwords * 2);
+  size_t stream_bytes = nwords * 2;
+  if (shared) {
+    const size_t k = shared->used++;
+    shared->end[k] = n + 1;
+    shared->begin[k] = n + 1 - nwords;
+  } else {
+    stream_bytes += size_t(L) * 4;
+    w.Varint(static_cast<uint32_t>(stream_bytes));
+    w.Raw(x, size_t(L) * 4);
+    w.Raw(wp, nwords * 2);
+  }
   if (stats) {
     stats->entropy_bits += entropy;
     stats->stream_bits += stream_bytes * 8;
@@ -545,9 +561,69 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
   }
 }
 
+void SharedEncoder::Reset() {
+  for (uint32_t& v : x) v = kL;
+  used = 0;
+}
+
+uint16_t* SharedEncoder::Chunk(size_t k, size_t size) {
+  if (chunks.size() <= k) {
+    chunks.resize(k + 1);
+    capacity.resize(k + 1, 0);
+    begin.resize(k + 1, 0);
+    end.resize(k + 1, 0);
+  }
+  if (capacity[k] < size) {
+    chunks[k].reset(new uint16_t[size]);  // default-initialised: not zero-filled
+    capacity[k] = size;
+  }
+  return chunks[k].get();
+}
+
+void FinishShared(SharedEncoder* enc, std::vector<uint8_t>* out, CoderStats* stats) {
+  size_t words = 0;
+  for (size_t k = 0; k < enc->used; ++k) words += enc->end[k] - enc->begin[k];
+  const size_t at = out->size();
+  out->resize(at + sizeof(enc->x) + words * 2);
+  uint8_t* p = out->data() + at;
+  std::memcpy(p, enc->x, sizeof(enc->x));
+  p += sizeof(enc->x);
+  // The last section's words are read first.
+  for (size_t k = enc->used; k-- > 0;) {
+    const size_t len = (enc->end[k] - enc->begin[k]) * 2;
+    std::memcpy(p, enc->chunks[k].get() + enc->begin[k], len);
+    p += len;
+  }
+  if (stats) stats->stream_bits += sizeof(enc->x) * 8;
+  enc->Reset();
+}
+
+absl::Status StartShared(std::span<const uint8_t> payload, SharedDecoder* dec) {
+  if (payload.size() < sizeof(dec->x) || (payload.size() - sizeof(dec->x)) % 2 != 0)
+    return absl::DataLossError("rans: bad shared stream length");
+  std::memcpy(dec->x, payload.data(), sizeof(dec->x));
+  for (uint32_t v : dec->x)
+    if (v < kL) return absl::DataLossError("rans: bad initial state in the shared stream");
+  // The word area may be unaligned; copy it so u16 loads are well defined.
+  const size_t nwords = (payload.size() - sizeof(dec->x)) / 2;
+  dec->words.resize(nwords + kMaxLanes);
+  std::memcpy(dec->words.data(), payload.data() + sizeof(dec->x), nwords * 2);
+  dec->wp = dec->words.data();
+  dec->wend = dec->words.data() + nwords;
+  return absl::OkStatus();
+}
+
+absl::Status FinishShared(const SharedDecoder& dec) {
+  if (dec.wp != dec.wend) return absl::DataLossError("rans: shared stream has trailing words");
+  for (uint32_t v : dec.x)
+    if (v != kL) return absl::DataLossError("rans: shared stream's final states mismatch");
+  return absl::OkStatus();
+}
+
 template <typename Sym>
 absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
-                    Scratch* scratch, Sym* out, int lanes) {
+                    Scratch* scratch, Sym* out, int lanes, SharedDecoder* shared) {
+  if (shared) lanes = 128;
   if (lanes != 32 && lanes != 64 && lanes != 128)
     return absl::InternalError("rans: lanes must be 32, 64 or 128");
   const int L = lanes;
@@ -671,23 +747,32 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     }
   }
 
-  uint32_t stream_bytes = 0;
-  if (auto s = in.Varint(&stream_bytes); !s.ok()) return s;
-  if (stream_bytes < size_t(L) * 4 || (stream_bytes - size_t(L) * 4) % 2 != 0)
-    return absl::DataLossError("rans: bad stream length");
-  const uint8_t* sp;
-  if (auto s = in.Take(stream_bytes, &sp); !s.ok()) return s;
-  uint32_t x[kMaxLanes];
-  std::memcpy(x, sp, size_t(L) * 4);
-  for (int l = 0; l < L; ++l)
-    if (x[l] < kL) return absl::DataLossError("rans: bad initial state");
-  // The word area may be unaligned; copy it so u16 loads are well defined.
-  const size_t nwords = (stream_bytes - size_t(L) * 4) / 2;
-  std::vector<uint16_t>& words = scratch->words;
-  words.resize(nwords + kMaxLanes);
-  std::memcpy(words.data(), sp + size_t(L) * 4, nwords * 2);
-  const uint16_t* wp = words.data();
-  const uint16_t* const wend = words.data() + nwords;
+  uint32_t own_states[kMaxLanes];
+  uint32_t* x = own_states;
+  const uint16_t* wp;
+  const uint16_t* wend;
+  if (shared) {
+    x = shared->x;
+    wp = shared->wp;
+    wend = shared->wend;
+  } else {
+    uint32_t stream_bytes = 0;
+    if (auto s = in.Varint(&stream_bytes); !s.ok()) return s;
+    if (stream_bytes < size_t(L) * 4 || (stream_bytes - size_t(L) * 4) % 2 != 0)
+      return absl::DataLossError("rans: bad stream length");
+    const uint8_t* sp;
+    if (auto s = in.Take(stream_bytes, &sp); !s.ok()) return s;
+    std::memcpy(x, sp, size_t(L) * 4);
+    for (int l = 0; l < L; ++l)
+      if (x[l] < kL) return absl::DataLossError("rans: bad initial state");
+    // The word area may be unaligned; copy it so u16 loads are well defined.
+    const size_t nwords = (stream_bytes - size_t(L) * 4) / 2;
+    std::vector<uint16_t>& words = scratch->words;
+    words.resize(nwords + kMaxLanes);
+    std::memcpy(words.data(), sp + size_t(L) * 4, nwords * 2);
+    wp = words.data();
+    wend = words.data() + nwords;
+  }
 
   size_t g = 0;
 #if STRATA_RANS_AVX512
@@ -775,6 +860,10 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
     }
     if (++ctx == num_ctx) ctx = 0;
   }
+  if (shared) {
+    shared->wp = wp;  // the states were updated in place; the stream's end is checked once
+    return absl::OkStatus();
+  }
   if (wp != wend) return absl::DataLossError("rans: stream has trailing words");
   for (int l = 0; l < L; ++l)
     if (x[l] != kL) return absl::DataLossError("rans: final state mismatch (corrupt stream)");
@@ -787,15 +876,17 @@ void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, u
 }
 
 template void Encode<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, Scratch*,
-                              std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
+                              std::vector<uint8_t>*, CoderStats*, int, const uint32_t*,
+                              SharedEncoder*);
 template void Encode<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, Scratch*,
-                               std::vector<uint8_t>*, CoderStats*, int, const uint32_t*);
+                               std::vector<uint8_t>*, CoderStats*, int, const uint32_t*,
+                               SharedEncoder*);
 template void Histogram<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, uint32_t*);
 template void Histogram<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, uint32_t*);
 template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
-                                      uint8_t*, int);
+                                      uint8_t*, int, SharedDecoder*);
 template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t,
-                                       Scratch*, uint16_t*, int);
+                                       Scratch*, uint16_t*, int, SharedDecoder*);
 template double EmpiricalEntropyBits<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t);
 template double EmpiricalEntropyBits<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t);
 

@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +55,43 @@ struct Scratch {
   std::vector<uint32_t> dec_ftab;   // SIMD decoder: frequency per symbol, per context
 };
 
+// One 128-state stream shared by the sections of a blob (quant coder 6), so that its final
+// states (512 bytes) are paid once per blob instead of once per section: a small model's
+// 49k-value sections could only afford 32 states each, whose two 16-lane chains left the
+// decoder waiting on its gathers. Each section keeps its own tables (written by Encode into the
+// section); its symbols continue the states the previous section left. The encoder takes the
+// sections first to last (each backwards, as Encode always does), so the decoder, which reads the
+// stream from its end state, takes them last to first.
+//
+// Stream payload (FinishShared): 128 u32 states, then u16 words to the end of the payload.
+struct SharedEncoder {
+  SharedEncoder() { Reset(); }
+  void Reset();
+  // Room for chunk k (the next section's words, written from its end); reused from call to
+  // call and never zero-filled, so only the words written touch memory.
+  uint16_t* Chunk(size_t k, size_t size);
+
+  uint32_t x[kMaxLanes];
+  std::vector<std::unique_ptr<uint16_t[]>> chunks;
+  std::vector<size_t> capacity, begin, end;  // chunk k's words: [begin[k], end[k])
+  size_t used = 0;                           // chunks of the stream so far
+};
+// Appends the stream (final states, then every section's words in the decoder's order) to `out`
+// and resets the encoder.
+void FinishShared(SharedEncoder* enc, std::vector<uint8_t>* out, CoderStats* stats);
+
+struct SharedDecoder {
+  uint32_t x[kMaxLanes];
+  std::vector<uint16_t> words;
+  const uint16_t* wp = nullptr;
+  const uint16_t* wend = nullptr;
+};
+// Reads a FinishShared payload. DataLoss if it is malformed.
+absl::Status StartShared(std::span<const uint8_t> payload, SharedDecoder* dec);
+// After the last section: DataLoss unless every state is back at its start and every word was
+// read (a corrupt stream cannot pass).
+absl::Status FinishShared(const SharedDecoder& dec);
+
 // Symbols must be < alphabet (<= kMaxAlphabet). Appends the tables and the stream to `out`.
 // `lanes` (32, 64 or 128) is the number of interleaved states: symbol i uses state i % lanes. 128
 // (coder 4) gives the AVX-512 decoder eight independent 16-lane chains (64: four, 32: two).
@@ -60,20 +99,24 @@ struct Scratch {
 // the exact histogram, or any estimate (e.g. of a sample) that is nonzero for every symbol that
 // occurs in its context; the tables are normalised from it. stats' entropy_bits is always that of
 // the symbols (counted again when `counts` is given and stats are asked for).
+// `shared`: append only the tables to `out` and code the symbols into that stream (128 states,
+// `lanes` ignored); stats then count this section's words, FinishShared the states.
 template <typename Sym>
 void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scratch* scratch,
             std::vector<uint8_t>* out, CoderStats* stats, int lanes = kLanes,
-            const uint32_t* counts = nullptr);
+            const uint32_t* counts = nullptr, SharedEncoder* shared = nullptr);
 
 // counts[ctx * alphabet + sym] += occurrences, with Encode's contexts (symbol i in context
 // (i / kCtxRun) % num_ctx). Symbols must be < alphabet.
 template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts);
 
-// Reads what Encode wrote; writes n symbols, each < alphabet, or returns DataLoss.
+// Reads what Encode wrote; writes n symbols, each < alphabet, or returns DataLoss. With
+// `shared`, `in` holds only the tables and the symbols come from that stream (128 states).
 template <typename Sym>
 absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
-                    Scratch* scratch, Sym* out, int lanes = kLanes);
+                    Scratch* scratch, Sym* out, int lanes = kLanes,
+                    SharedDecoder* shared = nullptr);
 
 // Empirical order-0 entropy in bits of the symbols, with the same contexts as Encode.
 template <typename Sym>

@@ -4,6 +4,7 @@
 // and verifies lossless round trips.
 //
 //   codec_speed [--modes quant:k4v4,quant:k3v4:ol,...] [--reps 5] [--blocks 4]
+//               [--layout LAYERSxHEADSxDIMxTOKENS]   (default 8x8x128x256; SmolLM2-135M: 30x3x64x256)
 #include <zstd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "codec/codec.h"
 #include "codec/synthetic_kv.h"
@@ -45,15 +47,27 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes_str);
   app.add_option("--reps", reps);
   app.add_option("--blocks", blocks);
+  std::string layout_str = "8x8x128x256";
+  app.add_option("--layout", layout_str, "layers x kv_heads x head_dim x tokens per block");
   bool dec_only = false, enc_only = false;
   app.add_flag("--enc-only", enc_only, "time only encoding (profiling)");
   app.add_flag("--dec-only", dec_only, "time only decoding (profiling)");
   CLI11_PARSE(app, argc, argv);
   KvLayout l;
-  l.num_layers = 8;
-  l.num_kv_heads = 8;
-  l.head_dim = 128;
-  l.tokens_per_block = 256;
+  {
+    std::vector<std::string> f = absl::StrSplit(layout_str, 'x');
+    uint32_t v[4];
+    if (f.size() != 4 || !absl::SimpleAtoi(f[0], &v[0]) || !absl::SimpleAtoi(f[1], &v[1]) ||
+        !absl::SimpleAtoi(f[2], &v[2]) || !absl::SimpleAtoi(f[3], &v[3])) {
+      std::fprintf(stderr, "--layout: expected LAYERSxHEADSxDIMxTOKENS, got '%s'\n",
+                   layout_str.c_str());
+      return 1;
+    }
+    l.num_layers = v[0];
+    l.num_kv_heads = v[1];
+    l.head_dim = v[2];
+    l.tokens_per_block = v[3];
+  }
   l.dtype = DType::kFloat16;
   const std::vector<uint8_t> data = codec::GenerateSyntheticKv(l, blocks);
   const size_t bb = l.BlockBytes();

@@ -50,11 +50,8 @@ inline constexpr uint8_t kCoderRans128 = 4;
 inline constexpr uint8_t kCoderWritten = kCoderRans64;
 // The rANS coder id the encoder writes: kCoderWritten, or what a test set.
 uint8_t CoderWritten();
-// The coder of a quant section of `bits` and `values` symbols: 128 states for byte symbols
-// (bits <= 6) in sections of at least kMinValuesFor128 symbols, where the decoder is gather
-// bound and eight chains help — EncodeQuant then lowers it to 64 or 32 states where the 512
-// bytes of final states would pass 1.5% of the section's coded size —; kCoderWritten otherwise;
-// or what a test set.
+// The coder of a quant section of `bits` and `values` symbols: kCoderShared for byte symbols
+// (bits <= 6), kCoderSplit for 7-8 bits; or what a test set.
 inline constexpr size_t kMinValuesFor128 = 32768;
 uint8_t QuantCoder(uint8_t bits, size_t values);
 // Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
@@ -70,6 +67,12 @@ inline constexpr uint8_t kCoderExpPlanes = 3;
 // kSplitMaxLoss of the symbols' entropy, the section is written with kCoderWritten instead.
 inline constexpr uint8_t kCoderSplit = 5;
 inline constexpr double kSplitMaxLoss = 0.005;
+// Quant sections of <= 6 bits since the shared stream: the section holds its rANS tables, its
+// symbols are coded in the blob's one 128-state stream (rans::SharedEncoder), which is the
+// blob's last section (SectionType::kStream). Sections written before it (coder 1, 2, 4: a
+// stream per section, whose 128 final states cost 2-5% of a small model's 49k-value section, and
+// 32 states, which cost the decoder its parallelism) still decode.
+inline constexpr uint8_t kCoderShared = 6;
 // Tests: make the split coder use this r where its high part fits bytes (0 = choose from the
 // data), to exercise every r.
 void SetSplitLowBitsForTesting(int r);
@@ -89,12 +92,15 @@ void HadamardRows(float* x, size_t rows, size_t n);
 
 // *coder: in, the coder QuantCoder chose; out, the coder the section was written with (the split
 // coder falls back to kCoderWritten where it does not pay).
+// `shared`: the blob's stream, for kCoderShared sections (the encoder takes sections first to
+// last, the decoder last to first).
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
                          rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
-                         uint8_t* coder);
+                         uint8_t* coder, rans::SharedEncoder* shared);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         uint8_t coder, SectionScratch* sc, uint8_t* out);
+                         uint8_t coder, SectionScratch* sc, uint8_t* out,
+                         rans::SharedDecoder* shared);
 
 absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                             std::vector<uint8_t>* out, rans::CoderStats* stats);

@@ -131,7 +131,7 @@ TEST(Lossless, ExpPlanesScalarAndSimdAgree) {
 
 // Quant blobs of the 64-state coder (coder 2, written before coder 4 and, for 7-8 bits, before
 // the split coder 5) and of the 32-state one still decode, to the same values as today's blob
-// (whose <= 6-bit sections now pick 32, 64 or 128 states by size).
+// (whose <= 6-bit sections share one stream).
 TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
   const KvLayout l = Layout(2, 4, 128, 64);
   auto data = GenerateSyntheticKv(l, 1);
@@ -142,10 +142,12 @@ TEST(Compat, QuantCoder2And1BlobsDecodeLikeCoder4) {
     ASSERT_TRUE(now.ok());
     auto ninfo = InspectBlob(*now);
     ASSERT_TRUE(ninfo.ok());
-    // <= 6 bits: rANS with 32, 64 or 128 states by the section's size; 7-8 bits: the split coder.
+    // <= 6 bits: the shared stream (the last section); 7-8 bits: the split coder.
     for (const auto& sec : ninfo->sections) {
-      if (sec.bits <= 6) {
-        EXPECT_GT(internal::RansLanes(sec.coder), 0) << spec;
+      if (sec.type == SectionType::kStream) {
+        EXPECT_EQ(&sec, &ninfo->sections.back()) << spec;
+      } else if (sec.bits <= 6) {
+        EXPECT_EQ(sec.coder, internal::kCoderShared) << spec;
       } else {
         EXPECT_EQ(sec.coder, 5) << spec;
       }
@@ -266,43 +268,91 @@ TEST(Quant, ValuesFarFromTheChannelMeansAreNotClipped) {
   }
 }
 
-// A small model's sections (3 kv heads x 64 x 256 tokens = 49k symbols) are written with fewer
-// rANS states than a large model's (8 x 128 x 256), whose final states would otherwise weigh
-// 2-5% of the section; both decode to the same values as with 128 states.
-TEST(Quant, SmallSectionsGetFewerRansStates) {
-  for (const auto& [l, want_small] :
-       {std::pair{Layout(2, 3, 64, 256), true}, std::pair{Layout(1, 8, 128, 256), false}}) {
+// Quant sections of <= 6 bits share one 128-state rANS stream, the blob's last section, so the
+// states are paid once per blob: a small model's sections (3 kv heads x 64 x 256 tokens = 49k
+// symbols) and a short block's (16 tokens) would otherwise spend 512 bytes each on them. The
+// blob decodes to the same values as one with a 128-state stream per section (coder 4).
+TEST(Quant, SectionsShareOneStream) {
+  for (const KvLayout& l : {Layout(2, 3, 64, 256), Layout(1, 8, 128, 256), Layout(4, 2, 64, 16)}) {
     const auto data = GenerateSyntheticKv(l, 1);
-    for (uint8_t bits : {2, 4}) {
-      CodecParams p;
-      p.mode = Mode::kQuant;
-      p.key_bits = p.value_bits = bits;
-      p.key_outliers = true;
-      auto blob = Encode(l, p, data);
+    for (const char* spec : {"quant:k2v2:ol", "quant:k4v4", "quant:k3v4:had", "quant:k6v5"}) {
+      auto p = ParseCodecSpec(spec);
+      ASSERT_TRUE(p.ok());
+      auto blob = Encode(l, *p, data);
       ASSERT_TRUE(blob.ok()) << blob.status();
       auto info = InspectBlob(*blob);
       ASSERT_TRUE(info.ok());
-      for (const auto& sec : info->sections) {
-        const int lanes = internal::RansLanes(sec.coder);
-        if (want_small) {
-          EXPECT_LT(lanes, 128) << l.DebugString() << " bits " << int(bits);
-        } else {
-          // 4 bits: 128 states; 2 bits (about a bit per symbol): 64 or 128.
-          EXPECT_GE(lanes, bits == 4 ? 128 : 64) << l.DebugString() << " bits " << int(bits);
-        }
-      }
+      const size_t sections = size_t{l.num_layers} * 2;
+      ASSERT_EQ(info->sections.size(), sections + 1) << spec;
+      EXPECT_EQ(info->sections.back().type, SectionType::kStream);
+      for (size_t i = 0; i < sections; ++i)
+        EXPECT_EQ(info->sections[i].coder, internal::kCoderShared) << spec;
+      EXPECT_EQ(CodecSpecString(info->params), spec);
       internal::SetCoderWrittenForTesting(internal::kCoderRans128);
-      auto fixed = Encode(l, p, data);
+      auto own = Encode(l, *p, data);
       internal::SetCoderWrittenForTesting(0);
-      ASSERT_TRUE(fixed.ok());
+      ASSERT_TRUE(own.ok());
       std::vector<uint8_t> a(data.size()), b(data.size());
       ASSERT_TRUE(Decode(*blob, a).ok());
-      ASSERT_TRUE(Decode(*fixed, b).ok());
-      EXPECT_EQ(a, b);
-      if (want_small) {
-        EXPECT_LT(blob->size(), fixed->size());
-      }
+      ASSERT_TRUE(Decode(*own, b).ok());
+      EXPECT_EQ(a, b) << spec << " " << l.DebugString();
+      // Saved per section but one: 512 bytes of final states, less what they carried into the
+      // next section (~16 of their 32 bits on average); the stream's table entry costs 24.
+      EXPECT_LT(blob->size() + (sections - 1) * 300, own->size()) << spec << " " << l.DebugString();
     }
+  }
+}
+
+// A blob whose shared stream, or a section's claim on it, was tampered with fails with DataLoss
+// (CRC recomputed each time so the decoder gets past it): every byte of the stream flipped, the
+// stream section's entry changed, a shared section's coder changed, the stream cut.
+TEST(Quant, TamperedSharedStreamIsDataLoss) {
+  const KvLayout l = Layout(2, 2, 64, 16);
+  const auto data = GenerateSyntheticKv(l, 1);
+  auto blob = Encode(l, *ParseCodecSpec("quant:k3v3"), data);
+  ASSERT_TRUE(blob.ok());
+  auto info = InspectBlob(*blob);
+  ASSERT_TRUE(info.ok());
+  const SectionEntry stream = info->sections.back();
+  ASSERT_EQ(stream.type, SectionType::kStream);
+  std::vector<uint8_t> out(data.size());
+  auto decode_with_crc = [&](std::vector<uint8_t> bad) {
+    const uint32_t crc = Crc32c(bad.data(), bad.size() - 4);
+    std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+    return Decode(bad, out);
+  };
+  auto expect_loss = [&](std::vector<uint8_t> bad, const std::string& what) {
+    absl::Status st = decode_with_crc(std::move(bad));
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
+  };
+  // A flipped word reaches the final-state check, which misses a few (the CRC is what catches
+  // corruption; this is about bounds and clean errors): other symbols then decode, in range.
+  ASSERT_GT(stream.size, 512u);
+  size_t caught = 0;
+  for (size_t i = 0; i < stream.size; ++i) {
+    std::vector<uint8_t> bad = *blob;
+    bad[stream.offset + i] ^= static_cast<uint8_t>(1u << (i % 8));
+    absl::Status st = decode_with_crc(std::move(bad));
+    EXPECT_TRUE(st.ok() || st.code() == absl::StatusCode::kDataLoss) << st;
+    caught += st.code() == absl::StatusCode::kDataLoss;
+  }
+  EXPECT_GE(static_cast<double>(caught), 0.99 * static_cast<double>(stream.size));
+  const size_t entry = 64 + (info->sections.size() - 1) * 24;
+  for (auto [field, value] : {std::pair{0, 3}, {1, 1}, {2, 1}, {4, 4}, {5, 2}, {5, 6}}) {
+    std::vector<uint8_t> bad = *blob;
+    bad[entry + field] = static_cast<uint8_t>(value);
+    expect_loss(bad, "stream entry field " + std::to_string(field));
+  }
+  for (uint8_t coder : {1, 2, 4, 5}) {
+    std::vector<uint8_t> bad = *blob;
+    bad[64 + 5] = coder;  // the first section leaves the stream
+    expect_loss(bad, "first section coder " + std::to_string(coder));
+  }
+  {  // the stream's last word dropped: the section table says two bytes less
+    std::vector<uint8_t> bad = *blob;
+    uint64_t size = stream.size - 2;
+    std::memcpy(bad.data() + entry + 16, &size, 8);
+    expect_loss(bad, "stream cut");
   }
 }
 
@@ -475,7 +525,7 @@ TEST(Compat, Coder1BlobsStillDecode) {
   ASSERT_TRUE(fresh.ok());
   auto finfo = InspectBlob(*fresh);
   ASSERT_TRUE(finfo.ok());
-  EXPECT_EQ(finfo->sections[0].coder, 2);  // small sections keep 64 states
+  EXPECT_EQ(finfo->sections[0].coder, internal::kCoderShared);
   std::vector<uint8_t> out2(l.BlockBytes());
   ASSERT_TRUE(Decode(*fresh, out2).ok());
   EXPECT_EQ(out, out2);

@@ -68,6 +68,7 @@ inline CpuBlock EncodeOnCpu(const KvLayout& l, const CodecParams& p,
   const size_t tensor_bytes = T * C * DTypeBytes(l.dtype);
   size_t sym_at = 0;
   for (const SectionEntry& e : info->sections) {
+    if (e.type == SectionType::kStream) continue;  // the quant sections' shared rANS stream
     CpuSection cs;
     cs.layer = e.layer;
     cs.is_key = e.tensor == 0;

@@ -180,7 +180,8 @@ TEST(SplitCoder, ChosenForWideSymbolsAndKeepsTheSize) {
   ASSERT_TRUE(b4.ok());
   auto i4 = InspectBlob(*b4);
   ASSERT_TRUE(i4.ok());
-  for (const auto& s : i4->sections) EXPECT_EQ(s.coder, internal::kCoderRans128);
+  for (const auto& s : i4->sections)
+    if (s.type != SectionType::kStream) EXPECT_EQ(s.coder, internal::kCoderShared);
 }
 
 // Hostile split sections: every field out of range, truncation anywhere, trailing bytes and set
@@ -206,13 +207,13 @@ TEST(SplitCoder, HostileSectionsAreDataLoss) {
   uint8_t coder = internal::kCoderSplit;
   internal::SetSplitLowBitsForTesting(3);
   ASSERT_TRUE(internal::EncodeQuant(reinterpret_cast<const uint8_t*>(in.data()), s, 8, p, &sc,
-                                    &payload, nullptr, nullptr, &coder)
+                                    &payload, nullptr, nullptr, &coder, nullptr)
                   .ok());
   internal::SetSplitLowBitsForTesting(0);
   ASSERT_EQ(coder, internal::kCoderSplit);
   std::vector<uint8_t> out(s.bytes()), want(s.bytes());
   auto dec = [&](const std::vector<uint8_t>& b) {
-    return internal::DecodeQuant(b, s, 8, internal::kCoderSplit, &sc, out.data());
+    return internal::DecodeQuant(b, s, 8, internal::kCoderSplit, &sc, out.data(), nullptr);
   };
   ASSERT_TRUE(dec(payload).ok());
   want = out;
