@@ -48,6 +48,7 @@ struct Scratch {
   std::vector<uint32_t> counts;
   std::vector<uint8_t> enc_syms;   // EncSym records
   std::vector<uint32_t> enc_ent;   // SIMD encoder tables: freq | start << 16
+  std::vector<float> enc_rcp;      // and 1 / freq
   std::vector<uint16_t> words;
   std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
   std::vector<uint16_t> dec_sym;
@@ -80,9 +81,9 @@ struct SharedEncoder {
 // and resets the encoder.
 void FinishShared(SharedEncoder* enc, std::vector<uint8_t>* out, CoderStats* stats);
 
+// Points into the blob, which must outlive it.
 struct SharedDecoder {
   uint32_t x[kMaxLanes];
-  std::vector<uint16_t> words;
   const uint16_t* wp = nullptr;
   const uint16_t* wend = nullptr;
 };
