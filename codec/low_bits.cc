@@ -164,6 +164,50 @@ void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out) {
     PackImpl<false>(lo, n, r, out);
 }
 
+#if STRATA_LOW_BITS_BMI2
+// vpcompressb into a register and a masked store of the kept bytes (vpcompressb to memory is
+// microcoded on Zen 4); the store never passes them, so in-place rows stay intact.
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t CompactVbmi2(
+    uint8_t* lo, size_t T, size_t C, const uint64_t* keep) {
+  uint8_t* dst = lo;
+  for (size_t t = 0; t < T; ++t) {
+    const uint8_t* row = lo + t * C;
+    for (size_t c = 0, k = 0; c < C; c += 64, ++k) {
+      const size_t len = std::min<size_t>(64, C - c);
+      const __mmask64 in_mask = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;
+      const __m512i v = _mm512_maskz_loadu_epi8(in_mask, row + c);
+      const uint64_t m = keep[k];
+      const int kept = std::popcount(m);
+      const __mmask64 out_mask = kept == 64 ? ~uint64_t{0} : (uint64_t{1} << kept) - 1;
+      _mm512_mask_storeu_epi8(dst, out_mask, _mm512_maskz_compress_epi8(m, v));
+      dst += kept;
+    }
+  }
+  return static_cast<size_t>(dst - lo);
+}
+#endif
+
+size_t CompactLowBits(uint8_t* lo, size_t T, size_t C, const uint64_t* keep) {
+#if STRATA_LOW_BITS_BMI2
+  if (HaveVbmi2()) return CompactVbmi2(lo, T, C, keep);
+#endif
+  uint8_t* dst = lo;
+  for (size_t t = 0; t < T; ++t) {
+    const uint8_t* row = lo + t * C;
+    for (size_t c = 0; c < C;) {
+      const bool kept = (keep[c / 64] >> (c % 64)) & 1;
+      size_t e = c + 1;
+      while (e < C && (((keep[e / 64] >> (e % 64)) & 1) == kept)) ++e;
+      if (kept) {
+        std::memmove(dst, row + c, e - c);
+        dst += e - c;
+      }
+      c = e;
+    }
+  }
+  return static_cast<size_t>(dst - lo);
+}
+
 size_t ExpandLowBitsRow(const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out) {
 #if STRATA_LOW_BITS_BMI2
   if (HaveVbmi2()) return ExpandRowVbmi2(in, keep, C, out);

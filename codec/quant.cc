@@ -411,17 +411,11 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
       sc->hi.resize(n);
       sc->lo.resize(n);
       SplitSymbols(sc->syms.data(), n, r, base, sc->hi.data(), sc->lo.data());
-      if (skip) {  // drop the outlier channels' low bits, row by row (in place, forwards)
-        uint8_t* dst = sc->lo.data();
-        for (size_t t = 0; t < T; ++t) {
-          size_t c0 = 0;
-          for (size_t i = 0; i <= outliers.size(); ++i) {
-            const size_t c1 = i < outliers.size() ? outliers[i] : C;
-            std::memmove(dst, sc->lo.data() + t * C + c0, c1 - c0);
-            dst += c1 - c0;
-            c0 = c1 + 1;
-          }
-        }
+      if (skip) {  // drop the outlier channels' low bits (in place; a move per run cost ~10%)
+        std::vector<uint64_t> keep((C + 63) / 64, 0);
+        for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
+        for (uint16_t c : outliers) keep[c / 64] &= ~(uint64_t{1} << (c % 64));
+        CompactLowBits(sc->lo.data(), T, C, keep.data());
       }
       // The high part's tables come from the sample too (no pass over all symbols): its counts
       // plus one for every value between the section's smallest and largest high part, so

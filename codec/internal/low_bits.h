@@ -25,8 +25,13 @@ bool UnpackLowBits(const uint8_t* in, size_t n, int r, uint8_t* out);
 // (vpexpandb, 64 channels per step) where available, copies of the kept runs otherwise.
 size_t ExpandLowBitsRow(const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out);
 
-// Tests: use the shift-based packer and unpacker (and the run-copy expansion) even where
-// BMI2 (VBMI2) is available.
+// The inverse, in place over T rows of C values: keeps the values of channels whose bit is set
+// in `keep` (no bits at or past C), in order, at the front of `lo`; returns how many. VBMI2
+// (vpcompressb, 64 channels per step) where available, moves of the kept runs otherwise.
+size_t CompactLowBits(uint8_t* lo, size_t T, size_t C, const uint64_t* keep);
+
+// Tests: use the shift-based packer and unpacker (and the run-copy expansion and compaction)
+// even where BMI2 (VBMI2) is available.
 void ForceScalarLowBitsForTesting(bool on);
 
 }  // namespace strata::codec::internal

@@ -109,6 +109,42 @@ TEST(LowBits, ExpandRowVectorAndRunCopiesAgree) {
   }
 }
 
+// The encoder's in-place compaction of T rows keeps exactly the kept channels' values, in order,
+// with vpcompressb and with moves of runs; and ExpandLowBitsRow gives each row back.
+TEST(LowBits, CompactRowsVectorAndRunMovesAgree) {
+  Hooks hooks;
+  std::mt19937 rng(11);
+  for (size_t C : {size_t{1}, size_t{20}, size_t{64}, size_t{100}, size_t{192}, size_t{1024}}) {
+    for (int trial = 0; trial < 10; ++trial) {
+      const size_t T = 1 + rng() % 9;
+      std::vector<uint64_t> keep((C + 63) / 64, 0);
+      for (size_t c = 0; c < C; ++c)
+        if (rng() % 8 != 0 || trial == 0) keep[c / 64] |= uint64_t{1} << (c % 64);
+      std::vector<uint8_t> rows(T * C);
+      for (auto& v : rows) v = static_cast<uint8_t>(1 + rng() % 127);
+      std::vector<uint8_t> want;
+      for (size_t t = 0; t < T; ++t)
+        for (size_t c = 0; c < C; ++c)
+          if ((keep[c / 64] >> (c % 64)) & 1) want.push_back(rows[t * C + c]);
+      for (bool scalar : {false, true}) {
+        internal::ForceScalarLowBitsForTesting(scalar);
+        std::vector<uint8_t> lo = rows;
+        ASSERT_EQ(internal::CompactLowBits(lo.data(), T, C, keep.data()), want.size());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), lo.begin()))
+            << "C " << C << " T " << T << " scalar " << scalar;
+        lo.resize(want.size() + 64);
+        size_t at = 0;
+        for (size_t t = 0; t < T; ++t) {
+          std::vector<uint8_t> row((C + 63) / 64 * 64);
+          at += internal::ExpandLowBitsRow(lo.data() + at, keep.data(), C, row.data());
+          for (size_t c = 0; c < C; ++c)
+            EXPECT_EQ(row[c], (keep[c / 64] >> (c % 64)) & 1 ? rows[t * C + c] : 0);
+        }
+      }
+    }
+  }
+}
+
 // Every r the split coder can take decodes to exactly what the plain 64-state coder decodes to
 // (the quantiser is untouched), with and without outliers and rotation, 7 and 8 bits.
 TEST(SplitCoder, EveryLowBitCountDecodesLikeThePlainCoder) {
