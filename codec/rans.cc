@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -332,7 +333,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
     __m512i x = xr;
     const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
     const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
-    const __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+    // Keeps the narrowing in a register: GCC would fuse it with the masked store into a
+    // narrowing store (vpmovdw to memory), which is slow on Zen 4.
+    asm("" : "+v"(w));
     wp -= k;
     _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
     x = _mm512_mask_srli_epi32(x, emit, x, 16);
@@ -348,6 +352,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
     xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
                           _mm512_add_epi32(r, start));
     ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
+}
+
+// Runs b * V + V - 1 .. b * V, one per state vector.
+template <typename Sym, int kTab, int V, size_t... I>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncBlock(
+    const Sym* syms, size_t b, const uint32_t* tables, const float* rcps, size_t stride,
+    const __m512i lov, const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
+    __m512i* xv, std::index_sequence<I...>) {
+  ((EncStep<Sym, kTab>(syms, b * V + (V - 1 - I), tables, rcps, stride, lov, prob_bits, ctx,
+                       num_ctx, wp, xv[V - 1 - I])),
+   ...);
 }
 
 // Encodes full 16-symbol runs g = runs-1 .. 0 (backwards, as the scalar loop), run g on the
@@ -371,10 +386,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx
   uint16_t* wp = wp_ref;
   uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
   for (size_t b = runs / V; b-- > 0;) {
-#pragma GCC unroll 8
-    for (int v = V - 1; v >= 0; --v)
-      EncStep<Sym, kTab>(syms, b * V + v, tables, rcps, stride, lov, prob_bits, ctx, num_ctx,
-                         wp, xv[v]);
+    // Unrolled by a fold over the chains, so the states stay in registers (GCC did not unroll
+    // the loop and kept them on the stack).
+    EncBlock<Sym, kTab, V>(syms, b, tables, rcps, stride, lov, prob_bits, ctx, num_ctx, wp, xv,
+                           std::make_index_sequence<V>{});
   }
   wp_ref = wp;
 #pragma GCC unroll 8
