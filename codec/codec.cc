@@ -189,6 +189,11 @@ TensorShape ShapeOf(const KvLayout& l, uint32_t tensor) {
   return s;
 }
 
+// Coders whose symbols (the split coder: its high part) go to the blob's shared stream.
+bool IsSharedCapable(uint8_t coder) {
+  return coder == internal::kCoderShared || coder == internal::kCoderSplit;
+}
+
 SectionType SectionTypeOf(Mode m) { return static_cast<SectionType>(static_cast<uint8_t>(m)); }
 
 }  // namespace
@@ -239,14 +244,14 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     RETURN_IF_ERROR(w.Finish());
   } else {
     const uint32_t tensors = layout.TensorsPerLayer();
-    // Quant sections of <= 6 bits code their symbols into one stream, the blob's last section.
+    // Quant sections of <= 6 bits (and the split coder's high parts) code their symbols into one
+    // stream, the blob's last section.
     bool use_shared = false;
     if (params.mode == Mode::kQuant)
       for (uint32_t l = 0; l < layout.num_layers; ++l)
         for (uint32_t t = 0; t < tensors; ++t)
-          use_shared |= internal::QuantCoder(t == 0 ? params.KeyBits(l) : params.ValueBits(l),
-                                             ShapeOf(layout, t).values()) ==
-                        internal::kCoderShared;
+          use_shared |= IsSharedCapable(internal::QuantCoder(
+              t == 0 ? params.KeyBits(l) : params.ValueBits(l), ShapeOf(layout, t).values()));
     scratch_->shared.Reset();
     BlobWriter w(blob, h, layout.num_layers * tensors + (use_shared ? 1 : 0));
     const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);

@@ -13,7 +13,8 @@
 //   coder 1, 2, 4: rANS(symbols, alphabet 4 << bits)
 //   coder 6 (shared, <= 6 bits): the rANS tables only; the symbols are in the blob's stream
 //                 section (rans::SharedEncoder), coded after the previous section's
-//   coder 5 (split): u8 r (1..7, < bits), u8 rANS coder of the high part (1, 2 or 4), u16 base,
+//   coder 5 (split): u8 r (1..7, < bits), u8 rANS coder of the high part (1, 2, 4, or 6: its
+//                 tables here, its symbols in the blob's shared stream), u16 base,
 //                 rANS(hi = (sym >> r) - base as bytes, alphabet min(256, (4 << bits >> r) - base)),
 //                 then the low r bits of every symbol, bit-packed (low_bits.h) to the end of the
 //                 payload, in value order; with kFlagKeyOutliers and no Hadamard the outlier
@@ -421,7 +422,10 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
       *coder = kCoderWritten;
       rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
     } else {
-      const uint8_t hcoder = n >= kMinValuesFor128 ? kCoderRans128 : kCoderRans64;
+      // The high part joins the blob's shared stream (where the caller gives one).
+      const uint8_t hcoder = shared                    ? kCoderShared
+                             : n >= kMinValuesFor128 ? kCoderRans128
+                                                     : kCoderRans64;
       const uint16_t base = static_cast<uint16_t>(mn >> r);
       const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r) - base);
       w.U8(static_cast<uint8_t>(r));
@@ -451,7 +455,7 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
       }
       rans::CoderStats hs;  // only when asked: stats make rANS count the symbols again
       rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, stats ? &hs : nullptr,
-                   RansLanes(hcoder), hcounts.data());
+                   RansLanes(hcoder), hcounts.data(), shared);
       const size_t lo_bytes = LowBitsBytes(lo_values, r);
       const size_t at = w.Skip(lo_bytes + 8);
       PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);
@@ -482,7 +486,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     return absl::DataLossError(
         bits > 6 ? "quant section: shared-stream coder on a section of more than 6 bits"
                  : "quant section: shared-stream coder in a blob without a stream section");
-  if (coder != kCoderShared) shared = nullptr;
+  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
@@ -547,11 +551,16 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     if (r8 < 1 || r8 > 7 || r8 >= bits)
       return absl::DataLossError("quant section: split low bits out of range");
     const int hlanes = RansLanes(hcoder);
-    if (hlanes == 0) return absl::DataLossError("quant section: unknown high-part coder");
+    if (hlanes == 0 && hcoder != kCoderShared)
+      return absl::DataLossError("quant section: unknown high-part coder");
+    if (hcoder == kCoderShared && !shared)
+      return absl::DataLossError(
+          "quant section: high part in a shared stream, but the blob has no stream section");
     if (base >= (alphabet >> r8)) return absl::DataLossError("quant section: split base too large");
     const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r8) - base);
     sc->syms8.resize(n);
-    RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes));
+    RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes,
+                                 hcoder == kCoderShared ? shared : nullptr));
     // Low bits: every value's, or all but the outlier channels' (see the layout above).
     size_t kept = C;
     if ((flags & kFlagKeyOutliers) && !had && nout > 0) {

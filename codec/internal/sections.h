@@ -72,6 +72,7 @@ inline constexpr double kSplitMaxLoss = 0.005;
 // blob's last section (SectionType::kStream). Sections written before it (coder 1, 2, 4: a
 // stream per section, whose 128 final states cost 2-5% of a small model's 49k-value section, and
 // 32 states, which cost the decoder its parallelism) still decode.
+// The split coder's high part is coded the same way (its high-part coder byte is then 6).
 inline constexpr uint8_t kCoderShared = 6;
 // Tests: make the split coder use this r where its high part fits bytes (0 = choose from the
 // data), to exercise every r.
