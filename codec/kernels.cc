@@ -199,6 +199,68 @@ void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, cons
   DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
 }
 
+// Hadamard of rows of n = NV * Lanes floats held in NV registers (NV a compile-time constant,
+// so u[] is never spilled). In-vector stages (h < Lanes): the partner lane y comes from a lane
+// permute and the new value is y + u * sgn with sgn = -1 on the high lane of each pair, +1 on the
+// low lane, as one MulAdd: u * (+-1) is exact, so the single rounding gives round(y + u) (low
+// lane: the scalar loop's a + b, commuted) or round(y - u) (high lane: a - b), the same bits as
+// the scalar butterflies, with or without a native FMA. Then the stages between vectors, the
+// scale and the store (fp16 when out16 is set).
+template <size_t NV, class D>
+HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, size_t rows,
+                             size_t n, float scale) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  const hn::RebindToSigned<D> di;
+  using V = hn::Vec<D>;
+  using VI = hn::Vec<decltype(di)>;
+  constexpr size_t kN = hn::MaxLanes(D());  // exact on the fixed-width x86 targets
+  constexpr size_t kStages = hwy::CeilLog2(kN);  // in-vector stages h = 1, 2, .., kN / 2
+  constexpr size_t kVecStages = hwy::CeilLog2(NV);
+  const VI iota = hn::Iota(di, 0);
+  using VX = decltype(hn::IndicesFromVec(d, iota));
+  V sgn[kStages + 1];
+  VX idx[kStages + 1];
+  for (size_t st = 0; st < kStages; ++st) {
+    const VI hv = hn::Set(di, static_cast<int32_t>(1u << st));
+    idx[st] = hn::IndicesFromVec(d, hn::Xor(iota, hv));
+    sgn[st] = hn::IfThenElse(hn::RebindMask(d, hn::Ne(hn::And(iota, hv), hn::Zero(di))),
+                             hn::Set(d, -1.0f), hn::Set(d, 1.0f));
+  }
+  const V sc = hn::Set(d, scale);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* src = in + r * n;
+    V u[NV];
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k) u[k] = hn::LoadU(d, src + k * kN);
+    HWY_UNROLL(16)
+    for (size_t st = 0; st < kStages; ++st) {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k)
+        u[k] = hn::MulAdd(u[k], sgn[st], hn::TableLookupLanes(u[k], idx[st]));
+    }
+    HWY_UNROLL(16)
+    for (size_t sv = 0; sv < kVecStages; ++sv) {  // h = kN << sv: pairs of vectors
+      const size_t hvec = size_t{1} << sv;
+      HWY_UNROLL(16)
+      for (size_t p = 0; p < NV / 2; ++p) {
+        const size_t j = (p / hvec) * 2 * hvec + p % hvec;
+        const V a = u[j], b = u[j + hvec];
+        u[j] = hn::Add(a, b);
+        u[j + hvec] = hn::Sub(a, b);
+      }
+    }
+    if (out16) {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k)
+        hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], sc)), dh,
+                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * kN));
+    } else {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k) hn::StoreU(hn::Mul(u[k], sc), d, x + r * n + k * kN);
+    }
+  }
+}
+
 // Orthonormal fast Walsh-Hadamard transform of each n-vector, in place. The butterflies and
 // their order (h = 1, 2, 4, ...; a + b low, a - b high; then one multiply by 1/sqrt(n)) are
 // those of the scalar loop, so every target gives the same bits. Stages with h < lanes run
@@ -228,51 +290,15 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
     }
     return;
   }
+  switch (N == hn::MaxLanes(d) ? n / N : 0) {  // whole row in registers: see HadamardRegs
+    case 1: return HadamardRegs<1>(d, in, x, out16, rows, n, scale);
+    case 2: return HadamardRegs<2>(d, in, x, out16, rows, n, scale);
+    case 4: return HadamardRegs<4>(d, in, x, out16, rows, n, scale);
+    case 8: return HadamardRegs<8>(d, in, x, out16, rows, n, scale);
+    default: break;
+  }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);
-  if (n / N <= 8) {
-    // Whole row in registers: in-vector stages by lane permutes (the high lane of each pair
-    // takes y - u, computed as y + (u with its sign flipped), the same bits), then the stages
-    // between vectors, scale and store. Same butterflies in the same order as below.
-    using V = decltype(hn::Zero(d));
-    const size_t nv = n / N;
-    V flip[8];
-    size_t stages = 0;
-    for (size_t h = 1; h < N; h <<= 1, ++stages) {
-      const auto hv = hn::Set(di, static_cast<int32_t>(h));
-      flip[stages] = hn::BitCast(
-          d, hn::IfThenElseZero(hn::Ne(hn::And(iota, hv), hn::Zero(di)),
-                                hn::Set(di, static_cast<int32_t>(0x80000000u))));
-    }
-    for (size_t r = 0; r < rows; ++r) {
-      const float* src = in + r * n;
-      V u[8];
-      for (size_t k = 0; k < nv; ++k) {
-        u[k] = hn::LoadU(d, src + k * N);
-        size_t st = 0;
-        for (size_t h = 1; h < N; h <<= 1, ++st) {
-          const auto hv = hn::Set(di, static_cast<int32_t>(h));
-          const auto y = hn::TableLookupLanes(u[k], hn::IndicesFromVec(d, hn::Xor(iota, hv)));
-          u[k] = hn::Add(y, hn::Xor(u[k], flip[st]));
-        }
-      }
-      for (size_t hvec = 1; hvec < nv; hvec <<= 1)
-        for (size_t i = 0; i < nv; i += 2 * hvec)
-          for (size_t j = i; j < i + hvec; ++j) {
-            const V a = u[j], b = u[j + hvec];
-            u[j] = hn::Add(a, b);
-            u[j + hvec] = hn::Sub(a, b);
-          }
-      if (out16) {
-        for (size_t k = 0; k < nv; ++k)
-          hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], sc)), dh,
-                     reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * N));
-      } else {
-        for (size_t k = 0; k < nv; ++k) hn::StoreU(hn::Mul(u[k], sc), d, x + r * n + k * N);
-      }
-    }
-    return;
-  }
   for (size_t r = 0; r < rows; ++r) {
     float* v = out16 ? x : x + r * n;
     const float* src = in + r * n;
