@@ -163,6 +163,71 @@ TEST(Kernels, HadamardMatchesScalarOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// The :had decoder row (DequantRowF16 with had_dim: dequantise, rotate each head vector and
+// convert in one pass) writes what DequantRowF16 + HadamardRowsToHalf write, and the same xh,
+// for 8-bit, 16-bit and split symbols, per-channel steps and channel groups (one group per
+// vector, groups straddling vectors and heads), head vectors in registers (1..8 vectors) or not.
+void CheckDequantHadamardMatchesTwoPasses() {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> g;
+  for (size_t dim : {1u, 4u, 8u, 16u, 32u, 64u, 128u, 256u}) {
+    for (size_t group : {0u, 16u, 40u, 64u}) {
+      const size_t heads = 3, n = heads * dim;
+      if (group > n) continue;
+      const size_t ngroups = group ? (n + group - 1) / group : n;
+      std::vector<float> mu(n), a(n), st(ngroups), xh(n), xh2(n), tmp(dim);
+      std::vector<uint8_t> s8(n), lo(n);
+      std::vector<uint16_t> s16(n), out(n), ref(n);
+      for (size_t i = 0; i < n; ++i) {
+        mu[i] = g(rng);
+        a[i] = static_cast<float>(rng() % 17) / 16.0f;
+        xh[i] = g(rng);
+        s8[i] = static_cast<uint8_t>(rng() % 64);
+        lo[i] = static_cast<uint8_t>(rng() % 4);
+        s16[i] = static_cast<uint16_t>(rng() % 4096);
+      }
+      for (auto& v : st) v = 0.01f + 0.001f * static_cast<float>(rng() % 100);
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE(::testing::Message() << "dim " << dim << " group " << group << " variant "
+                                          << variant);
+        xh2 = xh;
+        std::vector<float> xr = xh;
+        auto run = [&](float* x, uint16_t* o, size_t had) {
+          if (variant == 0)
+            internal::DequantRowF16(s8.data(), mu.data(), a.data(), st.data(), group, x, o, n,
+                                    32, had);
+          else if (variant == 1)
+            internal::DequantRowF16(s16.data(), mu.data(), a.data(), st.data(), group, x, o, n,
+                                    2048, had);
+          else
+            internal::DequantRowSplitF16(s8.data(), lo.data(), 2, mu.data(), a.data(),
+                                         st.data(), group, x, o, n, 100, had);
+        };
+        for (int row = 0; row < 2; ++row) {  // two rows: the second predicts from the first
+          run(xr.data(), nullptr, 0);
+          internal::HadamardRowsToHalf(xr.data(), tmp.data(), ref.data(), heads, dim);
+          run(xh2.data(), out.data(), dim);
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(xr[i]), std::bit_cast<uint32_t>(xh2[i])) << i;
+          ASSERT_EQ(out, ref) << row;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, DequantHadamardMatchesTwoPasses) { CheckDequantHadamardMatchesTwoPasses(); }
+
+TEST(Kernels, DequantHadamardMatchesTwoPassesOnEveryTarget) {
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
+    const int64_t target = t & -t;
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    CheckDequantHadamardMatchesTwoPasses();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
   const size_t n = 200, group = 40;  // 40: groups straddle vectors on every target
   std::mt19937 rng(9);
