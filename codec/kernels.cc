@@ -223,8 +223,8 @@ HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, si
   }
 }
 
-// One vector of the decoder row at channel i: xh = mu + a * (xh - mu) + (sym - offset) * step,
-// stored to xh and returned. Split symbols (lo set): sym = (hi << r) + lo, hi the 8-bit `sym`
+// One vector of the decoder row at channel i: mu + a * (xh - mu) + (sym - offset) * step (the
+// caller stores it to xh). Split symbols (lo set): sym = (hi << r) + lo, hi the 8-bit `sym`
 // argument; `offset` then already holds the split's base (offset - (base << r)), so
 // q = sym - offset as before.
 template <typename Sym, class D>
@@ -256,9 +256,7 @@ HWY_INLINE hn::Vec<D> DequantVec(D d, const Sym* sym, const float* mu, const flo
     }
   }
   const auto q = hn::ConvertTo(d, hn::Sub(si, off));
-  const auto v = hn::Add(p, hn::Mul(q, st));
-  hn::StoreU(v, d, xh + i);
-  return v;
+  return hn::Add(p, hn::Mul(q, st));
 }
 
 // The decoder row pass of a :had section (fp16 output): per head vector of n = NV * Lanes
@@ -279,6 +277,10 @@ HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const 
     HWY_UNROLL(16)
     for (size_t k = 0; k < NV; ++k)
       u[k] = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, h0 + k * kN, off, lo, r);
+    // Store the head's xh only after all its loads: a store followed by a load 4 KiB apart
+    // (mu, a and xh are separate 4 KiB rows at C = 1024) stalls the load (4K aliasing).
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k) hn::StoreU(u[k], d, xh + h0 + k * kN);
     kit.template Transform<NV>(u);
     HWY_UNROLL(16)
     for (size_t k = 0; k < NV; ++k)
@@ -325,6 +327,7 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   size_t i = 0;
   for (; i + N <= n; i += N) {
     const auto v = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, i, off, lo, r);
+    hn::StoreU(v, d, xh + i);
     if (conv16)
       hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(conv16 + i));
   }
