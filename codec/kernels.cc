@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
@@ -131,72 +132,233 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
 }
 
 
+// Walsh-Hadamard of one n-vector held in NV registers (n = NV * Lanes, NV a compile-time
+// constant, so the vectors are never spilled). In-vector stages (h < Lanes): the partner lane y
+// comes from a lane permute and the new value is y + u * sgn with sgn = -1 on the high lane of
+// each pair, +1 on the low lane, as one MulAdd: u * (+-1) is exact, so the single rounding gives
+// round(y + u) (low lane: the scalar loop's a + b, commuted) or round(y - u) (high lane: a - b),
+// the same bits as the scalar butterflies, with or without a native FMA. Then the stages
+// between vectors; the caller multiplies by `sc` (1/sqrt(n)) and stores. The permute indices,
+// signs and scale are set up once per call, not per vector.
+// In-vector stage st (h = 1 << st) of the Hadamard: lane i's partner is i ^ h, and its sign is
+// -1 on the high lane of each pair (i & h). Prefixes serve every vector length up to 16 lanes.
+alignas(64) constexpr int32_t kHadamardPartner[4][16] = {
+    {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14},
+    {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
+    {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
+    {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}};
+alignas(64) constexpr float kHadamardSign[4][16] = {
+    {1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1},
+    {1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1},
+    {1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1},
+    {1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1}};
+
+template <class D>
+struct HadamardKit {
+  using V = hn::Vec<D>;
+  using VI = hn::Vec<hn::RebindToSigned<D>>;
+  using VX = decltype(hn::IndicesFromVec(D(), VI()));
+  static constexpr size_t kN = hn::MaxLanes(D());  // exact on the fixed-width x86 targets
+  static constexpr size_t kStages = hwy::CeilLog2(kN);  // in-vector stages h = 1, .., kN / 2
+  V sgn[kStages + 1];
+  VX idx[kStages + 1];
+  V sc;
+
+  HWY_INLINE HadamardKit(D d, size_t n) {
+    static_assert(kN <= 16, "partner/sign tables cover 16 lanes");
+    const hn::RebindToSigned<D> di;
+    for (size_t st = 0; st < kStages; ++st) {
+      idx[st] = hn::IndicesFromVec(d, hn::Load(di, kHadamardPartner[st]));
+      sgn[st] = hn::Load(d, kHadamardSign[st]);
+    }
+    sc = hn::Set(d, 1.0f / std::sqrt(static_cast<float>(n)));
+  }
+
+  template <size_t NV>
+  HWY_INLINE void Transform(V* u) const {
+    constexpr size_t kVecStages = hwy::CeilLog2(NV);
+    HWY_UNROLL(16)
+    for (size_t st = 0; st < kStages; ++st) {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k)
+        u[k] = hn::MulAdd(u[k], sgn[st], hn::TableLookupLanes(u[k], idx[st]));
+    }
+    HWY_UNROLL(16)
+    for (size_t sv = 0; sv < kVecStages; ++sv) {  // h = kN << sv: pairs of vectors
+      const size_t hvec = size_t{1} << sv;
+      HWY_UNROLL(16)
+      for (size_t p = 0; p < NV / 2; ++p) {
+        const size_t j = (p / hvec) * 2 * hvec + p % hvec;
+        const V a = u[j], b = u[j + hvec];
+        u[j] = hn::Add(a, b);
+        u[j + hvec] = hn::Sub(a, b);
+      }
+    }
+  }
+};
+
+// Hadamard of rows of n = NV * Lanes floats in registers; floats to x or fp16 to out16.
+template <size_t NV, class D>
+HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, size_t rows,
+                             size_t n) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  using Kit = HadamardKit<D>;
+  constexpr size_t kN = Kit::kN;
+  const Kit kit(d, n);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* src = in + r * n;
+    typename Kit::V u[NV];
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k) u[k] = hn::LoadU(d, src + k * kN);
+    kit.template Transform<NV>(u);
+    if (out16) {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k)
+        hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], kit.sc)), dh,
+                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * kN));
+    } else {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < NV; ++k) hn::StoreU(hn::Mul(u[k], kit.sc), d, x + r * n + k * kN);
+    }
+  }
+}
+
+// One vector of the decoder row at channel i: mu + a * (xh - mu) + (sym - offset) * step (the
+// caller stores it to xh). Split symbols (lo set): sym = (hi << r) + lo, hi the 8-bit `sym`
+// argument; `offset` then already holds the split's base (offset - (base << r)), so
+// q = sym - offset as before.
+template <typename Sym, class D>
+HWY_INLINE hn::Vec<D> DequantVec(D d, const Sym* sym, const float* mu, const float* a,
+                                 const float* step, size_t step_group, bool odd_group, float* xh,
+                                 size_t i, hn::Vec<hn::RebindToSigned<D>> off, const uint8_t* lo,
+                                 int r) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<Sym, D> ds;
+  const size_t N = hn::Lanes(d);
+  const auto m = hn::LoadU(d, mu + i);
+  const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
+  hn::Vec<D> st;
+  if (odd_group) {  // groups straddle vectors: gather the steps lane by lane
+    HWY_ALIGN float stv[hn::MaxLanes(d)];
+    for (size_t k = 0; k < N; ++k) stv[k] = step[(i + k) / step_group];
+    st = hn::Load(d, stv);
+  } else {
+    st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
+  }
+  auto si = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                          hn::LoadU(ds, sym + i)));
+  if constexpr (sizeof(Sym) == 1) {
+    if (lo) {
+      const hn::Rebind<uint8_t, D> d8;
+      si = hn::Add(hn::ShiftLeftSame(si, r),
+                   hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
+                                                 hn::LoadU(d8, lo + i))));
+    }
+  }
+  const auto q = hn::ConvertTo(d, hn::Sub(si, off));
+  return hn::Add(p, hn::Mul(q, st));
+}
+
+// The decoder row pass of a :had section (fp16 output): per head vector of n = NV * Lanes
+// channels, dequantise into registers (xh stored as before), rotate there and store
+// fp16(Hadamard * 1/sqrt(n)) to out16: one pass, no float row to store and reload.
+template <size_t NV, typename Sym, class D>
+HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const float* a,
+                                    const float* step, size_t step_group, bool odd_group,
+                                    float* xh, uint16_t* out16, size_t n, int32_t offset,
+                                    const uint8_t* lo, int r, size_t had_dim) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  using Kit = HadamardKit<D>;
+  constexpr size_t kN = Kit::kN;
+  const Kit kit(d, had_dim);
+  const auto off = hn::Set(hn::RebindToSigned<D>(), offset);
+  for (size_t h0 = 0; h0 < n; h0 += had_dim) {
+    typename Kit::V u[NV];
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k)
+      u[k] = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, h0 + k * kN, off, lo, r);
+    // Store the head's xh only after all its loads: a store followed by a load 4 KiB apart
+    // (mu, a and xh are separate 4 KiB rows at C = 1024) stalls the load (4K aliasing).
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k) hn::StoreU(u[k], d, xh + h0 + k * kN);
+    kit.template Transform<NV>(u);
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < NV; ++k)
+      hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], kit.sc)), dh,
+                 reinterpret_cast<hwy::float16_t*>(out16 + h0 + k * kN));
+  }
+}
+
+void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_t n);
+
 // Fused decoder row: xh = mu + a * (xh - mu) + (sym - offset) * step, and, when out16 is set,
-// out16 = fp16(xh) in the same pass.
-// Split symbols (lo set): sym = (hi << r) + lo, hi the 8-bit `sym` argument; `offset` then
-// already holds the split's base (offset - (base << r)), so q = sym - offset as before.
+// out16 = fp16(xh) in the same pass, or with had_dim != 0, out16 = fp16 of the orthonormal
+// Hadamard of each had_dim-vector of the new xh (what HadamardRowsToHalf(xh) would write).
 template <typename Sym>
 HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
                             size_t step_group, float* xh, uint16_t* out16, size_t n,
-                            int32_t offset, const uint8_t* lo = nullptr, int r = 0) {
+                            int32_t offset, const uint8_t* lo = nullptr, int r = 0,
+                            size_t had_dim = 0) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<Sym, decltype(d)> ds;
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
   const auto off = hn::Set(di, offset);
-  size_t i = 0;
   const bool odd_group = step_group != 0 && step_group % N != 0;
-  HWY_ALIGN float stv[hn::MaxLanes(d)];
+  if (!out16) had_dim = 0;
+  if (had_dim) {
+    const size_t nv = N == hn::MaxLanes(d) && had_dim % N == 0 && n % had_dim == 0
+                          ? had_dim / N : 0;
+    switch (nv) {
+#define STRATA_DEQUANT_HAD(NV)                                                                 \
+  case NV:                                                                                     \
+    return DequantHadamardRegs<NV>(d, sym, mu, a, step, step_group, odd_group, xh, out16, n, \
+                                   offset, lo, r, had_dim);
+      STRATA_DEQUANT_HAD(1)
+      STRATA_DEQUANT_HAD(2)
+      STRATA_DEQUANT_HAD(4)
+      STRATA_DEQUANT_HAD(8)
+#undef STRATA_DEQUANT_HAD
+      default:
+        break;
+    }
+  }
+  uint16_t* conv16 = had_dim ? nullptr : out16;  // other geometries: rotate after the pass
+  size_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto m = hn::LoadU(d, mu + i);
-    const auto p = hn::Add(m, hn::Mul(hn::LoadU(d, a + i), hn::Sub(hn::LoadU(d, xh + i), m)));
-    hn::Vec<decltype(d)> st;
-    if (odd_group) {  // groups straddle vectors: gather the steps lane by lane
-      for (size_t k = 0; k < N; ++k) stv[k] = step[(i + k) / step_group];
-      st = hn::Load(d, stv);
-    } else {
-      st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
-    }
-    auto si = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
-                                            hn::LoadU(ds, sym + i)));
-    if constexpr (sizeof(Sym) == 1) {
-      if (lo) {
-        const hn::Rebind<uint8_t, decltype(d)> d8;
-        si = hn::Add(hn::ShiftLeftSame(si, r),
-                     hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
-                                                   hn::LoadU(d8, lo + i))));
-      }
-    }
-    const auto q = hn::ConvertTo(d, hn::Sub(si, off));
-    const auto v = hn::Add(p, hn::Mul(q, st));
+    const auto v = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, i, off, lo, r);
     hn::StoreU(v, d, xh + i);
-    if (out16)
-      hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out16 + i));
+    if (conv16)
+      hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(conv16 + i));
   }
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
     const int32_t sv = lo ? (static_cast<int32_t>(sym[i]) << r) + lo[i] : sym[i];
     const float q = static_cast<float>(sv - offset);
     xh[i] = p + q * (step_group ? step[i / step_group] : step[i]);
-    if (out16) out16[i] = FloatToHalf(xh[i]);
+    if (conv16) conv16[i] = FloatToHalf(xh[i]);
+  }
+  if (had_dim) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < had_dim) scratch.resize(had_dim);
+    HadamardCore(xh, scratch.data(), out16, n / had_dim, had_dim);
   }
 }
 
 void DequantRow8Impl(const uint8_t* sym, const float* mu, const float* a, const float* step,
-                     size_t step_group,
-                     float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
+                     size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                     size_t had_dim) {
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset, nullptr, 0, had_dim);
 }
 void DequantRowSplitImpl(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
                          const float* a, const float* step, size_t step_group, float* xh,
-                         uint16_t* out16, size_t n, int32_t offset) {
-  DequantRowT(hi, mu, a, step, step_group, xh, out16, n, offset, lo, r);
+                         uint16_t* out16, size_t n, int32_t offset, size_t had_dim) {
+  DequantRowT(hi, mu, a, step, step_group, xh, out16, n, offset, lo, r, had_dim);
 }
 void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                     size_t step_group,
-                      float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset);
+                      size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                      size_t had_dim) {
+  DequantRowT(sym, mu, a, step, step_group, xh, out16, n, offset, nullptr, 0, had_dim);
 }
 
 // Orthonormal fast Walsh-Hadamard transform of each n-vector, in place. The butterflies and
@@ -228,51 +390,15 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
     }
     return;
   }
+  switch (N == hn::MaxLanes(d) ? n / N : 0) {  // whole row in registers: see HadamardRegs
+    case 1: return HadamardRegs<1>(d, in, x, out16, rows, n);
+    case 2: return HadamardRegs<2>(d, in, x, out16, rows, n);
+    case 4: return HadamardRegs<4>(d, in, x, out16, rows, n);
+    case 8: return HadamardRegs<8>(d, in, x, out16, rows, n);
+    default: break;
+  }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);
-  if (n / N <= 8) {
-    // Whole row in registers: in-vector stages by lane permutes (the high lane of each pair
-    // takes y - u, computed as y + (u with its sign flipped), the same bits), then the stages
-    // between vectors, scale and store. Same butterflies in the same order as below.
-    using V = decltype(hn::Zero(d));
-    const size_t nv = n / N;
-    V flip[8];
-    size_t stages = 0;
-    for (size_t h = 1; h < N; h <<= 1, ++stages) {
-      const auto hv = hn::Set(di, static_cast<int32_t>(h));
-      flip[stages] = hn::BitCast(
-          d, hn::IfThenElseZero(hn::Ne(hn::And(iota, hv), hn::Zero(di)),
-                                hn::Set(di, static_cast<int32_t>(0x80000000u))));
-    }
-    for (size_t r = 0; r < rows; ++r) {
-      const float* src = in + r * n;
-      V u[8];
-      for (size_t k = 0; k < nv; ++k) {
-        u[k] = hn::LoadU(d, src + k * N);
-        size_t st = 0;
-        for (size_t h = 1; h < N; h <<= 1, ++st) {
-          const auto hv = hn::Set(di, static_cast<int32_t>(h));
-          const auto y = hn::TableLookupLanes(u[k], hn::IndicesFromVec(d, hn::Xor(iota, hv)));
-          u[k] = hn::Add(y, hn::Xor(u[k], flip[st]));
-        }
-      }
-      for (size_t hvec = 1; hvec < nv; hvec <<= 1)
-        for (size_t i = 0; i < nv; i += 2 * hvec)
-          for (size_t j = i; j < i + hvec; ++j) {
-            const V a = u[j], b = u[j + hvec];
-            u[j] = hn::Add(a, b);
-            u[j + hvec] = hn::Sub(a, b);
-          }
-      if (out16) {
-        for (size_t k = 0; k < nv; ++k)
-          hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], sc)), dh,
-                     reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * N));
-      } else {
-        for (size_t k = 0; k < nv; ++k) hn::StoreU(hn::Mul(u[k], sc), d, x + r * n + k * N);
-      }
-    }
-    return;
-  }
   for (size_t r = 0; r < rows; ++r) {
     float* v = out16 ? x : x + r * n;
     const float* src = in + r * n;
@@ -546,21 +672,25 @@ void QuantRowGrouped(const float* x, const float* mu, const float* a, const floa
 }
 void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
                 float* xh, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, 0, xh, nullptr, n, offset);
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, 0, xh, nullptr, n, offset, 0);
 }
 void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
-                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                   size_t had_dim) {
+  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, step_group, xh, out16, n, offset,
+                                        had_dim);
 }
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset) {
-  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                   size_t had_dim) {
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset,
+                                         had_dim);
 }
 void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
                         const float* a, const float* step, size_t step_group, float* xh,
-                        uint16_t* out16, size_t n, int32_t offset) {
+                        uint16_t* out16, size_t n, int32_t offset, size_t had_dim) {
   HWY_DYNAMIC_DISPATCH(DequantRowSplitImpl)(hi, lo, r, mu, a, step, step_group, xh, out16, n,
-                                            offset);
+                                            offset, had_dim);
 }
 void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi,
                   uint8_t* lo) {

@@ -621,10 +621,10 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
       for (size_t g = 0; g < ngroups; ++g)
         sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
     }
-    // fp16 output without rotation: dequantise and convert in one pass.
-    uint16_t* out16 = !had && s.dtype == DType::kFloat16
-                          ? reinterpret_cast<uint16_t*>(out + t * out_row)
-                          : nullptr;
+    // fp16 output: dequantise and convert (with :had, rotate each head vector) in one pass.
+    uint16_t* out16 = s.dtype == DType::kFloat16 ? reinterpret_cast<uint16_t*>(out + t * out_row)
+                                                 : nullptr;
+    const size_t had_dim = had ? s.head_dim : 0;
     if (split_r) {
       if (keep.empty()) {
         lo_row = sc->lo.data() + t * C;
@@ -633,17 +633,14 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
         lo_row = sc->lo_row.data();
       }
       DequantRowSplitF16(sc->syms8.data() + t * C, lo_row, split_r, sc->mu.data(), sc->a.data(),
-                         sc->step.data(), step_group, sc->xh.data(), out16, C, offset);
+                         sc->step.data(), step_group, sc->xh.data(), out16, C, offset, had_dim);
     } else if (narrow)
       DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    step_group, sc->xh.data(), out16, C, offset);
+                    step_group, sc->xh.data(), out16, C, offset, had_dim);
     else
       DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    step_group, sc->xh.data(), out16, C, offset);
-    if (had && s.dtype == DType::kFloat16) {
-      HadamardRowsToHalf(sc->xh.data(), sc->row.data(),
-                         reinterpret_cast<uint16_t*>(out + t * out_row), s.heads, s.head_dim);
-    } else if (had) {
+                    step_group, sc->xh.data(), out16, C, offset, had_dim);
+    if (had && !out16) {
       std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
       HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);
       FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);

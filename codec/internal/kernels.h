@@ -52,16 +52,21 @@ void DequantRow(const uint16_t* sym, const float* mu, const float* a, const floa
 // DequantRow on 8- or 16-bit symbols, fused with the fp16 conversion of the new xh (out16, when
 // not null, receives fp16(xh) as FloatToHalfRow would write it). step_group 0: step[c] per
 // channel; else step[c / step_group] (one step per channel group; fastest when step_group is a
-// multiple of the vector length).
+// multiple of the vector length). had_dim != 0 (a power of two dividing n; out16 set): out16
+// receives instead what HadamardRowsToHalf(xh, .., n / had_dim, had_dim) would write (the
+// :had decoder row; xh itself stays unrotated), each head vector rotated in registers as it is
+// dequantised when had_dim is 1, 2, 4 or 8 vectors.
 void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
-                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                   size_t had_dim = 0);
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset);
+                   size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                   size_t had_dim = 0);
 // DequantRowF16 on split symbols (the split quant coder): sym = (hi << r) + lo, and `offset`
 // is the quantiser's offset minus base << r (base: what the encoder subtracted from sym >> r).
 void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
                         const float* a, const float* step, size_t step_group, float* xh,
-                        uint16_t* out16, size_t n, int32_t offset);
+                        uint16_t* out16, size_t n, int32_t offset, size_t had_dim = 0);
 // hi[i] = (sym[i] >> r) - base, lo[i] = sym[i] & (2^r - 1); both must fit a byte.
 void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi, uint8_t* lo);
 // Smallest and largest of n > 0 values.
