@@ -1,6 +1,7 @@
 // Per-section encoders and decoders of each mode (one section = one layer's K or V tensor).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,10 +23,47 @@ struct TensorShape {
   size_t bytes() const { return values() * DTypeBytes(dtype); }
 };
 
+// A float array that starts `phase` bytes past a 4 KiB boundary. The row kernels read mu, a and
+// step and write xh in one pass; arrays at equal addresses modulo 4 KiB (what the allocator gives
+// 4 KiB vectors allocated one after another) make a load wait on an unrelated earlier store
+// (4K aliasing). Staggering the arrays by a quarter page each keeps them apart.
+class RowArray {
+ public:
+  explicit RowArray(size_t phase) : phase_(phase) {}
+  void resize(size_t n) {
+    if (n + kSlack > buf_.size()) buf_.resize(n + kSlack);
+    const auto addr = reinterpret_cast<uintptr_t>(buf_.data());
+    begin_ = buf_.data() + ((phase_ - addr % 4096) % 4096) / sizeof(float);
+    n_ = n;
+  }
+  void assign(size_t n, float v) {
+    resize(n);
+    std::fill(begin_, begin_ + n, v);
+  }
+  void assign(const float* b, const float* e) {
+    resize(static_cast<size_t>(e - b));
+    std::copy(b, e, begin_);
+  }
+  float* data() { return begin_; }
+  const float* data() const { return begin_; }
+  float& operator[](size_t i) { return begin_[i]; }
+  const float* begin() const { return begin_; }
+  const float* end() const { return begin_ + n_; }
+  size_t size() const { return n_; }
+
+ private:
+  static constexpr size_t kSlack = 4096 / sizeof(float);
+  size_t phase_;
+  std::vector<float> buf_;
+  float* begin_ = nullptr;
+  size_t n_ = 0;
+};
+
 struct SectionScratch {
   std::vector<float> f;       // tensor as floats
   std::vector<float> row;     // one row of floats
-  std::vector<float> mu, a, step, inv_step, xh, mn, mx;
+  RowArray mu{0}, a{1024}, step{2048}, inv_step{3072}, xh{512};
+  std::vector<float> mn, mx;
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
