@@ -211,8 +211,11 @@ TEST(SplitCoder, ChosenForWideSymbolsAndKeepsTheSize) {
     auto info = InspectBlob(*blob);
     ASSERT_TRUE(info.ok());
     ASSERT_EQ(info->sections.back().type, SectionType::kStream);
-    for (const auto& s : info->sections)
-      if (s.type != SectionType::kStream) EXPECT_EQ(s.coder, internal::kCoderSplit) << spec;
+    for (const auto& s : info->sections) {
+      if (s.type != SectionType::kStream) {
+        EXPECT_EQ(s.coder, internal::kCoderSplit) << spec;
+      }
+    }
     EXPECT_LT(static_cast<double>(blob->size()), 1.01 * static_cast<double>(plain->size()))
         << spec;
   }
@@ -221,8 +224,11 @@ TEST(SplitCoder, ChosenForWideSymbolsAndKeepsTheSize) {
   ASSERT_TRUE(b4.ok());
   auto i4 = InspectBlob(*b4);
   ASSERT_TRUE(i4.ok());
-  for (const auto& s : i4->sections)
-    if (s.type != SectionType::kStream) EXPECT_EQ(s.coder, internal::kCoderShared);
+  for (const auto& s : i4->sections) {
+    if (s.type != SectionType::kStream) {
+      EXPECT_EQ(s.coder, internal::kCoderShared);
+    }
+  }
 }
 
 // Hostile split sections: every field out of range, truncation anywhere, trailing bytes and set
