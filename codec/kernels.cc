@@ -16,25 +16,45 @@ namespace strata::codec::internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Stores fp16(v) as FloatToHalf rounds (to nearest even). Highway 1.0.3's f32->f16 DemoteTo does
+// that where the CPU converts (F16C: AVX2 and up); its emulation on the SSE4 and scalar targets
+// truncates (half of all values 1 ulp off; found in session 4), so those targets convert lane by
+// lane.
+template <class D, class V>
+HWY_INLINE void StoreHalf(D d, V v, uint16_t* out) {
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_EMU128 || \
+    HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN float tmp[HWY_MAX_BYTES / sizeof(float)];
+  hn::Store(v, d, tmp);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) out[i] = FloatToHalf(tmp[i]);
+#else
+  const hn::Rebind<hwy::float16_t, D> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out));
+#endif
+}
+
 void HalfToFloatRowImpl(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+#if !(HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_EMU128 || \
+      HWY_TARGET == HWY_SCALAR)
+  // Without F16C, Highway 1.0.3's emulated promotion reads fp16 infinity and NaN as 65536 and
+  // up; those targets take the scalar loop below.
   const hn::ScalableTag<float> d;
   const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
-  size_t i = 0;
   for (; i + N <= n; i += N)
     hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in + i))), d,
                out + i);
+#endif
   for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
 }
 
 void FloatToHalfRowImpl(const float* in, uint16_t* out, size_t n) {
   const hn::ScalableTag<float> d;
-  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
   for (; i + N <= n; i += N)
-    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, in + i)), dh,
-               reinterpret_cast<hwy::float16_t*>(out + i));
+    StoreHalf(d, hn::LoadU(d, in + i), out + i);
   for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
 }
 
@@ -201,7 +221,6 @@ struct HadamardKit {
 template <size_t NV, class D>
 HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, size_t rows,
                              size_t n) {
-  const hn::Rebind<hwy::float16_t, D> dh;
   using Kit = HadamardKit<D>;
   constexpr size_t kN = Kit::kN;
   const Kit kit(d, n);
@@ -214,8 +233,7 @@ HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, si
     if (out16) {
       HWY_UNROLL(16)
       for (size_t k = 0; k < NV; ++k)
-        hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], kit.sc)), dh,
-                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + k * kN));
+        StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + r * n + k * kN);
     } else {
       HWY_UNROLL(16)
       for (size_t k = 0; k < NV; ++k) hn::StoreU(hn::Mul(u[k], kit.sc), d, x + r * n + k * kN);
@@ -267,7 +285,6 @@ HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const 
                                     const float* step, size_t step_group, bool odd_group,
                                     float* xh, uint16_t* out16, size_t n, int32_t offset,
                                     const uint8_t* lo, int r, size_t had_dim) {
-  const hn::Rebind<hwy::float16_t, D> dh;
   using Kit = HadamardKit<D>;
   constexpr size_t kN = Kit::kN;
   const Kit kit(d, had_dim);
@@ -284,8 +301,7 @@ HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const 
     kit.template Transform<NV>(u);
     HWY_UNROLL(16)
     for (size_t k = 0; k < NV; ++k)
-      hn::StoreU(hn::DemoteTo(dh, hn::Mul(u[k], kit.sc)), dh,
-                 reinterpret_cast<hwy::float16_t*>(out16 + h0 + k * kN));
+      StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + h0 + k * kN);
   }
 }
 
@@ -301,7 +317,6 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
                             size_t had_dim = 0) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
   const size_t N = hn::Lanes(d);
   const auto off = hn::Set(di, offset);
   const bool odd_group = step_group != 0 && step_group % N != 0;
@@ -329,7 +344,7 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
     const auto v = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, i, off, lo, r);
     hn::StoreU(v, d, xh + i);
     if (conv16)
-      hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(conv16 + i));
+      StoreHalf(d, v, conv16 + i);
   }
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
@@ -368,7 +383,6 @@ void DequantRow16Impl(const uint16_t* sym, const float* mu, const float* a, cons
 // Hadamard of each n-vector of `in`; writes the floats to x (may equal in) or, when out16 is set,
 // only their fp16 conversion to out16 (x is then scratch of n floats).
 void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_t n) {
-  const hn::Rebind<hwy::float16_t, hn::ScalableTag<float>> dh;
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const size_t N = hn::Lanes(d);
@@ -422,8 +436,7 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
         }
     if (out16) {
       for (size_t i = 0; i < n; i += N)
-        hn::StoreU(hn::DemoteTo(dh, hn::Mul(hn::LoadU(d, v + i), sc)), dh,
-                   reinterpret_cast<hwy::float16_t*>(out16 + r * n + i));
+        StoreHalf(d, hn::Mul(hn::LoadU(d, v + i), sc), out16 + r * n + i);
     } else {
       for (size_t i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, v + i), sc), d, v + i);
     }
