@@ -280,6 +280,9 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             break;
           case Mode::kQuant: {
             uint8_t written = e.coder;
+            const bool last = l + 1 == layout.num_layers && t + 1 == tensors;
+            scratch_->sec.prefetch = last ? nullptr : in + tensor_bytes;
+            scratch_->sec.prefetch_bytes = last ? 0 : tensor_bytes;
             RETURN_IF_ERROR(
                 internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out,
                                       stats ? &coder : nullptr,  // stats cost a pass: on demand

@@ -344,7 +344,13 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     }
   }
   std::vector<float> worst(axis == 1 ? ngroups : 0);
+  // The next section's input, fetched from memory while this one computes: its first pass
+  // (the conversion to floats) otherwise waits on DRAM (~10% of encoding).
+  const uint8_t* pf = sc->prefetch;
+  const size_t pf_per_row = T ? (sc->prefetch_bytes + 64 * T - 1) / (64 * T) : 0;
+  const uint8_t* const pf_end = pf ? pf + sc->prefetch_bytes : nullptr;
   for (size_t t = 0; t < T; ++t) {
+    for (size_t k = 0; k < pf_per_row && pf < pf_end; ++k, pf += 64) __builtin_prefetch(pf, 0, 2);
     size_t step_group = 0;
     if (axis == 1) {
       step_group = group;

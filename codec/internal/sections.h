@@ -70,6 +70,9 @@ struct SectionScratch {
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;   // split coder: one row of low bits
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
+  // Encoders: bytes to prefetch while quantising (the next section's input), or null.
+  const uint8_t* prefetch = nullptr;
+  size_t prefetch_bytes = 0;
   rans::Scratch rans;
 };
 
