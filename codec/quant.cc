@@ -94,19 +94,22 @@ double Log2Count(uint32_t k) {
   return k < table.size() ? table[k] : std::log2(static_cast<double>(k));
 }
 
+// Only symbols first..last are counted (the caller knows the rest are zero).
 double HistEntropy(const uint32_t* h, uint32_t alphabet, uint32_t num_ctx, uint32_t* lo,
-                   uint32_t* hi, bool sample = false) {
+                   uint32_t* hi, bool sample = false, uint32_t first = 0,
+                   uint32_t last = UINT32_MAX) {
   double bits = 0;
   *lo = alphabet;
   *hi = 0;
+  last = std::min(last, alphabet - 1);
   for (uint32_t c = 0; c < num_ctx; ++c) {
     const uint32_t* hc = h + size_t{c} * alphabet;
     uint64_t total = 0;
-    for (uint32_t s = 0; s < alphabet; ++s) total += hc[s];
+    for (uint32_t s = first; s <= last; ++s) total += hc[s];
     if (total == 0) continue;
     const double lt = std::log2(static_cast<double>(total));
     uint32_t used = 0;
-    for (uint32_t s = 0; s < alphabet; ++s) {
+    for (uint32_t s = first; s <= last; ++s) {
       if (!hc[s]) continue;
       ++used;
       bits += hc[s] * (lt - Log2Count(hc[s]));
@@ -122,30 +125,38 @@ double HistEntropy(const uint32_t* h, uint32_t alphabet, uint32_t num_ctx, uint3
 // `stride`-th block of num_ctx runs of kCtxRun symbols, stride odd so that, when a token row is
 // a power-of-two number of blocks, the sampled blocks walk through every channel. Returns the
 // number of symbols sampled.
+// Every symbol is within [mn, mx] (the section's smallest and largest).
 size_t SampleHistogram(const uint16_t* syms, size_t n, uint32_t alphabet, uint32_t num_ctx,
-                       size_t stride, uint32_t* counts) {
+                       size_t stride, uint32_t* counts, uint16_t mn, uint16_t mx) {
   const size_t block = size_t{num_ctx} * rans::kCtxRun;
   // Four sub-histograms (symbol i & 3), so a run of equal symbols does not wait on one
-  // counter's store-to-load latency (the single-table loop cost ~10% of quant encoding).
-  const size_t table = size_t{num_ctx} * alphabet;
+  // counter's store-to-load latency (the single-table loop cost ~10% of quant encoding), each
+  // only as wide as the symbols' range (clearing and summing whole 8-bit alphabets cost as much
+  // as counting a small section's sample).
+  const size_t span = size_t{mx} - mn + 1;
+  const size_t table = size_t{num_ctx} * span;
   std::vector<uint32_t> sub(4 * table, 0);
+  uint32_t* const base = sub.data() - mn;  // base[k] for symbols k in [mn, mx]
   size_t sampled = 0;
   for (size_t at = 0; at < n; at += stride * block) {
     const size_t len = std::min(block, n - at);
     const uint16_t* y = syms + at;
     size_t i = 0;
     for (; i + 4 <= len; i += 4) {
-      uint32_t* h = sub.data() + (i / rans::kCtxRun) * alphabet;  // 4 | kCtxRun: one context
+      uint32_t* h = base + (i / rans::kCtxRun) * span;  // 4 | kCtxRun: one context
       ++h[y[i]];
       ++h[table + y[i + 1]];
       ++h[2 * table + y[i + 2]];
       ++h[3 * table + y[i + 3]];
     }
-    for (; i < len; ++i) ++sub[(i / rans::kCtxRun) * alphabet + y[i]];
+    for (; i < len; ++i) ++base[(i / rans::kCtxRun) * span + y[i]];
     sampled += len;
   }
-  for (size_t k = 0; k < table; ++k)
-    counts[k] += sub[k] + sub[table + k] + sub[2 * table + k] + sub[3 * table + k];
+  for (size_t c = 0; c < num_ctx; ++c)
+    for (size_t k = 0; k < span; ++k) {
+      const size_t j = c * span + k;
+      counts[c * alphabet + mn + k] += sub[j] + sub[table + j] + sub[2 * table + j] + sub[3 * table + j];
+    }
   return sampled;
 }
 
@@ -165,7 +176,7 @@ void TableCounts(SectionScratch* sc, size_t n, uint32_t alphabet, uint32_t ctx) 
     const uint16_t* y = sc->syms.data();
     uint16_t mn, mx;
     MinMaxU16(y, n, &mn, &mx);
-    SampleHistogram(y, n, alphabet, ctx, 3, sc->counts.data());
+    SampleHistogram(y, n, alphabet, ctx, 3, sc->counts.data(), mn, mx);
     for (uint32_t c = 0; c < ctx; ++c)
       for (uint32_t s = mn; s <= mx; ++s) {
         uint32_t& k = sc->counts[size_t{c} * alphabet + s];
@@ -184,7 +195,7 @@ int ChooseSplit(const uint32_t* counts, size_t sampled, uint32_t alphabet, uint3
                 uint8_t bits, double lo_frac, uint16_t mn, uint16_t mx) {
   const int forced = g_split_r;
   uint32_t lo, hi;
-  const double full_bits = HistEntropy(counts, alphabet, num_ctx, &lo, &hi, true);
+  const double full_bits = HistEntropy(counts, alphabet, num_ctx, &lo, &hi, true, mn, mx);
   std::vector<uint32_t> hc;
   // Relative cost of r over the whole symbols' entropy.
   auto cost = [&](int r) {
@@ -195,7 +206,7 @@ int ChooseSplit(const uint32_t* counts, size_t sampled, uint32_t alphabet, uint3
       uint32_t* o = hc.data() + size_t{c} * ha;
       for (uint32_t s = mn; s <= mx; ++s) o[s >> r] += h[s];  // no symbol outside [mn, mx]
     }
-    const double hbits = HistEntropy(hc.data(), ha, num_ctx, &lo, &hi, true);
+    const double hbits = HistEntropy(hc.data(), ha, num_ctx, &lo, &hi, true, mn >> r, mx >> r);
     return (hbits + r * static_cast<double>(sampled) * lo_frac) / full_bits - 1.0;
   };
   auto span = [&](int r) { return (mx >> r) - (mn >> r) + 1; };
@@ -413,13 +424,14 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     const size_t stride =
         n < 16384 ? 1 : std::min<size_t>(7, std::max<size_t>(3, n / 32768)) | 1;
     sc->counts.assign(size_t{alphabet} * ctx, 0);
+    uint16_t mn = 0, mx = 0;
+    if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
     const size_t sampled =
-        SampleHistogram(sc->syms.data(), n, alphabet, ctx, stride, sc->counts.data());
+        n ? SampleHistogram(sc->syms.data(), n, alphabet, ctx, stride, sc->counts.data(), mn, mx)
+          : 0;
     // Outlier channels (zero when quantised, replaced by their kept values) keep no low bits.
     const bool skip = use_outliers && !p.hadamard && !outliers.empty();
     const size_t lo_values = n - (skip ? T * outliers.size() : 0);
-    uint16_t mn = 0, mx = 0;
-    if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
     const int r = n == 0 ? 0
                          : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
                                        static_cast<double>(lo_values) / static_cast<double>(n),
