@@ -665,10 +665,18 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     } else if (!out16) {
       FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
     }
-    for (size_t i = 0; i < nout; ++i) {
-      uint16_t c;
-      std::memcpy(&c, out_idx + 2 * i, 2);
-      std::memcpy(out + t * out_row + c * eb, out_vals + (t * nout + i) * eb, eb);
+    if (eb == 2) {  // a memcpy of a runtime size per value was ~4% of an `ol` decode
+      for (size_t i = 0; i < nout; ++i) {
+        uint16_t c;
+        std::memcpy(&c, out_idx + 2 * i, 2);
+        std::memcpy(out + t * out_row + c * 2, out_vals + (t * nout + i) * 2, 2);
+      }
+    } else {
+      for (size_t i = 0; i < nout; ++i) {
+        uint16_t c;
+        std::memcpy(&c, out_idx + 2 * i, 2);
+        std::memcpy(out + t * out_row + c * eb, out_vals + (t * nout + i) * eb, eb);
+      }
     }
   }
   return absl::OkStatus();
