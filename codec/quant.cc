@@ -645,7 +645,23 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   sc->row.resize(C);
   const size_t out_row = C * DTypeBytes(s.dtype);
   size_t lo_off = 0;  // split with outliers: next row's low bits in sc->lo
-  for (size_t t = 0; t < T; ++t) {
+  // fp16 output of byte symbols (every quant mode but bf16/fp32 output and 16-bit symbols): all
+  // rows in one kernel call.
+  const bool rows_at_once = s.dtype == DType::kFloat16 && narrow;
+  const uint8_t* lo_rows = split_r ? sc->lo.data() : nullptr;
+  if (rows_at_once && split_r && !keep.empty()) {  // spread every row's kept low bits first
+    sc->lo_row.resize(T * C + 64);
+    for (size_t t = 0; t < T; ++t)
+      lo_off += ExpandLowBitsRow(sc->lo.data() + lo_off, keep.data(), C,
+                                 sc->lo_row.data() + t * C);
+    lo_rows = sc->lo_row.data();
+  }
+  if (rows_at_once)
+    DequantRowsF16(sc->syms8.data(), lo_rows, split_r, sc->mu.data(),
+                   sc->a.data(), sc->step.data(), sc->steps16.data(), axis == 1 ? group : 0,
+                   sc->xh.data(), reinterpret_cast<uint16_t*>(out), T, C, offset,
+                   had ? s.head_dim : 0);
+  for (size_t t = 0; t < (rows_at_once ? 0 : T); ++t) {
     size_t step_group = 0;
     if (axis == 1) {
       step_group = group;
@@ -678,17 +694,19 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     } else if (!out16) {
       FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
     }
-    if (eb == 2) {  // a memcpy of a runtime size per value was ~4% of an `ol` decode
-      for (size_t i = 0; i < nout; ++i) {
-        uint16_t c;
-        std::memcpy(&c, out_idx + 2 * i, 2);
-        std::memcpy(out + t * out_row + c * 2, out_vals + (t * nout + i) * 2, 2);
-      }
-    } else {
-      for (size_t i = 0; i < nout; ++i) {
-        uint16_t c;
-        std::memcpy(&c, out_idx + 2 * i, 2);
-        std::memcpy(out + t * out_row + c * eb, out_vals + (t * nout + i) * eb, eb);
+  }
+  // The outlier channels' kept input values over what the rows wrote there.
+  if (nout > 0) {
+    std::vector<uint16_t>& idx = sc->steps16;  // free again: a copy of the channel indices
+    idx.resize(nout);
+    std::memcpy(idx.data(), out_idx, size_t{nout} * 2);
+    for (size_t t = 0; t < T; ++t) {
+      uint8_t* row = out + t * out_row;
+      const uint8_t* vals = out_vals + t * nout * eb;
+      if (eb == 2) {  // a memcpy of a runtime size per value was ~4% of an `ol` decode
+        for (size_t i = 0; i < nout; ++i) std::memcpy(row + idx[i] * 2, vals + i * 2, 2);
+      } else {
+        for (size_t i = 0; i < nout; ++i) std::memcpy(row + idx[i] * eb, vals + i * eb, eb);
       }
     }
   }

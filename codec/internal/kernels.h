@@ -67,6 +67,14 @@ void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const f
 void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
                         const float* a, const float* step, size_t step_group, float* xh,
                         uint16_t* out16, size_t n, int32_t offset, size_t had_dim = 0);
+// `rows` consecutive rows of DequantRowF16 on 8-bit symbols (lo null) or DequantRowSplitF16
+// (lo set), in one call: row t reads sym + t * n (lo + t * n) and writes out16 + t * n. With
+// step_group == 0 every row uses `step` (per channel); else row t first converts its
+// ceil(n / step_group) fp16 steps at steps16 + t * ngroups into `step`.
+void DequantRowsF16(const uint8_t* sym, const uint8_t* lo, int r, const float* mu,
+                    const float* a, float* step, const uint16_t* steps16, size_t step_group,
+                    float* xh, uint16_t* out16, size_t rows, size_t n, int32_t offset,
+                    size_t had_dim);
 // hi[i] = (sym[i] >> r) - base, lo[i] = sym[i] & (2^r - 1); both must fit a byte.
 void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi, uint8_t* lo);
 // Smallest and largest of n > 0 values.
