@@ -621,6 +621,92 @@ void MaxResidualGroupsImpl(const float* x, const float* mu, const float* a, cons
   }
 }
 
+// Column-blocked passes over all T rows of a tensor: for kBlock vectors of channels at a time,
+// every row, with the accumulators in registers (the row-by-row kernels loaded and stored them
+// once per row, and paid a dispatched call per row). Each channel's values are added in row
+// order, as before, so the sums are the same bits.
+constexpr size_t kBlock = 4;
+
+void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float* num, float* den,
+                    size_t n);
+
+bool AccumRowsImpl(const float* x, size_t T, size_t C, float* sum, float* mn, float* mx) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  auto bad = hn::FirstN(d, 0);
+  size_t c = 0;
+  for (; c + kBlock * N <= C; c += kBlock * N) {
+    hn::Vec<decltype(d)> s[kBlock], lo[kBlock], hi[kBlock];
+    for (size_t k = 0; k < kBlock; ++k) {
+      s[k] = hn::LoadU(d, sum + c + k * N);
+      lo[k] = hi[k] = hn::Zero(d);
+      if (mn) {
+        lo[k] = hn::LoadU(d, mn + c + k * N);
+        hi[k] = hn::LoadU(d, mx + c + k * N);
+      }
+    }
+    for (size_t t = 0; t < T; ++t) {
+      const float* r = x + t * C + c;
+      HWY_UNROLL(4)
+      for (size_t k = 0; k < kBlock; ++k) {
+        const auto v = hn::LoadU(d, r + k * N);
+        bad = hn::Or(bad, hn::Not(hn::IsFinite(v)));
+        s[k] = hn::Add(s[k], v);
+        if (mn) {
+          lo[k] = hn::Min(lo[k], v);
+          hi[k] = hn::Max(hi[k], v);
+        }
+      }
+    }
+    for (size_t k = 0; k < kBlock; ++k) {
+      hn::StoreU(s[k], d, sum + c + k * N);
+      if (mn) {
+        hn::StoreU(lo[k], d, mn + c + k * N);
+        hn::StoreU(hi[k], d, mx + c + k * N);
+      }
+    }
+  }
+  bool finite = hn::AllFalse(d, bad);
+  if (c < C)  // the remaining channels row by row
+    for (size_t t = 0; t < T; ++t)
+      finite &= AccumRowImpl(x + t * C + c, sum + c, mn ? mn + c : nullptr,
+                             mn ? mx + c : nullptr, C - c);
+  return finite;
+}
+
+void ArStatsRowsImpl(const float* x, size_t T, size_t C, const float* mu, float* num,
+                     float* den) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t c = 0;
+  for (; c + kBlock * N <= C && T > 1; c += kBlock * N) {
+    hn::Vec<decltype(d)> m[kBlock], y0[kBlock], nu[kBlock], de[kBlock];
+    for (size_t k = 0; k < kBlock; ++k) {
+      m[k] = hn::LoadU(d, mu + c + k * N);
+      y0[k] = hn::Sub(hn::LoadU(d, x + c + k * N), m[k]);
+      nu[k] = hn::LoadU(d, num + c + k * N);
+      de[k] = hn::LoadU(d, den + c + k * N);
+    }
+    for (size_t t = 1; t < T; ++t) {
+      const float* r = x + t * C + c;
+      HWY_UNROLL(4)
+      for (size_t k = 0; k < kBlock; ++k) {
+        const auto y1 = hn::Sub(hn::LoadU(d, r + k * N), m[k]);
+        nu[k] = hn::Add(nu[k], hn::Mul(y0[k], y1));
+        de[k] = hn::Add(de[k], hn::Mul(y0[k], y0[k]));
+        y0[k] = y1;
+      }
+    }
+    for (size_t k = 0; k < kBlock; ++k) {
+      hn::StoreU(nu[k], d, num + c + k * N);
+      hn::StoreU(de[k], d, den + c + k * N);
+    }
+  }
+  if (c < C)
+    for (size_t t = 1; t < T; ++t)
+      ArStatsRowImpl(x + (t - 1) * C + c, x + t * C + c, mu + c, num + c, den + c, C - c);
+}
+
 void ArStatsRowImpl(const float* prev, const float* cur, const float* mu, float* num, float* den,
                     size_t n) {
   const hn::ScalableTag<float> d;
@@ -681,6 +767,8 @@ HWY_EXPORT(AccumRowImpl);
 HWY_EXPORT(GroupRangesRowImpl);
 HWY_EXPORT(MaxResidualGroupsImpl);
 HWY_EXPORT(ArStatsRowImpl);
+HWY_EXPORT(AccumRowsImpl);
+HWY_EXPORT(ArStatsRowsImpl);
 HWY_EXPORT(SumSquaresRowImpl);
 
 void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
@@ -770,6 +858,12 @@ void MaxResidualGroups(const float* x, const float* mu, const float* a, const fl
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n) {
   HWY_DYNAMIC_DISPATCH(ArStatsRowImpl)(prev, cur, mu, num, den, n);
+}
+bool AccumRows(const float* x, size_t T, size_t C, float* sum, float* mn, float* mx) {
+  return HWY_DYNAMIC_DISPATCH(AccumRowsImpl)(x, T, C, sum, mn, mx);
+}
+void ArStatsRows(const float* x, size_t T, size_t C, const float* mu, float* num, float* den) {
+  HWY_DYNAMIC_DISPATCH(ArStatsRowsImpl)(x, T, C, mu, num, den);
 }
 void SumSquaresRow(const float* x, float* acc, size_t n) {
   HWY_DYNAMIC_DISPATCH(SumSquaresRowImpl)(x, acc, n);

@@ -298,13 +298,11 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     sc->mn.resize(ngroups);
     sc->steps16.resize(T * ngroups);
   }
-  bool finite = true;
-  for (size_t t = 0; t < T; ++t) {
-    const float* r = f + t * C;
-    finite &= AccumRow(r, sc->mu.data(), key_axis ? sc->mn.data() : nullptr,
-                       key_axis ? sc->mx.data() : nullptr, C);
-    if (!key_axis) {
-      GroupRangesRow(r, C, group, sc->mn.data());
+  bool finite = AccumRows(f, T, C, sc->mu.data(), key_axis ? sc->mn.data() : nullptr,
+                          key_axis ? sc->mx.data() : nullptr);
+  if (!key_axis) {
+    for (size_t t = 0; t < T; ++t) {
+      GroupRangesRow(f + t * C, C, group, sc->mn.data());
       for (size_t g = 0; g < ngroups; ++g)
         sc->steps16[t * ngroups + g] = StepToHalf(sc->mn[g], levels);
     }
@@ -327,8 +325,7 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   std::vector<uint8_t> a16(C, 0);
   if (p.token_delta && T > 1) {
     std::vector<float> num(C, 0.0f), den(C, 0.0f), d2(C, 0.0f);
-    for (size_t t = 1; t < T; ++t)
-      ArStatsRow(f + (t - 1) * C, f + t * C, sc->mu.data(), num.data(), den.data(), C);
+    ArStatsRows(f, T, C, sc->mu.data(), num.data(), den.data());
     if (axis == 0) {
       for (size_t c = 0; c < C; ++c) {
         const float st = HalfToFloat(sc->steps16[c]);

@@ -29,6 +29,11 @@ void MaxResidualGroups(const float* x, const float* mu, const float* a, const fl
 void ArStatsRow(const float* prev, const float* cur, const float* mu, float* num, float* den,
                 size_t n);
 
+// AccumRow and ArStatsRow over all T rows of a [T][C] tensor (rows t-1, t for t = 1..T-1), in
+// one call, channel blocks in registers; the same bits as the row-by-row loops.
+bool AccumRows(const float* x, size_t T, size_t C, float* sum, float* mn, float* mx);
+void ArStatsRows(const float* x, size_t T, size_t C, const float* mu, float* num, float* den);
+
 // acc += x * x, element-wise.
 void SumSquaresRow(const float* x, float* acc, size_t n);
 
