@@ -13,6 +13,19 @@
 namespace strata::codec {
 namespace {
 
+// Runs `check` once per compiled SIMD target this machine supports (AVX-512, AVX2, SSE4,
+// scalar), each with the kernels dispatched to that target.
+template <typename F>
+void OnEveryTarget(F&& check) {
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
+    const int64_t target = t & -t;
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    check();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Half, EveryHalfRoundTripsThroughFloat) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = HalfToFloat(static_cast<uint16_t>(h));
@@ -72,13 +85,7 @@ TEST(Half, SimdRowsMatchScalar) { CheckSimdRowsMatchScalar(); }
 // demotion on SSE4 and scalar truncates (half of these values were 1 ulp off there), so the
 // kernels convert lane by lane on those targets.
 TEST(Half, SimdRowsMatchScalarOnEveryTarget) {
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    const int64_t target = t & -t;
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    CheckSimdRowsMatchScalar();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  OnEveryTarget(CheckSimdRowsMatchScalar);
 }
 
 TEST(Kernels, SplitMergeBytes) {
@@ -168,13 +175,7 @@ TEST(Kernels, HadamardMatchesScalarBitForBit) { CheckHadamardMatchesScalar(); }
 // The same floats and fp16 output on every compiled SIMD target this machine runs (AVX-512,
 // AVX2, SSE4, scalar).
 TEST(Kernels, HadamardMatchesScalarOnEveryTarget) {
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    const int64_t target = t & -t;
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    CheckHadamardMatchesScalar();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  OnEveryTarget(CheckHadamardMatchesScalar);
 }
 
 // The :had decoder row (DequantRowF16 with had_dim: dequantise, rotate each head vector and
@@ -233,13 +234,7 @@ void CheckDequantHadamardMatchesTwoPasses() {
 TEST(Kernels, DequantHadamardMatchesTwoPasses) { CheckDequantHadamardMatchesTwoPasses(); }
 
 TEST(Kernels, DequantHadamardMatchesTwoPassesOnEveryTarget) {
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    const int64_t target = t & -t;
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    CheckDequantHadamardMatchesTwoPasses();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  OnEveryTarget(CheckDequantHadamardMatchesTwoPasses);
 }
 
 TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
@@ -271,11 +266,6 @@ TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
   EXPECT_EQ(out, out2);
 }
 
-}  // namespace
-}  // namespace strata::codec
-
-namespace strata::codec {
-namespace {
 
 // The column-blocked passes over a tensor give the row-by-row kernels' bits (each channel summed
 // in row order), for widths with and without a channel tail, on every compiled target; a
@@ -317,13 +307,7 @@ void CheckRowsMatchRowByRow() {
 }
 
 TEST(Kernels, RowsMatchRowByRowOnEveryTarget) {
-  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    const int64_t target = t & -t;
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    CheckRowsMatchRowByRow();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  OnEveryTarget(CheckRowsMatchRowByRow);
 }
 
 }  // namespace
