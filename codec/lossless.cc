@@ -291,15 +291,15 @@ STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t groups, co
     const uint32_t m8 = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x100));
     // All five planes are stored (the buffer has room for the widest record); the next field
     // overwrites the unused ones.
-    const uint32_t pl[5] = {_mm512_test_epi16_mask(code, _mm512_set1_epi16(1)),
-                            _mm512_test_epi16_mask(code, _mm512_set1_epi16(2)),
-                            _mm512_test_epi16_mask(code, _mm512_set1_epi16(4)),
-                            _mm512_test_epi16_mask(code, _mm512_set1_epi16(8)),
-                            _mm512_test_epi16_mask(code, _mm512_set1_epi16(16))};
     std::memcpy(o + 1, &sign, 4);
     std::memcpy(o + 5, &m9, 4);
     std::memcpy(o + 9, &m8, 4);
-    std::memcpy(o + 13, pl, 20);
+    // Each plane stored on its own (an array copied in one 20-byte memcpy went through the
+    // stack: five narrow stores, then wider loads that cannot be forwarded from them).
+    for (int b = 0; b < 5; ++b) {
+      const uint32_t pl = _mm512_test_epi16_mask(code, _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
+      std::memcpy(o + 13 + 4 * b, &pl, 4);
+    }
     o += 13 + 4 * w;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi16_epi8(v));
     o += kPG;
