@@ -250,8 +250,8 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     if (params.mode == Mode::kQuant)
       for (uint32_t l = 0; l < layout.num_layers; ++l)
         for (uint32_t t = 0; t < tensors; ++t)
-          use_shared |= IsSharedCapable(internal::QuantCoder(
-              t == 0 ? params.KeyBits(l) : params.ValueBits(l), ShapeOf(layout, t).values()));
+          use_shared |= IsSharedCapable(
+              internal::QuantCoder(t == 0 ? params.KeyBits(l) : params.ValueBits(l)));
     scratch_->shared.Reset();
     BlobWriter w(blob, h, layout.num_layers * tensors + (use_shared ? 1 : 0));
     const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
@@ -269,7 +269,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                             !internal::WriteBytePlanes();
         e.coder = params.mode == Mode::kGroupwise ? 0
                   : planes                        ? internal::kCoderExpPlanes
-                  : params.mode == Mode::kQuant   ? internal::QuantCoder(bits, shape.values())
+                  : params.mode == Mode::kQuant   ? internal::QuantCoder(bits)
                                                   : internal::CoderWritten();
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {

@@ -89,21 +89,6 @@ void FloatToBF16RowImpl(const float* in, uint16_t* out, size_t n) {
   for (; i < n; ++i) out[i] = FloatToBF16(in[i]);
 }
 
-void MinMaxAccumRowImpl(const float* x, float* mn, float* mx, size_t n) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto v = hn::LoadU(d, x + i);
-    hn::StoreU(hn::Min(hn::LoadU(d, mn + i), v), d, mn + i);
-    hn::StoreU(hn::Max(hn::LoadU(d, mx + i), v), d, mx + i);
-  }
-  for (; i < n; ++i) {
-    mn[i] = std::min(mn[i], x[i]);
-    mx[i] = std::max(mx[i], x[i]);
-  }
-}
-
 void QuantRowImpl(const float* x, const float* mu, const float* a, const float* step,
                   const float* inv_step, size_t step_group, float* xh, uint16_t* sym, size_t n,
                   int32_t offset, int32_t max_sym) {
@@ -750,7 +735,6 @@ HWY_EXPORT(HalfToFloatRowImpl);
 HWY_EXPORT(FloatToHalfRowImpl);
 HWY_EXPORT(BF16ToFloatRowImpl);
 HWY_EXPORT(FloatToBF16RowImpl);
-HWY_EXPORT(MinMaxAccumRowImpl);
 HWY_EXPORT(QuantRowImpl);
 HWY_EXPORT(DequantRow8Impl);
 HWY_EXPORT(DequantRow16Impl);
@@ -782,9 +766,6 @@ void BF16ToFloatRow(const uint16_t* in, float* out, size_t n) {
 }
 void FloatToBF16Row(const float* in, uint16_t* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(FloatToBF16RowImpl)(in, out, n);
-}
-void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n) {
-  HWY_DYNAMIC_DISPATCH(MinMaxAccumRowImpl)(x, mn, mx, n);
 }
 void QuantRow(const float* x, const float* mu, const float* a, const float* step,
               const float* inv_step, float* xh, uint16_t* sym, size_t n, int32_t offset,

@@ -107,7 +107,7 @@ double HistEntropy(const uint32_t* h, uint32_t alphabet, uint32_t num_ctx, uint3
     for (uint32_t s = first; s <= last; ++s) total += hc[s];
     if (total == 0) continue;
     // sum h log2(total / h) = total log2(total) - sum h log2(h); four partial sums in a fixed
-    // order (one chain of dependent adds was most of the split coder's choice of r).
+    // order, so the adds need not wait on each other.
     double part[4] = {0, 0, 0, 0};
     uint32_t used = 0;
     for (uint32_t s = first; s <= last; ++s) {
@@ -136,9 +136,8 @@ size_t SampleHistogram(const uint16_t* syms, size_t n, uint32_t alphabet, uint32
                        size_t stride, uint32_t* counts, uint16_t mn, uint16_t mx) {
   const size_t block = size_t{num_ctx} * rans::kCtxRun;
   // Four sub-histograms (symbol i & 3), so a run of equal symbols does not wait on one
-  // counter's store-to-load latency (the single-table loop cost ~10% of quant encoding), each
-  // only as wide as the symbols' range (clearing and summing whole 8-bit alphabets cost as much
-  // as counting a small section's sample).
+  // counter's store-to-load latency, each only as wide as the symbols' range (clearing and
+  // summing whole 8-bit alphabets cost about as much as counting a small section's sample).
   const size_t span = size_t{mx} - mn + 1;
   const size_t table = size_t{num_ctx} * span;
   std::vector<uint32_t> sub(4 * table, 0);
@@ -366,7 +365,7 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   }
   std::vector<float> worst(axis == 1 ? ngroups : 0);
   // The next section's input, fetched from memory while this one computes: its first pass
-  // (the conversion to floats) otherwise waits on DRAM (~10% of encoding).
+  // (the conversion to floats) otherwise waits on DRAM.
   const uint8_t* pf = sc->prefetch;
   const size_t pf_per_row = T ? (sc->prefetch_bytes + 64 * T - 1) / (64 * T) : 0;
   const uint8_t* const pf_end = pf ? pf + sc->prefetch_bytes : nullptr;
@@ -568,8 +567,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   // Alphabets up to 256 (bits <= 6) decode to bytes: half the symbol traffic.
   bool narrow = alphabet <= 256;
   int split_r = 0;
-  const uint8_t* lo_row = nullptr;  // split: the current row's low bits
-  std::vector<uint64_t> keep;       // split with outliers: channels that keep low bits
+  std::vector<uint64_t> keep;  // split with outliers: channels that keep low bits
   if (coder == kCoderSplit) {
     uint8_t r8, hcoder;
     uint16_t base;
@@ -601,7 +599,6 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
       }
       kept = 0;
       for (uint64_t k : keep) kept += static_cast<size_t>(std::popcount(k));
-      sc->lo_row.resize((C + 63) / 64 * 64);
     }
     const size_t lo_values = T * kept;
     const uint8_t* packed;
@@ -641,18 +638,19 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   sc->xh.assign(sc->mu.begin(), sc->mu.end());
   sc->row.resize(C);
   const size_t out_row = C * DTypeBytes(s.dtype);
-  size_t lo_off = 0;  // split with outliers: next row's low bits in sc->lo
+  // Split low bits, one C-value row per token: spread over their channels first where the
+  // outlier channels kept none (those get 0).
+  const uint8_t* lo_rows = split_r ? sc->lo.data() : nullptr;
+  if (split_r && !keep.empty()) {
+    sc->lo_row.resize(T * C + 64);  // + 64: ExpandLowBitsRow writes whole vectors
+    size_t at = 0;
+    for (size_t t = 0; t < T; ++t)
+      at += ExpandLowBitsRow(sc->lo.data() + at, keep.data(), C, sc->lo_row.data() + t * C);
+    lo_rows = sc->lo_row.data();
+  }
   // fp16 output of byte symbols (every quant mode but bf16/fp32 output and 16-bit symbols): all
   // rows in one kernel call.
   const bool rows_at_once = s.dtype == DType::kFloat16 && narrow;
-  const uint8_t* lo_rows = split_r ? sc->lo.data() : nullptr;
-  if (rows_at_once && split_r && !keep.empty()) {  // spread every row's kept low bits first
-    sc->lo_row.resize(T * C + 64);
-    for (size_t t = 0; t < T; ++t)
-      lo_off += ExpandLowBitsRow(sc->lo.data() + lo_off, keep.data(), C,
-                                 sc->lo_row.data() + t * C);
-    lo_rows = sc->lo_row.data();
-  }
   if (rows_at_once)
     DequantRowsF16(sc->syms8.data(), lo_rows, split_r, sc->mu.data(),
                    sc->a.data(), sc->step.data(), sc->steps16.data(), axis == 1 ? group : 0,
@@ -670,14 +668,9 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
                                                  : nullptr;
     const size_t had_dim = had ? s.head_dim : 0;
     if (split_r) {
-      if (keep.empty()) {
-        lo_row = sc->lo.data() + t * C;
-      } else {  // spread the row's kept low bits over their channels (outliers get 0)
-        lo_off += ExpandLowBitsRow(sc->lo.data() + lo_off, keep.data(), C, sc->lo_row.data());
-        lo_row = sc->lo_row.data();
-      }
-      DequantRowSplitF16(sc->syms8.data() + t * C, lo_row, split_r, sc->mu.data(), sc->a.data(),
-                         sc->step.data(), step_group, sc->xh.data(), out16, C, offset, had_dim);
+      DequantRowSplitF16(sc->syms8.data() + t * C, lo_rows + t * C, split_r, sc->mu.data(),
+                         sc->a.data(), sc->step.data(), step_group, sc->xh.data(), out16, C,
+                         offset, had_dim);
     } else if (narrow)
       DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
                     step_group, sc->xh.data(), out16, C, offset, had_dim);

@@ -371,8 +371,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
 // 0 = gather, 16/32/64 = in-register permutes of a table of that many entries.
 // q = x / freq comes from x times the float reciprocal of freq (three roundings of 2^-24 each:
 // relative error < 2^-22, and q < 2^(32-p) <= 2^21, so the estimate is within 1 of the
-// quotient; a division cost ~7% of encoding) corrected by one step each way: the result is
-// exact, so the stream is identical to the scalar encoder's bit for bit.
+// quotient; a multiply has a shorter latency than a division) corrected by one step each way:
+// the result is exact, so the stream is identical to the scalar encoder's bit for bit.
 template <typename Sym, int kTab, int V>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx512(
     const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, const float* rcps,

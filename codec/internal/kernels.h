@@ -13,9 +13,6 @@ void FloatToHalfRow(const float* in, uint16_t* out, size_t n);
 void BF16ToFloatRow(const uint16_t* in, float* out, size_t n);
 void FloatToBF16Row(const float* in, uint16_t* out, size_t n);
 
-// mn = min(mn, x), mx = max(mx, x), element-wise.
-void MinMaxAccumRow(const float* x, float* mn, float* mx, size_t n);
-
 // sum += x and, when mn is set, mn = min(mn, x), mx = max(mx, x), element-wise. Returns false if
 // any x is NaN or infinite.
 bool AccumRow(const float* x, float* sum, float* mn, float* mx, size_t n);

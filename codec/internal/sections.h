@@ -68,7 +68,7 @@ struct SectionScratch {
   std::vector<uint16_t> syms;
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
-  std::vector<uint8_t> lo_row;   // split coder: one row of low bits
+  std::vector<uint8_t> lo_row;   // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
@@ -91,10 +91,12 @@ inline constexpr uint8_t kCoderRans128 = 4;
 inline constexpr uint8_t kCoderWritten = kCoderRans64;
 // The rANS coder id the encoder writes: kCoderWritten, or what a test set.
 uint8_t CoderWritten();
-// The coder of a quant section of `bits` and `values` symbols: kCoderShared for byte symbols
-// (bits <= 6), kCoderSplit for 7-8 bits; or what a test set.
+// The coder of a quant section of `bits`: kCoderShared for byte symbols (bits <= 6), kCoderSplit
+// for 7-8 bits; or what a test set.
+uint8_t QuantCoder(uint8_t bits);
+// The split coder's high part without a shared stream (direct EncodeQuant calls in tests): 128
+// states from this many symbols, 64 below.
 inline constexpr size_t kMinValuesFor128 = 32768;
-uint8_t QuantCoder(uint8_t bits, size_t values);
 // Tests: make the encoder write rANS sections with this coder id (1, 2 or 4; 0 = default), to
 // check that blobs of earlier coders still decode.
 void SetCoderWrittenForTesting(uint8_t coder);
