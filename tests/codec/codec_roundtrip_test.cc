@@ -10,22 +10,13 @@
 #include "codec/synthetic_kv.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_layout.h"
 #include "tests/codec/v1_blobs.inc"
 
 namespace strata::codec {
 namespace {
 
-KvLayout Layout(uint32_t layers, uint32_t heads, uint32_t dim, uint32_t tokens,
-                DType dt = DType::kFloat16, KvKind kind = KvKind::kSeparateKV) {
-  KvLayout l;
-  l.num_layers = layers;
-  l.num_kv_heads = heads;
-  l.head_dim = dim;
-  l.tokens_per_block = tokens;
-  l.dtype = dt;
-  l.kind = kind;
-  return l;
-}
+using test::Layout;
 
 std::vector<float> AsFloats(const std::vector<uint8_t>& b, DType dt) {
   std::vector<float> f(b.size() / DTypeBytes(dt));

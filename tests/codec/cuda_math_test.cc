@@ -21,7 +21,28 @@ namespace {
 namespace m = cuda::math;
 using cuda_test::CpuBlock;
 using cuda_test::EncodeOnCpu;
-using cuda_test::MakeLayout;
+using test::Layout;
+
+// The encoder plan's scratch and output arrays for `a` (its T, C and axis set), attached to it;
+// a16 filled with `a16_fill` so bytes the plan must write are told from ones it left.
+struct EncoderOutputs {
+  EncoderOutputs(m::QuantArgs& a, uint8_t a16_fill)
+      : f(size_t{a.T} * a.C), mu(a.C), w(a.C), mu16(a.C), steps16(a.steps()),
+        syms(size_t{a.T} * a.C), a16(a.C, a16_fill) {
+    a.f = f.data();
+    a.mu = mu.data();
+    a.a = w.data();
+    a.nonfinite = &nonfinite;
+    a.mu16 = mu16.data();
+    a.a16 = a16.data();
+    a.steps16 = steps16.data();
+    a.syms = syms.data();
+  }
+  std::vector<float> f, mu, w;
+  std::vector<uint16_t> mu16, steps16, syms;
+  std::vector<uint8_t> a16;
+  uint32_t nonfinite = 0;
+};
 
 // The device executor's grid walk on the host. `reverse` visits blocks and threads backwards:
 // threads of one kernel run in no particular order on a GPU, so a plan must give the same bytes
@@ -176,7 +197,7 @@ TEST(CudaMath, GroupwiseMatchesTheCpuByteForByte) {
   };
   int sections = 0;
   for (const Case& c : cases) {
-    const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+    const KvLayout l = Layout(2, c.heads, c.dim, c.tokens, c.dt);
     std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
     SprinkleEdgeValues(&block, c.dt, c.group);
     for (uint8_t bits = 2; bits <= 8; ++bits) {
@@ -223,7 +244,7 @@ struct QuantCase {
 };
 
 void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
-  const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+  const KvLayout l = Layout(2, c.heads, c.dim, c.tokens, c.dt);
   SyntheticKvParams sp;
   sp.seed = 3 + c.tokens;
   std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
@@ -267,18 +288,10 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
     a.hadamard = c.had;
     a.hadamard_scale = c.had ? m::HadamardScale(c.dim) : 1.0f;
     a.dtype = static_cast<uint8_t>(c.dt);
-    std::vector<float> f(size_t{T} * C), mu(C), w(C);
-    std::vector<uint16_t> mu16(C), steps16(a.steps()), syms(size_t{T} * C);
-    std::vector<uint8_t> a16(C, 0xEE);
-    uint32_t nonfinite = 0;
-    a.f = f.data();
-    a.mu = mu.data();
-    a.a = w.data();
-    a.nonfinite = &nonfinite;
-    a.mu16 = mu16.data();
-    a.a16 = a16.data();
-    a.steps16 = steps16.data();
-    a.syms = syms.data();
+    EncoderOutputs o(a, 0xEE);
+    const uint32_t& nonfinite = o.nonfinite;
+    const auto &mu16 = o.mu16, &steps16 = o.steps16, &syms = o.syms;
+    const auto& a16 = o.a16;
     for (bool rev : {false, true}) {
       a.in = block.data() + s.block_offset;
       HostExec ex{rev};
@@ -377,19 +390,9 @@ TEST(CudaMath, QuantFlagsNonFiniteInput) {
   a.heads = 1;
   a.head_dim = C;
   a.group = C;
-  std::vector<float> f(T * C), mu(C), w(C);
-  std::vector<uint16_t> mu16(C), steps16(C), syms(T * C);
-  std::vector<uint8_t> a16(C);
-  uint32_t nonfinite = 0;
+  EncoderOutputs o(a, 0);
   a.in = in.data();
-  a.f = f.data();
-  a.mu = mu.data();
-  a.a = w.data();
-  a.nonfinite = &nonfinite;
-  a.mu16 = mu16.data();
-  a.a16 = a16.data();
-  a.steps16 = steps16.data();
-  a.syms = syms.data();
+  const uint32_t& nonfinite = o.nonfinite;
   HostExec ex;
   m::QuantEncodePlan(ex, a);
   EXPECT_EQ(nonfinite, 1u);

@@ -11,20 +11,9 @@
 #include "codec/codec.h"
 #include "common/kv_layout.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_layout.h"
 
 namespace strata::codec::cuda_test {
-
-inline KvLayout MakeLayout(uint32_t layers, uint32_t heads, uint32_t dim, uint32_t tokens,
-                           DType dt) {
-  KvLayout l;
-  l.num_layers = layers;
-  l.num_kv_heads = heads;
-  l.head_dim = dim;
-  l.tokens_per_block = tokens;
-  l.dtype = dt;
-  l.kind = KvKind::kSeparateKV;
-  return l;
-}
 
 // One section of a CPU blob and where its tensor lies in the block.
 struct CpuSection {

@@ -9,19 +9,12 @@
 #include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_layout.h"
 
 namespace strata::codec {
 namespace {
 
-KvLayout Layout(uint32_t layers, uint32_t heads, uint32_t dim, uint32_t tokens) {
-  KvLayout l;
-  l.num_layers = layers;
-  l.num_kv_heads = heads;
-  l.head_dim = dim;
-  l.tokens_per_block = tokens;
-  l.dtype = DType::kFloat16;
-  return l;
-}
+using test::Layout;
 
 // Restores the test hooks however a test ends.
 struct Hooks {

@@ -20,7 +20,7 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda_test::CpuBlock;
 using cuda_test::EncodeOnCpu;
-using cuda_test::MakeLayout;
+using test::Layout;
 
 class CudaDevice : public testing::Test {
  protected:
@@ -66,7 +66,7 @@ TEST_F(CudaDevice, GroupwiseMatchesTheCpu) {
                         {DType::kBFloat16, 2, 32, 9, 32},
                         {DType::kFloat32, 1, 64, 5, 7}};
   for (const Case& c : cases) {
-    const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+    const KvLayout l = Layout(2, c.heads, c.dim, c.tokens, c.dt);
     const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
     DeviceBuffer d_block = Upload(block);
     for (uint8_t bits = 2; bits <= 8; ++bits) {
@@ -138,7 +138,7 @@ TEST_F(CudaDevice, QuantMatchesTheCpu) {
   };
   cuda::QuantKernels qk;
   for (const QuantCase& c : cases) {
-    const KvLayout l = MakeLayout(2, c.heads, c.dim, c.tokens, c.dt);
+    const KvLayout l = Layout(2, c.heads, c.dim, c.tokens, c.dt);
     const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
     CodecParams p;
     p.mode = Mode::kQuant;
