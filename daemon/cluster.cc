@@ -79,8 +79,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
                                                         NamespaceRegistry* namespaces) {
   std::unique_ptr<Cluster> c(new Cluster(std::move(options), tier, namespaces));
   const ClusterConfig& cfg = c->options_.config;
+  absl::Duration etcd_start_timeout;
   if (cfg.membership == "etcd") {
     placement::EtcdMembershipOptions eo;
+    etcd_start_timeout = eo.start_timeout;
     eo.endpoints = cfg.etcd_endpoints;
     eo.prefix = cfg.etcd_prefix;
     eo.lease_ttl = cfg.etcd_lease_ttl;
@@ -98,7 +100,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
     spdlog::info("joining the cluster through etcd ({}); waiting up to {} if it is not answering "
                  "yet",
                  absl::StrJoin(cfg.etcd_endpoints, ", "),
-                 absl::FormatDuration(placement::EtcdMembershipOptions{}.start_timeout));
+                 absl::FormatDuration(etcd_start_timeout));
   }
   if (absl::Status s = c->membership_->Start(c->options_.self); !s.ok())
     return absl::Status(s.code(), absl::StrCat("cluster membership (", cfg.membership,

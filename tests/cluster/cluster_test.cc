@@ -349,6 +349,10 @@ TEST(ClusterTest, DrainMovesNvmeBlocksToo) {
   auto stats = a->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_LT(stats->host_blocks, 80u) << "some blocks live on NVMe only";
+  uint64_t demotions = 0;
+  for (const auto& [name, value] : stats->counters)
+    if (name == "demotions_total") demotions = value;
+  EXPECT_GT(demotions, 0u) << "blocks went to the NVMe tier before the drain";
   auto [rc, out] = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(),
                                            " drain --json"));
   ASSERT_EQ(rc, 0) << out << cl.logs();
