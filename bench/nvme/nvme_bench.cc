@@ -46,11 +46,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/nvme/fio.h"
 #include "common/status_macros.h"
 #include "storage/nvme_tier.h"
 
 namespace strata {
 namespace {
+
+namespace fio = strata::bench::fio;
 
 constexpr double kReadTarget = 0.90;
 
@@ -107,57 +110,12 @@ struct Row {
 
 double Ratio(double a, double b) { return a > 0 && b > 0 ? a / b : -1.0; }
 
-bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
-
-std::string FioVersion() {
-  FILE* p = popen("fio --version 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[128] = {0};
-  size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-  pclose(p);
-  std::string v(buf, n);
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-  return v;
-}
-
-// Number following `"key" : ` after position `from` in fio's JSON output, or -1.
-double JsonNumber(const std::string& json, size_t from, const std::string& key) {
-  size_t k = json.find("\"" + key + "\" : ", from);
-  if (k == std::string::npos) return -1;
-  return std::strtod(json.c_str() + k + key.size() + 5, nullptr);
-}
-
-std::string FioCommand(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
-                       uint64_t bytes, const std::string& extra) {
-  return absl::StrFormat(
-      "fio --name=strata_cmp --filename=%s --ioengine=io_uring --direct=1 --rw=%s --bs=%d "
-      "--iodepth=%d --size=%d --numjobs=1 --thread%s%s --output-format=json",
-      file, rw, bs, qd, bytes, extra.empty() ? "" : " ", extra);
-}
-
 Sample RunFio(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
               uint64_t bytes, const std::string& extra) {
-  std::string cmd = FioCommand(file, rw, bs, qd, bytes, extra) + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) return {};
-  size_t sec = out.find(std::string("\"") + (rw == "write" ? "write" : "read") + "\" : {");
-  if (sec == std::string::npos) return {};
+  const fio::Result r = fio::Run(file, rw, bs, qd, bytes, extra);
   Sample s;
-  double bw = JsonNumber(out, sec, "bw_bytes");
-  if (bw <= 0) return {};
-  s.mibps = bw / (1 << 20);
-  // usr_cpu / sys_cpu are percentages of the job's run time (job_runtime, ms).
-  double usr = JsonNumber(out, 0, "usr_cpu"), sys = JsonNumber(out, 0, "sys_cpu");
-  double runtime_ms = JsonNumber(out, 0, "job_runtime");
-  double ios = double(bytes / bs);
-  if (usr >= 0 && sys >= 0 && runtime_ms > 0) {
-    s.cpu_us_per_op = (usr + sys) / 100.0 * runtime_ms * 1000.0 / ios;
-  }
+  s.mibps = r.mibps;
+  s.cpu_us_per_op = r.mibps > 0 ? r.cpu_us_per_op : -1;
   return s;
 }
 
@@ -475,7 +433,7 @@ int Main(int argc, char** argv) {
   Memory memory = memory_name == "hugetlb" ? Memory::kHugetlb
                   : (memory_name == "thp" || huge) ? Memory::kThp
                                                    : Memory::k4k;
-  bool fio = !no_fio && HaveFio();
+  bool fio = !no_fio && fio::Available();
   if (memory == Memory::kThp && fio) {
     std::fprintf(stderr, "nvme_bench: --memory thp has no fio counterpart; fio reads into malloc'ed "
                          "4 KiB pages (not like for like)\n");
@@ -496,7 +454,7 @@ int Main(int argc, char** argv) {
     repeat = 1;
     catalog_entries = std::min<uint64_t>(catalog_entries, 20000);
   }
-  std::string fio_version = fio ? FioVersion() : "";
+  std::string fio_version = fio ? fio::Version() : "";
   // Huge pages needed at once: the tier's write pool and read destination (2 x qd buffers each)
   // plus fio's qd buffers, at the largest point.
   std::string saved_nr_hugepages;

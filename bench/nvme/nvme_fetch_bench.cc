@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_util.h"
+#include "bench/nvme/fio.h"
 #include "client/client.h"
 
 namespace {
@@ -65,22 +66,8 @@ std::string List(const std::vector<double>& v) {
 }
 
 double RunFio(const std::string& file, size_t bs, uint32_t qd, uint64_t bytes, bool huge) {
-  std::string cmd = absl::StrFormat(
-      "fio --name=strata_fetch_cmp --filename=%s --ioengine=io_uring --direct=1 --rw=randread "
-      "--bs=%d --iodepth=%d --size=%d --numjobs=1 --thread%s --output-format=json 2>/dev/null",
-      file, bs, qd, bytes, huge ? " --iomem=shmhuge" : "");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) return -1;
-  size_t sec = out.find("\"read\" : {");
-  if (sec == std::string::npos) return -1;
-  size_t k = out.find("\"bw_bytes\" : ", sec);
-  if (k == std::string::npos) return -1;
-  return std::strtod(out.c_str() + k + 13, nullptr) / (1 << 20);
+  return strata::bench::fio::Run(file, "randread", bs, qd, bytes, huge ? "--iomem=shmhuge" : "")
+      .mibps;
 }
 
 uint64_t Counter(strata::Client& c, const std::string& name) {
@@ -131,7 +118,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--smoke", smoke, "one small point, one round (CI)");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
-  if (std::system("fio --version > /dev/null 2>&1") != 0) {
+  if (!strata::bench::fio::Available()) {
     std::fprintf(stderr, "nvme_fetch_bench: fio not found; skipped\n");
     return 77;
   }
