@@ -428,6 +428,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*
   resp->set_namespaces(namespaces_->size());
   resp->set_transport(data_plane_.transports);
   c["lookups_total"] = s.lookups;
+  c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
   c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
   c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
   c["fetch_hit_blocks_total"] = s.acquire_hit_blocks;
@@ -598,6 +599,7 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
                            arena_base_ + off, size, arena_memh_, size <= kEagerBytes);
   }
+  pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
 }
 
 }  // namespace strata::daemon

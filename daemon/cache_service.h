@@ -162,6 +162,7 @@ class CacheService final : public v1::Cache::Service {
   uint64_t arena_bytes_ = 0;
   ucp_mem_h arena_memh_ = nullptr;
   std::atomic<Cluster*> cluster_{nullptr};
+  std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {
     NamespaceId ns;
