@@ -582,13 +582,14 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   };
   CallScope call(this);
   if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  if (arena_base_ == nullptr || m.data.size() != size_t{count} * 16)
+  uint8_t* const arena = reinterpret_cast<uint8_t*>(data_plane_.arena_base);
+  if (arena == nullptr || m.data.size() != size_t{count} * 16)
     return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or
   // overwritten until the client releases it after the last byte arrived.
   for (uint32_t i = 0; i < count; ++i) {
     uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
-    if (off + size > arena_bytes_ || !tier_->LeaseCovers(lease_id, off, size))
+    if (off + size > data_plane_.arena_bytes || !tier_->LeaseCovers(lease_id, off, size))
       return refuse(absl::StatusCode::kFailedPrecondition,
                     "an extent is not held by that lease (expired or released?)");
   }
@@ -597,7 +598,7 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena_base_ + off, size, arena_memh_, size <= kEagerBytes);
+                           arena + off, size, data_plane_.arena_memh, size <= kEagerBytes);
   }
   pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
 }

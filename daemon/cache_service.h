@@ -26,6 +26,7 @@ struct DataPlaneInfo {
   uint64_t arena_base = 0;
   uint64_t arena_bytes = 0;
   std::string arena_rkey;
+  ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   std::string transports;
   bool huge_pages = false;
 };
@@ -97,11 +98,6 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
-  void set_arena(uint8_t* base, uint64_t bytes, ucp_mem_h memh) {
-    arena_base_ = base;
-    arena_bytes_ = bytes;
-    arena_memh_ = memh;
-  }
 
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
@@ -158,9 +154,6 @@ class CacheService final : public v1::Cache::Service {
   }
 
   HostTier* tier_;
-  uint8_t* arena_base_ = nullptr;
-  uint64_t arena_bytes_ = 0;
-  ucp_mem_h arena_memh_ = nullptr;
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   // Reservations of namespaces that replicate: what to copy once they commit.

@@ -432,11 +432,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.arena_base = reinterpret_cast<uint64_t>(impl->region->data());
   dp.arena_bytes = impl->tier->capacity();
   ASSIGN_OR_RETURN(dp.arena_rkey, impl->region->PackRkey());
+  dp.arena_memh = impl->region->handle();
   dp.transports = impl->worker->TransportSummary();
   dp.huge_pages = huge;
   impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
-  impl->service->set_arena(impl->region->data(), impl->tier->capacity(), impl->region->handle());
   impl->am_service.store(impl->service.get(), std::memory_order_release);
   impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
