@@ -686,11 +686,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   {
     Impl* raw = impl.get();
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        am_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) {
-          if (!m.rendezvous) raw->OnAmReply(m);
-          return false;
-        }));
-    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+        am_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) { raw->OnAmReply(m); }));
+    RETURN_IF_ERROR(impl->worker->SetAmRendezvousHandler(
         am_wire::kFetchBlockAm,
         [raw](const transport::AmMessage& m) { return raw->OnPushBlock(m); }));
   }

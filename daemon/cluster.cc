@@ -474,14 +474,13 @@ transport::Endpoint* Cluster::AmLink(const std::string& address) {
     auto* pending = &am_pending_;
     auto status = am_worker_->SetAmHandler(
         am_wire::kPeerLocateReplyAm, [pending](const transport::AmMessage& m) {
-          if (m.rendezvous || m.header.size() != am_wire::kReplyHeaderBytes) return false;
+          if (m.header.size() != am_wire::kReplyHeaderBytes) return;
           auto it = pending->find(am_wire::GetU64(m.header.data()));
-          if (it == pending->end()) return false;  // a late answer to a query that moved on
+          if (it == pending->end()) return;  // a late answer to a query that moved on
           it->second->code = am_wire::GetU32(m.header.data() + 8);
           it->second->nodes = am_wire::GetU32(m.header.data() + 12);
           it->second->data.assign(m.data);
           it->second->done = true;
-          return false;
         });
     if (!status.ok()) {
       am_worker_.reset();

@@ -344,20 +344,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
         am_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
-          if (s && !m.rendezvous) s->HandleAmLookup(m, raw->worker.get());
-          return false;
+          if (s) s->HandleAmLookup(m, raw->worker.get());
         }));
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
         am_wire::kFetchRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
-          if (s && !m.rendezvous) s->HandleAmFetch(m, raw->worker.get());
-          return false;
+          if (s) s->HandleAmFetch(m, raw->worker.get());
         }));
     RETURN_IF_ERROR(impl->worker->SetAmHandler(
         am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
           Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire);
-          if (c && !m.rendezvous) c->HandleAmLocate(m, raw->worker.get());
-          return false;
+          if (c) c->HandleAmLocate(m, raw->worker.get());
         }));
   }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());

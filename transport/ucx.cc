@@ -110,14 +110,16 @@ ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* dat
   m.header = {static_cast<const char*>(header), header_length};
   m.length = length;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m.reply_ep = param->reply_ep;
+  const auto& h = *static_cast<const Worker::InstalledAmHandler*>(arg);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    if (!h.takes_rendezvous) return UCS_OK;  // dropped: the handler expects eager messages
     m.rendezvous = true;
     m.desc = data;
     // Kept: the handler receives (or discards) it later. Not kept: UCX drops it.
-    return (*static_cast<AmHandler*>(arg))(m) ? UCS_INPROGRESS : UCS_OK;
+    return h.handle(m) ? UCS_INPROGRESS : UCS_OK;
   }
   m.data = {static_cast<const char*>(data), length};
-  (*static_cast<AmHandler*>(arg))(m);
+  h.handle(m);
   return UCS_OK;
 }
 
@@ -179,7 +181,22 @@ int Worker::RequestState(void* request) {
 }
 
 absl::Status Worker::SetAmHandler(uint16_t id, AmHandler handler) {
-  auto h = std::make_unique<AmHandler>(std::move(handler));
+  auto h = std::make_unique<InstalledAmHandler>();
+  h->handle = [handler = std::move(handler)](const AmMessage& m) {
+    handler(m);
+    return false;
+  };
+  return InstallAmHandler(id, std::move(h));
+}
+
+absl::Status Worker::SetAmRendezvousHandler(uint16_t id, AmRendezvousHandler handler) {
+  auto h = std::make_unique<InstalledAmHandler>();
+  h->handle = std::move(handler);
+  h->takes_rendezvous = true;
+  return InstallAmHandler(id, std::move(h));
+}
+
+absl::Status Worker::InstallAmHandler(uint16_t id, std::unique_ptr<InstalledAmHandler> h) {
   ucp_am_handler_param_t p{};
   p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;

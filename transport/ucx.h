@@ -87,8 +87,10 @@ struct AmMessage {
   void* desc = nullptr;
   size_t length = 0;            // payload bytes (both kinds)
 };
-// Returns true to keep a rendezvous descriptor; eager messages ignore the result.
-using AmHandler = std::function<bool(const AmMessage&)>;
+// Handles eager messages; a rendezvous message for such a handler is dropped by the worker.
+using AmHandler = std::function<void(const AmMessage&)>;
+// Handles both kinds; returns true to keep a rendezvous descriptor (eager: result ignored).
+using AmRendezvousHandler = std::function<bool(const AmMessage&)>;
 
 class Worker {
  public:
@@ -116,6 +118,13 @@ class Worker {
   // stack). `handler` runs on whichever thread progresses this worker, so it must be quick and
   // must not block. Install handlers before peers send.
   absl::Status SetAmHandler(uint16_t id, AmHandler handler);
+  // For messages whose payload may be large enough for rendezvous (a pushed block).
+  absl::Status SetAmRendezvousHandler(uint16_t id, AmRendezvousHandler handler);
+  // What the UCX callback sees (internal).
+  struct InstalledAmHandler {
+    AmRendezvousHandler handle;
+    bool takes_rendezvous = false;
+  };
   // Sends a reply from inside a handler; completes in the background (no wait).
   void AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data);
   // Sends [data, data+length) without copying it (registered memory `memh` when known); the
@@ -138,11 +147,12 @@ class Worker {
 
  private:
   Worker(std::shared_ptr<Context> ctx, ucp_worker_h w) : ctx_(std::move(ctx)), worker_(w) {}
+  absl::Status InstallAmHandler(uint16_t id, std::unique_ptr<InstalledAmHandler> h);
   std::shared_ptr<Context> ctx_;
   ucp_worker_h worker_;
   std::string address_;
   int epoll_fd_ = -1;
-  std::map<uint16_t, std::unique_ptr<AmHandler>> am_handlers_;
+  std::map<uint16_t, std::unique_ptr<InstalledAmHandler>> am_handlers_;
 };
 
 // Progresses a worker on a thread that sleeps when there is nothing to do, so an idle daemon

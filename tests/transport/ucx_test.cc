@@ -60,5 +60,71 @@ TEST(UcxTest, TransferWithoutRemoteKeyIsRefused) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A large active message arrives by rendezvous: a handler installed with SetAmHandler (eager
+// only) never sees it, one installed with SetAmRendezvousHandler gets it, keeps it and receives
+// the bytes; small messages reach both kinds.
+TEST(UcxTest, RendezvousMessagesReachOnlyRendezvousHandlers) {
+  constexpr uint16_t kAsk = 7, kEagerOnly = 8, kEither = 9;
+  static std::vector<char> big(4 << 20);
+  std::iota(big.begin(), big.end(), 0);
+  auto server_ctx = Context::Create(/*wakeup=*/true);
+  ASSERT_TRUE(server_ctx.ok());
+  auto server = Worker::Create(*server_ctx);
+  ASSERT_TRUE(server.ok());
+  Worker* sw = server->get();
+  // On request: the big payload (rendezvous) and a small one to each of the client's handlers.
+  ASSERT_TRUE(sw->SetAmHandler(kAsk, [sw](const AmMessage& m) {
+                  for (uint16_t id : {kEagerOnly, kEither}) {
+                    sw->AmSendZeroCopy(m.reply_ep, id, "big", big.data(), big.size(), nullptr);
+                    sw->AmSendZeroCopy(m.reply_ep, id, "small", big.data(), 100, nullptr,
+                                       /*eager=*/true);
+                  }
+                }).ok());
+  ProgressThread progress(sw);
+
+  auto client_ctx = Context::Create(false);
+  ASSERT_TRUE(client_ctx.ok());
+  auto client = Worker::Create(*client_ctx);
+  ASSERT_TRUE(client.ok());
+  Worker* cw = client->get();
+  int eager_only_small = 0, eager_only_big = 0, either_small = 0;
+  void* kept = nullptr;
+  size_t kept_length = 0;
+  ASSERT_TRUE(cw->SetAmHandler(kEagerOnly, [&](const AmMessage& m) {
+                  (m.header == "big" ? eager_only_big : eager_only_small)++;
+                }).ok());
+  ASSERT_TRUE(cw->SetAmRendezvousHandler(kEither, [&](const AmMessage& m) {
+                  if (!m.rendezvous) {
+                    ++either_small;
+                    return false;
+                  }
+                  kept = m.desc;
+                  kept_length = m.length;
+                  return true;
+                }).ok());
+  auto ep = cw->Connect(sw->address());
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  ASSERT_TRUE((*ep)->AmPost(kAsk, "", "").ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((kept == nullptr || either_small == 0 || eager_only_small == 0) &&
+         absl::Now() < deadline)
+    cw->Progress();
+  ASSERT_NE(kept, nullptr) << "the rendezvous handler got no large message";
+  ASSERT_EQ(kept_length, big.size());
+  std::vector<char> got(big.size());
+  auto r = cw->AmRecvData(kept, got.data(), got.size(), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  while (*r != nullptr && Worker::RequestState(*r) == 0 && absl::Now() < deadline) cw->Progress();
+  if (*r != nullptr) {
+    EXPECT_EQ(Worker::RequestState(*r), 1);
+    Worker::RequestFree(*r);
+  }
+  EXPECT_EQ(got, big);
+  for (int i = 0; i < 1000; ++i) cw->Progress();  // anything late still gets its chance
+  EXPECT_EQ(either_small, 1);
+  EXPECT_EQ(eager_only_small, 1);
+  EXPECT_EQ(eager_only_big, 0) << "an eager-only handler saw a rendezvous message";
+}
+
 }  // namespace
 }  // namespace strata::transport
