@@ -220,11 +220,7 @@ std::vector<BlockInfo> Cluster::LocalBlocks() const {
 std::vector<BlockId> Cluster::LocalIds() const {
   if (options_.list_local) return options_.list_local();
   std::vector<BlockId> ids;
-  uint64_t cursor = 0;
-  do {
-    auto page = tier_->List(nullptr, 65536, &cursor);
-    for (const auto& b : page) ids.push_back(b.id);
-  } while (cursor != 0);
+  for (const BlockInfo& b : LocalBlocks()) ids.push_back(b.id);
   return ids;
 }
 

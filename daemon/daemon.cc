@@ -482,32 +482,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     co.arena_base = impl->region->data();
     co.ucx = impl->ucx;
     if (TieredStore* t = impl->tiered.get()) {
-      HostTier* host = impl->tier.get();
-      co.holds = [host, t](const BlockId& id) {
-        return !host->Inspect({&id, 1}).empty() || t->HoldsOnNvme(id);
-      };
-      co.list_blocks = [host, t] {
-        std::vector<BlockInfo> blocks = t->NvmeBlocks();
-        // A block being demoted is briefly in both tiers: list it once.
-        absl::flat_hash_set<BlockId> seen;
-        for (const auto& b : blocks) seen.insert(b.id);
-        uint64_t cursor = 0;
-        do {
-          for (auto& b : host->List(nullptr, 65536, &cursor))
-            if (seen.insert(b.id).second) blocks.push_back(b);
-        } while (cursor != 0);
-        return blocks;
-      };
+      co.holds = [t](const BlockId& id) { return t->Holds(id); };
+      co.list_blocks = [t] { return t->AllBlocks(); };
+      co.list_local = [t] { return t->AllIds(); };
       co.evict = [t](const NamespaceId& ns, std::span<const BlockId> ids) {
         t->Evict(ns, ids, /*cascade=*/false, /*force=*/true);
-      };
-      co.list_local = [host, t] {
-        std::vector<BlockId> ids = t->NvmeIds();
-        uint64_t cursor = 0;
-        do {
-          for (const auto& b : host->List(nullptr, 65536, &cursor)) ids.push_back(b.id);
-        } while (cursor != 0);
-        return ids;
       };
     }
     auto cluster = Cluster::Start(std::move(co), impl->tier.get(), impl->namespaces.get());

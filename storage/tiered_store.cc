@@ -56,6 +56,33 @@ bool TieredStore::OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry*
 
 std::vector<BlockId> TieredStore::NvmeIds() const { return store_->Ids(); }
 
+std::vector<BlockInfo> TieredStore::AllBlocks() const {
+  std::vector<BlockInfo> blocks = NvmeBlocks();
+  absl::flat_hash_set<BlockId> seen;
+  for (const auto& b : blocks) seen.insert(b.id);
+  uint64_t cursor = 0;
+  do {
+    for (auto& b : host_->List(nullptr, 65536, &cursor))
+      if (seen.insert(b.id).second) blocks.push_back(b);
+  } while (cursor != 0);
+  return blocks;
+}
+
+std::vector<BlockId> TieredStore::AllIds() const {
+  std::vector<BlockId> ids = NvmeIds();
+  absl::flat_hash_set<BlockId> seen(ids.begin(), ids.end());
+  uint64_t cursor = 0;
+  do {
+    for (const auto& b : host_->List(nullptr, 65536, &cursor))
+      if (seen.insert(b.id).second) ids.push_back(b.id);
+  } while (cursor != 0);
+  return ids;
+}
+
+bool TieredStore::Holds(const BlockId& id) const {
+  return !host_->Inspect({&id, 1}).empty() || HoldsOnNvme(id);
+}
+
 std::vector<BlockInfo> TieredStore::NvmeBlocks() const {
   std::vector<BlockInfo> out;
   for (const BlockId& id : store_->Ids()) {

@@ -103,6 +103,11 @@ class TieredStore {
   // The same as BlockInfo (id, namespace, parent, size, CRC), for moving blocks off the node.
   std::vector<BlockInfo> NvmeBlocks() const;
   bool HoldsOnNvme(const BlockId& id) const;
+  // Every block of this node, in either tier, each once (a block being demoted is briefly in
+  // both): what the cluster layer announces (ids) and moves off the node (blocks).
+  std::vector<BlockInfo> AllBlocks() const;
+  std::vector<BlockId> AllIds() const;
+  bool Holds(const BlockId& id) const;
   const NvmeRecoveryReport& recovery() const { return store_->recovery(); }
   const NvmeTier& nvme_tier() const { return store_->tier(); }
 

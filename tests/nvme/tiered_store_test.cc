@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "common/crc32c.h"
 #include "storage/arena.h"
 #include "test_util.h"
@@ -106,6 +107,33 @@ TEST(TieredStorePromote, BatchesKeepBytesPinsAndExclusiveTiers) {
   ASSERT_EQ(info.size(), 1u);
   EXPECT_GT(info[0].pinned_for, absl::Minutes(50));
   EXPECT_TRUE(f.host->Release(a.lease_id).ok());
+  f.store->Stop();
+}
+
+// Listing the node's blocks for the cluster layer: host and NVMe blocks, each once.
+TEST(TieredStoreList, AllBlocksAndIdsCoverBothTiersOnce) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(f.Open());
+  for (int i = 0; i < kBlocks; ++i) ASSERT_NO_FATAL_FAILURE(f.Publish(i));
+  for (int t = 0; t < 500 && f.store->Counters().nvme_blocks < 80; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  size_t on_nvme = 0;
+  for (int i = 0; i < kBlocks; ++i) on_nvme += f.store->HoldsOnNvme(IdOf(i));
+  ASSERT_GT(on_nvme, 0u);
+  ASSERT_LT(on_nvme, static_cast<size_t>(kBlocks)) << "some blocks are still in host memory";
+  const std::vector<BlockId> ids = f.store->AllIds();
+  const std::vector<BlockInfo> blocks = f.store->AllBlocks();
+  absl::flat_hash_set<BlockId> id_set(ids.begin(), ids.end()), block_set;
+  for (const BlockInfo& b : blocks) {
+    block_set.insert(b.id);
+    EXPECT_EQ(b.size, kBlock);
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kBlocks));
+  EXPECT_EQ(blocks.size(), static_cast<size_t>(kBlocks));
+  EXPECT_EQ(id_set.size(), ids.size()) << "an id listed twice";
+  EXPECT_EQ(block_set, id_set);
+  for (int i = 0; i < kBlocks; ++i) EXPECT_TRUE(f.store->Holds(IdOf(i))) << i;
+  EXPECT_FALSE(f.store->Holds(IdOf(kBlocks + 1)));
   f.store->Stop();
 }
 
