@@ -587,18 +587,22 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or
   // overwritten until the client releases it after the last byte arrived.
+  std::vector<HostTier::ArenaExtent> extents(count);
   for (uint32_t i = 0; i < count; ++i) {
-    uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
-    if (off + size > data_plane_.arena_bytes || !tier_->LeaseCovers(lease_id, off, size))
-      return refuse(absl::StatusCode::kFailedPrecondition,
-                    "an extent is not held by that lease (expired or released?)");
+    extents[i] = {w::GetU64(m.data.data() + 16 * i), w::GetU64(m.data.data() + 16 * i + 8)};
+    if (extents[i].size > data_plane_.arena_bytes ||
+        extents[i].offset > data_plane_.arena_bytes - extents[i].size)
+      return refuse(absl::StatusCode::kInvalidArgument, "an extent lies outside the arena");
   }
+  if (!tier_->LeaseCovers(lease_id, extents))
+    return refuse(absl::StatusCode::kFailedPrecondition,
+                  "an extent is not held by that lease (expired or released?)");
   for (uint32_t i = 0; i < count; ++i) {
-    uint64_t off = w::GetU64(m.data.data() + 16 * i), size = w::GetU64(m.data.data() + 16 * i + 8);
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena + off, size, data_plane_.arena_memh, size <= kEagerBytes);
+                           arena + extents[i].offset, extents[i].size, data_plane_.arena_memh,
+                           extents[i].size <= kEagerBytes);
   }
   pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
 }

@@ -553,13 +553,15 @@ void HostTier::DropLease(uint64_t id) {
   leases_.erase(it);
 }
 
-bool HostTier::LeaseCovers(uint64_t lease_id, uint64_t offset, uint64_t size) const {
+bool HostTier::LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end() || it->second.expires <= options_.clock()) return false;
-  for (uint32_t slot : it->second.slots)
-    if (entries_[slot].offset == offset && entries_[slot].size == size) return true;
-  return false;
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> held;
+  for (uint32_t slot : it->second.slots) held.insert({entries_[slot].offset, entries_[slot].size});
+  for (const ArenaExtent& e : extents)
+    if (!held.contains({e.offset, e.size})) return false;
+  return true;
 }
 
 absl::Status HostTier::Release(uint64_t lease_id) {

@@ -175,8 +175,12 @@ class HostTier {
 
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
   absl::Status Release(uint64_t lease_id);
-  // Whether lease `lease_id` (unexpired) holds a block occupying exactly [offset, offset+size).
-  bool LeaseCovers(uint64_t lease_id, uint64_t offset, uint64_t size) const;
+  // Whether lease `lease_id` (unexpired) holds, for each extent, a block occupying exactly
+  // [offset, offset + size). One lock for all of them (a push fetch checks every block it sends).
+  struct ArenaExtent {
+    uint64_t offset = 0, size = 0;
+  };
+  bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const;
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
   std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,

@@ -281,5 +281,30 @@ TEST_F(HostTierTest, ConcurrentPublishersAndReaders) {
   EXPECT_EQ(s.open_reservations, 0u);
 }
 
+// A lease covers exactly the extents of the blocks it holds, while it lasts.
+TEST_F(HostTierTest, LeaseCoversItsBlocksExtentsOnly) {
+  Make(1 << 20);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Publish(ns_, i, 1000 + i), BlockStatus::kOk);
+  BlockId ids[2] = {Id(0), Id(2)};
+  auto lease = tier_->Acquire(ns_, ids);
+  ASSERT_EQ(lease.status[0], BlockStatus::kOk);
+  ASSERT_EQ(lease.status[1], BlockStatus::kOk);
+  using E = HostTier::ArenaExtent;
+  const E held[2] = {{lease.offsets[0], lease.sizes[0]}, {lease.offsets[1], lease.sizes[1]}};
+  EXPECT_TRUE(tier_->LeaseCovers(lease.lease_id, held));
+  EXPECT_TRUE(tier_->LeaseCovers(lease.lease_id, {&held[1], 1}));
+  const E wrong_size[1] = {{lease.offsets[0], lease.sizes[0] + 1}};
+  EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, wrong_size));
+  // Block 1 is committed but not in this lease.
+  BlockId b1 = Id(1);
+  auto other = tier_->Acquire(ns_, {&b1, 1});
+  ASSERT_EQ(other.status[0], BlockStatus::kOk);
+  const E not_leased[2] = {held[0], {other.offsets[0], other.sizes[0]}};
+  EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, not_leased));
+  EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id + 1000, {&held[0], 1}));
+  ASSERT_TRUE(tier_->Release(lease.lease_id).ok());
+  EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, {&held[0], 1}));
+}
+
 }  // namespace
 }  // namespace strata
