@@ -48,10 +48,13 @@ inline int FreePort() {
   return ntohs(a.sin_port);
 }
 
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& tls) {
+// `env`: more variables for the child only.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& tls,
+                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
   pid_t pid = fork();
   if (pid == 0) {
     setenv("UCX_TLS", tls.c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     int fd = open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -98,22 +101,12 @@ class StratadProcess {
     args.insert(args.begin(), bin);
     for (const char* a : {"--listen", "127.0.0.1:0", "--ready-file"}) args.push_back(a);
     args.push_back(ready);
-    std::vector<std::pair<std::string, const char*>> saved;  // restored after the fork
-    for (const auto& [k, v] : env) {
-      const char* old = getenv(k.c_str());
-      saved.push_back({k, old ? strdup(old) : nullptr});
-      setenv(k.c_str(), v.c_str(), 1);
-    }
-    pid_ = Spawn(args, log_, tls);
-    for (const auto& [k, old] : saved) {
-      if (old) {
-        setenv(k.c_str(), old, 1);
-        free(const_cast<char*>(old));
-      } else {
-        unsetenv(k.c_str());
-      }
-    }
+    pid_ = Spawn(args, log_, tls, env);
     for (int i = 0; i < 800 && endpoint_.empty(); ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // died at start: no 20 s wait
+        pid_ = -1;
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
       std::string json = ReadFile(ready);
       auto k = json.find("\"endpoint\":\"");
