@@ -1,25 +1,24 @@
 #include "client/client.h"
 
-#include <atomic>
+#include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <functional>
-#include <thread>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
-
-#include <grpcpp/grpcpp.h>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
-#include "common/crc32c.h"
 #include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -265,8 +264,10 @@ struct Client::Impl {
       uint8_t* remote = arena + op.remote_address + p.offset;
       uint8_t* dst = op.kind == transport::RmaOp::kGet ? local : remote;
       const uint8_t* src = op.kind == transport::RmaOp::kGet ? remote : local;
-      if (checksum) piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
-      else std::memcpy(dst, src, p.len);
+      if (checksum)
+        piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
+      else
+        std::memcpy(dst, src, p.len);
     });
     if (!checksum) return absl::StatusOr<std::vector<uint32_t>>(std::vector<uint32_t>{});
     return absl::StatusOr<std::vector<uint32_t>>(CombinePieces(pieces, piece_crcs, ops.size()));
@@ -331,15 +332,15 @@ struct Client::Impl {
       st.usable = false;
       CloseLookupStream(std::move(lookup_stream));
       if (absl::Now() >= deadline)
-        return absl::StatusOr<v1::LookupResponse>(absl::DeadlineExceededError(absl::StrCat(
-            "stratad at ", options.endpoint, " did not answer Lookup within ",
-            absl::FormatDuration(options.rpc_timeout))));
+        return absl::StatusOr<v1::LookupResponse>(absl::DeadlineExceededError(
+            absl::StrCat("stratad at ", options.endpoint, " did not answer Lookup within ",
+                         absl::FormatDuration(options.rpc_timeout))));
       return std::nullopt;  // the stream broke (daemon restarted?): the unary call decides
     }
     if (resp.error_code() != 0)
-      return absl::StatusOr<v1::LookupResponse>(absl::Status(
-          static_cast<absl::StatusCode>(resp.error_code()),
-          absl::StrCat("Lookup: ", resp.error_message())));
+      return absl::StatusOr<v1::LookupResponse>(
+          absl::Status(static_cast<absl::StatusCode>(resp.error_code()),
+                       absl::StrCat("Lookup: ", resp.error_message())));
     return absl::StatusOr<v1::LookupResponse>(std::move(resp));
   }
 
@@ -353,7 +354,7 @@ struct Client::Impl {
   };
   AmWait* am_wait = nullptr;
   uint64_t am_next_id = 1;
-  int am_timeouts = 0;           // consecutive; the fast path is switched off after a few
+  int am_timeouts = 0;     // consecutive; the fast path is switched off after a few
   bool am_enabled = true;  // options.lookup_fast_path, until the fast path keeps timing out
 
   void OnAmReply(const transport::AmMessage& m) {
@@ -379,7 +380,8 @@ struct Client::Impl {
     std::memcpy(header.data() + 8, ns.bytes.data(), 32);
     std::string data = PackIds(ids);
     // Short: a daemon that does not answer this way is asked through gRPC instead.
-    const absl::Time deadline = absl::Now() + std::min(options.rpc_timeout, absl::Milliseconds(250));
+    const absl::Time deadline =
+        absl::Now() + std::min(options.rpc_timeout, absl::Milliseconds(250));
     am_wait = &wait;
     absl::Status sent = ep->AmSend(am_wire::kLookupRequestAm, header, data, deadline);
     unsigned spins = 0;
@@ -538,10 +540,9 @@ struct Client::Impl {
     if (s.ok()) return absl::OkStatus();
     auto code = static_cast<absl::StatusCode>(s.error_code());
     if (code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable)
-      return absl::Status(code, absl::StrCat("stratad at ", options.endpoint, " did not answer ",
-                                             name, " within ",
-                                             absl::FormatDuration(options.rpc_timeout), ": ",
-                                             s.error_message()));
+      return absl::Status(
+          code, absl::StrCat("stratad at ", options.endpoint, " did not answer ", name, " within ",
+                             absl::FormatDuration(options.rpc_timeout), ": ", s.error_message()));
     return absl::Status(code, absl::StrCat(name, ": ", s.error_message()));
   }
 
@@ -586,10 +587,10 @@ struct Client::Impl {
     ep.reset();
     // The daemon is on this node: keep shared-memory transports (see Worker::Connect); gRPC and
     // the transfer deadline detect a daemon that died.
-    ASSIGN_OR_RETURN(ep, worker->Connect(resp.worker_address(),
-                                         options.same_node
-                                             ? transport::Worker::PeerFailure::kIgnore
-                                             : transport::Worker::PeerFailure::kDetect));
+    ASSIGN_OR_RETURN(
+        ep, worker->Connect(resp.worker_address(), options.same_node
+                                                       ? transport::Worker::PeerFailure::kIgnore
+                                                       : transport::Worker::PeerFailure::kDetect));
     RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
     arena_base = resp.arena_base();
     arena_bytes = resp.arena_bytes();
@@ -599,9 +600,9 @@ struct Client::Impl {
     if (mapped_arena) StartPrefault();
     node_id = resp.node_id();
     clustered = resp.cluster_nodes() > 1;
-    push_fetch = mapped_arena == nullptr &&
-                 (options.fetch_transfer == "push" ||
-                  (options.fetch_transfer == "auto" && !HostHasRdmaDevice()));
+    push_fetch =
+        mapped_arena == nullptr && (options.fetch_transfer == "push" ||
+                                    (options.fetch_transfer == "auto" && !HostHasRdmaDevice()));
     return absl::OkStatus();
   }
 
@@ -720,8 +721,8 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
   if (spec.codec_policy != kOpaqueCodecPolicy) {
     auto parsed = codec::ParseCodecSpec(spec.codec_policy);
     if (!parsed.ok())
-      return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ",
-                                                     parsed.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("namespace.codec_policy: ", parsed.status().message()));
     if (auto s = parsed->Validate(spec.layout); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
@@ -783,16 +784,16 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
     const KvLayout layout = impl_->LayoutOf(ns);
     for (size_t i = 0; i < blocks.size(); ++i)
       if (blocks[i].size != layout.BlockBytes())
-        return absl::InvalidArgumentError(absl::StrCat(
-            "block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
-            layout.DebugString(), " needs ", layout.BlockBytes()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
+                         layout.DebugString(), " needs ", layout.BlockBytes()));
     blobs.resize(blocks.size());
     std::vector<absl::Status> encoded(blocks.size());
     impl_->ParallelFor(blocks.size(), [&](size_t i) {
       thread_local codec::Encoder encoder;
-      encoded[i] = encoder.Encode(
-          layout, *codec_params,
-          {static_cast<const uint8_t*>(blocks[i].data), blocks[i].size}, &blobs[i]);
+      encoded[i] =
+          encoder.Encode(layout, *codec_params,
+                         {static_cast<const uint8_t*>(blocks[i].data), blocks[i].size}, &blobs[i]);
     });
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (!encoded[i].ok())
@@ -809,9 +810,8 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   if (!parents.empty()) req.set_parent_ids(PackIds(parents));
   for (const ConstBuffer& b : blocks) req.add_sizes(b.size);
   v1::ReserveResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc("Reserve", ns, [&](grpc::ClientContext* c) {
-    return impl_->stub->Reserve(c, req, &resp);
-  }));
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Reserve", ns, [&](grpc::ClientContext* c) { return impl_->stub->Reserve(c, req, &resp); }));
   if (resp.status_size() != static_cast<int>(ids.size()))
     return absl::InternalError("Reserve answered with the wrong number of statuses");
   result.status = Statuses(resp.status());
@@ -835,8 +835,8 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
     crcs = std::move(**copied);
   }
   if (crcs.empty()) {
-    absl::Duration budget = std::min(impl_->options.transfer_timeout,
-                                     absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    absl::Duration budget =
+        std::min(impl_->options.transfer_timeout, absl::Milliseconds(resp.expires_in_ms()) * 0.8);
     moved = impl_->Transfer(ops, absl::Now() + budget);
     if (moved.ok())
       for (size_t i : reserved) crcs.push_back(Crc32c(blocks[i].data, blocks[i].size));
@@ -845,9 +845,8 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
     v1::AbortRequest abort;
     abort.set_reservation_id(resp.reservation_id());
     v1::AbortResponse ignored;
-    (void)impl_->Rpc("Abort", [&](grpc::ClientContext* c) {
-      return impl_->stub->Abort(c, abort, &ignored);
-    });
+    (void)impl_->Rpc(
+        "Abort", [&](grpc::ClientContext* c) { return impl_->stub->Abort(c, abort, &ignored); });
     return absl::Status(moved.code(), absl::StrCat("publish transfer failed: ", moved.message()));
   }
 
@@ -886,9 +885,8 @@ absl::StatusOr<v1::LookupResponse> LookupCall(Client::Impl* impl, const Namespac
       return streamed->status();
   }
   v1::LookupResponse resp;
-  RETURN_IF_ERROR(impl->NsRpc("Lookup", ns, [&](grpc::ClientContext* c) {
-    return impl->stub->Lookup(c, req, &resp);
-  }));
+  RETURN_IF_ERROR(impl->NsRpc(
+      "Lookup", ns, [&](grpc::ClientContext* c) { return impl->stub->Lookup(c, req, &resp); }));
   return resp;
 }
 
@@ -917,7 +915,6 @@ absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
   return r;
 }
 
-
 absl::StatusOr<size_t> Client::LookupIds(const NamespaceId& ns, std::span<const BlockId> ids) {
   ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, ids));
   return std::min<size_t>(resp.prefix_blocks(), ids.size());
@@ -942,9 +939,8 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   v1::AcquireResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc("Acquire", ns, [&](grpc::ClientContext* c) {
-    return impl_->stub->Acquire(c, req, &resp);
-  }));
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Acquire", ns, [&](grpc::ClientContext* c) { return impl_->stub->Acquire(c, req, &resp); }));
   const int n = static_cast<int>(ids.size());
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
       resp.crc32c_size() != n) {
@@ -992,10 +988,10 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
       impl_->ParallelFor(moving.size(), [&](size_t k) {
         if (!good[k]) return;
         thread_local codec::Decoder decoder;
-        good[k] = decoder
-                      .Decode(staging[k], {static_cast<uint8_t*>(buffers[moving[k]].data),
-                                           decoded_bytes})
-                      .ok();
+        good[k] =
+            decoder
+                .Decode(staging[k], {static_cast<uint8_t*>(buffers[moving[k]].data), decoded_bytes})
+                .ok();
       });
     }
     for (size_t k = 0; k < moving.size(); ++k) {
@@ -1023,8 +1019,8 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
 
   // No RDMA device: the daemon pushes the blocks (see ClientOptions::fetch_transfer).
   if (impl_->push_fetch && !ops.empty()) {
-    absl::Duration budget = std::min(impl_->options.transfer_timeout,
-                                     absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    absl::Duration budget =
+        std::min(impl_->options.transfer_timeout, absl::Milliseconds(resp.expires_in_ms()) * 0.8);
     // Each block's CRC is checked on the verifier thread as soon as it lands, while later
     // blocks are still arriving.
     std::vector<uint8_t> good(ops.size(), verify ? 0 : 1);
@@ -1038,8 +1034,8 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
         ++checks_pending;
       }
       impl_->PostVerifyJob([&, k] {
-        uint8_t ok = Crc32c(ops[k].local, ops[k].length) ==
-                     resp.crc32c(static_cast<int>(moving[k]));
+        uint8_t ok =
+            Crc32c(ops[k].local, ops[k].length) == resp.crc32c(static_cast<int>(moving[k]));
         std::lock_guard<std::mutex> lock(checks_mu);
         good[k] = ok;
         if (--checks_pending == 0) checks_cv.notify_all();
@@ -1084,8 +1080,7 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
         continue;
       }
       if (!pipe->next.compare_exchange_weak(i, i + 1)) continue;
-      pipe->ok[i] = Crc32c(ops[i].local, ops[i].length) ==
-                    resp.crc32c(static_cast<int>(moving[i]));
+      pipe->ok[i] = Crc32c(ops[i].local, ops[i].length) == resp.crc32c(static_cast<int>(moving[i]));
     }
   };
   uint64_t total_bytes = 0;
@@ -1101,8 +1096,8 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
   }
   absl::Status moved = absl::OkStatus();
   if (!ops.empty()) {
-    absl::Duration budget = std::min(impl_->options.transfer_timeout,
-                                     absl::Milliseconds(resp.expires_in_ms()) * 0.8);
+    absl::Duration budget =
+        std::min(impl_->options.transfer_timeout, absl::Milliseconds(resp.expires_in_ms()) * 0.8);
     const absl::Time deadline = absl::Now() + budget;
     size_t begin = 0;
     while (begin < ops.size() && moved.ok()) {
@@ -1202,8 +1197,8 @@ absl::StatusOr<FetchResult> Client::FetchBlobs(const NamespaceId& ns, std::span<
   return FetchFromDaemon(impl_.get(), ns, ids, {}, blobs);
 }
 
-absl::StatusOr<std::vector<std::vector<BlockHolder>>> Client::Locate(
-    const NamespaceId& ns, std::span<const BlockId> ids) {
+absl::StatusOr<std::vector<std::vector<BlockHolder>>> Client::Locate(const NamespaceId& ns,
+                                                                     std::span<const BlockId> ids) {
   v1::LocateRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
@@ -1220,8 +1215,8 @@ absl::StatusOr<std::vector<std::vector<BlockHolder>>> Client::Locate(
           resp.holder_node(next) >= static_cast<uint32_t>(resp.nodes_size()))
         return absl::InternalError("Locate answered with inconsistent holder lists");
       const auto& n = resp.nodes(static_cast<int>(resp.holder_node(next)));
-      out[i].push_back({n.id(), n.address(),
-                        resp.holder_tier(next) == v1::TIER_NVME ? "nvme" : "host"});
+      out[i].push_back(
+          {n.id(), n.address(), resp.holder_tier(next) == v1::TIER_NVME ? "nvme" : "host"});
     }
   }
   return out;
@@ -1254,9 +1249,8 @@ absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<cons
   req.set_cascade(cascade);
   req.set_force(force);
   v1::EvictResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc("Evict", ns, [&](grpc::ClientContext* c) {
-    return impl_->stub->Evict(c, req, &resp);
-  }));
+  RETURN_IF_ERROR(impl_->NsRpc(
+      "Evict", ns, [&](grpc::ClientContext* c) { return impl_->stub->Evict(c, req, &resp); }));
   return EvictOutcome{Statuses(resp.status()), resp.removed_blocks()};
 }
 
@@ -1287,8 +1281,8 @@ absl::StatusOr<std::vector<BlockStatus>> Client::Unpin(const NamespaceId& ns,
 absl::StatusOr<DaemonStats> Client::Stats() {
   v1::StatsRequest req;
   v1::StatsResponse resp;
-  RETURN_IF_ERROR(
-      impl_->Rpc("Stats", [&](grpc::ClientContext* c) { return impl_->stub->Stats(c, req, &resp); }));
+  RETURN_IF_ERROR(impl_->Rpc(
+      "Stats", [&](grpc::ClientContext* c) { return impl_->stub->Stats(c, req, &resp); }));
   DaemonStats s;
   s.node_id = resp.node_id();
   s.version = resp.version();

@@ -93,8 +93,8 @@ struct FetchResult {
   std::vector<BlockStatus> status;  // kOk, kNotFound, kCrcMismatch, kInvalid (buffer too small)
   std::vector<uint64_t> sizes;      // bytes written to each buffer (decoded size under a codec)
   size_t fetched = 0;
-  uint64_t bytes_received = 0;      // bytes that travelled (encoded size under a codec)
-  size_t remote = 0;                // blocks fetched from another node's daemon
+  uint64_t bytes_received = 0;  // bytes that travelled (encoded size under a codec)
+  size_t remote = 0;            // blocks fetched from another node's daemon
 };
 
 struct EvictOutcome {
@@ -159,7 +159,7 @@ class Client {
 
   // Every node known to hold each id, best first (the local daemon, then host before nvme).
   absl::StatusOr<std::vector<std::vector<BlockHolder>>> Locate(const NamespaceId& ns,
-                                                              std::span<const BlockId> ids);
+                                                               std::span<const BlockId> ids);
 
   // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster.
   absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
@@ -172,8 +172,8 @@ class Client {
 
   absl::StatusOr<EvictOutcome> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
                                      bool cascade = false, bool force = false);
-  absl::StatusOr<std::vector<BlockStatus>> Pin(const NamespaceId& ns,
-                                               std::span<const BlockId> ids, absl::Duration ttl);
+  absl::StatusOr<std::vector<BlockStatus>> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                                               absl::Duration ttl);
   absl::StatusOr<std::vector<BlockStatus>> Unpin(const NamespaceId& ns,
                                                  std::span<const BlockId> ids);
   absl::StatusOr<DaemonStats> Stats();

@@ -3,15 +3,14 @@
 // Exit codes: 0 success; 1 the daemon refused or failed the operation (or a config file is
 // invalid, or a reposition/drain left blocks behind); 2 bad usage; 3 the daemon could not be
 // reached within --timeout.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <sstream>
-
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
 #include "common/block_id.h"
@@ -175,15 +174,14 @@ int main(int argc, char** argv) {
       std::ostringstream o;
       o << "{\"endpoint\":\"" << JsonEscape(endpoint) << "\",\"status\":\"serving\""
         << ",\"node_id\":\"" << JsonEscape(r.node_id()) << "\",\"version\":\""
-        << JsonEscape(r.version()) << "\",\"uptime_ms\":" << r.uptime_ms()
-        << ",\"transport\":\"" << JsonEscape(r.transport()) << "\""
-        << ",\"tiers\":[{\"tier\":\"host\",\"capacity_bytes\":" << cap
-        << ",\"used_bytes\":" << used << ",\"blocks\":" << blocks
-        << ",\"reserved_bytes\":" << (host ? host->reserved_bytes() : 0) << "}";
+        << JsonEscape(r.version()) << "\",\"uptime_ms\":" << r.uptime_ms() << ",\"transport\":\""
+        << JsonEscape(r.transport()) << "\""
+        << ",\"tiers\":[{\"tier\":\"host\",\"capacity_bytes\":" << cap << ",\"used_bytes\":" << used
+        << ",\"blocks\":" << blocks << ",\"reserved_bytes\":" << (host ? host->reserved_bytes() : 0)
+        << "}";
       if (const auto* nvme = FindTier(r, strata::v1::TIER_NVME))
         o << ",{\"tier\":\"nvme\",\"capacity_bytes\":" << nvme->capacity_bytes()
-          << ",\"used_bytes\":" << nvme->used_bytes() << ",\"blocks\":" << nvme->blocks()
-          << "}";
+          << ",\"used_bytes\":" << nvme->used_bytes() << ",\"blocks\":" << nvme->blocks() << "}";
       o << "]"
         << ",\"open_reservations\":" << r.open_reservations()
         << ",\"open_leases\":" << r.open_leases() << ",\"pinned_blocks\":" << r.pinned_blocks()
@@ -214,10 +212,10 @@ int main(int argc, char** argv) {
           strata::FormatSize(nvme->capacity_bytes()),
           nvme->capacity_bytes() ? 100.0 * nvme->used_bytes() / nvme->capacity_bytes() : 0.0,
           nvme->blocks());
-    std::cout << absl::StrFormat("in flight   %d reservations, %d leases, %d pinned blocks, %d "
-                                 "namespaces\n",
-                                 r.open_reservations(), r.open_leases(), r.pinned_blocks(),
-                                 r.namespaces());
+    std::cout << absl::StrFormat(
+        "in flight   %d reservations, %d leases, %d pinned blocks, %d "
+        "namespaces\n",
+        r.open_reservations(), r.open_leases(), r.pinned_blocks(), r.namespaces());
     if (*stats_cmd) {
       std::cout << "\ncounters\n";
       for (const auto& [k, v] : counters) std::cout << absl::StrFormat("  %-28s %d\n", k, v);
@@ -228,12 +226,17 @@ int main(int argc, char** argv) {
   if (*validate_cmd) {
     auto c = strata::daemon::LoadConfigFile(config_file);
     if (!c.ok()) {
-      if (json) std::cout << "{\"valid\":false,\"error\":\"" << JsonEscape(std::string(c.status().message())) << "\"}\n";
-      else std::cerr << "stratactl: " << c.status().message() << "\n";
+      if (json)
+        std::cout << "{\"valid\":false,\"error\":\""
+                  << JsonEscape(std::string(c.status().message())) << "\"}\n";
+      else
+        std::cerr << "stratactl: " << c.status().message() << "\n";
       return kExitFailed;
     }
-    if (json) std::cout << "{\"valid\":true}\n";
-    else std::cout << config_file << ": valid\n";
+    if (json)
+      std::cout << "{\"valid\":true}\n";
+    else
+      std::cout << config_file << ": valid\n";
     return 0;
   }
 
@@ -262,12 +265,13 @@ int main(int argc, char** argv) {
     for (int st : r.status()) failed += st != strata::v1::BLOCK_OK;
     if (json) {
       std::cout << absl::StrFormat(
-          "{\"copied\":%d,\"already_there\":%d,\"removed_sources\":%d,\"failed\":%d}\n",
-          r.copied(), r.already_there(), r.removed_sources(), failed);
+          "{\"copied\":%d,\"already_there\":%d,\"removed_sources\":%d,\"failed\":%d}\n", r.copied(),
+          r.already_there(), r.removed_sources(), failed);
     } else {
-      std::cout << absl::StrFormat("%d copied, %d already there, %d source copies removed, "
-                                   "%d failed\n",
-                                   r.copied(), r.already_there(), r.removed_sources(), failed);
+      std::cout << absl::StrFormat(
+          "%d copied, %d already there, %d source copies removed, "
+          "%d failed\n",
+          r.copied(), r.already_there(), r.removed_sources(), failed);
     }
     return failed == 0 ? 0 : kExitFailed;
   }
@@ -289,8 +293,8 @@ int main(int argc, char** argv) {
         return kExitFailed;
       }
     }
-    auto admin1 = strata::v1::Admin::NewStub(
-        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    auto admin1 =
+        strata::v1::Admin::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(long_deadline);
     strata::v1::DrainResponse r;
@@ -339,10 +343,10 @@ int main(int argc, char** argv) {
                                    r.directory_ids());
       std::cout << absl::StrFormat("%-20s %-24s %-8s %s\n", "NODE", "ENDPOINT", "STATE", "HOST");
       for (const auto& n : r.nodes())
-        std::cout << absl::StrFormat("%-20s %-24s %-8s %s%s\n", n.id(), n.address(), "serving",
-                                     n.host_capacity() ? strata::FormatSize(n.host_capacity())
-                                                       : std::string("-"),
-                                     n.self() ? "  (this node)" : "");
+        std::cout << absl::StrFormat(
+            "%-20s %-24s %-8s %s%s\n", n.id(), n.address(), "serving",
+            n.host_capacity() ? strata::FormatSize(n.host_capacity()) : std::string("-"),
+            n.self() ? "  (this node)" : "");
     }
     return 0;
   }
@@ -358,21 +362,21 @@ int main(int argc, char** argv) {
       for (int i = 0; i < r.namespaces_size(); ++i) {
         const auto& n = r.namespaces(i);
         std::cout << (i ? "," : "")
-                  << absl::StrFormat("{\"namespace_id\":\"%s\",\"tenant\":\"%s\",\"model_id\":"
-                                     "\"%s\",\"codec_policy\":\"%s\",\"blocks\":%d,\"bytes\":%d}",
-                                     Hex(n.namespace_id()), JsonEscape(n.tenant()),
-                                     JsonEscape(n.spec().model_id()),
-                                     JsonEscape(n.spec().codec_policy()), n.blocks(), n.bytes());
+                  << absl::StrFormat(
+                         "{\"namespace_id\":\"%s\",\"tenant\":\"%s\",\"model_id\":"
+                         "\"%s\",\"codec_policy\":\"%s\",\"blocks\":%d,\"bytes\":%d}",
+                         Hex(n.namespace_id()), JsonEscape(n.tenant()),
+                         JsonEscape(n.spec().model_id()), JsonEscape(n.spec().codec_policy()),
+                         n.blocks(), n.bytes());
       }
       std::cout << "]}\n";
     } else {
       std::cout << absl::StrFormat("%-64s  %-12s %-28s %-10s %8s %10s\n", "NAMESPACE", "TENANT",
                                    "MODEL", "CODEC", "BLOCKS", "BYTES");
       for (const auto& n : r.namespaces())
-        std::cout << absl::StrFormat("%-64s  %-12s %-28s %-10s %8d %10s\n",
-                                     Hex(n.namespace_id()), n.tenant(), n.spec().model_id(),
-                                     n.spec().codec_policy(), n.blocks(),
-                                     strata::FormatSize(n.bytes()));
+        std::cout << absl::StrFormat("%-64s  %-12s %-28s %-10s %8d %10s\n", Hex(n.namespace_id()),
+                                     n.tenant(), n.spec().model_id(), n.spec().codec_policy(),
+                                     n.blocks(), strata::FormatSize(n.bytes()));
     }
     return 0;
   }
@@ -404,15 +408,17 @@ int main(int argc, char** argv) {
     if (all_pages && !json && isatty(2)) std::cerr << "\n";
     if (json) {
       std::cout << "{\"blocks\":[";
-      for (size_t i = 0; i < blocks.size(); ++i) std::cout << (i ? "," : "") << BlockJson(blocks[i]);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        std::cout << (i ? "," : "") << BlockJson(blocks[i]);
       std::cout << "],\"next_page_token\":" << token << "}\n";
     } else {
       std::cout << absl::StrFormat("%-64s  %-5s %10s %10s %7s %9s\n", "BLOCK", "TIER", "SIZE",
                                    "CRC32C", "LEASES", "PINNED");
       for (const auto& b : blocks)
-        std::cout << absl::StrFormat("%-64s  %-5s %10s   %08x %7d %9s\n", Hex(b.id()), "host",
-                                     strata::FormatSize(b.size_bytes()), b.crc32c(), b.leases(),
-                                     b.pinned_for_ms() ? absl::StrFormat("%ds", b.pinned_for_ms() / 1000) : "-");
+        std::cout << absl::StrFormat(
+            "%-64s  %-5s %10s   %08x %7d %9s\n", Hex(b.id()), "host",
+            strata::FormatSize(b.size_bytes()), b.crc32c(), b.leases(),
+            b.pinned_for_ms() ? absl::StrFormat("%ds", b.pinned_for_ms() / 1000) : "-");
       if (token != 0) std::cout << "more: --page-token " << token << "\n";
     }
     return 0;
@@ -433,7 +439,8 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Report(s, endpoint, "inspect");
     if (json) {
       std::cout << "{\"blocks\":[";
-      for (int i = 0; i < r.blocks_size(); ++i) std::cout << (i ? "," : "") << BlockJson(r.blocks(i));
+      for (int i = 0; i < r.blocks_size(); ++i)
+        std::cout << (i ? "," : "") << BlockJson(r.blocks(i));
       std::cout << "]}\n";
     } else {
       for (const auto& b : r.blocks())
@@ -442,7 +449,8 @@ int main(int argc, char** argv) {
             "crc32c     %08x\nparent     %s\nleases     %d\npinned     %s\nidle       %.1fs\n\n",
             Hex(b.id()), Hex(b.namespace_id()), endpoint, strata::FormatSize(b.size_bytes()),
             b.crc32c(), b.parent_id().empty() ? "(first block of its chain)" : Hex(b.parent_id()),
-            b.leases(), b.pinned_for_ms() ? absl::StrFormat("%ds more", b.pinned_for_ms() / 1000) : "no",
+            b.leases(),
+            b.pinned_for_ms() ? absl::StrFormat("%ds more", b.pinned_for_ms() / 1000) : "no",
             b.idle_ms() / 1000.0);
     }
     if (r.blocks_size() < static_cast<int>(inspect_ids.size())) {
@@ -458,7 +466,12 @@ int main(int argc, char** argv) {
     auto packed = PackHexIds(pin_ids);
     auto ttl_d = strata::ParseDurationText(ttl);
     if (!ns.ok() || !packed.ok() || !ttl_d.ok()) {
-      std::cerr << "stratactl: " << (!ns.ok() ? ns.status() : !packed.ok() ? packed.status() : ttl_d.status()).message() << "\n";
+      std::cerr << "stratactl: "
+                << (!ns.ok()       ? ns.status()
+                    : !packed.ok() ? packed.status()
+                                   : ttl_d.status())
+                       .message()
+                << "\n";
       return 2;
     }
     grpc::ClientContext ctx;
@@ -487,8 +500,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < statuses.size(); ++i) {
       auto st = strata::BlockStatusName(static_cast<strata::BlockStatus>(statuses[i]));
       all_ok &= st == "ok";
-      if (json) std::cout << (i ? "," : "") << "\"" << st << "\"";
-      else std::cout << pin_ids[i] << "  " << st << "\n";
+      if (json)
+        std::cout << (i ? "," : "") << "\"" << st << "\"";
+      else
+        std::cout << pin_ids[i] << "  " << st << "\n";
     }
     if (json) std::cout << "]}\n";
     return all_ok ? 0 : kExitFailed;
@@ -523,14 +538,12 @@ int main(int argc, char** argv) {
       std::cout << "{\"removed_blocks\":" << r.removed_blocks() << ",\"status\":[";
       for (int i = 0; i < r.status_size(); ++i)
         std::cout << (i ? "," : "") << "\""
-                  << strata::BlockStatusName(static_cast<strata::BlockStatus>(r.status(i)))
-                  << "\"";
+                  << strata::BlockStatusName(static_cast<strata::BlockStatus>(r.status(i))) << "\"";
       std::cout << "]}\n";
     } else {
       for (int i = 0; i < r.status_size(); ++i)
         std::cout << id_hex[i] << "  "
-                  << strata::BlockStatusName(static_cast<strata::BlockStatus>(r.status(i)))
-                  << "\n";
+                  << strata::BlockStatusName(static_cast<strata::BlockStatus>(r.status(i))) << "\n";
       std::cout << r.removed_blocks() << " blocks removed\n";
     }
     return 0;

@@ -98,15 +98,15 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
   BlobHeader& h = v.header;
   h.total_bytes = Get<uint64_t>(p + 40);
   if (h.total_bytes != blob.size())
-    return absl::DataLossError(absl::StrCat("blob: header says ", h.total_bytes,
-                                            " bytes, buffer holds ", blob.size()));
+    return absl::DataLossError(
+        absl::StrCat("blob: header says ", h.total_bytes, " bytes, buffer holds ", blob.size()));
   if (opts.verify_crc) {
     size_t body = blob.size() - kTrailerBytes;
     uint32_t want = Get<uint32_t>(p + body);
     uint32_t got = Crc32c(p, body);
     if (want != got)
-      return absl::DataLossError(absl::StrCat("blob: CRC32C mismatch (stored ", want,
-                                              ", computed ", got, ")"));
+      return absl::DataLossError(
+          absl::StrCat("blob: CRC32C mismatch (stored ", want, ", computed ", got, ")"));
   }
   h.mode = p[8];
   h.flags = p[9];

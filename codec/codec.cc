@@ -85,8 +85,7 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
     std::vector<absl::string_view> parts = absl::StrSplit(spec.substr(3), "-g");
     uint32_t bits, group;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &bits) ||
-        !absl::SimpleAtoi(parts[1], &group) || bits < 2 || bits > 8 || group == 0 ||
-        group > 65535)
+        !absl::SimpleAtoi(parts[1], &group) || bits < 2 || bits > 8 || group == 0 || group > 65535)
       return bad("expected intN-gG with N in 2..8");
     p.mode = Mode::kGroupwise;
     p.key_bits = p.value_bits = static_cast<uint8_t>(bits);
@@ -283,11 +282,10 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             const bool last = l + 1 == layout.num_layers && t + 1 == tensors;
             scratch_->sec.prefetch = last ? nullptr : in + tensor_bytes;
             scratch_->sec.prefetch_bytes = last ? 0 : tensor_bytes;
-            RETURN_IF_ERROR(
-                internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out,
-                                      stats ? &coder : nullptr,  // stats cost a pass: on demand
-                                      stats ? stats->symbol_sink : nullptr, &written,
-                                      &scratch_->shared));
+            RETURN_IF_ERROR(internal::EncodeQuant(
+                in, shape, bits, params, &scratch_->sec, out,
+                stats ? &coder : nullptr,  // stats cost a pass: on demand
+                stats ? stats->symbol_sink : nullptr, &written, &scratch_->shared));
             if (written != e.coder) w.SetSectionCoder(written);
             break;
           }
@@ -331,8 +329,8 @@ absl::Status CheckSections(const BlobView& v) {
   }
   if (mode != Mode::kLossless && mode != Mode::kQuant && mode != Mode::kGroupwise)
     return absl::DataLossError(absl::StrCat("blob: unknown mode ", h.mode));
-  if ((mode == Mode::kLossless) &&
-      h.layout.dtype != DType::kFloat16 && h.layout.dtype != DType::kBFloat16)
+  if ((mode == Mode::kLossless) && h.layout.dtype != DType::kFloat16 &&
+      h.layout.dtype != DType::kBFloat16)
     return absl::DataLossError("blob: lossless blob of a dtype it cannot hold");
   if (mode != Mode::kLossless && h.layout.dtype == DType::kFloat8E4M3)
     return absl::DataLossError("blob: quantised fp8 blob");
@@ -368,9 +366,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
   RETURN_IF_ERROR(CheckSections(v));
   const KvLayout& layout = v.header.layout;
   if (out.size() != layout.BlockBytes())
-    return absl::InvalidArgumentError(absl::StrCat("codec: output holds ", out.size(),
-                                                   " bytes, blob decodes to ",
-                                                   layout.BlockBytes()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec: output holds ", out.size(), " bytes, blob decodes to ", layout.BlockBytes()));
   const Mode mode = static_cast<Mode>(v.header.mode);
   if (mode == Mode::kRaw) {
     std::memcpy(out.data(), v.Payload(v.sections[0]).data(), out.size());
@@ -407,8 +404,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         st = absl::InternalError("codec: unreachable mode");
     }
     if (!st.ok())
-      return absl::Status(st.code(), absl::StrCat("layer ", s.layer, s.tensor ? " V: " : " K: ",
-                                                  st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("layer ", s.layer, s.tensor ? " V: " : " K: ", st.message()));
   }
   if (shared) return rans::FinishShared(*shared);
   return absl::OkStatus();
@@ -432,8 +429,8 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
     p.key_outliers = v.header.flags & kFlagKeyOutliers;
     bool per_layer = false;
     for (const SectionEntry& s : v.sections)
-      per_layer |= s.type != SectionType::kStream &&
-                   s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);
+      per_layer |=
+          s.type != SectionType::kStream && s.bits != (s.tensor == 0 ? p.key_bits : p.value_bits);
     if (per_layer) {
       const uint32_t tensors = info.layout.TensorsPerLayer();
       p.layer_key_bits.assign(info.layout.num_layers, p.key_bits);

@@ -44,7 +44,7 @@ std::string_view ModeName(Mode m);
 
 struct CodecParams {
   Mode mode = Mode::kRaw;
-  uint8_t key_bits = 4;      // quant and groupwise: 2..8
+  uint8_t key_bits = 4;  // quant and groupwise: 2..8
   uint8_t value_bits = 4;
   uint16_t group_size = 64;  // groupwise: values per group; quant: channels per value step
   bool hadamard = false;     // quant: rotate each head vector (head_dim a power of two)

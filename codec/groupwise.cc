@@ -14,8 +14,8 @@
 
 namespace strata::codec::internal {
 
-absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
-                             uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,
+absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits, uint16_t group,
+                             SectionScratch* sc, std::vector<uint8_t>* out,
                              rans::CoderStats* stats) {
   const size_t n = s.values();
   const size_t ng = (n + group - 1) / group;
@@ -77,8 +77,8 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
   return absl::OkStatus();
 }
 
-absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s,
-                             uint8_t bits, SectionScratch* sc, uint8_t* out) {
+absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
+                             SectionScratch* sc, uint8_t* out) {
   const size_t n = s.values();
   ByteReader r(payload, "groupwise section");
   uint8_t b;

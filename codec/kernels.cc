@@ -1,7 +1,9 @@
 // Highway dynamic dispatch: this file is compiled once per SIMD target.
+// clang-format off: foreach_target.h must follow the HWY_TARGET_INCLUDE definition.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "codec/kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include <algorithm>
 #include <cmath>
@@ -53,8 +55,7 @@ void FloatToHalfRowImpl(const float* in, uint16_t* out, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
-  for (; i + N <= n; i += N)
-    StoreHalf(d, hn::LoadU(d, in + i), out + i);
+  for (; i + N <= n; i += N) StoreHalf(d, hn::LoadU(d, in + i), out + i);
   for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
 }
 
@@ -84,7 +85,9 @@ void FloatToBF16RowImpl(const float* in, uint16_t* out, size_t n) {
     auto x = hn::BitCast(du, f);
     auto odd = hn::And(hn::ShiftRight<16>(x), hn::Set(du, 1));
     x = hn::Add(x, hn::Add(hn::Set(du, 0x7FFF), odd));
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), hn::ShiftRight<16>(x))), du16, out + i);
+    hn::StoreU(
+        hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), hn::ShiftRight<16>(x))),
+        du16, out + i);
   }
   for (; i < n; ++i) out[i] = FloatToBF16(in[i]);
 }
@@ -136,7 +139,6 @@ void QuantRowImpl(const float* x, const float* mu, const float* a, const float* 
   }
 }
 
-
 // Walsh-Hadamard of one n-vector held in NV registers (n = NV * Lanes, NV a compile-time
 // constant, so the vectors are never spilled). In-vector stages (h < Lanes): the partner lane y
 // comes from a lane permute and the new value is y + u * sgn with sgn = -1 on the high lane of
@@ -163,7 +165,7 @@ struct HadamardKit {
   using V = hn::Vec<D>;
   using VI = hn::Vec<hn::RebindToSigned<D>>;
   using VX = decltype(hn::IndicesFromVec(D(), VI()));
-  static constexpr size_t kN = hn::MaxLanes(D());  // exact on the fixed-width x86 targets
+  static constexpr size_t kN = hn::MaxLanes(D());       // exact on the fixed-width x86 targets
   static constexpr size_t kStages = hwy::CeilLog2(kN);  // in-vector stages h = 1, .., kN / 2
   V sgn[kStages + 1];
   VX idx[kStages + 1];
@@ -217,8 +219,7 @@ HWY_INLINE void HadamardRegs(D d, const float* in, float* x, uint16_t* out16, si
     kit.template Transform<NV>(u);
     if (out16) {
       HWY_UNROLL(16)
-      for (size_t k = 0; k < NV; ++k)
-        StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + r * n + k * kN);
+      for (size_t k = 0; k < NV; ++k) StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + r * n + k * kN);
     } else {
       HWY_UNROLL(16)
       for (size_t k = 0; k < NV; ++k) hn::StoreU(hn::Mul(u[k], kit.sc), d, x + r * n + k * kN);
@@ -248,8 +249,8 @@ HWY_INLINE hn::Vec<D> DequantVec(D d, const Sym* sym, const float* mu, const flo
   } else {
     st = step_group ? hn::Set(d, step[i / step_group]) : hn::LoadU(d, step + i);
   }
-  auto si = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(),
-                                          hn::LoadU(ds, sym + i)));
+  auto si =
+      hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(), hn::LoadU(ds, sym + i)));
   if constexpr (sizeof(Sym) == 1) {
     if (lo) {
       const hn::Rebind<uint8_t, D> d8;
@@ -267,9 +268,9 @@ HWY_INLINE hn::Vec<D> DequantVec(D d, const Sym* sym, const float* mu, const flo
 // fp16(Hadamard * 1/sqrt(n)) to out16: one pass, no float row to store and reload.
 template <size_t NV, typename Sym, class D>
 HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const float* a,
-                                    const float* step, size_t step_group, bool odd_group,
-                                    float* xh, uint16_t* out16, size_t n, int32_t offset,
-                                    const uint8_t* lo, int r, size_t had_dim) {
+                                    const float* step, size_t step_group, bool odd_group, float* xh,
+                                    uint16_t* out16, size_t n, int32_t offset, const uint8_t* lo,
+                                    int r, size_t had_dim) {
   using Kit = HadamardKit<D>;
   constexpr size_t kN = Kit::kN;
   const Kit kit(d, had_dim);
@@ -285,8 +286,7 @@ HWY_INLINE void DequantHadamardRegs(D d, const Sym* sym, const float* mu, const 
     for (size_t k = 0; k < NV; ++k) hn::StoreU(u[k], d, xh + h0 + k * kN);
     kit.template Transform<NV>(u);
     HWY_UNROLL(16)
-    for (size_t k = 0; k < NV; ++k)
-      StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + h0 + k * kN);
+    for (size_t k = 0; k < NV; ++k) StoreHalf(d, hn::Mul(u[k], kit.sc), out16 + h0 + k * kN);
   }
 }
 
@@ -297,9 +297,8 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
 // Hadamard of each had_dim-vector of the new xh (what HadamardRowsToHalf(xh) would write).
 template <typename Sym>
 HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, const float* step,
-                            size_t step_group, float* xh, uint16_t* out16, size_t n,
-                            int32_t offset, const uint8_t* lo = nullptr, int r = 0,
-                            size_t had_dim = 0) {
+                            size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
+                            const uint8_t* lo = nullptr, int r = 0, size_t had_dim = 0) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const size_t N = hn::Lanes(d);
@@ -307,11 +306,11 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   const bool odd_group = step_group != 0 && step_group % N != 0;
   if (!out16) had_dim = 0;
   if (had_dim) {
-    const size_t nv = N == hn::MaxLanes(d) && had_dim % N == 0 && n % had_dim == 0
-                          ? had_dim / N : 0;
+    const size_t nv =
+        N == hn::MaxLanes(d) && had_dim % N == 0 && n % had_dim == 0 ? had_dim / N : 0;
     switch (nv) {
-#define STRATA_DEQUANT_HAD(NV)                                                                 \
-  case NV:                                                                                     \
+#define STRATA_DEQUANT_HAD(NV)                                                               \
+  case NV:                                                                                   \
     return DequantHadamardRegs<NV>(d, sym, mu, a, step, step_group, odd_group, xh, out16, n, \
                                    offset, lo, r, had_dim);
       STRATA_DEQUANT_HAD(1)
@@ -328,8 +327,7 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
   for (; i + N <= n; i += N) {
     const auto v = DequantVec(d, sym, mu, a, step, step_group, odd_group, xh, i, off, lo, r);
     hn::StoreU(v, d, xh + i);
-    if (conv16)
-      StoreHalf(d, v, conv16 + i);
+    if (conv16) StoreHalf(d, v, conv16 + i);
   }
   for (; i < n; ++i) {
     const float p = mu[i] + a[i] * (xh[i] - mu[i]);
@@ -365,10 +363,9 @@ constexpr size_t kWriteAhead = 2048;
 
 // DequantRowsF16: the row loop inside one dispatched call (a small model's 192-channel rows
 // spent ~5% of decoding in per-row dispatch and set-up).
-void DequantRowsImpl(const uint8_t* sym, const uint8_t* lo, int r, const float* mu,
-                     const float* a, float* step, const uint16_t* steps16, size_t step_group,
-                     float* xh, uint16_t* out16, size_t rows, size_t n, int32_t offset,
-                     size_t had_dim) {
+void DequantRowsImpl(const uint8_t* sym, const uint8_t* lo, int r, const float* mu, const float* a,
+                     float* step, const uint16_t* steps16, size_t step_group, float* xh,
+                     uint16_t* out16, size_t rows, size_t n, int32_t offset, size_t had_dim) {
   const size_t ngroups = step_group ? (n + step_group - 1) / step_group : 0;
   for (size_t t = 0; t < rows; ++t) {
     // The output lines kWriteAhead bytes ahead are fetched for writing now, so the stores of
@@ -415,11 +412,16 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
     return;
   }
   switch (N == hn::MaxLanes(d) ? n / N : 0) {  // whole row in registers: see HadamardRegs
-    case 1: return HadamardRegs<1>(d, in, x, out16, rows, n);
-    case 2: return HadamardRegs<2>(d, in, x, out16, rows, n);
-    case 4: return HadamardRegs<4>(d, in, x, out16, rows, n);
-    case 8: return HadamardRegs<8>(d, in, x, out16, rows, n);
-    default: break;
+    case 1:
+      return HadamardRegs<1>(d, in, x, out16, rows, n);
+    case 2:
+      return HadamardRegs<2>(d, in, x, out16, rows, n);
+    case 4:
+      return HadamardRegs<4>(d, in, x, out16, rows, n);
+    case 8:
+      return HadamardRegs<8>(d, in, x, out16, rows, n);
+    default:
+      break;
   }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);
@@ -454,8 +456,7 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
 }
 
 void HadamardRowsImpl(float* x, size_t rows, size_t n) { HadamardCore(x, x, nullptr, rows, n); }
-void HadamardRowsToHalfImpl(const float* in, float* tmp, uint16_t* out16, size_t rows,
-                            size_t n) {
+void HadamardRowsToHalfImpl(const float* in, float* tmp, uint16_t* out16, size_t rows, size_t n) {
   HadamardCore(in, tmp, out16, rows, n);
 }
 
@@ -654,13 +655,12 @@ bool AccumRowsImpl(const float* x, size_t T, size_t C, float* sum, float* mn, fl
   bool finite = hn::AllFalse(d, bad);
   if (c < C)  // the remaining channels row by row
     for (size_t t = 0; t < T; ++t)
-      finite &= AccumRowImpl(x + t * C + c, sum + c, mn ? mn + c : nullptr,
-                             mn ? mx + c : nullptr, C - c);
+      finite &=
+          AccumRowImpl(x + t * C + c, sum + c, mn ? mn + c : nullptr, mn ? mx + c : nullptr, C - c);
   return finite;
 }
 
-void ArStatsRowsImpl(const float* x, size_t T, size_t C, const float* mu, float* num,
-                     float* den) {
+void ArStatsRowsImpl(const float* x, size_t T, size_t C, const float* mu, float* num, float* den) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t c = 0;
@@ -773,42 +773,40 @@ void QuantRow(const float* x, const float* mu, const float* a, const float* step
   HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, 0, xh, sym, n, offset, max_sym);
 }
 void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
-                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
-                     size_t n, int32_t offset, int32_t max_sym) {
-  HWY_DYNAMIC_DISPATCH(QuantRowImpl)(x, mu, a, step, inv_step, step_group, xh, sym, n, offset,
-                                     max_sym);
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym, size_t n,
+                     int32_t offset, int32_t max_sym) {
+  HWY_DYNAMIC_DISPATCH(QuantRowImpl)
+  (x, mu, a, step, inv_step, step_group, xh, sym, n, offset, max_sym);
 }
-void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                float* xh, size_t n, int32_t offset) {
+void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step, float* xh,
+                size_t n, int32_t offset) {
   HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, 0, xh, nullptr, n, offset, 0);
 }
 void DequantRowF16(const uint8_t* sym, const float* mu, const float* a, const float* step,
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
                    size_t had_dim) {
-  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)(sym, mu, a, step, step_group, xh, out16, n, offset,
-                                        had_dim);
+  HWY_DYNAMIC_DISPATCH(DequantRow8Impl)
+  (sym, mu, a, step, step_group, xh, out16, n, offset, had_dim);
 }
 void DequantRowF16(const uint16_t* sym, const float* mu, const float* a, const float* step,
                    size_t step_group, float* xh, uint16_t* out16, size_t n, int32_t offset,
                    size_t had_dim) {
-  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)(sym, mu, a, step, step_group, xh, out16, n, offset,
-                                         had_dim);
+  HWY_DYNAMIC_DISPATCH(DequantRow16Impl)
+  (sym, mu, a, step, step_group, xh, out16, n, offset, had_dim);
 }
 void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float* mu,
                         const float* a, const float* step, size_t step_group, float* xh,
                         uint16_t* out16, size_t n, int32_t offset, size_t had_dim) {
-  HWY_DYNAMIC_DISPATCH(DequantRowSplitImpl)(hi, lo, r, mu, a, step, step_group, xh, out16, n,
-                                            offset, had_dim);
+  HWY_DYNAMIC_DISPATCH(DequantRowSplitImpl)
+  (hi, lo, r, mu, a, step, step_group, xh, out16, n, offset, had_dim);
 }
-void DequantRowsF16(const uint8_t* sym, const uint8_t* lo, int r, const float* mu,
-                    const float* a, float* step, const uint16_t* steps16, size_t step_group,
-                    float* xh, uint16_t* out16, size_t rows, size_t n, int32_t offset,
-                    size_t had_dim) {
-  HWY_DYNAMIC_DISPATCH(DequantRowsImpl)(sym, lo, r, mu, a, step, steps16, step_group, xh, out16,
-                                        rows, n, offset, had_dim);
+void DequantRowsF16(const uint8_t* sym, const uint8_t* lo, int r, const float* mu, const float* a,
+                    float* step, const uint16_t* steps16, size_t step_group, float* xh,
+                    uint16_t* out16, size_t rows, size_t n, int32_t offset, size_t had_dim) {
+  HWY_DYNAMIC_DISPATCH(DequantRowsImpl)
+  (sym, lo, r, mu, a, step, steps16, step_group, xh, out16, rows, n, offset, had_dim);
 }
-void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi,
-                  uint8_t* lo) {
+void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi, uint8_t* lo) {
   HWY_DYNAMIC_DISPATCH(SplitSymbolsImpl)(sym, n, r, base, hi, lo);
 }
 void MinMaxU16(const uint16_t* x, size_t n, uint16_t* mn, uint16_t* mx) {

@@ -93,8 +93,8 @@ absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScra
   return absl::OkStatus();
 }
 
-absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
-                            uint8_t coder, SectionScratch* sc, uint8_t* out) {
+absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s, uint8_t coder,
+                            SectionScratch* sc, uint8_t* out) {
   if (coder == kCoderExpPlanes) return DecodeLosslessPlanes(payload, s, sc, out);
   const size_t n = s.values();
   const int lanes = RansLanes(coder);
@@ -128,7 +128,6 @@ absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape&
   MergeBytes(lo, hi, reinterpret_cast<uint16_t*>(out), n);
   return absl::OkStatus();
 }
-
 
 // ---- Coder 3: fp16 exponent planes (fast lossless layout) -------------------------------------
 //
@@ -196,8 +195,8 @@ size_t EncodeGroupScalar(const uint16_t* v, const uint8_t* col, uint8_t* rec,
 }
 
 // Decodes one record; returns its size or 0 when malformed. *exc advances past the exceptions.
-size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t* col,
-                         const uint8_t** exc, const uint8_t* exc_end, uint16_t* v) {
+size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t* col, const uint8_t** exc,
+                         const uint8_t* exc_end, uint16_t* v) {
   if (avail < 13 + kPG) return 0;
   const int emax = rec[0] & 31, w = rec[0] >> 5;
   if (w > 5 || avail < size_t(13 + 4 * w + kPG) || (col && emax != 0)) return 0;
@@ -229,13 +228,13 @@ size_t DecodeGroupScalar(const uint8_t* rec, size_t avail, const uint8_t* col,
 #if defined(__x86_64__)
 #define STRATA_PLANES_SIMD 1
 bool PlanesSimd() {
-  static const bool ok = __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512bw") &&
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") &&
                          __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2");
   return ok && !g_planes_force_scalar;
 }
-#define STRATA_PLANES_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt,bmi2")))
+#define STRATA_PLANES_FN \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt,bmi2")))
 
 // Largest exponent field of each of the C channels over the rows (C % 32 == 0).
 STRATA_PLANES_FN void ColumnMaxAvx512(const uint16_t* in, size_t rows, size_t C, uint8_t* col) {
@@ -251,8 +250,8 @@ STRATA_PLANES_FN void ColumnMaxAvx512(const uint16_t* in, size_t rows, size_t C,
 
 // Groups g0 .. g0 + groups - 1 of the tensor `in`; exceptions appended at exc + *exc_n.
 STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t g0, size_t groups,
-                                           const uint8_t* col, size_t C, uint8_t* out,
-                                           uint8_t* exc, size_t* exc_n) {
+                                           const uint8_t* col, size_t C, uint8_t* out, uint8_t* exc,
+                                           size_t* exc_n) {
   uint8_t* o = out;
   uint8_t* x = exc + *exc_n;
   in += g0 * kPG;
@@ -283,11 +282,20 @@ STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t g0, size_t
     const int e4 = _mm_popcnt_u32(_mm512_cmpge_epu16_mask(d, _mm512_set1_epi16(15)));
     const int e5 = _mm_popcnt_u32(_mm512_cmpge_epu16_mask(d, _mm512_set1_epi16(31)));
     int w = 0, cost = 8 * kPG, c;
-    c = kPG * 1 + 8 * e1; w = c < cost ? 1 : w; cost = c < cost ? c : cost;
-    c = kPG * 2 + 8 * e2; w = c < cost ? 2 : w; cost = c < cost ? c : cost;
-    c = kPG * 3 + 8 * e3; w = c < cost ? 3 : w; cost = c < cost ? c : cost;
-    c = kPG * 4 + 8 * e4; w = c < cost ? 4 : w; cost = c < cost ? c : cost;
-    c = kPG * 5 + 8 * e5; w = c < cost ? 5 : w;
+    c = kPG * 1 + 8 * e1;
+    w = c < cost ? 1 : w;
+    cost = c < cost ? c : cost;
+    c = kPG * 2 + 8 * e2;
+    w = c < cost ? 2 : w;
+    cost = c < cost ? c : cost;
+    c = kPG * 3 + 8 * e3;
+    w = c < cost ? 3 : w;
+    cost = c < cost ? c : cost;
+    c = kPG * 4 + 8 * e4;
+    w = c < cost ? 4 : w;
+    cost = c < cost ? c : cost;
+    c = kPG * 5 + 8 * e5;
+    w = c < cost ? 5 : w;
     const __m512i lim = _mm512_set1_epi16(static_cast<int16_t>((1 << w) - 1));
     const __m512i code = _mm512_min_epu16(d, lim);
     o[0] = static_cast<uint8_t>(emax | w << 5);
@@ -302,7 +310,8 @@ STRATA_PLANES_FN size_t EncodeGroupsAvx512(const uint16_t* in, size_t g0, size_t
     // Each plane stored on its own (an array copied in one 20-byte memcpy went through the
     // stack: five narrow stores, then wider loads that cannot be forwarded from them).
     for (int b = 0; b < 5; ++b) {
-      const uint32_t pl = _mm512_test_epi16_mask(code, _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
+      const uint32_t pl =
+          _mm512_test_epi16_mask(code, _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
       std::memcpy(o + 13 + 4 * b, &pl, 4);
     }
     o += 13 + 4 * w;
@@ -341,8 +350,7 @@ STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, siz
     for (int b = 0; b < w; ++b, q += 4) {
       uint32_t pl;
       std::memcpy(&pl, q, 4);
-      code = _mm512_mask_add_epi16(code, pl, code,
-                                  _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
+      code = _mm512_mask_add_epi16(code, pl, code, _mm512_set1_epi16(static_cast<int16_t>(1 << b)));
     }
     const __m512i lim = _mm512_set1_epi16(static_cast<int16_t>((1 << w) - 1));
     const __m512i vmax =
@@ -356,8 +364,9 @@ STRATA_PLANES_FN size_t DecodeGroupsAvx512(const uint8_t* rec, size_t avail, siz
       const size_t k = _mm_popcnt_u32(em);
       if (static_cast<size_t>(exc_end - x) < k) return SIZE_MAX;
       const size_t left = static_cast<size_t>(exc_end - x);
-      const __m256i raw = left >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))
-                                     : _mm256_maskz_loadu_epi8(_bzhi_u32(~0u, static_cast<uint32_t>(left)), x);
+      const __m256i raw =
+          left >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))
+                     : _mm256_maskz_loadu_epi8(_bzhi_u32(~0u, static_cast<uint32_t>(left)), x);
       const __m512i xe = _mm512_cvtepu8_epi16(_mm256_maskz_expand_epi8(em, raw));
       if (_mm512_mask_cmpgt_epu16_mask(em, xe, k31)) return SIZE_MAX;
       e = _mm512_mask_mov_epi16(e, em, xe);
@@ -389,8 +398,7 @@ bool WriteBytePlanes() { return g_write_byte_planes; }
 
 absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                                   std::vector<uint8_t>* out, rans::CoderStats* stats) {
-  if (s.dtype != DType::kFloat16)
-    return absl::InternalError("lossless planes: fp16 only");
+  if (s.dtype != DType::kFloat16) return absl::InternalError("lossless planes: fp16 only");
   const size_t n = s.values(), groups = n / kPG, tail = n % kPG;
   const uint16_t* v = reinterpret_cast<const uint16_t*>(in);
   const size_t C = s.channels();
@@ -505,9 +513,9 @@ absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const Tensor
 #endif
   {
     for (size_t g = 0; g < groups; ++g) {
-      const size_t k = DecodeGroupScalar(rec + used, rec_bytes - used,
-                                         col ? col + (g * kPG) % C : nullptr, &exc, exc_end,
-                                         v + g * kPG);
+      const size_t k =
+          DecodeGroupScalar(rec + used, rec_bytes - used, col ? col + (g * kPG) % C : nullptr, &exc,
+                            exc_end, v + g * kPG);
       if (k == 0) return absl::DataLossError("lossless section: malformed group");
       used += k;
     }

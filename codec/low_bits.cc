@@ -46,9 +46,13 @@ template <bool kBmi2>
 inline uint64_t Unpack8(uint64_t v, int r, uint64_t mask);
 
 template <>
-inline uint64_t Pack8<false>(uint64_t v, int r, uint64_t) { return Gather8(v, r); }
+inline uint64_t Pack8<false>(uint64_t v, int r, uint64_t) {
+  return Gather8(v, r);
+}
 template <>
-inline uint64_t Unpack8<false>(uint64_t v, int r, uint64_t) { return Scatter8(v, r); }
+inline uint64_t Unpack8<false>(uint64_t v, int r, uint64_t) {
+  return Scatter8(v, r);
+}
 #if STRATA_LOW_BITS_BMI2
 template <>
 __attribute__((target("bmi2"), always_inline)) inline uint64_t Pack8<true>(uint64_t v, int,
@@ -69,7 +73,8 @@ template <bool kBmi2>
 STRATA_BMI2_FN void PackImpl(const uint8_t* lo, size_t n, int r, uint8_t* out) {
   const uint64_t mask = ByteMask(r);
   const size_t groups = n / 8;
-  for (size_t g = 0; g < groups; ++g) Store64(out + g * r, Pack8<kBmi2>(Load64(lo + 8 * g), r, mask));
+  for (size_t g = 0; g < groups; ++g)
+    Store64(out + g * r, Pack8<kBmi2>(Load64(lo + 8 * g), r, mask));
   if (const size_t t = n % 8) {
     uint8_t tail[8] = {};
     std::memcpy(tail, lo + 8 * groups, t);
@@ -96,8 +101,10 @@ STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out,
 }
 
 #if STRATA_LOW_BITS_BMI2
-__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t ExpandRowVbmi2(
-    const uint8_t* in, const uint64_t* keep, size_t C, uint8_t* out) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t ExpandRowVbmi2(const uint8_t* in,
+                                                                              const uint64_t* keep,
+                                                                              size_t C,
+                                                                              uint8_t* out) {
   const uint8_t* p = in;
   for (size_t c = 0, k = 0; c < C; c += 64, ++k) {
     const __mmask64 m = keep[k];
@@ -111,8 +118,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t ExpandRowVbmi2(
 // vpmultishiftqb takes byte i of each qword from bit i * r on, and the mask keeps r bits.
 // Returns the number of whole 8-value groups done. The loads never pass the packed bytes.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t UnpackVbmi(const uint8_t* in,
-                                                                          size_t n, int r,
-                                                                          uint8_t* out) {
+                                                                         size_t n, int r,
+                                                                         uint8_t* out) {
   alignas(64) uint8_t perm[64], shifts[64];
   for (int q = 0; q < 8; ++q)
     for (int i = 0; i < 8; ++i) {
@@ -167,8 +174,9 @@ void PackLowBits(const uint8_t* lo, size_t n, int r, uint8_t* out) {
 #if STRATA_LOW_BITS_BMI2
 // vpcompressb into a register and a masked store of the kept bytes (vpcompressb to memory is
 // microcoded on Zen 4); the store never passes them, so in-place rows stay intact.
-__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t CompactVbmi2(
-    uint8_t* lo, size_t T, size_t C, const uint64_t* keep) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi2"))) size_t CompactVbmi2(uint8_t* lo, size_t T,
+                                                                            size_t C,
+                                                                            const uint64_t* keep) {
   uint8_t* dst = lo;
   for (size_t t = 0; t < T; ++t) {
     const uint8_t* row = lo + t * C;

@@ -15,9 +15,9 @@
 //                 section (rans::SharedEncoder), coded after the previous section's
 //   coder 5 (split): u8 r (1..7, < bits), u8 rANS coder of the high part (1, 2, 4, or 6: its
 //                 tables here, its symbols in the blob's shared stream), u16 base,
-//                 rANS(hi = (sym >> r) - base as bytes, alphabet min(256, (4 << bits >> r) - base)),
-//                 then the low r bits of every symbol, bit-packed (low_bits.h) to the end of the
-//                 payload, in value order; with kFlagKeyOutliers and no Hadamard the outlier
+//                 rANS(hi = (sym >> r) - base as bytes, alphabet min(256, (4 << bits >> r) -
+//                 base)), then the low r bits of every symbol, bit-packed (low_bits.h) to the end
+//                 of the payload, in value order; with kFlagKeyOutliers and no Hadamard the outlier
 //                 channels' low bits are left out (those channels are zero when quantised, their
 //                 symbols are 2^(bits+1) whose low bits are 0, and their output is the kept
 //                 input anyway). sym = (hi + base) << r | lo.
@@ -160,7 +160,8 @@ size_t SampleHistogram(const uint16_t* syms, size_t n, uint32_t alphabet, uint32
   for (size_t c = 0; c < num_ctx; ++c)
     for (size_t k = 0; k < span; ++k) {
       const size_t j = c * span + k;
-      counts[c * alphabet + mn + k] += sub[j] + sub[table + j] + sub[2 * table + j] + sub[3 * table + j];
+      counts[c * alphabet + mn + k] +=
+          sub[j] + sub[table + j] + sub[2 * table + j] + sub[3 * table + j];
     }
   return sampled;
 }
@@ -381,9 +382,9 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
         sc->inv_step[g] = 1.0f / sc->step[g];
       }
     }
-    QuantRowGrouped(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    sc->inv_step.data(), step_group, sc->xh.data(), sc->syms.data() + t * C, C,
-                    offset, static_cast<int32_t>(alphabet - 1));
+    QuantRowGrouped(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(), sc->inv_step.data(),
+                    step_group, sc->xh.data(), sc->syms.data() + t * C, C, offset,
+                    static_cast<int32_t>(alphabet - 1));
   }
 
   ByteWriter w(out);
@@ -421,8 +422,8 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   if (*coder == kCoderShared) {
     if (!shared) return absl::InternalError("quant section: shared coder without a stream");
     TableCounts(sc, n, alphabet, ctx);
-    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, 128,
-                 sc->counts.data(), shared);
+    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, 128, sc->counts.data(),
+                 shared);
   } else if (*coder != kCoderSplit) {
     TableCounts(sc, n, alphabet, ctx);
     rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder),
@@ -430,8 +431,7 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   } else {
     // Split coder: r from a sample's histogram (1 in 3 to 1 in 7 blocks of sections of 16k
     // symbols or more; the full histogram of a 49k-symbol section was ~15% of its encoding).
-    const size_t stride =
-        n < 16384 ? 1 : std::min<size_t>(7, std::max<size_t>(3, n / 32768)) | 1;
+    const size_t stride = n < 16384 ? 1 : std::min<size_t>(7, std::max<size_t>(3, n / 32768)) | 1;
     sc->counts.assign(size_t{alphabet} * ctx, 0);
     uint16_t mn = 0, mx = 0;
     if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
@@ -441,16 +441,16 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
     // Outlier channels (zero when quantised, replaced by their kept values) keep no low bits.
     const bool skip = use_outliers && !p.hadamard && !outliers.empty();
     const size_t lo_values = n - (skip ? T * outliers.size() : 0);
-    const int r = n == 0 ? 0
-                         : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
-                                       static_cast<double>(lo_values) / static_cast<double>(n),
-                                       mn, mx);
+    const int r =
+        n == 0 ? 0
+               : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
+                             static_cast<double>(lo_values) / static_cast<double>(n), mn, mx);
     if (r == 0) {
       *coder = kCoderWritten;
       rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
     } else {
       // The high part joins the blob's shared stream (where the caller gives one).
-      const uint8_t hcoder = shared                    ? kCoderShared
+      const uint8_t hcoder = shared                  ? kCoderShared
                              : n >= kMinValuesFor128 ? kCoderRans128
                                                      : kCoderRans64;
       const uint16_t base = static_cast<uint16_t>(mn >> r);
@@ -611,8 +611,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     narrow = true;
   } else if (narrow) {
     sc->syms8.resize(n);
-    RETURN_IF_ERROR(
-        rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
+    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
   } else {
     sc->syms.resize(n);
     RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
@@ -652,25 +651,23 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   // rows in one kernel call.
   const bool rows_at_once = s.dtype == DType::kFloat16 && narrow;
   if (rows_at_once)
-    DequantRowsF16(sc->syms8.data(), lo_rows, split_r, sc->mu.data(),
-                   sc->a.data(), sc->step.data(), sc->steps16.data(), axis == 1 ? group : 0,
-                   sc->xh.data(), reinterpret_cast<uint16_t*>(out), T, C, offset,
-                   had ? s.head_dim : 0);
+    DequantRowsF16(sc->syms8.data(), lo_rows, split_r, sc->mu.data(), sc->a.data(), sc->step.data(),
+                   sc->steps16.data(), axis == 1 ? group : 0, sc->xh.data(),
+                   reinterpret_cast<uint16_t*>(out), T, C, offset, had ? s.head_dim : 0);
   for (size_t t = 0; t < (rows_at_once ? 0 : T); ++t) {
     size_t step_group = 0;
     if (axis == 1) {
       step_group = group;
-      for (size_t g = 0; g < ngroups; ++g)
-        sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
+      for (size_t g = 0; g < ngroups; ++g) sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
     }
     // fp16 output: dequantise and convert (with :had, rotate each head vector) in one pass.
-    uint16_t* out16 = s.dtype == DType::kFloat16 ? reinterpret_cast<uint16_t*>(out + t * out_row)
-                                                 : nullptr;
+    uint16_t* out16 =
+        s.dtype == DType::kFloat16 ? reinterpret_cast<uint16_t*>(out + t * out_row) : nullptr;
     const size_t had_dim = had ? s.head_dim : 0;
     if (split_r) {
       DequantRowSplitF16(sc->syms8.data() + t * C, lo_rows + t * C, split_r, sc->mu.data(),
-                         sc->a.data(), sc->step.data(), step_group, sc->xh.data(), out16, C,
-                         offset, had_dim);
+                         sc->a.data(), sc->step.data(), step_group, sc->xh.data(), out16, C, offset,
+                         had_dim);
     } else if (narrow)
       DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
                     step_group, sc->xh.data(), out16, C, offset, had_dim);

@@ -1,11 +1,11 @@
 #include "codec/rans.h"
 
 #include <algorithm>
-#include <type_traits>
-#include <utility>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,7 +28,7 @@ constexpr int kMinProbBits = 11;
 constexpr int kMaxProbBits = 15;
 
 struct EncSym {
-  uint64_t rcp;    // floor((2^64 - 1) / freq): quotient estimate, corrected by one step
+  uint64_t rcp;  // floor((2^64 - 1) / freq): quotient estimate, corrected by one step
   uint32_t freq;
   uint32_t start;
   uint32_t x_max;  // renormalise (emit a word) while x >= x_max
@@ -129,18 +129,25 @@ void HistogramImpl(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ct
 template <typename F>
 decltype(auto) WithChains(int chains, F&& f) {
   switch (chains) {
-    case 8: return f(std::integral_constant<int, 8>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    default: return f(std::integral_constant<int, 2>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 2>{});
   }
 }
 template <int kGeneral, typename F>
 decltype(auto) WithTableSpan(uint32_t span, F&& f) {
   switch (span) {
-    case 16: return f(std::integral_constant<int, 16>{});
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    default: return f(std::integral_constant<int, kGeneral>{});
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      return f(std::integral_constant<int, kGeneral>{});
   }
 }
 
@@ -166,8 +173,7 @@ STRATA_AVX512_FN __m512i DecStep(__m512i x, const uint32_t* ent, const uint16_t*
 // Refills the lanes that fell below kL with the next words, in lane order.
 STRATA_AVX512_FN __m512i DecRenorm(__m512i x, const uint16_t*& wp) {
   const __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kL)));
-  const __m512i w =
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
   wp += std::popcount(static_cast<unsigned>(need));
   return _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16),
                               _mm512_maskz_expand_epi32(need, w));
@@ -265,8 +271,8 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
     uint32_t c = c0;
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
-      xv[v] = DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c],
-                                  &sv[v]);
+      xv[v] =
+          DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c], &sv[v]);
       c = c + 1 == num_ctx ? 0 : c + 1;
     }
     c0 = c;
@@ -296,8 +302,8 @@ TableLookup(const uint32_t* tab, __m512i idx) {
     static_assert(kTab == 64);
     const __m512i e0 =
         _mm512_permutex2var_epi32(_mm512_loadu_si512(tab), idx, _mm512_loadu_si512(tab + 16));
-    const __m512i e1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(tab + 32), idx,
-                                                 _mm512_loadu_si512(tab + 48));
+    const __m512i e1 =
+        _mm512_permutex2var_epi32(_mm512_loadu_si512(tab + 32), idx, _mm512_loadu_si512(tab + 48));
     return _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), e0, e1);
   }
 }
@@ -305,53 +311,53 @@ TableLookup(const uint32_t* tab, __m512i idx) {
 template <typename Sym, int kTab>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncStep(
     const Sym* syms, size_t g, const uint32_t* tables, const float* rcps, size_t stride,
-    const __m512i lov, const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx,
-    uint16_t*& wp, __m512i& xr) {
+    const __m512i lov, const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
+    __m512i& xr) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i zero = _mm512_setzero_si512();
-    const uint32_t p = prob_bits[ctx];
-    const uint32_t* tab = tables + size_t{ctx} * stride;
-    const uint32_t* rtab = reinterpret_cast<const uint32_t*>(rcps + size_t{ctx} * stride);
-    __m512i idx;
-    if constexpr (sizeof(Sym) == 1) {
-      idx = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + g * kCtxRun)));
-    } else {
-      idx = _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(syms + g * kCtxRun)));
-    }
-    idx = _mm512_sub_epi32(idx, lov);
-    const __m512i e = TableLookup<kTab>(tab, idx);
-    const __m512 rcp = _mm512_castsi512_ps(TableLookup<kTab>(rtab, idx));
-    const __m512i freq = _mm512_and_si512(e, low16);
-    const __m512i start = _mm512_srli_epi32(e, 16);
-    // freq << (32 - p), minus one: emit while x > that (x >= freq << (32 - p)); a symbol with
-    // freq = 2^p wraps to 0xFFFFFFFF and never emits.
-    const __m512i xmax1 = _mm512_sub_epi32(
-        _mm512_sll_epi32(freq, _mm_cvtsi32_si128(static_cast<int>(32 - p))), one);
-    __m512i x = xr;
-    const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
-    const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
-    __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
-    // Keeps the narrowing in a register: GCC would fuse it with the masked store into a
-    // narrowing store (vpmovdw to memory), which is slow on Zen 4.
-    asm("" : "+v"(w));
-    wp -= k;
-    _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
-    x = _mm512_mask_srli_epi32(x, emit, x, 16);
-    const __m512 qf = _mm512_mul_ps(_mm512_cvtepu32_ps(x), rcp);
-    __m512i q = _mm512_cvttps_epu32(qf);
-    __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
-    const __mmask16 neg = _mm512_cmplt_epi32_mask(r, zero);
-    q = _mm512_mask_sub_epi32(q, neg, q, one);
-    r = _mm512_mask_add_epi32(r, neg, r, freq);
-    const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
-    q = _mm512_mask_add_epi32(q, over, q, one);
-    r = _mm512_mask_sub_epi32(r, over, r, freq);
-    xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
-                          _mm512_add_epi32(r, start));
-    ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
+  const uint32_t p = prob_bits[ctx];
+  const uint32_t* tab = tables + size_t{ctx} * stride;
+  const uint32_t* rtab = reinterpret_cast<const uint32_t*>(rcps + size_t{ctx} * stride);
+  __m512i idx;
+  if constexpr (sizeof(Sym) == 1) {
+    idx =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + g * kCtxRun)));
+  } else {
+    idx = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(syms + g * kCtxRun)));
+  }
+  idx = _mm512_sub_epi32(idx, lov);
+  const __m512i e = TableLookup<kTab>(tab, idx);
+  const __m512 rcp = _mm512_castsi512_ps(TableLookup<kTab>(rtab, idx));
+  const __m512i freq = _mm512_and_si512(e, low16);
+  const __m512i start = _mm512_srli_epi32(e, 16);
+  // freq << (32 - p), minus one: emit while x > that (x >= freq << (32 - p)); a symbol with
+  // freq = 2^p wraps to 0xFFFFFFFF and never emits.
+  const __m512i xmax1 =
+      _mm512_sub_epi32(_mm512_sll_epi32(freq, _mm_cvtsi32_si128(static_cast<int>(32 - p))), one);
+  __m512i x = xr;
+  const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
+  const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
+  __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+  // Keeps the narrowing in a register: GCC would fuse it with the masked store into a
+  // narrowing store (vpmovdw to memory), which is slow on Zen 4.
+  asm("" : "+v"(w));
+  wp -= k;
+  _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
+  x = _mm512_mask_srli_epi32(x, emit, x, 16);
+  const __m512 qf = _mm512_mul_ps(_mm512_cvtepu32_ps(x), rcp);
+  __m512i q = _mm512_cvttps_epu32(qf);
+  __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
+  const __mmask16 neg = _mm512_cmplt_epi32_mask(r, zero);
+  q = _mm512_mask_sub_epi32(q, neg, q, one);
+  r = _mm512_mask_add_epi32(r, neg, r, freq);
+  const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
+  q = _mm512_mask_add_epi32(q, over, q, one);
+  r = _mm512_mask_sub_epi32(r, over, r, freq);
+  xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
+                        _mm512_add_epi32(r, start));
+  ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
 }
 
 // Runs b * V + V - 1 .. b * V, one per state vector.
@@ -376,8 +382,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
 template <typename Sym, int kTab, int V>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx512(
     const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, const float* rcps,
-    size_t stride, uint32_t lo, const uint32_t* prob_bits, uint32_t* states,
-    uint16_t*& wp_ref) {
+    size_t stride, uint32_t lo, const uint32_t* prob_bits, uint32_t* states, uint16_t*& wp_ref) {
   // runs is a multiple of V: run b * V + v uses state vector v.
   __m512i xv[V];
 #pragma GCC unroll 8
@@ -724,8 +729,8 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
   bool packed = false;
   uint32_t tab = 0;
 #if STRATA_RANS_AVX512
-  packed = CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(L / 16) && span > 0 &&
-           span <= 256;
+  packed =
+      CpuHasAvx512() && !g_force_scalar && full_runs >= size_t(L / 16) && span > 0 && span <= 256;
   tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
 #endif
   const uint32_t* ent[kMaxContexts];
@@ -824,8 +829,8 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
       });
     } else {
       g = WithChains(V, [&](auto v) {
-        return DecodeRunsAvx512<Sym, decltype(v)::value>(x, wp, wend, full_runs, num_ctx, ent,
-                                                         sym, prob_bits, out);
+        return DecodeRunsAvx512<Sym, decltype(v)::value>(x, wp, wend, full_runs, num_ctx, ent, sym,
+                                                         prob_bits, out);
       });
     }
   }
@@ -919,8 +924,8 @@ template void Histogram<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t, uin
 template void Histogram<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t, uint32_t*);
 template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
                                       uint8_t*, int, SharedDecoder*);
-template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t,
-                                       Scratch*, uint16_t*, int, SharedDecoder*);
+template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
+                                       uint16_t*, int, SharedDecoder*);
 template double EmpiricalEntropyBits<uint8_t>(const uint8_t*, size_t, uint32_t, uint32_t);
 template double EmpiricalEntropyBits<uint16_t>(const uint16_t*, size_t, uint32_t, uint32_t);
 

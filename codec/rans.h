@@ -24,9 +24,9 @@
 
 namespace strata::codec::rans {
 
-inline constexpr int kLanes = 32;   // interleaved states of the original (coder 1) streams
+inline constexpr int kLanes = 32;      // interleaved states of the original (coder 1) streams
 inline constexpr int kMaxLanes = 128;  // coder 4 streams: 128 states, eight 16-lane vectors
-inline constexpr int kCtxRun = 16;  // symbols per context run
+inline constexpr int kCtxRun = 16;     // symbols per context run
 inline constexpr uint32_t kMaxAlphabet = 4096;
 inline constexpr uint32_t kMaxContexts = 256;
 
@@ -46,14 +46,14 @@ struct CoderStats {
 // Reusable buffers; one per thread of use.
 struct Scratch {
   std::vector<uint32_t> counts;
-  std::vector<uint8_t> enc_syms;   // EncSym records
-  std::vector<uint32_t> enc_ent;   // SIMD encoder tables: freq | start << 16
-  std::vector<float> enc_rcp;      // and 1 / freq
+  std::vector<uint8_t> enc_syms;  // EncSym records
+  std::vector<uint32_t> enc_ent;  // SIMD encoder tables: freq | start << 16
+  std::vector<float> enc_rcp;     // and 1 / freq
   std::vector<uint16_t> words;
   std::vector<uint32_t> dec_entry;  // per context 2^prob_bits (freq << 16 | bias)
   std::vector<uint16_t> dec_sym;
-  std::vector<uint8_t> dec_pack8;   // SIMD decoder: symbol index (symbol - lo) per slot
-  std::vector<uint32_t> dec_ftab;   // SIMD decoder: frequency per symbol, per context
+  std::vector<uint8_t> dec_pack8;  // SIMD decoder: symbol index (symbol - lo) per slot
+  std::vector<uint32_t> dec_ftab;  // SIMD decoder: frequency per symbol, per context
 };
 
 // One 128-state stream shared by the sections of a blob (quant coder 6), so that its final

@@ -115,17 +115,18 @@ std::vector<uint8_t> GenerateSyntheticKv(const KvLayout& layout, uint32_t num_bl
         const float sigma_t =
             static_cast<float>(std::exp(P.value_token_scale_sigma * rng.Gaussian()));
         const uint32_t blk = t / TB, tb = t % TB;
-        uint8_t* kdst = out.data() + size_t{blk} * block_bytes + size_t{l} * tensors * tensor_bytes +
-                        (size_t{tb} * H + h) * D * eb;
+        uint8_t* kdst = out.data() + size_t{blk} * block_bytes +
+                        size_t{l} * tensors * tensor_bytes + (size_t{tb} * H + h) * D * eb;
         for (uint32_t c = 0; c < D; ++c) pre[c] = layer_scale * (m[c] + s[c] * z[c]);
         for (uint32_t c = 0; c < D; ++c) {
           float k = pre[c];
           if (half > 0 && c < 2 * half) {
             const uint32_t j = c % half;
-            const double theta = std::pow(static_cast<double>(P.rope_base),
-                                          -2.0 * j / static_cast<double>(D));
+            const double theta =
+                std::pow(static_cast<double>(P.rope_base), -2.0 * j / static_cast<double>(D));
             const double ang = static_cast<double>(t) * theta;
-            const float cs = static_cast<float>(std::cos(ang)), sn = static_cast<float>(std::sin(ang));
+            const float cs = static_cast<float>(std::cos(ang)),
+                        sn = static_cast<float>(std::sin(ang));
             k = c < half ? pre[c] * cs - pre[c + half] * sn : pre[c] * cs + pre[c - half] * sn;
           }
           Store(k, layout.dtype, kdst + c * eb);

@@ -33,10 +33,10 @@ namespace strata::codec {
 struct SyntheticKvParams {
   uint64_t seed = 1;
   float rope_base = 10000.0f;
-  uint32_t outlier_pairs = 2;       // per head (so 4 outlier channels of head_dim)
+  uint32_t outlier_pairs = 2;  // per head (so 4 outlier channels of head_dim)
   float outlier_scale = 12.0f;
-  float key_token_corr = 0.9f;      // AR(1) coefficient of pre-RoPE key content
-  float value_token_corr = 0.8f;    // AR(1) coefficient of values
+  float key_token_corr = 0.9f;           // AR(1) coefficient of pre-RoPE key content
+  float value_token_corr = 0.8f;         // AR(1) coefficient of values
   float value_token_scale_sigma = 0.3f;  // log-normal sigma of per-token value magnitude
 };
 

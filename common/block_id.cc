@@ -82,8 +82,8 @@ std::vector<BlockId> ComputeBlockIds(const NamespaceId& ns, uint32_t tokens_per_
   Sha256 h;
   Digest parent = ns;
   for (size_t i = 0; i < full; ++i) {
-    parent = HashBlock(h, parent, tokens.subspan(i * tokens_per_block, tokens_per_block),
-                       extra_keys);
+    parent =
+        HashBlock(h, parent, tokens.subspan(i * tokens_per_block, tokens_per_block), extra_keys);
     ids.push_back(parent);
   }
   return ids;

@@ -87,8 +87,7 @@ uint32_t RawPortable(uint32_t crc, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t RawHardware(uint32_t crc, const uint8_t* p,
-                                                       size_t n) {
+__attribute__((target("sse4.2"))) uint32_t RawHardware(uint32_t crc, const uint8_t* p, size_t n) {
   // Three independent streams hide the crc32 instruction's 3-cycle latency; the stripe length is
   // fixed so the two shift operators are computed once.
   constexpr size_t kStripe = 8192;
@@ -108,8 +107,8 @@ __attribute__((target("sse4.2"))) uint32_t RawHardware(uint32_t crc, const uint8
       c1 = _mm_crc32_u64(c1, v1);
       c2 = _mm_crc32_u64(c2, v2);
     }
-    c0 = MultModP(shift2, static_cast<uint32_t>(c0)) ^
-         MultModP(shift1, static_cast<uint32_t>(c1)) ^ static_cast<uint32_t>(c2);
+    c0 = MultModP(shift2, static_cast<uint32_t>(c0)) ^ MultModP(shift1, static_cast<uint32_t>(c1)) ^
+         static_cast<uint32_t>(c2);
     p += 3 * kStripe;
     n -= 3 * kStripe;
   }
@@ -145,8 +144,10 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i FoldConstantVec
 }
 
 // CRC register of the 256 folded bytes, from state 0.
-__attribute__((target("avx512f,sse4.2"), always_inline)) inline uint32_t FinishFolded(
-    __m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+__attribute__((target("avx512f,sse4.2"), always_inline)) inline uint32_t FinishFolded(__m512i a0,
+                                                                                      __m512i a1,
+                                                                                      __m512i a2,
+                                                                                      __m512i a3) {
   alignas(64) uint8_t folded[256];
   _mm512_store_si512(folded, a0);
   _mm512_store_si512(folded + 64, a1);
@@ -161,8 +162,9 @@ __attribute__((target("avx512f,sse4.2"), always_inline)) inline uint32_t FinishF
   return static_cast<uint32_t>(c);
 }
 
-__attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i FoldData(
-    __m512i a, __m512i k, __m512i data) {
+__attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i FoldData(__m512i a,
+                                                                                     __m512i k,
+                                                                                     __m512i data) {
   __m512i lo = _mm512_clmulepi64_epi128(a, k, 0x00);
   __m512i hi = _mm512_clmulepi64_epi128(a, k, 0x11);
   return _mm512_ternarylogic_epi64(lo, hi, data, 0x96);  // lo ^ hi ^ data
@@ -174,8 +176,8 @@ __attribute__((target("avx512f,vpclmulqdq"), always_inline)) inline __m512i Fold
 }
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_t crc,
-                                                                        const uint8_t* p,
-                                                                        size_t n) {
+                                                                         const uint8_t* p,
+                                                                         size_t n) {
   const __m512i kk = FoldConstantVector();
   __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
   __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
@@ -194,8 +196,10 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_
   return RawHardware(c, p, n);
 }
 
-__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
-    uint32_t crc, uint8_t* dst, const uint8_t* p, size_t n) {
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(uint32_t crc,
+                                                                             uint8_t* dst,
+                                                                             const uint8_t* p,
+                                                                             size_t n) {
   const __m512i kk = FoldConstantVector();
   __m512i d0 = _mm512_loadu_si512(p), d1 = _mm512_loadu_si512(p + 64);
   __m512i d2 = _mm512_loadu_si512(p + 128), d3 = _mm512_loadu_si512(p + 192);
@@ -203,7 +207,8 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
   _mm512_storeu_si512(dst + 64, d1);
   _mm512_storeu_si512(dst + 128, d2);
   _mm512_storeu_si512(dst + 192, d3);
-  __m512i a0 = _mm512_xor_si512(d0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
+  __m512i a0 =
+      _mm512_xor_si512(d0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
   __m512i a1 = d1, a2 = d2, a3 = d3;
   p += 256;
   dst += 256;
@@ -232,8 +237,7 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(
 
 bool HasFolding() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("vpclmulqdq") &&
-                          __builtin_cpu_supports("sse4.2");
+                          __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("sse4.2");
   return has;
 }
 

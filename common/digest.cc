@@ -36,8 +36,7 @@ absl::StatusOr<Digest> Digest::FromHex(std::string_view hex) {
 
 absl::StatusOr<Digest> Digest::FromBytes(std::string_view raw) {
   if (raw.size() != 32)
-    return absl::InvalidArgumentError(
-        absl::StrCat("digest must be 32 bytes, got ", raw.size()));
+    return absl::InvalidArgumentError(absl::StrCat("digest must be 32 bytes, got ", raw.size()));
   Digest d;
   std::memcpy(d.bytes.data(), raw.data(), 32);
   return d;

@@ -35,9 +35,9 @@ std::string_view DTypeName(DType t) {
 absl::StatusOr<DType> ParseDType(std::string_view name) {
   for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat8E4M3})
     if (DTypeName(t) == name) return t;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", absl::string_view(name.data(), name.size()),
-      "' (expected fp16, bf16, fp32 or fp8_e4m3)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '",
+                                                 absl::string_view(name.data(), name.size()),
+                                                 "' (expected fp16, bf16, fp32 or fp8_e4m3)"));
 }
 
 uint64_t KvLayout::BlockBytes() const {
@@ -63,8 +63,8 @@ absl::Status KvLayout::Validate() const {
 }
 
 std::string KvLayout::DebugString() const {
-  return absl::StrCat(num_layers, "L x ", num_kv_heads, "H x ", head_dim, "D ", AsAbsl(DTypeName(dtype)),
-                      " ", tokens_per_block, " tok/block ",
+  return absl::StrCat(num_layers, "L x ", num_kv_heads, "H x ", head_dim, "D ",
+                      AsAbsl(DTypeName(dtype)), " ", tokens_per_block, " tok/block ",
                       kind == KvKind::kSeparateKV ? "kv" : "mla");
 }
 

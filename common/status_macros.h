@@ -7,10 +7,10 @@
 #define STRATA_CONCAT_INNER(a, b) a##b
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status strata_status_ = (expr);            \
-    if (!strata_status_.ok()) return strata_status_;   \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status strata_status_ = (expr);          \
+    if (!strata_status_.ok()) return strata_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -19,15 +19,24 @@ absl::StatusOr<uint64_t> ParseSize(std::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat("'", t, "' is not a size (e.g. 512MiB)"));
   std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(t.substr(split)));
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb") mult = 1e3;
-  else if (unit == "m" || unit == "mb") mult = 1e6;
-  else if (unit == "g" || unit == "gb") mult = 1e9;
-  else if (unit == "t" || unit == "tb") mult = 1e12;
-  else if (unit == "kib") mult = 1024.0;
-  else if (unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kb")
+    mult = 1e3;
+  else if (unit == "m" || unit == "mb")
+    mult = 1e6;
+  else if (unit == "g" || unit == "gb")
+    mult = 1e9;
+  else if (unit == "t" || unit == "tb")
+    mult = 1e12;
+  else if (unit == "kib")
+    mult = 1024.0;
+  else if (unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   else
     return absl::InvalidArgumentError(
         absl::StrCat("'", t, "' has an unknown size unit (use B, KiB, MiB, GiB, TiB)"));

@@ -1,8 +1,7 @@
 #include "daemon/admin_service.h"
 
-#include "daemon/cluster.h"
-
 #include "absl/strings/str_cat.h"
+#include "daemon/cluster.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -47,9 +46,9 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
   if (!req->namespace_id().empty()) {
     auto id = Digest::FromBytes(req->namespace_id());
     if (!id.ok())
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("namespace_id must be 32 bytes, got ",
-                                       req->namespace_id().size()));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("namespace_id must be 32 bytes, got ", req->namespace_id().size()));
     if (auto s = namespaces_->Check(*id); !s.ok())
       return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message()));
     ns = *id;
@@ -62,8 +61,7 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::InspectBlocks(grpc::ServerContext*,
-                                         const v1::InspectBlocksRequest* req,
+grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
   if (req->ids().size() % 32 != 0 || req->ids().size() > 32 * kMaxPage)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
 #include "common/status_macros.h"
@@ -64,7 +63,6 @@ void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
   for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
 }
 
-
 }  // namespace
 
 CacheService::CallScope::CallScope(CacheService* s) : service_(s) {
@@ -103,8 +101,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
   resp->set_arena_base(data_plane_.arena_base);
   resp->set_arena_bytes(data_plane_.arena_bytes);
   resp->set_arena_rkey(data_plane_.arena_rkey);
-  resp->set_reservation_timeout_ms(
-      absl::ToInt64Milliseconds(tier_->options().reservation_timeout));
+  resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(tier_->options().reservation_timeout));
   resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(tier_->options().lease_timeout));
   Cluster* cluster = cluster_.load();
   resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
@@ -131,7 +128,8 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
 }
 
 grpc::Status CacheService::LookupStream(
-    grpc::ServerContext* c, grpc::ServerReaderWriter<v1::LookupResponse, v1::LookupRequest>* stream) {
+    grpc::ServerContext* c,
+    grpc::ServerReaderWriter<v1::LookupResponse, v1::LookupRequest>* stream) {
   // Each message is admitted (and refused while draining) like a unary Lookup; the stream itself
   // is not counted as in flight, so idle streams never hold up a drain (Shutdown cancels them).
   v1::LookupRequest req;
@@ -156,8 +154,7 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
   if (!scoped.ok()) return ToGrpc(scoped.status());
   const auto& [ns, ids] = *scoped;
   std::vector<Tier> tiers;
-  const size_t local =
-      tiered_ ? tiered_->Lookup(ns, ids, &tiers) : tier_->Lookup(ns, ids);
+  const size_t local = tiered_ ? tiered_->Lookup(ns, ids, &tiers) : tier_->Lookup(ns, ids);
   size_t n = local;
   resp->mutable_tiers()->Reserve(static_cast<int>(ids.size()));
   for (size_t i = 0; i < local; ++i)
@@ -189,8 +186,7 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
         at = it->second;
       }
       resp->add_holder(at);
-      resp->add_tiers(best->tier == placement::LocationTier::kNvme ? v1::TIER_NVME
-                                                                   : v1::TIER_HOST);
+      resp->add_tiers(best->tier == placement::LocationTier::kNvme ? v1::TIER_NVME : v1::TIER_HOST);
       ++n;
     }
     cluster->CountRemoteLocated(n - local);
@@ -215,10 +211,10 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
   if (!parents.ok()) return ToGrpc(parents.status());
   if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
       (!parents->empty() && parents->size() != ids.size()))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(),
-                                     " parent ids and ", req->sizes_size(),
-                                     " sizes; they must match"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(), " parent ids and ",
+                     req->sizes_size(), " sizes; they must match"));
   std::vector<ReserveItem> items(ids.size());
   for (size_t i = 0; i < items.size(); ++i) {
     items[i].id = ids[i];

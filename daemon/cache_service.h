@@ -10,10 +10,10 @@
 #include "absl/time/time.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
-#include "transport/ucx.h"
 #include "storage/host_tier.h"
 #include "storage/tiered_store.h"
 #include "strata/v1/cache.grpc.pb.h"
+#include "transport/ucx.h"
 
 namespace strata::daemon {
 
@@ -74,8 +74,7 @@ class CacheService final : public v1::Cache::Service {
                      v1::EvictResponse* r) override {
     return Timed(RpcMetrics::kEvict, [&] { return DoEvict(c, q, r); });
   }
-  grpc::Status Pin(grpc::ServerContext* c, const v1::PinRequest* q,
-                   v1::PinResponse* r) override {
+  grpc::Status Pin(grpc::ServerContext* c, const v1::PinRequest* q, v1::PinResponse* r) override {
     return Timed(RpcMetrics::kPin, [&] { return DoPin(c, q, r); });
   }
   grpc::Status Unpin(grpc::ServerContext* c, const v1::UnpinRequest* q,

@@ -1,20 +1,20 @@
 #include "daemon/cluster.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
-#include "common/crc32c.h"
 #include "common/am_wire.h"
-#include "strata/v1/cache.grpc.pb.h"
+#include "common/crc32c.h"
 #include "proto/convert.h"
+#include "strata/v1/cache.grpc.pb.h"
 
 namespace strata::daemon {
 namespace {
@@ -59,10 +59,14 @@ class CallGroup {
 
 placement::LocationTier TierOf(int proto_tier) {
   switch (proto_tier) {
-    case v1::TIER_GPU: return placement::LocationTier::kGpu;
-    case v1::TIER_HOST: return placement::LocationTier::kHost;
-    case v1::TIER_NVME: return placement::LocationTier::kNvme;
-    default: return placement::LocationTier::kUnknown;
+    case v1::TIER_GPU:
+      return placement::LocationTier::kGpu;
+    case v1::TIER_HOST:
+      return placement::LocationTier::kHost;
+    case v1::TIER_NVME:
+      return placement::LocationTier::kNvme;
+    default:
+      return placement::LocationTier::kUnknown;
   }
 }
 
@@ -97,14 +101,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
   Cluster* raw = c.get();
   c->membership_->SetListener([raw](const placement::MembershipView& v) { raw->OnView(v); });
   if (cfg.membership == "etcd") {
-    spdlog::info("joining the cluster through etcd ({}); waiting up to {} if it is not answering "
-                 "yet",
-                 absl::StrJoin(cfg.etcd_endpoints, ", "),
-                 absl::FormatDuration(etcd_start_timeout));
+    spdlog::info(
+        "joining the cluster through etcd ({}); waiting up to {} if it is not answering "
+        "yet",
+        absl::StrJoin(cfg.etcd_endpoints, ", "), absl::FormatDuration(etcd_start_timeout));
   }
   if (absl::Status s = c->membership_->Start(c->options_.self); !s.ok())
-    return absl::Status(s.code(), absl::StrCat("cluster membership (", cfg.membership,
-                                               "): ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("cluster membership (", cfg.membership, "): ", s.message()));
   c->OnView(c->membership_->View());
   c->announcer_ = std::thread([raw] { raw->AnnounceLoop(); });
   if (cfg.rereplicate) c->repairer_ = std::thread([raw] { raw->RepairLoop(); });
@@ -173,7 +177,8 @@ void Cluster::OnView(const placement::MembershipView& view) {
         repair_cv_.notify_all();
       }
     for (const auto& n : view.nodes)
-      if (!prev->view.Find(n.id)) spdlog::info("node '{}' ({}) joined the cluster", n.id, n.address);
+      if (!prev->view.Find(n.id))
+        spdlog::info("node '{}' ({}) joined the cluster", n.id, n.address);
   }
   // Entries this node no longer owns go; holders re-announce to the new owners.
   const size_t r = options_.config.directory_owners;
@@ -327,8 +332,10 @@ void Cluster::Repair() {
       auto st = AskToPull(NodeAt(*r, target).address, *ns, sub, parents, options_.self.id,
                           options_.self.address, absl::Now() + absl::Seconds(30));
       for (BlockStatus s : st) {
-        if (s == BlockStatus::kOk || s == BlockStatus::kExists) ++made;
-        else ++failed;
+        if (s == BlockStatus::kOk || s == BlockStatus::kExists)
+          ++made;
+        else
+          ++failed;
       }
     }
   }
@@ -379,8 +386,10 @@ void Cluster::Announce(std::span<const BlockId> ids, bool withdraw) {
     auto& mine = per_owner[o];
     if (mine.empty()) continue;
     if (static_cast<int>(o) == r->self) {
-      if (withdraw) directory_.Withdraw(options_.self.id, mine);
-      else directory_.Announce(options_.self.id, mine, host, expires);
+      if (withdraw)
+        directory_.Withdraw(options_.self.id, mine);
+      else
+        directory_.Announce(options_.self.id, mine, host, expires);
       continue;
     }
     auto stub = PeerStub(NodeAt(*r, o).address);
@@ -420,8 +429,8 @@ void Cluster::HandleAnnounce(const v1::AnnounceRequest& req) {
   for (int t : req.tiers()) tiers.push_back(TierOf(t));
   if (tiers.empty()) tiers.push_back(placement::LocationTier::kHost);
   if (tiers.size() != 1 && tiers.size() != ids.size()) tiers.resize(1);
-  absl::Duration ttl = req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms())
-                                        : options_.config.directory_ttl;
+  absl::Duration ttl =
+      req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms()) : options_.config.directory_ttl;
   directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl);
 }
 
@@ -578,20 +587,33 @@ std::vector<size_t> Cluster::AskOwnersOverAm(
     size_t pos = 0;
     bool bad = false;
     for (uint32_t n = 0; n < a.nodes && !bad; ++n) {
-      if (pos + 2 > a.data.size()) { bad = true; break; }
+      if (pos + 2 > a.data.size()) {
+        bad = true;
+        break;
+      }
       size_t len = static_cast<uint8_t>(a.data[pos]) | (static_cast<uint8_t>(a.data[pos + 1]) << 8);
       pos += 2;
-      if (pos + len > a.data.size()) { bad = true; break; }
+      if (pos + len > a.data.size()) {
+        bad = true;
+        break;
+      }
       names.push_back(a.data.substr(pos, len));
       pos += len;
     }
     const auto& which = calls[c].second;
     for (size_t k = 0; k < which.size() && !bad; ++k) {
-      if (pos >= a.data.size()) { bad = true; break; }
+      if (pos >= a.data.size()) {
+        bad = true;
+        break;
+      }
       size_t count = static_cast<uint8_t>(a.data[pos++]);
       for (size_t h = 0; h < count; ++h) {
-        if (pos + 3 > a.data.size()) { bad = true; break; }
-        size_t node = static_cast<uint8_t>(a.data[pos]) | (static_cast<uint8_t>(a.data[pos + 1]) << 8);
+        if (pos + 3 > a.data.size()) {
+          bad = true;
+          break;
+        }
+        size_t node =
+            static_cast<uint8_t>(a.data[pos]) | (static_cast<uint8_t>(a.data[pos + 1]) << 8);
         int tier = static_cast<uint8_t>(a.data[pos + 2]);
         pos += 3;
         if (node >= names.size() || !ring.view.Find(names[node])) continue;
@@ -681,9 +703,8 @@ void Cluster::AskOwners(const Ring& ring, std::span<const BlockId> ids,
   // time are asked over gRPC.
   std::vector<size_t> grpc_calls;
   if (options_.ucx) {
-    const absl::Time am_deadline =
-        std::min(deadline, absl::Now() + std::min(options_.config.peer_timeout,
-                                                  absl::Milliseconds(200)));
+    const absl::Time am_deadline = std::min(
+        deadline, absl::Now() + std::min(options_.config.peer_timeout, absl::Milliseconds(200)));
     grpc_calls = AskOwnersOverAm(ring, remote, ids, am_deadline, merge);
   } else {
     for (size_t c = 0; c < remote.size(); ++c) grpc_calls.push_back(c);
@@ -748,8 +769,7 @@ absl::StatusOr<std::shared_ptr<Client>> Cluster::SourceClient(const std::string&
   auto made = Client::Connect(o);
   if (!made.ok())
     return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
-                                                           address, ": ",
-                                                           made.status().message()));
+                                                           address, ": ", made.status().message()));
   std::shared_ptr<Client> c = std::move(*made);
   sources_[address] = c;
   return c;
@@ -772,8 +792,10 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
   // Skip what is already here.
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (Holds(ids[i])) status[i] = BlockStatus::kExists;
-    else need.push_back(i);
+    if (Holds(ids[i]))
+      status[i] = BlockStatus::kExists;
+    else
+      need.push_back(i);
   }
   if (need.empty()) return status;
   auto source = SourceClient(source_node, source_address);
@@ -865,17 +887,15 @@ std::vector<BlockStatus> Cluster::PullStatuses(const grpc::Status& s, const v1::
                  s.ok() ? "wrong number of statuses" : s.error_message());
     return status;
   }
-  for (size_t i = 0; i < n; ++i) status[i] = static_cast<BlockStatus>(resp.status(static_cast<int>(i)));
+  for (size_t i = 0; i < n; ++i)
+    status[i] = static_cast<BlockStatus>(resp.status(static_cast<int>(i)));
   return status;
 }
 
-std::vector<BlockStatus> Cluster::AskToPull(const std::string& target_address,
-                                            const NamespaceRegistry::Entry& ns,
-                                            std::span<const BlockId> ids,
-                                            std::span<const BlockId> parents,
-                                            const std::string& source_node,
-                                            const std::string& source_address,
-                                            absl::Time deadline) {
+std::vector<BlockStatus> Cluster::AskToPull(
+    const std::string& target_address, const NamespaceRegistry::Entry& ns,
+    std::span<const BlockId> ids, std::span<const BlockId> parents, const std::string& source_node,
+    const std::string& source_address, absl::Time deadline) {
   v1::PullRequest req = MakePullRequest(ns, ids, parents, source_node, source_address);
   v1::PullResponse resp;
   grpc::ClientContext ctx;
@@ -931,19 +951,22 @@ void Cluster::Replicate(const NamespaceRegistry::Entry& ns, std::span<const Bloc
     call->req = MakePullRequest(ns, sub, sub_parents, options_.self.id, options_.self.address);
     call->ctx.set_deadline(absl::ToChronoTime(deadline));
     group.Add();
-    PeerStub(call->address)->async()->Pull(&call->ctx, &call->req, &call->resp,
-                                          [call, &group](grpc::Status s) {
-                                            call->status = std::move(s);
-                                            group.Done();
-                                          });
+    PeerStub(call->address)
+        ->async()
+        ->Pull(&call->ctx, &call->req, &call->resp, [call, &group](grpc::Status s) {
+          call->status = std::move(s);
+          group.Done();
+        });
     pulls.push_back(call);
   }
   group.Wait();
   for (const auto& call : pulls)
-    for (BlockStatus s : PullStatuses(call->status, call->resp, call->n, call->address,
-                                      options_.self.id)) {
-      if (s == BlockStatus::kOk || s == BlockStatus::kExists) counters_.replicated.fetch_add(1);
-      else counters_.replication_failed.fetch_add(1);
+    for (BlockStatus s :
+         PullStatuses(call->status, call->resp, call->n, call->address, options_.self.id)) {
+      if (s == BlockStatus::kOk || s == BlockStatus::kExists)
+        counters_.replicated.fetch_add(1);
+      else
+        counters_.replication_failed.fetch_add(1);
     }
 }
 
@@ -955,7 +978,8 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
   const std::string target = target_node.empty() ? options_.self.id : target_node;
   const placement::NodeRecord* tnode = r ? r->view.Find(target) : nullptr;
   if (!tnode)
-    return absl::NotFoundError(absl::StrCat("node '", target, "' is not in this node's cluster view"));
+    return absl::NotFoundError(
+        absl::StrCat("node '", target, "' is not in this node's cluster view"));
   RepositionResult out;
   out.status.assign(ids.size(), BlockStatus::kNotFound);
   // Holders: this node's tier, then the directory.
@@ -1071,8 +1095,7 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
             ++out.failed;
           }
         }
-        if (any &&
-            std::find(out.targets.begin(), out.targets.end(), node.id) == out.targets.end())
+        if (any && std::find(out.targets.begin(), out.targets.end(), node.id) == out.targets.end())
           out.targets.push_back(node.id);
       }
     }
@@ -1081,15 +1104,18 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   // The copies elsewhere are now the ones to find: stop advertising ours, drop them, leave.
   Announce(moved, true);
   for (const auto& [ns, ids] : moved_by_ns) {
-    if (options_.evict) options_.evict(ns, ids);
-    else tier_->Evict(ns, ids, false, /*force=*/true);
+    if (options_.evict)
+      options_.evict(ns, ids);
+    else
+      tier_->Evict(ns, ids, false, /*force=*/true);
   }
   {
     std::lock_guard<std::mutex> lock(ev_mu_);
     stop_ = true;
   }
   ev_cv_.notify_all();
-  if (absl::Status s = membership_->Leave(); !s.ok()) spdlog::warn("drain: leaving: {}", s.ToString());
+  if (absl::Status s = membership_->Leave(); !s.ok())
+    spdlog::warn("drain: leaving: {}", s.ToString());
   spdlog::info("drain: {} blocks, {} moved to {} nodes, {} could not be moved", out.blocks,
                out.moved, out.targets.size(), out.failed);
   return out;

@@ -29,8 +29,8 @@
 #include "placement/membership.h"
 #include "placement/rendezvous.h"
 #include "storage/host_tier.h"
-#include "transport/ucx.h"
 #include "strata/v1/peer.grpc.pb.h"
+#include "transport/ucx.h"
 
 namespace strata {
 class Client;
@@ -39,14 +39,14 @@ class Client;
 namespace strata::daemon {
 
 struct ClusterCounters {
-  std::atomic<uint64_t> announced{0};         // ids sent to owners (refreshes included)
+  std::atomic<uint64_t> announced{0};  // ids sent to owners (refreshes included)
   std::atomic<uint64_t> withdrawn{0};
-  std::atomic<uint64_t> peer_failures{0};     // peer calls that failed or timed out
-  std::atomic<uint64_t> replicated{0};        // copies made on other nodes after a commit
+  std::atomic<uint64_t> peer_failures{0};  // peer calls that failed or timed out
+  std::atomic<uint64_t> replicated{0};     // copies made on other nodes after a commit
   std::atomic<uint64_t> replication_failed{0};
-  std::atomic<uint64_t> pulled{0};            // blocks copied into this node from another
-  std::atomic<uint64_t> rereplicated{0};      // copies made to replace ones a departed node held
-  std::atomic<uint64_t> remote_located{0};    // lookup blocks found on other nodes
+  std::atomic<uint64_t> pulled{0};          // blocks copied into this node from another
+  std::atomic<uint64_t> rereplicated{0};    // copies made to replace ones a departed node held
+  std::atomic<uint64_t> remote_located{0};  // lookup blocks found on other nodes
 };
 
 class Cluster {
@@ -107,10 +107,9 @@ class Cluster {
   void HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker);
   // Copies `ids` from the daemon at `source_address` into this node's host tier.
   std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
-                                uint32_t replicas,
-                                std::span<const BlockId> ids, std::span<const BlockId> parents,
-                                const std::string& source_node, const std::string& source_address,
-                                absl::Time deadline);
+                                uint32_t replicas, std::span<const BlockId> ids,
+                                std::span<const BlockId> parents, const std::string& source_node,
+                                const std::string& source_address, absl::Time deadline);
 
   // Copies freshly committed blocks to the namespace's other replica nodes (the next ones in
   // each block's rendezvous ranking). Returns when done or at `deadline`.
@@ -175,8 +174,7 @@ class Cluster {
   absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
                                                        const std::string& address);
   v1::PullRequest MakePullRequest(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
-                                  std::span<const BlockId> parents,
-                                  const std::string& source_node,
+                                  std::span<const BlockId> parents, const std::string& source_node,
                                   const std::string& source_address) const;
   // Per-id statuses of a finished Pull (kNotFound for all when the call failed).
   std::vector<BlockStatus> PullStatuses(const grpc::Status& s, const v1::PullResponse& resp,
@@ -185,8 +183,7 @@ class Cluster {
   // Asks `target` to pull `ids` of `ns` from this node; per-id statuses (kNotFound on failure).
   std::vector<BlockStatus> AskToPull(const std::string& target_address,
                                      const NamespaceRegistry::Entry& ns,
-                                     std::span<const BlockId> ids,
-                                     std::span<const BlockId> parents,
+                                     std::span<const BlockId> ids, std::span<const BlockId> parents,
                                      const std::string& source_node,
                                      const std::string& source_address, absl::Time deadline);
 

@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -7,8 +9,6 @@
 #include <functional>
 #include <map>
 #include <sstream>
-
-#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,7 +20,8 @@
 
 namespace strata::daemon {
 
-const std::string_view kDefaultConfigYaml = R"yaml(# stratad configuration. Every field is optional; the values below are the defaults.
+const std::string_view kDefaultConfigYaml =
+    R"yaml(# stratad configuration. Every field is optional; the values below are the defaults.
 
 # Name of this node in stats and logs. Empty: the host name.
 node_id: ""
@@ -128,8 +129,7 @@ namespace {
 using Setter = std::function<absl::Status(const YAML::Node&, DaemonConfig&)>;
 
 absl::Status FieldError(const std::string& field, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("config field '", field, "': ", why));
+  return absl::InvalidArgumentError(absl::StrCat("config field '", field, "': ", why));
 }
 
 template <typename T>
@@ -235,10 +235,14 @@ std::map<std::string, Setter> Setters() {
   };
   s["host_tier.arena"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
     ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
-    if (v == "auto") c.arena = ArenaSource::kAuto;
-    else if (v == "ucx") c.arena = ArenaSource::kUcx;
-    else if (v == "mmap") c.arena = ArenaSource::kMmap;
-    else return FieldError("host_tier.arena", absl::StrCat("'", v, "' is not auto, ucx or mmap"));
+    if (v == "auto")
+      c.arena = ArenaSource::kAuto;
+    else if (v == "ucx")
+      c.arena = ArenaSource::kUcx;
+    else if (v == "mmap")
+      c.arena = ArenaSource::kMmap;
+    else
+      return FieldError("host_tier.arena", absl::StrCat("'", v, "' is not auto, ucx or mmap"));
     return absl::OkStatus();
   };
   s["reservation_timeout"] = dur(&DaemonConfig::reservation_timeout, "reservation_timeout");
@@ -328,8 +332,8 @@ absl::Status Apply(const YAML::Node& node, const std::string& prefix,
     if (it == setters.end()) {
       std::vector<std::string> known;
       for (const auto& [name, _] : setters) known.push_back(name);
-      return FieldError(field, absl::StrCat("is not a known field (known: ",
-                                            absl::StrJoin(known, ", "), ")"));
+      return FieldError(
+          field, absl::StrCat("is not a known field (known: ", absl::StrJoin(known, ", "), ")"));
     }
     RETURN_IF_ERROR(it->second(kv.second, c));
   }
@@ -372,7 +376,8 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = ParseConfig(ss.str());
-  if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
+  if (!c.ok())
+    return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
   return c;
 }
 
@@ -398,15 +403,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   };
   const auto policies = OnlineEvictionPolicyNames();
   if (!one_of(c.host_policy, policies))
-    return FieldError("host_tier.policy", absl::StrCat("'", c.host_policy, "' is not one of ",
-                                                       join(policies)));
+    return FieldError("host_tier.policy",
+                      absl::StrCat("'", c.host_policy, "' is not one of ", join(policies)));
   if (!one_of(c.nvme_policy, policies))
-    return FieldError("nvme.policy", absl::StrCat("'", c.nvme_policy, "' is not one of ",
-                                                  join(policies)));
+    return FieldError("nvme.policy",
+                      absl::StrCat("'", c.nvme_policy, "' is not one of ", join(policies)));
   const auto admissions = AdmissionPolicyNames();
   if (!one_of(c.nvme_admission, admissions))
-    return FieldError("nvme.admission", absl::StrCat("'", c.nvme_admission, "' is not one of ",
-                                                     join(admissions)));
+    return FieldError("nvme.admission",
+                      absl::StrCat("'", c.nvme_admission, "' is not one of ", join(admissions)));
   if (!(c.nvme_low_watermark > 0 && c.nvme_low_watermark <= c.nvme_high_watermark &&
         c.nvme_high_watermark <= 1))
     return FieldError("nvme.low_watermark",
@@ -420,8 +425,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
       return FieldError(f + ".capacity", "must be >= 64KiB");
     for (size_t j = 0; j < i; ++j)
       if (c.nvme_files[j].path == c.nvme_files[i].path)
-        return FieldError(f + ".path", absl::StrCat("'", c.nvme_files[i].path,
-                                                      "' is also nvme.files[", j, "]"));
+        return FieldError(f + ".path",
+                          absl::StrCat("'", c.nvme_files[i].path, "' is also nvme.files[", j, "]"));
   }
   if (c.reservation_timeout < absl::Milliseconds(100))
     return FieldError("reservation_timeout", "must be >= 100ms");

@@ -23,16 +23,16 @@ struct StaticNode {
 };
 
 struct ClusterConfig {
-  std::string membership;             // "static" | "etcd"
+  std::string membership;  // "static" | "etcd"
   std::vector<StaticNode> static_nodes;
   std::vector<std::string> etcd_endpoints;
   std::string etcd_prefix;
   absl::Duration etcd_lease_ttl;
-  std::string advertise_address;      // empty: the bound listen address
-  uint32_t directory_owners = 0;      // R: owners of each block's directory entry
+  std::string advertise_address;  // empty: the bound listen address
+  uint32_t directory_owners = 0;  // R: owners of each block's directory entry
   absl::Duration directory_ttl;
-  uint32_t replicas = 0;              // default copies per block (namespaces may override)
-  bool rereplicate = true;            // restore lost copies when a node leaves the view
+  uint32_t replicas = 0;    // default copies per block (namespaces may override)
+  bool rereplicate = true;  // restore lost copies when a node leaves the view
   absl::Duration peer_timeout;
 };
 

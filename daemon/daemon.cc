@@ -1,6 +1,8 @@
 #include "daemon/daemon.h"
 
+#include <grpcpp/grpcpp.h>
 #include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,23 +13,20 @@
 #include <fstream>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/am_wire.h"
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "daemon/admin_service.h"
-#include "common/am_wire.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster.h"
-#include "daemon/peer_service.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
+#include "daemon/peer_service.h"
 #include "storage/arena.h"
 #include "storage/host_tier.h"
 #include "storage/tiered_store.h"
@@ -55,79 +54,77 @@ struct NvmeSeries {
 static std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
   const MetricLabels nvme = {{"tier", "nvme"}};
   return std::make_unique<NvmeSeries>(NvmeSeries{
-    m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", nvme),
-    m.AddGauge("strata_tier_used_bytes", "", nvme),
-    m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
-    m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
-    m.AddCounter("strata_demotions_total",
-                 "Host-tier victims written to the NVMe tier instead of being dropped."),
-    m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
-    m.AddCounter("strata_promotions_total",
-                 "NVMe blocks staged into host memory by a fetch (they become host blocks)."),
-    m.AddCounter("strata_promoted_bytes_total", "Bytes of blocks promoted from the NVMe tier."),
-    m.AddCounter("strata_admission_rejected_total",
-                 "Host-tier victims the NVMe admission rule dropped instead of demoting."),
-    m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "policy"}}),
-    m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "explicit"}}),
-    m.AddCounter("strata_nvme_full_drops_total",
-                 "Host-tier victims dropped because the NVMe tier had no room for them."),
-    m.AddCounter("strata_nvme_write_errors_total",
-                 "Host-tier victims dropped because their NVMe write failed."),
-    m.AddCounter("strata_nvme_read_errors_total", "NVMe reads of a fetch that failed."),
-    m.AddCounter("strata_nvme_crc_failures_total",
-                 "NVMe blocks dropped because their CRC32C failed when read (never served)."),
-    m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "pressure_drop"}}),
+      m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", nvme),
+      m.AddGauge("strata_tier_used_bytes", "", nvme),
+      m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
+      m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
+      m.AddCounter("strata_demotions_total",
+                   "Host-tier victims written to the NVMe tier instead of being dropped."),
+      m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
+      m.AddCounter("strata_promotions_total",
+                   "NVMe blocks staged into host memory by a fetch (they become host blocks)."),
+      m.AddCounter("strata_promoted_bytes_total", "Bytes of blocks promoted from the NVMe tier."),
+      m.AddCounter("strata_admission_rejected_total",
+                   "Host-tier victims the NVMe admission rule dropped instead of demoting."),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "policy"}}),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "explicit"}}),
+      m.AddCounter("strata_nvme_full_drops_total",
+                   "Host-tier victims dropped because the NVMe tier had no room for them."),
+      m.AddCounter("strata_nvme_write_errors_total",
+                   "Host-tier victims dropped because their NVMe write failed."),
+      m.AddCounter("strata_nvme_read_errors_total", "NVMe reads of a fetch that failed."),
+      m.AddCounter("strata_nvme_crc_failures_total",
+                   "NVMe blocks dropped because their CRC32C failed when read (never served)."),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "pressure_drop"}}),
   });
 }
 
 static std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
   const MetricLabels host = {{"tier", "host"}};
   return std::make_unique<TierSeries>(TierSeries{
-    m.AddGauge("strata_ready", "1 while /readyz answers 200: serving and not draining."),
-    m.AddGauge("strata_rpc_in_flight", "Cache gRPC calls admitted and still running."),
-    m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", host),
-    m.AddGauge("strata_tier_used_bytes",
-               "Bytes allocated in a tier: committed, reserved, and evicted but still "
-               "leased.",
-               host),
-    m.AddGauge("strata_tier_committed_bytes", "Bytes of committed blocks in a tier.", host),
-    m.AddGauge("strata_tier_reserved_bytes",
-               "Bytes reserved by publishes that have not committed yet.", host),
-    m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", host),
-    m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.",
-               host),
-    m.AddGauge("strata_open_reservations", "Publish reservations not yet committed."),
-    m.AddGauge("strata_open_leases", "Fetch read leases not yet released."),
-    m.AddGauge("strata_namespaces", "Namespaces opened on this daemon."),
-    m.AddCounter("strata_lookup_blocks_total",
-                 "Blocks asked for by Lookup, by result (hit: in the cached prefix).",
-                 {{"result", "hit"}}),
-    m.AddCounter("strata_lookup_blocks_total", "", {{"result", "miss"}}),
-    m.AddCounter("strata_fetch_blocks_total",
-                 "Blocks asked for by a fetch (Acquire), by result.", {{"result", "hit"}}),
-    m.AddCounter("strata_fetch_blocks_total", "", {{"result", "miss"}}),
-    m.AddCounter("strata_committed_blocks_total",
-                 "Blocks published: committed after CRC32C verification."),
-    m.AddCounter("strata_dedup_blocks_total",
-                 "Blocks a publish skipped because they were already cached."),
-    m.AddCounter("strata_crc_failures_total",
-                 "Blocks dropped at commit because their CRC32C did not match."),
-    m.AddCounter("strata_evictions_total", "Blocks evicted from a tier, by reason.",
-                 {{"tier", "host"}, {"reason", "lru"}}),
-    m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "explicit"}}),
-    m.AddCounter("strata_reserve_no_space_blocks_total",
-                 "Blocks a publish could not reserve because the tier was full."),
-    m.AddCounter("strata_reservations_expired_total",
-                 "Reservations reclaimed because the client never committed."),
-    m.AddCounter("strata_leases_expired_total",
-                 "Read leases reclaimed because the client never released them."),
-    m.AddGauge("strata_codec_raw_bytes",
-               "Uncompressed size of the resident blocks of codec namespaces (blocks x layout "
-               "block bytes)."),
-    m.AddGauge("strata_codec_stored_bytes",
-               "Bytes those blocks occupy as encoded blobs."),
-    m.AddGauge("strata_codec_ratio",
-               "strata_codec_raw_bytes / strata_codec_stored_bytes; 0 with no codec blocks."),
+      m.AddGauge("strata_ready", "1 while /readyz answers 200: serving and not draining."),
+      m.AddGauge("strata_rpc_in_flight", "Cache gRPC calls admitted and still running."),
+      m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", host),
+      m.AddGauge("strata_tier_used_bytes",
+                 "Bytes allocated in a tier: committed, reserved, and evicted but still "
+                 "leased.",
+                 host),
+      m.AddGauge("strata_tier_committed_bytes", "Bytes of committed blocks in a tier.", host),
+      m.AddGauge("strata_tier_reserved_bytes",
+                 "Bytes reserved by publishes that have not committed yet.", host),
+      m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", host),
+      m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", host),
+      m.AddGauge("strata_open_reservations", "Publish reservations not yet committed."),
+      m.AddGauge("strata_open_leases", "Fetch read leases not yet released."),
+      m.AddGauge("strata_namespaces", "Namespaces opened on this daemon."),
+      m.AddCounter("strata_lookup_blocks_total",
+                   "Blocks asked for by Lookup, by result (hit: in the cached prefix).",
+                   {{"result", "hit"}}),
+      m.AddCounter("strata_lookup_blocks_total", "", {{"result", "miss"}}),
+      m.AddCounter("strata_fetch_blocks_total", "Blocks asked for by a fetch (Acquire), by result.",
+                   {{"result", "hit"}}),
+      m.AddCounter("strata_fetch_blocks_total", "", {{"result", "miss"}}),
+      m.AddCounter("strata_committed_blocks_total",
+                   "Blocks published: committed after CRC32C verification."),
+      m.AddCounter("strata_dedup_blocks_total",
+                   "Blocks a publish skipped because they were already cached."),
+      m.AddCounter("strata_crc_failures_total",
+                   "Blocks dropped at commit because their CRC32C did not match."),
+      m.AddCounter("strata_evictions_total", "Blocks evicted from a tier, by reason.",
+                   {{"tier", "host"}, {"reason", "lru"}}),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "explicit"}}),
+      m.AddCounter("strata_reserve_no_space_blocks_total",
+                   "Blocks a publish could not reserve because the tier was full."),
+      m.AddCounter("strata_reservations_expired_total",
+                   "Reservations reclaimed because the client never committed."),
+      m.AddCounter("strata_leases_expired_total",
+                   "Read leases reclaimed because the client never released them."),
+      m.AddGauge("strata_codec_raw_bytes",
+                 "Uncompressed size of the resident blocks of codec namespaces (blocks x layout "
+                 "block bytes)."),
+      m.AddGauge("strata_codec_stored_bytes", "Bytes those blocks occupy as encoded blobs."),
+      m.AddGauge("strata_codec_ratio",
+                 "strata_codec_raw_bytes / strata_codec_stored_bytes; 0 with no codec blocks."),
   });
 }
 
@@ -199,8 +196,8 @@ absl::StatusOr<std::string> LoadOrCreateSecret(const DaemonConfig& c) {
   std::getline(in, secret);
   secret = std::string(absl::StripAsciiWhitespace(secret));
   if (secret.size() < 16)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "config field 'cluster_secret_file': ", path, " must hold at least 16 characters"));
+    return absl::FailedPreconditionError(absl::StrCat("config field 'cluster_secret_file': ", path,
+                                                      " must hold at least 16 characters"));
   return secret;
 }
 
@@ -235,8 +232,8 @@ void RegisterClusterSeries(Daemon::Impl* d) {
   Gauge* healthy = m.AddGauge("strata_cluster_membership_healthy",
                               "1 while the membership store (etcd) answers; 0 = degraded: the "
                               "last view stays in force and local blocks are still served.");
-  Gauge* dir_ids = m.AddGauge("strata_directory_entries",
-                              "Block ids whose directory entry this node owns.");
+  Gauge* dir_ids =
+      m.AddGauge("strata_directory_entries", "Block ids whose directory entry this node owns.");
   Gauge* dir_bytes = m.AddGauge("strata_directory_memory_bytes",
                                 "Memory this node's directory entries take (estimate).");
   Counter* announced = m.AddCounter("strata_directory_announced_total",
@@ -247,8 +244,8 @@ void RegisterClusterSeries(Daemon::Impl* d) {
                                      "Copies of committed blocks made on other nodes.");
   Counter* repl_fail = m.AddCounter("strata_replication_failures_total",
                                     "Block copies to replica nodes that failed.");
-  Counter* pulled = m.AddCounter("strata_pulled_blocks_total",
-                                 "Blocks copied into this node from another node.");
+  Counter* pulled =
+      m.AddCounter("strata_pulled_blocks_total", "Blocks copied into this node from another node.");
   Counter* remote = m.AddCounter("strata_lookup_remote_blocks_total",
                                  "Lookup prefix blocks found on other nodes.");
   Counter* rerepl = m.AddCounter("strata_rereplicated_blocks_total",
@@ -284,8 +281,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
 
   // HTTP first, so /healthz answers (and /readyz says "starting") while a large arena faults in.
   impl->rpc_metrics = std::make_unique<RpcMetrics>(&impl->metrics);
-  impl->metrics.AddGauge("strata_build_info", "Always 1; labels carry the stratad version.",
-                         {{"version", STRATA_VERSION}})
+  impl->metrics
+      .AddGauge("strata_build_info", "Always 1; labels carry the stratad version.",
+                {{"version", STRATA_VERSION}})
       ->Set(1);
   RegisterProcessMetrics(&impl->metrics);
   if (!config.http_listen.empty()) {
@@ -341,18 +339,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     // Installed before the progress thread runs (the worker is serialized); lookups arriving
     // before the service exists are dropped and their senders fall back to gRPC.
     Impl* raw = impl.get();
-    RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        am_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
+    RETURN_IF_ERROR(
+        impl->worker->SetAmHandler(am_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmLookup(m, raw->worker.get());
         }));
-    RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        am_wire::kFetchRequestAm, [raw](const transport::AmMessage& m) {
+    RETURN_IF_ERROR(
+        impl->worker->SetAmHandler(am_wire::kFetchRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmFetch(m, raw->worker.get());
         }));
-    RETURN_IF_ERROR(impl->worker->SetAmHandler(
-        am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
+    RETURN_IF_ERROR(
+        impl->worker->SetAmHandler(am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
           Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire);
           if (c) c->HandleAmLocate(m, raw->worker.get());
         }));
@@ -377,10 +375,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       if (Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire)) c->OnBlockEvent(e);
     };
   }
-  impl->tier = std::make_unique<HostTier>(impl->region->data(),
-                                          std::min<uint64_t>(impl->region->size(),
-                                                             config.host_capacity),
-                                          topts);
+  impl->tier = std::make_unique<HostTier>(
+      impl->region->data(), std::min<uint64_t>(impl->region->size(), config.host_capacity), topts);
   impl->namespaces = std::make_unique<NamespaceRegistry>(secret);
   if (!config.nvme_files.empty()) {
     TieredStoreOptions n;
@@ -402,9 +398,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     n.warn = [](const std::string& msg) { spdlog::warn("{}", msg); };
     auto tiered = TieredStore::Open(impl->tier.get(), std::move(n));
     if (!tiered.ok())
-      return absl::Status(tiered.status().code(),
-                          absl::StrCat("nvme tier (config section 'nvme'): ",
-                                       tiered.status().message()));
+      return absl::Status(
+          tiered.status().code(),
+          absl::StrCat("nvme tier (config section 'nvme'): ", tiered.status().message()));
     impl->tiered = std::move(*tiered);
     const NvmeTier& t = impl->tiered->nvme_tier();
     const NvmeRecoveryReport& rec = impl->tiered->recovery();
@@ -475,8 +471,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     Cluster::Options co;
     co.config = config.cluster;
     co.self.id = node_id;
-    co.self.address =
-        config.cluster.advertise_address.empty() ? impl->endpoint : config.cluster.advertise_address;
+    co.self.address = config.cluster.advertise_address.empty() ? impl->endpoint
+                                                               : config.cluster.advertise_address;
     co.self.host_capacity = impl->tier->capacity();
     co.self.version = STRATA_VERSION;
     co.arena_base = impl->region->data();
@@ -502,23 +498,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     RegisterClusterSeries(impl.get());
   }
 
-  absl::Duration period = std::min({absl::Seconds(1), config.reservation_timeout / 4,
-                                    config.lease_timeout / 4});
+  absl::Duration period =
+      std::min({absl::Seconds(1), config.reservation_timeout / 4, config.lease_timeout / 4});
   Impl* raw = impl.get();
   impl->reclaim = std::thread([raw, period] {
     while (!raw->stop_reclaim.WaitForNotificationWithTimeout(period)) raw->tier->ReclaimExpired();
   });
 
   impl->serving.store(true, std::memory_order_release);
-  spdlog::info("stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX "
-               "transports {}",
-               STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->tier->capacity()),
-               impl->mmap_arena ? (huge ? "mmap, huge pages" : "mmap") : "UCX-allocated",
-               arena_pages.page_bytes ? FormatSize(arena_pages.page_bytes) : "unknown",
-               arena_pages.thp_bytes
-                   ? absl::StrCat(", ", FormatSize(arena_pages.thp_bytes), " transparent huge")
-                   : std::string(),
-               dp.transports);
+  spdlog::info(
+      "stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX "
+      "transports {}",
+      STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->tier->capacity()),
+      impl->mmap_arena ? (huge ? "mmap, huge pages" : "mmap") : "UCX-allocated",
+      arena_pages.page_bytes ? FormatSize(arena_pages.page_bytes) : "unknown",
+      arena_pages.thp_bytes
+          ? absl::StrCat(", ", FormatSize(arena_pages.thp_bytes), " transparent huge")
+          : std::string(),
+      dp.transports);
   if (impl->http) spdlog::info("HTTP /metrics, /healthz, /readyz on {}", impl->http->endpoint());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }

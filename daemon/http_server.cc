@@ -36,14 +36,12 @@ const std::string& HttpServer::endpoint() const { return impl_->endpoint; }
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
                                                               Handlers handlers) {
   size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return ListenError(listen, "must be HOST:PORT");
+  if (colon == std::string::npos || colon == 0) return ListenError(listen, "must be HOST:PORT");
   std::string host = listen.substr(0, colon);
   std::string port_text = listen.substr(colon + 1);
   int port = -1;
   auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 ||
-      port > 65535)
+  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 || port > 65535)
     return ListenError(listen, "has no valid port (0-65535)");
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
@@ -89,7 +87,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     return ListenError(listen, "cannot be bound (address in use or not local?)");
   }
   impl->endpoint = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", bound)
-                                                         : absl::StrCat(host, ":", bound);
+                                                       : absl::StrCat(host, ":", bound);
   impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
   // Stop() is only effective once the accept loop runs; wait for it so a quick Stop never hangs.
   for (int i = 0; i < 2000 && !s.is_running(); ++i)

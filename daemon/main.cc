@@ -1,17 +1,16 @@
 // stratad: the Strata node daemon.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
-
 #include "common/units.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/logging.h"
 #include "daemon/logging.h"
 
 int main(int argc, char** argv) {
@@ -28,8 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--http-listen", http_listen,
                  "HTTP /metrics, /healthz, /readyz address HOST:PORT (overrides 'http_listen'; "
                  "'off' disables it)");
-  app.add_option("--host-capacity", capacity, "host tier size, e.g. 4GiB (overrides "
-                                              "'host_tier.capacity')");
+  app.add_option("--host-capacity", capacity,
+                 "host tier size, e.g. 4GiB (overrides "
+                 "'host_tier.capacity')");
   app.add_option("--data-dir", data_dir, "state directory (overrides 'data_dir')");
   app.add_option("--node-id", node_id, "node name (overrides 'node_id')");
   std::string advertise;

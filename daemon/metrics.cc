@@ -36,10 +36,14 @@ void AppendUint(std::string& out, uint64_t v) {
 // newline (text format 0.0.4).
 void AppendEscaped(std::string& out, const std::string& s, bool quote) {
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (quote && c == '"') out += "\\\"";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (quote && c == '"')
+      out += "\\\"";
+    else
+      out += c;
   }
 }
 
@@ -160,8 +164,8 @@ std::string MetricsRegistry::Render() {
     out += "\n# TYPE ";
     out += f.name;
     out += f.type == Type::kCounter || f.type == Type::kFloatCounter ? " counter\n"
-           : f.type == Type::kGauge                                   ? " gauge\n"
-                                                                      : " histogram\n";
+           : f.type == Type::kGauge                                  ? " gauge\n"
+                                                                     : " histogram\n";
     for (const Series& s : f.series) {
       switch (f.type) {
         case Type::kCounter:
@@ -186,8 +190,10 @@ std::string MetricsRegistry::Render() {
           for (size_t i = 0; i < counts.size(); ++i) {
             cumulative += counts[i];
             std::string le;
-            if (i < h.bounds().size()) AppendNumber(le, h.bounds()[i]);
-            else le = "+Inf";
+            if (i < h.bounds().size())
+              AppendNumber(le, h.bounds()[i]);
+            else
+              le = "+Inf";
             out += f.name;
             out += "_bucket";
             AppendLabels(out, s.labels, "le", le);
@@ -256,19 +262,30 @@ void RegisterProcessMetrics(MetricsRegistry* r) {
 }
 
 const char* RpcMetrics::OpName(Op op) {
-  static const char* names[kNumOps] = {"Connect", "OpenNamespace", "Lookup", "Reserve",
+  static const char* names[kNumOps] = {"Connect", "OpenNamespace", "Lookup",  "Reserve",
                                        "Commit",  "Abort",         "Acquire", "Release",
-                                       "Evict",   "Pin",           "Unpin",  "Stats"};
+                                       "Evict",   "Pin",           "Unpin",   "Stats"};
   return op >= 0 && op < kNumOps ? names[op] : "unknown";
 }
 
 const char* GrpcCodeName(int code) {
-  static const char* names[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* names[] = {"OK",
+                                "CANCELLED",
+                                "UNKNOWN",
+                                "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED",
+                                "NOT_FOUND",
+                                "ALREADY_EXISTS",
+                                "PERMISSION_DENIED",
+                                "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION",
+                                "ABORTED",
+                                "OUT_OF_RANGE",
+                                "UNIMPLEMENTED",
+                                "INTERNAL",
+                                "UNAVAILABLE",
+                                "DATA_LOSS",
+                                "UNAUTHENTICATED"};
   return code >= 0 && code < 17 ? names[code] : "UNKNOWN";
 }
 
@@ -276,8 +293,7 @@ RpcMetrics::RpcMetrics(MetricsRegistry* registry) : registry_(registry) {
   for (int op = 0; op < kNumOps; ++op) {
     MetricLabels labels = {{"method", OpName(static_cast<Op>(op))}};
     requests_[op] = registry->AddCounter(
-        "strata_rpc_requests_total", "Cache gRPC calls handled, by method (any status).",
-        labels);
+        "strata_rpc_requests_total", "Cache gRPC calls handled, by method (any status).", labels);
     latency_[op] = registry->AddHistogram(
         "strata_rpc_duration_seconds",
         "Time stratad spent handling a Cache gRPC call, by method (server side, excluding the "

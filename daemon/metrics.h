@@ -112,8 +112,19 @@ class MetricsRegistry {
 class RpcMetrics {
  public:
   enum Op {
-    kConnect, kOpenNamespace, kLookup, kReserve, kCommit, kAbort, kAcquire, kRelease, kEvict,
-    kPin, kUnpin, kStats, kNumOps
+    kConnect,
+    kOpenNamespace,
+    kLookup,
+    kReserve,
+    kCommit,
+    kAbort,
+    kAcquire,
+    kRelease,
+    kEvict,
+    kPin,
+    kUnpin,
+    kStats,
+    kNumOps
   };
   static const char* OpName(Op op);
 

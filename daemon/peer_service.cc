@@ -14,8 +14,8 @@ constexpr size_t kMaxIds = 1 << 16;
 grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
   if (packed.size() % 32 != 0 || packed.size() / 32 > kMaxIds)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat(field, " must be N x 32 bytes with N <= ", kMaxIds,
-                                     "; got ", packed.size(), " bytes"));
+                        absl::StrCat(field, " must be N x 32 bytes with N <= ", kMaxIds, "; got ",
+                                     packed.size(), " bytes"));
   out->resize(packed.size() / 32);
   for (size_t i = 0; i < out->size(); ++i)
     std::memcpy((*out)[i].bytes.data(), packed.data() + 32 * i, 32);
@@ -62,13 +62,12 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull needs source_address");
   NamespaceSpec spec = FromProto(req->spec());
   if (absl::Status s = spec.Validate(); !s.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("spec: ", s.message()));
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("spec: ", s.message()));
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   auto deadline = absl::FromChrono(ctx->deadline());
-  for (BlockStatus s : c->Pull(spec, req->tenant(), req->replicas(), ids, parents, req->source_node(),
-                                      req->source_address(), deadline))
+  for (BlockStatus s : c->Pull(spec, req->tenant(), req->replicas(), ids, parents,
+                               req->source_node(), req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }

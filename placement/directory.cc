@@ -88,8 +88,9 @@ class HolderList {
       if (!rest_) grown->size = 0;
       grown->cap = cap;
       rest_ = grown;
-      *heap_delta += static_cast<int64_t>(MallocFootprint(Overflow::Bytes(cap))) -
-                     (old_cap ? static_cast<int64_t>(MallocFootprint(Overflow::Bytes(old_cap))) : 0);
+      *heap_delta +=
+          static_cast<int64_t>(MallocFootprint(Overflow::Bytes(cap))) -
+          (old_cap ? static_cast<int64_t>(MallocFootprint(Overflow::Bytes(old_cap))) : 0);
     }
     rest_->items[rest_->size++] = h;
   }
@@ -223,7 +224,7 @@ void Directory::Announce(std::string_view node, std::span<const BlockId> ids,
   if (!idx) return;  // more than 65,535 distinct holders: refuse rather than alias
   uint32_t expiry = impl_->ExpirySeconds(expires);
   for (size_t i = 0; i < ids.size(); ++i) {
-    LocationTier tier = tiers.size() == 1   ? tiers[0]
+    LocationTier tier = tiers.size() == 1  ? tiers[0]
                         : i < tiers.size() ? tiers[i]
                                            : LocationTier::kUnknown;
     HolderList& list = impl_->entries[ids[i]];
@@ -289,7 +290,8 @@ size_t Directory::Expire(absl::Time now) {
   absl::MutexLock lock(&impl_->mu);
   int64_t now_s = impl_->NowSeconds(now);
   if (now_s < 0) return 0;
-  return impl_->RemoveAll([now_s](const Holder& h) { return static_cast<int64_t>(h.expiry) <= now_s; });
+  return impl_->RemoveAll(
+      [now_s](const Holder& h) { return static_cast<int64_t>(h.expiry) <= now_s; });
 }
 
 size_t Directory::Retain(const std::function<bool(const BlockId&)>& keep) {
@@ -338,7 +340,8 @@ size_t Directory::memory_bytes() const {
   bytes += static_cast<size_t>(impl_->heap_bytes);
   // Intern table.
   bytes += table(impl_->index.capacity(), sizeof(std::pair<const std::string, uint16_t>));
-  bytes += impl_->names.capacity() * sizeof(std::string) + impl_->counts.capacity() * sizeof(size_t) +
+  bytes += impl_->names.capacity() * sizeof(std::string) +
+           impl_->counts.capacity() * sizeof(size_t) +
            impl_->free_indexes.capacity() * sizeof(uint16_t);
   for (const auto& name : impl_->names) {
     if (name.capacity() > 15) bytes += 2 * MallocFootprint(name.capacity() + 1);  // + index key

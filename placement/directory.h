@@ -51,9 +51,9 @@ class Directory {
   // membership change). Returns how many ids went.
   size_t Retain(const std::function<bool(const BlockId&)>& keep);
 
-  size_t ids() const;          // distinct block ids with at least one holder
-  size_t holders() const;      // (id, node) pairs
-  size_t memory_bytes() const; // estimate of the heap this directory uses
+  size_t ids() const;           // distinct block ids with at least one holder
+  size_t holders() const;       // (id, node) pairs
+  size_t memory_bytes() const;  // estimate of the heap this directory uses
 
  private:
   struct Impl;

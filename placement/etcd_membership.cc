@@ -76,22 +76,25 @@ class EtcdMembership final : public Membership {
     key_ = options_.prefix + self.id;
     value_ = internal::EncodeNodeRecord(self);
     const absl::Time give_up = absl::Now() + options_.start_timeout;
-    for (absl::Duration pause = absl::Milliseconds(50);; pause = std::min(2 * pause, absl::Seconds(1))) {
+    for (absl::Duration pause = absl::Milliseconds(50);;
+         pause = std::min(2 * pause, absl::Seconds(1))) {
       absl::Status st = Register();
       if (st.ok()) break;
       if (!absl::IsUnavailable(st) && !absl::IsDeadlineExceeded(st)) {
-        return absl::Status(st.code(), absl::StrCat("etcd membership: cannot register ", key_,
-                                                    ": ", st.message()));
+        return absl::Status(
+            st.code(), absl::StrCat("etcd membership: cannot register ", key_, ": ", st.message()));
       }
       if (absl::Now() + pause > give_up) {
-        return absl::Status(st.code(), absl::StrCat("etcd membership: cannot register ", key_,
-                                                    " within ", absl::FormatDuration(
-                                                        options_.start_timeout), ": ",
-                                                    st.message()));
+        return absl::Status(
+            st.code(),
+            absl::StrCat("etcd membership: cannot register ", key_, " within ",
+                         absl::FormatDuration(options_.start_timeout), ": ", st.message()));
       }
       if (SleepFor(pause)) {
-        return absl::CancelledError(absl::StrCat("etcd membership: stopped while waiting to "
-                                                 "register ", key_));
+        return absl::CancelledError(
+            absl::StrCat("etcd membership: stopped while waiting to "
+                         "register ",
+                         key_));
       }
     }
     auto range = watch_.RangePrefix(options_.prefix);
@@ -129,7 +132,8 @@ class EtcdMembership final : public Membership {
     if (detail) {
       detail->clear();
       if (!session_ok_) absl::StrAppend(detail, "lease: ", session_detail_);
-      if (!watch_ok_) absl::StrAppend(detail, detail->empty() ? "" : "; ", "watch: ", watch_detail_);
+      if (!watch_ok_)
+        absl::StrAppend(detail, detail->empty() ? "" : "; ", "watch: ", watch_detail_);
     }
     return session_ok_ && watch_ok_;
   }
@@ -174,8 +178,8 @@ class EtcdMembership final : public Membership {
 
   // Grants a lease and puts our key under it (session thread, or Start before it exists).
   absl::Status Register() {
-    int64_t ttl = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
-                                           absl::ToDoubleSeconds(options_.lease_ttl))));
+    int64_t ttl = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(options_.lease_ttl))));
     auto lease = session_.Grant(ttl);
     if (!lease.ok()) return lease.status();
     if (auto st = session_.Put(key_, value_, lease->first); !st.ok()) {
@@ -348,10 +352,10 @@ class EtcdMembership final : public Membership {
   EtcdClient watch_;    // watcher thread (and Start)
   std::string key_;
   std::string value_;
-  int64_t lease_ = 0;                            // session thread
+  int64_t lease_ = 0;                              // session thread
   absl::Duration granted_ttl_ = absl::Seconds(1);  // session thread
-  std::map<std::string, NodeRecord> nodes_;      // watcher thread: key -> record
-  int64_t revision_ = 0;                         // watcher thread
+  std::map<std::string, NodeRecord> nodes_;        // watcher thread: key -> record
+  int64_t revision_ = 0;                           // watcher thread
   std::atomic<bool> resync_{false};
   std::atomic<bool> reput_{false};
   std::thread session_thread_;

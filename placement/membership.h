@@ -67,7 +67,7 @@ std::unique_ptr<Membership> NewStaticMembership(std::vector<NodeRecord> nodes);
 struct EtcdMembershipOptions {
   std::vector<std::string> endpoints;  // "http://127.0.0.1:2379"; tried in order
   std::string prefix = "/strata/nodes/";
-  absl::Duration lease_ttl = absl::Seconds(10);  // a dead daemon leaves the view after this
+  absl::Duration lease_ttl = absl::Seconds(10);    // a dead daemon leaves the view after this
   absl::Duration call_timeout = absl::Seconds(2);  // every etcd request has this deadline
   // Start keeps trying while etcd is unreachable for this long (a node and etcd started
   // together, or etcd restarting), then fails; other errors fail at once.

@@ -27,7 +27,7 @@ class MmapArena {
   // Tries MAP_HUGETLB first when `huge_pages` is set, then falls back to normal pages with
   // transparent-huge-page advice. Memory is pre-faulted so first writes do not page-fault.
   static absl::StatusOr<std::unique_ptr<MmapArena>> Create(uint64_t bytes, bool huge_pages,
-                                                          bool prefault = true);
+                                                           bool prefault = true);
   ~MmapArena();
   MmapArena(const MmapArena&) = delete;
   MmapArena& operator=(const MmapArena&) = delete;
@@ -37,7 +37,8 @@ class MmapArena {
   bool huge_pages() const { return huge_pages_; }
 
  private:
-  MmapArena(uint8_t* data, uint64_t size, bool huge) : data_(data), size_(size), huge_pages_(huge) {}
+  MmapArena(uint8_t* data, uint64_t size, bool huge)
+      : data_(data), size_(size), huge_pages_(huge) {}
   uint8_t* data_;
   uint64_t size_;
   bool huge_pages_;

@@ -13,9 +13,15 @@
 namespace strata {
 namespace {
 
-void Put16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void Put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void Put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void Put16(uint8_t* p, uint16_t v) {
+  for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void Put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
 uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 uint32_t Get32(const uint8_t* p) {
   uint32_t v = 0;
@@ -62,8 +68,8 @@ void EncodeCatalogEntry(const CatalogEntry& e, uint8_t out[kCatalogValueBytes]) 
 
 absl::StatusOr<CatalogEntry> DecodeCatalogEntry(std::span<const uint8_t> v) {
   if (v.size() != kCatalogValueBytes) {
-    return absl::DataLossError(absl::StrCat("catalog value has ", v.size(), " bytes, want ",
-                                            kCatalogValueBytes));
+    return absl::DataLossError(
+        absl::StrCat("catalog value has ", v.size(), " bytes, want ", kCatalogValueBytes));
   }
   const uint8_t* p = v.data();
   if (p[0] != kCatalogValueVersion) {
@@ -151,8 +157,7 @@ absl::StatusOr<CatalogEntry> Catalog::Get(const BlockId& id) const {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), KeyOf(id), &value);
   if (!s.ok()) return FromRocks(s, absl::StrCat("get ", id.ShortHex()));
-  return DecodeCatalogEntry(
-      {reinterpret_cast<const uint8_t*>(value.data()), value.size()});
+  return DecodeCatalogEntry({reinterpret_cast<const uint8_t*>(value.data()), value.size()});
 }
 
 absl::Status Catalog::ForEach(
@@ -173,8 +178,7 @@ absl::Status Catalog::ForEach(
       continue;
     }
     std::memcpy(id.bytes.data(), k.data(), k.size());
-    fn(id, raw_key,
-       DecodeCatalogEntry({reinterpret_cast<const uint8_t*>(v.data()), v.size()}));
+    fn(id, raw_key, DecodeCatalogEntry({reinterpret_cast<const uint8_t*>(v.data()), v.size()}));
   }
   return FromRocks(it->status(), absl::StrCat("scan ", path_));
 }

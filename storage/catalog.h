@@ -45,7 +45,7 @@ inline constexpr uint8_t kCatalogValueVersion = 1;
 
 struct CatalogEntry {
   NamespaceId ns;
-  uint8_t tier = 2;         // Tier::kNvme
+  uint8_t tier = 2;  // Tier::kNvme
   uint16_t codec_id = 0;
   uint32_t file_index = 0;
   uint64_t offset = 0;
@@ -63,7 +63,7 @@ void EncodeCatalogEntry(const CatalogEntry& e, uint8_t out[kCatalogValueBytes]);
 absl::StatusOr<CatalogEntry> DecodeCatalogEntry(std::span<const uint8_t> value);
 
 struct CatalogOptions {
-  bool sync_writes = true;       // fsync the WAL on every Put/Delete batch
+  bool sync_writes = true;  // fsync the WAL on every Put/Delete batch
   bool create_if_missing = true;
 };
 
@@ -87,9 +87,9 @@ class Catalog {
 
   // Calls fn for every key in key order. `entry` is an error status for a value that does not
   // decode (or a key that is not 32 bytes: then id is zero and `raw_key` holds the key).
-  absl::Status ForEach(const std::function<void(const BlockId& id, const std::string& raw_key,
-                                                const absl::StatusOr<CatalogEntry>& entry)>& fn)
-      const;
+  absl::Status ForEach(
+      const std::function<void(const BlockId& id, const std::string& raw_key,
+                               const absl::StatusOr<CatalogEntry>& entry)>& fn) const;
   // Deletes a raw key (for keys that are not block ids).
   absl::Status DeleteRaw(const std::string& raw_key);
   absl::Status Flush();

@@ -38,8 +38,8 @@ class ExtentAllocator {
   uint64_t capacity_;
   uint64_t alignment_;
   uint64_t free_bytes_;
-  absl::btree_map<uint64_t, uint64_t> by_offset_;                  // offset -> size
-  absl::btree_set<std::pair<uint64_t, uint64_t>> by_size_;         // (size, offset)
+  absl::btree_map<uint64_t, uint64_t> by_offset_;           // offset -> size
+  absl::btree_set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
 };
 
 }  // namespace strata

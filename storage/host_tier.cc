@@ -55,8 +55,7 @@ BlockInfo HostTier::Describe(uint32_t slot, absl::Time now) const {
   return b;
 }
 
-std::vector<BlockInfo> HostTier::List(const NamespaceId* ns, size_t limit,
-                                      uint64_t* cursor) const {
+std::vector<BlockInfo> HostTier::List(const NamespaceId* ns, size_t limit, uint64_t* cursor) const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();
   std::optional<uint32_t> want;
@@ -91,8 +90,7 @@ std::vector<BlockInfo> HostTier::Inspect(std::span<const BlockId> ids) const {
   return out;
 }
 
-absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> HostTier::UsageByNamespace()
-    const {
+absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> HostTier::UsageByNamespace() const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> out;
   for (size_t i = 0; i < namespace_ids_.size(); ++i)
@@ -294,7 +292,9 @@ std::optional<uint64_t> HostTier::AllocateEvicting(uint64_t size, absl::Time now
 void HostTier::EvictToLowWatermark(absl::Time now) {
   const double cap = static_cast<double>(allocator_.capacity());
   // Blocks being written back still hold their bytes but are already on their way out.
-  auto used = [this] { return static_cast<double>(allocator_.allocated_bytes() - demoting_bytes_); };
+  auto used = [this] {
+    return static_cast<double>(allocator_.allocated_bytes() - demoting_bytes_);
+  };
   if (used() <= options_.high_watermark * cap) return;
   const double target = options_.low_watermark * cap;
   std::vector<uint32_t> skipped;
@@ -403,8 +403,8 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t k; (k = next.fetch_add(1)) < pieces.size();)
-      piece_crcs[k] = Crc32c(base_ + checks[pieces[k].block].offset + pieces[k].offset,
-                             pieces[k].len);
+      piece_crcs[k] =
+          Crc32c(base_ + checks[pieces[k].block].offset + pieces[k].offset, pieces[k].len);
   };
   if (total >= options_.parallel_verify_bytes && pieces.size() > 1) {
     std::thread helper(work);
@@ -417,8 +417,9 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
   std::vector<uint32_t> block_crc(checks.size(), 0);
   for (size_t k = 0; k < pieces.size(); ++k) {
     size_t b = pieces[k].block;
-    block_crc[b] = pieces[k].offset == 0 ? piece_crcs[k]
-                                         : Crc32cCombine(block_crc[b], piece_crcs[k], pieces[k].len);
+    block_crc[b] = pieces[k].offset == 0
+                       ? piece_crcs[k]
+                       : Crc32cCombine(block_crc[b], piece_crcs[k], pieces[k].len);
   }
   for (size_t i = 0; i < checks.size(); ++i)
     if (block_crc[i] != crcs[i]) out[i] = BlockStatus::kCrcMismatch;

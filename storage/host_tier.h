@@ -139,10 +139,10 @@ struct HostTierStats {
   uint64_t committed_total = 0;
   uint64_t dedup_total = 0;
   uint64_t crc_failures = 0;
-  uint64_t evictions_lru = 0;      // victims that left the tier (dropped or written back)
-  uint64_t demoted = 0;            // victims written back to a lower tier
-  uint64_t pressure_drops = 0;     // write-back on, but victims dropped to make room at once
-  uint64_t demoting_blocks = 0;    // gauge: queued or being written back
+  uint64_t evictions_lru = 0;    // victims that left the tier (dropped or written back)
+  uint64_t demoted = 0;          // victims written back to a lower tier
+  uint64_t pressure_drops = 0;   // write-back on, but victims dropped to make room at once
+  uint64_t demoting_blocks = 0;  // gauge: queued or being written back
   uint64_t demoting_bytes = 0;
   uint64_t evictions_explicit = 0;
   uint64_t no_space = 0;

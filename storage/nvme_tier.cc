@@ -12,10 +12,10 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/crc32c.h"
-#include "absl/container/flat_hash_set.h"
 #include "common/status_macros.h"
 
 namespace strata {
@@ -96,7 +96,7 @@ class UringEngine final : public NvmeTier::Impl {
     e->want_flags_ = !taskrun_flags ? 0
                      : shared       ? IORING_SETUP_COOP_TASKRUN
                                     : IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
-                                          IORING_SETUP_DEFER_TASKRUN;
+                                    IORING_SETUP_DEFER_TASKRUN;
     if (!e->region_.base) return absl::ResourceExhaustedError("cannot map staging buffers");
     // Huge pages where the kernel has them: a staged op is then one physically contiguous
     // segment for the device instead of one per 4 KiB page. Before the first touch.
@@ -141,11 +141,15 @@ class UringEngine final : public NvmeTier::Impl {
         int fd = rg.fixed_files ? static_cast<int>(op.file) : op.fd;
         unsigned len = static_cast<unsigned>(op.len);
         if (buf >= 0 && rg.fixed_bufs) {
-          if (is_write) io_uring_prep_write_fixed(sqe, fd, mem, len, op.offset, buf);
-          else io_uring_prep_read_fixed(sqe, fd, mem, len, op.offset, buf);
+          if (is_write)
+            io_uring_prep_write_fixed(sqe, fd, mem, len, op.offset, buf);
+          else
+            io_uring_prep_read_fixed(sqe, fd, mem, len, op.offset, buf);
         } else {
-          if (is_write) io_uring_prep_write(sqe, fd, mem, len, op.offset);
-          else io_uring_prep_read(sqe, fd, mem, len, op.offset);
+          if (is_write)
+            io_uring_prep_write(sqe, fd, mem, len, op.offset);
+          else
+            io_uring_prep_read(sqe, fd, mem, len, op.offset);
         }
         if (rg.fixed_files) sqe->flags |= IOSQE_FIXED_FILE;
         io_uring_sqe_set_data64(sqe, next);
@@ -163,7 +167,8 @@ class UringEngine final : public NvmeTier::Impl {
         if (inflight == 0) break;
         io_uring_cqe* cqe = nullptr;
         if (io_uring_wait_cqe(ring, &cqe) < 0) {
-          for (size_t i = 0; i < next; ++i) if (results[i] == 0) results[i] = r;
+          for (size_t i = 0; i < next; ++i)
+            if (results[i] == 0) results[i] = r;
           break;
         }
       }
@@ -205,8 +210,12 @@ class UringEngine final : public NvmeTier::Impl {
   };
 
   UringEngine(uint32_t qd, uint32_t nbufs, uint64_t buf_bytes, std::vector<int> fds)
-      : qd_(std::max<uint32_t>(qd, 1)), nbufs_(nbufs), buf_bytes_(buf_bytes),
-        region_(size_t(nbufs) * buf_bytes), iov_(nbufs), fds_(std::move(fds)) {}
+      : qd_(std::max<uint32_t>(qd, 1)),
+        nbufs_(nbufs),
+        buf_bytes_(buf_bytes),
+        region_(size_t(nbufs) * buf_bytes),
+        iov_(nbufs),
+        fds_(std::move(fds)) {}
 
   // A process-unique number for the calling thread (thread ids and tids can be reused).
   static uint64_t ThisThread() {
@@ -403,16 +412,16 @@ absl::Status NvmeTier::OpenFiles() {
     if (!options_.force_buffered) {
       fd = open(spec.path.c_str(), flags | O_DIRECT, 0644);
       if (fd < 0 && errno != EINVAL) {
-        return absl::UnavailableError(absl::StrCat("nvme tier: open ", spec.path, ": ",
-                                                   Errno(errno)));
+        return absl::UnavailableError(
+            absl::StrCat("nvme tier: open ", spec.path, ": ", Errno(errno)));
       }
     }
     if (fd < 0) {
       direct_io_ = false;  // the filesystem refuses O_DIRECT (or buffered was asked for)
       fd = open(spec.path.c_str(), flags, 0644);
       if (fd < 0) {
-        return absl::UnavailableError(absl::StrCat("nvme tier: open ", spec.path, ": ",
-                                                   Errno(errno)));
+        return absl::UnavailableError(
+            absl::StrCat("nvme tier: open ", spec.path, ": ", Errno(errno)));
       }
     }
     f.fd = fd;
@@ -421,20 +430,22 @@ absl::Status NvmeTier::OpenFiles() {
     // A file larger than its capacity (capacity lowered in config) is cut back, so the disk
     // space in use never exceeds what is configured.
     if (cur.size_at_open > cur.capacity && ftruncate(fd, static_cast<off_t>(cur.capacity)) != 0) {
-      return absl::UnavailableError(absl::StrCat("nvme tier: truncate ", cur.path, ": ",
-                                                 Errno(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("nvme tier: truncate ", cur.path, ": ", Errno(errno)));
     }
     int r = fallocate(fd, 0, 0, static_cast<off_t>(cur.capacity));
-    if (r != 0 && errno == EOPNOTSUPP) r = posix_fallocate(fd, 0, static_cast<off_t>(cur.capacity));
-    else if (r != 0) r = errno;
+    if (r != 0 && errno == EOPNOTSUPP)
+      r = posix_fallocate(fd, 0, static_cast<off_t>(cur.capacity));
+    else if (r != 0)
+      r = errno;
     if (r == ENOSPC) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "nvme tier: cannot preallocate ", cur.capacity, " bytes for ", cur.path,
-          ": no space left on device"));
+      return absl::ResourceExhaustedError(absl::StrCat("nvme tier: cannot preallocate ",
+                                                       cur.capacity, " bytes for ", cur.path,
+                                                       ": no space left on device"));
     }
     if (r != 0) {
-      return absl::UnavailableError(absl::StrCat("nvme tier: preallocate ", cur.path, ": ",
-                                                 Errno(r)));
+      return absl::UnavailableError(
+          absl::StrCat("nvme tier: preallocate ", cur.path, ": ", Errno(r)));
     }
     cur.allocator = std::make_unique<ExtentAllocator>(cur.capacity, kNvmeAlignment);
   }
@@ -459,8 +470,7 @@ absl::Status NvmeTier::SetUpIo() {
   } else {
     io_uring_error_ = "disabled by configuration";
   }
-  auto pool = std::make_unique<ThreadPoolEngine>(options_.thread_pool_threads,
-                                                 options_.queue_depth,
+  auto pool = std::make_unique<ThreadPoolEngine>(options_.thread_pool_threads, options_.queue_depth,
                                                  options_.staging_buffer_bytes);
   if (!pool->ok()) return absl::ResourceExhaustedError("nvme tier: cannot map staging buffers");
   impl_ = std::move(pool);
@@ -542,15 +552,24 @@ std::vector<absl::Status> NvmeTier::Write(std::span<NvmeWriteReq> reqs) {
     const std::byte* data = reqs[i].data.data();
     if (Aligned(data) && e.size % kNvmeAlignment == 0) {
       Op op;
-      op.req = i; op.file = e.file; op.fd = files_[e.file].fd; op.offset = e.offset;
-      op.len = e.size; op.direct = const_cast<std::byte*>(data);
+      op.req = i;
+      op.file = e.file;
+      op.fd = files_[e.file].fd;
+      op.offset = e.offset;
+      op.len = e.size;
+      op.direct = const_cast<std::byte*>(data);
       ops.push_back(op);
       continue;
     }
     Chunk(e.size, options_.staging_buffer_bytes, [&](uint64_t pos, uint64_t len, uint64_t copy) {
       Op op;
-      op.req = i; op.file = e.file; op.fd = files_[e.file].fd; op.offset = e.offset + pos;
-      op.len = len; op.src = data + pos; op.copy_len = copy;
+      op.req = i;
+      op.file = e.file;
+      op.fd = files_[e.file].fd;
+      op.offset = e.offset + pos;
+      op.len = len;
+      op.src = data + pos;
+      op.copy_len = copy;
       ops.push_back(op);
     });
   }
@@ -583,9 +602,9 @@ std::vector<absl::Status> NvmeTier::Read(std::span<NvmeReadReq> reqs) {
     const NvmeExtent& e = reqs[i].extent;
     if (e.file >= files_.size() || e.size == 0 || e.offset % kNvmeAlignment != 0 ||
         e.offset + RoundUp(e.size) > files_[e.file].capacity) {
-      statuses[i] = absl::InvalidArgumentError(absl::StrCat(
-          "nvme tier: extent (file ", e.file, ", offset ", e.offset, ", size ", e.size,
-          ") is outside the tier"));
+      statuses[i] = absl::InvalidArgumentError(absl::StrCat("nvme tier: extent (file ", e.file,
+                                                            ", offset ", e.offset, ", size ",
+                                                            e.size, ") is outside the tier"));
       continue;
     }
     std::byte* dst = reqs[i].dst.data();
@@ -596,16 +615,25 @@ std::vector<absl::Status> NvmeTier::Read(std::span<NvmeReadReq> reqs) {
     }
     if (Aligned(dst) && reqs[i].dst.size() >= RoundUp(e.size)) {
       Op op;
-      op.req = i; op.file = e.file; op.fd = files_[e.file].fd; op.offset = e.offset;
-      op.len = RoundUp(e.size); op.direct = dst;
+      op.req = i;
+      op.file = e.file;
+      op.fd = files_[e.file].fd;
+      op.offset = e.offset;
+      op.len = RoundUp(e.size);
+      op.direct = dst;
       ops.push_back(op);
       continue;
     }
     Chunk(e.size, options_.staging_buffer_bytes, [&](uint64_t pos, uint64_t len, uint64_t copy) {
       if (copy == 0) return;  // padding past the payload: nothing to read
       Op op;
-      op.req = i; op.file = e.file; op.fd = files_[e.file].fd; op.offset = e.offset + pos;
-      op.len = len; op.dst = dst + pos; op.copy_len = copy;
+      op.req = i;
+      op.file = e.file;
+      op.fd = files_[e.file].fd;
+      op.offset = e.offset + pos;
+      op.len = len;
+      op.dst = dst + pos;
+      op.copy_len = copy;
       ops.push_back(op);
     });
   }
@@ -622,8 +650,8 @@ void NvmeTier::Free(const NvmeExtent& e) {
 absl::Status NvmeTier::Sync() {
   for (const auto& f : files_) {
     if (fdatasync(f.fd) != 0) {
-      return absl::UnavailableError(absl::StrCat("nvme tier: fdatasync ", f.path, ": ",
-                                                 Errno(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("nvme tier: fdatasync ", f.path, ": ", Errno(errno)));
     }
   }
   return absl::OkStatus();
@@ -639,8 +667,8 @@ absl::Status NvmeTier::RestoreAllocations(uint32_t file, std::span<const NvmeExt
   uint64_t pos = 0;
   for (const auto& [off, len] : ranges) {
     if (off < pos || off % kNvmeAlignment != 0 || off + len > f.capacity) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nvme tier: extent at ", off, " of ", f.path, " overlaps or lies outside the file"));
+      return absl::InvalidArgumentError(absl::StrCat("nvme tier: extent at ", off, " of ", f.path,
+                                                     " overlaps or lies outside the file"));
     }
     pos = off + len;
   }
@@ -862,9 +890,9 @@ std::vector<absl::Status> NvmeBlockStore::Get(std::span<NvmeGetReq> reqs) {
       if (it != blocks_.end() && it->second.entry == e) it->second.verified = true;
       continue;
     }
-    statuses[i] = absl::DataLossError(absl::StrCat(
-        "nvme tier: block ", reqs[i].id.ShortHex(), " failed its CRC32C (stored ", e.crc32c,
-        ", read ", crc, "); dropped"));
+    statuses[i] = absl::DataLossError(absl::StrCat("nvme tier: block ", reqs[i].id.ShortHex(),
+                                                   " failed its CRC32C (stored ", e.crc32c,
+                                                   ", read ", crc, "); dropped"));
     reqs[i].size = 0;
     bool dropped = false;
     {

@@ -56,13 +56,13 @@ std::string_view NvmeIoBackendName(NvmeIoBackend backend);
 
 struct NvmeTierOptions {
   std::vector<NvmeFileSpec> files;
-  uint32_t queue_depth = 32;           // requests in flight per batch (>= 1)
-  uint32_t staging_buffers = 32;       // aligned staging buffers in the pool
+  uint32_t queue_depth = 32;                          // requests in flight per batch (>= 1)
+  uint32_t staging_buffers = 32;                      // aligned staging buffers in the pool
   uint64_t staging_buffer_bytes = uint64_t{1} << 20;  // size of each (multiple of 4 KiB)
-  bool sync_after_write = true;        // fdatasync the files a Write touched before it returns
-  bool force_thread_pool = false;      // skip io_uring (tests, or a kernel without it)
-  bool force_buffered = false;         // skip O_DIRECT (tests)
-  uint32_t thread_pool_threads = 4;    // workers of the pread/pwrite fallback
+  bool sync_after_write = true;      // fdatasync the files a Write touched before it returns
+  bool force_thread_pool = false;    // skip io_uring (tests, or a kernel without it)
+  bool force_buffered = false;       // skip O_DIRECT (tests)
+  uint32_t thread_pool_threads = 4;  // workers of the pread/pwrite fallback
   // io_uring rings set up like fio's (COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN, one ring per
   // calling thread); false: plain rings without setup flags (the engine before; A/B in the bench).
   bool io_uring_taskrun_flags = true;
@@ -161,7 +161,7 @@ class NvmeTier {
   std::vector<File> files_;
   mutable absl::Mutex alloc_mu_;  // guards allocators and next_file_
   uint32_t next_file_ = 0;
-  absl::Mutex io_mu_;             // serializes batches on the I/O engine
+  absl::Mutex io_mu_;  // serializes batches on the I/O engine
   std::unique_ptr<Impl> impl_;
   NvmeIoBackend backend_ = NvmeIoBackend::kIoUring;
   std::string io_uring_error_;
@@ -174,14 +174,14 @@ class NvmeTier {
 
 struct NvmeBlockStoreOptions {
   NvmeTierOptions tier;
-  std::string catalog_path;           // RocksDB directory
-  bool verify_every_read = false;     // false: CRC checked on the first read after open only
+  std::string catalog_path;        // RocksDB directory
+  bool verify_every_read = false;  // false: CRC checked on the first read after open only
 };
 
 struct NvmeRecoveryReport {
-  uint64_t entries_loaded = 0;        // catalog entries read
+  uint64_t entries_loaded = 0;  // catalog entries read
   uint64_t entries_kept = 0;
-  uint64_t dropped_undecodable = 0;   // value failed to decode or its own checksum
+  uint64_t dropped_undecodable = 0;     // value failed to decode or its own checksum
   uint64_t dropped_missing_extent = 0;  // file gone, too short, or extent misaligned
   uint64_t dropped_overlapping = 0;
   absl::Duration elapsed;
@@ -201,9 +201,9 @@ struct NvmeGetReq {
 
 struct NvmeStoreCounters {
   uint64_t blocks = 0;
-  uint64_t used_bytes = 0;       // allocated (4 KiB-rounded)
-  uint64_t crc_failures = 0;     // blocks dropped because their CRC failed on read
-  uint64_t unverified = 0;       // blocks recovered at open not yet read
+  uint64_t used_bytes = 0;    // allocated (4 KiB-rounded)
+  uint64_t crc_failures = 0;  // blocks dropped because their CRC failed on read
+  uint64_t unverified = 0;    // blocks recovered at open not yet read
 };
 
 class NvmeBlockStore {

@@ -12,9 +12,10 @@ namespace {
 
 absl::Status ValidateTier(std::string_view name, const TierOptions& t) {
   if (!(t.low_watermark > 0.0 && t.low_watermark <= t.high_watermark && t.high_watermark <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        AsAbsl(name), ": watermarks must satisfy 0 < low_watermark <= high_watermark <= 1 (got low=",
-        t.low_watermark, ", high=", t.high_watermark, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(name),
+                     ": watermarks must satisfy 0 < low_watermark <= high_watermark <= 1 (got low=",
+                     t.low_watermark, ", high=", t.high_watermark, ")"));
   }
   return absl::OkStatus();
 }
@@ -87,8 +88,7 @@ TierManager::TierManager(const TierManagerOptions& options,
 bool TierManager::Fits(Tier tier, uint64_t bytes) {
   TierState& s = state(tier);
   if (s.policy == nullptr) return false;
-  return bytes <= s.options.capacity_bytes &&
-         s.pinned_bytes <= s.options.capacity_bytes - bytes;
+  return bytes <= s.options.capacity_bytes && s.pinned_bytes <= s.options.capacity_bytes - bytes;
 }
 
 void TierManager::Place(const BlockId& id, Tier tier, Tier from, std::vector<TierMove>& moves) {
@@ -124,8 +124,7 @@ void TierManager::EvictVictim(const BlockId& id, Tier tier, std::vector<TierMove
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   Entry& e = it->second;
-  const Tier from =
-      (placing_.id == id && placing_.tier == tier) ? placing_.from : tier;
+  const Tier from = (placing_.id == id && placing_.tier == tier) ? placing_.from : tier;
   ++state(tier).counters.evictions;
   Unplace(id, e);
   if (tier == Tier::kHost && nvme_.policy != nullptr && Fits(Tier::kNvme, e.bytes)) {

@@ -124,9 +124,8 @@ void TieredStore::MakeRoom(uint64_t need) {
   const double cap = static_cast<double>(tier.capacity_bytes());
   auto used = [&] { return static_cast<double>(tier.capacity_bytes() - tier.free_bytes()); };
   // Past the high watermark: down to the low one; otherwise only what the batch needs.
-  const double limit = used() + need > options_.nvme_high_watermark * cap
-                           ? options_.nvme_low_watermark * cap
-                           : cap;
+  const double limit =
+      used() + need > options_.nvme_high_watermark * cap ? options_.nvme_low_watermark * cap : cap;
   std::vector<BlockId> skipped;
   std::vector<BlockId> victims;
   {
@@ -159,8 +158,10 @@ void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
   {
     absl::MutexLock l(&meta_mu_);
     for (const DemotionItem& d : items) {
-      if (admission_->Admit(d.id, d.accesses)) admitted.push_back(d);
-      else rejected.push_back(d.handle);
+      if (admission_->Admit(d.id, d.accesses))
+        admitted.push_back(d);
+      else
+        rejected.push_back(d.handle);
     }
   }
   for (uint32_t h : rejected) host_->FinishDemotion(h, false);
@@ -191,12 +192,11 @@ void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
         if ((k & (k - 1)) == 0)  // 1st, 2nd, 4th, 8th, ... time: the log stays readable
           Warn(absl::StrCat("nvme tier full: host victim ", d.id.ShortHex(), " (", d.size,
                             " bytes) dropped instead of demoted (", k,
-                            " so far); serving continues from host memory: ",
-                            st[i].message()));
+                            " so far); serving continues from host memory: ", st[i].message()));
       } else {
         n_.nvme_write_errors.fetch_add(1);
-        Warn(absl::StrCat("nvme write of block ", d.id.ShortHex(), " failed; dropped: ",
-                          st[i].ToString()));
+        Warn(absl::StrCat("nvme write of block ", d.id.ShortHex(),
+                          " failed; dropped: ", st[i].ToString()));
       }
       host_->FinishDemotion(d.handle, false);
       continue;
@@ -306,18 +306,20 @@ void TieredStore::Promote(const NamespaceId& ns, std::span<const Promotion> bloc
     moved.push_back(id);  // exclusive tiers: the block lives in host memory now (or nowhere)
     if ((*committed)[0] != BlockStatus::kOk) {
       n_.nvme_crc_failures.fetch_add(1);
-      Warn(absl::StrCat("nvme block ", id.ShortHex(), " failed its CRC32C when staged into host "
-                        "memory (", std::string(BlockStatusName((*committed)[0])),
-                        "); dropped"));
+      Warn(absl::StrCat("nvme block ", id.ShortHex(),
+                        " failed its CRC32C when staged into host "
+                        "memory (",
+                        std::string(BlockStatusName((*committed)[0])), "); dropped"));
       continue;
     }
     committed_blocks.push_back(i);
   }
   absl::StatusOr<std::vector<BlockId>> removed = store_->RemoveMoved(moved);
   if (!removed.ok()) {
-    Warn(absl::StrCat("nvme catalog: promoted blocks not removed from NVMe (they stay there and "
-                      "are found again): ",
-                      removed.status().ToString()));
+    Warn(
+        absl::StrCat("nvme catalog: promoted blocks not removed from NVMe (they stay there and "
+                     "are found again): ",
+                     removed.status().ToString()));
   }
   // Pins follow the block. An NVMe pin lives in pins_ until here (also one set while the block
   // was reserved: the host tier did not hold it yet).
@@ -369,7 +371,8 @@ ReserveResult TieredStore::Reserve(const NamespaceId& ns, std::span<const Reserv
   std::vector<ReserveItem> rest;
   std::vector<size_t> rest_idx;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (OnNvme(ns, items[i].id)) on_nvme_idx.push_back(i);
+    if (OnNvme(ns, items[i].id))
+      on_nvme_idx.push_back(i);
     else {
       rest.push_back(items[i]);
       rest_idx.push_back(i);
@@ -461,7 +464,8 @@ EvictResult TieredStore::Evict(const NamespaceId& ns, std::span<const BlockId> i
   }
   std::vector<BlockId> host_ids, nvme_ids;
   for (const BlockId& id : closure) (nodes[id].host ? host_ids : nvme_ids).push_back(id);
-  if (!host_ids.empty()) r.removed_blocks += host_->Evict(ns, host_ids, false, force).removed_blocks;
+  if (!host_ids.empty())
+    r.removed_blocks += host_->Evict(ns, host_ids, false, force).removed_blocks;
   absl::MutexLock io(&io_mu_);
   for (const BlockId& id : nvme_ids)
     if (RemoveNvme(id)) {

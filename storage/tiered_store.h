@@ -47,9 +47,9 @@ struct TieredStoreOptions {
   NvmeBlockStoreOptions nvme;
   double nvme_high_watermark = 0.95;
   double nvme_low_watermark = 0.85;
-  std::string nvme_policy = "lru";    // OnlineEvictionPolicyNames()
-  std::string admission = "always";   // AdmissionPolicyNames()
-  size_t write_back_batch = 16;       // victims written per NVMe batch
+  std::string nvme_policy = "lru";   // OnlineEvictionPolicyNames()
+  std::string admission = "always";  // AdmissionPolicyNames()
+  size_t write_back_batch = 16;      // victims written per NVMe batch
   // Operator-facing warnings (disk full, write errors, CRC failures); may be null.
   std::function<void(const std::string&)> warn;
 };
@@ -59,16 +59,16 @@ struct TieredStoreCounters {
   uint64_t nvme_used_bytes = 0;
   uint64_t nvme_blocks = 0;
   uint64_t nvme_pinned_blocks = 0;
-  uint64_t demotions = 0;           // host victims now on NVMe
+  uint64_t demotions = 0;  // host victims now on NVMe
   uint64_t demoted_bytes = 0;
-  uint64_t promotions = 0;          // NVMe blocks staged into host memory by a fetch
+  uint64_t promotions = 0;  // NVMe blocks staged into host memory by a fetch
   uint64_t promoted_bytes = 0;
   uint64_t admission_rejected = 0;  // host victims the admission rule dropped
   uint64_t nvme_evictions = 0;      // NVMe blocks dropped by the NVMe policy to make room
   uint64_t nvme_full_drops = 0;     // host victims dropped because NVMe had no room
   uint64_t nvme_write_errors = 0;   // host victims dropped because the NVMe write failed
   uint64_t nvme_read_errors = 0;
-  uint64_t nvme_crc_failures = 0;   // NVMe blocks dropped because their CRC32C failed
+  uint64_t nvme_crc_failures = 0;  // NVMe blocks dropped because their CRC32C failed
   uint64_t nvme_removed_explicit = 0;
 };
 
@@ -85,8 +85,7 @@ class TieredStore {
   size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids, std::vector<Tier>* tiers);
   // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
-  EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
-                    bool force);
+  EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
   std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
                                absl::Duration ttl);
   std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids);
@@ -112,7 +111,8 @@ class TieredStore {
   const NvmeTier& nvme_tier() const { return store_->tier(); }
 
  private:
-  TieredStore(HostTier* host, TieredStoreOptions options) : host_(host), options_(std::move(options)) {}
+  TieredStore(HostTier* host, TieredStoreOptions options)
+      : host_(host), options_(std::move(options)) {}
   bool OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry* entry = nullptr) const;
   void WriteBackLoop();
   void WriteBack(std::vector<DemotionItem>& items);

@@ -214,8 +214,8 @@ void Worker::AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::st
   if (reply_ep == nullptr) return;
   auto* pending = new PendingReply{std::move(header), std::move(data)};
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = OnReplySent;
   p.user_data = pending;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -403,8 +403,8 @@ absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data)
         absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
   auto* pending = new PendingReply{std::move(header), std::move(data)};
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = OnReplySent;
   p.user_data = pending;
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
@@ -453,8 +453,7 @@ Endpoint::~Endpoint() {
   void* r = ucp_ep_close_nbx(ep_, &p);
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
     absl::Time stop = absl::Now() + absl::Milliseconds(500);
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < stop)
-      worker_->Progress();
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < stop) worker_->Progress();
     // A peer that never answers leaves the close pending; UCX releases it on completion.
     ucp_request_free(r);
   }

@@ -5,6 +5,8 @@
 // memory. Block bytes never pass through gRPC.
 #pragma once
 
+#include <ucp/api/ucp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -14,8 +16,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-
-#include <ucp/api/ucp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -85,7 +85,7 @@ struct AmMessage {
   ucp_ep_h reply_ep = nullptr;  // set when the sender asked for replies
   bool rendezvous = false;      // the payload still sits at the sender: see `desc`
   void* desc = nullptr;
-  size_t length = 0;            // payload bytes (both kinds)
+  size_t length = 0;  // payload bytes (both kinds)
 };
 // Handles eager messages; a rendezvous message for such a handler is dropped by the worker.
 using AmHandler = std::function<void(const AmMessage&)>;
@@ -109,8 +109,8 @@ class Worker {
   // asking for it removes them from the endpoint, leaving a same-node peer on tcp. kIgnore keeps
   // shared memory; the caller's deadlines then detect a dead peer.
   enum class PeerFailure { kDetect, kIgnore };
-  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(std::string_view remote_address,
-                                                    PeerFailure peer_failure = PeerFailure::kDetect);
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      std::string_view remote_address, PeerFailure peer_failure = PeerFailure::kDetect);
 
   unsigned Progress() { return ucp_worker_progress(worker_); }
 
@@ -131,8 +131,8 @@ class Worker {
   // bytes must stay untouched until the send completes, which happens in the background.
   // Large payloads go by rendezvous: the receiver pulls them into its own buffer.
   // `eager` forces the eager protocol (no rendezvous round trip; the receiver copies).
-  void AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
-                      size_t length, ucp_mem_h memh, bool eager = false);
+  void AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data, size_t length,
+                      ucp_mem_h memh, bool eager = false);
   // Receives a kept rendezvous payload into `dest`; the returned request completes when the
   // bytes have landed (check with RequestDone, free with RequestFree). nullptr: done already.
   absl::StatusOr<void*> AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh);

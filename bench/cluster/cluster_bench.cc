@@ -3,11 +3,10 @@
 //    over every node, through one node's client;
 //  - remote fetch throughput: blocks held on one node fetched by a client of another node,
 //    beside ucx_perftest ucp_get (same size, same UCX_TLS) measured in the same run.
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <map>
 #include <random>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,8 +80,8 @@ class LocalCluster {
 strata::NamespaceSpec Spec(uint32_t tpb) {
   strata::NamespaceSpec s;
   s.model_id = "cluster-bench";
-  s.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tpb,
-                              strata::KvKind::kSeparateKV};
+  s.layout =
+      strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tpb, strata::KvKind::kSeparateKV};
   return s;
 }
 
@@ -106,11 +105,13 @@ struct FetchRow {
 struct Result {
   int nodes = 0;
   std::string tls;
-  double lookup_p50_us = 0, lookup_p99_us = 0;            // spread over every node
+  double lookup_p50_us = 0, lookup_p99_us = 0;              // spread over every node
   double local_lookup_p50_us = 0, local_lookup_p99_us = 0;  // all on the asking node
   double hash_p50_us = 0;
   double grpc_lookup_p50_us = 0, grpc_lookup_p99_us = 0;  // gRPC only, spread
-  double grpc_local_lookup_p50_us = 0, grpc_local_lookup_p99_us = 0;  // computing the 512 ids from 128k tokens (client CPU, not included)
+  double grpc_local_lookup_p50_us = 0,
+         grpc_local_lookup_p99_us =
+             0;  // computing the 512 ids from 128k tokens (client CPU, not included)
   std::vector<FetchRow> fetch;
 };
 
@@ -191,7 +192,8 @@ bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
     if (!measure(*clients[0], ids, &out->lookup_p50_us, &out->lookup_p99_us)) return false;
     // Baseline in the same run: the same prompt size held entirely by the asking node.
     auto local_tokens = tokens_of(kBlocks);
-    std::vector<strata::ConstBuffer> views(kBlocks, strata::ConstBuffer{small.data(), small.size()});
+    std::vector<strata::ConstBuffer> views(kBlocks,
+                                           strata::ConstBuffer{small.data(), small.size()});
     if (!clients[0]->Publish(ns, local_tokens, views).ok()) return false;
     auto local_ids = strata::ComputeBlockIds(ns, kTpb, local_tokens);
     if (!measure(*clients[0], local_ids, &out->local_lookup_p50_us, &out->local_lookup_p99_us))
@@ -202,15 +204,16 @@ bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
     go.lookup_fast_path = false;
     auto grpc_client = strata::Client::Connect(go);
     if (!grpc_client.ok() || !(*grpc_client)->OpenNamespace(Spec(kTpb), "bench").ok()) return false;
-    if (!measure(**grpc_client, local_ids, &out->grpc_local_lookup_p50_us, &out->grpc_local_lookup_p99_us))
+    if (!measure(**grpc_client, local_ids, &out->grpc_local_lookup_p50_us,
+                 &out->grpc_local_lookup_p99_us))
       return false;
     if (!measure(**grpc_client, ids, &out->grpc_lookup_p50_us, &out->grpc_lookup_p99_us))
       return false;
   }
 
   // Remote fetch: blocks published on node 1, fetched through node 0's client.
-  std::vector<size_t> sizes = smoke ? std::vector<size_t>{1 << 20}
-                                    : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
+  std::vector<size_t> sizes =
+      smoke ? std::vector<size_t>{1 << 20} : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
   const size_t batch_bytes = smoke ? (16 << 20) : (64 << 20);
   std::string tmp = (std::filesystem::temp_directory_path() / "strata-cbench-XXXXXX").string();
   if (!mkdtemp(tmp.data())) return false;
@@ -248,8 +251,7 @@ bool Run(int nodes, const std::string& tls, bool smoke, Result* out) {
           for (auto st : f->status) ++hist[static_cast<int>(st)];
           for (auto [k, v] : hist) std::cerr << " status " << k << ": " << v;
         }
-        std::cerr
-                  << "\n" << cl.logs();
+        std::cerr << "\n" << cl.logs();
         return false;
       }
       if (r == 0) continue;  // warm-up: connects to node 1 and opens the namespace there
@@ -352,11 +354,10 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat("  %-10s %10s %10s %12s %8s %12s %8s\n", "block", "GB/s", "p50 us",
                                  "ucp_get", "ratio", "tag_bw", "ratio");
     for (const auto& f : r.fetch)
-      std::cout << absl::StrFormat("  %-10d %10.2f %10.0f %12.2f %8.2f %12.2f %8.2f\n",
-                                   f.block_bytes, f.gbps, f.p50_us, f.perftest_gbps,
-                                   f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0,
-                                   f.perftest_tag_gbps,
-                                   f.perftest_tag_gbps > 0 ? f.gbps / f.perftest_tag_gbps : 0.0);
+      std::cout << absl::StrFormat(
+          "  %-10d %10.2f %10.0f %12.2f %8.2f %12.2f %8.2f\n", f.block_bytes, f.gbps, f.p50_us,
+          f.perftest_gbps, f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0,
+          f.perftest_tag_gbps, f.perftest_tag_gbps > 0 ? f.gbps / f.perftest_tag_gbps : 0.0);
   }
   return 0;
 }

@@ -69,7 +69,8 @@ void MakeQueries(Dataset* d, uint64_t seed) {
   std::vector<double> ms(size_t{l.num_layers} * H * D, 0.0);
   for (uint32_t b = 0; b < d->blocks; ++b)
     for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
-      const float* k = d->f.data() + (size_t{b} * l.num_layers * tensors + layer * tensors) * T * H * D;
+      const float* k =
+          d->f.data() + (size_t{b} * l.num_layers * tensors + layer * tensors) * T * H * D;
       for (size_t t = 0; t < T; ++t)
         for (size_t h = 0; h < H; ++h)
           for (size_t c = 0; c < D; ++c) {
@@ -119,9 +120,9 @@ absl::Status LoadQueries(Dataset* d, const std::string& path_spec, uint32_t per_
   const KvLayout& l = d->layout;
   if (a->shape.size() != 4 || a->shape[0] != l.num_layers || a->shape[3] != l.head_dim ||
       a->shape[2] == 0 || a->shape[2] % l.num_kv_heads != 0 || a->shape[1] == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--queries: expected shape (", l.num_layers, ", tokens, a multiple of ", l.num_kv_heads,
-        ", ", l.head_dim, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--queries: expected shape (", l.num_layers,
+                                                   ", tokens, a multiple of ", l.num_kv_heads, ", ",
+                                                   l.head_dim, ")"));
   }
   const uint64_t T = a->shape[1], QH = a->shape[2], D = l.head_dim, H = l.num_kv_heads;
   const uint64_t group = QH / H;
@@ -173,8 +174,8 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t to
         for (uint32_t t = 0; t < TB; ++t) {
           const uint64_t src_t = uint64_t{b} * TB + t;
           const uint8_t* src = a->data.data() + (((layer * 2 + kv) * T + src_t) * row) * eb;
-          uint8_t* dst = d.bytes.data() + b * d.layout.BlockBytes() +
-                         (((layer * 2 + kv) * TB + t) * row) * 2;
+          uint8_t* dst =
+              d.bytes.data() + b * d.layout.BlockBytes() + (((layer * 2 + kv) * TB + t) * row) * 2;
           if (eb == 2) {
             std::memcpy(dst, src, row * 2);
           } else {
@@ -190,8 +191,8 @@ struct Row {
   std::string mode;
   bool baseline = false;
   bool lossy = false;
-  double bits = 0, ratio = 0, rel_mse = 0, rel_mse_k = 0, rel_mse_v = 0, max_abs = 0,
-         logit = 0, enc_gbps = 0, dec_gbps = 0, entropy = 0;
+  double bits = 0, ratio = 0, rel_mse = 0, rel_mse_k = 0, rel_mse_v = 0, max_abs = 0, logit = 0,
+         enc_gbps = 0, dec_gbps = 0, entropy = 0;
   double coder_over_entropy = 0;  // coded stream bits / empirical entropy (tables excluded)
   double tables_bits = 0;         // table bits per value
   bool bit_exact = false;
@@ -224,8 +225,10 @@ Quality Measure(const Dataset& d, const std::vector<uint8_t>& decoded) {
           diff[i] = static_cast<float>(dd);
           e[t] += dd * dd;
           s[t] += static_cast<double>(x[i]) * x[i];
-          if (std::isfinite(dd)) q.max_abs = std::max(q.max_abs, std::fabs(dd));
-          else q.max_abs = INFINITY;
+          if (std::isfinite(dd))
+            q.max_abs = std::max(q.max_abs, std::fabs(dd));
+          else
+            q.max_abs = INFINITY;
         }
         if (t != 0) continue;
         for (size_t h = 0; h < H; ++h) {
@@ -294,7 +297,8 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   std::vector<uint8_t> out(d.bytes.size());
   absl::Status st;
   const double td = BestSeconds(reps, [&] {
-    for (uint32_t b = 0; b < d.blocks && st.ok(); ++b) st = dec.Decode(blobs[b], {out.data() + b * bb, bb});
+    for (uint32_t b = 0; b < d.blocks && st.ok(); ++b)
+      st = dec.Decode(blobs[b], {out.data() + b * bb, bb});
   });
   if (!st.ok()) return st;
   const double values = static_cast<double>(Values(d));
@@ -319,7 +323,8 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   } else {
     row.entropy = stats.coder.entropy_bits / values;
     if (stats.coder.entropy_bits > 0)
-      row.coder_over_entropy = static_cast<double>(stats.coder.stream_bits) / stats.coder.entropy_bits;
+      row.coder_over_entropy =
+          static_cast<double>(stats.coder.stream_bits) / stats.coder.entropy_bits;
     row.tables_bits = static_cast<double>(stats.coder.table_bits) / values;
   }
   return row;
@@ -333,8 +338,8 @@ Row RunZstd(const Dataset& d, int level, int reps) {
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   auto enc = [&] {
     for (uint32_t b = 0; b < d.blocks; ++b)
-      sizes[b] = ZSTD_compressCCtx(cctx, blobs[b].data(), blobs[b].size(),
-                                   d.bytes.data() + b * bb, bb, level);
+      sizes[b] = ZSTD_compressCCtx(cctx, blobs[b].data(), blobs[b].size(), d.bytes.data() + b * bb,
+                                   bb, level);
   };
   enc();
   const double te = BestSeconds(reps, enc);
@@ -415,37 +420,50 @@ SymbolRow CompareCoders(const Dataset& d, const Row& row, int reps) {
   double rbytes = 0;
   for (auto& b : rbuf) rbytes += static_cast<double>(b.size());
   r.rans_bits = 8.0 * rbytes / r.n;
-  r.rans_enc = r.n / BestSeconds(reps, [&] {
-                 for (size_t i = 0; i < nsec; ++i) {
-                   rbuf[i].clear();
-                   codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch, &rbuf[i],
-                                       nullptr, 64);
-                 }
-               }) / 1e6;
+  r.rans_enc = r.n /
+               BestSeconds(reps,
+                           [&] {
+                             for (size_t i = 0; i < nsec; ++i) {
+                               rbuf[i].clear();
+                               codec::rans::Encode(s.data() + i * sec, sec, alpha[i], ctx, &scratch,
+                                                   &rbuf[i], nullptr, 64);
+                             }
+                           }) /
+               1e6;
   std::vector<uint16_t> back(sec);
-  r.rans_dec = r.n / BestSeconds(reps, [&] {
-                 for (size_t i = 0; i < nsec; ++i) {
-                   codec::internal::ByteReader rd(rbuf[i], "bench");
-                   (void)codec::rans::Decode(rd, sec, alpha[i], ctx, &scratch, back.data(), 64);
-                 }
-               }) / 1e6;
-  r.zstd3_enc = r.n / BestSeconds(reps, [&] {
-                  for (size_t i = 0; i < nsec; ++i)
-                    zsize[i] = ZSTD_compress(zbuf[i].data(), zbuf[i].size(), bytes[i].data(),
-                                             bytes[i].size(), 3);
-                }) / 1e6;
+  r.rans_dec =
+      r.n /
+      BestSeconds(reps,
+                  [&] {
+                    for (size_t i = 0; i < nsec; ++i) {
+                      codec::internal::ByteReader rd(rbuf[i], "bench");
+                      (void)codec::rans::Decode(rd, sec, alpha[i], ctx, &scratch, back.data(), 64);
+                    }
+                  }) /
+      1e6;
+  r.zstd3_enc = r.n /
+                BestSeconds(reps,
+                            [&] {
+                              for (size_t i = 0; i < nsec; ++i)
+                                zsize[i] = ZSTD_compress(zbuf[i].data(), zbuf[i].size(),
+                                                         bytes[i].data(), bytes[i].size(), 3);
+                            }) /
+                1e6;
   double zb = 0;
   for (size_t z : zsize) zb += static_cast<double>(z);
   r.zstd3_bits = 8.0 * zb / r.n;
   std::vector<uint8_t> zout(sec * 2);
-  r.zstd3_dec = r.n / BestSeconds(reps, [&] {
-                  for (size_t i = 0; i < nsec; ++i)
-                    ZSTD_decompress(zout.data(), zout.size(), zbuf[i].data(), zsize[i]);
-                }) / 1e6;
+  r.zstd3_dec = r.n /
+                BestSeconds(reps,
+                            [&] {
+                              for (size_t i = 0; i < nsec; ++i)
+                                ZSTD_decompress(zout.data(), zout.size(), zbuf[i].data(), zsize[i]);
+                            }) /
+                1e6;
   double z19 = 0;
   for (size_t i = 0; i < nsec; ++i)
-    z19 += static_cast<double>(ZSTD_compress(zbuf[i].data(), zbuf[i].size(), bytes[i].data(),
-                                             bytes[i].size(), 19));
+    z19 += static_cast<double>(
+        ZSTD_compress(zbuf[i].data(), zbuf[i].size(), bytes[i].data(), bytes[i].size(), 19));
   r.zstd19_bits = 8.0 * z19 / r.n;
   return r;
 }
@@ -483,7 +501,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_str, "generator dtype: fp16 or bf16");
   app.add_option("--seed", gen.seed, "generator seed");
   app.add_option("--key-corr", gen.key_token_corr, "generator: AR(1) token correlation of keys");
-  app.add_option("--value-corr", gen.value_token_corr, "generator: AR(1) token correlation of values");
+  app.add_option("--value-corr", gen.value_token_corr,
+                 "generator: AR(1) token correlation of values");
   app.add_option("--outlier-scale", gen.outlier_scale, "generator: outlier key channel scale");
   app.add_option("--data", data_path,
                  ".npy file or FILE.safetensors[:TENSOR], shape (layers, 2, tokens, kv_heads, "
@@ -535,9 +554,9 @@ int main(int argc, char** argv) {
     }
     d.blocks = blocks;
     d.bytes = codec::GenerateSyntheticKv(d.layout, blocks, gen);
-    d.source = absl::StrFormat(
-        "generator seed %d, key corr %.2f, value corr %.2f, outlier scale %.1f", gen.seed,
-        gen.key_token_corr, gen.value_token_corr, gen.outlier_scale);
+    d.source =
+        absl::StrFormat("generator seed %d, key corr %.2f, value corr %.2f, outlier scale %.1f",
+                        gen.seed, gen.key_token_corr, gen.value_token_corr, gen.outlier_scale);
     if (!write_npy.empty()) {
       // Back to (layers, 2, tokens, heads, dim).
       NpyArray a;
@@ -557,8 +576,7 @@ int main(int argc, char** argv) {
       }
       const bool as_st = write_npy.size() > 12 &&
                          write_npy.compare(write_npy.size() - 12, 12, ".safetensors") == 0;
-      if (auto s = as_st ? WriteSafetensors(write_npy, "kv", a) : WriteNpy(write_npy, a);
-          !s.ok()) {
+      if (auto s = as_st ? WriteSafetensors(write_npy, "kv", a) : WriteNpy(write_npy, a); !s.ok()) {
         std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
         return 1;
       }
@@ -578,11 +596,11 @@ int main(int argc, char** argv) {
       for (uint32_t layer = 0; layer < l.num_layers; ++layer)
         for (uint32_t j = 0; j < d.nq; ++j)
           for (uint32_t h = 0; h < l.num_kv_heads; ++h)
-            std::memcpy(q.data.data() + (((size_t{layer} * d.nq + j) * l.num_kv_heads + h) *
-                                         l.head_dim) * 4,
-                        d.queries.data() + ((size_t{layer} * l.num_kv_heads + h) * d.nq + j) *
-                                               l.head_dim,
-                        l.head_dim * 4);
+            std::memcpy(
+                q.data.data() +
+                    (((size_t{layer} * d.nq + j) * l.num_kv_heads + h) * l.head_dim) * 4,
+                d.queries.data() + ((size_t{layer} * l.num_kv_heads + h) * d.nq + j) * l.head_dim,
+                l.head_dim * 4);
       const bool as_st = write_queries.size() > 12 &&
                          write_queries.compare(write_queries.size() - 12, 12, ".safetensors") == 0;
       if (auto s = as_st ? WriteSafetensors(write_queries, "q", q) : WriteNpy(write_queries, q);
@@ -603,14 +621,28 @@ int main(int argc, char** argv) {
   if (!modes_str.empty()) {
     modes = absl::StrSplit(modes_str, ',', absl::SkipEmpty());
   } else if (smoke) {
-    modes = {"zstd-3", "raw", "lossless", "int4-g64", "int2-g64", "quant:k4v4", "quant:k3v4:had",
-             "quant:k3v4:ol"};
+    modes = {"zstd-3",   "raw",        "lossless",       "int4-g64",
+             "int2-g64", "quant:k4v4", "quant:k3v4:had", "quant:k3v4:ol"};
   } else {
-    modes = {"zstd-3",           "raw",           "lossless",          "int8-g64",
-             "int4-g64",         "int3-g64",      "int2-g64",          "quant:k8v8",
-             "quant:k4v4",       "quant:k4v4:had", "quant:k4v4:nodelta", "quant:k8v8:ol",
-             "quant:k4v4:ol",    "quant:k3v4:ol", "quant:k3v3:ol",     "quant:k2v3:ol",
-             "quant:k2v2:ol",    "quant:k3v4:had:ol", "quant:k3v4:nodelta:ol"};
+    modes = {"zstd-3",
+             "raw",
+             "lossless",
+             "int8-g64",
+             "int4-g64",
+             "int3-g64",
+             "int2-g64",
+             "quant:k8v8",
+             "quant:k4v4",
+             "quant:k4v4:had",
+             "quant:k4v4:nodelta",
+             "quant:k8v8:ol",
+             "quant:k4v4:ol",
+             "quant:k3v4:ol",
+             "quant:k3v3:ol",
+             "quant:k2v3:ol",
+             "quant:k2v2:ol",
+             "quant:k3v4:had:ol",
+             "quant:k3v4:nodelta:ol"};
   }
   const double memcpy_gbps = MemcpyGbps(d, reps);
   std::vector<Row> rows;
@@ -626,7 +658,8 @@ int main(int argc, char** argv) {
     }
     auto r = RunCodec(d, m, reps);
     if (!r.ok()) {
-      std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(), std::string(r.status().message()).c_str());
+      std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(),
+                   std::string(r.status().message()).c_str());
       return 1;
     }
     // Lossless modes must round-trip exactly; stop loudly if not.
@@ -648,8 +681,7 @@ int main(int argc, char** argv) {
           "\"logit_rel_err\": %.6g, \"encode_gbps\": %.4f, \"decode_gbps\": %.4f, "
           "\"entropy_bits\": %.5f}",
           i ? "," : "", r.mode, r.baseline ? "true" : "false", r.bits, r.ratio, r.rel_mse,
-          std::isfinite(r.max_abs) ? r.max_abs : 1e308, r.logit, r.enc_gbps, r.dec_gbps,
-          r.entropy);
+          std::isfinite(r.max_abs) ? r.max_abs : 1e308, r.logit, r.enc_gbps, r.dec_gbps, r.entropy);
     }
     out += "\n]}\n";
     std::fputs(out.c_str(), stdout);
@@ -660,8 +692,10 @@ int main(int argc, char** argv) {
               d.source.c_str(), d.layout.DebugString().c_str(), d.blocks,
               static_cast<double>(d.bytes.size()) / (1 << 20), codec::internal::SimdTargetName(),
               codec::rans::SimdDecodeAvailable() ? "AVX-512" : "scalar");
-  std::printf("memcpy: %.2f GB/s (same buffer, one core). Speeds are GB/s of fp16 input, one core, best of %d.\n\n",
-              memcpy_gbps, reps);
+  std::printf(
+      "memcpy: %.2f GB/s (same buffer, one core). Speeds are GB/s of fp16 input, one core, best of "
+      "%d.\n\n",
+      memcpy_gbps, reps);
   std::printf("%-20s %4s %8s %7s %10s %10s %10s %10s %10s %7s %7s %8s %8s\n", "mode", "base",
               "bits/val", "x fp16", "rel_mse", "mse_K", "mse_V", "max_abs", "logit_err", "enc",
               "dec", "H bits", "code/H");
@@ -674,17 +708,19 @@ int main(int argc, char** argv) {
     else
       std::printf("%8s\n", "-");
   }
-  std::printf("\nH bits: empirical entropy per value of the symbol streams under the coder's own "
-              "model (per-context order-0); code/H: coded stream bits over that entropy (tables "
-              "excluded). raw/zstd rows: order-0 entropy of the fp16 words.\n");
+  std::printf(
+      "\nH bits: empirical entropy per value of the symbol streams under the coder's own "
+      "model (per-context order-0); code/H: coded stream bits over that entropy (tables "
+      "excluded). raw/zstd rows: order-0 entropy of the fp16 words.\n");
 
   // Rate-distortion against the plain baselines.
   std::vector<const Row*> base;
   for (const Row& r : rows)
     if (r.baseline && r.lossy) base.push_back(&r);
   std::sort(base.begin(), base.end(), [](const Row* a, const Row* b) { return a->bits < b->bits; });
-  std::printf("\nRate-distortion (attention-logit error at equal bits; baseline = plain group-wise "
-              "intN interpolated log-linearly at the same bits/value):\n");
+  std::printf(
+      "\nRate-distortion (attention-logit error at equal bits; baseline = plain group-wise "
+      "intN interpolated log-linearly at the same bits/value):\n");
   std::printf("%-20s %8s %11s %13s %8s %10s %14s\n", "mode", "bits/val", "logit_err",
               "baseline@bits", "better", "rel_mse", "Shannon bits*");
   for (const Row& r : rows) {
@@ -694,22 +730,25 @@ int main(int argc, char** argv) {
     const double shannon = std::max(0.0, 0.5 * std::log2(1.0 / r.rel_mse));
     std::printf("%-20s %8.3f %11.4g ", r.mode.c_str(), r.bits, r.logit);
     if (b && !r.baseline)
-      std::printf("%13.4g %8s ", *b, (r.logit < *b ? (extrap ? "yes(ex)" : "yes") : (extrap ? "no(ex)" : "no")));
+      std::printf("%13.4g %8s ", *b,
+                  (r.logit < *b ? (extrap ? "yes(ex)" : "yes") : (extrap ? "no(ex)" : "no")));
     else
       std::printf("%13s %8s ", "-", "-");
     std::printf("%10.4g %14.3f\n", r.rel_mse, shannon);
   }
-  std::printf("* rate an ideal coder needs for i.i.d. Gaussian data at the same relative MSE: "
-              "R(D) = 1/2 log2(sigma^2/D). Correlated data can go below it.\n");
+  std::printf(
+      "* rate an ideal coder needs for i.i.d. Gaussian data at the same relative MSE: "
+      "R(D) = 1/2 log2(sigma^2/D). Correlated data can go below it.\n");
 
   // Entropy coders on the same symbol streams.
   std::vector<SymbolRow> srows;
   for (const Row& r : rows)
     if (!r.symbols.empty()) srows.push_back(CompareCoders(d, r, reps));
   if (!srows.empty()) {
-    std::printf("\nEntropy coders on the same quantised symbol streams (bits/symbol; Msym/s, one core):\n");
-    std::printf("%-20s %8s %9s %9s %9s %9s %9s %9s %9s\n", "mode", "H", "rANS", "zstd-3",
-                "zstd-19", "rANS enc", "zstd enc", "rANS dec", "zstd dec");
+    std::printf(
+        "\nEntropy coders on the same quantised symbol streams (bits/symbol; Msym/s, one core):\n");
+    std::printf("%-20s %8s %9s %9s %9s %9s %9s %9s %9s\n", "mode", "H", "rANS", "zstd-3", "zstd-19",
+                "rANS enc", "zstd enc", "rANS dec", "zstd dec");
     for (const SymbolRow& s : srows)
       std::printf("%-20s %8.4f %9.4f %9.4f %9.4f %9.0f %9.0f %9.0f %9.0f\n", s.mode.c_str(),
                   s.entropy, s.rans_bits, s.zstd3_bits, s.zstd19_bits, s.rans_enc, s.zstd3_enc,
@@ -728,32 +767,39 @@ int main(int argc, char** argv) {
   }
   std::printf("\nChecks:\n");
   if (zstd && lossless)
-    std::printf("  lossless: ratio %.4f vs zstd-3 %.4f (%s); encode %.2f GB/s = %.1fx zstd-3 (%s 3x)\n",
-                lossless->ratio, zstd->ratio, lossless->ratio >= zstd->ratio ? "ok" : "WORSE",
-                lossless->enc_gbps, lossless->enc_gbps / zstd->enc_gbps,
-                lossless->enc_gbps >= 3 * zstd->enc_gbps ? ">=" : "below");
+    std::printf(
+        "  lossless: ratio %.4f vs zstd-3 %.4f (%s); encode %.2f GB/s = %.1fx zstd-3 (%s 3x)\n",
+        lossless->ratio, zstd->ratio, lossless->ratio >= zstd->ratio ? "ok" : "WORSE",
+        lossless->enc_gbps, lossless->enc_gbps / zstd->enc_gbps,
+        lossless->enc_gbps >= 3 * zstd->enc_gbps ? ">=" : "below");
   if (int4) {
     const Row* best = nullptr;
     for (const Row& r : rows)
-      if (r.lossy && !r.baseline && r.logit <= int4->logit && (!best || r.bits < best->bits)) best = &r;
+      if (r.lossy && !r.baseline && r.logit <= int4->logit && (!best || r.bits < best->bits))
+        best = &r;
     if (best)
-      std::printf("  lowest-rate quant row with logit_err <= int4-g64 (%.4g): %s at %.3f bits/value "
-                  "(%.2fx fp16); its rel_mse %.4g vs int4-g64 %.4g (K %.4g vs %.4g, V %.4g vs %.4g)\n",
-                  int4->logit, best->mode.c_str(), best->bits, best->ratio, best->rel_mse,
-                  int4->rel_mse, best->rel_mse_k, int4->rel_mse_k, best->rel_mse_v, int4->rel_mse_v);
+      std::printf(
+          "  lowest-rate quant row with logit_err <= int4-g64 (%.4g): %s at %.3f bits/value "
+          "(%.2fx fp16); its rel_mse %.4g vs int4-g64 %.4g (K %.4g vs %.4g, V %.4g vs %.4g)\n",
+          int4->logit, best->mode.c_str(), best->bits, best->ratio, best->rel_mse, int4->rel_mse,
+          best->rel_mse_k, int4->rel_mse_k, best->rel_mse_v, int4->rel_mse_v);
     const Row* best_both = nullptr;
     for (const Row& r : rows)
       if (r.lossy && !r.baseline && r.logit <= int4->logit && r.rel_mse_v <= int4->rel_mse_v &&
           (!best_both || r.bits < best_both->bits))
         best_both = &r;
     if (best_both)
-      std::printf("  lowest-rate quant row also matching int4-g64 value MSE: %s at %.3f bits/value (%.2fx)\n",
-                  best_both->mode.c_str(), best_both->bits, best_both->ratio);
+      std::printf(
+          "  lowest-rate quant row also matching int4-g64 value MSE: %s at %.3f bits/value "
+          "(%.2fx)\n",
+          best_both->mode.c_str(), best_both->bits, best_both->ratio);
   }
   for (const Row& r : rows)
     if (r.mode.rfind("quant", 0) == 0)
-      std::printf("  %-20s coder %.2f%% over entropy (tables +%.4f bits/value); enc %.2f GB/s (%s 1), dec %.2f GB/s (%s 2)\n",
-                  r.mode.c_str(), 100 * (r.coder_over_entropy - 1), r.tables_bits, r.enc_gbps,
-                  r.enc_gbps >= 1 ? ">=" : "<", r.dec_gbps, r.dec_gbps >= 2 ? ">=" : "<");
+      std::printf(
+          "  %-20s coder %.2f%% over entropy (tables +%.4f bits/value); enc %.2f GB/s (%s 1), dec "
+          "%.2f GB/s (%s 2)\n",
+          r.mode.c_str(), 100 * (r.coder_over_entropy - 1), r.tables_bits, r.enc_gbps,
+          r.enc_gbps >= 1 ? ">=" : "<", r.dec_gbps, r.dec_gbps >= 2 ? ">=" : "<");
   return 0;
 }

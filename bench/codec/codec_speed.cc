@@ -4,7 +4,8 @@
 // and verifies lossless round trips.
 //
 //   codec_speed [--modes quant:k4v4,quant:k3v4:ol,...] [--reps 5] [--blocks 4]
-//               [--layout LAYERSxHEADSxDIMxTOKENS]   (default 8x8x128x256; SmolLM2-135M: 30x3x64x256)
+//               [--layout LAYERSxHEADSxDIMxTOKENS]   (default 8x8x128x256; SmolLM2-135M:
+//               30x3x64x256)
 #include <zstd.h>
 
 #include <chrono>
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
                ZSTD_compressCCtx(zc, zbuf.data(), zbuf.size(), data.data() + b * bb, bb, 3);
            });
   };
-  std::printf("%-22s %8s %7s %7s %7s %7s %18s %18s\n", "mode", "bits/val", "enc", "dec",
-              "memcpy", "zstd3e", "blob hash", "output hash");
+  std::printf("%-22s %8s %7s %7s %7s %7s %18s %18s\n", "mode", "bits/val", "enc", "dec", "memcpy",
+              "zstd3e", "blob hash", "output hash");
   for (auto m : absl::StrSplit(modes_str, ',', absl::SkipEmpty())) {
     auto p = codec::ParseCodecSpec(std::string(m));
     if (!p.ok()) {
@@ -121,11 +122,10 @@ int main(int argc, char** argv) {
         (void)enc.Encode(l, *p, {data.data() + b * bb, bb}, &blobs[b]);
     });
     const double td = enc_only ? 1e30 : Best(reps, [&] {
-      for (uint32_t b = 0; b < blocks; ++b)
-        (void)dec.Decode(blobs[b], {dst.data() + b * bb, bb});
+      for (uint32_t b = 0; b < blocks; ++b) (void)dec.Decode(blobs[b], {dst.data() + b * bb, bb});
     });
-    std::printf("%-22s %8.3f %7.2f %7.2f %7.2f %7.2f   %016llx   %016llx\n",
-                std::string(m).c_str(), 8.0 * total / (data.size() / 2), gb / te, gb / td, mc, z,
+    std::printf("%-22s %8.3f %7.2f %7.2f %7.2f %7.2f   %016llx   %016llx\n", std::string(m).c_str(),
+                8.0 * total / (data.size() / 2), gb / te, gb / td, mc, z,
                 static_cast<unsigned long long>(h), static_cast<unsigned long long>(out_hash));
   }
   ZSTD_freeCCtx(zc);

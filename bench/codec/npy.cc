@@ -95,7 +95,8 @@ absl::Status WriteNpy(const std::string& path, const NpyArray& a) {
   f.write("\x93NUMPY\x01\x00", 8);
   f.write(reinterpret_cast<const char*>(&hlen), 2);
   f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  f.write(reinterpret_cast<const char*>(a.data.data()), static_cast<std::streamsize>(a.data.size()));
+  f.write(reinterpret_cast<const char*>(a.data.data()),
+          static_cast<std::streamsize>(a.data.size()));
   if (!f) return absl::UnavailableError(absl::StrCat("npy: write failed: ", path));
   return absl::OkStatus();
 }

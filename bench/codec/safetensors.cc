@@ -91,8 +91,8 @@ absl::StatusOr<NpyArray> ReadSafetensors(const std::string& path, const std::str
   std::string key;
   std::string obj = TensorObject(header, name, &key);
   if (obj.empty())
-    return absl::NotFoundError(absl::StrCat(path, ": no tensor ",
-                                            name.empty() ? "at all" : "named '" + name + "'"));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": no tensor ", name.empty() ? "at all" : "named '" + name + "'"));
   std::string dtype = FieldText(obj, "dtype");
   NpyArray a;
   a.shape = Numbers(FieldText(obj, "shape"));
@@ -128,14 +128,13 @@ absl::StatusOr<NpyArray> ReadSafetensors(const std::string& path, const std::str
   return a;
 }
 
-absl::Status WriteSafetensors(const std::string& path, const std::string& name,
-                              const NpyArray& a) {
+absl::Status WriteSafetensors(const std::string& path, const std::string& name, const NpyArray& a) {
   std::string shape;
   for (size_t i = 0; i < a.shape.size(); ++i) shape += absl::StrCat(i ? "," : "", a.shape[i]);
-  std::string header = absl::StrCat("{\"__metadata__\":{\"producer\":\"codec_eval\"},\"", name,
-                                    "\":{\"dtype\":\"", a.descr == "<f2" ? "F16" : "F32",
-                                    "\",\"shape\":[", shape, "],\"data_offsets\":[0,",
-                                    a.data.size(), "]}}");
+  std::string header =
+      absl::StrCat("{\"__metadata__\":{\"producer\":\"codec_eval\"},\"", name, "\":{\"dtype\":\"",
+                   a.descr == "<f2" ? "F16" : "F32", "\",\"shape\":[", shape,
+                   "],\"data_offsets\":[0,", a.data.size(), "]}}");
   while (header.size() % 8 != 0) header.push_back(' ');  // the format pads the header to 8
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   uint8_t len[8];

@@ -14,7 +14,6 @@ namespace strata::codec_bench {
 // float32 ("<f4"); F16 stays "<f2".
 absl::StatusOr<NpyArray> ReadSafetensors(const std::string& path, const std::string& name);
 // Writes `a` ("<f2" or "<f4") as the single tensor `name`.
-absl::Status WriteSafetensors(const std::string& path, const std::string& name,
-                              const NpyArray& a);
+absl::Status WriteSafetensors(const std::string& path, const std::string& name, const NpyArray& a);
 
 }  // namespace strata::codec_bench

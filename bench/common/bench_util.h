@@ -49,7 +49,8 @@ inline int FreePort() {
 }
 
 // `env`: more variables for the child only.
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& tls,
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
+                   const std::string& tls,
                    const std::vector<std::pair<std::string, std::string>>& env = {}) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -133,7 +134,7 @@ class StratadProcess {
 
 // Runs ucx_perftest (server + client on loopback) and returns its overall bandwidth in GB/s.
 inline std::optional<double> PerftestGbps(const std::string& test, size_t bytes, int iters,
-                                   const std::string& tls, const std::string& tmp) {
+                                          const std::string& tls, const std::string& tmp) {
   int port = FreePort();
   pid_t server = Spawn({"ucx_perftest", "-p", std::to_string(port)}, tmp + "/pt_server.log", tls);
   std::optional<double> result;

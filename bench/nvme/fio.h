@@ -31,8 +31,8 @@ inline double JsonNumber(const std::string& json, size_t from, const std::string
   return std::strtod(json.c_str() + k + key.size() + 5, nullptr);
 }
 
-inline std::string Command(const std::string& file, const std::string& rw, uint64_t bs,
-                           uint32_t qd, uint64_t bytes, const std::string& extra) {
+inline std::string Command(const std::string& file, const std::string& rw, uint64_t bs, uint32_t qd,
+                           uint64_t bytes, const std::string& extra) {
   return absl::StrFormat(
       "fio --name=strata_cmp --filename=%s --ioengine=io_uring --direct=1 --rw=%s --bs=%d "
       "--iodepth=%d --size=%d --numjobs=1 --thread%s%s --output-format=json",

@@ -26,11 +26,13 @@
 // taken from getrusage for the tier (the io_uring engine runs in the calling thread) and from
 // fio's usr_cpu/sys_cpu (different accounting: compare trends, not single values).
 #include <fcntl.h>
+#include <liburing.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -38,9 +40,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <liburing.h>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -81,14 +80,16 @@ struct Series {
   }
   double MedianCpu() const {
     std::vector<double> v;
-    for (const auto& s : runs) if (s.cpu_us_per_op >= 0) v.push_back(s.cpu_us_per_op);
+    for (const auto& s : runs)
+      if (s.cpu_us_per_op >= 0) v.push_back(s.cpu_us_per_op);
     if (v.empty()) return -1;
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   }
   std::string Numbers(bool segments = false) const {  // JSON array body
     std::vector<std::string> parts;
-    for (const auto& s : runs) parts.push_back(absl::StrFormat("%.1f", segments ? s.segments : s.mibps));
+    for (const auto& s : runs)
+      parts.push_back(absl::StrFormat("%.1f", segments ? s.segments : s.mibps));
     return absl::StrJoin(parts, ", ");
   }
   std::string List() const {
@@ -167,10 +168,12 @@ struct AlignedPool {
       base = static_cast<std::byte*>(p);
     } else {
       map_bytes = total + align;
-      void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* p =
+          mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) std::abort();
       map = p;
-      base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
+      base =
+          reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(align - 1));
       madvise(base, total, memory == Memory::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     }
     if (!fill) return;
@@ -279,7 +282,11 @@ class TierRun {
 
  private:
   TierRun(std::string path, uint64_t bs, uint32_t qd, uint64_t bytes, Memory memory)
-      : path_(std::move(path)), bs_(bs), bytes_(bytes), qd_(qd), memory_(memory),
+      : path_(std::move(path)),
+        bs_(bs),
+        bytes_(bytes),
+        qd_(qd),
+        memory_(memory),
         pool_(std::max<uint32_t>(qd, 1) * 2, bs, memory) {}
   std::string path_;
   uint64_t bs_, bytes_;
@@ -345,9 +352,9 @@ absl::StatusOr<CatalogTiming> TimeCatalogReopen(const std::string& dir, uint64_t
 }
 
 // One round of a point: writes (alternating order), then reads of the tier's file.
-absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_t bytes,
-                      int round, int reads, Memory memory, uint32_t dst_buffers, bool ab_ring, bool fio, const std::string& fio_flags, Row& row,
-                      std::string* backend) {
+absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_t bytes, int round,
+                      int reads, Memory memory, uint32_t dst_buffers, bool ab_ring, bool fio,
+                      const std::string& fio_flags, Row& row, std::string* backend) {
   std::string tier_path = work + "/tier.dat", fio_path = work + "/fio.dat";
   ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
   *backend = tier->Backend();
@@ -430,13 +437,14 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  Memory memory = memory_name == "hugetlb" ? Memory::kHugetlb
+  Memory memory = memory_name == "hugetlb"         ? Memory::kHugetlb
                   : (memory_name == "thp" || huge) ? Memory::kThp
                                                    : Memory::k4k;
   bool fio = !no_fio && fio::Available();
   if (memory == Memory::kThp && fio) {
-    std::fprintf(stderr, "nvme_bench: --memory thp has no fio counterpart; fio reads into malloc'ed "
-                         "4 KiB pages (not like for like)\n");
+    std::fprintf(stderr,
+                 "nvme_bench: --memory thp has no fio counterpart; fio reads into malloc'ed "
+                 "4 KiB pages (not like for like)\n");
   }
   if (memory == Memory::kHugetlb) {
     if (fio_flags.find("--iomem") == std::string::npos) {
@@ -510,8 +518,8 @@ int Main(int argc, char** argv) {
       row.qd = qd;
       absl::Status st;
       for (int round = 0; round < repeat && st.ok(); ++round) {
-        st = RunRound(work, bs, qd, run_bytes, round, reads, memory, dst_buffers, ab_ring, fio, fio_flags, row,
-                      &backend);
+        st = RunRound(work, bs, qd, run_bytes, round, reads, memory, dst_buffers, ab_ring, fio,
+                      fio_flags, row, &backend);
       }
       if (!st.ok()) {
         std::fprintf(stderr, "nvme_bench: tier run failed: %s\n",
@@ -549,11 +557,12 @@ int Main(int argc, char** argv) {
     }
   }
   if (json) {
-    std::printf("{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"fio_version\": \"%s\", "
-                "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"memory\": \"%s\", "
-                "\"read_target\": %.2f, \"rows\": [",
-                dir.c_str(), backend.c_str(), fio ? "true" : "false", fio_version.c_str(),
-                fio_flags.c_str(), repeat, reads, MemoryName(memory), kReadTarget);
+    std::printf(
+        "{\"dir\": \"%s\", \"backend\": \"%s\", \"fio\": %s, \"fio_version\": \"%s\", "
+        "\"fio_flags\": \"%s\", \"repeat\": %d, \"reads\": %d, \"memory\": \"%s\", "
+        "\"read_target\": %.2f, \"rows\": [",
+        dir.c_str(), backend.c_str(), fio ? "true" : "false", fio_version.c_str(),
+        fio_flags.c_str(), repeat, reads, MemoryName(memory), kReadTarget);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
@@ -569,33 +578,30 @@ int Main(int argc, char** argv) {
           r.fio_write.Median(), Ratio(r.tier_write.Median(), r.fio_write.Median()),
           r.tier_read.Median(), r.fio_read.Median(), rq,
           Ratio(r.tier_read.Best(), r.fio_read.Best()),
-          rq < 0 ? "null" : (rq >= kReadTarget ? "true" : "false"),
-          r.tier_read.Numbers().c_str(), r.fio_read.Numbers().c_str(),
-          r.tier_write.Numbers().c_str(), r.fio_write.Numbers().c_str(),
-          r.tier_read.Numbers(true).c_str(),
-          r.tier_read.MedianCpu(), r.fio_read.MedianCpu(), r.plain_read.Median(),
-          r.plain_read.MedianCpu());
+          rq < 0 ? "null" : (rq >= kReadTarget ? "true" : "false"), r.tier_read.Numbers().c_str(),
+          r.fio_read.Numbers().c_str(), r.tier_write.Numbers().c_str(),
+          r.fio_write.Numbers().c_str(), r.tier_read.Numbers(true).c_str(), r.tier_read.MedianCpu(),
+          r.fio_read.MedianCpu(), r.plain_read.Median(), r.plain_read.MedianCpu());
     }
     std::printf("], \"read_points_passed\": %d, \"read_points_compared\": %d", passed, compared);
     if (cat.ok()) {
-      std::printf(", \"catalog\": {\"entries\": %llu, \"kept\": %llu, \"reopen_wal_s\": %.3f, "
-                  "\"reopen_sst_s\": %.3f}",
-                  (unsigned long long)cat->entries, (unsigned long long)cat->kept,
-                  cat->first_open_s, cat->second_open_s);
+      std::printf(
+          ", \"catalog\": {\"entries\": %llu, \"kept\": %llu, \"reopen_wal_s\": %.3f, "
+          "\"reopen_sst_s\": %.3f}",
+          (unsigned long long)cat->entries, (unsigned long long)cat->kept, cat->first_open_s,
+          cat->second_open_s);
     }
     std::printf("}\n");
   } else {
-    std::printf("NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads; "
-                "memory %s;\n"
-                "MiB/s, median of %d samples (%d rounds x %d reads; best in the read columns); "
-                "cpu = CPU us per op (median)\n",
-                backend.c_str(), fio ? fio_version.c_str() : "no fio",
-                fio_flags.empty() ? "" : ", ", fio_flags.c_str(), dir.c_str(),
-                MemoryName(memory), repeat * reads,
-                repeat, reads);
-    std::printf("%9s %3s | %8s %8s %5s | %8s %8s %5s %5s %9s %9s %4s\n", "block", "qd",
-                "tier wr", "fio wr", "ratio", "tier rd", "fio rd", "ratio", "best", "tier cpu",
-                "fio cpu", "");
+    std::printf(
+        "NVMe tier (%s) vs %s (io_uring, direct=1%s%s) in %s; same file for reads; "
+        "memory %s;\n"
+        "MiB/s, median of %d samples (%d rounds x %d reads; best in the read columns); "
+        "cpu = CPU us per op (median)\n",
+        backend.c_str(), fio ? fio_version.c_str() : "no fio", fio_flags.empty() ? "" : ", ",
+        fio_flags.c_str(), dir.c_str(), MemoryName(memory), repeat * reads, repeat, reads);
+    std::printf("%9s %3s | %8s %8s %5s | %8s %8s %5s %5s %9s %9s %4s\n", "block", "qd", "tier wr",
+                "fio wr", "ratio", "tier rd", "fio rd", "ratio", "best", "tier cpu", "fio cpu", "");
     for (const Row& r : rows) {
       double rq = Ratio(r.tier_read.Median(), r.fio_read.Median());
       std::printf("%6lluKiB %3u | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f %5.2f %9.1f %9.1f %4s\n",
@@ -605,22 +611,22 @@ int Main(int argc, char** argv) {
                   Ratio(r.tier_read.Best(), r.fio_read.Best()), r.tier_read.MedianCpu(),
                   r.fio_read.MedianCpu(), rq < 0 ? "" : (rq >= kReadTarget ? "ok" : "FAIL"));
       if (ab_ring) {
-        std::printf("%13s | plain-ring tier read %8.1f MiB/s (%.2f of fio), %.1f cpu us/op\n",
-                    "", r.plain_read.Median(), Ratio(r.plain_read.Median(), r.fio_read.Median()),
+        std::printf("%13s | plain-ring tier read %8.1f MiB/s (%.2f of fio), %.1f cpu us/op\n", "",
+                    r.plain_read.Median(), Ratio(r.plain_read.Median(), r.fio_read.Median()),
                     r.plain_read.MedianCpu());
       }
     }
     if (compared > 0) {
       std::printf("reads: %d of %d points at >= %.0f%% of fio (medians of %d samples)%s%s\n",
                   passed, compared, kReadTarget * 100, repeat * reads,
-                  failed.empty() ? "" : "; below: ",
-                  absl::StrJoin(failed, " ").c_str());
+                  failed.empty() ? "" : "; below: ", absl::StrJoin(failed, " ").c_str());
     }
     if (cat.ok()) {
-      std::printf("catalog reopen with %llu entries: %.3f s (WAL replay), %.3f s (from SST); "
-                  "%llu kept (target <= 2 s)\n",
-                  (unsigned long long)cat->entries, cat->first_open_s, cat->second_open_s,
-                  (unsigned long long)cat->kept);
+      std::printf(
+          "catalog reopen with %llu entries: %.3f s (WAL replay), %.3f s (from SST); "
+          "%llu kept (target <= 2 s)\n",
+          (unsigned long long)cat->entries, cat->first_open_s, cat->second_open_s,
+          (unsigned long long)cat->kept);
     }
   }
   if (cat.ok() && cat->kept != cat->entries) rc = 1;

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,8 +32,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -160,8 +159,8 @@ int Main(int argc, char** argv) {
         std::vector<std::string>{"--config", config, "--http-listen", "off", "--data-dir",
                                  work + "/data", "--log-level", "warn"},
         work, "shm,self",
-        std::vector<std::pair<std::string, std::string>>{
-            {"UCX_SYSV_HUGETLB_MODE", hugetlb_mode}, {"UCX_POSIX_HUGETLB_MODE", hugetlb_mode}});
+        std::vector<std::pair<std::string, std::string>>{{"UCX_SYSV_HUGETLB_MODE", hugetlb_mode},
+                                                         {"UCX_POSIX_HUGETLB_MODE", hugetlb_mode}});
     if (daemon->endpoint().empty()) {
       std::fprintf(stderr, "stratad did not start:\n%s\n", daemon->log().c_str());
       rc = 1;
@@ -181,8 +180,8 @@ int Main(int argc, char** argv) {
     strata::NamespaceSpec spec;
     spec.model_id = "nvme-fetch-bench";
     spec.codec_policy = std::string(strata::kOpaqueCodecPolicy);
-    spec.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, 16,
-                                   strata::KvKind::kSeparateKV};
+    spec.layout =
+        strata::KvLayout{32, 8, 128, strata::DType::kFloat16, 16, strata::KvKind::kSeparateKV};
     auto ns = (*client)->OpenNamespace(spec, "bench");
     if (!ns.ok()) {
       std::fprintf(stderr, "namespace: %s\n", ns.status().ToString().c_str());
@@ -204,7 +203,8 @@ int Main(int argc, char** argv) {
     const std::string fio_file = work + "/fio.dat";
     std::string prep = absl::StrFormat(
         "fio --name=prep --filename=%s --ioengine=io_uring --direct=1 --rw=write --bs=1M "
-        "--size=%d --numjobs=1 --thread > /dev/null 2>&1", fio_file, set);
+        "--size=%d --numjobs=1 --thread > /dev/null 2>&1",
+        fio_file, set);
     if (std::system(prep.c_str()) != 0) {
       std::fprintf(stderr, "fio could not write %s\n", fio_file.c_str());
       rc = 1;
@@ -301,17 +301,20 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < points.size(); ++i) {
       const Point& p = points[i];
       double n = Median(p.nvme_mibps), f = Median(p.fio_mibps);
-      std::printf("%s{\"block_bytes\": %zu, \"qd\": %u, \"nvme_fetch_mibps\": %.1f, "
-                  "\"fio_read_mibps\": %.1f, \"ratio\": %.3f, \"host_fetch_mibps\": %.1f, "
-                  "\"nvme_fetch_runs\": [%s], \"fio_runs\": [%s]}",
-                  i ? ", " : "", p.block, p.qd, n, f, f > 0 ? n / f : -1.0,
-                  Median(p.host_mibps), List(p.nvme_mibps).c_str(), List(p.fio_mibps).c_str());
+      std::printf(
+          "%s{\"block_bytes\": %zu, \"qd\": %u, \"nvme_fetch_mibps\": %.1f, "
+          "\"fio_read_mibps\": %.1f, \"ratio\": %.3f, \"host_fetch_mibps\": %.1f, "
+          "\"nvme_fetch_runs\": [%s], \"fio_runs\": [%s]}",
+          i ? ", " : "", p.block, p.qd, n, f, f > 0 ? n / f : -1.0, Median(p.host_mibps),
+          List(p.nvme_mibps).c_str(), List(p.fio_mibps).c_str());
     }
     std::printf("]}\n");
   } else {
-    std::printf("Fetch of NVMe-resident blocks through stratad (promotion + shm copy, client CRC "
-                "off) vs fio randread (io_uring, direct, same bs and depth, %s memory); MiB/s, "
-                "medians of %d\n", memory.c_str(), repeat);
+    std::printf(
+        "Fetch of NVMe-resident blocks through stratad (promotion + shm copy, client CRC "
+        "off) vs fio randread (io_uring, direct, same bs and depth, %s memory); MiB/s, "
+        "medians of %d\n",
+        memory.c_str(), repeat);
     std::printf("%9s %3s | %10s %8s %6s | %10s\n", "block", "qd", "nvme fetch", "fio", "ratio",
                 "host fetch");
     for (const Point& p : points) {

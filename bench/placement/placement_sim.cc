@@ -176,11 +176,13 @@ int Run(const Options& o) {
       const std::string holder = NodeName(h * 7 + 1);
       for (uint64_t b = 0; b < fill;) {
         batch.clear();
-        for (; b < fill && batch.size() < 4096; ++b) batch.push_back(IdFromKey(BlockKey(o.seed ^ 1, b), 5));
+        for (; b < fill && batch.size() < 4096; ++b)
+          batch.push_back(IdFromKey(BlockKey(o.seed ^ 1, b), 5));
         dir.Announce(holder, batch, tier, expires);
       }
     }
-    return static_cast<double>(dir.memory_bytes()) / static_cast<double>(std::max<uint64_t>(fill, 1));
+    return static_cast<double>(dir.memory_bytes()) /
+           static_cast<double>(std::max<uint64_t>(fill, 1));
   };
   const double bytes_per_entry_1 = measure_dir(1);
   const double bytes_per_entry_2 = measure_dir(2);
@@ -222,46 +224,52 @@ int Run(const Options& o) {
         "\"directory_bytes_per_entry_2_holders\":%.2f,\"directory_mib_per_node\":%.2f,"
         "\"lookup_512_us\":%.2f,\"ns_per_score\":%.3f,\"pass_seconds\":%.2f,"
         "\"pass_scores_per_second\":%.4g}\n",
-        o.nodes, (unsigned long long)o.blocks, o.replicas, o.threads,
-        (unsigned long long)o.seed, (unsigned long long)total, mean, (unsigned long long)mx,
-        (unsigned long long)mn, max_mean, min_mean, cv, balance_ok ? "true" : "false",
-        (unsigned long long)join_moved, join_frac, join_ideal, (unsigned long long)leave_moved,
-        leave_frac, leave_ideal, (unsigned long long)sample, (unsigned long long)mismatches,
-        (unsigned long long)share, bytes_per_entry_1, bytes_per_entry_2,
-        share * bytes_per_entry_1 / (1 << 20), lookup_us, ns_per_score, pass_s,
-        pass_scores / pass_s);
+        o.nodes, (unsigned long long)o.blocks, o.replicas, o.threads, (unsigned long long)o.seed,
+        (unsigned long long)total, mean, (unsigned long long)mx, (unsigned long long)mn, max_mean,
+        min_mean, cv, balance_ok ? "true" : "false", (unsigned long long)join_moved, join_frac,
+        join_ideal, (unsigned long long)leave_moved, leave_frac, leave_ideal,
+        (unsigned long long)sample, (unsigned long long)mismatches, (unsigned long long)share,
+        bytes_per_entry_1, bytes_per_entry_2, share * bytes_per_entry_1 / (1 << 20), lookup_us,
+        ns_per_score, pass_s, pass_scores / pass_s);
   } else {
     std::printf("placement_sim: %d nodes, %llu blocks, R=%d, %d threads (seed %llu)\n", o.nodes,
                 (unsigned long long)o.blocks, o.replicas, o.threads, (unsigned long long)o.seed);
     std::printf("  pass: %.1f s, %.3g scores/s\n", pass_s, pass_scores / pass_s);
-    std::printf("  entries per node: mean %.1f, max %llu (%.4f x mean), min %llu (%.4f x mean), "
-                "cv %.4f  [target max/mean <= 1.1: %s]\n",
-                mean, (unsigned long long)mx, max_mean, (unsigned long long)mn, min_mean, cv,
-                balance_ok ? "met" : "MISSED");
-    std::printf("  join  (+%s): %llu entries moved = %.5f%% of entries (ideal 1/(N+1) = %.5f%%, "
-                "ratio %.3f)\n",
-                joiner.c_str(), (unsigned long long)join_moved, 100 * join_frac,
-                100 * join_ideal, join_frac / join_ideal);
-    std::printf("  leave (-%s): %llu entries moved = %.5f%% of entries (ideal 1/N = %.5f%%, "
-                "ratio %.3f)\n",
-                leaver_name.c_str(), (unsigned long long)leave_moved, 100 * leave_frac,
-                100 * leave_ideal, leave_frac / leave_ideal);
-    std::printf("  rule check on %llu keys against Rendezvous(N+1) / Rendezvous(N-1): %llu "
-                "mismatches (sample moves: join %llu, leave %llu)\n",
-                (unsigned long long)sample, (unsigned long long)mismatches,
-                (unsigned long long)sample_join, (unsigned long long)sample_leave);
-    std::printf("  directory: %llu entries per node; %.1f bytes/entry (1 holder), %.1f "
-                "(2 holders); %.1f MiB per node (1 holder)%s\n",
-                (unsigned long long)share, bytes_per_entry_1, bytes_per_entry_2,
-                share * bytes_per_entry_1 / (1 << 20),
-                fill < share ? " [extrapolated from 20M entries]" : "");
+    std::printf(
+        "  entries per node: mean %.1f, max %llu (%.4f x mean), min %llu (%.4f x mean), "
+        "cv %.4f  [target max/mean <= 1.1: %s]\n",
+        mean, (unsigned long long)mx, max_mean, (unsigned long long)mn, min_mean, cv,
+        balance_ok ? "met" : "MISSED");
+    std::printf(
+        "  join  (+%s): %llu entries moved = %.5f%% of entries (ideal 1/(N+1) = %.5f%%, "
+        "ratio %.3f)\n",
+        joiner.c_str(), (unsigned long long)join_moved, 100 * join_frac, 100 * join_ideal,
+        join_frac / join_ideal);
+    std::printf(
+        "  leave (-%s): %llu entries moved = %.5f%% of entries (ideal 1/N = %.5f%%, "
+        "ratio %.3f)\n",
+        leaver_name.c_str(), (unsigned long long)leave_moved, 100 * leave_frac, 100 * leave_ideal,
+        leave_frac / leave_ideal);
+    std::printf(
+        "  rule check on %llu keys against Rendezvous(N+1) / Rendezvous(N-1): %llu "
+        "mismatches (sample moves: join %llu, leave %llu)\n",
+        (unsigned long long)sample, (unsigned long long)mismatches, (unsigned long long)sample_join,
+        (unsigned long long)sample_leave);
+    std::printf(
+        "  directory: %llu entries per node; %.1f bytes/entry (1 holder), %.1f "
+        "(2 holders); %.1f MiB per node (1 holder)%s\n",
+        (unsigned long long)share, bytes_per_entry_1, bytes_per_entry_2,
+        share * bytes_per_entry_1 / (1 << 20),
+        fill < share ? " [extrapolated from 20M entries]" : "");
     std::printf("  owners of a 512-block lookup at %d nodes: %.1f us (%.3f ns per score)\n",
                 o.nodes, lookup_us, ns_per_score);
   }
   if (sink == 42) std::fprintf(stderr, " ");
   if (mismatches) {
-    std::fprintf(stderr, "placement_sim: the incremental join/leave rule disagrees with "
-                         "Rendezvous on %llu sampled keys\n", (unsigned long long)mismatches);
+    std::fprintf(stderr,
+                 "placement_sim: the incremental join/leave rule disagrees with "
+                 "Rendezvous on %llu sampled keys\n",
+                 (unsigned long long)mismatches);
     return 1;
   }
   if (o.smoke && !balance_ok) {

@@ -12,6 +12,7 @@
 // block = 64 MiB per block. Capacities are in blocks, split host:NVMe = 1:4 by default.
 //
 // Exit codes: 0 ok, 1 error, 77 trace file absent (ctest treats it as skipped).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,8 +20,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -177,8 +176,7 @@ absl::StatusOr<Row> RunOne(const Workload& w, const PolicySpec& spec, uint64_t c
     auto moved = tm->Insert(a.id, a.parent, block_bytes);
     if (!moved.ok()) return moved.status();
   }
-  row.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.stats = tm->Stats();
   row.accesses = row.stats.accesses;
   const double n = std::max<double>(1.0, static_cast<double>(row.accesses));
@@ -196,17 +194,15 @@ void PrintTable(const Workload& w, const std::vector<Row>& rows, uint64_t block_
   std::printf(
       "trace: %zu requests, %zu block accesses, %zu unique blocks; %.0f MiB per block; "
       "host:nvme = %.0f%%:%.0f%%\n",
-      w.requests, w.accesses.size(), w.unique_blocks,
-      static_cast<double>(block_bytes) / (1 << 20), host_fraction * 100,
-      (1 - host_fraction) * 100);
+      w.requests, w.accesses.size(), w.unique_blocks, static_cast<double>(block_bytes) / (1 << 20),
+      host_fraction * 100, (1 - host_fraction) * 100);
   std::printf(
       "hit = block hits / block accesses; prefix = hits within the leading run of hits of each "
       "request; wr/rd in GiB; evict = host victims (demoted or dropped) / nvme victims; "
       "dropped = left the cache\n\n");
-  std::printf("%-18s %-13s %9s %7s %7s %7s %7s %7s %7s %9s %9s %9s %9s %8s %8s %8s %6s\n",
-              "policy", "admission", "cap_blk", "host", "hit%", "host%", "nvme%", "prefix%",
-              "vsBel%", "host_wr", "host_rd", "nvme_wr", "nvme_rd", "ev_host", "ev_nvme",
-              "dropped", "sec");
+  std::printf("%-18s %-13s %9s %7s %7s %7s %7s %7s %7s %9s %9s %9s %9s %8s %8s %8s %6s\n", "policy",
+              "admission", "cap_blk", "host", "hit%", "host%", "nvme%", "prefix%", "vsBel%",
+              "host_wr", "host_rd", "nvme_wr", "nvme_rd", "ev_host", "ev_nvme", "dropped", "sec");
   uint64_t last_cap = 0;
   double belady = 0;
   for (const Row& r : rows) {
@@ -225,8 +221,8 @@ void PrintTable(const Workload& w, const std::vector<Row>& rows, uint64_t block_
         static_cast<unsigned long long>(r.host_blocks), 100 * r.hit_rate, 100 * r.host_hit_rate,
         100 * r.nvme_hit_rate, 100 * r.prefix_hit_rate,
         belady > 0 ? 100 * r.hit_rate / belady : 0.0, GiB(r.stats.host.bytes_written),
-        GiB(r.stats.host.bytes_read), GiB(r.stats.nvme.bytes_written),
-        GiB(r.stats.nvme.bytes_read), static_cast<unsigned long long>(r.stats.host.evictions),
+        GiB(r.stats.host.bytes_read), GiB(r.stats.nvme.bytes_written), GiB(r.stats.nvme.bytes_read),
+        static_cast<unsigned long long>(r.stats.host.evictions),
         static_cast<unsigned long long>(r.stats.nvme.evictions),
         static_cast<unsigned long long>(r.stats.dropped), r.seconds);
   }
@@ -252,11 +248,13 @@ void PrintTable(const Workload& w, const std::vector<Row>& rows, uint64_t block_
     if (best == nullptr) continue;
     std::printf("  cap %7llu: best %-18s %6.2f%%", static_cast<unsigned long long>(cap),
                 best->policy.c_str(), 100 * best->hit_rate);
-    if (lru) std::printf("  lru %6.2f%% (%+.2f pts)", 100 * lru->hit_rate,
-                         100 * (best->hit_rate - lru->hit_rate));
-    if (bel) std::printf("  belady %6.2f%% (%.2f pts short, %.1f%% of it)", 100 * bel->hit_rate,
-                         100 * (bel->hit_rate - best->hit_rate),
-                         bel->hit_rate > 0 ? 100 * best->hit_rate / bel->hit_rate : 0.0);
+    if (lru)
+      std::printf("  lru %6.2f%% (%+.2f pts)", 100 * lru->hit_rate,
+                  100 * (best->hit_rate - lru->hit_rate));
+    if (bel)
+      std::printf("  belady %6.2f%% (%.2f pts short, %.1f%% of it)", 100 * bel->hit_rate,
+                  100 * (bel->hit_rate - best->hit_rate),
+                  bel->hit_rate > 0 ? 100 * best->hit_rate / bel->hit_rate : 0.0);
     std::printf("\n");
   }
   // Per online policy: does it beat LRU at every capacity, and by how little at worst.

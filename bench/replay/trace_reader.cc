@@ -59,8 +59,8 @@ class LineParser {
     return true;
   }
   void SkipSpace() {
-    while (!AtEnd() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' ||
-                        s_[pos_] == '\n')) {
+    while (!AtEnd() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' || s_[pos_] == '\n')) {
       ++pos_;
     }
   }
@@ -188,8 +188,7 @@ absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line) {
   return LineParser(line).Parse();
 }
 
-absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path,
-                                                   size_t max_requests) {
+absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, size_t max_requests) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open trace ", path));
   std::vector<TraceRequest> out;

@@ -22,6 +22,6 @@ absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 
 // Reads up to `max_requests` requests (0: all); blank lines are skipped.
 absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path,
-                                                   size_t max_requests = 0);
+                                                    size_t max_requests = 0);
 
 }  // namespace strata::replay

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,11 +20,9 @@
 #include <sstream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
-
 #include "absl/strings/str_format.h"
-#include "client/client.h"
 #include "bench/common/bench_util.h"
+#include "client/client.h"
 #include "common/crc32c.h"
 
 namespace {
@@ -60,8 +59,8 @@ strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
   strata::NamespaceSpec s;
   s.model_id = "strata-bench";
   s.codec_policy = std::string(strata::kOpaqueCodecPolicy);  // measures the data plane alone
-  s.layout = strata::KvLayout{32, 8, 128, strata::DType::kFloat16, tokens_per_block,
-                              strata::KvKind::kSeparateKV};
+  s.layout = strata::KvLayout{
+      32, 8, 128, strata::DType::kFloat16, tokens_per_block, strata::KvKind::kSeparateKV};
   return s;
 }
 
@@ -72,8 +71,8 @@ struct Config {
 };
 
 bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
-                  std::vector<Row>& rows, double* lookup_p50, double* lookup_p99,
-                  double* hash_p50, double* rpc_p50) {
+                  std::vector<Row>& rows, double* lookup_p50, double* lookup_p99, double* hash_p50,
+                  double* rpc_p50) {
   std::string tmp = (std::filesystem::temp_directory_path() / "strata-bench-XXXXXX").string();
   if (!mkdtemp(tmp.data())) return false;
   setenv("UCX_TLS", tls.c_str(), 1);
@@ -322,12 +321,13 @@ int main(int argc, char** argv) {
         "lookup of 512 blocks (128k tokens): p50 %.1f us, p99 %.1f us (+ %.1f us hashing); "
         "empty RPC p50 %.1f us\n\n",
         lookup_p50, lookup_p99, hash_p50, rpc_p50);
-    std::cout << "GB/s and ratio: publish of distinct blocks; fetch with ucx_perftest's footprint "
-                 "(one block, two staging buffers).\nws: fetch of distinct blocks into distinct buffers "
-                 "(32 MiB), against memcpy of the same size.\n\n";
+    std::cout
+        << "GB/s and ratio: publish of distinct blocks; fetch with ucx_perftest's footprint "
+           "(one block, two staging buffers).\nws: fetch of distinct blocks into distinct buffers "
+           "(32 MiB), against memcpy of the same size.\n\n";
     std::cout << absl::StrFormat("%-8s %-7s %-5s %7s %8s %8s %9s %6s %7s %7s %8s %8s\n", "op",
-                                 "block", "tls", "GB/s", "p50 us", "p99 us", "perftest",
-                                 "ratio", "no-CRC", "ws", "ws-noCRC", "memcpy");
+                                 "block", "tls", "GB/s", "p50 us", "p99 us", "perftest", "ratio",
+                                 "no-CRC", "ws", "ws-noCRC", "memcpy");
     for (const Row& r : rows) {
       bool f = r.op == "fetch";
       std::cout << absl::StrFormat(

@@ -20,8 +20,9 @@ int main(int argc, char** argv) {
   strata::NamespaceSpec spec;
   spec.model_id = "meta-llama/Llama-3.1-8B";
   spec.model_revision = "main";
-  spec.layout = {/*num_layers=*/32, /*num_kv_heads=*/8, /*head_dim=*/128,
-                 strata::DType::kFloat16, /*tokens_per_block=*/16, strata::KvKind::kSeparateKV};
+  spec.layout = {/*num_layers=*/32,       /*num_kv_heads=*/8,
+                 /*head_dim=*/128,        strata::DType::kFloat16,
+                 /*tokens_per_block=*/16, strata::KvKind::kSeparateKV};
   auto ns = (*client)->OpenNamespace(spec, "tenant-a");
   if (!ns.ok()) {
     std::cerr << "open namespace: " << ns.status() << "\n";
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
 
   std::vector<uint8_t> out(kv.size());
   strata::MutableBuffer dst{out.data(), out.size()};
-  auto fetched = (*client)->Fetch(*ns, std::span(found->ids).first(found->prefix_blocks), {&dst, 1});
+  auto fetched =
+      (*client)->Fetch(*ns, std::span(found->ids).first(found->prefix_blocks), {&dst, 1});
   if (!fetched.ok()) {
     std::cerr << "fetch: " << fetched.status() << "\n";
     return 1;

@@ -42,9 +42,9 @@ absl::Status DeviceAvailable() {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(e), " (",
-          cudaGetErrorString(e), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(e), " (",
+                       cudaGetErrorString(e), ")"));
     if (count == 0) return absl::FailedPreconditionError("no CUDA device (cudaGetDeviceCount = 0)");
     return absl::OkStatus();
   }();
@@ -162,8 +162,7 @@ absl::Status GroupwiseDecode(const uint8_t* d_payload, size_t payload_bytes, DTy
 absl::Status HadamardRows(float* d_x, size_t rows, uint32_t n, void* stream) {
   if (!PowerOfTwo(n) || n > kMaxHadamardN)
     return absl::InvalidArgumentError("cuda Hadamard: n must be a power of two up to 8192");
-  return CudaStatus(internal::LaunchHadamard(d_x, rows, n, HadamardScale(n), stream),
-                    "Hadamard");
+  return CudaStatus(internal::LaunchHadamard(d_x, rows, n, HadamardScale(n), stream), "Hadamard");
 }
 
 absl::Status InverseHadamardRows(float* d_x, size_t rows, uint32_t n, void* stream) {
@@ -269,9 +268,9 @@ absl::Status QuantKernels::Encode(const void* d_in, const QuantSection& s, const
   RETURN_IF_ERROR(CudaStatus(internal::LaunchQuantEncode(q, stream), "quant encode"));
   // Pageable host memory: the copy returns once the value is on the host.
   uint32_t nonfinite = 0;
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&nonfinite, q.nonfinite, sizeof(nonfinite),
-                                             cudaMemcpyDeviceToHost, cs),
-                             "cudaMemcpyAsync"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(&nonfinite, q.nonfinite, sizeof(nonfinite), cudaMemcpyDeviceToHost, cs),
+      "cudaMemcpyAsync"));
   RETURN_IF_ERROR(Synchronize(stream));
   if (nonfinite)
     return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");

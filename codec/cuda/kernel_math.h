@@ -38,7 +38,7 @@ inline constexpr uint8_t kF16 = 1;
 inline constexpr uint8_t kBF16 = 2;
 inline constexpr uint8_t kF32 = 3;
 
-inline constexpr uint32_t kThreads = 256;  // ForEach: threads per block
+inline constexpr uint32_t kThreads = 256;            // ForEach: threads per block
 inline constexpr float kMinStep = 6.103515625e-05f;  // 2^-14, smallest normal fp16
 inline constexpr float kMaxStep = 65504.0f;          // largest finite fp16
 
@@ -210,7 +210,7 @@ struct GroupwiseArgs {
   uint64_t n = 0;
   uint32_t bits = 4;
   uint32_t group = 64;
-  uint8_t* payload = nullptr;        // encoder: written
+  uint8_t* payload = nullptr;         // encoder: written
   const uint8_t* cpayload = nullptr;  // decoder: read
   STRATA_HD uint64_t groups() const { return GroupwiseGroups(n, group); }
   STRATA_HD uint64_t packed() const { return GroupwisePackedBytes(n, bits); }
@@ -317,7 +317,8 @@ STRATA_HD void HadamardStage(float* v, uint32_t n, uint32_t h, uint32_t tid, uin
 // ---- Lossy quant mode (codec/quant.cc) -------------------------------------------------------
 // One section: T tokens x C channels (heads x head_dim). Keys (axis 0): a step per channel over
 // the block. Values (axis 1): a step per token and group of G channels. Closed-loop prediction:
-//   p = mu + a * (xh - mu);  q = clamp(round((x - p) / step));  xh = p + q * step;  sym = q + 2^(bits+1)
+//   p = mu + a * (xh - mu);  q = clamp(round((x - p) / step));  xh = p + q * step;  sym = q +
+//   2^(bits+1)
 // with xh = mu before the first token. One thread per channel walks the tokens in order.
 
 struct QuantArgs {
@@ -329,11 +330,11 @@ struct QuantArgs {
   bool hadamard = false;
   float hadamard_scale = 1.0f;
   uint8_t dtype = kF16;
-  const void* in = nullptr;  // encoder input tensor, T x C of dtype
-  void* out = nullptr;       // decoder output tensor
-  float* f = nullptr;        // scratch T x C floats (encoder: input; decoder: reconstruction)
-  float* mu = nullptr;       // scratch C floats: the centres as float (fp16-rounded)
-  float* a = nullptr;        // scratch C floats: the predictor weights as float
+  const void* in = nullptr;       // encoder input tensor, T x C of dtype
+  void* out = nullptr;            // decoder output tensor
+  float* f = nullptr;             // scratch T x C floats (encoder: input; decoder: reconstruction)
+  float* mu = nullptr;            // scratch C floats: the centres as float (fp16-rounded)
+  float* a = nullptr;             // scratch C floats: the predictor weights as float
   uint32_t* nonfinite = nullptr;  // set to 1 when an input value is NaN or infinite
   uint16_t* mu16 = nullptr;       // [C]
   uint8_t* a16 = nullptr;         // [C] in 1/16 (0 without token delta)
@@ -502,8 +503,8 @@ struct QuantValueLoopOp {
       for (uint64_t c = c0; c < c1; ++c) {
         const float m = a.mu[c];
         const float xh = t == 0 ? m : a.f[row - a.C + c];
-        a.f[row + c] = QuantElement(a.f[row + c], m, a.a[c], xh, st, inv, qlo, qhi, off,
-                                    &a.syms[row + c]);
+        a.f[row + c] =
+            QuantElement(a.f[row + c], m, a.a[c], xh, st, inv, qlo, qhi, off, &a.syms[row + c]);
       }
     }
   }
@@ -536,8 +537,10 @@ void QuantEncodePlan(Exec& ex, const QuantArgs& a) {
   ex.ForEach(a.C, QuantChannelOp{a});
   if (!a.key_axis) ex.ForEach(a.steps(), QuantGroupStepOp{a});
   ex.ForEach(a.C, QuantPredictorOp{a});
-  if (a.key_axis) ex.ForEach(a.C, QuantClosedLoopOp{a});
-  else ex.ForEach(a.groups(), QuantValueLoopOp{a});
+  if (a.key_axis)
+    ex.ForEach(a.C, QuantClosedLoopOp{a});
+  else
+    ex.ForEach(a.groups(), QuantValueLoopOp{a});
 }
 
 template <class Exec>

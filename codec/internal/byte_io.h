@@ -60,8 +60,8 @@ class ByteReader {
 
   absl::Status Need(size_t n) const {
     if (n > remaining())
-      return absl::DataLossError(absl::StrCat(what_, ": truncated (need ", n, " bytes, have ",
-                                              remaining(), ")"));
+      return absl::DataLossError(
+          absl::StrCat(what_, ": truncated (need ", n, " bytes, have ", remaining(), ")"));
     return absl::OkStatus();
   }
   template <typename T>

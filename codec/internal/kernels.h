@@ -45,11 +45,11 @@ void QuantRow(const float* x, const float* mu, const float* a, const float* step
               int32_t max_sym);
 // QuantRow with one step (and inv_step) per channel group: step[c / step_group].
 void QuantRowGrouped(const float* x, const float* mu, const float* a, const float* step,
-                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym,
-                     size_t n, int32_t offset, int32_t max_sym);
+                     const float* inv_step, size_t step_group, float* xh, uint16_t* sym, size_t n,
+                     int32_t offset, int32_t max_sym);
 // The decoder half: xh = mu + a * (xh - mu) + (sym - offset) * step.
-void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step,
-                float* xh, size_t n, int32_t offset);
+void DequantRow(const uint16_t* sym, const float* mu, const float* a, const float* step, float* xh,
+                size_t n, int32_t offset);
 
 // DequantRow on 8- or 16-bit symbols, fused with the fp16 conversion of the new xh (out16, when
 // not null, receives fp16(xh) as FloatToHalfRow would write it). step_group 0: step[c] per
@@ -73,10 +73,9 @@ void DequantRowSplitF16(const uint8_t* hi, const uint8_t* lo, int r, const float
 // (lo set), in one call: row t reads sym + t * n (lo + t * n) and writes out16 + t * n. With
 // step_group == 0 every row uses `step` (per channel); else row t first converts its
 // ceil(n / step_group) fp16 steps at steps16 + t * ngroups into `step`.
-void DequantRowsF16(const uint8_t* sym, const uint8_t* lo, int r, const float* mu,
-                    const float* a, float* step, const uint16_t* steps16, size_t step_group,
-                    float* xh, uint16_t* out16, size_t rows, size_t n, int32_t offset,
-                    size_t had_dim);
+void DequantRowsF16(const uint8_t* sym, const uint8_t* lo, int r, const float* mu, const float* a,
+                    float* step, const uint16_t* steps16, size_t step_group, float* xh,
+                    uint16_t* out16, size_t rows, size_t n, int32_t offset, size_t had_dim);
 // hi[i] = (sym[i] >> r) - base, lo[i] = sym[i] & (2^r - 1); both must fit a byte.
 void SplitSymbols(const uint16_t* sym, size_t n, int r, uint16_t base, uint8_t* hi, uint8_t* lo);
 // Smallest and largest of n > 0 values.

@@ -60,15 +60,15 @@ class RowArray {
 };
 
 struct SectionScratch {
-  std::vector<float> f;       // tensor as floats
-  std::vector<float> row;     // one row of floats
+  std::vector<float> f;    // tensor as floats
+  std::vector<float> row;  // one row of floats
   RowArray mu{0}, a{1024}, step{2048}, inv_step{3072}, xh{512};
   std::vector<float> mn, mx;
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
-  std::vector<uint8_t> lo_row;   // split coder with outliers: the low bits spread over channels
+  std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
@@ -122,10 +122,7 @@ inline constexpr uint8_t kCoderShared = 6;
 void SetSplitLowBitsForTesting(int r);
 // Lanes of a section's rANS streams, or 0 for an unknown coder.
 inline int RansLanes(uint8_t coder) {
-  return coder == kCoderRans32    ? 32
-         : coder == kCoderRans64  ? 64
-         : coder == kCoderRans128 ? 128
-                                  : 0;
+  return coder == kCoderRans32 ? 32 : coder == kCoderRans64 ? 64 : coder == kCoderRans128 ? 128 : 0;
 }
 
 // Converts n values of `dtype` to float / back.
@@ -148,8 +145,8 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
 
 absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                             std::vector<uint8_t>* out, rans::CoderStats* stats);
-absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s,
-                            uint8_t coder, SectionScratch* sc, uint8_t* out);
+absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape& s, uint8_t coder,
+                            SectionScratch* sc, uint8_t* out);
 // The exponent-plane layout (coder kCoderExpPlanes, fp16 only).
 absl::Status EncodeLosslessPlanes(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                                   std::vector<uint8_t>* out, rans::CoderStats* stats);
@@ -162,10 +159,10 @@ void ForceScalarPlanesForTesting(bool on);
 void WriteBytePlanesForTesting(bool on);
 bool WriteBytePlanes();
 
-absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits,
-                             uint16_t group, SectionScratch* sc, std::vector<uint8_t>* out,
+absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits, uint16_t group,
+                             SectionScratch* sc, std::vector<uint8_t>* out,
                              rans::CoderStats* stats);
-absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s,
-                             uint8_t bits, SectionScratch* sc, uint8_t* out);
+absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
+                             SectionScratch* sc, uint8_t* out);
 
 }  // namespace strata::codec::internal

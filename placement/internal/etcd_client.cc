@@ -11,7 +11,9 @@
 namespace strata::placement::internal {
 namespace {
 
-std::string B64(std::string_view s) { return absl::Base64Escape(absl::string_view(s.data(), s.size())); }
+std::string B64(std::string_view s) {
+  return absl::Base64Escape(absl::string_view(s.data(), s.size()));
+}
 
 std::string UnB64(const std::string& s) {
   std::string out;
@@ -96,8 +98,8 @@ absl::StatusOr<std::string> EtcdClient::Post(const std::string& path, const std:
       // etcd answered: an application error (lease not found, ...) is not a reason to try the
       // next endpoint.
       auto j = Json::Parse(res->body);
-      std::string what = j.ok() ? j->StringOr("error", j->StringOr("message", res->body))
-                                : res->body;
+      std::string what =
+          j.ok() ? j->StringOr("error", j->StringOr("message", res->body)) : res->body;
       std::string msg = absl::StrCat(endpoints_[i], path, ": HTTP ", res->status, ": ", what);
       // 503/504: no leader yet, an election, a request timed out inside etcd — it may answer
       // in a moment, which callers that retry need to tell apart from a refusal.
@@ -145,7 +147,7 @@ absl::Status EtcdClient::Revoke(int64_t lease) {
 
 absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
   auto body = Post("/v3/kv/put", absl::StrCat("{\"key\":\"", B64(key), "\",\"value\":\"",
-                                               B64(value), "\",\"lease\":\"", lease, "\"}"));
+                                              B64(value), "\",\"lease\":\"", lease, "\"}"));
   if (!body.ok()) return body.status();
   return ParseAnswer(*body).status();
 }
@@ -189,9 +191,9 @@ absl::Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision
   httplib::Request req;
   req.method = "POST";
   req.path = "/v3/watch";
-  req.body = absl::StrCat("{\"create_request\":{\"key\":\"", B64(prefix), "\",\"range_end\":\"",
-                          B64(PrefixEnd(prefix)), "\",\"start_revision\":\"", start_revision,
-                          "\"}}");
+  req.body =
+      absl::StrCat("{\"create_request\":{\"key\":\"", B64(prefix), "\",\"range_end\":\"",
+                   B64(PrefixEnd(prefix)), "\",\"start_revision\":\"", start_revision, "\"}}");
   req.set_header("Content-Type", "application/json");
   bool created = false;
   bool stopped_by_callback = false;

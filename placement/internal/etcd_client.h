@@ -69,8 +69,7 @@ class EtcdClient {
   // returns false, the stream ends, StopWatch is called or nothing arrives for `idle_timeout`.
   // Returns OK when the stream was established (a `created` response arrived) and then ended
   // for any of those reasons; an error when it could not be established.
-  absl::Status Watch(const std::string& prefix, int64_t start_revision,
-                     absl::Duration idle_timeout,
+  absl::Status Watch(const std::string& prefix, int64_t start_revision, absl::Duration idle_timeout,
                      const std::function<bool(const EtcdWatchResponse&)>& on_response);
   void StopWatch();
 

@@ -29,8 +29,8 @@ class JsonParser {
         absl::StrCat("bad JSON at offset ", pos_, ": ", why_.empty() ? "syntax" : why_));
   }
   void Space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
       ++pos_;
   }
   bool Literal(std::string_view word) {
@@ -61,10 +61,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       char c = s_[pos_++];
       *v <<= 4;
-      if (c >= '0' && c <= '9') *v |= c - '0';
-      else if (c >= 'a' && c <= 'f') *v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') *v |= c - 'A' + 10;
-      else return false;
+      if (c >= '0' && c <= '9')
+        *v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        *v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        *v |= c - 'A' + 10;
+      else
+        return false;
     }
     return true;
   }
@@ -85,14 +89,30 @@ class JsonParser {
       if (pos_ >= s_.size()) return false;
       char e = s_[pos_++];
       switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+          out->push_back('"');
+          break;
+        case '\\':
+          out->push_back('\\');
+          break;
+        case '/':
+          out->push_back('/');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u': {
           uint32_t cp;
           if (!Hex4(&cp)) return false;
@@ -197,9 +217,9 @@ class JsonParser {
       return true;
     }
     size_t start = pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) ||
-                                s_[pos_] == '-' || s_[pos_] == '+' || s_[pos_] == '.' ||
-                                s_[pos_] == 'e' || s_[pos_] == 'E'))
+    while (pos_ < s_.size() &&
+           (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-' ||
+            s_[pos_] == '+' || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
       ++pos_;
     if (pos_ == start) {
       why_ = "unexpected character";
@@ -250,11 +270,21 @@ std::string JsonQuote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           static constexpr char kHex[] = "0123456789abcdef";

@@ -29,8 +29,9 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_v
     return absl::InvalidArgumentError(
         "belady needs the future access sequence; only a trace replay can build it");
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown eviction policy '", AsAbsl(name),
-                                                 "' (want lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown eviction policy '", AsAbsl(name),
+                   "' (want lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive)"));
 }
 
 }  // namespace strata

@@ -13,8 +13,8 @@ uint64_t PrefixAwarePolicy::Priority(uint32_t accesses) {
   const uint64_t tick = ++clock_;
   if (bonus_ <= 0.0) return tick;
   const uint32_t counted = std::clamp<uint32_t>(accesses, 1, options_.max_counted_accesses);
-  const double bonus = bonus_ * static_cast<double>(nodes_.size()) *
-                       static_cast<double>(counted - 1);
+  const double bonus =
+      bonus_ * static_cast<double>(nodes_.size()) * static_cast<double>(counted - 1);
   return tick + static_cast<uint64_t>(bonus);
 }
 

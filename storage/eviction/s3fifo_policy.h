@@ -1,8 +1,9 @@
 // S3-FIFO (Yang et al., SOSP'23): a small probationary FIFO (10% of the blocks), a main FIFO
 // with lazy promotion (2-bit access counts, reinsertion instead of reordering), and a ghost FIFO
-// of ids recently evicted from the small queue (as many as the tier holds blocks). New blocks enter the small queue; a block
-// accessed while there moves to main when it reaches the queue's end, others leave quickly (one-
-// hit wonders); a block whose id is in the ghost list enters main directly.
+// of ids recently evicted from the small queue (as many as the tier holds blocks). New blocks enter
+// the small queue; a block accessed while there moves to main when it reaches the queue's end,
+// others leave quickly (one- hit wonders); a block whose id is in the ghost list enters main
+// directly.
 #pragma once
 
 #include <list>

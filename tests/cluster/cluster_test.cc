@@ -1,13 +1,13 @@
 // Several real stratad processes on loopback forming one cluster (static membership): blocks
 // published on one node are found and fetched through another, survive the loss of a node when
 // replicated, move on reposition, and leave a draining node.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <fstream>
 #include <random>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -21,8 +21,8 @@ namespace strata {
 namespace {
 
 using testing::DaemonProcess;
-using testing::MakeTempDir;
 using testing::FreePort;
+using testing::MakeTempDir;
 using testing::RunCommand;
 using testing::Tokens;
 
@@ -36,8 +36,6 @@ NamespaceSpec Spec() {
   s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
   return s;
 }
-
-
 
 class Cluster {
  public:
@@ -60,14 +58,14 @@ class Cluster {
     std::string peers;
     for (int i = 0; i < nodes; ++i) peers += absl::StrCat("\"n", i, "@", addrs[i], "\", ");
     for (int i = 0; i < nodes; ++i) {
-      std::string yaml = absl::StrCat(
-          "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
-          i == 0 && !node0_yaml_.empty() ? "" : "host_tier:\n  capacity: 64MiB\n",
-          "cluster:\n  membership: static\n  static_nodes: [", peers, "]\n",
-          "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n",
-          i == 0 ? absl::StrReplaceAll(node0_yaml_, {{"$DIR", dir_}}) : std::string());
-      daemons_.push_back(std::make_unique<DaemonProcess>(
-          yaml, std::vector<std::string>{"--listen", addrs[i]}));
+      std::string yaml =
+          absl::StrCat("node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
+                       i == 0 && !node0_yaml_.empty() ? "" : "host_tier:\n  capacity: 64MiB\n",
+                       "cluster:\n  membership: static\n  static_nodes: [", peers, "]\n",
+                       "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n",
+                       i == 0 ? absl::StrReplaceAll(node0_yaml_, {{"$DIR", dir_}}) : std::string());
+      daemons_.push_back(
+          std::make_unique<DaemonProcess>(yaml, std::vector<std::string>{"--listen", addrs[i]}));
     }
   }
   ~Cluster() {
@@ -317,8 +315,8 @@ TEST(ClusterTest, DrainMovesEveryBlockOffTheNode) {
   ASSERT_TRUE(cl.ok()) << cl.logs();
   auto a = Connect(cl.node(0));
   Published p = Publish(*a, 20, 11);
-  auto [rc, out] = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(),
-                                           " drain --json"));
+  auto [rc, out] = RunCommand(
+      absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(), " drain --json"));
   ASSERT_EQ(rc, 0) << out << cl.logs();
   EXPECT_NE(out.find("\"moved\":20"), std::string::npos) << out;
   auto stats = a->Stats();
@@ -353,8 +351,8 @@ TEST(ClusterTest, DrainMovesNvmeBlocksToo) {
   for (const auto& [name, value] : stats->counters)
     if (name == "demotions_total") demotions = value;
   EXPECT_GT(demotions, 0u) << "blocks went to the NVMe tier before the drain";
-  auto [rc, out] = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(),
-                                           " drain --json"));
+  auto [rc, out] = RunCommand(
+      absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(0).endpoint(), " drain --json"));
   ASSERT_EQ(rc, 0) << out << cl.logs();
   EXPECT_NE(out.find("\"blocks\":80,\"moved\":80,\"failed\":0"), std::string::npos) << out;
   auto c = Connect(cl.node(2));
@@ -365,10 +363,11 @@ TEST(ClusterTest, DrainMovesNvmeBlocksToo) {
 TEST(ClusterTest, StratactlNodesListsTheCluster) {
   Cluster cl(3);
   ASSERT_TRUE(cl.ok()) << cl.logs();
-  auto [rc, out] =
-      RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(1).endpoint(), " nodes --json"));
+  auto [rc, out] = RunCommand(
+      absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(1).endpoint(), " nodes --json"));
   ASSERT_EQ(rc, 0) << out;
-  for (const char* n : {"\"n0\"", "\"n1\"", "\"n2\""}) EXPECT_NE(out.find(n), std::string::npos) << out;
+  for (const char* n : {"\"n0\"", "\"n1\"", "\"n2\""})
+    EXPECT_NE(out.find(n), std::string::npos) << out;
   EXPECT_NE(out.find("\"membership\":\"static\""), std::string::npos) << out;
 }
 

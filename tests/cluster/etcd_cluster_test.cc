@@ -1,13 +1,13 @@
 // Daemons that find each other through a real etcd server: joins move about 1/N of the
 // directory, a killed daemon leaves everyone's view once its lease runs out, and with etcd down
 // daemons keep serving and report degraded membership.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <random>
 #include <set>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -60,8 +60,8 @@ class EtcdClusterTest : public ::testing::Test {
   DaemonProcess& AddNode(int i) {
     std::string yaml = absl::StrCat(
         "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
-        "host_tier:\n  capacity: 64MiB\n",
-        "cluster:\n  membership: etcd\n  etcd_endpoints: [\"", etcd_.endpoint(), "\"]\n",
+        "host_tier:\n  capacity: 64MiB\n", "cluster:\n  membership: etcd\n  etcd_endpoints: [\"",
+        etcd_.endpoint(), "\"]\n",
         "  etcd_prefix: /strata-test/nodes/\n  etcd_lease_ttl: 2s\n  peer_timeout: 500ms\n",
         "  directory_ttl: 30s\n");
     nodes_.push_back(std::make_unique<DaemonProcess>(yaml));
@@ -69,8 +69,8 @@ class EtcdClusterTest : public ::testing::Test {
   }
 
   static v1::ListNodesResponse Nodes(DaemonProcess& d) {
-    auto stub = v1::Admin::NewStub(grpc::CreateChannel(d.endpoint(),
-                                                       grpc::InsecureChannelCredentials()));
+    auto stub =
+        v1::Admin::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
     v1::ListNodesResponse r;
@@ -97,8 +97,7 @@ TEST_F(EtcdClusterTest, JoinMovesAboutOneNthOfTheDirectoryAndDeathsLeaveTheView)
     d.push_back(&AddNode(i));
     ASSERT_TRUE(d.back()->ok()) << Logs();
   }
-  ASSERT_TRUE(WaitFor([&] { return Nodes(*d[0]).nodes_size() == 3; },
-                      std::chrono::seconds(10)))
+  ASSERT_TRUE(WaitFor([&] { return Nodes(*d[0]).nodes_size() == 3; }, std::chrono::seconds(10)))
       << Logs();
 
   ClientOptions o;
@@ -124,7 +123,8 @@ TEST_F(EtcdClusterTest, JoinMovesAboutOneNthOfTheDirectoryAndDeathsLeaveTheView)
     return sum;
   };
   ASSERT_TRUE(WaitFor([&] { return total(3) == 2 * kBlocks; }, std::chrono::seconds(10)))
-      << total(3) << "\n" << Logs();
+      << total(3) << "\n"
+      << Logs();
   std::vector<uint64_t> before;
   for (int i = 0; i < 3; ++i) before.push_back(Nodes(*d[i]).directory_ids());
 
@@ -137,7 +137,8 @@ TEST_F(EtcdClusterTest, JoinMovesAboutOneNthOfTheDirectoryAndDeathsLeaveTheView)
         return total(4) == 2 * kBlocks;
       },
       std::chrono::seconds(10)))
-      << total(4) << "\n" << Logs();
+      << total(4) << "\n"
+      << Logs();
   uint64_t joined = Nodes(*d[3]).directory_ids();
   uint64_t left_old = 0;
   for (int i = 0; i < 3; ++i) left_old += before[i] - Nodes(*d[i]).directory_ids();
@@ -162,8 +163,9 @@ TEST_F(EtcdClusterTest, JoinMovesAboutOneNthOfTheDirectoryAndDeathsLeaveTheView)
   d[1]->Signal(SIGKILL);
   d[1]->WaitExit(std::chrono::seconds(5));
   auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(WaitFor([&] { return Nodes(*d[0]).nodes_size() == 3 && Nodes(*d[3]).nodes_size() == 3; },
-                      std::chrono::seconds(10)))
+  ASSERT_TRUE(
+      WaitFor([&] { return Nodes(*d[0]).nodes_size() == 3 && Nodes(*d[3]).nodes_size() == 3; },
+              std::chrono::seconds(10)))
       << Logs();
   std::printf("killed node left the view after %.1f s (lease ttl 2 s)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -210,7 +212,8 @@ TEST_F(EtcdClusterTest, LostReplicasAreMadeAgainAfterANodeLeaves) {
     auto f = (*c)->Fetch(*ns, pub->ids, bufs);
     if (!f.ok()) return 0;
     size_t same = 0;
-    for (size_t i = 0; i < kBlocks; ++i) same += f->status[i] == BlockStatus::kOk && out[i] == blobs[i];
+    for (size_t i = 0; i < kBlocks; ++i)
+      same += f->status[i] == BlockStatus::kOk && out[i] == blobs[i];
     return same;
   };
   ASSERT_EQ(fetch_all(), kBlocks);

@@ -111,9 +111,9 @@ TEST_P(BlobCorruption, MutationsBehindTheCrcNeverCrash) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, BlobCorruption,
-                         ::testing::Values("raw", "lossless", "int4-g64", "int3-g32",
-                                           "quant:k4v4", "quant:k2v3:had", "quant:k8v8:nodelta",
-                                           "quant:k8v8:ol", "quant:k7v8:had"));
+                         ::testing::Values("raw", "lossless", "int4-g64", "int3-g32", "quant:k4v4",
+                                           "quant:k2v3:had", "quant:k8v8:nodelta", "quant:k8v8:ol",
+                                           "quant:k7v8:had"));
 
 TEST(Blob, HeaderFieldChecks) {
   const KvLayout l = SmallLayout();

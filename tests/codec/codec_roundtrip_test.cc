@@ -191,8 +191,7 @@ TEST(Quant, ErrorWithinHalfStep) {
           for (int tensor = 0; tensor < 2; ++tensor) {
             const size_t base = (size_t{layer} * 2 + tensor) * T * C;
             // Per-channel ranges (keys) / per token-group ranges (values).
-            std::vector<float> lo(tensor == 0 ? C : T * C / 32, INFINITY),
-                hi(lo.size(), -INFINITY);
+            std::vector<float> lo(tensor == 0 ? C : T * C / 32, INFINITY), hi(lo.size(), -INFINITY);
             for (size_t t = 0; t < T; ++t)
               for (size_t c = 0; c < C; ++c) {
                 const size_t k = tensor == 0 ? c : t * (C / 32) + c / 32;
@@ -206,9 +205,9 @@ TEST(Quant, ErrorWithinHalfStep) {
                 const float xv = x[base + t * C + c], yv = y[base + t * C + c];
                 // 0.51: fp16 rounding of the step; + output rounding to fp16.
                 ASSERT_LE(std::fabs(xv - yv), 0.51f * step + std::fabs(xv) * 1e-3f + 1e-4f)
-                    << l.DebugString() << " bits " << int(bits) << " delta " << delta
-                    << " layer " << layer << " tensor " << tensor << " t " << t << " c " << c
-                    << " x " << xv << " y " << yv << " step " << step;
+                    << l.DebugString() << " bits " << int(bits) << " delta " << delta << " layer "
+                    << layer << " tensor " << tensor << " t " << t << " c " << c << " x " << xv
+                    << " y " << yv << " step " << step;
               }
           }
         }
@@ -423,9 +422,9 @@ TEST(Quant, HadamardRoundTripAndRelativeError) {
 
 TEST(Quant, PerLayerBitsAndOtherLayouts) {
   // bf16, MLA latent, head_dim not a multiple of 16 (single rANS context), fp32.
-  for (const KvLayout& l :
-       {Layout(3, 2, 64, 16, DType::kBFloat16), Layout(2, 1, 96, 24, DType::kFloat16, KvKind::kMlaLatent),
-        Layout(2, 3, 40, 8), Layout(1, 2, 32, 8, DType::kFloat32)}) {
+  for (const KvLayout& l : {Layout(3, 2, 64, 16, DType::kBFloat16),
+                            Layout(2, 1, 96, 24, DType::kFloat16, KvKind::kMlaLatent),
+                            Layout(2, 3, 40, 8), Layout(1, 2, 32, 8, DType::kFloat32)}) {
     auto data = GenerateSyntheticKv(l, 1);
     CodecParams p;
     p.mode = Mode::kQuant;
@@ -478,8 +477,8 @@ TEST(Groupwise, MatchesPlainQuantisation) {
     size_t size = 0;
     const auto y = AsFloats(RoundTrip(l, p, data, &size), l.dtype);
     const size_t n = x.size();
-    EXPECT_EQ(size, kHeaderBytes + 2 * kSectionEntryBytes + kTrailerBytes + 2 * 3 +
-                        n / 64 * 4 + 2 * ((n / 2 * bits + 7) / 8));
+    EXPECT_EQ(size, kHeaderBytes + 2 * kSectionEntryBytes + kTrailerBytes + 2 * 3 + n / 64 * 4 +
+                        2 * ((n / 2 * bits + 7) / 8));
     for (size_t g = 0; g < n / 64; ++g) {
       float lo = INFINITY, hi = -INFINITY;
       for (size_t i = g * 64; i < g * 64 + 64; ++i) {
@@ -488,7 +487,8 @@ TEST(Groupwise, MatchesPlainQuantisation) {
       }
       const float step = (hi - lo) / static_cast<float>((1 << bits) - 1);
       for (size_t i = g * 64; i < g * 64 + 64; ++i)
-        ASSERT_LE(std::fabs(x[i] - y[i]), 0.51f * step + std::fabs(lo) * 1e-3f + 1e-3f * std::fabs(x[i]) + 1e-4f)
+        ASSERT_LE(std::fabs(x[i] - y[i]),
+                  0.51f * step + std::fabs(lo) * 1e-3f + 1e-3f * std::fabs(x[i]) + 1e-4f)
             << int(bits) << " " << i;
     }
   }
@@ -577,7 +577,10 @@ TEST(Codec, ReusedEncoderAndDecoderMatchFreshOnes) {
     for (uint32_t b = 0; b < 3; ++b) {
       std::span<const uint8_t> block(data.data() + b * l.BlockBytes(), l.BlockBytes());
       std::vector<uint8_t> blob;
-      { auto st = enc.Encode(l, *p, block, &blob); ASSERT_TRUE(st.ok()) << st << spec; }
+      {
+        auto st = enc.Encode(l, *p, block, &blob);
+        ASSERT_TRUE(st.ok()) << st << spec;
+      }
       auto fresh = Encode(l, *p, block);
       ASSERT_TRUE(fresh.ok());
       EXPECT_EQ(blob, *fresh) << spec << " block " << b;

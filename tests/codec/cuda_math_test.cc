@@ -2,13 +2,12 @@
 // executor that walks the kernels' grids (blocks, threads, per-thread indices, barrier-separated
 // Hadamard stages) exactly as kernels.cu launches them, and compares every byte with the CPU
 // codec. Built with g++ and run in CI on every machine (no GPU or CUDA toolkit needed).
-#include "codec/cuda/kernel_math.h"
-
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "codec/codec.h"
+#include "codec/cuda/kernel_math.h"
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "codec/synthetic_kv.h"
@@ -27,8 +26,13 @@ using test::Layout;
 // a16 filled with `a16_fill` so bytes the plan must write are told from ones it left.
 struct EncoderOutputs {
   EncoderOutputs(m::QuantArgs& a, uint8_t a16_fill)
-      : f(size_t{a.T} * a.C), mu(a.C), w(a.C), mu16(a.C), steps16(a.steps()),
-        syms(size_t{a.T} * a.C), a16(a.C, a16_fill) {
+      : f(size_t{a.T} * a.C),
+        mu(a.C),
+        w(a.C),
+        mu16(a.C),
+        steps16(a.steps()),
+        syms(size_t{a.T} * a.C),
+        a16(a.C, a16_fill) {
     a.f = f.data();
     a.mu = mu.data();
     a.a = w.data();
@@ -118,7 +122,8 @@ TEST(CudaMath, HalfAndBF16ConversionsMatchTheCpu) {
       pats.push_back(mid + d);
     }
   }
-  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65521) pats.push_back(static_cast<uint32_t>(u));
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65521)
+    pats.push_back(static_cast<uint32_t>(u));
   for (uint32_t u : {0x477FEFFFu, 0x477FF000u, 0x477FF001u, 0x33000000u, 0x33000001u, 0x32FFFFFFu,
                      0x387FE000u, 0x387FF000u, 0x387FFFFFu, 0x38800000u, 0x7F800000u, 0x7FC00000u,
                      0x7F800001u, 0x00000001u, 0x807FFFFFu})
@@ -159,7 +164,8 @@ TEST(CudaMath, HadamardMatchesTheCpuBitForBit) {
       ASSERT_EQ(std::memcmp(host.data(), cpu.data(), x.size() * 4), 0) << "n=" << n;
       // Inverse (the same transform) brings the input back, to rounding.
       ex.Hadamard(host.data(), rows, n, m::HadamardScale(n));
-      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(host[i], x[i], 1e-4f * (1 + std::abs(x[i])));
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(host[i], x[i], 1e-4f * (1 + std::abs(x[i])));
     }
   }
 }
@@ -176,9 +182,10 @@ void SprinkleEdgeValues(std::vector<uint8_t>* block, DType dt, size_t group) {
       std::memcpy(block->data() + i * 2, &h, 2);
     }
   };
-  for (size_t i = 0; i < group; ++i) put(i, (i % 3) ? -0.0f : 0.0f);          // zeros, mixed signs
-  for (size_t i = group; i < 2 * group; ++i) put(i, 1.5f);                    // constant
-  for (size_t i = 2 * group; i < 3 * group; ++i) put(i, (i % 2 ? 1 : -1) * 3e-7f);  // fp16 subnormals
+  for (size_t i = 0; i < group; ++i) put(i, (i % 3) ? -0.0f : 0.0f);  // zeros, mixed signs
+  for (size_t i = group; i < 2 * group; ++i) put(i, 1.5f);            // constant
+  for (size_t i = 2 * group; i < 3 * group; ++i)
+    put(i, (i % 2 ? 1 : -1) * 3e-7f);  // fp16 subnormals
   put(3 * group, 60000.0f);
   put(3 * group + 1, -60000.0f);
   put(4 * group + 1, -0.0f);
@@ -191,9 +198,9 @@ TEST(CudaMath, GroupwiseMatchesTheCpuByteForByte) {
     uint16_t group;
   };
   const Case cases[] = {
-      {DType::kFloat16, 2, 64, 16, 64},  {DType::kFloat16, 3, 48, 7, 100},
-      {DType::kBFloat16, 2, 32, 9, 32},  {DType::kFloat32, 1, 64, 5, 7},
-      {DType::kFloat16, 1, 16, 3, 1},    {DType::kFloat16, 4, 128, 16, 128},
+      {DType::kFloat16, 2, 64, 16, 64}, {DType::kFloat16, 3, 48, 7, 100},
+      {DType::kBFloat16, 2, 32, 9, 32}, {DType::kFloat32, 1, 64, 5, 7},
+      {DType::kFloat16, 1, 16, 3, 1},   {DType::kFloat16, 4, 128, 16, 128},
   };
   int sections = 0;
   for (const Case& c : cases) {
@@ -273,9 +280,8 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
   const uint32_t C = c.heads * c.dim, T = c.tokens;
   for (const auto& s : cpu.sections) {
     SCOPED_TRACE(testing::Message() << (s.is_key ? "K" : "V") << " layer " << s.layer << " bits "
-                                    << int(s.bits) << " T " << T << " C " << C << " g "
-                                    << c.group << (c.had ? " had" : "")
-                                    << (c.delta ? "" : " nodelta"));
+                                    << int(s.bits) << " T " << T << " C " << C << " g " << c.group
+                                    << (c.had ? " had" : "") << (c.delta ? "" : " nodelta"));
     m::QuantArgs a;
     a.T = T;
     a.C = C;
@@ -324,10 +330,10 @@ TEST(CudaMath, QuantMatchesTheCpuByteForByte) {
       {DType::kFloat16, 2, 64, 16, 64, false, true},
       {DType::kFloat16, 2, 64, 16, 64, true, true},
       {DType::kFloat16, 2, 64, 16, 64, false, false},
-      {DType::kFloat16, 2, 128, 33, 48, true, true},   // groups straddle heads, odd tokens
+      {DType::kFloat16, 2, 128, 33, 48, true, true},  // groups straddle heads, odd tokens
       {DType::kBFloat16, 2, 32, 16, 64, true, true},
       {DType::kFloat32, 1, 64, 9, 20, false, true},
-      {DType::kFloat16, 3, 16, 1, 16, true, true},     // one token: no prediction
+      {DType::kFloat16, 3, 16, 1, 16, true, true},  // one token: no prediction
       {DType::kFloat16, 1, 8, 2, 3, false, true},
       {DType::kFloat16, 2, 64, 16, 32, false, true, true},  // value steps widened
       {DType::kFloat16, 2, 64, 16, 32, true, false, true},
@@ -371,8 +377,8 @@ TEST(CudaMath, QuantElementMatchesTheCpuOnTies) {
                          sym_cpu.data(), n, off, max_sym);
       for (size_t c = 0; c < n; ++c) {
         const float r = m::QuantElement(x[c], mu[c], w[c], xh[c], st[c], m::Div(1.0f, st[c]),
-                                        static_cast<float>(-off),
-                                        static_cast<float>(max_sym - off), off, &sym[c]);
+                                        static_cast<float>(-off), static_cast<float>(max_sym - off),
+                                        off, &sym[c]);
         ASSERT_EQ(sym[c], sym_cpu[c]) << "bits " << bits << " c " << c;
         ASSERT_EQ(Bits(r), Bits(xh_cpu[c]));
       }

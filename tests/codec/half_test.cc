@@ -1,3 +1,5 @@
+#include "codec/half.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -5,7 +7,6 @@
 #include <random>
 #include <vector>
 
-#include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
@@ -41,9 +42,9 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);          // rounds to infinity
-  EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);    // smallest subnormal
-  EXPECT_EQ(FloatToHalf(2.9802322e-08f), 0x0000);    // half of it: ties to even (0)
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);            // rounds to infinity
+  EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);      // smallest subnormal
+  EXPECT_EQ(FloatToHalf(2.9802322e-08f), 0x0000);      // half of it: ties to even (0)
   EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3C00);  // tie, even mantissa kept
   EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3C02);  // tie, rounds up to even
   EXPECT_FLOAT_EQ(HalfToFloat(0x3555), 0.333251953125f);
@@ -60,8 +61,9 @@ void CheckSimdRowsMatchScalar() {
     float v = std::bit_cast<float>(bits);
     if (!std::isfinite(v)) v = 1.0f;
     // Spread over the fp16 range, subnormals included.
-    f[i] = i % 3 == 0 ? v : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
-                                       static_cast<int>(rng() % 40) - 30);
+    f[i] = i % 3 == 0 ? v
+                      : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
+                                   static_cast<int>(rng() % 40) - 30);
   }
   std::vector<uint16_t> h(f.size()), b(f.size());
   internal::FloatToHalfRow(f.data(), h.data(), f.size());
@@ -84,9 +86,7 @@ TEST(Half, SimdRowsMatchScalar) { CheckSimdRowsMatchScalar(); }
 // Every compiled target rounds fp16 like FloatToHalf: Highway 1.0.3's emulated f32->f16
 // demotion on SSE4 and scalar truncates (half of these values were 1 ulp off there), so the
 // kernels convert lane by lane on those targets.
-TEST(Half, SimdRowsMatchScalarOnEveryTarget) {
-  OnEveryTarget(CheckSimdRowsMatchScalar);
-}
+TEST(Half, SimdRowsMatchScalarOnEveryTarget) { OnEveryTarget(CheckSimdRowsMatchScalar); }
 
 TEST(Kernels, SplitMergeBytes) {
   std::vector<uint16_t> w(1000);
@@ -116,8 +116,8 @@ TEST(Kernels, QuantRowAndDequantRowAgree) {
     inv[i] = 1.0f / st[i];
     xh[i] = xh2[i] = g(rng);
   }
-  internal::QuantRow(x.data(), mu.data(), a.data(), st.data(), inv.data(), xh.data(), sym.data(),
-                     n, 64, 255);
+  internal::QuantRow(x.data(), mu.data(), a.data(), st.data(), inv.data(), xh.data(), sym.data(), n,
+                     64, 255);
   internal::DequantRow(sym.data(), mu.data(), a.data(), st.data(), xh2.data(), n, 64);
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::bit_cast<uint32_t>(xh[i]), std::bit_cast<uint32_t>(xh2[i])) << i;
@@ -172,9 +172,7 @@ TEST(Kernels, HadamardMatchesScalarBitForBit) { CheckHadamardMatchesScalar(); }
 
 // The same floats and fp16 output on every compiled SIMD target this machine runs (AVX-512,
 // AVX2, SSE4, scalar).
-TEST(Kernels, HadamardMatchesScalarOnEveryTarget) {
-  OnEveryTarget(CheckHadamardMatchesScalar);
-}
+TEST(Kernels, HadamardMatchesScalarOnEveryTarget) { OnEveryTarget(CheckHadamardMatchesScalar); }
 
 // The :had decoder row (DequantRowF16 with had_dim: dequantise, rotate each head vector and
 // convert in one pass) writes what DequantRowF16 + HadamardRowsToHalf write, and the same xh,
@@ -201,20 +199,20 @@ void CheckDequantHadamardMatchesTwoPasses() {
       }
       for (auto& v : st) v = 0.01f + 0.001f * static_cast<float>(rng() % 100);
       for (int variant = 0; variant < 3; ++variant) {
-        SCOPED_TRACE(::testing::Message() << "dim " << dim << " group " << group << " variant "
-                                          << variant);
+        SCOPED_TRACE(::testing::Message()
+                     << "dim " << dim << " group " << group << " variant " << variant);
         xh2 = xh;
         std::vector<float> xr = xh;
         auto run = [&](float* x, uint16_t* o, size_t had) {
           if (variant == 0)
-            internal::DequantRowF16(s8.data(), mu.data(), a.data(), st.data(), group, x, o, n,
-                                    32, had);
+            internal::DequantRowF16(s8.data(), mu.data(), a.data(), st.data(), group, x, o, n, 32,
+                                    had);
           else if (variant == 1)
             internal::DequantRowF16(s16.data(), mu.data(), a.data(), st.data(), group, x, o, n,
                                     2048, had);
           else
-            internal::DequantRowSplitF16(s8.data(), lo.data(), 2, mu.data(), a.data(),
-                                         st.data(), group, x, o, n, 100, had);
+            internal::DequantRowSplitF16(s8.data(), lo.data(), 2, mu.data(), a.data(), st.data(),
+                                         group, x, o, n, 100, had);
         };
         for (int row = 0; row < 2; ++row) {  // two rows: the second predicts from the first
           run(xr.data(), nullptr, 0);
@@ -252,8 +250,8 @@ TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
   for (size_t k = 0; k < n / group; ++k) gst[k] = 0.01f * static_cast<float>(k + 1);
   for (size_t i = 0; i < n; ++i) st[i] = gst[i / group];
   internal::DequantRow(s16.data(), mu.data(), a.data(), st.data(), xh.data(), n, 32);
-  internal::DequantRowF16(s8.data(), mu.data(), a.data(), gst.data(), group, xh2.data(),
-                          out.data(), n, 32);
+  internal::DequantRowF16(s8.data(), mu.data(), a.data(), gst.data(), group, xh2.data(), out.data(),
+                          n, 32);
   internal::DequantRowF16(s16.data(), mu.data(), a.data(), st.data(), 0, xh3.data(), nullptr, n,
                           32);
   internal::FloatToHalfRow(xh.data(), out2.data(), n);
@@ -263,7 +261,6 @@ TEST(Kernels, FusedDequantMatchesDequantThenConvert) {
   }
   EXPECT_EQ(out, out2);
 }
-
 
 // The column-blocked passes over a tensor give the row-by-row kernels' bits (each channel summed
 // in row order), for widths with and without a channel tail, on every compiled target; a
@@ -276,8 +273,8 @@ void CheckRowsMatchRowByRow() {
       std::vector<float> x(T * C), mu(C);
       for (auto& v : x) v = g(rng);
       for (auto& v : mu) v = g(rng);
-      std::vector<float> s1(C, 0.5f), s2 = s1, lo1(x.begin(), x.begin() + C), lo2 = lo1,
-                                             hi1 = lo1, hi2 = lo1;
+      std::vector<float> s1(C, 0.5f), s2 = s1, lo1(x.begin(), x.begin() + C), lo2 = lo1, hi1 = lo1,
+                                      hi2 = lo1;
       bool f1 = true;
       for (size_t t = 0; t < T; ++t)
         f1 &= internal::AccumRow(x.data() + t * C, s1.data(), lo1.data(), hi1.data(), C);
@@ -304,9 +301,7 @@ void CheckRowsMatchRowByRow() {
   }
 }
 
-TEST(Kernels, RowsMatchRowByRowOnEveryTarget) {
-  OnEveryTarget(CheckRowsMatchRowByRow);
-}
+TEST(Kernels, RowsMatchRowByRowOnEveryTarget) { OnEveryTarget(CheckRowsMatchRowByRow); }
 
 }  // namespace
 }  // namespace strata::codec

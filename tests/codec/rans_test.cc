@@ -128,11 +128,10 @@ TEST(Rans, VectorEncoderMatchesScalar) {
   for (size_t n : {16, 17, 32, 33, 48, 1000, 4096, 65536 + 7}) {
     for (uint32_t ctx : {1u, 2u, 3u, 4u, 8u}) {
       SimdMatchesScalar(Skewed<uint8_t>(n, 256, 20.0, static_cast<uint32_t>(n + ctx)), 256, ctx);
-      SimdMatchesScalar(Skewed<uint8_t>(n, 256, 0.3, static_cast<uint32_t>(n + 7 * ctx)), 256,
-                        ctx);
+      SimdMatchesScalar(Skewed<uint8_t>(n, 256, 0.3, static_cast<uint32_t>(n + 7 * ctx)), 256, ctx);
       SimdMatchesScalar(Skewed<uint16_t>(n, 64, 2.0, static_cast<uint32_t>(n * 5 + ctx)), 64, ctx);
-      SimdMatchesScalar(Skewed<uint16_t>(n, 4096, 600.0, static_cast<uint32_t>(n * 3 + ctx)),
-                        4096, ctx);
+      SimdMatchesScalar(Skewed<uint16_t>(n, 4096, 600.0, static_cast<uint32_t>(n * 3 + ctx)), 4096,
+                        ctx);
     }
   }
   SimdMatchesScalar(std::vector<uint8_t>(5000, 42), 256, 4);  // freq = 2^p: never emits

@@ -38,8 +38,8 @@ TEST(LowBits, PackUnpackRoundTripScalarAndBmi2Agree) {
   Hooks hooks;
   std::mt19937 rng(5);
   for (int r = 1; r <= 7; ++r) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15},
-                     size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4099}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15}, size_t{16},
+                     size_t{63}, size_t{64}, size_t{65}, size_t{1000}, size_t{4099}}) {
       std::vector<uint8_t> lo(n);
       for (auto& v : lo) v = static_cast<uint8_t>(rng() & ((1u << r) - 1));
       const size_t bytes = internal::LowBitsBytes(n, r);
@@ -209,8 +209,7 @@ TEST(SplitCoder, ChosenForWideSymbolsAndKeepsTheSize) {
         EXPECT_EQ(s.coder, internal::kCoderSplit) << spec;
       }
     }
-    EXPECT_LT(static_cast<double>(blob->size()), 1.01 * static_cast<double>(plain->size()))
-        << spec;
+    EXPECT_LT(static_cast<double>(blob->size()), 1.01 * static_cast<double>(plain->size())) << spec;
   }
   auto p4 = ParseCodecSpec("quant:k4v4");
   auto b4 = Encode(l, *p4, data);

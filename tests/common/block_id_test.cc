@@ -1,8 +1,8 @@
 #include "common/block_id.h"
 
-#include <numeric>
-
 #include <gtest/gtest.h>
+
+#include <numeric>
 
 namespace strata {
 namespace {

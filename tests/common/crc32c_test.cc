@@ -1,11 +1,11 @@
 #include "common/crc32c.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace strata {
 namespace {

@@ -19,7 +19,8 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndValidates) {
 }
 
 TEST(ConfigTest, FieldsOverrideDefaults) {
-  auto c = ParseConfig("host_tier:\n  capacity: 2GiB\n  low_watermark: 0.5\nlease_timeout: 250ms\n");
+  auto c =
+      ParseConfig("host_tier:\n  capacity: 2GiB\n  low_watermark: 0.5\nlease_timeout: 250ms\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->host_capacity, 2ull << 30);
   EXPECT_DOUBLE_EQ(c->low_watermark, 0.5);
@@ -32,48 +33,43 @@ TEST(ConfigTest, ErrorsNameTheField) {
     const char* yaml;
     const char* field;
   };
-  for (const Case& k : {Case{"host_tier:\n  capacity: 12 parsecs\n", "'host_tier.capacity'"},
-                        Case{"host_tier:\n  arena: gpu\n", "'host_tier.arena'"},
-                        Case{"nvme_tier:\n  capacity: 1GiB\n", "'nvme_tier'"},
-                        Case{"reservation_timeout: 10ms\n", "'reservation_timeout'"},
-                        Case{"listen: nowhere\n", "'listen'"},
-                        Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"},
-                        Case{"log_format: xml\n", "'log_format'"},
-                        Case{"host_tier:\n  policy: fifo\n", "'host_tier.policy'"},
-                        Case{"nvme:\n  policy: belady\n", "'nvme.policy'"},
-                        Case{"nvme:\n  admission: sometimes\n", "'nvme.admission'"},
-                        Case{"nvme:\n  queue_depth: 0\n", "'nvme.queue_depth'"},
-                        Case{"nvme:\n  low_watermark: 0.99\n", "'nvme.low_watermark'"},
-                        Case{"nvme:\n  sync_after_write: often\n", "'nvme.sync_after_write'"},
-                        Case{"nvme:\n  files: /dev/nvme0\n", "'nvme.files'"},
-                        Case{"nvme:\n  files:\n    - /dev/nvme0\n", "'nvme.files[0]'"},
-                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
-                             "    - {path: /b, capacity: lots}\n",
-                             "'nvme.files[1].capacity'"},
-                        Case{"nvme:\n  files:\n    - {path: /a}\n", "'nvme.files[0].capacity'"},
-                        Case{"nvme:\n  files:\n    - {capacity: 1GiB}\n", "'nvme.files[0].path'"},
-                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1KiB}\n",
-                             "'nvme.files[0].capacity'"},
-                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB, mode: raw}\n",
-                             "'nvme.files[0].mode'"},
-                        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
-                             "    - {path: /a, capacity: 1GiB}\n",
-                             "'nvme.files[1].path'"},
-                        Case{"cluster:\n  membership: zookeeper\n", "'cluster.membership'"},
-                        Case{"cluster:\n  static_nodes: [\"n1-no-address\"]\n",
-                             "'cluster.static_nodes[0]'"},
-                        Case{"cluster:\n  static_nodes: [\"a@h:1\", \"a@h:2\"]\n",
-                             "'cluster.static_nodes[1]'"},
-                        Case{"cluster:\n  etcd_endpoints: [\"https://x:2379\"]\n",
-                             "'cluster.etcd_endpoints[0]'"},
-                        Case{"cluster:\n  membership: etcd\n  etcd_endpoints: []\n",
-                             "'cluster.etcd_endpoints'"},
-                        Case{"cluster:\n  replicas: 0\n", "'cluster.replicas'"},
-                        Case{"cluster:\n  directory_owners: 9\n", "'cluster.directory_owners'"},
-                        Case{"cluster:\n  peer_timeout: 1ms\n", "'cluster.peer_timeout'"},
-                        Case{"cluster:\n  advertise_address: nowhere\n",
-                             "'cluster.advertise_address'"},
-                        Case{"cluster:\n  rereplicate: sometimes\n", "'cluster.rereplicate'"}}) {
+  for (const Case& k :
+       {Case{"host_tier:\n  capacity: 12 parsecs\n", "'host_tier.capacity'"},
+        Case{"host_tier:\n  arena: gpu\n", "'host_tier.arena'"},
+        Case{"nvme_tier:\n  capacity: 1GiB\n", "'nvme_tier'"},
+        Case{"reservation_timeout: 10ms\n", "'reservation_timeout'"},
+        Case{"listen: nowhere\n", "'listen'"},
+        Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"},
+        Case{"log_format: xml\n", "'log_format'"},
+        Case{"host_tier:\n  policy: fifo\n", "'host_tier.policy'"},
+        Case{"nvme:\n  policy: belady\n", "'nvme.policy'"},
+        Case{"nvme:\n  admission: sometimes\n", "'nvme.admission'"},
+        Case{"nvme:\n  queue_depth: 0\n", "'nvme.queue_depth'"},
+        Case{"nvme:\n  low_watermark: 0.99\n", "'nvme.low_watermark'"},
+        Case{"nvme:\n  sync_after_write: often\n", "'nvme.sync_after_write'"},
+        Case{"nvme:\n  files: /dev/nvme0\n", "'nvme.files'"},
+        Case{"nvme:\n  files:\n    - /dev/nvme0\n", "'nvme.files[0]'"},
+        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
+             "    - {path: /b, capacity: lots}\n",
+             "'nvme.files[1].capacity'"},
+        Case{"nvme:\n  files:\n    - {path: /a}\n", "'nvme.files[0].capacity'"},
+        Case{"nvme:\n  files:\n    - {capacity: 1GiB}\n", "'nvme.files[0].path'"},
+        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1KiB}\n", "'nvme.files[0].capacity'"},
+        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB, mode: raw}\n",
+             "'nvme.files[0].mode'"},
+        Case{"nvme:\n  files:\n    - {path: /a, capacity: 1GiB}\n"
+             "    - {path: /a, capacity: 1GiB}\n",
+             "'nvme.files[1].path'"},
+        Case{"cluster:\n  membership: zookeeper\n", "'cluster.membership'"},
+        Case{"cluster:\n  static_nodes: [\"n1-no-address\"]\n", "'cluster.static_nodes[0]'"},
+        Case{"cluster:\n  static_nodes: [\"a@h:1\", \"a@h:2\"]\n", "'cluster.static_nodes[1]'"},
+        Case{"cluster:\n  etcd_endpoints: [\"https://x:2379\"]\n", "'cluster.etcd_endpoints[0]'"},
+        Case{"cluster:\n  membership: etcd\n  etcd_endpoints: []\n", "'cluster.etcd_endpoints'"},
+        Case{"cluster:\n  replicas: 0\n", "'cluster.replicas'"},
+        Case{"cluster:\n  directory_owners: 9\n", "'cluster.directory_owners'"},
+        Case{"cluster:\n  peer_timeout: 1ms\n", "'cluster.peer_timeout'"},
+        Case{"cluster:\n  advertise_address: nowhere\n", "'cluster.advertise_address'"},
+        Case{"cluster:\n  rereplicate: sometimes\n", "'cluster.rereplicate'"}}) {
     auto c = ParseConfig(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_NE(c.status().message().find(k.field), std::string::npos) << c.status();

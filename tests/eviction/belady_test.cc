@@ -102,9 +102,9 @@ TEST(BeladyPolicy, EvictsFurthestNextUse) {
 TEST(BeladyPolicy, MatchesBruteForceOptimum) {
   std::mt19937 rng(12345);
   for (int trial = 0; trial < 200; ++trial) {
-    const int blocks = 3 + static_cast<int>(rng() % 4);     // 3..6 distinct blocks
-    const int capacity = 1 + static_cast<int>(rng() % 3);   // 1..3
-    const size_t length = 6 + rng() % 9;                    // 6..14 accesses
+    const int blocks = 3 + static_cast<int>(rng() % 4);    // 3..6 distinct blocks
+    const int capacity = 1 + static_cast<int>(rng() % 3);  // 1..3
+    const size_t length = 6 + rng() % 9;                   // 6..14 accesses
     std::vector<uint32_t> seq(length);
     for (auto& s : seq) s = rng() % blocks;
     ASSERT_EQ(BeladyHits(seq, capacity), BruteForceOptimum(seq, capacity))

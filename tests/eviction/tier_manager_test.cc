@@ -16,8 +16,7 @@ using testing::Id;
 constexpr uint64_t kBlock = 10;
 
 std::unique_ptr<TierManager> Make(uint64_t host_blocks, uint64_t nvme_blocks,
-                                  std::string policy = "lru",
-                                  std::string admission = "always") {
+                                  std::string policy = "lru", std::string admission = "always") {
   TierManagerOptions o;
   o.host.capacity_bytes = host_blocks * kBlock;
   o.nvme.capacity_bytes = nvme_blocks * kBlock;
@@ -88,8 +87,8 @@ TEST(TierManager, PromotesOnNvmeHit) {
 TEST(TierManager, NvmeVictimsAreDroppedInCascade) {
   auto tm = Make(1, 2);
   MustInsert(*tm, 1);
-  MustInsert(*tm, 2);  // 1 -> nvme
-  MustInsert(*tm, 3);  // 2 -> nvme
+  MustInsert(*tm, 2);               // 1 -> nvme
+  MustInsert(*tm, 3);               // 2 -> nvme
   auto moves = MustInsert(*tm, 4);  // 3 -> nvme, which drops 1
   EXPECT_TRUE(HasMove(moves, 3, Tier::kHost, Tier::kNvme));
   EXPECT_TRUE(HasMove(moves, 1, Tier::kNvme, Tier::kNone));
@@ -226,8 +225,7 @@ TEST(TierManager, RejectsBadOptionsAndBlocks) {
   o.admission = "always";
   auto tm = TierManager::Create(o);
   ASSERT_TRUE(tm.ok());
-  EXPECT_EQ((*tm)->Insert(Id(1), BlockId{}, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tm)->Insert(Id(1), BlockId{}, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*tm)->Insert(Id(1), BlockId{}, 101).status().code(),
             absl::StatusCode::kResourceExhausted);
   // A duplicate insert changes nothing.

@@ -31,8 +31,7 @@ TEST(TraceReader, SkipsOtherFieldsOfAnyShape) {
 
 TEST(TraceReader, RejectsMalformedLines) {
   for (const char* bad : {
-           "",
-           "[1, 2]",
+           "", "[1, 2]",
            R"({"timestamp": 0})",                      // no hash_ids
            R"({"hash_ids": [1, -2]})",                 // negative id
            R"({"hash_ids": [1.5]})",                   // not an integer
@@ -53,9 +52,12 @@ TEST(TraceReader, ReadsFilesWithLimitAndNamesBadLines) {
       ::testing::TempDir() + "/trace_reader_test_" + std::to_string(::getpid()) + ".jsonl";
   {
     std::ofstream out(path);
-    out << R"({"hash_ids": [0, 1]})" << "\n\n"
-        << R"({"hash_ids": [0, 2, 3]})" << "\r\n"
-        << R"({"hash_ids": [4]})" << "\n";
+    out << R"({"hash_ids": [0, 1]})"
+        << "\n\n"
+        << R"({"hash_ids": [0, 2, 3]})"
+        << "\r\n"
+        << R"({"hash_ids": [4]})"
+        << "\n";
   }
   auto all = ReadTrace(path);
   ASSERT_TRUE(all.ok()) << all.status();
@@ -66,12 +68,12 @@ TEST(TraceReader, ReadsFilesWithLimitAndNamesBadLines) {
   EXPECT_EQ(two->size(), 2u);
   {
     std::ofstream out(path, std::ios::app);
-    out << R"({"hash_ids": [5,]})" << "\n";
+    out << R"({"hash_ids": [5,]})"
+        << "\n";
   }
   auto bad = ReadTrace(path);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find(":5:"), std::string::npos)
-      << bad.status();
+  EXPECT_NE(std::string(bad.status().message()).find(":5:"), std::string::npos) << bad.status();
   std::remove(path.c_str());
   EXPECT_EQ(ReadTrace(path).status().code(), absl::StatusCode::kNotFound);
 }

@@ -1,13 +1,13 @@
 // End-to-end tests: a real stratad process on loopback driven by libstrata.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "client/client.h"
 #include "codec/half.h"
@@ -34,8 +34,6 @@ NamespaceSpec Spec(const std::string& model = "llama-test") {
   s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
   return s;
 }
-
-
 
 std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
   std::vector<ConstBuffer> v;
@@ -156,7 +154,8 @@ TEST(ClientDaemonTest, ConcurrentPublishersAndFetchers) {
         // Block contents derive from the ids so every publisher of an id sends the same bytes.
         auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
         std::vector<std::vector<uint8_t>> blocks;
-        for (auto& id : ids) blocks.push_back(RandomBlocks(1, kBytes, id.bytes[0] | id.bytes[1] << 8)[0]);
+        for (auto& id : ids)
+          blocks.push_back(RandomBlocks(1, kBytes, id.bytes[0] | id.bytes[1] << 8)[0]);
         auto pub = c.Publish(ns, tokens, Views(blocks));
         if (!pub.ok()) {
           ++failures;
@@ -175,8 +174,10 @@ TEST(ClientDaemonTest, ConcurrentPublishersAndFetchers) {
         }
         for (int i = 0; i < kBlocks; ++i) {
           if (f->status[i] == BlockStatus::kOk) {
-            if (out[i] != blocks[i]) ++failures;
-            else ++verified;
+            if (out[i] != blocks[i])
+              ++failures;
+            else
+              ++verified;
           } else if (pub->status[i] != BlockStatus::kInProgress) {
             ++failures;  // we stored or found it, so it must be fetchable
           }
@@ -248,8 +249,8 @@ TEST(ClientDaemonTest, CapacityPressureEvictsLruButNeverLeasedOrPinned) {
 TEST(ClientDaemonTest, ClientKilledBetweenReserveAndCommitLeavesNothing) {
   DaemonProcess d("host_tier:\n  capacity: 64MiB\nreservation_timeout: 1s\n");
   ASSERT_TRUE(d.ok()) << d.log();
-  auto [code, out] = RunCommand(std::string(PUBLISH_AND_DIE_BIN) + " " + d.endpoint() +
-                                " 4 1048576");
+  auto [code, out] =
+      RunCommand(std::string(PUBLISH_AND_DIE_BIN) + " " + d.endpoint() + " 4 1048576");
   EXPECT_NE(out.find("dying before commit"), std::string::npos) << out;
   EXPECT_NE(code, 0);
   auto client = Connect(d);
@@ -497,8 +498,8 @@ TEST(ClientDaemonTest, FastPathAndGrpcLookupsAgree) {
   auto pub = client->Publish(ns, tokens, views);
   ASSERT_TRUE(pub.ok()) << pub.status();
   const auto& ids = pub->ids;
-  EXPECT_EQ(*client->LookupIds(ns, ids), kBlocks);                            // gRPC
-  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 1000u);        // fast path
+  EXPECT_EQ(*client->LookupIds(ns, ids), kBlocks);                       // gRPC
+  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 1000u);  // fast path
   ASSERT_TRUE(client->Evict(ns, {&ids[700], 1}).ok());
   EXPECT_EQ(*client->LookupIds(ns, ids), 700u);
   EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 700u);
@@ -688,12 +689,12 @@ TEST(ClientDaemonTest, BadConfigIsRefusedNamingTheField) {
   struct Case {
     std::string yaml, field;
   };
-  for (const Case& c : {Case{"host_tier:\n  capacity: lots\n", "host_tier.capacity"},
-                        Case{"host_tier:\n  high_watermark: 0.5\n  low_watermark: 0.9\n",
-                             "host_tier.low_watermark"},
-                        Case{"lease_timout: 5s\n", "lease_timout"},
-                        Case{"log_level: chatty\n", "log_level"},
-                        Case{"listen: [1, 2]\n", "listen"}}) {
+  for (const Case& c :
+       {Case{"host_tier:\n  capacity: lots\n", "host_tier.capacity"},
+        Case{"host_tier:\n  high_watermark: 0.5\n  low_watermark: 0.9\n",
+             "host_tier.low_watermark"},
+        Case{"lease_timout: 5s\n", "lease_timout"}, Case{"log_level: chatty\n", "log_level"},
+        Case{"listen: [1, 2]\n", "listen"}}) {
     DaemonProcess d(c.yaml);
     EXPECT_FALSE(d.ok());
     auto code = d.WaitExit(std::chrono::seconds(5));
@@ -720,8 +721,8 @@ TEST(ClientDaemonTest, ServesOnAUnixSocket) {
 TEST(ClientDaemonTest, StratactlStatusAndStatsJson) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
-  auto [code, out] = RunCommand(std::string(STRATACTL_BIN) + " --endpoint " + d.endpoint() +
-                                " status --json");
+  auto [code, out] =
+      RunCommand(std::string(STRATACTL_BIN) + " --endpoint " + d.endpoint() + " status --json");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("\"status\":\"serving\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"capacity_bytes\":67108864"), std::string::npos) << out;
@@ -755,7 +756,7 @@ TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
 
   auto [c2, page] = RunCommand(ctl + "ls --json --page-size 2 --namespace " + ns.ToHex());
   EXPECT_EQ(c2, 0) << page;
-  EXPECT_EQ(std::count(page.begin(), page.end(), '{') - 1, 2) << page;  // two blocks
+  EXPECT_EQ(std::count(page.begin(), page.end(), '{') - 1, 2) << page;        // two blocks
   EXPECT_EQ(page.find("\"next_page_token\":0}"), std::string::npos) << page;  // more to come
   auto [c3, all] = RunCommand(ctl + "ls --json --all --page-size 2 --namespace " + ns.ToHex());
   EXPECT_EQ(c3, 0);
@@ -770,8 +771,8 @@ TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
   EXPECT_EQ(c5, 1) << missing;
   EXPECT_NE(missing.find("not held by this node"), std::string::npos) << missing;
 
-  auto [c6, pinned] = RunCommand(ctl + "pin --ttl 5m --namespace " + ns.ToHex() + " " +
-                                 ids[2].ToHex());
+  auto [c6, pinned] =
+      RunCommand(ctl + "pin --ttl 5m --namespace " + ns.ToHex() + " " + ids[2].ToHex());
   EXPECT_EQ(c6, 0) << pinned;
   EXPECT_EQ(client->Evict(ns, {&ids[2], 1})->status[0], BlockStatus::kPinned);
   auto [c7, unpinned] = RunCommand(ctl + "unpin --namespace " + ns.ToHex() + " " + ids[2].ToHex());

@@ -47,9 +47,9 @@ class DaemonProcess {
                                                   : config_yaml);
     ready_ = dir_ + "/ready.json";
     log_ = dir_ + "/stratad.log";
-    std::vector<std::string> args = {STRATAD_BIN,  "--config",     config,
-                                      "--listen",   "127.0.0.1:0", "--data-dir",
-                                      dir_ + "/data", "--ready-file", ready_};
+    std::vector<std::string> args = {STRATAD_BIN,    "--config",     config,
+                                     "--listen",     "127.0.0.1:0",  "--data-dir",
+                                     dir_ + "/data", "--ready-file", ready_};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -104,8 +104,10 @@ class DaemonProcess {
   std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!exited_ && std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
-      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (waitpid(pid_, &status_, WNOHANG) == pid_)
+        exited_ = true;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!exited_) return std::nullopt;
     return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);

@@ -1,12 +1,11 @@
 // Test helper: a client that reserves space, writes block bytes over UCX, then is killed
 // (SIGKILL) before Commit. Usage: publish_and_die ENDPOINT BLOCKS BYTES
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/block_id.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -16,8 +15,8 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const int blocks = atoi(argv[2]);
   const size_t bytes = strtoull(argv[3], nullptr, 10);
-  auto stub = strata::v1::Cache::NewStub(
-      grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  auto stub =
+      strata::v1::Cache::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
   auto call = [](grpc::ClientContext& c) {
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   };
@@ -68,8 +67,8 @@ int main(int argc, char** argv) {
   std::vector<strata::transport::RmaOp> ops;
   for (int i = 0; i < res.offsets_size(); ++i)
     if (res.status(i) == strata::v1::BLOCK_OK)
-      ops.push_back({strata::transport::RmaOp::kPut, data.data(), bytes,
-                     conn.arena_base() + res.offsets(i)});
+      ops.push_back(
+          {strata::transport::RmaOp::kPut, data.data(), bytes, conn.arena_base() + res.offsets(i)});
   if (!(*ep)->Transfer(ops, absl::Now() + absl::Seconds(5)).ok()) return 7;
   std::printf("reserved %d blocks, bytes written, dying before commit\n", res.offsets_size());
   std::fflush(stdout);

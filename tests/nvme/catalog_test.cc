@@ -63,13 +63,13 @@ TEST(Catalog, PutGetDeleteSurviveReopen) {
   EXPECT_EQ(*e, Sample(6));
   EXPECT_EQ((*cat)->Get(IdOf(5)).status().code(), absl::StatusCode::kNotFound);
   size_t n = 0;
-  ASSERT_TRUE((*cat)
-                  ->ForEach([&](const BlockId&, const std::string&,
-                                const absl::StatusOr<CatalogEntry>& e) {
-                    EXPECT_TRUE(e.ok());
-                    ++n;
-                  })
-                  .ok());
+  ASSERT_TRUE(
+      (*cat)
+          ->ForEach([&](const BlockId&, const std::string&, const absl::StatusOr<CatalogEntry>& e) {
+            EXPECT_TRUE(e.ok());
+            ++n;
+          })
+          .ok());
   EXPECT_EQ(n, 99u);
 }
 

@@ -1,6 +1,7 @@
 // NvmeBlockStore: commit order, restart recovery (graceful and kill -9), CRC on first read,
 // missing and overlapping extents, disk full.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "common/crc32c.h"
@@ -348,8 +347,10 @@ TEST(NvmeBlockStore, DiskFullIsResourceExhaustedAndServingContinues) {
   size_t ok = 0;
   absl::Status full;
   for (const auto& st : sts) {
-    if (st.ok()) ++ok;
-    else full = st;
+    if (st.ok())
+      ++ok;
+    else
+      full = st;
   }
   EXPECT_GT(ok, 0u);
   EXPECT_LT(ok, 40u);

@@ -1,15 +1,14 @@
 // NvmeTier against real files and a real io_uring (and the pread/pwrite fallback).
 #include "storage/nvme_tier.h"
 
+#include <gtest/gtest.h>
+#include <liburing.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <liburing.h>
 
 #include "test_util.h"
 
@@ -66,8 +65,10 @@ TEST_P(NvmeTierRoundTrip, SeveralSizesAtQueueDepthEight) {
   for (size_t k = 0; k < data.size(); ++k) {
     aligned.emplace_back(data[k].size());
     std::memcpy(aligned.back().ptr, data[k].data(), data[k].size());
-    if (k % 2 == 0) writes.push_back({{aligned[k].ptr, data[k].size()}, {}});
-    else writes.push_back({data[k], {}});
+    if (k % 2 == 0)
+      writes.push_back({{aligned[k].ptr, data[k].size()}, {}});
+    else
+      writes.push_back({data[k], {}});
   }
   auto ws = t.Write(writes);
   for (size_t k = 0; k < ws.size(); ++k) ASSERT_TRUE(ws[k].ok()) << k << ": " << ws[k];
@@ -140,7 +141,10 @@ TEST_P(ManyThreads, ShareTheTier) {
       std::memcpy(direct.ptr, d.data(), d.size());
       std::vector<NvmeWriteReq> w = {{staged, {}}, {{direct.ptr, direct.size}, {}}};
       auto ws = t.Write(w);
-      if (!ws[0].ok() || !ws[1].ok()) { ++bad; return; }
+      if (!ws[0].ok() || !ws[1].ok()) {
+        ++bad;
+        return;
+      }
       std::vector<std::byte> back(staged.size());
       AlignedBuf back_direct(direct.size);
       std::vector<NvmeReadReq> r = {{w[0].extent, back},
@@ -164,8 +168,9 @@ TEST_P(ManyThreads, ShareTheTier) {
   EXPECT_EQ(t.free_bytes(), t.capacity_bytes());
 }
 
-INSTANTIATE_TEST_SUITE_P(Rings, ManyThreads, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "shared_ring" : "per_thread"; });
+INSTANTIATE_TEST_SUITE_P(Rings, ManyThreads, ::testing::Values(false, true), [](const auto& info) {
+  return info.param ? "shared_ring" : "per_thread";
+});
 
 TEST(NvmeTier, FullGivesResourceExhaustedNamingThePath) {
   TempDir dir;
@@ -182,7 +187,7 @@ TEST(NvmeTier, FullGivesResourceExhaustedNamingThePath) {
   EXPECT_EQ((*tier)->free_bytes(), 0u);
   struct stat st;
   ASSERT_EQ(stat(dir.Sub("small.dat").c_str(), &st), 0);
-  EXPECT_EQ(st.st_size, 64 << 10);                // never grows past capacity
+  EXPECT_EQ(st.st_size, 64 << 10);                   // never grows past capacity
   EXPECT_LE(st.st_blocks * 512, (64 << 10) + 4096);  // nor uses more disk
   (*tier)->Free(writes[3].extent);
   std::vector<NvmeWriteReq> again(1, NvmeWriteReq{block, {}});

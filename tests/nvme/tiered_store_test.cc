@@ -3,10 +3,10 @@
 // brought back.
 #include "storage/tiered_store.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "common/crc32c.h"

@@ -16,8 +16,8 @@ TEST(HttpConfigTest, DefaultIsOffAndHostPortIsAccepted) {
 }
 
 TEST(HttpConfigTest, MalformedAddressNamesTheField) {
-  for (const char* bad : {"http_listen: nonsense\n", "http_listen: \"127.0.0.1:\"\n",
-                          "http_listen: \":9420\"\n"}) {
+  for (const char* bad :
+       {"http_listen: nonsense\n", "http_listen: \"127.0.0.1:\"\n", "http_listen: \":9420\"\n"}) {
     auto c = ParseConfig(bad);
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_NE(std::string(c.status().message()).find("http_listen"), std::string::npos)

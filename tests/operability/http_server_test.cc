@@ -2,9 +2,9 @@
 // idempotent Stop.
 #include "daemon/http_server.h"
 
-#include <atomic>
-
 #include <gtest/gtest.h>
+
+#include <atomic>
 
 #include "tests/operability/ops_helpers.h"
 

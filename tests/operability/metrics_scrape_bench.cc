@@ -11,9 +11,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "daemon/metrics.h"
-
 #include "client/client.h"
+#include "daemon/metrics.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/operability/ops_helpers.h"
 
@@ -35,8 +34,9 @@ int main(int argc, char** argv) {
           for (int i = 0; i < kCalls; ++i) rpc.Record(RpcMetrics::kLookup, 0, 1e-4 * (i % 7 + t));
         });
       for (auto& t : pool) t.join();
-      double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - s)
-                      .count() / kCalls;
+      double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - s).count() /
+          kCalls;
       std::printf("RpcMetrics::Record   %.1f ns per call per thread (%d thread%s, same series)\n",
                   ns, threads, threads > 1 ? "s" : "");
     }
@@ -61,8 +61,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "publish: %s\n", ids.status().ToString().c_str());
     return 1;
   }
-  double publish_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<double> ms;
   size_t body = 0;
@@ -87,8 +86,8 @@ int main(int argc, char** argv) {
   std::printf("blocks resident      %.0f (published %zu in %.2f s)\n", resident.value_or(-1),
               blocks, publish_s);
   std::printf("scrapes              %d, body %zu bytes\n", scrapes, body);
-  std::printf("client GET /metrics  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", pct(0.5),
-              pct(0.99), ms.back());
+  std::printf("client GET /metrics  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", pct(0.5), pct(0.99),
+              ms.back());
   if (render_sum && render_n && *render_n > 0)
     std::printf("daemon render mean   %.3f ms over %.0f renders\n", *render_sum / *render_n * 1e3,
                 *render_n);

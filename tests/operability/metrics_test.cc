@@ -1,9 +1,9 @@
 // The metrics registry renders valid Prometheus text: types, cumulative buckets, escaping.
 #include "daemon/metrics.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include <thread>
 
 namespace strata::daemon {
 namespace {

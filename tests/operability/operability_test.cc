@@ -1,5 +1,6 @@
 // Operability of a live stratad: /healthz, /readyz, /metrics checked by promtool, a real
 // Prometheus server scraping the daemon and answering PromQL, and /metrics with many blocks.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -7,8 +8,6 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "client/client.h"
 #include "tests/integration/daemon_process.h"
@@ -121,9 +120,9 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   // Both went over the UCX active-message fast path, not gRPC.
   EXPECT_EQ(SampleValue(m.body, "strata_lookup_fast_path_total"), 2);
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_duration_seconds_count{method=\"Commit\"}"), 1);
-  EXPECT_EQ(SampleValue(m.body,
-                        "strata_rpc_errors_total{method=\"Evict\",code=\"FAILED_PRECONDITION\"}"),
-            1)
+  EXPECT_EQ(
+      SampleValue(m.body, "strata_rpc_errors_total{method=\"Evict\",code=\"FAILED_PRECONDITION\"}"),
+      1)
       << m.body;
   EXPECT_EQ(SampleValue(m.body, "strata_open_leases"), 0);
   EXPECT_EQ(SampleValue(m.body, "strata_data_plane_bytes_total{direction=\"publish\"}"), 7 * 512);
@@ -174,11 +173,9 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
     int port = testing::FreeLoopbackPort();
     ASSERT_GT(port, 0);
     web = "127.0.0.1:" + std::to_string(port);
-    std::vector<std::string> args = {prometheus,
-                                     "--config.file=" + dir + "/prometheus.yml",
+    std::vector<std::string> args = {prometheus, "--config.file=" + dir + "/prometheus.yml",
                                      "--storage.tsdb.path=" + dir + "/data",
-                                     "--web.listen-address=" + web,
-                                     "--log.level=warn"};
+                                     "--web.listen-address=" + web, "--log.level=warn"};
     pid = fork();
     if (pid == 0) {
       int fd = ::open((dir + "/prometheus.log").c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
@@ -240,8 +237,8 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
   httplib::Client api(web.substr(0, colon), std::stoi(web.substr(colon + 1)));
   api.set_read_timeout(5, 0);
   for (std::string expr : exprs) {
-    for (auto [from, to] : {std::pair<std::string, std::string>{"$__rate_interval", "30s"},
-                            {"$instance", ".*"}})
+    for (auto [from, to] :
+         {std::pair<std::string, std::string>{"$__rate_interval", "30s"}, {"$instance", ".*"}})
       for (size_t p; (p = expr.find(from)) != std::string::npos;) expr.replace(p, from.size(), to);
     std::string body;
     bool has_data = false;

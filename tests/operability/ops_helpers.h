@@ -3,6 +3,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,8 +17,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <httplib.h>
 
 #include "absl/status/status.h"
 #include "client/client.h"
@@ -44,8 +43,7 @@ struct HttpReply {
 };
 
 // GET http://HOST:PORT/path.
-inline HttpReply HttpGet(const std::string& endpoint, const std::string& path,
-                         int timeout_s = 5) {
+inline HttpReply HttpGet(const std::string& endpoint, const std::string& path, int timeout_s = 5) {
   auto colon = endpoint.rfind(':');
   httplib::Client c(endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1)));
   c.set_connection_timeout(timeout_s, 0);
@@ -142,9 +140,8 @@ inline std::vector<std::string> MetricNamesWithPrefix(const std::string& expr,
       continue;
     }
     size_t end = pos;
-    while (end < expr.size() &&
-           (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_' ||
-            expr[end] == ':'))
+    while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) ||
+                                 expr[end] == '_' || expr[end] == ':'))
       ++end;
     out.push_back(expr.substr(pos, end - pos));
     pos = end;

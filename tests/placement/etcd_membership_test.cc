@@ -188,8 +188,8 @@ TEST_F(EtcdMembershipTest, LostLeaseReRegisters) {
         return r.ok() && r->kvs.size() == 1 && r->kvs[0].lease != old_lease;
       },
       absl::Seconds(4)));
-  ASSERT_TRUE(WaitFor([&] { return Ids(*a).size() == 2 && Ids(*b).size() == 2; },
-                      absl::Seconds(3)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Ids(*a).size() == 2 && Ids(*b).size() == 2; }, absl::Seconds(3)));
   EXPECT_TRUE(b->Leave().ok());
   EXPECT_TRUE(a->Leave().ok());
 }
@@ -233,8 +233,7 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheViewAndRecovers) {
   EXPECT_EQ(a->View().epoch, before.epoch);
 
   ASSERT_TRUE(StartEtcd(own)) << own.log();
-  ASSERT_TRUE(WaitFor([&] { return a->healthy(&detail) && b->healthy(&detail); },
-                      absl::Seconds(5)))
+  ASSERT_TRUE(WaitFor([&] { return a->healthy(&detail) && b->healthy(&detail); }, absl::Seconds(5)))
       << detail;
   // Both keys are back in etcd (same lease if etcd kept it, or re-registered) and both views
   // hold both nodes.
@@ -245,8 +244,8 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheViewAndRecovers) {
         return r.ok() && r->kvs.size() == 2;
       },
       absl::Seconds(4)));
-  ASSERT_TRUE(WaitFor([&] { return Ids(*a).size() == 2 && Ids(*b).size() == 2; },
-                      absl::Seconds(3)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Ids(*a).size() == 2 && Ids(*b).size() == 2; }, absl::Seconds(3)));
   EXPECT_TRUE(b->Leave().ok());
   ASSERT_TRUE(WaitFor([&] { return Ids(*a).size() == 1; }, absl::Seconds(2)));
   EXPECT_TRUE(a->Leave().ok());

@@ -22,8 +22,8 @@ TEST(JsonTest, ParsesGatewayShapes) {
 }
 
 TEST(JsonTest, RejectsMalformed) {
-  for (const char* bad : {"", "{", "{\"a\"}", "{\"a\":1,}", "[1 2]", "\"abc", "{\"a\":tru}",
-                          "{} x", "\"\\q\""}) {
+  for (const char* bad :
+       {"", "{", "{\"a\"}", "{\"a\":1,}", "[1 2]", "\"abc", "{\"a\":tru}", "{} x", "\"\\q\""}) {
     EXPECT_FALSE(Json::Parse(bad).ok()) << bad;
   }
 }

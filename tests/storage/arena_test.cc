@@ -1,13 +1,12 @@
 #include "storage/arena.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace strata {
 namespace {

@@ -1,9 +1,9 @@
 #include "storage/extent_allocator.h"
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <random>
-
-#include <gtest/gtest.h>
 
 namespace strata {
 namespace {

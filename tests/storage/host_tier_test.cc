@@ -1,10 +1,10 @@
 #include "storage/host_tier.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <memory>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "common/crc32c.h"
 #include "storage/arena.h"
@@ -90,8 +90,8 @@ TEST_F(HostTierTest, WrongCrcIsRefusedAndSpaceReturned) {
 TEST_F(HostTierTest, LargeCommitVerifiesEveryBlockOnTwoThreads) {
   Make(64 << 20);
   // 3 blocks, 17 MiB in all (over the parallel threshold), sizes not multiples of the piece size.
-  std::vector<ReserveItem> items = {{Id(1), {}, (5 << 20) + 123}, {Id(2), {}, 7 << 20},
-                                    {Id(3), {}, (5 << 20) - 77}};
+  std::vector<ReserveItem> items = {
+      {Id(1), {}, (5 << 20) + 123}, {Id(2), {}, 7 << 20}, {Id(3), {}, (5 << 20) - 77}};
   auto r = tier_->Reserve(ns_, items);
   std::vector<uint32_t> crcs;
   for (size_t i = 0; i < items.size(); ++i) {

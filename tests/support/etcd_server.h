@@ -55,15 +55,24 @@ class EtcdServer {
     std::string client = endpoint();
     std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
     std::vector<std::string> args = {FindEtcd(),
-                                     "--name", "t",
-                                     "--data-dir", dir_ + "/data",
-                                     "--listen-client-urls", client,
-                                     "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer,
-                                     "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "t=" + peer,
-                                     "--listen-metrics-urls", "",
-                                     "--log-level", "warn"};
+                                     "--name",
+                                     "t",
+                                     "--data-dir",
+                                     dir_ + "/data",
+                                     "--listen-client-urls",
+                                     client,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     "t=" + peer,
+                                     "--listen-metrics-urls",
+                                     "",
+                                     "--log-level",
+                                     "warn"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

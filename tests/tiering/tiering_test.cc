@@ -1,13 +1,12 @@
 // Host tier over NVMe in a real stratad: demotion instead of dropping, promotion on fetch,
 // recovery after SIGTERM and kill -9, CRC failures on the tier file, a full NVMe tier.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <random>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "client/client.h"
 #include "storage/catalog.h"
@@ -33,7 +32,6 @@ NamespaceSpec Spec() {
   s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
   return s;
 }
-
 
 std::vector<uint8_t> Block(uint32_t seed) {
   std::mt19937_64 rng(seed);

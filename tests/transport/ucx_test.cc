@@ -1,10 +1,10 @@
 #include "transport/ucx.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace strata::transport {
 namespace {
@@ -106,8 +106,7 @@ TEST(UcxTest, RendezvousMessagesReachOnlyRendezvousHandlers) {
   ASSERT_TRUE(ep.ok()) << ep.status();
   ASSERT_TRUE((*ep)->AmPost(kAsk, "", "").ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while ((kept == nullptr || either_small == 0 || eager_only_small == 0) &&
-         absl::Now() < deadline)
+  while ((kept == nullptr || either_small == 0 || eager_only_small == 0) && absl::Now() < deadline)
     cw->Progress();
   ASSERT_NE(kept, nullptr) << "the rendezvous handler got no large message";
   ASSERT_EQ(kept_length, big.size());

@@ -150,9 +150,9 @@ TEST_F(CudaDevice, QuantMatchesTheCpu) {
     const CpuBlock cpu = EncodeOnCpu(l, p, block);
     DeviceBuffer d_block = Upload(block);
     for (const auto& s : cpu.sections) {
-      SCOPED_TRACE(testing::Message() << (s.is_key ? "K" : "V") << " layer " << s.layer
-                                      << " bits " << int(s.bits) << " T " << c.tokens << " dim "
-                                      << c.dim << (c.had ? " had" : ""));
+      SCOPED_TRACE(testing::Message()
+                   << (s.is_key ? "K" : "V") << " layer " << s.layer << " bits " << int(s.bits)
+                   << " T " << c.tokens << " dim " << c.dim << (c.had ? " had" : ""));
       cuda::QuantSection qs;
       qs.tokens = c.tokens;
       qs.heads = c.heads;
@@ -199,8 +199,9 @@ TEST_F(CudaDevice, QuantRejectsNonFiniteInput) {
   DeviceBuffer d_in = Upload(in);
   DeviceBuffer mu16 = Alloc(16), a16 = Alloc(8), steps16 = Alloc(16), syms = Alloc(64);
   cuda::QuantKernels qk;
-  const absl::Status s = qk.Encode(d_in.data(), qs, {mu16.as<uint16_t>(), a16.as<uint8_t>(),
-                                                     steps16.as<uint16_t>(), syms.as<uint16_t>()});
+  const absl::Status s = qk.Encode(
+      d_in.data(), qs,
+      {mu16.as<uint16_t>(), a16.as<uint8_t>(), steps16.as<uint16_t>(), syms.as<uint16_t>()});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 

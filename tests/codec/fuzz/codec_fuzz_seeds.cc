@@ -26,12 +26,14 @@ int main(int argc, char** argv) {
     auto data = codec::GenerateSyntheticKv(l, 1);
     // The last three with the split coder (section coder 5) at a forced r, so the corpus
     // has its sections whatever the encoder would choose on data this small.
-    for (const char* spec : {"raw", "lossless", "int4-g64", "int3-g16", "quant:k4v4",
-                             "quant:k2v3:g16:had", "quant:k3v4:ol", "quant:k8v8:nodelta",
-                             "quant:k8v8:ol", "quant:k7v8:had", "quant:k8v8"}) {
+    for (const char* spec :
+         {"raw", "lossless", "int4-g64", "int3-g16", "quant:k4v4", "quant:k2v3:g16:had",
+          "quant:k3v4:ol", "quant:k8v8:nodelta", "quant:k8v8:ol", "quant:k7v8:had", "quant:k8v8"}) {
       const std::string_view sv(spec);
-      codec::internal::SetSplitLowBitsForTesting(
-          sv == "quant:k8v8:ol" ? 3 : sv == "quant:k7v8:had" ? 2 : sv == "quant:k8v8" ? 5 : 0);
+      codec::internal::SetSplitLowBitsForTesting(sv == "quant:k8v8:ol"    ? 3
+                                                 : sv == "quant:k7v8:had" ? 2
+                                                 : sv == "quant:k8v8"     ? 5
+                                                                          : 0);
       auto p = codec::ParseCodecSpec(spec);
       if (!p.ok()) return 1;
       auto blob = codec::Encode(l, *p, data);
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       for (char sel : {'\0', '\1'}) {
         std::ofstream f(std::string(argv[1]) + "/seed" + std::to_string(n++), std::ios::binary);
         f.write(&sel, 1);
-        f.write(reinterpret_cast<const char*>(blob->data()), static_cast<std::streamsize>(blob->size()));
+        f.write(reinterpret_cast<const char*>(blob->data()),
+                static_cast<std::streamsize>(blob->size()));
       }
     }
   }
