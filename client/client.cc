@@ -1,4 +1,4 @@
-#include "client/client.h"
+#include "strata/client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
@@ -19,6 +19,7 @@
 #include "codec/codec.h"
 #include "common/am_wire.h"
 #include "common/crc32c.h"
+#include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -26,13 +27,6 @@
 
 namespace strata {
 namespace {
-
-std::string PackIds(std::span<const BlockId> ids) {
-  std::string out;
-  out.resize(ids.size() * 32);
-  for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out.data() + 32 * i, ids[i].bytes.data(), 32);
-  return out;
-}
 
 template <typename Repeated>
 std::vector<BlockStatus> Statuses(const Repeated& r) {
@@ -99,7 +93,7 @@ struct Client::Impl {
       o.remote_fetch = false;
       o.same_node = false;
       o.client_name = absl::StrCat(options.client_name, "->", node);
-      ASSIGN_OR_RETURN(std::unique_ptr<Client> made, Client::Connect(o));
+      STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Client> made, Client::Connect(o));
       peer = std::move(made);
       std::lock_guard<std::mutex> lock(peers_mu);
       peers[node] = peer;
@@ -114,7 +108,7 @@ struct Client::Impl {
               absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
         open = it->second;
       }
-      ASSIGN_OR_RETURN(NamespaceId there, peer->OpenNamespace(open.spec, open.tenant));
+      STRATA_ASSIGN_OR_RETURN(NamespaceId there, peer->OpenNamespace(open.spec, open.tenant));
       if (there != ns)
         return absl::FailedPreconditionError(absl::StrCat(
             "node ", node, " derives a different namespace id: its cluster secret differs"));
@@ -432,7 +426,7 @@ struct Client::Impl {
     const uint32_t index = am_wire::GetU32(m.header.data() + 8);
     const uint32_t code = am_wire::GetU32(m.header.data() + 12);
     if (index == am_wire::kFetchRefused) {
-      w.error = absl::Status(static_cast<absl::StatusCode>(code == 0 ? 13 : code),
+      w.error = absl::Status(code == 0 ? absl::StatusCode::kInternal : static_cast<absl::StatusCode>(code),
                              absl::StrCat("daemon refused the fetch: ", std::string(m.data)));
       return false;
     }
@@ -455,7 +449,7 @@ struct Client::Impl {
   // caller has taken back.
   absl::Status PushTransfer(uint64_t lease_id, const std::vector<transport::RmaOp>& ops,
                             absl::Time deadline, std::function<void(size_t)> on_landed = {}) {
-    if (!ep || ep->failed()) RETURN_IF_ERROR(ConnectDataPlane());
+    if (!ep || ep->failed()) STRATA_RETURN_IF_ERROR(ConnectDataPlane());
     PushWait w;
     w.on_landed = std::move(on_landed);
     w.request_id = push_next_id++;
@@ -571,7 +565,7 @@ struct Client::Impl {
     req.set_tenant(tenant);
     req.set_replicas(replicas);
     v1::OpenNamespaceResponse resp;
-    RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
+    STRATA_RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
       return stub->OpenNamespace(c, req, &resp);
     }));
     return Digest::FromBytes(resp.namespace_id());
@@ -582,16 +576,16 @@ struct Client::Impl {
     v1::ConnectRequest req;
     req.set_client_name(options.client_name);
     v1::ConnectResponse resp;
-    RETURN_IF_ERROR(
+    STRATA_RETURN_IF_ERROR(
         Rpc("Connect", [&](grpc::ClientContext* c) { return stub->Connect(c, req, &resp); }));
     ep.reset();
     // The daemon is on this node: keep shared-memory transports (see Worker::Connect); gRPC and
     // the transfer deadline detect a daemon that died.
-    ASSIGN_OR_RETURN(
+    STRATA_ASSIGN_OR_RETURN(
         ep, worker->Connect(resp.worker_address(), options.same_node
                                                        ? transport::Worker::PeerFailure::kIgnore
                                                        : transport::Worker::PeerFailure::kDetect));
-    RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
+    STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(resp.arena_rkey()));
     arena_base = resp.arena_base();
     arena_bytes = resp.arena_bytes();
     std::unique_lock<std::shared_mutex> map_lock(map_mu);
@@ -617,7 +611,7 @@ struct Client::Impl {
   // ops' remote_address fields hold arena offsets; they are rebased here under the lock.
   absl::Status Transfer(std::vector<transport::RmaOp>& ops, absl::Time deadline) {
     std::lock_guard<std::mutex> lock(ucx_mu);
-    if (!ep || ep->failed()) RETURN_IF_ERROR(ConnectDataPlane());
+    if (!ep || ep->failed()) STRATA_RETURN_IF_ERROR(ConnectDataPlane());
     for (auto& op : ops) {
       if (op.remote_address + op.length > arena_bytes)
         return absl::InternalError("daemon returned an extent outside its arena");
@@ -682,19 +676,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->channel =
       grpc::CreateCustomChannel(options.endpoint, grpc::InsecureChannelCredentials(), args);
   impl->stub = v1::Cache::NewStub(impl->channel);
-  ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/false));
-  ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
+  STRATA_ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/false));
+  STRATA_ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
   {
     Impl* raw = impl.get();
-    RETURN_IF_ERROR(impl->worker->SetAmHandler(
+    STRATA_RETURN_IF_ERROR(impl->worker->SetAmHandler(
         am_wire::kLookupReplyAm, [raw](const transport::AmMessage& m) { raw->OnAmReply(m); }));
-    RETURN_IF_ERROR(impl->worker->SetAmRendezvousHandler(
+    STRATA_RETURN_IF_ERROR(impl->worker->SetAmRendezvousHandler(
         am_wire::kFetchBlockAm,
         [raw](const transport::AmMessage& m) { return raw->OnPushBlock(m); }));
   }
   {
     std::lock_guard<std::mutex> lock(impl->ucx_mu);
-    RETURN_IF_ERROR(impl->ConnectDataPlane());
+    STRATA_RETURN_IF_ERROR(impl->ConnectDataPlane());
   }
   Impl* raw = impl.get();
   impl->verifier = std::thread([raw] { raw->RunVerifier(); });
@@ -716,7 +710,7 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
 
 absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
                                                   const std::string& tenant, uint32_t replicas) {
-  RETURN_IF_ERROR(spec.Validate());
+  STRATA_RETURN_IF_ERROR(spec.Validate());
   std::optional<codec::CodecParams> params;
   if (spec.codec_policy != kOpaqueCodecPolicy) {
     auto parsed = codec::ParseCodecSpec(spec.codec_policy);
@@ -727,14 +721,14 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
   }
-  ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant, replicas));
+  STRATA_ASSIGN_OR_RETURN(NamespaceId id, impl_->OpenRpc(spec, tenant, replicas));
   std::lock_guard<std::mutex> lock(impl_->ns_mu);
   impl_->namespaces[id] = {spec, tenant, params, replicas};
   return id;
 }
 
 absl::Status Client::RegisterBuffer(void* data, size_t size) {
-  ASSIGN_OR_RETURN(auto region, impl_->ucx->Register(data, size));
+  STRATA_ASSIGN_OR_RETURN(auto region, impl_->ucx->Register(data, size));
   std::lock_guard<std::mutex> lock(impl_->reg_mu);
   impl_->registered[reinterpret_cast<uintptr_t>(data)] = std::move(region);
   return absl::OkStatus();
@@ -776,7 +770,7 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   for (const ConstBuffer& b : blocks)
     if (b.size == 0 || b.data == nullptr)
       return absl::InvalidArgumentError("every block buffer must be non-empty");
-  ASSIGN_OR_RETURN(auto codec_params, impl_->CodecOf(ns));
+  STRATA_ASSIGN_OR_RETURN(auto codec_params, impl_->CodecOf(ns));
   // With a codec, what travels and is stored is each block's encoded blob.
   std::vector<std::vector<uint8_t>> blobs;
   std::vector<ConstBuffer> blob_views;
@@ -810,7 +804,7 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   if (!parents.empty()) req.set_parent_ids(PackIds(parents));
   for (const ConstBuffer& b : blocks) req.add_sizes(b.size);
   v1::ReserveResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Reserve", ns, [&](grpc::ClientContext* c) { return impl_->stub->Reserve(c, req, &resp); }));
   if (resp.status_size() != static_cast<int>(ids.size()))
     return absl::InternalError("Reserve answered with the wrong number of statuses");
@@ -854,7 +848,7 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
   commit.set_reservation_id(resp.reservation_id());
   for (uint32_t crc : crcs) commit.add_crc32c(crc);
   v1::CommitResponse committed;
-  RETURN_IF_ERROR(impl_->Rpc("Commit", [&](grpc::ClientContext* c) {
+  STRATA_RETURN_IF_ERROR(impl_->Rpc("Commit", [&](grpc::ClientContext* c) {
     return impl_->stub->Commit(c, commit, &committed);
   }));
   if (committed.status_size() != static_cast<int>(reserved.size()))
@@ -885,7 +879,7 @@ absl::StatusOr<v1::LookupResponse> LookupCall(Client::Impl* impl, const Namespac
       return streamed->status();
   }
   v1::LookupResponse resp;
-  RETURN_IF_ERROR(impl->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl->NsRpc(
       "Lookup", ns, [&](grpc::ClientContext* c) { return impl->stub->Lookup(c, req, &resp); }));
   return resp;
 }
@@ -900,7 +894,7 @@ absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
         absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
   LookupResult r;
   r.ids = ComputeBlockIds(ns, tpb, tokens);
-  ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, r.ids));
+  STRATA_ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, r.ids));
   r.prefix_blocks = std::min<size_t>(resp.prefix_blocks(), r.ids.size());
   if (resp.nodes_size() > 0 && resp.holder_size() >= static_cast<int>(r.prefix_blocks)) {
     for (size_t i = 0; i < r.prefix_blocks; ++i) {
@@ -916,7 +910,7 @@ absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
 }
 
 absl::StatusOr<size_t> Client::LookupIds(const NamespaceId& ns, std::span<const BlockId> ids) {
-  ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, ids));
+  STRATA_ASSIGN_OR_RETURN(v1::LookupResponse resp, LookupCall(impl_.get(), ns, ids));
   return std::min<size_t>(resp.prefix_blocks(), ids.size());
 }
 
@@ -939,7 +933,7 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   v1::AcquireResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Acquire", ns, [&](grpc::ClientContext* c) { return impl_->stub->Acquire(c, req, &resp); }));
   const int n = static_cast<int>(ids.size());
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
@@ -1132,7 +1126,7 @@ absl::StatusOr<FetchResult> FetchFromDaemon(Client::Impl* impl_, const Namespace
 
 absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
                                           std::span<const MutableBuffer> buffers) {
-  ASSIGN_OR_RETURN(FetchResult r, FetchFromDaemon(impl_.get(), ns, ids, buffers, nullptr));
+  STRATA_ASSIGN_OR_RETURN(FetchResult r, FetchFromDaemon(impl_.get(), ns, ids, buffers, nullptr));
   if (!impl_->options.remote_fetch || !impl_->clustered || r.fetched == ids.size()) return r;
   std::vector<size_t> missing;
   for (size_t i = 0; i < ids.size(); ++i)
@@ -1203,7 +1197,7 @@ absl::StatusOr<std::vector<std::vector<BlockHolder>>> Client::Locate(const Names
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   v1::LocateResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Locate", ns, [&](grpc::ClientContext* c) { return impl_->stub->Locate(c, req, &resp); }));
   if (resp.holders_per_id_size() != static_cast<int>(ids.size()))
     return absl::InternalError("Locate answered with the wrong number of entries");
@@ -1232,7 +1226,7 @@ absl::StatusOr<RepositionOutcome> Client::Reposition(const NamespaceId& ns,
   req.set_target_tier(v1::TIER_HOST);
   req.set_move(move);
   v1::RepositionResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc("Reposition", ns, [&](grpc::ClientContext* c) {
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc("Reposition", ns, [&](grpc::ClientContext* c) {
     return impl_->stub->Reposition(c, req, &resp);
   }));
   if (resp.status_size() != static_cast<int>(ids.size()))
@@ -1249,7 +1243,7 @@ absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<cons
   req.set_cascade(cascade);
   req.set_force(force);
   v1::EvictResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Evict", ns, [&](grpc::ClientContext* c) { return impl_->stub->Evict(c, req, &resp); }));
   return EvictOutcome{Statuses(resp.status()), resp.removed_blocks()};
 }
@@ -1262,7 +1256,7 @@ absl::StatusOr<std::vector<BlockStatus>> Client::Pin(const NamespaceId& ns,
   req.set_ids(PackIds(ids));
   req.set_ttl_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(ttl)));
   v1::PinResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Pin", ns, [&](grpc::ClientContext* c) { return impl_->stub->Pin(c, req, &resp); }));
   return Statuses(resp.status());
 }
@@ -1273,7 +1267,7 @@ absl::StatusOr<std::vector<BlockStatus>> Client::Unpin(const NamespaceId& ns,
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   v1::UnpinResponse resp;
-  RETURN_IF_ERROR(impl_->NsRpc(
+  STRATA_RETURN_IF_ERROR(impl_->NsRpc(
       "Unpin", ns, [&](grpc::ClientContext* c) { return impl_->stub->Unpin(c, req, &resp); }));
   return Statuses(resp.status());
 }
@@ -1281,7 +1275,7 @@ absl::StatusOr<std::vector<BlockStatus>> Client::Unpin(const NamespaceId& ns,
 absl::StatusOr<DaemonStats> Client::Stats() {
   v1::StatsRequest req;
   v1::StatsResponse resp;
-  RETURN_IF_ERROR(impl_->Rpc(
+  STRATA_RETURN_IF_ERROR(impl_->Rpc(
       "Stats", [&](grpc::ClientContext* c) { return impl_->stub->Stats(c, req, &resp); }));
   DaemonStats s;
   s.node_id = resp.node_id();

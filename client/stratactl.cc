@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
-#include "common/block_id.h"
-#include "common/block_status.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 #include "common/units.h"
 #include "daemon/config.h"
 #include "strata/v1/admin.grpc.pb.h"

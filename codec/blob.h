@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 namespace strata::codec {
 

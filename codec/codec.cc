@@ -32,7 +32,7 @@ std::string_view ModeName(Mode m) {
 }
 
 absl::Status CodecParams::Validate(const KvLayout& layout) const {
-  RETURN_IF_ERROR(layout.Validate());
+  STRATA_RETURN_IF_ERROR(layout.Validate());
   auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
   switch (mode) {
     case Mode::kRaw:
@@ -214,7 +214,7 @@ Decoder::~Decoder() = default;
 absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                              std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                              EncodeStats* stats) {
-  RETURN_IF_ERROR(params.Validate(layout));
+  STRATA_RETURN_IF_ERROR(params.Validate(layout));
   if (block.size() != layout.BlockBytes())
     return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
                                                    " bytes, layout needs ", layout.BlockBytes()));
@@ -240,7 +240,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     e.type = SectionType::kRaw;
     w.BeginSection(e)->insert(blob->end(), block.begin(), block.end());
     w.EndSection();
-    RETURN_IF_ERROR(w.Finish());
+    STRATA_RETURN_IF_ERROR(w.Finish());
   } else {
     const uint32_t tensors = layout.TensorsPerLayer();
     // Quant sections of <= 6 bits (and the split coder's high parts) code their symbols into one
@@ -273,7 +273,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
         std::vector<uint8_t>* out = w.BeginSection(e);
         switch (params.mode) {
           case Mode::kLossless:
-            RETURN_IF_ERROR(
+            STRATA_RETURN_IF_ERROR(
                 planes ? internal::EncodeLosslessPlanes(in, shape, &scratch_->sec, out, &coder)
                        : internal::EncodeLossless(in, shape, &scratch_->sec, out, &coder));
             break;
@@ -282,7 +282,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             const bool last = l + 1 == layout.num_layers && t + 1 == tensors;
             scratch_->sec.prefetch = last ? nullptr : in + tensor_bytes;
             scratch_->sec.prefetch_bytes = last ? 0 : tensor_bytes;
-            RETURN_IF_ERROR(internal::EncodeQuant(
+            STRATA_RETURN_IF_ERROR(internal::EncodeQuant(
                 in, shape, bits, params, &scratch_->sec, out,
                 stats ? &coder : nullptr,  // stats cost a pass: on demand
                 stats ? stats->symbol_sink : nullptr, &written, &scratch_->shared));
@@ -290,7 +290,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
             break;
           }
           case Mode::kGroupwise:
-            RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
+            STRATA_RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
                                                       &scratch_->sec, out, &coder));
             break;
           default:
@@ -306,7 +306,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
       rans::FinishShared(&scratch_->shared, w.BeginSection(e), stats ? &coder : nullptr);
       w.EndSection();
     }
-    RETURN_IF_ERROR(w.Finish());
+    STRATA_RETURN_IF_ERROR(w.Finish());
   }
   if (stats) {
     stats->coder.Add(coder);
@@ -362,8 +362,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
                              DecodeOptions opts) {
   ParseOptions po;
   po.verify_crc = opts.verify_crc;
-  ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob, po));
-  RETURN_IF_ERROR(CheckSections(v));
+  STRATA_ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob, po));
+  STRATA_RETURN_IF_ERROR(CheckSections(v));
   const KvLayout& layout = v.header.layout;
   if (out.size() != layout.BlockBytes())
     return absl::InvalidArgumentError(absl::StrCat(
@@ -381,7 +381,7 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
   rans::SharedDecoder* shared = nullptr;
   if (!v.sections.empty() && v.sections.back().type == SectionType::kStream) {
     shared = &scratch_->shared;
-    RETURN_IF_ERROR(rans::StartShared(v.Payload(v.sections.back()), shared));
+    STRATA_RETURN_IF_ERROR(rans::StartShared(v.Payload(v.sections.back()), shared));
     --count;
   }
   for (size_t i = count; i-- > 0;) {
@@ -412,8 +412,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
 }
 
 absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
-  ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob));
-  RETURN_IF_ERROR(CheckSections(v));
+  STRATA_ASSIGN_OR_RETURN(BlobView v, ParseBlob(blob));
+  STRATA_RETURN_IF_ERROR(CheckSections(v));
   BlobInfo info;
   info.layout = v.header.layout;
   info.blob_bytes = blob.size();
@@ -448,7 +448,7 @@ absl::StatusOr<std::vector<uint8_t>> Encode(const KvLayout& layout, const CodecP
                                             std::span<const uint8_t> block) {
   Encoder e;
   std::vector<uint8_t> blob;
-  RETURN_IF_ERROR(e.Encode(layout, params, block, &blob));
+  STRATA_RETURN_IF_ERROR(e.Encode(layout, params, block, &blob));
   return blob;
 }
 

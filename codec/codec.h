@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "codec/blob.h"
 #include "codec/rans.h"
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 namespace strata::codec {
 

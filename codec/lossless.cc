@@ -101,25 +101,25 @@ absl::Status DecodeLossless(std::span<const uint8_t> payload, const TensorShape&
   if (lanes == 0) return absl::DataLossError("lossless section: unknown entropy coder");
   ByteReader r(payload, "lossless section");
   uint8_t ctx, hi_mode, lo_mode;
-  RETURN_IF_ERROR(r.Read(&ctx));
-  RETURN_IF_ERROR(r.Read(&hi_mode));
+  STRATA_RETURN_IF_ERROR(r.Read(&ctx));
+  STRATA_RETURN_IF_ERROR(r.Read(&hi_mode));
   if (ctx == 0) return absl::DataLossError("lossless section: no rANS contexts");
   sc->hi.resize(n);
   sc->lo.resize(n);
   const uint8_t* hi = sc->hi.data();
   if (hi_mode == 0) {
-    RETURN_IF_ERROR(r.Take(n, &hi));
+    STRATA_RETURN_IF_ERROR(r.Take(n, &hi));
   } else if (hi_mode == 1) {
-    RETURN_IF_ERROR(rans::Decode(r, n, 256, ctx, &sc->rans, sc->hi.data(), lanes));
+    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, 256, ctx, &sc->rans, sc->hi.data(), lanes));
   } else {
     return absl::DataLossError("lossless section: unknown high-plane mode");
   }
-  RETURN_IF_ERROR(r.Read(&lo_mode));
+  STRATA_RETURN_IF_ERROR(r.Read(&lo_mode));
   const uint8_t* lo = nullptr;
   if (lo_mode == 0) {
-    RETURN_IF_ERROR(r.Take(n, &lo));
+    STRATA_RETURN_IF_ERROR(r.Take(n, &lo));
   } else if (lo_mode == 1) {
-    RETURN_IF_ERROR(rans::Decode(r, n, 256, 1, &sc->rans, sc->lo.data(), lanes));
+    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, 256, 1, &sc->rans, sc->lo.data(), lanes));
     lo = sc->lo.data();
   } else {
     return absl::DataLossError("lossless section: unknown low-plane mode");
@@ -480,12 +480,12 @@ absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const Tensor
   const size_t C = s.channels();
   ByteReader r(payload, "lossless section");
   uint8_t mode;
-  RETURN_IF_ERROR(r.Read(&mode));
+  STRATA_RETURN_IF_ERROR(r.Read(&mode));
   const uint8_t* col = nullptr;
   if (mode == 1) {
     if (C % kPG != 0) return absl::DataLossError("lossless section: column bases need C % 32 == 0");
     const uint8_t* cp;
-    RETURN_IF_ERROR(r.Take(C, &cp));
+    STRATA_RETURN_IF_ERROR(r.Take(C, &cp));
     sc->lo.resize(C + 32);  // a copy with slack for the 32-byte loads
     for (size_t c = 0; c < C; ++c) {
       if (cp[c] > 31) return absl::DataLossError("lossless section: column base out of range");
@@ -496,11 +496,11 @@ absl::Status DecodeLosslessPlanes(std::span<const uint8_t> payload, const Tensor
     return absl::DataLossError("lossless section: unknown exponent base mode");
   }
   uint32_t rec_bytes;
-  RETURN_IF_ERROR(r.Read(&rec_bytes));
+  STRATA_RETURN_IF_ERROR(r.Read(&rec_bytes));
   const uint8_t* rec;
-  RETURN_IF_ERROR(r.Take(rec_bytes, &rec));
+  STRATA_RETURN_IF_ERROR(r.Take(rec_bytes, &rec));
   const uint8_t* raw;
-  RETURN_IF_ERROR(r.Take(2 * tail, &raw));
+  STRATA_RETURN_IF_ERROR(r.Take(2 * tail, &raw));
   const uint8_t* exc = r.pos();
   const uint8_t* exc_end = exc + r.remaining();
   uint16_t* v = reinterpret_cast<uint16_t*>(out);

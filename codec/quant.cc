@@ -517,11 +517,11 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   ByteReader r(payload, "quant section");
   uint8_t b, axis, flags, ctx;
   uint16_t group16;
-  RETURN_IF_ERROR(r.Read(&b));
-  RETURN_IF_ERROR(r.Read(&axis));
-  RETURN_IF_ERROR(r.Read(&flags));
-  RETURN_IF_ERROR(r.Read(&ctx));
-  RETURN_IF_ERROR(r.Read(&group16));
+  STRATA_RETURN_IF_ERROR(r.Read(&b));
+  STRATA_RETURN_IF_ERROR(r.Read(&axis));
+  STRATA_RETURN_IF_ERROR(r.Read(&flags));
+  STRATA_RETURN_IF_ERROR(r.Read(&ctx));
+  STRATA_RETURN_IF_ERROR(r.Read(&group16));
   if (b != bits) return absl::DataLossError("quant section: bits disagree with the table");
   if (axis > 1) return absl::DataLossError("quant section: unknown axis");
   if (flags & ~(kFlagTokenDelta | kFlagHadamard | kFlagKeyOutliers))
@@ -544,23 +544,23 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   const uint8_t* out_idx = nullptr;
   const uint8_t* out_vals = nullptr;
   if (flags & kFlagKeyOutliers) {
-    RETURN_IF_ERROR(r.Read(&nout));
+    STRATA_RETURN_IF_ERROR(r.Read(&nout));
     if (nout > C) return absl::DataLossError("quant section: more outliers than channels");
-    RETURN_IF_ERROR(r.Take(size_t{nout} * 2, &out_idx));
+    STRATA_RETURN_IF_ERROR(r.Take(size_t{nout} * 2, &out_idx));
     for (size_t i = 0; i < nout; ++i) {
       uint16_t c;
       std::memcpy(&c, out_idx + 2 * i, 2);
       if (c >= C) return absl::DataLossError("quant section: outlier channel out of range");
     }
-    RETURN_IF_ERROR(r.Take(T * nout * eb, &out_vals));
+    STRATA_RETURN_IF_ERROR(r.Take(T * nout * eb, &out_vals));
   }
   const uint8_t* mu_p;
   const uint8_t* a_p = nullptr;
   const uint8_t* st_p;
-  RETURN_IF_ERROR(r.Take(C * 2, &mu_p));
-  if (delta) RETURN_IF_ERROR(r.Take(C, &a_p));
+  STRATA_RETURN_IF_ERROR(r.Take(C * 2, &mu_p));
+  if (delta) STRATA_RETURN_IF_ERROR(r.Take(C, &a_p));
   const size_t nsteps = axis == 0 ? C : T * ngroups;
-  RETURN_IF_ERROR(r.Take(nsteps * 2, &st_p));
+  STRATA_RETURN_IF_ERROR(r.Take(nsteps * 2, &st_p));
 
   const uint32_t alphabet = 4u << bits;
   int32_t offset = 1 << (bits + 1);
@@ -571,9 +571,9 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
   if (coder == kCoderSplit) {
     uint8_t r8, hcoder;
     uint16_t base;
-    RETURN_IF_ERROR(r.Read(&r8));
-    RETURN_IF_ERROR(r.Read(&hcoder));
-    RETURN_IF_ERROR(r.Read(&base));
+    STRATA_RETURN_IF_ERROR(r.Read(&r8));
+    STRATA_RETURN_IF_ERROR(r.Read(&hcoder));
+    STRATA_RETURN_IF_ERROR(r.Read(&base));
     if (r8 < 1 || r8 > 7 || r8 >= bits)
       return absl::DataLossError("quant section: split low bits out of range");
     const int hlanes = RansLanes(hcoder);
@@ -585,7 +585,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     if (base >= (alphabet >> r8)) return absl::DataLossError("quant section: split base too large");
     const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r8) - base);
     sc->syms8.resize(n);
-    RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes,
+    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes,
                                  hcoder == kCoderShared ? shared : nullptr));
     // Low bits: every value's, or all but the outlier channels' (see the layout above).
     size_t kept = C;
@@ -602,7 +602,7 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     }
     const size_t lo_values = T * kept;
     const uint8_t* packed;
-    RETURN_IF_ERROR(r.Take(LowBitsBytes(lo_values, r8), &packed));
+    STRATA_RETURN_IF_ERROR(r.Take(LowBitsBytes(lo_values, r8), &packed));
     sc->lo.resize(lo_values + 64);  // + 64: ExpandLowBitsRow reads a whole vector
     if (!UnpackLowBits(packed, lo_values, r8, sc->lo.data()))
       return absl::DataLossError("quant section: nonzero padding after the low bits");
@@ -611,10 +611,10 @@ absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s,
     narrow = true;
   } else if (narrow) {
     sc->syms8.resize(n);
-    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
+    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
   } else {
     sc->syms.resize(n);
-    RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
   }
   if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
 

@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 namespace strata::codec {
 

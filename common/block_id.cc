@@ -1,4 +1,4 @@
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 #include <bit>
 
@@ -16,7 +16,7 @@ constexpr std::string_view kBlockTag{"strata-blk-v1\0", 14};
 
 absl::Status NamespaceSpec::Validate() const {
   if (model_id.empty()) return absl::InvalidArgumentError("namespace.model_id must be set");
-  RETURN_IF_ERROR(layout.Validate());
+  STRATA_RETURN_IF_ERROR(layout.Validate());
   if (tp_size == 0) return absl::InvalidArgumentError("namespace.tp_size must be > 0");
   if (tp_rank >= tp_size)
     return absl::InvalidArgumentError(

@@ -1,4 +1,4 @@
-#include "common/digest.h"
+#include "strata/digest.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

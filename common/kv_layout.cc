@@ -1,4 +1,4 @@
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"

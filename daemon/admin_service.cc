@@ -1,6 +1,7 @@
 #include "daemon/admin_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/packed_ids.h"
 #include "daemon/cluster.h"
 #include "proto/convert.h"
 
@@ -63,14 +64,10 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
 
 grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
-  if (req->ids().size() % 32 != 0 || req->ids().size() > 32 * kMaxPage)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("ids must be up to ", kMaxPage, " x 32 bytes, got ",
-                                     req->ids().size(), " bytes"));
-  std::vector<BlockId> ids(req->ids().size() / 32);
-  for (size_t i = 0; i < ids.size(); ++i)
-    std::memcpy(ids[i].bytes.data(), req->ids().data() + 32 * i, 32);
-  for (const BlockInfo& b : tier_->Inspect(ids)) ToProto(b, resp->add_blocks());
+  auto ids = UnpackIds(req->ids(), "ids", kMaxPage);
+  if (!ids.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message()));
+  for (const BlockInfo& b : tier_->Inspect(*ids)) ToProto(b, resp->add_blocks());
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
+#include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "daemon/cluster.h"
 #include "proto/convert.h"
@@ -22,16 +23,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 absl::StatusOr<std::vector<BlockId>> ParseIds(const std::string& packed, const char* field) {
-  if (packed.size() % 32 != 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " must be a multiple of 32 bytes, got ", packed.size()));
-  size_t n = packed.size() / 32;
-  if (n > kMaxIdsPerCall)
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " holds ", n, " ids; the limit per call is ", kMaxIdsPerCall));
-  std::vector<BlockId> ids(n);
-  for (size_t i = 0; i < n; ++i) std::memcpy(ids[i].bytes.data(), packed.data() + 32 * i, 32);
-  return ids;
+  return UnpackIds(packed, field, kMaxIdsPerCall);
 }
 
 // The namespace of a request: well-formed and opened on this daemon.
@@ -40,7 +32,7 @@ absl::StatusOr<NamespaceId> ParseNamespace(const NamespaceRegistry& reg, const s
   if (!id.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("namespace_id must be 32 bytes, got ", raw.size()));
-  RETURN_IF_ERROR(reg.Check(*id));
+  STRATA_RETURN_IF_ERROR(reg.Check(*id));
   return *id;
 }
 
@@ -52,8 +44,8 @@ struct Scoped {
 
 template <typename Request>
 absl::StatusOr<Scoped> ParseScoped(const NamespaceRegistry& reg, const Request& req) {
-  ASSIGN_OR_RETURN(NamespaceId ns, ParseNamespace(reg, req.namespace_id()));
-  ASSIGN_OR_RETURN(std::vector<BlockId> ids, ParseIds(req.ids(), "ids"));
+  STRATA_ASSIGN_OR_RETURN(NamespaceId ns, ParseNamespace(reg, req.namespace_id()));
+  STRATA_ASSIGN_OR_RETURN(std::vector<BlockId> ids, ParseIds(req.ids(), "ids"));
   return Scoped{ns, std::move(ids)};
 }
 
@@ -527,15 +519,13 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   CallScope call(this);
   if (!call.admitted()) {
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  } else if (m.data.size() % 32 != 0 || m.data.size() / 32 > w::kMaxIds) {
-    fail(absl::StatusCode::kInvalidArgument, "ids must be N x 32 bytes with N <= 1024");
+  } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
+    fail(parsed.status().code(), std::string(parsed.status().message()));
   } else if (auto ns = ParseNamespace(*namespaces_, std::string(m.header.substr(8, 32)));
              !ns.ok()) {
     fail(ns.status().code(), std::string(ns.status().message()));
   } else {
-    std::vector<BlockId> ids(m.data.size() / 32);
-    for (size_t i = 0; i < ids.size(); ++i)
-      std::memcpy(ids[i].bytes.data(), m.data.data() + 32 * i, 32);
+    const std::vector<BlockId>& ids = *parsed;
     std::vector<Tier> tiers;
     const size_t n = tiered_ ? tiered_->Lookup(*ns, ids, &tiers) : tier_->Lookup(*ns, ids);
     Cluster* cluster = cluster_.load();

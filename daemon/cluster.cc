@@ -10,7 +10,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/client.h"
+#include "common/packed_ids.h"
+#include "strata/client.h"
 #include "common/am_wire.h"
 #include "common/crc32c.h"
 #include "proto/convert.h"
@@ -20,19 +21,6 @@ namespace strata::daemon {
 namespace {
 
 constexpr size_t kIdsPerMessage = 16384;  // 512 KiB of ids: well under gRPC's message limit
-
-std::string PackIds(std::span<const BlockId> ids) {
-  std::string out(ids.size() * 32, '\0');
-  for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out.data() + 32 * i, ids[i].bytes.data(), 32);
-  return out;
-}
-
-std::vector<BlockId> UnpackIds(const std::string& packed) {
-  std::vector<BlockId> ids(packed.size() / 32);
-  for (size_t i = 0; i < ids.size(); ++i)
-    std::memcpy(ids[i].bytes.data(), packed.data() + 32 * i, 32);
-  return ids;
-}
 
 // Waits for a set of callback-API calls, each of which must call Done() exactly once.
 class CallGroup {
@@ -419,8 +407,7 @@ void Cluster::Announce(std::span<const BlockId> ids, bool withdraw) {
   (withdraw ? counters_.withdrawn : counters_.announced).fetch_add(ids.size());
 }
 
-void Cluster::HandleAnnounce(const v1::AnnounceRequest& req) {
-  std::vector<BlockId> ids = UnpackIds(req.ids());
+void Cluster::HandleAnnounce(const v1::AnnounceRequest& req, std::span<const BlockId> ids) {
   if (req.withdraw()) {
     directory_.Withdraw(req.node_id(), ids);
     return;
@@ -440,13 +427,11 @@ void Cluster::HandleAmLocate(const transport::AmMessage& m, transport::Worker* w
   std::string header(w::kReplyHeaderBytes, '\0');
   w::PutU64(header.data(), w::GetU64(m.header.data()));
   std::string data;
-  if (m.data.size() % 32 != 0) {
-    w::PutU32(header.data() + 8, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  auto ids = UnpackIds(m.data, "ids", SIZE_MAX);
+  if (!ids.ok()) {
+    w::PutU32(header.data() + 8, static_cast<uint32_t>(ids.status().code()));
   } else {
-    std::vector<BlockId> ids(m.data.size() / 32);
-    for (size_t i = 0; i < ids.size(); ++i)
-      std::memcpy(ids[i].bytes.data(), m.data.data() + 32 * i, 32);
-    auto found = directory_.Locate(ids, absl::Now());
+    auto found = directory_.Locate(*ids, absl::Now());
     absl::flat_hash_map<std::string, uint16_t> index;
     std::string table, holders;
     for (const auto& hs : found) {
@@ -556,9 +541,10 @@ std::vector<size_t> Cluster::AskOwnersOverAm(
     std::string header(8, '\0');
     request_ids[c] = am_next_++;
     am_wire::PutU64(header.data(), request_ids[c]);
-    std::string data(which.size() * 32, '\0');
-    for (size_t k = 0; k < which.size(); ++k)
-      std::memcpy(data.data() + 32 * k, ids[which[k]].bytes.data(), 32);
+    std::vector<BlockId> asked;
+    asked.reserve(which.size());
+    for (uint32_t k : which) asked.push_back(ids[k]);
+    std::string data = PackIds(asked);
     am_pending_[request_ids[c]] = &slots[c];
     if (!ep->AmPost(am_wire::kPeerLocateAm, std::move(header), std::move(data)).ok()) {
       am_pending_.erase(request_ids[c]);

@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/block_id.h"
-#include "common/block_status.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 #include "daemon/config.h"
 #include "daemon/namespace_registry.h"
 #include "placement/directory.h"
@@ -100,7 +100,8 @@ class Cluster {
   void FlushAnnouncements(absl::Time deadline);
 
   // Peer service.
-  void HandleAnnounce(const v1::AnnounceRequest& req);
+  // `ids` are req.ids(), unpacked and checked by the caller.
+  void HandleAnnounce(const v1::AnnounceRequest& req, std::span<const BlockId> ids);
   void HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse* resp);
   // The same over a UCX active message (common/am_wire.h), on the daemon worker's progress
   // thread; replies through `worker`.

@@ -146,13 +146,13 @@ std::map<std::string, Setter> Setters() {
   std::map<std::string, Setter> s;
   auto str = [](std::string DaemonConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(c.*m, Scalar<std::string>(n, f));
+      STRATA_ASSIGN_OR_RETURN(c.*m, Scalar<std::string>(n, f));
       return absl::OkStatus();
     };
   };
   auto size = [](uint64_t DaemonConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
       auto v = ParseSize(text);
       if (!v.ok()) return FieldError(f, v.status().message());
       c.*m = *v;
@@ -161,7 +161,7 @@ std::map<std::string, Setter> Setters() {
   };
   auto dur = [](absl::Duration DaemonConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
       auto v = ParseDurationText(text);
       if (!v.ok()) return FieldError(f, v.status().message());
       c.*m = *v;
@@ -170,7 +170,7 @@ std::map<std::string, Setter> Setters() {
   };
   auto real = [](double DaemonConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(c.*m, Scalar<double>(n, f));
+      STRATA_ASSIGN_OR_RETURN(c.*m, Scalar<double>(n, f));
       return absl::OkStatus();
     };
   };
@@ -192,11 +192,11 @@ std::map<std::string, Setter> Setters() {
   s["nvme.policy"] = str(&DaemonConfig::nvme_policy, "nvme.policy");
   s["nvme.admission"] = str(&DaemonConfig::nvme_admission, "nvme.admission");
   s["nvme.queue_depth"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.nvme_queue_depth, Scalar<uint32_t>(n, "nvme.queue_depth"));
+    STRATA_ASSIGN_OR_RETURN(c.nvme_queue_depth, Scalar<uint32_t>(n, "nvme.queue_depth"));
     return absl::OkStatus();
   };
   s["nvme.sync_after_write"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.nvme_sync_after_write, Scalar<bool>(n, "nvme.sync_after_write"));
+    STRATA_ASSIGN_OR_RETURN(c.nvme_sync_after_write, Scalar<bool>(n, "nvme.sync_after_write"));
     return absl::OkStatus();
   };
   s["nvme.files"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
@@ -211,10 +211,10 @@ std::map<std::string, Setter> Setters() {
       for (const auto& kv : n[i]) {
         const std::string key = kv.first.as<std::string>();
         if (key == "path") {
-          ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
+          STRATA_ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
           has_path = true;
         } else if (key == "capacity") {
-          ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(kv.second, f + ".capacity"));
+          STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(kv.second, f + ".capacity"));
           auto v = ParseSize(text);
           if (!v.ok()) return FieldError(f + ".capacity", v.status().message());
           file.capacity = *v;
@@ -230,11 +230,11 @@ std::map<std::string, Setter> Setters() {
     return absl::OkStatus();
   };
   s["host_tier.huge_pages"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.huge_pages, Scalar<bool>(n, "host_tier.huge_pages"));
+    STRATA_ASSIGN_OR_RETURN(c.huge_pages, Scalar<bool>(n, "host_tier.huge_pages"));
     return absl::OkStatus();
   };
   s["host_tier.arena"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
+    STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
     if (v == "auto")
       c.arena = ArenaSource::kAuto;
     else if (v == "ucx")
@@ -250,7 +250,7 @@ std::map<std::string, Setter> Setters() {
   s["max_pin_ttl"] = dur(&DaemonConfig::max_pin_ttl, "max_pin_ttl");
   s["shutdown_grace"] = dur(&DaemonConfig::shutdown_grace, "shutdown_grace");
   s["cluster.membership"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.cluster.membership, Scalar<std::string>(n, "cluster.membership"));
+    STRATA_ASSIGN_OR_RETURN(c.cluster.membership, Scalar<std::string>(n, "cluster.membership"));
     return absl::OkStatus();
   };
   s["cluster.static_nodes"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
@@ -258,7 +258,7 @@ std::map<std::string, Setter> Setters() {
     c.cluster.static_nodes.clear();
     for (size_t i = 0; i < n.size(); ++i) {
       std::string field = absl::StrCat("cluster.static_nodes[", i, "]");
-      ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+      STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
       size_t at = v.find('@');
       if (at == 0 || at == std::string::npos || v.find(':', at) == std::string::npos)
         return FieldError(field, absl::StrCat("'", v, "' is not NODE_ID@HOST:PORT"));
@@ -271,7 +271,7 @@ std::map<std::string, Setter> Setters() {
     c.cluster.etcd_endpoints.clear();
     for (size_t i = 0; i < n.size(); ++i) {
       std::string field = absl::StrCat("cluster.etcd_endpoints[", i, "]");
-      ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+      STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
       if (v.rfind("http://", 0) != 0)
         return FieldError(field, absl::StrCat("'", v, "' must start with http://"));
       c.cluster.etcd_endpoints.push_back(v);
@@ -279,17 +279,17 @@ std::map<std::string, Setter> Setters() {
     return absl::OkStatus();
   };
   s["cluster.etcd_prefix"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.cluster.etcd_prefix, Scalar<std::string>(n, "cluster.etcd_prefix"));
+    STRATA_ASSIGN_OR_RETURN(c.cluster.etcd_prefix, Scalar<std::string>(n, "cluster.etcd_prefix"));
     return absl::OkStatus();
   };
   s["cluster.advertise_address"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.cluster.advertise_address,
+    STRATA_ASSIGN_OR_RETURN(c.cluster.advertise_address,
                      Scalar<std::string>(n, "cluster.advertise_address"));
     return absl::OkStatus();
   };
   auto cdur = [](absl::Duration ClusterConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
       auto v = ParseDurationText(text);
       if (!v.ok()) return FieldError(f, v.status().message());
       c.cluster.*m = *v;
@@ -298,7 +298,7 @@ std::map<std::string, Setter> Setters() {
   };
   auto cuint = [](uint32_t ClusterConfig::*m, std::string f) {
     return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      ASSIGN_OR_RETURN(c.cluster.*m, Scalar<uint32_t>(n, f));
+      STRATA_ASSIGN_OR_RETURN(c.cluster.*m, Scalar<uint32_t>(n, f));
       return absl::OkStatus();
     };
   };
@@ -309,7 +309,7 @@ std::map<std::string, Setter> Setters() {
       cuint(&ClusterConfig::directory_owners, "cluster.directory_owners");
   s["cluster.replicas"] = cuint(&ClusterConfig::replicas, "cluster.replicas");
   s["cluster.rereplicate"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    ASSIGN_OR_RETURN(c.cluster.rereplicate, Scalar<bool>(n, "cluster.rereplicate"));
+    STRATA_ASSIGN_OR_RETURN(c.cluster.rereplicate, Scalar<bool>(n, "cluster.rereplicate"));
     return absl::OkStatus();
   };
   return s;
@@ -325,7 +325,7 @@ absl::Status Apply(const YAML::Node& node, const std::string& prefix,
       for (const auto& [name, _] : setters)
         if (name.rfind(field + ".", 0) == 0) is_section = true;
       if (!is_section) return FieldError(field, "is not a known section");
-      RETURN_IF_ERROR(Apply(kv.second, field, setters, c));
+      STRATA_RETURN_IF_ERROR(Apply(kv.second, field, setters, c));
       continue;
     }
     auto it = setters.find(field);
@@ -335,7 +335,7 @@ absl::Status Apply(const YAML::Node& node, const std::string& prefix,
       return FieldError(
           field, absl::StrCat("is not a known field (known: ", absl::StrJoin(known, ", "), ")"));
     }
-    RETURN_IF_ERROR(it->second(kv.second, c));
+    STRATA_RETURN_IF_ERROR(it->second(kv.second, c));
   }
   return absl::OkStatus();
 }
@@ -349,7 +349,7 @@ absl::StatusOr<DaemonConfig> ParseOver(DaemonConfig base, std::string_view yaml)
   }
   if (root.IsNull()) return base;
   if (!root.IsMap()) return absl::InvalidArgumentError("config must be a YAML mapping");
-  RETURN_IF_ERROR(Apply(root, "", Setters(), base));
+  STRATA_RETURN_IF_ERROR(Apply(root, "", Setters(), base));
   return base;
 }
 
@@ -365,8 +365,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml) {
     }
     return *d;
   }();
-  ASSIGN_OR_RETURN(DaemonConfig c, ParseOver(defaults, yaml));
-  RETURN_IF_ERROR(ValidateConfig(c));
+  STRATA_ASSIGN_OR_RETURN(DaemonConfig c, ParseOver(defaults, yaml));
+  STRATA_RETURN_IF_ERROR(ValidateConfig(c));
   return c;
 }
 

@@ -273,11 +273,11 @@ void RegisterClusterSeries(Daemon::Impl* d) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
-  RETURN_IF_ERROR(ValidateConfig(config));
+  STRATA_RETURN_IF_ERROR(ValidateConfig(config));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   const std::string node_id = config.node_id.empty() ? Hostname() : config.node_id;
-  ASSIGN_OR_RETURN(std::string secret, LoadOrCreateSecret(config));
+  STRATA_ASSIGN_OR_RETURN(std::string secret, LoadOrCreateSecret(config));
 
   // HTTP first, so /healthz answers (and /readyz says "starting") while a large arena faults in.
   impl->rpc_metrics = std::make_unique<RpcMetrics>(&impl->metrics);
@@ -308,12 +308,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
       *why = raw->shut_down_started.load() ? "draining" : "starting (host tier or gRPC not up)";
       return false;
     };
-    ASSIGN_OR_RETURN(impl->http, HttpServer::Start(config.http_listen, std::move(h)));
+    STRATA_ASSIGN_OR_RETURN(impl->http, HttpServer::Start(config.http_listen, std::move(h)));
   }
 
   // Data plane: the arena is registered once; clients get its address and rkey at Connect.
-  ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/true));
-  ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
+  STRATA_ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/true));
+  STRATA_ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
   bool huge = false;
   if (config.arena != ArenaSource::kMmap) {
     auto region = impl->ucx->Allocate(config.host_capacity);
@@ -330,26 +330,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     }
   }
   if (!impl->region) {
-    ASSIGN_OR_RETURN(impl->mmap_arena, MmapArena::Create(config.host_capacity, config.huge_pages));
+    STRATA_ASSIGN_OR_RETURN(impl->mmap_arena, MmapArena::Create(config.host_capacity, config.huge_pages));
     huge = impl->mmap_arena->huge_pages();
-    ASSIGN_OR_RETURN(impl->region,
+    STRATA_ASSIGN_OR_RETURN(impl->region,
                      impl->ucx->Register(impl->mmap_arena->data(), impl->mmap_arena->size()));
   }
   {
     // Installed before the progress thread runs (the worker is serialized); lookups arriving
     // before the service exists are dropped and their senders fall back to gRPC.
     Impl* raw = impl.get();
-    RETURN_IF_ERROR(
+    STRATA_RETURN_IF_ERROR(
         impl->worker->SetAmHandler(am_wire::kLookupRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmLookup(m, raw->worker.get());
         }));
-    RETURN_IF_ERROR(
+    STRATA_RETURN_IF_ERROR(
         impl->worker->SetAmHandler(am_wire::kFetchRequestAm, [raw](const transport::AmMessage& m) {
           CacheService* s = raw->am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmFetch(m, raw->worker.get());
         }));
-    RETURN_IF_ERROR(
+    STRATA_RETURN_IF_ERROR(
         impl->worker->SetAmHandler(am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
           Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire);
           if (c) c->HandleAmLocate(m, raw->worker.get());
@@ -424,7 +424,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   dp.worker_address = impl->worker->address();
   dp.arena_base = reinterpret_cast<uint64_t>(impl->region->data());
   dp.arena_bytes = impl->tier->capacity();
-  ASSIGN_OR_RETURN(dp.arena_rkey, impl->region->PackRkey());
+  STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, impl->region->PackRkey());
   dp.arena_memh = impl->region->handle();
   dp.transports = impl->worker->TransportSummary();
   dp.huge_pages = huge;

@@ -9,7 +9,7 @@ namespace strata::daemon {
 
 absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
                                                     const std::string& tenant) {
-  RETURN_IF_ERROR(spec.Validate());
+  STRATA_RETURN_IF_ERROR(spec.Validate());
   if (tenant.empty()) return absl::InvalidArgumentError("tenant must be set");
   NamespaceId id = ComputeNamespaceId(spec, ComputeTenantSalt(secret_, tenant));
   absl::MutexLock lock(&mu_);

@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata::daemon {
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/packed_ids.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -12,13 +13,10 @@ constexpr size_t kMaxIds = 1 << 16;
 
 // Packed ids, or an error naming the field.
 grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
-  if (packed.size() % 32 != 0 || packed.size() / 32 > kMaxIds)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat(field, " must be N x 32 bytes with N <= ", kMaxIds, "; got ",
-                                     packed.size(), " bytes"));
-  out->resize(packed.size() / 32);
-  for (size_t i = 0; i < out->size(); ++i)
-    std::memcpy((*out)[i].bytes.data(), packed.data() + 32 * i, 32);
+  auto ids = UnpackIds(packed, field, kMaxIds);
+  if (!ids.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message()));
+  *out = std::move(*ids);
   return grpc::Status::OK;
 }
 
@@ -36,7 +34,7 @@ grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceReque
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Announce needs node_id");
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->HandleAnnounce(*req);
+  c->HandleAnnounce(*req, ids);
   return grpc::Status::OK;
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata::placement {
 

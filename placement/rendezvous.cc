@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/digest.h"
+#include "strata/digest.h"
 
 namespace strata::placement {
 namespace {

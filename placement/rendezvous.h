@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata::placement {
 

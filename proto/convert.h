@@ -1,7 +1,7 @@
 // Conversions between the wire messages and the vocabulary types of common/.
 #pragma once
 
-#include "common/block_id.h"
+#include "strata/block_id.h"
 #include "strata/v1/cache.pb.h"
 
 namespace strata {

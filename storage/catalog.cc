@@ -184,7 +184,7 @@ absl::Status Catalog::ForEach(
 }
 
 absl::Status Catalog::Flush() {
-  RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), "sync wal"));
+  STRATA_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), "sync wal"));
   return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
 }
 

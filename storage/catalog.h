@@ -32,7 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace rocksdb {
 class DB;

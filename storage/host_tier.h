@@ -31,8 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/block_id.h"
-#include "common/block_status.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 #include "storage/eviction/eviction_policy.h"
 #include "storage/extent_allocator.h"
 

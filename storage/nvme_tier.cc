@@ -103,7 +103,7 @@ class UringEngine final : public NvmeTier::Impl {
     madvise(e->region_.base, e->region_.bytes, MADV_HUGEPAGE);
     for (uint32_t i = 0; i < nbufs; ++i) e->iov_[i] = {e->region_.at(i * buf_bytes), buf_bytes};
     // The opening thread's ring: proves io_uring works here (else the thread pool takes over).
-    ASSIGN_OR_RETURN(Ring * ring, e->RingForThisThread());
+    STRATA_ASSIGN_OR_RETURN(Ring * ring, e->RingForThisThread());
     e->fixed_bufs_ = ring->fixed_bufs;
     return e;
   }
@@ -382,8 +382,8 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(NvmeTierOptions options
   if (options.staging_buffers == 0) options.staging_buffers = 1;
   options.staging_buffer_bytes = RoundUp(std::max<uint64_t>(options.staging_buffer_bytes, 1));
   auto tier = std::unique_ptr<NvmeTier>(new NvmeTier(std::move(options)));
-  RETURN_IF_ERROR(tier->OpenFiles());
-  RETURN_IF_ERROR(tier->SetUpIo());
+  STRATA_RETURN_IF_ERROR(tier->OpenFiles());
+  STRATA_RETURN_IF_ERROR(tier->SetUpIo());
   return tier;
 }
 
@@ -724,9 +724,9 @@ absl::StatusOr<std::unique_ptr<NvmeBlockStore>> NvmeBlockStore::Open(
     NvmeBlockStoreOptions options) {
   auto store = std::unique_ptr<NvmeBlockStore>(new NvmeBlockStore());
   store->options_ = options;
-  ASSIGN_OR_RETURN(store->tier_, NvmeTier::Open(options.tier));
-  ASSIGN_OR_RETURN(store->catalog_, Catalog::Open(options.catalog_path));
-  RETURN_IF_ERROR(store->Recover());
+  STRATA_ASSIGN_OR_RETURN(store->tier_, NvmeTier::Open(options.tier));
+  STRATA_ASSIGN_OR_RETURN(store->catalog_, Catalog::Open(options.catalog_path));
+  STRATA_RETURN_IF_ERROR(store->Recover());
   return store;
 }
 
@@ -737,7 +737,7 @@ absl::Status NvmeBlockStore::Recover() {
   NvmeRecoveryReport rep;
   std::vector<std::pair<BlockId, CatalogEntry>> entries;
   std::vector<std::string> bad_keys;
-  RETURN_IF_ERROR(catalog_->ForEach(
+  STRATA_RETURN_IF_ERROR(catalog_->ForEach(
       [&](const BlockId& id, const std::string& raw_key, const absl::StatusOr<CatalogEntry>& e) {
         ++rep.entries_loaded;
         if (!e.ok()) {
@@ -782,10 +782,10 @@ absl::Status NvmeBlockStore::Recover() {
       keep[i] = true;
       used.push_back(ExtentOf(e));
     }
-    RETURN_IF_ERROR(tier_->RestoreAllocations(f, used));
+    STRATA_RETURN_IF_ERROR(tier_->RestoreAllocations(f, used));
   }
-  if (!drop.empty()) RETURN_IF_ERROR(catalog_->DeleteBatch(drop));
-  for (const auto& k : bad_keys) RETURN_IF_ERROR(catalog_->DeleteRaw(k));
+  if (!drop.empty()) STRATA_RETURN_IF_ERROR(catalog_->DeleteBatch(drop));
+  for (const auto& k : bad_keys) STRATA_RETURN_IF_ERROR(catalog_->DeleteRaw(k));
   absl::MutexLock l(&mu_);
   blocks_.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -921,7 +921,7 @@ absl::Status NvmeBlockStore::Remove(const BlockId& id) {
       return absl::NotFoundError(absl::StrCat("nvme tier: block ", id.ShortHex(), " not found"));
     }
     e = it->second.entry;
-    RETURN_IF_ERROR(catalog_->Delete(id));
+    STRATA_RETURN_IF_ERROR(catalog_->Delete(id));
     blocks_.erase(it);
   }
   tier_->Free(ExtentOf(e));
@@ -941,7 +941,7 @@ absl::StatusOr<std::vector<BlockId>> NvmeBlockStore::RemoveMoved(std::span<const
       entries.push_back(it->second.entry);
     }
     if (gone.empty()) return gone;
-    RETURN_IF_ERROR(catalog_->DeleteBatch(gone, /*sync=*/false));
+    STRATA_RETURN_IF_ERROR(catalog_->DeleteBatch(gone, /*sync=*/false));
     for (const BlockId& id : gone) blocks_.erase(id);
   }
   for (const CatalogEntry& e : entries) tier_->Free(ExtentOf(e));

@@ -38,7 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 #include "storage/catalog.h"
 #include "storage/extent_allocator.h"
 

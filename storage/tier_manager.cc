@@ -41,17 +41,17 @@ std::string_view TierName(Tier tier) {
 
 absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
     const TierManagerOptions& options) {
-  ASSIGN_OR_RETURN(auto host_policy, MakeEvictionPolicy(options.host.policy));
+  STRATA_ASSIGN_OR_RETURN(auto host_policy, MakeEvictionPolicy(options.host.policy));
   std::unique_ptr<EvictionPolicy> nvme_policy;
   std::unique_ptr<AdmissionPolicy> admission;
   if (options.nvme.capacity_bytes > 0) {
-    ASSIGN_OR_RETURN(nvme_policy, MakeEvictionPolicy(options.nvme.policy));
+    STRATA_ASSIGN_OR_RETURN(nvme_policy, MakeEvictionPolicy(options.nvme.policy));
     uint64_t ghost = options.admission_ghost_blocks;
     if (ghost == 0) {
       ghost = std::max<uint64_t>(
           1, options.nvme.capacity_bytes / std::max<uint64_t>(1, options.typical_block_bytes));
     }
-    ASSIGN_OR_RETURN(admission, MakeAdmissionPolicy(options.admission, ghost));
+    STRATA_ASSIGN_OR_RETURN(admission, MakeAdmissionPolicy(options.admission, ghost));
   }
   return Create(options, std::move(host_policy), std::move(nvme_policy), std::move(admission));
 }
@@ -62,8 +62,8 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
   if (options.host.capacity_bytes == 0) {
     return absl::InvalidArgumentError("host tier: capacity_bytes must be > 0");
   }
-  RETURN_IF_ERROR(ValidateTier("host tier", options.host));
-  RETURN_IF_ERROR(ValidateTier("nvme tier", options.nvme));
+  STRATA_RETURN_IF_ERROR(ValidateTier("host tier", options.host));
+  STRATA_RETURN_IF_ERROR(ValidateTier("nvme tier", options.nvme));
   if (host_policy == nullptr) return absl::InvalidArgumentError("host tier: no eviction policy");
   if (options.nvme.capacity_bytes > 0 && (nvme_policy == nullptr || admission == nullptr)) {
     return absl::InvalidArgumentError("nvme tier: needs an eviction policy and an admission rule");

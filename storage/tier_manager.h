@@ -29,7 +29,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 #include "storage/eviction/admission_policy.h"
 #include "storage/eviction/eviction_policy.h"
 

@@ -17,10 +17,10 @@ absl::StatusOr<std::unique_ptr<TieredStore>> TieredStore::Open(HostTier* host,
         options.nvme_high_watermark <= 1))
     return absl::InvalidArgumentError("nvme watermarks need 0 < low <= high <= 1");
   std::unique_ptr<TieredStore> s(new TieredStore(host, std::move(options)));
-  ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(s->options_.nvme_policy));
-  ASSIGN_OR_RETURN(s->store_, NvmeBlockStore::Open(s->options_.nvme));
+  STRATA_ASSIGN_OR_RETURN(auto policy, MakeEvictionPolicy(s->options_.nvme_policy));
+  STRATA_ASSIGN_OR_RETURN(s->store_, NvmeBlockStore::Open(s->options_.nvme));
   const uint64_t typical = 1 << 20;
-  ASSIGN_OR_RETURN(
+  STRATA_ASSIGN_OR_RETURN(
       auto admission,
       MakeAdmissionPolicy(s->options_.admission,
                           std::max<uint64_t>(1024, s->store_->tier().capacity_bytes() / typical)));

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/common/bench_util.h"
-#include "client/client.h"
+#include "strata/client.h"
 
 namespace {
 

@@ -215,7 +215,7 @@ class TierRun {
     std::filesystem::remove(path);
     auto r = std::unique_ptr<TierRun>(new TierRun(path, bs, qd, bytes, memory));
     r->dst_buffers_ = dst_buffers;
-    ASSIGN_OR_RETURN(r->tier_, NvmeTier::Open(r->Options(true)));
+    STRATA_ASSIGN_OR_RETURN(r->tier_, NvmeTier::Open(r->Options(true)));
     return r;
   }
   NvmeTierOptions Options(bool taskrun_flags) const {
@@ -230,7 +230,7 @@ class TierRun {
   }
   // A second tier on the same (already written) file with plain rings, for --ab-ring.
   absl::Status OpenPlain() {
-    ASSIGN_OR_RETURN(plain_, NvmeTier::Open(Options(false)));
+    STRATA_ASSIGN_OR_RETURN(plain_, NvmeTier::Open(Options(false)));
     return absl::OkStatus();
   }
   ~TierRun() {
@@ -256,7 +256,7 @@ class TierRun {
     auto ws = tier_->Write(writes_);
     double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     double cpu = ThreadCpuSeconds() - c0;
-    for (const auto& s : ws) RETURN_IF_ERROR(s);
+    for (const auto& s : ws) STRATA_RETURN_IF_ERROR(s);
     return Sample{double(nblocks * bs_) / secs / (1 << 20), cpu * 1e6 / double(nblocks)};
   }
 
@@ -275,7 +275,7 @@ class TierRun {
     auto rs = tier.Read(reads);
     double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     double cpu = ThreadCpuSeconds() - c0;
-    for (const auto& s : rs) RETURN_IF_ERROR(s);
+    for (const auto& s : rs) STRATA_RETURN_IF_ERROR(s);
     return Sample{double(nblocks * bs_) / secs / (1 << 20), cpu * 1e6 / double(nblocks),
                   dst.SegmentsPerBuffer()};
   }
@@ -333,7 +333,7 @@ absl::StatusOr<CatalogTiming> TimeCatalogReopen(const std::string& dir, uint64_t
       k.U64(i + (uint64_t{1} << 40));
       batch.emplace_back(k.Finish(), e);
       if (batch.size() == 10000 || i + 1 == entries) {
-        RETURN_IF_ERROR((*cat)->PutBatch(batch));
+        STRATA_RETURN_IF_ERROR((*cat)->PutBatch(batch));
         batch.clear();
       }
     }
@@ -356,7 +356,7 @@ absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_
                       int reads, Memory memory, uint32_t dst_buffers, bool ab_ring, bool fio,
                       const std::string& fio_flags, Row& row, std::string* backend) {
   std::string tier_path = work + "/tier.dat", fio_path = work + "/fio.dat";
-  ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
+  STRATA_ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
   *backend = tier->Backend();
   bool tier_first = round % 2 == 0;
   auto fio_write = [&] {
@@ -365,26 +365,26 @@ absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_
     std::filesystem::remove(fio_path);
   };
   if (fio && !tier_first) fio_write();
-  ASSIGN_OR_RETURN(Sample w, tier->Write());
+  STRATA_ASSIGN_OR_RETURN(Sample w, tier->Write());
   row.tier_write.runs.push_back(w);
   if (fio && tier_first) fio_write();
   auto fio_read = [&] {
     row.fio_read.runs.push_back(RunFio(tier_path, "randread", bs, qd, bytes, fio_flags));
   };
-  if (ab_ring) RETURN_IF_ERROR(tier->OpenPlain());
+  if (ab_ring) STRATA_RETURN_IF_ERROR(tier->OpenPlain());
   for (int k = 0; k < reads; ++k) {
     bool tier_reads_first = (round + k) % 2 == 0;
     uint64_t seed = 1000 + round * 100 + k;
     auto plain_read = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(Sample p, tier->Read(seed, /*plain=*/true));
+      STRATA_ASSIGN_OR_RETURN(Sample p, tier->Read(seed, /*plain=*/true));
       row.plain_read.runs.push_back(p);
       return absl::OkStatus();
     };
     if (fio && !tier_reads_first) fio_read();
-    if (ab_ring && !tier_reads_first) RETURN_IF_ERROR(plain_read());
-    ASSIGN_OR_RETURN(Sample r, tier->Read(seed));
+    if (ab_ring && !tier_reads_first) STRATA_RETURN_IF_ERROR(plain_read());
+    STRATA_ASSIGN_OR_RETURN(Sample r, tier->Read(seed));
     row.tier_read.runs.push_back(r);
-    if (ab_ring && tier_reads_first) RETURN_IF_ERROR(plain_read());
+    if (ab_ring && tier_reads_first) STRATA_RETURN_IF_ERROR(plain_read());
     if (fio && tier_reads_first) fio_read();
   }
   return absl::OkStatus();

@@ -37,7 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/common/bench_util.h"
 #include "bench/nvme/fio.h"
-#include "client/client.h"
+#include "strata/client.h"
 
 namespace {
 

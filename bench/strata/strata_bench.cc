@@ -22,7 +22,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/common/bench_util.h"
-#include "client/client.h"
+#include "strata/client.h"
 #include "common/crc32c.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "client/client.h"
+#include "strata/client.h"
 
 int main(int argc, char** argv) {
   strata::ClientOptions options;

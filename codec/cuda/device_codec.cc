@@ -116,7 +116,7 @@ size_t GroupwisePayloadBytes(size_t values, uint8_t bits, uint16_t group) {
 namespace {
 
 absl::Status CheckGroupwise(DType dtype, size_t values, uint8_t bits, uint16_t group) {
-  RETURN_IF_ERROR(CheckDType(dtype));
+  STRATA_RETURN_IF_ERROR(CheckDType(dtype));
   if (bits < 2 || bits > 8) return absl::InvalidArgumentError("cuda codec: bits must be 2..8");
   if (group == 0) return absl::InvalidArgumentError("cuda codec: group must be > 0");
   if (values == 0) return absl::InvalidArgumentError("cuda codec: no values");
@@ -136,7 +136,7 @@ math::GroupwiseArgs GroupwiseArgsOf(DType dtype, size_t values, uint8_t bits, ui
 
 absl::Status GroupwiseEncode(const void* d_in, DType dtype, size_t values, uint8_t bits,
                              uint16_t group, uint8_t* d_payload, void* stream) {
-  RETURN_IF_ERROR(CheckGroupwise(dtype, values, bits, group));
+  STRATA_RETURN_IF_ERROR(CheckGroupwise(dtype, values, bits, group));
   math::GroupwiseArgs a = GroupwiseArgsOf(dtype, values, bits, group);
   a.in = d_in;
   a.payload = d_payload;
@@ -146,7 +146,7 @@ absl::Status GroupwiseEncode(const void* d_in, DType dtype, size_t values, uint8
 absl::Status GroupwiseDecode(const uint8_t* d_payload, size_t payload_bytes, DType dtype,
                              size_t values, uint8_t bits, uint16_t group, void* d_out,
                              void* stream) {
-  RETURN_IF_ERROR(CheckGroupwise(dtype, values, bits, group));
+  STRATA_RETURN_IF_ERROR(CheckGroupwise(dtype, values, bits, group));
   if (payload_bytes != GroupwisePayloadBytes(values, bits, group))
     return absl::DataLossError(absl::StrCat("cuda groupwise decode: payload of ", payload_bytes,
                                             " bytes, expected ",
@@ -185,7 +185,7 @@ size_t QuantSection::steps() const {
 }
 
 absl::Status QuantSection::Validate() const {
-  RETURN_IF_ERROR(CheckDType(dtype));
+  STRATA_RETURN_IF_ERROR(CheckDType(dtype));
   if (tokens == 0 || heads == 0 || head_dim == 0)
     return absl::InvalidArgumentError("cuda quant: empty section");
   if (channels() > 65535) return absl::InvalidArgumentError("cuda quant: too many channels");
@@ -256,22 +256,22 @@ QuantKernels::~QuantKernels() = default;
 
 absl::Status QuantKernels::Encode(const void* d_in, const QuantSection& s, const QuantArrays& out,
                                   void* stream) {
-  RETURN_IF_ERROR(s.Validate());
+  STRATA_RETURN_IF_ERROR(s.Validate());
   if (!d_in || !out.mu16 || !out.a16 || !out.steps16 || !out.syms)
     return absl::InvalidArgumentError("cuda quant encode: null array");
-  RETURN_IF_ERROR(impl_->Reserve(s));
+  STRATA_RETURN_IF_ERROR(impl_->Reserve(s));
   math::QuantArgs q = impl_->Args(s, out);
   q.in = d_in;
   const auto cs = static_cast<cudaStream_t>(stream);
-  RETURN_IF_ERROR(
+  STRATA_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(q.nonfinite, 0, sizeof(uint32_t), cs), "cudaMemsetAsync"));
-  RETURN_IF_ERROR(CudaStatus(internal::LaunchQuantEncode(q, stream), "quant encode"));
+  STRATA_RETURN_IF_ERROR(CudaStatus(internal::LaunchQuantEncode(q, stream), "quant encode"));
   // Pageable host memory: the copy returns once the value is on the host.
   uint32_t nonfinite = 0;
-  RETURN_IF_ERROR(CudaStatus(
+  STRATA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(&nonfinite, q.nonfinite, sizeof(nonfinite), cudaMemcpyDeviceToHost, cs),
       "cudaMemcpyAsync"));
-  RETURN_IF_ERROR(Synchronize(stream));
+  STRATA_RETURN_IF_ERROR(Synchronize(stream));
   if (nonfinite)
     return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
   return absl::OkStatus();
@@ -279,10 +279,10 @@ absl::Status QuantKernels::Encode(const void* d_in, const QuantSection& s, const
 
 absl::Status QuantKernels::Decode(const QuantArrays& in, const QuantSection& s, void* d_out,
                                   void* stream) {
-  RETURN_IF_ERROR(s.Validate());
+  STRATA_RETURN_IF_ERROR(s.Validate());
   if (!d_out || !in.mu16 || (s.token_delta && !in.a16) || !in.steps16 || !in.syms)
     return absl::InvalidArgumentError("cuda quant decode: null array");
-  RETURN_IF_ERROR(impl_->Reserve(s));
+  STRATA_RETURN_IF_ERROR(impl_->Reserve(s));
   math::QuantArgs q = impl_->Args(s, in);
   q.out = d_out;
   return CudaStatus(internal::LaunchQuantDecode(q, stream), "quant decode");

@@ -24,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 namespace strata::codec::cuda {
 

@@ -33,7 +33,7 @@
 
 namespace strata::codec::cuda::math {
 
-// Element types, as common/kv_layout.h numbers DType (device_codec.cc checks they agree).
+// Element types, as strata/kv_layout.h numbers DType (device_codec.cc checks they agree).
 inline constexpr uint8_t kF16 = 1;
 inline constexpr uint8_t kBF16 = 2;
 inline constexpr uint8_t kF32 = 3;

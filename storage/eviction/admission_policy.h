@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 #include "storage/eviction/ghost_list.h"
 
 namespace strata {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata {
 

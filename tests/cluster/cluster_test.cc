@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "client/client.h"
+#include "strata/client.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
+#include "strata/client.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/etcd_server.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "codec/codec.h"
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 #include "gtest/gtest.h"
 #include "tests/codec/test_layout.h"
 

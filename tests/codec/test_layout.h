@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/kv_layout.h"
+#include "strata/kv_layout.h"
 
 namespace strata::codec::test {
 

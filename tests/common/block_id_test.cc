@@ -1,4 +1,4 @@
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@ namespace strata {
 namespace {
 
 // Expected values were computed with Python's hashlib/hmac from the encodings documented in
-// common/block_id.h, an implementation independent of ours.
+// include/strata/block_id.h, an implementation independent of ours.
 NamespaceSpec TestSpec() {
   NamespaceSpec s;
   s.model_id = "llama-3-8b";

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "common/block_id.h"
+#include "strata/block_id.h"
 
 namespace strata::testing {
 

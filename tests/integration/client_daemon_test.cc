@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "client/client.h"
+#include "strata/client.h"
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
 #include "strata/v1/cache.grpc.pb.h"

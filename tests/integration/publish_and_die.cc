@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "common/block_id.h"
+#include "strata/block_id.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "transport/ucx.h"
 

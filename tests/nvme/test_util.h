@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/block_id.h"
-#include "common/digest.h"
+#include "strata/block_id.h"
+#include "strata/digest.h"
 
 namespace strata::testing_nvme {
 

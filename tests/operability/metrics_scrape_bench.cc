@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "client/client.h"
+#include "strata/client.h"
 #include "daemon/metrics.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/operability/ops_helpers.h"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "client/client.h"
+#include "strata/client.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/operability/ops_helpers.h"
 

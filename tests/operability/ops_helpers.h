@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/client.h"
+#include "strata/client.h"
 
 namespace strata::testing {
 

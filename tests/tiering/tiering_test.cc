@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "client/client.h"
+#include "strata/client.h"
 #include "storage/catalog.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "common/digest.h"
-#include "common/kv_layout.h"
+#include "strata/digest.h"
+#include "strata/kv_layout.h"
 
 namespace strata {
 

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/block_id.h"
-#include "common/block_status.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 
 namespace strata {
 
