@@ -16,7 +16,7 @@
 #include "strata/block_id.h"
 #include "strata/block_status.h"
 #include "common/units.h"
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
 
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   }
 
   if (*validate_cmd) {
-    auto c = strata::daemon::LoadConfigFile(config_file);
+    auto c = strata::LoadConfigFile(config_file);
     if (!c.ok()) {
       if (json)
         std::cout << "{\"valid\":false,\"error\":\""

@@ -18,12 +18,12 @@ absl::StatusOr<std::vector<BlockId>> UnpackIds(std::string_view packed, std::str
                                                size_t max_ids) {
   constexpr size_t kIdBytes = sizeof(BlockId::bytes);
   if (packed.size() % kIdBytes != 0)
-    return absl::InvalidArgumentError(absl::StrCat(field, " must be a multiple of 32 bytes, got ",
+    return absl::InvalidArgumentError(absl::StrCat(std::string(field), " must be a multiple of 32 bytes, got ",
                                                    packed.size()));
   const size_t n = packed.size() / kIdBytes;
   if (n > max_ids)
     return absl::InvalidArgumentError(
-        absl::StrCat(field, " holds ", n, " ids; the limit per call is ", max_ids));
+        absl::StrCat(std::string(field), " holds ", n, " ids; the limit per call is ", max_ids));
   std::vector<BlockId> ids(n);
   for (size_t i = 0; i < n; ++i)
     std::memcpy(ids[i].bytes.data(), packed.data() + i * kIdBytes, kIdBytes);

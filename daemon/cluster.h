@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 #include "daemon/namespace_registry.h"
 #include "placement/directory.h"
 #include "placement/membership.h"

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 
 namespace strata::daemon {
 

@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "common/units.h"
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 #include "daemon/daemon.h"
 #include "daemon/logging.h"
 
 int main(int argc, char** argv) {
-  using strata::daemon::DaemonConfig;
+  using strata::DaemonConfig;
   CLI::App app{"stratad: Strata KV-cache node daemon"};
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -51,13 +51,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (print_default) {
-    std::cout << strata::daemon::kDefaultConfigYaml;
+    std::cout << strata::kDefaultConfigYaml;
     return 0;
   }
 
   absl::StatusOr<DaemonConfig> config = config_file.empty()
-                                            ? strata::daemon::ParseConfig("")
-                                            : strata::daemon::LoadConfigFile(config_file);
+                                            ? strata::ParseConfig("")
+                                            : strata::LoadConfigFile(config_file);
   if (!config.ok()) {
     std::cerr << "stratad: invalid configuration: " << config.status().message() << "\n";
     return 2;
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     }
     config->host_capacity = *bytes;
   }
-  if (auto s = strata::daemon::ValidateConfig(*config); !s.ok()) {
+  if (auto s = strata::ValidateConfig(*config); !s.ok()) {
     std::cerr << "stratad: invalid configuration: " << s.message() << "\n";
     return 2;
   }

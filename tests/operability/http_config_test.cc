@@ -1,9 +1,9 @@
 // The 'http_listen' config field: default off, accepted as HOST:PORT, refused naming the field.
 #include <gtest/gtest.h>
 
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 
-namespace strata::daemon {
+namespace strata {
 namespace {
 
 TEST(HttpConfigTest, DefaultIsOffAndHostPortIsAccepted) {
@@ -26,4 +26,4 @@ TEST(HttpConfigTest, MalformedAddressNamesTheField) {
 }
 
 }  // namespace
-}  // namespace strata::daemon
+}  // namespace strata

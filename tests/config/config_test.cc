@@ -1,8 +1,8 @@
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 
 #include <gtest/gtest.h>
 
-namespace strata::daemon {
+namespace strata {
 namespace {
 
 TEST(ConfigTest, EmbeddedDefaultParsesAndValidates) {
@@ -144,4 +144,4 @@ TEST(ConfigTest, NvmeSectionParses) {
 }
 
 }  // namespace
-}  // namespace strata::daemon
+}  // namespace strata

@@ -1,4 +1,4 @@
-#include "daemon/config.h"
+#include "config/daemon_config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -18,7 +18,7 @@
 #include "storage/eviction/admission_policy.h"
 #include "storage/eviction/eviction_policy.h"
 
-namespace strata::daemon {
+namespace strata {
 
 const std::string_view kDefaultConfigYaml =
     R"yaml(# stratad configuration. Every field is optional; the values below are the defaults.
@@ -463,4 +463,4 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   return absl::OkStatus();
 }
 
-}  // namespace strata::daemon
+}  // namespace strata

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace strata::daemon {
+namespace strata {
 
 // The embedded default configuration, also printed by `stratad --print-default-config`.
 extern const std::string_view kDefaultConfigYaml;
@@ -77,4 +77,4 @@ absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml);
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
 absl::Status ValidateConfig(const DaemonConfig& c);
 
-}  // namespace strata::daemon
+}  // namespace strata
