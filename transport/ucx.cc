@@ -1,6 +1,7 @@
 #include "transport/ucx.h"
 
 #include <sys/epoll.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <array>
@@ -271,7 +272,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remot
     p.err_mode = mode;
     if (mode == UCP_ERR_HANDLING_MODE_PEER) {
       p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      p.err_handler.cb = &Endpoint::OnError;
+      p.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
+        Endpoint::OnError(arg, ep, status);
+      };
       p.err_handler.arg = ep.get();
     }
     s = ucp_ep_create(worker_, &p, &ep->ep_);
@@ -306,14 +309,14 @@ void ProgressThread::Stop() {
 
 // ---------------------------------------------------------------------------- Endpoint
 
-void Endpoint::OnError(void* arg, ucp_ep_h, ucs_status_t status) {
+void Endpoint::OnError(void* arg, ucp_ep_h, int status) {
   auto* self = static_cast<Endpoint*>(arg);
   self->error_ = status;
   self->failed_ = true;
 }
 
 absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
-  if (failed_) return UcsError("endpoint", error_);
+  if (failed_) return UcsError("endpoint", static_cast<ucs_status_t>(error_));
   if (rkey_) ucp_rkey_destroy(rkey_);
   rkey_ = nullptr;
   ucs_status_t s = ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_);
@@ -352,7 +355,7 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
 absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline) {
   if (failed_ || ep_ == nullptr)
     return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   if (!rkey_) return absl::FailedPreconditionError("no remote key set on the endpoint");
   std::vector<void*> pending;
   pending.reserve(ops.size());
@@ -381,7 +384,7 @@ absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline)
     if (first_error.ok()) first_error = s;
   }
   if (first_error.ok()) first_error = flushed;
-  if (first_error.ok() && failed_) first_error = UcsError("peer", error_);
+  if (first_error.ok() && failed_) first_error = UcsError("peer", static_cast<ucs_status_t>(error_));
   return first_error;
 }
 
@@ -389,7 +392,7 @@ absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_
                               absl::Time deadline) {
   if (failed_ || ep_ == nullptr)
     return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
@@ -400,7 +403,7 @@ absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_
 absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data) {
   if (failed_ || ep_ == nullptr)
     return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(error_)));
+        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   auto* pending = new PendingReply{std::move(header), std::move(data)};
   ucp_request_param_t p{};
   p.op_attr_mask =
@@ -459,5 +462,11 @@ Endpoint::~Endpoint() {
   }
   ep_ = nullptr;
 }
+
+unsigned Worker::Progress() { return ucp_worker_progress(worker_); }
+void Worker::AmDiscard(void* desc) { ucp_am_data_release(worker_, desc); }
+void Worker::RequestFree(void* request) { ucp_request_free(request); }
+void Worker::RequestCancel(void* request) { ucp_request_cancel(worker_, request); }
+void Worker::Signal() { ucp_worker_signal(worker_); }
 
 }  // namespace strata::transport

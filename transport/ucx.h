@@ -5,8 +5,6 @@
 // memory. Block bytes never pass through gRPC.
 #pragma once
 
-#include <ucp/api/ucp.h>
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -19,6 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+
+// UCX's handle types, declared exactly as <ucp/api/ucp_def.h> declares them, so that users of
+// this header do not compile against UCX; only transport/ucx.cc includes it.
+typedef struct ucp_context* ucp_context_h;
+typedef struct ucp_worker* ucp_worker_h;
+typedef struct ucp_ep* ucp_ep_h;
+typedef struct ucp_mem* ucp_mem_h;
+typedef struct ucp_rkey* ucp_rkey_h;
 
 namespace strata::transport {
 
@@ -112,7 +118,7 @@ class Worker {
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       std::string_view remote_address, PeerFailure peer_failure = PeerFailure::kDetect);
 
-  unsigned Progress() { return ucp_worker_progress(worker_); }
+  unsigned Progress();
 
   // Active messages: small request/reply exchanges beside RMA (a lookup that skips the gRPC
   // stack). `handler` runs on whichever thread progresses this worker, so it must be quick and
@@ -136,14 +142,14 @@ class Worker {
   // Receives a kept rendezvous payload into `dest`; the returned request completes when the
   // bytes have landed (check with RequestDone, free with RequestFree). nullptr: done already.
   absl::StatusOr<void*> AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh);
-  void AmDiscard(void* desc) { ucp_am_data_release(worker_, desc); }
+  void AmDiscard(void* desc);
   // 1: completed, 0: in progress, -1: failed.
   static int RequestState(void* request);
-  static void RequestFree(void* request) { ucp_request_free(request); }
-  void RequestCancel(void* request) { ucp_request_cancel(worker_, request); }
+  static void RequestFree(void* request);
+  void RequestCancel(void* request);
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
   void WaitForEvents(absl::Duration timeout);
-  void Signal() { ucp_worker_signal(worker_); }
+  void Signal();
 
  private:
   Worker(std::shared_ptr<Context> ctx, ucp_worker_h w) : ctx_(std::move(ctx)), worker_(w) {}
@@ -206,14 +212,15 @@ class Endpoint {
   Endpoint(Worker* worker, ucp_ep_h ep) : worker_(worker), ep_(ep) {}
   absl::Status Wait(void* request, absl::Time deadline, const char* what);
   void ForceClose();
-  static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // `status` is a ucs_status_t.
+  static void OnError(void* arg, ucp_ep_h ep, int status);
 
   Worker* worker_;
   ucp_ep_h ep_;
   ucp_rkey_h rkey_ = nullptr;
   std::atomic<bool> failed_{false};
   bool peer_failure_detection_ = false;
-  ucs_status_t error_ = UCS_OK;
+  int error_ = 0;  // the ucs_status_t of the first failure (UCS_OK = 0)
 };
 
 }  // namespace strata::transport

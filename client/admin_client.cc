@@ -1,0 +1,256 @@
+#include "strata/admin_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/packed_ids.h"
+#include "common/status_macros.h"
+#include "proto/convert.h"
+#include "strata/v1/admin.grpc.pb.h"
+#include "strata/v1/cache.grpc.pb.h"
+
+namespace strata {
+
+class AdminClient::Rpcs {
+ public:
+  Rpcs(const AdminClientOptions& options, std::shared_ptr<grpc::Channel> channel)
+      : options_(options),
+        cache_(v1::Cache::NewStub(channel)),
+        admin_(v1::Admin::NewStub(channel)) {}
+
+  const AdminClientOptions& options() const { return options_; }
+  v1::Cache::Stub& cache() { return *cache_; }
+  v1::Admin::Stub& admin() { return *admin_; }
+
+  // Runs one call under `timeout`; the status says what failed and where.
+  template <typename Call>
+  absl::Status Run(const char* what, absl::Duration timeout, Call&& call) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+    grpc::Status s = call(&ctx);
+    if (s.ok()) return absl::OkStatus();
+    absl::Status st = FromGrpcStatus(s);
+    return absl::Status(st.code(),
+                        absl::StrCat(what, " at ", options_.endpoint, ": ", st.message()));
+  }
+  absl::Duration long_timeout() const { return std::max(options_.timeout, options_.long_timeout); }
+
+ private:
+  const AdminClientOptions options_;
+  std::unique_ptr<v1::Cache::Stub> cache_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+namespace {
+
+template <typename Repeated>
+std::vector<BlockStatus> Statuses(const Repeated& r) {
+  std::vector<BlockStatus> out;
+  out.reserve(r.size());
+  for (int s : r) out.push_back(static_cast<BlockStatus>(s));
+  return out;
+}
+
+// A zero digest for malformed or absent ids (a chain's first block has no parent).
+Digest DigestOrZero(const std::string& raw) {
+  auto d = Digest::FromBytes(raw);
+  return d.ok() ? *d : Digest{};
+}
+
+BlockDetail FromProto(const v1::BlockInfo& b) {
+  BlockDetail d;
+  d.id = DigestOrZero(b.id());
+  d.ns = DigestOrZero(b.namespace_id());
+  d.parent = DigestOrZero(b.parent_id());
+  d.size_bytes = b.size_bytes();
+  d.crc32c = b.crc32c();
+  d.leases = b.leases();
+  d.pinned_for_ms = b.pinned_for_ms();
+  d.idle_ms = b.idle_ms();
+  return d;
+}
+
+std::string TierName(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_HOST:
+      return "host";
+    case v1::TIER_NVME:
+      return "nvme";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace
+
+const TierUsage* NodeStatus::Tier(const std::string& name) const {
+  for (const TierUsage& t : tiers)
+    if (t.tier == name) return &t;
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(
+    const AdminClientOptions& options) {
+  if (options.endpoint.empty()) return absl::InvalidArgumentError("endpoint is empty");
+  if (options.timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("timeout must be positive");
+  auto channel = grpc::CreateChannel(options.endpoint, grpc::InsecureChannelCredentials());
+  return std::unique_ptr<AdminClient>(
+      new AdminClient(std::make_unique<Rpcs>(options, std::move(channel))));
+}
+
+AdminClient::AdminClient(std::unique_ptr<Rpcs> rpcs) : rpcs_(std::move(rpcs)) {}
+AdminClient::~AdminClient() = default;
+
+const std::string& AdminClient::endpoint() const { return rpcs_->options().endpoint; }
+
+absl::StatusOr<NodeStatus> AdminClient::Status() {
+  v1::StatsResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Stats", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->cache().Stats(ctx, v1::StatsRequest(), &r);
+  }));
+  NodeStatus s;
+  s.node_id = r.node_id();
+  s.version = r.version();
+  s.uptime_ms = r.uptime_ms();
+  s.transport = r.transport();
+  for (const auto& t : r.tiers())
+    s.tiers.push_back(
+        {TierName(t.tier()), t.capacity_bytes(), t.used_bytes(), t.blocks(), t.reserved_bytes()});
+  std::stable_partition(s.tiers.begin(), s.tiers.end(),
+                        [](const TierUsage& t) { return t.tier == "host"; });
+  s.open_reservations = r.open_reservations();
+  s.open_leases = r.open_leases();
+  s.pinned_blocks = r.pinned_blocks();
+  s.namespaces = r.namespaces();
+  s.counters.insert(r.counters().begin(), r.counters().end());
+  return s;
+}
+
+absl::StatusOr<ClusterView> AdminClient::ListNodes() {
+  v1::ListNodesResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("ListNodes", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->admin().ListNodes(ctx, v1::ListNodesRequest(), &r);
+  }));
+  ClusterView v;
+  v.membership = r.membership();
+  v.healthy = r.healthy();
+  v.detail = r.detail();
+  v.epoch = r.epoch();
+  v.directory_ids = r.directory_ids();
+  v.directory_bytes = r.directory_bytes();
+  for (const auto& n : r.nodes())
+    v.nodes.push_back({n.id(), n.address(), n.version(), n.host_capacity(), n.self()});
+  return v;
+}
+
+absl::StatusOr<std::vector<NamespaceSummary>> AdminClient::ListNamespaces() {
+  v1::ListNamespacesResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("ListNamespaces", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->admin().ListNamespaces(ctx, v1::ListNamespacesRequest(), &r);
+  }));
+  std::vector<NamespaceSummary> out;
+  for (const auto& n : r.namespaces())
+    out.push_back({DigestOrZero(n.namespace_id()), n.tenant(), n.spec().model_id(),
+                   n.spec().codec_policy(), n.blocks(), n.bytes()});
+  return out;
+}
+
+absl::StatusOr<BlockPage> AdminClient::ListBlocks(const NamespaceId& ns, uint32_t page_size,
+                                                  uint64_t page_token) {
+  v1::ListBlocksRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_page_size(page_size);
+  req.set_page_token(page_token);
+  v1::ListBlocksResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("ListBlocks", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->admin().ListBlocks(ctx, req, &r);
+  }));
+  BlockPage page;
+  for (const auto& b : r.blocks()) page.blocks.push_back(FromProto(b));
+  page.next_page_token = r.next_page_token();
+  return page;
+}
+
+absl::StatusOr<std::vector<BlockDetail>> AdminClient::InspectBlocks(std::span<const BlockId> ids) {
+  v1::InspectBlocksRequest req;
+  req.set_ids(PackIds(ids));
+  v1::InspectBlocksResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("InspectBlocks", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->admin().InspectBlocks(ctx, req, &r);
+  }));
+  std::vector<BlockDetail> out;
+  for (const auto& b : r.blocks()) out.push_back(FromProto(b));
+  return out;
+}
+
+absl::StatusOr<std::vector<BlockStatus>> AdminClient::Pin(const NamespaceId& ns,
+                                                          std::span<const BlockId> ids,
+                                                          absl::Duration ttl) {
+  v1::PinRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_ttl_ms(absl::ToInt64Milliseconds(ttl));
+  v1::PinResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Pin", rpcs_->options().timeout,
+                                    [&](auto* ctx) { return rpcs_->cache().Pin(ctx, req, &r); }));
+  return Statuses(r.status());
+}
+
+absl::StatusOr<std::vector<BlockStatus>> AdminClient::Unpin(const NamespaceId& ns,
+                                                            std::span<const BlockId> ids) {
+  v1::UnpinRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::UnpinResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Unpin", rpcs_->options().timeout,
+                                    [&](auto* ctx) { return rpcs_->cache().Unpin(ctx, req, &r); }));
+  return Statuses(r.status());
+}
+
+absl::StatusOr<AdminEvictResult> AdminClient::Evict(const NamespaceId& ns,
+                                                    std::span<const BlockId> ids, bool cascade,
+                                                    bool force) {
+  v1::EvictRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_cascade(cascade);
+  req.set_force(force);
+  v1::EvictResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Evict", rpcs_->options().timeout,
+                                    [&](auto* ctx) { return rpcs_->cache().Evict(ctx, req, &r); }));
+  return AdminEvictResult{Statuses(r.status()), r.removed_blocks()};
+}
+
+absl::StatusOr<AdminRepositionResult> AdminClient::Reposition(const NamespaceId& ns,
+                                                              std::span<const BlockId> ids,
+                                                              const std::string& target_node,
+                                                              bool move) {
+  v1::RepositionRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  req.set_target_node(target_node);
+  req.set_target_tier(v1::TIER_HOST);
+  req.set_move(move);
+  v1::RepositionResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Reposition", rpcs_->long_timeout(), [&](auto* ctx) {
+    return rpcs_->cache().Reposition(ctx, req, &r);
+  }));
+  return AdminRepositionResult{Statuses(r.status()), r.copied(), r.already_there(),
+                               r.removed_sources()};
+}
+
+absl::StatusOr<DrainReport> AdminClient::Drain() {
+  v1::DrainResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Drain", rpcs_->long_timeout(), [&](auto* ctx) {
+    return rpcs_->admin().Drain(ctx, v1::DrainRequest(), &r);
+  }));
+  return DrainReport{r.blocks(), r.moved(), r.failed(),
+                     std::vector<std::string>(r.targets().begin(), r.targets().end())};
+}
+
+}  // namespace strata

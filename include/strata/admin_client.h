@@ -1,0 +1,153 @@
+// The operator's view of one stratad: status and counters, the cluster as the node sees it, the
+// namespaces and blocks it holds, and the operations an operator runs on them (pin, evict,
+// reposition, drain). What `stratactl` is built on; a serving engine uses strata/client.h.
+//
+// Every call has a deadline (AdminClientOptions::timeout; reposition and drain get at least
+// `long_timeout`, since they move data). A daemon that cannot be reached within it answers
+// kUnavailable or kDeadlineExceeded; a refusal by the daemon keeps the daemon's code and message.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
+
+namespace strata {
+
+struct AdminClientOptions {
+  std::string endpoint = "127.0.0.1:7420";
+  absl::Duration timeout = absl::Seconds(5);
+  absl::Duration long_timeout = absl::Minutes(10);
+};
+
+struct TierUsage {
+  std::string tier;  // "host", "nvme"
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t blocks = 0;
+  uint64_t reserved_bytes = 0;
+};
+
+struct NodeStatus {
+  std::string node_id;
+  std::string version;
+  uint64_t uptime_ms = 0;
+  std::string transport;         // UCX transports in use
+  std::vector<TierUsage> tiers;  // host first
+  uint64_t open_reservations = 0;
+  uint64_t open_leases = 0;
+  uint64_t pinned_blocks = 0;
+  uint64_t namespaces = 0;
+  std::map<std::string, uint64_t> counters;
+
+  const TierUsage* Tier(const std::string& name) const;
+};
+
+struct NodeEntry {
+  std::string id;
+  std::string address;
+  std::string version;
+  uint64_t host_capacity = 0;
+  bool self = false;
+};
+
+struct ClusterView {
+  std::string membership;  // "static" | "etcd"
+  bool healthy = false;    // false: the membership store is unreachable (view may be stale)
+  std::string detail;
+  uint64_t epoch = 0;
+  uint64_t directory_ids = 0;  // directory entries the node owns
+  uint64_t directory_bytes = 0;
+  std::vector<NodeEntry> nodes;
+};
+
+struct NamespaceSummary {
+  NamespaceId id;
+  std::string tenant;
+  std::string model_id;
+  std::string codec_policy;
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
+struct BlockDetail {
+  BlockId id;
+  NamespaceId ns;
+  BlockId parent;  // zero for a chain's first block
+  uint64_t size_bytes = 0;
+  uint32_t crc32c = 0;
+  uint32_t leases = 0;
+  uint64_t pinned_for_ms = 0;  // 0 when not pinned
+  uint64_t idle_ms = 0;
+};
+
+struct BlockPage {
+  std::vector<BlockDetail> blocks;
+  uint64_t next_page_token = 0;  // 0 after the last page
+};
+
+struct AdminEvictResult {
+  std::vector<BlockStatus> status;
+  uint64_t removed_blocks = 0;
+};
+
+struct AdminRepositionResult {
+  std::vector<BlockStatus> status;  // kOk: on the target now
+  uint64_t copied = 0;
+  uint64_t already_there = 0;
+  uint64_t removed_sources = 0;
+};
+
+struct DrainReport {
+  uint64_t blocks = 0;  // held when the drain began
+  uint64_t moved = 0;
+  uint64_t failed = 0;
+  std::vector<std::string> targets;
+};
+
+class AdminClient {
+ public:
+  // Creates the channel; nothing is sent until the first call.
+  static absl::StatusOr<std::unique_ptr<AdminClient>> Connect(const AdminClientOptions& options);
+  ~AdminClient();
+  AdminClient(const AdminClient&) = delete;
+  AdminClient& operator=(const AdminClient&) = delete;
+
+  const std::string& endpoint() const;
+
+  absl::StatusOr<NodeStatus> Status();
+  absl::StatusOr<ClusterView> ListNodes();
+  absl::StatusOr<std::vector<NamespaceSummary>> ListNamespaces();
+  absl::StatusOr<BlockPage> ListBlocks(const NamespaceId& ns, uint32_t page_size,
+                                       uint64_t page_token);
+  // The blocks among `ids` the node holds (any namespace).
+  absl::StatusOr<std::vector<BlockDetail>> InspectBlocks(std::span<const BlockId> ids);
+
+  absl::StatusOr<std::vector<BlockStatus>> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                                               absl::Duration ttl);
+  absl::StatusOr<std::vector<BlockStatus>> Unpin(const NamespaceId& ns,
+                                                 std::span<const BlockId> ids);
+  absl::StatusOr<AdminEvictResult> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
+                                         bool cascade, bool force);
+  // Copies (move: moves) blocks to `target_node` (empty: this node).
+  absl::StatusOr<AdminRepositionResult> Reposition(const NamespaceId& ns,
+                                                   std::span<const BlockId> ids,
+                                                   const std::string& target_node, bool move);
+  // Drains this node: its blocks move to the nodes ranking next for them, then it leaves.
+  absl::StatusOr<DrainReport> Drain();
+
+  class Rpcs;
+
+ private:
+  explicit AdminClient(std::unique_ptr<Rpcs> rpcs);
+  std::unique_ptr<Rpcs> rpcs_;
+};
+
+}  // namespace strata
