@@ -462,13 +462,13 @@ int main(int argc, char** argv) {
   auto admin = AdminClient::Connect(options);
   if (!admin.ok()) return Usage(admin.status());
   AdminClient& a = **admin;
-  if (*c.status || *c.stats) return RunStatus(a, f, /*with_counters=*/*c.stats);
+  if (*c.status || *c.stats) return RunStatus(a, f, /*with_counters=*/static_cast<bool>(*c.stats));
   if (*c.reposition) return RunReposition(a, f);
   if (*c.drain) return RunDrain(a, f, options);
   if (*c.nodes) return RunNodes(a, f);
   if (*c.ls) return f.ns_hex.empty() ? RunListNamespaces(a, f) : RunListBlocks(a, f);
   if (*c.inspect) return RunInspect(a, f);
-  if (*c.pin || *c.unpin) return RunPin(a, f, /*pin=*/*c.pin);
+  if (*c.pin || *c.unpin) return RunPin(a, f, /*pin=*/static_cast<bool>(*c.pin));
   if (*c.evict) return RunEvict(a, f);
   return kExitUsage;
 }

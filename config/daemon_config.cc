@@ -56,7 +56,7 @@ host_tier:
   high_watermark: 0.95
   low_watermark: 0.85
   # Which blocks leave first: lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive
-  # (docs/eviction.md). Leased and pinned blocks never leave.
+  # (docs/tiers.md). Leased and pinned blocks never leave.
   policy: lru
   # Largest blob a client may publish (never more than the capacity).
   max_block_size: 256MiB

@@ -1,5 +1,5 @@
 // Membership backed by etcd v3 through its JSON gRPC-gateway (see placement/internal/etcd_client.h
-// and docs/placement.md).
+// and docs/cluster.md).
 //
 // Two threads of our own:
 //  - session: keeps the lease alive every TTL/3; re-grants a lease and re-puts the key when the

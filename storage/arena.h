@@ -14,7 +14,7 @@ namespace strata {
 // What backs the mapping that holds `addr` (from /proc/self/smaps): its page size (2 MiB for
 // reserved huge pages), its size, and how much of it is transparent huge pages. All zero when
 // it cannot be read. For operators: on a virtual disk NVMe reads into 4 KiB pages ran at half
-// the speed of reads into huge pages (docs/nvme.md).
+// the speed of reads into huge pages (docs/tiers.md).
 struct MappingPages {
   uint64_t page_bytes = 0;
   uint64_t mapping_bytes = 0;

@@ -9,8 +9,13 @@ src=$2
 tmp=$(mktemp -d /tmp/strata-package.XXXXXX)
 pid=
 cleanup() {
-  [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  local rc=$?
+  if [[ -n $pid ]]; then
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
   rm -rf "$tmp"
+  exit "$rc"
 }
 trap cleanup EXIT
 fail() {
