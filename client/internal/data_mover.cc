@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/logging.h"
 #include "client/internal/wire_status.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
@@ -119,6 +120,8 @@ DataMover::~DataMover() {
 }
 
 absl::Status DataMover::Redial() {
+  if (ep_)
+    Log(options_.log, LogLevel::kInfo, "data-plane endpoint failed; connecting to stratad again");
   STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
   // The old mapping dies with the old endpoint's remote key: no copy may still use it.
   StopPrefault();
