@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/block_calls.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
@@ -37,6 +38,11 @@ class AdminClient::Rpcs {
     return absl::Status(st.code(),
                         absl::StrCat(what, " at ", options_.endpoint, ": ", st.message()));
   }
+  client::CallRunner Runner(absl::Duration timeout) {
+    return [this, timeout](const char* what, const client::GrpcCall& call) {
+      return Run(what, timeout, call);
+    };
+  }
   absl::Duration long_timeout() const { return std::max(options_.timeout, options_.long_timeout); }
 
  private:
@@ -46,14 +52,6 @@ class AdminClient::Rpcs {
 };
 
 namespace {
-
-template <typename Repeated>
-std::vector<BlockStatus> Statuses(const Repeated& r) {
-  std::vector<BlockStatus> out;
-  out.reserve(r.size());
-  for (int s : r) out.push_back(static_cast<BlockStatus>(s));
-  return out;
-}
 
 // A zero digest for malformed or absent ids (a chain's first block has no parent).
 Digest DigestOrZero(const std::string& raw) {
@@ -191,57 +189,26 @@ absl::StatusOr<std::vector<BlockDetail>> AdminClient::InspectBlocks(std::span<co
 absl::StatusOr<std::vector<BlockStatus>> AdminClient::Pin(const NamespaceId& ns,
                                                           std::span<const BlockId> ids,
                                                           absl::Duration ttl) {
-  v1::PinRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
-  req.set_ttl_ms(absl::ToInt64Milliseconds(ttl));
-  v1::PinResponse r;
-  STRATA_RETURN_IF_ERROR(rpcs_->Run("Pin", rpcs_->options().timeout,
-                                    [&](auto* ctx) { return rpcs_->cache().Pin(ctx, req, &r); }));
-  return Statuses(r.status());
+  return client::PinBlocks(rpcs_->cache(), rpcs_->Runner(rpcs_->options().timeout), ns, ids, ttl);
 }
 
 absl::StatusOr<std::vector<BlockStatus>> AdminClient::Unpin(const NamespaceId& ns,
                                                             std::span<const BlockId> ids) {
-  v1::UnpinRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
-  v1::UnpinResponse r;
-  STRATA_RETURN_IF_ERROR(rpcs_->Run("Unpin", rpcs_->options().timeout,
-                                    [&](auto* ctx) { return rpcs_->cache().Unpin(ctx, req, &r); }));
-  return Statuses(r.status());
+  return client::UnpinBlocks(rpcs_->cache(), rpcs_->Runner(rpcs_->options().timeout), ns, ids);
 }
 
-absl::StatusOr<AdminEvictResult> AdminClient::Evict(const NamespaceId& ns,
-                                                    std::span<const BlockId> ids, bool cascade,
-                                                    bool force) {
-  v1::EvictRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
-  req.set_cascade(cascade);
-  req.set_force(force);
-  v1::EvictResponse r;
-  STRATA_RETURN_IF_ERROR(rpcs_->Run("Evict", rpcs_->options().timeout,
-                                    [&](auto* ctx) { return rpcs_->cache().Evict(ctx, req, &r); }));
-  return AdminEvictResult{Statuses(r.status()), r.removed_blocks()};
+absl::StatusOr<EvictOutcome> AdminClient::Evict(const NamespaceId& ns, std::span<const BlockId> ids,
+                                                bool cascade, bool force) {
+  return client::EvictBlocks(rpcs_->cache(), rpcs_->Runner(rpcs_->options().timeout), ns, ids,
+                             cascade, force);
 }
 
-absl::StatusOr<AdminRepositionResult> AdminClient::Reposition(const NamespaceId& ns,
-                                                              std::span<const BlockId> ids,
-                                                              const std::string& target_node,
-                                                              bool move) {
-  v1::RepositionRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
-  req.set_target_node(target_node);
-  req.set_target_tier(v1::TIER_HOST);
-  req.set_move(move);
-  v1::RepositionResponse r;
-  STRATA_RETURN_IF_ERROR(rpcs_->Run("Reposition", rpcs_->long_timeout(), [&](auto* ctx) {
-    return rpcs_->cache().Reposition(ctx, req, &r);
-  }));
-  return AdminRepositionResult{Statuses(r.status()), r.copied(), r.already_there(),
-                               r.removed_sources()};
+absl::StatusOr<RepositionOutcome> AdminClient::Reposition(const NamespaceId& ns,
+                                                          std::span<const BlockId> ids,
+                                                          const std::string& target_node,
+                                                          bool move) {
+  return client::RepositionBlocks(rpcs_->cache(), rpcs_->Runner(rpcs_->long_timeout()), ns, ids,
+                                  target_node, move);
 }
 
 absl::StatusOr<DrainReport> AdminClient::Drain() {

@@ -3,8 +3,11 @@
 
 #include <grpcpp/support/status.h>
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "strata/block_id.h"
+#include "strata/block_status.h"
 #include "strata/v1/cache.pb.h"
 
 namespace strata {
@@ -12,8 +15,17 @@ namespace strata {
 v1::NamespaceSpecProto ToProto(const NamespaceSpec& spec);
 NamespaceSpec FromProto(const v1::NamespaceSpecProto& proto);
 
-// gRPC and Abseil number the canonical status codes alike; these keep code and message.
+// Status conversions at the gRPC boundary; code and message are kept.
 grpc::Status ToGrpcStatus(const absl::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s);
+
+// The per-block statuses of a response (a repeated BlockStatus field).
+template <typename Repeated>
+std::vector<BlockStatus> BlockStatuses(const Repeated& r) {
+  std::vector<BlockStatus> out;
+  out.reserve(r.size());
+  for (int s : r) out.push_back(static_cast<BlockStatus>(s));
+  return out;
+}
 
 }  // namespace strata

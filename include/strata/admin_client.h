@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
+#include "strata/client.h"
 
 namespace strata {
 
@@ -93,18 +94,6 @@ struct BlockPage {
   uint64_t next_page_token = 0;  // 0 after the last page
 };
 
-struct AdminEvictResult {
-  std::vector<BlockStatus> status;
-  uint64_t removed_blocks = 0;
-};
-
-struct AdminRepositionResult {
-  std::vector<BlockStatus> status;  // kOk: on the target now
-  uint64_t copied = 0;
-  uint64_t already_there = 0;
-  uint64_t removed_sources = 0;
-};
-
 struct DrainReport {
   uint64_t blocks = 0;  // held when the drain began
   uint64_t moved = 0;
@@ -134,12 +123,11 @@ class AdminClient {
                                                absl::Duration ttl);
   absl::StatusOr<std::vector<BlockStatus>> Unpin(const NamespaceId& ns,
                                                  std::span<const BlockId> ids);
-  absl::StatusOr<AdminEvictResult> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
-                                         bool cascade, bool force);
+  absl::StatusOr<EvictOutcome> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
+                                     bool cascade, bool force);
   // Copies (move: moves) blocks to `target_node` (empty: this node).
-  absl::StatusOr<AdminRepositionResult> Reposition(const NamespaceId& ns,
-                                                   std::span<const BlockId> ids,
-                                                   const std::string& target_node, bool move);
+  absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
+                                               const std::string& target_node, bool move);
   // Drains this node: its blocks move to the nodes ranking next for them, then it leaves.
   absl::StatusOr<DrainReport> Drain();
 

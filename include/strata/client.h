@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +23,12 @@
 #include "strata/block_status.h"
 
 namespace strata {
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+// Receives libstrata's diagnostics (rare: e.g. the lookup fast path switching itself off). It
+// may be called from any thread that calls into the Client, so it must be thread-safe and quick.
+using LogSink = std::function<void(LogLevel, std::string_view)>;
 
 struct ClientOptions {
   std::string endpoint = "127.0.0.1:7420";
@@ -45,6 +53,9 @@ struct ClientOptions {
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
   bool same_node = true;
+  // Where diagnostics go. Unset: warnings and errors are written to stderr, prefixed
+  // "libstrata: ", and the rest is dropped; a sink that ignores everything silences the library.
+  LogSink log;
 };
 
 struct ConstBuffer {
@@ -181,9 +192,9 @@ class Client {
   const std::string& node_id() const;
   uint32_t tokens_per_block(const NamespaceId& ns) const;
 
+ private:
   struct Impl;
 
- private:
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

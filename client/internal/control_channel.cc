@@ -1,0 +1,331 @@
+#include "client/internal/control_channel.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/internal/logging.h"
+#include "client/internal/wire_status.h"
+#include "common/am_wire.h"
+#include "common/packed_ids.h"
+#include "common/status_macros.h"
+#include "proto/convert.h"
+
+namespace strata::client {
+namespace {}  // namespace
+
+// The stream and the completion queue its operations report to.
+struct ControlChannel::LookupStream {
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::LookupRequest, v1::LookupResponse>> rw;
+  bool usable = false;
+
+  // Waits for `tag` until `deadline`; false on timeout or failure.
+  bool Await(void* tag, absl::Time deadline) {
+    void* got = nullptr;
+    bool ok = false;
+    return cq.AsyncNext(&got, &ok, absl::ToChronoTime(deadline)) ==
+               grpc::CompletionQueue::GOT_EVENT &&
+           got == tag && ok;
+  }
+
+  // Tears a stream down: cancel, then drain its queue so no operation refers to it any more.
+  static void Close(std::unique_ptr<LookupStream> st) {
+    if (!st) return;
+    st->ctx.TryCancel();
+    st->cq.Shutdown();
+    void* tag;
+    bool ok;
+    while (st->cq.Next(&tag, &ok)) {
+    }
+  }
+};
+
+ControlChannel::ControlChannel(ControlOptions options)
+    : options_(std::move(options)), fast_path_enabled_(options_.lookup_fast_path) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::Cache::NewStub(channel_);
+}
+
+ControlChannel::~ControlChannel() {
+  {
+    std::lock_guard<std::mutex> lock(stream_mu_);
+    LookupStream::Close(std::move(stream_));
+  }
+  std::unique_lock<std::mutex> lock(release_mu_);
+  release_cv_.wait(lock, [this] { return releases_in_flight_ == 0; });
+}
+
+absl::Status ControlChannel::NotAnswered(const char* name, absl::StatusCode code,
+                                         absl::string_view why) const {
+  return absl::Status(
+      code, absl::StrCat("stratad at ", options_.endpoint, " did not answer ", name, " within ",
+                         absl::FormatDuration(options_.rpc_timeout), why.empty() ? "" : ": ", why));
+}
+
+absl::Status ControlChannel::Rpc(const char* name, const Call& call) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  absl::Status s = FromGrpcStatus(call(&ctx));
+  if (s.ok()) return s;
+  if (s.code() == absl::StatusCode::kDeadlineExceeded || s.code() == absl::StatusCode::kUnavailable)
+    return NotAnswered(name, s.code(), s.message());
+  return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
+}
+
+absl::Status ControlChannel::NsRpc(const char* name, const NamespaceId& ns, const Call& call) {
+  absl::Status s = Rpc(name, call);
+  if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+  std::optional<OpenedNamespace> open = Opened(ns);
+  if (!open) return s;
+  auto reopened = OpenNamespace(open->spec, open->tenant, open->replicas);
+  if (!reopened.ok() || *reopened != ns) return s;
+  return Rpc(name, call);
+}
+
+absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
+  v1::ConnectRequest req;
+  req.set_client_name(options_.client_name);
+  v1::ConnectResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      Rpc("Connect", [&](grpc::ClientContext* c) { return stub_->Connect(c, req, &resp); }));
+  node_id_ = resp.node_id();
+  clustered_ = resp.cluster_nodes() > 1;
+  return ArenaEndpoint{resp.worker_address(), resp.arena_rkey(), resp.arena_base(),
+                       resp.arena_bytes()};
+}
+
+absl::StatusOr<NamespaceId> ControlChannel::OpenNamespace(const NamespaceSpec& spec,
+                                                          const std::string& tenant,
+                                                          uint32_t replicas) {
+  v1::OpenNamespaceRequest req;
+  *req.mutable_spec() = ToProto(spec);
+  req.set_tenant(tenant);
+  req.set_replicas(replicas);
+  v1::OpenNamespaceResponse resp;
+  STRATA_RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
+    return stub_->OpenNamespace(c, req, &resp);
+  }));
+  STRATA_ASSIGN_OR_RETURN(NamespaceId id, Digest::FromBytes(resp.namespace_id()));
+  std::lock_guard<std::mutex> lock(ns_mu_);
+  namespaces_[id] = {spec, tenant, replicas};
+  return id;
+}
+
+std::optional<OpenedNamespace> ControlChannel::Opened(const NamespaceId& ns) const {
+  std::lock_guard<std::mutex> lock(ns_mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::StatusOr<v1::LookupResponse> ControlChannel::Lookup(const NamespaceId& ns,
+                                                          std::span<const BlockId> ids) {
+  if (auto fast = LookupByActiveMessage(ns, ids)) return std::move(*fast);
+  v1::LookupRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  if (auto streamed = LookupOnStream(req)) {
+    // A namespace the daemon forgot (it restarted) is reopened by the unary path below.
+    if (streamed->ok()) return std::move(**streamed);
+    if (streamed->status().code() != absl::StatusCode::kFailedPrecondition)
+      return streamed->status();
+  }
+  v1::LookupResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      NsRpc("Lookup", ns, [&](grpc::ClientContext* c) { return stub_->Lookup(c, req, &resp); }));
+  return resp;
+}
+
+// nullopt: no definitive answer this way (off, too many ids, no endpoint, timeout, an error, or
+// the prompt continues on other nodes); the caller asks through gRPC.
+std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
+    const NamespaceId& ns, std::span<const BlockId> ids) {
+  if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
+      ids.size() > am_wire::kMaxIds)
+    return std::nullopt;
+  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
+  std::memcpy(header.data() + 8, ns.bytes.data(), 32);
+  // Short: a daemon that does not answer this way is asked through gRPC instead.
+  auto reply = fast_path_->Exchange(am_wire::kLookupRequestAm, std::move(header), PackIds(ids),
+                                    am_wire::kLookupReplyAm,
+                                    std::min(options_.rpc_timeout, absl::Milliseconds(250)));
+  if (!reply.ok()) {
+    if (reply.status().code() == absl::StatusCode::kFailedPrecondition) return std::nullopt;
+    const int timeouts = ++fast_path_timeouts_;
+    // E.g. a daemon without the fast path: stop paying the wait.
+    if (timeouts >= 3 && fast_path_enabled_.exchange(false))
+      Log(options_.log, LogLevel::kWarning,
+          absl::StrCat("lookup fast path disabled after ", timeouts, " timeouts (",
+                       reply.status().message(), ")"));
+    return std::nullopt;
+  }
+  fast_path_timeouts_ = 0;
+  am_wire::ReplyHeader h;
+  if (!am_wire::DecodeReplyHeader(reply->header, &h) || !IsOkOnWire(h.code) || !h.complete ||
+      h.prefix > ids.size() || reply->data.size() != h.prefix)
+    return std::nullopt;
+  v1::LookupResponse resp;
+  resp.set_prefix_blocks(h.prefix);
+  for (char t : reply->data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
+  resp.set_node_id(node_id_);
+  return resp;
+}
+
+// nullopt: the stream could not be used (the caller falls back to the unary call).
+std::optional<absl::StatusOr<v1::LookupResponse>> ControlChannel::LookupOnStream(
+    const v1::LookupRequest& req) {
+  std::unique_lock<std::mutex> lock(stream_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  void* const kStarted = reinterpret_cast<void*>(1);
+  void* const kWritten = reinterpret_cast<void*>(2);
+  void* const kRead = reinterpret_cast<void*>(3);
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  if (!stream_ || !stream_->usable) {
+    LookupStream::Close(std::move(stream_));
+    auto st = std::make_unique<LookupStream>();
+    st->rw = stub_->AsyncLookupStream(&st->ctx, &st->cq, kStarted);
+    if (!st->Await(kStarted, deadline)) {
+      LookupStream::Close(std::move(st));
+      return std::nullopt;
+    }
+    st->usable = true;
+    stream_ = std::move(st);
+  }
+  LookupStream& st = *stream_;
+  v1::LookupResponse resp;
+  st.rw->Write(req, kWritten);
+  bool written = st.Await(kWritten, deadline);
+  if (written) st.rw->Read(&resp, kRead);
+  if (!written || !st.Await(kRead, deadline)) {
+    st.usable = false;
+    LookupStream::Close(std::move(stream_));
+    if (absl::Now() >= deadline)
+      return absl::StatusOr<v1::LookupResponse>(
+          NotAnswered("Lookup", absl::StatusCode::kDeadlineExceeded, ""));
+    return std::nullopt;  // the stream broke (daemon restarted?): the unary call decides
+  }
+  if (!IsOkOnWire(resp.error_code()))
+    return absl::StatusOr<v1::LookupResponse>(absl::Status(
+        StatusCodeFromWire(resp.error_code()), absl::StrCat("Lookup: ", resp.error_message())));
+  return absl::StatusOr<v1::LookupResponse>(std::move(resp));
+}
+
+absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
+                                                    std::span<const BlockId> ids,
+                                                    std::span<const BlockId> parents,
+                                                    std::span<const uint64_t> sizes) {
+  v1::ReserveRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  if (!parents.empty()) req.set_parent_ids(PackIds(parents));
+  for (uint64_t size : sizes) req.add_sizes(size);
+  v1::ReserveResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      NsRpc("Reserve", ns, [&](grpc::ClientContext* c) { return stub_->Reserve(c, req, &resp); }));
+  if (resp.status_size() != static_cast<int>(ids.size()))
+    return absl::InternalError("Reserve answered with the wrong number of statuses");
+  Reservation r;
+  r.id = resp.reservation_id();
+  r.expires_in = absl::Milliseconds(resp.expires_in_ms());
+  r.status = BlockStatuses(resp.status());
+  r.offsets.assign(resp.offsets().begin(), resp.offsets().end());
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (r.status[i] == BlockStatus::kOk && i >= r.offsets.size())
+      return absl::InternalError("Reserve answered without an offset for a reserved block");
+  return r;
+}
+
+absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(uint64_t reservation_id,
+                                                                std::span<const uint32_t> crc32c) {
+  v1::CommitRequest req;
+  req.set_reservation_id(reservation_id);
+  for (uint32_t crc : crc32c) req.add_crc32c(crc);
+  v1::CommitResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      Rpc("Commit", [&](grpc::ClientContext* c) { return stub_->Commit(c, req, &resp); }));
+  if (resp.status_size() != static_cast<int>(crc32c.size()))
+    return absl::InternalError("Commit answered with the wrong number of statuses");
+  return BlockStatuses(resp.status());
+}
+
+void ControlChannel::Abort(uint64_t reservation_id) {
+  v1::AbortRequest req;
+  req.set_reservation_id(reservation_id);
+  v1::AbortResponse ignored;
+  (void)Rpc("Abort", [&](grpc::ClientContext* c) { return stub_->Abort(c, req, &ignored); });
+}
+
+absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {
+  v1::AcquireRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::AcquireResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      NsRpc("Acquire", ns, [&](grpc::ClientContext* c) { return stub_->Acquire(c, req, &resp); }));
+  const int n = static_cast<int>(ids.size());
+  if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
+      resp.crc32c_size() != n) {
+    if (resp.lease_id() != 0) ReleaseAsync(resp.lease_id());
+    return absl::InternalError("Acquire answered with the wrong number of entries");
+  }
+  Lease lease;
+  lease.id = resp.lease_id();
+  lease.expires_in = absl::Milliseconds(resp.expires_in_ms());
+  lease.status = BlockStatuses(resp.status());
+  lease.offsets.assign(resp.offsets().begin(), resp.offsets().end());
+  lease.sizes.assign(resp.sizes().begin(), resp.sizes().end());
+  lease.crc32c.assign(resp.crc32c().begin(), resp.crc32c().end());
+  return lease;
+}
+
+void ControlChannel::ReleaseAsync(uint64_t lease_id) {
+  if (lease_id == 0) return;
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::ReleaseRequest req;
+    v1::ReleaseResponse resp;
+  };
+  auto* call = new Call;
+  call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  call->req.set_lease_id(lease_id);
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    ++releases_in_flight_;
+  }
+  stub_->async()->Release(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status) {
+    delete call;
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (--releases_in_flight_ == 0) release_cv_.notify_all();
+  });
+}
+
+absl::StatusOr<std::vector<std::vector<BlockHolder>>> ControlChannel::Locate(
+    const NamespaceId& ns, std::span<const BlockId> ids) {
+  v1::LocateRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_ids(PackIds(ids));
+  v1::LocateResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      NsRpc("Locate", ns, [&](grpc::ClientContext* c) { return stub_->Locate(c, req, &resp); }));
+  if (resp.holders_per_id_size() != static_cast<int>(ids.size()))
+    return absl::InternalError("Locate answered with the wrong number of entries");
+  std::vector<std::vector<BlockHolder>> out(ids.size());
+  int next = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (uint32_t h = 0; h < resp.holders_per_id(static_cast<int>(i)); ++h, ++next) {
+      if (next >= resp.holder_node_size() || next >= resp.holder_tier_size() ||
+          resp.holder_node(next) >= static_cast<uint32_t>(resp.nodes_size()))
+        return absl::InternalError("Locate answered with inconsistent holder lists");
+      const auto& n = resp.nodes(static_cast<int>(resp.holder_node(next)));
+      out[i].push_back(
+          {n.id(), n.address(), resp.holder_tier(next) == v1::TIER_NVME ? "nvme" : "host"});
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::client

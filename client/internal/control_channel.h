@@ -1,0 +1,156 @@
+// The control plane to one stratad: its gRPC stub, a deadline on every call, the mapping of
+// gRPC statuses to absl ones, the namespaces opened through it (reopened by itself when the
+// daemon restarted and forgot them), and lookups by the cheapest route that answers: an active
+// message on the data mover's endpoint, then the long-lived lookup stream, then the unary call.
+//
+// Thread-safe. Block bytes never pass through here: Reserve/Acquire answer with arena extents
+// that a DataMover moves.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/internal/data_mover.h"
+#include "strata/client.h"
+#include "strata/v1/cache.grpc.pb.h"
+
+namespace strata::client {
+
+struct ControlOptions {
+  std::string endpoint = "127.0.0.1:7420";
+  std::string client_name = "libstrata";
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // Lookups of up to am_wire::kMaxIds ids as an active message (see UseFastPath).
+  bool lookup_fast_path = true;
+  LogSink log;
+};
+
+// A namespace as opened through a channel: what reopening it takes.
+struct OpenedNamespace {
+  NamespaceSpec spec;
+  std::string tenant;
+  uint32_t replicas = 0;
+};
+
+// The daemon's answer to Reserve: where to put each block it did not already have.
+struct Reservation {
+  uint64_t id = 0;  // 0 when nothing was reserved
+  absl::Duration expires_in;
+  std::vector<BlockStatus> status;  // kOk: reserved at offsets[i]; kExists: already stored
+  std::vector<uint64_t> offsets;
+};
+
+// The daemon's answer to Acquire: the blocks it pinned for reading, until Release.
+struct Lease {
+  uint64_t id = 0;  // 0 when nothing was leased
+  absl::Duration expires_in;
+  std::vector<BlockStatus> status;  // kOk: held at offsets[i], sizes[i] bytes
+  std::vector<uint64_t> offsets;
+  std::vector<uint64_t> sizes;
+  std::vector<uint32_t> crc32c;  // recorded at commit
+};
+
+class ControlChannel {
+ public:
+  using Call = std::function<grpc::Status(grpc::ClientContext*)>;
+
+  explicit ControlChannel(ControlOptions options);
+  ~ControlChannel();  // waits for the Releases still in flight
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  const ControlOptions& options() const { return options_; }
+  v1::Cache::Stub& stub() { return *stub_; }
+
+  // Runs one call under the channel's deadline. A daemon that is down or silent reads
+  // "stratad at ADDRESS did not answer NAME within T".
+  absl::Status Rpc(const char* name, const Call& call);
+  // A namespace-scoped call: if the daemon forgot the namespace (it restarted), reopens it once
+  // and retries.
+  absl::Status NsRpc(const char* name, const NamespaceId& ns, const Call& call);
+
+  // Asks for the daemon's data plane (the Connect RPC): a DataMover's Dialer. Also learns the
+  // daemon's node id and whether it has other nodes in its cluster view.
+  absl::StatusOr<ArenaEndpoint> ConnectDataPlane();
+  // The daemon's node id as of the last ConnectDataPlane.
+  const std::string& node_id() const { return node_id_; }
+  bool clustered() const { return clustered_.load(); }
+
+  // Opens (idempotently) a namespace on the daemon and remembers it for reopening.
+  absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant,
+                                            uint32_t replicas);
+  // Whether `ns` was opened through this channel, and how.
+  std::optional<OpenedNamespace> Opened(const NamespaceId& ns) const;
+
+  // Lookups of up to am_wire::kMaxIds ids first try an active message on `mover`'s endpoint
+  // (when ControlOptions::lookup_fast_path). `mover` must outlive this channel's lookups.
+  void UseFastPath(DataMover* mover) { fast_path_ = mover; }
+  absl::StatusOr<v1::LookupResponse> Lookup(const NamespaceId& ns, std::span<const BlockId> ids);
+
+  absl::StatusOr<Reservation> Reserve(const NamespaceId& ns, std::span<const BlockId> ids,
+                                      std::span<const BlockId> parents,
+                                      std::span<const uint64_t> sizes);
+  // The committed status of each reserved block, in reservation order.
+  absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
+                                                  std::span<const uint32_t> crc32c);
+  // Best effort: an abandoned reservation also expires on the daemon.
+  void Abort(uint64_t reservation_id);
+
+  absl::StatusOr<Lease> Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
+  // Fire and forget: the lease also expires on the daemon, so a lost Release only delays
+  // reclaiming the space.
+  void ReleaseAsync(uint64_t lease_id);
+
+  // Every node known to hold each id, best first.
+  absl::StatusOr<std::vector<std::vector<BlockHolder>>> Locate(const NamespaceId& ns,
+                                                               std::span<const BlockId> ids);
+
+ private:
+  struct LookupStream;
+
+  std::optional<v1::LookupResponse> LookupByActiveMessage(const NamespaceId& ns,
+                                                          std::span<const BlockId> ids);
+  std::optional<absl::StatusOr<v1::LookupResponse>> LookupOnStream(const v1::LookupRequest& req);
+  absl::Status NotAnswered(const char* name, absl::StatusCode code, absl::string_view why) const;
+
+  const ControlOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Cache::Stub> stub_;
+
+  std::string node_id_;  // written by ConnectDataPlane
+  std::atomic<bool> clustered_{false};
+
+  mutable std::mutex ns_mu_;
+  absl::flat_hash_map<NamespaceId, OpenedNamespace> namespaces_;
+
+  // One long-lived LookupStream (see cache.proto), used when free; a lookup that finds it busy,
+  // broken or not yet open takes the unary call instead.
+  std::mutex stream_mu_;
+  std::unique_ptr<LookupStream> stream_;
+
+  // The active-message fast path, switched off after a few consecutive timeouts (a daemon
+  // without it must not cost every lookup a wait).
+  DataMover* fast_path_ = nullptr;
+  std::atomic<bool> fast_path_enabled_;
+  std::atomic<int> fast_path_timeouts_{0};
+
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  int releases_in_flight_ = 0;
+};
+
+}  // namespace strata::client

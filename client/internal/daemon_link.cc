@@ -1,0 +1,147 @@
+#include "client/internal/daemon_link.h"
+
+#include "absl/strings/str_cat.h"
+#include "codec/codec.h"
+#include "common/status_macros.h"
+
+namespace strata::client {
+
+absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOptions& options) {
+  std::unique_ptr<DaemonLink> link(new DaemonLink(options));
+  ControlOptions control;
+  control.endpoint = options.endpoint;
+  control.client_name = options.client_name;
+  control.rpc_timeout = options.rpc_timeout;
+  control.lookup_fast_path = options.lookup_fast_path;
+  control.log = options.log;
+  link->control_ = std::make_unique<ControlChannel>(std::move(control));
+  DataMoverOptions data;
+  data.fetch_transfer = options.fetch_transfer;
+  data.transfer_timeout = options.transfer_timeout;
+  data.same_node = options.same_node;
+  data.log = options.log;
+  ControlChannel* channel = link->control_.get();
+  STRATA_ASSIGN_OR_RETURN(link->mover_, DataMover::Connect(std::move(data), [channel] {
+                            return channel->ConnectDataPlane();
+                          }));
+  link->control_->UseFastPath(link->mover_.get());
+  return link;
+}
+
+absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
+                                                       std::span<const BlockId> ids,
+                                                       std::span<const BlockId> parents,
+                                                       std::span<const ConstBuffer> blobs) {
+  PublishResult result;
+  result.ids.assign(ids.begin(), ids.end());
+  std::vector<uint64_t> sizes;
+  for (const ConstBuffer& b : blobs) sizes.push_back(b.size);
+  STRATA_ASSIGN_OR_RETURN(Reservation reservation, control_->Reserve(ns, ids, parents, sizes));
+  result.status = reservation.status;
+  std::vector<BlockMove> moves;
+  std::vector<size_t> reserved;  // index into ids of each move, in reservation order
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
+    if (result.status[i] != BlockStatus::kOk) continue;
+    reserved.push_back(i);
+    moves.push_back({const_cast<void*>(blobs[i].data), blobs[i].size, reservation.offsets[i]});
+  }
+  if (reserved.empty()) return result;
+  auto put = mover_->Put(moves, reservation.expires_in);
+  if (!put.ok()) {
+    control_->Abort(reservation.id);
+    return absl::Status(put.status().code(),
+                        absl::StrCat("publish transfer failed: ", put.status().message()));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::vector<BlockStatus> committed,
+                          control_->Commit(reservation.id, put->crc32c));
+  for (size_t k = 0; k < reserved.size(); ++k) {
+    result.status[reserved[k]] = committed[k];
+    if (committed[k] != BlockStatus::kOk) continue;
+    ++result.stored;
+    result.bytes_sent += blobs[reserved[k]].size;
+  }
+  return result;
+}
+
+struct DaemonLink::Plan {
+  std::vector<BlockMove> moves;
+  std::vector<size_t> moving;                 // index into ids of each move
+  std::vector<std::vector<uint8_t>> staging;  // decoding: where each move lands
+};
+
+// Blobs land in the engine's buffers, in `blobs`, or, to be decoded, in staging buffers.
+DaemonLink::Plan DaemonLink::PlanLanding(const Lease& lease, const FetchLanding& into,
+                                         FetchResult* r) {
+  const bool decode = into.decode && !into.blobs;
+  Plan plan;
+  for (size_t i = 0; i < lease.status.size(); ++i) {
+    if (lease.status[i] != BlockStatus::kOk) {
+      r->status[i] = lease.status[i];
+      continue;
+    }
+    void* landing = nullptr;
+    if (into.blobs) {
+      (*into.blobs)[i].resize(lease.sizes[i]);
+      landing = (*into.blobs)[i].data();
+    } else {
+      if ((decode ? into.decoded_bytes : lease.sizes[i]) > into.buffers[i].size) {
+        r->status[i] = BlockStatus::kInvalid;  // the engine's buffer is too small for the block
+        continue;
+      }
+      landing = into.buffers[i].data;
+      if (decode) landing = plan.staging.emplace_back(lease.sizes[i]).data();
+    }
+    plan.moving.push_back(i);
+    plan.moves.push_back({landing, lease.sizes[i], lease.offsets[i], lease.crc32c[i]});
+  }
+  return plan;
+}
+
+absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
+                                              const FetchLanding& into) {
+  if (!into.blobs && ids.size() != into.buffers.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids.size(), " ids but ", into.buffers.size(), " buffers"));
+  FetchResult r;
+  r.status.assign(ids.size(), BlockStatus::kNotFound);
+  r.sizes.assign(ids.size(), 0);
+  if (ids.empty()) return r;
+  STRATA_ASSIGN_OR_RETURN(Lease lease, control_->Acquire(ns, ids));
+  if (into.blobs) into.blobs->assign(ids.size(), {});
+  Plan plan = PlanLanding(lease, into, &r);
+  // A blob carries its own CRC32C, checked by the decoder; blocks kept as stored are checked
+  // against the CRC recorded at commit.
+  const bool verify = options_.verify_crc && !(into.decode && !into.blobs);
+  auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in);
+  control_->ReleaseAsync(lease.id);
+  if (!moved.ok()) return moved.status();
+  Finish(into, plan, std::move(moved->intact), &r);
+  return r;
+}
+
+void DaemonLink::Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
+                        FetchResult* r) {
+  const bool decode = into.decode && !into.blobs;
+  if (decode) {
+    mover_->helper().ParallelFor(plan.moving.size(), [&](size_t k) {
+      if (!intact[k]) return;
+      thread_local codec::Decoder decoder;
+      auto* out = static_cast<uint8_t*>(into.buffers[plan.moving[k]].data);
+      intact[k] = decoder.Decode(plan.staging[k], {out, into.decoded_bytes}).ok();
+    });
+  }
+  for (size_t k = 0; k < plan.moving.size(); ++k) {
+    const size_t i = plan.moving[k];
+    if (!intact[k]) {
+      r->status[i] = BlockStatus::kCrcMismatch;
+      continue;
+    }
+    r->status[i] = BlockStatus::kOk;
+    r->sizes[i] = decode ? into.decoded_bytes : plan.moves[k].length;
+    ++r->fetched;
+    r->bytes_received += plan.moves[k].length;
+  }
+}
+
+}  // namespace strata::client

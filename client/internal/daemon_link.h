@@ -1,0 +1,66 @@
+// One stratad as a client reaches it: the control channel to it, the data mover to its arena,
+// and the two data operations built from both (publish blobs, fetch blocks).
+//
+// libstrata holds one for the local daemon and one per peer node it fetches from. Nothing here
+// needs a Client: a daemon copying blocks from another daemon holds a DaemonLink to the source
+// (or just a ControlChannel and a DataMover, to land blocks in memory of its own choosing).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/internal/control_channel.h"
+#include "client/internal/data_mover.h"
+#include "strata/client.h"
+
+namespace strata::client {
+
+// Where fetched blocks land: the caller's buffers (decoded there when `decode`), or, with
+// `blobs` set, blobs[i] as stored (sized to fit; `buffers` ignored).
+struct FetchLanding {
+  std::span<const MutableBuffer> buffers;
+  std::vector<std::vector<uint8_t>>* blobs = nullptr;
+  // The namespace has a codec: blobs land in staging buffers and are decoded into `buffers`,
+  // `decoded_bytes` (the layout's BlockBytes()) each. Each blob's own CRC32C guards it then.
+  bool decode = false;
+  uint64_t decoded_bytes = 0;
+};
+
+class DaemonLink {
+ public:
+  // Uses endpoint, client_name, rpc_timeout, lookup_fast_path, transfer_timeout, verify_crc,
+  // fetch_transfer, same_node and log of `options`.
+  static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options);
+
+  const ClientOptions& options() const { return options_; }
+  ControlChannel& control() { return *control_; }
+  DataMover& mover() { return *mover_; }
+
+  // Publishes blobs under `ids` (parents: empty, or ids[i-1] of the chain): Reserve, move the
+  // bytes, Commit; a failed transfer aborts the reservation.
+  absl::StatusOr<PublishResult> PublishBlobs(const NamespaceId& ns, std::span<const BlockId> ids,
+                                             std::span<const BlockId> parents,
+                                             std::span<const ConstBuffer> blobs);
+
+  // Fetches from this daemon only: Acquire, move under the lease, Release. Missing, corrupt and
+  // too-large blocks are reported per block.
+  absl::StatusOr<FetchResult> Fetch(const NamespaceId& ns, std::span<const BlockId> ids,
+                                    const FetchLanding& into);
+
+ private:
+  struct Plan;
+
+  explicit DaemonLink(const ClientOptions& options) : options_(options) {}
+  Plan PlanLanding(const Lease& lease, const FetchLanding& into, FetchResult* r);
+  void Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
+              FetchResult* r);
+
+  const ClientOptions options_;
+  std::unique_ptr<ControlChannel> control_;
+  std::unique_ptr<DataMover> mover_;  // destroyed first: the channel's fast path points at it
+};
+
+}  // namespace strata::client

@@ -1,0 +1,540 @@
+#include "client/internal/data_mover.h"
+
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "client/internal/logging.h"
+#include "client/internal/wire_status.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace strata::client {
+namespace {
+
+// UCX reaches peers by RDMA only through an HCA; without one it emulates RMA in software.
+bool HostHasRdmaDevice() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+// One job of a mapped copy: `len` bytes at `offset` within block `block`.
+struct Piece {
+  size_t block;
+  uint64_t offset, len;
+};
+
+std::vector<Piece> SplitIntoPieces(std::span<const BlockMove> blocks) {
+  constexpr uint64_t kPiece = 2 << 20;  // big enough that combining CRCs is noise
+  std::vector<Piece> pieces;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (uint64_t off = 0; off < blocks[b].length; off += kPiece)
+      pieces.push_back({b, off, std::min(kPiece, blocks[b].length - off)});
+  return pieces;
+}
+
+// The CRC of each block from the CRCs of its pieces (pieces are in block order).
+std::vector<uint32_t> CombinePieces(const std::vector<Piece>& pieces,
+                                    const std::vector<uint32_t>& crcs, size_t blocks) {
+  std::vector<uint32_t> out(blocks, 0);
+  std::vector<bool> started(blocks, false);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    size_t b = pieces[i].block;
+    out[b] = started[b] ? Crc32cCombine(out[b], crcs[i], pieces[i].len) : crcs[i];
+    started[b] = true;
+  }
+  return out;
+}
+
+absl::Status Prefixed(const absl::Status& s, const char* prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+}  // namespace
+
+std::string_view RouteName(Route route) {
+  switch (route) {
+    case Route::kMapped:
+      return "mapped";
+    case Route::kPush:
+      return "push";
+    case Route::kRma:
+      return "rma";
+  }
+  return "?";
+}
+
+// A fetch by push in progress; see common/am_wire.h.
+struct DataMover::PushWait {
+  uint64_t request_id = 0;
+  std::span<const BlockMove> blocks;
+  std::vector<ucp_mem_h> memh;
+  size_t done = 0;
+  absl::Status error;
+  std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
+  const std::function<void(size_t)>* on_landed = nullptr;  // block i is whole in its buffer
+};
+
+struct DataMover::ExchangeWait {
+  uint64_t request_id = 0;
+  uint16_t reply_am = 0;
+  bool done = false;
+  Reply reply;
+};
+
+DataMover::DataMover(DataMoverOptions options, Dialer dial)
+    : options_(std::move(options)), dial_(std::move(dial)) {}
+
+absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions options,
+                                                              Dialer dial) {
+  std::unique_ptr<DataMover> m(new DataMover(std::move(options), std::move(dial)));
+  const std::string& mode = m->options_.fetch_transfer;
+  const bool rdma =
+      m->options_.rdma_device.has_value() ? *m->options_.rdma_device : HostHasRdmaDevice();
+  m->prefer_push_ = mode == "push" || (mode == "auto" && !rdma);
+  STRATA_ASSIGN_OR_RETURN(m->ucx_, transport::Context::Create(/*wakeup=*/false));
+  STRATA_ASSIGN_OR_RETURN(m->worker_, transport::Worker::Create(m->ucx_));
+  DataMover* raw = m.get();
+  for (uint16_t id : m->options_.exchange_replies) {
+    STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
+        id, [raw, id](const transport::AmMessage& msg) { raw->OnExchangeReply(id, msg); }));
+  }
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmRendezvousHandler(
+      am_wire::kFetchBlockAm,
+      [raw](const transport::AmMessage& msg) { return raw->OnPushedBlock(msg); }));
+  std::lock_guard<std::mutex> lock(m->ucx_mu_);
+  STRATA_RETURN_IF_ERROR(m->Redial());
+  return m;
+}
+
+DataMover::~DataMover() {
+  StopPrefault();
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  ep_.reset();
+  std::lock_guard<std::mutex> reg_lock(reg_mu_);
+  registered_.clear();
+}
+
+absl::Status DataMover::Redial() {
+  if (ep_)
+    Log(options_.log, LogLevel::kInfo, "data-plane endpoint failed; connecting to stratad again");
+  STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
+  // The old mapping dies with the old endpoint's remote key: no copy may still use it.
+  StopPrefault();
+  {
+    std::unique_lock<std::shared_mutex> map_lock(map_mu_);
+    mapped_arena_ = nullptr;
+  }
+  ep_.reset();
+  // Same node: keep shared-memory transports (see Worker::Connect); the deadlines of the
+  // control and data planes then detect a daemon that died.
+  STRATA_ASSIGN_OR_RETURN(
+      ep_, worker_->Connect(arena.worker_address, options_.same_node
+                                                      ? transport::Worker::PeerFailure::kIgnore
+                                                      : transport::Worker::PeerFailure::kDetect));
+  STRATA_RETURN_IF_ERROR(ep_->SetRemoteKey(arena.rkey));
+  std::unique_lock<std::shared_mutex> map_lock(map_mu_);
+  arena_base_ = arena.base;
+  arena_bytes_ = arena.bytes;
+  mapped_arena_ = static_cast<uint8_t*>(ep_->MapRemote(arena_base_));
+  map_lock.unlock();
+  if (mapped_arena_ != nullptr) StartPrefault();
+  return absl::OkStatus();
+}
+
+absl::Status DataMover::RegisterBuffer(void* data, size_t size) {
+  STRATA_ASSIGN_OR_RETURN(auto region, ucx_->Register(data, size));
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  registered_[reinterpret_cast<uintptr_t>(data)] = std::move(region);
+  return absl::OkStatus();
+}
+
+absl::Status DataMover::UnregisterBuffer(void* data) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  if (registered_.erase(reinterpret_cast<uintptr_t>(data)) == 0)
+    return absl::NotFoundError("buffer was not registered");
+  return absl::OkStatus();
+}
+
+ucp_mem_h DataMover::FindMemh(const void* p, size_t n) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == registered_.begin()) return nullptr;
+  --it;
+  return it->second->Contains(p, n) ? it->second->handle() : nullptr;
+}
+
+// The fallback ladder: a mapped arena beats any transfer; fetches then go by push where that
+// is preferred (UCX would emulate RMA in software); one-sided RMA is the rest.
+Route DataMover::ChooseRoute(Direction direction, bool mapped) const {
+  if (mapped) return Route::kMapped;
+  if (direction == Direction::kGet && prefer_push_) return Route::kPush;
+  return Route::kRma;
+}
+
+Route DataMover::route(Direction direction) const {
+  std::shared_lock<std::shared_mutex> lock(map_mu_);
+  return ChooseRoute(direction, mapped_arena_ != nullptr);
+}
+
+// Kept below the daemon's own timeout, so a slow transfer never touches space the daemon has
+// reclaimed.
+absl::Time DataMover::DeadlineWithin(absl::Duration expires_in) const {
+  return absl::Now() + std::min(options_.transfer_timeout, expires_in * 0.8);
+}
+
+// Caller holds ucx_mu_ or map_mu_.
+absl::Status DataMover::CheckExtents(std::span<const BlockMove> blocks) const {
+  for (const BlockMove& b : blocks)
+    if (b.length > arena_bytes_ || b.arena_offset > arena_bytes_ - b.length)
+      return absl::InternalError("daemon returned an extent outside its arena");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PutOutcome> DataMover::Put(std::span<const BlockMove> blocks,
+                                          absl::Duration expires_in) {
+  const absl::Time deadline = DeadlineWithin(expires_in);
+  {
+    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+    if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr) == Route::kMapped) {
+      STRATA_ASSIGN_OR_RETURN(auto crcs, CopyMapped(blocks, Direction::kPut, /*checksum=*/true));
+      return PutOutcome{Route::kMapped, std::move(crcs)};
+    }
+  }
+  PutOutcome out{Route::kRma, {}};
+  if (blocks.empty()) return out;
+  STRATA_RETURN_IF_ERROR(TransferRma(blocks, Direction::kPut, deadline));
+  for (const BlockMove& b : blocks) out.crc32c.push_back(Crc32c(b.local, b.length));
+  return out;
+}
+
+absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const BlockMove> blocks,
+                                          bool verify, absl::Duration expires_in) {
+  const absl::Time deadline = DeadlineWithin(expires_in);
+  std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+  GetOutcome out{ChooseRoute(Direction::kGet, mapped_arena_ != nullptr), {}};
+  if (out.route == Route::kMapped) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<uint32_t> crcs,
+                            CopyMapped(blocks, Direction::kGet, verify));
+    out.intact.assign(blocks.size(), 1);
+    for (size_t k = 0; verify && k < blocks.size(); ++k)
+      out.intact[k] = crcs[k] == blocks[k].crc32c;
+    return out;
+  }
+  map_lock.unlock();
+  if (blocks.empty()) return out;
+  auto moved = out.route == Route::kPush ? GetByPush(lease_id, blocks, verify, deadline)
+                                         : GetByRma(blocks, verify, deadline);
+  if (!moved.ok()) return Prefixed(moved.status(), "fetch transfer failed: ");
+  out.intact = std::move(*moved);
+  return out;
+}
+
+// Caller holds map_mu_ shared. Runs on this thread and the helper, checksumming as it copies.
+absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const BlockMove> blocks,
+                                                            Direction direction, bool checksum) {
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  uint8_t* const arena = mapped_arena_;
+  const std::vector<Piece> pieces = SplitIntoPieces(blocks);
+  std::vector<uint32_t> piece_crcs(pieces.size());
+  helper_.ParallelFor(pieces.size(), [&](size_t i) {
+    const Piece& p = pieces[i];
+    const BlockMove& b = blocks[p.block];
+    uint8_t* local = static_cast<uint8_t*>(b.local) + p.offset;
+    uint8_t* remote = arena + b.arena_offset + p.offset;
+    uint8_t* dst = direction == Direction::kGet ? local : remote;
+    const uint8_t* src = direction == Direction::kGet ? remote : local;
+    if (checksum)
+      piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
+    else
+      std::memcpy(dst, src, p.len);
+  });
+  if (!checksum) return std::vector<uint32_t>{};
+  return CombinePieces(pieces, piece_crcs, blocks.size());
+}
+
+absl::Status DataMover::TransferRma(std::span<const BlockMove> blocks, Direction direction,
+                                    absl::Time deadline) {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  std::vector<transport::RmaOp> ops;
+  ops.reserve(blocks.size());
+  for (const BlockMove& b : blocks)
+    ops.push_back({direction == Direction::kGet ? transport::RmaOp::kGet : transport::RmaOp::kPut,
+                   b.local, b.length, arena_base_ + b.arena_offset, FindMemh(b.local, b.length)});
+  return ep_->Transfer(ops, deadline);
+}
+
+// Blocks move in chunks; a chunk's CRCs are checked (on the helper thread, and on this thread
+// once it has no transfers left) while the next chunk moves.
+absl::StatusOr<std::vector<uint8_t>> DataMover::GetByRma(std::span<const BlockMove> blocks,
+                                                         bool verify, absl::Time deadline) {
+  struct Pipeline {
+    std::atomic<size_t> transferred{0};  // blocks [0, transferred) have landed
+    std::atomic<size_t> next{0};         // next block to claim for verification
+    std::atomic<bool> aborted{false};
+    std::vector<uint8_t> ok;
+  };
+  auto pipe = std::make_shared<Pipeline>();
+  pipe->ok.assign(blocks.size(), verify ? 0 : 1);
+  auto verify_some = [pipe, blocks](bool wait_for_more) {
+    while (true) {
+      size_t i = pipe->next.load();
+      if (i >= blocks.size() || pipe->aborted.load()) return;
+      size_t landed = pipe->transferred.load();
+      if (i >= landed) {
+        if (!wait_for_more) return;
+        // Sleep, not spin: over TCP the daemon's progress thread needs this core.
+        pipe->transferred.wait(landed);
+        continue;
+      }
+      if (!pipe->next.compare_exchange_weak(i, i + 1)) continue;
+      pipe->ok[i] = Crc32c(blocks[i].local, blocks[i].length) == blocks[i].crc32c;
+    }
+  };
+  uint64_t total_bytes = 0;
+  for (const BlockMove& b : blocks) total_bytes += b.length;
+  constexpr uint64_t kChunkBytes = 4 << 20;
+  const bool pipelined = verify && blocks.size() > 1 && total_bytes >= 2 * kChunkBytes;
+  std::atomic<bool> helper_done{!pipelined};
+  if (pipelined) {
+    helper_.Post([verify_some, &helper_done] {
+      verify_some(/*wait_for_more=*/true);
+      helper_done.store(true);
+    });
+  }
+  absl::Status moved = absl::OkStatus();
+  for (size_t begin = 0; begin < blocks.size() && moved.ok();) {
+    size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < blocks.size() && (end == begin || !pipelined || bytes < kChunkBytes))
+      bytes += blocks[end++].length;
+    moved = TransferRma(blocks.subspan(begin, end - begin), Direction::kGet, deadline);
+    if (moved.ok()) {
+      pipe->transferred.store(end);
+      pipe->transferred.notify_all();
+    }
+    begin = end;
+  }
+  if (!moved.ok()) {
+    pipe->aborted.store(true);
+    pipe->transferred.store(SIZE_MAX);  // wakes the helper, which then sees `aborted`
+    pipe->transferred.notify_all();
+  }
+  if (verify && moved.ok()) verify_some(/*wait_for_more=*/false);
+  while (!helper_done.load()) std::this_thread::yield();  // the helper reads the buffers
+  STRATA_RETURN_IF_ERROR(moved);
+  return std::move(pipe->ok);
+}
+
+// Each block's CRC is checked on the helper thread as soon as it lands, while later blocks are
+// still arriving.
+absl::StatusOr<std::vector<uint8_t>> DataMover::GetByPush(uint64_t lease_id,
+                                                          std::span<const BlockMove> blocks,
+                                                          bool verify, absl::Time deadline) {
+  std::vector<uint8_t> good(blocks.size(), verify ? 0 : 1);
+  std::mutex checks_mu;
+  std::condition_variable checks_cv;
+  size_t checks_pending = 0;
+  const std::function<void(size_t)> on_landed = [&](size_t k) {
+    if (!verify) return;
+    {
+      std::lock_guard<std::mutex> lock(checks_mu);
+      ++checks_pending;
+    }
+    helper_.Post([&, k] {
+      uint8_t ok = Crc32c(blocks[k].local, blocks[k].length) == blocks[k].crc32c;
+      std::lock_guard<std::mutex> lock(checks_mu);
+      good[k] = ok;
+      if (--checks_pending == 0) checks_cv.notify_all();
+    });
+  };
+  absl::Status moved = ReceivePushed(lease_id, blocks, deadline, on_landed);
+  {
+    // The checks read the caller's buffers: they finish before this call returns.
+    std::unique_lock<std::mutex> lock(checks_mu);
+    checks_cv.wait(lock, [&] { return checks_pending == 0; });
+  }
+  STRATA_RETURN_IF_ERROR(moved);
+  return good;
+}
+
+// Asks the daemon to push the leased `blocks` and receives them. On an error (a timeout
+// included) the endpoint is aborted, so no late byte lands in a buffer the caller has taken back.
+absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
+                                      absl::Time deadline,
+                                      const std::function<void(size_t)>& on_landed) {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  PushWait w;
+  w.request_id = next_request_id_++;
+  w.blocks = blocks;
+  w.on_landed = &on_landed;
+  std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
+  am_wire::PutU64(header.data(), w.request_id);
+  am_wire::PutU64(header.data() + 8, lease_id);
+  am_wire::PutU32(header.data() + 16, static_cast<uint32_t>(blocks.size()));
+  std::string data(blocks.size() * 16, '\0');
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    am_wire::PutU64(data.data() + 16 * i, blocks[i].arena_offset);
+    am_wire::PutU64(data.data() + 16 * i + 8, blocks[i].length);
+    w.memh.push_back(FindMemh(blocks[i].local, blocks[i].length));
+  }
+  push_wait_ = &w;
+  absl::Status s = ep_->AmPost(am_wire::kFetchRequestAm, std::move(header), std::move(data));
+  std::vector<std::pair<size_t, void*>> receiving;
+  unsigned spins = 0;
+  while (s.ok() && w.error.ok() && w.done < blocks.size()) {
+    worker_->Progress();
+    StartKeptReceives(w, &receiving);
+    ReapReceives(w, &receiving);
+    if ((++spins & 63) == 0 && absl::Now() >= deadline) {
+      w.error = absl::DeadlineExceededError("pushed blocks did not all arrive in time");
+      break;
+    }
+  }
+  if (!s.ok()) w.error = s;
+  if (!w.error.ok() && (!receiving.empty() || w.done < blocks.size())) {
+    ep_->Abort();  // stops every transfer still aimed at the caller's buffers
+    CancelReceives(receiving);
+  }
+  for (auto [index, desc] : w.kept) worker_->AmDiscard(desc);
+  push_wait_ = nullptr;
+  return w.error;
+}
+
+void DataMover::StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving) {
+  for (auto [index, desc] : w.kept) {
+    const BlockMove& b = w.blocks[index];
+    auto r = worker_->AmRecvData(desc, b.local, b.length, w.memh[index]);
+    if (!r.ok()) {
+      w.error = r.status();
+    } else if (*r == nullptr) {
+      ++w.done;
+      (*w.on_landed)(index);
+    } else {
+      receiving->emplace_back(index, *r);
+    }
+  }
+  w.kept.clear();
+}
+
+void DataMover::ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving) {
+  for (size_t k = 0; k < receiving->size();) {
+    auto [index, request] = (*receiving)[k];
+    int state = transport::Worker::RequestState(request);
+    if (state == 0) {
+      ++k;
+      continue;
+    }
+    transport::Worker::RequestFree(request);
+    if (state < 0) {
+      w.error = absl::UnavailableError("receiving a pushed block failed");
+    } else {
+      ++w.done;
+      (*w.on_landed)(index);
+    }
+    (*receiving)[k] = receiving->back();
+    receiving->pop_back();
+  }
+}
+
+void DataMover::CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving) {
+  for (auto [index, r] : receiving) worker_->RequestCancel(r);
+  const absl::Time stop = absl::Now() + absl::Milliseconds(500);
+  for (auto [index, r] : receiving) {
+    while (transport::Worker::RequestState(r) == 0 && absl::Now() < stop) worker_->Progress();
+    // Not finished even now: UCX owns it until it completes; it no longer targets a live
+    // connection, so nothing more lands in the buffer.
+    transport::Worker::RequestFree(r);
+  }
+}
+
+bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
+  if (!push_wait_ || m.header.size() != am_wire::kFetchBlockHeaderBytes ||
+      am_wire::GetU64(m.header.data()) != push_wait_->request_id)
+    return false;  // a late block of a fetch that gave up: dropped
+  PushWait& w = *push_wait_;
+  const uint32_t index = am_wire::GetU32(m.header.data() + 8);
+  const uint32_t code = am_wire::GetU32(m.header.data() + 12);
+  if (index == am_wire::kFetchRefused) {
+    w.error =
+        absl::Status(IsOkOnWire(code) ? absl::StatusCode::kInternal : StatusCodeFromWire(code),
+                     absl::StrCat("daemon refused the fetch: ", std::string(m.data)));
+    return false;
+  }
+  if (index >= w.blocks.size() || m.length != w.blocks[index].length) {
+    w.error = absl::InternalError("daemon sent a block that does not match the request");
+    return false;
+  }
+  if (m.rendezvous) {
+    w.kept.emplace_back(index, m.desc);
+    return true;
+  }
+  std::memcpy(w.blocks[index].local, m.data.data(), m.data.size());
+  ++w.done;
+  (*w.on_landed)(index);
+  return false;
+}
+
+absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::string header,
+                                                     std::string data, uint16_t reply_am,
+                                                     absl::Duration timeout) {
+  if (header.size() < 8) return absl::InvalidArgumentError("a request header starts with its id");
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
+  const absl::Time deadline = absl::Now() + timeout;
+  ExchangeWait wait;
+  wait.request_id = next_request_id_++;
+  wait.reply_am = reply_am;
+  am_wire::PutU64(header.data(), wait.request_id);
+  exchange_wait_ = &wait;
+  absl::Status sent = ep_->AmSend(request_am, header, data, deadline);
+  unsigned spins = 0;
+  while (sent.ok() && !wait.done) {
+    worker_->Progress();
+    if ((++spins & 63) == 0 && absl::Now() >= deadline) break;
+  }
+  exchange_wait_ = nullptr;
+  STRATA_RETURN_IF_ERROR(sent);
+  if (!wait.done) return absl::DeadlineExceededError("no reply to the active message in time");
+  return std::move(wait.reply);
+}
+
+void DataMover::OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m) {
+  if (!exchange_wait_ || exchange_wait_->reply_am != reply_am || m.header.size() < 8 ||
+      am_wire::GetU64(m.header.data()) != exchange_wait_->request_id)
+    return;  // a late reply to an exchange that already gave up
+  exchange_wait_->reply.header.assign(m.header);
+  exchange_wait_->reply.data.assign(m.data);
+  exchange_wait_->done = true;
+}
+
+void DataMover::StartPrefault() {
+  prefault_stop_ = false;
+  prefault_ = std::thread([this] {
+    constexpr uint64_t kStep = 64 << 20;
+    for (uint64_t off = 0; !prefault_stop_.load(); off += kStep) {
+      std::shared_lock<std::shared_mutex> lock(map_mu_);
+      if (mapped_arena_ == nullptr || off >= arena_bytes_) return;
+      uint64_t len = std::min(kStep, arena_bytes_ - off);
+      uintptr_t start = reinterpret_cast<uintptr_t>(mapped_arena_ + off) & ~uintptr_t{4095};
+      uintptr_t end = reinterpret_cast<uintptr_t>(mapped_arena_ + off + len);
+      // Only a hint: kernels before 5.14 refuse it and the copies fault pages in as before.
+      if (madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) != 0) return;
+    }
+  });
+}
+
+void DataMover::StopPrefault() {
+  prefault_stop_ = true;
+  if (prefault_.joinable()) prefault_.join();
+}
+
+}  // namespace strata::client

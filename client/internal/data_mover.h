@@ -1,0 +1,194 @@
+// Moves block bytes between a caller's buffers and one stratad's host arena.
+//
+// The mover owns the UCX side of a connection to one daemon: a context, a worker, the endpoint
+// to the daemon's worker, the caller's registered buffers and, when a shared-memory transport
+// maps the arena into this process, that mapping. It knows nothing of gRPC: it learns where the
+// arena is from a Dialer (in libstrata, the daemon's Connect RPC), and dials again when the
+// endpoint has failed. What to move comes from the control plane (a reservation's or a lease's
+// extents); the mover moves it, checksums it and keeps to the deadline.
+//
+// One fallback ladder picks the route of every transfer (ChooseRoute):
+//   kMapped  the arena is mapped here: plain copies, checksummed in the same pass;
+//   kPush    fetches only, when preferred (DataMoverOptions::fetch_transfer): the daemon sends
+//            each leased block as an active message, received straight into the caller's buffer;
+//   kRma     one-sided put/get, with CRC checks of landed chunks overlapping later chunks.
+//
+// Thread-safe. Transfers on the endpoint are serialized; mapped copies run beside them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/internal/helper_thread.h"
+#include "common/am_wire.h"
+#include "strata/client.h"
+#include "transport/ucx.h"
+
+namespace strata::client {
+
+// Where a daemon's data plane is (its Connect answer).
+struct ArenaEndpoint {
+  std::string worker_address;  // the daemon's UCX worker
+  std::string rkey;            // packed remote key of its host arena
+  uint64_t base = 0;           // the arena's address in the daemon
+  uint64_t bytes = 0;
+};
+
+enum class Route { kMapped, kPush, kRma };
+std::string_view RouteName(Route route);
+
+struct DataMoverOptions {
+  // "rma", "push" or "auto" (push without an RDMA device): see ClientOptions::fetch_transfer.
+  std::string fetch_transfer = "auto";
+  // Bound on one batch of transfers (also kept under 80% of the lease or reservation).
+  absl::Duration transfer_timeout = absl::Seconds(10);
+  // The daemon runs on this machine: keep shared-memory transports (see Worker::Connect).
+  bool same_node = true;
+  // Reply ids of the request/reply exchanges run with Exchange (installed at Connect).
+  std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm};
+  // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
+  std::optional<bool> rdma_device;
+  LogSink log;
+};
+
+// One block between a caller's buffer and the arena.
+struct BlockMove {
+  void* local;            // the caller's buffer: source of a put, destination of a get
+  uint64_t length;        // bytes of the block
+  uint64_t arena_offset;  // where the daemon reserved or leased it, from the arena's start
+  uint32_t crc32c = 0;    // gets: what the daemon recorded at commit
+};
+
+struct PutOutcome {
+  Route route;
+  std::vector<uint32_t> crc32c;  // of each block's bytes as sent
+};
+
+struct GetOutcome {
+  Route route;
+  std::vector<uint8_t> intact;  // per block: 0 when the CRC check failed (1 when not checked)
+};
+
+class DataMover {
+ public:
+  // Where the arena is now; called at Connect and again whenever the endpoint has failed.
+  using Dialer = std::function<absl::StatusOr<ArenaEndpoint>()>;
+
+  static absl::StatusOr<std::unique_ptr<DataMover>> Connect(DataMoverOptions options, Dialer dial);
+  ~DataMover();
+  DataMover(const DataMover&) = delete;
+  DataMover& operator=(const DataMover&) = delete;
+
+  // Registers [data, data+size) for transfers until UnregisterBuffer or destruction.
+  absl::Status RegisterBuffer(void* data, size_t size);
+  absl::Status UnregisterBuffer(void* data);
+
+  enum class Direction { kPut, kGet };
+  // The route a transfer in `direction` takes now.
+  Route route(Direction direction) const;
+
+  // Copies blocks into extents the daemon reserved. `expires_in`: how long the reservation
+  // holds them. On an error the reservation's bytes are undefined (the caller aborts it).
+  absl::StatusOr<PutOutcome> Put(std::span<const BlockMove> blocks, absl::Duration expires_in);
+
+  // Copies leased extents into the caller's buffers, checking each block's CRC32C when `verify`.
+  // `expires_in`: how long the lease holds them. On an error no transfer still targets the
+  // caller's buffers when this returns, but their bytes are undefined; a CRC failure is reported
+  // per block, not as an error.
+  absl::StatusOr<GetOutcome> Get(uint64_t lease_id, std::span<const BlockMove> blocks, bool verify,
+                                 absl::Duration expires_in);
+
+  // A request/reply exchange of active messages on the endpoint (common/am_wire.h): writes a
+  // fresh request id into the first 8 bytes of `header`, sends it and waits for the reply on
+  // `reply_am` (one of DataMoverOptions::exchange_replies) whose header starts with that id.
+  // `timeout` counts from when the endpoint is free (a transfer may hold it). Errors:
+  // FailedPrecondition, there is no working endpoint (nothing was sent); DeadlineExceeded, no
+  // reply in time; Unavailable, the send failed.
+  struct Reply {
+    std::string header;
+    std::string data;
+  };
+  absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,
+                                 uint16_t reply_am, absl::Duration timeout);
+
+  // Spare hands for the caller's own per-block work (encoding, decoding).
+  HelperThread& helper() { return helper_; }
+
+ private:
+  struct PushWait;
+  struct ExchangeWait;
+
+  DataMover(DataMoverOptions options, Dialer dial);
+  Route ChooseRoute(Direction direction, bool mapped) const;
+  absl::Status Redial();  // ucx_mu_ held
+  absl::Status CheckExtents(std::span<const BlockMove> blocks) const;
+  ucp_mem_h FindMemh(const void* p, size_t n);
+  absl::Time DeadlineWithin(absl::Duration expires_in) const;
+
+  absl::StatusOr<std::vector<uint32_t>> CopyMapped(std::span<const BlockMove> blocks,
+                                                   Direction direction, bool checksum);
+  absl::Status TransferRma(std::span<const BlockMove> blocks, Direction direction,
+                           absl::Time deadline);
+  absl::StatusOr<std::vector<uint8_t>> GetByRma(std::span<const BlockMove> blocks, bool verify,
+                                                absl::Time deadline);
+  absl::StatusOr<std::vector<uint8_t>> GetByPush(uint64_t lease_id,
+                                                 std::span<const BlockMove> blocks, bool verify,
+                                                 absl::Time deadline);
+  absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
+                             absl::Time deadline, const std::function<void(size_t)>& on_landed);
+  void StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
+  void ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
+  void CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving);
+  void StartPrefault();
+  void StopPrefault();
+
+  // Active-message handlers; they run on the thread progressing the worker (ucx_mu_ held).
+  void OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m);
+  bool OnPushedBlock(const transport::AmMessage& m);
+
+  const DataMoverOptions options_;
+  const Dialer dial_;
+  bool prefer_push_ = false;  // fetches go by push when the arena is not mapped
+
+  // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_
+  // only while the waiting thread holds ucx_mu_, since only that thread progresses the worker.
+  std::mutex ucx_mu_;
+  std::shared_ptr<transport::Context> ucx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::Endpoint> ep_;
+  uint64_t arena_base_ = 0;
+  uint64_t arena_bytes_ = 0;  // written under ucx_mu_ and map_mu_ both
+  uint64_t next_request_id_ = 1;
+  PushWait* push_wait_ = nullptr;
+  ExchangeWait* exchange_wait_ = nullptr;
+
+  // The daemon's arena mapped into this process when UCX reaches it over shared memory. Copies
+  // hold map_mu_ shared; redialing replaces the mapping under it exclusively.
+  mutable std::shared_mutex map_mu_;
+  uint8_t* mapped_arena_ = nullptr;
+
+  std::mutex reg_mu_;
+  std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_;  // by start
+
+  // Faults in this process's page tables for the mapped arena in the background, so the first
+  // copy touching a page does not pay a page fault per 4 KiB.
+  std::thread prefault_;
+  std::atomic<bool> prefault_stop_{false};
+
+  HelperThread helper_;
+};
+
+}  // namespace strata::client

@@ -1,0 +1,38 @@
+// A second thread beside the caller's: CRC checks of fetched blocks run on it while later blocks
+// are still moving, and codec work is split between it and the caller.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace strata::client {
+
+class HelperThread {
+ public:
+  HelperThread();
+  ~HelperThread();  // runs the jobs still queued, then joins
+  HelperThread(const HelperThread&) = delete;
+  HelperThread& operator=(const HelperThread&) = delete;
+
+  // Runs `job` on the helper thread, after the jobs posted before it.
+  void Post(std::function<void()> job);
+
+  // Runs fn(i) for every i in [0, n) on the calling thread and the helper thread; returns once
+  // both are done with `fn`.
+  void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+
+ private:
+  void Run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strata::client

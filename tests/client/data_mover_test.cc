@@ -1,0 +1,335 @@
+// The data mover against a real UCX peer on loopback (tests/client/fake_daemon.h) in this
+// process. The mover itself runs unmodified.
+#include "client/internal/data_mover.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/am_wire.h"
+#include "common/crc32c.h"
+#include "tests/client/fake_daemon.h"
+#include "transport/ucx.h"
+
+namespace strata::client {
+namespace {
+
+struct Dialed {
+  std::unique_ptr<DataMover> mover;
+  std::shared_ptr<std::atomic<int>> dials = std::make_shared<std::atomic<int>>(0);
+};
+
+Dialed ConnectTo(FakeDaemon& daemon, DataMoverOptions options = {}) {
+  Dialed d;
+  auto dials = d.dials;
+  auto made = DataMover::Connect(std::move(options), [&daemon, dials] {
+    ++*dials;
+    return absl::StatusOr<ArenaEndpoint>(daemon.endpoint());
+  });
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (made.ok()) d.mover = std::move(*made);
+  return d;
+}
+
+// Blocks laid out back to back in the arena from `start`, with their sources.
+struct Blocks {
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<BlockMove> puts;
+
+  Blocks(const std::vector<size_t>& sizes, uint64_t start, uint32_t seed) {
+    uint64_t offset = start;
+    for (size_t i = 0; i < sizes.size(); ++i) data.push_back(RandomBytes(sizes[i], seed + i));
+    for (auto& d : data) {
+      puts.push_back({d.data(), d.size(), offset, Crc32c(d.data(), d.size())});
+      offset += (d.size() + 4095) & ~uint64_t{4095};
+    }
+  }
+  void CopyInto(uint8_t* arena) const {
+    for (size_t i = 0; i < data.size(); ++i)
+      std::memcpy(arena + puts[i].arena_offset, data[i].data(), data[i].size());
+  }
+  // Gets of every block into `out`, expecting the CRCs of the originals.
+  std::vector<BlockMove> Gets(std::vector<std::vector<uint8_t>>* out) const {
+    out->clear();
+    std::vector<BlockMove> gets;
+    for (const auto& p : puts) {
+      out->emplace_back(p.length, 0);
+      gets.push_back({out->back().data(), p.length, p.arena_offset, p.crc32c});
+    }
+    for (size_t i = 0; i < gets.size(); ++i) gets[i].local = (*out)[i].data();
+    return gets;
+  }
+};
+
+constexpr absl::Duration kLease = absl::Seconds(30);
+
+TEST(DataMoverTest, MappedArenaCopiesAndChecksumsInOnePass) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kAllocated, 6 << 20);
+  auto d = ConnectTo(daemon);
+  ASSERT_TRUE(d.mover);
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kMapped)
+      << "UCX did not map a same-node arena it allocated (shared-memory transports missing?)";
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kPut), Route::kMapped);
+  // One byte, one block under a copy piece, one over two pieces (2 MiB each).
+  Blocks blocks({1, 100 << 10, (5 << 20) / 2}, 4096, 1);
+  auto put = d.mover->Put(blocks.puts, kLease);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->route, Route::kMapped);
+  for (size_t i = 0; i < blocks.data.size(); ++i) {
+    EXPECT_EQ(put->crc32c[i], blocks.puts[i].crc32c) << "block " << i;
+    EXPECT_EQ(std::memcmp(daemon.arena() + blocks.puts[i].arena_offset, blocks.data[i].data(),
+                          blocks.data[i].size()),
+              0)
+        << "block " << i;
+  }
+  daemon.arena()[blocks.puts[2].arena_offset + (3 << 20) / 2] ^= 0x40;  // in its second piece
+  std::vector<std::vector<uint8_t>> out;
+  auto got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->route, Route::kMapped);
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ(out[0], blocks.data[0]);
+  EXPECT_EQ(out[1], blocks.data[1]);
+  EXPECT_NE(out[2], blocks.data[2]);
+  // Unverified: nothing is flagged.
+  got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/false, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 1}));
+}
+
+// Enough bytes (over two 4 MiB chunks) that CRC checks run on the helper thread while later
+// chunks still move.
+TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 12 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "rma";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kRma);
+  Blocks blocks(std::vector<size_t>(6, (3 << 20) / 2), 0, 10);
+  std::vector<uint8_t> registered(1 << 20);  // a registered source takes the memh path
+  ASSERT_TRUE(d.mover->RegisterBuffer(registered.data(), registered.size()).ok());
+  auto put = d.mover->Put(blocks.puts, kLease);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->route, Route::kRma);
+  for (size_t i = 0; i < blocks.data.size(); ++i) {
+    EXPECT_EQ(put->crc32c[i], blocks.puts[i].crc32c);
+    EXPECT_EQ(std::memcmp(daemon.arena() + blocks.puts[i].arena_offset, blocks.data[i].data(),
+                          blocks.data[i].size()),
+              0)
+        << "block " << i;
+  }
+  daemon.arena()[blocks.puts[1].arena_offset] ^= 1;
+  daemon.arena()[blocks.puts[4].arena_offset + blocks.puts[4].length - 1] ^= 1;
+  std::vector<std::vector<uint8_t>> out;
+  auto got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->route, Route::kRma);
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 0, 1, 1, 0, 1}));
+  for (size_t i : {0, 2, 3, 5}) EXPECT_EQ(out[i], blocks.data[i]) << "block " << i;
+  EXPECT_TRUE(d.mover->UnregisterBuffer(registered.data()).ok());
+  EXPECT_EQ(d.mover->UnregisterBuffer(registered.data()).code(), absl::StatusCode::kNotFound);
+}
+
+// Small blocks arrive eagerly (copied), large ones by rendezvous straight into the buffer.
+TEST(DataMoverTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptOnes) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kPush);
+  // Publishing never goes by push: the ladder puts by RMA.
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kPut), Route::kRma);
+  Blocks blocks({1000, 1 << 20, 3000, (3 << 20) / 2}, 0, 20);
+  blocks.CopyInto(daemon.arena());
+  daemon.arena()[blocks.puts[2].arena_offset + 7] ^= 1;  // an eager one
+  daemon.arena()[blocks.puts[3].arena_offset + 7] ^= 1;  // a rendezvous one
+  std::vector<std::vector<uint8_t>> out;
+  auto got = d.mover->Get(/*lease_id=*/77, blocks.Gets(&out), /*verify=*/true, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->route, Route::kPush);
+  EXPECT_EQ(daemon.pushed.load(), 4);
+  EXPECT_EQ(daemon.last_lease.load(), 77u);
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 0, 0}));
+  EXPECT_EQ(out[0], blocks.data[0]);
+  EXPECT_EQ(out[1], blocks.data[1]);
+}
+
+TEST(DataMoverTest, LadderPrefersMappedThenPushWithoutRdmaThenRma) {
+  FakeDaemon mapped(FakeDaemon::ArenaKind::kAllocated, 1 << 20);
+  FakeDaemon unmapped(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
+  struct Case {
+    FakeDaemon* daemon;
+    std::string mode;
+    bool rdma;
+    Route get, put;
+  };
+  for (const Case& c : {Case{&mapped, "push", false, Route::kMapped, Route::kMapped},
+                        Case{&mapped, "rma", true, Route::kMapped, Route::kMapped},
+                        Case{&unmapped, "auto", false, Route::kPush, Route::kRma},
+                        Case{&unmapped, "auto", true, Route::kRma, Route::kRma},
+                        Case{&unmapped, "push", true, Route::kPush, Route::kRma},
+                        Case{&unmapped, "rma", false, Route::kRma, Route::kRma}}) {
+    DataMoverOptions o;
+    o.fetch_transfer = c.mode;
+    o.rdma_device = c.rdma;
+    auto d = ConnectTo(*c.daemon, o);
+    ASSERT_TRUE(d.mover);
+    const std::string what = c.mode + (c.rdma ? " with" : " without") + " RDMA, " +
+                             (c.daemon == &mapped ? "mapped" : "unmapped");
+    EXPECT_EQ(RouteName(d.mover->route(DataMover::Direction::kGet)), RouteName(c.get)) << what;
+    EXPECT_EQ(RouteName(d.mover->route(DataMover::Direction::kPut)), RouteName(c.put)) << what;
+  }
+}
+
+// A daemon that takes the request and never sends a block: the fetch ends at its deadline, and
+// the next one dials again (the endpoint was aborted so no late block lands).
+TEST(DataMoverTest, SilentPushPeerFailsAtTheDeadlineAndTheNextFetchRedials) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 2 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  o.transfer_timeout = absl::Milliseconds(500);
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  Blocks blocks({4096, 512 << 10}, 0, 30);
+  blocks.CopyInto(daemon.arena());
+  daemon.on_fetch = FakeDaemon::OnFetch::kIgnore;
+  std::vector<std::vector<uint8_t>> out;
+  const absl::Time t0 = absl::Now();
+  auto got = d.mover->Get(1, blocks.Gets(&out), true, kLease);
+  const absl::Duration took = absl::Now() - t0;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_NE(got.status().message().find("fetch transfer failed"), std::string::npos);
+  EXPECT_GE(took, absl::Milliseconds(450));
+  EXPECT_LT(took, absl::Seconds(3));
+  EXPECT_EQ(d.dials->load(), 1);
+
+  daemon.on_fetch = FakeDaemon::OnFetch::kPush;
+  got = d.mover->Get(2, blocks.Gets(&out), true, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1}));
+  EXPECT_EQ(out[1], blocks.data[1]);
+  EXPECT_EQ(d.dials->load(), 2);
+}
+
+// The deadline is the shorter of transfer_timeout and 80% of what the lease has left.
+TEST(DataMoverTest, ShortLeaseBoundsThePushDeadline) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  daemon.on_fetch = FakeDaemon::OnFetch::kIgnore;
+  Blocks blocks({4096}, 0, 40);
+  std::vector<std::vector<uint8_t>> out;
+  const absl::Time t0 = absl::Now();
+  auto got = d.mover->Get(1, blocks.Gets(&out), true, absl::Milliseconds(250));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+}
+
+TEST(DataMoverTest, RefusedPushIsReportedWithTheDaemonsCode) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  daemon.on_fetch = FakeDaemon::OnFetch::kRefuse;
+  Blocks blocks({4096}, 0, 50);
+  std::vector<std::vector<uint8_t>> out;
+  auto got = d.mover->Get(1, blocks.Gets(&out), true, kLease);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+  EXPECT_NE(got.status().message().find("lease expired"), std::string::npos) << got.status();
+}
+
+// RMA to a peer whose worker nobody progresses: over TCP (UCX emulates RMA with messages the
+// peer must answer) nothing completes, and the transfer must end at its deadline. Once the peer
+// progresses again, the next transfer dials a new endpoint and succeeds.
+TEST(DataMoverTest, RmaToAStalledPeerFailsAtTheDeadlineThenRecovers) {
+  const char* saved = std::getenv("UCX_TLS");
+  const std::string restore = saved ? saved : "";
+  setenv("UCX_TLS", "tcp", 1);  // read by each new UCX context
+  {
+    FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 1 << 20, /*progress=*/false);
+    DataMoverOptions o;
+    o.fetch_transfer = "rma";
+    o.transfer_timeout = absl::Milliseconds(500);
+    auto d = ConnectTo(daemon, o);
+    ASSERT_TRUE(d.mover);
+    Blocks blocks({64 << 10, 64 << 10}, 0, 60);
+    std::vector<std::vector<uint8_t>> out;
+    const absl::Time t0 = absl::Now();
+    auto got = d.mover->Get(1, blocks.Gets(&out), true, kLease);
+    const absl::Duration took = absl::Now() - t0;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+    EXPECT_LT(took, absl::Seconds(4));
+    daemon.StartProgress();
+    auto put = d.mover->Put(blocks.puts, kLease);
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(d.dials->load(), 2);
+    EXPECT_EQ(std::memcmp(daemon.arena(), blocks.data[0].data(), blocks.data[0].size()), 0);
+  }
+  if (saved)
+    setenv("UCX_TLS", restore.c_str(), 1);
+  else
+    unsetenv("UCX_TLS");
+}
+
+TEST(DataMoverTest, ExtentOutsideTheArenaIsRefusedOnEveryRoute) {
+  FakeDaemon mapped(FakeDaemon::ArenaKind::kAllocated, 1 << 20);
+  FakeDaemon unmapped(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
+  std::vector<uint8_t> buf(8192);
+  for (auto [daemon, mode] :
+       {std::pair{&mapped, "rma"}, std::pair{&unmapped, "rma"}, std::pair{&unmapped, "push"}}) {
+    // Straddles the arena's end (UCX may have rounded the allocation up).
+    const BlockMove beyond[] = {{buf.data(), buf.size(), daemon->endpoint().bytes - 4096, 0}};
+    DataMoverOptions o;
+    o.fetch_transfer = mode;
+    auto d = ConnectTo(*daemon, o);
+    ASSERT_TRUE(d.mover);
+    auto got = d.mover->Get(1, beyond, true, kLease);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal)
+        << RouteName(d.mover->route(DataMover::Direction::kGet)) << ": " << got.status();
+    auto put = d.mover->Put(beyond, kLease);
+    EXPECT_EQ(put.status().code(), absl::StatusCode::kInternal) << put.status();
+  }
+  EXPECT_EQ(unmapped.pushed.load(), 0);
+}
+
+TEST(DataMoverTest, ExchangeMatchesTheReplyAndTimesOutOnASilentPeer) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
+  auto d = ConnectTo(daemon);
+  ASSERT_TRUE(d.mover);
+  auto reply = d.mover->Exchange(am_wire::kLookupRequestAm, std::string(8, '\0'), "ping",
+                                 am_wire::kLookupReplyAm, absl::Seconds(5));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "pongping");
+  daemon.on_lookup = FakeDaemon::OnLookup::kIgnore;
+  const absl::Time t0 = absl::Now();
+  reply = d.mover->Exchange(am_wire::kLookupRequestAm, std::string(8, '\0'), "ping",
+                            am_wire::kLookupReplyAm, absl::Milliseconds(200));
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kDeadlineExceeded) << reply.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  // A late answer to the abandoned request must not satisfy the next one.
+  daemon.on_lookup = FakeDaemon::OnLookup::kEcho;
+  reply = d.mover->Exchange(am_wire::kLookupRequestAm, std::string(8, '\0'), "again",
+                            am_wire::kLookupReplyAm, absl::Seconds(5));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "pongagain");
+}
+
+TEST(DataMoverTest, FailedDialFailsConnect) {
+  auto made = DataMover::Connect({}, [] {
+    return absl::StatusOr<ArenaEndpoint>(absl::UnavailableError("stratad is not there"));
+  });
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(made.status().message().find("stratad is not there"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::client

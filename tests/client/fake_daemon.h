@@ -1,0 +1,154 @@
+// A stand-in for a daemon's data plane, in the test's process: its own UCX context and worker,
+// an arena, a progress thread and, as asked, the push-fetch and lookup active messages of
+// common/am_wire.h. What talks to it (a DataMover, a ControlChannel's fast path) runs unmodified.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/internal/data_mover.h"
+#include "common/am_wire.h"
+#include "strata/v1/cache.pb.h"
+#include "transport/ucx.h"
+
+namespace strata::client {
+
+inline std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+// What a daemon offers a client's data mover: an arena behind a worker.
+class FakeDaemon {
+ public:
+  // kAllocated: UCX allocates the arena, so a same-node peer can map it (posix/sysv). kRegistered:
+  // plain heap memory, only registered, which no transport maps: bytes then move by RMA or push.
+  enum class ArenaKind { kAllocated, kRegistered };
+  // What the daemon does with a push-fetch request.
+  enum class OnFetch { kPush, kIgnore, kRefuse };
+  // What it does with a lookup request: echo (reply "pong" + the request's data, for a plain
+  // exchange), answer as stratad does (every block cached here, in the host tier), or nothing.
+  enum class OnLookup { kEcho, kAnswer, kIgnore };
+
+  FakeDaemon(ArenaKind kind, size_t bytes, bool progress = true) {
+    auto ctx = transport::Context::Create(/*wakeup=*/true);
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = *ctx;
+    auto worker = transport::Worker::Create(ctx_);
+    EXPECT_TRUE(worker.ok()) << worker.status();
+    worker_ = std::move(*worker);
+    if (kind == ArenaKind::kAllocated) {
+      auto region = ctx_->Allocate(bytes);
+      EXPECT_TRUE(region.ok()) << region.status();
+      arena_ = std::move(*region);
+    } else {
+      heap_.assign(bytes, 0);
+      auto region = ctx_->Register(heap_.data(), heap_.size());
+      EXPECT_TRUE(region.ok()) << region.status();
+      arena_ = std::move(*region);
+    }
+    EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kFetchRequestAm,
+                                   [this](const transport::AmMessage& m) { HandleFetch(m); })
+                    .ok());
+    EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kLookupRequestAm,
+                                   [this](const transport::AmMessage& m) { HandleLookup(m); })
+                    .ok());
+    if (progress) progress_ = std::make_unique<transport::ProgressThread>(worker_.get());
+  }
+
+  ~FakeDaemon() { progress_.reset(); }
+
+  void StartProgress() {
+    if (!progress_) progress_ = std::make_unique<transport::ProgressThread>(worker_.get());
+  }
+
+  ArenaEndpoint endpoint() const {
+    auto rkey = arena_->PackRkey();
+    EXPECT_TRUE(rkey.ok());
+    return {worker_->address(), rkey.value_or(""), reinterpret_cast<uint64_t>(arena_->data()),
+            arena_->size()};
+  }
+  uint8_t* arena() { return arena_->data(); }
+
+  std::atomic<OnFetch> on_fetch{OnFetch::kPush};
+  std::atomic<OnLookup> on_lookup{OnLookup::kEcho};
+  std::atomic<int> lookups{0};
+  std::atomic<uint64_t> last_lease{0};
+  std::atomic<int> pushed{0};
+
+ private:
+  std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
+    std::string h(am_wire::kFetchBlockHeaderBytes, '\0');
+    am_wire::PutU64(h.data(), request_id);
+    am_wire::PutU32(h.data() + 8, index);
+    am_wire::PutU32(h.data() + 12, static_cast<uint32_t>(code));
+    return h;
+  }
+
+  void HandleFetch(const transport::AmMessage& m) {
+    if (m.reply_ep == nullptr || m.header.size() != am_wire::kFetchRequestHeaderBytes) return;
+    const uint64_t request_id = am_wire::GetU64(m.header.data());
+    last_lease = am_wire::GetU64(m.header.data() + 8);
+    const uint32_t count = am_wire::GetU32(m.header.data() + 16);
+    switch (on_fetch.load()) {
+      case OnFetch::kIgnore:
+        return;
+      case OnFetch::kRefuse:
+        worker_->AmReply(
+            m.reply_ep, am_wire::kFetchBlockAm,
+            BlockHeader(request_id, am_wire::kFetchRefused, absl::StatusCode::kFailedPrecondition),
+            "lease expired");
+        return;
+      case OnFetch::kPush:
+        break;
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint64_t offset = am_wire::GetU64(m.data.data() + 16 * i);
+      const uint64_t size = am_wire::GetU64(m.data.data() + 16 * i + 8);
+      worker_->AmSendZeroCopy(m.reply_ep, am_wire::kFetchBlockAm,
+                              BlockHeader(request_id, i, absl::StatusCode::kOk),
+                              arena_->data() + offset, size, arena_->handle(),
+                              /*eager=*/size <= (256 << 10));
+      ++pushed;
+    }
+  }
+
+  void HandleLookup(const transport::AmMessage& m) {
+    ++lookups;
+    if (m.reply_ep == nullptr || m.header.size() < 8) return;
+    switch (on_lookup.load()) {
+      case OnLookup::kIgnore:
+        return;
+      case OnLookup::kEcho:
+        worker_->AmReply(m.reply_ep, am_wire::kLookupReplyAm, std::string(m.header.substr(0, 8)),
+                         "pong" + std::string(m.data));
+        return;
+      case OnLookup::kAnswer: {
+        am_wire::ReplyHeader h;
+        h.request_id = am_wire::GetU64(m.header.data());
+        h.prefix = static_cast<uint32_t>(m.data.size() / 32);
+        h.complete = true;
+        worker_->AmReply(m.reply_ep, am_wire::kLookupReplyAm, am_wire::EncodeReplyHeader(h),
+                         std::string(h.prefix, static_cast<char>(v1::TIER_HOST)));
+        return;
+      }
+    }
+  }
+
+  std::shared_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::vector<uint8_t> heap_;
+  std::unique_ptr<transport::MemoryRegion> arena_;
+  std::unique_ptr<transport::ProgressThread> progress_;
+};
+
+}  // namespace strata::client
