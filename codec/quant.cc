@@ -1,4 +1,4 @@
-// Lossy `quant` sections.
+// Lossy `quant` sections: the format and the encoder (the decoder is in quant_decode.cc).
 //
 // Payload:
 //   u8 bits, u8 axis (0: a step per channel, keys; 1: a step per token and channel group,
