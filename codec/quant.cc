@@ -1,4 +1,4 @@
-// Lossy `quant` sections.
+// Lossy `quant` sections: the format and the encoder (the decoder is in quant_decode.cc).
 //
 // Payload:
 //   u8 bits, u8 axis (0: a step per channel, keys; 1: a step per token and channel group,
@@ -238,59 +238,73 @@ int ChooseSplit(const uint32_t* counts, size_t sampled, uint32_t alphabet, uint3
   return 0;
 }
 
-}  // namespace
+// ---- EncodeQuant's steps ----------------------------------------------------------------------
 
-void SetSplitLowBitsForTesting(int r) { g_split_r = r; }
+// What the encoder's steps share about one section.
+struct QuantGeometry {
+  size_t T, C, n;
+  int levels;         // a step is a range over this many levels: 2^bits - 1
+  int32_t offset;     // the symbol of a zero residual: 2^(bits+1)
+  uint32_t alphabet;  // 4 << bits
+  uint8_t axis;       // 0: a step per channel (keys); 1: per token and channel group (values)
+  size_t group, ngroups;
+};
 
-absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
-                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
-                         uint8_t* coder, rans::SharedEncoder* shared) {
-  const size_t T = s.tokens, C = s.channels(), n = s.values();
-  const int levels = (1 << bits) - 1;
-  const int32_t offset = 1 << (bits + 1);
-  const uint32_t alphabet = 4u << bits;
-  const uint8_t axis = s.is_key ? 0 : 1;
-  const size_t group = axis == 0 ? C : std::min<size_t>(p.group_size, C);
-  const size_t ngroups = (C + group - 1) / group;
+QuantGeometry GeometryOf(const TensorShape& s, uint8_t bits, const CodecParams& p) {
+  QuantGeometry q;
+  q.T = s.tokens;
+  q.C = s.channels();
+  q.n = s.values();
+  q.levels = (1 << bits) - 1;
+  q.offset = 1 << (bits + 1);
+  q.alphabet = 4u << bits;
+  q.axis = s.is_key ? 0 : 1;
+  q.group = q.axis == 0 ? q.C : std::min<size_t>(p.group_size, q.C);
+  q.ngroups = (q.C + q.group - 1) / q.group;
+  return q;
+}
 
-  sc->f.resize(n);
-  ToFloat(in, s.dtype, sc->f.data(), n);
-  // Dense-and-sparse: pick the keys' outlier channels, keep their input bytes, zero them.
-  std::vector<uint16_t> outliers;
-  bool outliers_finite = true;  // the kept channels are zeroed below, so check them here
-  const bool use_outliers = p.key_outliers && axis == 0;
-  if (use_outliers) {
-    const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
-    std::vector<float> ms(C, 0.0f);
-    for (size_t t = 0; t < T; ++t) SumSquaresRow(sc->f.data() + t * C, ms.data(), C);
-    std::vector<std::pair<float, uint16_t>> cand;
-    for (size_t h = 0; h < s.heads; ++h) {
-      std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
-      std::nth_element(sorted.begin(), sorted.begin() + D / 2, sorted.end());
-      const float median = sorted[D / 2];
-      cand.clear();
-      for (size_t c = h * D; c < (h + 1) * D; ++c)
-        if (ms[c] > 16.0f * median && ms[c] > 0) cand.push_back({ms[c], static_cast<uint16_t>(c)});
-      std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) {
-        return a.first != b.first ? a.first > b.first : a.second < b.second;
-      });
-      for (size_t i = 0; i < cand.size() && i < per_head; ++i) outliers.push_back(cand[i].second);
-    }
-    std::sort(outliers.begin(), outliers.end());
-    for (size_t t = 0; t < T; ++t)
-      for (uint16_t c : outliers) {
-        outliers_finite &= std::isfinite(sc->f[t * C + c]);
-        sc->f[t * C + c] = 0.0f;
-      }
+// Dense-and-sparse keys: picks the outlier channels (per head, up to head_dim / 16 whose mean
+// square is over 16 times the head's median; ascending), whose input the section keeps exactly,
+// and zeroes them in f. Returns false when one of their values is not finite (the finiteness
+// pass that follows sees only the zeros).
+bool TakeKeyOutliers(const TensorShape& s, const QuantGeometry& q, float* f,
+                     std::vector<uint16_t>* outliers) {
+  const size_t T = q.T, C = q.C;
+  const size_t D = s.head_dim, per_head = std::max<size_t>(1, D / 16);
+  std::vector<float> ms(C, 0.0f);
+  for (size_t t = 0; t < T; ++t) SumSquaresRow(f + t * C, ms.data(), C);
+  std::vector<std::pair<float, uint16_t>> cand;
+  for (size_t h = 0; h < s.heads; ++h) {
+    std::vector<float> sorted(ms.begin() + h * D, ms.begin() + (h + 1) * D);
+    std::nth_element(sorted.begin(), sorted.begin() + D / 2, sorted.end());
+    const float median = sorted[D / 2];
+    cand.clear();
+    for (size_t c = h * D; c < (h + 1) * D; ++c)
+      if (ms[c] > 16.0f * median && ms[c] > 0) cand.push_back({ms[c], static_cast<uint16_t>(c)});
+    std::sort(cand.begin(), cand.end(), [](auto& a, auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (size_t i = 0; i < cand.size() && i < per_head; ++i) outliers->push_back(cand[i].second);
   }
-  if (p.hadamard) HadamardRows(sc->f.data(), T * s.heads, s.head_dim);
-  const float* f = sc->f.data();
+  std::sort(outliers->begin(), outliers->end());
+  bool finite = true;
+  for (size_t t = 0; t < T; ++t)
+    for (uint16_t c : *outliers) {
+      finite &= std::isfinite(f[t * C + c]);
+      f[t * C + c] = 0.0f;
+    }
+  return finite;
+}
 
-  // One pass over the rows: finiteness, per-channel sums (centre), and the step ranges
-  // (per-channel min/max for keys, per token and channel group for values).
+// One pass over the rows: finiteness, per-channel sums (centre), and the step ranges
+// (per-channel min/max for keys, per token and channel group for values). Then the centres, as
+// written (mu16) and as the decoder will read them (sc->mu), and the keys' steps.
+absl::Status CentresAndSteps(const float* f, const QuantGeometry& q, bool outliers_finite,
+                             SectionScratch* sc, std::vector<uint16_t>* mu16) {
+  const size_t T = q.T, C = q.C, ngroups = q.ngroups;
   sc->mu.assign(C, 0.0f);
-  const bool key_axis = axis == 0;
+  const bool key_axis = q.axis == 0;
   if (key_axis) {
     sc->mn.assign(f, f + C);
     sc->mx.assign(f, f + C);
@@ -302,69 +316,78 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                           key_axis ? sc->mx.data() : nullptr);
   if (!key_axis) {
     for (size_t t = 0; t < T; ++t) {
-      GroupRangesRow(f + t * C, C, group, sc->mn.data());
+      GroupRangesRow(f + t * C, C, q.group, sc->mn.data());
       for (size_t g = 0; g < ngroups; ++g)
-        sc->steps16[t * ngroups + g] = StepToHalf(sc->mn[g], levels);
+        sc->steps16[t * ngroups + g] = StepToHalf(sc->mn[g], q.levels);
     }
   }
   if (!finite || !outliers_finite)
     return absl::InvalidArgumentError("codec: quant mode needs finite values (use lossless)");
-  std::vector<uint16_t> mu16(C);
+  mu16->resize(C);
   for (size_t c = 0; c < C; ++c) {
-    mu16[c] = FloatToHalf(sc->mu[c] / static_cast<float>(T));
-    sc->mu[c] = HalfToFloat(mu16[c]);
+    (*mu16)[c] = FloatToHalf(sc->mu[c] / static_cast<float>(T));
+    sc->mu[c] = HalfToFloat((*mu16)[c]);
   }
   if (key_axis) {
     sc->steps16.resize(C);
-    for (size_t c = 0; c < C; ++c) sc->steps16[c] = StepToHalf(sc->mx[c] - sc->mn[c], levels);
+    for (size_t c = 0; c < C; ++c) sc->steps16[c] = StepToHalf(sc->mx[c] - sc->mn[c], q.levels);
   }
+  return absl::OkStatus();
+}
 
-  // Predictor weights: a = rho * var / (var + D), the closed-loop optimum for an AR(1) channel
-  // whose prediction sees quantisation noise of variance D = step^2 / 12.
+// Predictor weights (sc->a, and as written, a16): a = rho * var / (var + D), the closed-loop
+// optimum for an AR(1) channel whose prediction sees quantisation noise of variance
+// D = step^2 / 12. All zero without token delta.
+void PredictorWeights(const float* f, const QuantGeometry& q, bool token_delta, SectionScratch* sc,
+                      std::vector<uint8_t>* a16) {
+  const size_t T = q.T, C = q.C, ngroups = q.ngroups, group = q.group;
   sc->a.assign(C, 0.0f);
-  std::vector<uint8_t> a16(C, 0);
-  if (p.token_delta && T > 1) {
-    std::vector<float> num(C, 0.0f), den(C, 0.0f), d2(C, 0.0f);
-    ArStatsRows(f, T, C, sc->mu.data(), num.data(), den.data());
-    if (axis == 0) {
-      for (size_t c = 0; c < C; ++c) {
-        const float st = HalfToFloat(sc->steps16[c]);
-        d2[c] = st * st;
-      }
-    } else {
-      // Per group (every channel of a group gets the same sum, added in the same order).
-      std::vector<float> d2g(ngroups, 0.0f);
-      for (size_t t = 0; t < T; ++t)
-        for (size_t g = 0; g < ngroups; ++g) {
-          const float st = HalfToFloat(sc->steps16[t * ngroups + g]);
-          d2g[g] += st * st / static_cast<float>(T);
-        }
-      for (size_t g = 0; g < ngroups; ++g)
-        for (size_t c = g * group, c1 = std::min(C, c + group); c < c1; ++c) d2[c] = d2g[g];
-    }
+  a16->assign(C, 0);
+  if (!token_delta || T <= 1) return;
+  std::vector<float> num(C, 0.0f), den(C, 0.0f), d2(C, 0.0f);
+  ArStatsRows(f, T, C, sc->mu.data(), num.data(), den.data());
+  if (q.axis == 0) {
     for (size_t c = 0; c < C; ++c) {
-      if (den[c] <= 0) continue;
-      const float rho = num[c] / den[c];
-      const float var = den[c] / static_cast<float>(T - 1);
-      const float a = rho * var / (var + d2[c] / 12.0f);
-      const int q = static_cast<int>(std::lround(std::clamp(a, 0.0f, 1.0f) * 16.0f));
-      a16[c] = static_cast<uint8_t>(q);
-      sc->a[c] = static_cast<float>(q) / 16.0f;
+      const float st = HalfToFloat(sc->steps16[c]);
+      d2[c] = st * st;
     }
+  } else {
+    // Per group (every channel of a group gets the same sum, added in the same order).
+    std::vector<float> d2g(ngroups, 0.0f);
+    for (size_t t = 0; t < T; ++t)
+      for (size_t g = 0; g < ngroups; ++g) {
+        const float st = HalfToFloat(sc->steps16[t * ngroups + g]);
+        d2g[g] += st * st / static_cast<float>(T);
+      }
+    for (size_t g = 0; g < ngroups; ++g)
+      for (size_t c = g * group, c1 = std::min(C, c + group); c < c1; ++c) d2[c] = d2g[g];
   }
+  for (size_t c = 0; c < C; ++c) {
+    if (den[c] <= 0) continue;
+    const float rho = num[c] / den[c];
+    const float var = den[c] / static_cast<float>(T - 1);
+    const float a = rho * var / (var + d2[c] / 12.0f);
+    const int qa = static_cast<int>(std::lround(std::clamp(a, 0.0f, 1.0f) * 16.0f));
+    (*a16)[c] = static_cast<uint8_t>(qa);
+    sc->a[c] = static_cast<float>(qa) / 16.0f;
+  }
+}
 
-  // Quantise row by row; xh carries the reconstruction the decoder will have.
-  sc->syms.resize(n);
+// Quantises row by row into sc->syms; sc->xh carries the reconstruction the decoder will have.
+// Values' steps are widened first where a residual would not fit (WidenValueSteps).
+void QuantiseRows(const float* f, const QuantGeometry& q, SectionScratch* sc) {
+  const size_t T = q.T, C = q.C, ngroups = q.ngroups, group = q.group;
+  sc->syms.resize(q.n);
   sc->xh.assign(sc->mu.begin(), sc->mu.end());
   sc->step.resize(C);
   sc->inv_step.resize(C);
-  if (axis == 0) {
+  if (q.axis == 0) {
     for (size_t c = 0; c < C; ++c) {
       sc->step[c] = HalfToFloat(sc->steps16[c]);
       sc->inv_step[c] = 1.0f / sc->step[c];
     }
   }
-  std::vector<float> worst(axis == 1 ? ngroups : 0);
+  std::vector<float> worst(q.axis == 1 ? ngroups : 0);
   // The next section's input, fetched from memory while this one computes: its first pass
   // (the conversion to floats) otherwise waits on DRAM.
   const uint8_t* pf = sc->prefetch;
@@ -373,9 +396,9 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   for (size_t t = 0; t < T; ++t) {
     for (size_t k = 0; k < pf_per_row && pf < pf_end; ++k, pf += 64) __builtin_prefetch(pf, 0, 2);
     size_t step_group = 0;
-    if (axis == 1) {
+    if (q.axis == 1) {
       step_group = group;
-      WidenValueSteps(f + t * C, sc->mu.data(), sc->a.data(), sc->xh.data(), C, group, offset,
+      WidenValueSteps(f + t * C, sc->mu.data(), sc->a.data(), sc->xh.data(), C, group, q.offset,
                       worst.data(), sc->steps16.data() + t * ngroups);
       for (size_t g = 0; g < ngroups; ++g) {
         sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
@@ -383,19 +406,26 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
       }
     }
     QuantRowGrouped(f + t * C, sc->mu.data(), sc->a.data(), sc->step.data(), sc->inv_step.data(),
-                    step_group, sc->xh.data(), sc->syms.data() + t * C, C, offset,
-                    static_cast<int32_t>(alphabet - 1));
+                    step_group, sc->xh.data(), sc->syms.data() + t * C, C, q.offset,
+                    static_cast<int32_t>(q.alphabet - 1));
   }
+}
 
+// Everything in front of the symbols (see the layout at the top of this file).
+void WriteQuantHeader(const uint8_t* in, const TensorShape& s, const QuantGeometry& q, uint8_t bits,
+                      const CodecParams& p, bool use_outliers,
+                      const std::vector<uint16_t>& outliers, const std::vector<uint16_t>& mu16,
+                      const std::vector<uint8_t>& a16, const std::vector<uint16_t>& steps16,
+                      std::vector<uint8_t>* out) {
+  const size_t T = q.T, C = q.C;
   ByteWriter w(out);
-  const uint32_t ctx = NumChannelContexts(s);
   w.U8(bits);
-  w.U8(axis);
+  w.U8(q.axis);
   w.U8(static_cast<uint8_t>((p.token_delta ? kFlagTokenDelta : 0) |
                             (p.hadamard ? kFlagHadamard : 0) |
                             (use_outliers ? kFlagKeyOutliers : 0)));
-  w.U8(static_cast<uint8_t>(ctx));
-  w.U16(static_cast<uint16_t>(group == C && axis == 0 ? 0 : group));
+  w.U8(static_cast<uint8_t>(NumChannelContexts(s)));
+  w.U16(static_cast<uint16_t>(q.group == C && q.axis == 0 ? 0 : q.group));
   if (use_outliers) {
     const size_t eb = DTypeBytes(s.dtype);
     w.U16(static_cast<uint16_t>(outliers.size()));
@@ -418,285 +448,138 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   }
   w.Raw(mu16.data(), C * 2);
   if (p.token_delta) w.Raw(a16.data(), C);
-  w.Raw(sc->steps16.data(), sc->steps16.size() * 2);
-  if (*coder == kCoderShared) {
-    if (!shared) return absl::InternalError("quant section: shared coder without a stream");
-    TableCounts(sc, n, alphabet, ctx);
-    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, 128, sc->counts.data(),
-                 shared);
-  } else if (*coder != kCoderSplit) {
-    TableCounts(sc, n, alphabet, ctx);
-    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder),
-                 sc->counts.data());
-  } else {
-    // Split coder: r from a sample's histogram (1 in 3 to 1 in 7 blocks of sections of 16k
-    // symbols or more; the full histogram of a 49k-symbol section was ~15% of its encoding).
-    const size_t stride = n < 16384 ? 1 : std::min<size_t>(7, std::max<size_t>(3, n / 32768)) | 1;
-    sc->counts.assign(size_t{alphabet} * ctx, 0);
-    uint16_t mn = 0, mx = 0;
-    if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
-    const size_t sampled =
-        n ? SampleHistogram(sc->syms.data(), n, alphabet, ctx, stride, sc->counts.data(), mn, mx)
-          : 0;
-    // Outlier channels (zero when quantised, replaced by their kept values) keep no low bits.
-    const bool skip = use_outliers && !p.hadamard && !outliers.empty();
-    const size_t lo_values = n - (skip ? T * outliers.size() : 0);
-    const int r =
-        n == 0 ? 0
-               : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
-                             static_cast<double>(lo_values) / static_cast<double>(n), mn, mx);
-    if (r == 0) {
-      *coder = kCoderWritten;
-      rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
-    } else {
-      // The high part joins the blob's shared stream (where the caller gives one).
-      const uint8_t hcoder = shared                  ? kCoderShared
-                             : n >= kMinValuesFor128 ? kCoderRans128
-                                                     : kCoderRans64;
-      const uint16_t base = static_cast<uint16_t>(mn >> r);
-      const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r) - base);
-      w.U8(static_cast<uint8_t>(r));
-      w.U8(hcoder);
-      w.U16(base);
-      sc->hi.resize(n);
-      sc->lo.resize(n);
-      SplitSymbols(sc->syms.data(), n, r, base, sc->hi.data(), sc->lo.data());
-      if (skip) {  // drop the outlier channels' low bits (in place; a move per run cost ~10%)
-        std::vector<uint64_t> keep((C + 63) / 64, 0);
-        for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
-        for (uint16_t c : outliers) keep[c / 64] &= ~(uint64_t{1} << (c % 64));
-        CompactLowBits(sc->lo.data(), T, C, keep.data());
-      }
-      // The high part's tables come from the sample too (no pass over all symbols): its counts
-      // plus one for every value between the section's smallest and largest high part, so
-      // every symbol that occurs has a frequency. Costs ~0.1% of the stream against exact
-      // counts (a sample of 1 in 7 blocks); tested by the code/H column of codec_eval.
-      std::vector<uint32_t>& hcounts = sc->hcounts;
-      hcounts.assign(size_t{ahi} * ctx, 0);
-      const uint32_t top = static_cast<uint32_t>(mx >> r) - base;  // < ahi
-      for (uint32_t c = 0; c < ctx; ++c) {
-        const uint32_t* h = sc->counts.data() + size_t{c} * alphabet;
-        uint32_t* o = hcounts.data() + size_t{c} * ahi;
-        for (uint32_t v = 0; v <= top; ++v) o[v] = 1;
-        for (uint32_t v = static_cast<uint32_t>(mn); v <= mx; ++v) o[(v >> r) - base] += h[v];
-      }
-      rans::CoderStats hs;  // only when asked: stats make rANS count the symbols again
-      rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, stats ? &hs : nullptr,
-                   RansLanes(hcoder), hcounts.data(), shared);
-      const size_t lo_bytes = LowBitsBytes(lo_values, r);
-      const size_t at = w.Skip(lo_bytes + 8);
-      PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);
-      out->resize(at + lo_bytes);
-      if (stats) {  // measured against the whole symbols' entropy (exact, not the sample's)
-        sc->counts.assign(size_t{alphabet} * ctx, 0);
-        rans::Histogram(sc->syms.data(), n, alphabet, ctx, sc->counts.data());
-        uint32_t l0, h0;
-        stats->entropy_bits += HistEntropy(sc->counts.data(), alphabet, ctx, &l0, &h0);
-        stats->stream_bits += hs.stream_bits + 8 * lo_bytes;
-        stats->table_bits += hs.table_bits + 32;  // + r, coder, base
-        stats->symbols += n;
-      }
-    }
-  }
-  if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
-  return absl::OkStatus();
+  w.Raw(steps16.data(), steps16.size() * 2);
 }
 
-absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
-                         uint8_t coder, SectionScratch* sc, uint8_t* out,
-                         rans::SharedDecoder* shared) {
-  const size_t T = s.tokens, C = s.channels(), n = s.values();
-  const int lanes = RansLanes(coder);
-  if (lanes == 0 && coder != kCoderSplit && coder != kCoderShared)
-    return absl::DataLossError("quant section: unknown entropy coder");
-  if (coder == kCoderShared && (bits > 6 || !shared))
-    return absl::DataLossError(
-        bits > 6 ? "quant section: shared-stream coder on a section of more than 6 bits"
-                 : "quant section: shared-stream coder in a blob without a stream section");
-  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
-  ByteReader r(payload, "quant section");
-  uint8_t b, axis, flags, ctx;
-  uint16_t group16;
-  STRATA_RETURN_IF_ERROR(r.Read(&b));
-  STRATA_RETURN_IF_ERROR(r.Read(&axis));
-  STRATA_RETURN_IF_ERROR(r.Read(&flags));
-  STRATA_RETURN_IF_ERROR(r.Read(&ctx));
-  STRATA_RETURN_IF_ERROR(r.Read(&group16));
-  if (b != bits) return absl::DataLossError("quant section: bits disagree with the table");
-  if (axis > 1) return absl::DataLossError("quant section: unknown axis");
-  if (flags & ~(kFlagTokenDelta | kFlagHadamard | kFlagKeyOutliers))
-    return absl::DataLossError("quant section: unknown flags");
-  if (ctx == 0) return absl::DataLossError("quant section: no rANS contexts");
-  const bool delta = flags & kFlagTokenDelta;
-  const bool had = flags & kFlagHadamard;
-  if (had && (s.head_dim & (s.head_dim - 1)) != 0)
-    return absl::DataLossError("quant section: Hadamard flag with a non-power-of-two head_dim");
-  size_t group = C;
-  if (axis == 1) {
-    if (group16 == 0 || group16 > C) return absl::DataLossError("quant section: bad group");
-    group = group16;
-  } else if (group16 != 0) {
-    return absl::DataLossError("quant section: group set on a per-channel section");
+// The split coder's symbols once r (>= 1) is chosen: r, the high part's coder and base, the high
+// part's tables (counts from the sample in sc->counts, of symbols within [mn, mx]) and, shared or
+// not, its stream, then the low bits. `dropped`: the outlier channels, whose low bits are left
+// out (lo_values are kept).
+void WriteSplitSymbols(const QuantGeometry& q, uint32_t ctx, int r, uint16_t mn, uint16_t mx,
+                       const std::vector<uint16_t>* dropped, size_t lo_values, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       rans::SharedEncoder* shared) {
+  const size_t T = q.T, C = q.C, n = q.n;
+  const uint32_t alphabet = q.alphabet;
+  ByteWriter w(out);
+  // The high part joins the blob's shared stream (where the caller gives one).
+  const uint8_t hcoder = shared                  ? kCoderShared
+                         : n >= kMinValuesFor128 ? kCoderRans128
+                                                 : kCoderRans64;
+  const uint16_t base = static_cast<uint16_t>(mn >> r);
+  const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r) - base);
+  w.U8(static_cast<uint8_t>(r));
+  w.U8(hcoder);
+  w.U16(base);
+  sc->hi.resize(n);
+  sc->lo.resize(n);
+  SplitSymbols(sc->syms.data(), n, r, base, sc->hi.data(), sc->lo.data());
+  if (dropped) {  // drop the outlier channels' low bits (in place; a move per run cost ~10%)
+    std::vector<uint64_t> keep((C + 63) / 64, 0);
+    for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
+    for (uint16_t c : *dropped) keep[c / 64] &= ~(uint64_t{1} << (c % 64));
+    CompactLowBits(sc->lo.data(), T, C, keep.data());
   }
-  const size_t ngroups = (C + group - 1) / group;
-  const size_t eb = DTypeBytes(s.dtype);
-  uint16_t nout = 0;
-  const uint8_t* out_idx = nullptr;
-  const uint8_t* out_vals = nullptr;
-  if (flags & kFlagKeyOutliers) {
-    STRATA_RETURN_IF_ERROR(r.Read(&nout));
-    if (nout > C) return absl::DataLossError("quant section: more outliers than channels");
-    STRATA_RETURN_IF_ERROR(r.Take(size_t{nout} * 2, &out_idx));
-    for (size_t i = 0; i < nout; ++i) {
-      uint16_t c;
-      std::memcpy(&c, out_idx + 2 * i, 2);
-      if (c >= C) return absl::DataLossError("quant section: outlier channel out of range");
-    }
-    STRATA_RETURN_IF_ERROR(r.Take(T * nout * eb, &out_vals));
+  // The high part's tables come from the sample too (no pass over all symbols): its counts
+  // plus one for every value between the section's smallest and largest high part, so
+  // every symbol that occurs has a frequency. Costs ~0.1% of the stream against exact
+  // counts (a sample of 1 in 7 blocks); tested by the code/H column of codec_eval.
+  std::vector<uint32_t>& hcounts = sc->hcounts;
+  hcounts.assign(size_t{ahi} * ctx, 0);
+  const uint32_t top = static_cast<uint32_t>(mx >> r) - base;  // < ahi
+  for (uint32_t c = 0; c < ctx; ++c) {
+    const uint32_t* h = sc->counts.data() + size_t{c} * alphabet;
+    uint32_t* o = hcounts.data() + size_t{c} * ahi;
+    for (uint32_t v = 0; v <= top; ++v) o[v] = 1;
+    for (uint32_t v = static_cast<uint32_t>(mn); v <= mx; ++v) o[(v >> r) - base] += h[v];
   }
-  const uint8_t* mu_p;
-  const uint8_t* a_p = nullptr;
-  const uint8_t* st_p;
-  STRATA_RETURN_IF_ERROR(r.Take(C * 2, &mu_p));
-  if (delta) STRATA_RETURN_IF_ERROR(r.Take(C, &a_p));
-  const size_t nsteps = axis == 0 ? C : T * ngroups;
-  STRATA_RETURN_IF_ERROR(r.Take(nsteps * 2, &st_p));
+  rans::CoderStats hs;  // only when asked: stats make rANS count the symbols again
+  rans::Encode(sc->hi.data(), n, ahi, ctx, &sc->rans, out, stats ? &hs : nullptr, RansLanes(hcoder),
+               hcounts.data(), shared);
+  const size_t lo_bytes = LowBitsBytes(lo_values, r);
+  const size_t at = w.Skip(lo_bytes + 8);
+  PackLowBits(sc->lo.data(), lo_values, r, out->data() + at);
+  out->resize(at + lo_bytes);
+  if (stats) {  // measured against the whole symbols' entropy (exact, not the sample's)
+    sc->counts.assign(size_t{alphabet} * ctx, 0);
+    rans::Histogram(sc->syms.data(), n, alphabet, ctx, sc->counts.data());
+    uint32_t l0, h0;
+    stats->entropy_bits += HistEntropy(sc->counts.data(), alphabet, ctx, &l0, &h0);
+    stats->stream_bits += hs.stream_bits + 8 * lo_bytes;
+    stats->table_bits += hs.table_bits + 32;  // + r, coder, base
+    stats->symbols += n;
+  }
+}
 
-  const uint32_t alphabet = 4u << bits;
-  int32_t offset = 1 << (bits + 1);
-  // Alphabets up to 256 (bits <= 6) decode to bytes: half the symbol traffic.
-  bool narrow = alphabet <= 256;
-  int split_r = 0;
-  std::vector<uint64_t> keep;  // split with outliers: channels that keep low bits
-  if (coder == kCoderSplit) {
-    uint8_t r8, hcoder;
-    uint16_t base;
-    STRATA_RETURN_IF_ERROR(r.Read(&r8));
-    STRATA_RETURN_IF_ERROR(r.Read(&hcoder));
-    STRATA_RETURN_IF_ERROR(r.Read(&base));
-    if (r8 < 1 || r8 > 7 || r8 >= bits)
-      return absl::DataLossError("quant section: split low bits out of range");
-    const int hlanes = RansLanes(hcoder);
-    if (hlanes == 0 && hcoder != kCoderShared)
-      return absl::DataLossError("quant section: unknown high-part coder");
-    if (hcoder == kCoderShared && !shared)
-      return absl::DataLossError(
-          "quant section: high part in a shared stream, but the blob has no stream section");
-    if (base >= (alphabet >> r8)) return absl::DataLossError("quant section: split base too large");
-    const uint32_t ahi = std::min<uint32_t>(256, (alphabet >> r8) - base);
-    sc->syms8.resize(n);
-    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, ahi, ctx, &sc->rans, sc->syms8.data(), hlanes,
-                                 hcoder == kCoderShared ? shared : nullptr));
-    // Low bits: every value's, or all but the outlier channels' (see the layout above).
-    size_t kept = C;
-    if ((flags & kFlagKeyOutliers) && !had && nout > 0) {
-      keep.assign((C + 63) / 64, 0);
-      for (size_t c = 0; c < C; ++c) keep[c / 64] |= uint64_t{1} << (c % 64);
-      for (size_t i = 0; i < nout; ++i) {
-        uint16_t c;
-        std::memcpy(&c, out_idx + 2 * i, 2);  // < C, checked above; duplicates count once
-        keep[c / 64] &= ~(uint64_t{1} << (c % 64));
-      }
-      kept = 0;
-      for (uint64_t k : keep) kept += static_cast<size_t>(std::popcount(k));
-    }
-    const size_t lo_values = T * kept;
-    const uint8_t* packed;
-    STRATA_RETURN_IF_ERROR(r.Take(LowBitsBytes(lo_values, r8), &packed));
-    sc->lo.resize(lo_values + 64);  // + 64: ExpandLowBitsRow reads a whole vector
-    if (!UnpackLowBits(packed, lo_values, r8, sc->lo.data()))
-      return absl::DataLossError("quant section: nonzero padding after the low bits");
-    split_r = r8;
-    offset -= static_cast<int32_t>(base) << r8;
-    narrow = true;
-  } else if (narrow) {
-    sc->syms8.resize(n);
-    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms8.data(), lanes, shared));
+// The split coder (kCoderSplit): r from a sample's histogram (1 in 3 to 1 in 7 blocks of
+// sections of 16k symbols or more; the full histogram of a 49k-symbol section was ~15% of its
+// encoding). Where no r pays, the symbols are written whole, with kCoderWritten (*coder).
+// `dropped`: the outlier channels, which keep no low bits (they are zero when quantised, and
+// replaced by their kept values).
+void EncodeSplit(const QuantGeometry& q, uint8_t bits, uint32_t ctx,
+                 const std::vector<uint16_t>* dropped, SectionScratch* sc,
+                 std::vector<uint8_t>* out, rans::CoderStats* stats, uint8_t* coder,
+                 rans::SharedEncoder* shared) {
+  const size_t n = q.n;
+  const uint32_t alphabet = q.alphabet;
+  const size_t stride = n < 16384 ? 1 : std::min<size_t>(7, std::max<size_t>(3, n / 32768)) | 1;
+  sc->counts.assign(size_t{alphabet} * ctx, 0);
+  uint16_t mn = 0, mx = 0;
+  if (n) MinMaxU16(sc->syms.data(), n, &mn, &mx);
+  const size_t sampled =
+      n ? SampleHistogram(sc->syms.data(), n, alphabet, ctx, stride, sc->counts.data(), mn, mx) : 0;
+  const size_t lo_values = n - (dropped ? q.T * dropped->size() : 0);
+  const int r = n == 0
+                    ? 0
+                    : ChooseSplit(sc->counts.data(), sampled, alphabet, ctx, bits,
+                                  static_cast<double>(lo_values) / static_cast<double>(n), mn, mx);
+  if (r == 0) {
+    *coder = kCoderWritten;
+    rans::Encode(sc->syms.data(), n, alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder));
+    return;
+  }
+  WriteSplitSymbols(q, ctx, r, mn, mx, dropped, lo_values, sc, out, stats, shared);
+}
+
+}  // namespace
+
+void SetSplitLowBitsForTesting(int r) { g_split_r = r; }
+
+absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
+                         uint8_t* coder, rans::SharedEncoder* shared) {
+  const QuantGeometry q = GeometryOf(s, bits, p);
+  const size_t n = q.n;
+  sc->f.resize(n);
+  ToFloat(in, s.dtype, sc->f.data(), n);
+  std::vector<uint16_t> outliers;
+  const bool use_outliers = p.key_outliers && q.axis == 0;
+  const bool outliers_finite = !use_outliers || TakeKeyOutliers(s, q, sc->f.data(), &outliers);
+  if (p.hadamard) HadamardRows(sc->f.data(), q.T * s.heads, s.head_dim);
+  const float* f = sc->f.data();
+  std::vector<uint16_t> mu16;
+  STRATA_RETURN_IF_ERROR(CentresAndSteps(f, q, outliers_finite, sc, &mu16));
+  std::vector<uint8_t> a16;
+  PredictorWeights(f, q, p.token_delta, sc, &a16);
+  QuantiseRows(f, q, sc);
+
+  WriteQuantHeader(in, s, q, bits, p, use_outliers, outliers, mu16, a16, sc->steps16, out);
+  const uint32_t ctx = NumChannelContexts(s);
+  if (*coder == kCoderShared) {
+    if (!shared) return absl::InternalError("quant section: shared coder without a stream");
+    TableCounts(sc, n, q.alphabet, ctx);
+    rans::Encode(sc->syms.data(), n, q.alphabet, ctx, &sc->rans, out, stats, 128, sc->counts.data(),
+                 shared);
+  } else if (*coder != kCoderSplit) {
+    TableCounts(sc, n, q.alphabet, ctx);
+    rans::Encode(sc->syms.data(), n, q.alphabet, ctx, &sc->rans, out, stats, RansLanes(*coder),
+                 sc->counts.data());
   } else {
-    sc->syms.resize(n);
-    STRATA_RETURN_IF_ERROR(rans::Decode(r, n, alphabet, ctx, &sc->rans, sc->syms.data(), lanes));
+    const bool drop = use_outliers && !p.hadamard && !outliers.empty();
+    EncodeSplit(q, bits, ctx, drop ? &outliers : nullptr, sc, out, stats, coder, shared);
   }
-  if (r.remaining() != 0) return absl::DataLossError("quant section: trailing bytes");
-
-  sc->mu.resize(C);
-  sc->a.assign(C, 0.0f);
-  for (size_t c = 0; c < C; ++c) {
-    uint16_t h;
-    std::memcpy(&h, mu_p + 2 * c, 2);
-    sc->mu[c] = HalfToFloat(h);
-    if (delta) {
-      if (a_p[c] > 16) return absl::DataLossError("quant section: predictor weight above 1");
-      sc->a[c] = static_cast<float>(a_p[c]) / 16.0f;
-    }
-  }
-  sc->steps16.resize(nsteps);
-  std::memcpy(sc->steps16.data(), st_p, nsteps * 2);
-  sc->step.resize(C);
-  if (axis == 0)
-    for (size_t c = 0; c < C; ++c) sc->step[c] = HalfToFloat(sc->steps16[c]);
-  sc->xh.assign(sc->mu.begin(), sc->mu.end());
-  sc->row.resize(C);
-  const size_t out_row = C * DTypeBytes(s.dtype);
-  // Split low bits, one C-value row per token: spread over their channels first where the
-  // outlier channels kept none (those get 0).
-  const uint8_t* lo_rows = split_r ? sc->lo.data() : nullptr;
-  if (split_r && !keep.empty()) {
-    sc->lo_row.resize(T * C + 64);  // + 64: ExpandLowBitsRow writes whole vectors
-    size_t at = 0;
-    for (size_t t = 0; t < T; ++t)
-      at += ExpandLowBitsRow(sc->lo.data() + at, keep.data(), C, sc->lo_row.data() + t * C);
-    lo_rows = sc->lo_row.data();
-  }
-  // fp16 output of byte symbols (every quant mode but bf16/fp32 output and 16-bit symbols): all
-  // rows in one kernel call.
-  const bool rows_at_once = s.dtype == DType::kFloat16 && narrow;
-  if (rows_at_once)
-    DequantRowsF16(sc->syms8.data(), lo_rows, split_r, sc->mu.data(), sc->a.data(), sc->step.data(),
-                   sc->steps16.data(), axis == 1 ? group : 0, sc->xh.data(),
-                   reinterpret_cast<uint16_t*>(out), T, C, offset, had ? s.head_dim : 0);
-  for (size_t t = 0; t < (rows_at_once ? 0 : T); ++t) {
-    size_t step_group = 0;
-    if (axis == 1) {
-      step_group = group;
-      for (size_t g = 0; g < ngroups; ++g) sc->step[g] = HalfToFloat(sc->steps16[t * ngroups + g]);
-    }
-    // fp16 output: dequantise and convert (with :had, rotate each head vector) in one pass.
-    uint16_t* out16 =
-        s.dtype == DType::kFloat16 ? reinterpret_cast<uint16_t*>(out + t * out_row) : nullptr;
-    const size_t had_dim = had ? s.head_dim : 0;
-    if (split_r) {
-      DequantRowSplitF16(sc->syms8.data() + t * C, lo_rows + t * C, split_r, sc->mu.data(),
-                         sc->a.data(), sc->step.data(), step_group, sc->xh.data(), out16, C, offset,
-                         had_dim);
-    } else if (narrow)
-      DequantRowF16(sc->syms8.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    step_group, sc->xh.data(), out16, C, offset, had_dim);
-    else
-      DequantRowF16(sc->syms.data() + t * C, sc->mu.data(), sc->a.data(), sc->step.data(),
-                    step_group, sc->xh.data(), out16, C, offset, had_dim);
-    if (had && !out16) {
-      std::memcpy(sc->row.data(), sc->xh.data(), C * 4);
-      HadamardRowsSimd(sc->row.data(), s.heads, s.head_dim);
-      FromFloat(sc->row.data(), s.dtype, out + t * out_row, C);
-    } else if (!out16) {
-      FromFloat(sc->xh.data(), s.dtype, out + t * out_row, C);
-    }
-  }
-  // The outlier channels' kept input values over what the rows wrote there.
-  if (nout > 0) {
-    std::vector<uint16_t>& idx = sc->steps16;  // free again: a copy of the channel indices
-    idx.resize(nout);
-    std::memcpy(idx.data(), out_idx, size_t{nout} * 2);
-    for (size_t t = 0; t < T; ++t) {
-      uint8_t* row = out + t * out_row;
-      const uint8_t* vals = out_vals + t * nout * eb;
-      if (eb == 2) {  // a memcpy of a runtime size per value was ~4% of an `ol` decode
-        for (size_t i = 0; i < nout; ++i) std::memcpy(row + idx[i] * 2, vals + i * 2, 2);
-      } else {
-        for (size_t i = 0; i < nout; ++i) std::memcpy(row + idx[i] * eb, vals + i * eb, eb);
-      }
-    }
-  }
+  if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
 }
 

@@ -18,6 +18,8 @@
 //
 // Thread-safe: batches from different threads are serialized on the ring.
 //
+// The engines are in storage/nvme_io_engine.{h,cc}; NvmeBlockStore in storage/nvme_block_store.cc.
+//
 // NvmeBlockStore puts the tier and the RocksDB catalog (storage/catalog.h) together: commit
 // writes the data, makes it durable (fdatasync), then writes the catalog entry; open recovers
 // the catalog, drops entries whose extents are missing or overlap, and rebuilds free space; the
@@ -38,9 +40,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "strata/block_id.h"
 #include "storage/catalog.h"
 #include "storage/extent_allocator.h"
+#include "strata/block_id.h"
 
 namespace strata {
 
@@ -152,6 +154,15 @@ class NvmeTier {
   explicit NvmeTier(NvmeTierOptions options);
   absl::Status OpenFiles();
   absl::Status SetUpIo();
+  // Write's steps: an extent for each request (false where it got none, its status set), the
+  // ops that move the allocated ones, and fdatasync of the files they went to (a failure fails
+  // their requests).
+  std::vector<bool> AllocateExtents(std::span<NvmeWriteReq> reqs,
+                                    std::vector<absl::Status>& statuses);
+  std::vector<Op> WriteOps(std::span<const NvmeWriteReq> reqs,
+                           const std::vector<bool>& allocated) const;
+  void SyncWritten(std::span<const NvmeWriteReq> reqs, const std::vector<bool>& allocated,
+                   std::vector<absl::Status>& statuses);
   // Runs ops to completion; op statuses are folded into `statuses` by request index.
   void RunOps(std::vector<Op>& ops, bool is_write, std::vector<absl::Status>& statuses);
   std::string PathsForError() const;

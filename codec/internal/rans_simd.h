@@ -1,0 +1,59 @@
+// AVX-512 dispatch shared by the rANS encoder and decoder. STRATA_RANS_AVX512 is 1 where the
+// compiler can emit the AVX-512 paths (x86-64); UseAvx512() says whether this CPU runs them.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC's AVX-512 headers start some conversions from _mm*_undefined_*(), which -Wall flags.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define STRATA_RANS_AVX512 1
+#endif
+
+namespace strata::codec::rans {
+
+// Set by ForceScalarForTesting.
+extern bool g_force_scalar;
+
+#if STRATA_RANS_AVX512
+inline bool CpuHasAvx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+
+inline bool UseAvx512() { return CpuHasAvx512() && !g_force_scalar; }
+
+// The SIMD paths are templates on the number of 16-lane state vectors (8, 4 or 2 for 128, 64
+// or 32 states) and on the span of a section's symbol table (16, 32, 64, or a general one):
+// these call f with each as a compile-time constant.
+template <typename F>
+decltype(auto) WithChains(int chains, F&& f) {
+  switch (chains) {
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 2>{});
+  }
+}
+template <int kGeneral, typename F>
+decltype(auto) WithTableSpan(uint32_t span, F&& f) {
+  switch (span) {
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      return f(std::integral_constant<int, kGeneral>{});
+  }
+}
+#endif
+
+}  // namespace strata::codec::rans

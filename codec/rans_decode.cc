@@ -1,0 +1,418 @@
+// The rANS decoder: the AVX-512 loops (per-slot entry tables, or packed tables with one byte
+// gather per step), the scalar loops that finish after them or stand in for them, and the
+// stream shared by the sections of a blob.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "codec/internal/rans_simd.h"
+#include "codec/internal/rans_tables.h"
+#include "codec/rans.h"
+#include "common/status_macros.h"
+
+namespace strata::codec::rans {
+namespace {
+
+// The decoder reads words in place from the blob, where they may sit at an odd address.
+inline uint32_t LoadWord(const uint16_t* p) {
+  uint16_t w;
+  std::memcpy(&w, p, 2);
+  return w;
+}
+
+#if STRATA_RANS_AVX512
+#define STRATA_AVX512_FN __attribute__((target("avx512f,avx512bw"))) inline
+
+// One rANS decode step of 16 lanes sharing context tables (ent, sym) and precision p.
+STRATA_AVX512_FN __m512i DecStep(__m512i x, const uint32_t* ent, const uint16_t* sym, uint32_t p,
+                                 __m512i* sv) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i e = _mm512_i32gather_epi32(slot, ent, 4);
+  *sv = _mm512_and_si512(_mm512_i32gather_epi32(slot, sym, 2), low16);  // tables padded
+  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 16), xs),
+                          _mm512_and_si512(e, low16));
+}
+
+// Refills the lanes that fell below kL with the next words, in lane order.
+STRATA_AVX512_FN __m512i DecRenorm(__m512i x, const uint16_t*& wp) {
+  const __mmask16 need = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kL)));
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+  wp += std::popcount(static_cast<unsigned>(need));
+  return _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16),
+                              _mm512_maskz_expand_epi32(need, w));
+}
+
+template <typename Sym>
+STRATA_AVX512_FN void DecStore(__m512i sv, Sym* dst) {
+  if constexpr (sizeof(Sym) == 1) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(sv));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(sv));
+  }
+}
+
+// Decodes blocks of V full 16-symbol runs (run g on state vector g % V) while at least 16 * V
+// words remain, so every 16-word load is in bounds. The V state vectors are independent, so
+// their gathers overlap. Returns the number of runs decoded (a multiple of V).
+template <typename Sym, int V>
+__attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
+    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
+    const uint32_t* const* ent, const uint16_t* const* sym, const uint32_t* prob_bits, Sym* out) {
+  __m512i xv[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  const uint16_t* wq = wp;  // local: the stores to out must not force reloads
+  size_t g = 0;
+  uint32_t c0 = 0;
+  for (; g + V <= runs; g += V) {
+    if (wend - wq < 16 * V) break;
+    __m512i sv[V];
+    uint32_t c = c0;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      xv[v] = DecStep(xv[v], ent[c], sym[c], prob_bits[c], &sv[v]);
+      c = c + 1 == num_ctx ? 0 : c + 1;
+    }
+    c0 = c;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
+  wp = wq;
+  return g;
+}
+
+// Decode step with one byte gather: `pack` holds, per slot, the symbol's index in the context's
+// symbols lo..lo+kTab-1 (one byte, so a context's table is 2^p bytes and stays in L1), and the
+// symbol's freq | start << 16 comes from an in-register table (kTab 16, 32 or 64 entries).
+template <int kTab>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecStepPacked(
+    __m512i x, const uint8_t* pack, const uint32_t* ftab, __m512i lov, uint32_t p, __m512i* sv) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i idx =
+      _mm512_and_si512(_mm512_i32gather_epi32(slot, pack, 1), _mm512_set1_epi32(0xFF));
+  __m512i f;
+  if constexpr (kTab == 16) {
+    f = _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(ftab));
+  } else if constexpr (kTab == 32) {
+    f = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
+  } else if constexpr (kTab == 64) {
+    const __m512i f0 =
+        _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab), idx, _mm512_loadu_si512(ftab + 16));
+    const __m512i f1 = _mm512_permutex2var_epi32(_mm512_loadu_si512(ftab + 32), idx,
+                                                 _mm512_loadu_si512(ftab + 48));
+    f = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), f0, f1);
+  } else {
+    static_assert(kTab == 256);  // 1 KiB per context: a second gather, from L1
+    f = _mm512_i32gather_epi32(idx, ftab, 4);
+  }
+  *sv = _mm512_add_epi32(idx, lov);
+  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  const __m512i bias = _mm512_sub_epi32(slot, _mm512_srli_epi32(f, 16));
+  return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, low16), xs), bias);
+}
+
+template <typename Sym, int kTab, int V>
+__attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
+    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
+    const uint8_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
+    Sym* out) {
+  __m512i xv[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  const uint16_t* wq = wp;  // local: the stores to out must not force reloads
+  size_t g = 0;
+  uint32_t c0 = 0;
+  for (; g + V <= runs; g += V) {
+    if (wend - wq < 16 * V) break;
+    __m512i sv[V];
+    uint32_t c = c0;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      xv[v] =
+          DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c], &sv[v]);
+      c = c + 1 == num_ctx ? 0 : c + 1;
+    }
+    c0 = c;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
+  wp = wq;
+  return g;
+}
+
+#endif
+
+// The decode tables of one section, in the form the loops below read.
+struct DecodeTables {
+  bool packed;   // pack and ftab (else ent and sym)
+  uint32_t tab;  // packed: ftab entries per context
+  const uint8_t* pack[kMaxContexts];
+  const uint32_t* ftab;
+  const uint32_t* ent[kMaxContexts];
+  const uint16_t* sym[kMaxContexts];
+};
+
+// The stream being decoded: the states (the decoder's own, or the shared stream's) and the words
+// not read yet, which the decoder reads in place, never past wend.
+struct Stream {
+  uint32_t* x;
+  const uint16_t* wp;
+  const uint16_t* wend;
+};
+
+// Chooses the tables' form and builds them. The packed form needs the AVX-512 loop to pay off
+// (and a symbol index that fits a byte).
+void BuildDecodeTables(const TableLayout& layout, uint32_t num_ctx, size_t full_runs, int L,
+                       Scratch* scratch, DecodeTables* t) {
+  t->packed = false;
+  t->tab = 0;
+#if STRATA_RANS_AVX512
+  const uint32_t span = layout.span();
+  t->packed = UseAvx512() && full_runs >= size_t(L / 16) && span > 0 && span <= 256;
+  t->tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
+#endif
+  if (t->packed) {
+    BuildPackedDecodeTables(layout, num_ctx, t->tab, scratch, t->pack);
+    t->ftab = scratch->dec_ftab.data();
+  } else {
+    BuildEntryDecodeTables(layout, num_ctx, scratch, t->ent, t->sym);
+  }
+}
+
+// Reads the initial states (or takes the shared stream's) and finds the words.
+absl::Status OpenStream(internal::ByteReader& in, int L, SharedDecoder* shared,
+                        uint32_t* own_states, Stream* s) {
+  if (shared) {
+    *s = {shared->x, shared->wp, shared->wend};
+    return absl::OkStatus();
+  }
+  uint32_t stream_bytes = 0;
+  STRATA_RETURN_IF_ERROR(in.Varint(&stream_bytes));
+  if (stream_bytes < size_t(L) * 4 || (stream_bytes - size_t(L) * 4) % 2 != 0)
+    return absl::DataLossError("rans: bad stream length");
+  const uint8_t* sp;
+  STRATA_RETURN_IF_ERROR(in.Take(stream_bytes, &sp));
+  std::memcpy(own_states, sp, size_t(L) * 4);
+  for (int l = 0; l < L; ++l)
+    if (own_states[l] < kL) return absl::DataLossError("rans: bad initial state");
+  // Words are read in place (LoadWord, unaligned vector loads): copying them out of the blob
+  // was ~9% of an 8-bit section's decoding.
+  const size_t nwords = (stream_bytes - size_t(L) * 4) / 2;
+  s->x = own_states;
+  s->wp = reinterpret_cast<const uint16_t*>(sp + size_t(L) * 4);
+  s->wend = s->wp + nwords;
+  return absl::OkStatus();
+}
+
+// After the last symbol: a stream of its own must end with its words and its states back at
+// their start (a corrupt stream cannot pass); a shared one is checked once, by FinishShared.
+absl::Status CloseStream(const Stream& s, int L, SharedDecoder* shared) {
+  if (shared) {
+    shared->wp = s.wp;  // the states were updated in place
+    return absl::OkStatus();
+  }
+  if (s.wp != s.wend) return absl::DataLossError("rans: stream has trailing words");
+  for (int l = 0; l < L; ++l)
+    if (s.x[l] != kL) return absl::DataLossError("rans: final state mismatch (corrupt stream)");
+  return absl::OkStatus();
+}
+
+#if STRATA_RANS_AVX512
+// The vector loops over the full runs, while enough words remain for their unchecked loads;
+// returns the number of runs decoded (a multiple of L / 16).
+template <typename Sym>
+size_t DecodeRunsSimd(const DecodeTables& t, const TableLayout& layout, size_t full_runs,
+                      uint32_t num_ctx, int L, Stream* s, Sym* out) {
+  if (t.packed) {
+    // One byte gather per step: slot -> symbol index; freq | start by symbol index from
+    // registers (span <= 64) or from a small L1-resident table (span <= 256).
+    return WithChains(L / 16, [&](auto v) {
+      return WithTableSpan<256>(t.tab, [&](auto span) {
+        return DecodeRunsPackedAvx512<Sym, decltype(span)::value, decltype(v)::value>(
+            s->x, s->wp, s->wend, full_runs, num_ctx, t.pack, t.ftab, layout.sym_lo,
+            layout.prob_bits, out);
+      });
+    });
+  }
+  return WithChains(L / 16, [&](auto v) {
+    return DecodeRunsAvx512<Sym, decltype(v)::value>(s->x, s->wp, s->wend, full_runs, num_ctx,
+                                                     t.ent, t.sym, layout.prob_bits, out);
+  });
+}
+#endif
+
+// Scalar loop on the packed tables, from run g to the end (after the vector loop).
+template <typename Sym>
+absl::Status DecodeRunsScalarPacked(const DecodeTables& t, const TableLayout& layout, size_t n,
+                                    uint32_t num_ctx, int L, size_t g, Stream* s, Sym* out) {
+  const size_t runs = (n + kCtxRun - 1) / kCtxRun;
+  const uint32_t* prob_bits = layout.prob_bits;
+  const uint32_t sym_lo = layout.sym_lo;
+  uint32_t* const x = s->x;
+  const uint16_t* wp = s->wp;
+  const uint16_t* const wend = s->wend;
+  uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
+  for (; g < runs; ++g) {
+    const uint32_t p = prob_bits[ctx];
+    const uint32_t mask = (1u << p) - 1;
+    const uint8_t* pk = t.pack[ctx];
+    const uint32_t* ft = t.ftab + size_t{ctx} * t.tab;
+    const size_t base = g * kCtxRun;
+    uint32_t* xl = x + (base % L);
+    const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
+    for (int l = 0; l < cnt; ++l) {
+      uint32_t xs = xl[l];
+      const uint32_t slot = xs & mask;
+      const uint32_t k = pk[slot];
+      const uint32_t fe = ft[k];
+      out[base + l] = static_cast<Sym>(k + sym_lo);
+      xs = (fe & 0xFFFF) * (xs >> p) + slot - (fe >> 16);
+      if (xs < kL) {
+        if (wp == wend) return absl::DataLossError("rans: stream exhausted");
+        xs = (xs << 16) | LoadWord(wp++);
+      }
+      xl[l] = xs;
+    }
+    if (++ctx == num_ctx) ctx = 0;
+  }
+  s->wp = wp;
+  return absl::OkStatus();
+}
+
+// Scalar loop on the per-slot tables, from run g to the end: every run where the CPU has no
+// AVX-512, the rest after the vector loop otherwise.
+template <typename Sym>
+absl::Status DecodeRunsScalar(const DecodeTables& t, const TableLayout& layout, size_t n,
+                              uint32_t num_ctx, int L, size_t g, Stream* s, Sym* out) {
+  const size_t runs = (n + kCtxRun - 1) / kCtxRun;
+  const uint32_t* prob_bits = layout.prob_bits;
+  uint32_t* const x = s->x;
+  const uint16_t* wp = s->wp;
+  const uint16_t* const wend = s->wend;
+  uint32_t ctx = static_cast<uint32_t>(g % num_ctx);
+  for (; g < runs; ++g) {
+    const uint32_t p = prob_bits[ctx];
+    const uint32_t mask = (1u << p) - 1;
+    const uint32_t* e = t.ent[ctx];
+    const uint16_t* sy = t.sym[ctx];
+    const size_t base = g * kCtxRun;
+    uint32_t* xl = x + (base % L);
+    const int cnt = static_cast<int>(std::min<size_t>(kCtxRun, n - base));
+    if (cnt == kCtxRun && wend - wp >= kCtxRun) {
+      for (int l = 0; l < kCtxRun; ++l) {
+        uint32_t xs = xl[l];
+        const uint32_t slot = xs & mask;
+        const uint32_t en = e[slot];
+        out[base + l] = static_cast<Sym>(sy[slot]);
+        xs = (en >> 16) * (xs >> p) + (en & 0xFFFF);
+        const bool need = xs < kL;
+        const uint32_t word = LoadWord(wp);
+        xs = need ? (xs << 16) | word : xs;
+        wp += need;
+        xl[l] = xs;
+      }
+    } else {
+      for (int l = 0; l < cnt; ++l) {
+        uint32_t xs = xl[l];
+        const uint32_t slot = xs & mask;
+        const uint32_t en = e[slot];
+        out[base + l] = static_cast<Sym>(sy[slot]);
+        xs = (en >> 16) * (xs >> p) + (en & 0xFFFF);
+        if (xs < kL) {
+          if (wp == wend) return absl::DataLossError("rans: stream exhausted");
+          xs = (xs << 16) | LoadWord(wp++);
+        }
+        xl[l] = xs;
+      }
+    }
+    if (++ctx == num_ctx) ctx = 0;
+  }
+  s->wp = wp;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool SimdDecodeAvailable() {
+#if STRATA_RANS_AVX512
+  return CpuHasAvx512();
+#else
+  return false;
+#endif
+}
+
+absl::Status StartShared(std::span<const uint8_t> payload, SharedDecoder* dec) {
+  if (payload.size() < sizeof(dec->x) || (payload.size() - sizeof(dec->x)) % 2 != 0)
+    return absl::DataLossError("rans: bad shared stream length");
+  std::memcpy(dec->x, payload.data(), sizeof(dec->x));
+  for (uint32_t v : dec->x)
+    if (v < kL) return absl::DataLossError("rans: bad initial state in the shared stream");
+  // Words are read in place (LoadWord, unaligned vector loads), never past wend.
+  const size_t nwords = (payload.size() - sizeof(dec->x)) / 2;
+  dec->wp = reinterpret_cast<const uint16_t*>(payload.data() + sizeof(dec->x));
+  dec->wend = dec->wp + nwords;
+  return absl::OkStatus();
+}
+
+absl::Status FinishShared(const SharedDecoder& dec) {
+  if (dec.wp != dec.wend) return absl::DataLossError("rans: shared stream has trailing words");
+  for (uint32_t v : dec.x)
+    if (v != kL) return absl::DataLossError("rans: shared stream's final states mismatch");
+  return absl::OkStatus();
+}
+
+template <typename Sym>
+absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint32_t num_ctx,
+                    Scratch* scratch, Sym* out, int lanes, SharedDecoder* shared) {
+  if (shared) lanes = 128;
+  if (lanes != 32 && lanes != 64 && lanes != 128)
+    return absl::InternalError("rans: lanes must be 32, 64 or 128");
+  const int L = lanes;
+  if (alphabet == 0 || alphabet > kMaxAlphabet || num_ctx == 0 || num_ctx > kMaxContexts)
+    return absl::DataLossError("rans: bad alphabet or context count");
+  if constexpr (sizeof(Sym) == 1) {
+    if (alphabet > 256) return absl::InternalError("rans: alphabet too large for 8-bit symbols");
+  }
+  TableLayout layout;
+  STRATA_RETURN_IF_ERROR(ReadTableLayout(in, alphabet, num_ctx, &layout));
+  const size_t runs = (n + kCtxRun - 1) / kCtxRun;
+  for (uint32_t c = 0; c < num_ctx && c < runs; ++c)
+    if (layout.prob_bits[c] == 0) return absl::DataLossError("rans: symbols in an empty context");
+  const size_t full_runs = n / kCtxRun;
+  DecodeTables tables;
+  BuildDecodeTables(layout, num_ctx, full_runs, L, scratch, &tables);
+  uint32_t own_states[kMaxLanes];
+  Stream stream;
+  STRATA_RETURN_IF_ERROR(OpenStream(in, L, shared, own_states, &stream));
+
+  size_t g = 0;
+#if STRATA_RANS_AVX512
+  if (UseAvx512() && full_runs >= size_t(L / 16))
+    g = DecodeRunsSimd(tables, layout, full_runs, num_ctx, L, &stream, out);
+#endif
+  if (tables.packed) {
+    STRATA_RETURN_IF_ERROR(DecodeRunsScalarPacked(tables, layout, n, num_ctx, L, g, &stream, out));
+  } else {
+    STRATA_RETURN_IF_ERROR(DecodeRunsScalar(tables, layout, n, num_ctx, L, g, &stream, out));
+  }
+  return CloseStream(stream, L, shared);
+}
+
+template absl::Status Decode<uint8_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
+                                      uint8_t*, int, SharedDecoder*);
+template absl::Status Decode<uint16_t>(internal::ByteReader&, size_t, uint32_t, uint32_t, Scratch*,
+                                       uint16_t*, int, SharedDecoder*);
+
+}  // namespace strata::codec::rans
