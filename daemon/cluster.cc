@@ -10,11 +10,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/packed_ids.h"
-#include "strata/client.h"
 #include "common/am_wire.h"
 #include "common/crc32c.h"
+#include "common/packed_ids.h"
 #include "proto/convert.h"
+#include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 
 namespace strata::daemon {
@@ -64,12 +64,12 @@ const placement::NodeRecord& Cluster::NodeAt(const Ring& r, uint32_t index) {
   return *r.view.Find(r.rendezvous.node(index));
 }
 
-Cluster::Cluster(Options options, HostTier* tier, NamespaceRegistry* namespaces)
-    : options_(std::move(options)), tier_(tier), namespaces_(namespaces) {}
+Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry* namespaces)
+    : options_(std::move(options)), store_(store), namespaces_(namespaces) {}
 
-absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTier* tier,
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, BlockStore& store,
                                                         NamespaceRegistry* namespaces) {
-  std::unique_ptr<Cluster> c(new Cluster(std::move(options), tier, namespaces));
+  std::unique_ptr<Cluster> c(new Cluster(std::move(options), store, namespaces));
   const ClusterConfig& cfg = c->options_.config;
   absl::Duration etcd_start_timeout;
   if (cfg.membership == "etcd") {
@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, HostTie
     return absl::Status(s.code(),
                         absl::StrCat("cluster membership (", cfg.membership, "): ", s.message()));
   c->OnView(c->membership_->View());
+  store.SetChangeHook([raw](const BlockEvent& e) { raw->OnBlockEvent(e); });
   c->announcer_ = std::thread([raw] { raw->AnnounceLoop(); });
   if (cfg.rereplicate) c->repairer_ = std::thread([raw] { raw->RepairLoop(); });
   return c;
@@ -107,6 +108,7 @@ Cluster::~Cluster() { Stop(); }
 
 void Cluster::Stop() {
   if (stopped_.exchange(true)) return;
+  store_.SetChangeHook(nullptr);
   {
     std::lock_guard<std::mutex> lock(ev_mu_);
     stop_ = true;
@@ -194,29 +196,6 @@ void Cluster::OnBlockEvent(const BlockEvent& event) {
   if (first) ev_cv_.notify_one();
 }
 
-bool Cluster::Holds(const BlockId& id) const {
-  if (options_.holds) return options_.holds(id);
-  return !tier_->Inspect({&id, 1}).empty();
-}
-
-std::vector<BlockInfo> Cluster::LocalBlocks() const {
-  if (options_.list_blocks) return options_.list_blocks();
-  std::vector<BlockInfo> blocks;
-  uint64_t cursor = 0;
-  do {
-    auto page = tier_->List(nullptr, 65536, &cursor);
-    blocks.insert(blocks.end(), page.begin(), page.end());
-  } while (cursor != 0);
-  return blocks;
-}
-
-std::vector<BlockId> Cluster::LocalIds() const {
-  if (options_.list_local) return options_.list_local();
-  std::vector<BlockId> ids;
-  for (const BlockInfo& b : LocalBlocks()) ids.push_back(b.id);
-  return ids;
-}
-
 void Cluster::AnnounceLoop() {
   const absl::Duration refresh = options_.config.directory_ttl / 3;
   absl::Time next_refresh = absl::Now() + refresh;
@@ -239,7 +218,7 @@ void Cluster::AnnounceLoop() {
     std::vector<BlockId> stored, removed;
     for (const auto& [id, kind] : last) {
       // A block demoted to NVMe left the host tier but not this node.
-      if (kind == BlockEvent::kRemoved && Holds(id)) continue;
+      if (kind == BlockEvent::kRemoved && store_.Holds(id)) continue;
       (kind == BlockEvent::kStored ? stored : removed).push_back(id);
     }
     if (!stored.empty()) Announce(stored, false);
@@ -251,7 +230,7 @@ void Cluster::AnnounceLoop() {
       // Everything held, to every owner: covers new owners after a membership change and keeps
       // entries from expiring.
       lock.unlock();
-      Announce(LocalIds(), false);
+      Announce(store_.AllIds(), false);
       next_refresh = now + refresh;
       directory_.Expire(now);
       lock.lock();
@@ -283,7 +262,7 @@ void Cluster::Repair() {
   auto r = ring();
   if (!r || r->self < 0) return;
   std::map<NamespaceId, std::vector<BlockInfo>> by_ns;
-  for (auto& b : LocalBlocks()) by_ns[b.ns].push_back(b);
+  for (auto& b : store_.AllBlocks()) by_ns[b.ns].push_back(b);
   uint64_t made = 0, failed = 0;
   for (auto& [ns_id, blocks] : by_ns) {
     auto ns = namespaces_->Find(ns_id);
@@ -778,7 +757,7 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
   // Skip what is already here.
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (Holds(ids[i]))
+    if (store_.Holds(ids[i]))
       status[i] = BlockStatus::kExists;
     else
       need.push_back(i);
@@ -818,7 +797,7 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
     placed.push_back(k);
   }
   if (items.empty()) return status;
-  ReserveResult res = tier_->Reserve(*ns, items);
+  ReserveResult res = store_.Reserve(*ns, items);
   std::vector<uint32_t> crcs;
   std::vector<size_t> reserved;  // index into items
   for (size_t j = 0; j < items.size(); ++j) {
@@ -827,12 +806,12 @@ std::vector<BlockStatus> Cluster::Pull(const NamespaceSpec& spec, const std::str
     if (res.status[j] != BlockStatus::kOk) continue;
     const auto& blob = blobs[placed[j]];
     uint64_t offset = res.offsets[reserved.size()];
-    std::memcpy(options_.arena_base + offset, blob.data(), blob.size());
+    std::memcpy(store_.arena_base() + offset, blob.data(), blob.size());
     crcs.push_back(Crc32c(blob.data(), blob.size()));
     reserved.push_back(j);
   }
   if (reserved.empty()) return status;
-  auto committed = tier_->Commit(res.reservation_id, crcs);
+  auto committed = store_.Commit(res.reservation_id, crcs);
   if (!committed.ok()) {
     for (size_t j : reserved) status[need[placed[j]]] = BlockStatus::kExpired;
     return status;
@@ -971,7 +950,7 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
   // Holders: this node's tier, then the directory.
   absl::flat_hash_set<BlockId> local;
   for (const auto& id : ids)
-    if (Holds(id)) local.insert(id);
+    if (store_.Holds(id)) local.insert(id);
   auto located = Locate(ids, std::min(deadline, absl::Now() + options_.config.peer_timeout));
   std::map<std::string, std::vector<size_t>> by_source;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -1009,7 +988,7 @@ absl::StatusOr<Cluster::RepositionResult> Cluster::Reposition(const NamespaceReg
   }
   for (auto& [source, moved] : to_remove) {
     if (source == options_.self.id) {
-      out.removed_sources += tier_->Evict(ns.id, moved, false, false).removed_blocks;
+      out.removed_sources += store_.Evict(ns.id, moved, false, false).removed_blocks;
       continue;
     }
     const placement::NodeRecord* snode = r->view.Find(source);
@@ -1027,7 +1006,7 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   DrainResult out;
   auto r = ring();
   // Host and NVMe blocks alike: a pull from here stages NVMe blocks like any fetch.
-  std::vector<BlockInfo> blocks = LocalBlocks();
+  std::vector<BlockInfo> blocks = store_.AllBlocks();
   out.blocks = blocks.size();
   // (namespace, target node) -> blocks
   std::map<std::pair<NamespaceId, uint32_t>, std::vector<const BlockInfo*>> plan;
@@ -1050,7 +1029,7 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   // host tier while the batch's other blocks are leased, then one block at a time for what the
   // first pass could not place (the host tier was busy demoting, say).
   for (int pass = 0; pass < 2 && !plan.empty(); ++pass) {
-    const uint64_t batch_bytes = pass == 0 ? std::max<uint64_t>(tier_->capacity() / 4, 1) : 1;
+    const uint64_t batch_bytes = pass == 0 ? std::max<uint64_t>(store_.arena_bytes() / 4, 1) : 1;
     std::map<std::pair<NamespaceId, uint32_t>, std::vector<const BlockInfo*>> retry;
     for (auto& [key, list] : plan) {
       auto ns = namespaces_->Find(key.first);
@@ -1089,12 +1068,7 @@ Cluster::DrainResult Cluster::Drain(absl::Time deadline) {
   }
   // The copies elsewhere are now the ones to find: stop advertising ours, drop them, leave.
   Announce(moved, true);
-  for (const auto& [ns, ids] : moved_by_ns) {
-    if (options_.evict)
-      options_.evict(ns, ids);
-    else
-      tier_->Evict(ns, ids, false, /*force=*/true);
-  }
+  for (const auto& [ns, ids] : moved_by_ns) store_.Evict(ns, ids, false, /*force=*/true);
   {
     std::lock_guard<std::mutex> lock(ev_mu_);
     stop_ = true;

@@ -3,7 +3,7 @@
 // nodes (replication, reposition, drain).
 //
 // Block bytes between daemons move the way a client moves them: the receiving daemon pulls from
-// the source's arena with UCX through a libstrata Client, then commits into its own host tier,
+// the source's arena with UCX through a libstrata Client, then commits into its own BlockStore,
 // where the CRC32C is verified once more. The directory is soft state: each holder re-announces
 // its blocks every directory_ttl/3 and whenever membership changes.
 #pragma once
@@ -21,14 +21,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "strata/block_id.h"
-#include "strata/block_status.h"
 #include "config/daemon_config.h"
 #include "daemon/namespace_registry.h"
 #include "placement/directory.h"
 #include "placement/membership.h"
 #include "placement/rendezvous.h"
-#include "storage/host_tier.h"
+#include "storage/block_store.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 #include "strata/v1/peer.grpc.pb.h"
 #include "transport/ucx.h"
 
@@ -54,28 +54,17 @@ class Cluster {
   struct Options {
     ClusterConfig config;
     placement::NodeRecord self;
-    uint8_t* arena_base = nullptr;  // the host tier's memory, where pulled blocks land
-    // Blocks this node holds in any tier (default: the host tier's); whether it holds one.
-    std::function<std::vector<BlockId>()> list_local;
-    std::function<bool(const BlockId&)> holds;
-    // Every block held, with namespace and parent (default: the host tier's), for drain and
-    // re-replication.
-    std::function<std::vector<BlockInfo>()> list_blocks;
-    // Removes blocks from every tier (default: the host tier).
-    std::function<void(const NamespaceId&, std::span<const BlockId>)> evict;
     // The daemon's UCX context: directory queries to other daemons go as active messages on
     // a worker of its own (gRPC Peer.Locate is the fallback). Null: gRPC only.
     std::shared_ptr<transport::Context> ucx;
   };
 
-  static absl::StatusOr<std::unique_ptr<Cluster>> Start(Options options, HostTier* tier,
+  // `store` must outlive the cluster; its change hook is the cluster's until Stop.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(Options options, BlockStore& store,
                                                         NamespaceRegistry* namespaces);
   ~Cluster();  // Stop()
   // Stops announcing and leaves the membership. Idempotent.
   void Stop();
-
-  // HostTier's change hook (called with the tier's lock held): queues the event.
-  void OnBlockEvent(const BlockEvent& event);
 
   const placement::NodeRecord& self() const { return options_.self; }
   size_t size() const;  // nodes in the current view
@@ -134,7 +123,9 @@ class Cluster {
   DrainResult Drain(absl::Time deadline);
 
  private:
-  explicit Cluster(Options options, HostTier* tier, NamespaceRegistry* namespaces);
+  Cluster(Options options, BlockStore& store, NamespaceRegistry* namespaces);
+  // The store's change hook (called with the store's lock held): queues the event.
+  void OnBlockEvent(const BlockEvent& event);
 
   struct Ring {  // one membership view, ready for ranking
     placement::MembershipView view;
@@ -156,9 +147,6 @@ class Cluster {
   void Repair();
   // Sends (or withdraws) `ids` to their owners; this node's own share goes to its directory.
   void Announce(std::span<const BlockId> ids, bool withdraw);
-  std::vector<BlockId> LocalIds() const;
-  bool Holds(const BlockId& id) const;
-  std::vector<BlockInfo> LocalBlocks() const;
   std::shared_ptr<v1::Peer::Stub> PeerStub(const std::string& address);
   // Asks owners over active messages; returns the owners that did not answer (the caller asks
   // those over gRPC). `calls` maps owner index -> (positions in ids, the ids).
@@ -189,7 +177,7 @@ class Cluster {
                                      const std::string& source_address, absl::Time deadline);
 
   const Options options_;
-  HostTier* const tier_;
+  BlockStore& store_;
   NamespaceRegistry* const namespaces_;
   std::unique_ptr<placement::Membership> membership_;
   placement::Directory directory_;

@@ -28,6 +28,8 @@
 #include "daemon/namespace_registry.h"
 #include "daemon/peer_service.h"
 #include "storage/arena.h"
+#include "storage/block_store.h"
+#include "storage/host_block_store.h"
 #include "storage/host_tier.h"
 #include "storage/tiered_store.h"
 #include "transport/ucx.h"
@@ -140,7 +142,10 @@ struct Daemon::Impl {
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
   std::unique_ptr<transport::ProgressThread> progress;
   std::unique_ptr<HostTier> tier;
-  std::unique_ptr<TieredStore> tiered;  // null without NVMe files; stopped before `tier` goes
+  // What the services and the cluster see: `tier` alone, or the TieredStore over it (then
+  // `tiered` is that same object, stopped before `tier` goes).
+  std::unique_ptr<BlockStore> store;
+  TieredStore* tiered = nullptr;
   std::unique_ptr<NvmeSeries> nvme_series;
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<CacheService> service;
@@ -148,7 +153,7 @@ struct Daemon::Impl {
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<PeerService> peer;
   std::unique_ptr<grpc::Server> server;
-  // Set once membership is up; the host tier's change hook forwards to it.
+  // Set once membership is up.
   std::unique_ptr<Cluster> cluster;
   std::atomic<Cluster*> cluster_ptr{nullptr};
   absl::Notification stop_reclaim;
@@ -315,14 +320,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   STRATA_ASSIGN_OR_RETURN(impl->ucx, transport::Context::Create(/*wakeup=*/true));
   STRATA_ASSIGN_OR_RETURN(impl->worker, transport::Worker::Create(impl->ucx));
   bool huge = false;
-  if (config.arena != ArenaSource::kMmap) {
-    auto region = impl->ucx->Allocate(config.host_capacity);
+  if (config.host.arena != ArenaSource::kMmap) {
+    auto region = impl->ucx->Allocate(config.host.capacity);
     if (region.ok()) {
       impl->region = std::move(*region);
       // Fault every page in now: otherwise the first publish into each page pays a page fault
       // inside the client's RMA, which shows up as a publish-latency spike.
       std::memset(impl->region->data(), 0, impl->region->size());
-    } else if (config.arena == ArenaSource::kUcx) {
+    } else if (config.host.arena == ArenaSource::kUcx) {
       return region.status();
     } else {
       spdlog::warn("UCX could not allocate the arena ({}); using an mmap arena",
@@ -330,10 +335,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     }
   }
   if (!impl->region) {
-    STRATA_ASSIGN_OR_RETURN(impl->mmap_arena, MmapArena::Create(config.host_capacity, config.huge_pages));
+    STRATA_ASSIGN_OR_RETURN(impl->mmap_arena,
+                            MmapArena::Create(config.host.capacity, config.host.huge_pages));
     huge = impl->mmap_arena->huge_pages();
-    STRATA_ASSIGN_OR_RETURN(impl->region,
-                     impl->ucx->Register(impl->mmap_arena->data(), impl->mmap_arena->size()));
+    STRATA_ASSIGN_OR_RETURN(
+        impl->region, impl->ucx->Register(impl->mmap_arena->data(), impl->mmap_arena->size()));
   }
   {
     // Installed before the progress thread runs (the worker is serialized); lookups arriving
@@ -357,51 +363,47 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());
 
+  const HostTierConfig& host = config.host;
   HostTierOptions topts;
-  topts.high_watermark = config.high_watermark;
-  topts.low_watermark = config.low_watermark;
-  topts.reservation_timeout = config.reservation_timeout;
-  topts.lease_timeout = config.lease_timeout;
-  topts.max_pin_ttl = config.max_pin_ttl;
-  topts.max_block_bytes = std::min(config.max_block_size, config.host_capacity);
-  topts.eviction_policy = config.host_policy;
-  topts.write_back = !config.nvme_files.empty();
+  topts.high_watermark = host.high_watermark;
+  topts.low_watermark = host.low_watermark;
+  topts.reservation_timeout = host.reservation_timeout;
+  topts.lease_timeout = host.lease_timeout;
+  topts.max_pin_ttl = host.max_pin_ttl;
+  topts.max_block_bytes = std::min(host.max_block_size, host.capacity);
+  topts.eviction_policy = host.policy;
+  topts.write_back = !config.nvme.files.empty();
   // With an NVMe tier, host extents start and end on 4 KiB so blocks move between the tiers
   // with O_DIRECT straight from/into host memory (no staging copy); costs < 4 KiB per block.
   if (topts.write_back) topts.alignment = kNvmeAlignment;
-  {
-    Impl* raw = impl.get();
-    topts.on_change = [raw](const BlockEvent& e) {
-      if (Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire)) c->OnBlockEvent(e);
-    };
-  }
   impl->tier = std::make_unique<HostTier>(
-      impl->region->data(), std::min<uint64_t>(impl->region->size(), config.host_capacity), topts);
+      impl->region->data(), std::min<uint64_t>(impl->region->size(), host.capacity), topts);
   impl->namespaces = std::make_unique<NamespaceRegistry>(secret);
-  if (!config.nvme_files.empty()) {
+  if (config.nvme.files.empty()) impl->store = std::make_unique<HostBlockStore>(impl->tier.get());
+  if (!config.nvme.files.empty()) {
+    const NvmeTierConfig& nvme = config.nvme;
     TieredStoreOptions n;
-    for (const NvmeFileConfig& f : config.nvme_files)
-      n.nvme.tier.files.push_back({f.path, f.capacity});
-    n.nvme.tier.queue_depth = config.nvme_queue_depth;
-    n.nvme.tier.sync_after_write = config.nvme_sync_after_write;
+    for (const NvmeFileConfig& f : nvme.files) n.nvme.tier.files.push_back({f.path, f.capacity});
+    n.nvme.tier.queue_depth = nvme.queue_depth;
+    n.nvme.tier.sync_after_write = nvme.sync_after_write;
     // Promotions run on gRPC handler threads, which come and go: one ring for all of them.
     n.nvme.tier.shared_ring = true;
-    n.nvme.catalog_path = config.nvme_catalog_dir.empty() ? config.data_dir + "/nvme-catalog"
-                                                          : config.nvme_catalog_dir;
+    n.nvme.catalog_path = NvmeCatalogDir(config);
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(n.nvme.catalog_path).parent_path(),
                                         ec);
-    n.nvme_high_watermark = config.nvme_high_watermark;
-    n.nvme_low_watermark = config.nvme_low_watermark;
-    n.nvme_policy = config.nvme_policy;
-    n.admission = config.nvme_admission;
+    n.nvme_high_watermark = nvme.high_watermark;
+    n.nvme_low_watermark = nvme.low_watermark;
+    n.nvme_policy = nvme.policy;
+    n.admission = nvme.admission;
     n.warn = [](const std::string& msg) { spdlog::warn("{}", msg); };
     auto tiered = TieredStore::Open(impl->tier.get(), std::move(n));
     if (!tiered.ok())
       return absl::Status(
           tiered.status().code(),
           absl::StrCat("nvme tier (config section 'nvme'): ", tiered.status().message()));
-    impl->tiered = std::move(*tiered);
+    impl->tiered = tiered->get();
+    impl->store = std::move(*tiered);
     const NvmeTier& t = impl->tiered->nvme_tier();
     const NvmeRecoveryReport& rec = impl->tiered->recovery();
     spdlog::info(
@@ -410,10 +412,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
         FormatSize(t.capacity_bytes()), t.file_count(), NvmeIoBackendName(t.io_backend()),
         t.queue_depth(), t.registered_buffers() ? ", registered buffers" : "",
         t.direct_io() ? "O_DIRECT" : "buffered (the filesystem refused O_DIRECT)",
-        config.nvme_catalog_dir.empty() ? config.data_dir + "/nvme-catalog"
-                                        : config.nvme_catalog_dir,
-        rec.entries_kept, rec.entries_loaded, absl::FormatDuration(rec.elapsed),
-        rec.dropped_undecodable, rec.dropped_missing_extent, rec.dropped_overlapping);
+        NvmeCatalogDir(config), rec.entries_kept, rec.entries_loaded,
+        absl::FormatDuration(rec.elapsed), rec.dropped_undecodable, rec.dropped_missing_extent,
+        rec.dropped_overlapping);
     if (!t.io_uring_error().empty())
       spdlog::warn("nvme tier: io_uring unavailable ({}); using the thread-pool fallback",
                    t.io_uring_error());
@@ -422,16 +423,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   DataPlaneInfo dp;
   dp.node_id = node_id;
   dp.worker_address = impl->worker->address();
-  dp.arena_base = reinterpret_cast<uint64_t>(impl->region->data());
-  dp.arena_bytes = impl->tier->capacity();
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, impl->region->PackRkey());
   dp.arena_memh = impl->region->handle();
   dp.transports = impl->worker->TransportSummary();
   dp.huge_pages = huge;
-  impl->service = std::make_unique<CacheService>(impl->tier.get(), impl->namespaces.get(), dp);
+  impl->service = std::make_unique<CacheService>(impl->store.get(), impl->namespaces.get(), dp);
   impl->service->set_metrics(impl->rpc_metrics.get());
   impl->am_service.store(impl->service.get(), std::memory_order_release);
-  impl->service->set_tiered(impl->tiered.get());
   impl->tier_series = RegisterTierSeries(impl->metrics);  // tier series appear once it exists
   const MappingPages arena_pages = DescribeMapping(impl->region->data());
   impl->metrics
@@ -446,7 +444,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   int port = 0;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl->service.get());
-  impl->admin = std::make_unique<AdminService>(impl->tier.get(), impl->namespaces.get());
+  impl->admin = std::make_unique<AdminService>(impl->store.get(), impl->namespaces.get());
   builder.RegisterService(impl->admin.get());
   impl->peer = std::make_unique<PeerService>();
   builder.RegisterService(impl->peer.get());
@@ -473,19 +471,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     co.self.id = node_id;
     co.self.address = config.cluster.advertise_address.empty() ? impl->endpoint
                                                                : config.cluster.advertise_address;
-    co.self.host_capacity = impl->tier->capacity();
+    co.self.host_capacity = impl->store->arena_bytes();
     co.self.version = STRATA_VERSION;
-    co.arena_base = impl->region->data();
     co.ucx = impl->ucx;
-    if (TieredStore* t = impl->tiered.get()) {
-      co.holds = [t](const BlockId& id) { return t->Holds(id); };
-      co.list_blocks = [t] { return t->AllBlocks(); };
-      co.list_local = [t] { return t->AllIds(); };
-      co.evict = [t](const NamespaceId& ns, std::span<const BlockId> ids) {
-        t->Evict(ns, ids, /*cascade=*/false, /*force=*/true);
-      };
-    }
-    auto cluster = Cluster::Start(std::move(co), impl->tier.get(), impl->namespaces.get());
+    auto cluster = Cluster::Start(std::move(co), *impl->store, impl->namespaces.get());
     if (!cluster.ok()) {
       impl->server->Shutdown(std::chrono::system_clock::now());
       return cluster.status();
@@ -499,17 +488,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   }
 
   absl::Duration period =
-      std::min({absl::Seconds(1), config.reservation_timeout / 4, config.lease_timeout / 4});
+      std::min({absl::Seconds(1), host.reservation_timeout / 4, host.lease_timeout / 4});
   Impl* raw = impl.get();
   impl->reclaim = std::thread([raw, period] {
-    while (!raw->stop_reclaim.WaitForNotificationWithTimeout(period)) raw->tier->ReclaimExpired();
+    while (!raw->stop_reclaim.WaitForNotificationWithTimeout(period)) raw->store->ReclaimExpired();
   });
 
   impl->serving.store(true, std::memory_order_release);
   spdlog::info(
       "stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX "
       "transports {}",
-      STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->tier->capacity()),
+      STRATA_VERSION, node_id, impl->endpoint, FormatSize(impl->store->arena_bytes()),
       impl->mmap_arena ? (huge ? "mmap, huge pages" : "mmap") : "UCX-allocated",
       arena_pages.page_bytes ? FormatSize(arena_pages.page_bytes) : "unknown",
       arena_pages.thp_bytes
@@ -546,7 +535,7 @@ void Daemon::Shutdown() {
     spdlog::info("nvme tier closed: {} blocks ({}) kept for the next start", n.nvme_blocks,
                  FormatSize(n.nvme_used_bytes));
   }
-  auto s = d.tier->Stats();
+  auto s = d.store->Stats().host;
   spdlog::info("stopped: {} blocks, {} open reservations and {} open leases dropped", s.blocks,
                s.open_reservations, s.open_leases);
   if (d.http) d.http->Stop();
@@ -558,7 +547,8 @@ void CollectTierMetrics(Daemon::Impl& d) {
   TierSeries& x = *d.tier_series;
   x.ready->Set(d.serving.load(std::memory_order_acquire) ? 1 : 0);
   x.in_flight->Set(d.service->in_flight());
-  HostTierStats s = d.tier->Stats();
+  const BlockStoreStats stats = d.store->Stats();
+  const HostTierStats& s = stats.host;
   x.capacity->Set(static_cast<double>(s.capacity_bytes));
   x.used->Set(static_cast<double>(s.allocated_bytes));
   x.committed->Set(static_cast<double>(s.committed_bytes));
@@ -581,7 +571,7 @@ void CollectTierMetrics(Daemon::Impl& d) {
   x.res_expired->Set(s.reservations_expired);
   x.lease_expired->Set(s.leases_expired);
   // The daemon never decodes; what a codec saves follows from each namespace's layout.
-  auto usage = d.tier->UsageByNamespace();
+  auto usage = d.store->UsageByNamespace();
   double raw = 0, stored = 0;
   for (const auto& e : d.namespaces->List()) {
     if (e.spec.codec_policy == kOpaqueCodecPolicy) continue;
@@ -593,9 +583,9 @@ void CollectTierMetrics(Daemon::Impl& d) {
   x.codec_raw->Set(raw);
   x.codec_stored->Set(stored);
   x.codec_ratio->Set(stored > 0 ? raw / stored : 0);
-  if (d.tiered && d.nvme_series) {
+  if (stats.nvme && d.nvme_series) {
     NvmeSeries& y = *d.nvme_series;
-    TieredStoreCounters n = d.tiered->Counters();
+    const NvmeTierCounters& n = *stats.nvme;
     y.capacity->Set(static_cast<double>(n.nvme_capacity_bytes));
     y.used->Set(static_cast<double>(n.nvme_used_bytes));
     y.blocks->Set(static_cast<double>(n.nvme_blocks));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
+#include "daemon/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -14,8 +15,7 @@ constexpr size_t kMaxIds = 1 << 16;
 // Packed ids, or an error naming the field.
 grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
   auto ids = UnpackIds(packed, field, kMaxIds);
-  if (!ids.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message()));
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   *out = std::move(*ids);
   return grpc::Status::OK;
 }
