@@ -9,7 +9,7 @@
 #include "common/am_wire.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
-#include "daemon/cluster.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/grpc_status.h"
 #include "proto/convert.h"
 
@@ -176,7 +176,7 @@ grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupReques
 
 size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> rest, size_t local,
                                   v1::LookupResponse* resp) {
-  auto located = cluster.Locate(rest, absl::Now() + cluster.options_peer_timeout());
+  auto located = cluster.locator().Locate(rest, absl::Now() + cluster.peer_timeout());
   auto* self = resp->add_nodes();
   self->set_id(cluster.self().id);
   self->set_address(cluster.self().address);
@@ -250,7 +250,7 @@ void CacheService::RememberReplication(const NamespaceId& ns, std::span<const Re
   Cluster* cluster = cluster_.load();
   if (!cluster || r.reservation_id == 0 || cluster->size() <= 1) return;
   auto entry = namespaces_->Find(ns);
-  if (!entry || cluster->ReplicasFor(*entry) <= 1) return;
+  if (!entry || cluster->mover().ReplicasFor(*entry) <= 1) return;
   PendingReplication p{ns, {}, {}, absl::Now() + store_->reservation_timeout()};
   for (size_t i = 0; i < items.size(); ++i) {
     if (r.status[i] != BlockStatus::kOk) continue;
@@ -286,7 +286,7 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
       // Published means findable: the directory owners know the new blocks before Commit
       // returns, so a lookup on any node right after (a decode node after its prefill node) sees
       // them.
-      cluster->FlushAnnouncements(absl::Now() + cluster->options_peer_timeout());
+      cluster->announcer().FlushAnnouncements(absl::Now() + cluster->peer_timeout());
     }
     if (replicate && cluster && r->size() == replicate->ids.size()) {
       // Synchronous: once Commit returns, every replica holds the block (or the failure is
@@ -298,7 +298,7 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
         parents.push_back(replicate->parents[i]);
       }
       if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
-        cluster->Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
+        cluster->mover().Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
     }
     for (BlockStatus s : *r)
       if (s == BlockStatus::kCrcMismatch)
@@ -441,7 +441,7 @@ grpc::Status CacheService::Locate(grpc::ServerContext*, const v1::LocateRequest*
     Cluster* cluster = cluster_.load();
     std::vector<std::vector<placement::Location>> located(ids.size());
     if (cluster && cluster->size() > 1)
-      located = cluster->Locate(ids, absl::Now() + cluster->options_peer_timeout());
+      located = cluster->locator().Locate(ids, absl::Now() + cluster->peer_timeout());
     const std::string self = cluster ? cluster->self().id : data_plane_.node_id;
     auto* me = resp->add_nodes();
     me->set_id(self);
@@ -488,8 +488,8 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
     if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
     auto entry = namespaces_->Find(ns);
     if (!entry) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "namespace not open");
-    auto r = cluster->Reposition(*entry, ids, req->target_node(), req->move(),
-                                 absl::FromChrono(ctx->deadline()));
+    auto r = cluster->mover().Reposition(*entry, ids, req->target_node(), req->move(),
+                                         absl::FromChrono(ctx->deadline()));
     if (!r.ok()) return ToGrpcStatus(r.status());
     AddStatuses(r->status, resp->mutable_status());
     resp->set_copied(r->copied);

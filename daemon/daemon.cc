@@ -22,7 +22,7 @@
 #include "common/units.h"
 #include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
-#include "daemon/cluster.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -358,7 +358,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     STRATA_RETURN_IF_ERROR(
         impl->worker->SetAmHandler(am_wire::kPeerLocateAm, [raw](const transport::AmMessage& m) {
           Cluster* c = raw->cluster_ptr.load(std::memory_order_acquire);
-          if (c) c->HandleAmLocate(m, raw->worker.get());
+          if (c) c->locator().HandleAmLocate(m, raw->worker.get());
         }));
   }
   impl->progress = std::make_unique<transport::ProgressThread>(impl->worker.get());
@@ -474,7 +474,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
     co.self.host_capacity = impl->store->arena_bytes();
     co.self.version = STRATA_VERSION;
     co.ucx = impl->ucx;
-    auto cluster = Cluster::Start(std::move(co), *impl->store, impl->namespaces.get());
+    auto cluster = Cluster::Start(std::move(co), *impl->store, *impl->namespaces);
     if (!cluster.ok()) {
       impl->server->Shutdown(std::chrono::system_clock::now());
       return cluster.status();

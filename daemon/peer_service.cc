@@ -34,7 +34,7 @@ grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceReque
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Announce needs node_id");
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->HandleAnnounce(*req, ids);
+  c->announcer().HandleAnnounce(*req, ids);
   return grpc::Status::OK;
 }
 
@@ -44,7 +44,7 @@ grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateReque
   if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->HandleLocate(ids, resp);
+  c->locator().HandleLocate(ids, resp);
   return grpc::Status::OK;
 }
 
@@ -64,8 +64,8 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   auto deadline = absl::FromChrono(ctx->deadline());
-  for (BlockStatus s : c->Pull(spec, req->tenant(), req->replicas(), ids, parents,
-                               req->source_node(), req->source_address(), deadline))
+  for (BlockStatus s : c->puller().Pull(spec, req->tenant(), req->replicas(), ids, parents,
+                                        req->source_node(), req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }
