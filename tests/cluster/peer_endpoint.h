@@ -7,7 +7,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,6 +21,27 @@
 
 namespace strata::testing {
 
+// gRPC 1.51 runs callback-API completions on a thread pool that it tears down with the last
+// channel that used it. A test that drops its channels right after a callback returned races
+// that pool's threads still finishing the call (an abort in grpc_cq_internal_unref; see
+// grpc/grpc#32584). One such channel kept for the whole run keeps the pool up.
+inline void KeepGrpcCallbackPoolAlive() {
+  static const bool kept = [] {
+    auto* channel = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
+    auto stub = v1::Peer::NewStub(*channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    v1::AnnounceRequest req;
+    v1::AnnounceResponse resp;
+    std::promise<void> done;
+    stub->async()->Announce(&ctx, &req, &resp, [&done](grpc::Status) { done.set_value(); });
+    done.get_future().wait();
+    return channel != nullptr;
+  }();
+  (void)kept;
+}
+
 class PeerEndpoint {
  public:
   struct Handlers {
@@ -28,6 +51,7 @@ class PeerEndpoint {
   };
 
   explicit PeerEndpoint(Handlers handlers) : peer_(this), cache_(this), h_(std::move(handlers)) {
+    KeepGrpcCallbackPoolAlive();
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
