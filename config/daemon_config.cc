@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/units.h"
@@ -20,7 +21,11 @@
 
 namespace strata {
 
-const std::string_view kDefaultConfigYaml =
+namespace {
+
+// The defaults as operators read them; {high_watermark} and {low_watermark} are filled in from
+// storage/watermarks.h, where the tiers take their defaults from too.
+constexpr std::string_view kDefaultConfigTemplate =
     R"yaml(# stratad configuration. Every field is optional; the values below are the defaults.
 
 # Name of this node in stats and logs. Empty: the host name.
@@ -53,8 +58,8 @@ host_tier:
   arena: auto
   # Above high_watermark x capacity, blocks are evicted down to low_watermark: written back to
   # the NVMe tier when one is configured (below), dropped otherwise.
-  high_watermark: 0.95
-  low_watermark: 0.85
+  high_watermark: {high_watermark}
+  low_watermark: {low_watermark}
   # Which blocks leave first: lru, s3fifo, prefix-lru, prefix-freq or prefix-adaptive
   # (docs/tiers.md). Leased and pinned blocks never leave.
   policy: lru
@@ -73,8 +78,8 @@ nvme:
   # RocksDB catalog of the NVMe blocks. Empty: <data_dir>/nvme-catalog.
   catalog_dir: ""
   # Above high_watermark x capacity, NVMe blocks are dropped down to low_watermark.
-  high_watermark: 0.95
-  low_watermark: 0.85
+  high_watermark: {high_watermark}
+  low_watermark: {low_watermark}
   # Which NVMe blocks are dropped first (same names as host_tier.policy).
   policy: lru
   # Which host victims are written down: always, or second-access (only blocks requested
@@ -124,8 +129,6 @@ cluster:
   peer_timeout: 1s
 )yaml";
 
-namespace {
-
 using Setter = std::function<absl::Status(const YAML::Node&, DaemonConfig&)>;
 
 absl::Status FieldError(const std::string& field, absl::string_view why) {
@@ -142,176 +145,177 @@ absl::StatusOr<T> Scalar(const YAML::Node& n, const std::string& field) {
   }
 }
 
-std::map<std::string, Setter> Setters() {
-  std::map<std::string, Setter> s;
-  auto str = [](std::string DaemonConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(c.*m, Scalar<std::string>(n, f));
-      return absl::OkStatus();
-    };
-  };
-  auto size = [](uint64_t DaemonConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
-      auto v = ParseSize(text);
-      if (!v.ok()) return FieldError(f, v.status().message());
-      c.*m = *v;
-      return absl::OkStatus();
-    };
-  };
-  auto dur = [](absl::Duration DaemonConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
-      auto v = ParseDurationText(text);
-      if (!v.ok()) return FieldError(f, v.status().message());
-      c.*m = *v;
-      return absl::OkStatus();
-    };
-  };
-  auto real = [](double DaemonConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(c.*m, Scalar<double>(n, f));
-      return absl::OkStatus();
-    };
-  };
-  s["node_id"] = str(&DaemonConfig::node_id, "node_id");
-  s["listen"] = str(&DaemonConfig::listen, "listen");
-  s["http_listen"] = str(&DaemonConfig::http_listen, "http_listen");
-  s["data_dir"] = str(&DaemonConfig::data_dir, "data_dir");
-  s["cluster_secret_file"] = str(&DaemonConfig::cluster_secret_file, "cluster_secret_file");
-  s["log_level"] = str(&DaemonConfig::log_level, "log_level");
-  s["log_format"] = str(&DaemonConfig::log_format, "log_format");
-  s["host_tier.capacity"] = size(&DaemonConfig::host_capacity, "host_tier.capacity");
-  s["host_tier.max_block_size"] = size(&DaemonConfig::max_block_size, "host_tier.max_block_size");
-  s["host_tier.high_watermark"] = real(&DaemonConfig::high_watermark, "host_tier.high_watermark");
-  s["host_tier.low_watermark"] = real(&DaemonConfig::low_watermark, "host_tier.low_watermark");
-  s["host_tier.policy"] = str(&DaemonConfig::host_policy, "host_tier.policy");
-  s["nvme.catalog_dir"] = str(&DaemonConfig::nvme_catalog_dir, "nvme.catalog_dir");
-  s["nvme.high_watermark"] = real(&DaemonConfig::nvme_high_watermark, "nvme.high_watermark");
-  s["nvme.low_watermark"] = real(&DaemonConfig::nvme_low_watermark, "nvme.low_watermark");
-  s["nvme.policy"] = str(&DaemonConfig::nvme_policy, "nvme.policy");
-  s["nvme.admission"] = str(&DaemonConfig::nvme_admission, "nvme.admission");
-  s["nvme.queue_depth"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.nvme_queue_depth, Scalar<uint32_t>(n, "nvme.queue_depth"));
+// Where a field lives in DaemonConfig: a top-level member, or a member of a section struct.
+template <typename T>
+auto At(T DaemonConfig::*m) {
+  return [m](DaemonConfig& c) -> T& { return c.*m; };
+}
+template <typename S, typename T>
+auto At(S DaemonConfig::*section, T S::*m) {
+  return [section, m](DaemonConfig& c) -> T& { return (c.*section).*m; };
+}
+
+// A setter that reads the scalar as T and stores it where `at` points.
+template <typename T, typename Where>
+Setter Read(std::string f, Where at) {
+  return [f, at](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(at(c), Scalar<T>(n, f));
     return absl::OkStatus();
   };
-  s["nvme.sync_after_write"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.nvme_sync_after_write, Scalar<bool>(n, "nvme.sync_after_write"));
+}
+
+// A setter for text parsed by `parse` (ParseSize, ParseDurationText).
+template <typename Where, typename Parse>
+Setter ReadParsed(std::string f, Where at, Parse parse) {
+  return [f, at, parse](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
+    auto v = parse(text);
+    if (!v.ok()) return FieldError(f, v.status().message());
+    at(c) = *v;
     return absl::OkStatus();
   };
-  s["nvme.files"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    if (!n.IsSequence() && !n.IsNull())
-      return FieldError("nvme.files", "must be a list of {path, capacity}");
-    c.nvme_files.clear();
-    for (size_t i = 0; n.IsSequence() && i < n.size(); ++i) {
-      const std::string f = absl::StrCat("nvme.files[", i, "]");
-      if (!n[i].IsMap()) return FieldError(f, "must be a mapping {path, capacity}");
-      NvmeFileConfig file;
-      bool has_path = false, has_capacity = false;
-      for (const auto& kv : n[i]) {
-        const std::string key = kv.first.as<std::string>();
-        if (key == "path") {
-          STRATA_ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
-          has_path = true;
-        } else if (key == "capacity") {
-          STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(kv.second, f + ".capacity"));
-          auto v = ParseSize(text);
-          if (!v.ok()) return FieldError(f + ".capacity", v.status().message());
-          file.capacity = *v;
-          has_capacity = true;
-        } else {
-          return FieldError(f + "." + key, "is not a known field (known: path, capacity)");
-        }
+}
+
+template <typename Where>
+Setter ReadSize(std::string f, Where at) {
+  return ReadParsed(f, at, [](const std::string& t) { return ParseSize(t); });
+}
+
+template <typename Where>
+Setter ReadDuration(std::string f, Where at) {
+  return ReadParsed(f, at, [](const std::string& t) { return ParseDurationText(t); });
+}
+
+absl::Status ReadNvmeFiles(const YAML::Node& n, DaemonConfig& c) {
+  if (!n.IsSequence() && !n.IsNull())
+    return FieldError("nvme.files", "must be a list of {path, capacity}");
+  c.nvme.files.clear();
+  for (size_t i = 0; n.IsSequence() && i < n.size(); ++i) {
+    const std::string f = absl::StrCat("nvme.files[", i, "]");
+    if (!n[i].IsMap()) return FieldError(f, "must be a mapping {path, capacity}");
+    NvmeFileConfig file;
+    bool has_path = false, has_capacity = false;
+    for (const auto& kv : n[i]) {
+      const std::string key = kv.first.as<std::string>();
+      if (key == "path") {
+        STRATA_ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
+        has_path = true;
+      } else if (key == "capacity") {
+        STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(kv.second, f + ".capacity"));
+        auto v = ParseSize(text);
+        if (!v.ok()) return FieldError(f + ".capacity", v.status().message());
+        file.capacity = *v;
+        has_capacity = true;
+      } else {
+        return FieldError(f + "." + key, "is not a known field (known: path, capacity)");
       }
-      if (!has_path) return FieldError(f + ".path", "must be set");
-      if (!has_capacity) return FieldError(f + ".capacity", "must be set");
-      c.nvme_files.push_back(std::move(file));
     }
-    return absl::OkStatus();
-  };
-  s["host_tier.huge_pages"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.huge_pages, Scalar<bool>(n, "host_tier.huge_pages"));
-    return absl::OkStatus();
-  };
-  s["host_tier.arena"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
-    if (v == "auto")
-      c.arena = ArenaSource::kAuto;
-    else if (v == "ucx")
-      c.arena = ArenaSource::kUcx;
-    else if (v == "mmap")
-      c.arena = ArenaSource::kMmap;
-    else
-      return FieldError("host_tier.arena", absl::StrCat("'", v, "' is not auto, ucx or mmap"));
-    return absl::OkStatus();
-  };
-  s["reservation_timeout"] = dur(&DaemonConfig::reservation_timeout, "reservation_timeout");
-  s["lease_timeout"] = dur(&DaemonConfig::lease_timeout, "lease_timeout");
-  s["max_pin_ttl"] = dur(&DaemonConfig::max_pin_ttl, "max_pin_ttl");
-  s["shutdown_grace"] = dur(&DaemonConfig::shutdown_grace, "shutdown_grace");
-  s["cluster.membership"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.cluster.membership, Scalar<std::string>(n, "cluster.membership"));
-    return absl::OkStatus();
-  };
-  s["cluster.static_nodes"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    if (!n.IsSequence()) return FieldError("cluster.static_nodes", "must be a list");
-    c.cluster.static_nodes.clear();
-    for (size_t i = 0; i < n.size(); ++i) {
-      std::string field = absl::StrCat("cluster.static_nodes[", i, "]");
-      STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
-      size_t at = v.find('@');
-      if (at == 0 || at == std::string::npos || v.find(':', at) == std::string::npos)
-        return FieldError(field, absl::StrCat("'", v, "' is not NODE_ID@HOST:PORT"));
-      c.cluster.static_nodes.push_back({v.substr(0, at), v.substr(at + 1)});
-    }
-    return absl::OkStatus();
-  };
-  s["cluster.etcd_endpoints"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    if (!n.IsSequence()) return FieldError("cluster.etcd_endpoints", "must be a list");
-    c.cluster.etcd_endpoints.clear();
-    for (size_t i = 0; i < n.size(); ++i) {
-      std::string field = absl::StrCat("cluster.etcd_endpoints[", i, "]");
-      STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
-      if (v.rfind("http://", 0) != 0)
-        return FieldError(field, absl::StrCat("'", v, "' must start with http://"));
-      c.cluster.etcd_endpoints.push_back(v);
-    }
-    return absl::OkStatus();
-  };
-  s["cluster.etcd_prefix"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.cluster.etcd_prefix, Scalar<std::string>(n, "cluster.etcd_prefix"));
-    return absl::OkStatus();
-  };
-  s["cluster.advertise_address"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.cluster.advertise_address,
-                     Scalar<std::string>(n, "cluster.advertise_address"));
-    return absl::OkStatus();
-  };
-  auto cdur = [](absl::Duration ClusterConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(std::string text, Scalar<std::string>(n, f));
-      auto v = ParseDurationText(text);
-      if (!v.ok()) return FieldError(f, v.status().message());
-      c.cluster.*m = *v;
-      return absl::OkStatus();
-    };
-  };
-  auto cuint = [](uint32_t ClusterConfig::*m, std::string f) {
-    return [m, f](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-      STRATA_ASSIGN_OR_RETURN(c.cluster.*m, Scalar<uint32_t>(n, f));
-      return absl::OkStatus();
-    };
-  };
-  s["cluster.etcd_lease_ttl"] = cdur(&ClusterConfig::etcd_lease_ttl, "cluster.etcd_lease_ttl");
-  s["cluster.directory_ttl"] = cdur(&ClusterConfig::directory_ttl, "cluster.directory_ttl");
-  s["cluster.peer_timeout"] = cdur(&ClusterConfig::peer_timeout, "cluster.peer_timeout");
+    if (!has_path) return FieldError(f + ".path", "must be set");
+    if (!has_capacity) return FieldError(f + ".capacity", "must be set");
+    c.nvme.files.push_back(std::move(file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadArena(const YAML::Node& n, DaemonConfig& c) {
+  STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n, "host_tier.arena"));
+  if (v == "auto")
+    c.host.arena = ArenaSource::kAuto;
+  else if (v == "ucx")
+    c.host.arena = ArenaSource::kUcx;
+  else if (v == "mmap")
+    c.host.arena = ArenaSource::kMmap;
+  else
+    return FieldError("host_tier.arena", absl::StrCat("'", v, "' is not auto, ucx or mmap"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadStaticNodes(const YAML::Node& n, DaemonConfig& c) {
+  if (!n.IsSequence()) return FieldError("cluster.static_nodes", "must be a list");
+  c.cluster.static_nodes.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::string field = absl::StrCat("cluster.static_nodes[", i, "]");
+    STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+    size_t at = v.find('@');
+    if (at == 0 || at == std::string::npos || v.find(':', at) == std::string::npos)
+      return FieldError(field, absl::StrCat("'", v, "' is not NODE_ID@HOST:PORT"));
+    c.cluster.static_nodes.push_back({v.substr(0, at), v.substr(at + 1)});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadEtcdEndpoints(const YAML::Node& n, DaemonConfig& c) {
+  if (!n.IsSequence()) return FieldError("cluster.etcd_endpoints", "must be a list");
+  c.cluster.etcd_endpoints.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::string field = absl::StrCat("cluster.etcd_endpoints[", i, "]");
+    STRATA_ASSIGN_OR_RETURN(std::string v, Scalar<std::string>(n[i], field));
+    if (v.rfind("http://", 0) != 0)
+      return FieldError(field, absl::StrCat("'", v, "' must start with http://"));
+    c.cluster.etcd_endpoints.push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, Setter> Setters() {
+  using C = DaemonConfig;
+  using H = HostTierConfig;
+  using N = NvmeTierConfig;
+  using K = ClusterConfig;
+  std::map<std::string, Setter> s;
+  s["node_id"] = Read<std::string>("node_id", At(&C::node_id));
+  s["listen"] = Read<std::string>("listen", At(&C::listen));
+  s["http_listen"] = Read<std::string>("http_listen", At(&C::http_listen));
+  s["data_dir"] = Read<std::string>("data_dir", At(&C::data_dir));
+  s["cluster_secret_file"] = Read<std::string>("cluster_secret_file", At(&C::cluster_secret_file));
+  s["log_level"] = Read<std::string>("log_level", At(&C::log_level));
+  s["log_format"] = Read<std::string>("log_format", At(&C::log_format));
+  s["shutdown_grace"] = ReadDuration("shutdown_grace", At(&C::shutdown_grace));
+
+  s["host_tier.capacity"] = ReadSize("host_tier.capacity", At(&C::host, &H::capacity));
+  s["host_tier.huge_pages"] = Read<bool>("host_tier.huge_pages", At(&C::host, &H::huge_pages));
+  s["host_tier.arena"] = ReadArena;
+  s["host_tier.high_watermark"] =
+      Read<double>("host_tier.high_watermark", At(&C::host, &H::high_watermark));
+  s["host_tier.low_watermark"] =
+      Read<double>("host_tier.low_watermark", At(&C::host, &H::low_watermark));
+  s["host_tier.policy"] = Read<std::string>("host_tier.policy", At(&C::host, &H::policy));
+  s["host_tier.max_block_size"] =
+      ReadSize("host_tier.max_block_size", At(&C::host, &H::max_block_size));
+  // Top-level keys (they predate the section), kept with the tier that enforces them.
+  s["reservation_timeout"] =
+      ReadDuration("reservation_timeout", At(&C::host, &H::reservation_timeout));
+  s["lease_timeout"] = ReadDuration("lease_timeout", At(&C::host, &H::lease_timeout));
+  s["max_pin_ttl"] = ReadDuration("max_pin_ttl", At(&C::host, &H::max_pin_ttl));
+
+  s["nvme.files"] = ReadNvmeFiles;
+  s["nvme.catalog_dir"] = Read<std::string>("nvme.catalog_dir", At(&C::nvme, &N::catalog_dir));
+  s["nvme.high_watermark"] = Read<double>("nvme.high_watermark", At(&C::nvme, &N::high_watermark));
+  s["nvme.low_watermark"] = Read<double>("nvme.low_watermark", At(&C::nvme, &N::low_watermark));
+  s["nvme.policy"] = Read<std::string>("nvme.policy", At(&C::nvme, &N::policy));
+  s["nvme.admission"] = Read<std::string>("nvme.admission", At(&C::nvme, &N::admission));
+  s["nvme.queue_depth"] = Read<uint32_t>("nvme.queue_depth", At(&C::nvme, &N::queue_depth));
+  s["nvme.sync_after_write"] =
+      Read<bool>("nvme.sync_after_write", At(&C::nvme, &N::sync_after_write));
+
+  s["cluster.membership"] =
+      Read<std::string>("cluster.membership", At(&C::cluster, &K::membership));
+  s["cluster.static_nodes"] = ReadStaticNodes;
+  s["cluster.etcd_endpoints"] = ReadEtcdEndpoints;
+  s["cluster.etcd_prefix"] =
+      Read<std::string>("cluster.etcd_prefix", At(&C::cluster, &K::etcd_prefix));
+  s["cluster.advertise_address"] =
+      Read<std::string>("cluster.advertise_address", At(&C::cluster, &K::advertise_address));
+  s["cluster.etcd_lease_ttl"] =
+      ReadDuration("cluster.etcd_lease_ttl", At(&C::cluster, &K::etcd_lease_ttl));
+  s["cluster.directory_ttl"] =
+      ReadDuration("cluster.directory_ttl", At(&C::cluster, &K::directory_ttl));
+  s["cluster.peer_timeout"] =
+      ReadDuration("cluster.peer_timeout", At(&C::cluster, &K::peer_timeout));
   s["cluster.directory_owners"] =
-      cuint(&ClusterConfig::directory_owners, "cluster.directory_owners");
-  s["cluster.replicas"] = cuint(&ClusterConfig::replicas, "cluster.replicas");
-  s["cluster.rereplicate"] = [](const YAML::Node& n, DaemonConfig& c) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(c.cluster.rereplicate, Scalar<bool>(n, "cluster.rereplicate"));
-    return absl::OkStatus();
-  };
+      Read<uint32_t>("cluster.directory_owners", At(&C::cluster, &K::directory_owners));
+  s["cluster.replicas"] = Read<uint32_t>("cluster.replicas", At(&C::cluster, &K::replicas));
+  s["cluster.rereplicate"] = Read<bool>("cluster.rereplicate", At(&C::cluster, &K::rereplicate));
   return s;
 }
 
@@ -355,9 +359,16 @@ absl::StatusOr<DaemonConfig> ParseOver(DaemonConfig base, std::string_view yaml)
 
 }  // namespace
 
+std::string_view DefaultConfigYaml() {
+  static const std::string* const yaml = new std::string(absl::StrReplaceAll(
+      AsAbsl(kDefaultConfigTemplate), {{"{high_watermark}", absl::StrCat(kDefaultHighWatermark)},
+                                       {"{low_watermark}", absl::StrCat(kDefaultLowWatermark)}}));
+  return *yaml;
+}
+
 absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml) {
   static const DaemonConfig defaults = [] {
-    auto d = ParseOver(DaemonConfig{}, kDefaultConfigYaml);
+    auto d = ParseOver(DaemonConfig{}, DefaultConfigYaml());
     if (!d.ok()) {  // a build defect, pinned by tests/daemon/config_test.cc
       std::fprintf(stderr, "stratad: the embedded default config is invalid: %s\n",
                    std::string(d.status().message()).c_str());
@@ -388,11 +399,12 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
       (c.http_listen.rfind(':') == std::string::npos || c.http_listen.rfind(':') == 0 ||
        c.http_listen.rfind(':') + 1 == c.http_listen.size()))
     return FieldError("http_listen", "must be HOST:PORT, or empty to disable HTTP");
-  if (c.host_capacity < (1u << 20)) return FieldError("host_tier.capacity", "must be >= 1MiB");
-  if (!(c.low_watermark > 0 && c.low_watermark <= c.high_watermark && c.high_watermark <= 1))
+  if (c.host.capacity < (1u << 20)) return FieldError("host_tier.capacity", "must be >= 1MiB");
+  if (!(c.host.low_watermark > 0 && c.host.low_watermark <= c.host.high_watermark &&
+        c.host.high_watermark <= 1))
     return FieldError("host_tier.low_watermark",
                       "watermarks need 0 < low_watermark <= high_watermark <= 1");
-  if (c.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
+  if (c.host.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
   auto one_of = [](const std::string& v, const std::vector<std::string_view>& names) {
     return std::find(names.begin(), names.end(), v) != names.end();
   };
@@ -402,35 +414,35 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return out;
   };
   const auto policies = OnlineEvictionPolicyNames();
-  if (!one_of(c.host_policy, policies))
+  if (!one_of(c.host.policy, policies))
     return FieldError("host_tier.policy",
-                      absl::StrCat("'", c.host_policy, "' is not one of ", join(policies)));
-  if (!one_of(c.nvme_policy, policies))
+                      absl::StrCat("'", c.host.policy, "' is not one of ", join(policies)));
+  if (!one_of(c.nvme.policy, policies))
     return FieldError("nvme.policy",
-                      absl::StrCat("'", c.nvme_policy, "' is not one of ", join(policies)));
+                      absl::StrCat("'", c.nvme.policy, "' is not one of ", join(policies)));
   const auto admissions = AdmissionPolicyNames();
-  if (!one_of(c.nvme_admission, admissions))
+  if (!one_of(c.nvme.admission, admissions))
     return FieldError("nvme.admission",
-                      absl::StrCat("'", c.nvme_admission, "' is not one of ", join(admissions)));
-  if (!(c.nvme_low_watermark > 0 && c.nvme_low_watermark <= c.nvme_high_watermark &&
-        c.nvme_high_watermark <= 1))
+                      absl::StrCat("'", c.nvme.admission, "' is not one of ", join(admissions)));
+  if (!(c.nvme.low_watermark > 0 && c.nvme.low_watermark <= c.nvme.high_watermark &&
+        c.nvme.high_watermark <= 1))
     return FieldError("nvme.low_watermark",
                       "watermarks need 0 < low_watermark <= high_watermark <= 1");
-  if (c.nvme_queue_depth < 1 || c.nvme_queue_depth > 4096)
+  if (c.nvme.queue_depth < 1 || c.nvme.queue_depth > 4096)
     return FieldError("nvme.queue_depth", "must be between 1 and 4096");
-  for (size_t i = 0; i < c.nvme_files.size(); ++i) {
+  for (size_t i = 0; i < c.nvme.files.size(); ++i) {
     const std::string f = absl::StrCat("nvme.files[", i, "]");
-    if (c.nvme_files[i].path.empty()) return FieldError(f + ".path", "must not be empty");
-    if (c.nvme_files[i].capacity < (1u << 16))
+    if (c.nvme.files[i].path.empty()) return FieldError(f + ".path", "must not be empty");
+    if (c.nvme.files[i].capacity < (1u << 16))
       return FieldError(f + ".capacity", "must be >= 64KiB");
     for (size_t j = 0; j < i; ++j)
-      if (c.nvme_files[j].path == c.nvme_files[i].path)
+      if (c.nvme.files[j].path == c.nvme.files[i].path)
         return FieldError(f + ".path",
-                          absl::StrCat("'", c.nvme_files[i].path, "' is also nvme.files[", j, "]"));
+                          absl::StrCat("'", c.nvme.files[i].path, "' is also nvme.files[", j, "]"));
   }
-  if (c.reservation_timeout < absl::Milliseconds(100))
+  if (c.host.reservation_timeout < absl::Milliseconds(100))
     return FieldError("reservation_timeout", "must be >= 100ms");
-  if (c.lease_timeout < absl::Milliseconds(100))
+  if (c.host.lease_timeout < absl::Milliseconds(100))
     return FieldError("lease_timeout", "must be >= 100ms");
   static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
   bool ok = false;
@@ -461,6 +473,10 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
         return FieldError(absl::StrCat("cluster.static_nodes[", i, "]"),
                           absl::StrCat("node id '", k.static_nodes[i].id, "' is listed twice"));
   return absl::OkStatus();
+}
+
+std::string NvmeCatalogDir(const DaemonConfig& c) {
+  return c.nvme.catalog_dir.empty() ? c.data_dir + "/nvme-catalog" : c.nvme.catalog_dir;
 }
 
 }  // namespace strata

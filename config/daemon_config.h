@@ -1,4 +1,4 @@
-// stratad configuration: YAML with documented defaults (kDefaultConfigYaml), flag overrides,
+// stratad configuration: YAML with documented defaults (DefaultConfigYaml()), flag overrides,
 // and validation whose errors name the offending field.
 #pragma once
 
@@ -9,11 +9,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "storage/watermarks.h"
 
 namespace strata {
 
 // The embedded default configuration, also printed by `stratad --print-default-config`.
-extern const std::string_view kDefaultConfigYaml;
+std::string_view DefaultConfigYaml();
 
 enum class ArenaSource { kAuto, kUcx, kMmap };
 
@@ -41,6 +42,32 @@ struct NvmeFileConfig {
   uint64_t capacity = 0;
 };
 
+// YAML section host_tier, plus the publish and fetch timeouts (top-level keys) it enforces.
+struct HostTierConfig {
+  uint64_t capacity = 0;
+  bool huge_pages = true;
+  ArenaSource arena = ArenaSource::kAuto;
+  double high_watermark = kDefaultHighWatermark;
+  double low_watermark = kDefaultLowWatermark;
+  std::string policy;
+  uint64_t max_block_size = 0;
+  absl::Duration reservation_timeout;
+  absl::Duration lease_timeout;
+  absl::Duration max_pin_ttl;
+};
+
+// YAML section nvme. No files: no NVMe tier.
+struct NvmeTierConfig {
+  std::vector<NvmeFileConfig> files;
+  std::string catalog_dir;  // empty: <data_dir>/nvme-catalog (NvmeCatalogDir)
+  double high_watermark = kDefaultHighWatermark;
+  double low_watermark = kDefaultLowWatermark;
+  std::string policy;
+  std::string admission;
+  uint32_t queue_depth = 0;
+  bool sync_after_write = true;
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -49,25 +76,8 @@ struct DaemonConfig {
   std::string cluster_secret_file;
   std::string log_level;
   std::string log_format;
-  uint64_t host_capacity = 0;
-  bool huge_pages = true;
-  ArenaSource arena = ArenaSource::kAuto;
-  double high_watermark = 0;
-  double low_watermark = 0;
-  std::string host_policy;  // host_tier.policy
-  uint64_t max_block_size = 0;
-  // nvme: no files, no NVMe tier.
-  std::vector<NvmeFileConfig> nvme_files;
-  std::string nvme_catalog_dir;  // empty: <data_dir>/nvme-catalog
-  double nvme_high_watermark = 0;
-  double nvme_low_watermark = 0;
-  std::string nvme_policy;
-  std::string nvme_admission;
-  uint32_t nvme_queue_depth = 0;
-  bool nvme_sync_after_write = true;
-  absl::Duration reservation_timeout;
-  absl::Duration lease_timeout;
-  absl::Duration max_pin_ttl;
+  HostTierConfig host;
+  NvmeTierConfig nvme;
   absl::Duration shutdown_grace;
   ClusterConfig cluster;
 };
@@ -76,5 +86,8 @@ struct DaemonConfig {
 absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml);
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
 absl::Status ValidateConfig(const DaemonConfig& c);
+
+// Where the NVMe tier's catalog lives (nvme.catalog_dir, or its default under data_dir).
+std::string NvmeCatalogDir(const DaemonConfig& c);
 
 }  // namespace strata

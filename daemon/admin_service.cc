@@ -2,7 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
-#include "daemon/cluster.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -27,7 +28,7 @@ void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
 
 grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
                                           v1::ListNamespacesResponse* resp) {
-  auto usage = tier_->UsageByNamespace();
+  auto usage = store_->UsageByNamespace();
   for (const auto& e : namespaces_->List()) {
     auto* n = resp->add_namespaces();
     n->set_namespace_id(std::string(e.id.AsBytes()));
@@ -51,12 +52,12 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
           grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat("namespace_id must be 32 bytes, got ", req->namespace_id().size()));
     if (auto s = namespaces_->Check(*id); !s.ok())
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message()));
+      return ToGrpcStatus(absl::NotFoundError(s.message()));
     ns = *id;
   }
   uint32_t page = req->page_size() == 0 ? kDefaultPage : std::min(req->page_size(), kMaxPage);
   uint64_t cursor = req->page_token();
-  for (const BlockInfo& b : tier_->List(ns ? &*ns : nullptr, page, &cursor))
+  for (const BlockInfo& b : store_->List(ns ? &*ns : nullptr, page, &cursor))
     ToProto(b, resp->add_blocks());
   resp->set_next_page_token(cursor);
   return grpc::Status::OK;
@@ -65,9 +66,8 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
 grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
   auto ids = UnpackIds(req->ids(), "ids", kMaxPage);
-  if (!ids.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message()));
-  for (const BlockInfo& b : tier_->Inspect(*ids)) ToProto(b, resp->add_blocks());
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
+  for (const BlockInfo& b : store_->Inspect(*ids)) ToProto(b, resp->add_blocks());
   return grpc::Status::OK;
 }
 

@@ -4,7 +4,7 @@
 #include <atomic>
 
 #include "daemon/namespace_registry.h"
-#include "storage/host_tier.h"
+#include "storage/block_store.h"
 #include "strata/v1/admin.grpc.pb.h"
 
 namespace strata::daemon {
@@ -13,8 +13,8 @@ class Cluster;
 
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(const HostTier* tier, const NamespaceRegistry* namespaces)
-      : tier_(tier), namespaces_(namespaces) {}
+  AdminService(const BlockStore* store, const NamespaceRegistry* namespaces)
+      : store_(store), namespaces_(namespaces) {}
 
   grpc::Status ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
                               v1::ListNamespacesResponse*) override;
@@ -30,7 +30,7 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   std::atomic<Cluster*> cluster_{nullptr};
-  const HostTier* tier_;
+  const BlockStore* const store_;
   const NamespaceRegistry* namespaces_;
 };
 

@@ -9,18 +9,14 @@
 #include "common/am_wire.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
-#include "daemon/cluster.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
 namespace {
 
 constexpr size_t kMaxIdsPerCall = 1 << 16;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 absl::StatusOr<std::vector<BlockId>> ParseIds(const std::string& packed, const char* field) {
   return UnpackIds(packed, field, kMaxIdsPerCall);
@@ -55,6 +51,8 @@ void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
   for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
 }
 
+v1::Tier ToProto(Tier tier) { return tier == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST; }
+
 }  // namespace
 
 CacheService::CallScope::CallScope(CacheService* s) : service_(s) {
@@ -73,6 +71,22 @@ grpc::Status CacheService::CallScope::refusal() const {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stratad is shutting down");
 }
 
+template <typename Handler>
+grpc::Status CacheService::Serve(Handler&& handler) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
+  return handler();
+}
+
+template <typename Request, typename Handler>
+grpc::Status CacheService::ServeScoped(const Request& req, Handler&& handler) {
+  CallScope call(this);
+  if (!call.admitted()) return call.refusal();
+  auto scoped = ParseScoped(*namespaces_, req);
+  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
+  return handler(scoped->ns, scoped->ids);
+}
+
 bool CacheService::Drain(absl::Duration grace) {
   absl::MutexLock lock(&drain_mu_);
   draining_ = true;
@@ -80,43 +94,44 @@ bool CacheService::Drain(absl::Duration grace) {
   return drain_mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
 }
 
-CacheService::CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane)
-    : tier_(tier), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
+CacheService::CacheService(BlockStore* store, NamespaceRegistry* namespaces,
+                           DataPlaneInfo data_plane)
+    : store_(store), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
 
 grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                      v1::ConnectResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  resp->set_node_id(data_plane_.node_id);
-  resp->set_version(STRATA_VERSION);
-  resp->set_worker_address(data_plane_.worker_address);
-  resp->set_arena_base(data_plane_.arena_base);
-  resp->set_arena_bytes(data_plane_.arena_bytes);
-  resp->set_arena_rkey(data_plane_.arena_rkey);
-  resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(tier_->options().reservation_timeout));
-  resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(tier_->options().lease_timeout));
-  Cluster* cluster = cluster_.load();
-  resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
-  spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
-  return grpc::Status::OK;
+  return Serve([&] {
+    resp->set_node_id(data_plane_.node_id);
+    resp->set_version(STRATA_VERSION);
+    resp->set_worker_address(data_plane_.worker_address);
+    resp->set_arena_base(reinterpret_cast<uint64_t>(store_->arena_base()));
+    resp->set_arena_bytes(store_->arena_bytes());
+    resp->set_arena_rkey(data_plane_.arena_rkey);
+    resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));
+    resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
+    Cluster* cluster = cluster_.load();
+    resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
+    spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
                                            const v1::OpenNamespaceRequest* req,
                                            v1::OpenNamespaceResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
-  if (!id.ok()) {
-    spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
-                 req->spec().model_id(), id.status().ToString());
-    return ToGrpc(id.status());
-  }
-  if (req->replicas() > 8)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
-  if (req->replicas() > 0) namespaces_->SetReplicas(*id, req->replicas());
-  resp->set_namespace_id(std::string(id->AsBytes()));
-  return grpc::Status::OK;
+  return Serve([&] {
+    auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
+    if (!id.ok()) {
+      spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
+                   req->spec().model_id(), id.status().ToString());
+      return ToGrpcStatus(id.status());
+    }
+    if (req->replicas() > 8)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
+    if (req->replicas() > 0) namespaces_->SetReplicas(*id, req->replicas());
+    resp->set_namespace_id(std::string(id->AsBytes()));
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::LookupStream(
@@ -140,369 +155,348 @@ grpc::Status CacheService::LookupStream(
 
 grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupRequest* req,
                                     v1::LookupResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  std::vector<Tier> tiers;
-  const size_t local = tiered_ ? tiered_->Lookup(ns, ids, &tiers) : tier_->Lookup(ns, ids);
-  size_t n = local;
-  resp->mutable_tiers()->Reserve(static_cast<int>(ids.size()));
-  for (size_t i = 0; i < local; ++i)
-    resp->add_tiers(i < tiers.size() && tiers[i] == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST);
-  Cluster* cluster = cluster_.load();
-  if (cluster && cluster->size() > 1 && local < ids.size()) {
-    // The rest of the prefix may be on other nodes: ask the directory.
-    auto rest = std::span<const BlockId>(ids).subspan(local);
-    auto located = cluster->Locate(rest, absl::Now() + cluster->options_peer_timeout());
-    auto* self = resp->add_nodes();
-    self->set_id(cluster->self().id);
-    self->set_address(cluster->self().address);
-    for (size_t i = 0; i < local; ++i) resp->add_holder(0);
-    absl::flat_hash_map<std::string, uint32_t> index;
-    auto view = cluster->View();
-    for (const auto& holders : located) {
-      const placement::Location* best = nullptr;
-      for (const auto& h : holders)
-        if (view.Find(h.node) && (!best || h.node == cluster->self().id)) best = &h;
-      if (!best) break;
-      uint32_t at = 0;
-      if (best->node != cluster->self().id) {
-        auto [it, fresh] = index.try_emplace(best->node, resp->nodes_size());
-        if (fresh) {
-          auto* ref = resp->add_nodes();
-          ref->set_id(best->node);
-          ref->set_address(view.Find(best->node)->address);
-        }
-        at = it->second;
-      }
-      resp->add_holder(at);
-      resp->add_tiers(best->tier == placement::LocationTier::kNvme ? v1::TIER_NVME : v1::TIER_HOST);
-      ++n;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    std::vector<Tier> tiers;
+    const size_t local = store_->Lookup(ns, ids, &tiers);
+    size_t n = local;
+    resp->mutable_tiers()->Reserve(static_cast<int>(ids.size()));
+    for (size_t i = 0; i < local; ++i) resp->add_tiers(ToProto(tiers[i]));
+    Cluster* cluster = cluster_.load();
+    if (cluster && cluster->size() > 1 && local < ids.size())
+      n += LookupRemote(*cluster, std::span<const BlockId>(ids).subspan(local), local, resp);
+    if (metrics_) {
+      const uint64_t tpb = namespaces_->TokensPerBlock(ns);
+      metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
     }
-    cluster->CountRemoteLocated(n - local);
+    resp->set_prefix_blocks(static_cast<uint32_t>(n));
+    resp->set_node_id(data_plane_.node_id);
+    return grpc::Status::OK;
+  });
+}
+
+size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> rest, size_t local,
+                                  v1::LookupResponse* resp) {
+  auto located = cluster.locator().Locate(rest, absl::Now() + cluster.peer_timeout());
+  auto* self = resp->add_nodes();
+  self->set_id(cluster.self().id);
+  self->set_address(cluster.self().address);
+  for (size_t i = 0; i < local; ++i) resp->add_holder(0);
+  absl::flat_hash_map<std::string, uint32_t> index;
+  auto view = cluster.View();
+  size_t found = 0;
+  for (const auto& holders : located) {
+    const placement::Location* best = nullptr;
+    for (const auto& h : holders)
+      if (view.Find(h.node) && (!best || h.node == cluster.self().id)) best = &h;
+    if (!best) break;
+    uint32_t at = 0;
+    if (best->node != cluster.self().id) {
+      auto [it, fresh] = index.try_emplace(best->node, resp->nodes_size());
+      if (fresh) {
+        auto* ref = resp->add_nodes();
+        ref->set_id(best->node);
+        ref->set_address(view.Find(best->node)->address);
+      }
+      at = it->second;
+    }
+    resp->add_holder(at);
+    resp->add_tiers(best->tier == placement::LocationTier::kNvme ? v1::TIER_NVME : v1::TIER_HOST);
+    ++found;
   }
-  if (metrics_) {
-    const uint64_t tpb = namespaces_->TokensPerBlock(ns);
-    metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
-  }
-  resp->set_prefix_blocks(static_cast<uint32_t>(n));
-  resp->set_node_id(data_plane_.node_id);
-  return grpc::Status::OK;
+  cluster.CountRemoteLocated(found);
+  return found;
 }
 
 grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequest* req,
                                      v1::ReserveResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  auto parents = ParseIds(req->parent_ids(), "parent_ids");
-  if (!parents.ok()) return ToGrpc(parents.status());
-  if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
-      (!parents->empty() && parents->size() != ids.size()))
-    return grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(), " parent ids and ",
-                     req->sizes_size(), " sizes; they must match"));
-  std::vector<ReserveItem> items(ids.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    items[i].id = ids[i];
-    if (!parents->empty()) items[i].parent = (*parents)[i];
-    items[i].size = req->sizes(static_cast<int>(i));
-  }
-  ReserveResult r = tiered_ ? tiered_->Reserve(ns, items) : tier_->Reserve(ns, items);
-  if (metrics_) {
-    uint64_t granted = 0;
-    for (size_t i = 0; i < r.status.size(); ++i)
-      if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
-    metrics_->AddPublishBytes(granted);
-  }
-  Cluster* cluster = cluster_.load();
-  if (cluster && r.reservation_id != 0 && cluster->size() > 1) {
-    auto entry = namespaces_->Find(ns);
-    if (entry && cluster->ReplicasFor(*entry) > 1) {
-      PendingReplication p{ns, {}, {}, absl::Now() + tier_->options().reservation_timeout};
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (r.status[i] != BlockStatus::kOk) continue;
-        p.ids.push_back(items[i].id);
-        p.parents.push_back(items[i].parent);
-      }
-      absl::MutexLock lock(&replicate_mu_);
-      // Forget reservations that were abandoned (never committed nor aborted).
-      const absl::Time now = absl::Now();
-      absl::erase_if(to_replicate_, [&](const auto& kv) { return kv.second.expires < now; });
-      to_replicate_[r.reservation_id] = std::move(p);
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    auto parents = ParseIds(req->parent_ids(), "parent_ids");
+    if (!parents.ok()) return ToGrpcStatus(parents.status());
+    if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
+        (!parents->empty() && parents->size() != ids.size()))
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(), " parent ids and ",
+                       req->sizes_size(), " sizes; they must match"));
+    std::vector<ReserveItem> items(ids.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      items[i].id = ids[i];
+      if (!parents->empty()) items[i].parent = (*parents)[i];
+      items[i].size = req->sizes(static_cast<int>(i));
     }
+    ReserveResult r = store_->Reserve(ns, items);
+    if (metrics_) {
+      uint64_t granted = 0;
+      for (size_t i = 0; i < r.status.size(); ++i)
+        if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
+      metrics_->AddPublishBytes(granted);
+    }
+    RememberReplication(ns, items, r);
+    resp->set_reservation_id(r.reservation_id);
+    AddStatuses(r.status, resp->mutable_status());
+    resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+    resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    for (size_t i = 0; i < r.status.size(); ++i) {
+      if (r.status[i] == BlockStatus::kNoSpace)
+        spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
+                     items[i].id.ShortHex(), items[i].size, ns.ShortHex());
+    }
+    return grpc::Status::OK;
+  });
+}
+
+void CacheService::RememberReplication(const NamespaceId& ns, std::span<const ReserveItem> items,
+                                       const ReserveResult& r) {
+  Cluster* cluster = cluster_.load();
+  if (!cluster || r.reservation_id == 0 || cluster->size() <= 1) return;
+  auto entry = namespaces_->Find(ns);
+  if (!entry || cluster->mover().ReplicasFor(*entry) <= 1) return;
+  PendingReplication p{ns, {}, {}, absl::Now() + store_->reservation_timeout()};
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (r.status[i] != BlockStatus::kOk) continue;
+    p.ids.push_back(items[i].id);
+    p.parents.push_back(items[i].parent);
   }
-  resp->set_reservation_id(r.reservation_id);
-  AddStatuses(r.status, resp->mutable_status());
-  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
-  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
-  for (size_t i = 0; i < r.status.size(); ++i) {
-    if (r.status[i] == BlockStatus::kNoSpace)
-      spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
-                   items[i].id.ShortHex(), items[i].size, ns.ShortHex());
-  }
-  return grpc::Status::OK;
+  absl::MutexLock lock(&replicate_mu_);
+  // Forget reservations that were abandoned (never committed nor aborted).
+  const absl::Time now = absl::Now();
+  absl::erase_if(to_replicate_, [&](const auto& kv) { return kv.second.expires < now; });
+  to_replicate_[r.reservation_id] = std::move(p);
 }
 
 grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                                     v1::CommitResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
-  // (abort drops a pending replication below too: its reservation id never commits)
-  auto r = tier_->Commit(req->reservation_id(), crcs);
-  std::optional<PendingReplication> replicate;
-  {
-    absl::MutexLock lock(&replicate_mu_);
-    auto it = to_replicate_.find(req->reservation_id());
-    if (it != to_replicate_.end()) {
-      replicate = std::move(it->second);
-      to_replicate_.erase(it);
+  return Serve([&] {
+    std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
+    // (abort drops a pending replication below too: its reservation id never commits)
+    auto r = store_->Commit(req->reservation_id(), crcs);
+    std::optional<PendingReplication> replicate;
+    {
+      absl::MutexLock lock(&replicate_mu_);
+      auto it = to_replicate_.find(req->reservation_id());
+      if (it != to_replicate_.end()) {
+        replicate = std::move(it->second);
+        to_replicate_.erase(it);
+      }
     }
-  }
-  if (!r.ok()) return ToGrpc(r.status());
-  AddStatuses(*r, resp->mutable_status());
-  Cluster* cluster = cluster_.load();
-  if (cluster && cluster->size() > 1) {
-    // Published means findable: the directory owners know the new blocks before Commit returns,
-    // so a lookup on any node right after (a decode node after its prefill node) sees them.
-    cluster->FlushAnnouncements(absl::Now() + cluster->options_peer_timeout());
-  }
-  if (replicate && cluster && r->size() == replicate->ids.size()) {
-    // Synchronous: once Commit returns, every replica holds the block (or the failure is
-    // counted and logged), so losing the publishing node loses nothing.
-    std::vector<BlockId> ids, parents;
-    for (size_t i = 0; i < r->size(); ++i) {
-      if ((*r)[i] != BlockStatus::kOk) continue;
-      ids.push_back(replicate->ids[i]);
-      parents.push_back(replicate->parents[i]);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    AddStatuses(*r, resp->mutable_status());
+    Cluster* cluster = cluster_.load();
+    if (cluster && cluster->size() > 1) {
+      // Published means findable: the directory owners know the new blocks before Commit
+      // returns, so a lookup on any node right after (a decode node after its prefill node) sees
+      // them.
+      cluster->announcer().FlushAnnouncements(absl::Now() + cluster->peer_timeout());
     }
-    if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
-      cluster->Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
-  }
-  for (BlockStatus s : *r)
-    if (s == BlockStatus::kCrcMismatch)
-      spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
-                   req->reservation_id());
-  return grpc::Status::OK;
+    if (replicate && cluster && r->size() == replicate->ids.size()) {
+      // Synchronous: once Commit returns, every replica holds the block (or the failure is
+      // counted and logged), so losing the publishing node loses nothing.
+      std::vector<BlockId> ids, parents;
+      for (size_t i = 0; i < r->size(); ++i) {
+        if ((*r)[i] != BlockStatus::kOk) continue;
+        ids.push_back(replicate->ids[i]);
+        parents.push_back(replicate->parents[i]);
+      }
+      if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
+        cluster->mover().Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
+    }
+    for (BlockStatus s : *r)
+      if (s == BlockStatus::kCrcMismatch)
+        spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
+                     req->reservation_id());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoAbort(grpc::ServerContext*, const v1::AbortRequest* req,
                                    v1::AbortResponse*) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  {
-    absl::MutexLock lock(&replicate_mu_);
-    to_replicate_.erase(req->reservation_id());
-  }
-  return ToGrpc(tier_->Abort(req->reservation_id()));
+  return Serve([&] {
+    {
+      absl::MutexLock lock(&replicate_mu_);
+      to_replicate_.erase(req->reservation_id());
+    }
+    return ToGrpcStatus(store_->Abort(req->reservation_id()));
+  });
 }
 
 grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequest* req,
                                      v1::AcquireResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  AcquireResult r = tiered_ ? tiered_->Acquire(ns, ids) : tier_->Acquire(ns, ids);
-  if (metrics_) {
-    uint64_t leased = 0;
-    for (size_t i = 0; i < r.status.size(); ++i)
-      if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
-    metrics_->AddFetchBytes(leased);
-  }
-  resp->set_lease_id(r.lease_id);
-  AddStatuses(r.status, resp->mutable_status());
-  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
-  resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
-  resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
-  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
-  return grpc::Status::OK;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    AcquireResult r = store_->Acquire(ns, ids);
+    if (metrics_) {
+      uint64_t leased = 0;
+      for (size_t i = 0; i < r.status.size(); ++i)
+        if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
+      metrics_->AddFetchBytes(leased);
+    }
+    resp->set_lease_id(r.lease_id);
+    AddStatuses(r.status, resp->mutable_status());
+    resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+    resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
+    resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
+    resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoRelease(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                      v1::ReleaseResponse*) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  return ToGrpc(tier_->Release(req->lease_id()));
+  return Serve([&] { return ToGrpcStatus(store_->Release(req->lease_id())); });
 }
 
 grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest* req,
                                    v1::EvictResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  EvictResult r = tiered_ ? tiered_->Evict(ns, ids, req->cascade(), req->force())
-                          : tier_->Evict(ns, ids, req->cascade(), req->force());
-  AddStatuses(r.status, resp->mutable_status());
-  resp->set_removed_blocks(r.removed_blocks);
-  spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
-               ids.size(), r.removed_blocks);
-  return grpc::Status::OK;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    EvictResult r = store_->Evict(ns, ids, req->cascade(), req->force());
+    AddStatuses(r.status, resp->mutable_status());
+    resp->set_removed_blocks(r.removed_blocks);
+    spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
+                 ids.size(), r.removed_blocks);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req,
                                  v1::PinResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  if (req->ttl_ms() == 0)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
-  const absl::Duration ttl = absl::Milliseconds(req->ttl_ms());
-  AddStatuses(tiered_ ? tiered_->Pin(ns, ids, ttl) : tier_->Pin(ns, ids, ttl),
-              resp->mutable_status());
-  return grpc::Status::OK;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    if (req->ttl_ms() == 0)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
+    AddStatuses(store_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoUnpin(grpc::ServerContext*, const v1::UnpinRequest* req,
                                    v1::UnpinResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  AddStatuses(tiered_ ? tiered_->Unpin(ns, ids) : tier_->Unpin(ns, ids), resp->mutable_status());
-  return grpc::Status::OK;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    AddStatuses(store_->Unpin(ns, ids), resp->mutable_status());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*,
                                    v1::StatsResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  HostTierStats s = tier_->Stats();
-  resp->set_node_id(data_plane_.node_id);
-  resp->set_version(STRATA_VERSION);
-  resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
-  auto* t = resp->add_tiers();
-  t->set_tier(v1::TIER_HOST);
-  t->set_capacity_bytes(s.capacity_bytes);
-  t->set_used_bytes(s.allocated_bytes);
-  t->set_blocks(s.blocks);
-  t->set_reserved_bytes(s.reserved_bytes);
-  t->set_huge_pages(data_plane_.huge_pages);
-  resp->set_open_reservations(s.open_reservations);
-  resp->set_open_leases(s.open_leases);
-  resp->set_pinned_blocks(s.pinned_blocks);
-  auto& c = *resp->mutable_counters();
-  if (tiered_) {
-    TieredStoreCounters n = tiered_->Counters();
-    auto* nt = resp->add_tiers();
-    nt->set_tier(v1::TIER_NVME);
-    nt->set_capacity_bytes(n.nvme_capacity_bytes);
-    nt->set_used_bytes(n.nvme_used_bytes);
-    nt->set_blocks(n.nvme_blocks);
-    resp->set_pinned_blocks(s.pinned_blocks + n.nvme_pinned_blocks);
-    c["demotions_total"] = n.demotions;
-    c["promotions_total"] = n.promotions;
-    c["admission_rejected_total"] = n.admission_rejected;
-    c["nvme_evictions_total"] = n.nvme_evictions;
-    c["nvme_full_drops_total"] = n.nvme_full_drops;
-    c["nvme_write_errors_total"] = n.nvme_write_errors;
-    c["nvme_read_errors_total"] = n.nvme_read_errors;
-    c["nvme_crc_failures_total"] = n.nvme_crc_failures;
-    c["nvme_evictions_explicit_total"] = n.nvme_removed_explicit;
-    c["host_pressure_drops_total"] = s.pressure_drops;
-  }
-  resp->set_namespaces(namespaces_->size());
-  resp->set_transport(data_plane_.transports);
-  c["lookups_total"] = s.lookups;
-  c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
-  c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
-  c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
-  c["fetch_hit_blocks_total"] = s.acquire_hit_blocks;
-  c["fetch_miss_blocks_total"] = s.acquire_miss_blocks;
-  c["committed_blocks_total"] = s.committed_total;
-  c["dedup_blocks_total"] = s.dedup_total;
-  c["crc_failures_total"] = s.crc_failures;
-  c["evictions_lru_total"] = s.evictions_lru;
-  c["evictions_explicit_total"] = s.evictions_explicit;
-  c["no_space_total"] = s.no_space;
-  c["reservations_expired_total"] = s.reservations_expired;
-  c["leases_expired_total"] = s.leases_expired;
-  return grpc::Status::OK;
+  return Serve([&] {
+    const BlockStoreStats stats = store_->Stats();
+    const HostTierStats& s = stats.host;
+    resp->set_node_id(data_plane_.node_id);
+    resp->set_version(STRATA_VERSION);
+    resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+    auto* t = resp->add_tiers();
+    t->set_tier(v1::TIER_HOST);
+    t->set_capacity_bytes(s.capacity_bytes);
+    t->set_used_bytes(s.allocated_bytes);
+    t->set_blocks(s.blocks);
+    t->set_reserved_bytes(s.reserved_bytes);
+    t->set_huge_pages(data_plane_.huge_pages);
+    resp->set_open_reservations(s.open_reservations);
+    resp->set_open_leases(s.open_leases);
+    resp->set_pinned_blocks(s.pinned_blocks);
+    auto& c = *resp->mutable_counters();
+    if (stats.nvme) {
+      const NvmeTierCounters& n = *stats.nvme;
+      auto* nt = resp->add_tiers();
+      nt->set_tier(v1::TIER_NVME);
+      nt->set_capacity_bytes(n.nvme_capacity_bytes);
+      nt->set_used_bytes(n.nvme_used_bytes);
+      nt->set_blocks(n.nvme_blocks);
+      resp->set_pinned_blocks(s.pinned_blocks + n.nvme_pinned_blocks);
+      c["demotions_total"] = n.demotions;
+      c["promotions_total"] = n.promotions;
+      c["admission_rejected_total"] = n.admission_rejected;
+      c["nvme_evictions_total"] = n.nvme_evictions;
+      c["nvme_full_drops_total"] = n.nvme_full_drops;
+      c["nvme_write_errors_total"] = n.nvme_write_errors;
+      c["nvme_read_errors_total"] = n.nvme_read_errors;
+      c["nvme_crc_failures_total"] = n.nvme_crc_failures;
+      c["nvme_evictions_explicit_total"] = n.nvme_removed_explicit;
+      c["host_pressure_drops_total"] = s.pressure_drops;
+    }
+    resp->set_namespaces(namespaces_->size());
+    resp->set_transport(data_plane_.transports);
+    c["lookups_total"] = s.lookups;
+    c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
+    c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
+    c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
+    c["fetch_hit_blocks_total"] = s.acquire_hit_blocks;
+    c["fetch_miss_blocks_total"] = s.acquire_miss_blocks;
+    c["committed_blocks_total"] = s.committed_total;
+    c["dedup_blocks_total"] = s.dedup_total;
+    c["crc_failures_total"] = s.crc_failures;
+    c["evictions_lru_total"] = s.evictions_lru;
+    c["evictions_explicit_total"] = s.evictions_explicit;
+    c["no_space_total"] = s.no_space;
+    c["reservations_expired_total"] = s.reservations_expired;
+    c["leases_expired_total"] = s.leases_expired;
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::Locate(grpc::ServerContext*, const v1::LocateRequest* req,
                                   v1::LocateResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  absl::flat_hash_set<BlockId> local;
-  for (const auto& b : tier_->Inspect(ids))
-    if (b.ns == ns) local.insert(b.id);
-  Cluster* cluster = cluster_.load();
-  std::vector<std::vector<placement::Location>> located(ids.size());
-  if (cluster && cluster->size() > 1)
-    located = cluster->Locate(ids, absl::Now() + cluster->options_peer_timeout());
-  const std::string self = cluster ? cluster->self().id : data_plane_.node_id;
-  auto* me = resp->add_nodes();
-  me->set_id(self);
-  me->set_address(cluster ? cluster->self().address : "");
-  absl::flat_hash_map<std::string, uint32_t> index;
-  auto view = cluster ? cluster->View() : placement::MembershipView{};
-  for (size_t i = 0; i < ids.size(); ++i) {
-    uint32_t count = 0;
-    if (local.contains(ids[i])) {
-      resp->add_holder_node(0);
-      resp->add_holder_tier(v1::TIER_HOST);
-      ++count;
-    }
-    // Host copies before NVMe ones: a host read is the cheaper one to serve.
-    for (int pass = 0; pass < 2; ++pass)
-      for (const auto& h : located[i]) {
-        bool nvme = h.tier == placement::LocationTier::kNvme;
-        if ((pass == 0) == nvme || h.node == self) continue;
-        const placement::NodeRecord* rec = view.Find(h.node);
-        if (!rec) continue;
-        auto [it, fresh] = index.try_emplace(h.node, resp->nodes_size());
-        if (fresh) {
-          auto* ref = resp->add_nodes();
-          ref->set_id(h.node);
-          ref->set_address(rec->address);
-        }
-        resp->add_holder_node(it->second);
-        resp->add_holder_tier(nvme ? v1::TIER_NVME : v1::TIER_HOST);
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    absl::flat_hash_set<BlockId> local;
+    for (const auto& b : store_->Inspect(ids))
+      if (b.ns == ns) local.insert(b.id);
+    Cluster* cluster = cluster_.load();
+    std::vector<std::vector<placement::Location>> located(ids.size());
+    if (cluster && cluster->size() > 1)
+      located = cluster->locator().Locate(ids, absl::Now() + cluster->peer_timeout());
+    const std::string self = cluster ? cluster->self().id : data_plane_.node_id;
+    auto* me = resp->add_nodes();
+    me->set_id(self);
+    me->set_address(cluster ? cluster->self().address : "");
+    absl::flat_hash_map<std::string, uint32_t> index;
+    auto view = cluster ? cluster->View() : placement::MembershipView{};
+    for (size_t i = 0; i < ids.size(); ++i) {
+      uint32_t count = 0;
+      if (local.contains(ids[i])) {
+        resp->add_holder_node(0);
+        resp->add_holder_tier(v1::TIER_HOST);
         ++count;
       }
-    resp->add_holders_per_id(count);
-  }
-  return grpc::Status::OK;
+      // Host copies before NVMe ones: a host read is the cheaper one to serve.
+      for (int pass = 0; pass < 2; ++pass)
+        for (const auto& h : located[i]) {
+          bool nvme = h.tier == placement::LocationTier::kNvme;
+          if ((pass == 0) == nvme || h.node == self) continue;
+          const placement::NodeRecord* rec = view.Find(h.node);
+          if (!rec) continue;
+          auto [it, fresh] = index.try_emplace(h.node, resp->nodes_size());
+          if (fresh) {
+            auto* ref = resp->add_nodes();
+            ref->set_id(h.node);
+            ref->set_address(rec->address);
+          }
+          resp->add_holder_node(it->second);
+          resp->add_holder_tier(nvme ? v1::TIER_NVME : v1::TIER_HOST);
+          ++count;
+        }
+      resp->add_holders_per_id(count);
+    }
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::RepositionRequest* req,
                                       v1::RepositionResponse* resp) {
-  CallScope call(this);
-  if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, *req);
-  if (!scoped.ok()) return ToGrpc(scoped.status());
-  const auto& [ns, ids] = *scoped;
-  if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "Reposition places blocks in the host tier only (target_tier HOST)");
-  Cluster* cluster = cluster_.load();
-  if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
-  auto entry = namespaces_->Find(ns);
-  if (!entry) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "namespace not open");
-  auto r = cluster->Reposition(*entry, ids, req->target_node(), req->move(),
-                               absl::FromChrono(ctx->deadline()));
-  if (!r.ok()) return ToGrpc(r.status());
-  AddStatuses(r->status, resp->mutable_status());
-  resp->set_copied(r->copied);
-  resp->set_already_there(r->already_there);
-  resp->set_removed_sources(r->removed_sources);
-  return grpc::Status::OK;
+  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "Reposition places blocks in the host tier only (target_tier HOST)");
+    Cluster* cluster = cluster_.load();
+    if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
+    auto entry = namespaces_->Find(ns);
+    if (!entry) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "namespace not open");
+    auto r = cluster->mover().Reposition(*entry, ids, req->target_node(), req->move(),
+                                         absl::FromChrono(ctx->deadline()));
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    AddStatuses(r->status, resp->mutable_status());
+    resp->set_copied(r->copied);
+    resp->set_already_there(r->already_there);
+    resp->set_removed_sources(r->removed_sources);
+    return grpc::Status::OK;
+  });
 }
 
 void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
@@ -512,8 +506,10 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   w::ReplyHeader h;
   h.request_id = w::GetU64(m.header.data());
   std::string data;
-  auto fail = [&](absl::StatusCode code, std::string message) {
-    h.code = static_cast<uint32_t>(code);
+  absl::StatusCode code = absl::StatusCode::kOk;
+  auto fail = [&](absl::StatusCode failure, std::string message) {
+    code = failure;
+    h.code = static_cast<uint32_t>(failure);  // am_wire carries absl codes
     data = std::move(message);
   };
   CallScope call(this);
@@ -527,15 +523,13 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   } else {
     const std::vector<BlockId>& ids = *parsed;
     std::vector<Tier> tiers;
-    const size_t n = tiered_ ? tiered_->Lookup(*ns, ids, &tiers) : tier_->Lookup(*ns, ids);
+    const size_t n = store_->Lookup(*ns, ids, &tiers);
     Cluster* cluster = cluster_.load();
     // Blocks past the local prefix may be on other nodes: only the gRPC Lookup asks them.
     h.complete = n == ids.size() || !cluster || cluster->size() <= 1;
     h.prefix = static_cast<uint32_t>(n);
     data.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      data[i] = static_cast<char>(i < tiers.size() && tiers[i] == Tier::kNvme ? v1::TIER_NVME
-                                                                              : v1::TIER_HOST);
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(ToProto(tiers[i]));
     if (metrics_ && h.complete) {
       const uint64_t tpb = namespaces_->TokensPerBlock(*ns);
       metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
@@ -545,7 +539,7 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   const bool counted = h.complete;  // otherwise the client asks the gRPC Lookup, which counts
   worker->AmReply(m.reply_ep, w::kLookupReplyAm, w::EncodeReplyHeader(h), std::move(data));
   if (metrics_ && counted)
-    metrics_->Record(RpcMetrics::kLookup, static_cast<int>(h.code),
+    metrics_->Record(RpcMetrics::kLookup, static_cast<int>(ToGrpcCode(code)),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
@@ -568,19 +562,19 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   };
   CallScope call(this);
   if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  uint8_t* const arena = reinterpret_cast<uint8_t*>(data_plane_.arena_base);
+  uint8_t* const arena = store_->arena_base();
+  const uint64_t arena_bytes = store_->arena_bytes();
   if (arena == nullptr || m.data.size() != size_t{count} * 16)
     return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or
   // overwritten until the client releases it after the last byte arrived.
-  std::vector<HostTier::ArenaExtent> extents(count);
+  std::vector<ArenaExtent> extents(count);
   for (uint32_t i = 0; i < count; ++i) {
     extents[i] = {w::GetU64(m.data.data() + 16 * i), w::GetU64(m.data.data() + 16 * i + 8)};
-    if (extents[i].size > data_plane_.arena_bytes ||
-        extents[i].offset > data_plane_.arena_bytes - extents[i].size)
+    if (extents[i].size > arena_bytes || extents[i].offset > arena_bytes - extents[i].size)
       return refuse(absl::StatusCode::kInvalidArgument, "an extent lies outside the arena");
   }
-  if (!tier_->LeaseCovers(lease_id, extents))
+  if (!store_->LeaseCovers(lease_id, extents))
     return refuse(absl::StatusCode::kFailedPrecondition,
                   "an extent is not held by that lease (expired or released?)");
   for (uint32_t i = 0; i < count; ++i) {

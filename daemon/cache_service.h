@@ -1,4 +1,4 @@
-// The Cache gRPC service (proto/strata/v1/cache.proto) over the host tier.
+// The Cache gRPC service (proto/strata/v1/cache.proto) over this node's BlockStore.
 #pragma once
 
 #include <atomic>
@@ -10,8 +10,7 @@
 #include "absl/time/time.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
-#include "storage/host_tier.h"
-#include "storage/tiered_store.h"
+#include "storage/block_store.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "transport/ucx.h"
 
@@ -19,12 +18,11 @@ namespace strata::daemon {
 
 class Cluster;
 
-// What a client needs to reach the arena over UCX.
+// What a client needs to reach the arena over UCX (the arena's address and size are the
+// store's).
 struct DataPlaneInfo {
   std::string node_id;
   std::string worker_address;
-  uint64_t arena_base = 0;
-  uint64_t arena_bytes = 0;
   std::string arena_rkey;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   std::string transports;
@@ -33,7 +31,7 @@ struct DataPlaneInfo {
 
 class CacheService final : public v1::Cache::Service {
  public:
-  CacheService(HostTier* tier, NamespaceRegistry* namespaces, DataPlaneInfo data_plane);
+  CacheService(BlockStore* store, NamespaceRegistry* namespaces, DataPlaneInfo data_plane);
 
   grpc::Status Connect(grpc::ServerContext* c, const v1::ConnectRequest* q,
                        v1::ConnectResponse* r) override {
@@ -101,8 +99,6 @@ class CacheService final : public v1::Cache::Service {
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
-  // The NVMe tier under the host tier; null (the default): host tier only.
-  void set_tiered(TieredStore* tiered) { tiered_ = tiered; }
   // Per-method request, latency and error metrics; null (the default) records nothing.
   void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
 
@@ -129,6 +125,15 @@ class CacheService final : public v1::Cache::Service {
     bool admitted_;
   };
 
+  // The opening every handler shares: the call is admitted (refused while draining) and counted
+  // until `handler()` returns.
+  template <typename Handler>
+  grpc::Status Serve(Handler&& handler);
+  // The same for a block-scoped request, whose namespace (opened here) and packed ids are
+  // parsed and checked first: `handler(ns, ids)`.
+  template <typename Request, typename Handler>
+  grpc::Status ServeScoped(const Request& req, Handler&& handler);
+
   grpc::Status DoConnect(grpc::ServerContext*, const v1::ConnectRequest*, v1::ConnectResponse*);
   grpc::Status DoOpenNamespace(grpc::ServerContext*, const v1::OpenNamespaceRequest*,
                                v1::OpenNamespaceResponse*);
@@ -142,6 +147,13 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status DoPin(grpc::ServerContext*, const v1::PinRequest*, v1::PinResponse*);
   grpc::Status DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*, v1::UnpinResponse*);
   grpc::Status DoStats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse*);
+  // The part of a Lookup's prefix past the `local` blocks, from the directory: adds holders
+  // and tiers to `resp`; returns how many more blocks the prefix has.
+  size_t LookupRemote(Cluster& cluster, std::span<const BlockId> rest, size_t local,
+                      v1::LookupResponse* resp);
+  // Keeps what a reservation of a replicated namespace must copy once it commits.
+  void RememberReplication(const NamespaceId& ns, std::span<const ReserveItem> items,
+                           const ReserveResult& r);
   template <typename F>
   grpc::Status Timed(RpcMetrics::Op op, F&& handler) {
     if (!metrics_) return handler();
@@ -152,7 +164,7 @@ class CacheService final : public v1::Cache::Service {
     return s;
   }
 
-  HostTier* tier_;
+  BlockStore* const store_;
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   // Reservations of namespaces that replicate: what to copy once they commit.
@@ -163,7 +175,6 @@ class CacheService final : public v1::Cache::Service {
   };
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
-  TieredStore* tiered_ = nullptr;
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;

@@ -51,13 +51,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (print_default) {
-    std::cout << strata::kDefaultConfigYaml;
+    std::cout << strata::DefaultConfigYaml();
     return 0;
   }
 
-  absl::StatusOr<DaemonConfig> config = config_file.empty()
-                                            ? strata::ParseConfig("")
-                                            : strata::LoadConfigFile(config_file);
+  absl::StatusOr<DaemonConfig> config =
+      config_file.empty() ? strata::ParseConfig("") : strata::LoadConfigFile(config_file);
   if (!config.ok()) {
     std::cerr << "stratad: invalid configuration: " << config.status().message() << "\n";
     return 2;
@@ -75,7 +74,7 @@ int main(int argc, char** argv) {
       std::cerr << "stratad: --host-capacity: " << bytes.status().message() << "\n";
       return 2;
     }
-    config->host_capacity = *bytes;
+    config->host.capacity = *bytes;
   }
   if (auto s = strata::ValidateConfig(*config); !s.ok()) {
     std::cerr << "stratad: invalid configuration: " << s.message() << "\n";

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
+#include "daemon/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {
@@ -14,8 +15,7 @@ constexpr size_t kMaxIds = 1 << 16;
 // Packed ids, or an error naming the field.
 grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
   auto ids = UnpackIds(packed, field, kMaxIds);
-  if (!ids.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message()));
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   *out = std::move(*ids);
   return grpc::Status::OK;
 }
@@ -34,7 +34,7 @@ grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceReque
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Announce needs node_id");
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->HandleAnnounce(*req, ids);
+  c->announcer().HandleAnnounce(*req, ids);
   return grpc::Status::OK;
 }
 
@@ -44,7 +44,7 @@ grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateReque
   if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->HandleLocate(ids, resp);
+  c->locator().HandleLocate(ids, resp);
   return grpc::Status::OK;
 }
 
@@ -64,8 +64,8 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   auto deadline = absl::FromChrono(ctx->deadline());
-  for (BlockStatus s : c->Pull(spec, req->tenant(), req->replicas(), ids, parents,
-                               req->source_node(), req->source_address(), deadline))
+  for (BlockStatus s : c->puller().Pull(spec, req->tenant(), req->replicas(), ids, parents,
+                                        req->source_node(), req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }

@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-#include "daemon/cluster.h"
+#include "daemon/cluster/cluster.h"
 #include "strata/v1/peer.grpc.pb.h"
 
 namespace strata::daemon {

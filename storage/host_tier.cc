@@ -236,7 +236,7 @@ bool HostTier::Evictable(const Entry& e, absl::Time now) const {
 
 void HostTier::RemoveCommitted(uint32_t slot) {
   Entry& e = entries_[slot];
-  if (options_.on_change) options_.on_change({BlockEvent::kRemoved, e.id});
+  if (on_change_) on_change_({BlockEvent::kRemoved, e.id});
   policy_->OnRemove(e.id);
   index_.erase(e.id);
   stats_.committed_bytes -= e.size;
@@ -441,7 +441,7 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
       policy_->OnInsert(e.id, BlockMeta{e.parent, 1});
-      if (options_.on_change) options_.on_change({BlockEvent::kStored, e.id});
+      if (on_change_) on_change_({BlockEvent::kStored, e.id});
     } else {
       ++stats_.crc_failures;
       index_.erase(e.id);
@@ -552,6 +552,11 @@ void HostTier::DropLease(uint64_t id) {
     if (--e.leases == 0 && e.state == State::kDoomed) FreeSlot(slot);
   }
   leases_.erase(it);
+}
+
+void HostTier::SetChangeHook(BlockEventHook hook) {
+  absl::MutexLock lock(&mu_);
+  on_change_ = std::move(hook);
 }
 
 bool HostTier::LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const {

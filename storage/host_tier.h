@@ -31,10 +31,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "strata/block_id.h"
-#include "strata/block_status.h"
 #include "storage/eviction/eviction_policy.h"
 #include "storage/extent_allocator.h"
+#include "storage/watermarks.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
 
 namespace strata {
 
@@ -46,8 +47,8 @@ struct BlockEvent {
 
 struct HostTierOptions {
   uint64_t alignment = 256;
-  double high_watermark = 0.95;
-  double low_watermark = 0.85;
+  double high_watermark = kDefaultHighWatermark;
+  double low_watermark = kDefaultLowWatermark;
   absl::Duration reservation_timeout = absl::Seconds(30);
   absl::Duration lease_timeout = absl::Seconds(30);
   absl::Duration max_pin_ttl = absl::Hours(24);
@@ -63,10 +64,11 @@ struct HostTierOptions {
   absl::Duration write_back_wait = absl::Seconds(2);
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
-  // Told of every BlockEvent, with the tier's lock held: it must be cheap and must not call
-  // back into the tier (the daemon queues events for the cluster directory).
-  std::function<void(const BlockEvent&)> on_change;
 };
+
+// Told of every BlockEvent, with the tier's lock held: it must be cheap and must not call back
+// into the tier (the cluster layer queues events for the directory).
+using BlockEventHook = std::function<void(const BlockEvent&)>;
 
 struct ReserveItem {
   BlockId id;
@@ -88,6 +90,11 @@ struct AcquireResult {
   std::vector<uint64_t> sizes;
   std::vector<uint32_t> crcs;
   absl::Duration expires_in;
+};
+
+// Bytes of the arena a push fetch sends: [offset, offset + size).
+struct ArenaExtent {
+  uint64_t offset = 0, size = 0;
 };
 
 struct EvictResult {
@@ -177,9 +184,6 @@ class HostTier {
   absl::Status Release(uint64_t lease_id);
   // Whether lease `lease_id` (unexpired) holds, for each extent, a block occupying exactly
   // [offset, offset + size). One lock for all of them (a push fetch checks every block it sends).
-  struct ArenaExtent {
-    uint64_t offset = 0, size = 0;
-  };
   bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const;
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
@@ -194,6 +198,9 @@ class HostTier {
   std::vector<BlockInfo> Inspect(std::span<const BlockId> ids) const;
   // Committed blocks and bytes per namespace (cheap: kept as blocks come and go).
   absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace() const;
+
+  // Replaces the change hook (null: none). Events from before the call are not replayed.
+  void SetChangeHook(BlockEventHook hook);
 
   // Ends expired reservations, leases and pins; call periodically.
   void ReclaimExpired();
@@ -279,6 +286,7 @@ class HostTier {
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  BlockEventHook on_change_ ABSL_GUARDED_BY(mu_);
   std::deque<uint32_t> demotion_queue_ ABSL_GUARDED_BY(mu_);
   uint64_t demoting_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t demoting_blocks_ ABSL_GUARDED_BY(mu_) = 0;

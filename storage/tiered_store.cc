@@ -500,8 +500,8 @@ std::vector<BlockStatus> TieredStore::Unpin(const NamespaceId& ns, std::span<con
   return out;
 }
 
-TieredStoreCounters TieredStore::Counters() const {
-  TieredStoreCounters c;
+NvmeTierCounters TieredStore::Counters() const {
+  NvmeTierCounters c;
   const NvmeTier& tier = store_->tier();
   c.nvme_capacity_bytes = tier.capacity_bytes();
   c.nvme_used_bytes = tier.capacity_bytes() - tier.free_bytes();

@@ -35,18 +35,19 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "storage/block_store.h"
 #include "storage/eviction/admission_policy.h"
 #include "storage/eviction/eviction_policy.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
-#include "storage/tier_manager.h"
+#include "storage/watermarks.h"
 
 namespace strata {
 
 struct TieredStoreOptions {
   NvmeBlockStoreOptions nvme;
-  double nvme_high_watermark = 0.95;
-  double nvme_low_watermark = 0.85;
+  double nvme_high_watermark = kDefaultHighWatermark;
+  double nvme_low_watermark = kDefaultLowWatermark;
   std::string nvme_policy = "lru";   // OnlineEvictionPolicyNames()
   std::string admission = "always";  // AdmissionPolicyNames()
   size_t write_back_batch = 16;      // victims written per NVMe batch
@@ -54,59 +55,75 @@ struct TieredStoreOptions {
   std::function<void(const std::string&)> warn;
 };
 
-struct TieredStoreCounters {
-  uint64_t nvme_capacity_bytes = 0;
-  uint64_t nvme_used_bytes = 0;
-  uint64_t nvme_blocks = 0;
-  uint64_t nvme_pinned_blocks = 0;
-  uint64_t demotions = 0;  // host victims now on NVMe
-  uint64_t demoted_bytes = 0;
-  uint64_t promotions = 0;  // NVMe blocks staged into host memory by a fetch
-  uint64_t promoted_bytes = 0;
-  uint64_t admission_rejected = 0;  // host victims the admission rule dropped
-  uint64_t nvme_evictions = 0;      // NVMe blocks dropped by the NVMe policy to make room
-  uint64_t nvme_full_drops = 0;     // host victims dropped because NVMe had no room
-  uint64_t nvme_write_errors = 0;   // host victims dropped because the NVMe write failed
-  uint64_t nvme_read_errors = 0;
-  uint64_t nvme_crc_failures = 0;  // NVMe blocks dropped because their CRC32C failed
-  uint64_t nvme_removed_explicit = 0;
-};
-
-class TieredStore {
+class TieredStore final : public BlockStore {
  public:
   // `host` must outlive the store and have options().write_back set.
   static absl::StatusOr<std::unique_ptr<TieredStore>> Open(HostTier* host,
                                                            TieredStoreOptions options);
-  ~TieredStore();
+  ~TieredStore() override;
   TieredStore(const TieredStore&) = delete;
   TieredStore& operator=(const TieredStore&) = delete;
 
-  // Leading blocks present in either tier; `tiers` gets kHost or kNvme for each.
-  size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids, std::vector<Tier>* tiers);
-  // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
-  AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
-  EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
-  std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
-                               absl::Duration ttl);
-  std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids);
   // Reserve items already on NVMe are answered kExists (dedup) instead of being reserved again.
-  ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items);
+  ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) override;
+  absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
+                                                  std::span<const uint32_t> crcs) override {
+    return host_->Commit(reservation_id, crcs);
+  }
+  absl::Status Abort(uint64_t reservation_id) override { return host_->Abort(reservation_id); }
+
+  // Leading blocks present in either tier; `tiers` gets kHost or kNvme for each.
+  size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
+                std::vector<Tier>* tiers) override;
+  // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
+  AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) override;
+  absl::Status Release(uint64_t lease_id) override { return host_->Release(lease_id); }
+  bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const override {
+    return host_->LeaseCovers(lease_id, extents);
+  }
+
+  EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
+                    bool force) override;
+  std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                               absl::Duration ttl) override;
+  std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids) override;
+
+  std::vector<BlockInfo> List(const NamespaceId* ns, size_t limit,
+                              uint64_t* cursor) const override {
+    return host_->List(ns, limit, cursor);
+  }
+  std::vector<BlockInfo> Inspect(std::span<const BlockId> ids) const override {
+    return host_->Inspect(ids);
+  }
+  absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace()
+      const override {
+    return host_->UsageByNamespace();
+  }
+
+  std::vector<BlockInfo> AllBlocks() const override;
+  std::vector<BlockId> AllIds() const override;
+  bool Holds(const BlockId& id) const override;
+
+  BlockStoreStats Stats() const override { return {host_->Stats(), Counters()}; }
+  void ReclaimExpired() override { host_->ReclaimExpired(); }
+  void SetChangeHook(BlockEventHook hook) override { host_->SetChangeHook(std::move(hook)); }
+
+  uint8_t* arena_base() const override { return host_->base(); }
+  uint64_t arena_bytes() const override { return host_->capacity(); }
+  absl::Duration reservation_timeout() const override {
+    return host_->options().reservation_timeout;
+  }
+  absl::Duration lease_timeout() const override { return host_->options().lease_timeout; }
 
   // Stops the write-back thread; queued victims are dropped. Idempotent.
   void Stop();
 
-  TieredStoreCounters Counters() const;
-  // Every block on NVMe, and whether one is (any namespace): the cluster layer announces what
-  // this node holds in either tier.
+  NvmeTierCounters Counters() const;
+  // Every block on NVMe, and whether one is (any namespace).
   std::vector<BlockId> NvmeIds() const;
   // The same as BlockInfo (id, namespace, parent, size, CRC), for moving blocks off the node.
   std::vector<BlockInfo> NvmeBlocks() const;
   bool HoldsOnNvme(const BlockId& id) const;
-  // Every block of this node, in either tier, each once (a block being demoted is briefly in
-  // both): what the cluster layer announces (ids) and moves off the node (blocks).
-  std::vector<BlockInfo> AllBlocks() const;
-  std::vector<BlockId> AllIds() const;
-  bool Holds(const BlockId& id) const;
   const NvmeRecoveryReport& recovery() const { return store_->recovery(); }
   const NvmeTier& nvme_tier() const { return store_->tier(); }
 

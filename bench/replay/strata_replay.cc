@@ -23,12 +23,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "bench/replay/tier_manager.h"
 #include "bench/replay/trace_reader.h"
 #include "storage/eviction/admission_policy.h"
 #include "storage/eviction/belady_policy.h"
 #include "storage/eviction/eviction_policy.h"
 #include "storage/eviction/prefix_aware_policy.h"
-#include "storage/tier_manager.h"
 
 namespace strata::replay {
 namespace {

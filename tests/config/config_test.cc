@@ -1,6 +1,6 @@
-#include "config/daemon_config.h"
-
 #include <gtest/gtest.h>
+
+#include "config/daemon_config.h"
 
 namespace strata {
 namespace {
@@ -9,23 +9,23 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndValidates) {
   auto c = ParseConfig("");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "127.0.0.1:7420");
-  EXPECT_EQ(c->host_capacity, 1ull << 30);
-  EXPECT_EQ(c->reservation_timeout, absl::Seconds(30));
+  EXPECT_EQ(c->host.capacity, 1ull << 30);
+  EXPECT_EQ(c->host.reservation_timeout, absl::Seconds(30));
   EXPECT_TRUE(ValidateConfig(*c).ok());
   // The text printed by --print-default-config is itself a valid config file.
-  auto again = ParseConfig(kDefaultConfigYaml);
+  auto again = ParseConfig(DefaultConfigYaml());
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->host_capacity, c->host_capacity);
+  EXPECT_EQ(again->host.capacity, c->host.capacity);
 }
 
 TEST(ConfigTest, FieldsOverrideDefaults) {
   auto c =
       ParseConfig("host_tier:\n  capacity: 2GiB\n  low_watermark: 0.5\nlease_timeout: 250ms\n");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->host_capacity, 2ull << 30);
-  EXPECT_DOUBLE_EQ(c->low_watermark, 0.5);
-  EXPECT_DOUBLE_EQ(c->high_watermark, 0.95);  // untouched default
-  EXPECT_EQ(c->lease_timeout, absl::Milliseconds(250));
+  EXPECT_EQ(c->host.capacity, 2ull << 30);
+  EXPECT_DOUBLE_EQ(c->host.low_watermark, 0.5);
+  EXPECT_DOUBLE_EQ(c->host.high_watermark, 0.95);  // untouched default
+  EXPECT_EQ(c->host.lease_timeout, absl::Milliseconds(250));
 }
 
 TEST(ConfigTest, ErrorsNameTheField) {
@@ -100,15 +100,39 @@ TEST(ConfigTest, ClusterSectionParses) {
 TEST(ConfigTest, NvmeSectionDefaultsToNoTier) {
   auto c = ParseConfig("");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->nvme_files.empty());
-  EXPECT_EQ(c->host_policy, "lru");
-  EXPECT_EQ(c->nvme_policy, "lru");
-  EXPECT_EQ(c->nvme_admission, "always");
-  EXPECT_EQ(c->nvme_queue_depth, 32u);
-  EXPECT_TRUE(c->nvme_sync_after_write);
-  EXPECT_DOUBLE_EQ(c->nvme_high_watermark, 0.95);
-  EXPECT_DOUBLE_EQ(c->nvme_low_watermark, 0.85);
-  EXPECT_EQ(c->nvme_catalog_dir, "");
+  EXPECT_TRUE(c->nvme.files.empty());
+  EXPECT_EQ(c->host.policy, "lru");
+  EXPECT_EQ(c->nvme.policy, "lru");
+  EXPECT_EQ(c->nvme.admission, "always");
+  EXPECT_EQ(c->nvme.queue_depth, 32u);
+  EXPECT_TRUE(c->nvme.sync_after_write);
+  EXPECT_DOUBLE_EQ(c->nvme.high_watermark, 0.95);
+  EXPECT_DOUBLE_EQ(c->nvme.low_watermark, 0.85);
+  EXPECT_EQ(c->nvme.catalog_dir, "");
+}
+
+// The watermark defaults come from storage/watermarks.h alone: the embedded YAML, the config
+// structs and the tiers' own options all agree with it.
+TEST(ConfigTest, WatermarkDefaultsAreTheTiersDefaults) {
+  auto c = ParseConfig("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host.high_watermark, kDefaultHighWatermark);
+  EXPECT_EQ(c->host.low_watermark, kDefaultLowWatermark);
+  EXPECT_EQ(c->nvme.high_watermark, kDefaultHighWatermark);
+  EXPECT_EQ(c->nvme.low_watermark, kDefaultLowWatermark);
+  const DaemonConfig blank;
+  EXPECT_EQ(blank.host.high_watermark, kDefaultHighWatermark);
+  EXPECT_EQ(blank.nvme.low_watermark, kDefaultLowWatermark);
+  EXPECT_EQ(DefaultConfigYaml().find("{high_watermark}"), std::string_view::npos);
+  EXPECT_EQ(DefaultConfigYaml().find("{low_watermark}"), std::string_view::npos);
+}
+
+TEST(ConfigTest, NvmeCatalogDirDefaultsUnderDataDir) {
+  auto c = ParseConfig("data_dir: /srv/strata\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(NvmeCatalogDir(*c), "/srv/strata/nvme-catalog");
+  c->nvme.catalog_dir = "/fast/catalog";
+  EXPECT_EQ(NvmeCatalogDir(*c), "/fast/catalog");
 }
 
 TEST(ConfigTest, NvmeSectionParses) {
@@ -124,23 +148,23 @@ TEST(ConfigTest, NvmeSectionParses) {
       "  policy: s3fifo\n  admission: second-access\n"
       "  queue_depth: 64\n  sync_after_write: false\n");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->host_policy, "prefix-adaptive");
-  ASSERT_EQ(c->nvme_files.size(), 2u);
-  EXPECT_EQ(c->nvme_files[0].path, "/mnt/a/strata.tier");
-  EXPECT_EQ(c->nvme_files[0].capacity, 2ull << 30);
-  EXPECT_EQ(c->nvme_files[1].path, "/mnt/b/strata.tier");
-  EXPECT_EQ(c->nvme_files[1].capacity, 512ull << 20);
-  EXPECT_EQ(c->nvme_catalog_dir, "/var/lib/strata/cat");
-  EXPECT_DOUBLE_EQ(c->nvme_high_watermark, 0.9);
-  EXPECT_DOUBLE_EQ(c->nvme_low_watermark, 0.7);
-  EXPECT_EQ(c->nvme_policy, "s3fifo");
-  EXPECT_EQ(c->nvme_admission, "second-access");
-  EXPECT_EQ(c->nvme_queue_depth, 64u);
-  EXPECT_FALSE(c->nvme_sync_after_write);
+  EXPECT_EQ(c->host.policy, "prefix-adaptive");
+  ASSERT_EQ(c->nvme.files.size(), 2u);
+  EXPECT_EQ(c->nvme.files[0].path, "/mnt/a/strata.tier");
+  EXPECT_EQ(c->nvme.files[0].capacity, 2ull << 30);
+  EXPECT_EQ(c->nvme.files[1].path, "/mnt/b/strata.tier");
+  EXPECT_EQ(c->nvme.files[1].capacity, 512ull << 20);
+  EXPECT_EQ(c->nvme.catalog_dir, "/var/lib/strata/cat");
+  EXPECT_DOUBLE_EQ(c->nvme.high_watermark, 0.9);
+  EXPECT_DOUBLE_EQ(c->nvme.low_watermark, 0.7);
+  EXPECT_EQ(c->nvme.policy, "s3fifo");
+  EXPECT_EQ(c->nvme.admission, "second-access");
+  EXPECT_EQ(c->nvme.queue_depth, 64u);
+  EXPECT_FALSE(c->nvme.sync_after_write);
   // An explicit empty list is no NVMe tier.
   auto none = ParseConfig("nvme:\n  files: []\n");
   ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_TRUE(none->nvme_files.empty());
+  EXPECT_TRUE(none->nvme.files.empty());
 }
 
 }  // namespace

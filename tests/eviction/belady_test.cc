@@ -3,9 +3,9 @@
 #include <random>
 #include <vector>
 
+#include "bench/replay/tier_manager.h"
 #include "gtest/gtest.h"
 #include "storage/eviction/belady_policy.h"
-#include "storage/tier_manager.h"
 #include "tests/eviction/test_ids.h"
 
 namespace strata {

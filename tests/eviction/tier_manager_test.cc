@@ -1,4 +1,4 @@
-#include "storage/tier_manager.h"
+#include "bench/replay/tier_manager.h"
 
 #include <list>
 #include <random>

@@ -134,6 +134,23 @@ TEST(TieredStoreList, AllBlocksAndIdsCoverBothTiersOnce) {
   EXPECT_EQ(block_set, id_set);
   for (int i = 0; i < kBlocks; ++i) EXPECT_TRUE(f.store->Holds(IdOf(i))) << i;
   EXPECT_FALSE(f.store->Holds(IdOf(kBlocks + 1)));
+  // Through the BlockStore seam, once write-back is idle (nothing publishes, so no block moves
+  // between the reads below): each block's tier, and the NVMe counters in the stats.
+  for (int t = 0; t < 500 && f.host->Stats().demoting_blocks > 0; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const BlockStore& seam = *f.store;
+  std::vector<BlockId> all;
+  for (int i = 0; i < kBlocks; ++i) all.push_back(IdOf(i));
+  std::vector<Tier> tiers;
+  ASSERT_EQ(f.store->Lookup(f.ns, all, &tiers), all.size());
+  for (int i = 0; i < kBlocks; ++i)
+    EXPECT_EQ(tiers[i], f.store->HoldsOnNvme(IdOf(i)) ? Tier::kNvme : Tier::kHost) << i;
+  size_t now_on_nvme = 0;
+  for (Tier t : tiers) now_on_nvme += t == Tier::kNvme;
+  const BlockStoreStats stats = seam.Stats();
+  ASSERT_TRUE(stats.nvme.has_value());
+  EXPECT_EQ(stats.nvme->nvme_blocks, now_on_nvme);
+  EXPECT_EQ(seam.arena_base(), f.host->base());
   f.store->Stop();
 }
 

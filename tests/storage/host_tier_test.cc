@@ -289,7 +289,7 @@ TEST_F(HostTierTest, LeaseCoversItsBlocksExtentsOnly) {
   auto lease = tier_->Acquire(ns_, ids);
   ASSERT_EQ(lease.status[0], BlockStatus::kOk);
   ASSERT_EQ(lease.status[1], BlockStatus::kOk);
-  using E = HostTier::ArenaExtent;
+  using E = ArenaExtent;
   const E held[2] = {{lease.offsets[0], lease.sizes[0]}, {lease.offsets[1], lease.sizes[1]}};
   EXPECT_TRUE(tier_->LeaseCovers(lease.lease_id, held));
   EXPECT_TRUE(tier_->LeaseCovers(lease.lease_id, {&held[1], 1}));

@@ -1,9 +1,10 @@
 // Tier manager: where each block lives (host DRAM or NVMe), and which blocks move when.
 //
-// It holds metadata only. Every call that changes placement returns the moves the caller must
-// carry out (copy host -> NVMe and free the host extent, read NVMe -> host, drop), so the daemon
-// drives its tiers from it and a replay counts the same moves. Tiers are exclusive: a block
-// lives in exactly one tier.
+// It holds metadata only. Every call that changes placement returns the moves a caller would
+// carry out (copy host -> NVMe and free the host extent, read NVMe -> host, drop), so a replay
+// of a trace counts the moves and hit rates of a policy mix without any block bytes. (stratad
+// itself runs storage/tiered_store.h; this is the model the replay and the eviction tests use.)
+// Tiers are exclusive: a block lives in exactly one tier.
 //
 // - Insert: a block committed to the host tier. Victims of the host policy are demoted to NVMe
 //   if the admission rule admits them (else dropped); victims of the NVMe policy are dropped.
@@ -29,14 +30,12 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "strata/block_id.h"
 #include "storage/eviction/admission_policy.h"
 #include "storage/eviction/eviction_policy.h"
+#include "storage/tier.h"
+#include "strata/block_id.h"
 
 namespace strata {
-
-enum class Tier : uint8_t { kNone = 0, kHost = 1, kNvme = 2 };
-std::string_view TierName(Tier tier);
 
 struct TierOptions {
   uint64_t capacity_bytes = 0;  // 0 for NVMe: no NVMe tier (evicted host blocks are dropped)
@@ -122,7 +121,7 @@ class TierManager {
   RemoveResult Remove(std::span<const BlockId> ids, bool cascade, bool force = false);
   absl::Status Pin(const BlockId& id);
   absl::Status Unpin(const BlockId& id);
-  // Applies the watermarks of both tiers now (the daemon's background pass).
+  // Applies the watermarks of both tiers now (a background pass).
   std::vector<TierMove> Reclaim();
 
   TierManagerStats Stats() const;

@@ -1,4 +1,4 @@
-#include "storage/tier_manager.h"
+#include "bench/replay/tier_manager.h"
 
 #include <algorithm>
 #include <deque>
@@ -26,18 +26,6 @@ uint64_t Threshold(uint64_t capacity, double fraction) {
 }
 
 }  // namespace
-
-std::string_view TierName(Tier tier) {
-  switch (tier) {
-    case Tier::kHost:
-      return "host";
-    case Tier::kNvme:
-      return "nvme";
-    case Tier::kNone:
-      break;
-  }
-  return "none";
-}
 
 absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
     const TierManagerOptions& options) {

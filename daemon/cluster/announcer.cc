@@ -1,0 +1,192 @@
+#include "daemon/cluster/announcer.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/packed_ids.h"
+#include "daemon/cluster/call_group.h"
+
+namespace strata::daemon {
+namespace {
+
+constexpr size_t kIdsPerMessage = 16384;  // 512 KiB of ids: well under gRPC's message limit
+
+}  // namespace
+
+Announcer::Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store)
+    : ctx_(ctx), directory_(directory), store_(store) {}
+
+Announcer::~Announcer() { Stop(); }
+
+void Announcer::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Announcer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  flushed_.notify_all();
+  std::lock_guard<std::mutex> join(join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Announcer::OnBlockEvent(const BlockEvent& event) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = events_.empty();
+    events_.push_back(event);
+    ++events_queued_;
+  }
+  if (first) wake_.notify_one();
+}
+
+void Announcer::RequestFullRefresh() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    full_refresh_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Announcer::RetainOwned(const Ring& ring) {
+  const size_t r = ctx_.config.directory_owners;
+  std::vector<uint32_t> owners;
+  directory_.Retain([&](const BlockId& id) {
+    ring.rendezvous.TopR(placement::KeyOf(id), r, &owners);
+    return std::find(owners.begin(), owners.end(), static_cast<uint32_t>(ring.self)) !=
+           owners.end();
+  });
+  RequestFullRefresh();
+}
+
+void Announcer::FlushAnnouncements(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = events_queued_;
+  flushed_.wait_until(lock, absl::ToChronoTime(deadline),
+                      [&] { return stop_ || events_announced_ >= target; });
+}
+
+void Announcer::Loop() {
+  const absl::Duration refresh = ctx_.config.directory_ttl / 3;
+  absl::Time next_refresh = absl::Now() + refresh;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return stop_ || full_refresh_ || !events_.empty(); });
+    if (stop_) break;
+    const absl::Time now = absl::Now();
+    const bool refresh_all = full_refresh_ || now >= next_refresh;
+    full_refresh_ = false;
+    std::vector<BlockEvent> events;
+    events.swap(events_);
+    const uint64_t batch_end = events_queued_;
+    lock.unlock();
+    // Events first: commits wait for them (FlushAnnouncements), never for a full refresh.
+    AnnounceEvents(events);
+    lock.lock();
+    events_announced_ = batch_end;
+    flushed_.notify_all();
+    if (refresh_all) {
+      // Everything held, to every owner: covers new owners after a membership change and keeps
+      // entries from expiring.
+      lock.unlock();
+      Announce(store_.AllIds(), false);
+      next_refresh = now + refresh;
+      directory_.Expire(now);
+      lock.lock();
+    }
+  }
+  flushed_.notify_all();
+}
+
+void Announcer::AnnounceEvents(const std::vector<BlockEvent>& events) {
+  // The last event of an id decides whether it is held.
+  absl::flat_hash_map<BlockId, BlockEvent::Kind> last;
+  for (const auto& e : events) last[e.id] = e.kind;
+  std::vector<BlockId> stored, removed;
+  for (const auto& [id, kind] : last) {
+    // A block demoted to a lower tier left host memory but not this node.
+    if (kind == BlockEvent::kRemoved && store_.Holds(id)) continue;
+    (kind == BlockEvent::kStored ? stored : removed).push_back(id);
+  }
+  if (!stored.empty()) Announce(stored, false);
+  if (!removed.empty()) Announce(removed, true);
+}
+
+void Announcer::Announce(std::span<const BlockId> ids, bool withdraw) {
+  if (ids.empty()) return;
+  auto r = ctx_.ring.Get();
+  // Alone, this node is its own directory: its tiers answer every lookup already.
+  if (!r || r->self < 0 || r->rendezvous.size() <= 1) return;
+  std::vector<std::vector<BlockId>> per_owner(r->rendezvous.size());
+  std::vector<uint32_t> owners;
+  for (const auto& id : ids) {
+    r->rendezvous.TopR(placement::KeyOf(id), ctx_.config.directory_owners, &owners);
+    for (uint32_t o : owners) per_owner[o].push_back(id);
+  }
+  const absl::Time expires = absl::Now() + ctx_.config.directory_ttl;
+  const placement::LocationTier host[] = {placement::LocationTier::kHost};
+  CallGroup calls;
+  for (size_t o = 0; o < per_owner.size(); ++o) {
+    auto& mine = per_owner[o];
+    if (mine.empty()) continue;
+    if (static_cast<int>(o) != r->self) {
+      SendToOwner(r->NodeAt(o).address, mine, withdraw, calls);
+    } else if (withdraw) {
+      directory_.Withdraw(ctx_.self.id, mine);
+    } else {
+      directory_.Announce(ctx_.self.id, mine, host, expires);
+    }
+  }
+  calls.Wait();
+  (withdraw ? ctx_.counters.withdrawn : ctx_.counters.announced).fetch_add(ids.size());
+}
+
+void Announcer::SendToOwner(const std::string& address, std::span<const BlockId> ids, bool withdraw,
+                            CallGroup& calls) {
+  auto stub = ctx_.peers.Get(address);
+  for (size_t begin = 0; begin < ids.size(); begin += kIdsPerMessage) {
+    const size_t end = std::min(ids.size(), begin + kIdsPerMessage);
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::AnnounceRequest req;
+      v1::AnnounceResponse resp;
+    };
+    auto call = std::make_shared<Call>();
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + ctx_.config.peer_timeout));
+    call->req.set_node_id(ctx_.self.id);
+    call->req.set_ids(PackIds(ids.subspan(begin, end - begin)));
+    call->req.add_tiers(v1::TIER_HOST);
+    call->req.set_withdraw(withdraw);
+    call->req.set_ttl_ms(absl::ToInt64Milliseconds(ctx_.config.directory_ttl));
+    calls.Add();
+    stub->async()->Announce(&call->ctx, &call->req, &call->resp,
+                            [this, call, &calls](grpc::Status s) {
+                              if (!s.ok()) ctx_.counters.peer_failures.fetch_add(1);
+                              calls.Done();
+                            });
+  }
+}
+
+void Announcer::HandleAnnounce(const v1::AnnounceRequest& req, std::span<const BlockId> ids) {
+  if (req.withdraw()) {
+    directory_.Withdraw(req.node_id(), ids);
+    return;
+  }
+  std::vector<placement::LocationTier> tiers;
+  for (int t : req.tiers()) tiers.push_back(LocationTierOf(t));
+  if (tiers.empty()) tiers.push_back(placement::LocationTier::kHost);
+  if (tiers.size() != 1 && tiers.size() != ids.size()) tiers.resize(1);
+  absl::Duration ttl =
+      req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms()) : ctx_.config.directory_ttl;
+  directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl);
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,158 @@
+#include "daemon/cluster/block_puller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "strata/client.h"
+
+namespace strata::daemon {
+
+BlockPuller::BlockPuller(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
+                         Announcer& announcer)
+    : ctx_(ctx), store_(store), namespaces_(namespaces), announcer_(announcer) {}
+
+BlockPuller::~BlockPuller() { Stop(); }
+
+void BlockPuller::Stop() {
+  std::lock_guard<std::mutex> lock(sources_mu_);
+  sources_.clear();
+}
+
+std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std::string& tenant,
+                                           uint32_t replicas, std::span<const BlockId> ids,
+                                           std::span<const BlockId> parents,
+                                           const std::string& source_node,
+                                           const std::string& source_address, absl::Time deadline) {
+  std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
+  auto ns = namespaces_.Open(spec, tenant);
+  if (!ns.ok()) {
+    spdlog::warn("Pull from '{}': cannot open the namespace here: {}", source_node,
+                 ns.status().ToString());
+    status.assign(ids.size(), BlockStatus::kInvalid);
+    return status;
+  }
+  if (replicas > 0) namespaces_.SetReplicas(*ns, replicas);
+  // Skip what is already here.
+  std::vector<size_t> need;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (store_.Holds(ids[i]))
+      status[i] = BlockStatus::kExists;
+    else
+      need.push_back(i);
+  }
+  if (need.empty()) return status;
+  std::vector<BlockId> need_ids;
+  for (size_t i : need) need_ids.push_back(ids[i]);
+  auto fetched = FetchFromSource(spec, tenant, *ns, need_ids, source_node, source_address);
+  if (!fetched.ok()) return status;
+  Commit(*ns, ids, parents, need, *fetched, status);
+  // The copy is findable before the caller hears it exists (a replica must be, once the
+  // publisher's Commit returns).
+  announcer_.FlushAnnouncements(std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
+  return status;
+}
+
+absl::StatusOr<BlockPuller::Fetched> BlockPuller::FetchFromSource(
+    const NamespaceSpec& spec, const std::string& tenant, const NamespaceId& ns,
+    std::span<const BlockId> ids, const std::string& source_node,
+    const std::string& source_address) {
+  auto source = SourceClient(source_node, source_address);
+  if (!source.ok()) {
+    ctx_.counters.peer_failures.fetch_add(1);
+    spdlog::warn("Pull: {}", source.status().ToString());
+    return source.status();
+  }
+  auto there = (*source)->OpenNamespace(spec, tenant);
+  if (!there.ok() || *there != ns) {
+    spdlog::warn("Pull from '{}': namespace not usable there ({})", source_node,
+                 there.ok() ? "its cluster secret differs" : there.status().ToString());
+    return absl::FailedPreconditionError("namespace not usable at the source");
+  }
+  Fetched out;
+  auto got = (*source)->FetchBlobs(ns, ids, &out.blobs);
+  if (!got.ok()) {
+    ctx_.counters.peer_failures.fetch_add(1);
+    spdlog::warn("Pull from '{}': {}", source_node, got.status().ToString());
+    return got.status();
+  }
+  out.status = std::move(got->status);
+  return out;
+}
+
+void BlockPuller::Commit(const NamespaceId& ns, std::span<const BlockId> ids,
+                         std::span<const BlockId> parents, const std::vector<size_t>& need,
+                         const Fetched& fetched, std::vector<BlockStatus>& status) {
+  std::vector<ReserveItem> items;
+  std::vector<size_t> placed;  // index into need
+  for (size_t k = 0; k < need.size(); ++k) {
+    status[need[k]] = fetched.status[k];
+    if (fetched.status[k] != BlockStatus::kOk) continue;
+    ReserveItem it;
+    it.id = ids[need[k]];
+    if (!parents.empty()) it.parent = parents[need[k]];
+    it.size = fetched.blobs[k].size();
+    items.push_back(it);
+    placed.push_back(k);
+  }
+  if (items.empty()) return;
+  ReserveResult res = store_.Reserve(ns, items);
+  std::vector<uint32_t> crcs;
+  std::vector<size_t> reserved;  // index into items
+  for (size_t j = 0; j < items.size(); ++j) {
+    size_t i = need[placed[j]];
+    status[i] = res.status[j];
+    if (res.status[j] != BlockStatus::kOk) continue;
+    const auto& blob = fetched.blobs[placed[j]];
+    uint64_t offset = res.offsets[reserved.size()];
+    std::memcpy(store_.arena_base() + offset, blob.data(), blob.size());
+    crcs.push_back(Crc32c(blob.data(), blob.size()));
+    reserved.push_back(j);
+  }
+  if (reserved.empty()) return;
+  auto committed = store_.Commit(res.reservation_id, crcs);
+  if (!committed.ok()) {
+    for (size_t j : reserved) status[need[placed[j]]] = BlockStatus::kExpired;
+    return;
+  }
+  for (size_t q = 0; q < reserved.size(); ++q) {
+    status[need[placed[reserved[q]]]] = (*committed)[q];
+    if ((*committed)[q] == BlockStatus::kOk) ctx_.counters.pulled.fetch_add(1);
+  }
+}
+
+uint64_t BlockPuller::EvictAtSource(const std::string& node, const std::string& address,
+                                    const NamespaceRegistry::Entry& ns,
+                                    std::span<const BlockId> ids) {
+  auto c = SourceClient(node, address);
+  if (!c.ok()) return 0;
+  auto opened = (*c)->OpenNamespace(ns.spec, ns.tenant);
+  if (!opened.ok()) return 0;
+  auto ev = (*c)->Evict(*opened, ids);
+  return ev.ok() ? ev->removed_blocks : 0;
+}
+
+absl::StatusOr<std::shared_ptr<Client>> BlockPuller::SourceClient(const std::string& node,
+                                                                  const std::string& address) {
+  std::lock_guard<std::mutex> lock(sources_mu_);
+  auto it = sources_.find(address);
+  if (it != sources_.end()) return it->second;
+  ClientOptions o;
+  o.endpoint = address;
+  o.client_name = absl::StrCat("stratad:", ctx_.self.id);
+  o.rpc_timeout = std::max(ctx_.config.peer_timeout, absl::Seconds(2));
+  o.remote_fetch = false;
+  o.same_node = false;
+  auto made = Client::Connect(o);
+  if (!made.ok())
+    return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
+                                                           address, ": ", made.status().message()));
+  std::shared_ptr<Client> c = std::move(*made);
+  sources_[address] = c;
+  return c;
+}
+
+}  // namespace strata::daemon

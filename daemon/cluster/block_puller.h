@@ -1,0 +1,84 @@
+// This node's side of a copy from another daemon (Peer.Pull): fetch the blocks from the
+// source, commit them into this node's store (where their CRC32C is verified once more), and
+// make them findable before answering. Also removes blocks at a source once a move copied them.
+//
+// The bytes come the way any client fetches them: through a libstrata Client connected to the
+// source (FetchFromSource, the only place that does), which pulls from the source's arena over
+// UCX.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/cluster/announcer.h"
+#include "daemon/cluster/context.h"
+#include "daemon/namespace_registry.h"
+#include "storage/block_store.h"
+#include "strata/block_status.h"
+
+namespace strata {
+class Client;
+}
+
+namespace strata::daemon {
+
+class BlockPuller {
+ public:
+  BlockPuller(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
+              Announcer& announcer);
+  ~BlockPuller();
+  BlockPuller(const BlockPuller&) = delete;
+  BlockPuller& operator=(const BlockPuller&) = delete;
+
+  // Copies `ids` (with their `parents`, or none) of the namespace (`spec`, `tenant`) from the
+  // daemon `source_node` at `source_address` into this node's store; opens the namespace here
+  // first (with `replicas` when > 0). Per id: kOk (copied), kExists (already held here), or why
+  // not (kNotFound when the source could not be used).
+  std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
+                                uint32_t replicas, std::span<const BlockId> ids,
+                                std::span<const BlockId> parents, const std::string& source_node,
+                                const std::string& source_address, absl::Time deadline);
+
+  // Evicts `ids` of `ns` on the daemon `node` at `address`; how many it removed (0 when it
+  // could not be reached).
+  uint64_t EvictAtSource(const std::string& node, const std::string& address,
+                         const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids);
+
+  // Closes the connections to sources. Idempotent.
+  void Stop();
+
+ private:
+  struct Fetched {
+    std::vector<BlockStatus> status;          // per asked id
+    std::vector<std::vector<uint8_t>> blobs;  // the kOk ones' bytes
+  };
+  // The blobs of `ids` of `ns` from the source, or why not (logged and counted here).
+  absl::StatusOr<Fetched> FetchFromSource(const NamespaceSpec& spec, const std::string& tenant,
+                                          const NamespaceId& ns, std::span<const BlockId> ids,
+                                          const std::string& source_node,
+                                          const std::string& source_address);
+  // Reserves, writes and commits the fetched blocks (`need[k]` is where fetched block k sits in
+  // `status`); sets their final statuses.
+  void Commit(const NamespaceId& ns, std::span<const BlockId> ids, std::span<const BlockId> parents,
+              const std::vector<size_t>& need, const Fetched& fetched,
+              std::vector<BlockStatus>& status);
+  absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
+                                                       const std::string& address);
+
+  ClusterContext& ctx_;
+  BlockStore& store_;
+  NamespaceRegistry& namespaces_;
+  Announcer& announcer_;
+
+  std::mutex sources_mu_;
+  std::map<std::string, std::shared_ptr<Client>> sources_;  // by address
+};
+
+}  // namespace strata::daemon

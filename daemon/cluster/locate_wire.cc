@@ -1,0 +1,70 @@
+#include "daemon/cluster/locate_wire.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "daemon/cluster/context.h"
+
+namespace strata::daemon {
+namespace {
+
+void PutU16(std::string& out, size_t v) {
+  out.push_back(static_cast<char>(v & 0xff));
+  out.push_back(static_cast<char>((v >> 8) & 0xff));
+}
+
+size_t GetU16(std::string_view in, size_t pos) {
+  return static_cast<uint8_t>(in[pos]) | (static_cast<uint8_t>(in[pos + 1]) << 8);
+}
+
+}  // namespace
+
+std::string EncodeLocateReply(const Holders& holders, uint32_t* nodes) {
+  absl::flat_hash_map<std::string, uint16_t> index;
+  std::string table, per_id;
+  for (const auto& hs : holders) {
+    const size_t count = std::min<size_t>(hs.size(), 255);
+    per_id.push_back(static_cast<char>(count));
+    for (size_t k = 0; k < count; ++k) {
+      auto [it, fresh] = index.try_emplace(hs[k].node, static_cast<uint16_t>(index.size()));
+      if (fresh) {
+        const size_t len = std::min<size_t>(hs[k].node.size(), 65535);
+        PutU16(table, len);
+        table.append(hs[k].node, 0, len);
+      }
+      PutU16(per_id, it->second);
+      per_id.push_back(static_cast<char>(hs[k].tier));
+    }
+  }
+  *nodes = static_cast<uint32_t>(index.size());
+  return table + per_id;
+}
+
+std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids) {
+  std::vector<std::string> names;
+  size_t pos = 0;
+  for (uint32_t n = 0; n < nodes; ++n) {
+    if (pos + 2 > data.size()) return std::nullopt;
+    const size_t len = GetU16(data, pos);
+    pos += 2;
+    if (pos + len > data.size()) return std::nullopt;
+    names.emplace_back(data.substr(pos, len));
+    pos += len;
+  }
+  Holders out(ids);
+  for (size_t k = 0; k < ids; ++k) {
+    if (pos >= data.size()) return std::nullopt;
+    const size_t count = static_cast<uint8_t>(data[pos++]);
+    for (size_t h = 0; h < count; ++h) {
+      if (pos + 3 > data.size()) return std::nullopt;
+      const size_t node = GetU16(data, pos);
+      const int tier = static_cast<uint8_t>(data[pos + 2]);
+      pos += 3;
+      if (node >= names.size()) continue;
+      out[k].push_back({names[node], LocationTierOf(tier)});
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,24 @@
+// The data of a peer locate reply sent as an active message (am_wire::kPeerLocateReplyAm): a
+// table of node ids, then the holders of each asked id as (node index, tier) pairs. The layout
+// is documented in common/am_wire.h; the header carries the node-table size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "placement/directory.h"
+
+namespace strata::daemon {
+
+using Holders = std::vector<std::vector<placement::Location>>;
+
+// At most 255 holders per id and 65535-byte node ids travel; `*nodes` gets the table size.
+std::string EncodeLocateReply(const Holders& holders, uint32_t* nodes);
+// The holders of each of `ids` asked ids, or nullopt when `data` does not parse as a reply
+// with a `nodes`-entry table.
+std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids);
+
+}  // namespace strata::daemon

@@ -1,0 +1,222 @@
+#include "daemon/daemon_metrics.h"
+
+#include "daemon/cluster/cluster.h"
+
+namespace strata::daemon {
+
+// Tier series are registered once; a scrape only stores values into them.
+struct TierSeries {
+  Gauge *ready, *in_flight;
+  Gauge *capacity, *used, *committed, *reserved, *blocks, *pinned, *reservations, *leases,
+      *namespaces;
+  Counter *lookup_hit, *lookup_miss, *fetch_hit, *fetch_miss, *committed_total, *dedup,
+      *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
+  Gauge *codec_raw, *codec_stored, *codec_ratio;
+};
+
+// NVMe tier series, registered only when the tier is configured.
+struct NvmeSeries {
+  Gauge *capacity, *used, *blocks, *pinned;
+  Counter *demotions, *demoted_bytes, *promotions, *promoted_bytes, *rejected, *evict_policy,
+      *evict_explicit, *full_drops, *write_errors, *read_errors, *crc_failures, *pressure_drops;
+};
+
+namespace {
+
+std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
+  const MetricLabels nvme = {{"tier", "nvme"}};
+  return std::make_unique<NvmeSeries>(NvmeSeries{
+      m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", nvme),
+      m.AddGauge("strata_tier_used_bytes", "", nvme),
+      m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
+      m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
+      m.AddCounter("strata_demotions_total",
+                   "Host-tier victims written to the NVMe tier instead of being dropped."),
+      m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
+      m.AddCounter("strata_promotions_total",
+                   "NVMe blocks staged into host memory by a fetch (they become host blocks)."),
+      m.AddCounter("strata_promoted_bytes_total", "Bytes of blocks promoted from the NVMe tier."),
+      m.AddCounter("strata_admission_rejected_total",
+                   "Host-tier victims the NVMe admission rule dropped instead of demoting."),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "policy"}}),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "nvme"}, {"reason", "explicit"}}),
+      m.AddCounter("strata_nvme_full_drops_total",
+                   "Host-tier victims dropped because the NVMe tier had no room for them."),
+      m.AddCounter("strata_nvme_write_errors_total",
+                   "Host-tier victims dropped because their NVMe write failed."),
+      m.AddCounter("strata_nvme_read_errors_total", "NVMe reads of a fetch that failed."),
+      m.AddCounter("strata_nvme_crc_failures_total",
+                   "NVMe blocks dropped because their CRC32C failed when read (never served)."),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "pressure_drop"}}),
+  });
+}
+
+std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
+  const MetricLabels host = {{"tier", "host"}};
+  return std::make_unique<TierSeries>(TierSeries{
+      m.AddGauge("strata_ready", "1 while /readyz answers 200: serving and not draining."),
+      m.AddGauge("strata_rpc_in_flight", "Cache gRPC calls admitted and still running."),
+      m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", host),
+      m.AddGauge("strata_tier_used_bytes",
+                 "Bytes allocated in a tier: committed, reserved, and evicted but still "
+                 "leased.",
+                 host),
+      m.AddGauge("strata_tier_committed_bytes", "Bytes of committed blocks in a tier.", host),
+      m.AddGauge("strata_tier_reserved_bytes",
+                 "Bytes reserved by publishes that have not committed yet.", host),
+      m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", host),
+      m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", host),
+      m.AddGauge("strata_open_reservations", "Publish reservations not yet committed."),
+      m.AddGauge("strata_open_leases", "Fetch read leases not yet released."),
+      m.AddGauge("strata_namespaces", "Namespaces opened on this daemon."),
+      m.AddCounter("strata_lookup_blocks_total",
+                   "Blocks asked for by Lookup, by result (hit: in the cached prefix).",
+                   {{"result", "hit"}}),
+      m.AddCounter("strata_lookup_blocks_total", "", {{"result", "miss"}}),
+      m.AddCounter("strata_fetch_blocks_total", "Blocks asked for by a fetch (Acquire), by result.",
+                   {{"result", "hit"}}),
+      m.AddCounter("strata_fetch_blocks_total", "", {{"result", "miss"}}),
+      m.AddCounter("strata_committed_blocks_total",
+                   "Blocks published: committed after CRC32C verification."),
+      m.AddCounter("strata_dedup_blocks_total",
+                   "Blocks a publish skipped because they were already cached."),
+      m.AddCounter("strata_crc_failures_total",
+                   "Blocks dropped at commit because their CRC32C did not match."),
+      m.AddCounter("strata_evictions_total", "Blocks evicted from a tier, by reason.",
+                   {{"tier", "host"}, {"reason", "lru"}}),
+      m.AddCounter("strata_evictions_total", "", {{"tier", "host"}, {"reason", "explicit"}}),
+      m.AddCounter("strata_reserve_no_space_blocks_total",
+                   "Blocks a publish could not reserve because the tier was full."),
+      m.AddCounter("strata_reservations_expired_total",
+                   "Reservations reclaimed because the client never committed."),
+      m.AddCounter("strata_leases_expired_total",
+                   "Read leases reclaimed because the client never released them."),
+      m.AddGauge("strata_codec_raw_bytes",
+                 "Uncompressed size of the resident blocks of codec namespaces (blocks x layout "
+                 "block bytes)."),
+      m.AddGauge("strata_codec_stored_bytes", "Bytes those blocks occupy as encoded blobs."),
+      m.AddGauge("strata_codec_ratio",
+                 "strata_codec_raw_bytes / strata_codec_stored_bytes; 0 with no codec blocks."),
+  });
+}
+
+}  // namespace
+
+StoreSeries::StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme)
+    : host_(RegisterTierSeries(m)) {
+  m.AddGauge("strata_host_arena_page_bytes",
+             "Page size of the memory behind the host tier (2097152 on reserved huge pages; "
+             "NVMe reads and RMA into 4 KiB pages cost more).")
+      ->Set(static_cast<double>(arena_page_bytes));
+  if (nvme) nvme_ = RegisterNvmeSeries(m);
+}
+
+StoreSeries::~StoreSeries() = default;
+
+void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& namespaces, bool ready,
+                          int in_flight) {
+  TierSeries& x = *host_;
+  x.ready->Set(ready ? 1 : 0);
+  x.in_flight->Set(in_flight);
+  const BlockStoreStats stats = store.Stats();
+  const HostTierStats& s = stats.host;
+  x.capacity->Set(static_cast<double>(s.capacity_bytes));
+  x.used->Set(static_cast<double>(s.allocated_bytes));
+  x.committed->Set(static_cast<double>(s.committed_bytes));
+  x.reserved->Set(static_cast<double>(s.reserved_bytes));
+  x.blocks->Set(static_cast<double>(s.blocks));
+  x.pinned->Set(static_cast<double>(s.pinned_blocks));
+  x.reservations->Set(static_cast<double>(s.open_reservations));
+  x.leases->Set(static_cast<double>(s.open_leases));
+  x.namespaces->Set(static_cast<double>(namespaces.size()));
+  x.lookup_hit->Set(s.lookup_hit_blocks);
+  x.lookup_miss->Set(s.lookup_miss_blocks);
+  x.fetch_hit->Set(s.acquire_hit_blocks);
+  x.fetch_miss->Set(s.acquire_miss_blocks);
+  x.committed_total->Set(s.committed_total);
+  x.dedup->Set(s.dedup_total);
+  x.crc_failures->Set(s.crc_failures);
+  x.evict_lru->Set(s.evictions_lru);
+  x.evict_explicit->Set(s.evictions_explicit);
+  x.no_space->Set(s.no_space);
+  x.res_expired->Set(s.reservations_expired);
+  x.lease_expired->Set(s.leases_expired);
+  // The daemon never decodes; what a codec saves follows from each namespace's layout.
+  auto usage = store.UsageByNamespace();
+  double raw = 0, stored = 0;
+  for (const auto& e : namespaces.List()) {
+    if (e.spec.codec_policy == kOpaqueCodecPolicy) continue;
+    auto it = usage.find(e.id);
+    if (it == usage.end()) continue;
+    raw += static_cast<double>(it->second.first) * static_cast<double>(e.spec.layout.BlockBytes());
+    stored += static_cast<double>(it->second.second);
+  }
+  x.codec_raw->Set(raw);
+  x.codec_stored->Set(stored);
+  x.codec_ratio->Set(stored > 0 ? raw / stored : 0);
+  if (stats.nvme && nvme_) {
+    NvmeSeries& y = *nvme_;
+    const NvmeTierCounters& n = *stats.nvme;
+    y.capacity->Set(static_cast<double>(n.nvme_capacity_bytes));
+    y.used->Set(static_cast<double>(n.nvme_used_bytes));
+    y.blocks->Set(static_cast<double>(n.nvme_blocks));
+    y.pinned->Set(static_cast<double>(n.nvme_pinned_blocks));
+    y.demotions->Set(n.demotions);
+    y.demoted_bytes->Set(n.demoted_bytes);
+    y.promotions->Set(n.promotions);
+    y.promoted_bytes->Set(n.promoted_bytes);
+    y.rejected->Set(n.admission_rejected);
+    y.evict_policy->Set(n.nvme_evictions);
+    y.evict_explicit->Set(n.nvme_removed_explicit);
+    y.full_drops->Set(n.nvme_full_drops);
+    y.write_errors->Set(n.nvme_write_errors);
+    y.read_errors->Set(n.nvme_read_errors);
+    y.crc_failures->Set(n.nvme_crc_failures);
+    y.pressure_drops->Set(s.pressure_drops);
+  }
+}
+
+void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster) {
+  Gauge* nodes = m.AddGauge("strata_cluster_nodes", "Nodes in this daemon's cluster view.");
+  Gauge* healthy = m.AddGauge("strata_cluster_membership_healthy",
+                              "1 while the membership store (etcd) answers; 0 = degraded: the "
+                              "last view stays in force and local blocks are still served.");
+  Gauge* dir_ids =
+      m.AddGauge("strata_directory_entries", "Block ids whose directory entry this node owns.");
+  Gauge* dir_bytes = m.AddGauge("strata_directory_memory_bytes",
+                                "Memory this node's directory entries take (estimate).");
+  Counter* announced = m.AddCounter("strata_directory_announced_total",
+                                    "Block ids this node announced to their owners.");
+  Counter* peer_fail = m.AddCounter("strata_peer_failures_total",
+                                    "Calls to other daemons that failed or timed out.");
+  Counter* replicated = m.AddCounter("strata_replicated_blocks_total",
+                                     "Copies of committed blocks made on other nodes.");
+  Counter* repl_fail = m.AddCounter("strata_replication_failures_total",
+                                    "Block copies to replica nodes that failed.");
+  Counter* pulled =
+      m.AddCounter("strata_pulled_blocks_total", "Blocks copied into this node from another node.");
+  Counter* remote = m.AddCounter("strata_lookup_remote_blocks_total",
+                                 "Lookup prefix blocks found on other nodes.");
+  Counter* rerepl = m.AddCounter("strata_rereplicated_blocks_total",
+                                 "Copies made to replace the ones a departed node held.");
+  m.AddCollector([cluster, nodes, healthy, dir_ids, dir_bytes, announced, peer_fail, replicated,
+                  repl_fail, pulled, remote, rerepl] {
+    Cluster* c = cluster->load(std::memory_order_acquire);
+    if (!c) return;
+    std::string detail;
+    nodes->Set(static_cast<double>(c->size()));
+    healthy->Set(c->healthy(&detail) ? 1 : 0);
+    dir_ids->Set(static_cast<double>(c->directory().ids()));
+    dir_bytes->Set(static_cast<double>(c->directory().memory_bytes()));
+    const ClusterCounters& k = c->counters();
+    announced->Set(k.announced.load());
+    peer_fail->Set(k.peer_failures.load());
+    replicated->Set(k.replicated.load());
+    repl_fail->Set(k.replication_failed.load());
+    pulled->Set(k.pulled.load());
+    remote->Set(k.remote_located.load());
+    rerepl->Set(k.rereplicated.load());
+  });
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,41 @@
+// The Prometheus series stratad exports about its block store and its cluster layer:
+// registered once at start, set from stats when /metrics is scraped (a scrape registers
+// nothing).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "daemon/metrics.h"
+#include "daemon/namespace_registry.h"
+#include "storage/block_store.h"
+
+namespace strata::daemon {
+
+class Cluster;
+struct TierSeries;
+struct NvmeSeries;
+
+class StoreSeries {
+ public:
+  // Host tier series, the page size behind the arena (`arena_page_bytes`), and the NVMe tier's
+  // series when `nvme`.
+  StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme);
+  ~StoreSeries();
+  StoreSeries(const StoreSeries&) = delete;
+  StoreSeries& operator=(const StoreSeries&) = delete;
+
+  // One scrape. `ready`: /readyz answers 200; `in_flight`: Cache calls running.
+  void Collect(const BlockStore& store, const NamespaceRegistry& namespaces, bool ready,
+               int in_flight);
+
+ private:
+  std::unique_ptr<TierSeries> host_;
+  std::unique_ptr<NvmeSeries> nvme_;
+};
+
+// The cluster series; each scrape reads them from `*cluster` once it is set.
+void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster);
+
+}  // namespace strata::daemon

@@ -1,0 +1,110 @@
+// The blocks of one node, whatever tiers hold them: the one storage seam the daemon's services
+// and its cluster layer see.
+//
+// Two implementations: HostBlockStore (storage/host_block_store.h), the host tier alone, and
+// TieredStore (storage/tiered_store.h), host memory over NVMe. Publishes always land in host
+// memory and fetches are always served from it (a fetch stages lower-tier blocks up first), so
+// reservation, lease and offset semantics are the host tier's (storage/host_tier.h): offsets are
+// relative to arena_base(), and a leased extent stays valid until its lease ends.
+//
+// Thread-safe: every call may come from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "storage/host_tier.h"
+#include "storage/tier.h"
+#include "strata/block_id.h"
+#include "strata/block_status.h"
+
+namespace strata {
+
+// The NVMe tier under host memory (TieredStore).
+struct NvmeTierCounters {
+  uint64_t nvme_capacity_bytes = 0;
+  uint64_t nvme_used_bytes = 0;
+  uint64_t nvme_blocks = 0;
+  uint64_t nvme_pinned_blocks = 0;
+  uint64_t demotions = 0;  // host victims now on NVMe
+  uint64_t demoted_bytes = 0;
+  uint64_t promotions = 0;  // NVMe blocks staged into host memory by a fetch
+  uint64_t promoted_bytes = 0;
+  uint64_t admission_rejected = 0;  // host victims the admission rule dropped
+  uint64_t nvme_evictions = 0;      // NVMe blocks dropped by the NVMe policy to make room
+  uint64_t nvme_full_drops = 0;     // host victims dropped because NVMe had no room
+  uint64_t nvme_write_errors = 0;   // host victims dropped because the NVMe write failed
+  uint64_t nvme_read_errors = 0;
+  uint64_t nvme_crc_failures = 0;  // NVMe blocks dropped because their CRC32C failed
+  uint64_t nvme_removed_explicit = 0;
+};
+
+struct BlockStoreStats {
+  HostTierStats host;
+  std::optional<NvmeTierCounters> nvme;  // absent without an NVMe tier
+};
+
+class BlockStore {
+ public:
+  virtual ~BlockStore() = default;
+
+  // Two-phase publish into host memory. Ids already held in any tier are answered kExists.
+  virtual ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) = 0;
+  // `crcs` holds one CRC per kOk entry of the reservation, in order.
+  virtual absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
+                                                          std::span<const uint32_t> crcs) = 0;
+  virtual absl::Status Abort(uint64_t reservation_id) = 0;
+
+  // Number of leading ids of `ns` held in any tier; `tiers` (when not null) gets the tier of
+  // each of them.
+  virtual size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
+                        std::vector<Tier>* tiers) = 0;
+  // Leases `ids` in host memory, staging blocks of lower tiers up first.
+  virtual AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) = 0;
+  virtual absl::Status Release(uint64_t lease_id) = 0;
+  // Whether unexpired lease `lease_id` holds exactly these extents (a push fetch sends only
+  // bytes a lease keeps from being freed or overwritten).
+  virtual bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const = 0;
+
+  // Removes blocks from every tier (`cascade`: and every block chained after them).
+  virtual EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
+                            bool force) = 0;
+  virtual std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
+                                       absl::Duration ttl) = 0;
+  virtual std::vector<BlockStatus> Unpin(const NamespaceId& ns, std::span<const BlockId> ids) = 0;
+
+  // Operator views of host memory, where fetches are served from (HostTier::List, Inspect,
+  // UsageByNamespace); blocks only on a lower tier are not in them.
+  virtual std::vector<BlockInfo> List(const NamespaceId* ns, size_t limit,
+                                      uint64_t* cursor) const = 0;
+  virtual std::vector<BlockInfo> Inspect(std::span<const BlockId> ids) const = 0;
+  virtual absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace()
+      const = 0;
+
+  // Every block of this node in any tier, each once (a block being demoted is briefly in two):
+  // what the cluster layer announces (ids) and moves off the node (blocks). Any namespace.
+  virtual std::vector<BlockInfo> AllBlocks() const = 0;
+  virtual std::vector<BlockId> AllIds() const = 0;
+  virtual bool Holds(const BlockId& id) const = 0;
+
+  virtual BlockStoreStats Stats() const = 0;
+  // Ends expired reservations, leases and pins; call periodically.
+  virtual void ReclaimExpired() = 0;
+  // Told when a block becomes visible in host memory or leaves it (demotion included: check
+  // Holds to tell a demotion from a removal). See BlockEventHook; null clears it.
+  virtual void SetChangeHook(BlockEventHook hook) = 0;
+
+  // The host arena: reserved extents are written and leased ones read at arena_base() + offset.
+  virtual uint8_t* arena_base() const = 0;
+  virtual uint64_t arena_bytes() const = 0;
+  virtual absl::Duration reservation_timeout() const = 0;
+  virtual absl::Duration lease_timeout() const = 0;
+};
+
+}  // namespace strata
