@@ -7,10 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/internal/block_calls.h"
+#include "client/block_calls.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
 

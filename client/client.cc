@@ -9,9 +9,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "client/internal/block_calls.h"
-#include "client/internal/control_channel.h"
-#include "client/internal/daemon_link.h"
+#include "client/block_calls.h"
+#include "client/control_channel.h"
+#include "client/daemon_link.h"
 #include "client/internal/remote_fetch.h"
 #include "codec/codec.h"
 #include "common/packed_ids.h"

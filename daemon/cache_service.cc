@@ -10,7 +10,7 @@
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
-#include "daemon/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "proto/convert.h"
 
 namespace strata::daemon {

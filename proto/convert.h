@@ -1,11 +1,8 @@
 // Conversions between the wire messages and the vocabulary types of common/.
 #pragma once
 
-#include <grpcpp/support/status.h>
-
 #include <vector>
 
-#include "absl/status/status.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
 #include "strata/v1/cache.pb.h"
@@ -14,10 +11,6 @@ namespace strata {
 
 v1::NamespaceSpecProto ToProto(const NamespaceSpec& spec);
 NamespaceSpec FromProto(const v1::NamespaceSpecProto& proto);
-
-// Status conversions at the gRPC boundary; code and message are kept.
-grpc::Status ToGrpcStatus(const absl::Status& s);
-absl::Status FromGrpcStatus(const grpc::Status& s);
 
 // The per-block statuses of a response (a repeated BlockStatus field).
 template <typename Repeated>

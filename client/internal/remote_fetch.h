@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/internal/daemon_link.h"
+#include "client/daemon_link.h"
 #include "strata/client.h"
 
 namespace strata::client {

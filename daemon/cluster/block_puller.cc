@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "client/block_calls.h"
+#include "client/daemon_link.h"
 #include "strata/client.h"
 
 namespace strata::daemon {
@@ -60,20 +62,22 @@ absl::StatusOr<BlockPuller::Fetched> BlockPuller::FetchFromSource(
     const NamespaceSpec& spec, const std::string& tenant, const NamespaceId& ns,
     std::span<const BlockId> ids, const std::string& source_node,
     const std::string& source_address) {
-  auto source = SourceClient(source_node, source_address);
+  auto source = SourceLink(source_node, source_address);
   if (!source.ok()) {
     ctx_.counters.peer_failures.fetch_add(1);
     spdlog::warn("Pull: {}", source.status().ToString());
     return source.status();
   }
-  auto there = (*source)->OpenNamespace(spec, tenant);
+  auto there = (*source)->control().OpenNamespace(spec, tenant, /*replicas=*/0);
   if (!there.ok() || *there != ns) {
     spdlog::warn("Pull from '{}': namespace not usable there ({})", source_node,
                  there.ok() ? "its cluster secret differs" : there.status().ToString());
     return absl::FailedPreconditionError("namespace not usable at the source");
   }
   Fetched out;
-  auto got = (*source)->FetchBlobs(ns, ids, &out.blobs);
+  client::FetchLanding into;
+  into.blobs = &out.blobs;
+  auto got = (*source)->Fetch(ns, ids, into);
   if (!got.ok()) {
     ctx_.counters.peer_failures.fetch_add(1);
     spdlog::warn("Pull from '{}': {}", source_node, got.status().ToString());
@@ -127,16 +131,22 @@ void BlockPuller::Commit(const NamespaceId& ns, std::span<const BlockId> ids,
 uint64_t BlockPuller::EvictAtSource(const std::string& node, const std::string& address,
                                     const NamespaceRegistry::Entry& ns,
                                     std::span<const BlockId> ids) {
-  auto c = SourceClient(node, address);
-  if (!c.ok()) return 0;
-  auto opened = (*c)->OpenNamespace(ns.spec, ns.tenant);
+  auto link = SourceLink(node, address);
+  if (!link.ok()) return 0;
+  client::ControlChannel& control = (*link)->control();
+  auto opened = control.OpenNamespace(ns.spec, ns.tenant, /*replicas=*/0);
   if (!opened.ok()) return 0;
-  auto ev = (*c)->Evict(*opened, ids);
+  auto ev = client::EvictBlocks(
+      control.stub(),
+      [&](const char* name, const client::GrpcCall& call) {
+        return control.NsRpc(name, *opened, call);
+      },
+      *opened, ids, /*cascade=*/false, /*force=*/false);
   return ev.ok() ? ev->removed_blocks : 0;
 }
 
-absl::StatusOr<std::shared_ptr<Client>> BlockPuller::SourceClient(const std::string& node,
-                                                                  const std::string& address) {
+absl::StatusOr<std::shared_ptr<client::DaemonLink>> BlockPuller::SourceLink(
+    const std::string& node, const std::string& address) {
   std::lock_guard<std::mutex> lock(sources_mu_);
   auto it = sources_.find(address);
   if (it != sources_.end()) return it->second;
@@ -146,11 +156,11 @@ absl::StatusOr<std::shared_ptr<Client>> BlockPuller::SourceClient(const std::str
   o.rpc_timeout = std::max(ctx_.config.peer_timeout, absl::Seconds(2));
   o.remote_fetch = false;
   o.same_node = false;
-  auto made = Client::Connect(o);
+  auto made = client::DaemonLink::Connect(o);
   if (!made.ok())
     return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
                                                            address, ": ", made.status().message()));
-  std::shared_ptr<Client> c = std::move(*made);
+  std::shared_ptr<client::DaemonLink> c = std::move(*made);
   sources_[address] = c;
   return c;
 }

@@ -2,9 +2,9 @@
 // source, commit them into this node's store (where their CRC32C is verified once more), and
 // make them findable before answering. Also removes blocks at a source once a move copied them.
 //
-// The bytes come the way any client fetches them: through a libstrata Client connected to the
-// source (FetchFromSource, the only place that does), which pulls from the source's arena over
-// UCX.
+// The bytes come the way any client fetches them, without a whole Client: a link to the source
+// daemon (client::DaemonLink: its control channel and a data mover to its arena) acquires the
+// blocks, moves them over UCX and releases them (FetchFromSource).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@
 #include "storage/block_store.h"
 #include "strata/block_status.h"
 
-namespace strata {
-class Client;
+namespace strata::client {
+class DaemonLink;
 }
 
 namespace strata::daemon {
@@ -69,8 +69,9 @@ class BlockPuller {
   void Commit(const NamespaceId& ns, std::span<const BlockId> ids, std::span<const BlockId> parents,
               const std::vector<size_t>& need, const Fetched& fetched,
               std::vector<BlockStatus>& status);
-  absl::StatusOr<std::shared_ptr<Client>> SourceClient(const std::string& node,
-                                                       const std::string& address);
+  // The link to the daemon at `address`, made on first use and kept.
+  absl::StatusOr<std::shared_ptr<client::DaemonLink>> SourceLink(const std::string& node,
+                                                                 const std::string& address);
 
   ClusterContext& ctx_;
   BlockStore& store_;
@@ -78,7 +79,7 @@ class BlockPuller {
   Announcer& announcer_;
 
   std::mutex sources_mu_;
-  std::map<std::string, std::shared_ptr<Client>> sources_;  // by address
+  std::map<std::string, std::shared_ptr<client::DaemonLink>> sources_;  // by address
 };
 
 }  // namespace strata::daemon

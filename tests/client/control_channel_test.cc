@@ -1,7 +1,7 @@
 // The control channel without a daemon: its status mapping, its deadline messages, and the
 // lookup fast path answered by a stand-in daemon's worker (tests/client/fake_daemon.h) while
 // the gRPC endpoint has nobody behind it, so only the active-message route can succeed.
-#include "client/internal/control_channel.h"
+#include "client/control_channel.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/internal/logging.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 #include "tests/client/fake_daemon.h"
 #include "tests/support/free_port.h"
 

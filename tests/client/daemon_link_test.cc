@@ -1,7 +1,7 @@
 // The parts of libstrata against a real stratad, without a Client: what a daemon copying blocks
 // from another daemon does (a DaemonLink to the source; or its control channel and data mover,
 // landing blocks in memory of its own).
-#include "client/internal/daemon_link.h"
+#include "client/daemon_link.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The data mover against a real UCX peer on loopback (tests/client/fake_daemon.h) in this
 // process. The mover itself runs unmodified.
-#include "client/internal/data_mover.h"
+#include "client/data_mover.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "client/internal/data_mover.h"
+#include "client/data_mover.h"
 #include "common/am_wire.h"
 #include "strata/v1/cache.pb.h"
 #include "transport/ucx.h"

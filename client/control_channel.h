@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/internal/data_mover.h"
+#include "client/data_mover.h"
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/internal/control_channel.h"
-#include "client/internal/data_mover.h"
+#include "client/control_channel.h"
+#include "client/data_mover.h"
 #include "strata/client.h"
 
 namespace strata::client {

@@ -1,4 +1,4 @@
-#include "client/internal/block_calls.h"
+#include "client/block_calls.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"

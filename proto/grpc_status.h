@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 
-namespace strata::daemon {
+namespace strata {
 
 grpc::StatusCode ToGrpcCode(absl::StatusCode code);
 absl::StatusCode FromGrpcCode(grpc::StatusCode code);
@@ -14,4 +14,4 @@ absl::StatusCode FromGrpcCode(grpc::StatusCode code);
 grpc::Status ToGrpcStatus(const absl::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s);
 
-}  // namespace strata::daemon
+}  // namespace strata

@@ -1,4 +1,4 @@
-#include "client/internal/data_mover.h"
+#include "client/data_mover.h"
 
 #include <sys/mman.h>
 

@@ -1,8 +1,8 @@
-#include "daemon/grpc_status.h"
+#include "proto/grpc_status.h"
 
 #include <string>
 
-namespace strata::daemon {
+namespace strata {
 
 grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
   switch (code) {
@@ -96,4 +96,4 @@ absl::Status FromGrpcStatus(const grpc::Status& s) {
   return absl::Status(FromGrpcCode(s.error_code()), s.error_message());
 }
 
-}  // namespace strata::daemon
+}  // namespace strata

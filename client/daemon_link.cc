@@ -1,4 +1,4 @@
-#include "client/internal/daemon_link.h"
+#include "client/daemon_link.h"
 
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"

@@ -1,4 +1,4 @@
-#include "client/internal/control_channel.h"
+#include "client/control_channel.h"
 
 #include <cstring>
 
@@ -9,6 +9,7 @@
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 
 namespace strata::client {
 namespace {}  // namespace
