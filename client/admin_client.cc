@@ -73,17 +73,6 @@ BlockDetail FromProto(const v1::BlockInfo& b) {
   return d;
 }
 
-std::string TierName(v1::Tier tier) {
-  switch (tier) {
-    case v1::TIER_HOST:
-      return "host";
-    case v1::TIER_NVME:
-      return "nvme";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace
 
 const TierUsage* NodeStatus::Tier(const std::string& name) const {
@@ -108,26 +97,7 @@ AdminClient::~AdminClient() = default;
 const std::string& AdminClient::endpoint() const { return rpcs_->options().endpoint; }
 
 absl::StatusOr<NodeStatus> AdminClient::Status() {
-  v1::StatsResponse r;
-  STRATA_RETURN_IF_ERROR(rpcs_->Run("Stats", rpcs_->options().timeout, [&](auto* ctx) {
-    return rpcs_->cache().Stats(ctx, v1::StatsRequest(), &r);
-  }));
-  NodeStatus s;
-  s.node_id = r.node_id();
-  s.version = r.version();
-  s.uptime_ms = r.uptime_ms();
-  s.transport = r.transport();
-  for (const auto& t : r.tiers())
-    s.tiers.push_back(
-        {TierName(t.tier()), t.capacity_bytes(), t.used_bytes(), t.blocks(), t.reserved_bytes()});
-  std::stable_partition(s.tiers.begin(), s.tiers.end(),
-                        [](const TierUsage& t) { return t.tier == "host"; });
-  s.open_reservations = r.open_reservations();
-  s.open_leases = r.open_leases();
-  s.pinned_blocks = r.pinned_blocks();
-  s.namespaces = r.namespaces();
-  s.counters.insert(r.counters().begin(), r.counters().end());
-  return s;
+  return client::ReadNodeStatus(rpcs_->cache(), rpcs_->Runner(rpcs_->options().timeout));
 }
 
 absl::StatusOr<ClusterView> AdminClient::ListNodes() {

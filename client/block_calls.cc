@@ -1,5 +1,7 @@
 #include "client/block_calls.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
@@ -8,14 +10,44 @@
 namespace strata::client {
 namespace {
 
-// A daemon answers one status per id; anything else is a broken reply, not a per-block outcome.
-absl::Status CheckCount(const char* name, int statuses, size_t ids) {
+std::string TierName(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_HOST: return "host";
+    case v1::TIER_NVME: return "nvme";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+absl::Status CheckStatusCount(const char* name, int statuses, size_t ids) {
   if (statuses == static_cast<int>(ids)) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat(name, " answered ", statuses, " statuses for ", ids, " ids"));
 }
 
-}  // namespace
+absl::StatusOr<NodeStatus> ReadNodeStatus(v1::Cache::Stub& stub, const CallRunner& run) {
+  v1::StatsRequest req;
+  v1::StatsResponse r;
+  STRATA_RETURN_IF_ERROR(
+      run("Stats", [&](grpc::ClientContext* c) { return stub.Stats(c, req, &r); }));
+  NodeStatus s;
+  s.node_id = r.node_id();
+  s.version = r.version();
+  s.uptime_ms = r.uptime_ms();
+  s.transport = r.transport();
+  for (const auto& t : r.tiers())
+    s.tiers.push_back(
+        {TierName(t.tier()), t.capacity_bytes(), t.used_bytes(), t.blocks(), t.reserved_bytes()});
+  std::stable_partition(s.tiers.begin(), s.tiers.end(),
+                        [](const TierUsage& t) { return t.tier == "host"; });
+  s.open_reservations = r.open_reservations();
+  s.open_leases = r.open_leases();
+  s.pinned_blocks = r.pinned_blocks();
+  s.namespaces = r.namespaces();
+  s.counters.insert(r.counters().begin(), r.counters().end());
+  return s;
+}
 
 absl::StatusOr<std::vector<BlockStatus>> PinBlocks(v1::Cache::Stub& stub, const CallRunner& run,
                                                    const NamespaceId& ns,
@@ -28,7 +60,7 @@ absl::StatusOr<std::vector<BlockStatus>> PinBlocks(v1::Cache::Stub& stub, const 
   v1::PinResponse resp;
   STRATA_RETURN_IF_ERROR(
       run("Pin", [&](grpc::ClientContext* c) { return stub.Pin(c, req, &resp); }));
-  STRATA_RETURN_IF_ERROR(CheckCount("Pin", resp.status_size(), ids.size()));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Pin", resp.status_size(), ids.size()));
   return BlockStatuses(resp.status());
 }
 
@@ -41,7 +73,7 @@ absl::StatusOr<std::vector<BlockStatus>> UnpinBlocks(v1::Cache::Stub& stub, cons
   v1::UnpinResponse resp;
   STRATA_RETURN_IF_ERROR(
       run("Unpin", [&](grpc::ClientContext* c) { return stub.Unpin(c, req, &resp); }));
-  STRATA_RETURN_IF_ERROR(CheckCount("Unpin", resp.status_size(), ids.size()));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Unpin", resp.status_size(), ids.size()));
   return BlockStatuses(resp.status());
 }
 
@@ -56,7 +88,7 @@ absl::StatusOr<EvictOutcome> EvictBlocks(v1::Cache::Stub& stub, const CallRunner
   v1::EvictResponse resp;
   STRATA_RETURN_IF_ERROR(
       run("Evict", [&](grpc::ClientContext* c) { return stub.Evict(c, req, &resp); }));
-  STRATA_RETURN_IF_ERROR(CheckCount("Evict", resp.status_size(), ids.size()));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Evict", resp.status_size(), ids.size()));
   return EvictOutcome{BlockStatuses(resp.status()), resp.removed_blocks()};
 }
 
@@ -73,7 +105,7 @@ absl::StatusOr<RepositionOutcome> RepositionBlocks(v1::Cache::Stub& stub, const 
   v1::RepositionResponse resp;
   STRATA_RETURN_IF_ERROR(
       run("Reposition", [&](grpc::ClientContext* c) { return stub.Reposition(c, req, &resp); }));
-  STRATA_RETURN_IF_ERROR(CheckCount("Reposition", resp.status_size(), ids.size()));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Reposition", resp.status_size(), ids.size()));
   return RepositionOutcome{BlockStatuses(resp.status()), resp.copied(), resp.already_there(),
                            resp.removed_sources()};
 }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "strata/admin_client.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
 #include "strata/client.h"
@@ -23,6 +24,13 @@ namespace strata::client {
 using GrpcCall = std::function<grpc::Status(grpc::ClientContext*)>;
 // Runs `call` (named `name` in errors) with a deadline of the runner's choosing.
 using CallRunner = std::function<absl::Status(const char* name, const GrpcCall& call)>;
+
+// A daemon answers one status per id; any other count is a broken reply (InternalError naming
+// `name`), not a per-block outcome.
+absl::Status CheckStatusCount(const char* name, int statuses, size_t ids);
+
+// The daemon's status and counters (Cache.Stats), tiers host first.
+absl::StatusOr<NodeStatus> ReadNodeStatus(v1::Cache::Stub& stub, const CallRunner& run);
 
 absl::StatusOr<std::vector<BlockStatus>> PinBlocks(v1::Cache::Stub& stub, const CallRunner& run,
                                                    const NamespaceId& ns,

@@ -256,29 +256,28 @@ absl::StatusOr<std::vector<BlockStatus>> Client::Unpin(const NamespaceId& ns,
 }
 
 absl::StatusOr<DaemonStats> Client::Stats() {
-  v1::StatsRequest req;
-  v1::StatsResponse resp;
   client::ControlChannel& control = impl_->control();
-  STRATA_RETURN_IF_ERROR(control.Rpc(
-      "Stats", [&](grpc::ClientContext* c) { return control.stub().Stats(c, req, &resp); }));
+  STRATA_ASSIGN_OR_RETURN(
+      NodeStatus node,
+      client::ReadNodeStatus(control.stub(), [&](const char* name, const client::GrpcCall& call) {
+        return control.Rpc(name, call);
+      }));
   DaemonStats s;
-  s.node_id = resp.node_id();
-  s.version = resp.version();
-  s.uptime_ms = resp.uptime_ms();
-  for (const auto& t : resp.tiers()) {
-    if (t.tier() != v1::TIER_HOST) continue;
-    s.host_capacity_bytes = t.capacity_bytes();
-    s.host_used_bytes = t.used_bytes();
-    s.host_blocks = t.blocks();
-    s.host_reserved_bytes = t.reserved_bytes();
+  s.node_id = std::move(node.node_id);
+  s.version = std::move(node.version);
+  s.uptime_ms = node.uptime_ms;
+  if (const TierUsage* host = node.Tier("host")) {
+    s.host_capacity_bytes = host->capacity_bytes;
+    s.host_used_bytes = host->used_bytes;
+    s.host_blocks = host->blocks;
+    s.host_reserved_bytes = host->reserved_bytes;
   }
-  s.open_reservations = resp.open_reservations();
-  s.open_leases = resp.open_leases();
-  s.pinned_blocks = resp.pinned_blocks();
-  s.namespaces = resp.namespaces();
-  s.transport = resp.transport();
-  std::map<std::string, uint64_t> sorted(resp.counters().begin(), resp.counters().end());
-  s.counters.assign(sorted.begin(), sorted.end());
+  s.open_reservations = node.open_reservations;
+  s.open_leases = node.open_leases;
+  s.pinned_blocks = node.pinned_blocks;
+  s.namespaces = node.namespaces;
+  s.transport = std::move(node.transport);
+  s.counters.assign(node.counters.begin(), node.counters.end());
   return s;
 }
 

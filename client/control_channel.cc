@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "client/block_calls.h"
 #include "client/internal/logging.h"
 #include "client/internal/wire_status.h"
 #include "common/am_wire.h"
@@ -227,8 +228,7 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
   v1::ReserveResponse resp;
   STRATA_RETURN_IF_ERROR(
       NsRpc("Reserve", ns, [&](grpc::ClientContext* c) { return stub_->Reserve(c, req, &resp); }));
-  if (resp.status_size() != static_cast<int>(ids.size()))
-    return absl::InternalError("Reserve answered with the wrong number of statuses");
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Reserve", resp.status_size(), ids.size()));
   Reservation r;
   r.id = resp.reservation_id();
   r.expires_in = absl::Milliseconds(resp.expires_in_ms());
@@ -248,8 +248,7 @@ absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(uint64_t reserva
   v1::CommitResponse resp;
   STRATA_RETURN_IF_ERROR(
       Rpc("Commit", [&](grpc::ClientContext* c) { return stub_->Commit(c, req, &resp); }));
-  if (resp.status_size() != static_cast<int>(crc32c.size()))
-    return absl::InternalError("Commit answered with the wrong number of statuses");
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Commit", resp.status_size(), crc32c.size()));
   return BlockStatuses(resp.status());
 }
 

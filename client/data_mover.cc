@@ -58,12 +58,9 @@ absl::Status Prefixed(const absl::Status& s, const char* prefix) {
 
 std::string_view RouteName(Route route) {
   switch (route) {
-    case Route::kMapped:
-      return "mapped";
-    case Route::kPush:
-      return "push";
-    case Route::kRma:
-      return "rma";
+    case Route::kMapped: return "mapped";
+    case Route::kPush: return "push";
+    case Route::kRma: return "rma";
   }
   return "?";
 }

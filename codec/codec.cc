@@ -19,14 +19,10 @@ using internal::TensorShape;
 
 std::string_view ModeName(Mode m) {
   switch (m) {
-    case Mode::kRaw:
-      return "raw";
-    case Mode::kLossless:
-      return "lossless";
-    case Mode::kQuant:
-      return "quant";
-    case Mode::kGroupwise:
-      return "groupwise";
+    case Mode::kRaw: return "raw";
+    case Mode::kLossless: return "lossless";
+    case Mode::kQuant: return "quant";
+    case Mode::kGroupwise: return "groupwise";
   }
   return "unknown";
 }
@@ -35,17 +31,14 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
   switch (mode) {
-    case Mode::kRaw:
-      return absl::OkStatus();
+    case Mode::kRaw: return absl::OkStatus();
     case Mode::kLossless:
       if (layout.dtype != DType::kFloat16 && layout.dtype != DType::kBFloat16)
         return absl::InvalidArgumentError("codec: lossless mode needs fp16 or bf16 tensors");
       return absl::OkStatus();
     case Mode::kQuant:
-    case Mode::kGroupwise:
-      break;
-    default:
-      return absl::InvalidArgumentError("codec: unknown mode");
+    case Mode::kGroupwise: break;
+    default: return absl::InvalidArgumentError("codec: unknown mode");
   }
   if (layout.dtype == DType::kFloat8E4M3)
     return absl::InvalidArgumentError("codec: quantising fp8 tensors is not supported");
@@ -120,12 +113,9 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
 
 std::string CodecSpecString(const CodecParams& p) {
   switch (p.mode) {
-    case Mode::kRaw:
-      return "raw";
-    case Mode::kLossless:
-      return "lossless";
-    case Mode::kGroupwise:
-      return absl::StrCat("int", p.key_bits, "-g", p.group_size);
+    case Mode::kRaw: return "raw";
+    case Mode::kLossless: return "lossless";
+    case Mode::kGroupwise: return absl::StrCat("int", p.key_bits, "-g", p.group_size);
     case Mode::kQuant: {
       std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
@@ -142,33 +132,19 @@ namespace internal {
 
 void ToFloat(const uint8_t* in, DType dtype, float* out, size_t n) {
   switch (dtype) {
-    case DType::kFloat16:
-      HalfToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n);
-      break;
-    case DType::kBFloat16:
-      BF16ToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n);
-      break;
-    case DType::kFloat32:
-      std::memcpy(out, in, n * 4);
-      break;
-    default:
-      std::memset(out, 0, n * 4);
+    case DType::kFloat16: HalfToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n); break;
+    case DType::kBFloat16: BF16ToFloatRow(reinterpret_cast<const uint16_t*>(in), out, n); break;
+    case DType::kFloat32: std::memcpy(out, in, n * 4); break;
+    default: std::memset(out, 0, n * 4);
   }
 }
 
 void FromFloat(const float* in, DType dtype, uint8_t* out, size_t n) {
   switch (dtype) {
-    case DType::kFloat16:
-      FloatToHalfRow(in, reinterpret_cast<uint16_t*>(out), n);
-      break;
-    case DType::kBFloat16:
-      FloatToBF16Row(in, reinterpret_cast<uint16_t*>(out), n);
-      break;
-    case DType::kFloat32:
-      std::memcpy(out, in, n * 4);
-      break;
-    default:
-      break;
+    case DType::kFloat16: FloatToHalfRow(in, reinterpret_cast<uint16_t*>(out), n); break;
+    case DType::kBFloat16: FloatToBF16Row(in, reinterpret_cast<uint16_t*>(out), n); break;
+    case DType::kFloat32: std::memcpy(out, in, n * 4); break;
+    default: break;
   }
 }
 
@@ -291,10 +267,9 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
           }
           case Mode::kGroupwise:
             STRATA_RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
-                                                      &scratch_->sec, out, &coder));
+                                                             &scratch_->sec, out, &coder));
             break;
-          default:
-            return absl::InternalError("codec: unreachable mode");
+          default: return absl::InternalError("codec: unreachable mode");
         }
         w.EndSection();
       }
@@ -400,8 +375,7 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
       case Mode::kGroupwise:
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
         break;
-      default:
-        st = absl::InternalError("codec: unreachable mode");
+      default: st = absl::InternalError("codec: unreachable mode");
     }
     if (!st.ok())
       return absl::Status(

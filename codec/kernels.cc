@@ -318,8 +318,7 @@ HWY_INLINE void DequantRowT(const Sym* sym, const float* mu, const float* a, con
       STRATA_DEQUANT_HAD(4)
       STRATA_DEQUANT_HAD(8)
 #undef STRATA_DEQUANT_HAD
-      default:
-        break;
+      default: break;
     }
   }
   uint16_t* conv16 = had_dim ? nullptr : out16;  // other geometries: rotate after the pass
@@ -412,16 +411,11 @@ void HadamardCore(const float* in, float* x, uint16_t* out16, size_t rows, size_
     return;
   }
   switch (N == hn::MaxLanes(d) ? n / N : 0) {  // whole row in registers: see HadamardRegs
-    case 1:
-      return HadamardRegs<1>(d, in, x, out16, rows, n);
-    case 2:
-      return HadamardRegs<2>(d, in, x, out16, rows, n);
-    case 4:
-      return HadamardRegs<4>(d, in, x, out16, rows, n);
-    case 8:
-      return HadamardRegs<8>(d, in, x, out16, rows, n);
-    default:
-      break;
+    case 1: return HadamardRegs<1>(d, in, x, out16, rows, n);
+    case 2: return HadamardRegs<2>(d, in, x, out16, rows, n);
+    case 4: return HadamardRegs<4>(d, in, x, out16, rows, n);
+    case 8: return HadamardRegs<8>(d, in, x, out16, rows, n);
+    default: break;
   }
   const auto iota = hn::Iota(di, 0);
   const auto sc = hn::Set(d, scale);

@@ -51,11 +51,8 @@ void Store(float v, DType dt, uint8_t* p) {
       std::memcpy(p, &h, 2);
       break;
     }
-    case DType::kFloat32:
-      std::memcpy(p, &v, 4);
-      break;
-    default:
-      break;
+    case DType::kFloat32: std::memcpy(p, &v, 4); break;
+    default: break;
   }
 }
 

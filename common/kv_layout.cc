@@ -8,26 +8,19 @@ namespace strata {
 size_t DTypeBytes(DType t) {
   switch (t) {
     case DType::kFloat16:
-    case DType::kBFloat16:
-      return 2;
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat8E4M3:
-      return 1;
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32: return 4;
+    case DType::kFloat8E4M3: return 1;
   }
   return 0;
 }
 
 std::string_view DTypeName(DType t) {
   switch (t) {
-    case DType::kFloat16:
-      return "fp16";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat32:
-      return "fp32";
-    case DType::kFloat8E4M3:
-      return "fp8_e4m3";
+    case DType::kFloat16: return "fp16";
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat32: return "fp32";
+    case DType::kFloat8E4M3: return "fp8_e4m3";
   }
   return "unknown";
 }

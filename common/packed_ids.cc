@@ -18,8 +18,8 @@ absl::StatusOr<std::vector<BlockId>> UnpackIds(std::string_view packed, std::str
                                                size_t max_ids) {
   constexpr size_t kIdBytes = sizeof(BlockId::bytes);
   if (packed.size() % kIdBytes != 0)
-    return absl::InvalidArgumentError(absl::StrCat(std::string(field), " must be a multiple of 32 bytes, got ",
-                                                   packed.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(field), " must be a multiple of 32 bytes, got ", packed.size()));
   const size_t n = packed.size() / kIdBytes;
   if (n > max_ids)
     return absl::InvalidArgumentError(

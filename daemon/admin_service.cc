@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
 #include "daemon/cluster/cluster.h"
-#include "proto/grpc_status.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 
 namespace strata::daemon {
 namespace {

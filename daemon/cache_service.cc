@@ -10,8 +10,8 @@
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
-#include "proto/grpc_status.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 
 namespace strata::daemon {
 namespace {

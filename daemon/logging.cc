@@ -16,18 +16,10 @@ class JsonEscapedMessage : public spdlog::custom_flag_formatter {
     static const char* kHex = "0123456789abcdef";
     for (char c : msg.payload) {
       switch (c) {
-        case '"':
-          dest.append(std::string_view("\\\""));
-          break;
-        case '\\':
-          dest.append(std::string_view("\\\\"));
-          break;
-        case '\n':
-          dest.append(std::string_view("\\n"));
-          break;
-        case '\t':
-          dest.append(std::string_view("\\t"));
-          break;
+        case '"': dest.append(std::string_view("\\\"")); break;
+        case '\\': dest.append(std::string_view("\\\\")); break;
+        case '\n': dest.append(std::string_view("\\n")); break;
+        case '\t': dest.append(std::string_view("\\t")); break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
             const char esc[6] = {'\\', 'u', '0', '0', kHex[(c >> 4) & 0xf], kHex[c & 0xf]};

@@ -20,6 +20,7 @@
 #include "placement/internal/etcd_client.h"
 #include "placement/internal/json.h"
 #include "placement/internal/node_record.h"
+#include "placement/internal/view_holder.h"
 #include "placement/membership.h"
 
 namespace strata::placement {
@@ -52,7 +53,7 @@ namespace {
 
 using internal::EtcdClient;
 
-class EtcdMembership final : public Membership {
+class EtcdMembership final : public internal::ViewHolder {
  public:
   explicit EtcdMembership(EtcdMembershipOptions o)
       : options_(std::move(o)),
@@ -115,16 +116,6 @@ class EtcdMembership final : public Membership {
     session_thread_ = std::thread([this] { SessionLoop(); });
     watch_thread_ = std::thread([this] { WatchLoop(); });
     return absl::OkStatus();
-  }
-
-  MembershipView View() const override {
-    absl::MutexLock lock(&mu_);
-    return view_;
-  }
-
-  void SetListener(Listener listener) override {
-    absl::MutexLock lock(&mu_);
-    listener_ = std::move(listener);
   }
 
   bool healthy(std::string* detail) const override {
@@ -361,12 +352,9 @@ class EtcdMembership final : public Membership {
   std::thread session_thread_;
   std::thread watch_thread_;
 
-  mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool left_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  MembershipView view_ ABSL_GUARDED_BY(mu_);
-  Listener listener_ ABSL_GUARDED_BY(mu_);
   bool session_ok_ ABSL_GUARDED_BY(mu_) = false;
   bool watch_ok_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_detail_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/synchronization/mutex.h"
+#include "placement/internal/view_holder.h"
 
 namespace strata::placement {
 
@@ -24,7 +25,7 @@ std::vector<std::string> MembershipView::Ids() const {
 namespace {
 
 // A fixed list. Start adds self (its record replaces a configured entry with the same id).
-class StaticMembership final : public Membership {
+class StaticMembership final : public internal::ViewHolder {
  public:
   explicit StaticMembership(std::vector<NodeRecord> nodes) : configured_(std::move(nodes)) {}
 
@@ -60,14 +61,6 @@ class StaticMembership final : public Membership {
     return absl::OkStatus();
   }
 
-  MembershipView View() const override {
-    absl::MutexLock lock(&mu_);
-    return view_;
-  }
-  void SetListener(Listener listener) override {
-    absl::MutexLock lock(&mu_);
-    listener_ = std::move(listener);
-  }
   bool healthy(std::string* detail) const override {
     if (detail) detail->clear();
     return true;
@@ -77,10 +70,7 @@ class StaticMembership final : public Membership {
 
  private:
   const std::vector<NodeRecord> configured_;
-  mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  MembershipView view_ ABSL_GUARDED_BY(mu_);
-  Listener listener_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -195,6 +195,16 @@ std::vector<bool> NvmeTier::AllocateExtents(std::span<NvmeWriteReq> reqs,
   return allocated;
 }
 
+NvmeTier::Op NvmeTier::OpAt(size_t req, const NvmeExtent& e, uint64_t pos, uint64_t len) const {
+  Op op;
+  op.req = req;
+  op.file = e.file;
+  op.fd = files_[e.file].fd;
+  op.offset = e.offset + pos;
+  op.len = len;
+  return op;
+}
+
 std::vector<NvmeTier::Op> NvmeTier::WriteOps(std::span<const NvmeWriteReq> reqs,
                                              const std::vector<bool>& allocated) const {
   std::vector<Op> ops;
@@ -204,23 +214,13 @@ std::vector<NvmeTier::Op> NvmeTier::WriteOps(std::span<const NvmeWriteReq> reqs,
     const NvmeExtent& e = reqs[i].extent;
     const std::byte* data = reqs[i].data.data();
     if (Aligned(data) && e.size % kNvmeAlignment == 0) {
-      Op op;
-      op.req = i;
-      op.file = e.file;
-      op.fd = files_[e.file].fd;
-      op.offset = e.offset;
-      op.len = e.size;
+      Op op = OpAt(i, e, 0, e.size);
       op.direct = const_cast<std::byte*>(data);
       ops.push_back(op);
       continue;
     }
     Chunk(e.size, options_.staging_buffer_bytes, [&](uint64_t pos, uint64_t len, uint64_t copy) {
-      Op op;
-      op.req = i;
-      op.file = e.file;
-      op.fd = files_[e.file].fd;
-      op.offset = e.offset + pos;
-      op.len = len;
+      Op op = OpAt(i, e, pos, len);
       op.src = data + pos;
       op.copy_len = copy;
       ops.push_back(op);
@@ -277,24 +277,14 @@ std::vector<absl::Status> NvmeTier::Read(std::span<NvmeReadReq> reqs) {
       continue;
     }
     if (Aligned(dst) && reqs[i].dst.size() >= RoundUp(e.size)) {
-      Op op;
-      op.req = i;
-      op.file = e.file;
-      op.fd = files_[e.file].fd;
-      op.offset = e.offset;
-      op.len = RoundUp(e.size);
+      Op op = OpAt(i, e, 0, RoundUp(e.size));
       op.direct = dst;
       ops.push_back(op);
       continue;
     }
     Chunk(e.size, options_.staging_buffer_bytes, [&](uint64_t pos, uint64_t len, uint64_t copy) {
       if (copy == 0) return;  // padding past the payload: nothing to read
-      Op op;
-      op.req = i;
-      op.file = e.file;
-      op.fd = files_[e.file].fd;
-      op.offset = e.offset + pos;
-      op.len = len;
+      Op op = OpAt(i, e, pos, len);
       op.dst = dst + pos;
       op.copy_len = copy;
       ops.push_back(op);

@@ -159,6 +159,9 @@ class NvmeTier {
   // their requests).
   std::vector<bool> AllocateExtents(std::span<NvmeWriteReq> reqs,
                                     std::vector<absl::Status>& statuses);
+  // An op on `len` bytes at `pos` within extent `e`, for request `req` (the caller sets the
+  // buffers).
+  Op OpAt(size_t req, const NvmeExtent& e, uint64_t pos, uint64_t len) const;
   std::vector<Op> WriteOps(std::span<const NvmeWriteReq> reqs,
                            const std::vector<bool>& allocated) const;
   void SyncWritten(std::span<const NvmeWriteReq> reqs, const std::vector<bool>& allocated,

@@ -10,12 +10,9 @@ enum class Tier : uint8_t { kNone = 0, kHost = 1, kNvme = 2 };
 
 constexpr std::string_view TierName(Tier tier) {
   switch (tier) {
-    case Tier::kHost:
-      return "host";
-    case Tier::kNvme:
-      return "nvme";
-    case Tier::kNone:
-      break;
+    case Tier::kHost: return "host";
+    case Tier::kNvme: return "nvme";
+    case Tier::kNone: break;
   }
   return "none";
 }

@@ -133,6 +133,23 @@ void OnReplySent(void* request, ucs_status_t, void* user_data) {
   ucp_request_free(request);
 }
 
+// Sends an eager active message whose bytes this side owns until UCX is done with them.
+ucs_status_t PostOwned(ucp_ep_h ep, uint16_t id, std::string header, std::string data,
+                       uint32_t flags) {
+  auto* pending = new PendingReply{std::move(header), std::move(data)};
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = OnReplySent;
+  p.user_data = pending;
+  p.flags = flags | UCP_AM_SEND_FLAG_EAGER;
+  void* r = ucp_am_send_nbx(ep, id, pending->header.data(), pending->header.size(),
+                            pending->data.data(), pending->data.size(), &p);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) return UCS_OK;  // completes in OnReplySent
+  delete pending;
+  return r == nullptr ? UCS_OK : UCS_PTR_STATUS(r);
+}
+
 void OnZeroCopySent(void* request, ucs_status_t, void* user_data) {
   delete static_cast<std::string*>(user_data);
   ucp_request_free(request);
@@ -213,16 +230,7 @@ absl::Status Worker::InstallAmHandler(uint16_t id, std::unique_ptr<InstalledAmHa
 
 void Worker::AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data) {
   if (reply_ep == nullptr) return;
-  auto* pending = new PendingReply{std::move(header), std::move(data)};
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = OnReplySent;
-  p.user_data = pending;
-  p.flags = UCP_AM_SEND_FLAG_EAGER;
-  void* r = ucp_am_send_nbx(reply_ep, id, pending->header.data(), pending->header.size(),
-                            pending->data.data(), pending->data.size(), &p);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete pending;  // done at once, or failed
+  (void)PostOwned(reply_ep, id, std::move(header), std::move(data), 0);  // a lost reply times out
 }
 
 Worker::~Worker() {
@@ -354,8 +362,8 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
 
 absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline) {
   if (failed_ || ep_ == nullptr)
-    return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+    return absl::UnavailableError(absl::StrCat(
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   if (!rkey_) return absl::FailedPreconditionError("no remote key set on the endpoint");
   std::vector<void*> pending;
   pending.reserve(ops.size());
@@ -384,15 +392,16 @@ absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline)
     if (first_error.ok()) first_error = s;
   }
   if (first_error.ok()) first_error = flushed;
-  if (first_error.ok() && failed_) first_error = UcsError("peer", static_cast<ucs_status_t>(error_));
+  if (first_error.ok() && failed_)
+    first_error = UcsError("peer", static_cast<ucs_status_t>(error_));
   return first_error;
 }
 
 absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_view data,
                               absl::Time deadline) {
   if (failed_ || ep_ == nullptr)
-    return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+    return absl::UnavailableError(absl::StrCat(
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
@@ -402,26 +411,10 @@ absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_
 
 absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data) {
   if (failed_ || ep_ == nullptr)
-    return absl::UnavailableError(
-        absl::StrCat("UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
-  auto* pending = new PendingReply{std::move(header), std::move(data)};
-  ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.cb.send = OnReplySent;
-  p.user_data = pending;
-  p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-  void* r = ucp_am_send_nbx(ep_, id, pending->header.data(), pending->header.size(),
-                            pending->data.data(), pending->data.size(), &p);
-  if (r == nullptr) {
-    delete pending;
-    return absl::OkStatus();
-  }
-  if (UCS_PTR_IS_ERR(r)) {
-    delete pending;
-    return UcsError("am_send", UCS_PTR_STATUS(r));
-  }
-  return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+  ucs_status_t st = PostOwned(ep_, id, std::move(header), std::move(data), UCP_AM_SEND_FLAG_REPLY);
+  return st == UCS_OK ? absl::OkStatus() : UcsError("am_send", st);
 }
 
 void Endpoint::ForceClose() {

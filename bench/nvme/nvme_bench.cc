@@ -356,7 +356,8 @@ absl::Status RunRound(const std::string& work, uint64_t bs, uint32_t qd, uint64_
                       int reads, Memory memory, uint32_t dst_buffers, bool ab_ring, bool fio,
                       const std::string& fio_flags, Row& row, std::string* backend) {
   std::string tier_path = work + "/tier.dat", fio_path = work + "/fio.dat";
-  STRATA_ASSIGN_OR_RETURN(auto tier, TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
+  STRATA_ASSIGN_OR_RETURN(auto tier,
+                          TierRun::Create(tier_path, bs, qd, bytes, memory, dst_buffers));
   *backend = tier->Backend();
   bool tier_first = round % 2 == 0;
   auto fio_write = [&] {

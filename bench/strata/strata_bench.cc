@@ -22,8 +22,8 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/common/bench_util.h"
-#include "strata/client.h"
 #include "common/crc32c.h"
+#include "strata/client.h"
 
 namespace {
 

@@ -33,25 +33,18 @@ inline bool UseAvx512() { return CpuHasAvx512() && !g_force_scalar; }
 template <typename F>
 decltype(auto) WithChains(int chains, F&& f) {
   switch (chains) {
-    case 8:
-      return f(std::integral_constant<int, 8>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    default:
-      return f(std::integral_constant<int, 2>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: return f(std::integral_constant<int, 2>{});
   }
 }
 template <int kGeneral, typename F>
 decltype(auto) WithTableSpan(uint32_t span, F&& f) {
   switch (span) {
-    case 16:
-      return f(std::integral_constant<int, 16>{});
-    case 32:
-      return f(std::integral_constant<int, 32>{});
-    case 64:
-      return f(std::integral_constant<int, 64>{});
-    default:
-      return f(std::integral_constant<int, kGeneral>{});
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, kGeneral>{});
   }
 }
 #endif

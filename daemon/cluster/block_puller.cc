@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/crc32c.h"
 #include "client/block_calls.h"
 #include "client/daemon_link.h"
+#include "common/crc32c.h"
 #include "strata/client.h"
 
 namespace strata::daemon {

@@ -42,14 +42,10 @@ struct ClusterContext {
 // A strata.v1.Tier off the wire as a directory tier (anything unknown is kUnknown).
 inline placement::LocationTier LocationTierOf(int proto_tier) {
   switch (proto_tier) {
-    case v1::TIER_GPU:
-      return placement::LocationTier::kGpu;
-    case v1::TIER_HOST:
-      return placement::LocationTier::kHost;
-    case v1::TIER_NVME:
-      return placement::LocationTier::kNvme;
-    default:
-      return placement::LocationTier::kUnknown;
+    case v1::TIER_GPU: return placement::LocationTier::kGpu;
+    case v1::TIER_HOST: return placement::LocationTier::kHost;
+    case v1::TIER_NVME: return placement::LocationTier::kNvme;
+    default: return placement::LocationTier::kUnknown;
   }
 }
 

@@ -20,24 +20,15 @@ enum class BlockStatus : uint8_t {
 
 constexpr std::string_view BlockStatusName(BlockStatus s) {
   switch (s) {
-    case BlockStatus::kOk:
-      return "ok";
-    case BlockStatus::kNotFound:
-      return "not_found";
-    case BlockStatus::kExists:
-      return "exists";
-    case BlockStatus::kInProgress:
-      return "in_progress";
-    case BlockStatus::kNoSpace:
-      return "no_space";
-    case BlockStatus::kCrcMismatch:
-      return "crc_mismatch";
-    case BlockStatus::kPinned:
-      return "pinned";
-    case BlockStatus::kInvalid:
-      return "invalid";
-    case BlockStatus::kExpired:
-      return "expired";
+    case BlockStatus::kOk: return "ok";
+    case BlockStatus::kNotFound: return "not_found";
+    case BlockStatus::kExists: return "exists";
+    case BlockStatus::kInProgress: return "in_progress";
+    case BlockStatus::kNoSpace: return "no_space";
+    case BlockStatus::kCrcMismatch: return "crc_mismatch";
+    case BlockStatus::kPinned: return "pinned";
+    case BlockStatus::kInvalid: return "invalid";
+    case BlockStatus::kExpired: return "expired";
   }
   return "unknown";
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "strata/block_id.h"
 #include "storage/eviction/ghost_list.h"
+#include "strata/block_id.h"
 
 namespace strata {
 

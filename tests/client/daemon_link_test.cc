@@ -21,13 +21,7 @@ using testing::Tokens;
 
 constexpr uint32_t kTokensPerBlock = 16;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "link-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("link-test"); }
 
 std::unique_ptr<DaemonLink> LinkTo(const DaemonProcess& d, bool same_node = true) {
   ClientOptions o;
@@ -46,6 +40,13 @@ std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) 
   return v;
 }
 
+// Opens the test namespace through `link` (the test fails when it cannot).
+NamespaceId OpenTestNamespace(DaemonLink& link) {
+  auto ns = link.control().OpenNamespace(Spec(), "tenant", 0);
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  return ns.ok() ? *ns : NamespaceId{};
+}
+
 // Blobs published through one link are fetched as stored through another, as a daemon pulling
 // from a source would; a missing id is a per-block miss.
 TEST(DaemonLinkTest, FetchesBlobsWithoutAClient) {
@@ -53,17 +54,16 @@ TEST(DaemonLinkTest, FetchesBlobsWithoutAClient) {
   ASSERT_TRUE(d.ok()) << d.log();
   auto writer = LinkTo(d);
   ASSERT_TRUE(writer);
-  auto ns = writer->control().OpenNamespace(Spec(), "tenant", 0);
-  ASSERT_TRUE(ns.ok()) << ns.status();
-  std::vector<BlockId> ids = ComputeBlockIds(*ns, kTokensPerBlock, Tokens(4 * kTokensPerBlock, 1));
+  const NamespaceId ns = OpenTestNamespace(*writer);
+  std::vector<BlockId> ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(4 * kTokensPerBlock, 1));
   auto blocks = RandomBlocks(3, 40000, 2);
   std::vector<BlockId> parents = {BlockId{}, ids[0], ids[1]};
-  auto pub = writer->PublishBlobs(*ns, std::span(ids).first(3), parents, Views(blocks));
+  auto pub = writer->PublishBlobs(ns, std::span(ids).first(3), parents, Views(blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ(pub->stored, 3u);
   EXPECT_EQ(pub->bytes_sent, 3u * 40000);
   const std::vector<ConstBuffer> views = Views(blocks);
-  auto again = writer->PublishBlobs(*ns, std::span(ids).first(1), {}, std::span(views).first(1));
+  auto again = writer->PublishBlobs(ns, std::span(ids).first(1), {}, std::span(views).first(1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->deduplicated, 1u);
 
@@ -71,11 +71,11 @@ TEST(DaemonLinkTest, FetchesBlobsWithoutAClient) {
   auto reader = LinkTo(d, /*same_node=*/false);
   ASSERT_TRUE(reader);
   auto there = reader->control().OpenNamespace(Spec(), "tenant", 0);
-  ASSERT_TRUE(there.ok() && *there == *ns);
+  ASSERT_TRUE(there.ok() && *there == ns);
   std::vector<std::vector<uint8_t>> blobs;
   FetchLanding into;
   into.blobs = &blobs;
-  auto got = reader->Fetch(*ns, ids, into);
+  auto got = reader->Fetch(ns, ids, into);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->fetched, 3u);
   EXPECT_EQ(got->status[3], BlockStatus::kNotFound);
@@ -90,13 +90,12 @@ TEST(DaemonLinkTest, ControlAndMoverLandBlocksInTheCallersMemory) {
   ASSERT_TRUE(d.ok()) << d.log();
   auto link = LinkTo(d);
   ASSERT_TRUE(link);
-  auto ns = link->control().OpenNamespace(Spec(), "tenant", 0);
-  ASSERT_TRUE(ns.ok()) << ns.status();
-  std::vector<BlockId> ids = ComputeBlockIds(*ns, kTokensPerBlock, Tokens(2 * kTokensPerBlock, 3));
+  const NamespaceId ns = OpenTestNamespace(*link);
+  std::vector<BlockId> ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(2 * kTokensPerBlock, 3));
   auto blocks = RandomBlocks(2, 1 << 20, 4);
-  ASSERT_EQ(link->PublishBlobs(*ns, ids, {}, Views(blocks))->stored, 2u);
+  ASSERT_EQ(link->PublishBlobs(ns, ids, {}, Views(blocks))->stored, 2u);
 
-  auto lease = link->control().Acquire(*ns, ids);
+  auto lease = link->control().Acquire(ns, ids);
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_NE(lease->id, 0u);
   std::vector<uint8_t> landing(2 << 20);

@@ -100,16 +100,14 @@ class FakeDaemon {
     last_lease = am_wire::GetU64(m.header.data() + 8);
     const uint32_t count = am_wire::GetU32(m.header.data() + 16);
     switch (on_fetch.load()) {
-      case OnFetch::kIgnore:
-        return;
+      case OnFetch::kIgnore: return;
       case OnFetch::kRefuse:
         worker_->AmReply(
             m.reply_ep, am_wire::kFetchBlockAm,
             BlockHeader(request_id, am_wire::kFetchRefused, absl::StatusCode::kFailedPrecondition),
             "lease expired");
         return;
-      case OnFetch::kPush:
-        break;
+      case OnFetch::kPush: break;
     }
     for (uint32_t i = 0; i < count; ++i) {
       const uint64_t offset = am_wire::GetU64(m.data.data() + 16 * i);
@@ -126,8 +124,7 @@ class FakeDaemon {
     ++lookups;
     if (m.reply_ep == nullptr || m.header.size() < 8) return;
     switch (on_lookup.load()) {
-      case OnLookup::kIgnore:
-        return;
+      case OnLookup::kIgnore: return;
       case OnLookup::kEcho:
         worker_->AmReply(m.reply_ep, am_wire::kLookupReplyAm, std::string(m.header.substr(0, 8)),
                          "pong" + std::string(m.data));

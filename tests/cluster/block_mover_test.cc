@@ -25,13 +25,7 @@ using testing::MakeTempDir;
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlockBytes = 32 << 10;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "mover-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 32, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("mover-test", 4, 32); }
 
 // Three daemons n0, n1, n2 in one static cluster keeping `replicas` copies of each block.
 class ThreeNodes {
@@ -60,18 +54,8 @@ class ThreeNodes {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  bool ok() const {
-    if (daemons_.size() != 3) return false;
-    for (const auto& d : daemons_)
-      if (!d->ok()) return false;
-    return true;
-  }
-  std::string logs() const {
-    std::string all;
-    for (size_t i = 0; i < daemons_.size(); ++i)
-      all += absl::StrCat("--- n", i, " ---\n", daemons_[i]->log());
-    return all;
-  }
+  bool ok() const { return daemons_.size() == 3 && testing::AllServing(daemons_); }
+  std::string logs() const { return testing::AllLogs(daemons_); }
   // A client of node `i`; `local_only`: it never reads from other nodes.
   std::unique_ptr<Client> Connect(int i, bool local_only = false) {
     ClientOptions o;

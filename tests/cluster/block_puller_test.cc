@@ -27,13 +27,7 @@ constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlockBytes = 64 << 10;
 constexpr size_t kBlocks = 8;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "puller-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("puller-test"); }
 
 class BlockPullerTest : public ::testing::Test {
  protected:

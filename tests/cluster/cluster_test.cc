@@ -29,13 +29,7 @@ using testing::Tokens;
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlockBytes = 64 << 10;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "cluster-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("cluster-test"); }
 
 class Cluster {
  public:
@@ -73,17 +67,8 @@ class Cluster {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  bool ok() const {
-    for (const auto& d : daemons_)
-      if (!d->ok()) return false;
-    return true;
-  }
-  std::string logs() const {
-    std::string all;
-    for (size_t i = 0; i < daemons_.size(); ++i)
-      all += absl::StrCat("--- n", i, " ---\n", daemons_[i]->log());
-    return all;
-  }
+  bool ok() const { return testing::AllServing(daemons_); }
+  std::string logs() const { return testing::AllLogs(daemons_); }
   DaemonProcess& node(int i) { return *daemons_[i]; }
   void Kill(int i) {
     daemons_[i]->Signal(SIGKILL);

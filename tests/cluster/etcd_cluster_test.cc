@@ -14,6 +14,7 @@
 #include "strata/v1/admin.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/etcd_server.h"
+#include "tests/support/test_data.h"
 
 namespace strata {
 namespace {
@@ -26,13 +27,7 @@ using testing::RunCommand;
 
 constexpr uint32_t kTokensPerBlock = 16;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "etcd-cluster-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{2, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("etcd-cluster-test", 2, 64); }
 
 bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
   auto deadline = std::chrono::steady_clock::now() + limit;

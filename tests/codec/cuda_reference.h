@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "codec/codec.h"
-#include "strata/kv_layout.h"
 #include "gtest/gtest.h"
+#include "strata/kv_layout.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec::cuda_test {

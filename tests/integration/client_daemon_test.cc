@@ -9,9 +9,9 @@
 #include <sstream>
 #include <thread>
 
-#include "strata/client.h"
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
+#include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/test_data.h"

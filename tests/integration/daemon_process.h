@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,6 +26,22 @@ inline std::string MakeTempDir(const std::string& tag) {
 }
 
 // Runs a command, returns (exit code, stdout+stderr).
+// Starts `args` (args[0]: the program's path) with stdout and stderr going to `log`; the pid.
+inline pid_t Spawn(std::vector<std::string> args, const std::string& log, bool append) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | (append ? O_APPEND : O_TRUNC), 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
 inline std::pair<int, std::string> RunCommand(const std::string& cmd) {
   std::string out;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
@@ -51,17 +68,7 @@ class DaemonProcess {
                                      "--listen",     "127.0.0.1:0",  "--data-dir",
                                      dir_ + "/data", "--ready-file", ready_};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = ::open(log_.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = Spawn(args, log_, /*append=*/false);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream in(ready_);
@@ -119,5 +126,20 @@ class DaemonProcess {
   int status_ = 0;
   bool exited_ = false;
 };
+
+// Whether every daemon of a test cluster started and still runs.
+inline bool AllServing(const std::vector<std::unique_ptr<DaemonProcess>>& daemons) {
+  for (const auto& d : daemons)
+    if (!d->ok()) return false;
+  return true;
+}
+
+// The logs of a test cluster's daemons, each under its node name (n0, n1, ...).
+inline std::string AllLogs(const std::vector<std::unique_ptr<DaemonProcess>>& daemons) {
+  std::string all;
+  for (size_t i = 0; i < daemons.size(); ++i)
+    all += "--- n" + std::to_string(i) + " ---\n" + daemons[i]->log();
+  return all;
+}
 
 }  // namespace strata::testing

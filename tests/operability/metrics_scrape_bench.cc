@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "strata/client.h"
 #include "daemon/metrics.h"
+#include "strata/client.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/operability/ops_helpers.h"
 

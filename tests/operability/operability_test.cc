@@ -176,17 +176,7 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
     std::vector<std::string> args = {prometheus, "--config.file=" + dir + "/prometheus.yml",
                                      "--storage.tsdb.path=" + dir + "/data",
                                      "--web.listen-address=" + web, "--log.level=warn"};
-    pid = fork();
-    if (pid == 0) {
-      int fd = ::open((dir + "/prometheus.log").c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid = testing::Spawn(args, dir + "/prometheus.log", /*append=*/true);
     ASSERT_GT(pid, 0);
     bool ready = false;
     for (int i = 0; i < 150 && !ready; ++i) {

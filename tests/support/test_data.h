@@ -4,9 +4,23 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "strata/block_id.h"
+
 namespace strata::testing {
+
+// A small fp16 K/V namespace for tests that move blocks: `layers` layers, 2 KV heads of
+// `head_dim`, 16 tokens per block.
+inline NamespaceSpec SmallSpec(const std::string& model_id, uint32_t layers = 4,
+                               uint32_t head_dim = 64) {
+  NamespaceSpec s;
+  s.model_id = model_id;
+  s.model_revision = "r1";
+  s.layout = KvLayout{layers, 2, head_dim, DType::kFloat16, 16, KvKind::kSeparateKV};
+  return s;
+}
 
 // `n` token ids below a 128k vocabulary.
 inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {

@@ -8,8 +8,8 @@
 #include <random>
 #include <thread>
 
-#include "strata/client.h"
 #include "storage/catalog.h"
+#include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/test_data.h"
@@ -25,13 +25,7 @@ constexpr size_t kBlockBytes = 256 << 10;
 constexpr int kBatches = 12;  // x 4 blocks x 256 KiB = 12 MiB through a 4 MiB host tier
 constexpr int kPerBatch = 4;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "tiering-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("tiering-test"); }
 
 std::vector<uint8_t> Block(uint32_t seed) {
   std::mt19937_64 rng(seed);
