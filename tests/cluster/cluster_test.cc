@@ -143,6 +143,24 @@ size_t AwaitPrefix(Client& c, const NamespaceId& ns, const Published& p) {
   return got;
 }
 
+// Three nodes; node 0 publishes and node 2 reads through the directory.
+class ThreeNodeTest : public ::testing::Test {
+ protected:
+  // Node 0 publishes `n` blocks (tokens from `seed`); node 2 opens the namespace and sees them.
+  void PublishOnN0SeenFromN2(size_t n, uint32_t seed) {
+    ASSERT_TRUE(cl.ok()) << cl.logs();
+    n0 = Connect(cl.node(0));
+    n2 = Connect(cl.node(2));
+    ASSERT_TRUE(n0 && n2);
+    p = Publish(*n0, n, seed);
+    ASSERT_TRUE(n2->OpenNamespace(Spec(), "tenant-a").ok());
+    ASSERT_EQ(AwaitPrefix(*n2, p.ns, p), p.ids.size()) << cl.logs();
+  }
+  Cluster cl{3};
+  std::unique_ptr<Client> n0, n2;
+  Published p;
+};
+
 TEST(ClusterTest, PublishOnOneNodeFetchThroughAnother) {
   Cluster cl(3);
   ASSERT_TRUE(cl.ok()) << cl.logs();
@@ -236,14 +254,9 @@ TEST_P(ReplicationTest, KillingAnyOneNodeLosesNoBlock) {
 
 INSTANTIATE_TEST_SUITE_P(Victims, ReplicationTest, ::testing::Values(0, 1, 2));
 
-TEST(ClusterTest, UnreplicatedBlocksOfADeadNodeAreMissesWithinTheDeadline) {
-  Cluster cl(3);
-  ASSERT_TRUE(cl.ok()) << cl.logs();
-  auto a = Connect(cl.node(0));
-  auto c = Connect(cl.node(2));
-  Published p = Publish(*a, 6, 5);
-  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
-  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size());
+TEST_F(ThreeNodeTest, UnreplicatedBlocksOfADeadNodeAreMissesWithinTheDeadline) {
+  ASSERT_NO_FATAL_FAILURE(PublishOnN0SeenFromN2(6, 5));
+  auto& c = n2;
   cl.Kill(0);
   std::vector<std::vector<uint8_t>> out(p.ids.size(), std::vector<uint8_t>(kBlockBytes));
   std::vector<MutableBuffer> bufs;
@@ -256,14 +269,10 @@ TEST(ClusterTest, UnreplicatedBlocksOfADeadNodeAreMissesWithinTheDeadline) {
   EXPECT_EQ(r->fetched, 0u);
 }
 
-TEST(ClusterTest, PrefetchAndMove) {
-  Cluster cl(3);
-  ASSERT_TRUE(cl.ok()) << cl.logs();
-  auto a = Connect(cl.node(0));
-  auto c = Connect(cl.node(2));
-  Published p = Publish(*a, 8, 9);
-  ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
-  ASSERT_EQ(AwaitPrefix(*c, p.ns, p), p.ids.size());
+TEST_F(ThreeNodeTest, PrefetchAndMove) {
+  ASSERT_NO_FATAL_FAILURE(PublishOnN0SeenFromN2(8, 9));
+  auto& a = n0;
+  auto& c = n2;
   // Decode node n2 prefetches what prefill node n0 computed: afterwards it serves them itself.
   auto pre = c->Prefetch(p.ns, p.ids);
   ASSERT_TRUE(pre.ok()) << pre.status();
