@@ -40,30 +40,45 @@ std::string EncodeLocateReply(const Holders& holders, uint32_t* nodes) {
   return table + per_id;
 }
 
-std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids) {
-  std::vector<std::string> names;
+bool VisitLocateReply(std::string_view data, uint32_t nodes, size_t ids,
+                      const HolderVisitor& visit) {
+  // The node table, as views into `data`; at most a few entries per cluster view.
+  std::vector<std::string_view> names;
+  names.reserve(nodes);
   size_t pos = 0;
   for (uint32_t n = 0; n < nodes; ++n) {
-    if (pos + 2 > data.size()) return std::nullopt;
+    if (pos + 2 > data.size()) return false;
     const size_t len = GetU16(data, pos);
     pos += 2;
-    if (pos + len > data.size()) return std::nullopt;
-    names.emplace_back(data.substr(pos, len));
+    if (pos + len > data.size()) return false;
+    names.push_back(data.substr(pos, len));
     pos += len;
   }
-  Holders out(ids);
+  // Check the whole reply before visiting, so a malformed one contributes nothing.
+  const size_t holders_at = pos;
   for (size_t k = 0; k < ids; ++k) {
-    if (pos >= data.size()) return std::nullopt;
+    if (pos >= data.size()) return false;
+    pos += 1 + 3 * static_cast<size_t>(static_cast<uint8_t>(data[pos]));
+    if (pos > data.size()) return false;
+  }
+  pos = holders_at;
+  for (size_t k = 0; k < ids; ++k) {
     const size_t count = static_cast<uint8_t>(data[pos++]);
-    for (size_t h = 0; h < count; ++h) {
-      if (pos + 3 > data.size()) return std::nullopt;
+    for (size_t h = 0; h < count; ++h, pos += 3) {
       const size_t node = GetU16(data, pos);
-      const int tier = static_cast<uint8_t>(data[pos + 2]);
-      pos += 3;
-      if (node >= names.size()) continue;
-      out[k].push_back({names[node], LocationTierOf(tier)});
+      if (node < names.size()) visit(k, names[node], static_cast<uint8_t>(data[pos + 2]));
     }
   }
+  return true;
+}
+
+std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids) {
+  Holders out(ids);
+  const bool ok =
+      VisitLocateReply(data, nodes, ids, [&](size_t k, std::string_view node, int tier) {
+        out[k].push_back({std::string(node), LocationTierOf(tier)});
+      });
+  if (!ok) return std::nullopt;
   return out;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,8 +18,13 @@ using Holders = std::vector<std::vector<placement::Location>>;
 
 // At most 255 holders per id and 65535-byte node ids travel; `*nodes` gets the table size.
 std::string EncodeLocateReply(const Holders& holders, uint32_t* nodes);
-// The holders of each of `ids` asked ids, or nullopt when `data` does not parse as a reply
-// with a `nodes`-entry table.
+// Whether `data` parses as a reply for `ids` asked ids with a `nodes`-entry table; only then
+// calls visit(k, node, tier) for each holder of asked id k (node indexes outside the table are
+// skipped). A lookup merges straight from the reply, with nothing allocated per id.
+using HolderVisitor = std::function<void(size_t k, std::string_view node, int tier)>;
+bool VisitLocateReply(std::string_view data, uint32_t nodes, size_t ids,
+                      const HolderVisitor& visit);
+// The same, collected: the holders of each asked id, or nullopt when `data` does not parse.
 std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids);
 
 }  // namespace strata::daemon

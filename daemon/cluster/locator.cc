@@ -182,16 +182,14 @@ std::vector<size_t> Locator::AskOverAm(const Ring& ring, const Calls& calls,
     if (request_ids[c] != 0) am_pending_.erase(request_ids[c]);
     const AmPending& a = slots[c];
     const auto& which = calls[c].second;
-    std::optional<Holders> found;
-    if (request_ids[c] != 0 && a.done && a.code == 0)
-      found = DecodeLocateReply(a.data, a.nodes, which.size());
-    if (!found) {
-      unanswered.push_back(c);
-      continue;
-    }
-    for (size_t k = 0; k < which.size(); ++k)
-      for (auto& loc : (*found)[k])
-        if (ring.view.Find(loc.node)) merge(which[k], std::move(loc));
+    const bool answered =
+        request_ids[c] != 0 && a.done && a.code == 0 &&
+        VisitLocateReply(a.data, a.nodes, which.size(),
+                         [&](size_t k, std::string_view node, int tier) {
+                           if (ring.view.Find(node))
+                             merge(which[k], {std::string(node), LocationTierOf(tier)});
+                         });
+    if (!answered) unanswered.push_back(c);
   }
   return unanswered;
 }
