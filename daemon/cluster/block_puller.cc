@@ -147,9 +147,12 @@ uint64_t BlockPuller::EvictAtSource(const std::string& node, const std::string& 
 
 absl::StatusOr<std::shared_ptr<client::DaemonLink>> BlockPuller::SourceLink(
     const std::string& node, const std::string& address) {
-  std::lock_guard<std::mutex> lock(sources_mu_);
-  auto it = sources_.find(address);
-  if (it != sources_.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(sources_mu_);
+    auto it = sources_.find(address);
+    if (it != sources_.end()) return it->second;
+  }
+  // Connecting is a network call: no lock held, so a dead source never stalls pulls from others.
   ClientOptions o;
   o.endpoint = address;
   o.client_name = absl::StrCat("stratad:", ctx_.self.id);
@@ -160,9 +163,10 @@ absl::StatusOr<std::shared_ptr<client::DaemonLink>> BlockPuller::SourceLink(
   if (!made.ok())
     return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
                                                            address, ": ", made.status().message()));
-  std::shared_ptr<client::DaemonLink> c = std::move(*made);
-  sources_[address] = c;
-  return c;
+  std::lock_guard<std::mutex> lock(sources_mu_);
+  // A concurrent pull may have connected meanwhile: keep the first link, drop ours.
+  auto [it, fresh] = sources_.try_emplace(address, std::move(*made));
+  return it->second;
 }
 
 }  // namespace strata::daemon
