@@ -3,6 +3,7 @@
 // the codec of each namespace this client opened (blocks are encoded and decoded here).
 #include "strata/client.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "codec/codec.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
+#include "strata/vllm_ids.h"
 
 namespace strata {
 namespace {
@@ -28,7 +30,11 @@ absl::Status NotOpened(const NamespaceId& ns) {
 }  // namespace
 
 struct Client::Impl {
-  explicit Impl(const ClientOptions& o) : options(o), remote(o) {}
+  explicit Impl(const ClientOptions& o) : options(o), remote(o) {
+    vllm_hash_seed = o.vllm_hash_seed;
+    if (const char* env = std::getenv("PYTHONHASHSEED"); vllm_hash_seed.empty() && env != nullptr)
+      vllm_hash_seed = env;
+  }
 
   // The codec of a namespace this client opened; nullopt when its blobs are opaque.
   absl::StatusOr<std::optional<codec::CodecParams>> CodecOf(const NamespaceId& ns) {
@@ -57,6 +63,7 @@ struct Client::Impl {
   client::ControlChannel& control() { return local->control(); }
 
   const ClientOptions options;
+  std::string vllm_hash_seed;
   std::unique_ptr<client::DaemonLink> local;
   client::RemoteFetch remote;
   std::mutex codecs_mu;
@@ -78,6 +85,28 @@ const std::string& Client::node_id() const { return impl_->control().node_id(); 
 uint32_t Client::tokens_per_block(const NamespaceId& ns) const {
   auto open = impl_->control().Opened(ns);
   return open ? open->spec.layout.tokens_per_block : 0;
+}
+
+absl::StatusOr<std::vector<BlockId>> Client::BlockIds(const NamespaceId& ns,
+                                                      std::span<const uint32_t> tokens,
+                                                      std::string_view cache_salt) const {
+  auto open = impl_->control().Opened(ns);
+  if (!open) return NotOpened(ns);
+  const NamespaceSpec& spec = open->spec;
+  if (spec.id_scheme != IdScheme::kVllm) {
+    if (!cache_salt.empty())
+      return absl::InvalidArgumentError("a cache salt applies to vllm-scheme namespaces only");
+    return ComputeBlockIds(ns, spec.layout.tokens_per_block, tokens);
+  }
+  if (impl_->vllm_hash_seed.empty())
+    return absl::FailedPreconditionError(
+        "namespace ids follow vLLM, whose first block depends on the engine's PYTHONHASHSEED: "
+        "set ClientOptions.vllm_hash_seed (or PYTHONHASHSEED), or publish and look up by id");
+  VllmHashInputs inputs;
+  inputs.hash_seed = impl_->vllm_hash_seed;
+  inputs.lora_name = spec.lora_id;
+  inputs.cache_salt = std::string(cache_salt);
+  return ComputeVllmBlockIds(spec.layout.tokens_per_block, tokens, inputs);
 }
 
 absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
@@ -115,9 +144,7 @@ absl::Status Client::UnregisterBuffer(void* data) {
 absl::StatusOr<PublishResult> Client::Publish(const NamespaceId& ns,
                                               std::span<const uint32_t> tokens,
                                               std::span<const ConstBuffer> blocks) {
-  uint32_t tpb = tokens_per_block(ns);
-  if (tpb == 0) return NotOpened(ns);
-  std::vector<BlockId> ids = ComputeBlockIds(ns, tpb, tokens);
+  STRATA_ASSIGN_OR_RETURN(std::vector<BlockId> ids, BlockIds(ns, tokens));
   if (blocks.size() > ids.size())
     return absl::InvalidArgumentError(absl::StrCat(blocks.size(), " buffers for ", tokens.size(),
                                                    " tokens (", ids.size(), " full blocks)"));
@@ -167,10 +194,9 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
 
 absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
                                             std::span<const uint32_t> tokens) {
-  uint32_t tpb = tokens_per_block(ns);
-  if (tpb == 0) return NotOpened(ns);
   LookupResult r;
-  r.ids = ComputeBlockIds(ns, tpb, tokens);
+  STRATA_ASSIGN_OR_RETURN(r.ids, BlockIds(ns, tokens));
+  const uint32_t tpb = tokens_per_block(ns);
   STRATA_ASSIGN_OR_RETURN(v1::LookupResponse resp, impl_->control().Lookup(ns, r.ids));
   r.prefix_blocks = std::min<size_t>(resp.prefix_blocks(), r.ids.size());
   if (resp.nodes_size() > 0 && resp.holder_size() >= static_cast<int>(r.prefix_blocks)) {

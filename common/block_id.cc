@@ -22,7 +22,21 @@ absl::Status NamespaceSpec::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("namespace.tp_rank ", tp_rank, " must be < tp_size ", tp_size));
   if (codec_policy.empty()) return absl::InvalidArgumentError("namespace.codec_policy must be set");
+  if (id_scheme != IdScheme::kStrata && id_scheme != IdScheme::kVllm)
+    return absl::InvalidArgumentError(absl::StrCat("namespace.id_scheme ",
+                                                   static_cast<int>(id_scheme), " is unknown"));
   return absl::OkStatus();
+}
+
+std::string_view IdSchemeName(IdScheme s) {
+  return s == IdScheme::kVllm ? "vllm" : "strata";
+}
+
+absl::StatusOr<IdScheme> ParseIdScheme(std::string_view name) {
+  if (name.empty() || name == "strata") return IdScheme::kStrata;
+  if (name == "vllm") return IdScheme::kVllm;
+  return absl::InvalidArgumentError(
+      absl::StrCat("namespace.id_scheme '", std::string(name), "' is not strata or vllm"));
 }
 
 TenantSalt ComputeTenantSalt(std::string_view cluster_secret, std::string_view tenant_id) {
@@ -45,8 +59,10 @@ NamespaceId ComputeNamespaceId(const NamespaceSpec& spec, const TenantSalt& salt
       .U32(spec.tp_rank)
       .U32(spec.tp_size)
       .Field(spec.lora_id)
-      .Field(spec.codec_policy)
-      .Raw(salt);
+      .Field(spec.codec_policy);
+  // Appended only for other schemes, so ids of existing namespaces stay what they were.
+  if (spec.id_scheme != IdScheme::kStrata) h.U8(static_cast<uint8_t>(spec.id_scheme));
+  h.Raw(salt);
   return h.Finish();
 }
 

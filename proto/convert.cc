@@ -1,5 +1,7 @@
 #include "proto/convert.h"
 
+#include <algorithm>
+
 namespace strata {
 v1::NamespaceSpecProto ToProto(const NamespaceSpec& s) {
   v1::NamespaceSpecProto p;
@@ -16,6 +18,7 @@ v1::NamespaceSpecProto ToProto(const NamespaceSpec& s) {
   p.set_tp_size(s.tp_size);
   p.set_lora_id(s.lora_id);
   p.set_codec_policy(s.codec_policy);
+  p.set_id_scheme(static_cast<uint32_t>(s.id_scheme));
   return p;
 }
 
@@ -33,6 +36,8 @@ NamespaceSpec FromProto(const v1::NamespaceSpecProto& p) {
   s.tp_size = p.tp_size();
   s.lora_id = p.lora_id();
   s.codec_policy = p.codec_policy();
+  // An unknown scheme stays unknown (NamespaceSpec::Validate refuses it) rather than wrapping.
+  s.id_scheme = static_cast<IdScheme>(std::min<uint32_t>(p.id_scheme(), 255));
   return s;
 }
 

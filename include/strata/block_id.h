@@ -8,7 +8,8 @@
 //                            || u32 num_layers || u32 num_kv_heads || u32 head_dim
 //                            || u8 dtype || u32 tokens_per_block || u8 kind
 //                            || u32 tp_rank || u32 tp_size || field(lora_id)
-//                            || field(codec_policy) || salt[32])
+//                            || field(codec_policy) [|| u8 id_scheme, when not kStrata]
+//                            || salt[32])
 //   block id[i]    = SHA-256("strata-blk-v1\0" || parent[32] || u32 n_tokens
 //                            || n_tokens x u32 token || field(extra_keys))
 //                    where parent is id[i-1], or the namespace seed for i = 0.
@@ -32,6 +33,13 @@ namespace strata {
 // encodes each layout-shaped block on publish and decodes it on fetch.
 inline constexpr std::string_view kOpaqueCodecPolicy = "opaque";
 
+// How a namespace names its blocks. kStrata: the chain above. kVllm: exactly as vLLM names the
+// blocks of its prefix cache (strata/vllm_ids.h), so an engine, a router and Strata agree on ids;
+// the namespace, which carries the tenant salt, still scopes every call.
+enum class IdScheme : uint8_t { kStrata = 0, kVllm = 1 };
+std::string_view IdSchemeName(IdScheme s);
+absl::StatusOr<IdScheme> ParseIdScheme(std::string_view name);
+
 using BlockId = Digest;
 using NamespaceId = Digest;
 using TenantSalt = Digest;
@@ -44,6 +52,7 @@ struct NamespaceSpec {
   uint32_t tp_size = 1;
   std::string lora_id;
   std::string codec_policy{kOpaqueCodecPolicy};
+  IdScheme id_scheme = IdScheme::kStrata;
 
   absl::Status Validate() const;
 };

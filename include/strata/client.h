@@ -53,6 +53,10 @@ struct ClientOptions {
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
   bool same_node = true;
+  // Namespaces with IdScheme::kVllm: the engine's PYTHONHASHSEED, from which vLLM derives the
+  // parent of every first block. Empty: this process's PYTHONHASHSEED (the engine's own, when
+  // libstrata runs inside it); with neither, such namespaces are reachable by id only.
+  std::string vllm_hash_seed;
   // Where diagnostics go. Unset: warnings and errors are written to stderr, prefixed
   // "libstrata: ", and the rest is dropped; a sink that ignores everything silences the library.
   LogSink log;
@@ -155,6 +159,12 @@ class Client {
   absl::StatusOr<PublishResult> PublishIds(const NamespaceId& ns, std::span<const BlockId> ids,
                                            std::span<const BlockId> parents,
                                            std::span<const ConstBuffer> blocks);
+
+  // Ids of every full block of `tokens` under the namespace's id scheme. `cache_salt` is the
+  // request's salt of an IdScheme::kVllm namespace (it enters the first block's id).
+  absl::StatusOr<std::vector<BlockId>> BlockIds(const NamespaceId& ns,
+                                                std::span<const uint32_t> tokens,
+                                                std::string_view cache_salt = {}) const;
 
   absl::StatusOr<LookupResult> Lookup(const NamespaceId& ns, std::span<const uint32_t> tokens);
   absl::StatusOr<size_t> LookupIds(const NamespaceId& ns, std::span<const BlockId> ids);
