@@ -11,7 +11,8 @@ PACKAGES=(
   libyaml-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3 python3-venv
+  python3 python3-venv python3-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   prometheus yamllint etcd-server etcd-client
   fio ccache
 )

@@ -7,6 +7,9 @@ bash scripts/install-deps.sh
 # The chart check's Python tools; without them (no PyPI) that one test reports itself skipped.
 STRATA_CHART_VENV=$(bash scripts/chart-tools.sh) || echo "test: chart tools unavailable; chart_check will skip"
 export STRATA_CHART_VENV
+# The Python package's build and test tools; without PyPI the Python tests are not built.
+STRATA_PY_VENV=$(bash scripts/python-venv.sh) || { echo "test: no python venv; python tests skip"; STRATA_PY_VENV=""; }
+export STRATA_PY_VENV
 BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/build.sh
 cd "$BUILD_DIR"

@@ -1,0 +1,63 @@
+"""Strata: a distributed KV-cache store for LLM serving.
+
+    import strata, numpy as np
+    client = strata.Client("127.0.0.1:7420")
+    ns = client.open_namespace("my/model", num_layers=2, num_kv_heads=1, head_dim=64,
+                               dtype="bf16", tokens_per_block=32, tenant="team-a")
+    client.publish(ns, tokens, [block0, block1])   # numpy arrays, torch tensors, bytearrays
+    hit = client.lookup(ns, tokens)                # hit.prefix_blocks, hit.ids
+    client.fetch(ns, hit.ids[:hit.prefix_blocks], [out0, out1])
+
+Every call releases the GIL while it waits; the *_async variants return
+concurrent.futures.Future objects (asyncio: `await asyncio.wrap_future(f)`).
+"""
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from . import errors
+from ._strata import (BlockStatus, FetchResult, LookupResult, PublishResult,
+                      vllm_block_hashes)
+from ._strata import Client as _NativeClient
+from .errors import StrataError
+
+__all__ = ["Client", "BlockStatus", "PublishResult", "LookupResult", "FetchResult",
+           "StrataError", "errors", "vllm_block_hashes"]
+
+
+class Client(_NativeClient):
+    """A connection to the local stratad (thread-safe).
+
+    Keyword arguments: endpoint, client_name, rpc_timeout and transfer_timeout (seconds),
+    verify_crc, remote_fetch, lookup_fast_path, fetch_transfer ("auto", "rma", "push"),
+    same_node, vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
+    """
+
+    def __init__(self, endpoint: str = "127.0.0.1:7420", *, async_workers: int = 4, **options):
+        super().__init__(endpoint, **options)
+        self._pool = ThreadPoolExecutor(max_workers=async_workers,
+                                        thread_name_prefix="strata-async")
+
+    def publish_async(self, ns, tokens, blocks) -> Future:
+        return self._pool.submit(self.publish, ns, tokens, blocks)
+
+    def publish_ids_async(self, ns, ids, blocks, parents=None) -> Future:
+        return self._pool.submit(self.publish_ids, ns, ids, blocks, parents)
+
+    def lookup_async(self, ns, tokens) -> Future:
+        return self._pool.submit(self.lookup, ns, tokens)
+
+    def lookup_ids_async(self, ns, ids) -> Future:
+        return self._pool.submit(self.lookup_ids, ns, ids)
+
+    def fetch_async(self, ns, ids, buffers) -> Future:
+        return self._pool.submit(self.fetch, ns, ids, buffers)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        super().close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

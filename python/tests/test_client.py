@@ -1,0 +1,176 @@
+"""The Python client against a real stratad: buffers, zero copy, errors, GIL, futures."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import strata
+from strata import errors
+from conftest import SMALL, SMALL_BLOCK_BYTES
+
+
+def blocks_of(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, SMALL_BLOCK_BYTES, dtype=np.uint8) for _ in range(n)]
+
+
+def tokens_of(n_blocks, extra=5, start=1):
+    return list(range(start, start + n_blocks * SMALL["tokens_per_block"] + extra))
+
+
+class DlpackOnly:
+    """Offers a numpy array through __dlpack__ alone, as a torch tensor does."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_quick_start_round_trip(client):
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    assert isinstance(ns, bytes) and len(ns) == 32
+    tokens = tokens_of(3)
+    src = blocks_of(3)
+    first = client.publish(ns, tokens, src[:2])
+    assert first.stored == 2 and first.status == [strata.BlockStatus.OK] * 2
+    again = client.publish(ns, tokens, src)
+    assert again.stored == 1 and again.deduplicated == 2
+    assert again.status[0] == strata.BlockStatus.EXISTS
+
+    hit = client.lookup(ns, tokens)
+    assert hit.prefix_blocks == 3 and hit.prefix_tokens == 48 and len(hit.ids) == 3
+    assert client.lookup_ids(ns, hit.ids) == 3
+    assert hit.ids == client.block_ids(ns, tokens)
+
+    out = [np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8) for _ in range(3)]
+    got = client.fetch(ns, hit.ids, out)
+    assert got.fetched == 3 and got.sizes == [SMALL_BLOCK_BYTES] * 3
+    for a, b in zip(src, out):
+        assert np.array_equal(a, b)
+
+
+def test_every_kind_of_buffer_is_used_in_place(client):
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    tokens = tokens_of(3, start=500)
+    # bytes as a source, a DLPack-only object and a bytearray too.
+    src = blocks_of(3, seed=7)
+    sources = [src[0].tobytes(), DlpackOnly(src[1]), bytearray(src[2].tobytes())]
+    assert client.publish(ns, tokens, sources).stored == 3
+    ids = client.block_ids(ns, tokens)
+
+    dl_out = np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8)
+    raw_out = np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8)
+    ba_out = bytearray(SMALL_BLOCK_BYTES)
+    raw = (raw_out.ctypes.data, raw_out.nbytes)
+    got = client.fetch(ns, ids, [DlpackOnly(dl_out), raw, memoryview(ba_out)])
+    assert got.fetched == 3
+    assert np.array_equal(dl_out, src[0])
+    assert np.array_equal(raw_out, src[1])
+    assert bytes(ba_out) == src[2].tobytes()
+
+
+def test_registered_buffer_receives_fetches(client):
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    tokens = tokens_of(2, start=900)
+    src = blocks_of(2, seed=3)
+    client.publish(ns, tokens, src)
+    arena = np.zeros(2 * SMALL_BLOCK_BYTES, dtype=np.uint8)
+    client.register_buffer(arena)
+    views = [arena[:SMALL_BLOCK_BYTES], arena[SMALL_BLOCK_BYTES:]]
+    assert client.fetch(ns, client.block_ids(ns, tokens), views).fetched == 2
+    assert np.array_equal(views[0], src[0]) and np.array_equal(views[1], src[1])
+    client.unregister_buffer(arena)
+
+
+def test_per_block_outcomes_stay_per_block(client):
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    tokens = tokens_of(3, start=1300)
+    src = blocks_of(3, seed=5)
+    client.publish(ns, tokens, src[:1])
+    ids = client.block_ids(ns, tokens)
+    out = [np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8) for _ in range(3)]
+    got = client.fetch(ns, ids, out)
+    assert got.status == [strata.BlockStatus.OK, strata.BlockStatus.NOT_FOUND,
+                          strata.BlockStatus.NOT_FOUND]
+    assert got.fetched == 1 and np.array_equal(out[0], src[0])
+    small = [np.zeros(10, dtype=np.uint8)]
+    assert client.fetch(ns, ids[:1], small).status == [strata.BlockStatus.INVALID]
+    assert client.pin(ns, ids[:1], ttl_seconds=60) == [strata.BlockStatus.OK]
+    assert client.evict(ns, ids[:1]) == [strata.BlockStatus.PINNED]
+    assert client.unpin(ns, ids[:1]) == [strata.BlockStatus.OK]
+    assert client.evict(ns, ids[:1], cascade=True) == [strata.BlockStatus.OK]
+    assert client.lookup_ids(ns, ids) == 0
+
+
+def test_errors_are_exceptions_with_the_message(client, daemon):
+    with pytest.raises(errors.InvalidArgumentError, match="float13"):
+        client.open_namespace("py/model", tenant="t", **{**SMALL, "dtype": "float13"})
+    with pytest.raises(errors.InvalidArgumentError, match="num_layers"):
+        client.open_namespace("py/model", tenant="t", **{**SMALL, "num_layers": 0})
+    with pytest.raises(errors.FailedPreconditionError, match="not opened"):
+        client.lookup(b"\x01" * 32, [1] * 32)
+    with pytest.raises(errors.InvalidArgumentError, match="32 bytes"):
+        client.lookup_ids(b"short", [])
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    tokens = tokens_of(1, start=2000)
+    client.publish(ns, tokens, blocks_of(1))
+    with pytest.raises(errors.InvalidArgumentError, match="writable"):
+        client.fetch(ns, client.block_ids(ns, tokens), [bytes(SMALL_BLOCK_BYTES)])
+    with pytest.raises(errors.InvalidArgumentError, match="buffer"):
+        client.publish(ns, tokens, [object()])
+    with pytest.raises(errors.InvalidArgumentError):
+        client.lookup(ns, [-1] * 16)
+    assert isinstance(client.stats()["host_capacity_bytes"], int)
+
+
+def test_a_dead_endpoint_fails_within_the_deadline():
+    start = time.monotonic()
+    with pytest.raises(errors.StrataError):
+        strata.Client("127.0.0.1:1", rpc_timeout=1.0)
+    assert time.monotonic() - start < 5
+
+
+def test_the_gil_is_released_while_a_call_waits(daemon):
+    c = strata.Client(daemon.endpoint, rpc_timeout=1.5, lookup_fast_path=False, quiet=True)
+    ns = c.open_namespace("py/model", tenant="team-a", **SMALL)
+    ticks = 0
+    done = threading.Event()
+    failure = []
+
+    def lookup():
+        try:
+            c.lookup(ns, tokens_of(1))
+        except errors.StrataError as e:
+            failure.append(e)
+        done.set()
+
+    daemon.pause()  # the daemon stops answering: the lookup waits out its deadline
+    try:
+        t = threading.Thread(target=lookup)
+        t.start()
+        while not done.is_set():
+            ticks += 1  # runs only while the lookup thread does not hold the GIL
+        t.join()
+    finally:
+        daemon.resume()
+    assert failure and isinstance(failure[0], errors.DeadlineExceededError), failure
+    assert ticks > 10000
+    c.close()
+
+
+def test_async_variants_return_futures(client):
+    ns = client.open_namespace("py/model", tenant="team-a", **SMALL)
+    tokens = tokens_of(2, start=3000)
+    src = blocks_of(2, seed=11)
+    assert client.publish_async(ns, tokens, src).result(timeout=10).stored == 2
+    hit = client.lookup_async(ns, tokens).result(timeout=10)
+    out = [np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8) for _ in range(2)]
+    futures = [client.fetch_async(ns, [hit.ids[i]], [out[i]]) for i in range(2)]
+    assert [f.result(timeout=10).fetched for f in futures] == [1, 1]
+    assert np.array_equal(out[0], src[0]) and np.array_equal(out[1], src[1])
