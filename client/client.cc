@@ -31,9 +31,11 @@ absl::Status NotOpened(const NamespaceId& ns) {
 
 struct Client::Impl {
   explicit Impl(const ClientOptions& o) : options(o), remote(o) {
+    // vLLM's own rule: PYTHONHASHSEED when set, a fixed seed otherwise.
     vllm_hash_seed = o.vllm_hash_seed;
     if (const char* env = std::getenv("PYTHONHASHSEED"); vllm_hash_seed.empty() && env != nullptr)
       vllm_hash_seed = env;
+    if (vllm_hash_seed.empty()) vllm_hash_seed = std::string(kVllmDefaultHashSeed);
   }
 
   // The codec of a namespace this client opened; nullopt when its blobs are opaque.
@@ -93,18 +95,17 @@ absl::StatusOr<std::vector<BlockId>> Client::BlockIds(const NamespaceId& ns,
   auto open = impl_->control().Opened(ns);
   if (!open) return NotOpened(ns);
   const NamespaceSpec& spec = open->spec;
-  if (spec.id_scheme != IdScheme::kVllm) {
+  if (spec.id_scheme == IdScheme::kStrata) {
     if (!cache_salt.empty())
       return absl::InvalidArgumentError("a cache salt applies to vllm-scheme namespaces only");
     return ComputeBlockIds(ns, spec.layout.tokens_per_block, tokens);
   }
-  if (impl_->vllm_hash_seed.empty())
+  if (!spec.lora_id.empty())
     return absl::FailedPreconditionError(
-        "namespace ids follow vLLM, whose first block depends on the engine's PYTHONHASHSEED: "
-        "set ClientOptions.vllm_hash_seed (or PYTHONHASHSEED), or publish and look up by id");
+        "vLLM names LoRA blocks by adapter name and path: publish and look up such blocks by id");
   VllmHashInputs inputs;
+  inputs.scheme = spec.id_scheme;
   inputs.hash_seed = impl_->vllm_hash_seed;
-  inputs.lora_name = spec.lora_id;
   inputs.cache_salt = std::string(cache_salt);
   return ComputeVllmBlockIds(spec.layout.tokens_per_block, tokens, inputs);
 }

@@ -22,21 +22,28 @@ absl::Status NamespaceSpec::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("namespace.tp_rank ", tp_rank, " must be < tp_size ", tp_size));
   if (codec_policy.empty()) return absl::InvalidArgumentError("namespace.codec_policy must be set");
-  if (id_scheme != IdScheme::kStrata && id_scheme != IdScheme::kVllm)
+  if (id_scheme != IdScheme::kStrata && id_scheme != IdScheme::kVllm &&
+      id_scheme != IdScheme::kVllmCbor)
     return absl::InvalidArgumentError(absl::StrCat("namespace.id_scheme ",
                                                    static_cast<int>(id_scheme), " is unknown"));
   return absl::OkStatus();
 }
 
 std::string_view IdSchemeName(IdScheme s) {
-  return s == IdScheme::kVllm ? "vllm" : "strata";
+  switch (s) {
+    case IdScheme::kStrata: return "strata";
+    case IdScheme::kVllm: return "vllm";
+    case IdScheme::kVllmCbor: return "vllm_cbor";
+  }
+  return "unknown";
 }
 
 absl::StatusOr<IdScheme> ParseIdScheme(std::string_view name) {
   if (name.empty() || name == "strata") return IdScheme::kStrata;
   if (name == "vllm") return IdScheme::kVllm;
-  return absl::InvalidArgumentError(
-      absl::StrCat("namespace.id_scheme '", std::string(name), "' is not strata or vllm"));
+  if (name == "vllm_cbor") return IdScheme::kVllmCbor;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "namespace.id_scheme '", std::string(name), "' is not strata, vllm or vllm_cbor"));
 }
 
 TenantSalt ComputeTenantSalt(std::string_view cluster_secret, std::string_view tenant_id) {

@@ -543,13 +543,25 @@ PYBIND11_MODULE(_strata, m) {
 
   m.def(
       "vllm_block_hashes",
-      [](py::handle tokens, uint32_t block_size, const std::string& hash_seed,
-         const std::string& lora_name, const std::string& cache_salt) {
-        strata::VllmHashInputs in{hash_seed, lora_name, cache_salt};
+      [](py::handle tokens, uint32_t block_size, const std::string& algo,
+         const std::string& hash_seed, const std::string& lora_name, const std::string& lora_path,
+         const std::string& cache_salt) {
+        strata::VllmHashInputs in;
+        if (algo == "sha256")
+          in.scheme = strata::IdScheme::kVllm;
+        else if (algo == "sha256_cbor")
+          in.scheme = strata::IdScheme::kVllmCbor;
+        else
+          InvalidArgument("algo must be 'sha256' or 'sha256_cbor', not '" + algo + "'");
+        in.hash_seed = hash_seed;
+        in.lora_name = lora_name;
+        in.lora_path = lora_path;
+        in.cache_salt = cache_salt;
         return IdsTo(strata::ComputeVllmBlockIds(block_size, TokensFrom(tokens), in));
       },
-      py::arg("tokens"), py::arg("block_size"), py::arg("hash_seed") = "0",
-      py::arg("lora_name") = "", py::arg("cache_salt") = "",
-      "Block hashes of every full block of `tokens`, as vLLM computes them with "
-      "prefix_caching_hash_algo='sha256_cbor' and PYTHONHASHSEED=hash_seed.");
+      py::arg("tokens"), py::arg("block_size"), py::arg("algo") = "sha256",
+      py::arg("hash_seed") = std::string(strata::kVllmDefaultHashSeed), py::arg("lora_name") = "",
+      py::arg("lora_path") = "", py::arg("cache_salt") = "",
+      "Block hashes of every full block of `tokens` as vLLM computes them with "
+      "prefix_caching_hash_algo=algo and PYTHONHASHSEED=hash_seed (unset: 'vllm-none-hash').");
 }

@@ -33,10 +33,13 @@ namespace strata {
 // encodes each layout-shaped block on publish and decodes it on fetch.
 inline constexpr std::string_view kOpaqueCodecPolicy = "opaque";
 
-// How a namespace names its blocks. kStrata: the chain above. kVllm: exactly as vLLM names the
-// blocks of its prefix cache (strata/vllm_ids.h), so an engine, a router and Strata agree on ids;
-// the namespace, which carries the tenant salt, still scopes every call.
-enum class IdScheme : uint8_t { kStrata = 0, kVllm = 1 };
+// How a namespace names its blocks. kStrata ("strata"): the chain above. kVllm ("vllm") and
+// kVllmCbor ("vllm_cbor"): exactly as vLLM names the blocks of its prefix cache with
+// prefix_caching_hash_algo "sha256" (its default) or "sha256_cbor" (strata/vllm_ids.h), so an
+// engine, a router and Strata agree on ids. The namespace, which carries the tenant salt, still
+// scopes every call: another tenant's namespace never sees these blocks, though it names them
+// alike (docs/engines.md says how the two combine).
+enum class IdScheme : uint8_t { kStrata = 0, kVllm = 1, kVllmCbor = 2 };
 std::string_view IdSchemeName(IdScheme s);
 absl::StatusOr<IdScheme> ParseIdScheme(std::string_view name);
 

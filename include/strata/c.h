@@ -67,8 +67,8 @@ STRATA_C_EXPORT void strata_options_set_lookup_fast_path(strata_options_t* optio
 STRATA_C_EXPORT void strata_options_set_same_node(strata_options_t* options, int on);
 /* "auto", "rma" or "push". */
 STRATA_C_EXPORT void strata_options_set_fetch_transfer(strata_options_t* options, const char* how);
-/* The engine's PYTHONHASHSEED, for namespaces with the "vllm" id scheme (default: this
- * process's PYTHONHASHSEED). */
+/* The engine's PYTHONHASHSEED, for namespaces with a vLLM id scheme (default: this process's
+ * PYTHONHASHSEED, else vLLM's fixed default). */
 STRATA_C_EXPORT void strata_options_set_vllm_hash_seed(strata_options_t* options,
                                                        const char* seed);
 /* Silences the library's diagnostics (otherwise warnings go to stderr). */
@@ -89,7 +89,8 @@ STRATA_C_EXPORT void strata_ns_spec_set_parallel(strata_ns_spec_t* spec, uint32_
 STRATA_C_EXPORT void strata_ns_spec_set_lora(strata_ns_spec_t* spec, const char* lora_id);
 /* "opaque" (stored as given; the default) or a codec spec such as "int8". */
 STRATA_C_EXPORT void strata_ns_spec_set_codec(strata_ns_spec_t* spec, const char* codec_policy);
-/* "strata" (the default) or "vllm": block ids are derived as vLLM names its blocks. */
+/* "strata" (the default), "vllm" or "vllm_cbor": block ids are derived as vLLM names its blocks
+ * with prefix_caching_hash_algo "sha256" or "sha256_cbor". */
 STRATA_C_EXPORT int strata_ns_spec_set_id_scheme(strata_ns_spec_t* spec, const char* scheme,
                                                  char** errptr);
 /* Uncompressed bytes of one block of the spec's layout (0 before a layout is set). */

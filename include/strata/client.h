@@ -53,9 +53,9 @@ struct ClientOptions {
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
   bool same_node = true;
-  // Namespaces with IdScheme::kVllm: the engine's PYTHONHASHSEED, from which vLLM derives the
+  // Namespaces with a vLLM id scheme: the engine's PYTHONHASHSEED, from which vLLM derives the
   // parent of every first block. Empty: this process's PYTHONHASHSEED (the engine's own, when
-  // libstrata runs inside it); with neither, such namespaces are reachable by id only.
+  // libstrata runs inside it), or vLLM's fixed default seed when that is unset too.
   std::string vllm_hash_seed;
   // Where diagnostics go. Unset: warnings and errors are written to stderr, prefixed
   // "libstrata: ", and the rest is dropped; a sink that ignores everything silences the library.
@@ -161,7 +161,7 @@ class Client {
                                            std::span<const ConstBuffer> blocks);
 
   // Ids of every full block of `tokens` under the namespace's id scheme. `cache_salt` is the
-  // request's salt of an IdScheme::kVllm namespace (it enters the first block's id).
+  // request's salt in a namespace with a vLLM id scheme (it enters the first block's id).
   absl::StatusOr<std::vector<BlockId>> BlockIds(const NamespaceId& ns,
                                                 std::span<const uint32_t> tokens,
                                                 std::string_view cache_salt = {}) const;

@@ -1,14 +1,16 @@
-// Block ids as vLLM names the blocks of its prefix cache (prefix_caching_hash_algo
-// "sha256_cbor"), for namespaces with IdScheme::kVllm:
+// Block ids as vLLM 0.32 names the blocks of its prefix cache, for namespaces whose id scheme is
+// IdScheme::kVllm (prefix_caching_hash_algo "sha256", vLLM's default) or kVllmCbor
+// ("sha256_cbor"):
 //
-//   id[i] = SHA-256(CBOR([parent, [t0, t1, ...], extra_keys]))
+//   id[i] = SHA-256(serialize((parent, tuple(block tokens), extra_keys)))
 //
-// CBOR in canonical form (RFC 8949: shortest integer and length heads); parent is id[i-1], or
-// for i = 0 vLLM's NONE_HASH, which is SHA-256(CBOR(seed string)) of the engine's
-// PYTHONHASHSEED. extra_keys is null or the array vLLM builds for the block: the LoRA name on
-// every block, then the request's cache salt on the first block only. Blocks that carry
-// multimodal or prompt-embedding keys are named by the engine itself (publish them by id).
-// tests/common/vllm_ids_test.cc pins these against ids computed by vLLM's own code.
+// serialize is pickle protocol 5 for "sha256" and canonical CBOR for "sha256_cbor". parent is
+// id[i-1], or for i = 0 vLLM's NONE_HASH = SHA-256(serialize(seed)), where seed is the engine's
+// PYTHONHASHSEED, or "vllm-none-hash" when that is unset. extra_keys is None, or a tuple of the
+// keys vLLM adds: ("lora", name, path) on every block of a LoRA request, then
+// ("cache_salt", salt) on the first block only. Blocks that carry multimodal or prompt-embedding
+// keys are named by the engine itself (publish them by id).
+// python/tests (test_vllm_ids.py, and test_vllm_engine_ids.py with vLLM's own code) pin these.
 #pragma once
 
 #include <cstdint>
@@ -16,24 +18,23 @@
 #include <string>
 #include <vector>
 
-#include "strata/digest.h"
+#include "strata/block_id.h"
 
 namespace strata {
 
+// vLLM's seed when PYTHONHASHSEED is unset.
+inline constexpr std::string_view kVllmDefaultHashSeed = "vllm-none-hash";
+
 struct VllmHashInputs {
-  // The engine's PYTHONHASHSEED: NONE_HASH derives from it. vLLM draws a random NONE_HASH when
-  // the engine runs without one, and then no other process can reproduce its ids.
-  std::string hash_seed = "0";
-  std::string lora_name;   // empty: no LoRA
+  IdScheme scheme = IdScheme::kVllm;  // kVllm or kVllmCbor
+  std::string hash_seed{kVllmDefaultHashSeed};
+  std::string lora_name;  // empty: no LoRA
+  std::string lora_path;
   std::string cache_salt;  // empty: no salt
 };
 
-// vLLM's NONE_HASH for `hash_seed`.
-Digest VllmNoneHash(std::string_view hash_seed);
-
-// One block's id given its parent and its array of extra keys (empty: null).
-Digest VllmBlockHash(const Digest& parent, std::span<const uint32_t> block_tokens,
-                     std::span<const std::string> extra_keys = {});
+// NONE_HASH for the scheme and seed.
+Digest VllmNoneHash(IdScheme scheme, std::string_view hash_seed);
 
 // Ids of every full block of `tokens`.
 std::vector<Digest> ComputeVllmBlockIds(uint32_t tokens_per_block,
