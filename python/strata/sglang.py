@@ -124,6 +124,7 @@ class StrataStorage(HiCacheStorage):
         self._prefetch_bw: List[float] = []
         self._backup_bw: List[float] = []
         self._metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
+        self._meta_warned = False
 
     # ---- setup ---------------------------------------------------------------------------
 
@@ -294,10 +295,19 @@ class StrataStorage(HiCacheStorage):
     # ---- zero-copy interface (extra_config interface_v1) ---------------------------------
 
     def _page_meta(self, keys, host_indices):
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        if len(ptrs) != len(keys) * self._parts:
-            raise ValueError(f"strata: {len(ptrs)} page parts for {len(keys)} keys "
-                             f"(expected {self._parts} per page)")
+        """(address, nbytes) of every part of the pages, or None (logged once) if the pool
+        cannot say."""
+        try:
+            ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+            if len(ptrs) != len(keys) * self._parts:
+                raise ValueError(f"{len(ptrs)} page parts for {len(keys)} keys "
+                                 f"(expected {self._parts} per page)")
+        except Exception as e:
+            if not self._meta_warned:
+                self._meta_warned = True
+                logger.error("strata: no zero-copy page addresses from the host pool (%s); "
+                             "batch_get_v1/batch_set_v1 miss", e)
+            return None
         return list(zip(ptrs, sizes))
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
@@ -306,8 +316,11 @@ class StrataStorage(HiCacheStorage):
             return []
         if self.mem_pool_host is None:
             return [False] * len(keys)
+        meta = self._page_meta(keys, host_indices)
+        if meta is None:
+            return [False] * len(keys)
         t0 = time.perf_counter()
-        got = self._fetch(keys, self._page_meta(keys, host_indices))
+        got = self._fetch(keys, meta)
         out, hit = [], True
         for g in got:
             hit = hit and g
@@ -329,8 +342,11 @@ class StrataStorage(HiCacheStorage):
             return [True] * len(keys)  # MLA: one rank writes the shared latent
         if self.mem_pool_host is None:
             return [False] * len(keys)
+        meta = self._page_meta(keys, host_indices)
+        if meta is None:
+            return [False] * len(keys)
         t0 = time.perf_counter()
-        out = self._publish(keys, extra_info, self._page_meta(keys, host_indices))
+        out = self._publish(keys, extra_info, meta)
         if self._metrics and any(out):
             self._backup_pgs.append(sum(out))
             self._backup_bw.append(sum(out) * sum(self._part_bytes) / 1e9

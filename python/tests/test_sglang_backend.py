@@ -230,3 +230,19 @@ def test_daemon_started_late_and_paused(device_pool, caplog):
     assert backend.counters()["reconnects"] >= 1
     backend.close()
     d.stop()
+
+
+def test_pool_without_page_meta_misses_instead_of_raising(daemon, device_pool, monkeypatch):
+    host = make_host(device_pool)
+    backend = make_backend(host, daemon.endpoint)
+    idx = pages(host, 1)
+    assert backend.batch_set_v1(["m0"], idx) == [True]
+
+    def no_meta(indices):
+        raise ValueError("Unsupported layout")
+
+    monkeypatch.setattr(host, "get_page_buffer_meta", no_meta)
+    assert backend.batch_set_v1(["m1"], idx) == [False]
+    assert backend.batch_get_v1(["m0"], idx) == [False]
+    assert backend.batch_exists(["m0"]) == 1  # the daemon is fine; only this pool's meta is not
+    backend.close()
