@@ -127,6 +127,20 @@ cluster:
   rereplicate: true
   # Deadline of every call to another daemon.
   peer_timeout: 1s
+
+# KV events in vLLM's format (msgpack over ZMQ) for KV-aware routers (llm-d, Dynamo):
+# BlockStored when a block is committed to host memory, BlockRemoved when it leaves it, one
+# topic per namespace ("kv@NODE@MODEL@NAMESPACE").
+events:
+  # ZMQ endpoint the publisher binds, e.g. tcp://0.0.0.0:5557 (port "*": any free one). Empty: off.
+  endpoint: ""
+  # Where a subscriber that reconnects asks for the batches it missed (vLLM's replay protocol).
+  replay_endpoint: ""
+  # Batches kept for replay.
+  buffer_steps: 10000
+  # Block hashes as vLLM sends them by default: the id's last 8 bytes as an unsigned integer.
+  # false: the whole 32-byte id as binary.
+  int_hashes: true
 )yaml";
 
 using Setter = std::function<absl::Status(const YAML::Node&, DaemonConfig&)>;
@@ -316,6 +330,13 @@ std::map<std::string, Setter> Setters() {
       Read<uint32_t>("cluster.directory_owners", At(&C::cluster, &K::directory_owners));
   s["cluster.replicas"] = Read<uint32_t>("cluster.replicas", At(&C::cluster, &K::replicas));
   s["cluster.rereplicate"] = Read<bool>("cluster.rereplicate", At(&C::cluster, &K::rereplicate));
+
+  using E = EventsConfig;
+  s["events.endpoint"] = Read<std::string>("events.endpoint", At(&C::events, &E::endpoint));
+  s["events.replay_endpoint"] =
+      Read<std::string>("events.replay_endpoint", At(&C::events, &E::replay_endpoint));
+  s["events.buffer_steps"] = Read<uint32_t>("events.buffer_steps", At(&C::events, &E::buffer_steps));
+  s["events.int_hashes"] = Read<bool>("events.int_hashes", At(&C::events, &E::int_hashes));
   return s;
 }
 
@@ -405,6 +426,14 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("host_tier.low_watermark",
                       "watermarks need 0 < low_watermark <= high_watermark <= 1");
   if (c.host.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
+  for (const auto& [field, value] : {std::pair{"events.endpoint", c.events.endpoint},
+                                     std::pair{"events.replay_endpoint", c.events.replay_endpoint}})
+    if (!value.empty() && value.rfind("tcp://", 0) != 0 && value.rfind("ipc://", 0) != 0)
+      return FieldError(field, "must be a ZMQ tcp:// or ipc:// endpoint, or empty");
+  if (!c.events.replay_endpoint.empty() && c.events.endpoint.empty())
+    return FieldError("events.replay_endpoint", "needs events.endpoint");
+  if (!c.events.endpoint.empty() && c.events.buffer_steps == 0)
+    return FieldError("events.buffer_steps", "must be > 0");
   auto one_of = [](const std::string& v, const std::vector<std::string_view>& names) {
     return std::find(names.begin(), names.end(), v) != names.end();
   };

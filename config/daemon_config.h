@@ -68,6 +68,14 @@ struct NvmeTierConfig {
   bool sync_after_write = true;
 };
 
+// KV events for KV-aware routers (daemon/events/kv_event_publisher.h).
+struct EventsConfig {
+  std::string endpoint;         // ZMQ endpoint the PUB socket binds; empty: no events
+  std::string replay_endpoint;  // ROUTER socket for replays; empty: none
+  uint32_t buffer_steps = 10000;
+  bool int_hashes = true;
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -80,6 +88,7 @@ struct DaemonConfig {
   NvmeTierConfig nvme;
   absl::Duration shutdown_grace;
   ClusterConfig cluster;
+  EventsConfig events;
 };
 
 // Parses YAML over the defaults: fields absent from `yaml` keep their default value.

@@ -22,6 +22,7 @@
 #include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/daemon_metrics.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -50,6 +51,9 @@ struct Daemon::Impl {
   absl::Status StartServices();
   // Membership and the cluster layer (they need the bound address).
   absl::Status StartCluster();
+  // The KV event publisher when configured, and the store's change hook feeding it and the
+  // cluster's directory.
+  absl::Status StartEvents();
   // Ends expired reservations, leases and pins in the background.
   void StartReclaim();
   void LogStarted() const;
@@ -81,6 +85,7 @@ struct Daemon::Impl {
   // Set once membership is up.
   std::unique_ptr<Cluster> cluster;
   std::atomic<Cluster*> cluster_ptr{nullptr};
+  std::unique_ptr<KvEventPublisher> events;
   absl::Notification stop_reclaim;
   std::thread reclaim;
   bool shut_down = false;
@@ -184,6 +189,16 @@ Daemon::~Daemon() { Shutdown(); }
 
 const std::string& Daemon::endpoint() const { return impl_->endpoint; }
 
+const std::string& Daemon::events_endpoint() const {
+  static const std::string kNone;
+  return impl_->events ? impl_->events->endpoint() : kNone;
+}
+
+const std::string& Daemon::events_replay_endpoint() const {
+  static const std::string kNone;
+  return impl_->events ? impl_->events->replay_endpoint() : kNone;
+}
+
 const std::string& Daemon::http_endpoint() const {
   static const std::string kNone;
   return impl_->http ? impl_->http->endpoint() : kNone;
@@ -200,6 +215,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   STRATA_RETURN_IF_ERROR(impl->OpenStore(std::move(secret)));
   STRATA_RETURN_IF_ERROR(impl->StartServices());
   STRATA_RETURN_IF_ERROR(impl->StartCluster());
+  STRATA_RETURN_IF_ERROR(impl->StartEvents());
   impl->StartReclaim();
   impl->serving.store(true, std::memory_order_release);
   impl->LogStarted();
@@ -375,6 +391,23 @@ absl::Status Daemon::Impl::StartCluster() {
   return absl::OkStatus();
 }
 
+absl::Status Daemon::Impl::StartEvents() {
+  if (!config.events.endpoint.empty()) {
+    auto started = KvEventPublisher::Start({config.events, node_id}, *namespaces);
+    if (!started.ok()) {
+      cluster->Stop();
+      server->Shutdown(std::chrono::system_clock::now());
+      return started.status();
+    }
+    events = std::move(*started);
+  }
+  store->SetChangeHook([c = cluster.get(), e = events.get()](const BlockEvent& event) {
+    c->OnBlockEvent(event);
+    if (e) e->OnBlockEvent(event);
+  });
+  return absl::OkStatus();
+}
+
 void Daemon::Impl::StartReclaim() {
   const absl::Duration period = std::min(
       {absl::Seconds(1), config.host.reservation_timeout / 4, config.host.lease_timeout / 4});
@@ -411,6 +444,8 @@ void Daemon::Shutdown() {
   if (d.cluster) d.cluster->Stop();
   // Everything admitted has finished (or is being cancelled): close the server at once.
   d.server->Shutdown(std::chrono::system_clock::now());
+  d.store->SetChangeHook(nullptr);
+  if (d.events) d.events->Stop();
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();

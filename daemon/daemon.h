@@ -19,6 +19,9 @@ class Daemon {
   const std::string& endpoint() const;
   // HTTP endpoint (/metrics, /healthz, /readyz) actually bound; empty when 'http_listen' is empty.
   const std::string& http_endpoint() const;
+  // KV event endpoints actually bound; empty when events are off (or there is no replay).
+  const std::string& events_endpoint() const;
+  const std::string& events_replay_endpoint() const;
   // Stops accepting calls, lets in-flight ones finish within config.shutdown_grace, then tears
   // down the data plane. Idempotent.
   void Shutdown();

@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
     out << "{\"endpoint\":\"" << (*daemon)->endpoint() << "\",";
     if (!(*daemon)->http_endpoint().empty())
       out << "\"http_endpoint\":\"" << (*daemon)->http_endpoint() << "\",";
+    if (!(*daemon)->events_endpoint().empty())
+      out << "\"events_endpoint\":\"" << (*daemon)->events_endpoint() << "\",";
+    if (!(*daemon)->events_replay_endpoint().empty())
+      out << "\"events_replay_endpoint\":\"" << (*daemon)->events_replay_endpoint() << "\",";
     out << "\"pid\":" << getpid() << "}\n";
     out.close();
     std::rename(tmp.c_str(), ready_file.c_str());

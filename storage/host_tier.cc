@@ -236,7 +236,7 @@ bool HostTier::Evictable(const Entry& e, absl::Time now) const {
 
 void HostTier::RemoveCommitted(uint32_t slot) {
   Entry& e = entries_[slot];
-  if (on_change_) on_change_({BlockEvent::kRemoved, e.id});
+  if (on_change_) on_change_({BlockEvent::kRemoved, e.id, namespace_ids_[e.ns], e.parent});
   policy_->OnRemove(e.id);
   index_.erase(e.id);
   stats_.committed_bytes -= e.size;
@@ -441,7 +441,7 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
       policy_->OnInsert(e.id, BlockMeta{e.parent, 1});
-      if (on_change_) on_change_({BlockEvent::kStored, e.id});
+      if (on_change_) on_change_({BlockEvent::kStored, e.id, namespace_ids_[e.ns], e.parent});
     } else {
       ++stats_.crc_failures;
       index_.erase(e.id);

@@ -43,6 +43,8 @@ namespace strata {
 struct BlockEvent {
   enum Kind : uint8_t { kStored, kRemoved } kind;
   BlockId id;
+  NamespaceId ns{};
+  BlockId parent{};  // zero for the first block of a chain
 };
 
 struct HostTierOptions {

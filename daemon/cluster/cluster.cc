@@ -49,7 +49,6 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, BlockSt
     return absl::Status(s.code(), absl::StrCat("cluster membership (", c->ctx_.config.membership,
                                                "): ", s.message()));
   c->OnView(c->membership_->View());
-  store.SetChangeHook([raw](const BlockEvent& e) { raw->announcer_->OnBlockEvent(e); });
   c->announcer_->Start();
   c->mover_->StartRepairs();
   return c;
@@ -57,9 +56,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, BlockSt
 
 Cluster::~Cluster() { Stop(); }
 
+void Cluster::OnBlockEvent(const BlockEvent& event) {
+  if (!stopped_.load(std::memory_order_acquire)) announcer_->OnBlockEvent(event);
+}
+
 void Cluster::Stop() {
   if (stopped_.exchange(true)) return;
-  store_.SetChangeHook(nullptr);
   announcer_->Stop();
   mover_->StopRepairs();
   if (absl::Status s = membership_->Leave(); !s.ok())

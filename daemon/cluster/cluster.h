@@ -46,6 +46,9 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
   // Stops announcing and repairing and leaves the membership. Idempotent.
   void Stop();
+  // A block became visible in this node's host memory or left it: what the directory learns.
+  // The daemon forwards the store's change hook here (cheap; called with the tier's lock held).
+  void OnBlockEvent(const BlockEvent& event);
 
   // Moves every block off this node (BlockMover::Drain), then stops announcing and leaves the
   // membership: peers stop sending work here.

@@ -105,6 +105,16 @@ class DaemonProcess {
     return std::string((std::istreambuf_iterator<char>(in)), {});
   }
 
+  // A string field of the daemon's ready file ("events_endpoint", ...); empty when absent.
+  std::string ReadyField(const std::string& name) const {
+    std::ifstream in(ready_);
+    std::string json((std::istreambuf_iterator<char>(in)), {});
+    auto k = json.find("\"" + name + "\":\"");
+    if (k == std::string::npos) return "";
+    k += name.size() + 4;
+    return json.substr(k, json.find('"', k) - k);
+  }
+
   void Signal(int sig) { kill(pid_, sig); }
 
   // Exit code once the process ends within `timeout`, nullopt if it is still running.
