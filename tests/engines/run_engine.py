@@ -3,7 +3,7 @@
     python tests/engines/run_engine.py --model DIR --prompts PROMPTS.json --out RESULT.json
         [--connector --endpoint HOST:PORT] [--prefix-caching 0|1] [--max-tokens 16]
 
-PROMPTS.json is a list of token-id lists. The process builds one LLM, runs a warm-up request,
+PROMPTS.json is a list of token-id lists (or {"prompts": [...]}). The process builds one LLM, runs a warm-up request,
 then two phases:
   timing:  each prompt alone with max_tokens=1 (its wall time is the request's prefill time,
            including the connector's lookup and load when there is one), in order;
@@ -55,6 +55,8 @@ def main():
                                        "strata.rpc_timeout": args.rpc_timeout})
     with open(args.prompts) as f:
         prompts = json.load(f)
+    if isinstance(prompts, dict):
+        prompts = prompts["prompts"]
     llm = LLM(model=args.model, skip_tokenizer_init=True, block_size=args.block_size,
               enforce_eager=True, dtype="bfloat16", max_model_len=2048,
               enable_prefix_caching=bool(args.prefix_caching), seed=0, **kw)
