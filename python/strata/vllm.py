@@ -59,7 +59,8 @@ by ``rpc_timeout``, so a dead or stopped daemon costs a request at most about th
 Tensor parallelism: each worker stores its own heads in the namespace of its ``tp_rank``; the
 scheduler looks blocks up in rank 0's namespace (all ranks save the same blocks).
 
-Counters: ``strata.vllm.COUNTERS`` (a dict, process-wide) and ``LOADED_TOKENS_BY_REQUEST``;
+Counters: ``strata.vllm.COUNTERS`` (a dict, process-wide; ``counters()`` copies it) and
+``LOADED_TOKENS_BY_REQUEST`` (tokens loaded per vLLM request id, the last 4096 requests);
 each worker logs them as one JSON line (``strata-connector stats {...}``) at shutdown.
 ``strata.vllm.wait_for_saves(timeout)`` waits until this process's publishes have completed.
 """
@@ -104,6 +105,13 @@ def _count(**deltas) -> None:
     with _counter_lock:
         for k, v in deltas.items():
             COUNTERS[k] = COUNTERS.get(k, 0) + v
+
+
+def _note_loaded(req_id, tokens) -> None:
+    with _counter_lock:
+        if req_id not in LOADED_TOKENS_BY_REQUEST and len(LOADED_TOKENS_BY_REQUEST) >= 4096:
+            LOADED_TOKENS_BY_REQUEST.pop(next(iter(LOADED_TOKENS_BY_REQUEST)))  # oldest
+        LOADED_TOKENS_BY_REQUEST[req_id] = LOADED_TOKENS_BY_REQUEST.get(req_id, 0) + tokens
 
 
 def counters() -> dict:
@@ -494,7 +502,7 @@ class StrataConnector(KVConnectorBase_V1):
                 if res.status[i] == strata.BlockStatus.OK and res.sizes[i] == self._block_bytes:
                     ok_slots.append(i)
                     ok_blocks.append(b)
-                    LOADED_TOKENS_BY_REQUEST[rid] = LOADED_TOKENS_BY_REQUEST.get(rid, 0) + self._bs
+                    _note_loaded(rid, self._bs)
                 else:
                     self._load_errors.add(b)
             if ok_blocks:

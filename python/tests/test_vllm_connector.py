@@ -209,9 +209,11 @@ def test_daemon_killed_or_stopped_mid_run():
         dst, _ = worker(d.endpoint, **{"strata.retry_after": 0.5})
         assert step(dst, loads=[("k", [5], [h(0)])]) == set()
 
-        d.pause()  # a stopped daemon: calls time out after rpc_timeout
+        # A stopped daemon: calls time out after rpc_timeout. The lookup may still answer from
+        # the client's fast path (the daemon's shared index); the fetch cannot.
+        d.pause()
         t0 = time.monotonic()
-        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert sched.get_num_new_matched_tokens(req, 0) in ((0, False), (3 * BS, False))
         assert step(dst, loads=[("k", [6], [h(1)])]) == {6}
         assert time.monotonic() - t0 < 4.0
         d.resume()
@@ -222,7 +224,7 @@ def test_daemon_killed_or_stopped_mid_run():
         d.kill()  # a dead daemon
         time.sleep(0.6)
         t0 = time.monotonic()
-        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert sched.get_num_new_matched_tokens(req, 0) in ((0, False), (3 * BS, False))
         assert step(dst, loads=[("k", [7], [h(2)])], saves=[chain_save("k", [8], 3)]) == {7}
         assert time.monotonic() - t0 < 3.0
         src.shutdown()
