@@ -209,12 +209,13 @@ def test_daemon_killed_or_stopped_mid_run():
         dst, _ = worker(d.endpoint, **{"strata.retry_after": 0.5})
         assert step(dst, loads=[("k", [5], [h(0)])]) == set()
 
-        # A stopped daemon: calls time out after rpc_timeout. The lookup may still answer from
-        # the client's fast path (the daemon's shared index); the fetch cannot.
+        # A stopped daemon: calls time out after rpc_timeout. Lookups and fetches may still be
+        # answered from the client's same-node fast paths (the daemon's shared memory), so either
+        # outcome is right; what matters is that nothing hangs or raises.
         d.pause()
         t0 = time.monotonic()
         assert sched.get_num_new_matched_tokens(req, 0) in ((0, False), (3 * BS, False))
-        assert step(dst, loads=[("k", [6], [h(1)])]) == {6}
+        assert step(dst, loads=[("k", [6], [h(1)])]) in (set(), {6})
         assert time.monotonic() - t0 < 4.0
         d.resume()
         time.sleep(0.6)  # past retry_after: it is used again
@@ -225,7 +226,7 @@ def test_daemon_killed_or_stopped_mid_run():
         time.sleep(0.6)
         t0 = time.monotonic()
         assert sched.get_num_new_matched_tokens(req, 0) in ((0, False), (3 * BS, False))
-        assert step(dst, loads=[("k", [7], [h(2)])], saves=[chain_save("k", [8], 3)]) == {7}
+        assert step(dst, loads=[("k", [7], [h(2)])], saves=[chain_save("k", [8], 3)]) in (set(), {7})
         assert time.monotonic() - t0 < 3.0
         src.shutdown()
         dst.shutdown()
