@@ -400,6 +400,7 @@ absl::Status Daemon::Impl::StartEvents() {
       return started.status();
     }
     events = std::move(*started);
+    RegisterEventSeries(metrics, events.get());
   }
   store->SetChangeHook([c = cluster.get(), e = events.get()](const BlockEvent& event) {
     c->OnBlockEvent(event);

@@ -1,6 +1,7 @@
 #include "daemon/daemon_metrics.h"
 
 #include "daemon/cluster/cluster.h"
+#include "daemon/events/kv_event_publisher.h"
 
 namespace strata::daemon {
 
@@ -174,6 +175,17 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     y.crc_failures->Set(n.nvme_crc_failures);
     y.pressure_drops->Set(s.pressure_drops);
   }
+}
+
+void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events) {
+  Counter* batches = m.AddCounter("strata_kv_event_batches_total",
+                                  "KV event batches published over ZMQ (one per namespace and tick).");
+  Counter* dropped = m.AddCounter("strata_kv_events_dropped_total",
+                                  "KV events dropped because the publisher's queue was full.");
+  m.AddCollector([events, batches, dropped] {
+    batches->Set(events->batches_published());
+    dropped->Set(events->events_dropped());
+  });
 }
 
 void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster) {

@@ -38,4 +38,8 @@ class StoreSeries {
 // The cluster series; each scrape reads them from `*cluster` once it is set.
 void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster);
 
+class KvEventPublisher;
+// The KV event series (when events are on); `events` outlives the registry's scrapes.
+void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events);
+
 }  // namespace strata::daemon

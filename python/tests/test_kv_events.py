@@ -1,6 +1,7 @@
 """stratad's KV events read by a real ZMQ subscriber: decoded with msgpack, and with vLLM's own
 KVEventBatch decoder when vLLM is installed (the format a router written for vLLM expects)."""
 import time
+import urllib.request
 
 import msgpack
 import pytest
@@ -9,8 +10,8 @@ import zmq
 import strata
 from conftest import SMALL, SMALL_BLOCK_BYTES, Daemon
 
-EVENTS_CONFIG = ("host_tier:\n  capacity: 64MiB\nevents:\n  endpoint: tcp://127.0.0.1:*\n"
-                 "  replay_endpoint: tcp://127.0.0.1:*\n")
+EVENTS_CONFIG = ("host_tier:\n  capacity: 64MiB\nhttp_listen: 127.0.0.1:0\n"
+                 "events:\n  endpoint: tcp://127.0.0.1:*\n  replay_endpoint: tcp://127.0.0.1:*\n")
 
 
 @pytest.fixture
@@ -67,6 +68,14 @@ def test_published_and_evicted_blocks_reach_a_subscriber(events_daemon):
     assert all(t.startswith("kv@") and t.endswith(ns.hex()[:16]) for t, _, _ in batches)
     seqs = [s for _, s, _ in batches]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+    # Prometheus sees the batches published and no drops.
+    metrics = urllib.request.urlopen(f"http://{events_daemon.info['http_endpoint']}/metrics",
+                                     timeout=5).read().decode()
+    values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+              if line.startswith("strata_kv_event")}
+    assert values["strata_kv_event_batches_total"] >= len(batches)
+    assert values["strata_kv_events_dropped_total"] == 0
 
 
 
