@@ -70,6 +70,7 @@ struct DataMover::PushWait {
   uint64_t request_id = 0;
   std::span<const BlockMove> blocks;
   std::vector<ucp_mem_h> memh;
+  std::vector<uint8_t> arrived;  // per block: a daemon that sends one twice is refused
   size_t done = 0;
   absl::Status error;
   std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
@@ -120,27 +121,41 @@ absl::Status DataMover::Redial() {
   if (ep_)
     Log(options_.log, LogLevel::kInfo, "data-plane endpoint failed; connecting to stratad again");
   STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
-  // The old mapping dies with the old endpoint's remote key: no copy may still use it.
-  StopPrefault();
-  {
-    std::unique_lock<std::shared_mutex> map_lock(map_mu_);
-    mapped_arena_ = nullptr;
-  }
-  ep_.reset();
   // Same node: keep shared-memory transports (see Worker::Connect); the deadlines of the
   // control and data planes then detect a daemon that died.
   STRATA_ASSIGN_OR_RETURN(
-      ep_, worker_->Connect(arena.worker_address, options_.same_node
-                                                      ? transport::Worker::PeerFailure::kIgnore
-                                                      : transport::Worker::PeerFailure::kDetect));
-  STRATA_RETURN_IF_ERROR(ep_->SetRemoteKey(arena.rkey));
-  std::unique_lock<std::shared_mutex> map_lock(map_mu_);
-  arena_base_ = arena.base;
-  arena_bytes_ = arena.bytes;
-  mapped_arena_ = static_cast<uint8_t*>(ep_->MapRemote(arena_base_));
-  map_lock.unlock();
-  if (mapped_arena_ != nullptr) StartPrefault();
+      std::unique_ptr<transport::Endpoint> ep,
+      worker_->Connect(arena.worker_address, options_.same_node
+                                                 ? transport::Worker::PeerFailure::kIgnore
+                                                 : transport::Worker::PeerFailure::kDetect));
+  STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));
+  auto* mapped = static_cast<uint8_t*>(ep->MapRemote(arena.base));
+  // The old mapping lives exactly as long as the old endpoint (its remote key), and copies
+  // through it run under map_mu_ shared without ucx_mu_: the swap waits for them, and the old
+  // endpoint goes only once no copy can still hold its mapping.
+  StopPrefault();
+  std::unique_ptr<transport::Endpoint> old;
+  {
+    std::unique_lock<std::shared_mutex> map_lock(map_mu_);
+    old = std::move(ep_);
+    ep_ = std::move(ep);
+    arena_base_ = arena.base;
+    arena_bytes_ = arena.bytes;
+    mapped_arena_ = mapped;
+  }
+  old.reset();
+  if (mapped != nullptr) StartPrefault();
   return absl::OkStatus();
+}
+
+absl::Status DataMover::RedialIfFailed() {
+  {
+    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+    if (ep_ && !ep_->failed()) return absl::OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (ep_ && !ep_->failed()) return absl::OkStatus();  // another thread redialed meanwhile
+  return Redial();
 }
 
 absl::Status DataMover::RegisterBuffer(void* data, size_t size) {
@@ -195,6 +210,8 @@ absl::Status DataMover::CheckExtents(std::span<const BlockMove> blocks) const {
 absl::StatusOr<PutOutcome> DataMover::Put(std::span<const BlockMove> blocks,
                                           absl::Duration expires_in) {
   const absl::Time deadline = DeadlineWithin(expires_in);
+  // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
+  STRATA_RETURN_IF_ERROR(RedialIfFailed());
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);
     if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr) == Route::kMapped) {
@@ -212,6 +229,7 @@ absl::StatusOr<PutOutcome> DataMover::Put(std::span<const BlockMove> blocks,
 absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const BlockMove> blocks,
                                           bool verify, absl::Duration expires_in) {
   const absl::Time deadline = DeadlineWithin(expires_in);
+  STRATA_RETURN_IF_ERROR(RedialIfFailed());
   std::shared_lock<std::shared_mutex> map_lock(map_mu_);
   GetOutcome out{ChooseRoute(Direction::kGet, mapped_arena_ != nullptr), {}};
   if (out.route == Route::kMapped) {
@@ -373,6 +391,7 @@ absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMo
   w.request_id = next_request_id_++;
   w.blocks = blocks;
   w.on_landed = &on_landed;
+  w.arrived.assign(blocks.size(), 0);
   std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
   am_wire::PutU64(header.data(), w.request_id);
   am_wire::PutU64(header.data() + 8, lease_id);
@@ -466,10 +485,13 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
                      absl::StrCat("daemon refused the fetch: ", std::string(m.data)));
     return false;
   }
-  if (index >= w.blocks.size() || m.length != w.blocks[index].length) {
+  // Counted once per block: a duplicate would count a block that never came as landed.
+  if (index >= w.blocks.size() || m.length != w.blocks[index].length || w.arrived[index] ||
+      (!m.rendezvous && m.data.size() != m.length)) {
     w.error = absl::InternalError("daemon sent a block that does not match the request");
     return false;
   }
+  w.arrived[index] = 1;
   if (m.rendezvous) {
     w.kept.emplace_back(index, m.desc);
     return true;
@@ -485,6 +507,7 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
                                                      absl::Duration timeout) {
   if (header.size() < 8) return absl::InvalidArgumentError("a request header starts with its id");
   std::lock_guard<std::mutex> lock(ucx_mu_);
+  // ep_ changes only under ucx_mu_ (and map_mu_), so reading it here needs no more.
   if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
   const absl::Time deadline = absl::Now() + timeout;
   ExchangeWait wait;
@@ -492,7 +515,11 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
   wait.reply_am = reply_am;
   am_wire::PutU64(header.data(), wait.request_id);
   exchange_wait_ = &wait;
-  absl::Status sent = ep_->AmSend(request_am, header, data, deadline);
+  // Posted, not sent with a deadline: a send that outlives its deadline would have to close the
+  // endpoint (the bytes are the caller's), and a daemon that stalls for a moment must cost a
+  // lookup its fast path, not every other user of the endpoint their connection. The posted
+  // request owns its bytes until UCX is done with them.
+  absl::Status sent = ep_->AmPost(request_am, std::move(header), std::move(data));
   unsigned spins = 0;
   while (sent.ok() && !wait.done) {
     worker_->Progress();

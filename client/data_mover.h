@@ -134,6 +134,8 @@ class DataMover {
   DataMover(DataMoverOptions options, Dialer dial);
   Route ChooseRoute(Direction direction, bool mapped) const;
   absl::Status Redial();  // ucx_mu_ held
+  // Redials when the endpoint has failed (takes ucx_mu_ then); map_mu_ and ucx_mu_ not held.
+  absl::Status RedialIfFailed();
   absl::Status CheckExtents(std::span<const BlockMove> blocks) const;
   ucp_mem_h FindMemh(const void* p, size_t n);
   absl::Time DeadlineWithin(absl::Duration expires_in) const;
@@ -175,8 +177,10 @@ class DataMover {
   PushWait* push_wait_ = nullptr;
   ExchangeWait* exchange_wait_ = nullptr;
 
-  // The daemon's arena mapped into this process when UCX reaches it over shared memory. Copies
-  // hold map_mu_ shared; redialing replaces the mapping under it exclusively.
+  // The daemon's arena mapped into this process when UCX reaches it over shared memory; valid
+  // while ep_ (its remote key) lives, failed or not. Copies hold map_mu_ shared; redialing
+  // replaces ep_ and the mapping together under it exclusively, and destroys the old endpoint
+  // only after that. ep_ is written under both ucx_mu_ and map_mu_, so either lock reads it.
   mutable std::shared_mutex map_mu_;
   uint8_t* mapped_arena_ = nullptr;
 

@@ -416,6 +416,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*
     resp->set_transport(data_plane_.transports);
     c["lookups_total"] = s.lookups;
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
+    if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
     c["fetch_hit_blocks_total"] = s.acquire_hit_blocks;
@@ -499,15 +500,23 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
   });
 }
 
+void CacheService::DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why) {
+  if (data_plane_.am_drops) data_plane_.am_drops->Note(id, m, why);
+}
+
 void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
-  if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes) return;  // not ours
+  // Without a reply endpoint or a request id there is nobody to answer: dropped.
+  if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes)
+    return DropAm(w::kLookupRequestAm, m, "lookup request without a reply endpoint or with a "
+                                          "header that is not 40 bytes");
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = w::GetU64(m.header.data());
   std::string data;
   absl::StatusCode code = absl::StatusCode::kOk;
   auto fail = [&](absl::StatusCode failure, std::string message) {
+    if (failure == absl::StatusCode::kInvalidArgument) DropAm(w::kLookupRequestAm, m, message);
     code = failure;
     h.code = static_cast<uint32_t>(failure);  // am_wire carries absl codes
     data = std::move(message);
@@ -545,7 +554,9 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
 
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
-  if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes) return;
+  if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes)
+    return DropAm(w::kFetchRequestAm, m, "fetch request without a reply endpoint or with a "
+                                         "header that is not 24 bytes");
   const uint64_t request_id = w::GetU64(m.header.data());
   const uint64_t lease_id = w::GetU64(m.header.data() + 8);
   const uint32_t count = w::GetU32(m.header.data() + 16);
@@ -557,6 +568,7 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     return h;
   };
   auto refuse = [&](absl::StatusCode code, std::string why) {
+    if (code == absl::StatusCode::kInvalidArgument) DropAm(w::kFetchRequestAm, m, why);
     worker->AmReply(m.reply_ep, w::kFetchBlockAm, block_header(w::kFetchRefused, code),
                     std::move(why));
   };
@@ -569,10 +581,16 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   // Every extent must be one its lease holds: the lease keeps it from being freed or
   // overwritten until the client releases it after the last byte arrived.
   std::vector<ArenaExtent> extents(count);
+  uint64_t total = 0;
   for (uint32_t i = 0; i < count; ++i) {
     extents[i] = {w::GetU64(m.data.data() + 16 * i), w::GetU64(m.data.data() + 16 * i + 8)};
     if (extents[i].size > arena_bytes || extents[i].offset > arena_bytes - extents[i].size)
       return refuse(absl::StatusCode::kInvalidArgument, "an extent lies outside the arena");
+    // One request may ask for at most the arena's worth of bytes: many copies of one leased
+    // extent would otherwise queue unbounded sends from a single small message.
+    total += extents[i].size;
+    if (total > arena_bytes)
+      return refuse(absl::StatusCode::kInvalidArgument, "the extents add up to more than the arena");
   }
   if (!store_->LeaseCovers(lease_id, extents))
     return refuse(absl::StatusCode::kFailedPrecondition,

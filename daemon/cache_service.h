@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/am_drops.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/block_store.h"
@@ -25,6 +26,7 @@ struct DataPlaneInfo {
   std::string worker_address;
   std::string arena_rkey;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
+  AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   std::string transports;
   bool huge_pages = false;
 };
@@ -95,6 +97,8 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // Counts and (rate-limited) logs a malformed active message.
+  void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
 
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }

@@ -65,6 +65,7 @@ struct Daemon::Impl {
   std::unique_ptr<RpcMetrics> rpc_metrics;
   std::unique_ptr<StoreSeries> store_series;
   std::shared_ptr<transport::Context> ucx;
+  AmDrops am_drops;  // outlives the worker, whose handlers count into it
   std::unique_ptr<transport::Worker> worker;
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
@@ -281,6 +282,12 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   }
   // Installed before the progress thread runs (the worker is serialized); lookups arriving
   // before the service exists are dropped and their senders fall back to gRPC.
+  // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
+  // counted and logged at a bounded rate instead of warned about by UCX once per message.
+  STRATA_RETURN_IF_ERROR(worker->SetAmDropHandler(
+      [this](uint16_t id, const transport::AmMessage& m, std::string_view why) {
+        am_drops.Note(id, m, why);
+      }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
@@ -293,6 +300,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
       }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kPeerLocateAm, [this](const transport::AmMessage& m) {
+        if (m.reply_ep == nullptr || m.header.size() != 8)
+          return am_drops.Note(am_wire::kPeerLocateAm, m,
+                               "locate request without a reply endpoint or an 8-byte header");
         Cluster* c = cluster_ptr.load(std::memory_order_acquire);
         if (c) c->locator().HandleAmLocate(m, worker.get());
       }));
@@ -334,6 +344,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.worker_address = worker->address();
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
   dp.arena_memh = region->handle();
+  dp.am_drops = &am_drops;
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
   service = std::make_unique<CacheService>(store.get(), namespaces.get(), dp);

@@ -113,8 +113,11 @@ ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* dat
   if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) m.reply_ep = param->reply_ep;
   const auto& h = *static_cast<const Worker::InstalledAmHandler*>(arg);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    if (!h.takes_rendezvous) return UCS_OK;  // dropped: the handler expects eager messages
     m.rendezvous = true;
+    if (!h.takes_rendezvous) {  // dropped: the handler expects eager messages
+      if (h.on_drop) (*h.on_drop)(h.id, m, "rendezvous payload for an eager-only handler");
+      return UCS_OK;
+    }
     m.desc = data;
     // Kept: the handler receives (or discards) it later. Not kept: UCX drops it.
     return h.handle(m) ? UCS_INPROGRESS : UCS_OK;
@@ -214,7 +217,33 @@ absl::Status Worker::SetAmRendezvousHandler(uint16_t id, AmRendezvousHandler han
   return InstallAmHandler(id, std::move(h));
 }
 
+absl::Status Worker::SetAmDropHandler(AmDropHandler on_drop) {
+  on_drop_ = std::make_unique<AmDropHandler>(std::move(on_drop));
+  unknown_ids_ = std::make_unique<InstalledAmHandler>();
+  unknown_ids_->on_drop = on_drop_.get();
+  unknown_ids_->handle = [drop = on_drop_.get()](const AmMessage& m) {
+    (*drop)(kUnknownAmId, m, "no handler for this active message id");
+    return false;
+  };
+  // UCX keeps one small entry per id up to the largest registered, so all 65536 cost ~1.5 MiB.
+  for (uint32_t id = 0; id <= 0xffff; ++id) {
+    if (am_handlers_.contains(static_cast<uint16_t>(id))) continue;
+    ucp_am_handler_param_t p{};
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    p.id = id;
+    p.cb = OnAm;
+    p.arg = unknown_ids_.get();
+    p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
+    if (s != UCS_OK) return UcsError("set_am_recv_handler", s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Worker::InstallAmHandler(uint16_t id, std::unique_ptr<InstalledAmHandler> h) {
+  h->id = id;
+  h->on_drop = on_drop_.get();
   ucp_am_handler_param_t p{};
   p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
@@ -333,7 +362,7 @@ absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
 }
 
 void* Endpoint::MapRemote(uint64_t remote_address) const {
-  if (rkey_ == nullptr || failed_) return nullptr;
+  if (rkey_ == nullptr || failed_ || ep_ == nullptr) return nullptr;
   void* local = nullptr;
   if (ucp_rkey_ptr(rkey_, remote_address, &local) != UCS_OK) return nullptr;
   return local;
@@ -420,10 +449,8 @@ absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data)
 void Endpoint::ForceClose() {
   failed_ = true;
   if (ep_ == nullptr) return;
-  if (rkey_) {
-    ucp_rkey_destroy(rkey_);
-    rkey_ = nullptr;
-  }
+  // The remote key stays until the destructor: on shared memory it holds the mapping MapRemote
+  // handed out, which other threads may be copying through right now.
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -436,9 +463,9 @@ void Endpoint::ForceClose() {
 }
 
 Endpoint::~Endpoint() {
-  if (ep_ == nullptr) return;
-  if (failed_) {
+  if (failed_ || ep_ == nullptr) {
     ForceClose();
+    if (rkey_) ucp_rkey_destroy(rkey_);  // a released key needs no endpoint
     return;
   }
   if (rkey_) {

@@ -97,6 +97,10 @@ struct AmMessage {
 using AmHandler = std::function<void(const AmMessage&)>;
 // Handles both kinds; returns true to keep a rendezvous descriptor (eager: result ignored).
 using AmRendezvousHandler = std::function<bool(const AmMessage&)>;
+// Told about each message the worker drops itself (a rendezvous message for an eager-only
+// handler, an id nobody handles): `id` is kUnknownAmId when UCX does not say which.
+using AmDropHandler = std::function<void(uint16_t id, const AmMessage&, std::string_view why)>;
+inline constexpr uint16_t kUnknownAmId = 0xffff;
 
 class Worker {
  public:
@@ -126,10 +130,16 @@ class Worker {
   absl::Status SetAmHandler(uint16_t id, AmHandler handler);
   // For messages whose payload may be large enough for rendezvous (a pushed block).
   absl::Status SetAmRendezvousHandler(uint16_t id, AmRendezvousHandler handler);
+  // Every message the worker drops goes to `on_drop` (it runs on the progressing thread), and
+  // every id without a handler gets one that drops its messages there, so that a peer sending
+  // unknown ids costs a counter, not a UCX warning per message. Call before the others.
+  absl::Status SetAmDropHandler(AmDropHandler on_drop);
   // What the UCX callback sees (internal).
   struct InstalledAmHandler {
     AmRendezvousHandler handle;
     bool takes_rendezvous = false;
+    uint16_t id = kUnknownAmId;
+    const AmDropHandler* on_drop = nullptr;
   };
   // Sends a reply from inside a handler; completes in the background (no wait).
   void AmReply(ucp_ep_h reply_ep, uint16_t id, std::string header, std::string data);
@@ -159,6 +169,8 @@ class Worker {
   std::string address_;
   int epoll_fd_ = -1;
   std::map<uint16_t, std::unique_ptr<InstalledAmHandler>> am_handlers_;
+  std::unique_ptr<AmDropHandler> on_drop_;
+  std::unique_ptr<InstalledAmHandler> unknown_ids_;  // shared by every id without a handler
 };
 
 // Progresses a worker on a thread that sleeps when there is nothing to do, so an idle daemon
@@ -199,6 +211,8 @@ class Endpoint {
 
   // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
   // it into this process (same node), else nullptr. Loads and stores through it replace RMA.
+  // It stays valid until this Endpoint is destroyed, also after the endpoint failed or was
+  // aborted (the mapping belongs to the remote key, which only the destructor releases).
   void* MapRemote(uint64_t remote_address) const;
 
   bool failed() const { return failed_.load(); }

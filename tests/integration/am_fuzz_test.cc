@@ -1,0 +1,267 @@
+// Regression test for issue 14, finding 3: malformed UCX active messages on one connection must
+// never crash stratad. A raw UCX peer sends a burst of every kind of bad message to a real
+// daemon; the daemon must stay up and keep serving a normal client byte-exactly.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/am_wire.h"
+#include "strata/client.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/raw_ucx_peer.h"
+#include "tests/support/test_data.h"
+
+namespace strata {
+namespace {
+
+namespace w = am_wire;
+using testing::DaemonProcess;
+using testing::RawUcxPeer;
+using testing::RandomBlocks;
+using testing::Tokens;
+
+constexpr uint32_t kTokensPerBlock = 16;
+
+NamespaceSpec Spec() {
+  NamespaceSpec s;
+  s.model_id = "am-fuzz";
+  s.model_revision = "r1";
+  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  return s;
+}
+
+std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
+  std::vector<ConstBuffer> v;
+  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
+  return v;
+}
+
+bool Alive(pid_t pid) { return waitpid(pid, nullptr, WNOHANG) == 0; }
+
+std::string U64(uint64_t v) {
+  std::string s(8, '\0');
+  w::PutU64(s.data(), v);
+  return s;
+}
+std::string U32(uint32_t v) {
+  std::string s(4, '\0');
+  w::PutU32(s.data(), v);
+  return s;
+}
+std::string FetchHeader(uint64_t request, uint64_t lease, uint32_t count) {
+  return U64(request) + U64(lease) + U32(count) + U32(0);
+}
+std::string Extent(uint64_t offset, uint64_t size) { return U64(offset) + U64(size); }
+
+struct Connected {
+  std::string worker_address;
+  uint64_t arena_bytes = 0;
+};
+
+Connected ConnectRaw(const DaemonProcess& d) {
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ConnectRequest req;
+  req.set_client_name("am-fuzz");
+  v1::ConnectResponse resp;
+  EXPECT_TRUE(stub->Connect(&ctx, req, &resp).ok());
+  return {resp.worker_address(), resp.arena_bytes()};
+}
+
+// A real lease on published blocks, so fetch requests can lie about otherwise valid extents.
+v1::AcquireResponse AcquireRaw(const DaemonProcess& d, const NamespaceId& ns,
+                               const std::vector<BlockId>& ids) {
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::AcquireRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  std::string packed;
+  for (const auto& id : ids) packed.append(reinterpret_cast<const char*>(id.bytes.data()), 32);
+  req.set_ids(packed);
+  v1::AcquireResponse resp;
+  EXPECT_TRUE(stub->Acquire(&ctx, req, &resp).ok());
+  return resp;
+}
+
+// The normal client still publishes, looks up and fetches byte-exactly.
+void ExpectServes(const DaemonProcess& d, uint32_t seed) {
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = (*client)->OpenNamespace(Spec(), "tenant");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  auto tokens = Tokens(4 * kTokensPerBlock, seed);
+  auto blocks = RandomBlocks(4, 64 << 10, seed + 1);
+  auto pub = (*client)->Publish(*ns, tokens, Views(blocks));
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  auto look = (*client)->Lookup(*ns, tokens);
+  ASSERT_TRUE(look.ok()) << look.status();
+  EXPECT_EQ(look->prefix_blocks, 4u);
+  auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
+  std::vector<std::vector<uint8_t>> out(4, std::vector<uint8_t>(64 << 10));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto f = (*client)->Fetch(*ns, ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(f->status[i], BlockStatus::kOk) << i;
+    EXPECT_TRUE(out[i] == blocks[i]) << i;
+  }
+}
+
+TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  // Something real to point at: published blocks, an open namespace and a live lease.
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  auto tokens = Tokens(4 * kTokensPerBlock, 7);
+  auto blocks = RandomBlocks(4, 300 << 10, 8);  // over the daemon's eager push limit
+  ASSERT_EQ((*client)->Publish(ns, tokens, Views(blocks))->stored, 4u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  const v1::AcquireResponse lease = AcquireRaw(d, ns, ids);
+  ASSERT_EQ(lease.offsets_size(), 4);
+  const Connected daemon = ConnectRaw(d);
+  ASSERT_FALSE(daemon.worker_address.empty());
+
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(daemon.worker_address));
+  const std::string ns_bytes(ns.AsBytes());
+  const std::string id_bytes(reinterpret_cast<const char*>(ids[0].bytes.data()), 32);
+  const uint32_t r = RawUcxPeer::kReply;
+  const uint32_t eager = RawUcxPeer::kEager | r;
+  const uint32_t rndv = RawUcxPeer::kRndv | r;
+  const std::string big(1 << 20, 'x');  // rendezvous-sized on every transport
+  struct Case {
+    uint16_t id;
+    std::string header, data;
+    uint32_t flags;
+  };
+  std::vector<Case> cases = {
+      // Unknown ids, and the ids of replies the daemon never expects.
+      {0, "", "", r}, {2, U64(1) + "junk", "", r}, {4, U64(1), "", r}, {6, "", "", r},
+      {7, "x", "y", r}, {63, "", "", r}, {255, "", big, rndv}, {65535, "hdr", "", eager},
+      // Lookup: short, long and empty headers; ids that are not a multiple of 32 bytes; too
+      // many ids; an unknown namespace; no reply endpoint; rendezvous payloads.
+      {w::kLookupRequestAm, "", "", r}, {w::kLookupRequestAm, U64(1), id_bytes, r},
+      {w::kLookupRequestAm, U64(1) + ns_bytes + "x", id_bytes, r},
+      {w::kLookupRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 31), r},
+      {w::kLookupRequestAm, U64(1) + ns_bytes, std::string(32 * (w::kMaxIds + 1), 'i'), eager},
+      {w::kLookupRequestAm, U64(1) + std::string(32, 'n'), id_bytes, r},
+      {w::kLookupRequestAm, U64(1) + ns_bytes, id_bytes, 0},
+      {w::kLookupRequestAm, U64(1) + ns_bytes, big, rndv},
+      {w::kLookupRequestAm, U64(1) + ns_bytes, id_bytes, r},  // a valid one among them
+      // Fetch: truncated headers; counts that lie about the data; huge counts; extents outside
+      // the arena or overflowing; an unknown lease; the real lease with lying sizes, duplicated
+      // and overlapping extents; rendezvous requests.
+      {w::kFetchRequestAm, "", "", r}, {w::kFetchRequestAm, U64(1), "", r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1).substr(0, 23), "", r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1) + "x", Extent(0, 1), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 0xffffffffu), Extent(0, 1), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 2), Extent(0, 1), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), Extent(0, 1) + "x", r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), Extent(~0ull - 4, 16), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), Extent(16, ~0ull), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), Extent(daemon.arena_bytes, 1), r},
+      {w::kFetchRequestAm, FetchHeader(1, 12345, 1), Extent(lease.offsets(0), lease.sizes(0)), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1),
+       Extent(lease.offsets(0), lease.sizes(0) + 1), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1),
+       Extent(lease.offsets(0) + 1, lease.sizes(0)), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), Extent(lease.offsets(0), 0), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1),
+       Extent(lease.offsets(0), lease.sizes(0)), 0},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1),
+       Extent(lease.offsets(0), lease.sizes(0)), rndv},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), big, rndv},
+      // Peer locate (daemon to daemon, reachable on the same worker): short/long headers, ids
+      // that are not a multiple of 32 bytes, many ids, rendezvous.
+      {w::kPeerLocateAm, "", id_bytes, r}, {w::kPeerLocateAm, U64(1) + "x", id_bytes, r},
+      {w::kPeerLocateAm, U64(1), id_bytes.substr(0, 5), r},
+      {w::kPeerLocateAm, U64(1), std::string(32 * 4096, 'i'), eager},
+      {w::kPeerLocateAm, U64(1), big, rndv},
+  };
+  // A fetch of many copies of one real extent: a push amplification the daemon must bound.
+  {
+    std::string many;
+    for (int i = 0; i < 512; ++i) many += Extent(lease.offsets(0), lease.sizes(0));
+    cases.push_back({w::kFetchRequestAm, FetchHeader(9, lease.lease_id(), 512), many, eager});
+  }
+  // ~100 random byte strings with a fixed seed, on the known ids and on random ones.
+  std::mt19937 rng(1414);
+  auto random_bytes = [&](size_t n) {
+    std::string s(n, '\0');
+    for (auto& c : s) c = static_cast<char>(rng());
+    return s;
+  };
+  const uint16_t known[] = {w::kLookupRequestAm, w::kFetchRequestAm, w::kPeerLocateAm};
+  for (int i = 0; i < 120; ++i) {
+    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 3];
+    std::string header = random_bytes(rng() % 48);
+    std::string data = random_bytes(rng() % 3 == 0 ? 0 : rng() % 4096);
+    // Truncated and lying valid headers: a real header with random counts or lengths.
+    if (i % 5 == 0 && id == w::kFetchRequestAm)
+      header = FetchHeader(rng(), lease.lease_id(), rng() % 8);
+    if (i % 7 == 0 && id == w::kLookupRequestAm) header = U64(rng()) + ns_bytes;
+    uint32_t flags = rng() % 4 == 0 ? 0 : r;
+    if (rng() % 10 == 0) flags |= RawUcxPeer::kRndv;
+    cases.push_back({id, std::move(header), std::move(data), flags});
+  }
+  int sent = 0;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    if (peer.Send(c.id, c.header, c.data, c.flags)) ++sent;
+    peer.Progress(std::chrono::milliseconds(2));
+    ASSERT_TRUE(Alive(d.pid())) << "case " << k << " (id " << c.id << ", header "
+                                << c.header.size() << " B, data " << c.data.size()
+                                << " B, flags " << c.flags << ") killed stratad:\n"
+                                << d.log();
+    if (peer.failed()) {
+      ASSERT_TRUE(peer.Connect(daemon.worker_address));
+    }
+  }
+  peer.Progress(std::chrono::milliseconds(200));
+  EXPECT_GT(sent, static_cast<int>(cases.size()) / 2);
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+
+  // Replies to an endpoint that is gone: requests that make the daemon push large blocks, then
+  // the sender vanishes before they arrive. Repeated on fresh endpoints.
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE(peer.Connect(daemon.worker_address));
+    std::string all;
+    for (int i = 0; i < 4; ++i) all += Extent(lease.offsets(i), lease.sizes(i));
+    for (int k = 0; k < 8; ++k) {
+      peer.Send(w::kFetchRequestAm, FetchHeader(100 + k, lease.lease_id(), 4), all, eager);
+      peer.Send(w::kLookupRequestAm, U64(k) + ns_bytes, id_bytes, eager);
+    }
+    peer.Close();
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+
+  // The lease is released while pushes of its extents may still be under way.
+  ASSERT_TRUE(peer.Connect(daemon.worker_address));
+  ExpectServes(d, 21);
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+  // The daemon said what it dropped, briefly.
+  const std::string log = d.log();
+  EXPECT_NE(log.find("malformed active message"), std::string::npos) << log;
+  EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 200) << "log volume is not bounded";
+}
+
+}  // namespace
+}  // namespace strata

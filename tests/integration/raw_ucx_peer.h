@@ -1,0 +1,115 @@
+// A hostile UCX peer for tests: sends arbitrary active messages (any id, header, payload, eager or
+// rendezvous, asking for a reply endpoint or not) to a worker address and closes its endpoint
+// whenever the test says, with none of the checks transport::Endpoint makes.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "transport/ucx.h"
+
+namespace strata::testing {
+
+class RawUcxPeer {
+ public:
+  RawUcxPeer() {
+    auto ctx = transport::Context::Create(/*wakeup=*/false);
+    if (!ctx.ok()) return;
+    ctx_ = *ctx;
+    auto worker = transport::Worker::Create(ctx_);
+    if (!worker.ok()) return;
+    worker_ = std::move(*worker);
+    // Replies (lookup, locate, pushed blocks) are counted and dropped.
+    for (uint16_t id = 0; id < 16; ++id) {
+      (void)worker_->SetAmRendezvousHandler(id, [this](const transport::AmMessage&) {
+        ++replies_;
+        return false;  // a rendezvous payload is left to UCX, which drops it
+      });
+    }
+  }
+  ~RawUcxPeer() { Close(); }
+
+  bool ok() const { return worker_ != nullptr; }
+  int replies() const { return replies_.load(); }
+
+  // Connects (closing any endpoint it has). Peer-failure detection: the daemon is a separate
+  // process that may die under test.
+  bool Connect(std::string_view worker_address) {
+    Close();
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
+      static_cast<RawUcxPeer*>(arg)->failed_ = true;
+    };
+    p.err_handler.arg = this;
+    failed_ = false;
+    return ucp_ep_create(worker_->handle(), &p, &ep_) == UCS_OK;
+  }
+
+  enum Flags : uint32_t {
+    kReply = UCP_AM_SEND_FLAG_REPLY,
+    kEager = UCP_AM_SEND_FLAG_EAGER,
+    kRndv = UCP_AM_SEND_FLAG_RNDV,
+  };
+  // Sends one message and progresses until UCX is done with it (or `wait` passes); false when
+  // the send failed or did not complete.
+  bool Send(uint16_t id, std::string_view header, std::string_view data, uint32_t flags,
+            std::chrono::milliseconds wait = std::chrono::milliseconds(2000)) {
+    if (ep_ == nullptr) return false;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = flags;
+    void* r = ucp_am_send_nbx(ep_, id, header.data(), header.size(), data.data(), data.size(), &p);
+    if (r == nullptr) return true;
+    if (UCS_PTR_IS_ERR(r)) return false;
+    const auto stop = std::chrono::steady_clock::now() + wait;
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < stop)
+      ucp_worker_progress(worker_->handle());
+    if (s == UCS_INPROGRESS) ucp_request_cancel(worker_->handle(), r);
+    ucp_request_free(r);
+    return s == UCS_OK;
+  }
+
+  // Progresses for `d` (collecting replies).
+  void Progress(std::chrono::milliseconds d) {
+    const auto stop = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < stop) ucp_worker_progress(worker_->handle());
+  }
+
+  // Closes the endpoint at once, as a process that dies would: nothing more is read from it.
+  void Close() {
+    if (ep_ == nullptr) return;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(ep_, &p);
+    ep_ = nullptr;
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+    const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < stop)
+      ucp_worker_progress(worker_->handle());
+    ucp_request_free(r);
+  }
+
+  bool failed() const { return failed_.load(); }
+
+ private:
+  std::shared_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  ucp_ep_h ep_ = nullptr;
+  std::atomic<bool> failed_{false};
+  std::atomic<int> replies_{0};
+};
+
+}  // namespace strata::testing
