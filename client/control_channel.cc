@@ -166,12 +166,10 @@ std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
     return std::nullopt;
   }
   fast_path_timeouts_ = 0;
-  am_wire::ReplyHeader h;
-  if (!am_wire::DecodeReplyHeader(reply->header, &h) || !IsOkOnWire(h.code) || !h.complete ||
-      h.prefix > ids.size() || reply->data.size() != h.prefix)
-    return std::nullopt;
+  const auto h = am_wire::DecodeDefinitiveLookupReply(reply->header, reply->data, ids.size());
+  if (!h) return std::nullopt;
   v1::LookupResponse resp;
-  resp.set_prefix_blocks(h.prefix);
+  resp.set_prefix_blocks(h->prefix);
   for (char t : reply->data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
   resp.set_node_id(node_id_);
   return resp;

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/logging.h"
-#include "client/internal/wire_status.h"
+#include "client/internal/pushed_block.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 
@@ -473,24 +473,17 @@ void DataMover::CancelReceives(const std::vector<std::pair<size_t, void*>>& rece
 }
 
 bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
-  if (!push_wait_ || m.header.size() != am_wire::kFetchBlockHeaderBytes ||
-      am_wire::GetU64(m.header.data()) != push_wait_->request_id)
-    return false;  // a late block of a fetch that gave up: dropped
+  if (!push_wait_) return false;  // a late block of a fetch that gave up: dropped
   PushWait& w = *push_wait_;
-  const uint32_t index = am_wire::GetU32(m.header.data() + 8);
-  const uint32_t code = am_wire::GetU32(m.header.data() + 12);
-  if (index == am_wire::kFetchRefused) {
-    w.error =
-        absl::Status(IsOkOnWire(code) ? absl::StatusCode::kInternal : StatusCodeFromWire(code),
-                     absl::StrCat("daemon refused the fetch: ", std::string(m.data)));
+  const PushedBlock got = ReadPushedBlock(
+      m.header, m.data, m.length, m.rendezvous, w.request_id, w.blocks.size(),
+      [&w](size_t i) { return w.blocks[i].length; }, w.arrived);
+  if (got.kind == PushedBlock::kNotOurs) return false;
+  if (got.kind != PushedBlock::kAccepted) {
+    w.error = got.error;
     return false;
   }
-  // Counted once per block: a duplicate would count a block that never came as landed.
-  if (index >= w.blocks.size() || m.length != w.blocks[index].length || w.arrived[index] ||
-      (!m.rendezvous && m.data.size() != m.length)) {
-    w.error = absl::InternalError("daemon sent a block that does not match the request");
-    return false;
-  }
+  const uint32_t index = got.index;
   w.arrived[index] = 1;
   if (m.rendezvous) {
     w.kept.emplace_back(index, m.desc);

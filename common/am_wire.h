@@ -17,8 +17,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace strata::am_wire {
 
@@ -90,5 +94,56 @@ inline bool DecodeReplyHeader(std::string_view in, ReplyHeader* h) {
   h->complete = in[16] != 0;
   return true;
 }
+
+// The decoders below are the only readers of these messages' bytes in the daemon and the
+// client, so tests/fuzz exercises exactly what production runs on a peer's input.
+
+// Lookup request header; nullopt unless it is exactly kRequestHeaderBytes. `ns` views `in`.
+struct LookupRequestHeader {
+  uint64_t request_id = 0;
+  std::string_view ns;  // 32 raw bytes, not yet checked against the open namespaces
+};
+std::optional<LookupRequestHeader> DecodeLookupRequestHeader(std::string_view in);
+
+// The lookup reply when it is a definitive answer to `asked` ids: status OK, complete, and one
+// tier byte per prefix block. nullopt sends the caller to the gRPC Lookup.
+std::optional<ReplyHeader> DecodeDefinitiveLookupReply(std::string_view header,
+                                                       std::string_view data, size_t asked);
+
+// Peer locate request header (the request id); nullopt unless it is exactly 8 bytes.
+std::optional<uint64_t> DecodeLocateRequestHeader(std::string_view in);
+
+// Peer locate reply header: the `prefix` slot of the lookup reply carries the node-table size.
+struct LocateReplyHeader {
+  uint64_t request_id = 0;
+  uint32_t code = 0;
+  uint32_t nodes = 0;
+};
+std::optional<LocateReplyHeader> DecodeLocateReplyHeader(std::string_view in);
+
+struct FetchRequestHeader {
+  uint64_t request_id = 0;
+  uint64_t lease_id = 0;
+  uint32_t count = 0;
+};
+std::optional<FetchRequestHeader> DecodeFetchRequestHeader(std::string_view in);
+
+// One extent a fetch request asks the daemon to push: [offset, offset + size) of its arena.
+struct FetchExtent {
+  uint64_t offset = 0, size = 0;
+};
+// The `count` extents of a fetch request, each inside an arena of `arena_bytes` and adding up
+// to at most the arena (many copies of one leased extent would otherwise queue unbounded sends
+// from one small message). InvalidArgument otherwise.
+absl::StatusOr<std::vector<FetchExtent>> DecodeFetchExtents(std::string_view data, uint32_t count,
+                                                            uint64_t arena_bytes);
+
+struct FetchBlockHeader {
+  uint64_t request_id = 0;
+  uint32_t index = 0;  // kFetchRefused: the request was refused and `code` says why
+  uint32_t code = 0;
+};
+std::string EncodeFetchBlockHeader(const FetchBlockHeader& h);
+std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in);
 
 }  // namespace strata::am_wire

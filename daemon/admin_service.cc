@@ -1,16 +1,13 @@
 #include "daemon/admin_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/packed_ids.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/request_checks.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
 namespace strata::daemon {
 namespace {
-
-constexpr uint32_t kDefaultPage = 100;
-constexpr uint32_t kMaxPage = 10000;
 
 void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
   out->set_id(std::string(b.id.AsBytes()));
@@ -44,20 +41,11 @@ grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNa
 
 grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocksRequest* req,
                                       v1::ListBlocksResponse* resp) {
-  std::optional<NamespaceId> ns;
-  if (!req->namespace_id().empty()) {
-    auto id = Digest::FromBytes(req->namespace_id());
-    if (!id.ok())
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("namespace_id must be 32 bytes, got ", req->namespace_id().size()));
-    if (auto s = namespaces_->Check(*id); !s.ok())
-      return ToGrpcStatus(absl::NotFoundError(s.message()));
-    ns = *id;
-  }
-  uint32_t page = req->page_size() == 0 ? kDefaultPage : std::min(req->page_size(), kMaxPage);
-  uint64_t cursor = req->page_token();
-  for (const BlockInfo& b : store_->List(ns ? &*ns : nullptr, page, &cursor))
+  auto query =
+      CheckListBlocks(*req, [this](const NamespaceId& id) { return namespaces_->Check(id); });
+  if (!query.ok()) return ToGrpcStatus(query.status());
+  uint64_t cursor = query->cursor;
+  for (const BlockInfo& b : store_->List(query->ns ? &*query->ns : nullptr, query->page, &cursor))
     ToProto(b, resp->add_blocks());
   resp->set_next_page_token(cursor);
   return grpc::Status::OK;
@@ -65,7 +53,7 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
 
 grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
-  auto ids = UnpackIds(req->ids(), "ids", kMaxPage);
+  auto ids = CheckInspectBlocks(*req);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   for (const BlockInfo& b : store_->Inspect(*ids)) ToProto(b, resp->add_blocks());
   return grpc::Status::OK;

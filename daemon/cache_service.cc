@@ -10,39 +10,16 @@
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/request_checks.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
 namespace strata::daemon {
 namespace {
 
-constexpr size_t kMaxIdsPerCall = 1 << 16;
-
-absl::StatusOr<std::vector<BlockId>> ParseIds(const std::string& packed, const char* field) {
-  return UnpackIds(packed, field, kMaxIdsPerCall);
-}
-
-// The namespace of a request: well-formed and opened on this daemon.
-absl::StatusOr<NamespaceId> ParseNamespace(const NamespaceRegistry& reg, const std::string& raw) {
-  auto id = Digest::FromBytes(raw);
-  if (!id.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("namespace_id must be 32 bytes, got ", raw.size()));
-  STRATA_RETURN_IF_ERROR(reg.Check(*id));
-  return *id;
-}
-
-// The namespace and packed ids every block-scoped request carries, validated.
-struct Scoped {
-  NamespaceId ns;
-  std::vector<BlockId> ids;
-};
-
-template <typename Request>
-absl::StatusOr<Scoped> ParseScoped(const NamespaceRegistry& reg, const Request& req) {
-  STRATA_ASSIGN_OR_RETURN(NamespaceId ns, ParseNamespace(reg, req.namespace_id()));
-  STRATA_ASSIGN_OR_RETURN(std::vector<BlockId> ids, ParseIds(req.ids(), "ids"));
-  return Scoped{ns, std::move(ids)};
+// The registry's answer to "is this namespace open here", for the request checks.
+auto IsOpenIn(const NamespaceRegistry& reg) {
+  return [&reg](const NamespaceId& id) { return reg.Check(id); };
 }
 
 template <typename Repeated>
@@ -82,7 +59,7 @@ template <typename Request, typename Handler>
 grpc::Status CacheService::ServeScoped(const Request& req, Handler&& handler) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  auto scoped = ParseScoped(*namespaces_, req);
+  auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
   return handler(scoped->ns, scoped->ids);
 }
@@ -210,14 +187,8 @@ size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> res
 grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequest* req,
                                      v1::ReserveResponse* resp) {
   return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
-    auto parents = ParseIds(req->parent_ids(), "parent_ids");
+    auto parents = CheckReserveParents(*req, ids.size());
     if (!parents.ok()) return ToGrpcStatus(parents.status());
-    if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
-        (!parents->empty() && parents->size() != ids.size()))
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("Reserve has ", ids.size(), " ids, ", parents->size(), " parent ids and ",
-                       req->sizes_size(), " sizes; they must match"));
     std::vector<ReserveItem> items(ids.size());
     for (size_t i = 0; i < items.size(); ++i) {
       items[i].id = ids[i];
@@ -359,8 +330,7 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest*
 grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req,
                                  v1::PinResponse* resp) {
   return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
-    if (req->ttl_ms() == 0)
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
+    if (absl::Status s = CheckPin(*req); !s.ok()) return ToGrpcStatus(s);
     AddStatuses(store_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
     return grpc::Status::OK;
   });
@@ -507,12 +477,13 @@ void CacheService::DropAm(uint16_t id, const transport::AmMessage& m, std::strin
 void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
   // Without a reply endpoint or a request id there is nobody to answer: dropped.
-  if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes)
+  const auto request = w::DecodeLookupRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request)
     return DropAm(w::kLookupRequestAm, m, "lookup request without a reply endpoint or with a "
                                           "header that is not 40 bytes");
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
-  h.request_id = w::GetU64(m.header.data());
+  h.request_id = request->request_id;
   std::string data;
   absl::StatusCode code = absl::StatusCode::kOk;
   auto fail = [&](absl::StatusCode failure, std::string message) {
@@ -526,7 +497,7 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
   } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
     fail(parsed.status().code(), std::string(parsed.status().message()));
-  } else if (auto ns = ParseNamespace(*namespaces_, std::string(m.header.substr(8, 32)));
+  } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_));
              !ns.ok()) {
     fail(ns.status().code(), std::string(ns.status().message()));
   } else {
@@ -554,18 +525,15 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
 
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
-  if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes)
+  const auto request = w::DecodeFetchRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request)
     return DropAm(w::kFetchRequestAm, m, "fetch request without a reply endpoint or with a "
                                          "header that is not 24 bytes");
-  const uint64_t request_id = w::GetU64(m.header.data());
-  const uint64_t lease_id = w::GetU64(m.header.data() + 8);
-  const uint32_t count = w::GetU32(m.header.data() + 16);
+  const uint64_t request_id = request->request_id;
+  const uint64_t lease_id = request->lease_id;
+  const uint32_t count = request->count;
   auto block_header = [&](uint32_t index, absl::StatusCode code) {
-    std::string h(w::kFetchBlockHeaderBytes, '\0');
-    w::PutU64(h.data(), request_id);
-    w::PutU32(h.data() + 8, index);
-    w::PutU32(h.data() + 12, static_cast<uint32_t>(code));
-    return h;
+    return w::EncodeFetchBlockHeader({request_id, index, static_cast<uint32_t>(code)});
   };
   auto refuse = [&](absl::StatusCode code, std::string why) {
     if (code == absl::StatusCode::kInvalidArgument) DropAm(w::kFetchRequestAm, m, why);
@@ -575,23 +543,15 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   CallScope call(this);
   if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
   uint8_t* const arena = store_->arena_base();
-  const uint64_t arena_bytes = store_->arena_bytes();
-  if (arena == nullptr || m.data.size() != size_t{count} * 16)
-    return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
+  if (arena == nullptr) return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or
   // overwritten until the client releases it after the last byte arrived.
-  std::vector<ArenaExtent> extents(count);
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < count; ++i) {
-    extents[i] = {w::GetU64(m.data.data() + 16 * i), w::GetU64(m.data.data() + 16 * i + 8)};
-    if (extents[i].size > arena_bytes || extents[i].offset > arena_bytes - extents[i].size)
-      return refuse(absl::StatusCode::kInvalidArgument, "an extent lies outside the arena");
-    // One request may ask for at most the arena's worth of bytes: many copies of one leased
-    // extent would otherwise queue unbounded sends from a single small message.
-    total += extents[i].size;
-    if (total > arena_bytes)
-      return refuse(absl::StatusCode::kInvalidArgument, "the extents add up to more than the arena");
-  }
+  auto wire_extents = w::DecodeFetchExtents(m.data, count, store_->arena_bytes());
+  if (!wire_extents.ok())
+    return refuse(wire_extents.status().code(), std::string(wire_extents.status().message()));
+  std::vector<ArenaExtent> extents;
+  extents.reserve(count);
+  for (const w::FetchExtent& e : *wire_extents) extents.push_back({e.offset, e.size});
   if (!store_->LeaseCovers(lease_id, extents))
     return refuse(absl::StatusCode::kFailedPrecondition,
                   "an extent is not held by that lease (expired or released?)");

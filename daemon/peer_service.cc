@@ -1,24 +1,10 @@
 #include "daemon/peer_service.h"
 
-#include <cstring>
-
-#include "absl/strings/str_cat.h"
-#include "common/packed_ids.h"
-#include "proto/convert.h"
+#include "daemon/request_checks.h"
 #include "proto/grpc_status.h"
 
 namespace strata::daemon {
 namespace {
-
-constexpr size_t kMaxIds = 1 << 16;
-
-// Packed ids, or an error naming the field.
-grpc::Status Unpack(const std::string& packed, const char* field, std::vector<BlockId>* out) {
-  auto ids = UnpackIds(packed, field, kMaxIds);
-  if (!ids.ok()) return ToGrpcStatus(ids.status());
-  *out = std::move(*ids);
-  return grpc::Status::OK;
-}
 
 grpc::Status NotUp() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon's cluster layer is not up yet");
@@ -28,44 +14,34 @@ grpc::Status NotUp() {
 
 grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
                                    v1::AnnounceResponse*) {
-  std::vector<BlockId> ids;
-  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
-  if (req->node_id().empty())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Announce needs node_id");
+  auto ids = CheckAnnounce(*req);
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->announcer().HandleAnnounce(*req, ids);
+  c->announcer().HandleAnnounce(*req, *ids);
   return grpc::Status::OK;
 }
 
 grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateRequest* req,
                                  v1::PeerLocateResponse* resp) {
-  std::vector<BlockId> ids;
-  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
+  auto ids = CheckPeerLocate(*req);
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
-  c->locator().HandleLocate(ids, resp);
+  c->locator().HandleLocate(*ids, resp);
   return grpc::Status::OK;
 }
 
 grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                v1::PullResponse* resp) {
-  std::vector<BlockId> ids, parents;
-  if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
-  if (auto s = Unpack(req->parent_ids(), "parent_ids", &parents); !s.ok()) return s;
-  if (!parents.empty() && parents.size() != ids.size())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "parent_ids must be empty or match ids one for one");
-  if (req->source_address().empty())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull needs source_address");
-  NamespaceSpec spec = FromProto(req->spec());
-  if (absl::Status s = spec.Validate(); !s.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("spec: ", s.message()));
+  auto order = CheckPull(*req);
+  if (!order.ok()) return ToGrpcStatus(order.status());
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   auto deadline = absl::FromChrono(ctx->deadline());
-  for (BlockStatus s : c->puller().Pull(spec, req->tenant(), req->replicas(), ids, parents,
-                                        req->source_node(), req->source_address(), deadline))
+  for (BlockStatus s :
+       c->puller().Pull(order->spec, req->tenant(), req->replicas(), order->ids, order->parents,
+                        req->source_node(), req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }

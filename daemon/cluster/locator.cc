@@ -202,11 +202,12 @@ bool Locator::EnsureAmWorker() {
   auto* pending = &am_pending_;
   auto status = am_worker_->SetAmHandler(
       am_wire::kPeerLocateReplyAm, [pending](const transport::AmMessage& m) {
-        if (m.header.size() != am_wire::kReplyHeaderBytes) return;
-        auto it = pending->find(am_wire::GetU64(m.header.data()));
+        const auto reply = am_wire::DecodeLocateReplyHeader(m.header);
+        if (!reply) return;
+        auto it = pending->find(reply->request_id);
         if (it == pending->end()) return;  // a late answer to a query that moved on
-        it->second->code = am_wire::GetU32(m.header.data() + 8);
-        it->second->nodes = am_wire::GetU32(m.header.data() + 12);
+        it->second->code = reply->code;
+        it->second->nodes = reply->nodes;
         it->second->data.assign(m.data);
         it->second->done = true;
       });
@@ -278,9 +279,10 @@ void Locator::HandleLocate(std::span<const BlockId> ids, v1::PeerLocateResponse*
 
 void Locator::HandleAmLocate(const transport::AmMessage& m, transport::Worker* worker) const {
   namespace w = am_wire;
-  if (m.reply_ep == nullptr || m.header.size() != 8) return;
+  const auto request_id = w::DecodeLocateRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request_id) return;
   std::string header(w::kReplyHeaderBytes, '\0');
-  w::PutU64(header.data(), w::GetU64(m.header.data()));
+  w::PutU64(header.data(), *request_id);
   std::string data;
   auto ids = UnpackIds(m.data, "ids", SIZE_MAX);
   if (!ids.ok()) {

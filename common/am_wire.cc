@@ -1,0 +1,67 @@
+#include "common/am_wire.h"
+
+#include "absl/status/status.h"
+
+namespace strata::am_wire {
+
+std::optional<LookupRequestHeader> DecodeLookupRequestHeader(std::string_view in) {
+  if (in.size() != kRequestHeaderBytes) return std::nullopt;
+  return LookupRequestHeader{GetU64(in.data()), in.substr(8, 32)};
+}
+
+std::optional<ReplyHeader> DecodeDefinitiveLookupReply(std::string_view header,
+                                                       std::string_view data, size_t asked) {
+  ReplyHeader h;
+  if (!DecodeReplyHeader(header, &h) || h.code != 0 || !h.complete || h.prefix > asked ||
+      data.size() != h.prefix)
+    return std::nullopt;
+  return h;
+}
+
+std::optional<uint64_t> DecodeLocateRequestHeader(std::string_view in) {
+  if (in.size() != 8) return std::nullopt;
+  return GetU64(in.data());
+}
+
+std::optional<LocateReplyHeader> DecodeLocateReplyHeader(std::string_view in) {
+  if (in.size() != kReplyHeaderBytes) return std::nullopt;
+  return LocateReplyHeader{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
+}
+
+std::optional<FetchRequestHeader> DecodeFetchRequestHeader(std::string_view in) {
+  if (in.size() != kFetchRequestHeaderBytes) return std::nullopt;
+  return FetchRequestHeader{GetU64(in.data()), GetU64(in.data() + 8), GetU32(in.data() + 16)};
+}
+
+absl::StatusOr<std::vector<FetchExtent>> DecodeFetchExtents(std::string_view data, uint32_t count,
+                                                            uint64_t arena_bytes) {
+  if (data.size() != size_t{count} * 16)
+    return absl::InvalidArgumentError("malformed fetch request");
+  std::vector<FetchExtent> extents(count);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    extents[i] = {GetU64(data.data() + 16 * i), GetU64(data.data() + 16 * i + 8)};
+    if (extents[i].size > arena_bytes || extents[i].offset > arena_bytes - extents[i].size)
+      return absl::InvalidArgumentError("an extent lies outside the arena");
+    // Each term is at most arena_bytes and the sum is checked after each one, so it never wraps.
+    total += extents[i].size;
+    if (total > arena_bytes)
+      return absl::InvalidArgumentError("the extents add up to more than the arena");
+  }
+  return extents;
+}
+
+std::string EncodeFetchBlockHeader(const FetchBlockHeader& h) {
+  std::string out(kFetchBlockHeaderBytes, '\0');
+  PutU64(out.data(), h.request_id);
+  PutU32(out.data() + 8, h.index);
+  PutU32(out.data() + 12, h.code);
+  return out;
+}
+
+std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in) {
+  if (in.size() != kFetchBlockHeaderBytes) return std::nullopt;
+  return FetchBlockHeader{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
+}
+
+}  // namespace strata::am_wire

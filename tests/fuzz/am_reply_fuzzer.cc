@@ -1,0 +1,85 @@
+// The client's active-message reply decoders: the lookup fast path's reply
+// (ControlChannel::LookupByActiveMessage), the pushed blocks of a fetch by push
+// (DataMover::OnPushedBlock, replayed here as a whole fetch: each accepted eager block is copied
+// into a buffer of exactly the size the request asked for, so ASan sees any overrun), and the
+// peer locate reply header the daemon's Locator reads.
+//
+// Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header), then
+//   0: u16 ids asked | u16-sized header | the rest as data;
+//   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
+//      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
+//   2: the rest as the header.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/internal/pushed_block.h"
+#include "common/am_wire.h"
+#include "tests/fuzz/fuzz_input.h"
+
+namespace w = strata::am_wire;
+using strata::client::PushedBlock;
+using strata::fuzz::Fail;
+
+namespace {
+
+void LookupReply(strata::fuzz::Input& in) {
+  const size_t asked = in.U16();
+  const std::string_view header = in.Sized();
+  const std::string_view data = in.Rest();
+  auto h = w::DecodeDefinitiveLookupReply(header, data, asked);
+  if (!h) return;
+  if (h->code != 0 || !h->complete || h->prefix > asked || data.size() != h->prefix)
+    Fail("lookup reply accepted although it is not definitive");
+}
+
+void PushedBlocks(strata::fuzz::Input& in) {
+  const uint64_t request_id = in.U64();
+  const size_t blocks = in.U8();
+  std::vector<uint64_t> lengths(blocks);
+  for (auto& l : lengths) l = in.U16();
+  std::vector<std::vector<char>> buffers(blocks);
+  for (size_t i = 0; i < blocks; ++i) buffers[i].resize(lengths[i]);
+  std::vector<uint8_t> arrived(blocks, 0);
+  size_t done = 0;
+  for (int messages = 0; messages < 64; ++messages) {
+    const uint8_t flags = in.U8();
+    const std::string_view header = in.Sized();
+    const std::string_view data = in.Sized();
+    if (header.empty() && data.empty() && flags == 0) break;
+    const bool rendezvous = flags & 1;
+    // A rendezvous message announces its length without data; an eager one carries it.
+    const size_t length = rendezvous ? in.U16() : data.size();
+    const PushedBlock got = strata::client::ReadPushedBlock(
+        header, rendezvous ? std::string_view() : data, length, rendezvous, request_id, blocks,
+        [&](size_t i) { return lengths[i]; }, arrived);
+    if (got.kind == PushedBlock::kRefused || got.kind == PushedBlock::kMismatch) {
+      if (got.error.ok()) Fail("a refused or mismatched block without an error");
+      return;  // the fetch fails as a whole
+    }
+    if (got.kind != PushedBlock::kAccepted) continue;
+    if (got.index >= blocks || arrived[got.index]) Fail("accepted a block twice or out of range");
+    arrived[got.index] = 1;
+    if (!rendezvous) {
+      // What OnPushedBlock does with an eager block.
+      std::vector<char>& into = buffers[got.index];
+      if (data.size() > into.size()) Fail("an eager block larger than its buffer");
+      if (!data.empty()) std::memcpy(into.data(), data.data(), data.size());
+    }
+    ++done;
+  }
+  if (done > blocks) Fail("more blocks landed than were asked for");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
+  strata::fuzz::Input in(bytes, size);
+  switch (in.U8() % 3) {
+    case 0: LookupReply(in); break;
+    case 1: PushedBlocks(in); break;
+    case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
+  }
+  return 0;
+}
