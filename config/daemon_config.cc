@@ -159,6 +159,14 @@ absl::StatusOr<T> Scalar(const YAML::Node& n, const std::string& field) {
   }
 }
 
+// A mapping key as text. YAML allows null, sequence and mapping keys ("?\n:"), which as<string>
+// would throw out of ParseConfig and terminate stratad instead of refusing the file.
+absl::StatusOr<std::string> Key(const YAML::Node& key, const std::string& section) {
+  if (!key.IsScalar())
+    return FieldError(section.empty() ? "(top level)" : section, "has a key that is not text");
+  return key.Scalar();
+}
+
 // Where a field lives in DaemonConfig: a top-level member, or a member of a section struct.
 template <typename T>
 auto At(T DaemonConfig::*m) {
@@ -210,7 +218,7 @@ absl::Status ReadNvmeFiles(const YAML::Node& n, DaemonConfig& c) {
     NvmeFileConfig file;
     bool has_path = false, has_capacity = false;
     for (const auto& kv : n[i]) {
-      const std::string key = kv.first.as<std::string>();
+      STRATA_ASSIGN_OR_RETURN(const std::string key, Key(kv.first, f));
       if (key == "path") {
         STRATA_ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
         has_path = true;
@@ -343,7 +351,7 @@ std::map<std::string, Setter> Setters() {
 absl::Status Apply(const YAML::Node& node, const std::string& prefix,
                    const std::map<std::string, Setter>& setters, DaemonConfig& c) {
   for (const auto& kv : node) {
-    std::string key = kv.first.as<std::string>();
+    STRATA_ASSIGN_OR_RETURN(std::string key, Key(kv.first, prefix));
     std::string field = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
     if (kv.second.IsMap()) {
       bool is_section = false;

@@ -28,6 +28,19 @@ TEST(ConfigTest, FieldsOverrideDefaults) {
   EXPECT_EQ(c->host.lease_timeout, absl::Milliseconds(250));
 }
 
+// Found by tests/fuzz/config_fuzzer (corpus/config/crash-null-key): keys that are not text used
+// to throw out of ParseConfig and terminate stratad.
+TEST(ConfigTest, KeysThatAreNotTextAreRefused) {
+  for (const char* yaml : {"?\n:", "? [a, b]\n: 1\n", "host_tier:\n  ? {a: 1}\n  : 2\n",
+                           "nvme:\n  files:\n    - ? \n      : x\n"}) {
+    auto c = ParseConfig(yaml);
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_NE(c.status().message().find("key that is not text"), std::string::npos)
+        << c.status();
+  }
+}
+
 TEST(ConfigTest, ErrorsNameTheField) {
   struct Case {
     const char* yaml;
