@@ -42,7 +42,10 @@ std::string EncodeLocateReply(const Holders& holders, uint32_t* nodes) {
 
 bool VisitLocateReply(std::string_view data, uint32_t nodes, size_t ids,
                       const HolderVisitor& visit) {
-  // The node table, as views into `data`; at most a few entries per cluster view.
+  // The node table, as views into `data`; at most a few entries per cluster view. `nodes` comes
+  // from the peer: each entry takes at least its 2-byte length, so a count the data cannot hold
+  // is refused before it sizes an allocation (4G entries would throw out of the AM handler).
+  if (nodes > data.size() / 2) return false;
   std::vector<std::string_view> names;
   names.reserve(nodes);
   size_t pos = 0;

@@ -194,6 +194,19 @@ TEST(LocateWireTest, MalformedRepliesAreRefused) {
   EXPECT_TRUE((*out)[0].empty());
 }
 
+// Found by tests/fuzz/locate_reply_fuzzer (corpus/locate_reply/crash-huge-node-count): the
+// node-table size of the reply header sized an allocation before the data was looked at, so a
+// peer's 0xffffffff threw bad_alloc out of the active-message handler.
+TEST(LocateWireTest, ANodeCountTheDataCannotHoldIsRefused) {
+  daemon::Holders in = {{{"node", LocationTier::kHost}}};
+  uint32_t nodes = 0;
+  const std::string data = daemon::EncodeLocateReply(in, &nodes);
+  for (uint32_t lie : {0xffffffffu, 0x960a030au, static_cast<uint32_t>(data.size())})
+    EXPECT_FALSE(daemon::DecodeLocateReply(data, lie, 1).has_value()) << lie;
+  EXPECT_FALSE(daemon::DecodeLocateReply("", 0xffffffffu, 0).has_value());
+  EXPECT_TRUE(daemon::DecodeLocateReply(data, nodes, 1).has_value());
+}
+
 TEST(RingTest, OnlyNewerViewsReplaceTheCurrentOne) {
   placement::MembershipView v1;
   v1.epoch = 3;
