@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "daemon/request_checks.h"
 #include "proto/convert.h"
 #include "strata/block_id.h"
@@ -37,6 +39,12 @@ void Scoped(std::string_view bytes, d::NamespaceCheck is_open) {
 }
 
 }  // namespace
+
+// Parse failures are expected here; protobuf's log line for each would drown the fuzzer's output.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strata::fuzz::Input in(data, size);
