@@ -26,8 +26,9 @@ void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
 
 }  // namespace
 
-grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
+grpc::Status AdminService::ListNamespaces(grpc::ServerContext* ctx, const v1::ListNamespacesRequest*,
                                           v1::ListNamespacesResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto usage = store_->UsageByNamespace();
   for (const auto& e : namespaces_->List()) {
     auto* n = resp->add_namespaces();
@@ -42,8 +43,9 @@ grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNa
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocksRequest* req,
+grpc::Status AdminService::ListBlocks(grpc::ServerContext* ctx, const v1::ListBlocksRequest* req,
                                       v1::ListBlocksResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   std::optional<NamespaceId> ns;
   if (!req->namespace_id().empty()) {
     auto id = Digest::FromBytes(req->namespace_id());
@@ -63,8 +65,9 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
+grpc::Status AdminService::InspectBlocks(grpc::ServerContext* ctx, const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto ids = UnpackIds(req->ids(), "ids", kMaxPage);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   for (const BlockInfo& b : store_->Inspect(*ids)) ToProto(b, resp->add_blocks());
@@ -73,6 +76,7 @@ grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::Inspect
 
 grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
                                  v1::DrainResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
   if (c->size() <= 1)
@@ -86,8 +90,9 @@ grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainReques
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+grpc::Status AdminService::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
                                      v1::ListNodesResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
   std::string detail;

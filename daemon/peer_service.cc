@@ -26,8 +26,9 @@ grpc::Status NotUp() {
 
 }  // namespace
 
-grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
+grpc::Status PeerService::Announce(grpc::ServerContext* ctx, const v1::AnnounceRequest* req,
                                    v1::AnnounceResponse*) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   std::vector<BlockId> ids;
   if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
   if (req->node_id().empty())
@@ -38,8 +39,9 @@ grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceReque
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateRequest* req,
+grpc::Status PeerService::Locate(grpc::ServerContext* ctx, const v1::PeerLocateRequest* req,
                                  v1::PeerLocateResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   std::vector<BlockId> ids;
   if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
   Cluster* c = cluster_.load();
@@ -50,6 +52,7 @@ grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateReque
 
 grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                v1::PullResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   std::vector<BlockId> ids, parents;
   if (auto s = Unpack(req->ids(), "ids", &ids); !s.ok()) return s;
   if (auto s = Unpack(req->parent_ids(), "parent_ids", &parents); !s.ok()) return s;
@@ -63,6 +66,18 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("spec: ", s.message()));
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
+  // The pull makes this daemon dial the source: only a node of its own cluster view, at the
+  // address the view has for it, so a caller cannot point it at an arbitrary HOST:PORT.
+  {
+    auto view = c->View();
+    const placement::NodeRecord* source = view.Find(req->source_node());
+    if (source == nullptr || source->address != req->source_address() ||
+        source->id == c->self().id)
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("Pull source '", req->source_node(), "' at ",
+                                       req->source_address(),
+                                       " is not another node of this cluster view"));
+  }
   auto deadline = absl::FromChrono(ctx->deadline());
   for (BlockStatus s : c->puller().Pull(spec, req->tenant(), req->replicas(), ids, parents,
                                         req->source_node(), req->source_address(), deadline))
