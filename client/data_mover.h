@@ -166,7 +166,7 @@ class DataMover {
 
   const DataMoverOptions options_;
   const Dialer dial_;
-  bool want_push_ = false;                 // fetch_transfer asks for push here
+  bool want_push_ = false;                // fetch_transfer asks for push here
   std::atomic<bool> prefer_push_{false};  // ... and the daemon serves it
 
   // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_

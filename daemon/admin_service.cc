@@ -26,7 +26,8 @@ void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
 
 }  // namespace
 
-grpc::Status AdminService::ListNamespaces(grpc::ServerContext* ctx, const v1::ListNamespacesRequest*,
+grpc::Status AdminService::ListNamespaces(grpc::ServerContext* ctx,
+                                          const v1::ListNamespacesRequest*,
                                           v1::ListNamespacesResponse* resp) {
   if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto usage = store_->UsageByNamespace();
@@ -65,7 +66,8 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext* ctx, const v1::ListBl
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::InspectBlocks(grpc::ServerContext* ctx, const v1::InspectBlocksRequest* req,
+grpc::Status AdminService::InspectBlocks(grpc::ServerContext* ctx,
+                                         const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
   if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto ids = UnpackIds(req->ids(), "ids", kMaxPage);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <type_traits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,8 @@ namespace strata::daemon {
 namespace {
 
 constexpr size_t kMaxIdsPerCall = 1 << 16;
+
+using Ids = std::vector<BlockId>;
 
 absl::StatusOr<std::vector<BlockId>> ParseIds(const std::string& packed, const char* field) {
   return UnpackIds(packed, field, kMaxIdsPerCall);
@@ -83,7 +86,11 @@ grpc::Status CacheService::Serve(const grpc::ServerContext* ctx, Handler&& handl
   if (!call.admitted()) return call.refusal();
   Caller caller;
   if (grpc::Status s = auth_->Check(ctx, kAnyRole, &caller); !s.ok()) return s;
-  return handler(caller);
+  if constexpr (std::is_invocable_v<Handler, const Caller&>) {
+    return handler(caller);
+  } else {
+    return handler();
+  }
 }
 
 template <typename Request, typename Handler>
@@ -102,7 +109,12 @@ grpc::Status CacheService::ServeScoped(const grpc::ServerContext* ctx, const Req
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                           "the namespace belongs to another tenant than the token's");
   }
-  return handler(scoped->ns, scoped->ids, caller);
+  if constexpr (std::is_invocable_v<Handler, const NamespaceId&, const std::vector<BlockId>&,
+                                    const Caller&>) {
+    return handler(scoped->ns, scoped->ids, caller);
+  } else {
+    return handler(scoped->ns, scoped->ids);
+  }
 }
 
 bool CacheService::Drain(absl::Duration grace) {
@@ -121,7 +133,7 @@ CacheService::CacheService(BlockStore* store, NamespaceRegistry* namespaces,
 
 grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                      v1::ConnectResponse* resp) {
-  return Serve(ctx, [&](const Caller&) {
+  return Serve(ctx, [&] {
     resp->set_node_id(data_plane_.node_id);
     resp->set_version(STRATA_VERSION);
     resp->set_worker_address(data_plane_.worker_address);
@@ -191,8 +203,7 @@ grpc::Status CacheService::LookupStream(
 
 grpc::Status CacheService::DoLookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
                                     v1::LookupResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     std::vector<Tier> tiers;
     const size_t local = store_->Lookup(ns, ids, &tiers);
     size_t n = local;
@@ -246,8 +257,7 @@ size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> res
 
 grpc::Status CacheService::DoReserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                                      v1::ReserveResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller& caller) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const Ids& ids, const Caller& caller) {
     auto parents = ParseIds(req->parent_ids(), "parent_ids");
     if (!parents.ok()) return ToGrpcStatus(parents.status());
     if (static_cast<size_t>(req->sizes_size()) != ids.size() ||
@@ -307,7 +317,8 @@ void CacheService::RememberReplication(const NamespaceId& ns, std::span<const Re
 grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                                     v1::CommitResponse* resp) {
   return Serve(ctx, [&](const Caller& caller) {
-    if (!id_owners_.Allowed(req->reservation_id(), caller)) return UnknownId("reservation", req->reservation_id());
+    if (!id_owners_.Allowed(req->reservation_id(), caller))
+      return UnknownId("reservation", req->reservation_id());
     std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
     // (abort drops a pending replication below too: its reservation id never commits)
     auto r = store_->Commit(req->reservation_id(), crcs);
@@ -353,7 +364,8 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
 grpc::Status CacheService::DoAbort(grpc::ServerContext* ctx, const v1::AbortRequest* req,
                                    v1::AbortResponse*) {
   return Serve(ctx, [&](const Caller& caller) {
-    if (!id_owners_.Allowed(req->reservation_id(), caller)) return UnknownId("reservation", req->reservation_id());
+    if (!id_owners_.Allowed(req->reservation_id(), caller))
+      return UnknownId("reservation", req->reservation_id());
     absl::Status aborted = store_->Abort(req->reservation_id());
     if (aborted.ok()) {
       absl::MutexLock lock(&replicate_mu_);
@@ -366,8 +378,7 @@ grpc::Status CacheService::DoAbort(grpc::ServerContext* ctx, const v1::AbortRequ
 
 grpc::Status CacheService::DoAcquire(grpc::ServerContext* ctx, const v1::AcquireRequest* req,
                                      v1::AcquireResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller& caller) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const Ids& ids, const Caller& caller) {
     AcquireResult r = store_->Acquire(ns, ids);
     if (metrics_) {
       uint64_t leased = 0;
@@ -399,8 +410,7 @@ grpc::Status CacheService::DoRelease(grpc::ServerContext* ctx, const v1::Release
 
 grpc::Status CacheService::DoEvict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
                                    v1::EvictResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     EvictResult r = store_->Evict(ns, ids, req->cascade(), req->force());
     AddStatuses(r.status, resp->mutable_status());
     resp->set_removed_blocks(r.removed_blocks);
@@ -412,8 +422,7 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext* ctx, const v1::EvictRequ
 
 grpc::Status CacheService::DoPin(grpc::ServerContext* ctx, const v1::PinRequest* req,
                                  v1::PinResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     if (req->ttl_ms() == 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pin needs ttl_ms > 0");
     AddStatuses(store_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
@@ -423,8 +432,7 @@ grpc::Status CacheService::DoPin(grpc::ServerContext* ctx, const v1::PinRequest*
 
 grpc::Status CacheService::DoUnpin(grpc::ServerContext* ctx, const v1::UnpinRequest* req,
                                    v1::UnpinResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     AddStatuses(store_->Unpin(ns, ids), resp->mutable_status());
     return grpc::Status::OK;
   });
@@ -432,7 +440,7 @@ grpc::Status CacheService::DoUnpin(grpc::ServerContext* ctx, const v1::UnpinRequ
 
 grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequest*,
                                    v1::StatsResponse* resp) {
-  return Serve(ctx, [&](const Caller&) {
+  return Serve(ctx, [&] {
     const BlockStoreStats stats = store_->Stats();
     const HostTierStats& s = stats.host;
     resp->set_node_id(data_plane_.node_id);
@@ -491,8 +499,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
 
 grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
                                   v1::LocateResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     absl::flat_hash_set<BlockId> local;
     for (const auto& b : store_->Inspect(ids))
       if (b.ns == ns) local.insert(b.id);
@@ -538,8 +545,7 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
 
 grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::RepositionRequest* req,
                                       v1::RepositionResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                          const Caller&) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "Reposition places blocks in the host tier only (target_tier HOST)");

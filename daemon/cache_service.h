@@ -139,8 +139,7 @@ class CacheService final : public v1::Cache::Service {
   // The same for a block-scoped request, whose namespace (opened here, by the caller's tenant)
   // and packed ids are parsed and checked first: `handler(ns, ids, caller)`.
   template <typename Request, typename Handler>
-  grpc::Status ServeScoped(const grpc::ServerContext* ctx, const Request& req,
-                           Handler&& handler);
+  grpc::Status ServeScoped(const grpc::ServerContext* ctx, const Request& req, Handler&& handler);
 
   grpc::Status DoConnect(grpc::ServerContext*, const v1::ConnectRequest*, v1::ConnectResponse*);
   grpc::Status DoOpenNamespace(grpc::ServerContext*, const v1::OpenNamespaceRequest*,

@@ -23,8 +23,8 @@
 #include "daemon/auth.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/events/kv_event_publisher.h"
 #include "daemon/daemon_metrics.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -237,16 +237,18 @@ absl::Status Daemon::Impl::LoadAuth() {
   if (config.auth.tokens_file.empty()) {
     auth = std::make_unique<Authenticator>();
     if (!IsLoopbackListen(config.listen))
-      spdlog::warn("INSECURE: serving {} without authentication (insecure: true): anyone who "
-                   "reaches it can read, overwrite and evict every tenant's blocks; set "
-                   "auth.tokens_file (docs/security.md)",
-                   config.listen);
+      spdlog::warn(
+          "INSECURE: serving {} without authentication (insecure: true): anyone who "
+          "reaches it can read, overwrite and evict every tenant's blocks; set "
+          "auth.tokens_file (docs/security.md)",
+          config.listen);
     return absl::OkStatus();
   }
   STRATA_ASSIGN_OR_RETURN(auth, Authenticator::Load(config.auth.tokens_file));
   if (peer_token.empty() && config.cluster.membership == "etcd")
-    spdlog::warn("auth.tokens_file is set but auth.peer_token_file is not: calls to other "
-                 "nodes carry no token and they will refuse them");
+    spdlog::warn(
+        "auth.tokens_file is set but auth.peer_token_file is not: calls to other "
+        "nodes carry no token and they will refuse them");
   return absl::OkStatus();
 }
 
@@ -311,10 +313,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   // before the service exists are dropped and their senders fall back to gRPC.
   // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
   // counted and logged at a bounded rate instead of warned about by UCX once per message.
-  STRATA_RETURN_IF_ERROR(worker->SetAmDropHandler(
-      [this](uint16_t id, const transport::AmMessage& m, std::string_view why) {
-        am_drops.Note(id, m, why);
-      }));
+  STRATA_RETURN_IF_ERROR(
+      worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
+                                      std::string_view why) { am_drops.Note(id, m, why); }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);

@@ -61,9 +61,6 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
                         "parent_ids must be empty or match ids one for one");
   if (req->source_address().empty())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull needs source_address");
-  NamespaceSpec spec = FromProto(req->spec());
-  if (absl::Status s = spec.Validate(); !s.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("spec: ", s.message()));
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
   // The pull makes this daemon dial the source: only a node of its own cluster view, at the
@@ -71,13 +68,15 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   {
     auto view = c->View();
     const placement::NodeRecord* source = view.Find(req->source_node());
-    if (source == nullptr || source->address != req->source_address() ||
-        source->id == c->self().id)
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          absl::StrCat("Pull source '", req->source_node(), "' at ",
-                                       req->source_address(),
-                                       " is not another node of this cluster view"));
+    if (source == nullptr || source->address != req->source_address() || source->id == c->self().id)
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("Pull source '", req->source_node(), "' at ", req->source_address(),
+                       " is not another node of this cluster view"));
   }
+  NamespaceSpec spec = FromProto(req->spec());
+  if (absl::Status s = spec.Validate(); !s.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("spec: ", s.message()));
   auto deadline = absl::FromChrono(ctx->deadline());
   for (BlockStatus s : c->puller().Pull(spec, req->tenant(), req->replicas(), ids, parents,
                                         req->source_node(), req->source_address(), deadline))

@@ -27,8 +27,7 @@ class PeerService final : public v1::Peer::Service {
   // Every handler's first step: announcements and pulls change what this node stores.
   grpc::Status Admit(const grpc::ServerContext* ctx) const {
     Caller caller;
-    return auth_ ? auth_->Check(ctx, static_cast<RoleSet>(Role::kPeer), &caller)
-                 : grpc::Status::OK;
+    return auth_ ? auth_->Check(ctx, static_cast<RoleSet>(Role::kPeer), &caller) : grpc::Status::OK;
   }
 
   std::atomic<Cluster*> cluster_{nullptr};

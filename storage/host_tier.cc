@@ -33,10 +33,10 @@ uint64_t HostTier::NextId() {
       size_t want = sizeof(id_pool_), got = 0;
       while (got < want) {
         ssize_t n = getrandom(out + got, want - got, 0);
-        if (n > 0) got += static_cast<size_t>(n);
         // getrandom blocks until the pool is seeded and only fails on EINTR (or a pre-3.17
         // kernel, which this project does not support): never fall back to a weaker source.
-        else if (errno != EINTR) std::abort();
+        if (n < 0 && errno != EINTR) std::abort();
+        if (n > 0) got += static_cast<size_t>(n);
       }
       id_pool_used_ = 0;
     }

@@ -15,6 +15,14 @@
 #include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/peer.grpc.pb.h"
+
+// $STRATA_TEST_STRATAD runs these tests against another stratad binary, e.g. one built before
+// the fixes, to see them fail there.
+inline std::string StratadUnderTest() {
+  const char* other = std::getenv("STRATA_TEST_STRATAD");
+  return other != nullptr && *other != '\0' ? other : STRATAD_BUILT_BIN;
+}
+#define STRATAD_BIN StratadUnderTest()
 #include "tests/integration/daemon_process.h"
 #include "tests/support/test_data.h"
 
@@ -47,8 +55,8 @@ std::unique_ptr<DaemonProcess> AuthDaemon() {
                                  << kTokenB << " b tenant\n"
                                  << kAdminToken << " ops admin\n"
                                  << kPeerToken << " - peer\n";
-  return std::make_unique<DaemonProcess>("host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " +
-                                         dir + "/tokens\n");
+  return std::make_unique<DaemonProcess>(
+      "host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n");
 }
 
 // A call context with a deadline and, unless `token` is empty, the bearer token.
@@ -220,16 +228,16 @@ std::map<std::string, grpc::StatusCode> CallEverything(const DaemonProcess& d,
   BlockId id;
   id.bytes[0] = 7;
   auto code = [&](const char* name, grpc::Status s) { codes[name] = s.error_code(); };
-#define STRATA_CALL(stub, Method, Req, Resp, fill) \
-  {                                                \
-    v1::Req req;                                   \
-    v1::Resp resp;                                 \
-    fill;                                          \
+#define STRATA_CALL(stub, Method, Req, Resp, fill)                       \
+  {                                                                      \
+    v1::Req req;                                                         \
+    v1::Resp resp;                                                       \
+    fill;                                                                \
     code(#stub "." #Method, stub->Method(Ctx(token).get(), req, &resp)); \
   }
   v1::ConnectResponse scratch;
-  code("cache.Connect", cache->Connect(Ctx(token).get(), v1::ConnectRequest(),
-                                       connect ? connect : &scratch));
+  code("cache.Connect",
+       cache->Connect(Ctx(token).get(), v1::ConnectRequest(), connect ? connect : &scratch));
   {
     grpc::Status s;
     OpenRaw(*cache, token, "", &s);
@@ -271,8 +279,7 @@ std::map<std::string, grpc::StatusCode> CallEverything(const DaemonProcess& d,
   STRATA_CALL(admin, Drain, DrainRequest, DrainResponse, (void)req);
   STRATA_CALL(admin, ListNodes, ListNodesRequest, ListNodesResponse, (void)req);
   STRATA_CALL(admin, ListNamespaces, ListNamespacesRequest, ListNamespacesResponse, (void)req);
-  STRATA_CALL(admin, ListBlocks, ListBlocksRequest, ListBlocksResponse,
-              req.set_namespace_id(ns));
+  STRATA_CALL(admin, ListBlocks, ListBlocksRequest, ListBlocksResponse, req.set_namespace_id(ns));
   STRATA_CALL(admin, InspectBlocks, InspectBlocksRequest, InspectBlocksResponse,
               req.set_ids(Packed({id})));
   STRATA_CALL(peer, Announce, AnnounceRequest, AnnounceResponse,
@@ -449,8 +456,7 @@ TEST(AuthTest, TenantBCannotReadWriteEvictPinOrListTenantAsBlocks) {
     v1::AbortRequest ab;
     ab.set_reservation_id(res.reservation_id());
     v1::AbortResponse abr;
-    EXPECT_EQ(cache->Abort(Ctx(kTokenB).get(), ab, &abr).error_code(),
-              grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(cache->Abort(Ctx(kTokenB).get(), ab, &abr).error_code(), grpc::StatusCode::NOT_FOUND);
     v1::CommitRequest cm;
     cm.set_reservation_id(res.reservation_id());
     cm.add_crc32c(0);
