@@ -24,6 +24,7 @@ inline std::string StratadUnderTest() {
 }
 #define STRATAD_BIN StratadUnderTest()
 #include "tests/integration/daemon_process.h"
+#include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
 
 namespace strata {
@@ -516,6 +517,54 @@ TEST(AuthTest, AdminListsAndEvictsAnyTenantsBlocks) {
   ASSERT_TRUE(evicted.ok()) << evicted.status();
   EXPECT_EQ(evicted->removed_blocks, 2u);
   EXPECT_EQ(a->Lookup(ns, tokens)->prefix_blocks, 0u);
+}
+
+// Two nodes with tokens and peer tokens: replication (a Peer.Pull to n1, whose puller reads
+// through n0's Cache service) works, since every daemon-to-daemon call carries the peer token.
+TEST(AuthTest, ClusterOfTwoReplicatesWithPeerTokens) {
+  std::string dir = testing::MakeTempDir("auth-cluster");
+  std::ofstream(dir + "/tokens") << kTokenA << " a tenant\n" << kPeerToken << " - peer\n";
+  std::ofstream(dir + "/peer") << kPeerToken << "\n";
+  std::ofstream(dir + "/secret") << "auth-cluster-secret-0123456789\n";
+  std::vector<std::unique_ptr<DaemonProcess>> nodes;
+  for (int attempt = 0; attempt < 3 && !(nodes.size() == 2 && testing::AllServing(nodes));
+       ++attempt) {
+    nodes.clear();
+    std::string addrs[2] = {"127.0.0.1:" + std::to_string(testing::FreePort()),
+                            "127.0.0.1:" + std::to_string(testing::FreePort())};
+    for (int i = 0; i < 2; ++i)
+      nodes.push_back(std::make_unique<DaemonProcess>(
+          "node_id: n" + std::to_string(i) + "\ncluster_secret_file: " + dir +
+              "/secret\nhost_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir +
+              "/tokens\n  peer_token_file: " + dir +
+              "/peer\ncluster:\n  membership: static\n  static_nodes: [\"n0@" + addrs[0] +
+              "\", \"n1@" + addrs[1] + "\"]\n  peer_timeout: 500ms\n",
+          std::vector<std::string>{"--listen", addrs[i]}));
+  }
+  ASSERT_TRUE(testing::AllServing(nodes)) << testing::AllLogs(nodes);
+  auto a0 = ConnectAs(*nodes[0], kTokenA);
+  ASSERT_TRUE(a0);
+  auto blocks = RandomBlocks(3, 4096, 8);
+  std::vector<ConstBuffer> views;
+  for (const auto& b : blocks) views.push_back({b.data(), b.size()});
+  // Replicated: n1 pulls each block from n0 before Commit returns.
+  auto rep = *a0->OpenNamespace(Spec(), "", /*replicas=*/2);
+  auto rep_tokens = Tokens(3 * kTokensPerBlock, 8);
+  ASSERT_TRUE(a0->Publish(rep, rep_tokens, views).ok());
+  auto a1 = ConnectAs(*nodes[1], kTokenA);
+  ASSERT_TRUE(a1);
+  ASSERT_EQ(*a1->OpenNamespace(Spec(), "a"), rep);
+  std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(4096));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto look = a1->Lookup(rep, rep_tokens);
+  ASSERT_TRUE(look.ok()) << look.status();
+  ASSERT_EQ(look->prefix_blocks, 3u) << testing::AllLogs(nodes);
+  auto fetched = a1->Fetch(rep, look->ids, bufs);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ(fetched->fetched, 3u) << testing::AllLogs(nodes);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i], blocks[i]) << i;
+  std::filesystem::remove_all(dir);
 }
 
 // ---- Item 3: the safe default ----------------------------------------------------------------
