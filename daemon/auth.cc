@@ -13,7 +13,7 @@
 namespace strata::daemon {
 namespace {
 
-std::array<uint8_t, 32> Sha256(std::string_view s) {
+std::array<uint8_t, 32> Sha256(absl::string_view s) {
   std::array<uint8_t, 32> d;
   SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
   return d;
@@ -27,21 +27,21 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-constexpr std::string_view kBearer = "Bearer ";
+constexpr absl::string_view kBearer = "Bearer ";
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Parse(std::string_view text,
-                                                                    std::string_view source) {
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Parse(absl::string_view text,
+                                                                    absl::string_view source) {
   auto auth = std::make_unique<Authenticator>();
   int line_no = 0;
-  for (std::string_view line : absl::StrSplit(text, '\n')) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = line.substr(0, line.find('#'));
-    std::vector<std::string_view> f =
+    std::vector<absl::string_view> f =
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (f.empty()) continue;
-    auto error = [&](std::string_view why) {
+    auto error = [&](absl::string_view why) {
       // The line's token is never quoted: error messages end up in logs.
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", why));
     };
@@ -59,7 +59,8 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Parse(std::string_
     if (auth->Find(f[0]) != nullptr) return error("the token is listed twice");
     auth->tokens_.push_back(std::move(e));
   }
-  if (auth->tokens_.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
+  if (auth->tokens_.empty())
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
   return auth;
 }
 
@@ -71,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Load(const std::st
   return Parse(*text, path);
 }
 
-const Authenticator::Entry* Authenticator::Find(std::string_view token) const {
+const Authenticator::Entry* Authenticator::Find(absl::string_view token) const {
   const std::array<uint8_t, 32> d = Sha256(token);
   const Entry* found = nullptr;
   for (const Entry& e : tokens_)
@@ -90,7 +91,7 @@ grpc::Status Authenticator::Check(const grpc::ServerContext* ctx, RoleSet allowe
   if (it == md.end())
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "stratad requires a bearer token (ClientOptions::auth_token)");
-  std::string_view value(it->second.data(), it->second.size());
+  absl::string_view value(it->second.data(), it->second.size());
   const Entry* e = nullptr;
   if (value.substr(0, kBearer.size()) == kBearer) e = Find(value.substr(kBearer.size()));
   if (e == nullptr)

@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -31,7 +32,8 @@ using RoleSet = uint8_t;
 constexpr RoleSet operator|(Role a, Role b) {
   return static_cast<RoleSet>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
 }
-constexpr RoleSet kAnyRole = Role::kTenant | Role::kAdmin | Role::kPeer;
+constexpr RoleSet kAnyRole = static_cast<RoleSet>(Role::kTenant | Role::kAdmin) |
+                             static_cast<uint8_t>(Role::kPeer);
 
 // An authenticated caller. With authentication off every caller is `trusted`.
 struct Caller {
@@ -49,8 +51,8 @@ class Authenticator {
   // Authentication off.
   Authenticator() = default;
   // Lines `TOKEN TENANT ROLE` ('#' starts a comment); `source` names the text in errors.
-  static absl::StatusOr<std::unique_ptr<Authenticator>> Parse(std::string_view text,
-                                                              std::string_view source);
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Parse(absl::string_view text,
+                                                              absl::string_view source);
   static absl::StatusOr<std::unique_ptr<Authenticator>> Load(const std::string& path);
 
   bool enabled() const { return !tokens_.empty(); }
@@ -67,7 +69,7 @@ class Authenticator {
   };
   // Every entry is compared, in constant time each, so how long a check takes says nothing
   // about how close a guess was.
-  const Entry* Find(std::string_view token) const;
+  const Entry* Find(absl::string_view token) const;
 
   std::vector<Entry> tokens_;
 };
