@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/convert.h"
 #include "strata/admin_client.h"
 #include "strata/client.h"
 #include "strata/v1/admin.grpc.pb.h"
@@ -132,18 +133,7 @@ std::vector<uint64_t> ReservationIds(v1::Cache::Stub& stub, const std::string& n
 std::string OpenRaw(v1::Cache::Stub& stub, const std::string& token, const std::string& tenant,
                     grpc::Status* status = nullptr) {
   v1::OpenNamespaceRequest req;
-  const NamespaceSpec spec = Spec();
-  auto* p = req.mutable_spec();
-  p->set_model_id(spec.model_id);
-  p->set_model_revision(spec.model_revision);
-  auto* l = p->mutable_layout();
-  l->set_num_layers(spec.layout.num_layers);
-  l->set_num_kv_heads(spec.layout.num_kv_heads);
-  l->set_head_dim(spec.layout.head_dim);
-  l->set_dtype(static_cast<uint32_t>(spec.layout.dtype));
-  l->set_tokens_per_block(spec.layout.tokens_per_block);
-  l->set_kind(static_cast<uint32_t>(spec.layout.kind));
-  p->set_tp_size(1);
+  *req.mutable_spec() = ToProto(Spec());
   req.set_tenant(tenant);
   v1::OpenNamespaceResponse resp;
   grpc::Status s = stub.OpenNamespace(Ctx(token).get(), req, &resp);
@@ -157,7 +147,7 @@ TEST(AuthIdsTest, ReservationIdsAreNotPredictableFromEachOther) {
   auto stub = v1::Cache::NewStub(Channel(d));
   grpc::Status opened;
   std::string ns = OpenRaw(*stub, "", "t", &opened);
-  ASSERT_TRUE(opened.ok()) << opened.error_message();
+  ASSERT_TRUE(opened.ok()) << opened.error_code() << " " << opened.error_message();
   std::vector<uint64_t> ids = ReservationIds(*stub, ns, 64);
   std::set<uint64_t> distinct(ids.begin(), ids.end());
   EXPECT_EQ(distinct.size(), ids.size());
