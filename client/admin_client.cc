@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/block_calls.h"
+#include "client/channel.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
@@ -86,7 +87,7 @@ absl::StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(
   if (options.endpoint.empty()) return absl::InvalidArgumentError("endpoint is empty");
   if (options.timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("timeout must be positive");
-  auto channel = grpc::CreateChannel(options.endpoint, grpc::InsecureChannelCredentials());
+  auto channel = client::MakeChannel(options.endpoint, options.auth_token);
   return std::unique_ptr<AdminClient>(
       new AdminClient(std::make_unique<Rpcs>(options, std::move(channel))));
 }

@@ -81,6 +81,9 @@ void strata_options_set_endpoint(strata_options_t* o, const char* endpoint) {
 void strata_options_set_client_name(strata_options_t* o, const char* name) {
   o->options.client_name = OrEmpty(name);
 }
+void strata_options_set_auth_token(strata_options_t* o, const char* token) {
+  o->options.auth_token = OrEmpty(token);
+}
 void strata_options_set_rpc_timeout_ms(strata_options_t* o, uint32_t ms) {
   o->options.rpc_timeout = absl::Milliseconds(ms);
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/block_calls.h"
+#include "client/channel.h"
 #include "client/internal/logging.h"
 #include "client/internal/wire_status.h"
 #include "common/am_wire.h"
@@ -48,7 +49,7 @@ ControlChannel::ControlChannel(ControlOptions options)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(), args);
+  channel_ = MakeChannel(options_.endpoint, options_.auth_token, args);
   stub_ = v1::Cache::NewStub(channel_);
 }
 
@@ -96,8 +97,9 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
       Rpc("Connect", [&](grpc::ClientContext* c) { return stub_->Connect(c, req, &resp); }));
   node_id_ = resp.node_id();
   clustered_ = resp.cluster_nodes() > 1;
+  if (resp.active_messages_off()) fast_path_enabled_ = false;
   return ArenaEndpoint{resp.worker_address(), resp.arena_rkey(), resp.arena_base(),
-                       resp.arena_bytes()};
+                       resp.arena_bytes(), !resp.active_messages_off()};
 }
 
 absl::StatusOr<NamespaceId> ControlChannel::OpenNamespace(const NamespaceSpec& spec,

@@ -33,6 +33,7 @@ namespace strata::client {
 struct ControlOptions {
   std::string endpoint = "127.0.0.1:7420";
   std::string client_name = "libstrata";
+  std::string auth_token;  // ClientOptions::auth_token
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Lookups of up to am_wire::kMaxIds ids as an active message (see UseFastPath).
   bool lookup_fast_path = true;

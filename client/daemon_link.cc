@@ -11,6 +11,7 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
   ControlOptions control;
   control.endpoint = options.endpoint;
   control.client_name = options.client_name;
+  control.auth_token = options.auth_token;
   control.rpc_timeout = options.rpc_timeout;
   control.lookup_fast_path = options.lookup_fast_path;
   control.log = options.log;

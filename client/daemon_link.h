@@ -31,8 +31,8 @@ struct FetchLanding {
 
 class DaemonLink {
  public:
-  // Uses endpoint, client_name, rpc_timeout, lookup_fast_path, transfer_timeout, verify_crc,
-  // fetch_transfer, same_node and log of `options`.
+  // Uses endpoint, client_name, auth_token, rpc_timeout, lookup_fast_path, transfer_timeout,
+  // verify_crc, fetch_transfer, same_node and log of `options`.
   static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options);
 
   const ClientOptions& options() const { return options_; }

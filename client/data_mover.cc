@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   const std::string& mode = m->options_.fetch_transfer;
   const bool rdma =
       m->options_.rdma_device.has_value() ? *m->options_.rdma_device : HostHasRdmaDevice();
-  m->prefer_push_ = mode == "push" || (mode == "auto" && !rdma);
+  m->want_push_ = mode == "push" || (mode == "auto" && !rdma);
   STRATA_ASSIGN_OR_RETURN(m->ucx_, transport::Context::Create(/*wakeup=*/false));
   STRATA_ASSIGN_OR_RETURN(m->worker_, transport::Worker::Create(m->ucx_));
   DataMover* raw = m.get();
@@ -129,6 +129,7 @@ absl::Status DataMover::Redial() {
                                                  ? transport::Worker::PeerFailure::kIgnore
                                                  : transport::Worker::PeerFailure::kDetect));
   STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));
+  prefer_push_ = want_push_ && arena.active_messages;
   auto* mapped = static_cast<uint8_t*>(ep->MapRemote(arena.base));
   // The old mapping lives exactly as long as the old endpoint (its remote key), and copies
   // through it run under map_mu_ shared without ucx_mu_: the swap waits for them, and the old

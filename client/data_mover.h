@@ -45,6 +45,9 @@ struct ArenaEndpoint {
   std::string rkey;            // packed remote key of its host arena
   uint64_t base = 0;           // the arena's address in the daemon
   uint64_t bytes = 0;
+  // The daemon serves active-message requests (push fetches); off where it authenticates
+  // callers, since an active message carries no credentials.
+  bool active_messages = true;
 };
 
 enum class Route { kMapped, kPush, kRma };
@@ -163,7 +166,8 @@ class DataMover {
 
   const DataMoverOptions options_;
   const Dialer dial_;
-  bool prefer_push_ = false;  // fetches go by push when the arena is not mapped
+  bool want_push_ = false;                // fetch_transfer asks for push here
+  std::atomic<bool> prefer_push_{false};  // ... and the daemon serves it
 
   // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_
   // only while the waiting thread holds ucx_mu_, since only that thread progresses the worker.

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -28,6 +30,7 @@ constexpr int kExitUnreachable = 3;
 // Every flag of every subcommand; CLI11 writes into it while parsing.
 struct Flags {
   std::string endpoint = "127.0.0.1:7420";
+  std::string token_file;
   double timeout_s = 5;
   bool json = false;
   std::string ns_hex;
@@ -400,6 +403,8 @@ struct Commands {
 Commands DefineCommands(CLI::App& app, Flags& f) {
   Commands c;
   app.add_option("--endpoint", f.endpoint, "stratad gRPC address HOST:PORT")->capture_default_str();
+  app.add_option("--token-file", f.token_file,
+                 "file holding an admin bearer token (default: $STRATA_TOKEN, if set)");
   app.add_option("--timeout", f.timeout_s, "seconds to wait for the daemon")->capture_default_str();
   app.add_flag("--json", f.json, "machine-readable output");
   c.status = app.add_subcommand("status", "is the node up, and how full is it");
@@ -458,6 +463,16 @@ int main(int argc, char** argv) {
 
   strata::AdminClientOptions options;
   options.endpoint = f.endpoint;
+  // From a file or the environment, never a flag: a flag's value shows in `ps`.
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    if (!(in >> options.auth_token)) {
+      std::cerr << "stratactl: --token-file: cannot read a token from " << f.token_file << "\n";
+      return kExitUsage;
+    }
+  } else if (const char* env = std::getenv("STRATA_TOKEN")) {
+    options.auth_token = env;
+  }
   options.timeout = absl::Milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
   auto admin = AdminClient::Connect(options);
   if (!admin.ok()) return Usage(admin.status());

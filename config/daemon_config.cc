@@ -48,6 +48,17 @@ log_level: info
 # text (for people) or json (one object per line: time, level, pid, msg).
 log_format: text
 
+# Who may call (docs/security.md). tokens_file: lines "TOKEN TENANT ROLE", roles tenant, admin
+# or peer; every call then needs "authorization: Bearer TOKEN". Empty: no authentication, which
+# stratad accepts only on a loopback or unix: listen address unless 'insecure' is true.
+auth:
+  tokens_file: ""
+  # This daemon's own token (a peer role in the other nodes' tokens files) for calls to them.
+  peer_token_file: ""
+# Serve without authentication on a non-loopback listen address: anyone who reaches the port
+# can read, overwrite and evict every tenant's blocks. Also the --insecure flag.
+insecure: false
+
 host_tier:
   # Bytes of host DRAM for blocks (B, KiB, MiB, GiB, TiB).
   capacity: 1GiB
@@ -284,6 +295,7 @@ std::map<std::string, Setter> Setters() {
   using H = HostTierConfig;
   using N = NvmeTierConfig;
   using K = ClusterConfig;
+  using A = AuthConfig;
   std::map<std::string, Setter> s;
   s["node_id"] = Read<std::string>("node_id", At(&C::node_id));
   s["listen"] = Read<std::string>("listen", At(&C::listen));
@@ -292,6 +304,10 @@ std::map<std::string, Setter> Setters() {
   s["cluster_secret_file"] = Read<std::string>("cluster_secret_file", At(&C::cluster_secret_file));
   s["log_level"] = Read<std::string>("log_level", At(&C::log_level));
   s["log_format"] = Read<std::string>("log_format", At(&C::log_format));
+  s["auth.tokens_file"] = Read<std::string>("auth.tokens_file", At(&C::auth, &A::tokens_file));
+  s["auth.peer_token_file"] =
+      Read<std::string>("auth.peer_token_file", At(&C::auth, &A::peer_token_file));
+  s["insecure"] = Read<bool>("insecure", At(&C::insecure));
   s["shutdown_grace"] = ReadDuration("shutdown_grace", At(&C::shutdown_grace));
 
   s["host_tier.capacity"] = ReadSize("host_tier.capacity", At(&C::host, &H::capacity));
@@ -424,6 +440,13 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path) {
 absl::Status ValidateConfig(const DaemonConfig& c) {
   if (c.listen.empty() || c.listen.find(':') == std::string::npos)
     return FieldError("listen", "must be HOST:PORT or unix:PATH");
+  if (c.auth.tokens_file.empty() && !c.insecure && !IsLoopbackListen(c.listen))
+    return FieldError("listen",
+                      absl::StrCat("'", c.listen,
+                                   "' is reachable from other hosts and auth.tokens_file is not "
+                                   "set: configure tokens, listen on 127.0.0.1 or unix:PATH, or "
+                                   "accept an unauthenticated daemon with 'insecure: true' "
+                                   "(--insecure)"));
   if (!c.http_listen.empty() &&
       (c.http_listen.rfind(':') == std::string::npos || c.http_listen.rfind(':') == 0 ||
        c.http_listen.rfind(':') + 1 == c.http_listen.size()))
@@ -510,6 +533,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
         return FieldError(absl::StrCat("cluster.static_nodes[", i, "]"),
                           absl::StrCat("node id '", k.static_nodes[i].id, "' is listed twice"));
   return absl::OkStatus();
+}
+
+bool IsLoopbackListen(std::string_view listen) {
+  if (listen.rfind("unix:", 0) == 0) return true;
+  std::string_view host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  // Names other than localhost could resolve anywhere: only literal loopback addresses count.
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 std::string NvmeCatalogDir(const DaemonConfig& c) {

@@ -76,6 +76,12 @@ struct EventsConfig {
   bool int_hashes = true;
 };
 
+// YAML section auth (docs/security.md).
+struct AuthConfig {
+  std::string tokens_file;      // "TOKEN TENANT ROLE" lines; empty: no authentication
+  std::string peer_token_file;  // this node's token for calls to other nodes; empty: none
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -89,12 +95,19 @@ struct DaemonConfig {
   absl::Duration shutdown_grace;
   ClusterConfig cluster;
   EventsConfig events;
+  AuthConfig auth;
+  // Serve without authentication on a non-loopback address (ValidateConfig refuses otherwise).
+  bool insecure = false;
 };
 
 // Parses YAML over the defaults: fields absent from `yaml` keep their default value.
 absl::StatusOr<DaemonConfig> ParseConfig(std::string_view yaml);
 absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
 absl::Status ValidateConfig(const DaemonConfig& c);
+
+// Whether a listen address is reachable from this host only (127.0.0.0/8, ::1, localhost,
+// unix:PATH).
+bool IsLoopbackListen(std::string_view listen);
 
 // Where the NVMe tier's catalog lives (nvme.catalog_dir, or its default under data_dir).
 std::string NvmeCatalogDir(const DaemonConfig& c);

@@ -23,8 +23,10 @@ void ToProto(const BlockInfo& b, v1::BlockInfo* out) {
 
 }  // namespace
 
-grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
+grpc::Status AdminService::ListNamespaces(grpc::ServerContext* ctx,
+                                          const v1::ListNamespacesRequest*,
                                           v1::ListNamespacesResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto usage = store_->UsageByNamespace();
   for (const auto& e : namespaces_->List()) {
     auto* n = resp->add_namespaces();
@@ -39,8 +41,9 @@ grpc::Status AdminService::ListNamespaces(grpc::ServerContext*, const v1::ListNa
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocksRequest* req,
+grpc::Status AdminService::ListBlocks(grpc::ServerContext* ctx, const v1::ListBlocksRequest* req,
                                       v1::ListBlocksResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto query =
       CheckListBlocks(*req, [this](const NamespaceId& id) { return namespaces_->Check(id); });
   if (!query.ok()) return ToGrpcStatus(query.status());
@@ -51,8 +54,10 @@ grpc::Status AdminService::ListBlocks(grpc::ServerContext*, const v1::ListBlocks
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::InspectBlocksRequest* req,
+grpc::Status AdminService::InspectBlocks(grpc::ServerContext* ctx,
+                                         const v1::InspectBlocksRequest* req,
                                          v1::InspectBlocksResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto ids = CheckInspectBlocks(*req);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   for (const BlockInfo& b : store_->Inspect(*ids)) ToProto(b, resp->add_blocks());
@@ -61,6 +66,7 @@ grpc::Status AdminService::InspectBlocks(grpc::ServerContext*, const v1::Inspect
 
 grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
                                  v1::DrainResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
   if (c->size() <= 1)
@@ -74,8 +80,9 @@ grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainReques
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+grpc::Status AdminService::ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*,
                                      v1::ListNodesResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster layer is not up yet");
   std::string detail;

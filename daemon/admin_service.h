@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "daemon/auth.h"
 #include "daemon/namespace_registry.h"
 #include "storage/block_store.h"
 #include "strata/v1/admin.grpc.pb.h"
@@ -13,8 +14,10 @@ class Cluster;
 
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(const BlockStore* store, const NamespaceRegistry* namespaces)
-      : store_(store), namespaces_(namespaces) {}
+  // `auth` null: authentication off; otherwise only admin tokens are served.
+  AdminService(const BlockStore* store, const NamespaceRegistry* namespaces,
+               const Authenticator* auth = nullptr)
+      : store_(store), namespaces_(namespaces), auth_(auth) {}
 
   grpc::Status ListNamespaces(grpc::ServerContext*, const v1::ListNamespacesRequest*,
                               v1::ListNamespacesResponse*) override;
@@ -29,9 +32,17 @@ class AdminService final : public v1::Admin::Service {
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
  private:
+  // Every handler's first step: listings name every tenant's namespaces and blocks.
+  grpc::Status Admit(const grpc::ServerContext* ctx) const {
+    Caller caller;
+    return auth_ ? auth_->Check(ctx, static_cast<RoleSet>(Role::kAdmin), &caller)
+                 : grpc::Status::OK;
+  }
+
   std::atomic<Cluster*> cluster_{nullptr};
   const BlockStore* const store_;
   const NamespaceRegistry* namespaces_;
+  const Authenticator* const auth_;
 };
 
 }  // namespace strata::daemon

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <type_traits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,12 @@ void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
   for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
 }
 
+// Another tenant's reservation or lease reads like a guessed id: the answer tells a prober
+// nothing about which ids are live.
+grpc::Status UnknownId(const char* what, uint64_t id) {
+  return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat(what, " ", id, " is unknown"));
+}
+
 v1::Tier ToProto(Tier tier) { return tier == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST; }
 
 }  // namespace
@@ -49,19 +56,40 @@ grpc::Status CacheService::CallScope::refusal() const {
 }
 
 template <typename Handler>
-grpc::Status CacheService::Serve(Handler&& handler) {
+grpc::Status CacheService::Serve(const grpc::ServerContext* ctx, Handler&& handler) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
-  return handler();
+  Caller caller;
+  if (grpc::Status s = auth_->Check(ctx, kAnyRole, &caller); !s.ok()) return s;
+  if constexpr (std::is_invocable_v<Handler, const Caller&>) {
+    return handler(caller);
+  } else {
+    return handler();
+  }
 }
 
 template <typename Request, typename Handler>
-grpc::Status CacheService::ServeScoped(const Request& req, Handler&& handler) {
+grpc::Status CacheService::ServeScoped(const grpc::ServerContext* ctx, const Request& req,
+                                       Handler&& handler) {
   CallScope call(this);
   if (!call.admitted()) return call.refusal();
+  Caller caller;
+  if (grpc::Status s = auth_->Check(ctx, kAnyRole, &caller); !s.ok()) return s;
   auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
-  return handler(scoped->ns, scoped->ids);
+  if (!caller.trusted) {
+    // A tenant's token reaches only namespaces opened under that tenant.
+    auto entry = namespaces_->Find(scoped->ns);
+    if (!entry || !caller.MayUse(entry->tenant))
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "the namespace belongs to another tenant than the token's");
+  }
+  if constexpr (std::is_invocable_v<Handler, const NamespaceId&, const std::vector<BlockId>&,
+                                    const Caller&>) {
+    return handler(scoped->ns, scoped->ids, caller);
+  } else {
+    return handler(scoped->ns, scoped->ids);
+  }
 }
 
 bool CacheService::Drain(absl::Duration grace) {
@@ -72,12 +100,15 @@ bool CacheService::Drain(absl::Duration grace) {
 }
 
 CacheService::CacheService(BlockStore* store, NamespaceRegistry* namespaces,
-                           DataPlaneInfo data_plane)
-    : store_(store), namespaces_(namespaces), data_plane_(std::move(data_plane)) {}
+                           DataPlaneInfo data_plane, const Authenticator* auth)
+    : store_(store),
+      namespaces_(namespaces),
+      data_plane_(std::move(data_plane)),
+      auth_(auth ? auth : &no_auth_) {}
 
 grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                      v1::ConnectResponse* resp) {
-  return Serve([&] {
+  return Serve(ctx, [&] {
     resp->set_node_id(data_plane_.node_id);
     resp->set_version(STRATA_VERSION);
     resp->set_worker_address(data_plane_.worker_address);
@@ -88,18 +119,28 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
     Cluster* cluster = cluster_.load();
     resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
+    resp->set_active_messages_off(auth_->enabled());
     spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
     return grpc::Status::OK;
   });
 }
 
-grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
+grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
                                            const v1::OpenNamespaceRequest* req,
                                            v1::OpenNamespaceResponse* resp) {
-  return Serve([&] {
-    auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
+  return Serve(ctx, [&](const Caller& caller) {
+    // A tenant's token decides its tenant: a request may repeat it, never name another.
+    std::string tenant = req->tenant();
+    if (!caller.trusted && caller.role == Role::kTenant) {
+      if (!tenant.empty() && tenant != caller.tenant)
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                            absl::StrCat("the token is tenant '", caller.tenant,
+                                         "'s; it cannot open namespaces of tenant '", tenant, "'"));
+      tenant = caller.tenant;
+    }
+    auto id = namespaces_->Open(FromProto(req->spec()), tenant);
     if (!id.ok()) {
-      spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
+      spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", tenant,
                    req->spec().model_id(), id.status().ToString());
       return ToGrpcStatus(id.status());
     }
@@ -116,6 +157,11 @@ grpc::Status CacheService::LookupStream(
     grpc::ServerReaderWriter<v1::LookupResponse, v1::LookupRequest>* stream) {
   // Each message is admitted (and refused while draining) like a unary Lookup; the stream itself
   // is not counted as in flight, so idle streams never hold up a drain (Shutdown cancels them).
+  {
+    // Refused as a whole, so a caller without a token learns nothing from the stream either.
+    Caller caller;
+    if (grpc::Status s = auth_->Check(c, kAnyRole, &caller); !s.ok()) return s;
+  }
   v1::LookupRequest req;
   while (stream->Read(&req)) {
     v1::LookupResponse resp;
@@ -130,9 +176,9 @@ grpc::Status CacheService::LookupStream(
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::DoLookup(grpc::ServerContext*, const v1::LookupRequest* req,
+grpc::Status CacheService::DoLookup(grpc::ServerContext* ctx, const v1::LookupRequest* req,
                                     v1::LookupResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     std::vector<Tier> tiers;
     const size_t local = store_->Lookup(ns, ids, &tiers);
     size_t n = local;
@@ -184,9 +230,10 @@ size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> res
   return found;
 }
 
-grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequest* req,
+grpc::Status CacheService::DoReserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                                      v1::ReserveResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
+                                    const Caller& caller) {
     auto parents = CheckReserveParents(*req, ids.size());
     if (!parents.ok()) return ToGrpcStatus(parents.status());
     std::vector<ReserveItem> items(ids.size());
@@ -203,6 +250,8 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
       metrics_->AddPublishBytes(granted);
     }
     RememberReplication(ns, items, r);
+    if (r.reservation_id != 0 && !caller.trusted && caller.role == Role::kTenant)
+      id_owners_.Add(r.reservation_id, caller.tenant, r.expires_in);
     resp->set_reservation_id(r.reservation_id);
     AddStatuses(r.status, resp->mutable_status());
     resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
@@ -237,7 +286,9 @@ void CacheService::RememberReplication(const NamespaceId& ns, std::span<const Re
 
 grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                                     v1::CommitResponse* resp) {
-  return Serve([&] {
+  return Serve(ctx, [&](const Caller& caller) {
+    if (!id_owners_.Allowed(req->reservation_id(), caller))
+      return UnknownId("reservation", req->reservation_id());
     std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
     // (abort drops a pending replication below too: its reservation id never commits)
     auto r = store_->Commit(req->reservation_id(), crcs);
@@ -251,6 +302,7 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
       }
     }
     if (!r.ok()) return ToGrpcStatus(r.status());
+    id_owners_.Forget(req->reservation_id());
     AddStatuses(*r, resp->mutable_status());
     Cluster* cluster = cluster_.load();
     if (cluster && cluster->size() > 1) {
@@ -279,20 +331,25 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
   });
 }
 
-grpc::Status CacheService::DoAbort(grpc::ServerContext*, const v1::AbortRequest* req,
+grpc::Status CacheService::DoAbort(grpc::ServerContext* ctx, const v1::AbortRequest* req,
                                    v1::AbortResponse*) {
-  return Serve([&] {
-    {
+  return Serve(ctx, [&](const Caller& caller) {
+    if (!id_owners_.Allowed(req->reservation_id(), caller))
+      return UnknownId("reservation", req->reservation_id());
+    absl::Status aborted = store_->Abort(req->reservation_id());
+    if (aborted.ok()) {
       absl::MutexLock lock(&replicate_mu_);
       to_replicate_.erase(req->reservation_id());
+      id_owners_.Forget(req->reservation_id());
     }
-    return ToGrpcStatus(store_->Abort(req->reservation_id()));
+    return ToGrpcStatus(aborted);
   });
 }
 
-grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequest* req,
+grpc::Status CacheService::DoAcquire(grpc::ServerContext* ctx, const v1::AcquireRequest* req,
                                      v1::AcquireResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
+                                    const Caller& caller) {
     AcquireResult r = store_->Acquire(ns, ids);
     if (metrics_) {
       uint64_t leased = 0;
@@ -300,6 +357,8 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequ
         if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
       metrics_->AddFetchBytes(leased);
     }
+    if (r.lease_id != 0 && !caller.trusted && caller.role == Role::kTenant)
+      id_owners_.Add(r.lease_id, caller.tenant, r.expires_in);
     resp->set_lease_id(r.lease_id);
     AddStatuses(r.status, resp->mutable_status());
     resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
@@ -310,14 +369,19 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext*, const v1::AcquireRequ
   });
 }
 
-grpc::Status CacheService::DoRelease(grpc::ServerContext*, const v1::ReleaseRequest* req,
+grpc::Status CacheService::DoRelease(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                                      v1::ReleaseResponse*) {
-  return Serve([&] { return ToGrpcStatus(store_->Release(req->lease_id())); });
+  return Serve(ctx, [&](const Caller& caller) {
+    if (!id_owners_.Allowed(req->lease_id(), caller)) return UnknownId("lease", req->lease_id());
+    absl::Status released = store_->Release(req->lease_id());
+    if (released.ok()) id_owners_.Forget(req->lease_id());
+    return ToGrpcStatus(released);
+  });
 }
 
-grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest* req,
+grpc::Status CacheService::DoEvict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
                                    v1::EvictResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     EvictResult r = store_->Evict(ns, ids, req->cascade(), req->force());
     AddStatuses(r.status, resp->mutable_status());
     resp->set_removed_blocks(r.removed_blocks);
@@ -327,26 +391,26 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest*
   });
 }
 
-grpc::Status CacheService::DoPin(grpc::ServerContext*, const v1::PinRequest* req,
+grpc::Status CacheService::DoPin(grpc::ServerContext* ctx, const v1::PinRequest* req,
                                  v1::PinResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     if (absl::Status s = CheckPin(*req); !s.ok()) return ToGrpcStatus(s);
     AddStatuses(store_->Pin(ns, ids, absl::Milliseconds(req->ttl_ms())), resp->mutable_status());
     return grpc::Status::OK;
   });
 }
 
-grpc::Status CacheService::DoUnpin(grpc::ServerContext*, const v1::UnpinRequest* req,
+grpc::Status CacheService::DoUnpin(grpc::ServerContext* ctx, const v1::UnpinRequest* req,
                                    v1::UnpinResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     AddStatuses(store_->Unpin(ns, ids), resp->mutable_status());
     return grpc::Status::OK;
   });
 }
 
-grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*,
+grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequest*,
                                    v1::StatsResponse* resp) {
-  return Serve([&] {
+  return Serve(ctx, [&] {
     const BlockStoreStats stats = store_->Stats();
     const HostTierStats& s = stats.host;
     resp->set_node_id(data_plane_.node_id);
@@ -403,9 +467,9 @@ grpc::Status CacheService::DoStats(grpc::ServerContext*, const v1::StatsRequest*
   });
 }
 
-grpc::Status CacheService::Locate(grpc::ServerContext*, const v1::LocateRequest* req,
+grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
                                   v1::LocateResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     absl::flat_hash_set<BlockId> local;
     for (const auto& b : store_->Inspect(ids))
       if (b.ns == ns) local.insert(b.id);
@@ -451,7 +515,7 @@ grpc::Status CacheService::Locate(grpc::ServerContext*, const v1::LocateRequest*
 
 grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::RepositionRequest* req,
                                       v1::RepositionResponse* resp) {
-  return ServeScoped(*req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
     if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "Reposition places blocks in the host tier only (target_tier HOST)");
@@ -495,6 +559,10 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   CallScope call(this);
   if (!call.admitted()) {
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  } else if (auth_->enabled()) {
+    // An active message carries no credentials and its endpoint is not tied to a Connect:
+    // with authentication on, lookups go through gRPC (Connect tells clients so).
+    fail(absl::StatusCode::kPermissionDenied, "active-message lookups are off with auth");
   } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
     fail(parsed.status().code(), std::string(parsed.status().message()));
   } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_));
@@ -542,6 +610,9 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   };
   CallScope call(this);
   if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  // No credentials on an active message (see HandleAmLookup): clients fetch by RMA instead.
+  if (auth_->enabled())
+    return refuse(absl::StatusCode::kPermissionDenied, "push fetches are off with auth");
   uint8_t* const arena = store_->arena_base();
   if (arena == nullptr) return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/am_drops.h"
+#include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/block_store.h"
@@ -33,7 +34,9 @@ struct DataPlaneInfo {
 
 class CacheService final : public v1::Cache::Service {
  public:
-  CacheService(BlockStore* store, NamespaceRegistry* namespaces, DataPlaneInfo data_plane);
+  // `auth` null: authentication off. Otherwise it must outlive the service.
+  CacheService(BlockStore* store, NamespaceRegistry* namespaces, DataPlaneInfo data_plane,
+               const Authenticator* auth = nullptr);
 
   grpc::Status Connect(grpc::ServerContext* c, const v1::ConnectRequest* q,
                        v1::ConnectResponse* r) override {
@@ -129,14 +132,14 @@ class CacheService final : public v1::Cache::Service {
     bool admitted_;
   };
 
-  // The opening every handler shares: the call is admitted (refused while draining) and counted
-  // until `handler()` returns.
+  // The opening every handler shares: the call is admitted (refused while draining), its caller
+  // authenticated, and it is counted until `handler(caller)` returns.
   template <typename Handler>
-  grpc::Status Serve(Handler&& handler);
-  // The same for a block-scoped request, whose namespace (opened here) and packed ids are
-  // parsed and checked first: `handler(ns, ids)`.
+  grpc::Status Serve(const grpc::ServerContext* ctx, Handler&& handler);
+  // The same for a block-scoped request, whose namespace (opened here, by the caller's tenant)
+  // and packed ids are parsed and checked first: `handler(ns, ids, caller)`.
   template <typename Request, typename Handler>
-  grpc::Status ServeScoped(const Request& req, Handler&& handler);
+  grpc::Status ServeScoped(const grpc::ServerContext* ctx, const Request& req, Handler&& handler);
 
   grpc::Status DoConnect(grpc::ServerContext*, const v1::ConnectRequest*, v1::ConnectResponse*);
   grpc::Status DoOpenNamespace(grpc::ServerContext*, const v1::OpenNamespaceRequest*,
@@ -182,6 +185,9 @@ class CacheService final : public v1::Cache::Service {
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;
+  const Authenticator no_auth_;  // what auth_ points at when authentication is off
+  const Authenticator* const auth_;
+  IdOwners id_owners_;  // the tenant behind each live reservation and lease id
   const absl::Time started_ = absl::Now();
   absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;

@@ -20,10 +20,11 @@
 #include "common/status_macros.h"
 #include "common/units.h"
 #include "daemon/admin_service.h"
+#include "daemon/auth.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/events/kv_event_publisher.h"
 #include "daemon/daemon_metrics.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -54,6 +55,9 @@ struct Daemon::Impl {
   // The KV event publisher when configured, and the store's change hook feeding it and the
   // cluster's directory.
   absl::Status StartEvents();
+  // The tokens file and this node's peer token (config section auth); the warning when
+  // serving without authentication.
+  absl::Status LoadAuth();
   // Ends expired reservations, leases and pins in the background.
   void StartReclaim();
   void LogStarted() const;
@@ -78,6 +82,8 @@ struct Daemon::Impl {
   std::unique_ptr<BlockStore> store;
   TieredStore* tiered = nullptr;
   std::unique_ptr<NamespaceRegistry> namespaces;
+  std::unique_ptr<Authenticator> auth;  // never null; enabled() with auth.tokens_file
+  std::string peer_token;               // for calls to other daemons; empty: none
   std::unique_ptr<CacheService> service;
   std::atomic<CacheService*> am_service{nullptr};
   std::unique_ptr<AdminService> admin;
@@ -211,6 +217,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   impl->config = config;
   impl->node_id = config.node_id.empty() ? Hostname() : config.node_id;
   STRATA_ASSIGN_OR_RETURN(std::string secret, LoadOrCreateSecret(config));
+  STRATA_RETURN_IF_ERROR(impl->LoadAuth());
   STRATA_RETURN_IF_ERROR(impl->StartHttp());
   STRATA_RETURN_IF_ERROR(impl->OpenDataPlane());
   STRATA_RETURN_IF_ERROR(impl->OpenStore(std::move(secret)));
@@ -221,6 +228,28 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config
   impl->serving.store(true, std::memory_order_release);
   impl->LogStarted();
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+absl::Status Daemon::Impl::LoadAuth() {
+  if (!config.auth.peer_token_file.empty()) {
+    STRATA_ASSIGN_OR_RETURN(peer_token, ReadTokenFile(config.auth.peer_token_file));
+  }
+  if (config.auth.tokens_file.empty()) {
+    auth = std::make_unique<Authenticator>();
+    if (!IsLoopbackListen(config.listen))
+      spdlog::warn(
+          "INSECURE: serving {} without authentication (insecure: true): anyone who "
+          "reaches it can read, overwrite and evict every tenant's blocks; set "
+          "auth.tokens_file (docs/security.md)",
+          config.listen);
+    return absl::OkStatus();
+  }
+  STRATA_ASSIGN_OR_RETURN(auth, Authenticator::Load(config.auth.tokens_file));
+  if (peer_token.empty() && config.cluster.membership == "etcd")
+    spdlog::warn(
+        "auth.tokens_file is set but auth.peer_token_file is not: calls to other "
+        "nodes carry no token and they will refuse them");
+  return absl::OkStatus();
 }
 
 absl::Status Daemon::Impl::StartHttp() {
@@ -284,10 +313,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   // before the service exists are dropped and their senders fall back to gRPC.
   // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
   // counted and logged at a bounded rate instead of warned about by UCX once per message.
-  STRATA_RETURN_IF_ERROR(worker->SetAmDropHandler(
-      [this](uint16_t id, const transport::AmMessage& m, std::string_view why) {
-        am_drops.Note(id, m, why);
-      }));
+  STRATA_RETURN_IF_ERROR(
+      worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
+                                      std::string_view why) { am_drops.Note(id, m, why); }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
@@ -303,6 +331,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (m.reply_ep == nullptr || m.header.size() != 8)
           return am_drops.Note(am_wire::kPeerLocateAm, m,
                                "locate request without a reply endpoint or an 8-byte header");
+        if (auth && auth->enabled())
+          return am_drops.Note(am_wire::kPeerLocateAm, m,
+                               "locate request while authentication is on (gRPC only)");
         Cluster* c = cluster_ptr.load(std::memory_order_acquire);
         if (c) c->locator().HandleAmLocate(m, worker.get());
       }));
@@ -347,7 +378,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.am_drops = &am_drops;
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
-  service = std::make_unique<CacheService>(store.get(), namespaces.get(), dp);
+  service = std::make_unique<CacheService>(store.get(), namespaces.get(), dp, auth.get());
   service->set_metrics(rpc_metrics.get());
   am_service.store(service.get(), std::memory_order_release);
   // The store's series appear once it exists.
@@ -359,9 +390,9 @@ absl::Status Daemon::Impl::StartServices() {
   int port = 0;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service.get());
-  admin = std::make_unique<AdminService>(store.get(), namespaces.get());
+  admin = std::make_unique<AdminService>(store.get(), namespaces.get(), auth.get());
   builder.RegisterService(admin.get());
-  peer = std::make_unique<PeerService>();
+  peer = std::make_unique<PeerService>(auth.get());
   builder.RegisterService(peer.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
@@ -387,7 +418,9 @@ absl::Status Daemon::Impl::StartCluster() {
       config.cluster.advertise_address.empty() ? endpoint : config.cluster.advertise_address;
   co.self.host_capacity = store->arena_bytes();
   co.self.version = STRATA_VERSION;
-  co.ucx = ucx;
+  co.peer_token = peer_token;
+  // Active messages carry no token: an authenticating cluster asks its directory over gRPC.
+  if (!auth->enabled() && peer_token.empty()) co.ucx = ucx;
   auto started = Cluster::Start(std::move(co), *store, *namespaces);
   if (!started.ok()) {
     server->Shutdown(std::chrono::system_clock::now());

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string config_file, listen, http_listen, capacity, data_dir, ready_file, log_level, node_id;
-  bool print_default = false, version = false;
+  bool print_default = false, version = false, insecure = false;
   app.add_option("--config", config_file, "YAML config file (default: the embedded config)");
   // The last --listen wins, so a wrapper can append its own.
   app.add_option("--listen", listen, "gRPC address HOST:PORT (overrides 'listen')")
@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", ready_file,
                  "write {\"endpoint\":...,\"http_endpoint\":...,\"pid\":...} here once serving "
                  "(for scripts and tests; http_endpoint only with HTTP on)");
+  app.add_flag("--insecure", insecure,
+               "serve without authentication on a non-loopback listen address (sets 'insecure')");
   app.add_flag("--print-default-config", print_default, "print the embedded config and exit");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   if (!node_id.empty()) config->node_id = node_id;
   if (!advertise.empty()) config->cluster.advertise_address = advertise;
   if (!log_level.empty()) config->log_level = log_level;
+  if (insecure) config->insecure = true;
   if (!log_format.empty()) config->log_format = log_format;
   if (!capacity.empty()) {
     auto bytes = strata::ParseSize(capacity);

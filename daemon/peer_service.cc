@@ -12,8 +12,9 @@ grpc::Status NotUp() {
 
 }  // namespace
 
-grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
+grpc::Status PeerService::Announce(grpc::ServerContext* ctx, const v1::AnnounceRequest* req,
                                    v1::AnnounceResponse*) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto ids = CheckAnnounce(*req);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   Cluster* c = cluster_.load();
@@ -22,8 +23,9 @@ grpc::Status PeerService::Announce(grpc::ServerContext*, const v1::AnnounceReque
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateRequest* req,
+grpc::Status PeerService::Locate(grpc::ServerContext* ctx, const v1::PeerLocateRequest* req,
                                  v1::PeerLocateResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   auto ids = CheckPeerLocate(*req);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   Cluster* c = cluster_.load();
@@ -34,10 +36,22 @@ grpc::Status PeerService::Locate(grpc::ServerContext*, const v1::PeerLocateReque
 
 grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                                v1::PullResponse* resp) {
-  auto order = CheckPull(*req);
-  if (!order.ok()) return ToGrpcStatus(order.status());
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
+  // The pull makes this daemon dial the source: only a node of its own cluster view, at the
+  // address the view has for it, so a caller cannot point it at an arbitrary HOST:PORT.
+  {
+    auto view = c->View();
+    const placement::NodeRecord* source = view.Find(req->source_node());
+    if (source == nullptr || source->address != req->source_address() || source->id == c->self().id)
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("Pull source '", req->source_node(), "' at ", req->source_address(),
+                       " is not another node of this cluster view"));
+  }
+  auto order = CheckPull(*req);
+  if (!order.ok()) return ToGrpcStatus(order.status());
   auto deadline = absl::FromChrono(ctx->deadline());
   for (BlockStatus s :
        c->puller().Pull(order->spec, req->tenant(), req->replicas(), order->ids, order->parents,

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "daemon/auth.h"
 #include "daemon/cluster/cluster.h"
 #include "strata/v1/peer.grpc.pb.h"
 
@@ -10,7 +11,8 @@ namespace strata::daemon {
 
 class PeerService final : public v1::Peer::Service {
  public:
-  PeerService() = default;
+  // `auth` null: authentication off; otherwise only peer tokens are served.
+  explicit PeerService(const Authenticator* auth = nullptr) : auth_(auth) {}
   // Calls are refused (UNAVAILABLE) until the cluster layer is set.
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
 
@@ -22,7 +24,14 @@ class PeerService final : public v1::Peer::Service {
                     v1::PullResponse* resp) override;
 
  private:
+  // Every handler's first step: announcements and pulls change what this node stores.
+  grpc::Status Admit(const grpc::ServerContext* ctx) const {
+    Caller caller;
+    return auth_ ? auth_->Check(ctx, static_cast<RoleSet>(Role::kPeer), &caller) : grpc::Status::OK;
+  }
+
   std::atomic<Cluster*> cluster_{nullptr};
+  const Authenticator* const auth_;
 };
 
 }  // namespace strata::daemon

@@ -1,8 +1,11 @@
 #include "storage/host_tier.h"
 
+#include <sys/random.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -13,21 +16,32 @@ namespace strata {
 
 HostTier::HostTier(uint8_t* base, uint64_t capacity, HostTierOptions options)
     : base_(base), options_(std::move(options)), allocator_(capacity, options_.alignment) {
-  std::random_device rd;
-  id_state_ = (uint64_t{rd()} << 32) ^ rd();
   stats_.capacity_bytes = allocator_.capacity();
   auto policy = MakeEvictionPolicy(options_.eviction_policy);
   policy_ = policy.ok() ? std::move(*policy) : std::move(*MakeEvictionPolicy("lru"));
 }
 
 uint64_t HostTier::NextId() {
-  // splitmix64: reservation and lease ids are hard to guess and never 0.
-  uint64_t z;
+  // Reservation and lease ids are bearer capabilities (Commit, Abort, Release and the push
+  // fetch name nothing else), so they come from the kernel's CSPRNG: one id says nothing about
+  // the next. A generator seeded once (splitmix64 was) is invertible from a single output.
+  uint64_t z = 0;
   do {
-    z = (id_state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    if (id_pool_used_ == id_pool_.size()) {
+      // Refilled in batches: one syscall per 32 ids.
+      uint8_t* out = reinterpret_cast<uint8_t*>(id_pool_.data());
+      size_t want = sizeof(id_pool_), got = 0;
+      while (got < want) {
+        ssize_t n = getrandom(out + got, want - got, 0);
+        // getrandom blocks until the pool is seeded and only fails on EINTR (or a pre-3.17
+        // kernel, which this project does not support): never fall back to a weaker source.
+        if (n < 0 && errno != EINTR) std::abort();
+        if (n > 0) got += static_cast<size_t>(n);
+      }
+      id_pool_used_ = 0;
+    }
+    z = id_pool_[id_pool_used_];
+    id_pool_[id_pool_used_++] = 0;  // a handed-out id does not linger in the pool
   } while (z == 0 || reservations_.contains(z) || leases_.contains(z));
   return z;
 }

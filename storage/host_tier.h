@@ -19,6 +19,7 @@
 // Thread-safe: one mutex guards the metadata; CRC verification runs outside it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -294,7 +295,9 @@ class HostTier {
   uint64_t demoting_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t demotions_finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_back_stopped_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t id_state_ ABSL_GUARDED_BY(mu_);
+  // Unused random ids from the last getrandom() call (NextId).
+  std::array<uint64_t, 32> id_pool_ ABSL_GUARDED_BY(mu_){};
+  size_t id_pool_used_ ABSL_GUARDED_BY(mu_) = 32;
   mutable HostTierStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -495,10 +495,12 @@ PYBIND11_MODULE(_strata, m) {
       .def(py::init([](const std::string& endpoint, const std::string& client_name,
                        double rpc_timeout, double transfer_timeout, bool verify_crc,
                        bool remote_fetch, bool lookup_fast_path, const std::string& fetch_transfer,
-                       bool same_node, const std::string& vllm_hash_seed, bool quiet) {
+                       bool same_node, const std::string& vllm_hash_seed, bool quiet,
+                       const std::string& auth_token) {
              strata::ClientOptions o;
              o.endpoint = endpoint;
              o.client_name = client_name;
+             o.auth_token = auth_token;
              o.rpc_timeout = absl::Seconds(rpc_timeout);
              o.transfer_timeout = absl::Seconds(transfer_timeout);
              o.verify_crc = verify_crc;
@@ -514,8 +516,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("rpc_timeout") = 5.0, py::arg("transfer_timeout") = 10.0,
            py::arg("verify_crc") = true, py::arg("remote_fetch") = true,
            py::arg("lookup_fast_path") = true, py::arg("fetch_transfer") = "auto",
-           py::arg("same_node") = true, py::arg("vllm_hash_seed") = "",
-           py::arg("quiet") = false)
+           py::arg("same_node") = true, py::arg("vllm_hash_seed") = "", py::arg("quiet") = false,
+           py::arg("auth_token") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("node_id", &PyClient::NodeId)
       .def("tokens_per_block", &PyClient::TokensPerBlock, py::arg("ns"))

@@ -32,7 +32,8 @@ std::unique_ptr<placement::Membership> NewMembership(const ClusterConfig& cfg,
 }  // namespace
 
 Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespaces)
-    : ctx_(std::move(options.config), std::move(options.self)), store_(store) {
+    : ctx_(std::move(options.config), std::move(options.self), std::move(options.peer_token)),
+      store_(store) {
   membership_ = NewMembership(ctx_.config, ctx_.self.id);
   announcer_ = std::make_unique<Announcer>(ctx_, directory_, store);
   locator_ = std::make_unique<Locator>(ctx_, directory_, std::move(options.ucx));

@@ -27,13 +27,17 @@ struct ClusterCounters {
 };
 
 struct ClusterContext {
-  ClusterContext(ClusterConfig config, placement::NodeRecord self)
-      : config(std::move(config)), self(std::move(self)) {}
+  ClusterContext(ClusterConfig config, placement::NodeRecord self, std::string peer_token = "")
+      : config(std::move(config)),
+        self(std::move(self)),
+        peer_token(std::move(peer_token)),
+        peers(this->peer_token) {}
   ClusterContext(const ClusterContext&) = delete;
   ClusterContext& operator=(const ClusterContext&) = delete;
 
   const ClusterConfig config;
   const placement::NodeRecord self;
+  const std::string peer_token;  // sent on every call to another node (config auth)
   CurrentRing ring;
   PeerStubs peers;
   ClusterCounters counters;

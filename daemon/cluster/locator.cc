@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "client/channel.h"
 #include "common/am_wire.h"
 #include "common/packed_ids.h"
 #include "daemon/cluster/call_group.h"
@@ -250,7 +251,7 @@ void Locator::ResolveWorkerAddresses(const std::vector<std::string>& addresses,
     }
   }
   for (const auto& a : unknown) {  // no lock held across these calls
-    auto stub = v1::Cache::NewStub(grpc::CreateChannel(a, grpc::InsecureChannelCredentials()));
+    auto stub = v1::Cache::NewStub(client::MakeChannel(a, ctx_.peer_token));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(deadline));
     v1::ConnectRequest req;

@@ -24,6 +24,8 @@ namespace strata {
 
 struct AdminClientOptions {
   std::string endpoint = "127.0.0.1:7420";
+  // Bearer token of an admin role (see ClientOptions::auth_token); empty: none.
+  std::string auth_token;
   absl::Duration timeout = absl::Seconds(5);
   absl::Duration long_timeout = absl::Minutes(10);
 };

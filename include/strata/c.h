@@ -59,6 +59,8 @@ STRATA_C_EXPORT strata_options_t* strata_options_create(void);
 STRATA_C_EXPORT void strata_options_destroy(strata_options_t* options);
 STRATA_C_EXPORT void strata_options_set_endpoint(strata_options_t* options, const char* endpoint);
 STRATA_C_EXPORT void strata_options_set_client_name(strata_options_t* options, const char* name);
+/* Bearer token for a daemon with authentication (ClientOptions::auth_token); NULL or "": none. */
+STRATA_C_EXPORT void strata_options_set_auth_token(strata_options_t* options, const char* token);
 STRATA_C_EXPORT void strata_options_set_rpc_timeout_ms(strata_options_t* options, uint32_t ms);
 STRATA_C_EXPORT void strata_options_set_transfer_timeout_ms(strata_options_t* options, uint32_t ms);
 STRATA_C_EXPORT void strata_options_set_verify_crc(strata_options_t* options, int on);

@@ -33,6 +33,10 @@ using LogSink = std::function<void(LogLevel, std::string_view)>;
 struct ClientOptions {
   std::string endpoint = "127.0.0.1:7420";
   std::string client_name = "libstrata";
+  // Bearer token (the daemon's auth.tokens_file maps it to a tenant and a role), sent on every
+  // call to this daemon and to the other nodes remote fetches reach. Empty: none (a daemon
+  // without authentication).
+  std::string auth_token;
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Bound on one batch of RMA transfers; kept below the daemon's reservation timeout so a slow
   // client never writes into space the daemon has already reclaimed.

@@ -27,7 +27,8 @@ __all__ = ["Client", "BlockStatus", "PublishResult", "LookupResult", "FetchResul
 class Client(_NativeClient):
     """A connection to the local stratad (thread-safe).
 
-    Keyword arguments: endpoint, client_name, rpc_timeout and transfer_timeout (seconds),
+    Keyword arguments: endpoint, client_name, auth_token (the bearer token of a daemon with
+    authentication: it decides the tenant), rpc_timeout and transfer_timeout (seconds),
     verify_crc, remote_fetch, lookup_fast_path, fetch_transfer ("auto", "rma", "push"),
     same_node, vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
     """

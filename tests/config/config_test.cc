@@ -200,5 +200,28 @@ TEST(HttpConfigTest, MalformedAddressNamesTheField) {
   }
 }
 
+TEST(AuthConfigTest, NonLoopbackListenNeedsTokensOrInsecure) {
+  for (const char* loopback :
+       {"127.0.0.1:7420", "127.3.2.1:0", "[::1]:7420", "localhost:7420", "unix:/tmp/strata.sock"}) {
+    EXPECT_TRUE(IsLoopbackListen(loopback)) << loopback;
+    EXPECT_TRUE(ParseConfig(std::string("listen: \"") + loopback + "\"\n").ok()) << loopback;
+  }
+  for (const char* open : {"0.0.0.0:7420", "[::]:7420", "10.1.2.3:7420", "node-1:7420"}) {
+    EXPECT_FALSE(IsLoopbackListen(open)) << open;
+    auto refused = ParseConfig(std::string("listen: \"") + open + "\"\n");
+    ASSERT_FALSE(refused.ok()) << open;
+    EXPECT_NE(refused.status().message().find("'listen'"), std::string::npos);
+    EXPECT_NE(refused.status().message().find("insecure"), std::string::npos);
+    EXPECT_TRUE(ParseConfig(std::string("listen: \"") + open + "\"\ninsecure: true\n").ok());
+    auto with_auth = ParseConfig(std::string("listen: \"") + open +
+                                 "\"\nauth:\n  tokens_file: /etc/strata/tokens\n"
+                                 "  peer_token_file: /etc/strata/peer\n");
+    ASSERT_TRUE(with_auth.ok()) << with_auth.status();
+    EXPECT_EQ(with_auth->auth.tokens_file, "/etc/strata/tokens");
+    EXPECT_EQ(with_auth->auth.peer_token_file, "/etc/strata/peer");
+    EXPECT_FALSE(with_auth->insecure);
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,0 +1,101 @@
+// Who is calling: bearer tokens (config `auth.tokens_file`) mapped to a tenant and a role, the
+// one check every gRPC handler of the daemon runs before it does anything (issue 14, item 1).
+//
+// Without a tokens file authentication is off: every caller is trusted, which stratad allows
+// only on a loopback or Unix-socket listen address unless the operator says `insecure: true`.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace strata::daemon {
+
+enum class Role : uint8_t {
+  kTenant = 1,  // the Cache service, on namespaces of its own tenant only
+  kAdmin = 2,   // the Admin service, and the Cache service on any namespace (operator tools)
+  kPeer = 4,    // another stratad: the Peer service, and the Cache service on any namespace
+                // (a pull reads the source daemon's blocks the way a client does)
+};
+using RoleSet = uint8_t;
+constexpr RoleSet operator|(Role a, Role b) {
+  return static_cast<RoleSet>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
+}
+constexpr RoleSet kAnyRole = static_cast<RoleSet>(Role::kTenant | Role::kAdmin) |
+                             static_cast<uint8_t>(Role::kPeer);
+
+// An authenticated caller. With authentication off every caller is `trusted`.
+struct Caller {
+  Role role = Role::kAdmin;
+  std::string tenant;  // kTenant: the only tenant whose namespaces it may use
+  bool trusted = false;
+  // Whether the caller may act on a namespace of `tenant`.
+  bool MayUse(std::string_view ns_tenant) const {
+    return trusted || role != Role::kTenant || ns_tenant == tenant;
+  }
+};
+
+class Authenticator {
+ public:
+  // Authentication off.
+  Authenticator() = default;
+  // Lines `TOKEN TENANT ROLE` ('#' starts a comment); `source` names the text in errors.
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Parse(absl::string_view text,
+                                                              absl::string_view source);
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Load(const std::string& path);
+
+  bool enabled() const { return !tokens_.empty(); }
+
+  // The caller of a call, from its `authorization: Bearer TOKEN` metadata, if its role is in
+  // `allowed`: UNAUTHENTICATED without a valid token, PERMISSION_DENIED for another role.
+  grpc::Status Check(const grpc::ServerContext* ctx, RoleSet allowed, Caller* caller) const;
+
+ private:
+  struct Entry {
+    std::array<uint8_t, 32> digest;  // SHA-256 of the token: the token itself is never kept
+    std::string tenant;
+    Role role;
+  };
+  // Every entry is compared, in constant time each, so how long a check takes says nothing
+  // about how close a guess was.
+  const Entry* Find(absl::string_view token) const;
+
+  std::vector<Entry> tokens_;
+};
+
+// Which tenant holds each live reservation and lease id: a tenant's Commit, Abort or Release
+// of an id another tenant holds reads "unknown", like a guessed one. Ids are random (so not
+// guessable) already; this keeps one leaked id from crossing tenants.
+class IdOwners {
+ public:
+  void Add(uint64_t id, const std::string& tenant, absl::Duration ttl);
+  // Whether `caller` may use `id` (an id this map never saw, e.g. from before a restart, is
+  // left to the store, which answers it is unknown).
+  bool Allowed(uint64_t id, const Caller& caller) const;
+  void Forget(uint64_t id);
+
+ private:
+  mutable absl::Mutex mu_;
+  struct Owner {
+    std::string tenant;
+    absl::Time expires;
+  };
+  absl::flat_hash_map<uint64_t, Owner> owners_ ABSL_GUARDED_BY(mu_);
+  size_t adds_since_prune_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A token file's first token (spaces and newlines trimmed): `auth.peer_token_file`.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace strata::daemon
