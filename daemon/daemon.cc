@@ -22,8 +22,9 @@
 #include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/events/kv_event_publisher.h"
 #include "daemon/daemon_metrics.h"
+#include "daemon/events/kv_event_publisher.h"
+#include "daemon/host_memory.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -207,6 +208,12 @@ const std::string& Daemon::http_endpoint() const {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
+  // Before anything is allocated: an arena larger than the host is refused here, not met by the
+  // OOM killer halfway through faulting it in.
+  const HostMemory memory = ReadHostMemory();
+  std::vector<std::string> warnings;
+  STRATA_RETURN_IF_ERROR(CheckHostCapacity(config.host, memory, &warnings));
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->node_id = config.node_id.empty() ? Hostname() : config.node_id;
@@ -259,7 +266,8 @@ absl::Status Daemon::Impl::StartHttp() {
 
 absl::Status Daemon::Impl::OpenDataPlane() {
   const HostTierConfig& host = config.host;
-  STRATA_ASSIGN_OR_RETURN(ucx, transport::Context::Create(/*wakeup=*/true));
+  STRATA_ASSIGN_OR_RETURN(
+      ucx, transport::Context::Create(/*wakeup=*/true, /*unnamed_allocations=*/true));
   STRATA_ASSIGN_OR_RETURN(worker, transport::Worker::Create(ucx));
   if (host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);
@@ -284,10 +292,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   // before the service exists are dropped and their senders fall back to gRPC.
   // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
   // counted and logged at a bounded rate instead of warned about by UCX once per message.
-  STRATA_RETURN_IF_ERROR(worker->SetAmDropHandler(
-      [this](uint16_t id, const transport::AmMessage& m, std::string_view why) {
-        am_drops.Note(id, m, why);
-      }));
+  STRATA_RETURN_IF_ERROR(
+      worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
+                                      std::string_view why) { am_drops.Note(id, m, why); }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
