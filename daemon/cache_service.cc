@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -10,6 +11,7 @@
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/logging.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
@@ -111,7 +113,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
     Cluster* cluster = cluster_.load();
     resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
-    spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
+    spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
   });
 }
@@ -122,8 +124,11 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext*,
   return Serve([&] {
     auto id = namespaces_->Open(FromProto(req->spec()), req->tenant());
     if (!id.ok()) {
-      spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", req->tenant(),
-                   req->spec().model_id(), id.status().ToString());
+      static LogRateLimiter limit;
+      if (uint64_t suppressed = 0; limit.Allow(&suppressed))
+        spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}{}",
+                     LogSafe(req->tenant()), LogSafe(req->spec().model_id()),
+                     LogSafe(id.status().ToString(), 512), SuppressedNote(suppressed));
       return ToGrpcStatus(id.status());
     }
     if (req->replicas() > 8)
@@ -236,11 +241,17 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext*, const v1::ReserveRequ
     AddStatuses(r.status, resp->mutable_status());
     resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
     resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    // One line per call, never one per block (a Reserve carries up to 65,536 blocks).
+    size_t no_space = 0, first = 0;
     for (size_t i = 0; i < r.status.size(); ++i) {
-      if (r.status[i] == BlockStatus::kNoSpace)
-        spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
-                     items[i].id.ShortHex(), items[i].size, ns.ShortHex());
+      if (r.status[i] != BlockStatus::kNoSpace) continue;
+      if (no_space++ == 0) first = i;
     }
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; no_space > 0 && limit.Allow(&suppressed))
+      spdlog::warn("Reserve in namespace {}: no space for {} of {} blocks (first: {}, {} bytes){}",
+                   ns.ShortHex(), no_space, items.size(), items[first].id.ShortHex(),
+                   items[first].size, SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }
@@ -300,10 +311,13 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
       if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
         cluster->mover().Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
     }
-    for (BlockStatus s : *r)
-      if (s == BlockStatus::kCrcMismatch)
-        spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
-                     req->reservation_id());
+    const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; crc_failed > 0 && limit.Allow(&suppressed))
+      spdlog::warn(
+          "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
+          "dropped{}",
+          req->reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }
@@ -350,8 +364,10 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext*, const v1::EvictRequest*
     EvictResult r = store_->Evict(ns, ids, req->cascade(), req->force());
     AddStatuses(r.status, resp->mutable_status());
     resp->set_removed_blocks(r.removed_blocks);
-    spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
-                 ids.size(), r.removed_blocks);
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; limit.Allow(&suppressed))
+      spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed{}", ns.ShortHex(),
+                   ids.size(), r.removed_blocks, SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }
@@ -508,8 +524,9 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   namespace w = am_wire;
   // Without a reply endpoint or a request id there is nobody to answer: dropped.
   if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes)
-    return DropAm(w::kLookupRequestAm, m, "lookup request without a reply endpoint or with a "
-                                          "header that is not 40 bytes");
+    return DropAm(w::kLookupRequestAm, m,
+                  "lookup request without a reply endpoint or with a "
+                  "header that is not 40 bytes");
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = w::GetU64(m.header.data());
@@ -555,8 +572,9 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
   if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes)
-    return DropAm(w::kFetchRequestAm, m, "fetch request without a reply endpoint or with a "
-                                         "header that is not 24 bytes");
+    return DropAm(w::kFetchRequestAm, m,
+                  "fetch request without a reply endpoint or with a "
+                  "header that is not 24 bytes");
   const uint64_t request_id = w::GetU64(m.header.data());
   const uint64_t lease_id = w::GetU64(m.header.data() + 8);
   const uint32_t count = w::GetU32(m.header.data() + 16);
@@ -590,7 +608,8 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     // extent would otherwise queue unbounded sends from a single small message.
     total += extents[i].size;
     if (total > arena_bytes)
-      return refuse(absl::StatusCode::kInvalidArgument, "the extents add up to more than the arena");
+      return refuse(absl::StatusCode::kInvalidArgument,
+                    "the extents add up to more than the arena");
   }
   if (!store_->LeaseCovers(lease_id, extents))
     return refuse(absl::StatusCode::kFailedPrecondition,
