@@ -76,6 +76,12 @@ struct EventsConfig {
   bool int_hashes = true;
 };
 
+// YAML section limits: what clients can make one daemon hold (docs/operations.md#limits).
+struct LimitsConfig {
+  uint32_t max_namespaces = 0;
+  absl::Duration namespace_idle_timeout;
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -89,6 +95,7 @@ struct DaemonConfig {
   absl::Duration shutdown_grace;
   ClusterConfig cluster;
   EventsConfig events;
+  LimitsConfig limits;
 };
 
 // Parses YAML over the defaults: fields absent from `yaml` keep their default value.

@@ -333,7 +333,9 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   if (topts.write_back) topts.alignment = kNvmeAlignment;
   tier = std::make_unique<HostTier>(region->data(),
                                     std::min<uint64_t>(region->size(), host.capacity), topts);
-  namespaces = std::make_unique<NamespaceRegistry>(std::move(secret));
+  namespaces = std::make_unique<NamespaceRegistry>(
+      std::move(secret), NamespaceRegistry::Limits{config.limits.max_namespaces,
+                                                   config.limits.namespace_idle_timeout});
   if (config.nvme.files.empty()) {
     store = std::make_unique<HostBlockStore>(tier.get());
     return absl::OkStatus();
@@ -431,7 +433,13 @@ void Daemon::Impl::StartReclaim() {
   const absl::Duration period = std::min(
       {absl::Seconds(1), config.host.reservation_timeout / 4, config.host.lease_timeout / 4});
   reclaim = std::thread([this, period] {
-    while (!stop_reclaim.WaitForNotificationWithTimeout(period)) store->ReclaimExpired();
+    while (!stop_reclaim.WaitForNotificationWithTimeout(period)) {
+      store->ReclaimExpired();
+      const auto usage = store->UsageByNamespace();
+      if (size_t released = namespaces->ReleaseIdle(
+              absl::Now(), [&](const NamespaceId& id) { return usage.contains(id); }))
+        spdlog::info("released {} idle namespaces without blocks", released);
+    }
   });
 }
 
