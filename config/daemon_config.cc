@@ -127,6 +127,10 @@ cluster:
   rereplicate: true
   # Deadline of every call to another daemon.
   peer_timeout: 1s
+  # Directory entries one announcing node may hold on this node; ids beyond it are refused and
+  # counted (strata_directory_refused_total). Size it above the blocks a node holds x
+  # directory_owners / nodes; each entry takes about 70 bytes.
+  max_directory_entries_per_node: 2000000
 
 # What clients can make this daemon hold.
 limits:
@@ -338,6 +342,9 @@ std::map<std::string, Setter> Setters() {
       Read<uint32_t>("cluster.directory_owners", At(&C::cluster, &K::directory_owners));
   s["cluster.replicas"] = Read<uint32_t>("cluster.replicas", At(&C::cluster, &K::replicas));
   s["cluster.rereplicate"] = Read<bool>("cluster.rereplicate", At(&C::cluster, &K::rereplicate));
+  s["cluster.max_directory_entries_per_node"] =
+      Read<uint64_t>("cluster.max_directory_entries_per_node",
+                     At(&C::cluster, &K::max_directory_entries_per_node));
 
   using E = EventsConfig;
   s["events.endpoint"] = Read<std::string>("events.endpoint", At(&C::events, &E::endpoint));
@@ -517,6 +524,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("cluster.advertise_address", "must be HOST:PORT (or empty)");
   if (k.peer_timeout < absl::Milliseconds(10))
     return FieldError("cluster.peer_timeout", "must be >= 10ms");
+  if (k.max_directory_entries_per_node < 1)
+    return FieldError("cluster.max_directory_entries_per_node", "must be >= 1");
   for (size_t i = 0; i < k.static_nodes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (k.static_nodes[i].id == k.static_nodes[j].id)

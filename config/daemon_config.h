@@ -35,6 +35,9 @@ struct ClusterConfig {
   uint32_t replicas = 0;    // default copies per block (namespaces may override)
   bool rereplicate = true;  // restore lost copies when a node leaves the view
   absl::Duration peer_timeout;
+  // From the config file (default 2,000,000); unbounded for code that builds a ClusterConfig
+  // itself.
+  uint64_t max_directory_entries_per_node = UINT64_MAX;
 };
 
 struct NvmeFileConfig {
