@@ -524,9 +524,8 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   namespace w = am_wire;
   // Without a reply endpoint or a request id there is nobody to answer: dropped.
   if (m.reply_ep == nullptr || m.header.size() != w::kRequestHeaderBytes)
-    return DropAm(w::kLookupRequestAm, m,
-                  "lookup request without a reply endpoint or with a "
-                  "header that is not 40 bytes");
+    return DropAm(w::kLookupRequestAm, m, "lookup request without a reply endpoint or with a "
+                                          "header that is not 40 bytes");
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = w::GetU64(m.header.data());
@@ -572,9 +571,8 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
   if (m.reply_ep == nullptr || m.header.size() != w::kFetchRequestHeaderBytes)
-    return DropAm(w::kFetchRequestAm, m,
-                  "fetch request without a reply endpoint or with a "
-                  "header that is not 24 bytes");
+    return DropAm(w::kFetchRequestAm, m, "fetch request without a reply endpoint or with a "
+                                         "header that is not 24 bytes");
   const uint64_t request_id = w::GetU64(m.header.data());
   const uint64_t lease_id = w::GetU64(m.header.data() + 8);
   const uint32_t count = w::GetU32(m.header.data() + 16);
@@ -608,8 +606,7 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     // extent would otherwise queue unbounded sends from a single small message.
     total += extents[i].size;
     if (total > arena_bytes)
-      return refuse(absl::StatusCode::kInvalidArgument,
-                    "the extents add up to more than the arena");
+      return refuse(absl::StatusCode::kInvalidArgument, "the extents add up to more than the arena");
   }
   if (!store_->LeaseCovers(lease_id, extents))
     return refuse(absl::StatusCode::kFailedPrecondition,

@@ -22,8 +22,8 @@
 #include "daemon/admin_service.h"
 #include "daemon/cache_service.h"
 #include "daemon/cluster/cluster.h"
-#include "daemon/daemon_metrics.h"
 #include "daemon/events/kv_event_publisher.h"
+#include "daemon/daemon_metrics.h"
 #include "daemon/host_memory.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -292,9 +292,10 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   // before the service exists are dropped and their senders fall back to gRPC.
   // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
   // counted and logged at a bounded rate instead of warned about by UCX once per message.
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
-                                      std::string_view why) { am_drops.Note(id, m, why); }));
+  STRATA_RETURN_IF_ERROR(worker->SetAmDropHandler(
+      [this](uint16_t id, const transport::AmMessage& m, std::string_view why) {
+        am_drops.Note(id, m, why);
+      }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
