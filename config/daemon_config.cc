@@ -138,6 +138,18 @@ cluster:
   rereplicate: true
   # Deadline of every call to another daemon.
   peer_timeout: 1s
+  # Directory entries one announcing node may hold on this node; ids beyond it are refused and
+  # counted (strata_directory_refused_total). Size it above the blocks a node holds x
+  # directory_owners / nodes; each entry takes about 70 bytes.
+  max_directory_entries_per_node: 2000000
+
+# What clients can make this daemon hold.
+limits:
+  # Namespaces open at once; opening one more is refused with RESOURCE_EXHAUSTED.
+  max_namespaces: 10000
+  # A namespace with no blocks in the host tier that no call has named for this long is released
+  # (opening it again gives the same id). At least reservation_timeout.
+  namespace_idle_timeout: 1h
 
 # KV events in vLLM's format (msgpack over ZMQ) for KV-aware routers (llm-d, Dynamo):
 # BlockStored when a block is committed to host memory, BlockRemoved when it leaves it, one
@@ -354,13 +366,23 @@ std::map<std::string, Setter> Setters() {
       Read<uint32_t>("cluster.directory_owners", At(&C::cluster, &K::directory_owners));
   s["cluster.replicas"] = Read<uint32_t>("cluster.replicas", At(&C::cluster, &K::replicas));
   s["cluster.rereplicate"] = Read<bool>("cluster.rereplicate", At(&C::cluster, &K::rereplicate));
+  s["cluster.max_directory_entries_per_node"] =
+      Read<uint64_t>("cluster.max_directory_entries_per_node",
+                     At(&C::cluster, &K::max_directory_entries_per_node));
 
   using E = EventsConfig;
   s["events.endpoint"] = Read<std::string>("events.endpoint", At(&C::events, &E::endpoint));
   s["events.replay_endpoint"] =
       Read<std::string>("events.replay_endpoint", At(&C::events, &E::replay_endpoint));
-  s["events.buffer_steps"] = Read<uint32_t>("events.buffer_steps", At(&C::events, &E::buffer_steps));
+  s["events.buffer_steps"] =
+      Read<uint32_t>("events.buffer_steps", At(&C::events, &E::buffer_steps));
   s["events.int_hashes"] = Read<bool>("events.int_hashes", At(&C::events, &E::int_hashes));
+
+  using L = LimitsConfig;
+  s["limits.max_namespaces"] =
+      Read<uint32_t>("limits.max_namespaces", At(&C::limits, &L::max_namespaces));
+  s["limits.namespace_idle_timeout"] =
+      ReadDuration("limits.namespace_idle_timeout", At(&C::limits, &L::namespace_idle_timeout));
   return s;
 }
 
@@ -504,6 +526,12 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("reservation_timeout", "must be >= 100ms");
   if (c.host.lease_timeout < absl::Milliseconds(100))
     return FieldError("lease_timeout", "must be >= 100ms");
+  if (c.limits.max_namespaces < 1) return FieldError("limits.max_namespaces", "must be >= 1");
+  // A namespace released between a Reserve and its Commit would strand the committed blocks.
+  if (c.limits.namespace_idle_timeout < c.host.reservation_timeout)
+    return FieldError("limits.namespace_idle_timeout",
+                      absl::StrCat("must be >= reservation_timeout (",
+                                   absl::FormatDuration(c.host.reservation_timeout), ")"));
   static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
   bool ok = false;
   for (const char* l : levels) ok |= c.log_level == l;
@@ -527,6 +555,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("cluster.advertise_address", "must be HOST:PORT (or empty)");
   if (k.peer_timeout < absl::Milliseconds(10))
     return FieldError("cluster.peer_timeout", "must be >= 10ms");
+  if (k.max_directory_entries_per_node < 1)
+    return FieldError("cluster.max_directory_entries_per_node", "must be >= 1");
   for (size_t i = 0; i < k.static_nodes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (k.static_nodes[i].id == k.static_nodes[j].id)

@@ -35,6 +35,9 @@ struct ClusterConfig {
   uint32_t replicas = 0;    // default copies per block (namespaces may override)
   bool rereplicate = true;  // restore lost copies when a node leaves the view
   absl::Duration peer_timeout;
+  // From the config file (default 2,000,000); unbounded for code that builds a ClusterConfig
+  // itself.
+  uint64_t max_directory_entries_per_node = UINT64_MAX;
 };
 
 struct NvmeFileConfig {
@@ -82,6 +85,12 @@ struct AuthConfig {
   std::string peer_token_file;  // this node's token for calls to other nodes; empty: none
 };
 
+// YAML section limits: what clients can make one daemon hold (docs/operations.md#limits).
+struct LimitsConfig {
+  uint32_t max_namespaces = 0;
+  absl::Duration namespace_idle_timeout;
+};
+
 struct DaemonConfig {
   std::string node_id;
   std::string listen;
@@ -98,6 +107,7 @@ struct DaemonConfig {
   AuthConfig auth;
   // Serve without authentication on a non-loopback address (ValidateConfig refuses otherwise).
   bool insecure = false;
+  LimitsConfig limits;
 };
 
 // Parses YAML over the defaults: fields absent from `yaml` keep their default value.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 #include <type_traits>
 
@@ -12,6 +13,7 @@
 #include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/request_checks.h"
+#include "daemon/logging.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
@@ -120,7 +122,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     Cluster* cluster = cluster_.load();
     resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
     resp->set_active_messages_off(auth_->enabled());
-    spdlog::debug("client '{}' connected from {}", req->client_name(), ctx->peer());
+    spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
   });
 }
@@ -140,8 +142,11 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
     }
     auto id = namespaces_->Open(FromProto(req->spec()), tenant);
     if (!id.ok()) {
-      spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}", tenant,
-                   req->spec().model_id(), id.status().ToString());
+      static LogRateLimiter limit;
+      if (uint64_t suppressed = 0; limit.Allow(&suppressed))
+        spdlog::warn("OpenNamespace for tenant '{}' model '{}' refused: {}{}",
+                     LogSafe(tenant), LogSafe(req->spec().model_id()),
+                     LogSafe(id.status().ToString(), 512), SuppressedNote(suppressed));
       return ToGrpcStatus(id.status());
     }
     if (req->replicas() > 8)
@@ -256,11 +261,17 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext* ctx, const v1::Reserve
     AddStatuses(r.status, resp->mutable_status());
     resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
     resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    // One line per call, never one per block (a Reserve carries up to 65,536 blocks).
+    size_t no_space = 0, first = 0;
     for (size_t i = 0; i < r.status.size(); ++i) {
-      if (r.status[i] == BlockStatus::kNoSpace)
-        spdlog::warn("Reserve: no space for block {} ({} bytes) in namespace {}",
-                     items[i].id.ShortHex(), items[i].size, ns.ShortHex());
+      if (r.status[i] != BlockStatus::kNoSpace) continue;
+      if (no_space++ == 0) first = i;
     }
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; no_space > 0 && limit.Allow(&suppressed))
+      spdlog::warn("Reserve in namespace {}: no space for {} of {} blocks (first: {}, {} bytes){}",
+                   ns.ShortHex(), no_space, items.size(), items[first].id.ShortHex(),
+                   items[first].size, SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }
@@ -323,10 +334,13 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
       if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
         cluster->mover().Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
     }
-    for (BlockStatus s : *r)
-      if (s == BlockStatus::kCrcMismatch)
-        spdlog::warn("Commit of reservation {}: a block failed CRC32C verification and was dropped",
-                     req->reservation_id());
+    const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; crc_failed > 0 && limit.Allow(&suppressed))
+      spdlog::warn(
+          "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
+          "dropped{}",
+          req->reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }
@@ -385,8 +399,10 @@ grpc::Status CacheService::DoEvict(grpc::ServerContext* ctx, const v1::EvictRequ
     EvictResult r = store_->Evict(ns, ids, req->cascade(), req->force());
     AddStatuses(r.status, resp->mutable_status());
     resp->set_removed_blocks(r.removed_blocks);
-    spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed", ns.ShortHex(),
-                 ids.size(), r.removed_blocks);
+    static LogRateLimiter limit;
+    if (uint64_t suppressed = 0; limit.Allow(&suppressed))
+      spdlog::info("Evict in namespace {}: {} ids requested, {} blocks removed{}", ns.ShortHex(),
+                   ids.size(), r.removed_blocks, SuppressedNote(suppressed));
     return grpc::Status::OK;
   });
 }

@@ -25,6 +25,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/daemon_metrics.h"
 #include "daemon/events/kv_event_publisher.h"
+#include "daemon/host_memory.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
@@ -213,6 +214,12 @@ const std::string& Daemon::http_endpoint() const {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   STRATA_RETURN_IF_ERROR(ValidateConfig(config));
+  // Before anything is allocated: an arena larger than the host is refused here, not met by the
+  // OOM killer halfway through faulting it in.
+  const HostMemory memory = ReadHostMemory();
+  std::vector<std::string> warnings;
+  STRATA_RETURN_IF_ERROR(CheckHostCapacity(config.host, memory, &warnings));
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->node_id = config.node_id.empty() ? Hostname() : config.node_id;
@@ -288,7 +295,8 @@ absl::Status Daemon::Impl::StartHttp() {
 
 absl::Status Daemon::Impl::OpenDataPlane() {
   const HostTierConfig& host = config.host;
-  STRATA_ASSIGN_OR_RETURN(ucx, transport::Context::Create(/*wakeup=*/true));
+  STRATA_ASSIGN_OR_RETURN(
+      ucx, transport::Context::Create(/*wakeup=*/true, /*unnamed_allocations=*/true));
   STRATA_ASSIGN_OR_RETURN(worker, transport::Worker::Create(ucx));
   if (host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);
@@ -357,7 +365,9 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   if (topts.write_back) topts.alignment = kNvmeAlignment;
   tier = std::make_unique<HostTier>(region->data(),
                                     std::min<uint64_t>(region->size(), host.capacity), topts);
-  namespaces = std::make_unique<NamespaceRegistry>(std::move(secret));
+  namespaces = std::make_unique<NamespaceRegistry>(
+      std::move(secret), NamespaceRegistry::Limits{config.limits.max_namespaces,
+                                                   config.limits.namespace_idle_timeout});
   if (config.nvme.files.empty()) {
     store = std::make_unique<HostBlockStore>(tier.get());
     return absl::OkStatus();
@@ -457,7 +467,13 @@ void Daemon::Impl::StartReclaim() {
   const absl::Duration period = std::min(
       {absl::Seconds(1), config.host.reservation_timeout / 4, config.host.lease_timeout / 4});
   reclaim = std::thread([this, period] {
-    while (!stop_reclaim.WaitForNotificationWithTimeout(period)) store->ReclaimExpired();
+    while (!stop_reclaim.WaitForNotificationWithTimeout(period)) {
+      store->ReclaimExpired();
+      const auto usage = store->UsageByNamespace();
+      if (size_t released = namespaces->ReleaseIdle(
+              absl::Now(), [&](const NamespaceId& id) { return usage.contains(id); }))
+        spdlog::info("released {} idle namespaces without blocks", released);
+    }
   });
 }
 

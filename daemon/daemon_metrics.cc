@@ -178,8 +178,9 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
 }
 
 void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events) {
-  Counter* batches = m.AddCounter("strata_kv_event_batches_total",
-                                  "KV event batches published over ZMQ (one per namespace and tick).");
+  Counter* batches =
+      m.AddCounter("strata_kv_event_batches_total",
+                   "KV event batches published over ZMQ (one per namespace and tick).");
   Counter* dropped = m.AddCounter("strata_kv_events_dropped_total",
                                   "KV events dropped because the publisher's queue was full.");
   m.AddCollector([events, batches, dropped] {
@@ -199,6 +200,10 @@ void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* clus
                                 "Memory this node's directory entries take (estimate).");
   Counter* announced = m.AddCounter("strata_directory_announced_total",
                                     "Block ids this node announced to their owners.");
+  Counter* refused = m.AddCounter(
+      "strata_directory_refused_total",
+      "Announced block ids refused: their node held cluster.max_directory_entries_per_node "
+      "entries on this node.");
   Counter* peer_fail = m.AddCounter("strata_peer_failures_total",
                                     "Calls to other daemons that failed or timed out.");
   Counter* replicated = m.AddCounter("strata_replicated_blocks_total",
@@ -211,8 +216,8 @@ void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* clus
                                  "Lookup prefix blocks found on other nodes.");
   Counter* rerepl = m.AddCounter("strata_rereplicated_blocks_total",
                                  "Copies made to replace the ones a departed node held.");
-  m.AddCollector([cluster, nodes, healthy, dir_ids, dir_bytes, announced, peer_fail, replicated,
-                  repl_fail, pulled, remote, rerepl] {
+  m.AddCollector([cluster, nodes, healthy, dir_ids, dir_bytes, announced, refused, peer_fail,
+                  replicated, repl_fail, pulled, remote, rerepl] {
     Cluster* c = cluster->load(std::memory_order_acquire);
     if (!c) return;
     std::string detail;
@@ -222,6 +227,7 @@ void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* clus
     dir_bytes->Set(static_cast<double>(c->directory().memory_bytes()));
     const ClusterCounters& k = c->counters();
     announced->Set(k.announced.load());
+    refused->Set(k.directory_refused.load());
     peer_fail->Set(k.peer_failures.load());
     replicated->Set(k.replicated.load());
     repl_fail->Set(k.replication_failed.load());

@@ -1,6 +1,7 @@
 // stratad's operator HTTP endpoint: /metrics (Prometheus text format 0.0.4), /healthz (the process
-// serves HTTP) and /readyz (the daemon can take traffic). Plain HTTP on its own small thread
-// pool, so a slow scraper never competes with the gRPC server's threads.
+// serves HTTP) and /readyz (the daemon can take traffic). Plain HTTP on two threads of its own, so
+// a slow scraper never competes with the gRPC server's threads, and idle or trickling
+// connections can neither starve a probe nor grow the thread count (docs/operations.md#limits).
 #pragma once
 
 #include <functional>

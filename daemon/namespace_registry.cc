@@ -12,14 +12,28 @@ absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
   STRATA_RETURN_IF_ERROR(spec.Validate());
   if (tenant.empty()) return absl::InvalidArgumentError("tenant must be set");
   NamespaceId id = ComputeNamespaceId(spec, ComputeTenantSalt(secret_, tenant));
+  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  open_.try_emplace(id, Entry{id, spec, tenant});
+  auto it = open_.find(id);
+  if (it == open_.end()) {
+    if (open_.size() >= limits_.max_namespaces)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this daemon holds ", open_.size(),
+          " open namespaces, its limit (limits.max_namespaces); "
+          "namespaces without blocks are released after ",
+          absl::FormatDuration(limits_.idle_timeout), " unused (limits.namespace_idle_timeout)"));
+    it = open_.try_emplace(id, Entry{id, spec, tenant, 0, now}).first;
+  }
+  it->second.last_used = now;
   return id;
 }
 
 absl::Status NamespaceRegistry::Check(const NamespaceId& id) const {
   absl::MutexLock lock(&mu_);
-  if (open_.contains(id)) return absl::OkStatus();
+  if (auto it = open_.find(id); it != open_.end()) {
+    it->second.last_used = absl::Now();
+    return absl::OkStatus();
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "namespace ", id.ShortHex(), " is not open on this daemon; call OpenNamespace first"));
 }
@@ -48,6 +62,14 @@ std::optional<NamespaceRegistry::Entry> NamespaceRegistry::Find(const NamespaceI
   auto it = open_.find(id);
   if (it == open_.end()) return std::nullopt;
   return it->second;
+}
+
+size_t NamespaceRegistry::ReleaseIdle(absl::Time now,
+                                      const std::function<bool(const NamespaceId&)>& has_blocks) {
+  absl::MutexLock lock(&mu_);
+  return absl::erase_if(open_, [&](const auto& kv) {
+    return now - kv.second.last_used > limits_.idle_timeout && !has_blocks(kv.first);
+  });
 }
 
 void NamespaceRegistry::SetReplicas(const NamespaceId& id, uint32_t replicas) {

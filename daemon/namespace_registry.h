@@ -2,6 +2,7 @@
 // tenant's salt, so a client learns only the seed of namespaces it opened.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,17 +10,34 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "strata/block_id.h"
 
 namespace strata::daemon {
 
 class NamespaceRegistry {
  public:
-  explicit NamespaceRegistry(std::string cluster_secret) : secret_(std::move(cluster_secret)) {}
+  // Bounds on what clients can make the registry hold (config section 'limits'). Every open
+  // namespace costs memory here and in the tiers' per-namespace accounting; clients that open
+  // one per request would otherwise grow the daemon without end (issue 14, finding 5).
+  struct Limits {
+    size_t max_namespaces = 10000;
+    // A namespace with no host-tier blocks that no call named for this long is released.
+    absl::Duration idle_timeout = absl::Hours(1);
+  };
 
+  explicit NamespaceRegistry(std::string cluster_secret) : NamespaceRegistry(cluster_secret, {}) {}
+  NamespaceRegistry(std::string cluster_secret, Limits limits)
+      : secret_(std::move(cluster_secret)), limits_(limits) {}
+
+  // RESOURCE_EXHAUSTED when `limits.max_namespaces` are open and `spec` + `tenant` is not one of
+  // them.
   absl::StatusOr<NamespaceId> Open(const NamespaceSpec& spec, const std::string& tenant);
-  // OK when `id` was opened; otherwise an error that says what to do.
+  // OK when `id` was opened; otherwise an error that says what to do. Counts as a use.
   absl::Status Check(const NamespaceId& id) const;
+  // Releases namespaces idle for longer than `limits.idle_timeout` for which `has_blocks` says
+  // false; the number released. A released namespace opens again with the same id.
+  size_t ReleaseIdle(absl::Time now, const std::function<bool(const NamespaceId&)>& has_blocks);
   size_t size() const;
   // Tokens per block of an open namespace; 0 when it is not open.
   uint32_t TokensPerBlock(const NamespaceId& id) const;
@@ -29,6 +47,8 @@ class NamespaceRegistry {
     NamespaceSpec spec;
     std::string tenant;
     uint32_t replicas = 0;  // 0: the daemon's default
+    // Last Open or Check naming it; a lookup counts as a use although Check is const.
+    mutable absl::Time last_used;
   };
   std::vector<Entry> List() const;
   std::optional<Entry> Find(const NamespaceId& id) const;
@@ -37,6 +57,7 @@ class NamespaceRegistry {
 
  private:
   const std::string secret_;
+  const Limits limits_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<NamespaceId, Entry> open_ ABSL_GUARDED_BY(mu_);
 };

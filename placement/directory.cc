@@ -217,22 +217,31 @@ struct Directory::Impl {
 Directory::Directory() : impl_(new Impl) {}
 Directory::~Directory() { delete impl_; }
 
-void Directory::Announce(std::string_view node, std::span<const BlockId> ids,
-                         std::span<const LocationTier> tiers, absl::Time expires) {
+size_t Directory::Announce(std::string_view node, std::span<const BlockId> ids,
+                           std::span<const LocationTier> tiers, absl::Time expires,
+                           size_t max_per_node) {
   absl::MutexLock lock(&impl_->mu);
   auto idx = impl_->Intern(node);
-  if (!idx) return;  // more than 65,535 distinct holders: refuse rather than alias
+  if (!idx) return ids.size();  // more than 65,535 distinct holders: refuse rather than alias
   uint32_t expiry = impl_->ExpirySeconds(expires);
+  size_t refused = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     LocationTier tier = tiers.size() == 1  ? tiers[0]
                         : i < tiers.size() ? tiers[i]
                                            : LocationTier::kUnknown;
-    HolderList& list = impl_->entries[ids[i]];
-    if (Holder* h = list.Find(*idx)) {
-      h->tier = static_cast<uint8_t>(tier);
-      h->expiry = expiry;
+    auto it = impl_->entries.find(ids[i]);
+    if (it != impl_->entries.end()) {
+      if (Holder* h = it->second.Find(*idx)) {
+        h->tier = static_cast<uint8_t>(tier);
+        h->expiry = expiry;
+        continue;
+      }
+    }
+    if (impl_->counts[*idx] >= max_per_node) {
+      ++refused;
       continue;
     }
+    HolderList& list = it != impl_->entries.end() ? it->second : impl_->entries[ids[i]];
     int64_t delta = 0;
     list.Add(Holder{*idx, static_cast<uint8_t>(tier), 0, expiry}, &delta);
     impl_->heap_bytes += delta;
@@ -240,6 +249,13 @@ void Directory::Announce(std::string_view node, std::span<const BlockId> ids,
     ++impl_->counts[*idx];
   }
   if (impl_->counts[*idx] == 0) impl_->Dropped(*idx, 0);  // empty announcement: don't keep it
+  return refused;
+}
+
+size_t Directory::entries_of(std::string_view node) const {
+  absl::MutexLock lock(&impl_->mu);
+  auto idx = impl_->Lookup(node);
+  return idx ? impl_->counts[*idx] : 0;
 }
 
 void Directory::Withdraw(std::string_view node, std::span<const BlockId> ids) {

@@ -9,6 +9,7 @@
 // node ids are interned to 16-bit indexes and expiry is kept in seconds. Thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -37,9 +38,14 @@ class Directory {
   Directory& operator=(const Directory&) = delete;
 
   // Records that `node` holds `ids[i]` in `tiers[i]` (one tier for all when tiers has size 1)
-  // until `expires`. Re-announcing refreshes the expiry and updates the tier.
-  void Announce(std::string_view node, std::span<const BlockId> ids,
-                std::span<const LocationTier> tiers, absl::Time expires);
+  // until `expires`. Re-announcing refreshes the expiry and updates the tier. `node` holds at
+  // most `max_per_node` entries: ids beyond that are refused (refreshes still pass), so one
+  // announcer cannot grow the directory without end. Returns how many ids were refused.
+  size_t Announce(std::string_view node, std::span<const BlockId> ids,
+                  std::span<const LocationTier> tiers, absl::Time expires,
+                  size_t max_per_node = SIZE_MAX);
+  // Entries `node` holds now.
+  size_t entries_of(std::string_view node) const;
   void Withdraw(std::string_view node, std::span<const BlockId> ids);
   // Drops every entry of `node` (it left the cluster). Returns how many were dropped.
   size_t RemoveNode(std::string_view node);

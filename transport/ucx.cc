@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,10 +35,18 @@ absl::StatusOr<std::string> MemoryRegion::PackRkey() const {
 
 // ---------------------------------------------------------------------------- Context
 
-absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup) {
+absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup, bool unnamed_allocations) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcsError("config_read", s);
+  // UCX's default order without md:posix (and without md:*, which would bring it back).
+  if (unnamed_allocations && std::getenv("UCX_ALLOC_PRIO") == nullptr) {
+    s = ucp_config_modify(config, "ALLOC_PRIO", "md:sysv,huge,thp,mmap,heap");
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return UcsError("config_modify(ALLOC_PRIO)", s);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);

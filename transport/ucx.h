@@ -61,7 +61,13 @@ class MemoryRegion {
 class Context : public std::enable_shared_from_this<Context> {
  public:
   // `wakeup`: workers can sleep on an event fd (daemons); clients that only poll pass false.
-  static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup);
+  // `unnamed_allocations`: Allocate never backs memory with a named POSIX shared-memory file.
+  // UCX's posix allocator fills its /dev/shm file before unlinking it, so a process killed while
+  // a large allocation faults in leaves that file behind (issue 14, finding 5); System V segments
+  // are marked for removal at once and anonymous memory has no name. An explicit
+  // UCX_ALLOC_PRIO in the environment still wins.
+  static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup,
+                                                         bool unnamed_allocations = false);
   ~Context();
 
   ucp_context_h handle() const { return ctx_; }

@@ -1,6 +1,7 @@
 #include "daemon/cluster/announcer.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/packed_ids.h"
 #include "daemon/cluster/call_group.h"
+#include "daemon/logging.h"
 
 namespace strata::daemon {
 namespace {
@@ -184,9 +186,21 @@ void Announcer::HandleAnnounce(const v1::AnnounceRequest& req, std::span<const B
   for (int t : req.tiers()) tiers.push_back(LocationTierOf(t));
   if (tiers.empty()) tiers.push_back(placement::LocationTier::kHost);
   if (tiers.size() != 1 && tiers.size() != ids.size()) tiers.resize(1);
+  // A peer's TTL is capped at twice ours: an entry announced "forever" would never expire.
   absl::Duration ttl =
-      req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms()) : ctx_.config.directory_ttl;
-  directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl);
+      std::min(req.ttl_ms() > 0 ? absl::Milliseconds(req.ttl_ms()) : ctx_.config.directory_ttl,
+               2 * ctx_.config.directory_ttl);
+  const size_t refused = directory_.Announce(req.node_id(), ids, tiers, absl::Now() + ttl,
+                                             ctx_.config.max_directory_entries_per_node);
+  if (refused == 0) return;
+  ctx_.counters.directory_refused.fetch_add(refused, std::memory_order_relaxed);
+  static LogRateLimiter limit;
+  if (uint64_t suppressed = 0; limit.Allow(&suppressed))
+    spdlog::warn(
+        "Announce from node '{}': {} of {} ids refused, the node holds {} directory entries here "
+        "(cluster.max_directory_entries_per_node){}",
+        LogSafe(req.node_id()), refused, ids.size(), directory_.entries_of(req.node_id()),
+        SuppressedNote(suppressed));
 }
 
 }  // namespace strata::daemon

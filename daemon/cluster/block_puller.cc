@@ -9,6 +9,7 @@
 #include "client/block_calls.h"
 #include "client/daemon_link.h"
 #include "common/crc32c.h"
+#include "daemon/logging.h"
 #include "strata/client.h"
 
 namespace strata::daemon {
@@ -32,8 +33,8 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
   std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
   auto ns = namespaces_.Open(spec, tenant);
   if (!ns.ok()) {
-    spdlog::warn("Pull from '{}': cannot open the namespace here: {}", source_node,
-                 ns.status().ToString());
+    spdlog::warn("Pull from '{}': cannot open the namespace here: {}", LogSafe(source_node),
+                 LogSafe(ns.status().ToString(), 512));
     status.assign(ids.size(), BlockStatus::kInvalid);
     return status;
   }
@@ -65,13 +66,14 @@ absl::StatusOr<BlockPuller::Fetched> BlockPuller::FetchFromSource(
   auto source = SourceLink(source_node, source_address);
   if (!source.ok()) {
     ctx_.counters.peer_failures.fetch_add(1);
-    spdlog::warn("Pull: {}", source.status().ToString());
+    spdlog::warn("Pull: {}", LogSafe(source.status().ToString(), 512));
     return source.status();
   }
   auto there = (*source)->control().OpenNamespace(spec, tenant, /*replicas=*/0);
   if (!there.ok() || *there != ns) {
-    spdlog::warn("Pull from '{}': namespace not usable there ({})", source_node,
-                 there.ok() ? "its cluster secret differs" : there.status().ToString());
+    spdlog::warn(
+        "Pull from '{}': namespace not usable there ({})", LogSafe(source_node),
+        there.ok() ? "its cluster secret differs" : LogSafe(there.status().ToString(), 512));
     return absl::FailedPreconditionError("namespace not usable at the source");
   }
   Fetched out;
@@ -80,7 +82,7 @@ absl::StatusOr<BlockPuller::Fetched> BlockPuller::FetchFromSource(
   auto got = (*source)->Fetch(ns, ids, into);
   if (!got.ok()) {
     ctx_.counters.peer_failures.fetch_add(1);
-    spdlog::warn("Pull from '{}': {}", source_node, got.status().ToString());
+    spdlog::warn("Pull from '{}': {}", LogSafe(source_node), LogSafe(got.status().ToString(), 512));
     return got.status();
   }
   out.status = std::move(got->status);

@@ -24,6 +24,8 @@ struct ClusterCounters {
   std::atomic<uint64_t> pulled{0};          // blocks copied into this node from another
   std::atomic<uint64_t> rereplicated{0};    // copies made to replace ones a departed node held
   std::atomic<uint64_t> remote_located{0};  // lookup blocks found on other nodes
+  // Announced ids refused: their node held cluster.max_directory_entries_per_node entries here.
+  std::atomic<uint64_t> directory_refused{0};
 };
 
 struct ClusterContext {
