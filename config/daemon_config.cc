@@ -150,6 +150,14 @@ limits:
   # A namespace with no blocks in the host tier that no call has named for this long is released
   # (opening it again gives the same id). At least reservation_timeout.
   namespace_idle_timeout: 1h
+  # Fraction of host_tier.capacity one tenant's blocks and open reservations may occupy. At the
+  # bound its publishes evict its own least recently used blocks, never other tenants', and get
+  # NO_SPACE when those are pinned or leased. 1: no bound (one tenant may take the whole tier and
+  # evict the others). Set e.g. 0.5 when tenants share a daemon; every tenant gets the same share.
+  tenant_max_share: 1.0
+  # Bytes one tenant may hold in reservations not yet committed; more is NO_SPACE. 0: no bound
+  # (tenant_max_share bounds them too).
+  tenant_max_reserved_bytes: 0
 
 # KV events in vLLM's format (msgpack over ZMQ) for KV-aware routers (llm-d, Dynamo):
 # BlockStored when a block is committed to host memory, BlockRemoved when it leaves it, one
@@ -383,6 +391,10 @@ std::map<std::string, Setter> Setters() {
       Read<uint32_t>("limits.max_namespaces", At(&C::limits, &L::max_namespaces));
   s["limits.namespace_idle_timeout"] =
       ReadDuration("limits.namespace_idle_timeout", At(&C::limits, &L::namespace_idle_timeout));
+  s["limits.tenant_max_share"] =
+      Read<double>("limits.tenant_max_share", At(&C::limits, &L::tenant_max_share));
+  s["limits.tenant_max_reserved_bytes"] =
+      ReadSize("limits.tenant_max_reserved_bytes", At(&C::limits, &L::tenant_max_reserved_bytes));
   return s;
 }
 
@@ -532,6 +544,15 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("limits.namespace_idle_timeout",
                       absl::StrCat("must be >= reservation_timeout (",
                                    absl::FormatDuration(c.host.reservation_timeout), ")"));
+  // NaN fails both comparisons.
+  if (!(c.limits.tenant_max_share > 0 && c.limits.tenant_max_share <= 1))
+    return FieldError("limits.tenant_max_share",
+                      "must be a fraction of host_tier.capacity, > 0 and <= 1 (1: no bound)");
+  const uint64_t reserved_cap = c.limits.tenant_max_reserved_bytes;
+  if (reserved_cap > c.host.capacity)
+    return FieldError("limits.tenant_max_reserved_bytes",
+                      "must be <= host_tier.capacity (0: no bound)");
+
   static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
   bool ok = false;
   for (const char* l : levels) ok |= c.log_level == l;

@@ -89,6 +89,9 @@ struct AuthConfig {
 struct LimitsConfig {
   uint32_t max_namespaces = 0;
   absl::Duration namespace_idle_timeout;
+  // Per-tenant quotas on the host tier (storage/host_tier.h, HostTierOptions::tenant_*).
+  double tenant_max_share = 1.0;           // of host_tier.capacity; 1: no bound
+  uint64_t tenant_max_reserved_bytes = 0;  // 0: no bound
 };
 
 struct DaemonConfig {

@@ -359,6 +359,8 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   topts.max_pin_ttl = host.max_pin_ttl;
   topts.max_block_bytes = std::min(host.max_block_size, host.capacity);
   topts.eviction_policy = host.policy;
+  topts.tenant_max_share = config.limits.tenant_max_share;
+  topts.tenant_max_reserved_bytes = config.limits.tenant_max_reserved_bytes;
   topts.write_back = !config.nvme.files.empty();
   // With an NVMe tier, host extents start and end on 4 KiB so blocks move between the tiers
   // with O_DIRECT straight from/into host memory (no staging copy); costs < 4 KiB per block.
@@ -368,6 +370,9 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   namespaces = std::make_unique<NamespaceRegistry>(
       std::move(secret), NamespaceRegistry::Limits{config.limits.max_namespaces,
                                                    config.limits.namespace_idle_timeout});
+  namespaces->SetOpenHook([t = tier.get()](const NamespaceId& ns, const std::string& tenant) {
+    t->SetNamespaceTenant(ns, tenant);
+  });
   if (config.nvme.files.empty()) {
     store = std::make_unique<HostBlockStore>(tier.get());
     return absl::OkStatus();

@@ -13,18 +13,24 @@ absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
   if (tenant.empty()) return absl::InvalidArgumentError("tenant must be set");
   NamespaceId id = ComputeNamespaceId(spec, ComputeTenantSalt(secret_, tenant));
   const absl::Time now = absl::Now();
-  absl::MutexLock lock(&mu_);
-  auto it = open_.find(id);
-  if (it == open_.end()) {
-    if (open_.size() >= limits_.max_namespaces)
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "this daemon holds ", open_.size(),
-          " open namespaces, its limit (limits.max_namespaces); "
-          "namespaces without blocks are released after ",
-          absl::FormatDuration(limits_.idle_timeout), " unused (limits.namespace_idle_timeout)"));
-    it = open_.try_emplace(id, Entry{id, spec, tenant, 0, now}).first;
+  bool opened = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = open_.find(id);
+    if (it == open_.end()) {
+      if (open_.size() >= limits_.max_namespaces)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "this daemon holds ", open_.size(),
+            " open namespaces, its limit (limits.max_namespaces); "
+            "namespaces without blocks are released after ",
+            absl::FormatDuration(limits_.idle_timeout), " unused (limits.namespace_idle_timeout)"));
+      it = open_.try_emplace(id, Entry{id, spec, tenant, 0, now}).first;
+      opened = true;
+    }
+    it->second.last_used = now;
   }
-  it->second.last_used = now;
+  // Before the caller learns the id, so no Reserve in it can precede the tenant's charge.
+  if (opened && on_open_) on_open_(id, tenant);
   return id;
 }
 

@@ -39,6 +39,12 @@ class NamespaceRegistry {
   // false; the number released. A released namespace opens again with the same id.
   size_t ReleaseIdle(absl::Time now, const std::function<bool(const NamespaceId&)>& has_blocks);
   size_t size() const;
+  // Called (without the registry's lock) when a namespace is opened and was not open: the daemon
+  // tells the host tier which tenant to charge its blocks to (limits.tenant_*). Set it before
+  // serving.
+  void SetOpenHook(std::function<void(const NamespaceId&, const std::string& tenant)> hook) {
+    on_open_ = std::move(hook);
+  }
   // Tokens per block of an open namespace; 0 when it is not open.
   uint32_t TokensPerBlock(const NamespaceId& id) const;
 
@@ -58,6 +64,7 @@ class NamespaceRegistry {
  private:
   const std::string secret_;
   const Limits limits_;
+  std::function<void(const NamespaceId&, const std::string&)> on_open_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<NamespaceId, Entry> open_ ABSL_GUARDED_BY(mu_);
 };

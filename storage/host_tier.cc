@@ -51,8 +51,104 @@ uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
   if (inserted) {
     namespace_ids_.push_back(ns);
     namespace_usage_.emplace_back(0, 0);
+    namespace_tenant_.push_back(kNil);
   }
   return it->second;
+}
+
+void HostTier::SetNamespaceTenant(const NamespaceId& ns_id, std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  const bool known = namespaces_.contains(ns_id);
+  const uint32_t ns = InternNamespace(ns_id);
+  if (namespace_tenant_[ns] != kNil) return;
+  auto [it, inserted] =
+      tenant_index_.try_emplace(std::string(name), static_cast<uint32_t>(tenants_.size()));
+  if (inserted) tenants_.push_back(Tenant{std::string(name)});
+  const uint32_t t = it->second;
+  namespace_tenant_[ns] = t;
+  if (!known) return;
+  // An internal writer (a promotion after a restart, a replica) put blocks here before any
+  // client opened the namespace: charge them now. Once per namespace, so the scan is rare.
+  Tenant& tn = tenants_[t];
+  for (uint32_t slot = 0; slot < entries_.size(); ++slot) {
+    const Entry& e = entries_[slot];
+    if (e.ns != ns) continue;
+    if (e.state == State::kReserved) {
+      tn.reserved += e.size;
+    } else if (e.state == State::kCommitted) {
+      tn.committed += e.size;
+      if (e.demoting) {
+        tn.demoting += e.size;
+      } else {
+        LinkTenantLru(slot);
+      }
+    }
+  }
+}
+
+absl::flat_hash_map<std::string, HostTier::TenantUsage> HostTier::UsageByTenant() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<std::string, TenantUsage> out;
+  for (const Tenant& t : tenants_) out[t.name] = {t.committed - t.demoting, t.reserved};
+  return out;
+}
+
+void HostTier::LinkTenantLru(uint32_t slot) {
+  Entry& e = entries_[slot];
+  const uint32_t t = TenantOf(e);
+  if (t == kNil || e.in_tenant_lru) return;
+  Tenant& tn = tenants_[t];
+  e.tprev = tn.tail;
+  e.tnext = kNil;
+  if (tn.tail != kNil) {
+    entries_[tn.tail].tnext = slot;
+  } else {
+    tn.head = slot;
+  }
+  tn.tail = slot;
+  e.in_tenant_lru = true;
+}
+
+void HostTier::UnlinkTenantLru(uint32_t slot) {
+  Entry& e = entries_[slot];
+  if (!e.in_tenant_lru) return;
+  Tenant& tn = tenants_[TenantOf(e)];
+  if (e.tprev != kNil) {
+    entries_[e.tprev].tnext = e.tnext;
+  } else {
+    tn.head = e.tnext;
+  }
+  if (e.tnext != kNil) {
+    entries_[e.tnext].tprev = e.tprev;
+  } else {
+    tn.tail = e.tprev;
+  }
+  e.tprev = e.tnext = kNil;
+  e.in_tenant_lru = false;
+}
+
+bool HostTier::MakeTenantRoom(uint32_t t, uint64_t size, absl::Time now) {
+  const Tenant& tn = tenants_[t];
+  // Evicting committed blocks cannot free reservation quota.
+  if (options_.tenant_max_reserved_bytes > 0 &&
+      tn.reserved + size > options_.tenant_max_reserved_bytes)
+    return false;
+  if (options_.tenant_max_share >= 1.0) return true;
+  const auto limit =
+      static_cast<uint64_t>(options_.tenant_max_share * static_cast<double>(allocator_.capacity()));
+  auto fits = [&] { return tn.committed - tn.demoting + tn.reserved + size <= limit; };
+  // Only this tenant's own blocks, oldest first: within its share a tenant is its own LRU cache,
+  // and other tenants never pay for it. Leased and pinned blocks are passed over.
+  for (uint32_t slot = tn.head; slot != kNil && !fits();) {
+    const uint32_t next = entries_[slot].tnext;
+    if (Evictable(entries_[slot], now)) {
+      policy_->OnRemove(entries_[slot].id);  // chosen here, not by the policy
+      EvictVictim(slot);
+      ++stats_.quota_evictions;
+    }
+    slot = next;
+  }
+  return fits();
 }
 
 BlockInfo HostTier::Describe(uint32_t slot, absl::Time now) const {
@@ -142,6 +238,10 @@ void HostTier::Touch(uint32_t slot) {
   e.last_use = options_.clock();
   ++e.accesses;
   policy_->OnAccess(e.id);
+  if (e.in_tenant_lru) {  // most recently used: to the tail of its tenant's list
+    UnlinkTenantLru(slot);
+    LinkTenantLru(slot);
+  }
 }
 
 uint32_t HostTier::NextVictim(absl::Time now, std::vector<uint32_t>& skipped) {
@@ -171,6 +271,9 @@ void HostTier::EvictVictim(uint32_t slot) {
   Entry& e = entries_[slot];
   if (options_.write_back && !write_back_stopped_) {
     e.demoting = true;
+    // On its way out: no longer a quota victim nor counted against its tenant's share.
+    UnlinkTenantLru(slot);
+    if (uint32_t t = TenantOf(e); t != kNil) tenants_[t].demoting += e.size;
     ++e.leases;  // the write-back reads the extent: it must not be freed meanwhile
     demoting_bytes_ += e.size;
     ++demoting_blocks_;
@@ -187,6 +290,8 @@ bool HostTier::FinishDemotionLocked(uint32_t slot, bool stored_below) {
   demoting_bytes_ -= e.size;
   --demoting_blocks_;
   ++demotions_finished_;
+  if (uint32_t t = TenantOf(e); t != kNil && e.state == State::kCommitted)
+    tenants_[t].demoting -= e.size;  // RemoveCommitted below takes it out of `committed`
   e.demoting = false;
   --e.leases;
   if (e.state == State::kCommitted) {
@@ -257,6 +362,11 @@ void HostTier::RemoveCommitted(uint32_t slot) {
   --stats_.blocks;
   --namespace_usage_[e.ns].first;
   namespace_usage_[e.ns].second -= e.size;
+  if (uint32_t t = TenantOf(e); t != kNil) {
+    tenants_[t].committed -= e.size;
+    if (e.demoting) tenants_[t].demoting -= e.size;
+    UnlinkTenantLru(slot);
+  }
   if (e.leases > 0) {
     e.state = State::kDoomed;  // readers keep their bytes; freed at the last Release
   } else {
@@ -327,6 +437,7 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();
   const uint32_t ns = InternNamespace(ns_id);
+  const uint32_t tenant = namespace_tenant_[ns];
   Reservation res;
   for (size_t i = 0; i < items.size(); ++i) {
     const ReserveItem& it = items[i];
@@ -342,6 +453,12 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
       } else {
         r.status[i] = BlockStatus::kInProgress;
       }
+      continue;
+    }
+    if (tenant != kNil && !MakeTenantRoom(tenant, it.size, now)) {
+      r.status[i] = BlockStatus::kNoSpace;
+      ++stats_.no_space;
+      ++stats_.quota_no_space;
       continue;
     }
     auto offset = AllocateEvicting(it.size, now);
@@ -360,6 +477,7 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
     e.state = State::kReserved;
     index_.emplace(it.id, slot);
     stats_.reserved_bytes += it.size;
+    if (tenant != kNil) tenants_[tenant].reserved += it.size;
     res.slots.push_back(slot);
     r.status[i] = BlockStatus::kOk;
     r.offsets[i] = *offset;
@@ -444,6 +562,8 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
     uint32_t slot = checks[i].slot;
     Entry& e = entries_[slot];
     stats_.reserved_bytes -= e.size;
+    const uint32_t t = TenantOf(e);
+    if (t != kNil) tenants_[t].reserved -= e.size;
     if (out[i] == BlockStatus::kOk) {
       e.state = State::kCommitted;
       e.crc = crcs[i];
@@ -455,6 +575,10 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       namespace_usage_[e.ns].second += e.size;
       ++stats_.committed_total;
       policy_->OnInsert(e.id, BlockMeta{e.parent, 1});
+      if (t != kNil) {
+        tenants_[t].committed += e.size;
+        LinkTenantLru(slot);
+      }
       if (on_change_) on_change_({BlockEvent::kStored, e.id, namespace_ids_[e.ns], e.parent});
     } else {
       ++stats_.crc_failures;
@@ -473,6 +597,7 @@ void HostTier::DropReservation(uint64_t id) {
   for (uint32_t slot : it->second.slots) {
     Entry& e = entries_[slot];
     stats_.reserved_bytes -= e.size;
+    if (uint32_t t = TenantOf(e); t != kNil) tenants_[t].reserved -= e.size;
     index_.erase(e.id);
     FreeSlot(slot);
   }

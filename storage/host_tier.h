@@ -26,6 +26,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -65,6 +67,14 @@ struct HostTierOptions {
   bool write_back = false;
   // How long a reservation waits for write-back to free space before dropping victims.
   absl::Duration write_back_wait = absl::Seconds(2);
+  // Per-tenant quotas (config limits.tenant_*), for namespaces charged to a tenant with
+  // SetNamespaceTenant. One tenant's committed + reserved bytes stay within this fraction of the
+  // capacity: at the bound, its Reserve first evicts its own least recently used blocks and
+  // answers kNoSpace when that is not enough, so one tenant cannot flush the others. 1: none.
+  double tenant_max_share = 1.0;
+  // Bytes one tenant may hold in open reservations; more is kNoSpace (evicting cannot help).
+  // 0: no bound.
+  uint64_t tenant_max_reserved_bytes = 0;
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
@@ -156,6 +166,8 @@ struct HostTierStats {
   uint64_t demoting_bytes = 0;
   uint64_t evictions_explicit = 0;
   uint64_t no_space = 0;
+  uint64_t quota_evictions = 0;  // a tenant's own blocks evicted to keep it within its share
+  uint64_t quota_no_space = 0;   // kNoSpace answers (in no_space) caused by a tenant quota
   uint64_t reservations_expired = 0;
   uint64_t leases_expired = 0;
 };
@@ -202,6 +214,18 @@ class HostTier {
   // Committed blocks and bytes per namespace (cheap: kept as blocks come and go).
   absl::flat_hash_map<NamespaceId, std::pair<uint64_t, uint64_t>> UsageByNamespace() const;
 
+  // Charges the blocks of `ns` to `tenant` for the tenant quotas (options.tenant_*); blocks
+  // already held count from now on. The first tenant named for a namespace stays (a namespace
+  // id derives from its tenant, so a second one cannot differ). Namespaces never named here
+  // (internal writers only) are charged to no tenant and bounded only by the capacity.
+  void SetNamespaceTenant(const NamespaceId& ns, std::string_view tenant);
+  struct TenantUsage {
+    uint64_t committed_bytes = 0;  // not counting blocks already queued for write-back
+    uint64_t reserved_bytes = 0;
+  };
+  // Per tenant, cheap: kept as blocks come and go.
+  absl::flat_hash_map<std::string, TenantUsage> UsageByTenant() const;
+
   // Replaces the change hook (null: none). Events from before the call are not replayed.
   void SetChangeHook(BlockEventHook hook);
 
@@ -235,6 +259,8 @@ class HostTier {
     uint32_t leases = 0;    // read leases, plus one while being written back
     uint32_t accesses = 0;  // requests since commit, counting the publish
     bool demoting = false;
+    bool in_tenant_lru = false;  // linked into its tenant's LRU list (tprev/tnext)
+    uint32_t tprev = kNil, tnext = kNil;
     State state = State::kFree;
     absl::Time pinned_until = absl::InfinitePast();
     absl::Time last_use = absl::InfinitePast();
@@ -248,6 +274,15 @@ class HostTier {
     std::vector<uint32_t> slots;
     absl::Time expires;
   };
+  // A tenant's bytes, and its committed blocks not being written back in least recently used
+  // order (an intrusive list through Entry::tprev/tnext): the victims of its own quota, found
+  // without scanning other tenants' blocks.
+  struct Tenant {
+    std::string name;
+    uint64_t committed = 0, reserved = 0;
+    uint64_t demoting = 0;  // committed bytes queued for write-back: already on their way out
+    uint32_t head = kNil, tail = kNil;
+  };
 
   uint32_t InternNamespace(const NamespaceId& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockInfo Describe(uint32_t slot, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -257,6 +292,16 @@ class HostTier {
   void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const Entry& e, absl::Time now) const;
+  // Tenant of a slot's namespace, or kNil.
+  uint32_t TenantOf(const Entry& e) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return namespace_tenant_[e.ns];
+  }
+  void LinkTenantLru(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnlinkTenantLru(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `size` more bytes keep tenant `t` within its quotas, evicting its own least recently
+  // used blocks to stay within its share.
+  bool MakeTenantRoom(uint32_t t, uint64_t size, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The policy's next evictable victim, or kNil. Blocks it passes over (leased, pinned) are
   // collected in `skipped` and must go back with RestoreSkipped after the pass.
   uint32_t NextVictim(absl::Time now, std::vector<uint32_t>& skipped)
@@ -286,6 +331,9 @@ class HostTier {
   std::vector<NamespaceId> namespace_ids_ ABSL_GUARDED_BY(mu_);  // by interned index
   // Committed blocks and bytes per interned namespace, kept up to date on commit and removal.
   std::vector<std::pair<uint64_t, uint64_t>> namespace_usage_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> namespace_tenant_ ABSL_GUARDED_BY(mu_);  // by interned index; kNil: none
+  absl::flat_hash_map<std::string, uint32_t> tenant_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tenant> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);

@@ -82,7 +82,13 @@ TEST(ConfigTest, ErrorsNameTheField) {
         Case{"cluster:\n  directory_owners: 9\n", "'cluster.directory_owners'"},
         Case{"cluster:\n  peer_timeout: 1ms\n", "'cluster.peer_timeout'"},
         Case{"cluster:\n  advertise_address: nowhere\n", "'cluster.advertise_address'"},
-        Case{"cluster:\n  rereplicate: sometimes\n", "'cluster.rereplicate'"}}) {
+        Case{"cluster:\n  rereplicate: sometimes\n", "'cluster.rereplicate'"},
+        Case{"limits:\n  tenant_max_share: 0\n", "'limits.tenant_max_share'"},
+        Case{"limits:\n  tenant_max_share: 1.01\n", "'limits.tenant_max_share'"},
+        Case{"limits:\n  tenant_max_share: half\n", "'limits.tenant_max_share'"},
+        Case{"limits:\n  tenant_max_reserved_bytes: lots\n", "'limits.tenant_max_reserved_bytes'"},
+        Case{"host_tier:\n  capacity: 64MiB\nlimits:\n  tenant_max_reserved_bytes: 65MiB\n",
+             "'limits.tenant_max_reserved_bytes'"}}) {
     auto c = ParseConfig(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_NE(c.status().message().find(k.field), std::string::npos) << c.status();
