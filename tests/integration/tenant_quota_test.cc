@@ -48,12 +48,13 @@ std::unique_ptr<Client> Connect(const DaemonProcess& d) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-// 64 MiB host tier, 1 MiB blocks, default watermarks (0.95 / 0.85).
+// 64 MiB host tier, 1 MiB blocks, default watermarks (0.95 / 0.85). One publish reserves all its
+// blocks at once, so the reservation cap must cover the largest publish (16 blocks here).
 constexpr char kConfig[] =
     "host_tier:\n  capacity: 64MiB\n  max_block_size: 1MiB\n"
-    "limits:\n  tenant_max_share: 0.5\n  tenant_max_reserved_bytes: 8MiB\n";
+    "limits:\n  tenant_max_share: 0.5\n  tenant_max_reserved_bytes: 16MiB\n";
 
-TEST(TenantQuotaTest, TenantOverItsShareEvictsOnlyItsOwnBlocks) {
+TEST(TenantQuotaDaemonTest, TenantOverItsShareEvictsOnlyItsOwnBlocks) {
   DaemonProcess d(kConfig);
   ASSERT_TRUE(d.ok()) << d.log();
   auto a = Connect(d), b = Connect(d);
@@ -102,7 +103,7 @@ TEST(TenantQuotaTest, TenantOverItsShareEvictsOnlyItsOwnBlocks) {
   EXPECT_LE(stats->host_used_bytes, (32u + 16u) << 20);
 }
 
-TEST(TenantQuotaTest, ReservationsBeyondTheTenantCapAreRefusedWhileOthersPublish) {
+TEST(TenantQuotaDaemonTest, ReservationsBeyondTheTenantCapAreRefusedWhileOthersPublish) {
   DaemonProcess d(kConfig);
   ASSERT_TRUE(d.ok()) << d.log();
   auto a = Connect(d), b = Connect(d);
@@ -124,13 +125,13 @@ TEST(TenantQuotaTest, ReservationsBeyondTheTenantCapAreRefusedWhileOthersPublish
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     return stub->Reserve(&ctx, req, resp);
   };
-  // A holds open reservations up to its cap (8 MiB)...
+  // A holds open reservations up to its cap (16 MiB)...
   v1::ReserveResponse held;
-  ASSERT_TRUE(reserve(1, 8, &held).ok());
-  for (int i = 0; i < 8; ++i) ASSERT_EQ(held.status(i), v1::BLOCK_OK) << i;
+  ASSERT_TRUE(reserve(1, 16, &held).ok());
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(held.status(i), v1::BLOCK_OK) << i;
   // ...and gets NO_SPACE for more, though the tier has room.
   v1::ReserveResponse more;
-  ASSERT_TRUE(reserve(20, 2, &more).ok());
+  ASSERT_TRUE(reserve(40, 2, &more).ok());
   EXPECT_EQ(more.status(0), v1::BLOCK_NO_SPACE);
   EXPECT_EQ(more.status(1), v1::BLOCK_NO_SPACE);
 
@@ -149,12 +150,12 @@ TEST(TenantQuotaTest, ReservationsBeyondTheTenantCapAreRefusedWhileOthersPublish
     ASSERT_TRUE(stub->Abort(&ctx, abort, &done).ok());
   }
   v1::ReserveResponse again;
-  ASSERT_TRUE(reserve(20, 2, &again).ok());
+  ASSERT_TRUE(reserve(40, 2, &again).ok());
   EXPECT_EQ(again.status(0), v1::BLOCK_OK);
   EXPECT_EQ(again.status(1), v1::BLOCK_OK);
 }
 
-TEST(TenantQuotaTest, InvalidQuotasStopTheDaemonNamingTheField) {
+TEST(TenantQuotaDaemonTest, InvalidQuotasStopTheDaemonNamingTheField) {
   struct Case {
     const char* yaml;
     const char* field;
