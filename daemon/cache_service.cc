@@ -477,6 +477,8 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["evictions_lru_total"] = s.evictions_lru;
     c["evictions_explicit_total"] = s.evictions_explicit;
     c["no_space_total"] = s.no_space;
+    c["quota_evictions_total"] = s.quota_evictions;
+    c["quota_no_space_total"] = s.quota_no_space;
     c["reservations_expired_total"] = s.reservations_expired;
     c["leases_expired_total"] = s.leases_expired;
     return grpc::Status::OK;
