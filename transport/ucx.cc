@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace strata::transport {
 namespace {
@@ -226,6 +227,21 @@ absl::Status Worker::SetAmRendezvousHandler(uint16_t id, AmRendezvousHandler han
   return InstallAmHandler(id, std::move(h));
 }
 
+namespace {
+// Routes active messages of `id` to OnAm with `arg` (an InstalledAmHandler).
+absl::Status SetRecvHandler(ucp_worker_h worker, uint16_t id, void* arg) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  p.id = id;
+  p.cb = OnAm;
+  p.arg = arg;
+  p.flags = UCP_AM_FLAG_WHOLE_MSG;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(worker, &p);
+  return s == UCS_OK ? absl::OkStatus() : UcsError("set_am_recv_handler", s);
+}
+}  // namespace
+
 absl::Status Worker::SetAmDropHandler(AmDropHandler on_drop) {
   on_drop_ = std::make_unique<AmDropHandler>(std::move(on_drop));
   unknown_ids_ = std::make_unique<InstalledAmHandler>();
@@ -237,15 +253,7 @@ absl::Status Worker::SetAmDropHandler(AmDropHandler on_drop) {
   // UCX keeps one small entry per id up to the largest registered, so all 65536 cost ~1.5 MiB.
   for (uint32_t id = 0; id <= 0xffff; ++id) {
     if (am_handlers_.contains(static_cast<uint16_t>(id))) continue;
-    ucp_am_handler_param_t p{};
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                   UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    p.id = id;
-    p.cb = OnAm;
-    p.arg = unknown_ids_.get();
-    p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
-    if (s != UCS_OK) return UcsError("set_am_recv_handler", s);
+    STRATA_RETURN_IF_ERROR(SetRecvHandler(worker_, static_cast<uint16_t>(id), unknown_ids_.get()));
   }
   return absl::OkStatus();
 }
@@ -253,15 +261,7 @@ absl::Status Worker::SetAmDropHandler(AmDropHandler on_drop) {
 absl::Status Worker::InstallAmHandler(uint16_t id, std::unique_ptr<InstalledAmHandler> h) {
   h->id = id;
   h->on_drop = on_drop_.get();
-  ucp_am_handler_param_t p{};
-  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  p.id = id;
-  p.cb = OnAm;
-  p.arg = h.get();
-  p.flags = UCP_AM_FLAG_WHOLE_MSG;
-  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &p);
-  if (s != UCS_OK) return UcsError("set_am_recv_handler", s);
+  STRATA_RETURN_IF_ERROR(SetRecvHandler(worker_, id, h.get()));
   am_handlers_[id] = std::move(h);
   return absl::OkStatus();
 }

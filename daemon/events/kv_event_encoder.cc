@@ -83,6 +83,11 @@ void Hash(Writer& w, const BlockId& id, bool int_hashes) {
     w.Bin(id.AsBytes());
 }
 
+void Hashes(Writer& w, const std::vector<BlockId>& ids, bool int_hashes) {
+  w.Array(ids.size());
+  for (const BlockId& id : ids) Hash(w, id, int_hashes);
+}
+
 void Medium(Writer& w, const std::string& medium) {
   if (medium.empty())
     w.Nil();
@@ -110,8 +115,7 @@ std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, bool 
         w.Str("type");
         w.Str("BlockStored");
         w.Str("block_hashes");
-        w.Array(e.block_hashes.size());
-        for (const BlockId& id : e.block_hashes) Hash(w, id, int_hashes);
+        Hashes(w, e.block_hashes, int_hashes);
         w.Str("parent_block_hash");
         if (e.parent)
           Hash(w, *e.parent, int_hashes);
@@ -134,8 +138,7 @@ std::string EncodeKvEventBatch(double ts, std::span<const KvEvent> events, bool 
         w.Str("type");
         w.Str("BlockRemoved");
         w.Str("block_hashes");
-        w.Array(e.block_hashes.size());
-        for (const BlockId& id : e.block_hashes) Hash(w, id, int_hashes);
+        Hashes(w, e.block_hashes, int_hashes);
         w.Str("medium");
         Medium(w, e.medium);
         break;

@@ -34,12 +34,6 @@ std::unique_ptr<DaemonLink> LinkTo(const DaemonProcess& d, bool same_node = true
   return link.ok() ? std::move(*link) : nullptr;
 }
 
-std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
-  std::vector<ConstBuffer> v;
-  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
-  return v;
-}
-
 // Opens the test namespace through `link` (the test fails when it cannot).
 NamespaceId OpenTestNamespace(DaemonLink& link) {
   auto ns = link.control().OpenNamespace(Spec(), "tenant", 0);
@@ -58,11 +52,11 @@ TEST(DaemonLinkTest, FetchesBlobsWithoutAClient) {
   std::vector<BlockId> ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(4 * kTokensPerBlock, 1));
   auto blocks = RandomBlocks(3, 40000, 2);
   std::vector<BlockId> parents = {BlockId{}, ids[0], ids[1]};
-  auto pub = writer->PublishBlobs(ns, std::span(ids).first(3), parents, Views(blocks));
+  auto pub = writer->PublishBlobs(ns, std::span(ids).first(3), parents, testing::BufferViews(blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ(pub->stored, 3u);
   EXPECT_EQ(pub->bytes_sent, 3u * 40000);
-  const std::vector<ConstBuffer> views = Views(blocks);
+  const std::vector<ConstBuffer> views = testing::BufferViews(blocks);
   auto again = writer->PublishBlobs(ns, std::span(ids).first(1), {}, std::span(views).first(1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->deduplicated, 1u);
@@ -93,7 +87,7 @@ TEST(DaemonLinkTest, ControlAndMoverLandBlocksInTheCallersMemory) {
   const NamespaceId ns = OpenTestNamespace(*link);
   std::vector<BlockId> ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(2 * kTokensPerBlock, 3));
   auto blocks = RandomBlocks(2, 1 << 20, 4);
-  ASSERT_EQ(link->PublishBlobs(ns, ids, {}, Views(blocks))->stored, 2u);
+  ASSERT_EQ(link->PublishBlobs(ns, ids, {}, testing::BufferViews(blocks))->stored, 2u);
 
   auto lease = link->control().Acquire(ns, ids);
   ASSERT_TRUE(lease.ok()) << lease.status();

@@ -27,19 +27,7 @@ using testing::Tokens;
 
 constexpr uint32_t kTokensPerBlock = 16;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "am-fuzz";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
-
-std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
-  std::vector<ConstBuffer> v;
-  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
-  return v;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("am-fuzz"); }
 
 bool Alive(pid_t pid) { return waitpid(pid, nullptr, WNOHANG) == 0; }
 
@@ -102,7 +90,7 @@ void ExpectServes(const DaemonProcess& d, uint32_t seed) {
   ASSERT_TRUE(ns.ok()) << ns.status();
   auto tokens = Tokens(4 * kTokensPerBlock, seed);
   auto blocks = RandomBlocks(4, 64 << 10, seed + 1);
-  auto pub = (*client)->Publish(*ns, tokens, Views(blocks));
+  auto pub = (*client)->Publish(*ns, tokens, testing::BufferViews(blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   auto look = (*client)->Lookup(*ns, tokens);
   ASSERT_TRUE(look.ok()) << look.status();
@@ -130,7 +118,7 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
   auto tokens = Tokens(4 * kTokensPerBlock, 7);
   auto blocks = RandomBlocks(4, 300 << 10, 8);  // over the daemon's eager push limit
-  ASSERT_EQ((*client)->Publish(ns, tokens, Views(blocks))->stored, 4u);
+  ASSERT_EQ((*client)->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 4u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   const v1::AcquireResponse lease = AcquireRaw(d, ns, ids);
   ASSERT_EQ(lease.offsets_size(), 4);

@@ -35,12 +35,6 @@ NamespaceSpec Spec(const std::string& model = "llama-test") {
   return s;
 }
 
-std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
-  std::vector<ConstBuffer> v;
-  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
-  return v;
-}
-
 std::unique_ptr<Client> Connect(const DaemonProcess& d, absl::Duration rpc = absl::Seconds(5)) {
   ClientOptions o;
   o.endpoint = d.endpoint();
@@ -68,7 +62,7 @@ TEST(ClientDaemonTest, PublishLookupFetchIsByteIdentical) {
 
   auto tokens = Tokens(8 * kTokensPerBlock + 5, 1);  // 8 full blocks + a partial one
   auto blocks = RandomBlocks(8, 64 << 10, 2);
-  auto pub = client->Publish(*ns, tokens, Views(blocks));
+  auto pub = client->Publish(*ns, tokens, testing::BufferViews(blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ(pub->stored, 8u);
   EXPECT_EQ(pub->bytes_sent, 8u * (64 << 10));
@@ -110,8 +104,8 @@ TEST(ClientDaemonTest, RepublishIsADedupNoOp) {
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(4 * kTokensPerBlock, 3);
   auto blocks = RandomBlocks(4, 100000, 4);
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 4u);
-  auto again = client->Publish(ns, tokens, Views(blocks));
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 4u);
+  auto again = client->Publish(ns, tokens, testing::BufferViews(blocks));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->stored, 0u);
   EXPECT_EQ(again->deduplicated, 4u);
@@ -156,7 +150,7 @@ TEST(ClientDaemonTest, ConcurrentPublishersAndFetchers) {
         std::vector<std::vector<uint8_t>> blocks;
         for (auto& id : ids)
           blocks.push_back(RandomBlocks(1, kBytes, id.bytes[0] | id.bytes[1] << 8)[0]);
-        auto pub = c.Publish(ns, tokens, Views(blocks));
+        auto pub = c.Publish(ns, tokens, testing::BufferViews(blocks));
         if (!pub.ok()) {
           ++failures;
           continue;
@@ -210,7 +204,7 @@ TEST(ClientDaemonTest, CapacityPressureEvictsLruButNeverLeasedOrPinned) {
   }
   auto payload = RandomBlocks(1, kBytes, 9);
   for (int i = 0; i < 4; ++i)
-    ASSERT_EQ(client->Publish(ns, prompts[i], Views(payload))->stored, 1u);
+    ASSERT_EQ(client->Publish(ns, prompts[i], testing::BufferViews(payload))->stored, 1u);
   ASSERT_EQ((*client->Pin(ns, {&first_ids[0], 1}, absl::Minutes(5)))[0], BlockStatus::kOk);
   auto stub = RawStub(d);
   v1::AcquireRequest acq;
@@ -223,7 +217,7 @@ TEST(ClientDaemonTest, CapacityPressureEvictsLruButNeverLeasedOrPinned) {
   ASSERT_EQ(lease.status(0), v1::BLOCK_OK);
 
   for (int i = 4; i < 40; ++i) {
-    auto pub = client->Publish(ns, prompts[i], Views(payload));
+    auto pub = client->Publish(ns, prompts[i], testing::BufferViews(payload));
     ASSERT_TRUE(pub.ok()) << pub.status();
     ASSERT_EQ(pub->stored, 1u) << "block " << i << " " << BlockStatusName(pub->status[0]);
   }
@@ -312,7 +306,7 @@ TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(3 * kTokensPerBlock, 61);
   auto blocks = RandomBlocks(3, 3 << 20, 62);  // big enough for the pipelined/parallel paths
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 3u);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 3u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   // Find block 1 in the arena and overwrite a few bytes of it behind the daemon's back.
   auto stub = RawStub(d);
@@ -436,7 +430,7 @@ TEST(ClientDaemonTest, UnknownIdsAndWrongNamespacesGetClearErrors) {
   ASSERT_NE(ns_a, ns_b);
   auto tokens = Tokens(2 * kTokensPerBlock, 11);
   auto blocks = RandomBlocks(2, 4096, 12);
-  ASSERT_EQ(client->Publish(ns_a, tokens, Views(blocks))->stored, 2u);
+  ASSERT_EQ(client->Publish(ns_a, tokens, testing::BufferViews(blocks))->stored, 2u);
 
   // Tenant B computing the same tokens gets other ids and finds nothing.
   EXPECT_EQ(client->Lookup(ns_b, tokens)->prefix_blocks, 0u);
@@ -540,7 +534,7 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
     ASSERT_TRUE(c.ok()) << c.status();
     ns = *(*c)->OpenNamespace(Spec(), "t");
     if (m == 0) {
-      ASSERT_EQ((*c)->Publish(ns, tokens, Views(blocks))->stored, 6u);
+      ASSERT_EQ((*c)->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 6u);
     }
     auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
     got[m].assign(6, std::vector<uint8_t>(3 << 20));
@@ -576,7 +570,7 @@ TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(5 * kTokensPerBlock, 21);
   auto blocks = RandomBlocks(5, 8192, 22);
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 5u);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 5u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   ASSERT_EQ((*client->Pin(ns, {&ids[4], 1}, absl::Minutes(1)))[0], BlockStatus::kOk);
   auto ev = client->Evict(ns, {&ids[2], 1}, /*cascade=*/true);
@@ -596,7 +590,7 @@ TEST(ClientDaemonTest, KilledDaemonMakesCallsFailWithinTheirDeadline) {
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(2 * kTokensPerBlock, 31);
   auto blocks = RandomBlocks(2, 65536, 32);
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 2u);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 2u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   d->Signal(SIGKILL);
   ASSERT_TRUE(d->WaitExit(std::chrono::seconds(5)).has_value());
@@ -611,7 +605,7 @@ TEST(ClientDaemonTest, KilledDaemonMakesCallsFailWithinTheirDeadline) {
   auto [s1, t1] = timed([&] { return client->Lookup(ns, tokens).status(); });
   auto [s2, t2] = timed([&] { return client->Fetch(ns, ids, bufs).status(); });
   auto more = Tokens(2 * kTokensPerBlock, 33);
-  auto [s3, t3] = timed([&] { return client->Publish(ns, more, Views(blocks)).status(); });
+  auto [s3, t3] = timed([&] { return client->Publish(ns, more, testing::BufferViews(blocks)).status(); });
   for (auto& [s, t] : {std::pair{s1, t1}, {s2, t2}, {s3, t3}}) {
     EXPECT_FALSE(s.ok());
     EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
@@ -634,7 +628,7 @@ TEST(ClientDaemonTest, DaemonKilledDuringFetchesFailsThemWithinTheDeadline) {
   auto ns = *(*client)->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(16 * kTokensPerBlock, 51);
   auto blocks = RandomBlocks(16, 4 << 20, 52);
-  ASSERT_EQ((*client)->Publish(ns, tokens, Views(blocks))->stored, 16u);
+  ASSERT_EQ((*client)->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 16u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   std::vector<std::vector<uint8_t>> out(16, std::vector<uint8_t>(4 << 20));
   std::vector<MutableBuffer> bufs;
@@ -677,7 +671,7 @@ TEST(ClientDaemonTest, SigtermDrainsAndExitsZero) {
   ASSERT_TRUE(client);
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto blocks = RandomBlocks(1, 4096, 41);
-  ASSERT_EQ(client->Publish(ns, Tokens(kTokensPerBlock, 42), Views(blocks))->stored, 1u);
+  ASSERT_EQ(client->Publish(ns, Tokens(kTokensPerBlock, 42), testing::BufferViews(blocks))->stored, 1u);
   d.Signal(SIGTERM);
   auto code = d.WaitExit(std::chrono::seconds(15));
   ASSERT_TRUE(code.has_value()) << "stratad did not exit after SIGTERM";
@@ -714,7 +708,7 @@ TEST(ClientDaemonTest, ServesOnAUnixSocket) {
   auto ns = *client->OpenNamespace(Spec(), "t");
   auto tokens = Tokens(kTokensPerBlock, 71);
   auto blocks = RandomBlocks(1, 8192, 72);
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 1u);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 1u);
   EXPECT_EQ(client->Lookup(ns, tokens)->prefix_blocks, 1u);
 }
 
@@ -744,7 +738,7 @@ TEST(ClientDaemonTest, StratactlListsInspectsAndPins) {
   auto ns = *client->OpenNamespace(Spec("ctl-model"), "tenant-ctl");
   auto tokens = Tokens(3 * kTokensPerBlock, 91);
   auto blocks = RandomBlocks(3, 5000, 92);
-  ASSERT_EQ(client->Publish(ns, tokens, Views(blocks))->stored, 3u);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 3u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   const std::string ctl = std::string(STRATACTL_BIN) + " --endpoint " + d.endpoint() + " ";
 

@@ -23,13 +23,7 @@ constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlocks = 8;
 constexpr size_t kBlockBytes = 256 << 10;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "stall";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("stall"); }
 
 TEST(ClientDaemonStallTest, StalledDaemonNeverCrashesBusyClients) {
   DaemonProcess d("host_tier:\n  capacity: 128MiB\n");

@@ -25,19 +25,7 @@ using testing::Tokens;
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kBlock = 1 << 20;
 
-NamespaceSpec Spec() {
-  NamespaceSpec s;
-  s.model_id = "quota-test";
-  s.model_revision = "r1";
-  s.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
-  return s;
-}
-
-std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
-  std::vector<ConstBuffer> v;
-  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
-  return v;
-}
+NamespaceSpec Spec() { return testing::SmallSpec("quota-test"); }
 
 std::unique_ptr<Client> Connect(const DaemonProcess& d) {
   ClientOptions o;
@@ -67,7 +55,7 @@ TEST(TenantQuotaDaemonTest, TenantOverItsShareEvictsOnlyItsOwnBlocks) {
   // blocks of the whole tier: the global LRU would evict them before any of A's.
   const auto b_tokens = Tokens(16 * kTokensPerBlock, 7);
   const auto b_blocks = RandomBlocks(16, kBlock, 8);
-  auto pub = b->Publish(*ns_b, b_tokens, Views(b_blocks));
+  auto pub = b->Publish(*ns_b, b_tokens, testing::BufferViews(b_blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   ASSERT_EQ(pub->stored, 16u);
 
@@ -76,7 +64,7 @@ TEST(TenantQuotaDaemonTest, TenantOverItsShareEvictsOnlyItsOwnBlocks) {
   std::vector<uint32_t> last_a_tokens, first_a_tokens;
   for (uint32_t round = 0; round < 24; ++round) {
     auto tokens = Tokens(8 * kTokensPerBlock, 1000 + round);
-    auto p = a->Publish(*ns_a, tokens, Views(a_blocks));
+    auto p = a->Publish(*ns_a, tokens, testing::BufferViews(a_blocks));
     ASSERT_TRUE(p.ok()) << "round " << round << ": " << p.status();
     ASSERT_EQ(p->stored, 8u) << "round " << round << ": " << BlockStatusName(p->status[0]);
     if (round == 0) first_a_tokens = tokens;
@@ -137,7 +125,7 @@ TEST(TenantQuotaDaemonTest, ReservationsBeyondTheTenantCapAreRefusedWhileOthersP
 
   // B reserves and publishes as usual.
   const auto blocks = RandomBlocks(12, kBlock, 3);
-  auto pub = b->Publish(*ns_b, Tokens(12 * kTokensPerBlock, 4), Views(blocks));
+  auto pub = b->Publish(*ns_b, Tokens(12 * kTokensPerBlock, 4), testing::BufferViews(blocks));
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ(pub->stored, 12u);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "strata/block_id.h"
+#include "strata/client.h"
 
 namespace strata::testing {
 
@@ -40,6 +41,13 @@ inline std::vector<std::vector<uint8_t>> RandomBlocks(size_t count, size_t bytes
       std::memcpy(b.data() + i, &v, std::min<size_t>(8, bytes - i));
     }
   return blocks;
+}
+
+// Views of `blocks` for Client::Publish.
+inline std::vector<ConstBuffer> BufferViews(const std::vector<std::vector<uint8_t>>& blocks) {
+  std::vector<ConstBuffer> v;
+  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
+  return v;
 }
 
 }  // namespace strata::testing
