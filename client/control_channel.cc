@@ -98,8 +98,16 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   node_id_ = resp.node_id();
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
-  return ArenaEndpoint{resp.worker_address(), resp.arena_rkey(), resp.arena_base(),
-                       resp.arena_bytes(), !resp.active_messages_off()};
+  ArenaEndpoint arena;
+  arena.worker_address = resp.worker_address();
+  arena.rkey = resp.arena_rkey();
+  arena.base = resp.arena_base();
+  arena.bytes = resp.arena_bytes();
+  arena.rma = !resp.rma_off();
+  // Before rma_off existed, active_messages_off meant no push fetches either.
+  arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
+  arena.publish_by_message = resp.publish_by_message();
+  return arena;
 }
 
 absl::StatusOr<NamespaceId> ControlChannel::OpenNamespace(const NamespaceSpec& spec,

@@ -48,7 +48,7 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
     moves.push_back({const_cast<void*>(blobs[i].data), blobs[i].size, reservation.offsets[i]});
   }
   if (reserved.empty()) return result;
-  auto put = mover_->Put(moves, reservation.expires_in);
+  auto put = mover_->Put(reservation.id, moves, reservation.expires_in);
   if (!put.ok()) {
     control_->Abort(reservation.id);
     return absl::Status(put.status().code(),

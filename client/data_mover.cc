@@ -77,6 +77,14 @@ struct DataMover::PushWait {
   const std::function<void(size_t)>* on_landed = nullptr;  // block i is whole in its buffer
 };
 
+// A publish by message in progress; see common/am_wire.h.
+struct DataMover::PublishWait {
+  uint64_t request_id = 0;
+  std::vector<uint8_t> acked;  // per block: a daemon that acknowledges one twice is refused
+  size_t done = 0;
+  absl::Status error;
+};
+
 struct DataMover::ExchangeWait {
   uint64_t request_id = 0;
   uint16_t reply_am = 0;
@@ -104,6 +112,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmRendezvousHandler(
       am_wire::kFetchBlockAm,
       [raw](const transport::AmMessage& msg) { return raw->OnPushedBlock(msg); }));
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
+      am_wire::kPublishAckAm,
+      [raw](const transport::AmMessage& msg) { raw->OnPublishAck(msg); }));
   std::lock_guard<std::mutex> lock(m->ucx_mu_);
   STRATA_RETURN_IF_ERROR(m->Redial());
   return m;
@@ -128,9 +139,17 @@ absl::Status DataMover::Redial() {
       worker_->Connect(arena.worker_address, options_.same_node
                                                  ? transport::Worker::PeerFailure::kIgnore
                                                  : transport::Worker::PeerFailure::kDetect));
-  STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));
-  prefer_push_ = want_push_ && arena.active_messages;
-  auto* mapped = static_cast<uint8_t*>(ep->MapRemote(arena.base));
+  uint8_t* mapped = nullptr;
+  if (arena.rma) {
+    STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));
+    mapped = static_cast<uint8_t*>(ep->MapRemote(arena.base));
+  } else if (!arena.push_fetch || !arena.publish_by_message) {
+    return absl::FailedPreconditionError(
+        "stratad hands out no remote key but does not serve push fetches and publishes by "
+        "message either: it is older or newer than this libstrata");
+  }
+  prefer_push_ = arena.push_fetch && (want_push_ || !arena.rma);
+  publish_by_message_ = arena.publish_by_message && (want_push_ || !arena.rma);
   // The old mapping lives exactly as long as the old endpoint (its remote key), and copies
   // through it run under map_mu_ shared without ucx_mu_: the swap waits for them, and the old
   // endpoint goes only once no copy can still hold its mapping.
@@ -186,6 +205,7 @@ ucp_mem_h DataMover::FindMemh(const void* p, size_t n) {
 Route DataMover::ChooseRoute(Direction direction, bool mapped) const {
   if (mapped) return Route::kMapped;
   if (direction == Direction::kGet && prefer_push_) return Route::kPush;
+  if (direction == Direction::kPut && publish_by_message_) return Route::kPush;
   return Route::kRma;
 }
 
@@ -208,7 +228,8 @@ absl::Status DataMover::CheckExtents(std::span<const BlockMove> blocks) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PutOutcome> DataMover::Put(std::span<const BlockMove> blocks,
+absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
+                                          std::span<const BlockMove> blocks,
                                           absl::Duration expires_in) {
   const absl::Time deadline = DeadlineWithin(expires_in);
   // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
@@ -220,11 +241,115 @@ absl::StatusOr<PutOutcome> DataMover::Put(std::span<const BlockMove> blocks,
       return PutOutcome{Route::kMapped, std::move(crcs)};
     }
   }
-  PutOutcome out{Route::kRma, {}};
+  PutOutcome out{route(Direction::kPut), {}};
   if (blocks.empty()) return out;
+  if (out.route == Route::kPush) {
+    // The CRCs are taken on the helper thread while the blocks travel; both only read them.
+    out.crc32c.assign(blocks.size(), 0);
+    std::mutex crc_mu;
+    std::condition_variable crc_cv;
+    bool crc_done = false;
+    helper_.Post([&] {
+      for (size_t k = 0; k < blocks.size(); ++k)
+        out.crc32c[k] = Crc32c(blocks[k].local, blocks[k].length);
+      std::lock_guard<std::mutex> lock(crc_mu);
+      crc_done = true;
+      crc_cv.notify_all();
+    });
+    absl::Status sent = PutByMessage(reservation_id, blocks, deadline);
+    std::unique_lock<std::mutex> lock(crc_mu);
+    crc_cv.wait(lock, [&] { return crc_done; });
+    if (!sent.ok()) return sent;
+    return out;
+  }
   STRATA_RETURN_IF_ERROR(TransferRma(blocks, Direction::kPut, deadline));
   for (const BlockMove& b : blocks) out.crc32c.push_back(Crc32c(b.local, b.length));
   return out;
+}
+
+// Sends every block, then waits for the daemon's acknowledgements: one per block, sent once the
+// bytes are in the reserved extent. On an error the endpoint is aborted when sends are still
+// reading the caller's buffers, so none does once this returns.
+absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
+                                     absl::Time deadline) {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  PublishWait w;
+  w.request_id = next_request_id_++;
+  w.acked.assign(blocks.size(), 0);
+  publish_wait_ = &w;
+  std::vector<void*> sending;
+  absl::Status s;
+  for (size_t i = 0; i < blocks.size() && s.ok(); ++i) {
+    const BlockMove& b = blocks[i];
+    auto r = ep_->AmSendAsync(
+        am_wire::kPublishBlockAm,
+        am_wire::EncodePublishBlockHeader({w.request_id, reservation_id, b.arena_offset, b.length,
+                                           static_cast<uint32_t>(i)}),
+        b.local, b.length, FindMemh(b.local, b.length));
+    if (!r.ok())
+      s = r.status();
+    else if (*r != nullptr)
+      sending.push_back(*r);
+  }
+  unsigned spins = 0;
+  while (s.ok() && w.error.ok() && (w.done < blocks.size() || !sending.empty())) {
+    worker_->Progress();
+    for (size_t k = 0; k < sending.size();) {
+      const int state = transport::Worker::RequestState(sending[k]);
+      if (state == 0) {
+        ++k;
+        continue;
+      }
+      transport::Worker::RequestFree(sending[k]);
+      if (state < 0) w.error = absl::UnavailableError("sending a published block failed");
+      sending[k] = sending.back();
+      sending.pop_back();
+    }
+    if ((++spins & 63) == 0 && absl::Now() >= deadline) {
+      w.error = absl::DeadlineExceededError(
+          "stratad did not acknowledge every published block in time");
+      break;
+    }
+  }
+  if (!s.ok()) w.error = s;
+  FinishSends(&sending, /*abort=*/!w.error.ok());
+  publish_wait_ = nullptr;
+  return w.error;
+}
+
+// ucx_mu_ held. Sends still in flight after an error would go on reading the caller's buffers:
+// the endpoint is aborted, which completes them.
+void DataMover::FinishSends(std::vector<void*>* sending, bool abort) {
+  if (sending->empty()) return;
+  if (abort) ep_->Abort();
+  const absl::Time stop = absl::Now() + absl::Milliseconds(500);
+  for (void* r : *sending) {
+    while (transport::Worker::RequestState(r) == 0 && absl::Now() < stop) worker_->Progress();
+    transport::Worker::RequestFree(r);
+  }
+  sending->clear();
+}
+
+void DataMover::OnPublishAck(const transport::AmMessage& m) {
+  if (!publish_wait_) return;  // a late acknowledgement of a publish that gave up
+  PublishWait& w = *publish_wait_;
+  const auto ack = am_wire::DecodePublishAck(m.header);
+  if (!ack || ack->request_id != w.request_id) return;
+  if (ack->index >= w.acked.size() || w.acked[ack->index]) {
+    w.error = absl::InternalError("stratad acknowledged a published block it was not sent");
+    return;
+  }
+  if (ack->code != 0) {
+    const auto code = static_cast<absl::StatusCode>(ack->code);
+    w.error = absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
+                           absl::StrCat("stratad refused published block ", ack->index, ": ",
+                                        std::string(m.data.substr(0, 512))));
+    return;
+  }
+  w.acked[ack->index] = 1;
+  ++w.done;
 }
 
 absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const BlockMove> blocks,

@@ -45,11 +45,13 @@ struct ArenaEndpoint {
   std::string rkey;            // packed remote key of its host arena
   uint64_t base = 0;           // the arena's address in the daemon
   uint64_t bytes = 0;
-  // The daemon serves active-message requests (push fetches); off where it authenticates
-  // callers, since an active message carries no credentials.
-  bool active_messages = true;
+  // The daemon hands out a remote key (rkey); without one it is reached by messages only.
+  bool rma = true;
+  bool push_fetch = true;           // the daemon serves push fetches
+  bool publish_by_message = false;  // the daemon accepts publishes by message
 };
 
+// kPush also names a publish by message (the client sends each block as an active message).
 enum class Route { kMapped, kPush, kRma };
 std::string_view RouteName(Route route);
 
@@ -103,9 +105,11 @@ class DataMover {
   // The route a transfer in `direction` takes now.
   Route route(Direction direction) const;
 
-  // Copies blocks into extents the daemon reserved. `expires_in`: how long the reservation
-  // holds them. On an error the reservation's bytes are undefined (the caller aborts it).
-  absl::StatusOr<PutOutcome> Put(std::span<const BlockMove> blocks, absl::Duration expires_in);
+  // Copies blocks into extents the daemon reserved under `reservation_id`. `expires_in`: how
+  // long the reservation holds them. On an error the reservation's bytes are undefined (the
+  // caller aborts it), and no transfer still reads the caller's buffers.
+  absl::StatusOr<PutOutcome> Put(uint64_t reservation_id, std::span<const BlockMove> blocks,
+                                 absl::Duration expires_in);
 
   // Copies leased extents into the caller's buffers, checking each block's CRC32C when `verify`.
   // `expires_in`: how long the lease holds them. On an error no transfer still targets the
@@ -132,6 +136,7 @@ class DataMover {
 
  private:
   struct PushWait;
+  struct PublishWait;
   struct ExchangeWait;
 
   DataMover(DataMoverOptions options, Dialer dial);
@@ -152,6 +157,9 @@ class DataMover {
   absl::StatusOr<std::vector<uint8_t>> GetByPush(uint64_t lease_id,
                                                  std::span<const BlockMove> blocks, bool verify,
                                                  absl::Time deadline);
+  absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
+                            absl::Time deadline);
+  void FinishSends(std::vector<void*>* sending, bool abort);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                              absl::Time deadline, const std::function<void(size_t)>& on_landed);
   void StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
@@ -163,11 +171,15 @@ class DataMover {
   // Active-message handlers; they run on the thread progressing the worker (ucx_mu_ held).
   void OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m);
   bool OnPushedBlock(const transport::AmMessage& m);
+  void OnPublishAck(const transport::AmMessage& m);
 
   const DataMoverOptions options_;
   const Dialer dial_;
   bool want_push_ = false;                // fetch_transfer asks for push here
   std::atomic<bool> prefer_push_{false};  // ... and the daemon serves it
+  // Publishes go by message: the daemon accepts them and either push is wanted or the daemon
+  // hands out no remote key.
+  std::atomic<bool> publish_by_message_{false};
 
   // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_
   // only while the waiting thread holds ucx_mu_, since only that thread progresses the worker.
@@ -179,6 +191,7 @@ class DataMover {
   uint64_t arena_bytes_ = 0;  // written under ucx_mu_ and map_mu_ both
   uint64_t next_request_id_ = 1;
   PushWait* push_wait_ = nullptr;
+  PublishWait* publish_wait_ = nullptr;
   ExchangeWait* exchange_wait_ = nullptr;
 
   // The daemon's arena mapped into this process when UCX reaches it over shared memory; valid

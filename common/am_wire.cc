@@ -64,4 +64,33 @@ std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in) {
   return FetchBlockHeader{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
 }
 
+std::string EncodePublishBlockHeader(const PublishBlockHeader& h) {
+  std::string out(kPublishBlockHeaderBytes, '\0');
+  PutU64(out.data(), h.request_id);
+  PutU64(out.data() + 8, h.reservation_id);
+  PutU64(out.data() + 16, h.offset);
+  PutU64(out.data() + 24, h.size);
+  PutU32(out.data() + 32, h.index);
+  return out;
+}
+
+std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in) {
+  if (in.size() != kPublishBlockHeaderBytes) return std::nullopt;
+  return PublishBlockHeader{GetU64(in.data()), GetU64(in.data() + 8), GetU64(in.data() + 16),
+                            GetU64(in.data() + 24), GetU32(in.data() + 32)};
+}
+
+std::string EncodePublishAck(const PublishAck& h) {
+  std::string out(kPublishAckHeaderBytes, '\0');
+  PutU64(out.data(), h.request_id);
+  PutU32(out.data() + 8, h.index);
+  PutU32(out.data() + 12, h.code);
+  return out;
+}
+
+std::optional<PublishAck> DecodePublishAck(std::string_view in) {
+  if (in.size() != kPublishAckHeaderBytes) return std::nullopt;
+  return PublishAck{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
+}
+
 }  // namespace strata::am_wire

@@ -45,6 +45,16 @@ inline constexpr uint16_t kPeerLocateReplyAm = 4;
 //          u32 status code; data = the block's bytes.
 inline constexpr uint16_t kFetchRequestAm = 5;
 inline constexpr uint16_t kFetchBlockAm = 6;
+// Publish by message (where the daemon hands out no remote key, or RMA is emulated): the
+// client sends each reserved block as one active message; the daemon writes it into that
+// reservation's extent (receiving a rendezvous payload straight there) and acknowledges it.
+// Block: header = u64 request id | u64 reservation id | u64 arena offset | u64 size |
+//                 u32 index | u32 zero; data = the block's bytes (size of them).
+// Ack:   header = u64 request id | u32 index | u32 status code; data = error message or empty.
+inline constexpr uint16_t kPublishBlockAm = 7;
+inline constexpr uint16_t kPublishAckAm = 8;
+inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
+inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchBlockHeaderBytes = 8 + 4 + 4;
 inline constexpr uint32_t kFetchRefused = 0xffffffffu;
@@ -145,5 +155,23 @@ struct FetchBlockHeader {
 };
 std::string EncodeFetchBlockHeader(const FetchBlockHeader& h);
 std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in);
+
+struct PublishBlockHeader {
+  uint64_t request_id = 0;
+  uint64_t reservation_id = 0;
+  uint64_t offset = 0, size = 0;
+  uint32_t index = 0;
+};
+std::string EncodePublishBlockHeader(const PublishBlockHeader& h);
+// nullopt unless exactly kPublishBlockHeaderBytes; the extent is checked by the caller.
+std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
+
+struct PublishAck {
+  uint64_t request_id = 0;
+  uint32_t index = 0;
+  uint32_t code = 0;  // absl status code
+};
+std::string EncodePublishAck(const PublishAck& h);
+std::optional<PublishAck> DecodePublishAck(std::string_view in);
 
 }  // namespace strata::am_wire

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -114,9 +115,16 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_node_id(data_plane_.node_id);
     resp->set_version(STRATA_VERSION);
     resp->set_worker_address(data_plane_.worker_address);
-    resp->set_arena_base(reinterpret_cast<uint64_t>(store_->arena_base()));
     resp->set_arena_bytes(store_->arena_bytes());
-    resp->set_arena_rkey(data_plane_.arena_rkey);
+    // With authentication a remote key would open the whole arena, every tenant's blocks, to
+    // the caller: none is handed out, and bytes move only by messages this daemon checks
+    // against the caller's own lease or reservation.
+    if (!auth_->enabled()) {
+      resp->set_arena_base(reinterpret_cast<uint64_t>(store_->arena_base()));
+      resp->set_arena_rkey(data_plane_.arena_rkey);
+    }
+    resp->set_rma_off(auth_->enabled());
+    resp->set_publish_by_message(true);
     resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
     Cluster* cluster = cluster_.load();
@@ -466,6 +474,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     resp->set_transport(data_plane_.transports);
     c["lookups_total"] = s.lookups;
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
+    c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
@@ -628,9 +637,8 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   };
   CallScope call(this);
   if (!call.admitted()) return refuse(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  // No credentials on an active message (see HandleAmLookup): clients fetch by RMA instead.
-  if (auth_->enabled())
-    return refuse(absl::StatusCode::kPermissionDenied, "push fetches are off with auth");
+  // The lease id is the credential: 64 random bits that only the Acquire of an authenticated
+  // caller, of a namespace of its own tenant, returned.
   uint8_t* const arena = store_->arena_base();
   if (arena == nullptr) return refuse(absl::StatusCode::kInvalidArgument, "malformed fetch request");
   // Every extent must be one its lease holds: the lease keeps it from being freed or
@@ -641,17 +649,86 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   std::vector<ArenaExtent> extents;
   extents.reserve(count);
   for (const w::FetchExtent& e : *wire_extents) extents.push_back({e.offset, e.size});
-  if (!store_->LeaseCovers(lease_id, extents))
-    return refuse(absl::StatusCode::kFailedPrecondition,
-                  "an extent is not held by that lease (expired or released?)");
+  // One read hold per send: the extents stay this lease's until UCX no longer reads them, even
+  // when the lease ends first (a client that stops receiving cannot make the daemon send bytes
+  // of whatever block or tenant the extent would go to next).
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!store_->BeginLeaseRead(lease_id, {&extents[i], 1})) {
+      for (uint32_t k = 0; k < i; ++k) store_->EndLeaseRead(lease_id);
+      return refuse(absl::StatusCode::kFailedPrecondition,
+                    "an extent is not held by that lease (expired or released?)");
+    }
+  }
+  // With authentication the arena's registration is not named: a rendezvous would carry its
+  // remote key, which opens the whole arena to the receiver. UCX then registers just the block.
+  ucp_mem_h memh = auth_->enabled() ? nullptr : data_plane_.arena_memh;
+  BlockStore* store = store_;
   for (uint32_t i = 0; i < count; ++i) {
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena + extents[i].offset, extents[i].size, data_plane_.arena_memh,
-                           extents[i].size <= kEagerBytes);
+                           arena + extents[i].offset, extents[i].size, memh,
+                           extents[i].size <= kEagerBytes,
+                           [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
   }
   pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
+}
+
+bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto block = w::DecodePublishBlockHeader(m.header);
+  if (m.reply_ep == nullptr || !block) {
+    DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
+                                  "that is not 40 bytes");
+    return false;
+  }
+  const ucp_ep_h reply_ep = m.reply_ep;
+  auto ack = [worker, reply_ep, id = block->request_id, index = block->index](
+                 absl::StatusCode code, std::string why) {
+    worker->AmReply(reply_ep, w::kPublishAckAm,
+                    w::EncodePublishAck({id, index, static_cast<uint32_t>(code)}), std::move(why));
+  };
+  CallScope call(this);
+  if (!call.admitted()) {
+    ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
+    return false;
+  }
+  uint8_t* const arena = store_->arena_base();
+  const uint64_t arena_bytes = store_->arena_bytes();
+  if (arena == nullptr || block->size != m.length || block->size > arena_bytes ||
+      block->offset > arena_bytes - block->size) {
+    DropAm(w::kPublishBlockAm, m, "published block whose extent is outside the arena or whose "
+                                  "payload is not its size");
+    ack(absl::StatusCode::kInvalidArgument,
+        "the block's extent lies outside the arena or its payload is not its size");
+    return false;
+  }
+  // The reservation id is the credential (as the lease id of a push fetch), and the write hold
+  // keeps the extent this reservation's until the bytes have landed, whatever happens to it.
+  const uint64_t reservation_id = block->reservation_id;
+  if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block->offset, block->size});
+      !held.ok()) {
+    ack(held.code(), std::string(held.message()));
+    return false;
+  }
+  uint8_t* const dest = arena + block->offset;
+  if (!m.rendezvous) {
+    std::memcpy(dest, m.data.data(), m.data.size());
+    store_->EndReservedWrite(reservation_id);
+    published_blocks_.fetch_add(1, std::memory_order_relaxed);
+    ack(absl::StatusCode::kOk, {});
+    return false;
+  }
+  BlockStore* store = store_;
+  std::atomic<uint64_t>* published = &published_blocks_;
+  worker->AmRecvDataThen(m.desc, dest, block->size, data_plane_.arena_memh,
+                         [store, reservation_id, published, ack](bool ok) {
+                           store->EndReservedWrite(reservation_id);
+                           if (!ok) return;  // the sender's endpoint failed: nobody to tell
+                           published->fetch_add(1, std::memory_order_relaxed);
+                           ack(absl::StatusCode::kOk, {});
+                         });
+  return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
 }
 
 }  // namespace strata::daemon

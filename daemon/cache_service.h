@@ -100,6 +100,10 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // Publish by message (common/am_wire.h): writes a block into the extent of the sender's
+  // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
+  // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
+  bool HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker);
   // Counts and (rate-limited) logs a malformed active message.
   void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
 
@@ -174,6 +178,7 @@ class CacheService final : public v1::Cache::Service {
   BlockStore* const store_;
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
+  std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {
     NamespaceId ns;

@@ -295,8 +295,12 @@ absl::Status Daemon::Impl::StartHttp() {
 
 absl::Status Daemon::Impl::OpenDataPlane() {
   const HostTierConfig& host = config.host;
-  STRATA_ASSIGN_OR_RETURN(
-      ucx, transport::Context::Create(/*wakeup=*/true, /*unnamed_allocations=*/true));
+  // With authentication no peer may put or get this process's memory: UCX's software RMA
+  // (tcp) would write and read wherever a message says, remote key or not.
+  const bool authenticated = auth && auth->enabled();
+  STRATA_ASSIGN_OR_RETURN(ucx, transport::Context::Create(/*wakeup=*/true,
+                                                          /*unnamed_allocations=*/true,
+                                                          /*rma=*/!authenticated));
   STRATA_ASSIGN_OR_RETURN(worker, transport::Worker::Create(ucx));
   if (host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);
@@ -333,6 +337,13 @@ absl::Status Daemon::Impl::OpenDataPlane() {
       worker->SetAmHandler(am_wire::kFetchRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmFetch(m, worker.get());
+      }));
+  STRATA_RETURN_IF_ERROR(worker->SetAmRendezvousHandler(
+      am_wire::kPublishBlockAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) return s->HandleAmPublish(m, worker.get());
+        am_drops.Note(am_wire::kPublishBlockAm, m, "published block before the service started");
+        return false;
       }));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kPeerLocateAm, [this](const transport::AmMessage& m) {

@@ -71,6 +71,13 @@ class BlockStore {
   // Whether unexpired lease `lease_id` holds exactly these extents (a push fetch sends only
   // bytes a lease keeps from being freed or overwritten).
   virtual bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const = 0;
+  // Holds for transfers the daemon runs itself (push fetches, publishes by message): extents
+  // stay theirs until the hold ends, whatever happens to the lease or reservation meanwhile
+  // (see HostTier::BeginLeaseRead).
+  virtual bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) = 0;
+  virtual void EndLeaseRead(uint64_t lease_id) = 0;
+  virtual absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) = 0;
+  virtual void EndReservedWrite(uint64_t reservation_id) = 0;
 
   // Removes blocks from every tier (`cascade`: and every block chained after them).
   virtual EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,

@@ -506,6 +506,12 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
       return absl::NotFoundError(absl::StrCat(
           "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
     Reservation& res = it->second;
+    if (res.dropped)
+      return absl::NotFoundError(absl::StrCat(
+          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
+    if (res.writers > 0)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blocks of reservation ", reservation_id, " are still being written"));
     if (res.committing)
       return absl::FailedPreconditionError(
           absl::StrCat("reservation ", reservation_id, " is already being committed"));
@@ -594,6 +600,10 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
 void HostTier::DropReservation(uint64_t id) {
   auto it = reservations_.find(id);
   if (it == reservations_.end()) return;
+  if (it->second.writers > 0) {  // EndReservedWrite finishes the job
+    it->second.dropped = true;
+    return;
+  }
   for (uint32_t slot : it->second.slots) {
     Entry& e = entries_[slot];
     stats_.reserved_bytes -= e.size;
@@ -621,8 +631,37 @@ absl::Status HostTier::Abort(uint64_t reservation_id) {
   if (it->second.committing)
     return absl::FailedPreconditionError(
         absl::StrCat("reservation ", reservation_id, " is being committed"));
+  if (it->second.dropped)
+    return absl::NotFoundError(absl::StrCat("reservation ", reservation_id, " is unknown"));
   DropReservation(reservation_id);
   return absl::OkStatus();
+}
+
+absl::Status HostTier::BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end() || it->second.dropped ||
+      it->second.expires <= options_.clock())
+    return absl::NotFoundError(absl::StrCat("reservation ", reservation_id, " is unknown"));
+  Reservation& res = it->second;
+  if (res.committing)
+    return absl::FailedPreconditionError(
+        absl::StrCat("reservation ", reservation_id, " is being committed"));
+  for (uint32_t slot : res.slots) {
+    if (entries_[slot].offset == extent.offset && entries_[slot].size == extent.size) {
+      ++res.writers;
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("reservation ", reservation_id, " holds no block at that extent"));
+}
+
+void HostTier::EndReservedWrite(uint64_t reservation_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end() || it->second.writers == 0) return;
+  if (--it->second.writers == 0 && it->second.dropped) DropReservation(reservation_id);
 }
 
 size_t HostTier::Lookup(const NamespaceId& ns_id, std::span<const BlockId> ids,
@@ -686,6 +725,10 @@ AcquireResult HostTier::Acquire(const NamespaceId& ns_id, std::span<const BlockI
 void HostTier::DropLease(uint64_t id) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
+  if (it->second.readers > 0) {  // EndLeaseRead finishes the job
+    it->second.dropped = true;
+    return;
+  }
   for (uint32_t slot : it->second.slots) {
     Entry& e = entries_[slot];
     if (--e.leases == 0 && e.state == State::kDoomed) FreeSlot(slot);
@@ -698,10 +741,29 @@ void HostTier::SetChangeHook(BlockEventHook hook) {
   on_change_ = std::move(hook);
 }
 
+bool HostTier::BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) {
+  absl::MutexLock lock(&mu_);
+  if (!LeaseCoversLocked(lease_id, extents)) return false;
+  ++leases_.find(lease_id)->second.readers;
+  return true;
+}
+
+void HostTier::EndLeaseRead(uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.readers == 0) return;
+  if (--it->second.readers == 0 && it->second.dropped) DropLease(lease_id);
+}
+
 bool HostTier::LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const {
   absl::ReaderMutexLock lock(&mu_);
+  return LeaseCoversLocked(lease_id, extents);
+}
+
+bool HostTier::LeaseCoversLocked(uint64_t lease_id, std::span<const ArenaExtent> extents) const {
   auto it = leases_.find(lease_id);
-  if (it == leases_.end() || it->second.expires <= options_.clock()) return false;
+  if (it == leases_.end() || it->second.dropped || it->second.expires <= options_.clock())
+    return false;
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> held;
   for (uint32_t slot : it->second.slots) held.insert({entries_[slot].offset, entries_[slot].size});
   for (const ArenaExtent& e : extents)
@@ -711,7 +773,8 @@ bool HostTier::LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> exten
 
 absl::Status HostTier::Release(uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
-  if (!leases_.contains(lease_id))
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.dropped)
     return absl::NotFoundError(absl::StrCat("lease ", lease_id, " is unknown or expired"));
   DropLease(lease_id);
   return absl::OkStatus();
@@ -802,12 +865,12 @@ void HostTier::ReclaimExpired() {
   const absl::Time now = options_.clock();
   std::vector<uint64_t> expired;
   for (const auto& [id, res] : reservations_)
-    if (!res.committing && res.expires <= now) expired.push_back(id);
+    if (!res.committing && !res.dropped && res.expires <= now) expired.push_back(id);
   for (uint64_t id : expired) DropReservation(id);
   stats_.reservations_expired += expired.size();
   expired.clear();
   for (const auto& [id, lease] : leases_)
-    if (lease.expires <= now) expired.push_back(id);
+    if (!lease.dropped && lease.expires <= now) expired.push_back(id);
   for (uint64_t id : expired) DropLease(id);
   stats_.leases_expired += expired.size();
 }

@@ -201,6 +201,17 @@ class HostTier {
   // [offset, offset + size). One lock for all of them (a push fetch checks every block it sends).
   bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const;
 
+  // Holds for transfers the daemon runs itself on a client's behalf (push fetches, publishes
+  // by message): while one is open, releasing, expiring or aborting the lease or reservation
+  // only marks it, and its extents are freed when the last hold ends, so no byte is read from
+  // or written into an extent that has meanwhile gone to another block (or tenant).
+  // A read hold: as LeaseCovers, and then holds the lease. False: nothing held.
+  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents);
+  void EndLeaseRead(uint64_t lease_id);
+  // A write hold on one extent of an open reservation (exactly one of its blocks' extents).
+  absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent);
+  void EndReservedWrite(uint64_t reservation_id);
+
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
   std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,
                                absl::Duration ttl);
@@ -269,10 +280,14 @@ class HostTier {
     std::vector<uint32_t> slots;
     absl::Time expires;
     bool committing = false;
+    uint32_t writers = 0;  // open write holds
+    bool dropped = false;  // aborted or expired while written: freed by the last EndReservedWrite
   };
   struct Lease {
     std::vector<uint32_t> slots;
     absl::Time expires;
+    uint32_t readers = 0;  // open read holds
+    bool dropped = false;  // released or expired while read: freed by the last EndLeaseRead
   };
   // A tenant's bytes, and its committed blocks not being written back in least recently used
   // order (an intrusive list through Entry::tprev/tnext): the victims of its own quota, found
@@ -317,6 +332,8 @@ class HostTier {
   void EvictToLowWatermark(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReservation(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLease(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeaseCoversLocked(uint64_t lease_id, std::span<const ArenaExtent> extents) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   uint64_t NextId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   uint8_t* const base_;

@@ -81,6 +81,16 @@ class TieredStore final : public BlockStore {
   bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const override {
     return host_->LeaseCovers(lease_id, extents);
   }
+  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) override {
+    return host_->BeginLeaseRead(lease_id, extents);
+  }
+  void EndLeaseRead(uint64_t lease_id) override { host_->EndLeaseRead(lease_id); }
+  absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) override {
+    return host_->BeginReservedWrite(reservation_id, extent);
+  }
+  void EndReservedWrite(uint64_t reservation_id) override {
+    host_->EndReservedWrite(reservation_id);
+  }
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
                     bool force) override;

@@ -36,7 +36,8 @@ absl::StatusOr<std::string> MemoryRegion::PackRkey() const {
 
 // ---------------------------------------------------------------------------- Context
 
-absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup, bool unnamed_allocations) {
+absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup, bool unnamed_allocations,
+                                                         bool rma) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcsError("config_read", s);
@@ -50,7 +51,8 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup, bool unnam
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.features =
+      (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "strata";
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
@@ -163,19 +165,44 @@ ucs_status_t PostOwned(ucp_ep_h ep, uint16_t id, std::string header, std::string
   return r == nullptr ? UCS_OK : UCS_PTR_STATUS(r);
 }
 
-void OnZeroCopySent(void* request, ucs_status_t, void* user_data) {
-  delete static_cast<std::string*>(user_data);
+struct ZeroCopySend {
+  std::string header;
+  Worker::Done on_done;
+};
+
+void OnZeroCopySent(void* request, ucs_status_t status, void* user_data) {
+  auto* send = static_cast<ZeroCopySend*>(user_data);
+  if (send->on_done) send->on_done(status == UCS_OK);
+  delete send;
   ucp_request_free(request);
 }
 
 void OnRecvData(void*, ucs_status_t, size_t, void*) {}
 
+void OnRecvDataThen(void* request, ucs_status_t status, size_t, void* user_data) {
+  auto* done = static_cast<Worker::Done*>(user_data);
+  (*done)(status == UCS_OK);
+  delete done;
+  ucp_request_free(request);
+}
+
+struct AsyncSend {
+  std::string header;
+};
+
+void OnAsyncSent(void*, ucs_status_t, void* user_data) {
+  delete static_cast<AsyncSend*>(user_data);  // the caller polls and frees the request
+}
+
 }  // namespace
 
 void Worker::AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data,
-                            size_t length, ucp_mem_h memh, bool eager) {
-  if (ep == nullptr) return;
-  auto* hdr = new std::string(std::move(header));
+                            size_t length, ucp_mem_h memh, bool eager, Done on_done) {
+  if (ep == nullptr) {
+    if (on_done) on_done(false);
+    return;
+  }
+  auto* send = new ZeroCopySend{std::move(header), std::move(on_done)};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   if (memh) {
@@ -187,9 +214,30 @@ void Worker::AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const 
     p.flags = UCP_AM_SEND_FLAG_EAGER;
   }
   p.cb.send = OnZeroCopySent;
-  p.user_data = hdr;
-  void* r = ucp_am_send_nbx(ep, id, hdr->data(), hdr->size(), data, length, &p);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete hdr;
+  p.user_data = send;
+  void* r = ucp_am_send_nbx(ep, id, send->header.data(), send->header.size(), data, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    if (send->on_done) send->on_done(r == nullptr);
+    delete send;
+  }
+}
+
+void Worker::AmRecvDataThen(void* desc, void* dest, size_t length, ucp_mem_h memh,
+                            Done on_done) {
+  auto* done = new Done(std::move(on_done));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = OnRecvDataThen;
+  p.user_data = done;
+  if (memh) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  void* r = ucp_am_recv_data_nbx(worker_, desc, dest, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    (*done)(r == nullptr);
+    delete done;
+  }
 }
 
 absl::StatusOr<void*> Worker::AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh) {
@@ -453,6 +501,31 @@ absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data)
         "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
   ucs_status_t st = PostOwned(ep_, id, std::move(header), std::move(data), UCP_AM_SEND_FLAG_REPLY);
   return st == UCS_OK ? absl::OkStatus() : UcsError("am_send", st);
+}
+
+absl::StatusOr<void*> Endpoint::AmSendAsync(uint16_t id, std::string header, const void* data,
+                                            size_t length, ucp_mem_h memh) {
+  if (failed_ || ep_ == nullptr)
+    return absl::UnavailableError(absl::StrCat(
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+  auto* send = new AsyncSend{std::move(header)};
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = OnAsyncSent;
+  p.user_data = send;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  if (memh) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  void* r = ucp_am_send_nbx(ep_, id, send->header.data(), send->header.size(), data, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    delete send;
+    if (r != nullptr) return UcsError("am_send", UCS_PTR_STATUS(r));
+    return nullptr;
+  }
+  return r;
 }
 
 void Endpoint::ForceClose() {

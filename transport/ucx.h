@@ -66,8 +66,13 @@ class Context : public std::enable_shared_from_this<Context> {
   // a large allocation faults in leaves that file behind (issue 14, finding 5); System V segments
   // are marked for removal at once and anonymous memory has no name. An explicit
   // UCX_ALLOC_PRIO in the environment still wins.
+  // `rma`: peers may put/get this process's registered memory. Without it UCX installs no
+  // handlers for the put/get messages it uses to emulate RMA where the transport has none
+  // (tcp): those handlers write and read at whatever address the message names, so a daemon
+  // that hands out no remote key must not have them (issue 14).
   static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup,
-                                                         bool unnamed_allocations = false);
+                                                         bool unnamed_allocations = false,
+                                                         bool rma = true);
   ~Context();
 
   ucp_context_h handle() const { return ctx_; }
@@ -153,11 +158,19 @@ class Worker {
   // bytes must stay untouched until the send completes, which happens in the background.
   // Large payloads go by rendezvous: the receiver pulls them into its own buffer.
   // `eager` forces the eager protocol (no rendezvous round trip; the receiver copies).
+  // `on_done` (optional) runs once UCX no longer reads the bytes, with whether the send
+  // completed; it runs on the progressing thread, or inside this call when the send finished
+  // (or failed) at once.
+  using Done = std::function<void(bool ok)>;
   void AmSendZeroCopy(ucp_ep_h ep, uint16_t id, std::string header, const void* data, size_t length,
-                      ucp_mem_h memh, bool eager = false);
+                      ucp_mem_h memh, bool eager = false, Done on_done = nullptr);
   // Receives a kept rendezvous payload into `dest`; the returned request completes when the
-  // bytes have landed (check with RequestDone, free with RequestFree). nullptr: done already.
+  // bytes have landed (check with RequestState, free with RequestFree). nullptr: done already.
   absl::StatusOr<void*> AmRecvData(void* desc, void* dest, size_t length, ucp_mem_h memh);
+  // The same, reporting completion to `on_done` instead (on the progressing thread, or inside
+  // this call); the request is freed here. `on_done` runs exactly once. May be called from
+  // inside the message's handler, which then returns false (UCX owns the descriptor).
+  void AmRecvDataThen(void* desc, void* dest, size_t length, ucp_mem_h memh, Done on_done);
   void AmDiscard(void* desc);
   // 1: completed, 0: in progress, -1: failed.
   static int RequestState(void* request);
@@ -214,6 +227,13 @@ class Endpoint {
   // Posts an active message (eager, asking for a reply endpoint) without waiting: the bytes are
   // copied and freed once UCX is done with them. Replies arrive through the worker's handlers.
   absl::Status AmPost(uint16_t id, std::string header, std::string data);
+
+  // Sends [data, data+length) as an active message asking for a reply endpoint, without copying
+  // it (rendezvous when large: the receiver pulls it). Returns the request to poll with
+  // Worker::RequestState and free with Worker::RequestFree, or nullptr when it completed at
+  // once; the bytes must stay untouched until then.
+  absl::StatusOr<void*> AmSendAsync(uint16_t id, std::string header, const void* data,
+                                    size_t length, ucp_mem_h memh);
 
   // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
   // it into this process (same node), else nullptr. Loads and stores through it replace RMA.

@@ -44,15 +44,22 @@ struct Row {
 };
 
 // stratad with a host tier of `capacity`, its state in tmp/data.
+// With `token`, the daemon authenticates callers (a tokens file holding that one tenant token):
+// it then hands out no remote key, and bytes move by messages (docs/security.md).
 std::unique_ptr<strata::bench::StratadProcess> StartDaemon(const std::string& bin,
                                                            const std::string& tls,
                                                            const std::string& capacity,
-                                                           const std::string& tmp) {
-  return std::make_unique<strata::bench::StratadProcess>(
-      bin,
-      std::vector<std::string>{"--data-dir", tmp + "/data", "--host-capacity", capacity,
-                               "--log-level", "warn"},
-      tmp, tls);
+                                                           const std::string& tmp,
+                                                           const std::string& token) {
+  std::vector<std::string> args{"--data-dir", tmp + "/data", "--host-capacity", capacity,
+                                "--log-level", "warn"};
+  if (!token.empty()) {
+    std::ofstream(tmp + "/tokens") << token << " bench tenant\n";
+    std::ofstream(tmp + "/config.yaml") << "auth:\n  tokens_file: " << tmp << "/tokens\n";
+    args.push_back("--config");
+    args.push_back(tmp + "/config.yaml");
+  }
+  return std::make_unique<strata::bench::StratadProcess>(bin, std::move(args), tmp, tls);
 }
 
 strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
@@ -68,6 +75,8 @@ struct Config {
   bool smoke = false;
   std::string stratad = STRATAD_BIN;
   std::string endpoint;
+  bool auth = false;  // a tenant token on every call (the daemon's own, or --token's)
+  std::string token;
 };
 
 bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
@@ -79,7 +88,8 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   std::unique_ptr<strata::bench::StratadProcess> daemon;
   std::string endpoint = cfg.endpoint;
   if (endpoint.empty()) {
-    daemon = StartDaemon(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp);
+    daemon = StartDaemon(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp,
+                         cfg.auth ? cfg.token : "");
     endpoint = daemon->endpoint();
     if (endpoint.empty()) {
       std::cerr << "stratad did not start:\n" << daemon->log() << "\n";
@@ -89,6 +99,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   strata::ClientOptions o;
   o.endpoint = endpoint;
   o.client_name = "strata_bench";
+  if (cfg.auth) o.auth_token = cfg.token;
   auto client = strata::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "connect: " << client.status() << "\n";
@@ -269,7 +280,11 @@ int main(int argc, char** argv) {
   app.add_option("--transports", transports, "comma list of shm and tcp")->capture_default_str();
   app.add_option("--stratad", cfg.stratad, "stratad binary to start")->capture_default_str();
   app.add_option("--endpoint", cfg.endpoint, "use a running stratad instead of starting one");
+  app.add_flag("--auth", cfg.auth,
+               "authenticate: the started stratad gets a tokens file, the client its token");
+  app.add_option("--token", cfg.token, "the tenant token (--auth; default: a fixed test token)");
   CLI11_PARSE(app, argc, argv);
+  if (cfg.auth && cfg.token.empty()) cfg.token = "strata-bench-tenant-token-0123456789";
   signal(SIGPIPE, SIG_IGN);
 
   double memcpy_gbps = MemcpyGbps(64 << 20, cfg.smoke ? 4 : 40);

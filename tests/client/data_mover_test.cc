@@ -76,7 +76,7 @@ TEST(DataMoverTest, MappedArenaCopiesAndChecksumsInOnePass) {
   ASSERT_EQ(d.mover->route(DataMover::Direction::kPut), Route::kMapped);
   // One byte, one block under a copy piece, one over two pieces (2 MiB each).
   Blocks blocks({1, 100 << 10, (5 << 20) / 2}, 4096, 1);
-  auto put = d.mover->Put(blocks.puts, kLease);
+  auto put = d.mover->Put(0, blocks.puts, kLease);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(put->route, Route::kMapped);
   for (size_t i = 0; i < blocks.data.size(); ++i) {
@@ -113,7 +113,7 @@ TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
   Blocks blocks(std::vector<size_t>(6, (3 << 20) / 2), 0, 10);
   std::vector<uint8_t> registered(1 << 20);  // a registered source takes the memh path
   ASSERT_TRUE(d.mover->RegisterBuffer(registered.data(), registered.size()).ok());
-  auto put = d.mover->Put(blocks.puts, kLease);
+  auto put = d.mover->Put(0, blocks.puts, kLease);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(put->route, Route::kRma);
   for (size_t i = 0; i < blocks.data.size(); ++i) {
@@ -269,7 +269,7 @@ TEST(DataMoverTest, RmaToAStalledPeerFailsAtTheDeadlineThenRecovers) {
     EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
     EXPECT_LT(took, absl::Seconds(4));
     daemon.StartProgress();
-    auto put = d.mover->Put(blocks.puts, kLease);
+    auto put = d.mover->Put(0, blocks.puts, kLease);
     ASSERT_TRUE(put.ok()) << put.status();
     EXPECT_EQ(d.dials->load(), 2);
     EXPECT_EQ(std::memcmp(daemon.arena(), blocks.data[0].data(), blocks.data[0].size()), 0);
@@ -295,7 +295,7 @@ TEST(DataMoverTest, ExtentOutsideTheArenaIsRefusedOnEveryRoute) {
     auto got = d.mover->Get(1, beyond, true, kLease);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal)
         << RouteName(d.mover->route(DataMover::Direction::kGet)) << ": " << got.status();
-    auto put = d.mover->Put(beyond, kLease);
+    auto put = d.mover->Put(0, beyond, kLease);
     EXPECT_EQ(put.status().code(), absl::StatusCode::kInternal) << put.status();
   }
   EXPECT_EQ(unmapped.pushed.load(), 0);

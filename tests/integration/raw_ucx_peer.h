@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "transport/ucx.h"
 
@@ -104,8 +105,51 @@ class RawUcxPeer {
 
   bool failed() const { return failed_.load(); }
 
+  // A one-sided get (or put) of [local, local+length) at `remote` through the endpoint, with
+  // `packed_rkey` (empty: a key this peer packs for its own memory, i.e. a forged one). True
+  // when UCX reports it done within `wait`, flush included.
+  bool Rma(bool put, void* local, size_t length, uint64_t remote, std::string packed_rkey = {},
+           std::chrono::milliseconds wait = std::chrono::milliseconds(3000)) {
+    if (ep_ == nullptr) return false;
+    if (packed_rkey.empty()) {
+      auto own = ctx_->Register(local, length);
+      if (!own.ok()) return false;
+      auto packed = (*own)->PackRkey();
+      if (!packed.ok()) return false;
+      packed_rkey = *packed;
+      forged_.push_back(std::move(*own));
+    }
+    ucp_rkey_h rkey = nullptr;
+    if (ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey) != UCS_OK) return false;
+    ucp_request_param_t p{};
+    void* r = put ? ucp_put_nbx(ep_, local, length, remote, rkey, &p)
+                  : ucp_get_nbx(ep_, local, length, remote, rkey, &p);
+    bool ok = !UCS_PTR_IS_ERR(r) && Wait(r, wait);
+    if (ok) {
+      ucp_request_param_t fp{};
+      ok = Wait(ucp_ep_flush_nbx(ep_, &fp), wait);
+    }
+    ucp_rkey_destroy(rkey);
+    return ok;
+  }
+
  private:
+  // Progresses until `r` completes (true when it succeeded) or `wait` passes (cancelled then).
+  bool Wait(void* r, std::chrono::milliseconds wait) {
+    if (r == nullptr) return true;
+    if (UCS_PTR_IS_ERR(r)) return false;
+    const auto stop = std::chrono::steady_clock::now() + wait;
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < stop)
+      ucp_worker_progress(worker_->handle());
+    if (s == UCS_INPROGRESS) ucp_request_cancel(worker_->handle(), r);
+    ucp_request_free(r);
+    return s == UCS_OK;
+  }
+
   std::shared_ptr<transport::Context> ctx_;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> forged_;
   std::unique_ptr<transport::Worker> worker_;
   ucp_ep_h ep_ = nullptr;
   std::atomic<bool> failed_{false};

@@ -306,5 +306,57 @@ TEST_F(HostTierTest, LeaseCoversItsBlocksExtentsOnly) {
   EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, {&held[0], 1}));
 }
 
+// A write hold (a publish by message landing in the extent) keeps a reservation's extent
+// allocated through expiry and abort; the last EndReservedWrite frees it. Commit waits for it.
+TEST_F(HostTierTest, WriteHoldKeepsTheExtentUntilTheWriteEnds) {
+  Make(1 << 20);
+  ReserveItem item{Id(1), {}, 200000};
+  auto r = tier_->Reserve(ns_, {&item, 1});
+  ASSERT_EQ(r.status[0], BlockStatus::kOk);
+  const ArenaExtent extent{r.offsets[0], 200000};
+  EXPECT_EQ(tier_->BeginReservedWrite(r.reservation_id, {extent.offset, 1}).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(tier_->BeginReservedWrite(r.reservation_id + 1, extent).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(tier_->BeginReservedWrite(r.reservation_id, extent).ok());
+  uint32_t crc = 0;
+  EXPECT_EQ(tier_->Commit(r.reservation_id, {&crc, 1}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  now_ += absl::Seconds(11);
+  tier_->ReclaimExpired();
+  EXPECT_GE(tier_->Stats().allocated_bytes, 200000u);  // still the writer's
+  EXPECT_EQ(tier_->Abort(r.reservation_id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(tier_->Commit(r.reservation_id, {&crc, 1}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(tier_->BeginReservedWrite(r.reservation_id, extent).ok());
+  tier_->EndReservedWrite(r.reservation_id);
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
+  EXPECT_EQ(tier_->Stats().open_reservations, 0u);
+  tier_->EndReservedWrite(r.reservation_id);  // a stray end changes nothing
+}
+
+// A read hold (a push fetch sending from the extent) keeps a lease's blocks through release
+// and expiry: an evicted block's extent is not reused while its bytes may still be read.
+TEST_F(HostTierTest, ReadHoldKeepsLeasedExtentsUntilTheReadEnds) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 300000), BlockStatus::kOk);
+  BlockId id = Id(1);
+  auto lease = tier_->Acquire(ns_, {&id, 1});
+  ASSERT_EQ(lease.status[0], BlockStatus::kOk);
+  const ArenaExtent held{lease.offsets[0], lease.sizes[0]};
+  const ArenaExtent wrong{lease.offsets[0], lease.sizes[0] - 1};
+  EXPECT_FALSE(tier_->BeginLeaseRead(lease.lease_id, {&wrong, 1}));
+  ASSERT_TRUE(tier_->BeginLeaseRead(lease.lease_id, {&held, 1}));
+  ASSERT_TRUE(tier_->Release(lease.lease_id).ok());
+  EXPECT_EQ(tier_->Release(lease.lease_id).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, {&held, 1}));
+  tier_->Evict(ns_, {&id, 1}, false, true);
+  EXPECT_EQ(Has(ns_, 1), 0u);
+  EXPECT_GE(tier_->Stats().allocated_bytes, 300000u);  // the extent waits for the reader
+  tier_->EndLeaseRead(lease.lease_id);
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
+  EXPECT_EQ(tier_->Stats().open_leases, 0u);
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,0 +1,236 @@
+// Issue 14 item 2 (finding 1): with authentication, no client gets remote access to the arena.
+// Connect hands out no remote key and no address; the daemon's UCX context has no RMA, so even a
+// forged key (UCX emulates RMA over tcp with messages that name raw addresses) neither reads nor
+// writes a tenant's block; bytes move only as messages the daemon checks against the caller's
+// own lease or reservation. Against real stratad processes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/am_wire.h"
+#include "tests/integration/auth_fixture.h"
+#include "tests/integration/raw_ucx_peer.h"
+
+namespace strata {
+namespace {
+
+using namespace auth_fixture;  // NOLINT: the fixture is this file's vocabulary
+using testing::RandomBlocks;
+using testing::RawUcxPeer;
+using testing::Tokens;
+
+constexpr uint64_t kArenaBytes = 64ull << 20;  // AuthDaemon's host_tier.capacity
+
+// Where the daemon's arena is mapped, read as an attacker on the node with the daemon's uid
+// could; 0 when no mapping has the arena's size.
+uint64_t ArenaAddress(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx", &start, &end) == 2 && end - start == kArenaBytes)
+      return start;
+  }
+  return 0;
+}
+
+struct Victim {
+  NamespaceId ns;
+  std::vector<BlockId> ids;
+  std::vector<std::vector<uint8_t>> blocks;
+  uint64_t offset = 0;  // of the first block in the arena
+};
+
+// Tenant a publishes four blocks through libstrata and learns where its first block lives.
+Victim Publish(const DaemonProcess& d, Client& a) {
+  Victim v;
+  auto ns = a.OpenNamespace(Spec(), "");
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  if (!ns.ok()) return v;
+  v.ns = *ns;
+  v.blocks = RandomBlocks(4, 64 << 10, 7);
+  std::vector<ConstBuffer> views;
+  for (const auto& b : v.blocks) views.push_back({b.data(), b.size()});
+  auto pub = a.Publish(*ns, Tokens(4 * kTokensPerBlock, 3), views);
+  EXPECT_TRUE(pub.ok()) << pub.status();
+  if (!pub.ok()) return v;
+  EXPECT_EQ(pub->stored, 4u);
+  v.ids = pub->ids;
+  auto cache = v1::Cache::NewStub(Channel(d));
+  v1::AcquireRequest q;
+  q.set_namespace_id(std::string(ns->AsBytes()));
+  q.set_ids(Packed({v.ids[0]}));
+  v1::AcquireResponse r;
+  EXPECT_TRUE(cache->Acquire(Ctx(kTokenA).get(), q, &r).ok());
+  if (r.offsets_size() == 1) v.offset = r.offsets(0);
+  v1::ReleaseRequest rq;
+  rq.set_lease_id(r.lease_id());
+  v1::ReleaseResponse rr;
+  (void)cache->Release(Ctx(kTokenA).get(), rq, &rr);
+  return v;
+}
+
+// Tenant a fetches its blocks and gets exactly what it published.
+void ExpectIntact(Client& a, const Victim& v) {
+  std::vector<std::vector<uint8_t>> out(v.blocks.size(),
+                                        std::vector<uint8_t>(v.blocks[0].size()));
+  std::vector<MutableBuffer> bufs;
+  for (auto& o : out) bufs.push_back({o.data(), o.size()});
+  auto f = a.Fetch(v.ns, v.ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->fetched, v.blocks.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], v.blocks[i]) << "block " << i;
+}
+
+v1::ConnectResponse ConnectRaw(const DaemonProcess& d, const std::string& token) {
+  auto cache = v1::Cache::NewStub(Channel(d));
+  v1::ConnectRequest q;
+  v1::ConnectResponse r;
+  auto s = cache->Connect(Ctx(token).get(), q, &r);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return r;
+}
+
+TEST(TenantMemoryTest, ConnectHandsOutNoRemoteKeyOrAddress) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  for (const std::string& token : {kTokenA, kAdminToken}) {
+    v1::ConnectResponse c = ConnectRaw(*d, token);
+    EXPECT_FALSE(c.worker_address().empty());
+    EXPECT_TRUE(c.arena_rkey().empty());
+    EXPECT_EQ(c.arena_base(), 0u);
+    EXPECT_TRUE(c.rma_off());
+    EXPECT_TRUE(c.publish_by_message());
+  }
+}
+
+// The attack of finding 1 over tcp: tenant b (a valid token) connects to the daemon's worker
+// and reads, then overwrites, tenant a's block by one-sided RMA. With the Connect answer's key
+// when a daemon still hands one out, else a forged one.
+TEST(TenantMemoryTest, AnotherTenantCannotReadOrWriteTheArenaByRma) {
+  setenv("UCX_TLS", "tcp", 1);  // the attacker's transport: software RMA, raw addresses
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  ASSERT_TRUE(a);
+  const Victim v = Publish(*d, *a);
+  ASSERT_EQ(v.ids.size(), 4u);
+
+  const v1::ConnectResponse conn = ConnectRaw(*d, kTokenB);
+  const uint64_t arena = conn.arena_base() != 0 ? conn.arena_base() : ArenaAddress(d->pid());
+  ASSERT_NE(arena, 0u) << "no mapping of the arena's size in /proc/" << d->pid() << "/maps";
+  RawUcxPeer b;
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b.Connect(conn.worker_address()));
+  std::vector<uint8_t> stolen(4096, 0);
+  const bool read = b.Rma(/*put=*/false, stolen.data(), stolen.size(), arena + v.offset,
+                          conn.arena_rkey());
+  EXPECT_FALSE(read && std::memcmp(stolen.data(), v.blocks[0].data(), stolen.size()) == 0)
+      << "tenant b read tenant a's block";
+  RawUcxPeer b2;  // a fresh endpoint: the failed get may have closed the first
+  ASSERT_TRUE(b2.Connect(conn.worker_address()));
+  std::vector<uint8_t> forged(4096, 0xEE);
+  (void)b2.Rma(/*put=*/true, forged.data(), forged.size(), arena + v.offset, conn.arena_rkey(),
+               std::chrono::milliseconds(1500));
+  ExpectIntact(*a, v);
+  unsetenv("UCX_TLS");
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// Messages that name a lease or reservation: the id is the credential. Made-up ids, and a
+// reservation of b's aimed at a's extent, move nothing.
+TEST(TenantMemoryTest, MessagesWithoutTheCallersOwnLeaseOrReservationMoveNothing) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  ASSERT_TRUE(a);
+  const Victim v = Publish(*d, *a);
+  ASSERT_EQ(v.ids.size(), 4u);
+  const v1::ConnectResponse conn = ConnectRaw(*d, kTokenB);
+  namespace w = am_wire;
+
+  // b reserves a block of its own: a real reservation, but not over a's extent.
+  auto cache = v1::Cache::NewStub(Channel(*d));
+  const std::string b_ns = OpenRaw(*cache, kTokenB, "");
+  ASSERT_EQ(b_ns.size(), 32u);
+  v1::ReserveRequest rq;
+  rq.set_namespace_id(b_ns);
+  BlockId mine;
+  mine.bytes[0] = 0xb0;
+  rq.set_ids(Packed({mine}));
+  rq.add_sizes(v.blocks[0].size());
+  v1::ReserveResponse rr;
+  ASSERT_TRUE(cache->Reserve(Ctx(kTokenB).get(), rq, &rr).ok());
+  ASSERT_NE(rr.reservation_id(), 0u);
+  ASSERT_NE(rr.offsets(0), v.offset);
+
+  RawUcxPeer b;
+  ASSERT_TRUE(b.Connect(conn.worker_address()));
+  const std::string garbage(v.blocks[0].size(), '\xEE');
+  std::mt19937_64 rng(42);
+  for (uint64_t reservation : {rr.reservation_id(), uint64_t{rng()}, uint64_t{1}}) {
+    for (uint32_t flags : {uint32_t{RawUcxPeer::kEager}, uint32_t{RawUcxPeer::kRndv}}) {
+      const std::string h = w::EncodePublishBlockHeader(
+          {7, reservation, v.offset, garbage.size(), 0});
+      EXPECT_TRUE(b.Send(w::kPublishBlockAm, h, garbage, RawUcxPeer::kReply | flags));
+    }
+  }
+  // And push fetches of a's extent under made-up leases.
+  for (uint64_t lease : {uint64_t{rng()}, uint64_t{1}, rr.reservation_id()}) {
+    std::string h(w::kFetchRequestHeaderBytes, '\0');
+    w::PutU64(h.data(), 9);
+    w::PutU64(h.data() + 8, lease);
+    w::PutU32(h.data() + 16, 1);
+    std::string data(16, '\0');
+    w::PutU64(data.data(), v.offset);
+    w::PutU64(data.data() + 8, v.blocks[0].size());
+    EXPECT_TRUE(b.Send(w::kFetchRequestAm, h, data, RawUcxPeer::kReply | RawUcxPeer::kEager));
+  }
+  b.Progress(std::chrono::milliseconds(500));
+  ExpectIntact(*a, v);
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+  // The refusals are answered (an ack or a refused block for each), never with a's bytes: the
+  // raw peer counts every reply, and the largest a refusal carries is its message.
+  EXPECT_GE(b.replies(), 9);
+}
+
+// Publish and fetch by messages keep working for the right tenant, on every transport.
+TEST(TenantMemoryTest, OwnBlocksMoveByMessagesOnEveryTransport) {
+  for (const char* tls : {"tcp", ""}) {
+    if (*tls) setenv("UCX_TLS", tls, 1);
+    auto d = AuthDaemon();
+    ASSERT_TRUE(d->ok()) << d->log();
+    auto a = ConnectAs(*d, kTokenA);
+    ASSERT_TRUE(a);
+    const Victim v = Publish(*d, *a);
+    ASSERT_EQ(v.ids.size(), 4u);
+    ExpectIntact(*a, v);
+    // Large blocks travel by rendezvous.
+    auto ns = a->OpenNamespace(Spec(), "");
+    ASSERT_TRUE(ns.ok());
+    auto big = RandomBlocks(2, 3 << 20, 11);
+    std::vector<ConstBuffer> views;
+    for (const auto& b : big) views.push_back({b.data(), b.size()});
+    auto pub = a->Publish(*ns, Tokens(2 * kTokensPerBlock, 9), views);
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    EXPECT_EQ(pub->stored, 2u);
+    std::vector<std::vector<uint8_t>> out(2, std::vector<uint8_t>(3 << 20));
+    std::vector<MutableBuffer> bufs;
+    for (auto& o : out) bufs.push_back({o.data(), o.size()});
+    auto f = a->Fetch(*ns, pub->ids, bufs);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->fetched, 2u);
+    EXPECT_EQ(out, big) << "UCX_TLS=" << tls;
+    unsetenv("UCX_TLS");
+  }
+}
+
+}  // namespace
+}  // namespace strata
