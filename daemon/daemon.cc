@@ -285,7 +285,14 @@ absl::Status Daemon::Impl::StartHttp() {
     return text;
   };
   h.ready = [this](std::string* why) {
-    if (serving.load(std::memory_order_acquire)) return true;
+    if (serving.load(std::memory_order_acquire)) {
+      // Still ready: blocks are served from host memory (and NVMe reads work); the pod must not
+      // leave its Service or stall a DaemonSet rollout over a full disk. The body and
+      // strata_tier_degraded say so instead.
+      std::string nvme;
+      if (tiered && tiered->Degraded(&nvme)) *why = absl::StrCat("nvme tier: ", nvme);
+      return true;
+    }
     *why = shut_down_started.load() ? "draining" : "starting (host tier or gRPC not up)";
     return false;
   };

@@ -17,7 +17,7 @@ struct TierSeries {
 
 // NVMe tier series, registered only when the tier is configured.
 struct NvmeSeries {
-  Gauge *capacity, *used, *blocks, *pinned;
+  Gauge *capacity, *used, *blocks, *pinned, *degraded;
   Counter *demotions, *demoted_bytes, *promotions, *promoted_bytes, *rejected, *evict_policy,
       *evict_explicit, *full_drops, *write_errors, *read_errors, *crc_failures, *pressure_drops;
 };
@@ -31,6 +31,10 @@ std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
       m.AddGauge("strata_tier_used_bytes", "", nvme),
       m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
       m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
+      m.AddGauge("strata_tier_degraded",
+                 "1 while writes to a tier fail (NVMe: a full disk or an I/O error; host victims "
+                 "are dropped instead of demoted); 0 once a probe write works again.",
+                 nvme),
       m.AddCounter("strata_demotions_total",
                    "Host-tier victims written to the NVMe tier instead of being dropped."),
       m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
@@ -162,6 +166,7 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     y.used->Set(static_cast<double>(n.nvme_used_bytes));
     y.blocks->Set(static_cast<double>(n.nvme_blocks));
     y.pinned->Set(static_cast<double>(n.nvme_pinned_blocks));
+    y.degraded->Set(n.degraded ? 1 : 0);
     y.demotions->Set(n.demotions);
     y.demoted_bytes->Set(n.demoted_bytes);
     y.promotions->Set(n.promotions);
