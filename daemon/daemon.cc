@@ -406,6 +406,7 @@ absl::Status Daemon::Impl::StartServices() {
   // The store's series appear once it exists.
   arena_pages = DescribeMapping(region->data());
   store_series = std::make_unique<StoreSeries>(metrics, arena_pages.page_bytes, tiered != nullptr);
+  RegisterTenantSeries(metrics, tier.get(), auth->tenants());
   tier_open.store(true, std::memory_order_release);
 
   grpc::ServerBuilder builder;
