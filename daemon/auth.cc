@@ -1,5 +1,7 @@
 #include "daemon/auth.h"
 
+#include <algorithm>
+
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
@@ -141,6 +143,19 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'auth.peer_token_file': ", path, " holds no token"));
   return token;
+}
+
+}  // namespace strata::daemon
+
+namespace strata::daemon {
+
+std::vector<std::string> Authenticator::tenants() const {
+  std::vector<std::string> out;
+  for (const Entry& e : tokens_)
+    if (e.role == Role::kTenant) out.push_back(e.tenant);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 }  // namespace strata::daemon

@@ -56,6 +56,8 @@ class Authenticator {
   static absl::StatusOr<std::unique_ptr<Authenticator>> Load(const std::string& path);
 
   bool enabled() const { return !tokens_.empty(); }
+  // The tenants the tokens file names for tenant-role tokens, sorted, each once.
+  std::vector<std::string> tenants() const;
 
   // The caller of a call, from its `authorization: Bearer TOKEN` metadata, if its role is in
   // `allowed`: UNAUTHENTICATED without a valid token, PERMISSION_DENIED for another role.

@@ -285,7 +285,14 @@ absl::Status Daemon::Impl::StartHttp() {
     return text;
   };
   h.ready = [this](std::string* why) {
-    if (serving.load(std::memory_order_acquire)) return true;
+    if (serving.load(std::memory_order_acquire)) {
+      // Still ready: blocks are served from host memory (and NVMe reads work); the pod must not
+      // leave its Service or stall a DaemonSet rollout over a full disk. The body and
+      // strata_tier_degraded say so instead.
+      std::string nvme;
+      if (tiered && tiered->Degraded(&nvme)) *why = absl::StrCat("nvme tier: ", nvme);
+      return true;
+    }
     *why = shut_down_started.load() ? "draining" : "starting (host tier or gRPC not up)";
     return false;
   };
@@ -410,6 +417,7 @@ absl::Status Daemon::Impl::StartServices() {
   // The store's series appear once it exists.
   arena_pages = DescribeMapping(region->data());
   store_series = std::make_unique<StoreSeries>(metrics, arena_pages.page_bytes, tiered != nullptr);
+  RegisterTenantSeries(metrics, tier.get(), auth->tenants());
   tier_open.store(true, std::memory_order_release);
 
   grpc::ServerBuilder builder;

@@ -1,5 +1,7 @@
 #include "daemon/daemon_metrics.h"
 
+#include "absl/container/flat_hash_map.h"
+
 #include "daemon/cluster/cluster.h"
 #include "daemon/events/kv_event_publisher.h"
 
@@ -13,11 +15,12 @@ struct TierSeries {
   Counter *lookup_hit, *lookup_miss, *fetch_hit, *fetch_miss, *committed_total, *dedup,
       *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
   Gauge *codec_raw, *codec_stored, *codec_ratio;
+  Counter *quota_evictions, *quota_no_space;
 };
 
 // NVMe tier series, registered only when the tier is configured.
 struct NvmeSeries {
-  Gauge *capacity, *used, *blocks, *pinned;
+  Gauge *capacity, *used, *blocks, *pinned, *degraded;
   Counter *demotions, *demoted_bytes, *promotions, *promoted_bytes, *rejected, *evict_policy,
       *evict_explicit, *full_drops, *write_errors, *read_errors, *crc_failures, *pressure_drops;
 };
@@ -31,6 +34,10 @@ std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
       m.AddGauge("strata_tier_used_bytes", "", nvme),
       m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", nvme),
       m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", nvme),
+      m.AddGauge("strata_tier_degraded",
+                 "1 while writes to a tier fail (NVMe: a full disk or an I/O error; host victims "
+                 "are dropped instead of demoted); 0 once a probe write works again.",
+                 nvme),
       m.AddCounter("strata_demotions_total",
                    "Host-tier victims written to the NVMe tier instead of being dropped."),
       m.AddCounter("strata_demoted_bytes_total", "Bytes of blocks demoted to the NVMe tier."),
@@ -98,6 +105,12 @@ std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
       m.AddGauge("strata_codec_stored_bytes", "Bytes those blocks occupy as encoded blobs."),
       m.AddGauge("strata_codec_ratio",
                  "strata_codec_raw_bytes / strata_codec_stored_bytes; 0 with no codec blocks."),
+      m.AddCounter("strata_quota_evictions_total",
+                   "A tenant's own blocks evicted to keep it within limits.tenant_max_share (also "
+                   "in strata_evictions_total{tier=\"host\",reason=\"lru\"})."),
+      m.AddCounter("strata_quota_no_space_blocks_total",
+                   "Blocks refused (NO_SPACE) because of a tenant quota (also in "
+                   "strata_reserve_no_space_blocks_total)."),
   });
 }
 
@@ -142,6 +155,8 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
   x.no_space->Set(s.no_space);
   x.res_expired->Set(s.reservations_expired);
   x.lease_expired->Set(s.leases_expired);
+  x.quota_evictions->Set(s.quota_evictions);
+  x.quota_no_space->Set(s.quota_no_space);
   // The daemon never decodes; what a codec saves follows from each namespace's layout.
   auto usage = store.UsageByNamespace();
   double raw = 0, stored = 0;
@@ -162,6 +177,7 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     y.used->Set(static_cast<double>(n.nvme_used_bytes));
     y.blocks->Set(static_cast<double>(n.nvme_blocks));
     y.pinned->Set(static_cast<double>(n.nvme_pinned_blocks));
+    y.degraded->Set(n.degraded ? 1 : 0);
     y.demotions->Set(n.demotions);
     y.demoted_bytes->Set(n.demoted_bytes);
     y.promotions->Set(n.promotions);
@@ -175,6 +191,47 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     y.crc_failures->Set(n.nvme_crc_failures);
     y.pressure_drops->Set(s.pressure_drops);
   }
+}
+
+void RegisterTenantSeries(MetricsRegistry& m, const HostTier* tier,
+                          const std::vector<std::string>& named) {
+  struct Series {
+    Gauge *committed, *reserved;
+  };
+  auto series = std::make_shared<absl::flat_hash_map<std::string, Series>>();
+  auto add = [&](const std::string& tenant, bool first) {
+    (*series)[tenant] = Series{
+        m.AddGauge("strata_tenant_committed_bytes",
+                   first ? "Host tier bytes of a tenant's committed blocks (its quota usage; "
+                           "tenants outside the tokens file are summed into tenant=\"_other\")."
+                         : "",
+                   {{"tenant", tenant}}),
+        m.AddGauge("strata_tenant_reserved_bytes",
+                   first ? "Host tier bytes a tenant holds in open reservations." : "",
+                   {{"tenant", tenant}}),
+    };
+  };
+  add("_other", true);
+  for (size_t i = 0; i < named.size() && i < kMaxLabelledTenants; ++i)
+    if (named[i] != "_other") add(named[i], false);
+  m.AddCollector([tier, series] {
+    absl::flat_hash_map<std::string, HostTier::TenantUsage> usage = tier->UsageByTenant();
+    HostTier::TenantUsage other;
+    for (auto& [name, s] : *series) {
+      auto it = usage.find(name);
+      if (name == "_other" || it == usage.end()) continue;
+      s.committed->Set(static_cast<double>(it->second.committed_bytes));
+      s.reserved->Set(static_cast<double>(it->second.reserved_bytes));
+    }
+    for (const auto& [name, u] : usage) {
+      if (name != "_other" && series->contains(name)) continue;
+      other.committed_bytes += u.committed_bytes;
+      other.reserved_bytes += u.reserved_bytes;
+    }
+    const Series& o = series->at("_other");
+    o.committed->Set(static_cast<double>(other.committed_bytes));
+    o.reserved->Set(static_cast<double>(other.reserved_bytes));
+  });
 }
 
 void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events) {

@@ -6,10 +6,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "storage/block_store.h"
+#include "storage/host_tier.h"
 
 namespace strata::daemon {
 
@@ -37,6 +40,14 @@ class StoreSeries {
 
 // The cluster series; each scrape reads them from `*cluster` once it is set.
 void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster);
+
+// Per-tenant host tier usage (the quota accounting of limits.tenant_*), read from `tier` at each
+// scrape. Labelled series only for `named` (the tenants of the tokens file, at most
+// kMaxLabelledTenants of them), so a client inventing tenant names cannot grow the series count;
+// every other tenant is summed into tenant="_other". (The quota counters are in StoreSeries.)
+inline constexpr size_t kMaxLabelledTenants = 64;
+void RegisterTenantSeries(MetricsRegistry& m, const HostTier* tier,
+                          const std::vector<std::string>& named);
 
 class KvEventPublisher;
 // The KV event series (when events are on); `events` outlives the registry's scrapes.

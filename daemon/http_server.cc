@@ -146,7 +146,10 @@ void HttpServer::Impl::Route(Conn& c) {
   if (path == "/readyz") {
     std::string why;
     if (handlers.ready(&why))
-      return Answer(c, Response(200, "OK", "text/plain", "ready\n", c.head));
+      return Answer(c, Response(200, "OK", "text/plain",
+                                why.empty() ? std::string("ready\n")
+                                            : absl::StrCat("ready (degraded: ", why, ")\n"),
+                                c.head));
     return Answer(c, Response(503, "Service Unavailable", "text/plain",
                               absl::StrCat("not ready: ", why, "\n"), c.head));
   }

@@ -17,7 +17,9 @@ class HttpServer {
   struct Handlers {
     // Body of /metrics.
     std::function<std::string()> metrics;
-    // /readyz answers 200 when this returns true, else 503 with `*why` as the body.
+    // /readyz answers 200 when this returns true, else 503 with `*why` as the body. True with a
+    // non-empty `*why`: ready but degraded (200, body "ready (degraded: <why>)"), e.g. serving
+    // from host memory while the NVMe tier cannot write.
     std::function<bool(std::string* why)> ready;
   };
 

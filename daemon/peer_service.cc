@@ -1,5 +1,8 @@
 #include "daemon/peer_service.h"
 
+#include "absl/strings/str_cat.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/logging.h"
 #include "daemon/request_checks.h"
 #include "proto/grpc_status.h"
 
@@ -19,6 +22,14 @@ grpc::Status PeerService::Announce(grpc::ServerContext* ctx, const v1::AnnounceR
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   Cluster* c = cluster_.load();
   if (!c) return NotUp();
+  // Directory entries name the node that holds the blocks, and lookups send fetches there: an
+  // entry for a node outside the cluster view would point readers at an address nobody vouched
+  // for (and fill the directory under made-up names). Withdrawals are let through: they only
+  // remove entries, and a node that just left may still withdraw its own.
+  if (!req->withdraw() && c->View().Find(req->node_id()) == nullptr)
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("Announce: node_id '", LogSafe(req->node_id()),
+                                     "' is not a member of this node's cluster view"));
   c->announcer().HandleAnnounce(*req, *ids);
   return grpc::Status::OK;
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct NvmeTierCounters {
   uint64_t nvme_read_errors = 0;
   uint64_t nvme_crc_failures = 0;  // NVMe blocks dropped because their CRC32C failed
   uint64_t nvme_removed_explicit = 0;
+  // Writes to the tier fail (a full disk, an I/O error) and have not worked again since: host
+  // victims are dropped instead of demoted. Cleared by TieredStore's periodic probe.
+  bool degraded = false;
+  std::string degraded_reason;
 };
 
 struct BlockStoreStats {

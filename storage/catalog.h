@@ -4,23 +4,36 @@
 //
 // Every write goes through the WAL; `sync_writes` also fsyncs it before the call returns, so an
 // entry that Put reported is there after kill -9 or power loss. Thread-safe (RocksDB is).
+//
+// Write failures (a full disk): after the first failed write the catalog refuses further writes
+// itself (UNAVAILABLE, naming the first error) instead of passing them to RocksDB, whose WAL
+// writer must not be used again after an error (RocksDB's own assertion aborts the process in
+// builds that keep assertions, such as Debian's). Recover() brings it back once the cause is
+// gone: RocksDB's Resume (a flush to a fresh WAL) and a synced probe write. RocksDB's automatic
+// recovery is off, so that the owner decides when to retry and nothing races with it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "storage/catalog_record.h"
 #include "strata/block_id.h"
 
 namespace rocksdb {
 class DB;
+class EventListener;
+class WriteBatch;
+struct WriteOptions;
 }
 
 namespace strata {
@@ -56,6 +69,12 @@ class Catalog {
   // Deletes a raw key (for keys that are not block ids).
   absl::Status DeleteRaw(const std::string& raw_key);
   absl::Status Flush();
+
+  // True after a write failed and until Recover() succeeds; `why` gets the first error.
+  bool write_failed(std::string* why = nullptr) const;
+  // OK at once when no write failed; otherwise tries to resume RocksDB and to write a probe
+  // (a synced delete of a key that is never used), and accepts writes again when both succeed.
+  absl::Status Recover();
   const std::string& path() const { return path_; }
 
  private:
@@ -63,6 +82,13 @@ class Catalog {
   std::string path_;
   CatalogOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::shared_ptr<rocksdb::EventListener> listener_;
+  // Write errors: see the comment at the top.
+  absl::Status Write(const rocksdb::WriteOptions& wo, rocksdb::WriteBatch* batch,
+                     std::string_view what);
+  mutable absl::Mutex fail_mu_;
+  absl::Status first_failure_ ABSL_GUARDED_BY(fail_mu_);
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace strata

@@ -236,6 +236,18 @@ absl::StatusOr<std::vector<BlockId>> NvmeBlockStore::RemoveMoved(std::span<const
   return gone;
 }
 
+absl::Status NvmeBlockStore::ProbeWrites() {
+  STRATA_RETURN_IF_ERROR(catalog_->Recover());
+  // Aligned, so the probe goes straight to the device like block writes with O_DIRECT.
+  alignas(kNvmeAlignment) static const std::byte kZeros[kNvmeAlignment] = {};
+  NvmeWriteReq probe{std::span<const std::byte>(kZeros, sizeof kZeros), {}};
+  absl::Status s = tier_->Write({&probe, 1})[0];
+  if (s.ok()) tier_->Free(probe.extent);
+  // No free extent is a full tier, not a failing one: eviction makes room for real writes.
+  if (absl::IsResourceExhausted(s)) return absl::OkStatus();
+  return s;
+}
+
 std::optional<CatalogEntry> NvmeBlockStore::Lookup(const BlockId& id) const {
   absl::MutexLock l(&mu_);
   auto it = blocks_.find(id);

@@ -241,6 +241,11 @@ class NvmeBlockStore {
   // is removed then).
   absl::StatusOr<std::vector<BlockId>> RemoveMoved(std::span<const BlockId> ids);
 
+  // After write errors (a full disk): brings the catalog back (Catalog::Recover) and writes a
+  // 4 KiB probe extent to the tier files (freed at once). OK when both work, so the caller can
+  // stop reporting the tier as degraded; the error otherwise (call again later).
+  absl::Status ProbeWrites();
+
   std::optional<CatalogEntry> Lookup(const BlockId& id) const;
   std::vector<BlockId> Ids() const;
   NvmeStoreCounters Counters() const;

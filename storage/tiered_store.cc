@@ -115,8 +115,54 @@ bool TieredStore::PinnedOnNvme(const BlockId& id) {
 void TieredStore::WriteBackLoop() {
   while (!stop_.load()) {
     auto items = host_->TakeDemotions(options_.write_back_batch, absl::Milliseconds(100));
+    // Before the batch: once space is back, this batch already goes to NVMe.
+    ProbeIfDegraded();
     if (!items.empty()) WriteBack(items);
   }
+}
+
+bool TieredStore::Degraded(std::string* why) const {
+  if (!degraded_.load(std::memory_order_acquire)) return false;
+  if (why) {
+    absl::MutexLock l(&health_mu_);
+    *why = degraded_reason_;
+  }
+  return true;
+}
+
+void TieredStore::MarkDegraded(const absl::Status& cause) {
+  absl::MutexLock l(&health_mu_);
+  if (degraded_.load()) return;
+  degraded_reason_ = std::string(cause.message());
+  last_probe_ = absl::Now();
+  degraded_.store(true, std::memory_order_release);
+  Warn(absl::StrCat("nvme tier degraded: writes fail (", cause.ToString(),
+                    "); host victims are dropped instead of demoted, blocks already on NVMe are "
+                    "still served; retrying every second"));
+}
+
+void TieredStore::ProbeIfDegraded() {
+  if (!degraded_.load(std::memory_order_acquire)) return;
+  {
+    absl::MutexLock l(&health_mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_probe_ < absl::Seconds(1)) return;
+    last_probe_ = now;
+  }
+  absl::Status s;
+  {
+    absl::MutexLock io(&io_mu_);
+    s = store_->ProbeWrites();
+  }
+  if (!s.ok()) return;
+  std::string was;
+  {
+    absl::MutexLock l(&health_mu_);
+    was = std::move(degraded_reason_);
+    degraded_reason_.clear();
+    degraded_.store(false, std::memory_order_release);
+  }
+  Warn(absl::StrCat("nvme tier recovered: writes work again (the episode began with: ", was, ")"));
 }
 
 void TieredStore::MakeRoom(uint64_t need) {
@@ -148,8 +194,21 @@ void TieredStore::MakeRoom(uint64_t need) {
       if (e) policy_->OnInsert(id, BlockMeta{e->parent, 1});
     }
   }
-  for (const BlockId& id : victims)
-    if (store_->Remove(id).ok()) n_.nvme_evictions.fetch_add(1);
+  for (const BlockId& id : victims) {
+    absl::Status st = store_->Remove(id);
+    if (st.ok()) {
+      n_.nvme_evictions.fetch_add(1);
+    } else if (store_->Lookup(id)) {
+      // The catalog refused the delete (a full disk): the block and its extent stay, so it
+      // goes back into the policy, or its extent would be lost to the tier until a restart.
+      {
+        absl::MutexLock l(&meta_mu_);
+        auto e = store_->Lookup(id);
+        if (e) policy_->OnInsert(id, BlockMeta{e->parent, 1});
+      }
+      MarkDegraded(st);
+    }
+  }
 }
 
 void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
@@ -194,9 +253,11 @@ void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
                             " bytes) dropped instead of demoted (", k,
                             " so far); serving continues from host memory: ", st[i].message()));
       } else {
-        n_.nvme_write_errors.fetch_add(1);
-        Warn(absl::StrCat("nvme write of block ", d.id.ShortHex(),
-                          " failed; dropped: ", st[i].ToString()));
+        uint64_t k = n_.nvme_write_errors.fetch_add(1) + 1;
+        MarkDegraded(st[i]);
+        if ((k & (k - 1)) == 0)  // 1st, 2nd, 4th, ...: a full disk does not flood the log
+          Warn(absl::StrCat("nvme write of block ", d.id.ShortHex(), " failed; dropped (", k,
+                            " so far): ", st[i].ToString()));
       }
       host_->FinishDemotion(d.handle, false);
       continue;
@@ -215,7 +276,13 @@ void TieredStore::WriteBack(std::vector<DemotionItem>& items) {
 }
 
 bool TieredStore::RemoveNvme(const BlockId& id) {
-  bool removed = store_->Remove(id).ok();
+  absl::Status st = store_->Remove(id);
+  bool removed = st.ok();
+  if (!removed && store_->Lookup(id)) {
+    // The catalog refused the delete: the block stays on NVMe, and so in the policy and pins.
+    MarkDegraded(st);
+    return false;
+  }
   absl::MutexLock l(&meta_mu_);
   policy_->OnRemove(id);
   pins_.erase(id);
@@ -524,6 +591,7 @@ NvmeTierCounters TieredStore::Counters() const {
   c.nvme_read_errors = n_.nvme_read_errors.load();
   c.nvme_crc_failures = n_.nvme_crc_failures.load();
   c.nvme_removed_explicit = n_.nvme_removed_explicit.load();
+  c.degraded = Degraded(&c.degraded_reason);
   return c;
 }
 

@@ -16,6 +16,13 @@
 //
 // On open the NVMe blocks are recovered from the RocksDB catalog (NvmeBlockStore).
 //
+// Write failures (a full disk under the tier files or the catalog, an I/O error): the victims
+// concerned are dropped and counted, the store reports itself degraded (Degraded(), Counters),
+// and the write-back thread probes once a second (NvmeBlockStore::ProbeWrites) until writes
+// work again, then clears it; no restart is needed. An NVMe eviction whose catalog delete fails
+// keeps its block (and its place in the eviction policy), so no extent is ever lost to a
+// failure.
+//
 // Locking: `io_mu_` serializes NVMe I/O against removal (a block is never removed while read);
 // `meta_mu_` guards the NVMe policy, admission and pins and is a leaf lock. No lock of this
 // class is held while calling into the host tier, except io_mu_ (the host tier never calls
@@ -134,6 +141,8 @@ class TieredStore final : public BlockStore {
   // The same as BlockInfo (id, namespace, parent, size, CRC), for moving blocks off the node.
   std::vector<BlockInfo> NvmeBlocks() const;
   bool HoldsOnNvme(const BlockId& id) const;
+  // True while NVMe writes fail (see the top); `why` gets the first error of the episode.
+  bool Degraded(std::string* why = nullptr) const;
   const NvmeRecoveryReport& recovery() const { return store_->recovery(); }
   const NvmeTier& nvme_tier() const { return store_->tier(); }
 
@@ -157,6 +166,10 @@ class TieredStore final : public BlockStore {
   // keeps the queue depth busy instead of reading them one by one.
   void Promote(const NamespaceId& ns, std::span<const Promotion> blocks);
   bool PinnedOnNvme(const BlockId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(meta_mu_);
+  // Starts (or continues) a degraded episode; logs its first error.
+  void MarkDegraded(const absl::Status& cause);
+  // While degraded, at most once a second: probe writes, and end the episode when they work.
+  void ProbeIfDegraded();
   void Warn(const std::string& msg) const {
     if (options_.warn) options_.warn(msg);
   }
@@ -176,6 +189,11 @@ class TieredStore final : public BlockStore {
         admission_rejected{0}, nvme_evictions{0}, nvme_full_drops{0}, nvme_write_errors{0},
         nvme_read_errors{0}, nvme_crc_failures{0}, nvme_removed_explicit{0};
   } n_;
+
+  std::atomic<bool> degraded_{false};
+  mutable absl::Mutex health_mu_;
+  std::string degraded_reason_ ABSL_GUARDED_BY(health_mu_);
+  absl::Time last_probe_ ABSL_GUARDED_BY(health_mu_);
 
   std::atomic<bool> stop_{false};
   std::thread writer_;

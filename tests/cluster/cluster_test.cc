@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "strata/client.h"
 #include "strata/v1/admin.grpc.pb.h"
+#include "strata/v1/peer.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
@@ -352,6 +353,31 @@ TEST(ClusterTest, DrainMovesNvmeBlocksToo) {
   auto c = Connect(cl.node(2));
   ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a").ok());
   EXPECT_EQ(FetchIdentical(*c, p.ns, p, nullptr), p.ids.size()) << cl.logs();
+}
+
+// Issue 14 leftover: Peer.Announce names the node holding the blocks; a node id outside the
+// cluster view is refused, so the directory never sends readers to a node nobody vouched for.
+TEST(ClusterTest, AnnounceForANodeOutsideTheViewIsRefused) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto stub = v1::Peer::NewStub(
+      grpc::CreateChannel(cl.node(0).endpoint(), grpc::InsecureChannelCredentials()));
+  auto announce = [&](const std::string& node, bool withdraw) {
+    v1::AnnounceRequest req;
+    req.set_node_id(node);
+    req.set_ids(std::string(32, '\x5a'));
+    req.set_withdraw(withdraw);
+    v1::AnnounceResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub->Announce(&ctx, req, &resp);
+  };
+  grpc::Status s = announce("intruder", false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("'intruder' is not a member"), std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(announce("n1", false).ok()) << "a member's announce is accepted";
+  EXPECT_TRUE(announce("intruder", true).ok()) << "withdrawals only remove entries";
 }
 
 TEST(ClusterTest, StratactlNodesListsTheCluster) {
