@@ -53,6 +53,9 @@ struct ClientOptions {
   // (one-sided get), "push" (the daemon sends each block as an active message, received
   // straight into the engine's buffer), or "auto": push when this host has no RDMA device
   // (UCX then emulates RMA in software, at a fraction of what TCP carries), rma otherwise.
+  // Publishes follow the same choice ("push": each block is sent as an active message that the
+  // daemon writes into the reservation). A daemon that authenticates callers hands out no
+  // remote key: then both always go by message, whatever this says.
   std::string fetch_transfer = "auto";
   // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
   // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
