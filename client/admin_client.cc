@@ -87,7 +87,9 @@ absl::StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(
   if (options.endpoint.empty()) return absl::InvalidArgumentError("endpoint is empty");
   if (options.timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("timeout must be positive");
-  auto channel = client::MakeChannel(options.endpoint, options.auth_token);
+  STRATA_ASSIGN_OR_RETURN(client::ChannelSecurity security,
+                          client::LoadChannelSecurity(options.tls, options.auth_token));
+  auto channel = client::MakeChannel(options.endpoint, security);
   return std::unique_ptr<AdminClient>(
       new AdminClient(std::make_unique<Rpcs>(options, std::move(channel))));
 }

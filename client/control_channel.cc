@@ -49,7 +49,7 @@ ControlChannel::ControlChannel(ControlOptions options)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  channel_ = MakeChannel(options_.endpoint, options_.auth_token, args);
+  channel_ = MakeChannel(options_.endpoint, options_.security, std::move(args));
   stub_ = v1::Cache::NewStub(channel_);
 }
 
