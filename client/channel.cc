@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/tls_files.h"
 #include "common/status_macros.h"
@@ -64,6 +65,14 @@ absl::StatusOr<ChannelSecurity> LoadChannelSecurity(const TlsOptions& tls,
   security.tls = grpc::SslCredentials(o);
   security.server_name = tls.server_name;
   return security;
+}
+
+std::string TlsHint(const ChannelSecurity& security, absl::string_view grpc_message) {
+  if (security.tls || !(absl::StrContains(grpc_message, "Socket closed") ||
+                         absl::StrContains(grpc_message, "Connection reset")))
+    return "";
+  return " (a daemon that serves TLS closes plaintext connections: set the TLS CA option, "
+         "tls.ca_file)";
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,

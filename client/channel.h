@@ -38,6 +38,10 @@ absl::StatusOr<ChannelSecurity> LoadChannelSecurity(const TlsOptions& tls,
                                                     const std::string& auth_token,
                                                     const TlsSettingNames& names = {});
 
+// What to add to an UNAVAILABLE call's message: a daemon serving TLS drops a plaintext
+// connection without a word ("Socket closed"), which reads like a daemon that is down.
+std::string TlsHint(const ChannelSecurity& security, absl::string_view grpc_message);
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
                                            const ChannelSecurity& security,
                                            grpc::ChannelArguments args = {});

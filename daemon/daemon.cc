@@ -57,8 +57,9 @@ struct Daemon::Impl {
   // The KV event publisher when configured, and the store's change hook feeding it and the
   // cluster's directory.
   absl::Status StartEvents();
-  // The tokens file and this node's peer token (config section auth); the warning when
-  // serving without authentication.
+  // The tokens file and this node's peer token (config section auth), the TLS credentials
+  // (section tls, files read and checked here); the warning when serving without
+  // authentication.
   absl::Status LoadAuth();
   // Ends expired reservations, leases and pins in the background.
   void StartReclaim();
