@@ -69,7 +69,7 @@ absl::StatusOr<ChannelSecurity> LoadChannelSecurity(const TlsOptions& tls,
 
 std::string TlsHint(const ChannelSecurity& security, absl::string_view grpc_message) {
   if (security.tls || !(absl::StrContains(grpc_message, "Socket closed") ||
-                         absl::StrContains(grpc_message, "Connection reset")))
+                        absl::StrContains(grpc_message, "Connection reset")))
     return "";
   return " (a daemon that serves TLS closes plaintext connections: set the TLS CA option, "
          "tls.ca_file)";

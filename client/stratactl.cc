@@ -481,8 +481,9 @@ int main(int argc, char** argv) {
     options.auth_token = env;
   }
   // Checked here so an error names the flag; libstrata checks what the files hold.
-  for (const auto& [flag, path] : {std::pair{"--tls-ca", f.tls_ca}, std::pair{"--tls-cert", f.tls_cert},
-                                   std::pair{"--tls-key", f.tls_key}}) {
+  for (const auto& [flag, path] :
+       {std::pair{"--tls-ca", f.tls_ca}, std::pair{"--tls-cert", f.tls_cert},
+        std::pair{"--tls-key", f.tls_key}}) {
     if (!path.empty() && !std::ifstream(path)) {
       std::cerr << "stratactl: " << flag << ": cannot read " << path << "\n";
       return kExitUsage;

@@ -52,8 +52,8 @@ std::unique_ptr<EVP_PKEY, KeyFree> PrivateKey(const std::string& pem) {
   Bio bio = MemBio(pem);
   // No passphrase callback: an encrypted key fails here rather than prompting on a terminal.
   return std::unique_ptr<EVP_PKEY, KeyFree>(
-      bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, [](char*, int, int, void*) { return 0; },
-                                    nullptr)
+      bio ? PEM_read_bio_PrivateKey(
+                bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr)
           : nullptr);
 }
 
@@ -75,8 +75,7 @@ absl::StatusOr<std::string> ReadPrivateKeyPem(const std::string& path, absl::str
   if (!pem.ok()) return pem.status();
   if (!PrivateKey(*pem)) {
     ERR_clear_error();
-    return Refused(setting,
-                   absl::StrCat(path, " holds no PEM private key (or an encrypted one)"));
+    return Refused(setting, absl::StrCat(path, " holds no PEM private key (or an encrypted one)"));
   }
   return pem;
 }

@@ -12,8 +12,7 @@ namespace strata::client {
 
 // One or more PEM certificates (a chain, or a bundle of CAs). `setting` names the option in
 // errors, e.g. "config field 'tls.cert_file'".
-absl::StatusOr<std::string> ReadCertificatesPem(const std::string& path,
-                                                absl::string_view setting);
+absl::StatusOr<std::string> ReadCertificatesPem(const std::string& path, absl::string_view setting);
 // A PEM private key.
 absl::StatusOr<std::string> ReadPrivateKeyPem(const std::string& path, absl::string_view setting);
 // Whether `key_pem` is the key of the first certificate of `cert_pem` (`setting`: the key's).

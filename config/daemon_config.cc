@@ -484,8 +484,7 @@ absl::Status ValidateTls(const DaemonConfig& c) {
   if (t.require_client_cert && t.client_ca_file.empty())
     return FieldError("tls.require_client_cert",
                       "needs tls.client_ca_file, the CA client certificates are verified against");
-  const bool has_peers =
-      c.cluster.membership == "etcd" || !c.cluster.static_nodes.empty();
+  const bool has_peers = c.cluster.membership == "etcd" || !c.cluster.static_nodes.empty();
   if (t.enabled() && t.peer_ca_file.empty() && has_peers)
     return FieldError("tls.peer_ca_file",
                       "must be set when tls.cert_file is and the cluster has other nodes: they "

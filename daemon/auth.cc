@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace strata::daemon {
@@ -78,8 +78,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Parse(absl::string
     if (auth->Find(f[0]) != nullptr) return error("the token is listed twice");
     auth->tokens_.push_back(std::move(e));
   }
-  if (!auth->enabled())
-    return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
+  if (!auth->enabled()) return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
   return auth;
 }
 
@@ -100,7 +99,7 @@ const Authenticator::Entry* Authenticator::Find(absl::string_view token) const {
 }
 
 const Authenticator::Identity* Authenticator::FromCertificate(const grpc::ServerContext* ctx,
-                                                             std::string* seen) const {
+                                                              std::string* seen) const {
   if (!trust_certificates_ || identities_.empty()) return nullptr;
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   // Peer-authenticated only when the handshake verified a client certificate against
@@ -156,9 +155,9 @@ grpc::Status Authenticator::Check(const grpc::ServerContext* ctx, RoleSet allowe
     by = "token";
   }
   if ((allowed & static_cast<uint8_t>(role)) == 0)
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("this call is not open to the ", by, "'s role (",
-                                     RoleName(role), ")"));
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("this call is not open to the ", by, "'s role (", RoleName(role), ")"));
   *caller = Caller{role, *tenant, /*trusted=*/false};
   return grpc::Status::OK;
 }

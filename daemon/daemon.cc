@@ -251,9 +251,9 @@ absl::Status Daemon::Impl::LoadAuth() {
   STRATA_ASSIGN_OR_RETURN(peer_security, LoadPeerSecurity(config.tls, peer_token));
   if (config.tls.enabled())
     spdlog::info("TLS on {}{}{}", config.listen,
-                 config.tls.client_ca_file.empty()         ? ""
-                 : config.tls.require_client_cert          ? ", client certificates required"
-                                                           : ", client certificates verified",
+                 config.tls.client_ca_file.empty() ? ""
+                 : config.tls.require_client_cert  ? ", client certificates required"
+                                                   : ", client certificates verified",
                  config.tls.peer_ca_file.empty() ? "" : "; TLS to other nodes");
   if (config.auth.tokens_file.empty()) {
     auth = std::make_unique<Authenticator>();

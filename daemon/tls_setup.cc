@@ -9,8 +9,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
     const TlsConfig& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  STRATA_ASSIGN_OR_RETURN(pair.cert_chain,
-                          client::ReadCertificatesPem(tls.cert_file, "config field 'tls.cert_file'"));
+  STRATA_ASSIGN_OR_RETURN(
+      pair.cert_chain, client::ReadCertificatesPem(tls.cert_file, "config field 'tls.cert_file'"));
   STRATA_ASSIGN_OR_RETURN(pair.private_key,
                           client::ReadPrivateKeyPem(tls.key_file, "config field 'tls.key_file'"));
   STRATA_RETURN_IF_ERROR(client::CheckKeyMatchesCertificate(pair.cert_chain, pair.private_key,
@@ -23,9 +23,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
       : tls.require_client_cert  ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                                  : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!tls.client_ca_file.empty()) {
-    STRATA_ASSIGN_OR_RETURN(o.pem_root_certs,
-                            client::ReadCertificatesPem(tls.client_ca_file,
-                                                        "config field 'tls.client_ca_file'"));
+    STRATA_ASSIGN_OR_RETURN(
+        o.pem_root_certs,
+        client::ReadCertificatesPem(tls.client_ca_file, "config field 'tls.client_ca_file'"));
   }
   o.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(o);
@@ -38,10 +38,10 @@ absl::StatusOr<client::ChannelSecurity> LoadPeerSecurity(const TlsConfig& tls,
   peer.cert_file = tls.cert_file;
   peer.key_file = tls.key_file;
   peer.server_name = tls.peer_server_name;
-  return client::LoadChannelSecurity(peer, peer_token,
-                                     {"config field 'tls.peer_ca_file'",
-                                      "config field 'tls.cert_file'",
-                                      "config field 'tls.key_file'"});
+  return client::LoadChannelSecurity(
+      peer, peer_token,
+      {"config field 'tls.peer_ca_file'", "config field 'tls.cert_file'",
+       "config field 'tls.key_file'"});
 }
 
 }  // namespace strata::daemon

@@ -523,9 +523,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("verify_crc") = true, py::arg("remote_fetch") = true,
            py::arg("lookup_fast_path") = true, py::arg("fetch_transfer") = "auto",
            py::arg("same_node") = true, py::arg("vllm_hash_seed") = "", py::arg("quiet") = false,
-           py::arg("auth_token") = "", py::arg("tls_ca_file") = "",
-           py::arg("tls_cert_file") = "", py::arg("tls_key_file") = "",
-           py::arg("tls_server_name") = "")
+           py::arg("auth_token") = "", py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
+           py::arg("tls_key_file") = "", py::arg("tls_server_name") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("node_id", &PyClient::NodeId)
       .def("tokens_per_block", &PyClient::TokensPerBlock, py::arg("ns"))

@@ -67,9 +67,8 @@ class Pki {
     return Run("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
                key(name) + " -out " + dir_ + "/" + name + ".csr -subj /CN=" + cn) &&
            Run("openssl x509 -req -in " + dir_ + "/" + name + ".csr -CA " + dir_ + "/" + ca +
-               ".pem -CAkey " + dir_ + "/" + ca + ".key -set_serial " +
-               std::to_string(++serial_) + " -days 2 -out " + cert(name) + " -extfile " + dir_ +
-               "/" + name + ".ext");
+               ".pem -CAkey " + dir_ + "/" + ca + ".key -set_serial " + std::to_string(++serial_) +
+               " -days 2 -out " + cert(name) + " -extfile " + dir_ + "/" + name + ".ext");
   }
   // A daemon's certificate: a server for 127.0.0.1 and localhost, and a client to its peers.
   bool IssueNode(const std::string& name, const std::string& ca = "ca") {
@@ -104,8 +103,7 @@ class TlsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     pki_ = new Pki();
     bool ok = pki_->ok() && pki_->IssueNode("n0") && pki_->IssueNode("n1") &&
-              pki_->IssueNode("rogue-node", "other-ca") &&
-              pki_->IssueClient("engine-a") &&
+              pki_->IssueNode("rogue-node", "other-ca") && pki_->IssueClient("engine-a") &&
               pki_->IssueClient("engine-b", "URI:spiffe://strata.test/engine-b") &&
               pki_->IssueClient("ops") && pki_->IssueClient("stranger") &&
               pki_->IssueClient("forged-a", "", "other-ca");
@@ -123,9 +121,9 @@ class TlsTest : public ::testing::Test {
   // under the section).
   static std::unique_ptr<DaemonProcess> TlsDaemon(const std::string& tls_extra = "",
                                                   const std::string& extra = "") {
-    return std::make_unique<DaemonProcess>("host_tier:\n  capacity: 64MiB\ntls:\n  cert_file: " +
-                                           pki_->cert("n0") + "\n  key_file: " + pki_->key("n0") +
-                                           "\n" + tls_extra + extra);
+    return std::make_unique<DaemonProcess>(
+        "host_tier:\n  capacity: 64MiB\ntls:\n  cert_file: " + pki_->cert("n0") +
+        "\n  key_file: " + pki_->key("n0") + "\n" + tls_extra + extra);
   }
   // mTLS with client certificates required, and a tokens file mapping them: engine-a (by CN)
   // to tenant a, engine-b (by its URI SAN) to tenant b, ops to admin, plus tenant a's token.
@@ -303,8 +301,7 @@ TEST_F(TlsTest, CertificateDecidesTheTenant) {
   ao.tls.key_file = pki_->key("engine-a");
   auto tenant_admin = AdminClient::Connect(ao);
   ASSERT_TRUE(tenant_admin.ok()) << tenant_admin.status();
-  EXPECT_EQ((*tenant_admin)->ListNamespaces().status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*tenant_admin)->ListNamespaces().status().code(), absl::StatusCode::kPermissionDenied);
   ao.tls.cert_file = pki_->cert("ops");
   ao.tls.key_file = pki_->key("ops");
   auto admin = AdminClient::Connect(ao);
@@ -337,8 +334,8 @@ TEST_F(TlsTest, ClusterOfTwoWithMutualTls) {
               "/tokens\ntls:\n  cert_file: " + pki_->cert(n) + "\n  key_file: " + pki_->key(n) +
               "\n  client_ca_file: " + pki_->ca() + "\n  require_client_cert: true\n" +
               "  peer_ca_file: " + pki_->ca() +
-              "\ncluster:\n  membership: static\n  static_nodes: [\"n0@" + addrs[0] +
-              "\", \"n1@" + addrs[1] + "\"]\n  peer_timeout: 500ms\n",
+              "\ncluster:\n  membership: static\n  static_nodes: [\"n0@" + addrs[0] + "\", \"n1@" +
+              addrs[1] + "\"]\n  peer_timeout: 500ms\n",
           std::vector<std::string>{"--listen", addrs[i]}));
     }
   }
@@ -451,8 +448,7 @@ TEST_F(TlsTest, BadClientFilesFailConnectNamingTheField) {
   ASSERT_TRUE(d->ok()) << d->log();
   auto missing = Client::Connect(Options(*d, "/nonexistent/ca.pem"));
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("tls.ca_file"), std::string::npos)
-      << missing.status();
+  EXPECT_NE(missing.status().message().find("tls.ca_file"), std::string::npos) << missing.status();
   ClientOptions o = Options(*d, pki_->ca(), "engine-a");
   o.tls.key_file = pki_->key("engine-b");
   auto mismatched = Client::Connect(o);
