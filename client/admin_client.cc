@@ -20,8 +20,10 @@ namespace strata {
 
 class AdminClient::Rpcs {
  public:
-  Rpcs(const AdminClientOptions& options, std::shared_ptr<grpc::Channel> channel)
+  Rpcs(const AdminClientOptions& options, client::ChannelSecurity security,
+       std::shared_ptr<grpc::Channel> channel)
       : options_(options),
+        security_(std::move(security)),
         cache_(v1::Cache::NewStub(channel)),
         admin_(v1::Admin::NewStub(channel)) {}
 
@@ -37,8 +39,8 @@ class AdminClient::Rpcs {
     grpc::Status s = call(&ctx);
     if (s.ok()) return absl::OkStatus();
     absl::Status st = FromGrpcStatus(s);
-    return absl::Status(st.code(),
-                        absl::StrCat(what, " at ", options_.endpoint, ": ", st.message()));
+    return absl::Status(st.code(), absl::StrCat(what, " at ", options_.endpoint, ": ", st.message(),
+                                                client::TlsHint(security_, st.message())));
   }
   client::CallRunner Runner(absl::Duration timeout) {
     return [this, timeout](const char* what, const client::GrpcCall& call) {
@@ -49,6 +51,7 @@ class AdminClient::Rpcs {
 
  private:
   const AdminClientOptions options_;
+  const client::ChannelSecurity security_;
   std::unique_ptr<v1::Cache::Stub> cache_;
   std::unique_ptr<v1::Admin::Stub> admin_;
 };
@@ -87,9 +90,11 @@ absl::StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(
   if (options.endpoint.empty()) return absl::InvalidArgumentError("endpoint is empty");
   if (options.timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("timeout must be positive");
-  auto channel = client::MakeChannel(options.endpoint, options.auth_token);
+  STRATA_ASSIGN_OR_RETURN(client::ChannelSecurity security,
+                          client::LoadChannelSecurity(options.tls, options.auth_token));
+  auto channel = client::MakeChannel(options.endpoint, security);
   return std::unique_ptr<AdminClient>(
-      new AdminClient(std::make_unique<Rpcs>(options, std::move(channel))));
+      new AdminClient(std::make_unique<Rpcs>(options, std::move(security), std::move(channel))));
 }
 
 AdminClient::AdminClient(std::unique_ptr<Rpcs> rpcs) : rpcs_(std::move(rpcs)) {}

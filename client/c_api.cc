@@ -84,6 +84,15 @@ void strata_options_set_client_name(strata_options_t* o, const char* name) {
 void strata_options_set_auth_token(strata_options_t* o, const char* token) {
   o->options.auth_token = OrEmpty(token);
 }
+void strata_options_set_tls(strata_options_t* o, const char* ca_file, const char* cert_file,
+                            const char* key_file) {
+  o->options.tls.ca_file = OrEmpty(ca_file);
+  o->options.tls.cert_file = OrEmpty(cert_file);
+  o->options.tls.key_file = OrEmpty(key_file);
+}
+void strata_options_set_tls_server_name(strata_options_t* o, const char* name) {
+  o->options.tls.server_name = OrEmpty(name);
+}
 void strata_options_set_rpc_timeout_ms(strata_options_t* o, uint32_t ms) {
   o->options.rpc_timeout = absl::Milliseconds(ms);
 }

@@ -49,7 +49,7 @@ ControlChannel::ControlChannel(ControlOptions options)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  channel_ = MakeChannel(options_.endpoint, options_.auth_token, args);
+  channel_ = MakeChannel(options_.endpoint, options_.security, std::move(args));
   stub_ = v1::Cache::NewStub(channel_);
 }
 
@@ -66,7 +66,8 @@ absl::Status ControlChannel::NotAnswered(const char* name, absl::StatusCode code
                                          absl::string_view why) const {
   return absl::Status(
       code, absl::StrCat("stratad at ", options_.endpoint, " did not answer ", name, " within ",
-                         absl::FormatDuration(options_.rpc_timeout), why.empty() ? "" : ": ", why));
+                         absl::FormatDuration(options_.rpc_timeout), why.empty() ? "" : ": ", why,
+                         TlsHint(options_.security, why)));
 }
 
 absl::Status ControlChannel::Rpc(const char* name, const Call& call) {

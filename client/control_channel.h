@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/channel.h"
 #include "client/data_mover.h"
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -33,7 +34,7 @@ namespace strata::client {
 struct ControlOptions {
   std::string endpoint = "127.0.0.1:7420";
   std::string client_name = "libstrata";
-  std::string auth_token;  // ClientOptions::auth_token
+  ChannelSecurity security;  // ClientOptions::auth_token and ::tls, loaded
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Lookups of up to am_wire::kMaxIds ids as an active message (see UseFastPath).
   bool lookup_fast_path = true;

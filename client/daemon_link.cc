@@ -7,11 +7,18 @@
 namespace strata::client {
 
 absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(ChannelSecurity security,
+                          LoadChannelSecurity(options.tls, options.auth_token));
+  return Connect(options, std::move(security));
+}
+
+absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOptions& options,
+                                                                ChannelSecurity security) {
   std::unique_ptr<DaemonLink> link(new DaemonLink(options));
   ControlOptions control;
   control.endpoint = options.endpoint;
   control.client_name = options.client_name;
-  control.auth_token = options.auth_token;
+  control.security = std::move(security);
   control.rpc_timeout = options.rpc_timeout;
   control.lookup_fast_path = options.lookup_fast_path;
   control.log = options.log;

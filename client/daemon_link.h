@@ -31,9 +31,13 @@ struct FetchLanding {
 
 class DaemonLink {
  public:
-  // Uses endpoint, client_name, auth_token, rpc_timeout, lookup_fast_path, transfer_timeout,
-  // verify_crc, fetch_transfer, same_node and log of `options`.
+  // Uses endpoint, client_name, auth_token, tls, rpc_timeout, lookup_fast_path,
+  // transfer_timeout, verify_crc, fetch_transfer, same_node and log of `options`.
   static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options);
+  // The same with the token and TLS already loaded (`options.auth_token` and `.tls` unused): a
+  // daemon dialing other nodes reads its certificate files once, at start.
+  static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options,
+                                                             ChannelSecurity security);
 
   const ClientOptions& options() const { return options_; }
   ControlChannel& control() { return *control_; }

@@ -59,6 +59,28 @@ auth:
 # can read, overwrite and evict every tenant's blocks. Also the --insecure flag.
 insecure: false
 
+# TLS on gRPC (docs/operations.md#tls). PEM files; empty: plaintext. The UCX data plane is not
+# encrypted by this (docs/security.md).
+tls:
+  # This node's certificate (its SANs must name the addresses clients and other nodes dial) and
+  # key: with both set, 'listen' serves TLS only. The same pair is this node's client certificate
+  # when it calls other nodes.
+  cert_file: ""
+  key_file: ""
+  # CA certificates that sign client certificates. Set: a client certificate, if presented, must
+  # verify against them, and auth.tokens_file may map its identity ("cn:NAME" / "san:VALUE"
+  # lines) to a tenant and role.
+  client_ca_file: ""
+  # Refuse clients without a verified certificate (needs client_ca_file).
+  require_client_cert: false
+  # CA certificates that sign the other nodes' certificates: calls to them use TLS. Needed when
+  # cert_file is set and the cluster has other nodes.
+  peer_ca_file: ""
+  # The name the other nodes' certificates must carry, checked instead of the host of the address
+  # dialed (e.g. one certificate for "strata.NAMESPACE.svc" shared by nodes reached by pod IP).
+  # Empty: that host, which their certificates must then name (IP or DNS subjectAltName).
+  peer_server_name: ""
+
 host_tier:
   # Bytes of host DRAM for blocks (B, KiB, MiB, GiB, TiB).
   capacity: 1GiB
@@ -328,6 +350,16 @@ std::map<std::string, Setter> Setters() {
   s["auth.peer_token_file"] =
       Read<std::string>("auth.peer_token_file", At(&C::auth, &A::peer_token_file));
   s["insecure"] = Read<bool>("insecure", At(&C::insecure));
+  using T = TlsConfig;
+  s["tls.cert_file"] = Read<std::string>("tls.cert_file", At(&C::tls, &T::cert_file));
+  s["tls.key_file"] = Read<std::string>("tls.key_file", At(&C::tls, &T::key_file));
+  s["tls.client_ca_file"] =
+      Read<std::string>("tls.client_ca_file", At(&C::tls, &T::client_ca_file));
+  s["tls.require_client_cert"] =
+      Read<bool>("tls.require_client_cert", At(&C::tls, &T::require_client_cert));
+  s["tls.peer_ca_file"] = Read<std::string>("tls.peer_ca_file", At(&C::tls, &T::peer_ca_file));
+  s["tls.peer_server_name"] =
+      Read<std::string>("tls.peer_server_name", At(&C::tls, &T::peer_server_name));
   s["shutdown_grace"] = ReadDuration("shutdown_grace", At(&C::shutdown_grace));
 
   s["host_tier.capacity"] = ReadSize("host_tier.capacity", At(&C::host, &H::capacity));
@@ -436,6 +468,30 @@ absl::StatusOr<DaemonConfig> ParseOver(DaemonConfig base, std::string_view yaml)
   return base;
 }
 
+// Which TLS fields need which others. Whether the files exist and hold what they should is
+// checked when the daemon starts (daemon/tls_setup.h), where they are read.
+absl::Status ValidateTls(const DaemonConfig& c) {
+  const TlsConfig& t = c.tls;
+  if (t.cert_file.empty() != t.key_file.empty())
+    return t.cert_file.empty() ? FieldError("tls.key_file", "needs tls.cert_file")
+                               : FieldError("tls.cert_file", "needs tls.key_file");
+  if (!t.client_ca_file.empty() && t.cert_file.empty())
+    return FieldError("tls.client_ca_file",
+                      "needs tls.cert_file and tls.key_file: client certificates are verified "
+                      "only over TLS");
+  if (!t.peer_server_name.empty() && t.peer_ca_file.empty())
+    return FieldError("tls.peer_server_name", "needs tls.peer_ca_file");
+  if (t.require_client_cert && t.client_ca_file.empty())
+    return FieldError("tls.require_client_cert",
+                      "needs tls.client_ca_file, the CA client certificates are verified against");
+  const bool has_peers = c.cluster.membership == "etcd" || !c.cluster.static_nodes.empty();
+  if (t.enabled() && t.peer_ca_file.empty() && has_peers)
+    return FieldError("tls.peer_ca_file",
+                      "must be set when tls.cert_file is and the cluster has other nodes: they "
+                      "serve TLS too, and calls to them verify their certificates against it");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view DefaultConfigYaml() {
@@ -481,6 +537,7 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
                                    "set: configure tokens, listen on 127.0.0.1 or unix:PATH, or "
                                    "accept an unauthenticated daemon with 'insecure: true' "
                                    "(--insecure)"));
+  STRATA_RETURN_IF_ERROR(ValidateTls(c));
   if (!c.http_listen.empty() &&
       (c.http_listen.rfind(':') == std::string::npos || c.http_listen.rfind(':') == 0 ||
        c.http_listen.rfind(':') + 1 == c.http_listen.size()))

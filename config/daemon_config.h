@@ -85,6 +85,24 @@ struct AuthConfig {
   std::string peer_token_file;  // this node's token for calls to other nodes; empty: none
 };
 
+// YAML section tls (docs/operations.md#tls): TLS on the gRPC listen address, client certificates,
+// and TLS on the calls this daemon makes to other nodes. All PEM files; empty: off.
+struct TlsConfig {
+  std::string cert_file;  // this node's certificate (chain); with key_file, TLS on `listen`
+  std::string key_file;
+  // CA(s) that sign client certificates: a client that presents one is verified against it (and
+  // auth.tokens_file may map its identity to a tenant and role). Empty: none is asked for.
+  std::string client_ca_file;
+  bool require_client_cert = false;  // refuse a handshake without a verified client certificate
+  // CA(s) that sign the other nodes' certificates: calls to them go over TLS, presenting
+  // cert_file/key_file as this node's client certificate. Empty: plaintext to other nodes.
+  std::string peer_ca_file;
+  // The name other nodes' certificates must carry, instead of the host of the address dialed:
+  // one certificate for a DNS name shared by every node reached by pod IP. Empty: that host.
+  std::string peer_server_name;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 // YAML section limits: what clients can make one daemon hold (docs/operations.md#limits).
 struct LimitsConfig {
   uint32_t max_namespaces = 0;
@@ -108,6 +126,7 @@ struct DaemonConfig {
   ClusterConfig cluster;
   EventsConfig events;
   AuthConfig auth;
+  TlsConfig tls;
   // Serve without authentication on a non-loopback address (ValidateConfig refuses otherwise).
   bool insecure = false;
   LimitsConfig limits;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -30,6 +31,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 constexpr absl::string_view kBearer = "Bearer ";
+constexpr absl::string_view kCnPrefix = "cn:";
+constexpr absl::string_view kSanPrefix = "san:";
+
+const char* RoleName(Role r) {
+  return r == Role::kTenant ? "tenant" : r == Role::kAdmin ? "admin" : "peer";
+}
 
 }  // namespace
 
@@ -47,22 +54,33 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Parse(absl::string
       // The line's token is never quoted: error messages end up in logs.
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", why));
     };
-    if (f.size() != 3) return error("expected 'TOKEN TENANT ROLE'");
-    if (f[0].size() < 16) return error("a token must be at least 16 characters");
-    Entry e{Sha256(f[0]), std::string(f[1]), Role::kTenant};
+    if (f.size() != 3) return error("expected 'TOKEN TENANT ROLE' (or cn:NAME / san:VALUE)");
+    Role role;
     if (f[2] == "tenant")
-      e.role = Role::kTenant;
+      role = Role::kTenant;
     else if (f[2] == "admin")
-      e.role = Role::kAdmin;
+      role = Role::kAdmin;
     else if (f[2] == "peer")
-      e.role = Role::kPeer;
+      role = Role::kPeer;
     else
       return error(absl::StrCat("role '", f[2], "' is not tenant, admin or peer"));
+    const bool cn = absl::StartsWith(f[0], kCnPrefix), san = absl::StartsWith(f[0], kSanPrefix);
+    if (cn || san) {
+      Identity id{san, std::string(f[0].substr(san ? kSanPrefix.size() : kCnPrefix.size())),
+                  std::string(f[1]), role};
+      if (id.name.empty()) return error("a certificate name must not be empty");
+      for (const Identity& other : auth->identities_)
+        if (other.san == id.san && other.name == id.name)
+          return error(absl::StrCat("'", f[0], "' is listed twice"));
+      auth->identities_.push_back(std::move(id));
+      continue;
+    }
+    if (f[0].size() < 16) return error("a token must be at least 16 characters");
+    Entry e{Sha256(f[0]), std::string(f[1]), role};
     if (auth->Find(f[0]) != nullptr) return error("the token is listed twice");
     auth->tokens_.push_back(std::move(e));
   }
-  if (auth->tokens_.empty())
-    return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
+  if (!auth->enabled()) return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
   return auth;
 }
 
@@ -82,30 +100,67 @@ const Authenticator::Entry* Authenticator::Find(absl::string_view token) const {
   return found;
 }
 
+const Authenticator::Identity* Authenticator::FromCertificate(const grpc::ServerContext* ctx,
+                                                              std::string* seen) const {
+  if (!trust_certificates_ || identities_.empty()) return nullptr;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  // Peer-authenticated only when the handshake verified a client certificate against
+  // tls.client_ca_file; the names below are then the certificate's, not the caller's say-so.
+  if (!auth || !auth->IsPeerAuthenticated()) return nullptr;
+  for (const grpc::string_ref& cn : auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+    absl::string_view name(cn.data(), cn.size());
+    if (seen->empty()) *seen = absl::StrCat("CN=", name);
+    for (const Identity& id : identities_)
+      if (!id.san && id.name == name) return &id;
+  }
+  for (const grpc::string_ref& v : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+    absl::string_view name(v.data(), v.size());
+    if (seen->empty()) *seen = absl::StrCat("SAN ", name);
+    for (const Identity& id : identities_)
+      if (id.san && id.name == name) return &id;
+  }
+  return nullptr;
+}
+
 grpc::Status Authenticator::Check(const grpc::ServerContext* ctx, RoleSet allowed,
                                   Caller* caller) const {
   if (!enabled()) {
     *caller = Caller{Role::kAdmin, "", /*trusted=*/true};
     return grpc::Status::OK;
   }
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end())
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "stratad requires a bearer token (ClientOptions::auth_token)");
-  absl::string_view value(it->second.data(), it->second.size());
-  const Entry* e = nullptr;
-  if (value.substr(0, kBearer.size()) == kBearer) e = Find(value.substr(kBearer.size()));
-  if (e == nullptr)
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token is not valid");
-  if ((allowed & static_cast<uint8_t>(e->role)) == 0)
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("this call is not open to the token's role (",
-                                     e->role == Role::kTenant  ? "tenant"
-                                     : e->role == Role::kAdmin ? "admin"
-                                                               : "peer",
-                                     ")"));
-  *caller = Caller{e->role, e->tenant, /*trusted=*/false};
+  std::string certificate;
+  Role role;
+  const std::string* tenant;
+  const char* by;
+  if (const Identity* id = FromCertificate(ctx, &certificate)) {
+    role = id->role;
+    tenant = &id->tenant;
+    by = "client certificate";
+  } else {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end())
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          certificate.empty()
+              ? "stratad requires a bearer token (ClientOptions::auth_token) or a client "
+                "certificate it knows"
+              : absl::StrCat("the client certificate (", certificate,
+                             ") is not mapped in auth.tokens_file, and no bearer token was sent"));
+    absl::string_view value(it->second.data(), it->second.size());
+    const Entry* e = nullptr;
+    if (value.substr(0, kBearer.size()) == kBearer) e = Find(value.substr(kBearer.size()));
+    if (e == nullptr)
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token is not valid");
+    role = e->role;
+    tenant = &e->tenant;
+    by = "token";
+  }
+  if ((allowed & static_cast<uint8_t>(role)) == 0)
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("this call is not open to the ", by, "'s role (", RoleName(role), ")"));
+  *caller = Caller{role, *tenant, /*trusted=*/false};
   return grpc::Status::OK;
 }
 
@@ -153,6 +208,8 @@ std::vector<std::string> Authenticator::tenants() const {
   std::vector<std::string> out;
   for (const Entry& e : tokens_)
     if (e.role == Role::kTenant) out.push_back(e.tenant);
+  for (const Identity& i : identities_)
+    if (i.role == Role::kTenant) out.push_back(i.tenant);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -1,5 +1,7 @@
 // Who is calling: bearer tokens (config `auth.tokens_file`) mapped to a tenant and a role, the
 // one check every gRPC handler of the daemon runs before it does anything (issue 14, item 1).
+// The same file may map verified TLS client certificates (by subject CN or a subjectAltName) to
+// a tenant and a role: such a caller needs no token.
 //
 // Without a tokens file authentication is off: every caller is trusted, which stratad allows
 // only on a loopback or Unix-socket listen address unless the operator says `insecure: true`.
@@ -50,17 +52,26 @@ class Authenticator {
  public:
   // Authentication off.
   Authenticator() = default;
-  // Lines `TOKEN TENANT ROLE` ('#' starts a comment); `source` names the text in errors.
+  // Lines `TOKEN TENANT ROLE`, `cn:NAME TENANT ROLE` or `san:VALUE TENANT ROLE` ('#' starts a
+  // comment); `source` names the text in errors.
   static absl::StatusOr<std::unique_ptr<Authenticator>> Parse(absl::string_view text,
                                                               absl::string_view source);
   static absl::StatusOr<std::unique_ptr<Authenticator>> Load(const std::string& path);
 
-  bool enabled() const { return !tokens_.empty(); }
-  // The tenants the tokens file names for tenant-role tokens, sorted, each once.
+  bool enabled() const { return !tokens_.empty() || !identities_.empty(); }
+  // Whether the file maps certificate identities (cn: / san: lines).
+  bool maps_certificates() const { return !identities_.empty(); }
+  // Client certificates are verified by the TLS handshake (tls.client_ca_file): only then does
+  // Check believe a certificate's names. Off by default, so a server that does not verify them
+  // can never let a self-made certificate pick its identity.
+  void TrustVerifiedClientCertificates() { trust_certificates_ = true; }
+  // The tenants the tokens file names for tenant-role tokens and certificates, sorted, each once.
   std::vector<std::string> tenants() const;
 
-  // The caller of a call, from its `authorization: Bearer TOKEN` metadata, if its role is in
-  // `allowed`: UNAUTHENTICATED without a valid token, PERMISSION_DENIED for another role.
+  // The caller of a call, if its role is in `allowed`: from the call's verified TLS client
+  // certificate when a cn:/san: line maps it, else from its `authorization: Bearer TOKEN`
+  // metadata. UNAUTHENTICATED without either, PERMISSION_DENIED for another role. Never from
+  // anything the request itself says.
   grpc::Status Check(const grpc::ServerContext* ctx, RoleSet allowed, Caller* caller) const;
 
  private:
@@ -69,11 +80,23 @@ class Authenticator {
     std::string tenant;
     Role role;
   };
+  // A certificate name: not a secret (the handshake proved the caller holds its key).
+  struct Identity {
+    bool san;  // a subjectAltName (DNS, URI, e-mail, IP as text); else the subject CN
+    std::string name;
+    std::string tenant;
+    Role role;
+  };
   // Every entry is compared, in constant time each, so how long a check takes says nothing
   // about how close a guess was.
   const Entry* Find(absl::string_view token) const;
+  // The entry of the call's verified client certificate, if one maps it; `seen` gets the
+  // certificate's CN (for the error message) when there was a certificate.
+  const Identity* FromCertificate(const grpc::ServerContext* ctx, std::string* seen) const;
 
   std::vector<Entry> tokens_;
+  std::vector<Identity> identities_;
+  bool trust_certificates_ = false;
 };
 
 // Which tenant holds each live reservation and lease id: a tenant's Commit, Abort or Release

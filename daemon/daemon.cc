@@ -30,6 +30,7 @@
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
 #include "daemon/peer_service.h"
+#include "daemon/tls_setup.h"
 #include "storage/arena.h"
 #include "storage/block_store.h"
 #include "storage/host_block_store.h"
@@ -56,8 +57,9 @@ struct Daemon::Impl {
   // The KV event publisher when configured, and the store's change hook feeding it and the
   // cluster's directory.
   absl::Status StartEvents();
-  // The tokens file and this node's peer token (config section auth); the warning when
-  // serving without authentication.
+  // The tokens file and this node's peer token (config section auth), the TLS credentials
+  // (section tls, files read and checked here); the warning when serving without
+  // authentication.
   absl::Status LoadAuth();
   // Ends expired reservations, leases and pins in the background.
   void StartReclaim();
@@ -85,6 +87,10 @@ struct Daemon::Impl {
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<Authenticator> auth;  // never null; enabled() with auth.tokens_file
   std::string peer_token;               // for calls to other daemons; empty: none
+  // TLS (config tls): the server's credentials on `listen`, and what calls to other daemons
+  // carry (peer_token included).
+  std::shared_ptr<grpc::ServerCredentials> server_credentials;
+  client::ChannelSecurity peer_security;
   std::unique_ptr<CacheService> service;
   std::atomic<CacheService*> am_service{nullptr};
   std::unique_ptr<AdminService> admin;
@@ -241,6 +247,14 @@ absl::Status Daemon::Impl::LoadAuth() {
   if (!config.auth.peer_token_file.empty()) {
     STRATA_ASSIGN_OR_RETURN(peer_token, ReadTokenFile(config.auth.peer_token_file));
   }
+  STRATA_ASSIGN_OR_RETURN(server_credentials, LoadServerCredentials(config.tls));
+  STRATA_ASSIGN_OR_RETURN(peer_security, LoadPeerSecurity(config.tls, peer_token));
+  if (config.tls.enabled())
+    spdlog::info("TLS on {}{}{}", config.listen,
+                 config.tls.client_ca_file.empty() ? ""
+                 : config.tls.require_client_cert  ? ", client certificates required"
+                                                   : ", client certificates verified",
+                 config.tls.peer_ca_file.empty() ? "" : "; TLS to other nodes");
   if (config.auth.tokens_file.empty()) {
     auth = std::make_unique<Authenticator>();
     if (!IsLoopbackListen(config.listen))
@@ -252,7 +266,16 @@ absl::Status Daemon::Impl::LoadAuth() {
     return absl::OkStatus();
   }
   STRATA_ASSIGN_OR_RETURN(auth, Authenticator::Load(config.auth.tokens_file));
-  if (peer_token.empty() && config.cluster.membership == "etcd")
+  if (auth->maps_certificates()) {
+    if (config.tls.client_ca_file.empty())
+      return absl::InvalidArgumentError(
+          "config field 'auth.tokens_file': maps client certificates (cn: / san: lines), but "
+          "tls.client_ca_file is not set, so no client certificate is asked for or verified");
+    auth->TrustVerifiedClientCertificates();
+  }
+  // With TLS to the other nodes this node's certificate may be what identifies it to them.
+  const bool peer_certificate = peer_security.tls != nullptr && config.tls.enabled();
+  if (peer_token.empty() && !peer_certificate && config.cluster.membership == "etcd")
     spdlog::warn(
         "auth.tokens_file is set but auth.peer_token_file is not: calls to other "
         "nodes carry no token and they will refuse them");
@@ -422,7 +445,7 @@ absl::Status Daemon::Impl::StartServices() {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen, server_credentials, &port);
   builder.RegisterService(service.get());
   admin = std::make_unique<AdminService>(store.get(), namespaces.get(), auth.get());
   builder.RegisterService(admin.get());
@@ -452,7 +475,7 @@ absl::Status Daemon::Impl::StartCluster() {
       config.cluster.advertise_address.empty() ? endpoint : config.cluster.advertise_address;
   co.self.host_capacity = store->arena_bytes();
   co.self.version = STRATA_VERSION;
-  co.peer_token = peer_token;
+  co.peer_security = peer_security;
   // Active messages carry no token: an authenticating cluster asks its directory over gRPC.
   if (!auth->enabled() && peer_token.empty()) co.ucx = ucx;
   auto started = Cluster::Start(std::move(co), *store, *namespaces);

@@ -14,7 +14,7 @@ PACKAGES=(
   python3 python3-venv python3-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   prometheus yamllint etcd-server etcd-client
-  fio ccache
+  fio ccache openssl
   e2fsprogs
 )
 

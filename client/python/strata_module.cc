@@ -496,11 +496,17 @@ PYBIND11_MODULE(_strata, m) {
                        double rpc_timeout, double transfer_timeout, bool verify_crc,
                        bool remote_fetch, bool lookup_fast_path, const std::string& fetch_transfer,
                        bool same_node, const std::string& vllm_hash_seed, bool quiet,
-                       const std::string& auth_token) {
+                       const std::string& auth_token, const std::string& tls_ca_file,
+                       const std::string& tls_cert_file, const std::string& tls_key_file,
+                       const std::string& tls_server_name) {
              strata::ClientOptions o;
              o.endpoint = endpoint;
              o.client_name = client_name;
              o.auth_token = auth_token;
+             o.tls.ca_file = tls_ca_file;
+             o.tls.cert_file = tls_cert_file;
+             o.tls.key_file = tls_key_file;
+             o.tls.server_name = tls_server_name;
              o.rpc_timeout = absl::Seconds(rpc_timeout);
              o.transfer_timeout = absl::Seconds(transfer_timeout);
              o.verify_crc = verify_crc;
@@ -517,7 +523,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("verify_crc") = true, py::arg("remote_fetch") = true,
            py::arg("lookup_fast_path") = true, py::arg("fetch_transfer") = "auto",
            py::arg("same_node") = true, py::arg("vllm_hash_seed") = "", py::arg("quiet") = false,
-           py::arg("auth_token") = "")
+           py::arg("auth_token") = "", py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
+           py::arg("tls_key_file") = "", py::arg("tls_server_name") = "")
       .def("close", &PyClient::Close)
       .def_property_readonly("node_id", &PyClient::NodeId)
       .def("tokens_per_block", &PyClient::TokensPerBlock, py::arg("ns"))

@@ -158,11 +158,10 @@ absl::StatusOr<std::shared_ptr<client::DaemonLink>> BlockPuller::SourceLink(
   ClientOptions o;
   o.endpoint = address;
   o.client_name = absl::StrCat("stratad:", ctx_.self.id);
-  o.auth_token = ctx_.peer_token;
   o.rpc_timeout = std::max(ctx_.config.peer_timeout, absl::Seconds(2));
   o.remote_fetch = false;
   o.same_node = false;
-  auto made = client::DaemonLink::Connect(o);
+  auto made = client::DaemonLink::Connect(o, ctx_.peer_security);
   if (!made.ok())
     return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",
                                                            address, ": ", made.status().message()));

@@ -32,7 +32,7 @@ std::unique_ptr<placement::Membership> NewMembership(const ClusterConfig& cfg,
 }  // namespace
 
 Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespaces)
-    : ctx_(std::move(options.config), std::move(options.self), std::move(options.peer_token)),
+    : ctx_(std::move(options.config), std::move(options.self), std::move(options.peer_security)),
       store_(store) {
   membership_ = NewMembership(ctx_.config, ctx_.self.id);
   announcer_ = std::make_unique<Announcer>(ctx_, directory_, store);

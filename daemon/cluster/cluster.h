@@ -35,8 +35,8 @@ class Cluster {
     // The daemon's UCX context: directory queries to other daemons go as active messages on
     // a worker of the locator's own (gRPC Peer.Locate is the fallback). Null: gRPC only.
     std::shared_ptr<transport::Context> ucx;
-    // This node's token (a peer role on the other nodes) for every call to them; empty: none.
-    std::string peer_token;
+    // This node's token (a peer role on the other nodes) and TLS for every call to them.
+    client::ChannelSecurity peer_security;
   };
 
   // Joins the membership and starts announcing. `store` and `namespaces` must outlive the

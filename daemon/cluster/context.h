@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "client/channel.h"
 #include "config/daemon_config.h"
 #include "daemon/cluster/peer_stubs.h"
 #include "daemon/cluster/ring.h"
@@ -29,17 +30,20 @@ struct ClusterCounters {
 };
 
 struct ClusterContext {
-  ClusterContext(ClusterConfig config, placement::NodeRecord self, std::string peer_token = "")
+  ClusterContext(ClusterConfig config, placement::NodeRecord self,
+                 client::ChannelSecurity peer_security = {})
       : config(std::move(config)),
         self(std::move(self)),
-        peer_token(std::move(peer_token)),
-        peers(this->peer_token) {}
+        peer_security(std::move(peer_security)),
+        peers(this->peer_security) {}
   ClusterContext(const ClusterContext&) = delete;
   ClusterContext& operator=(const ClusterContext&) = delete;
 
   const ClusterConfig config;
   const placement::NodeRecord self;
-  const std::string peer_token;  // sent on every call to another node (config auth)
+  // Every call to another node: its peer token (auth.peer_token_file) and TLS with the
+  // cluster CA and this node's certificate (tls.peer_ca_file, tls.cert_file).
+  const client::ChannelSecurity peer_security;
   CurrentRing ring;
   PeerStubs peers;
   ClusterCounters counters;

@@ -251,7 +251,7 @@ void Locator::ResolveWorkerAddresses(const std::vector<std::string>& addresses,
     }
   }
   for (const auto& a : unknown) {  // no lock held across these calls
-    auto stub = v1::Cache::NewStub(client::MakeChannel(a, ctx_.peer_token));
+    auto stub = v1::Cache::NewStub(client::MakeChannel(a, ctx_.peer_security));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(deadline));
     v1::ConnectRequest req;

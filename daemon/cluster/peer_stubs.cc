@@ -16,7 +16,7 @@ std::shared_ptr<v1::Peer::Stub> PeerStubs::Get(const std::string& address) {
     // Fail fast on a dead peer instead of backing off for seconds between reconnects.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    stub = v1::Peer::NewStub(client::MakeChannel(address, token_, args));
+    stub = v1::Peer::NewStub(client::MakeChannel(address, security_, std::move(args)));
   }
   return stub;
 }

@@ -7,18 +7,19 @@
 #include <mutex>
 #include <string>
 
+#include "client/channel.h"
 #include "strata/v1/peer.grpc.pb.h"
 
 namespace strata::daemon {
 
 class PeerStubs {
  public:
-  // `token`: this node's peer token, sent on every call; empty: none.
-  explicit PeerStubs(std::string token = "") : token_(std::move(token)) {}
+  // `security`: this node's peer token and TLS, used on every call.
+  explicit PeerStubs(client::ChannelSecurity security = {}) : security_(std::move(security)) {}
   std::shared_ptr<v1::Peer::Stub> Get(const std::string& address);
 
  private:
-  const std::string token_;
+  const client::ChannelSecurity security_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<v1::Peer::Stub>> stubs_;
 };

@@ -26,6 +26,7 @@ struct AdminClientOptions {
   std::string endpoint = "127.0.0.1:7420";
   // Bearer token of an admin role (see ClientOptions::auth_token); empty: none.
   std::string auth_token;
+  TlsOptions tls;  // see ClientOptions::tls
   absl::Duration timeout = absl::Seconds(5);
   absl::Duration long_timeout = absl::Minutes(10);
 };

@@ -61,6 +61,15 @@ STRATA_C_EXPORT void strata_options_set_endpoint(strata_options_t* options, cons
 STRATA_C_EXPORT void strata_options_set_client_name(strata_options_t* options, const char* name);
 /* Bearer token for a daemon with authentication (ClientOptions::auth_token); NULL or "": none. */
 STRATA_C_EXPORT void strata_options_set_auth_token(strata_options_t* options, const char* token);
+/* TLS (ClientOptions::tls): PEM files of the CA that signs the daemons' certificates (NULL or "":
+ * plaintext), and optionally a client certificate and its key (NULL or "": none). Read at
+ * strata_client_connect, which fails naming the file's field if one is missing or malformed. */
+STRATA_C_EXPORT void strata_options_set_tls(strata_options_t* options, const char* ca_file,
+                                            const char* cert_file, const char* key_file);
+/* The name the daemon's certificate must carry instead of the endpoint's host; NULL or "": the
+ * endpoint's host. */
+STRATA_C_EXPORT void strata_options_set_tls_server_name(strata_options_t* options,
+                                                        const char* name);
 STRATA_C_EXPORT void strata_options_set_rpc_timeout_ms(strata_options_t* options, uint32_t ms);
 STRATA_C_EXPORT void strata_options_set_transfer_timeout_ms(strata_options_t* options, uint32_t ms);
 STRATA_C_EXPORT void strata_options_set_verify_crc(strata_options_t* options, int on);

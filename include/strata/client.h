@@ -30,6 +30,22 @@ enum class LogLevel { kDebug, kInfo, kWarning, kError };
 // may be called from any thread that calls into the Client, so it must be thread-safe and quick.
 using LogSink = std::function<void(LogLevel, std::string_view)>;
 
+// TLS to a daemon whose config has a `tls:` section (docs/operations.md#tls). PEM files, read
+// when the client connects; a missing or malformed one fails Connect naming the field.
+struct TlsOptions {
+  // CA certificates the daemons' certificates are verified against. Set: TLS on; empty:
+  // plaintext (the other fields are then ignored).
+  std::string ca_file;
+  // A client certificate and its key, both or neither: the daemon verifies it against its
+  // tls.client_ca_file and may map it to a tenant and role instead of a bearer token.
+  std::string cert_file;
+  std::string key_file;
+  // The name the daemon's certificate must carry, instead of the endpoint's host (a certificate
+  // for a DNS name reached by IP, tests). Empty: the endpoint's host.
+  std::string server_name;
+  bool enabled() const { return !ca_file.empty(); }
+};
+
 struct ClientOptions {
   std::string endpoint = "127.0.0.1:7420";
   std::string client_name = "libstrata";
@@ -37,6 +53,9 @@ struct ClientOptions {
   // call to this daemon and to the other nodes remote fetches reach. Empty: none (a daemon
   // without authentication).
   std::string auth_token;
+  // TLS on every gRPC call, to this daemon and to the other nodes remote fetches reach. The
+  // token, when set, travels inside it.
+  TlsOptions tls;
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Bound on one batch of RMA transfers; kept below the daemon's reservation timeout so a slow
   // client never writes into space the daemon has already reclaimed.

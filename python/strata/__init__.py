@@ -28,7 +28,10 @@ class Client(_NativeClient):
     """A connection to the local stratad (thread-safe).
 
     Keyword arguments: endpoint, client_name, auth_token (the bearer token of a daemon with
-    authentication: it decides the tenant), rpc_timeout and transfer_timeout (seconds),
+    authentication: it decides the tenant), tls_ca_file (PEM CA of a daemon with TLS: turns
+    TLS on), tls_cert_file and tls_key_file (a client certificate, which the daemon may map to a
+    tenant instead of a token), tls_server_name (the name the daemon's certificate must carry,
+    default the endpoint's host), rpc_timeout and transfer_timeout (seconds),
     verify_crc, remote_fetch, lookup_fast_path, fetch_transfer ("auto", "rma", "push"),
     same_node, vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
     """

@@ -136,6 +136,15 @@ def test_a_dead_endpoint_fails_within_the_deadline():
     assert time.monotonic() - start < 5
 
 
+def test_tls_files_are_checked_at_connect(daemon):
+    # TLS options reach libstrata: a CA file that is not there fails before dialing, naming it.
+    with pytest.raises(errors.StrataError, match="tls.ca_file"):
+        strata.Client(daemon.endpoint, tls_ca_file="/nonexistent/strata-ca.pem",
+                      tls_server_name="localhost", quiet=True)
+    with pytest.raises(errors.StrataError, match="tls.key_file"):
+        strata.Client(daemon.endpoint, tls_ca_file=__file__, tls_cert_file=__file__, quiet=True)
+
+
 def test_the_gil_is_released_while_a_call_waits(daemon):
     c = strata.Client(daemon.endpoint, rpc_timeout=1.5, lookup_fast_path=False, quiet=True)
     ns = c.open_namespace("py/model", tenant="team-a", **SMALL)

@@ -155,6 +155,16 @@ int CheckErrors(const char* endpoint, char* failure, size_t failure_size) {
   strata_options_destroy(options);
   if (client != NULL || err == NULL || err[0] == '\0') FAIL("connect to a dead port succeeded");
 
+  /* TLS with a CA file that is not there: refused before dialing, naming the field. */
+  options = strata_options_create();
+  strata_options_set_endpoint(options, endpoint);
+  strata_options_set_tls(options, "/nonexistent/strata-ca.pem", NULL, NULL);
+  strata_options_set_tls_server_name(options, "localhost");
+  client = strata_connect(options, &err);
+  strata_options_destroy(options);
+  if (client != NULL || err == NULL || strstr(err, "tls.ca_file") == NULL)
+    FAIL("TLS with a missing CA file: %s", err ? err : "(connected)");
+
   options = strata_options_create();
   strata_options_set_endpoint(options, endpoint);
   client = strata_connect(options, &err);

@@ -229,5 +229,47 @@ TEST(AuthConfigTest, NonLoopbackListenNeedsTokensOrInsecure) {
   }
 }
 
+TEST(TlsConfigTest, OffByDefaultAndFieldsThatNeedEachOtherAreNamed) {
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->tls.enabled());
+  EXPECT_TRUE(d->tls.client_ca_file.empty());
+  EXPECT_FALSE(d->tls.require_client_cert);
+
+  auto full = ParseConfig(
+      "tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n  client_ca_file: /ca.pem\n"
+      "  require_client_cert: true\n  peer_ca_file: /peer.pem\n"
+      "  peer_server_name: strata.svc\n"
+      "cluster:\n  static_nodes: [\"n1@10.0.0.2:7420\"]\n");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(full->tls.enabled());
+  EXPECT_EQ(full->tls.cert_file, "/c.pem");
+  EXPECT_EQ(full->tls.key_file, "/k.pem");
+  EXPECT_EQ(full->tls.client_ca_file, "/ca.pem");
+  EXPECT_TRUE(full->tls.require_client_cert);
+  EXPECT_EQ(full->tls.peer_ca_file, "/peer.pem");
+  EXPECT_EQ(full->tls.peer_server_name, "strata.svc");
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"tls:\n  cert_file: /c.pem\n", "tls.cert_file"},
+      {"tls:\n  key_file: /k.pem\n", "tls.key_file"},
+      {"tls:\n  client_ca_file: /ca.pem\n", "tls.client_ca_file"},
+      {"tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n  require_client_cert: true\n",
+       "tls.require_client_cert"},
+      {"tls:\n  peer_server_name: x\n", "tls.peer_server_name"},
+      {"tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n"
+       "cluster:\n  static_nodes: [\"n1@10.0.0.2:7420\"]\n",
+       "tls.peer_ca_file"},
+      {"tls:\n  require_client_cert: maybe\n", "tls.require_client_cert"},
+      {"tls:\n  ca_file: /ca.pem\n", "tls.ca_file"},
+  };
+  for (const auto& [yaml, field] : bad) {
+    auto c = ParseConfig(yaml);
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_NE(c.status().message().find(std::string("'") + field + "'"), std::string::npos)
+        << yaml << " -> " << c.status();
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -213,7 +213,11 @@ def main():
     for label, bad in (("port out of range", {"ports": {"grpc": 7420, "http": 70000}}),
                        ("unknown nvme.type", {"nvme": {"enabled": True, "type": "nfs"}}),
                        ("chart-owned config field", {"config": {"listen": "0.0.0.0:1"}}),
-                       ("misspelt top-level key", {"hostNetwrok": True})):
+                       ("misspelt top-level key", {"hostNetwrok": True}),
+                       ("tls without a Secret", {"tls": {"enabled": True}}),
+                       ("client certificates required but not verified",
+                        {"tls": {"enabled": True, "existingSecret": "s",
+                                 "requireClientCert": True}})):
         try:
             helm_chart.Chart.load(CHART).render(bad, name="strata", namespace="strata")
             fail("values with a %s were accepted" % label)

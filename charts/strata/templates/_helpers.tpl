@@ -46,9 +46,33 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The name the nodes' shared certificate carries (tls.serverName). */}}
+{{- define "strata.tlsServerName" -}}
+{{- default (printf "%s.%s.svc" (include "strata.fullname" .) .Release.Namespace) .Values.tls.serverName }}
+{{- end }}
+
+{{/* config.tls when the chart mounts the TLS Secret (tls.enabled). */}}
+{{- define "strata.tlsConfig" -}}
+{{- $dir := "/etc/strata/tls" }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "peer_ca_file" (printf "%s/ca.crt" $dir) "peer_server_name" (include "strata.tlsServerName" .) }}
+{{- if .Values.tls.verifyClients }}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- $_ := set $tls "require_client_cert" .Values.tls.requireClientCert }}
+{{- else if .Values.tls.requireClientCert }}
+{{- fail "tls.requireClientCert needs tls.verifyClients" }}
+{{- end }}
+{{- toYaml $tls }}
+{{- end }}
+
 {{/* stratad's config file: the user's config with the chart-owned fields forced. */}}
 {{- define "strata.config" -}}
 {{- $owned := dict "listen" (printf "0.0.0.0:%d" (int .Values.ports.grpc)) "http_listen" (printf "0.0.0.0:%d" (int .Values.ports.http)) "data_dir" "/var/lib/strata/data" "cluster_secret_file" "/etc/strata/secret/cluster-secret" }}
+{{- if .Values.tls.enabled }}
+{{- if not .Values.tls.existingSecret }}
+{{- fail "tls.enabled needs tls.existingSecret (a Secret with tls.crt, tls.key and ca.crt)" }}
+{{- end }}
+{{- $_ := set $owned "tls" (include "strata.tlsConfig" . | fromYaml) }}
+{{- end }}
 {{- $cfg := mustMergeOverwrite (deepCopy .Values.config) $owned }}
 {{- toYaml $cfg }}
 {{- end }}
