@@ -80,6 +80,18 @@ std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in) 
                             GetU64(in.data() + 24), GetU32(in.data() + 32)};
 }
 
+absl::StatusOr<PublishBlockHeader> DecodePublishBlock(std::string_view header,
+                                                      uint64_t payload_bytes,
+                                                      uint64_t arena_bytes) {
+  auto h = DecodePublishBlockHeader(header);
+  if (!h) return absl::InvalidArgumentError("a published block's header is not 40 bytes");
+  if (h->size != payload_bytes)
+    return absl::InvalidArgumentError("a published block's payload is not the size it names");
+  if (h->size > arena_bytes || h->offset > arena_bytes - h->size)
+    return absl::InvalidArgumentError("a published block's extent lies outside the arena");
+  return *h;
+}
+
 std::string EncodePublishAck(const PublishAck& h) {
   std::string out(kPublishAckHeaderBytes, '\0');
   PutU64(out.data(), h.request_id);

@@ -676,14 +676,15 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
 
 bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
-  const auto block = w::DecodePublishBlockHeader(m.header);
-  if (m.reply_ep == nullptr || !block) {
+  const auto header = w::DecodePublishBlockHeader(m.header);
+  if (m.reply_ep == nullptr || !header) {
     DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
                                   "that is not 40 bytes");
     return false;
   }
+  const auto block = w::DecodePublishBlock(m.header, m.length, store_->arena_bytes());
   const ucp_ep_h reply_ep = m.reply_ep;
-  auto ack = [worker, reply_ep, id = block->request_id, index = block->index](
+  auto ack = [worker, reply_ep, id = header->request_id, index = header->index](
                  absl::StatusCode code, std::string why) {
     worker->AmReply(reply_ep, w::kPublishAckAm,
                     w::EncodePublishAck({id, index, static_cast<uint32_t>(code)}), std::move(why));
@@ -694,13 +695,11 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
     return false;
   }
   uint8_t* const arena = store_->arena_base();
-  const uint64_t arena_bytes = store_->arena_bytes();
-  if (arena == nullptr || block->size != m.length || block->size > arena_bytes ||
-      block->offset > arena_bytes - block->size) {
-    DropAm(w::kPublishBlockAm, m, "published block whose extent is outside the arena or whose "
-                                  "payload is not its size");
-    ack(absl::StatusCode::kInvalidArgument,
-        "the block's extent lies outside the arena or its payload is not its size");
+  if (arena == nullptr || !block.ok()) {
+    const std::string why =
+        block.ok() ? "no arena" : std::string(block.status().message());
+    DropAm(w::kPublishBlockAm, m, why);
+    ack(absl::StatusCode::kInvalidArgument, why);
     return false;
   }
   // The reservation id is the credential (as the lease id of a push fetch), and the write hold

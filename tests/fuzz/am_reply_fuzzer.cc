@@ -4,11 +4,11 @@
 // into a buffer of exactly the size the request asked for, so ASan sees any overrun), and the
 // peer locate reply header the daemon's Locator reads.
 //
-// Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header), then
+// Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2: the rest as the header.
+//   2, 3: the rest as the header.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -76,10 +76,16 @@ void PushedBlocks(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 3) {
+  switch (in.U8() % 4) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
+    case 3: {  // DataMover::OnPublishAck then bounds the index by the blocks it sent
+      const std::string_view header = in.Rest();
+      auto ack = w::DecodePublishAck(header);
+      if (ack && w::EncodePublishAck(*ack) != header) Fail("publish ack does not round-trip");
+      break;
+    }
   }
   return 0;
 }

@@ -1,9 +1,10 @@
 // The daemon's active-message request decoders (common/am_wire.h): the lookup fast path, the
-// fetch-by-push request and the peer locate request, as CacheService::HandleAmLookup,
-// HandleAmFetch and Locator::HandleAmLocate read them.
+// fetch-by-push request, the peer locate request and a block published by message, as
+// CacheService::HandleAmLookup, HandleAmFetch, Locator::HandleAmLocate and
+// CacheService::HandleAmPublish read them.
 //
-// Input: u8 kind (0 lookup, 1 fetch, 2 locate) | u64 arena bytes (fetch) | u16-sized header |
-// the rest as the message data.
+// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish) | u64 arena bytes (fetch, publish) |
+// u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,7 +36,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 3;
+  const uint8_t kind = in.U8() % 4;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -60,6 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       // Locator::HandleAmLocate reads as many ids as the (eager) message holds.
       auto ids = strata::UnpackIds(data, "ids", SIZE_MAX);
       if (ids.ok() && strata::PackIds(*ids) != data) Fail("locate ids do not round-trip");
+      break;
+    }
+    case 3: {
+      // What HandleAmPublish then writes: payload bytes at arena + offset.
+      auto b = w::DecodePublishBlock(header, data.size(), arena);
+      if (!b.ok()) break;
+      if (b->size != data.size()) Fail("published block: size is not the payload's");
+      if (b->size > arena || b->offset > arena || b->offset + b->size > arena)
+        Fail("published block outside the arena");
+      if (w::EncodePublishBlockHeader(*b) != header) Fail("publish header does not round-trip");
       break;
     }
   }
