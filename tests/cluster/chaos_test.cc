@@ -40,6 +40,9 @@ constexpr uint32_t kTokensPerBlock = 16;
 constexpr size_t kMaxBlockBytes = 64 << 10;
 constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
 constexpr absl::Duration kTransferTimeout = absl::Seconds(2);
+// After a failed call, as an engine would, rather than spinning on a dead daemon (which would
+// only inflate the failure counts and starve the daemons of CPU).
+constexpr auto kBackoff = std::chrono::milliseconds(20);
 
 uint64_t SplitMix(uint64_t& x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -239,6 +242,7 @@ void Storm(int t, Client& client, const NamespaceId& ns, Registry& registry, Cou
         ++progress.publish_failed;
         progress.Error(r.status());
         c.Failed("publish", r.status());
+        std::this_thread::sleep_for(kBackoff);
         continue;
       }
       ++c.publish_ok;
@@ -265,6 +269,7 @@ void Storm(int t, Client& client, const NamespaceId& ns, Registry& registry, Cou
         ++progress.fetch_failed;
         progress.Error(r.status());
         c.Failed("fetch", r.status());
+        std::this_thread::sleep_for(kBackoff);
         continue;
       }
       ++c.fetch_ok;
