@@ -108,6 +108,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   // Before rma_off existed, active_messages_off meant no push fetches either.
   arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
   arena.publish_by_message = resp.publish_by_message();
+  arena.instance_id = resp.instance_id();
   return arena;
 }
 
@@ -243,6 +244,7 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
   r.expires_in = absl::Milliseconds(resp.expires_in_ms());
   r.status = BlockStatuses(resp.status());
   r.offsets.assign(resp.offsets().begin(), resp.offsets().end());
+  r.instance_id = resp.instance_id();
   for (size_t i = 0; i < ids.size(); ++i)
     if (r.status[i] == BlockStatus::kOk && i >= r.offsets.size())
       return absl::InternalError("Reserve answered without an offset for a reserved block");
@@ -288,6 +290,7 @@ absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<c
   lease.offsets.assign(resp.offsets().begin(), resp.offsets().end());
   lease.sizes.assign(resp.sizes().begin(), resp.sizes().end());
   lease.crc32c.assign(resp.crc32c().begin(), resp.crc32c().end());
+  lease.instance_id = resp.instance_id();
   return lease;
 }
 

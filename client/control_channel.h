@@ -54,6 +54,7 @@ struct Reservation {
   absl::Duration expires_in;
   std::vector<BlockStatus> status;  // kOk: reserved at offsets[i]; kExists: already stored
   std::vector<uint64_t> offsets;
+  uint64_t instance_id = 0;  // the daemon instance whose arena the offsets are in (0: unsaid)
 };
 
 // The daemon's answer to Acquire: the blocks it pinned for reading, until Release.
@@ -64,6 +65,7 @@ struct Lease {
   std::vector<uint64_t> offsets;
   std::vector<uint64_t> sizes;
   std::vector<uint32_t> crc32c;  // recorded at commit
+  uint64_t instance_id = 0;      // as in Reservation
 };
 
 class ControlChannel {

@@ -55,7 +55,7 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
     moves.push_back({const_cast<void*>(blobs[i].data), blobs[i].size, reservation.offsets[i]});
   }
   if (reserved.empty()) return result;
-  auto put = mover_->Put(reservation.id, moves, reservation.expires_in);
+  auto put = mover_->Put(reservation.id, moves, reservation.expires_in, reservation.instance_id);
   if (!put.ok()) {
     control_->Abort(reservation.id);
     return absl::Status(put.status().code(),
@@ -121,7 +121,7 @@ absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<c
   // A blob carries its own CRC32C, checked by the decoder; blocks kept as stored are checked
   // against the CRC recorded at commit.
   const bool verify = options_.verify_crc && !(into.decode && !into.blobs);
-  auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in);
+  auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in, lease.instance_id);
   control_->ReleaseAsync(lease.id);
   if (!moved.ok()) return moved.status();
   Finish(into, plan, std::move(moved->intact), &r);

@@ -129,7 +129,7 @@ DataMover::~DataMover() {
 }
 
 absl::Status DataMover::Redial() {
-  if (ep_)
+  if (ep_ && ep_->failed())
     Log(options_.log, LogLevel::kInfo, "data-plane endpoint failed; connecting to stratad again");
   STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
   // Same node: keep shared-memory transports (see Worker::Connect); the deadlines of the
@@ -161,6 +161,7 @@ absl::Status DataMover::Redial() {
     ep_ = std::move(ep);
     arena_base_ = arena.base;
     arena_bytes_ = arena.bytes;
+    instance_id_ = arena.instance_id;
     mapped_arena_ = mapped;
   }
   old.reset();
@@ -168,14 +169,29 @@ absl::Status DataMover::Redial() {
   return absl::OkStatus();
 }
 
-absl::Status DataMover::RedialIfFailed() {
+// A daemon that restarted on the same address is a new instance with a new arena. Nothing on
+// the data plane need fail for that to go unnoticed: over shared memory the old arena stays
+// mapped here after its process died, and copies through it "succeed" into memory nobody reads
+// (every publish then fails its commit's CRC check, and unchecked fetches read stale bytes).
+// So the instance that handed out the extents is compared with the one dialed.
+absl::Status DataMover::RedialIfStale(uint64_t instance_id) {
+  auto current = [&] {
+    return ep_ && !ep_->failed() && (instance_id == 0 || instance_id == instance_id_);
+  };
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-    if (ep_ && !ep_->failed()) return absl::OkStatus();
+    if (current()) return absl::OkStatus();
   }
   std::lock_guard<std::mutex> lock(ucx_mu_);
-  if (ep_ && !ep_->failed()) return absl::OkStatus();  // another thread redialed meanwhile
-  return Redial();
+  if (current()) return absl::OkStatus();  // another thread redialed meanwhile
+  if (ep_ && !ep_->failed())
+    Log(options_.log, LogLevel::kInfo, "stratad restarted; connecting to it again");
+  STRATA_RETURN_IF_ERROR(Redial());
+  if (instance_id != 0 && instance_id != instance_id_)
+    return absl::UnavailableError(
+        "stratad restarted during the call: the extents it handed out belong to an instance "
+        "that is gone");
+  return absl::OkStatus();
 }
 
 absl::Status DataMover::RegisterBuffer(void* data, size_t size) {
@@ -230,10 +246,10 @@ absl::Status DataMover::CheckExtents(std::span<const BlockMove> blocks) const {
 
 absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
                                           std::span<const BlockMove> blocks,
-                                          absl::Duration expires_in) {
+                                          absl::Duration expires_in, uint64_t instance_id) {
   const absl::Time deadline = DeadlineWithin(expires_in);
   // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
-  STRATA_RETURN_IF_ERROR(RedialIfFailed());
+  STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);
     if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr) == Route::kMapped) {
@@ -353,9 +369,10 @@ void DataMover::OnPublishAck(const transport::AmMessage& m) {
 }
 
 absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const BlockMove> blocks,
-                                          bool verify, absl::Duration expires_in) {
+                                          bool verify, absl::Duration expires_in,
+                                          uint64_t instance_id) {
   const absl::Time deadline = DeadlineWithin(expires_in);
-  STRATA_RETURN_IF_ERROR(RedialIfFailed());
+  STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
   std::shared_lock<std::shared_mutex> map_lock(map_mu_);
   GetOutcome out{ChooseRoute(Direction::kGet, mapped_arena_ != nullptr), {}};
   if (out.route == Route::kMapped) {

@@ -49,6 +49,8 @@ struct ArenaEndpoint {
   bool rma = true;
   bool push_fetch = true;           // the daemon serves push fetches
   bool publish_by_message = false;  // the daemon accepts publishes by message
+  // Which start of the daemon answered (ConnectResponse.instance_id; 0: it does not say).
+  uint64_t instance_id = 0;
 };
 
 // kPush also names a publish by message (the client sends each block as an active message).
@@ -106,17 +108,21 @@ class DataMover {
   Route route(Direction direction) const;
 
   // Copies blocks into extents the daemon reserved under `reservation_id`. `expires_in`: how
-  // long the reservation holds them. On an error the reservation's bytes are undefined (the
-  // caller aborts it), and no transfer still reads the caller's buffers.
+  // long the reservation holds them. `instance_id`: the daemon instance that reserved them
+  // (ReserveResponse.instance_id; 0: not checked); when the endpoint leads to another one (the
+  // daemon restarted since it was dialed) the mover dials again first, and fails Unavailable
+  // when the reservation's instance is gone too. On an error the reservation's bytes are
+  // undefined (the caller aborts it), and no transfer still reads the caller's buffers.
   absl::StatusOr<PutOutcome> Put(uint64_t reservation_id, std::span<const BlockMove> blocks,
-                                 absl::Duration expires_in);
+                                 absl::Duration expires_in, uint64_t instance_id = 0);
 
   // Copies leased extents into the caller's buffers, checking each block's CRC32C when `verify`.
-  // `expires_in`: how long the lease holds them. On an error no transfer still targets the
-  // caller's buffers when this returns, but their bytes are undefined; a CRC failure is reported
-  // per block, not as an error.
+  // `expires_in`: how long the lease holds them. `instance_id`: the daemon instance that leased
+  // them, checked as in Put. On an error no transfer still targets the caller's buffers when
+  // this returns, but their bytes are undefined; a CRC failure is reported per block, not as an
+  // error.
   absl::StatusOr<GetOutcome> Get(uint64_t lease_id, std::span<const BlockMove> blocks, bool verify,
-                                 absl::Duration expires_in);
+                                 absl::Duration expires_in, uint64_t instance_id = 0);
 
   // A request/reply exchange of active messages on the endpoint (common/am_wire.h): writes a
   // fresh request id into the first 8 bytes of `header`, sends it and waits for the reply on
@@ -142,8 +148,9 @@ class DataMover {
   DataMover(DataMoverOptions options, Dialer dial);
   Route ChooseRoute(Direction direction, bool mapped) const;
   absl::Status Redial();  // ucx_mu_ held
-  // Redials when the endpoint has failed (takes ucx_mu_ then); map_mu_ and ucx_mu_ not held.
-  absl::Status RedialIfFailed();
+  // Redials when the endpoint has failed or leads to another daemon instance than
+  // `instance_id` (nonzero) (takes ucx_mu_ then); map_mu_ and ucx_mu_ not held.
+  absl::Status RedialIfStale(uint64_t instance_id);
   absl::Status CheckExtents(std::span<const BlockMove> blocks) const;
   ucp_mem_h FindMemh(const void* p, size_t n);
   absl::Time DeadlineWithin(absl::Duration expires_in) const;
@@ -189,6 +196,7 @@ class DataMover {
   std::unique_ptr<transport::Endpoint> ep_;
   uint64_t arena_base_ = 0;
   uint64_t arena_bytes_ = 0;  // written under ucx_mu_ and map_mu_ both
+  uint64_t instance_id_ = 0;  // the daemon instance dialed; written under both too
   uint64_t next_request_id_ = 1;
   PushWait* push_wait_ = nullptr;
   PublishWait* publish_wait_ = nullptr;

@@ -125,6 +125,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     }
     resp->set_rma_off(auth_->enabled());
     resp->set_publish_by_message(true);
+    resp->set_instance_id(data_plane_.instance_id);
     resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
     Cluster* cluster = cluster_.load();
@@ -269,6 +270,7 @@ grpc::Status CacheService::DoReserve(grpc::ServerContext* ctx, const v1::Reserve
     AddStatuses(r.status, resp->mutable_status());
     resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
     resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    resp->set_instance_id(data_plane_.instance_id);
     // One line per call, never one per block (a Reserve carries up to 65,536 blocks).
     size_t no_space = 0, first = 0;
     for (size_t i = 0; i < r.status.size(); ++i) {
@@ -387,6 +389,7 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext* ctx, const v1::Acquire
     resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
     resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
     resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+    resp->set_instance_id(data_plane_.instance_id);
     return grpc::Status::OK;
   });
 }

@@ -30,6 +30,9 @@ struct DataPlaneInfo {
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   std::string transports;
   bool huge_pages = false;
+  // Random per start of the daemon (ConnectResponse.instance_id): tells a client whether the
+  // arena it reaches is the one that handed out an offset.
+  uint64_t instance_id = 0;
 };
 
 class CacheService final : public v1::Cache::Service {

@@ -434,6 +434,10 @@ absl::Status Daemon::Impl::StartServices() {
   dp.am_drops = &am_drops;
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
+  // Nonzero, so that a client can tell "this daemon" from "a daemon that does not say".
+  while (dp.instance_id == 0)
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&dp.instance_id), sizeof dp.instance_id) != 1)
+      return absl::InternalError("cannot draw random bytes for the instance id");
   service = std::make_unique<CacheService>(store.get(), namespaces.get(), dp, auth.get());
   service->set_metrics(rpc_metrics.get());
   am_service.store(service.get(), std::memory_order_release);

@@ -103,6 +103,45 @@ TEST(DataMoverTest, MappedArenaCopiesAndChecksumsInOnePass) {
 
 // Enough bytes (over two 4 MiB chunks) that CRC checks run on the helper thread while later
 // chunks still move.
+// A daemon restarted on the same address is another instance with another arena; over shared
+// memory nothing fails to tell (the dead one's arena stays mapped). The instance named by a
+// reservation or lease makes the mover dial again, so bytes land in the arena that handed out
+// the extents, never in the dead one's.
+TEST(DataMoverTest, ExtentsOfAnotherDaemonInstanceAreMovedOnlyAfterDialingAgain) {
+  FakeDaemon first(FakeDaemon::ArenaKind::kAllocated, 1 << 20);
+  FakeDaemon second(FakeDaemon::ArenaKind::kAllocated, 1 << 20);
+  std::atomic<int> serving{1};
+  auto dials = std::make_shared<std::atomic<int>>(0);
+  auto made = DataMover::Connect({}, [&, dials] {
+    ++*dials;
+    ArenaEndpoint e = serving == 1 ? first.endpoint() : second.endpoint();
+    e.instance_id = serving.load();
+    return absl::StatusOr<ArenaEndpoint>(e);
+  });
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto& mover = *made;
+  Blocks blocks({10 << 10}, 4096, 7);
+  ASSERT_TRUE(mover->Put(0, blocks.puts, kLease, /*instance_id=*/1).ok());
+  EXPECT_EQ(*dials, 1);
+  serving = 2;  // the daemon restarted: its next answers name instance 2
+  auto put = mover->Put(0, blocks.puts, kLease, 2);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(*dials, 2);
+  EXPECT_EQ(std::memcmp(second.arena() + blocks.puts[0].arena_offset, blocks.data[0].data(),
+                        blocks.data[0].size()),
+            0);
+  std::vector<std::vector<uint8_t>> out;
+  auto got = mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1}));
+  EXPECT_EQ(*dials, 2) << "the same instance: no new dial";
+  // A lease of the instance that is gone (granted just before the restart) fails clearly.
+  auto stale = mover->Get(0, blocks.Gets(&out), true, kLease, 1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kUnavailable) << stale.status();
+  // 0: a daemon that does not say; nothing is checked.
+  EXPECT_TRUE(mover->Get(0, blocks.Gets(&out), true, kLease, 0).ok());
+}
+
 TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 12 << 20);
   DataMoverOptions o;

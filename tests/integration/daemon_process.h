@@ -117,6 +117,19 @@ class DaemonProcess {
 
   void Signal(int sig) { kill(pid_, sig); }
 
+  // Whether the process still runs now (it is reaped when it has ended, so ok() turns false).
+  bool Running() {
+    if (exited_ || pid_ <= 0) return false;
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
+    return !exited_;
+  }
+  // How the process ended ("exit 3", "signal 11"); empty while it runs.
+  std::string ExitDescription() const {
+    if (!exited_) return "";
+    return WIFEXITED(status_) ? "exit " + std::to_string(WEXITSTATUS(status_))
+                              : "signal " + std::to_string(WTERMSIG(status_));
+  }
+
   // Exit code once the process ends within `timeout`, nullopt if it is still running.
   std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
