@@ -429,7 +429,7 @@ def print_table(table, ver, a, out):
           f"{fmt(r['strata_over_redis'], '.2f'):>5} | {sp[0]:>6} {sp[1]:>7} | "
           f"{m[0]:>8} {m[1]:>7} {m[2]:>7} | {fmt(r['strata_py_over_mooncake'], '.2f'):>5} | "
           f"{fmt(r['tag_bw_gbps'], '.2f'):>6} {fmt(r['memcpy_gbps'], '.2f'):>6}\n")
-    w("\n# every repetition, GB/s in run order (strata | redis | strata-py | mooncake)\n")
+    w("\n# every repetition, GB/s in repetition order (strata | redis | strata-py | mooncake)\n")
     for r in table:
         reps = " | ".join(",".join(f"{x:.2f}" for x in r[n + "_reps"]) or "-"
                           for n in ("strata", "redis", "strata_py", "mooncake"))
