@@ -15,6 +15,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   prometheus yamllint etcd-server etcd-client
   fio ccache openssl
+  redis-server libhiredis-dev
   e2fsprogs
 )
 
