@@ -662,16 +662,17 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
                     "an extent is not held by that lease (expired or released?)");
     }
   }
-  // With authentication the arena's registration is not named: a rendezvous would carry its
-  // remote key, which opens the whole arena to the receiver. UCX then registers just the block.
-  ucp_mem_h memh = auth_->enabled() ? nullptr : data_plane_.arena_memh;
   BlockStore* store = store_;
   for (uint32_t i = 0; i < count; ++i) {
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
+    const bool eager = extents[i].size <= kEagerBytes;
+    // With authentication a rendezvous does not name the arena's registration: its request
+    // would carry the arena's remote key, which opens the whole arena to the receiver. UCX then
+    // registers just the block. An eager send carries bytes, never a key.
+    ucp_mem_h memh = auth_->enabled() && !eager ? nullptr : data_plane_.arena_memh;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena + extents[i].offset, extents[i].size, memh,
-                           extents[i].size <= kEagerBytes,
+                           arena + extents[i].offset, extents[i].size, memh, eager,
                            [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
   }
   pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
