@@ -157,7 +157,10 @@ TEST(ClientDaemonStallTest, BlockedFastPathSendNeverUnmapsTheArenaUnderFetches) 
   ASSERT_TRUE(flood.ok());
   const std::string address = WorkerAddress(d);
   ASSERT_FALSE(address.empty());
-  ASSERT_TRUE(flood.Connect(address));
+  // Shared memory, as the client's own endpoint: the same receive FIFO in the daemon.
+  ASSERT_TRUE(flood.Connect(address, /*detect_peer_failure=*/false));
+  // Wired up before the first stall, so the flood's sends go out at once.
+  ASSERT_TRUE(flood.Send(0xfff0, "", "x", RawUcxPeer::kEager));
   // Eager messages on an id the daemon has no handler for (it drops and counts them once it
   // runs): far more than the shared-memory FIFO's 64 slots, each in one slot.
   const std::string payload(2048, 'f');
