@@ -3,7 +3,8 @@
 #   asan  ASan + UBSan (build-asan)     tsan  TSan (build-tsan)
 #
 #   JOBS=1 scripts/test-sanitizers.sh [asan|tsan|both]   (default: both)
-#   CTEST_ARGS="-R integration" ...                      (extra ctest arguments)
+#   CTEST_ARGS="-R Stall" SAN_TARGETS="stratad crash_regression_test" ...
+#       (extra ctest arguments; build only these targets instead of everything)
 #
 # Every library, test binary and stratad itself is instrumented (STRATA_SANITIZE), and every
 # process stops at its first report (halt_on_error, no UBSan recovery) with a distinct exit code.
@@ -43,7 +44,9 @@ for kind in "${KINDS[@]}"; do
   echo "== $kind: configure and build ($dir, JOBS=$JOBS)"
   start=$(date +%s)
   cmake -S . -B "$dir" "${COMMON[@]}" -DSTRATA_SANITIZE=$sanitize >/dev/null
-  cmake --build "$dir" -j "$JOBS"
+  targets=()
+  for t in ${SAN_TARGETS:-}; do targets+=(--target "$t"); done
+  cmake --build "$dir" -j "$JOBS" "${targets[@]}"
   echo "== $kind: built in $(( $(date +%s) - start )) s"
 
   # exitcode 66/67: a sanitizer's exit is told apart from a test's own failure (1) and from a
