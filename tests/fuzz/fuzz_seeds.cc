@@ -117,13 +117,13 @@ void LocateReplies() {
 }
 
 void ReplayRequests() {
-  const std::string seq = "\0\0\0\0\0\0\0\x05";
-  const std::string id = "\0\x6b\x8b\x45\x67";  // a ROUTER's generated routing id
-  Write("replay_request", "start5", U8(3) + Sized(id) + Sized("") + Sized(std::string(seq, 8)));
+  const std::string seq("\0\0\0\0\0\0\0\x05", 8);
+  const std::string id("\0\x6b\x8b\x45\x67", 5);  // a ROUTER's generated routing id
+  Write("replay_request", "start5", U8(3) + Sized(id) + Sized("") + Sized(seq));
   Write("replay_request", "from0", U8(3) + Sized(id) + Sized("") + Sized(std::string(8, '\0')));
   Write("replay_request", "junk", U8(2) + Sized(id) + Sized("junk"));
   Write("replay_request", "extra_frames",
-        U8(9) + Sized(id) + Sized("") + Sized(std::string(seq, 8)) + Sized("x"));
+        U8(9) + Sized(id) + Sized("") + Sized(seq) + Sized("x"));
 }
 
 void GrpcRequests() {
