@@ -13,8 +13,13 @@ export STRATA_PY_VENV
 BUILD_DIR=${BUILD_DIR:-build}
 bash scripts/build.sh
 (cd "$BUILD_DIR" && ctest -j2 --output-on-failure --timeout 300)
-# The libFuzzer targets (scripts/fuzz.sh): about 9 min to build on one core plus 30 s a target,
-# more than CI's spare time, so off unless asked for.
-if [ "${STRATA_FUZZ_IN_CI:-0}" = 1 ]; then
-  FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash scripts/fuzz.sh
+# Every decoder's libFuzzer target (scripts/fuzz.sh, issue 14), 20 s each, two at a time. The
+# blob decoder's target already ran above (ctest's codec_decode_fuzz, the same fuzzer source), so
+# it is left out here. Measured on a shared 2-core machine with one build job: 6 min cold (the
+# clang build of only what the fuzzers link: 274 s, 2.5 CPU-min), 2 min with a warm ccache.
+# STRATA_FUZZ_IN_CI=0 skips the stage.
+if [ "${STRATA_FUZZ_IN_CI:-1}" = 1 ]; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-20} FUZZ_JOBS=${FUZZ_JOBS:-2} JOBS=${JOBS:-$(nproc)} \
+    bash scripts/fuzz.sh am_request am_reply locate_reply grpc_request replay_request config \
+    catalog_record
 fi

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/events/kv_event_encoder.h"
+#include "daemon/events/replay_request.h"
 
 namespace strata::daemon {
 namespace {
@@ -50,6 +51,9 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(
   if (!c.replay_endpoint.empty()) {
     try {
       s.replay.set(zmq::sockopt::linger, 0);
+      // Requests are a few bytes a frame: a peer that sends a larger frame is disconnected by
+      // ZMQ before the daemon buffers it.
+      s.replay.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxReplayFrameBytes));
       s.replay.bind(c.replay_endpoint);
       p->replay_endpoint_ = s.replay.get(zmq::sockopt::last_endpoint);
       s.has_replay = true;
@@ -156,24 +160,29 @@ void KvEventPublisher::ServeReplays() {
   try {
     if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) return;
     while (true) {
+      // One message: its first frames kept, the rest only counted (ZMQ hands over a multipart
+      // message whole, so the rest must still be read off the socket).
       std::vector<zmq::message_t> frames;
+      size_t frame_count = 0;
       while (true) {
         zmq::message_t m;
         if (!s.replay.recv(m, zmq::recv_flags::dontwait)) break;
+        ++frame_count;
         bool more = m.more();
-        frames.push_back(std::move(m));
+        if (frames.size() < kMaxReplayFrames) frames.push_back(std::move(m));
         if (!more) break;
       }
-      if (frames.empty()) return;
-      // [client id, empty, start seq (8 bytes, big-endian)]; anything else is ignored.
-      if (frames.size() != 3 || frames[2].size() != 8) {
-        spdlog::warn("KV events: ignored a malformed replay request ({} frames)", frames.size());
+      if (frame_count == 0) return;
+      std::vector<std::string_view> views;
+      for (const zmq::message_t& f : frames)
+        views.emplace_back(static_cast<const char*>(f.data()), f.size());
+      const std::optional<ReplayRequest> request = ParseReplayRequest(views, frame_count);
+      if (!request) {
+        spdlog::warn("KV events: ignored a malformed replay request ({} frames)", frame_count);
         continue;
       }
-      uint64_t start = 0;
-      for (size_t i = 0; i < 8; ++i)
-        start = (start << 8) | static_cast<const uint8_t*>(frames[2].data())[i];
-      const std::string client(static_cast<const char*>(frames[0].data()), frames[0].size());
+      const uint64_t start = request->start_seq;
+      const std::string& client = request->client;
       for (const Kept& k : kept_) {
         if (k.seq < start) continue;
         s.replay.send(zmq::buffer(client), zmq::send_flags::sndmore);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "daemon/events/kv_event_encoder.h"
+#include "daemon/events/replay_request.h"
 #include "strata/client.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/test_data.h"
@@ -215,11 +216,38 @@ TEST_F(KvEventsTest, SubscriberSeesPublishesAndEvictionsAndReplayRepeatsThem) {
   }
   EXPECT_EQ(replayed.back().events[0].type, "BlockRemoved");
 
-  // A malformed replay request is ignored; the publisher keeps serving.
+  // Malformed replay requests are ignored (one with many frames, one whose delimiter is not
+  // empty, one of one frame); the publisher keeps serving.
+  for (int i = 0; i < 100; ++i) dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(start), zmq::send_flags::none);
+  dealer.send(zmq::buffer(std::string("x")), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(start), zmq::send_flags::none);
   dealer.send(zmq::buffer(std::string("junk")), zmq::send_flags::none);
   auto more = client_->Publish(*ns, testing::Tokens(16, 99), {bufs.data(), 1});
   ASSERT_TRUE(more.ok());
   EXPECT_EQ(ReceiveEvents(sub, 1, std::chrono::seconds(10)).size(), 1u);
+}
+
+// The replay ROUTER's request parser (fuzzed by tests/fuzz/replay_request_fuzzer.cc).
+TEST(KvEventsReplayRequest, OnlyTheThreeFrameFormIsARequest) {
+  using daemon::ParseReplayRequest;
+  const std::string id("\0\x6b\x8b\x45\x67", 5), seq("\0\0\0\0\0\0\x01\x02", 8);
+  std::vector<std::string_view> ok = {id, "", seq};
+  auto r = ParseReplayRequest(ok, 3);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->client, id);
+  EXPECT_EQ(r->start_seq, 0x0102u);
+  EXPECT_FALSE(ParseReplayRequest(ok, 4));  // a fourth frame the publisher did not keep
+  std::vector<std::string_view> delimiter = {id, "x", seq};
+  EXPECT_FALSE(ParseReplayRequest(delimiter, 3));
+  std::vector<std::string_view> short_seq = {id, "", seq.substr(0, 7)};
+  EXPECT_FALSE(ParseReplayRequest(short_seq, 3));
+  std::vector<std::string_view> no_id = {"", "", seq};
+  EXPECT_FALSE(ParseReplayRequest(no_id, 3));
+  const std::string long_id(256, 'a');
+  std::vector<std::string_view> too_long = {long_id, "", seq};
+  EXPECT_FALSE(ParseReplayRequest(too_long, 3));
+  EXPECT_FALSE(ParseReplayRequest(std::span<const std::string_view>(ok).first(2), 2));
 }
 
 TEST(KvEventsConfig, ABadEndpointIsRefusedWithTheField) {

@@ -116,6 +116,16 @@ void LocateReplies() {
   Write("locate_reply", "three_ids", U32(nodes) + U16(3) + data);
 }
 
+void ReplayRequests() {
+  const std::string seq("\0\0\0\0\0\0\0\x05", 8);
+  const std::string id("\0\x6b\x8b\x45\x67", 5);  // a ROUTER's generated routing id
+  Write("replay_request", "start5", U8(3) + Sized(id) + Sized("") + Sized(seq));
+  Write("replay_request", "from0", U8(3) + Sized(id) + Sized("") + Sized(std::string(8, '\0')));
+  Write("replay_request", "junk", U8(2) + Sized(id) + Sized("junk"));
+  Write("replay_request", "extra_frames",
+        U8(9) + Sized(id) + Sized("") + Sized(seq) + Sized("x"));
+}
+
 void GrpcRequests() {
   namespace v1 = strata::v1;
   const std::string ns(32, '\x5a');
@@ -191,6 +201,7 @@ int main(int argc, char** argv) {
 #ifdef STRATA_FUZZ_SEEDS_DAEMON
   LocateReplies();
   GrpcRequests();
+  ReplayRequests();
 #endif
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,7 +18,25 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 namespace strata::testing {
+
+// The first sanitizer report in a process's output with some lines of it, empty when there is
+// none. Sanitizer builds (scripts/test-sanitizers.sh) instrument stratad too; its reports go to
+// its log, where no test assertion would look.
+inline std::string SanitizerReport(const std::string& log) {
+  static const char* const kMarkers[] = {
+      "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
+      "ERROR: ThreadSanitizer", "SUMMARY: UndefinedBehaviorSanitizer"};
+  size_t first = std::string::npos;
+  for (const char* m : kMarkers) first = std::min(first, log.find(m));
+  if (first == std::string::npos) return "";
+  // UBSan's summary comes after its report: start a little before the marker.
+  size_t from = log.rfind('\n', first > 2000 ? first - 2000 : 0);
+  from = from == std::string::npos ? 0 : from;
+  return log.substr(from, 8000);
+}
 
 inline std::string MakeTempDir(const std::string& tag) {
   std::string tmpl = (std::filesystem::temp_directory_path() / ("strata-" + tag + "-XXXXXX"));
@@ -89,9 +108,22 @@ class DaemonProcess {
 
   ~DaemonProcess() {
     if (!exited_ && pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+      // Sanitizer runs stop daemons with SIGTERM first: LeakSanitizer reports only on a normal
+      // exit, and a drain that hangs or crashes is worth seeing too. Plain runs kill at once.
+      if (std::getenv("STRATA_TEST_DAEMON_SIGTERM") != nullptr) {
+        kill(pid_, SIGCONT);  // a test may leave it stopped
+        kill(pid_, SIGTERM);
+        WaitExit(std::chrono::seconds(15));
+      }
+      if (!exited_) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
     }
+    // A sanitizer report (in a daemon stopped by the test, by a crash or by the teardown above)
+    // fails the test that started the daemon.
+    std::string report = SanitizerReport(log());
+    if (!report.empty()) ADD_FAILURE() << "stratad (" << log_ << ") reported:\n" << report;
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }

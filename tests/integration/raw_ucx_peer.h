@@ -38,15 +38,16 @@ class RawUcxPeer {
   bool ok() const { return worker_ != nullptr; }
   int replies() const { return replies_.load(); }
 
-  // Connects (closing any endpoint it has). Peer-failure detection: the daemon is a separate
-  // process that may die under test.
-  bool Connect(std::string_view worker_address) {
+  // Connects (closing any endpoint it has). Peer-failure detection by default: the daemon is a
+  // separate process that may die under test. Without it UCX may pick shared-memory transports
+  // (as libstrata's same-node clients do), which cannot detect a dead peer.
+  bool Connect(std::string_view worker_address, bool detect_peer_failure = true) {
     Close();
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_mode = detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
       static_cast<RawUcxPeer*>(arg)->failed_ = true;
     };

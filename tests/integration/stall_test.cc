@@ -1,21 +1,34 @@
 // Regression test for issue 14, finding 4: a daemon that stalls longer than the lookup fast
 // path's deadline (SIGSTOP) while client threads look up and fetch in a loop. Every call must
 // either succeed with the right bytes or fail cleanly; the client process must not crash.
+//
+// A stopped daemon alone does not block the client's small fast-path sends (on shared memory
+// they land in the daemon's receive FIFO without it), so the second test also has another
+// UCX peer fill that FIFO while the daemon is stopped. The client's lookup send then cannot
+// complete within its deadline: before the fix that closed the endpoint, unmapped the arena,
+// and the fetch threads copying through the old mapping faulted (SEGV, or an ASan report).
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "strata/client.h"
+#include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/raw_ucx_peer.h"
 #include "tests/support/test_data.h"
 
 namespace strata {
 namespace {
 
 using testing::DaemonProcess;
+using testing::RawUcxPeer;
 using testing::RandomBlocks;
 using testing::Tokens;
 
@@ -25,9 +38,23 @@ constexpr size_t kBlockBytes = 256 << 10;
 
 NamespaceSpec Spec() { return testing::SmallSpec("stall"); }
 
-TEST(ClientDaemonStallTest, StalledDaemonNeverCrashesBusyClients) {
-  DaemonProcess d("host_tier:\n  capacity: 128MiB\n");
-  ASSERT_TRUE(d.ok()) << d.log();
+// The daemon's UCX worker address, as any client gets it.
+std::string WorkerAddress(const DaemonProcess& d) {
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ConnectRequest req;
+  req.set_client_name("stall-flood");
+  v1::ConnectResponse resp;
+  if (!stub->Connect(&ctx, req, &resp).ok()) return "";
+  return resp.worker_address();
+}
+
+// Busy client threads (lookups, fetches through the shared-memory mapping, publishes) while
+// the daemon stalls several times; `on_stop` runs right after each SIGSTOP.
+void StallUnderBusyClients(DaemonProcess& d, const std::function<void()>& on_stop,
+                           const std::function<void()>& on_cont) {
   ClientOptions o;
   o.endpoint = d.endpoint();
   o.rpc_timeout = absl::Seconds(3);
@@ -85,8 +112,10 @@ TEST(ClientDaemonStallTest, StalledDaemonNeverCrashesBusyClients) {
   for (int ms : stall_ms) {
     absl::SleepFor(absl::Milliseconds(300));
     d.Signal(SIGSTOP);
+    on_stop();
     absl::SleepFor(absl::Milliseconds(ms));
     d.Signal(SIGCONT);
+    on_cont();
   }
   absl::SleepFor(absl::Milliseconds(500));
   stop = true;
@@ -110,6 +139,39 @@ TEST(ClientDaemonStallTest, StalledDaemonNeverCrashesBusyClients) {
   auto look = client.Lookup(ns, tokens);
   ASSERT_TRUE(look.ok()) << look.status();
   EXPECT_EQ(look->prefix_blocks, kBlocks);
+}
+
+TEST(ClientDaemonStallTest, StalledDaemonNeverCrashesBusyClients) {
+  DaemonProcess d("host_tier:\n  capacity: 128MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  StallUnderBusyClients(d, [] {}, [] {});
+}
+
+// The daemon's receive FIFO is full while it is stopped, so the client's fast-path lookup
+// cannot even be sent: the lookup must fall back, and no endpoint or mapping the fetch threads
+// use may go away under them.
+TEST(ClientDaemonStallTest, BlockedFastPathSendNeverUnmapsTheArenaUnderFetches) {
+  DaemonProcess d("host_tier:\n  capacity: 128MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  RawUcxPeer flood;
+  ASSERT_TRUE(flood.ok());
+  const std::string address = WorkerAddress(d);
+  ASSERT_FALSE(address.empty());
+  // Shared memory, as the client's own endpoint: the same receive FIFO in the daemon.
+  ASSERT_TRUE(flood.Connect(address, /*detect_peer_failure=*/false));
+  // Wired up before the first stall, so the flood's sends go out at once.
+  ASSERT_TRUE(flood.Send(0xfff0, "", "x", RawUcxPeer::kEager));
+  // Eager messages on an id the daemon has no handler for (it drops and counts them once it
+  // runs): far more than the shared-memory FIFO's 64 slots, each in one slot.
+  const std::string payload(2048, 'f');
+  auto fill = [&] {
+    for (int i = 0; i < 256; ++i)
+      flood.Send(0xfff0, "", payload, RawUcxPeer::kEager, std::chrono::milliseconds(0));
+  };
+  // Once the daemon runs again the queued messages drain; the flood's own sends complete.
+  auto drain = [&] { flood.Progress(std::chrono::milliseconds(100)); };
+  StallUnderBusyClients(d, fill, drain);
+  flood.Close();
 }
 
 }  // namespace

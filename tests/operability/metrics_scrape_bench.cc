@@ -41,22 +41,22 @@ int main(int argc, char** argv) {
                   ns, threads, threads > 1 ? "s" : "");
     }
   }
-  testing::DaemonProcess d("host_tier:\n  capacity: 256MiB\n",
+  strata::testing::DaemonProcess d("host_tier:\n  capacity: 256MiB\n",
                            {"--http-listen", "127.0.0.1:0", "--log-level", "warn"});
   if (!d.ok()) {
     std::fprintf(stderr, "stratad did not start:\n%s\n", d.log().c_str());
     return 1;
   }
   std::string http =
-      testing::JsonField(testing::ReadFile(d.dir() + "/ready.json"), "http_endpoint");
+      strata::testing::JsonField(strata::testing::ReadFile(d.dir() + "/ready.json"), "http_endpoint");
   ClientOptions o;
   o.endpoint = d.endpoint();
   auto client = Client::Connect(o);
   if (!client.ok()) return 1;
-  auto ns = (*client)->OpenNamespace(testing::OpsSpec(), "bench");
+  auto ns = (*client)->OpenNamespace(strata::testing::OpsSpec(), "bench");
   if (!ns.ok()) return 1;
   auto t0 = std::chrono::steady_clock::now();
-  auto ids = testing::PublishMany(**client, *ns, blocks, 64);
+  auto ids = strata::testing::PublishMany(**client, *ns, blocks, 64);
   if (!ids.ok()) {
     std::fprintf(stderr, "publish: %s\n", ids.status().ToString().c_str());
     return 1;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::string last;
   for (int i = 0; i < scrapes; ++i) {
     auto s = std::chrono::steady_clock::now();
-    auto r = testing::HttpGet(http, "/metrics");
+    auto r = strata::testing::HttpGet(http, "/metrics");
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
     if (r.status != 200) {
@@ -80,9 +80,9 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   auto pct = [&](double p) { return ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };
-  auto resident = testing::SampleValue(last, "strata_tier_blocks{tier=\"host\"}");
-  auto render_sum = testing::SampleValue(last, "strata_metrics_render_duration_seconds_sum");
-  auto render_n = testing::SampleValue(last, "strata_metrics_render_duration_seconds_count");
+  auto resident = strata::testing::SampleValue(last, "strata_tier_blocks{tier=\"host\"}");
+  auto render_sum = strata::testing::SampleValue(last, "strata_metrics_render_duration_seconds_sum");
+  auto render_n = strata::testing::SampleValue(last, "strata_metrics_render_duration_seconds_count");
   std::printf("blocks resident      %.0f (published %zu in %.2f s)\n", resident.value_or(-1),
               blocks, publish_s);
   std::printf("scrapes              %d, body %zu bytes\n", scrapes, body);
