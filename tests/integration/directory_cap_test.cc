@@ -15,6 +15,7 @@
 
 #include "strata/v1/peer.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/free_port.h"
 
 namespace strata {
 namespace {
@@ -70,8 +71,16 @@ grpc::Status Announce(v1::Peer::Stub& stub, const std::string& node, const std::
 }
 
 TEST(DirectoryCapTest, OneAnnouncerCannotGrowTheDirectoryBeyondItsCap) {
-  DaemonProcess d("host_tier:\n  capacity: 16MiB\ncluster:\n  max_directory_entries_per_node: 100\n",
-                  {"--http-listen", "127.0.0.1:0"});
+  // "flood" and "other" are members of the view (Announce refuses anyone else) that never
+  // start: only their announcements reach this daemon.
+  const std::string self = "127.0.0.1:" + std::to_string(testing::FreePort());
+  const std::string view = "[\"self@" + self + "\", \"flood@127.0.0.1:" +
+                           std::to_string(testing::FreePort()) + "\", \"other@127.0.0.1:" +
+                           std::to_string(testing::FreePort()) + "\"]";
+  DaemonProcess d("node_id: self\nhost_tier:\n  capacity: 16MiB\ncluster:\n"
+                  "  membership: static\n  static_nodes: " + view + "\n"
+                  "  peer_timeout: 300ms\n  max_directory_entries_per_node: 100\n",
+                  {"--http-listen", "127.0.0.1:0", "--listen", self});
   ASSERT_TRUE(d.ok()) << d.log();
   const std::string http = d.ReadyField("http_endpoint");
   auto stub =
