@@ -69,17 +69,9 @@ class RawUcxPeer {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = flags;
-    void* r = ucp_am_send_nbx(ep_, id, header.data(), header.size(), data.data(), data.size(), &p);
-    if (r == nullptr) return true;
-    if (UCS_PTR_IS_ERR(r)) return false;
-    const auto stop = std::chrono::steady_clock::now() + wait;
-    ucs_status_t s;
-    while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS &&
-           std::chrono::steady_clock::now() < stop)
-      ucp_worker_progress(worker_->handle());
-    if (s == UCS_INPROGRESS) ucp_request_cancel(worker_->handle(), r);
-    ucp_request_free(r);
-    return s == UCS_OK;
+    return Wait(ucp_am_send_nbx(ep_, id, header.data(), header.size(), data.data(), data.size(),
+                                &p),
+                wait);
   }
 
   // Progresses for `d` (collecting replies).
