@@ -75,7 +75,8 @@ std::string EncodePublishBlockHeader(const PublishBlockHeader& h) {
 }
 
 std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in) {
-  if (in.size() != kPublishBlockHeaderBytes) return std::nullopt;
+  // The reserved word must be zero, so that it can carry meaning later.
+  if (in.size() != kPublishBlockHeaderBytes || GetU32(in.data() + 36) != 0) return std::nullopt;
   return PublishBlockHeader{GetU64(in.data()), GetU64(in.data() + 8), GetU64(in.data() + 16),
                             GetU64(in.data() + 24), GetU32(in.data() + 32)};
 }
@@ -84,7 +85,8 @@ absl::StatusOr<PublishBlockHeader> DecodePublishBlock(std::string_view header,
                                                       uint64_t payload_bytes,
                                                       uint64_t arena_bytes) {
   auto h = DecodePublishBlockHeader(header);
-  if (!h) return absl::InvalidArgumentError("a published block's header is not 40 bytes");
+  if (!h) return absl::InvalidArgumentError(
+        "a published block's header is not 40 bytes ending in a zero word");
   if (h->size != payload_bytes)
     return absl::InvalidArgumentError("a published block's payload is not the size it names");
   if (h->size > arena_bytes || h->offset > arena_bytes - h->size)

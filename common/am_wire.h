@@ -163,7 +163,8 @@ struct PublishBlockHeader {
   uint32_t index = 0;
 };
 std::string EncodePublishBlockHeader(const PublishBlockHeader& h);
-// nullopt unless exactly kPublishBlockHeaderBytes; the extent is not checked.
+// nullopt unless exactly kPublishBlockHeaderBytes with the reserved word zero; the extent is
+// not checked.
 std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
 // The header of a published block whose `payload_bytes` arrived (or wait at the sender), as
 // the daemon may act on it: its extent inside an arena of `arena_bytes` and its size the

@@ -683,7 +683,7 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
   const auto header = w::DecodePublishBlockHeader(m.header);
   if (m.reply_ep == nullptr || !header) {
     DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
-                                  "that is not 40 bytes");
+                                  "that is not 40 bytes ending in a zero word");
     return false;
   }
   const auto block = w::DecodePublishBlock(m.header, m.length, store_->arena_bytes());
