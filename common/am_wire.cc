@@ -81,17 +81,13 @@ std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in) 
                             GetU64(in.data() + 24), GetU32(in.data() + 32)};
 }
 
-absl::StatusOr<PublishBlockHeader> DecodePublishBlock(std::string_view header,
-                                                      uint64_t payload_bytes,
-                                                      uint64_t arena_bytes) {
-  auto h = DecodePublishBlockHeader(header);
-  if (!h) return absl::InvalidArgumentError(
-        "a published block's header is not 40 bytes ending in a zero word");
-  if (h->size != payload_bytes)
+absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_bytes,
+                               uint64_t arena_bytes) {
+  if (h.size != payload_bytes)
     return absl::InvalidArgumentError("a published block's payload is not the size it names");
-  if (h->size > arena_bytes || h->offset > arena_bytes - h->size)
+  if (h.size > arena_bytes || h.offset > arena_bytes - h.size)
     return absl::InvalidArgumentError("a published block's extent lies outside the arena");
-  return *h;
+  return absl::OkStatus();
 }
 
 std::string EncodePublishAck(const PublishAck& h) {

@@ -166,12 +166,11 @@ std::string EncodePublishBlockHeader(const PublishBlockHeader& h);
 // nullopt unless exactly kPublishBlockHeaderBytes with the reserved word zero; the extent is
 // not checked.
 std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
-// The header of a published block whose `payload_bytes` arrived (or wait at the sender), as
-// the daemon may act on it: its extent inside an arena of `arena_bytes` and its size the
-// payload's. InvalidArgument otherwise.
-absl::StatusOr<PublishBlockHeader> DecodePublishBlock(std::string_view header,
-                                                      uint64_t payload_bytes,
-                                                      uint64_t arena_bytes);
+// Whether the daemon may act on published block `h` whose `payload_bytes` arrived (or wait at
+// the sender): its extent inside an arena of `arena_bytes` and its size the payload's.
+// InvalidArgument otherwise.
+absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_bytes,
+                               uint64_t arena_bytes);
 
 struct PublishAck {
   uint64_t request_id = 0;

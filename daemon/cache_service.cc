@@ -680,15 +680,14 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
 
 bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
-  const auto header = w::DecodePublishBlockHeader(m.header);
-  if (m.reply_ep == nullptr || !header) {
+  const auto block = w::DecodePublishBlockHeader(m.header);
+  if (m.reply_ep == nullptr || !block) {
     DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
                                   "that is not 40 bytes ending in a zero word");
     return false;
   }
-  const auto block = w::DecodePublishBlock(m.header, m.length, store_->arena_bytes());
   const ucp_ep_h reply_ep = m.reply_ep;
-  auto ack = [worker, reply_ep, id = header->request_id, index = header->index](
+  auto ack = [worker, reply_ep, id = block->request_id, index = block->index](
                  absl::StatusCode code, std::string why) {
     worker->AmReply(reply_ep, w::kPublishAckAm,
                     w::EncodePublishAck({id, index, static_cast<uint32_t>(code)}), std::move(why));
@@ -699,9 +698,9 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
     return false;
   }
   uint8_t* const arena = store_->arena_base();
-  if (arena == nullptr || !block.ok()) {
-    const std::string why =
-        block.ok() ? "no arena" : std::string(block.status().message());
+  const absl::Status checked = w::CheckPublishBlock(*block, m.length, store_->arena_bytes());
+  if (arena == nullptr || !checked.ok()) {
+    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
     DropAm(w::kPublishBlockAm, m, why);
     ack(absl::StatusCode::kInvalidArgument, why);
     return false;

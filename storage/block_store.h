@@ -73,9 +73,6 @@ class BlockStore {
   // Leases `ids` in host memory, staging blocks of lower tiers up first.
   virtual AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) = 0;
   virtual absl::Status Release(uint64_t lease_id) = 0;
-  // Whether unexpired lease `lease_id` holds exactly these extents (a push fetch sends only
-  // bytes a lease keeps from being freed or overwritten).
-  virtual bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const = 0;
   // Holds for transfers the daemon runs itself (push fetches, publishes by message): extents
   // stay theirs until the hold ends, whatever happens to the lease or reservation meanwhile
   // (see HostTier::BeginLeaseRead).

@@ -26,9 +26,6 @@ class HostBlockStore final : public BlockStore {
     return host_->Acquire(ns, ids);
   }
   absl::Status Release(uint64_t lease_id) override { return host_->Release(lease_id); }
-  bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const override {
-    return host_->LeaseCovers(lease_id, extents);
-  }
   bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) override {
     return host_->BeginLeaseRead(lease_id, extents);
   }

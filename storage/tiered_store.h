@@ -85,9 +85,6 @@ class TieredStore final : public BlockStore {
   // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) override;
   absl::Status Release(uint64_t lease_id) override { return host_->Release(lease_id); }
-  bool LeaseCovers(uint64_t lease_id, std::span<const ArenaExtent> extents) const override {
-    return host_->LeaseCovers(lease_id, extents);
-  }
   bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) override {
     return host_->BeginLeaseRead(lease_id, extents);
   }

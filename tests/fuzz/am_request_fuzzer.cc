@@ -65,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     }
     case 3: {
       // What HandleAmPublish then writes: payload bytes at arena + offset.
-      auto b = w::DecodePublishBlock(header, data.size(), arena);
-      if (!b.ok()) break;
+      auto b = w::DecodePublishBlockHeader(header);
+      if (!b || !w::CheckPublishBlock(*b, data.size(), arena).ok()) break;
       if (b->size != data.size()) Fail("published block: size is not the payload's");
       if (b->size > arena || b->offset > arena || b->offset + b->size > arena)
         Fail("published block outside the arena");
