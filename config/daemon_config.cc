@@ -55,6 +55,10 @@ auth:
   tokens_file: ""
   # This daemon's own token (a peer role in the other nodes' tokens files) for calls to them.
   peer_token_file: ""
+  # With tokens_file set, the UCX data plane uses shared memory and RDMA only: anyone who
+  # reaches a UCX tcp port can write anywhere in this process's memory (UCX checks no key on
+  # tcp). true: also tcp, for clusters without RDMA whose network admits only trusted hosts.
+  ucx_tcp_trusted: false
 # Serve without authentication on a non-loopback listen address: anyone who reaches the port
 # can read, overwrite and evict every tenant's blocks. Also the --insecure flag.
 insecure: false
@@ -349,6 +353,8 @@ std::map<std::string, Setter> Setters() {
   s["auth.tokens_file"] = Read<std::string>("auth.tokens_file", At(&C::auth, &A::tokens_file));
   s["auth.peer_token_file"] =
       Read<std::string>("auth.peer_token_file", At(&C::auth, &A::peer_token_file));
+  s["auth.ucx_tcp_trusted"] =
+      Read<bool>("auth.ucx_tcp_trusted", At(&C::auth, &A::ucx_tcp_trusted));
   s["insecure"] = Read<bool>("insecure", At(&C::insecure));
   using T = TlsConfig;
   s["tls.cert_file"] = Read<std::string>("tls.cert_file", At(&C::tls, &T::cert_file));

@@ -83,6 +83,10 @@ struct EventsConfig {
 struct AuthConfig {
   std::string tokens_file;      // "TOKEN TENANT ROLE" lines; empty: no authentication
   std::string peer_token_file;  // this node's token for calls to other nodes; empty: none
+  // With authentication the data plane opens no UCX tcp port unless this is true: UCX's tcp
+  // transport writes received put requests wherever they say, so only hosts the operator trusts
+  // (a network policy admits only them) may reach that port.
+  bool ucx_tcp_trusted = false;
 };
 
 // YAML section tls (docs/operations.md#tls): TLS on the gRPC listen address, client certificates,

@@ -116,14 +116,14 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_version(STRATA_VERSION);
     resp->set_worker_address(data_plane_.worker_address);
     resp->set_arena_bytes(store_->arena_bytes());
-    // With authentication a remote key would open the whole arena, every tenant's blocks, to
+    // With several tenants a remote key would open the whole arena, every tenant's blocks, to
     // the caller: none is handed out, and bytes move only by messages this daemon checks
     // against the caller's own lease or reservation.
-    if (!auth_->enabled()) {
+    if (data_plane_.clients_map_arena) {
       resp->set_arena_base(reinterpret_cast<uint64_t>(store_->arena_base()));
       resp->set_arena_rkey(data_plane_.arena_rkey);
     }
-    resp->set_rma_off(auth_->enabled());
+    resp->set_rma_off(!data_plane_.clients_map_arena);
     resp->set_publish_by_message(true);
     resp->set_instance_id(data_plane_.instance_id);
     resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));
@@ -667,10 +667,10 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
     const bool eager = extents[i].size <= kEagerBytes;
-    // With authentication a rendezvous does not name the arena's registration: its request
-    // would carry the arena's remote key, which opens the whole arena to the receiver. UCX then
+    // Where clients get no key, a rendezvous does not name the arena's registration: its
+    // request would carry the arena's remote key, which opens the whole arena to the receiver. UCX then
     // registers just the block. An eager send carries bytes, never a key.
-    ucp_mem_h memh = auth_->enabled() && !eager ? nullptr : data_plane_.arena_memh;
+    ucp_mem_h memh = !data_plane_.clients_map_arena && !eager ? nullptr : data_plane_.arena_memh;
     worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
                            arena + extents[i].offset, extents[i].size, memh, eager,
                            [store, lease_id](bool) { store->EndLeaseRead(lease_id); });

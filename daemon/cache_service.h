@@ -26,6 +26,10 @@ struct DataPlaneInfo {
   std::string node_id;
   std::string worker_address;
   std::string arena_rkey;
+  // Connect hands clients the arena's key and address (mapped copies on shared memory, RMA on
+  // RDMA): with authentication off, or when one tenant is all the daemon serves and no
+  // transport lets an unauthenticated peer use the key (OpenDataPlane decides).
+  bool clients_map_arena = true;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   std::string transports;

@@ -77,6 +77,7 @@ struct Daemon::Impl {
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
   bool huge_pages = false;                          // the mmap arena got huge pages
+  bool clients_map_arena = true;                    // OpenDataPlane: Connect hands out the key
   MappingPages arena_pages;                         // what backs the arena
   std::unique_ptr<transport::ProgressThread> progress;
   std::unique_ptr<HostTier> tier;
@@ -326,11 +327,35 @@ absl::Status Daemon::Impl::StartHttp() {
 absl::Status Daemon::Impl::OpenDataPlane() {
   const HostTierConfig& host = config.host;
   // With authentication no peer may put or get this process's memory: UCX's software RMA
-  // (tcp) would write and read wherever a message says, remote key or not.
+  // (tcp) would write and read wherever a message says, remote key or not; and UCX's tcp
+  // transport itself does so for its put requests, so tcp stays off unless the operator trusts
+  // every host that reaches it.
+  //
+  // One tenant (the common deployment) keeps the fast path: its clients map the arena as
+  // without authentication, since there is no other tenant's data to guard, as long as tcp is
+  // off. Shared memory and RDMA check access in the kernel or the NIC; software RMA over tcp
+  // would serve anyone who reaches the port, token or not.
   const bool authenticated = auth && auth->enabled();
-  STRATA_ASSIGN_OR_RETURN(ucx, transport::Context::Create(/*wakeup=*/true,
-                                                          /*unnamed_allocations=*/true,
-                                                          /*rma=*/!authenticated));
+  transport::ContextOptions ucx_options;
+  ucx_options.wakeup = true;
+  ucx_options.unnamed_allocations = true;
+  ucx_options.tcp = !authenticated || config.auth.ucx_tcp_trusted;
+  const bool one_tenant = authenticated && auth->tenants().size() <= 1;
+  clients_map_arena = !authenticated || (one_tenant && !ucx_options.tcp);
+  ucx_options.rma = clients_map_arena;
+  auto created = transport::Context::Create(ucx_options);
+  if (!created.ok())
+    return absl::Status(created.status().code(),
+                        absl::StrCat("data plane: ", created.status().message(),
+                                     ucx_options.tcp ? ""
+                                                     : " (authentication keeps UCX tcp off; "
+                                                       "see auth.ucx_tcp_trusted)"));
+  ucx = std::move(*created);
+  if (!ucx_options.tcp) spdlog::info("data plane: UCX tcp off (authentication on)");
+  if (authenticated)
+    spdlog::info(clients_map_arena
+                     ? "data plane: one tenant, clients map the arena"
+                     : "data plane: clients get no remote key; blocks move by checked messages");
   STRATA_ASSIGN_OR_RETURN(worker, transport::Worker::Create(ucx));
   if (host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);
@@ -430,6 +455,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.node_id = node_id;
   dp.worker_address = worker->address();
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
+  dp.clients_map_arena = clients_map_arena;
   dp.arena_memh = region->handle();
   dp.am_drops = &am_drops;
   dp.transports = worker->TransportSummary();

@@ -6,9 +6,12 @@
 
 #include <array>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
 namespace strata::transport {
@@ -36,19 +39,58 @@ absl::StatusOr<std::string> MemoryRegion::PackRkey() const {
 
 // ---------------------------------------------------------------------------- Context
 
-absl::StatusOr<std::shared_ptr<Context>> Context::Create(bool wakeup, bool unnamed_allocations,
-                                                         bool rma) {
+absl::StatusOr<std::string> TransportsWithoutTcp(const char* ucx_tls) {
+  if (ucx_tls == nullptr || *ucx_tls == '\0') return std::string("^tcp");
+  const absl::string_view tls(ucx_tls);
+  const bool exclusion = tls.front() == '^';
+  std::vector<std::string> kept;
+  bool had_tcp = false;
+  for (absl::string_view name : absl::StrSplit(tls.substr(exclusion ? 1 : 0), ',',
+                                               absl::SkipEmpty())) {
+    // "tcp:aux" names tcp too: the part before ':' is the transport.
+    const absl::string_view transport = name.substr(0, name.find(':'));
+    if (transport == "tcp") {
+      had_tcp = true;
+      if (!exclusion) continue;
+    }
+    if (!exclusion && transport == "all")
+      return absl::InvalidArgumentError(
+          "UCX_TLS=" + std::string(tls) +
+          " includes tcp through 'all'; name the transports to use, or exclude tcp with ^tcp");
+    kept.emplace_back(name);
+  }
+  if (exclusion) {
+    if (!had_tcp) kept.emplace_back("tcp");
+    return "^" + absl::StrJoin(kept, ",");
+  }
+  if (kept.empty())
+    return absl::InvalidArgumentError("UCX_TLS=" + std::string(tls) +
+                                      " leaves no transport once tcp is taken out");
+  return absl::StrJoin(kept, ",");
+}
+
+absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& options) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcsError("config_read", s);
+  auto modify = [&](const char* name, const std::string& value) -> absl::Status {
+    const ucs_status_t m = ucp_config_modify(config, name, value.c_str());
+    if (m == UCS_OK) return absl::OkStatus();
+    return UcsError(absl::StrCat("config_modify(", name, "=", value, ")").c_str(), m);
+  };
+  absl::Status modified;
   // UCX's default order without md:posix (and without md:*, which would bring it back).
-  if (unnamed_allocations && std::getenv("UCX_ALLOC_PRIO") == nullptr) {
-    s = ucp_config_modify(config, "ALLOC_PRIO", "md:sysv,huge,thp,mmap,heap");
-    if (s != UCS_OK) {
-      ucp_config_release(config);
-      return UcsError("config_modify(ALLOC_PRIO)", s);
-    }
+  if (options.unnamed_allocations && std::getenv("UCX_ALLOC_PRIO") == nullptr)
+    modified = modify("ALLOC_PRIO", "md:sysv,huge,thp,mmap,heap");
+  if (modified.ok() && !options.tcp) {
+    auto tls = TransportsWithoutTcp(std::getenv("UCX_TLS"));
+    modified = tls.ok() ? modify("TLS", *tls) : tls.status();
   }
+  if (!modified.ok()) {
+    ucp_config_release(config);
+    return modified;
+  }
+  const bool wakeup = options.wakeup, rma = options.rma;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features =

@@ -58,21 +58,39 @@ class MemoryRegion {
   size_t size_;
 };
 
+// What a context offers its peers.
+struct ContextOptions {
+  // Workers can sleep on an event fd (daemons); clients that only poll leave it false.
+  bool wakeup = false;
+  // Allocate never backs memory with a named POSIX shared-memory file. UCX's posix allocator
+  // fills its /dev/shm file before unlinking it, so a process killed while a large allocation
+  // faults in leaves that file behind (issue 14, finding 5); System V segments are marked for
+  // removal at once and anonymous memory has no name. An explicit UCX_ALLOC_PRIO still wins.
+  bool unnamed_allocations = false;
+  // Peers may put/get this process's registered memory. Without it UCX installs no handlers for
+  // the put/get messages it uses to emulate RMA where the transport has none (tcp): those
+  // handlers write and read at whatever address the message names, so a daemon that hands out
+  // no remote key must not have them (issue 14).
+  bool rma = true;
+  // UCX's tcp transport. Its receiver writes a peer's put request wherever the request says,
+  // below UCP and whatever `rma` says, so a process that must not trust every host that reaches
+  // its tcp port turns it off (UCX_TLS keeps its other transports; see TransportsWithoutTcp).
+  bool tcp = true;
+};
+
+// The UCX_TLS value that keeps `ucx_tls` (the environment's value, null or empty when unset)
+// without tcp. An error when nothing would be left, or for "all" in an inclusion list, which
+// cannot be narrowed by name.
+absl::StatusOr<std::string> TransportsWithoutTcp(const char* ucx_tls);
+
 class Context : public std::enable_shared_from_this<Context> {
  public:
-  // `wakeup`: workers can sleep on an event fd (daemons); clients that only poll pass false.
-  // `unnamed_allocations`: Allocate never backs memory with a named POSIX shared-memory file.
-  // UCX's posix allocator fills its /dev/shm file before unlinking it, so a process killed while
-  // a large allocation faults in leaves that file behind (issue 14, finding 5); System V segments
-  // are marked for removal at once and anonymous memory has no name. An explicit
-  // UCX_ALLOC_PRIO in the environment still wins.
-  // `rma`: peers may put/get this process's registered memory. Without it UCX installs no
-  // handlers for the put/get messages it uses to emulate RMA where the transport has none
-  // (tcp): those handlers write and read at whatever address the message names, so a daemon
-  // that hands out no remote key must not have them (issue 14).
-  static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup,
-                                                         bool unnamed_allocations = false,
-                                                         bool rma = true);
+  static absl::StatusOr<std::shared_ptr<Context>> Create(const ContextOptions& options);
+  static absl::StatusOr<std::shared_ptr<Context>> Create(bool wakeup) {
+    ContextOptions o;
+    o.wakeup = wakeup;
+    return Create(o);
+  }
   ~Context();
 
   ucp_context_h handle() const { return ctx_; }

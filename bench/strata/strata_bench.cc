@@ -44,18 +44,29 @@ struct Row {
 };
 
 // stratad with a host tier of `capacity`, its state in tmp/data.
-// With `token`, the daemon authenticates callers (a tokens file holding that one tenant token):
-// it then hands out no remote key, and bytes move by messages (docs/security.md).
+// With `token`, the daemon authenticates callers (a tokens file holding that tenant token and
+// `tenants` - 1 more tenants'): with one tenant and no tcp its clients still map the arena; else
+// it hands out no remote key and bytes move by messages (docs/security.md).
 std::unique_ptr<strata::bench::StratadProcess> StartDaemon(const std::string& bin,
                                                            const std::string& tls,
                                                            const std::string& capacity,
                                                            const std::string& tmp,
-                                                           const std::string& token) {
+                                                           const std::string& token,
+                                                           int tenants) {
   std::vector<std::string> args{"--data-dir", tmp + "/data", "--host-capacity", capacity,
                                 "--log-level", "warn"};
   if (!token.empty()) {
-    std::ofstream(tmp + "/tokens") << token << " bench tenant\n";
-    std::ofstream(tmp + "/config.yaml") << "auth:\n  tokens_file: " << tmp << "/tokens\n";
+    std::ofstream tokens(tmp + "/tokens");
+    tokens << token << " bench tenant\n";
+    for (int i = 1; i < tenants; ++i)
+      tokens << "strata-bench-other-token-" << i << " other-" << i << " tenant\n";
+    tokens.close();
+    // Over tcp the authenticated daemon needs the operator's word that its network is trusted
+    // (UCX tcp checks no key); the bench measures the protocol's cost, not that choice.
+    std::ofstream(tmp + "/config.yaml") << "auth:\n  tokens_file: " << tmp << "/tokens\n"
+                                        << (tls.find("tcp") != std::string::npos
+                                                ? "  ucx_tcp_trusted: true\n"
+                                                : "");
     args.push_back("--config");
     args.push_back(tmp + "/config.yaml");
   }
@@ -77,6 +88,7 @@ struct Config {
   std::string endpoint;
   bool auth = false;  // a tenant token on every call (the daemon's own, or --token's)
   std::string token;
+  int tenants = 1;  // --auth: tenants in the daemon's tokens file
 };
 
 bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
@@ -89,7 +101,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   std::string endpoint = cfg.endpoint;
   if (endpoint.empty()) {
     daemon = StartDaemon(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp,
-                         cfg.auth ? cfg.token : "");
+                         cfg.auth ? cfg.token : "", cfg.tenants);
     endpoint = daemon->endpoint();
     if (endpoint.empty()) {
       std::cerr << "stratad did not start:\n" << daemon->log() << "\n";
@@ -283,6 +295,11 @@ int main(int argc, char** argv) {
   app.add_flag("--auth", cfg.auth,
                "authenticate: the started stratad gets a tokens file, the client its token");
   app.add_option("--token", cfg.token, "the tenant token (--auth; default: a fixed test token)");
+  app.add_option("--tenants", cfg.tenants,
+                 "tenants in the started daemon's tokens file (--auth; more than one: no client "
+                 "maps the arena)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cfg.auth && cfg.token.empty()) cfg.token = "strata-bench-tenant-token-0123456789";
   signal(SIGPIPE, SIG_IGN);

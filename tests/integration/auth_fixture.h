@@ -44,8 +44,9 @@ inline NamespaceSpec Spec() {
   return s;
 }
 
-// A daemon with a tokens file: tenants a and b, an admin and a peer.
-inline std::unique_ptr<DaemonProcess> AuthDaemon() {
+// A daemon with a tokens file: tenants a and b, an admin and a peer. `auth_lines`: more keys of
+// the auth section, each "  key: value\n".
+inline std::unique_ptr<DaemonProcess> AuthDaemon(const std::string& auth_lines = "") {
   std::string dir = testing::MakeTempDir("auth");
   std::ofstream(dir + "/tokens") << "# token tenant role\n"
                                  << kTokenA << " a tenant\n"
@@ -53,7 +54,7 @@ inline std::unique_ptr<DaemonProcess> AuthDaemon() {
                                  << kAdminToken << " ops admin\n"
                                  << kPeerToken << " - peer\n";
   return std::make_unique<DaemonProcess>(
-      "host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n");
+      "host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n" + auth_lines);
 }
 
 // A call context with a deadline and, unless `token` is empty, the bearer token.

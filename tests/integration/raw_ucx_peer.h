@@ -38,10 +38,16 @@ class RawUcxPeer {
   bool ok() const { return worker_ != nullptr; }
   int replies() const { return replies_.load(); }
 
-  // Connects (closing any endpoint it has). Peer-failure detection by default: the daemon is a
-  // separate process that may die under test. Without it UCX may pick shared-memory transports
-  // (as libstrata's same-node clients do), which cannot detect a dead peer.
+  // Connects (closing any endpoint it has). Peer-failure detection by default, where the
+  // daemon's transports offer it (an authenticating daemon's shared memory does not): the daemon
+  // is a separate process that may die under test. Without it UCX may pick shared-memory
+  // transports (as libstrata's same-node clients do), which cannot detect a dead peer.
   bool Connect(std::string_view worker_address, bool detect_peer_failure = true) {
+    if (detect_peer_failure && ConnectOnce(worker_address, true)) return true;
+    return ConnectOnce(worker_address, false);
+  }
+
+  bool ConnectOnce(std::string_view worker_address, bool detect_peer_failure) {
     Close();
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

@@ -17,6 +17,7 @@
 #include "common/am_wire.h"
 #include "tests/integration/auth_fixture.h"
 #include "tests/integration/raw_ucx_peer.h"
+#include "tests/integration/uct_tcp_writer.h"
 
 namespace strata {
 namespace {
@@ -99,13 +100,14 @@ class ScopedUcxTls {
 };
 
 // An authenticating daemon, tenant a connected to it, and the blocks a published there.
+// `auth_lines` as for AuthDaemon.
 struct Scene {
-  std::unique_ptr<DaemonProcess> daemon = AuthDaemon();
+  std::unique_ptr<DaemonProcess> daemon;
   std::unique_ptr<Client> a;
   Victim victim;
   // Empty when a step failed (the test's ASSERT on ok() then stops it).
   bool ok() const { return a && victim.ids.size() == 4; }
-  Scene() {
+  explicit Scene(const std::string& auth_lines = "") : daemon(AuthDaemon(auth_lines)) {
     if (!daemon->ok()) return;
     a = ConnectAs(*daemon, kTokenA);
     if (a) victim = Publish(*daemon, *a);
@@ -134,12 +136,47 @@ TEST(TenantMemoryTest, ConnectHandsOutNoRemoteKeyOrAddress) {
   }
 }
 
+constexpr char kTrustedTcp[] = "  ucx_tcp_trusted: true\n";
+
+// One tenant (and the operators): nobody else's data is in the arena, so its clients keep the
+// fast path and map it, once authenticated, as long as tcp is off. With tcp on they do not:
+// software RMA there would serve anyone who reaches the port.
+std::unique_ptr<DaemonProcess> OneTenantDaemon(const std::string& auth_lines) {
+  std::string dir = testing::MakeTempDir("auth1");
+  std::ofstream(dir + "/tokens") << kTokenA << " a tenant\n" << kAdminToken << " ops admin\n";
+  return std::make_unique<DaemonProcess>("host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " +
+                                         dir + "/tokens\n" + auth_lines);
+}
+
+TEST(TenantMemoryTest, OneTenantMapsTheArenaOnlyWithoutTcp) {
+  for (const std::string& lines : {std::string(), std::string(kTrustedTcp)}) {
+    auto d = OneTenantDaemon(lines);
+    ASSERT_TRUE(d->ok()) << d->log();
+    const v1::ConnectResponse c = ConnectRaw(*d, kTokenA);
+    const bool tcp = !lines.empty();
+    EXPECT_EQ(c.arena_rkey().empty(), tcp) << lines;
+    EXPECT_EQ(c.arena_base() == 0, tcp) << lines;
+    EXPECT_EQ(c.rma_off(), tcp) << lines;
+    // No token, no key.
+    auto cache = v1::Cache::NewStub(Channel(*d));
+    v1::ConnectRequest q;
+    v1::ConnectResponse r;
+    EXPECT_EQ(cache->Connect(Ctx("").get(), q, &r).error_code(), grpc::UNAUTHENTICATED);
+    EXPECT_TRUE(r.arena_rkey().empty());
+    // The tenant's own blocks round-trip on whichever path it got.
+    auto a = ConnectAs(*d, kTokenA);
+    ASSERT_TRUE(a);
+    ExpectIntact(*a, Publish(*d, *a));
+  }
+}
+
 // The attack of finding 1 over tcp: tenant b (a valid token) connects to the daemon's worker
 // and reads, then overwrites, tenant a's block by one-sided RMA. With the Connect answer's key
-// when a daemon still hands one out, else a forged one.
+// when a daemon still hands one out, else a forged one. On a daemon whose operator trusts the
+// tcp network: UCP's emulated RMA must be off there too.
 TEST(TenantMemoryTest, AnotherTenantCannotReadOrWriteTheArenaByRma) {
   ScopedUcxTls tcp("tcp");  // the attacker's transport: software RMA, raw addresses
-  Scene scene;
+  Scene scene(kTrustedTcp);
   ASSERT_TRUE(scene.ok()) << scene.daemon->log();
   DaemonProcess* d = scene.daemon.get();
   const Victim& v = scene.victim;
@@ -168,8 +205,44 @@ TEST(TenantMemoryTest, AnotherTenantCannotReadOrWriteTheArenaByRma) {
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
+// Below UCP: UCX's tcp transport writes wherever a peer's put request says, whatever the
+// daemon's context asked for. So an authenticating daemon opens no UCX tcp port at all (unless
+// the operator says its tcp network is trusted), and this attack finds nothing to write through.
+TEST(TenantMemoryTest, NoUcxTcpPortTakesARawWrite) {
+  Scene scene;
+  ASSERT_TRUE(scene.ok()) << scene.daemon->log();
+  DaemonProcess* d = scene.daemon.get();
+  const Victim& v = scene.victim;
+  const uint64_t arena = ArenaAddress(d->pid());
+  ASSERT_NE(arena, 0u) << "no mapping of the arena's size in /proc/" << d->pid() << "/maps";
+  testing::UctTcpWriter writer;
+  if (!writer.Open()) {
+    GTEST_SKIP() << "no non-loopback device for UCX's tcp transport";
+  }
+  const std::string grpc_port = d->endpoint().substr(d->endpoint().rfind(':') + 1);
+  std::vector<uint8_t> forged(4096, 0xEE);
+  int written = 0;
+  for (uint16_t port : testing::ListeningPorts(d->pid())) {
+    if (std::to_string(port) == grpc_port) continue;
+    if (writer.Put(port, forged, arena + v.offset)) ++written;
+  }
+  EXPECT_EQ(written, 0) << "a raw tcp put request was acknowledged";
+  ExpectIntact(*scene.a, v);
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
 // Messages that name a lease or reservation: the id is the credential. Made-up ids, and a
 // reservation of b's aimed at a's extent, move nothing.
+// UCX_TLS that leaves only tcp: an authenticating daemon refuses to start and says why.
+TEST(TenantMemoryTest, TcpOnlyTransportsAreRefusedWithAuthentication) {
+  ScopedUcxTls tcp("tcp");
+  auto d = AuthDaemon();
+  const auto exit = d->WaitExit(std::chrono::seconds(20));
+  ASSERT_TRUE(exit.has_value()) << "started with UCX_TLS=tcp and authentication on";
+  EXPECT_NE(d->log().find("auth.ucx_tcp_trusted"), std::string::npos) << d->log();
+  EXPECT_NE(d->log().find("leaves no transport"), std::string::npos) << d->log();
+}
+
 TEST(TenantMemoryTest, MessagesWithoutTheCallersOwnLeaseOrReservationMoveNothing) {
   Scene scene;
   ASSERT_TRUE(scene.ok()) << scene.daemon->log();
@@ -227,7 +300,7 @@ TEST(TenantMemoryTest, MessagesWithoutTheCallersOwnLeaseOrReservationMoveNothing
 TEST(TenantMemoryTest, OwnBlocksMoveByMessagesOnEveryTransport) {
   for (const char* tls : {"tcp", ""}) {
     ScopedUcxTls scoped(tls);
-    Scene scene;
+    Scene scene(kTrustedTcp);
     ASSERT_TRUE(scene.ok()) << scene.daemon->log();
     Client* a = scene.a.get();
     ExpectIntact(*a, scene.victim);

@@ -125,5 +125,43 @@ TEST(UcxTest, RendezvousMessagesReachOnlyRendezvousHandlers) {
   EXPECT_EQ(eager_only_big, 0) << "an eager-only handler saw a rendezvous message";
 }
 
+// What an authenticating daemon asks UCX for: the operator's choice of transports, never tcp.
+TEST(TransportsWithoutTcpTest, KeepsEveryOtherTransport) {
+  EXPECT_EQ(*TransportsWithoutTcp(nullptr), "^tcp");
+  EXPECT_EQ(*TransportsWithoutTcp(""), "^tcp");
+  EXPECT_EQ(*TransportsWithoutTcp("tcp,sm,self"), "sm,self");
+  EXPECT_EQ(*TransportsWithoutTcp("rc,tcp:aux,ud"), "rc,ud");
+  EXPECT_EQ(*TransportsWithoutTcp("^cma"), "^cma,tcp");
+  EXPECT_EQ(*TransportsWithoutTcp("^tcp,cma"), "^tcp,cma");
+  EXPECT_EQ(*TransportsWithoutTcp("posix"), "posix");
+}
+
+TEST(TransportsWithoutTcpTest, RefusesWhatCannotBeNarrowed) {
+  auto only = TransportsWithoutTcp("tcp");
+  ASSERT_FALSE(only.ok());
+  EXPECT_NE(only.status().message().find("leaves no transport"), std::string::npos);
+  auto all = TransportsWithoutTcp("all");
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.status().message().find("^tcp"), std::string::npos);
+}
+
+// A context without tcp still connects over shared memory (tenant_memory_test shows its
+// daemon opens no tcp port).
+TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
+  ContextOptions o;
+  o.wakeup = true;
+  o.tcp = false;
+  auto ctx = Context::Create(o);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto worker = Worker::Create(*ctx);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto client_ctx = Context::Create(false);
+  ASSERT_TRUE(client_ctx.ok());
+  auto client = Worker::Create(*client_ctx);
+  ASSERT_TRUE(client.ok());
+  auto ep = (*client)->Connect((*worker)->address());
+  EXPECT_TRUE(ep.ok()) << ep.status();
+}
+
 }  // namespace
 }  // namespace strata::transport
