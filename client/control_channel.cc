@@ -99,6 +99,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   node_id_ = resp.node_id();
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
+  acquire_by_message_ = resp.acquire_by_message();
   ArenaEndpoint arena;
   arena.worker_address = resp.worker_address();
   arena.rkey = resp.arena_rkey();
@@ -158,26 +159,8 @@ absl::StatusOr<v1::LookupResponse> ControlChannel::Lookup(const NamespaceId& ns,
 // the prompt continues on other nodes); the caller asks through gRPC.
 std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
     const NamespaceId& ns, std::span<const BlockId> ids) {
-  if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
-      ids.size() > am_wire::kMaxIds)
-    return std::nullopt;
-  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
-  std::memcpy(header.data() + 8, ns.bytes.data(), 32);
-  // Short: a daemon that does not answer this way is asked through gRPC instead.
-  auto reply = fast_path_->Exchange(am_wire::kLookupRequestAm, std::move(header), PackIds(ids),
-                                    am_wire::kLookupReplyAm,
-                                    std::min(options_.rpc_timeout, absl::Milliseconds(250)));
-  if (!reply.ok()) {
-    if (reply.status().code() == absl::StatusCode::kFailedPrecondition) return std::nullopt;
-    const int timeouts = ++fast_path_timeouts_;
-    // E.g. a daemon without the fast path: stop paying the wait.
-    if (timeouts >= 3 && fast_path_enabled_.exchange(false))
-      Log(options_.log, LogLevel::kWarning,
-          absl::StrCat("lookup fast path disabled after ", timeouts, " timeouts (",
-                       reply.status().message(), ")"));
-    return std::nullopt;
-  }
-  fast_path_timeouts_ = 0;
+  auto reply = ExchangeByActiveMessage(am_wire::kLookupRequestAm, am_wire::kLookupReplyAm, ns, ids);
+  if (!reply) return std::nullopt;
   const auto h = am_wire::DecodeDefinitiveLookupReply(reply->header, reply->data, ids.size());
   if (!h) return std::nullopt;
   v1::LookupResponse resp;
@@ -185,6 +168,35 @@ std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
   for (char t : reply->data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
   resp.set_node_id(node_id_);
   return resp;
+}
+
+// A request about `ids` of `ns` on the data-plane endpoint; nullopt (ask through gRPC) when the
+// fast path is off, cannot carry that many ids, or gives no complete, successful answer.
+std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
+    uint16_t request_am, uint16_t reply_am, const NamespaceId& ns, std::span<const BlockId> ids) {
+  if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
+      ids.size() > am_wire::kMaxIds)
+    return std::nullopt;
+  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
+  std::memcpy(header.data() + 8, ns.bytes.data(), 32);
+  // Short: a daemon that does not answer this way is asked through gRPC instead.
+  auto reply = fast_path_->Exchange(request_am, std::move(header), PackIds(ids), reply_am,
+                                    std::min(options_.rpc_timeout, absl::Milliseconds(250)));
+  if (!reply.ok()) {
+    if (reply.status().code() == absl::StatusCode::kFailedPrecondition) return std::nullopt;
+    const int timeouts = ++fast_path_timeouts_;
+    // E.g. a daemon without the fast path: stop paying the wait.
+    if (timeouts >= 3 && fast_path_enabled_.exchange(false))
+      Log(options_.log, LogLevel::kWarning,
+          absl::StrCat("active-message fast path disabled after ", timeouts, " timeouts (",
+                       reply.status().message(), ")"));
+    return std::nullopt;
+  }
+  fast_path_timeouts_ = 0;
+  am_wire::ReplyHeader h;
+  if (!am_wire::DecodeReplyHeader(reply->header, &h) || h.code != 0 || !h.complete)
+    return std::nullopt;
+  return std::move(*reply);
 }
 
 // nullopt: the stream could not be used (the caller falls back to the unary call).
@@ -271,12 +283,18 @@ void ControlChannel::Abort(uint64_t reservation_id) {
 }
 
 absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {
-  v1::AcquireRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  req.set_ids(PackIds(ids));
   v1::AcquireResponse resp;
-  STRATA_RETURN_IF_ERROR(
-      NsRpc("Acquire", ns, [&](grpc::ClientContext* c) { return stub_->Acquire(c, req, &resp); }));
+  std::optional<DataMover::Reply> fast;
+  if (acquire_by_message_)
+    fast = ExchangeByActiveMessage(am_wire::kAcquireRequestAm, am_wire::kAcquireReplyAm, ns, ids);
+  if (!fast || !resp.ParseFromString(fast->data)) {
+    resp.Clear();
+    v1::AcquireRequest req;
+    req.set_namespace_id(std::string(ns.AsBytes()));
+    req.set_ids(PackIds(ids));
+    STRATA_RETURN_IF_ERROR(NsRpc(
+        "Acquire", ns, [&](grpc::ClientContext* c) { return stub_->Acquire(c, req, &resp); }));
+  }
   const int n = static_cast<int>(ids.size());
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
       resp.crc32c_size() != n) {

@@ -126,6 +126,9 @@ class ControlChannel {
  private:
   struct LookupStream;
 
+  std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
+                                                          const NamespaceId& ns,
+                                                          std::span<const BlockId> ids);
   std::optional<v1::LookupResponse> LookupByActiveMessage(const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
   std::optional<absl::StatusOr<v1::LookupResponse>> LookupOnStream(const v1::LookupRequest& req);
@@ -149,6 +152,7 @@ class ControlChannel {
   // The active-message fast path, switched off after a few consecutive timeouts (a daemon
   // without it must not cost every lookup a wait).
   DataMover* fast_path_ = nullptr;
+  std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
   std::atomic<bool> fast_path_enabled_;
   std::atomic<int> fast_path_timeouts_{0};
 

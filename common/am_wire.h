@@ -53,6 +53,14 @@ inline constexpr uint16_t kFetchBlockAm = 6;
 // Ack:   header = u64 request id | u32 index | u32 status code; data = error message or empty.
 inline constexpr uint16_t kPublishBlockAm = 7;
 inline constexpr uint16_t kPublishAckAm = 8;
+// Acquire fast path (authentication off): the lease of a fetch in one active-message round trip
+// instead of a gRPC call. Request: header and data as a lookup request's. Reply: a lookup
+// reply's header (`prefix` = the number of ids) with data = the serialized
+// strata.v1.AcquireResponse, or the error message when status != 0. `complete` = 0 (some block
+// is not in host memory, or missing) sends the caller to the gRPC Acquire, which may stage
+// blocks up from NVMe: the progress thread that answers here never waits for a disk.
+inline constexpr uint16_t kAcquireRequestAm = 9;
+inline constexpr uint16_t kAcquireReplyAm = 10;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;

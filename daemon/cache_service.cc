@@ -131,6 +131,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     Cluster* cluster = cluster_.load();
     resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
     resp->set_active_messages_off(auth_->enabled());
+    resp->set_acquire_by_message(!auth_->enabled());
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
   });
@@ -374,24 +375,29 @@ grpc::Status CacheService::DoAcquire(grpc::ServerContext* ctx, const v1::Acquire
                                      v1::AcquireResponse* resp) {
   return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
                                     const Caller& caller) {
-    AcquireResult r = store_->Acquire(ns, ids);
-    if (metrics_) {
-      uint64_t leased = 0;
-      for (size_t i = 0; i < r.status.size(); ++i)
-        if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
-      metrics_->AddFetchBytes(leased);
-    }
-    if (r.lease_id != 0 && !caller.trusted && caller.role == Role::kTenant)
-      id_owners_.Add(r.lease_id, caller.tenant, r.expires_in);
-    resp->set_lease_id(r.lease_id);
-    AddStatuses(r.status, resp->mutable_status());
-    resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
-    resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
-    resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
-    resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
-    resp->set_instance_id(data_plane_.instance_id);
+    AcquireInto(ns, ids, caller, resp);
     return grpc::Status::OK;
   });
+}
+
+void CacheService::AcquireInto(const NamespaceId& ns, const std::vector<BlockId>& ids,
+                               const Caller& caller, v1::AcquireResponse* resp) {
+  AcquireResult r = store_->Acquire(ns, ids);
+  if (metrics_) {
+    uint64_t leased = 0;
+    for (size_t i = 0; i < r.status.size(); ++i)
+      if (r.status[i] == BlockStatus::kOk) leased += r.sizes[i];
+    metrics_->AddFetchBytes(leased);
+  }
+  if (r.lease_id != 0 && !caller.trusted && caller.role == Role::kTenant)
+    id_owners_.Add(r.lease_id, caller.tenant, r.expires_in);
+  resp->set_lease_id(r.lease_id);
+  AddStatuses(r.status, resp->mutable_status());
+  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+  resp->mutable_sizes()->Add(r.sizes.begin(), r.sizes.end());
+  resp->mutable_crc32c()->Add(r.crcs.begin(), r.crcs.end());
+  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+  resp->set_instance_id(data_plane_.instance_id);
 }
 
 grpc::Status CacheService::DoRelease(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
@@ -478,6 +484,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["lookups_total"] = s.lookups;
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
     c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
+    c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
@@ -618,6 +625,54 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
   worker->AmReply(m.reply_ep, w::kLookupReplyAm, w::EncodeReplyHeader(h), std::move(data));
   if (metrics_ && counted)
     metrics_->Record(RpcMetrics::kLookup, static_cast<int>(ToGrpcCode(code)),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto request = w::DecodeLookupRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request)
+    return DropAm(w::kAcquireRequestAm, m, "acquire request without a reply endpoint or with a "
+                                           "header that is not 40 bytes");
+  const auto t0 = std::chrono::steady_clock::now();
+  w::ReplyHeader h;
+  h.request_id = request->request_id;
+  std::string data;
+  auto fail = [&](absl::StatusCode failure, std::string message) {
+    if (failure == absl::StatusCode::kInvalidArgument) DropAm(w::kAcquireRequestAm, m, message);
+    h.code = static_cast<uint32_t>(failure);
+    data = std::move(message);
+  };
+  CallScope call(this);
+  if (!call.admitted()) {
+    fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  } else if (auth_->enabled()) {
+    // No credentials ride on an active message: with authentication, Acquire is a gRPC call.
+    fail(absl::StatusCode::kPermissionDenied, "active-message acquires are off with auth");
+  } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
+    fail(parsed.status().code(), std::string(parsed.status().message()));
+  } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_)); !ns.ok()) {
+    fail(ns.status().code(), std::string(ns.status().message()));
+  } else {
+    const std::vector<BlockId>& ids = *parsed;
+    // Only what needs no disk read is answered here; the rest goes to the gRPC Acquire.
+    // (Inspect sees committed host blocks and, unlike Lookup, counts nothing.)
+    const std::vector<BlockInfo> resident = store_->Inspect(ids);
+    h.complete = resident.size() == ids.size() &&
+                 std::all_of(resident.begin(), resident.end(),
+                             [&](const BlockInfo& b) { return b.ns == *ns; });
+    h.prefix = static_cast<uint32_t>(ids.size());
+    if (h.complete) {
+      v1::AcquireResponse resp;
+      AcquireInto(*ns, ids, Caller{}, &resp);
+      data = resp.SerializeAsString();
+    }
+  }
+  const bool answered = h.complete && h.code == 0;
+  if (answered) acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
+  worker->AmReply(m.reply_ep, w::kAcquireReplyAm, w::EncodeReplyHeader(h), std::move(data));
+  if (metrics_ && answered)
+    metrics_->Record(RpcMetrics::kAcquire, 0,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -107,6 +107,9 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
+  // in host memory; else the reply sends the client to the gRPC Acquire.
+  void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
   // Publish by message (common/am_wire.h): writes a block into the extent of the sender's
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
@@ -165,6 +168,9 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status DoPin(grpc::ServerContext*, const v1::PinRequest*, v1::PinResponse*);
   grpc::Status DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*, v1::UnpinResponse*);
   grpc::Status DoStats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse*);
+  // The body of an Acquire, by gRPC or active message.
+  void AcquireInto(const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller& caller,
+                   v1::AcquireResponse* resp);
   // The part of a Lookup's prefix past the `local` blocks, from the directory: adds holders
   // and tiers to `resp`; returns how many more blocks the prefix has.
   size_t LookupRemote(Cluster& cluster, std::span<const BlockId> rest, size_t local,
@@ -186,6 +192,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
+  std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {
     NamespaceId ns;

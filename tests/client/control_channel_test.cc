@@ -138,7 +138,7 @@ TEST(ControlChannelTest, SilentFastPathSwitchesItselfOffAndTellsTheSink) {
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(logged.size(), 1u);
   EXPECT_EQ(logged[0].first, LogLevel::kWarning);
-  EXPECT_NE(logged[0].second.find("lookup fast path disabled after 3 timeouts"), std::string::npos)
+  EXPECT_NE(logged[0].second.find("active-message fast path disabled after 3 timeouts"), std::string::npos)
       << logged[0].second;
 }
 

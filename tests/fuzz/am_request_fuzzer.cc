@@ -1,7 +1,8 @@
-// The daemon's active-message request decoders (common/am_wire.h): the lookup fast path, the
-// fetch-by-push request, the peer locate request and a block published by message, as
-// CacheService::HandleAmLookup, HandleAmFetch, Locator::HandleAmLocate and
-// CacheService::HandleAmPublish read them.
+// The daemon's active-message request decoders (common/am_wire.h): the lookup fast path (and the
+// acquire fast path, whose request is a lookup request's), the fetch-by-push request, the peer
+// locate request and a block published by message, as CacheService::HandleAmLookup,
+// HandleAmAcquire, HandleAmFetch, Locator::HandleAmLocate and CacheService::HandleAmPublish
+// read them.
 //
 // Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish) | u64 arena bytes (fetch, publish) |
 // u16-sized header | the rest as the message data.
