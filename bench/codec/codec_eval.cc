@@ -3,19 +3,27 @@
 //
 //   codec_eval [--layers 8 --heads 8 --head-dim 128 --tokens-per-block 256 --blocks 4]
 //              [--data kv.npy] [--modes raw,lossless,int4-g64,quant:k3v4,...] [--json] [--smoke]
+//              [--write-decoded DIR] [--quality quality.tsv]
 //
 // Data: the synthetic generator (codec/synthetic_kv.h) or a .npy array of shape
 // (layers, 2, tokens, kv_heads, head_dim), float16 or float32; tokens are cut into blocks.
 // Queries for the attention-logit error: per (layer, kv head), 8 vectors with independent
 // N(0, rms_c^2) channels, rms_c the RMS of that key channel over the data set, so queries are
 // large where keys are (real Q/K projections share their massive channels).
+//
+// The logit error is only a proxy. Downstream quality (what a model's next-token distribution
+// does when it attends to the decoded KV) comes from bench/codec/real_kv/model_quality.sh:
+// --write-decoded hands each mode's reconstruction to the model, --quality prints what the
+// model made of it beside the rate.
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,6 +31,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/codec/npy.h"
@@ -53,6 +62,7 @@ struct Dataset {
   std::vector<float> queries;  // [layer][head][q][dim]
   uint32_t nq = 8;
   std::string source;
+  uint64_t source_tokens = 0;  // tokens in the file, whole blocks or not
 };
 
 size_t BlockBytes(const Dataset& d) { return d.layout.BlockBytes(); }
@@ -184,7 +194,75 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& path_spec, uint32_t to
           }
         }
   d.source = absl::StrCat(IsSafetensors(path_spec) ? "safetensors " : "npy ", path_spec);
+  d.source_tokens = T;
   return d;
+}
+
+// Blocks of fp16 bytes back to one (layers, 2, tokens, kv_heads, head_dim) tensor.
+NpyArray ToTensorLayout(const KvLayout& l, uint32_t blocks, const std::vector<uint8_t>& bytes) {
+  NpyArray a;
+  a.descr = "<f2";
+  const uint64_t tpb = l.tokens_per_block, T = tpb * blocks,
+                 row = uint64_t{l.num_kv_heads} * l.head_dim;
+  a.shape = {l.num_layers, 2, T, l.num_kv_heads, l.head_dim};
+  a.data.resize(bytes.size());
+  for (uint32_t b = 0; b < blocks; ++b)
+    for (uint64_t layer = 0; layer < l.num_layers; ++layer)
+      for (uint64_t kv = 0; kv < 2; ++kv)
+        std::memcpy(a.data.data() + ((layer * 2 + kv) * T + uint64_t{b} * tpb) * row * 2,
+                    bytes.data() + b * l.BlockBytes() + ((layer * 2 + kv) * tpb) * row * 2,
+                    tpb * row * 2);
+  return a;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A mode spec as a file name: "quant:k3v4:ol" -> "quant_k3v4_ol".
+std::string FileStem(const std::string& spec) {
+  std::string out = spec;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+  return out;
+}
+
+// What a model made of one mode's decoded KV (model_quality.py eval writes these as TSV:
+// mode, tokens, kl_mean, kl_p90, kl_max, top1, dnll, near_lossless). The row named "fp32-kv"
+// is the floor: the model on the prefix's fp32 KV against the same fp16 reference.
+struct ModelQuality {
+  double kl_mean = 0, kl_p90 = 0, kl_max = 0, top1 = 0, dnll = 0;
+  uint64_t tokens = 0;
+  std::string near_lossless;
+};
+
+absl::StatusOr<std::map<std::string, ModelQuality>> ReadQuality(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return absl::NotFoundError(absl::StrCat("--quality: cannot open ", path));
+  std::map<std::string, ModelQuality> out;
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ++line_no;
+    if (line.front() == '#' || absl::StartsWith(line, "mode\t")) continue;
+    std::vector<std::string> c = absl::StrSplit(line, '\t');
+    ModelQuality q;
+    if (c.size() != 8 || !absl::SimpleAtoi(c[1], &q.tokens) || !absl::SimpleAtod(c[2], &q.kl_mean) ||
+        !absl::SimpleAtod(c[3], &q.kl_p90) || !absl::SimpleAtod(c[4], &q.kl_max) ||
+        !absl::SimpleAtod(c[5], &q.top1) || !absl::SimpleAtod(c[6], &q.dnll)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quality: ", path, " line ", line_no,
+                       ": expected mode, tokens, kl_mean, kl_p90, kl_max, top1, dnll, "
+                       "near_lossless (tab-separated)"));
+    }
+    q.near_lossless = c[7];
+    out[c[0]] = q;
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--quality: ", path, " has no rows"));
+  return out;
 }
 
 struct Row {
@@ -276,7 +354,9 @@ double BestSeconds(int reps, F&& f) {
   return best;
 }
 
-absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps) {
+// `decoded`, when given, receives the reconstruction (the data set's block bytes).
+absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps,
+                             std::vector<uint8_t>* decoded = nullptr) {
   auto params = codec::ParseCodecSpec(spec);
   if (!params.ok()) return params.status();
   const size_t bb = BlockBytes(d);
@@ -327,6 +407,7 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
           static_cast<double>(stats.coder.stream_bits) / stats.coder.entropy_bits;
     row.tables_bits = static_cast<double>(stats.coder.table_bits) / values;
   }
+  if (decoded) *decoded = std::move(out);
   return row;
 }
 
@@ -481,6 +562,43 @@ std::optional<double> BaselineAt(const std::vector<const Row*>& base, double bit
   return std::exp(la + t * (lb - la));
 }
 
+void PrintModelQuality(const std::vector<Row>& rows,
+                       const std::map<std::string, ModelQuality>& quality,
+                       const std::string& path, double memcpy_gbps) {
+  std::printf(
+      "\nQuality as the model sees it (%s): the model's next-token distributions on the "
+      "continuation, attending to each mode's decoded prefix KV, against the same run on the "
+      "fp16 prefix KV. KL(fp16 || mode) in nats/token; top-1: argmax agreement; dNLL: change of "
+      "the continuation's mean negative log-likelihood (nats/token). Speeds from this run "
+      "(memcpy %.2f GB/s).\n",
+      path.c_str(), memcpy_gbps);
+  std::printf("%-22s %8s %7s %6s %10s %10s %10s %8s %10s %6s %10s %7s %7s\n", "mode", "bits/val",
+              "x fp16", "tokens", "KL mean", "KL p90", "KL max", "top-1 %", "dNLL", "near-0",
+              "logit_err", "enc", "dec");
+  auto print_quality = [](const ModelQuality& q) {
+    std::printf("%6llu %10.3g %10.3g %10.3g %8.2f %+10.4f %6s ",
+                static_cast<unsigned long long>(q.tokens), q.kl_mean, q.kl_p90, q.kl_max,
+                100 * q.top1, q.dnll, q.near_lossless.c_str());
+  };
+  if (auto it = quality.find("fp32-kv"); it != quality.end()) {
+    std::printf("%-22s %8s %7s ", "fp32 KV (floor)", "32", "0.50");
+    print_quality(it->second);
+    std::printf("%10s %7s %7s\n", "-", "-", "-");
+  }
+  for (const Row& r : rows) {
+    std::printf("%-22s %8.3f %7.2f ", r.mode.c_str(), r.bits, r.ratio);
+    auto it = quality.find(r.mode);
+    if (it == quality.end())
+      std::printf("%6s %10s %10s %10s %8s %10s %6s ", "-", "-", "-", "-", "-", "-", "-");
+    else
+      print_quality(it->second);
+    std::printf("%10.3g %7.2f %7.2f\n", r.logit, r.enc_gbps, r.dec_gbps);
+  }
+  std::printf(
+      "near-0 (near-lossless): mean KL <= 0.01 nats and top-1 >= 98%% over >= 256 continuation "
+      "tokens (docs/codec.md); '-' where the model did not see the mode.\n");
+}
+
 }  // namespace
 }  // namespace strata::codec_bench
 
@@ -490,6 +608,7 @@ int main(int argc, char** argv) {
   CLI::App app{"codec_eval: rate, distortion and speed of Strata's KV codec modes"};
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
+  std::string write_decoded, quality_path;
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -518,6 +637,13 @@ int main(int argc, char** argv) {
   app.add_option("--write-npy", write_npy,
                  "write the generated data set as .npy (or, for a .safetensors name, as a "
                  "safetensors tensor 'kv') and continue");
+  app.add_option("--write-decoded", write_decoded,
+                 "with --data: write each codec mode's decoded KV to DIR/<mode>.safetensors "
+                 "(tensor 'kv', the input's shape) and DIR/modes.tsv (mode, file), for "
+                 "model_quality.py eval");
+  app.add_option("--quality", quality_path,
+                 "model_quality.py's quality.tsv: print the model's KL, top-1 and NLL change per "
+                 "mode beside bits/value");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--smoke", smoke, "tiny sizes, one repetition (a quick self-check)");
   CLI11_PARSE(app, argc, argv);
@@ -558,25 +684,14 @@ int main(int argc, char** argv) {
         absl::StrFormat("generator seed %d, key corr %.2f, value corr %.2f, outlier scale %.1f",
                         gen.seed, gen.key_token_corr, gen.value_token_corr, gen.outlier_scale);
     if (!write_npy.empty()) {
-      // Back to (layers, 2, tokens, heads, dim).
-      NpyArray a;
-      a.descr = "<f2";
-      const uint64_t T = uint64_t{tpb} * blocks, row = uint64_t{heads} * head_dim;
-      a.shape = {layers, 2, T, heads, head_dim};
-      a.data.resize(d.bytes.size());
-      for (uint32_t b = 0; b < blocks; ++b)
-        for (uint64_t l = 0; l < layers; ++l)
-          for (uint64_t kv = 0; kv < 2; ++kv)
-            std::memcpy(a.data.data() + ((l * 2 + kv) * T + uint64_t{b} * tpb) * row * 2,
-                        d.bytes.data() + b * d.layout.BlockBytes() + ((l * 2 + kv) * tpb) * row * 2,
-                        tpb * row * 2);
       if (d.layout.dtype != DType::kFloat16) {
         std::fprintf(stderr, "codec_eval: --write-npy writes fp16 data only\n");
         return 1;
       }
-      const bool as_st = write_npy.size() > 12 &&
-                         write_npy.compare(write_npy.size() - 12, 12, ".safetensors") == 0;
-      if (auto s = as_st ? WriteSafetensors(write_npy, "kv", a) : WriteNpy(write_npy, a); !s.ok()) {
+      const NpyArray a = ToTensorLayout(d.layout, d.blocks, d.bytes);
+      if (auto s = EndsWith(write_npy, ".safetensors") ? WriteSafetensors(write_npy, "kv", a)
+                                                        : WriteNpy(write_npy, a);
+          !s.ok()) {
         std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
         return 1;
       }
@@ -601,9 +716,8 @@ int main(int argc, char** argv) {
                     (((size_t{layer} * d.nq + j) * l.num_kv_heads + h) * l.head_dim) * 4,
                 d.queries.data() + ((size_t{layer} * l.num_kv_heads + h) * d.nq + j) * l.head_dim,
                 l.head_dim * 4);
-      const bool as_st = write_queries.size() > 12 &&
-                         write_queries.compare(write_queries.size() - 12, 12, ".safetensors") == 0;
-      if (auto s = as_st ? WriteSafetensors(write_queries, "q", q) : WriteNpy(write_queries, q);
+      if (auto s = EndsWith(write_queries, ".safetensors") ? WriteSafetensors(write_queries, "q", q)
+                                                            : WriteNpy(write_queries, q);
           !s.ok()) {
         std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
         return 1;
@@ -644,8 +758,36 @@ int main(int argc, char** argv) {
              "quant:k3v4:had:ol",
              "quant:k3v4:nodelta:ol"};
   }
+  if (!write_decoded.empty()) {
+    // The model reads the decoded prefix in place of the original, so every token must have
+    // gone through the codec: a partial last block would leave a hole.
+    if (data_path.empty() || d.source_tokens != uint64_t{d.blocks} * d.layout.tokens_per_block ||
+        d.blocks == 0) {
+      std::fprintf(stderr,
+                   "codec_eval: --write-decoded needs --data with a whole number of blocks "
+                   "(%llu tokens, %u per block)\n",
+                   static_cast<unsigned long long>(d.source_tokens), d.layout.tokens_per_block);
+      return 1;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(write_decoded, ec);
+    if (ec) {
+      std::fprintf(stderr, "codec_eval: --write-decoded: %s\n", ec.message().c_str());
+      return 1;
+    }
+  }
+  std::map<std::string, ModelQuality> quality;
+  if (!quality_path.empty()) {
+    auto q = ReadQuality(quality_path);
+    if (!q.ok()) {
+      std::fprintf(stderr, "codec_eval: %s\n", std::string(q.status().message()).c_str());
+      return 1;
+    }
+    quality = std::move(*q);
+  }
   const double memcpy_gbps = MemcpyGbps(d, reps);
   std::vector<Row> rows;
+  std::string modes_tsv;
   for (const std::string& m : modes) {
     if (absl::StartsWith(m, "zstd-")) {
       int level = 3;
@@ -656,7 +798,8 @@ int main(int argc, char** argv) {
       rows.push_back(RunZstd(d, level, reps));
       continue;
     }
-    auto r = RunCodec(d, m, reps);
+    std::vector<uint8_t> decoded;
+    auto r = RunCodec(d, m, reps, write_decoded.empty() ? nullptr : &decoded);
     if (!r.ok()) {
       std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(),
                    std::string(r.status().message()).c_str());
@@ -667,7 +810,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "codec_eval: %s did not round-trip bit-exactly\n", m.c_str());
       return 2;
     }
+    if (!write_decoded.empty()) {
+      const std::string file = FileStem(m) + ".safetensors";
+      if (auto s = WriteSafetensors(write_decoded + "/" + file, "kv",
+                                    ToTensorLayout(d.layout, d.blocks, decoded));
+          !s.ok()) {
+        std::fprintf(stderr, "codec_eval: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      absl::StrAppend(&modes_tsv, m, "\t", file, "\n");
+    }
     rows.push_back(std::move(*r));
+  }
+
+  if (!write_decoded.empty()) {
+    std::FILE* f = std::fopen((write_decoded + "/modes.tsv").c_str(), "w");
+    if (!f || std::fputs(modes_tsv.c_str(), f) < 0 || std::fclose(f) != 0) {
+      std::fprintf(stderr, "codec_eval: cannot write %s/modes.tsv\n", write_decoded.c_str());
+      return 1;
+    }
   }
 
   if (json) {
@@ -682,8 +843,24 @@ int main(int argc, char** argv) {
           "\"entropy_bits\": %.5f}",
           i ? "," : "", r.mode, r.baseline ? "true" : "false", r.bits, r.ratio, r.rel_mse,
           std::isfinite(r.max_abs) ? r.max_abs : 1e308, r.logit, r.enc_gbps, r.dec_gbps, r.entropy);
+      if (auto it = quality.find(r.mode); it != quality.end()) {
+        const ModelQuality& q = it->second;
+        out.pop_back();
+        absl::StrAppendFormat(&out,
+                              ", \"model_tokens\": %d, \"kl_mean\": %.6g, \"kl_p90\": %.6g, "
+                              "\"kl_max\": %.6g, \"top1\": %.6f, \"dnll\": %.6g, "
+                              "\"near_lossless\": \"%s\"}",
+                              q.tokens, q.kl_mean, q.kl_p90, q.kl_max, q.top1, q.dnll,
+                              q.near_lossless);
+      }
     }
-    out += "\n]}\n";
+    out += "\n]";
+    if (auto it = quality.find("fp32-kv"); it != quality.end())
+      absl::StrAppendFormat(&out, ", \"floor_fp32_kv\": {\"kl_mean\": %.6g, \"kl_p90\": %.6g, "
+                                  "\"kl_max\": %.6g, \"top1\": %.6f, \"dnll\": %.6g}",
+                            it->second.kl_mean, it->second.kl_p90, it->second.kl_max,
+                            it->second.top1, it->second.dnll);
+    out += "}\n";
     std::fputs(out.c_str(), stdout);
     return 0;
   }
@@ -801,5 +978,6 @@ int main(int argc, char** argv) {
           "%.2f GB/s (%s 2)\n",
           r.mode.c_str(), 100 * (r.coder_over_entropy - 1), r.tables_bits, r.enc_gbps,
           r.enc_gbps >= 1 ? ">=" : "<", r.dec_gbps, r.dec_gbps >= 2 ? ">=" : "<");
+  if (!quality.empty()) PrintModelQuality(rows, quality, quality_path, memcpy_gbps);
   return 0;
 }

@@ -21,13 +21,14 @@ Output (safetensors, all F16 except tokens):
 import argparse
 import json
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
+
+from model_quality import write_safetensors
 
 GGUF_DEFAULT = "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -134,24 +135,6 @@ def make_tokenizer(m):
 def to_hf(x):  # [..., D] GGUF interleaved order -> HF half-split order
     D = x.shape[-1]
     return x.reshape(*x.shape[:-1], D // 2, 2).swapaxes(-1, -2).reshape(x.shape)
-
-
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, np.ndarray) written in this order (first = default tensor)."""
-    dt = {np.float16: "F16", np.float32: "F32", np.int32: "I32"}
-    header, off = {}, 0
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, a in tensors:
-        n = a.nbytes
-        header[name] = {"dtype": dt[a.dtype.type], "shape": list(a.shape), "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as fo:
-        fo.write(struct.pack("<Q", len(h))); fo.write(h)
-        for _, a in tensors:
-            fo.write(np.ascontiguousarray(a).tobytes())
 
 
 def main():

