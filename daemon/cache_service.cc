@@ -575,20 +575,23 @@ void CacheService::DropAm(uint16_t id, const transport::AmMessage& m, std::strin
   if (data_plane_.am_drops) data_plane_.am_drops->Note(id, m, why);
 }
 
-void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
+template <typename Answer>
+void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker,
+                                 AmScopedKind kind, Answer&& answer) {
   namespace w = am_wire;
   // Without a reply endpoint or a request id there is nobody to answer: dropped.
   const auto request = w::DecodeLookupRequestHeader(m.header);
   if (m.reply_ep == nullptr || !request)
-    return DropAm(w::kLookupRequestAm, m, "lookup request without a reply endpoint or with a "
-                                          "header that is not 40 bytes");
+    return DropAm(kind.request_am, m,
+                  absl::StrCat(kind.what, " request without a reply endpoint or with a header "
+                                          "that is not 40 bytes"));
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = request->request_id;
   std::string data;
   absl::StatusCode code = absl::StatusCode::kOk;
   auto fail = [&](absl::StatusCode failure, std::string message) {
-    if (failure == absl::StatusCode::kInvalidArgument) DropAm(w::kLookupRequestAm, m, message);
+    if (failure == absl::StatusCode::kInvalidArgument) DropAm(kind.request_am, m, message);
     code = failure;
     h.code = static_cast<uint32_t>(failure);  // am_wire carries absl codes
     data = std::move(message);
@@ -598,82 +601,65 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
   } else if (auth_->enabled()) {
     // An active message carries no credentials and its endpoint is not tied to a Connect:
-    // with authentication on, lookups go through gRPC (Connect tells clients so).
-    fail(absl::StatusCode::kPermissionDenied, "active-message lookups are off with auth");
-  } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
-    fail(parsed.status().code(), std::string(parsed.status().message()));
-  } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_));
-             !ns.ok()) {
-    fail(ns.status().code(), std::string(ns.status().message()));
-  } else {
-    const std::vector<BlockId>& ids = *parsed;
-    std::vector<Tier> tiers;
-    const size_t n = store_->Lookup(*ns, ids, &tiers);
-    Cluster* cluster = cluster_.load();
-    // Blocks past the local prefix may be on other nodes: only the gRPC Lookup asks them.
-    h.complete = n == ids.size() || !cluster || cluster->size() <= 1;
-    h.prefix = static_cast<uint32_t>(n);
-    data.resize(n);
-    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(ToProto(tiers[i]));
-    if (metrics_ && h.complete) {
-      const uint64_t tpb = namespaces_->TokensPerBlock(*ns);
-      metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
-      metrics_->AddFastLookup();
-    }
-  }
-  const bool counted = h.complete;  // otherwise the client asks the gRPC Lookup, which counts
-  worker->AmReply(m.reply_ep, w::kLookupReplyAm, w::EncodeReplyHeader(h), std::move(data));
-  if (metrics_ && counted)
-    metrics_->Record(RpcMetrics::kLookup, static_cast<int>(ToGrpcCode(code)),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
-
-void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker) {
-  namespace w = am_wire;
-  const auto request = w::DecodeLookupRequestHeader(m.header);
-  if (m.reply_ep == nullptr || !request)
-    return DropAm(w::kAcquireRequestAm, m, "acquire request without a reply endpoint or with a "
-                                           "header that is not 40 bytes");
-  const auto t0 = std::chrono::steady_clock::now();
-  w::ReplyHeader h;
-  h.request_id = request->request_id;
-  std::string data;
-  auto fail = [&](absl::StatusCode failure, std::string message) {
-    if (failure == absl::StatusCode::kInvalidArgument) DropAm(w::kAcquireRequestAm, m, message);
-    h.code = static_cast<uint32_t>(failure);
-    data = std::move(message);
-  };
-  CallScope call(this);
-  if (!call.admitted()) {
-    fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  } else if (auth_->enabled()) {
-    // No credentials ride on an active message: with authentication, Acquire is a gRPC call.
-    fail(absl::StatusCode::kPermissionDenied, "active-message acquires are off with auth");
+    // with authentication on, these go through gRPC (Connect tells clients so).
+    fail(absl::StatusCode::kPermissionDenied,
+         absl::StrCat("active-message ", kind.what, "s are off with auth"));
   } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
     fail(parsed.status().code(), std::string(parsed.status().message()));
   } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_)); !ns.ok()) {
     fail(ns.status().code(), std::string(ns.status().message()));
   } else {
-    const std::vector<BlockId>& ids = *parsed;
-    // Only what needs no disk read is answered here; the rest goes to the gRPC Acquire.
-    // (Inspect sees committed host blocks and, unlike Lookup, counts nothing.)
-    const std::vector<BlockInfo> resident = store_->Inspect(ids);
-    h.complete = resident.size() == ids.size() &&
-                 std::all_of(resident.begin(), resident.end(),
-                             [&](const BlockInfo& b) { return b.ns == *ns; });
-    h.prefix = static_cast<uint32_t>(ids.size());
-    if (h.complete) {
-      v1::AcquireResponse resp;
-      AcquireInto(*ns, ids, Caller{}, &resp);
-      data = resp.SerializeAsString();
-    }
+    answer(*ns, *parsed, &h, &data);
   }
-  const bool answered = h.complete && h.code == 0;
-  if (answered) acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
-  worker->AmReply(m.reply_ep, w::kAcquireReplyAm, w::EncodeReplyHeader(h), std::move(data));
-  if (metrics_ && answered)
-    metrics_->Record(RpcMetrics::kAcquire, 0,
+  // An incomplete answer sends the client to the gRPC call, which counts itself.
+  const bool counted = h.complete;
+  worker->AmReply(m.reply_ep, kind.reply_am, w::EncodeReplyHeader(h), std::move(data));
+  if (metrics_ && counted)
+    metrics_->Record(kind.rpc, static_cast<int>(ToGrpcCode(code)),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmScoped(m, worker, {am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
+                            RpcMetrics::kLookup, "lookup"},
+                [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
+                    am_wire::ReplyHeader* h, std::string* data) {
+                  std::vector<Tier> tiers;
+                  const size_t n = store_->Lookup(ns, ids, &tiers);
+                  Cluster* cluster = cluster_.load();
+                  // Blocks past the local prefix may be on other nodes: only the gRPC Lookup
+                  // asks them.
+                  h->complete = n == ids.size() || !cluster || cluster->size() <= 1;
+                  h->prefix = static_cast<uint32_t>(n);
+                  data->resize(n);
+                  for (size_t i = 0; i < n; ++i) (*data)[i] = static_cast<char>(ToProto(tiers[i]));
+                  if (metrics_ && h->complete) {
+                    const uint64_t tpb = namespaces_->TokensPerBlock(ns);
+                    metrics_->AddLookupTokens(n * tpb, (ids.size() - n) * tpb);
+                    metrics_->AddFastLookup();
+                  }
+                });
+}
+
+void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmScoped(m, worker, {am_wire::kAcquireRequestAm, am_wire::kAcquireReplyAm,
+                            RpcMetrics::kAcquire, "acquire"},
+                [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
+                    am_wire::ReplyHeader* h, std::string* data) {
+                  // Only what needs no disk read is answered here; the rest goes to the gRPC
+                  // Acquire. (Inspect sees committed host blocks and, unlike Lookup, counts
+                  // nothing.)
+                  const std::vector<BlockInfo> resident = store_->Inspect(ids);
+                  h->complete = resident.size() == ids.size() &&
+                                std::all_of(resident.begin(), resident.end(),
+                                            [&](const BlockInfo& b) { return b.ns == ns; });
+                  h->prefix = static_cast<uint32_t>(ids.size());
+                  if (!h->complete) return;
+                  v1::AcquireResponse resp;
+                  AcquireInto(ns, ids, Caller{}, &resp);
+                  *data = resp.SerializeAsString();
+                  acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
+                });
 }
 
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {

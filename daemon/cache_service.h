@@ -168,6 +168,19 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status DoPin(grpc::ServerContext*, const v1::PinRequest*, v1::PinResponse*);
   grpc::Status DoUnpin(grpc::ServerContext*, const v1::UnpinRequest*, v1::UnpinResponse*);
   grpc::Status DoStats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse*);
+  // What tells the lookup-shaped fast paths apart (ServeAmScoped).
+  struct AmScopedKind {
+    uint16_t request_am, reply_am;
+    RpcMetrics::Op rpc;
+    const char* what;
+  };
+  // The frame of a fast path whose request is a namespace and ids (am_wire's lookup request)
+  // and whose reply is a ReplyHeader and data: decoded and checked like its gRPC twin, refused
+  // with authentication, always answered. `answer(ns, ids, &header, &data)` fills a complete
+  // answer, or leaves header.complete false to send the client to gRPC.
+  template <typename Answer>
+  void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
+                     Answer&& answer);
   // The body of an Acquire, by gRPC or active message.
   void AcquireInto(const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller& caller,
                    v1::AcquireResponse* resp);

@@ -506,6 +506,15 @@ TEST(ClientDaemonTest, FastPathAndGrpcLookupsAgree) {
   EXPECT_EQ(err.status().code(), absl::StatusCode::kFailedPrecondition) << err.status();
 }
 
+// A counter of the daemon's Stats answer; 0 when it has none (or Stats failed).
+uint64_t DaemonCounter(Client& c, const std::string& counter) {
+  auto stats = c.Stats();
+  if (stats.ok())
+    for (const auto& [name, n] : stats->counters)
+      if (name == counter) return n;
+  return 0;
+}
+
 // Where the arena is not mapped, fetched bytes move by one-sided get ("rma") or by the daemon
 // pushing them ("push"); both must deliver the same verified bytes, large blocks (rendezvous) and
 // small ones (eager) alike, and push mode must really push.
@@ -540,14 +549,7 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
     got[m].assign(6, std::vector<uint8_t>(3 << 20));
     std::vector<MutableBuffer> bufs;
     for (auto& b : got[m]) bufs.push_back({b.data(), b.size()});
-    auto pushed = [&] {
-      auto stats = (*c)->Stats();
-      uint64_t v = 0;
-      if (stats.ok())
-        for (const auto& [name, n] : stats->counters)
-          if (name == "pushed_blocks_total") v = n;
-      return v;
-    };
+    auto pushed = [&] { return DaemonCounter(**c, "pushed_blocks_total"); };
     const uint64_t pushed_before = pushed();
     auto f = (*c)->Fetch(ns, ids, bufs);
     ASSERT_TRUE(f.ok()) << modes[m] << ": " << f.status();
@@ -563,7 +565,8 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
 }
 
 // A fetch of blocks in host memory takes its lease in one active-message round trip, not a
-// gRPC call; blocks only on NVMe still go through the gRPC Acquire, which stages them up.
+// gRPC call; a request with a block not in host memory (missing, or only on NVMe) goes through
+// the gRPC Acquire, which reports it or stages it up.
 TEST(ClientDaemonTest, AcquireByMessageForBlocksInHostMemory) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
@@ -574,14 +577,7 @@ TEST(ClientDaemonTest, AcquireByMessageForBlocksInHostMemory) {
   auto blocks = RandomBlocks(4, 8192, 42);
   ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 4u);
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
-  auto by_message = [&] {
-    auto stats = client->Stats();
-    uint64_t v = 0;
-    if (stats.ok())
-      for (const auto& [name, n] : stats->counters)
-        if (name == "acquires_by_message_total") v = n;
-    return v;
-  };
+  auto by_message = [&] { return DaemonCounter(*client, "acquires_by_message_total"); };
   const uint64_t before = by_message();
   std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
   std::vector<MutableBuffer> bufs;
