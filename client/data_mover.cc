@@ -667,6 +667,14 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
   return std::move(wait.reply);
 }
 
+absl::Status DataMover::Post(uint16_t am, std::string header, std::string data) {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
+  STRATA_RETURN_IF_ERROR(ep_->AmPost(am, std::move(header), std::move(data)));
+  worker_->Progress();  // starts the send; later progress (any transfer, any exchange) ends it
+  return absl::OkStatus();
+}
+
 void DataMover::OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m) {
   if (!exchange_wait_ || exchange_wait_->reply_am != reply_am || m.header.size() < 8 ||
       am_wire::GetU64(m.header.data()) != exchange_wait_->request_id)

@@ -137,6 +137,10 @@ class DataMover {
   absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,
                                  uint16_t reply_am, absl::Duration timeout);
 
+  // A one-way active message on the endpoint (no reply is awaited). FailedPrecondition when
+  // there is no working endpoint.
+  absl::Status Post(uint16_t am, std::string header, std::string data);
+
   // Spare hands for the caller's own per-block work (encoding, decoding).
   HelperThread& helper() { return helper_; }
 

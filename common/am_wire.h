@@ -61,6 +61,9 @@ inline constexpr uint16_t kPublishAckAm = 8;
 // blocks up from NVMe: the progress thread that answers here never waits for a disk.
 inline constexpr uint16_t kAcquireRequestAm = 9;
 inline constexpr uint16_t kAcquireReplyAm = 10;
+// Release of a lease taken by message, one way (no reply): header = u64 lease id; no data. A
+// lost one costs only the lease's timeout.
+inline constexpr uint16_t kReleaseAm = 11;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;

@@ -662,6 +662,17 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
                 });
 }
 
+void CacheService::HandleAmRelease(const transport::AmMessage& m) {
+  if (m.header.size() != 8)
+    return DropAm(am_wire::kReleaseAm, m, "release with a header that is not 8 bytes");
+  if (auth_->enabled())
+    return DropAm(am_wire::kReleaseAm, m, "active-message releases are off with auth");
+  CallScope call(this);
+  if (!call.admitted()) return;  // draining: the lease expires
+  // An unknown or already released lease changes nothing, as for the gRPC Release.
+  (void)store_->Release(am_wire::GetU64(m.header.data()));
+}
+
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
   const auto request = w::DecodeFetchRequestHeader(m.header);

@@ -110,6 +110,8 @@ class CacheService final : public v1::Cache::Service {
   // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
   // in host memory; else the reply sends the client to the gRPC Acquire.
   void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
+  // A one-way release (am_wire::kReleaseAm) of a lease; ignored with authentication.
+  void HandleAmRelease(const transport::AmMessage& m);
   // Publish by message (common/am_wire.h): writes a block into the extent of the sender's
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).

@@ -394,6 +394,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (s) s->HandleAmAcquire(m, worker.get());
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kReleaseAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) s->HandleAmRelease(m);
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kFetchRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmFetch(m, worker.get());

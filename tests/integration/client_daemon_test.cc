@@ -589,6 +589,15 @@ TEST(ClientDaemonTest, AcquireByMessageForBlocksInHostMemory) {
     EXPECT_EQ(got, blocks);
   }
   EXPECT_EQ(by_message() - before, 3u);
+  // Their leases end by a one-way message too.
+  uint64_t open_leases = 1;
+  for (int i = 0; i < 200 && open_leases != 0; ++i) {
+    auto stats = client->Stats();
+    ASSERT_TRUE(stats.ok());
+    open_leases = stats->open_leases;
+    if (open_leases != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(open_leases, 0u);
   // A missing block is not answered this way: the gRPC Acquire reports it.
   BlockId unknown;
   unknown.bytes[0] = 0x5a;
