@@ -137,6 +137,10 @@ lease_timeout: 30s
 max_pin_ttl: 24h
 # On SIGTERM, in-flight calls get this long to finish.
 shutdown_grace: 10s
+# The data plane's progress thread keeps polling this long after its last message before it
+# sleeps: a wake-up costs tens of microseconds, more than a small fetch. 0s: sleep at once
+# (an idle daemon then uses no CPU at all; a busy one pays the wake-ups).
+busy_poll: 50us
 
 cluster:
   # static: this node plus static_nodes (a fixed list). etcd: every daemon registers itself in
@@ -367,6 +371,7 @@ std::map<std::string, Setter> Setters() {
   s["tls.peer_server_name"] =
       Read<std::string>("tls.peer_server_name", At(&C::tls, &T::peer_server_name));
   s["shutdown_grace"] = ReadDuration("shutdown_grace", At(&C::shutdown_grace));
+  s["busy_poll"] = ReadDuration("busy_poll", At(&C::busy_poll));
 
   s["host_tier.capacity"] = ReadSize("host_tier.capacity", At(&C::host, &H::capacity));
   s["host_tier.huge_pages"] = Read<bool>("host_tier.huge_pages", At(&C::host, &H::huge_pages));
@@ -601,6 +606,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("reservation_timeout", "must be >= 100ms");
   if (c.host.lease_timeout < absl::Milliseconds(100))
     return FieldError("lease_timeout", "must be >= 100ms");
+  // A longer window buys no latency (the next burst comes later) and keeps a core busy.
+  if (c.busy_poll < absl::ZeroDuration() || c.busy_poll > absl::Milliseconds(10))
+    return FieldError("busy_poll", "must be between 0s and 10ms");
   if (c.limits.max_namespaces < 1) return FieldError("limits.max_namespaces", "must be >= 1");
   // A namespace released between a Reserve and its Commit would strand the committed blocks.
   if (c.limits.namespace_idle_timeout < c.host.reservation_timeout)

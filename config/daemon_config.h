@@ -127,6 +127,7 @@ struct DaemonConfig {
   HostTierConfig host;
   NvmeTierConfig nvme;
   absl::Duration shutdown_grace;
+  absl::Duration busy_poll;  // the progress thread polls this long after its last message
   ClusterConfig cluster;
   EventsConfig events;
   AuthConfig auth;

@@ -421,7 +421,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         Cluster* c = cluster_ptr.load(std::memory_order_acquire);
         if (c) c->locator().HandleAmLocate(m, worker.get());
       }));
-  progress = std::make_unique<transport::ProgressThread>(worker.get());
+  progress = std::make_unique<transport::ProgressThread>(worker.get(), config.busy_poll);
   return absl::OkStatus();
 }
 

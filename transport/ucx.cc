@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -424,12 +425,18 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remot
 
 // ---------------------------------------------------------------------------- ProgressThread
 
-ProgressThread::ProgressThread(Worker* worker) : worker_(worker) {
-  thread_ = std::thread([this] {
+ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worker_(worker) {
+  thread_ = std::thread([this, busy_poll] {
+    const auto window = absl::ToChronoNanoseconds(busy_poll);
+    auto last_event = std::chrono::steady_clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {
-      while (worker_->Progress() != 0) {
+      if (worker_->Progress() != 0) {
+        last_event = std::chrono::steady_clock::now();
+        continue;
       }
+      if (std::chrono::steady_clock::now() - last_event < window) continue;
       worker_->WaitForEvents(absl::Milliseconds(100));
+      last_event = std::chrono::steady_clock::now();  // woken: poll a while before sleeping
     }
   });
 }

@@ -214,7 +214,11 @@ class Worker {
 // costs no CPU on a 2-core machine.
 class ProgressThread {
  public:
-  explicit ProgressThread(Worker* worker);
+  // `busy_poll`: how long the thread keeps polling after the last event before it sleeps on
+  // the worker's event fd. A wake-up costs tens of microseconds on a VM, more than a small
+  // request's whole round trip; requests that come in bursts (an engine's per-layer fetches)
+  // then find the thread awake. Zero: sleep as soon as there is nothing to do.
+  explicit ProgressThread(Worker* worker, absl::Duration busy_poll = absl::ZeroDuration());
   ~ProgressThread();  // stops and joins
   void Stop();
 

@@ -28,6 +28,18 @@ TEST(ConfigTest, FieldsOverrideDefaults) {
   EXPECT_EQ(c->host.lease_timeout, absl::Milliseconds(250));
 }
 
+TEST(ConfigTest, BusyPollIsBounded) {
+  auto c = ParseConfig("busy_poll: 0s\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->busy_poll, absl::ZeroDuration());
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  EXPECT_EQ(ParseConfig("")->busy_poll, absl::Microseconds(50));
+  auto too_long = ParseConfig("busy_poll: 1s\n");
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("busy_poll"), std::string::npos)
+      << too_long.status();
+}
+
 // Found by tests/fuzz/config_fuzzer (corpus/config/crash-null-key): keys that are not text used
 // to throw out of ParseConfig and terminate stratad.
 TEST(ConfigTest, KeysThatAreNotTextAreRefused) {
