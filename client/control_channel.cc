@@ -100,6 +100,10 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
   acquire_by_message_ = resp.acquire_by_message();
+  {
+    std::lock_guard<std::mutex> lock(ticket_mu_);
+    am_ticket_ = resp.am_ticket();
+  }
   ArenaEndpoint arena;
   arena.worker_address = resp.worker_address();
   arena.rkey = resp.arena_rkey();
@@ -179,6 +183,7 @@ std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
     return std::nullopt;
   std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
   std::memcpy(header.data() + 8, ns.bytes.data(), 32);
+  header += ticket();
   // Short: a daemon that does not answer this way is asked through gRPC instead.
   auto reply = fast_path_->Exchange(request_am, std::move(header), PackIds(ids), reply_am,
                                     std::min(options_.rpc_timeout, absl::Milliseconds(250)));
@@ -317,8 +322,9 @@ void ControlChannel::ReleaseAsync(uint64_t lease_id) {
   // One way on the data plane where the daemon takes acquires there: a gRPC call costs this
   // thread more than the fetch it ends.
   if (acquire_by_message_ && fast_path_ != nullptr && fast_path_enabled_.load()) {
-    std::string header(8, '\0');
+    std::string header(am_wire::kReleaseHeaderBytes, '\0');
     am_wire::PutU64(header.data(), lease_id);
+    header += ticket();
     if (fast_path_->Post(am_wire::kReleaseAm, std::move(header), {}).ok()) return;
   }
   struct Call {

@@ -153,6 +153,14 @@ class ControlChannel {
   // without it must not cost every lookup a wait).
   DataMover* fast_path_ = nullptr;
   std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
+  // With authentication: what stands for this client in fast-path messages (Connect sets it
+  // again after a reconnection).
+  std::string ticket() const {
+    std::lock_guard<std::mutex> lock(ticket_mu_);
+    return am_ticket_;
+  }
+  mutable std::mutex ticket_mu_;
+  std::string am_ticket_;
   std::atomic<bool> fast_path_enabled_;
   std::atomic<int> fast_path_timeouts_{0};
 

@@ -5,8 +5,15 @@
 namespace strata::am_wire {
 
 std::optional<LookupRequestHeader> DecodeLookupRequestHeader(std::string_view in) {
-  if (in.size() != kRequestHeaderBytes) return std::nullopt;
-  return LookupRequestHeader{GetU64(in.data()), in.substr(8, 32)};
+  if (in.size() != kRequestHeaderBytes && in.size() != kRequestHeaderBytes + kTicketBytes)
+    return std::nullopt;
+  return LookupRequestHeader{GetU64(in.data()), in.substr(8, 32), in.substr(kRequestHeaderBytes)};
+}
+
+std::optional<ReleaseHeader> DecodeReleaseHeader(std::string_view in) {
+  if (in.size() != kReleaseHeaderBytes && in.size() != kReleaseHeaderBytes + kTicketBytes)
+    return std::nullopt;
+  return ReleaseHeader{GetU64(in.data()), in.substr(kReleaseHeaderBytes)};
 }
 
 std::optional<ReplyHeader> DecodeDefinitiveLookupReply(std::string_view header,

@@ -64,6 +64,11 @@ inline constexpr uint16_t kAcquireReplyAm = 10;
 // Release of a lease taken by message, one way (no reply): header = u64 lease id; no data. A
 // lost one costs only the lease's timeout.
 inline constexpr uint16_t kReleaseAm = 11;
+// With authentication, lookup, acquire and release requests end in the caller's ticket: 16
+// random bytes its authenticated Connect returned (ConnectResponse.am_ticket), which the daemon
+// maps back to the caller's tenant and role. Without one they are refused.
+inline constexpr size_t kTicketBytes = 16;
+inline constexpr size_t kReleaseHeaderBytes = 8;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
@@ -119,10 +124,12 @@ inline bool DecodeReplyHeader(std::string_view in, ReplyHeader* h) {
 // The decoders below are the only readers of these messages' bytes in the daemon and the
 // client, so tests/fuzz exercises exactly what production runs on a peer's input.
 
-// Lookup request header; nullopt unless it is exactly kRequestHeaderBytes. `ns` views `in`.
+// Lookup (and acquire) request header; nullopt unless it is exactly kRequestHeaderBytes, or
+// that and a ticket. `ns` and `ticket` view `in`.
 struct LookupRequestHeader {
   uint64_t request_id = 0;
-  std::string_view ns;  // 32 raw bytes, not yet checked against the open namespaces
+  std::string_view ns;      // 32 raw bytes, not yet checked against the open namespaces
+  std::string_view ticket;  // empty, or kTicketBytes raw bytes
 };
 std::optional<LookupRequestHeader> DecodeLookupRequestHeader(std::string_view in);
 
@@ -131,6 +138,13 @@ std::optional<LookupRequestHeader> DecodeLookupRequestHeader(std::string_view in
 std::optional<ReplyHeader> DecodeDefinitiveLookupReply(std::string_view header,
                                                        std::string_view data, size_t asked);
 
+// Release header: the lease id and the ticket (empty when there is none); nullopt unless it is
+// exactly kReleaseHeaderBytes, or that and a ticket.
+struct ReleaseHeader {
+  uint64_t lease_id = 0;
+  std::string_view ticket;
+};
+std::optional<ReleaseHeader> DecodeReleaseHeader(std::string_view in);
 // Peer locate request header (the request id); nullopt unless it is exactly 8 bytes.
 std::optional<uint64_t> DecodeLocateRequestHeader(std::string_view in);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/am_wire.h"
 
 namespace strata::daemon {
 namespace {
@@ -185,6 +187,29 @@ bool IdOwners::Allowed(uint64_t id, const Caller& caller) const {
 void IdOwners::Forget(uint64_t id) {
   absl::MutexLock lock(&mu_);
   owners_.erase(id);
+}
+
+std::string AmTickets::Issue(const Caller& caller) {
+  std::string ticket(am_wire::kTicketBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(ticket.data()),
+                 static_cast<int>(ticket.size())) != 1)
+    return {};
+  absl::MutexLock lock(&mu_);
+  while (order_.size() >= capacity_) {
+    tickets_.erase(order_.front());
+    order_.pop_front();
+  }
+  tickets_[ticket] = Entry{caller, absl::Now() + ttl_};
+  order_.push_back(ticket);
+  return ticket;
+}
+
+std::optional<Caller> AmTickets::Find(std::string_view ticket) const {
+  if (ticket.size() != am_wire::kTicketBytes) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  auto it = tickets_.find(std::string(ticket));
+  if (it == tickets_.end() || it->second.expires < absl::Now()) return std::nullopt;
+  return it->second.caller;
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {

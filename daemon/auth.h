@@ -11,7 +11,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,6 +120,32 @@ class IdOwners {
   };
   absl::flat_hash_map<uint64_t, Owner> owners_ ABSL_GUARDED_BY(mu_);
   size_t adds_since_prune_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Tickets for the active-message fast paths under authentication. An active message carries no
+// token, so an authenticated Connect gets a ticket: 16 random bytes that stand for its caller
+// (tenant and role) in lookup, acquire and release messages. Bounded: past `capacity` the
+// oldest ticket goes (its client falls back to gRPC, or connects again), and a ticket ends
+// `ttl` after it was issued.
+class AmTickets {
+ public:
+  explicit AmTickets(size_t capacity = 1 << 16, absl::Duration ttl = absl::Hours(24))
+      : capacity_(capacity), ttl_(ttl) {}
+  // A fresh ticket for `caller`; empty if no random bytes could be drawn.
+  std::string Issue(const Caller& caller);
+  // The caller a ticket stands for; nullopt for an unknown or expired one.
+  std::optional<Caller> Find(std::string_view ticket) const;
+
+ private:
+  struct Entry {
+    Caller caller;
+    absl::Time expires;
+  };
+  const size_t capacity_;
+  const absl::Duration ttl_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> tickets_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
 // A token file's first token (spaces and newlines trimmed): `auth.peer_token_file`.

@@ -111,7 +111,7 @@ CacheService::CacheService(BlockStore* store, NamespaceRegistry* namespaces,
 
 grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                      v1::ConnectResponse* resp) {
-  return Serve(ctx, [&] {
+  return Serve(ctx, [&](const Caller& caller) {
     resp->set_node_id(data_plane_.node_id);
     resp->set_version(STRATA_VERSION);
     resp->set_worker_address(data_plane_.worker_address);
@@ -130,8 +130,14 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
     Cluster* cluster = cluster_.load();
     resp->set_cluster_nodes(cluster ? static_cast<uint32_t>(cluster->size()) : 1);
-    resp->set_active_messages_off(auth_->enabled());
-    resp->set_acquire_by_message(!auth_->enabled());
+    // With authentication the fast paths need the caller's ticket; without one (no random
+    // bytes) they stay off for this client.
+    std::string ticket;
+    if (auth_->enabled()) ticket = am_tickets_.Issue(caller);
+    const bool fast_paths = !auth_->enabled() || !ticket.empty();
+    resp->set_active_messages_off(!fast_paths);
+    resp->set_acquire_by_message(fast_paths);
+    resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
   });
@@ -584,7 +590,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
   if (m.reply_ep == nullptr || !request)
     return DropAm(kind.request_am, m,
                   absl::StrCat(kind.what, " request without a reply endpoint or with a header "
-                                          "that is not 40 bytes"));
+                                          "that is not 40 or 56 bytes"));
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = request->request_id;
@@ -597,19 +603,26 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
     data = std::move(message);
   };
   CallScope call(this);
+  // An active message carries no credentials: with authentication its ticket names the caller
+  // (an authenticated Connect issued it), and the same tenant check as gRPC's applies.
+  const std::optional<Caller> caller =
+      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(Caller{});
   if (!call.admitted()) {
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  } else if (auth_->enabled()) {
-    // An active message carries no credentials and its endpoint is not tied to a Connect:
-    // with authentication on, these go through gRPC (Connect tells clients so).
+  } else if (!caller) {
     fail(absl::StatusCode::kPermissionDenied,
-         absl::StrCat("active-message ", kind.what, "s are off with auth"));
+         absl::StrCat("active-message ", kind.what,
+                      " without a valid ticket (authentication is on: Connect issues one)"));
   } else if (auto parsed = UnpackIds(m.data, "ids", w::kMaxIds); !parsed.ok()) {
     fail(parsed.status().code(), std::string(parsed.status().message()));
   } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_)); !ns.ok()) {
     fail(ns.status().code(), std::string(ns.status().message()));
+  } else if (auto entry = namespaces_->Find(*ns);
+             auth_->enabled() && (!entry || !caller->MayUse(entry->tenant))) {
+    fail(absl::StatusCode::kPermissionDenied,
+         "the namespace belongs to another tenant than the ticket's");
   } else {
-    answer(*ns, *parsed, &h, &data);
+    answer(*ns, *parsed, *caller, &h, &data);
   }
   // An incomplete answer sends the client to the gRPC call, which counts itself.
   const bool counted = h.complete;
@@ -622,7 +635,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
 void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Worker* worker) {
   ServeAmScoped(m, worker, {am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
                             RpcMetrics::kLookup, "lookup"},
-                [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
+                [&](const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller&,
                     am_wire::ReplyHeader* h, std::string* data) {
                   std::vector<Tier> tiers;
                   const size_t n = store_->Lookup(ns, ids, &tiers);
@@ -645,7 +658,7 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
   ServeAmScoped(m, worker, {am_wire::kAcquireRequestAm, am_wire::kAcquireReplyAm,
                             RpcMetrics::kAcquire, "acquire"},
                 [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                    am_wire::ReplyHeader* h, std::string* data) {
+                    const Caller& caller, am_wire::ReplyHeader* h, std::string* data) {
                   // Only what needs no disk read is answered here; the rest goes to the gRPC
                   // Acquire. (Inspect sees committed host blocks and, unlike Lookup, counts
                   // nothing.)
@@ -656,21 +669,26 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
                   h->prefix = static_cast<uint32_t>(ids.size());
                   if (!h->complete) return;
                   v1::AcquireResponse resp;
-                  AcquireInto(ns, ids, Caller{}, &resp);
+                  AcquireInto(ns, ids, caller, &resp);
                   *data = resp.SerializeAsString();
                   acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
                 });
 }
 
 void CacheService::HandleAmRelease(const transport::AmMessage& m) {
-  if (m.header.size() != 8)
-    return DropAm(am_wire::kReleaseAm, m, "release with a header that is not 8 bytes");
-  if (auth_->enabled())
-    return DropAm(am_wire::kReleaseAm, m, "active-message releases are off with auth");
+  const auto release = am_wire::DecodeReleaseHeader(m.header);
+  if (!release)
+    return DropAm(am_wire::kReleaseAm, m, "release with a header that is not 8 or 24 bytes");
+  const std::optional<Caller> caller =
+      auth_->enabled() ? am_tickets_.Find(release->ticket) : std::optional<Caller>(Caller{});
+  if (!caller)
+    return DropAm(am_wire::kReleaseAm, m, "release without a valid ticket (authentication is on)");
   CallScope call(this);
   if (!call.admitted()) return;  // draining: the lease expires
-  // An unknown or already released lease changes nothing, as for the gRPC Release.
-  (void)store_->Release(am_wire::GetU64(m.header.data()));
+  // Another tenant's lease is left alone, as by the gRPC Release; an unknown or already
+  // released one changes nothing.
+  if (!id_owners_.Allowed(release->lease_id, *caller)) return;
+  if (store_->Release(release->lease_id).ok()) id_owners_.Forget(release->lease_id);
 }
 
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {

@@ -110,7 +110,8 @@ class CacheService final : public v1::Cache::Service {
   // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
   // in host memory; else the reply sends the client to the gRPC Acquire.
   void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
-  // A one-way release (am_wire::kReleaseAm) of a lease; ignored with authentication.
+  // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
+  // caller's own lease only.
   void HandleAmRelease(const transport::AmMessage& m);
   // Publish by message (common/am_wire.h): writes a block into the extent of the sender's
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
@@ -177,9 +178,10 @@ class CacheService final : public v1::Cache::Service {
     const char* what;
   };
   // The frame of a fast path whose request is a namespace and ids (am_wire's lookup request)
-  // and whose reply is a ReplyHeader and data: decoded and checked like its gRPC twin, refused
-  // with authentication, always answered. `answer(ns, ids, &header, &data)` fills a complete
-  // answer, or leaves header.complete false to send the client to gRPC.
+  // and whose reply is a ReplyHeader and data: decoded and checked like its gRPC twin (with
+  // authentication, its ticket names the caller), always answered. `answer(ns, ids, caller,
+  // &header, &data)` fills a complete answer, or leaves header.complete false to send the
+  // client to gRPC.
   template <typename Answer>
   void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
                      Answer&& answer);
@@ -222,6 +224,7 @@ class CacheService final : public v1::Cache::Service {
   const Authenticator no_auth_;  // what auth_ points at when authentication is off
   const Authenticator* const auth_;
   IdOwners id_owners_;  // the tenant behind each live reservation and lease id
+  AmTickets am_tickets_;  // with authentication: who each fast-path ticket stands for
   const absl::Time started_ = absl::Now();
   absl::Mutex drain_mu_;
   bool draining_ ABSL_GUARDED_BY(drain_mu_) = false;

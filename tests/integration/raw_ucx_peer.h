@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,8 +29,10 @@ class RawUcxPeer {
     worker_ = std::move(*worker);
     // Replies (lookup, locate, pushed blocks) are counted and dropped.
     for (uint16_t id = 0; id < 16; ++id) {
-      (void)worker_->SetAmRendezvousHandler(id, [this](const transport::AmMessage&) {
+      (void)worker_->SetAmRendezvousHandler(id, [this, id](const transport::AmMessage& m) {
         ++replies_;
+        std::lock_guard<std::mutex> lock(reply_mu_);
+        last_reply_[id] = {std::string(m.header), std::string(m.data)};
         return false;  // a rendezvous payload is left to UCX, which drops it
       });
     }
@@ -37,6 +41,11 @@ class RawUcxPeer {
 
   bool ok() const { return worker_ != nullptr; }
   int replies() const { return replies_.load(); }
+  // The header and data of the last reply with AM id `id` (empty when none came).
+  std::pair<std::string, std::string> last_reply(uint16_t id) {
+    std::lock_guard<std::mutex> lock(reply_mu_);
+    return last_reply_[id];
+  }
 
   // Connects (closing any endpoint it has). Peer-failure detection by default, where the
   // daemon's transports offer it (an authenticating daemon's shared memory does not): the daemon
@@ -153,6 +162,8 @@ class RawUcxPeer {
   ucp_ep_h ep_ = nullptr;
   std::atomic<bool> failed_{false};
   std::atomic<int> replies_{0};
+  std::mutex reply_mu_;
+  std::map<uint16_t, std::pair<std::string, std::string>> last_reply_;
 };
 
 }  // namespace strata::testing

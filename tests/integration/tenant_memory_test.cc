@@ -296,6 +296,84 @@ TEST(TenantMemoryTest, MessagesWithoutTheCallersOwnLeaseOrReservationMoveNothing
   EXPECT_GE(b.replies(), 9);
 }
 
+// With authentication the fast paths (lookup, acquire, release by message) need the ticket an
+// authenticated Connect issued, and it carries that caller's tenant: no ticket, a made-up one,
+// or another tenant's reaches nothing. Tenant a's own client uses them.
+TEST(TenantMemoryTest, FastPathsNeedTheCallersTicket) {
+  Scene scene;
+  ASSERT_TRUE(scene.ok()) << scene.daemon->log();
+  DaemonProcess* d = scene.daemon.get();
+  const Victim& v = scene.victim;
+  namespace w = am_wire;
+  auto counter = [&](const char* name) {
+    auto stats = scene.a->Stats();
+    uint64_t value = 0;
+    if (stats.ok())
+      for (const auto& [n, c] : stats->counters)
+        if (n == name) value = c;
+    return value;
+  };
+  const uint64_t before = counter("acquires_by_message_total");
+  ExpectIntact(*scene.a, v);
+  EXPECT_EQ(counter("acquires_by_message_total") - before, 1u) << "a's fetch took no fast path";
+
+  const v1::ConnectResponse a_conn = ConnectRaw(*d, kTokenA);
+  const v1::ConnectResponse b_conn = ConnectRaw(*d, kTokenB);
+  ASSERT_EQ(a_conn.am_ticket().size(), w::kTicketBytes);
+  ASSERT_EQ(b_conn.am_ticket().size(), w::kTicketBytes);
+  EXPECT_NE(a_conn.am_ticket(), b_conn.am_ticket());
+  RawUcxPeer b;
+  ASSERT_TRUE(b.Connect(b_conn.worker_address()));
+  std::string ids;
+  for (const BlockId& id : v.ids) ids += std::string(id.AsBytes());
+  // The code of the reply to a lookup or acquire of a's blocks sent with `ticket`.
+  auto ask = [&](uint16_t request, uint16_t reply, const std::string& ticket) {
+    std::string h(w::kRequestHeaderBytes, '\0');
+    w::PutU64(h.data(), 77);
+    std::memcpy(h.data() + 8, v.ns.bytes.data(), 32);
+    h += ticket;
+    EXPECT_TRUE(b.Send(request, h, ids, RawUcxPeer::kReply | RawUcxPeer::kEager));
+    b.Progress(std::chrono::milliseconds(300));
+    w::ReplyHeader got;
+    const auto [header, data] = b.last_reply(reply);
+    if (!w::DecodeReplyHeader(header, &got)) return -1;
+    EXPECT_TRUE(data.find(std::string(v.blocks[0].begin(), v.blocks[0].begin() + 64)) ==
+                std::string::npos);
+    return static_cast<int>(got.code);
+  };
+  const int denied = static_cast<int>(absl::StatusCode::kPermissionDenied);
+  std::string made_up(w::kTicketBytes, 'x');
+  for (const std::string& ticket : {std::string(), made_up, b_conn.am_ticket()}) {
+    EXPECT_EQ(ask(w::kLookupRequestAm, w::kLookupReplyAm, ticket), denied) << ticket.size();
+    EXPECT_EQ(ask(w::kAcquireRequestAm, w::kAcquireReplyAm, ticket), denied) << ticket.size();
+  }
+  // a's own ticket works from any endpoint (the ticket is the credential).
+  EXPECT_EQ(ask(w::kAcquireRequestAm, w::kAcquireReplyAm, a_conn.am_ticket()), 0);
+  // b cannot release a lease of a's: a gRPC lease of a's stays open after b's release.
+  auto cache = v1::Cache::NewStub(Channel(*d));
+  v1::AcquireRequest q;
+  q.set_namespace_id(std::string(v.ns.AsBytes()));
+  q.set_ids(Packed({v.ids[1]}));
+  v1::AcquireResponse lease;
+  ASSERT_TRUE(cache->Acquire(Ctx(kTokenA).get(), q, &lease).ok());
+  auto open_leases = [&] {
+    auto stats = scene.a->Stats();
+    return stats.ok() ? stats->open_leases : ~uint64_t{0};
+  };
+  const uint64_t open = open_leases();
+  ASSERT_GE(open, 1u);
+  std::string rel(w::kReleaseHeaderBytes, '\0');
+  w::PutU64(rel.data(), lease.lease_id());
+  EXPECT_TRUE(b.Send(w::kReleaseAm, rel + b_conn.am_ticket(), "", RawUcxPeer::kEager));
+  EXPECT_TRUE(b.Send(w::kReleaseAm, rel, "", RawUcxPeer::kEager));
+  b.Progress(std::chrono::milliseconds(200));
+  EXPECT_EQ(open_leases(), open);
+  EXPECT_TRUE(b.Send(w::kReleaseAm, rel + a_conn.am_ticket(), "", RawUcxPeer::kEager));
+  b.Progress(std::chrono::milliseconds(200));
+  EXPECT_EQ(open_leases(), open - 1);
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
 // Publish and fetch by messages keep working for the right tenant, on every transport.
 TEST(TenantMemoryTest, OwnBlocksMoveByMessagesOnEveryTransport) {
   for (const char* tls : {"tcp", ""}) {
