@@ -4,8 +4,8 @@
 // HandleAmAcquire, HandleAmFetch, Locator::HandleAmLocate and CacheService::HandleAmPublish
 // read them.
 //
-// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish) | u64 arena bytes (fetch, publish) |
-// u16-sized header | the rest as the message data.
+// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release) | u64 arena bytes (fetch,
+// publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,7 +37,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 4;
+  const uint8_t kind = in.U8() % 5;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -45,6 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     case 0: {
       auto h = w::DecodeLookupRequestHeader(header);
       if (h && h->ns.size() != 32) Fail("lookup namespace is not 32 bytes");
+      if (h && !h->ticket.empty() && h->ticket.size() != w::kTicketBytes)
+        Fail("lookup ticket is neither absent nor kTicketBytes");
       auto ids = strata::UnpackIds(data, "ids", w::kMaxIds);
       if (ids.ok() && (ids->size() > w::kMaxIds || strata::PackIds(*ids) != data))
         Fail("lookup ids do not round-trip");
@@ -72,6 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (b->size > arena || b->offset > arena || b->offset + b->size > arena)
         Fail("published block outside the arena");
       if (w::EncodePublishBlockHeader(*b) != header) Fail("publish header does not round-trip");
+      break;
+    }
+    case 4: {
+      // What HandleAmRelease then looks up: the ticket (empty or kTicketBytes) and the lease.
+      auto r = w::DecodeReleaseHeader(header);
+      if (!r) break;
+      if (!r->ticket.empty() && r->ticket.size() != w::kTicketBytes) Fail("release ticket size");
+      if (r->lease_id != w::GetU64(header.data())) Fail("release lease id");
       break;
     }
   }

@@ -57,6 +57,11 @@ void AmRequests() {
   Write("am_request", "fetch", U8(1) + U64(1 << 20) + Sized(fetch) + extents);
   Write("am_request", "fetch_outside", U8(1) + U64(4096) + Sized(fetch) + extents);
   Write("am_request", "locate", U8(2) + U64(0) + Sized(U64(5)) + strata::PackIds(Ids(2)));
+  const std::string ticket(w::kTicketBytes, 't');
+  Write("am_request", "lookup_ticketed",
+        U8(0) + U64(0) + Sized(lookup + ticket) + strata::PackIds(Ids(3)));
+  Write("am_request", "release", U8(4) + U64(0) + Sized(U64(9)));
+  Write("am_request", "release_ticketed", U8(4) + U64(0) + Sized(U64(9) + ticket));
 }
 
 void AmReplies() {
