@@ -10,6 +10,10 @@
 #include "codec/codec.h"
 #include "codec/rans.h"
 
+namespace strata::codec {
+class Calibration;
+}
+
 namespace strata::codec::internal {
 
 struct TensorShape {
@@ -70,6 +74,7 @@ struct SectionScratch {
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
+  std::vector<int32_t> pq;                // pca encoder: quantised coordinates
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
   size_t prefetch_bytes = 0;
@@ -164,5 +169,14 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
                              rans::CoderStats* stats);
 absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                              SectionScratch* sc, uint8_t* out);
+
+// Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
+absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                       uint32_t layer, uint32_t tensor, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       rans::SharedEncoder* shared);
+absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
+                       const Calibration& cal, uint32_t layer, uint32_t tensor,
+                       SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared);
 
 }  // namespace strata::codec::internal

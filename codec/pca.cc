@@ -1,0 +1,236 @@
+// Sections of the calibrated transform mode (`pca`): each head vector, minus the calibration's
+// mean, is projected on the calibration's basis; the coordinates with a step are quantised
+// uniformly (round to nearest) and rANS-coded in the blob's shared stream; dropped coordinates
+// decode as zero (the head vector as the mean along them).
+//
+// Payload: u16 maxq (symbols are q + maxq, alphabet 2 maxq + 1), u16 coded coordinates (of all
+// heads: a check against the calibration), then, when any coordinate is coded, the rANS tables
+// of kPcaContexts contexts (symbols in the shared stream).
+//
+// Symbol order and contexts. Coordinates differ in spread (sqrt(variance) / step) by orders of
+// magnitude, so one table for all would waste bits, and a table per coordinate costs more than it
+// saves. The coded coordinates of a section are ranked by spread and split into C equal classes
+// (C = min(16, count); the count padded to a multiple of C with always-zero coordinates, which
+// land in the lowest class); slot j of the ranked, interleaved list holds class j % C. Symbols
+// go in runs of 16 tokens of one slot, slot after slot, token group after token group, so that
+// the coder's context of run r, r % C, is the class of its coordinate.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "codec/calibration.h"
+#include "codec/internal/byte_io.h"
+#include "codec/internal/sections.h"
+#include "common/status_macros.h"
+
+namespace strata::codec::internal {
+
+namespace {
+
+constexpr uint32_t kPcaContexts = 16;
+constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
+constexpr size_t kRun = rans::kCtxRun;
+
+struct Slot {
+  uint32_t head;
+  uint32_t coord;  // == head_dim: padding
+};
+
+// The section's coded coordinates in symbol order (see the top of the file).
+void PlanSlots(const Calibration& cal, uint32_t layer, uint32_t tensor, std::vector<Slot>* slots,
+               uint32_t* num_ctx, uint32_t* coded) {
+  struct Item {
+    float spread;
+    uint32_t head, coord;
+  };
+  std::vector<Item> items;
+  for (uint32_t h = 0; h < cal.num_kv_heads; ++h) {
+    const HeadTransform& ht = cal.At(layer, tensor, h);
+    for (uint32_t c = 0; c < cal.head_dim; ++c)
+      if (ht.step[c] > 0) items.push_back({std::sqrt(ht.variance[c]) / ht.step[c], h, c});
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.spread > b.spread; });
+  *coded = static_cast<uint32_t>(items.size());
+  slots->clear();
+  if (items.empty()) {
+    *num_ctx = 0;
+    return;
+  }
+  const uint32_t C = std::min<uint32_t>(kPcaContexts, *coded);
+  const uint32_t per_class = (*coded + C - 1) / C;
+  slots->assign(size_t{per_class} * C, Slot{0, cal.head_dim});
+  for (uint32_t rank = 0; rank < *coded; ++rank)
+    (*slots)[size_t{rank % per_class} * C + rank / per_class] = {items[rank].head,
+                                                                 items[rank].coord};
+  *num_ctx = C;
+}
+
+// Symbol index of (token group g, slot j, token t within the group).
+inline size_t SymIndex(size_t T, size_t nslots, size_t tok, size_t j) {
+  const size_t g = tok / kRun, in = tok % kRun;
+  const size_t group_len = std::min(kRun, T - g * kRun);
+  return g * kRun * nslots + j * group_len + in;
+}
+
+}  // namespace
+
+absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                       uint32_t layer, uint32_t tensor, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       rans::SharedEncoder* shared) {
+  const size_t T = s.tokens, H = s.heads, D = s.head_dim;
+  std::vector<Slot> slots;
+  uint32_t num_ctx, coded;
+  PlanSlots(cal, layer, tensor, &slots, &num_ctx, &coded);
+  sc->f.resize(s.values());
+  ToFloat(in, s.dtype, sc->f.data(), s.values());
+  for (float x : sc->f)
+    if (!std::isfinite(x)) return absl::InvalidArgumentError("pca section: non-finite input");
+  // y[h][tok][c] for the coded coordinates of each head, c in the head's own order.
+  std::vector<uint32_t> head_first(H + 1, 0);
+  std::vector<std::vector<uint32_t>> head_coords(H);
+  for (size_t h = 0; h < H; ++h) {
+    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+    for (uint32_t c = 0; c < D; ++c)
+      if (ht.step[c] > 0) head_coords[h].push_back(c);
+  }
+  std::vector<int32_t>& q = sc->pq;
+  // q laid out [h][c_local][tok]; qpos maps (h, c) to its base.
+  std::vector<size_t> base(H * D, 0);
+  size_t total = 0;
+  for (size_t h = 0; h < H; ++h)
+    for (uint32_t c : head_coords[h]) {
+      base[h * D + c] = total;
+      total += T;
+    }
+  q.assign(total, 0);
+  std::vector<float>& bt = sc->row;  // basis rows of the coded coordinates, transposed: [d][n]
+  std::vector<float> xc(D), y;
+  int32_t maxq = 0;
+  for (size_t h = 0; h < H; ++h) {
+    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+    const size_t n = head_coords[h].size();
+    if (n == 0) continue;
+    bt.resize(D * n);
+    for (size_t k = 0; k < n; ++k)
+      for (size_t d = 0; d < D; ++d) bt[d * n + k] = ht.basis[head_coords[h][k] * D + d];
+    y.resize(n);
+    std::vector<float> inv(n);
+    for (size_t k = 0; k < n; ++k) inv[k] = 1.0f / ht.step[head_coords[h][k]];
+    for (size_t tok = 0; tok < T; ++tok) {
+      const float* x = sc->f.data() + (tok * H + h) * D;
+      for (size_t d = 0; d < D; ++d) xc[d] = x[d] - ht.mean[d];
+      std::fill(y.begin(), y.end(), 0.0f);
+      for (size_t d = 0; d < D; ++d) {
+        const float a = xc[d];
+        const float* __restrict b = bt.data() + d * n;
+        float* __restrict yy = y.data();
+        for (size_t k = 0; k < n; ++k) yy[k] += a * b[k];
+      }
+      for (size_t k = 0; k < n; ++k) {
+        float v = std::nearbyint(y[k] * inv[k]);
+        v = std::clamp(v, static_cast<float>(-kMaxQ), static_cast<float>(kMaxQ));
+        const auto qi = static_cast<int32_t>(v);
+        maxq = std::max(maxq, qi < 0 ? -qi : qi);
+        q[base[h * D + head_coords[h][k]] + tok] = qi;
+      }
+    }
+  }
+  ByteWriter w(out);
+  w.U16(static_cast<uint16_t>(maxq));
+  w.U16(static_cast<uint16_t>(coded));
+  if (coded == 0) return absl::OkStatus();
+  if (!shared) return absl::InternalError("pca section: no shared stream");
+  const size_t nsym = T * slots.size();
+  const uint32_t alphabet = 2 * static_cast<uint32_t>(maxq) + 1;
+  auto emit = [&](auto* syms) {
+    for (size_t j = 0; j < slots.size(); ++j) {
+      const Slot& sl = slots[j];
+      const int32_t* src = sl.coord == D ? nullptr : q.data() + base[sl.head * D + sl.coord];
+      for (size_t tok = 0; tok < T; ++tok)
+        syms[SymIndex(T, slots.size(), tok, j)] =
+            static_cast<std::remove_pointer_t<decltype(syms)>>((src ? src[tok] : 0) + maxq);
+    }
+    rans::Encode(syms, nsym, alphabet, num_ctx, &sc->rans, out, stats, rans::kMaxLanes, nullptr,
+                 shared);
+  };
+  if (alphabet <= 256) {
+    sc->syms8.resize(nsym);
+    emit(sc->syms8.data());
+  } else {
+    sc->syms.resize(nsym);
+    emit(sc->syms.data());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
+                       const Calibration& cal, uint32_t layer, uint32_t tensor,
+                       SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared) {
+  const size_t T = s.tokens, H = s.heads, D = s.head_dim;
+  std::vector<Slot> slots;
+  uint32_t num_ctx, coded;
+  PlanSlots(cal, layer, tensor, &slots, &num_ctx, &coded);
+  ByteReader r(payload, "pca section");
+  uint16_t maxq, coded_in;
+  STRATA_RETURN_IF_ERROR(r.Read(&maxq));
+  STRATA_RETURN_IF_ERROR(r.Read(&coded_in));
+  if (coded_in != coded)
+    return absl::DataLossError(absl::StrCat("pca section: ", coded_in,
+                                            " coded coordinates, the calibration has ", coded));
+  if (maxq > kMaxQ) return absl::DataLossError("pca section: symbol range too large");
+  sc->f.resize(s.values());
+  std::vector<float>& y = sc->row;  // dequantised coordinates [slot][tok]
+  y.assign(T * slots.size(), 0.0f);
+  if (coded > 0) {
+    if (!shared) return absl::DataLossError("pca section: blob has no shared stream");
+    const size_t nsym = T * slots.size();
+    const uint32_t alphabet = 2 * uint32_t{maxq} + 1;
+    auto take = [&](auto* syms) -> absl::Status {
+      STRATA_RETURN_IF_ERROR(rans::Decode(r, nsym, alphabet, num_ctx, &sc->rans, syms,
+                                          rans::kMaxLanes, shared));
+      for (size_t j = 0; j < slots.size(); ++j) {
+        if (slots[j].coord == D) continue;
+        const float st = cal.At(layer, tensor, slots[j].head).step[slots[j].coord];
+        float* dst = y.data() + j * T;
+        for (size_t tok = 0; tok < T; ++tok)
+          dst[tok] = static_cast<float>(static_cast<int32_t>(syms[SymIndex(T, slots.size(), tok, j)]) -
+                                        int32_t{maxq}) *
+                     st;
+      }
+      return absl::OkStatus();
+    };
+    if (alphabet <= 256) {
+      sc->syms8.resize(nsym);
+      STRATA_RETURN_IF_ERROR(take(sc->syms8.data()));
+    } else {
+      sc->syms.resize(nsym);
+      STRATA_RETURN_IF_ERROR(take(sc->syms.data()));
+    }
+  }
+  if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
+  // Per head: x = mean + sum over coded coordinates of y_c * axis_c.
+  std::vector<std::vector<uint32_t>> head_slots(H);
+  for (size_t j = 0; j < slots.size(); ++j)
+    if (slots[j].coord != D) head_slots[slots[j].head].push_back(static_cast<uint32_t>(j));
+  for (size_t h = 0; h < H; ++h) {
+    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+    for (size_t tok = 0; tok < T; ++tok) {
+      float* __restrict x = sc->f.data() + (tok * H + h) * D;
+      std::copy(ht.mean.begin(), ht.mean.end(), x);
+      for (uint32_t j : head_slots[h]) {
+        const float a = y[j * T + tok];
+        if (a == 0.0f) continue;
+        const float* __restrict b = ht.basis.data() + size_t{slots[j].coord} * D;
+        for (size_t d = 0; d < D; ++d) x[d] += a * b[d];
+      }
+    }
+  }
+  FromFloat(sc->f.data(), s.dtype, out, s.values());
+  return absl::OkStatus();
+}
+
+}  // namespace strata::codec::internal
