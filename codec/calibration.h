@@ -90,7 +90,8 @@ std::string CalibrationIdString(uint64_t id);  // 16 hex digits
 
 struct CalibrateOptions {
   double bits_per_value = 1.5;  // target, over every value of a block (dropped ones included)
-  // Distortion weight of keys against values in the bit allocation (MSE of each).
+  // Distortion weight of keys against values in the bit allocation (each head's MSE relative to
+  // its variance).
   double key_weight = 1.0;
   uint32_t version = 1;
 };

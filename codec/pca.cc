@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
 #include "codec/internal/byte_io.h"
+#include "codec/internal/kernels.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
@@ -108,7 +109,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     }
   q.assign(total, 0);
   std::vector<float>& bt = sc->row;  // basis rows of the coded coordinates, transposed: [d][n]
-  std::vector<float> xc(D), y;
+  std::vector<float>& xc = sc->mn;   // one head's centred vectors, [tok][d]
+  std::vector<float>& y = sc->mx;    // and their coordinates, [tok][k]
   int32_t maxq = 0;
   for (size_t h = 0; h < H; ++h) {
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
@@ -117,21 +119,18 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     bt.resize(D * n);
     for (size_t k = 0; k < n; ++k)
       for (size_t d = 0; d < D; ++d) bt[d * n + k] = ht.basis[head_coords[h][k] * D + d];
-    y.resize(n);
+    xc.resize(T * D);
+    for (size_t tok = 0; tok < T; ++tok) {
+      const float* x = sc->f.data() + (tok * H + h) * D;
+      for (size_t d = 0; d < D; ++d) xc[tok * D + d] = x[d] - ht.mean[d];
+    }
+    y.resize(T * n);
+    MatMulRows(xc.data(), D, T, D, bt.data(), n, nullptr, y.data(), n);
     std::vector<float> inv(n);
     for (size_t k = 0; k < n; ++k) inv[k] = 1.0f / ht.step[head_coords[h][k]];
     for (size_t tok = 0; tok < T; ++tok) {
-      const float* x = sc->f.data() + (tok * H + h) * D;
-      for (size_t d = 0; d < D; ++d) xc[d] = x[d] - ht.mean[d];
-      std::fill(y.begin(), y.end(), 0.0f);
-      for (size_t d = 0; d < D; ++d) {
-        const float a = xc[d];
-        const float* __restrict b = bt.data() + d * n;
-        float* __restrict yy = y.data();
-        for (size_t k = 0; k < n; ++k) yy[k] += a * b[k];
-      }
       for (size_t k = 0; k < n; ++k) {
-        float v = std::nearbyint(y[k] * inv[k]);
+        float v = std::nearbyint(y[tok * n + k] * inv[k]);
         v = std::clamp(v, static_cast<float>(-kMaxQ), static_cast<float>(kMaxQ));
         const auto qi = static_cast<int32_t>(v);
         maxq = std::max(maxq, qi < 0 ? -qi : qi);
@@ -183,24 +182,44 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                                             " coded coordinates, the calibration has ", coded));
   if (maxq > kMaxQ) return absl::DataLossError("pca section: symbol range too large");
   sc->f.resize(s.values());
-  std::vector<float>& y = sc->row;  // dequantised coordinates [slot][tok]
-  y.assign(T * slots.size(), 0.0f);
-  if (coded > 0) {
+  // Per head: its slots, and (below) its dequantised coordinates [tok][k] and their axes [k][d].
+  std::vector<std::vector<uint32_t>> head_slots(H);
+  for (size_t j = 0; j < slots.size(); ++j)
+    if (slots[j].coord != D) head_slots[slots[j].head].push_back(static_cast<uint32_t>(j));
+  std::vector<float>& y = sc->row;
+  std::vector<float>& axes = sc->mn;
+  auto reconstruct = [&](auto* syms) {
+    for (size_t h = 0; h < H; ++h) {
+      const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+      const std::vector<uint32_t>& js = head_slots[h];
+      const size_t n = js.size();
+      y.resize(T * n);
+      axes.resize(n * D);
+      for (size_t k = 0; k < n; ++k) {
+        const uint32_t c = slots[js[k]].coord;
+        const float st = ht.step[c];
+        std::copy(ht.basis.begin() + size_t{c} * D, ht.basis.begin() + size_t{c + 1} * D,
+                  axes.begin() + k * D);
+        for (size_t tok = 0; tok < T; ++tok)
+          y[tok * n + k] =
+              static_cast<float>(static_cast<int32_t>(syms[SymIndex(T, slots.size(), tok, js[k])]) -
+                                 int32_t{maxq}) *
+              st;
+      }
+      MatMulRows(y.data(), n, T, n, axes.data(), D, ht.mean.data(), sc->f.data() + h * D, H * D);
+    }
+  };
+  if (coded == 0) {
+    uint8_t none = 0;
+    reconstruct(&none);  // every head decodes as its mean
+  } else {
     if (!shared) return absl::DataLossError("pca section: blob has no shared stream");
     const size_t nsym = T * slots.size();
     const uint32_t alphabet = 2 * uint32_t{maxq} + 1;
     auto take = [&](auto* syms) -> absl::Status {
       STRATA_RETURN_IF_ERROR(rans::Decode(r, nsym, alphabet, num_ctx, &sc->rans, syms,
                                           rans::kMaxLanes, shared));
-      for (size_t j = 0; j < slots.size(); ++j) {
-        if (slots[j].coord == D) continue;
-        const float st = cal.At(layer, tensor, slots[j].head).step[slots[j].coord];
-        float* dst = y.data() + j * T;
-        for (size_t tok = 0; tok < T; ++tok)
-          dst[tok] = static_cast<float>(static_cast<int32_t>(syms[SymIndex(T, slots.size(), tok, j)]) -
-                                        int32_t{maxq}) *
-                     st;
-      }
+      reconstruct(syms);
       return absl::OkStatus();
     };
     if (alphabet <= 256) {
@@ -212,23 +231,6 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     }
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
-  // Per head: x = mean + sum over coded coordinates of y_c * axis_c.
-  std::vector<std::vector<uint32_t>> head_slots(H);
-  for (size_t j = 0; j < slots.size(); ++j)
-    if (slots[j].coord != D) head_slots[slots[j].head].push_back(static_cast<uint32_t>(j));
-  for (size_t h = 0; h < H; ++h) {
-    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
-    for (size_t tok = 0; tok < T; ++tok) {
-      float* __restrict x = sc->f.data() + (tok * H + h) * D;
-      std::copy(ht.mean.begin(), ht.mean.end(), x);
-      for (uint32_t j : head_slots[h]) {
-        const float a = y[j * T + tok];
-        if (a == 0.0f) continue;
-        const float* __restrict b = ht.basis.data() + size_t{slots[j].coord} * D;
-        for (size_t d = 0; d < D; ++d) x[d] += a * b[d];
-      }
-    }
-  }
   FromFloat(sc->f.data(), s.dtype, out, s.values());
   return absl::OkStatus();
 }
