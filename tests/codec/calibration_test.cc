@@ -275,6 +275,50 @@ TEST(Calibration, OldBlobsDecodeAfterRecalibration) {
   EXPECT_EQ(set.Ids().size(), 2u);
 }
 
+// A token unlike the calibration samples is stored exactly: here, as with an attention sink's
+// KV, a token of tiny norm in data whose mean is far from zero.
+TEST(Calibration, OutlierTokenIsStoredExactly) {
+  const size_t row = size_t{kLayout.num_kv_heads} * kLayout.head_dim;  // values per token
+  const size_t tensor_values = row * kLayout.tokens_per_block, n = kLayout.BlockBytes() / 2;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  auto make = [&](bool sink) {
+    std::vector<uint8_t> block(kLayout.BlockBytes());
+    for (size_t i = 0; i < n; ++i) {
+      const size_t tok = (i % tensor_values) / row, ch = i % row;
+      float x = 1.0f + 0.1f * static_cast<float>(ch % 5) + 0.3f * g(rng);
+      if (sink && tok == 5) x = 0.001f * static_cast<float>(ch % 3);
+      const uint16_t h = FloatToHalf(x);
+      std::memcpy(block.data() + 2 * i, &h, 2);
+    }
+    return block;
+  };
+  std::vector<std::vector<uint8_t>> samples = {make(false), make(false)};
+  std::vector<std::span<const uint8_t>> spans(samples.begin(), samples.end());
+  CalibrateOptions o;
+  o.bits_per_value = 1.0;
+  auto cal = Calibrate(kLayout, spans, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
+  Encoder enc;
+  enc.set_calibrations(&set);
+  Decoder dec;
+  dec.set_calibrations(&set);
+  const std::vector<uint8_t> block = make(true);
+  std::vector<uint8_t> blob, out(block.size());
+  ASSERT_TRUE(enc.Encode(kLayout, p, block, &blob).ok());
+  ASSERT_TRUE(dec.Decode(blob, out).ok());
+  for (size_t t = 0; t < 4; ++t)
+    EXPECT_EQ(std::memcmp(out.data() + 2 * (t * tensor_values + 5 * row),
+                          block.data() + 2 * (t * tensor_values + 5 * row), 2 * row),
+              0)
+        << "tensor " << t;
+  EXPECT_NE(std::memcmp(out.data(), block.data(), 2 * row), 0);  // token 0 is coded, lossy
+}
+
 TEST(Calibration, SpecStrings) {
   auto a = ParseCodecSpec("pca:b1.5");
   ASSERT_TRUE(a.ok());
