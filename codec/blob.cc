@@ -43,6 +43,7 @@ BlobWriter::BlobWriter(std::vector<uint8_t>* out, const BlobHeader& h, uint32_t 
   Put<uint32_t>(out_, 32, num_sections);
   Put<uint64_t>(out_, 48, h.layout.BlockBytes());
   Put<uint64_t>(out_, 56, h.calibration_id);
+  Put<uint32_t>(out_, 36, h.first_position);
 }
 
 std::vector<uint8_t>* BlobWriter::BeginSection(const SectionEntry& e) {
@@ -127,9 +128,10 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
   h.decoded_bytes = Get<uint64_t>(p + 48);
   if (h.decoded_bytes != h.layout.BlockBytes())
     return absl::DataLossError("blob: decoded size disagrees with the layout");
-  if (Get<uint32_t>(p + 36) != 0)
-    return absl::DataLossError("blob: reserved header fields are not zero");
+  h.first_position = Get<uint32_t>(p + 36);
   h.calibration_id = Get<uint64_t>(p + 56);
+  if (h.first_position != 0 && h.mode != kModeCalibrated)
+    return absl::DataLossError("blob: reserved header fields are not zero");
   if ((h.calibration_id != 0) != (h.mode == kModeCalibrated))
     return absl::DataLossError(h.calibration_id != 0
                                    ? "blob: a calibration id in a mode that has none"

@@ -17,7 +17,7 @@
 //   30      1     key bits (default for the blob; sections carry their own)
 //   31      1     value bits
 //   32      4     number of sections
-//   36      4     reserved, zero
+//   36      4     pca: position of the block's first token; zero for every other mode
 //   40      8     total blob bytes, trailer included
 //   48      8     decoded bytes (KvLayout::BlockBytes)
 //   56      8     calibration id (pca blobs, never zero); zero for every other mode
@@ -85,6 +85,7 @@ struct BlobHeader {
   uint64_t total_bytes = 0;
   uint64_t decoded_bytes = 0;
   uint64_t calibration_id = 0;  // pca mode only (kModeCalibrated)
+  uint32_t first_position = 0;  // pca mode only
 };
 
 // A validated view of a blob; spans point into the caller's buffer.

@@ -78,11 +78,11 @@ std::vector<uint8_t> Calibration::Serialize() const {
   w.U32(num_kv_heads);
   w.U32(head_dim);
   w.U8(static_cast<uint8_t>(kind));
-  w.U8(0);
+  w.U8(rope_theta > 0 ? 1 : 0);
   w.U16(0);
   w.Raw(&target_bits, 4);
   w.Raw(&sample_bits, 4);
-  w.U32(0);
+  w.Raw(&rope_theta, 4);
   for (const HeadTransform& h : heads) {
     w.Raw(h.mean.data(), h.mean.size() * 4);
     w.Raw(h.basis.data(), h.basis.size() * 4);
@@ -103,7 +103,7 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
   std::memcpy(&crc, bytes.data() + body, 4);
   if (crc != Crc32c(bytes.data(), body)) return bad("CRC32C mismatch");
   internal::ByteReader r(bytes.data(), body, "calibration");
-  uint32_t magic, reserved32;
+  uint32_t magic;
   uint16_t format, reserved16;
   uint8_t kind, keys;
   Calibration c;
@@ -124,9 +124,11 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
   STRATA_RETURN_IF_ERROR(r.Read(&reserved16));
   STRATA_RETURN_IF_ERROR(r.Read(&c.target_bits));
   STRATA_RETURN_IF_ERROR(r.Read(&c.sample_bits));
-  STRATA_RETURN_IF_ERROR(r.Read(&reserved32));
-  if (keys != 0) return bad(absl::StrCat("unknown key handling ", keys));
-  if (reserved16 != 0 || reserved32 != 0) return bad("reserved field not zero");
+  STRATA_RETURN_IF_ERROR(r.Read(&c.rope_theta));
+  if (keys > 1) return bad(absl::StrCat("unknown key handling ", keys));
+  if ((keys == 1) != (c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    return bad("key handling disagrees with the RoPE theta");
+  if (reserved16 != 0) return bad("reserved field not zero");
   if (kind < 1 || kind > 2) return bad("unknown kv kind");
   c.kind = static_cast<KvKind>(kind);
   if (c.num_layers == 0 || c.num_kv_heads == 0 || c.head_dim == 0 || c.num_layers > 65535 ||
@@ -246,6 +248,15 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   cal.kind = layout.kind;
   cal.version = opts.version;
   cal.target_bits = static_cast<float>(opts.bits_per_value);
+  cal.rope_theta = static_cast<float>(opts.rope_theta);
+  if (!(opts.rope_theta >= 0) || (opts.rope_theta > 0 && (layout.kind != KvKind::kSeparateKV ||
+                                                         layout.head_dim % 2 != 0)))
+    return absl::InvalidArgumentError("calibrate: RoPE needs separate K/V of even head_dim");
+  if (!opts.first_positions.empty() && opts.first_positions.size() != blocks.size())
+    return absl::InvalidArgumentError("calibrate: one first position per sample block");
+  auto position = [&](size_t i) {
+    return opts.first_positions.empty() ? i * layout.tokens_per_block : opts.first_positions[i];
+  };
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t d = layout.head_dim, heads = layout.num_kv_heads, T = layout.tokens_per_block;
   const size_t tensor_values = T * heads * d;
@@ -257,9 +268,11 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
     for (uint32_t t = 0; t < tensors; ++t) {
       std::fill(sum.begin(), sum.end(), 0.0);
       std::fill(cov.begin(), cov.end(), 0.0);
-      for (const auto& b : blocks) {
-        internal::ToFloat(b.data() + (size_t{l} * tensors + t) * tensor_bytes, layout.dtype,
-                          f.data(), tensor_values);
+      for (size_t bi = 0; bi < blocks.size(); ++bi) {
+        internal::ToFloat(blocks[bi].data() + (size_t{l} * tensors + t) * tensor_bytes,
+                          layout.dtype, f.data(), tensor_values);
+        if (t == 0 && cal.rope_theta > 0)
+          internal::RotateRope(f.data(), T, heads, d, position(bi), cal.rope_theta, true);
         for (size_t tok = 0; tok < T; ++tok)
           for (size_t h = 0; h < heads; ++h) {
             const float* x = f.data() + (tok * heads + h) * d;
@@ -332,8 +345,9 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
     enc.set_calibrations(&set);
     std::vector<uint8_t> blob;
     uint64_t bytes = 0;
-    for (const auto& b : blocks) {
-      STRATA_RETURN_IF_ERROR(enc.Encode(layout, p, b, &blob));
+    for (size_t bi = 0; bi < blocks.size(); ++bi) {
+      p.first_position = position(bi);
+      STRATA_RETURN_IF_ERROR(enc.Encode(layout, p, blocks[bi], &blob));
       bytes += blob.size();
     }
     const double values = static_cast<double>(blocks.size()) * layout.BlockBytes() /

@@ -231,6 +231,9 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                                               " is not known to this encoder"));
     STRATA_RETURN_IF_ERROR(cal->Matches(layout));
     h.calibration_id = params.calibration_id;
+    if (params.first_position > UINT32_MAX)
+      return absl::InvalidArgumentError("codec: pca block position beyond 2^32");
+    h.first_position = cal->rope_theta > 0 ? static_cast<uint32_t>(params.first_position) : 0;
     h.flags = kFlagEntropy;
   }
   if (params.mode == Mode::kQuant || params.mode == Mode::kGroupwise) {
@@ -306,7 +309,8 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                                                              &scratch_->sec, out, &coder));
             break;
           case Mode::kPca:
-            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, &scratch_->sec, out,
+            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, h.first_position,
+                                                       &scratch_->sec, out,
                                                        stats ? &coder : nullptr,
                                                        &scratch_->shared));
             break;
@@ -430,8 +434,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
         break;
       case Mode::kPca:
-        st = internal::DecodePca(v.Payload(s), shape, *cal, s.layer, s.tensor, &scratch_->sec,
-                                 dst, shared);
+        st = internal::DecodePca(v.Payload(s), shape, *cal, s.layer, s.tensor,
+                                 v.header.first_position, &scratch_->sec, dst, shared);
         break;
       default: st = absl::InternalError("codec: unreachable mode");
     }
@@ -453,6 +457,7 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
   CodecParams& p = info.params;
   p.mode = static_cast<Mode>(v.header.mode);
   p.calibration_id = v.header.calibration_id;
+  p.first_position = v.header.first_position;
   if (p.mode == Mode::kQuant || p.mode == Mode::kGroupwise) {
     p.key_bits = v.header.key_bits;
     p.value_bits = v.header.value_bits;

@@ -83,8 +83,30 @@ inline size_t SymIndex(size_t T, size_t nslots, size_t tok, size_t j) {
 
 }  // namespace
 
+void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
+                bool inverse) {
+  const size_t half = D / 2;
+  std::vector<float> c(half), s(half);
+  for (size_t tok = 0; tok < T; ++tok) {
+    const double pos = static_cast<double>(first_position + tok);
+    for (size_t j = 0; j < half; ++j) {
+      const double ang = pos * std::pow(static_cast<double>(theta), -2.0 * j / D);
+      c[j] = static_cast<float>(std::cos(ang));
+      s[j] = static_cast<float>(inverse ? -std::sin(ang) : std::sin(ang));
+    }
+    for (size_t h = 0; h < H; ++h) {
+      float* v = x + (tok * H + h) * D;
+      for (size_t j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * c[j] - b * s[j];
+        v[j + half] = b * c[j] + a * s[j];
+      }
+    }
+  }
+}
+
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
-                       uint32_t layer, uint32_t tensor, SectionScratch* sc,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
                        std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim;
@@ -95,6 +117,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   ToFloat(in, s.dtype, sc->f.data(), s.values());
   for (float x : sc->f)
     if (!std::isfinite(x)) return absl::InvalidArgumentError("pca section: non-finite input");
+  const bool rope = tensor == 0 && cal.rope_theta > 0;
+  if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true);
   // y[h][tok][c] for the coded coordinates of each head, c in the head's own order.
   std::vector<std::vector<uint32_t>> head_coords(H);
   for (size_t h = 0; h < H; ++h) {
@@ -206,7 +230,7 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
 
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,
-                       SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared) {
+                       uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim;
   std::vector<Slot> slots;
   uint32_t num_ctx, coded;
@@ -281,6 +305,8 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     }
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
+  if (tensor == 0 && cal.rope_theta > 0)
+    RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false);
   FromFloat(sc->f.data(), s.dtype, out, s.values());
   for (size_t i = 0; i < exact.size(); ++i)
     std::memcpy(out + exact[i] * row_bytes, exact_rows + i * row_bytes, row_bytes);

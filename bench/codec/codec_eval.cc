@@ -360,6 +360,7 @@ struct PcaContext {
   codec::CalibrationSet set;
   const Dataset* samples = nullptr;
   double key_weight = 1.0;
+  double rope_theta = 0;  // > 0: calibrations undo RoPE on the keys (blocks at b * tokens)
 };
 
 // Resolves `pca:bR` to a calibration made from ctx->samples at R bits per value.
@@ -377,6 +378,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   codec::CalibrateOptions o;
   o.bits_per_value = p->pca_target_bits;
   o.key_weight = ctx->key_weight;
+  o.rope_theta = ctx->rope_theta;
   const auto t0 = Clock::now();
   auto cal = codec::Calibrate(c.layout, blocks, o);
   if (!cal.ok()) return cal.status();
@@ -408,12 +410,15 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   Row row;
   stats.symbol_sink = params->mode == Mode::kQuant ? &row.symbols : nullptr;
   for (uint32_t b = 0; b < d.blocks; ++b) {
+    params->first_position = uint64_t{b} * d.layout.tokens_per_block;
     auto s = enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b], &stats);
     if (!s.ok()) return s;
   }
   const double te = BestSeconds(reps, [&] {
-    for (uint32_t b = 0; b < d.blocks; ++b)
+    for (uint32_t b = 0; b < d.blocks; ++b) {
+      params->first_position = uint64_t{b} * d.layout.tokens_per_block;
       (void)enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b]);
+    }
   });
   std::vector<uint8_t> out(d.bytes.size());
   absl::Status st;
@@ -651,7 +656,7 @@ int main(int argc, char** argv) {
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
   std::string write_decoded, quality_path, calibrate_from;
-  double pca_key_weight = 1.0;
+  double pca_key_weight = 1.0, pca_rope_theta = 0;
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -692,6 +697,9 @@ int main(int argc, char** argv) {
                  "blocks than --data, for held-out figures)");
   app.add_option("--pca-key-weight", pca_key_weight,
                  "pca calibration: distortion weight of keys against values");
+  app.add_option("--pca-rope-theta", pca_rope_theta,
+                 "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
+                 "of --data and of --calibrate-from starts at token b * tokens-per-block");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--smoke", smoke, "tiny sizes, one repetition (a quick self-check)");
   CLI11_PARSE(app, argc, argv);
@@ -836,6 +844,7 @@ int main(int argc, char** argv) {
   Dataset calib;
   PcaContext pca;
   pca.key_weight = pca_key_weight;
+  pca.rope_theta = pca_rope_theta;
   if (!calibrate_from.empty()) {
     auto c = LoadNpyDataset(calibrate_from, d.layout.tokens_per_block);
     if (!c.ok()) {

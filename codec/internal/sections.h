@@ -170,13 +170,18 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
 absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                              SectionScratch* sc, uint8_t* out);
 
+// RoPE on T x H head vectors of dimension D (rotate-half pairs j, j + D/2; token t at position
+// first_position + t, angle position * theta^(-2j/D)), or its inverse.
+void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
+                bool inverse);
+
 // Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
-                       uint32_t layer, uint32_t tensor, SectionScratch* sc,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
                        std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared);
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,
-                       SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared);
+                       uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared);
 
 }  // namespace strata::codec::internal

@@ -319,6 +319,46 @@ TEST(Calibration, OutlierTokenIsStoredExactly) {
   EXPECT_NE(std::memcmp(out.data(), block.data(), 2 * row), 0);  // token 0 is coded, lossy
 }
 
+// Keys calibrated with RoPE undone: the blob carries its block's position, and the decoder
+// re-applies RoPE at it. The synthetic keys are RoPE-rotated (theta 10000, rotate-half pairs).
+TEST(Calibration, RopeUndoneKeysRoundTripAtTheirPosition) {
+  Blocks b(kLayout, 6, 13);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  CalibrateOptions o;
+  o.bits_per_value = 2.0;
+  o.rope_theta = 10000;
+  auto rope = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  EXPECT_FLOAT_EQ(rope->rope_theta, 10000.0f);
+  auto parsed = Calibration::Parse(rope->Serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FLOAT_EQ(parsed->rope_theta, 10000.0f);
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(rope)));
+  Encoder enc;
+  enc.set_calibrations(&set);
+  Decoder dec;
+  dec.set_calibrations(&set);
+  p.first_position = 5 * kLayout.tokens_per_block;
+  std::vector<uint8_t> blob, out(kLayout.BlockBytes()), shifted(kLayout.BlockBytes());
+  ASSERT_TRUE(enc.Encode(kLayout, p, b[5], &blob).ok());
+  auto info = InspectBlob(blob);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->params.first_position, p.first_position);
+  ASSERT_TRUE(dec.Decode(blob, out).ok());
+  const double good = RelMse(b[5], out);
+  EXPECT_LT(good, 0.1);
+  // The same payload read at another position decodes to wrongly rotated keys.
+  const uint32_t other = 7;
+  std::memcpy(blob.data() + 36, &other, 4);
+  const uint32_t crc = Crc32c(blob.data(), blob.size() - 4);
+  std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+  ASSERT_TRUE(dec.Decode(blob, shifted).ok());
+  EXPECT_GT(RelMse(b[5], shifted), 2 * good);
+}
+
 TEST(Calibration, SpecStrings) {
   auto a = ParseCodecSpec("pca:b1.5");
   ASSERT_TRUE(a.ok());
