@@ -83,23 +83,45 @@ inline size_t SymIndex(size_t T, size_t nslots, size_t tok, size_t j) {
 
 }  // namespace
 
-void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
-                bool inverse) {
+// The angles' cosines and sines, per (token, pair); every key section of a block shares them.
+const RopeTable& RopeTableFor(RopeTable* t, size_t T, size_t D, uint64_t first_position,
+                              float theta) {
+  if (t->tokens == T && t->dim == D && t->first_position == first_position && t->theta == theta)
+    return *t;
   const size_t half = D / 2;
-  std::vector<float> c(half), s(half);
-  for (size_t tok = 0; tok < T; ++tok) {
-    const double pos = static_cast<double>(first_position + tok);
+  t->cos.resize(T * half);
+  t->sin.resize(T * half);
+  std::vector<double> inv(half);
+  for (size_t j = 0; j < half; ++j)
+    inv[j] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(j) / D);
+  for (size_t tok = 0; tok < T; ++tok)
     for (size_t j = 0; j < half; ++j) {
-      const double ang = pos * std::pow(static_cast<double>(theta), -2.0 * j / D);
-      c[j] = static_cast<float>(std::cos(ang));
-      s[j] = static_cast<float>(inverse ? -std::sin(ang) : std::sin(ang));
+      const double ang = static_cast<double>(first_position + tok) * inv[j];
+      t->cos[tok * half + j] = static_cast<float>(std::cos(ang));
+      t->sin[tok * half + j] = static_cast<float>(std::sin(ang));
     }
+  t->tokens = T;
+  t->dim = D;
+  t->first_position = first_position;
+  t->theta = theta;
+  return *t;
+}
+
+void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
+                bool inverse, RopeTable* table) {
+  RopeTable local;
+  const RopeTable& t = RopeTableFor(table ? table : &local, T, D, first_position, theta);
+  const size_t half = D / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (size_t tok = 0; tok < T; ++tok) {
+    const float* c = t.cos.data() + tok * half;
+    const float* s = t.sin.data() + tok * half;
     for (size_t h = 0; h < H; ++h) {
-      float* v = x + (tok * H + h) * D;
+      float* __restrict v = x + (tok * H + h) * D;
       for (size_t j = 0; j < half; ++j) {
-        const float a = v[j], b = v[j + half];
-        v[j] = a * c[j] - b * s[j];
-        v[j + half] = b * c[j] + a * s[j];
+        const float a = v[j], b = v[j + half], sj = sign * s[j];
+        v[j] = a * c[j] - b * sj;
+        v[j + half] = b * c[j] + a * sj;
       }
     }
   }
@@ -118,7 +140,7 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   for (float x : sc->f)
     if (!std::isfinite(x)) return absl::InvalidArgumentError("pca section: non-finite input");
   const bool rope = tensor == 0 && cal.rope_theta > 0;
-  if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true);
+  if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
   // y[h][tok][c] for the coded coordinates of each head, c in the head's own order.
   std::vector<std::vector<uint32_t>> head_coords(H);
   for (size_t h = 0; h < H; ++h) {
@@ -306,7 +328,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
   if (tensor == 0 && cal.rope_theta > 0)
-    RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false);
+    RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);
   FromFloat(sc->f.data(), s.dtype, out, s.values());
   for (size_t i = 0; i < exact.size(); ++i)
     std::memcpy(out + exact[i] * row_bytes, exact_rows + i * row_bytes, row_bytes);

@@ -63,6 +63,14 @@ class RowArray {
   size_t n_ = 0;
 };
 
+// pca: RoPE cosines and sines of a block's tokens, per (token, pair).
+struct RopeTable {
+  size_t tokens = 0, dim = 0;
+  uint64_t first_position = 0;
+  float theta = 0;
+  std::vector<float> cos, sin;  // [token][pair]
+};
+
 struct SectionScratch {
   std::vector<float> f;    // tensor as floats
   std::vector<float> row;  // one row of floats
@@ -75,6 +83,7 @@ struct SectionScratch {
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   std::vector<int32_t> pq;                // pca encoder: quantised coordinates
+  RopeTable rope;                         // pca: the block's RoPE angles
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
   size_t prefetch_bytes = 0;
@@ -172,8 +181,9 @@ absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape
 
 // RoPE on T x H head vectors of dimension D (rotate-half pairs j, j + D/2; token t at position
 // first_position + t, angle position * theta^(-2j/D)), or its inverse.
+// `table`: a cache reused while the block's geometry and position stay the same (or null).
 void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
-                bool inverse);
+                bool inverse, RopeTable* table = nullptr);
 
 // Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
