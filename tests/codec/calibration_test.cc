@@ -44,6 +44,20 @@ std::shared_ptr<const Calibration> CalibrateOn(const Blocks& b, size_t first, si
   return c.ok() ? std::make_shared<const Calibration>(*std::move(c)) : nullptr;
 }
 
+// A pca encoder and decoder sharing one calibration set that holds `cal`.
+struct PcaCodec {
+  CalibrationSet set;
+  CodecParams p;
+  Encoder enc;
+  Decoder dec;
+  explicit PcaCodec(std::shared_ptr<const Calibration> cal) {
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(std::move(cal));
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+  }
+};
+
 double RelMse(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   double num = 0, den = 0;
   for (size_t i = 0; i + 1 < a.size(); i += 2) {
@@ -151,14 +165,8 @@ TEST(Calibration, HeldOutRoundTripMeetsRateAndBeatsInt2) {
   ASSERT_TRUE(cal);
   EXPECT_LE(cal->sample_bits, 2.0f);
   EXPECT_GE(cal->sample_bits, 1.6f);
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(cal);
-  Encoder enc;
-  enc.set_calibrations(&set);
-  Decoder dec;
-  dec.set_calibrations(&set);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
   for (size_t i = 4; i < 6; ++i) {  // held out
     std::vector<uint8_t> blob, out(kLayout.BlockBytes());
     ASSERT_TRUE(enc.Encode(kLayout, p, b[i], &blob).ok());
@@ -189,14 +197,8 @@ TEST(Calibration, HigherTargetMeansBiggerBlobsAndLessError) {
   for (double bits : {0.75, 1.5, 3.0}) {
     auto cal = CalibrateOn(b, 0, 3, bits);
     ASSERT_TRUE(cal);
-    CalibrationSet set;
-    CodecParams p;
-    p.mode = Mode::kPca;
-    p.calibration_id = set.Add(cal);
-    Encoder enc;
-    enc.set_calibrations(&set);
-    Decoder dec;
-    dec.set_calibrations(&set);
+    PcaCodec codec(cal);
+    auto& [set, p, enc, dec] = codec;
     std::vector<uint8_t> blob, out(kLayout.BlockBytes());
     ASSERT_TRUE(enc.Encode(kLayout, p, b[3], &blob).ok());
     ASSERT_TRUE(dec.Decode(blob, out).ok());
@@ -213,12 +215,8 @@ TEST(Calibration, UnknownCalibrationIsRefused) {
   auto v1 = CalibrateOn(b, 0, 2, 1.5);
   auto other = CalibrateOn(b, 1, 2, 1.5);
   ASSERT_TRUE(v1 && other);
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(v1);
-  Encoder enc;
-  enc.set_calibrations(&set);
+  PcaCodec codec(v1);
+  auto& [set, p, enc, unused_dec] = codec;
   std::vector<uint8_t> blob, out(kLayout.BlockBytes());
   ASSERT_TRUE(enc.Encode(kLayout, p, b[2], &blob).ok());
   Decoder none;  // no set at all
@@ -250,14 +248,9 @@ TEST(Calibration, OldBlobsDecodeAfterRecalibration) {
   auto v2 = CalibrateOn(b, 2, 2, 1.5, 2);
   ASSERT_TRUE(v1 && v2);
   ASSERT_NE(v1->Id(), v2->Id());
-  CalibrationSet set;
-  CodecParams p1, p2;
-  p1.mode = p2.mode = Mode::kPca;
-  p1.calibration_id = set.Add(v1);
-  Encoder enc;
-  enc.set_calibrations(&set);
-  Decoder dec;
-  dec.set_calibrations(&set);
+  PcaCodec codec(v1);
+  auto& [set, p1, enc, dec] = codec;
+  CodecParams p2 = p1;
   std::vector<uint8_t> blob1, out1(kLayout.BlockBytes()), again(kLayout.BlockBytes());
   ASSERT_TRUE(enc.Encode(kLayout, p1, b[4], &blob1).ok());
   ASSERT_TRUE(dec.Decode(blob1, out1).ok());
@@ -299,14 +292,8 @@ TEST(Calibration, OutlierTokenIsStoredExactly) {
   o.bits_per_value = 1.0;
   auto cal = Calibrate(kLayout, spans, o);
   ASSERT_TRUE(cal.ok()) << cal.status();
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-  Encoder enc;
-  enc.set_calibrations(&set);
-  Decoder dec;
-  dec.set_calibrations(&set);
+  PcaCodec codec(std::make_shared<const Calibration>(*std::move(cal)));
+  auto& [set, p, enc, dec] = codec;
   const std::vector<uint8_t> block = make(true);
   std::vector<uint8_t> blob, out(block.size());
   ASSERT_TRUE(enc.Encode(kLayout, p, block, &blob).ok());
@@ -333,14 +320,8 @@ TEST(Calibration, RopeUndoneKeysRoundTripAtTheirPosition) {
   auto parsed = Calibration::Parse(rope->Serialize());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_FLOAT_EQ(parsed->rope_theta, 10000.0f);
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(rope)));
-  Encoder enc;
-  enc.set_calibrations(&set);
-  Decoder dec;
-  dec.set_calibrations(&set);
+  PcaCodec codec(std::make_shared<const Calibration>(*std::move(rope)));
+  auto& [set, p, enc, dec] = codec;
   p.first_position = 5 * kLayout.tokens_per_block;
   std::vector<uint8_t> blob, out(kLayout.BlockBytes()), shifted(kLayout.BlockBytes());
   ASSERT_TRUE(enc.Encode(kLayout, p, b[5], &blob).ok());
