@@ -770,6 +770,27 @@ void MatMulRowsImpl(const float* a, size_t a_stride, size_t rows, size_t inner, 
   }
 }
 
+void RoundToStepsImpl(const float* y, const float* inv_step, const float* step, size_t n,
+                      float limit, float* q, float* gain) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto lo = hn::Set(d, -limit), hi = hn::Set(d, limit);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto yv = hn::LoadU(d, y + i);
+    const auto qv = hn::Min(hi, hn::Max(lo, hn::Round(hn::Mul(yv, hn::LoadU(d, inv_step + i)))));
+    const auto e = hn::Sub(yv, hn::Mul(qv, hn::LoadU(d, step + i)));
+    hn::StoreU(qv, d, q + i);
+    hn::StoreU(hn::Sub(hn::Mul(e, e), hn::Mul(yv, yv)), d, gain + i);
+  }
+  for (; i < n; ++i) {
+    const float qv = std::min(limit, std::max(-limit, std::nearbyint(y[i] * inv_step[i])));
+    const float e = y[i] - qv * step[i];
+    q[i] = qv;
+    gain[i] = e * e - y[i] * y[i];
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -803,6 +824,7 @@ HWY_EXPORT(AccumRowsImpl);
 HWY_EXPORT(ArStatsRowsImpl);
 HWY_EXPORT(SumSquaresRowImpl);
 HWY_EXPORT(MatMulRowsImpl);
+HWY_EXPORT(RoundToStepsImpl);
 
 void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(HalfToFloatRowImpl)(in, out, n);
@@ -810,6 +832,10 @@ void HalfToFloatRow(const uint16_t* in, float* out, size_t n) {
 void MatMulRows(const float* a, size_t a_stride, size_t rows, size_t inner, const float* b,
                 size_t cols, const float* init, float* out, size_t out_stride) {
   HWY_DYNAMIC_DISPATCH(MatMulRowsImpl)(a, a_stride, rows, inner, b, cols, init, out, out_stride);
+}
+void RoundToSteps(const float* y, const float* inv_step, const float* step, size_t n, float limit,
+                  float* q, float* gain) {
+  HWY_DYNAMIC_DISPATCH(RoundToStepsImpl)(y, inv_step, step, n, limit, q, gain);
 }
 void FloatToHalfRow(const float* in, uint16_t* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(FloatToHalfRowImpl)(in, out, n);

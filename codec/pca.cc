@@ -182,16 +182,17 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       for (size_t d = 0; d < D; ++d) bt[d * n + k] = ht.basis[head_coords[h][k] * D + d];
     y.resize(T * n);
     MatMulRows(xc.data(), D, T, D, bt.data(), n, nullptr, y.data(), n);
-    std::vector<float> inv(n);
-    for (size_t k = 0; k < n; ++k) inv[k] = 1.0f / ht.step[head_coords[h][k]];
+    std::vector<float> inv(n), step(n), qf(n), gain(n);
+    for (size_t k = 0; k < n; ++k) {
+      step[k] = ht.step[head_coords[h][k]];
+      inv[k] = 1.0f / step[k];
+    }
     for (size_t tok = 0; tok < T; ++tok) {
+      RoundToSteps(y.data() + tok * n, inv.data(), step.data(), n, static_cast<float>(kMaxQ),
+                   qf.data(), gain.data());
       for (size_t k = 0; k < n; ++k) {
-        const float yk = y[tok * n + k];
-        float v = std::nearbyint(yk * inv[k]);
-        v = std::clamp(v, static_cast<float>(-kMaxQ), static_cast<float>(kMaxQ));
-        const float e = yk - v * ht.step[head_coords[h][k]];
-        err2[tok] += double{e} * e - double{yk} * yk;
-        q[base[h * D + head_coords[h][k]] + tok] = static_cast<int32_t>(v);
+        err2[tok] += gain[k];  // in k order on every target: the same exact-token choice
+        q[base[h * D + head_coords[h][k]] + tok] = static_cast<int32_t>(qf[k]);
       }
     }
   }
