@@ -305,7 +305,11 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
           ht.mean[i] = static_cast<float>(s[i] / n);
           ht.variance[i] = static_cast<float>(std::max(vals[i], 0.0));
         }
-        for (size_t i = 0; i < d * d; ++i) ht.basis[i] = static_cast<float>(vecs[i]);
+        // Entries below 1e-30 (Jacobi leaves such crumbs where the covariance is block
+        // structured) become zero: as float they can be subnormal, and a subnormal operand
+        // costs the multiplies in the codec's transforms a microcode assist each.
+        for (size_t i = 0; i < d * d; ++i)
+          ht.basis[i] = std::abs(vecs[i]) < 1e-30 ? 0.0f : static_cast<float>(vecs[i]);
       }
     }
   }

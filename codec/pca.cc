@@ -177,18 +177,21 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       }
     }
     if (n == 0) continue;
-    bt.resize(D * n);
+    // Columns padded to a multiple of 16 with zero axes: the kernel's vector loop covers them
+    // all (its scalar tail is slow), and the padding's coordinates are never read.
+    const size_t np = (n + 15) / 16 * 16;
+    bt.assign(D * np, 0.0f);
     for (size_t k = 0; k < n; ++k)
-      for (size_t d = 0; d < D; ++d) bt[d * n + k] = ht.basis[head_coords[h][k] * D + d];
-    y.resize(T * n);
-    MatMulRows(xc.data(), D, T, D, bt.data(), n, nullptr, y.data(), n);
+      for (size_t d = 0; d < D; ++d) bt[d * np + k] = ht.basis[head_coords[h][k] * D + d];
+    y.resize(T * np);
+    MatMulRows(xc.data(), D, T, D, bt.data(), np, nullptr, y.data(), np);
     std::vector<float> inv(n), step(n), qf(n), gain(n);
     for (size_t k = 0; k < n; ++k) {
       step[k] = ht.step[head_coords[h][k]];
       inv[k] = 1.0f / step[k];
     }
     for (size_t tok = 0; tok < T; ++tok) {
-      RoundToSteps(y.data() + tok * n, inv.data(), step.data(), n, static_cast<float>(kMaxQ),
+      RoundToSteps(y.data() + tok * np, inv.data(), step.data(), n, static_cast<float>(kMaxQ),
                    qf.data(), gain.data());
       for (size_t k = 0; k < n; ++k) {
         err2[tok] += gain[k];  // in k order on every target: the same exact-token choice
