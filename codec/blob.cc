@@ -42,6 +42,8 @@ BlobWriter::BlobWriter(std::vector<uint8_t>* out, const BlobHeader& h, uint32_t 
   Put<uint8_t>(out_, 31, h.value_bits);
   Put<uint32_t>(out_, 32, num_sections);
   Put<uint64_t>(out_, 48, h.layout.BlockBytes());
+  Put<uint64_t>(out_, 56, h.calibration_id);
+  Put<uint32_t>(out_, 36, h.first_position);
 }
 
 std::vector<uint8_t>* BlobWriter::BeginSection(const SectionEntry& e) {
@@ -126,8 +128,14 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
   h.decoded_bytes = Get<uint64_t>(p + 48);
   if (h.decoded_bytes != h.layout.BlockBytes())
     return absl::DataLossError("blob: decoded size disagrees with the layout");
-  if (Get<uint32_t>(p + 36) != 0 || Get<uint64_t>(p + 56) != 0)
+  h.first_position = Get<uint32_t>(p + 36);
+  h.calibration_id = Get<uint64_t>(p + 56);
+  if (h.first_position != 0 && h.mode != kModeCalibrated)
     return absl::DataLossError("blob: reserved header fields are not zero");
+  if ((h.calibration_id != 0) != (h.mode == kModeCalibrated))
+    return absl::DataLossError(h.calibration_id != 0
+                                   ? "blob: a calibration id in a mode that has none"
+                                   : "blob: calibrated blob without a calibration id");
   uint32_t n = Get<uint32_t>(p + 32);
   if (n > kMaxSections) return absl::DataLossError(absl::StrCat("blob: ", n, " sections"));
   uint64_t table_end = kHeaderBytes + uint64_t{n} * kSectionEntryBytes;
@@ -146,7 +154,7 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
     s.coder = e[5];
     s.offset = Get<uint64_t>(e + 8);
     s.size = Get<uint64_t>(e + 16);
-    if (e[0] < 1 || e[0] > 5)
+    if (e[0] < 1 || e[0] > 6)
       return absl::DataLossError(absl::StrCat("blob: section ", i, " has unknown type"));
     if (s.layer >= h.layout.num_layers || s.tensor >= h.layout.TensorsPerLayer())
       return absl::DataLossError(absl::StrCat("blob: section ", i, " names layer ", s.layer,

@@ -17,10 +17,10 @@
 //   30      1     key bits (default for the blob; sections carry their own)
 //   31      1     value bits
 //   32      4     number of sections
-//   36      4     reserved, zero
+//   36      4     pca: position of the block's first token; zero for every other mode
 //   40      8     total blob bytes, trailer included
 //   48      8     decoded bytes (KvLayout::BlockBytes)
-//   56      8     reserved, zero
+//   56      8     calibration id (pca blobs, never zero); zero for every other mode
 //   64      24*n  section table: u8 type, u8 tensor, u16 layer, u8 bits, u8 coder, u16 reserved,
 //                 u64 offset, u64 size (offsets from the start of the blob)
 //   ...           section payloads, in table order, non-overlapping
@@ -46,6 +46,9 @@ inline constexpr size_t kSectionEntryBytes = 24;
 inline constexpr size_t kTrailerBytes = 4;
 inline constexpr uint32_t kMaxSections = 1u << 20;
 
+// The mode whose blobs name a calibration (codec::Mode::kPca); the blob layer checks the field.
+inline constexpr uint8_t kModeCalibrated = 6;
+
 inline constexpr uint8_t kFlagHadamard = 1;
 inline constexpr uint8_t kFlagTokenDelta = 2;
 inline constexpr uint8_t kFlagEntropy = 4;
@@ -58,7 +61,8 @@ enum class SectionType : uint8_t {
   kLossless = 2,
   kQuant = 3,
   kGroupwise = 4,
-  kStream = 5
+  kStream = 5,
+  kPca = 6
 };
 
 struct SectionEntry {
@@ -80,6 +84,8 @@ struct BlobHeader {
   uint8_t value_bits = 0;
   uint64_t total_bytes = 0;
   uint64_t decoded_bytes = 0;
+  uint64_t calibration_id = 0;  // pca mode only (kModeCalibrated)
+  uint32_t first_position = 0;  // pca mode only
 };
 
 // A validated view of a blob; spans point into the caller's buffer.

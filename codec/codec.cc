@@ -23,6 +23,7 @@ std::string_view ModeName(Mode m) {
     case Mode::kLossless: return "lossless";
     case Mode::kQuant: return "quant";
     case Mode::kGroupwise: return "groupwise";
+    case Mode::kPca: return "pca";
   }
   return "unknown";
 }
@@ -38,6 +39,14 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
       return absl::OkStatus();
     case Mode::kQuant:
     case Mode::kGroupwise: break;
+    case Mode::kPca:
+      if (layout.dtype == DType::kFloat8E4M3)
+        return absl::InvalidArgumentError("codec: pca mode does not take fp8 tensors");
+      if (layout.num_layers > 65535) return absl::InvalidArgumentError("codec: too many layers");
+      if (calibration_id == 0)
+        return absl::InvalidArgumentError(
+            "codec: pca mode needs a calibration id (calibrate the namespace first)");
+      return absl::OkStatus();
     default: return absl::InvalidArgumentError("codec: unknown mode");
   }
   if (layout.dtype == DType::kFloat8E4M3)
@@ -86,6 +95,19 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
     return p;
   }
   std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+  if (parts[0] == "pca") {
+    p.mode = Mode::kPca;
+    float bits;
+    if (parts.size() == 2 && absl::StartsWith(parts[1], "b") &&
+        absl::SimpleAtof(parts[1].substr(1), &bits) && bits > 0 && bits <= 8) {
+      p.pca_target_bits = bits;
+      return p;
+    }
+    if (parts.size() == 2 && parts[1].size() == 16 &&
+        absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
+      return p;
+    return bad("expected pca:bR (R bits per value, 0 < R <= 8) or pca:<16 hex digit id>");
+  }
   if (parts[0] != "quant") return bad("unknown mode (raw, lossless, intN-gG, quant:...)");
   p.mode = Mode::kQuant;
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -116,6 +138,9 @@ std::string CodecSpecString(const CodecParams& p) {
     case Mode::kRaw: return "raw";
     case Mode::kLossless: return "lossless";
     case Mode::kGroupwise: return absl::StrCat("int", p.key_bits, "-g", p.group_size);
+    case Mode::kPca:
+      return p.calibration_id != 0 ? absl::StrCat("pca:", CalibrationIdString(p.calibration_id))
+                                   : absl::StrCat("pca:b", p.pca_target_bits);
     case Mode::kQuant: {
       std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
@@ -197,6 +222,20 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
   BlobHeader h;
   h.mode = static_cast<uint8_t>(params.mode);
   h.layout = layout;
+  std::shared_ptr<const Calibration> cal;
+  if (params.mode == Mode::kPca) {
+    if (calibrations_) cal = calibrations_->Find(params.calibration_id);
+    if (!cal)
+      return absl::NotFoundError(absl::StrCat("codec: calibration ",
+                                              CalibrationIdString(params.calibration_id),
+                                              " is not known to this encoder"));
+    STRATA_RETURN_IF_ERROR(cal->Matches(layout));
+    h.calibration_id = params.calibration_id;
+    if (params.first_position > UINT32_MAX)
+      return absl::InvalidArgumentError("codec: pca block position beyond 2^32");
+    h.first_position = cal->rope_theta > 0 ? static_cast<uint32_t>(params.first_position) : 0;
+    h.flags = kFlagEntropy;
+  }
   if (params.mode == Mode::kQuant || params.mode == Mode::kGroupwise) {
     h.group_size = params.group_size;
     h.key_bits = params.key_bits;
@@ -221,7 +260,7 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     const uint32_t tensors = layout.TensorsPerLayer();
     // Quant sections of <= 6 bits (and the split coder's high parts) code their symbols into one
     // stream, the blob's last section.
-    bool use_shared = false;
+    bool use_shared = params.mode == Mode::kPca;
     if (params.mode == Mode::kQuant)
       for (uint32_t l = 0; l < layout.num_layers; ++l)
         for (uint32_t t = 0; t < tensors; ++t)
@@ -239,10 +278,10 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
         e.type = SectionTypeOf(params.mode);
         e.layer = static_cast<uint16_t>(l);
         e.tensor = static_cast<uint8_t>(t);
-        e.bits = params.mode == Mode::kLossless ? 0 : bits;
+        e.bits = params.mode == Mode::kLossless || params.mode == Mode::kPca ? 0 : bits;
         const bool planes = params.mode == Mode::kLossless && layout.dtype == DType::kFloat16 &&
                             !internal::WriteBytePlanes();
-        e.coder = params.mode == Mode::kGroupwise ? 0
+        e.coder = params.mode == Mode::kGroupwise || params.mode == Mode::kPca ? 0
                   : planes                        ? internal::kCoderExpPlanes
                   : params.mode == Mode::kQuant   ? internal::QuantCoder(bits)
                                                   : internal::CoderWritten();
@@ -268,6 +307,12 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
           case Mode::kGroupwise:
             STRATA_RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
                                                              &scratch_->sec, out, &coder));
+            break;
+          case Mode::kPca:
+            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, h.first_position,
+                                                       &scratch_->sec, out,
+                                                       stats ? &coder : nullptr,
+                                                       &scratch_->shared));
             break;
           default: return absl::InternalError("codec: unreachable mode");
         }
@@ -302,7 +347,8 @@ absl::Status CheckSections(const BlobView& v) {
       return absl::DataLossError("blob: a raw blob holds one section of the block's size");
     return absl::OkStatus();
   }
-  if (mode != Mode::kLossless && mode != Mode::kQuant && mode != Mode::kGroupwise)
+  if (mode != Mode::kLossless && mode != Mode::kQuant && mode != Mode::kGroupwise &&
+      mode != Mode::kPca)
     return absl::DataLossError(absl::StrCat("blob: unknown mode ", h.mode));
   if ((mode == Mode::kLossless) && h.layout.dtype != DType::kFloat16 &&
       h.layout.dtype != DType::kBFloat16)
@@ -313,7 +359,7 @@ absl::Status CheckSections(const BlobView& v) {
   const uint64_t tensor_sections = uint64_t{h.layout.num_layers} * tensors;
   if (v.sections.size() == tensor_sections + 1) {
     const SectionEntry& s = v.sections.back();
-    if (mode != Mode::kQuant || s.type != SectionType::kStream)
+    if ((mode != Mode::kQuant && mode != Mode::kPca) || s.type != SectionType::kStream)
       return absl::DataLossError("blob: section count disagrees with the layout");
     if (s.layer != 0 || s.tensor != 0 || s.bits != 0 || s.coder != internal::kCoderRans128)
       return absl::DataLossError("blob: malformed stream section");
@@ -325,7 +371,9 @@ absl::Status CheckSections(const BlobView& v) {
     if (s.layer != i / tensors || s.tensor != i % tensors ||
         s.type != static_cast<SectionType>(h.mode))
       return absl::DataLossError(absl::StrCat("blob: section ", i, " is out of order"));
-    if (mode != Mode::kLossless && (s.bits < 2 || s.bits > 8))
+    if (mode == Mode::kPca && (s.bits != 0 || s.coder != 0))
+      return absl::DataLossError(absl::StrCat("blob: pca section ", i, " has bits or a coder"));
+    if (mode != Mode::kLossless && mode != Mode::kPca && (s.bits < 2 || s.bits > 8))
       return absl::DataLossError(absl::StrCat("blob: section ", i, " has ", s.bits, " bits"));
   }
   return absl::OkStatus();
@@ -344,6 +392,16 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
     return absl::InvalidArgumentError(absl::StrCat(
         "codec: output holds ", out.size(), " bytes, blob decodes to ", layout.BlockBytes()));
   const Mode mode = static_cast<Mode>(v.header.mode);
+  std::shared_ptr<const Calibration> cal;
+  if (mode == Mode::kPca) {
+    if (calibrations_) cal = calibrations_->Find(v.header.calibration_id);
+    if (!cal)
+      return absl::NotFoundError(absl::StrCat(
+          "codec: blob needs calibration ", CalibrationIdString(v.header.calibration_id),
+          ", which this decoder does not hold (fetch the namespace's calibrations)"));
+    if (absl::Status st = cal->Matches(layout); !st.ok())
+      return absl::DataLossError(absl::StrCat("blob: ", st.message()));
+  }
   if (mode == Mode::kRaw) {
     std::memcpy(out.data(), v.Payload(v.sections[0]).data(), out.size());
     return absl::OkStatus();
@@ -375,6 +433,10 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
       case Mode::kGroupwise:
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
         break;
+      case Mode::kPca:
+        st = internal::DecodePca(v.Payload(s), shape, *cal, s.layer, s.tensor,
+                                 v.header.first_position, &scratch_->sec, dst, shared);
+        break;
       default: st = absl::InternalError("codec: unreachable mode");
     }
     if (!st.ok())
@@ -394,6 +456,8 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob) {
   info.sections = v.sections;
   CodecParams& p = info.params;
   p.mode = static_cast<Mode>(v.header.mode);
+  p.calibration_id = v.header.calibration_id;
+  p.first_position = v.header.first_position;
   if (p.mode == Mode::kQuant || p.mode == Mode::kGroupwise) {
     p.key_bits = v.header.key_bits;
     p.value_bits = v.header.value_bits;

@@ -19,6 +19,11 @@
 //              Bits can be set per layer. Deterministic: same input and params, same bytes.
 //   groupwise  the plain baseline: groups of `group_size` consecutive values, asymmetric
 //              min/max, fp16 scale and zero per group, codes bit-packed (no entropy coding).
+//   pca        calibrated transform coding (codec/calibration.h): each head vector projected on
+//              a per-(layer, tensor, head) PCA basis calibrated once per namespace, coordinates
+//              quantised with the calibration's steps (trailing ones dropped), rANS-coded. The
+//              blob names its calibration by id; the Encoder and Decoder find it in the
+//              CalibrationSet they are given and refuse blobs whose calibration they lack.
 //
 // Pure library: no I/O, no threads. Encoder and Decoder keep scratch buffers between calls; use
 // one per thread.
@@ -34,12 +39,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "codec/blob.h"
+#include "codec/calibration.h"
 #include "codec/rans.h"
 #include "strata/kv_layout.h"
 
 namespace strata::codec {
 
-enum class Mode : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4 };
+// 5 is skipped: mode values double as section types, and 5 is the shared stream's.
+enum class Mode : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4, kPca = 6 };
+static_assert(static_cast<uint8_t>(Mode::kPca) == kModeCalibrated);
 std::string_view ModeName(Mode m);
 
 struct CodecParams {
@@ -56,6 +64,14 @@ struct CodecParams {
   // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
   std::vector<uint8_t> layer_key_bits;
   std::vector<uint8_t> layer_value_bits;
+  // pca: the calibration blobs are coded with (Calibration::Id()). Zero in a spec that only
+  // asks for a rate (`pca:b1.5`): a tool that calibrates (codec_eval, the namespace's
+  // calibration command) resolves it; the Encoder refuses it.
+  uint64_t calibration_id = 0;
+  float pca_target_bits = 0;  // pca: the rate asked for, when calibration_id is not yet known
+  // pca with a calibration that undoes RoPE: the position of the block's first token (per block,
+  // not part of the spec; written to the blob, < 2^32).
+  uint64_t first_position = 0;
 
   absl::Status Validate(const KvLayout& layout) const;
   uint8_t KeyBits(uint32_t layer) const {
@@ -68,7 +84,9 @@ struct CodecParams {
 
 // Spec strings: "raw", "lossless", "int4-g64" (groupwise, 4 bits, group 64), and
 // "quant:k3v4[:g64][:had][:nodelta][:ol]" (key bits 3, value bits 4, value group 64, Hadamard
-// on, token delta off, key outlier channels kept exactly).
+// on, token delta off, key outlier channels kept exactly); "pca:<16 hex digits>" (calibrated
+// transform coding with that calibration) and "pca:bR" (R bits per value, for a calibration
+// still to be made).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
 std::string CodecSpecString(const CodecParams& p);
 
@@ -85,6 +103,8 @@ class Encoder {
  public:
   Encoder();
   ~Encoder();
+  // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
+  void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
   // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob.
   absl::Status Encode(const KvLayout& layout, const CodecParams& params,
                       std::span<const uint8_t> block, std::vector<uint8_t>* blob,
@@ -93,6 +113,7 @@ class Encoder {
  private:
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
+  const CalibrationSet* calibrations_ = nullptr;
 };
 
 struct DecodeOptions {
@@ -103,6 +124,9 @@ class Decoder {
  public:
   Decoder();
   ~Decoder();
+  // Where pca blobs' calibrations are looked up; without it (or without the blob's id in it)
+  // a pca blob is refused with NotFound.
+  void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
   // `out` must hold exactly the blob's layout BlockBytes().
   absl::Status Decode(std::span<const uint8_t> blob, std::span<uint8_t> out,
                       DecodeOptions opts = {});
@@ -110,6 +134,7 @@ class Decoder {
  private:
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
+  const CalibrationSet* calibrations_ = nullptr;
 };
 
 // Header, codec parameters and section table of a blob, validated (CRC included).

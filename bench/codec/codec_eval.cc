@@ -354,25 +354,71 @@ double BestSeconds(int reps, F&& f) {
   return best;
 }
 
+// pca modes: the calibrations made in this run, and where `pca:bR` specs calibrate from (blocks
+// other than the evaluated ones, so the figures are held out).
+struct PcaContext {
+  codec::CalibrationSet set;
+  const Dataset* samples = nullptr;
+  double key_weight = 1.0;
+  double rope_theta = 0;  // > 0: calibrations undo RoPE on the keys (blocks at b * tokens)
+};
+
+// Resolves `pca:bR` to a calibration made from ctx->samples at R bits per value.
+absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* p) {
+  if (p->mode != Mode::kPca || p->calibration_id != 0) return absl::OkStatus();
+  if (!ctx->samples)
+    return absl::InvalidArgumentError("pca modes need --calibrate-from (held-out sample KV)");
+  const Dataset& c = *ctx->samples;
+  if (c.layout.num_layers != d.layout.num_layers || c.layout.num_kv_heads != d.layout.num_kv_heads ||
+      c.layout.head_dim != d.layout.head_dim || c.layout.tokens_per_block != d.layout.tokens_per_block)
+    return absl::InvalidArgumentError("--calibrate-from: geometry differs from the data's");
+  std::vector<std::span<const uint8_t>> blocks;
+  for (uint32_t b = 0; b < c.blocks; ++b)
+    blocks.emplace_back(c.bytes.data() + b * BlockBytes(c), BlockBytes(c));
+  codec::CalibrateOptions o;
+  o.bits_per_value = p->pca_target_bits;
+  o.key_weight = ctx->key_weight;
+  o.rope_theta = ctx->rope_theta;
+  const auto t0 = Clock::now();
+  auto cal = codec::Calibrate(c.layout, blocks, o);
+  if (!cal.ok()) return cal.status();
+  std::fprintf(stderr, "codec_eval: calibrated pca:b%g from %u blocks in %.1f s: id %s, %.3f bits/value on the samples\n",
+               p->pca_target_bits, c.blocks, Seconds(t0, Clock::now()),
+               codec::CalibrationIdString(cal->Id()).c_str(), cal->sample_bits);
+  p->calibration_id = ctx->set.Add(std::make_shared<const codec::Calibration>(*std::move(cal)));
+  return absl::OkStatus();
+}
+
 // `decoded`, when given, receives the reconstruction (the data set's block bytes).
 absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps,
-                             std::vector<uint8_t>* decoded = nullptr) {
+                             std::vector<uint8_t>* decoded = nullptr, PcaContext* pca = nullptr) {
   auto params = codec::ParseCodecSpec(spec);
   if (!params.ok()) return params.status();
+  if (params->mode == Mode::kPca) {
+    if (!pca) return absl::InvalidArgumentError("pca modes need a calibration context");
+    if (auto s = ResolveCalibration(d, pca, &*params); !s.ok()) return s;
+  }
   const size_t bb = BlockBytes(d);
   codec::Encoder enc;
   codec::Decoder dec;
+  if (pca) {
+    enc.set_calibrations(&pca->set);
+    dec.set_calibrations(&pca->set);
+  }
   std::vector<std::vector<uint8_t>> blobs(d.blocks);
   codec::EncodeStats stats;
   Row row;
   stats.symbol_sink = params->mode == Mode::kQuant ? &row.symbols : nullptr;
   for (uint32_t b = 0; b < d.blocks; ++b) {
+    params->first_position = uint64_t{b} * d.layout.tokens_per_block;
     auto s = enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b], &stats);
     if (!s.ok()) return s;
   }
   const double te = BestSeconds(reps, [&] {
-    for (uint32_t b = 0; b < d.blocks; ++b)
+    for (uint32_t b = 0; b < d.blocks; ++b) {
+      params->first_position = uint64_t{b} * d.layout.tokens_per_block;
       (void)enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b]);
+    }
   });
   std::vector<uint8_t> out(d.bytes.size());
   absl::Status st;
@@ -385,7 +431,8 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   const Quality q = Measure(d, out);
   row.mode = spec;
   row.baseline = params->mode == Mode::kGroupwise;
-  row.lossy = params->mode == Mode::kGroupwise || params->mode == Mode::kQuant;
+  row.lossy = params->mode == Mode::kGroupwise || params->mode == Mode::kQuant ||
+              params->mode == Mode::kPca;
   row.bits = 8.0 * static_cast<double>(stats.blob_bytes) / values;
   row.ratio = 16.0 / row.bits;
   row.rel_mse = q.rel_mse;
@@ -608,7 +655,8 @@ int main(int argc, char** argv) {
   CLI::App app{"codec_eval: rate, distortion and speed of Strata's KV codec modes"};
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
-  std::string write_decoded, quality_path;
+  std::string write_decoded, quality_path, calibrate_from;
+  double pca_key_weight = 1.0, pca_rope_theta = 0;
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -644,6 +692,14 @@ int main(int argc, char** argv) {
   app.add_option("--quality", quality_path,
                  "model_quality.py's quality.tsv: print the model's KL, top-1 and NLL change per "
                  "mode beside bits/value");
+  app.add_option("--calibrate-from", calibrate_from,
+                 "pca:bR modes calibrate from this KV (same format as --data; other text or "
+                 "blocks than --data, for held-out figures)");
+  app.add_option("--pca-key-weight", pca_key_weight,
+                 "pca calibration: distortion weight of keys against values");
+  app.add_option("--pca-rope-theta", pca_rope_theta,
+                 "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
+                 "of --data and of --calibrate-from starts at token b * tokens-per-block");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--smoke", smoke, "tiny sizes, one repetition (a quick self-check)");
   CLI11_PARSE(app, argc, argv);
@@ -785,6 +841,20 @@ int main(int argc, char** argv) {
     }
     quality = std::move(*q);
   }
+  Dataset calib;
+  PcaContext pca;
+  pca.key_weight = pca_key_weight;
+  pca.rope_theta = pca_rope_theta;
+  if (!calibrate_from.empty()) {
+    auto c = LoadNpyDataset(calibrate_from, d.layout.tokens_per_block);
+    if (!c.ok()) {
+      std::fprintf(stderr, "codec_eval: --calibrate-from: %s\n",
+                   std::string(c.status().message()).c_str());
+      return 1;
+    }
+    calib = std::move(*c);
+    pca.samples = &calib;
+  }
   const double memcpy_gbps = MemcpyGbps(d, reps);
   std::vector<Row> rows;
   std::string modes_tsv;
@@ -799,7 +869,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<uint8_t> decoded;
-    auto r = RunCodec(d, m, reps, write_decoded.empty() ? nullptr : &decoded);
+    auto r = RunCodec(d, m, reps, write_decoded.empty() ? nullptr : &decoded, &pca);
     if (!r.ok()) {
       std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(),
                    std::string(r.status().message()).c_str());

@@ -91,6 +91,17 @@ void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t row
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);
 void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n);
 
+// out[r][c] = init[c] (0 without init) + sum over k < inner of a[r][k] * b[k][c], the products
+// added in k order (the same bits on every target). Rows of a and out are a_stride / out_stride
+// floats apart; b is inner x cols, rows contiguous.
+void MatMulRows(const float* a, size_t a_stride, size_t rows, size_t inner, const float* b,
+                size_t cols, const float* init, float* out, size_t out_stride);
+
+// q = clamp(round(y * inv_step), -limit, limit) (round half to even), gain = (y - q * step)^2 - y^2
+// (the change of squared error from coding the coordinate instead of dropping it).
+void RoundToSteps(const float* y, const float* inv_step, const float* step, size_t n, float limit,
+                  float* q, float* gain);
+
 // Name of the SIMD target in use (for benchmark reports).
 const char* SimdTargetName();
 

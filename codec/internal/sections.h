@@ -10,6 +10,10 @@
 #include "codec/codec.h"
 #include "codec/rans.h"
 
+namespace strata::codec {
+class Calibration;
+}
+
 namespace strata::codec::internal {
 
 struct TensorShape {
@@ -59,6 +63,14 @@ class RowArray {
   size_t n_ = 0;
 };
 
+// pca: RoPE cosines and sines of a block's tokens, per (token, pair).
+struct RopeTable {
+  size_t tokens = 0, dim = 0;
+  uint64_t first_position = 0;
+  float theta = 0;
+  std::vector<float> cos, sin;  // [token][pair]
+};
+
 struct SectionScratch {
   std::vector<float> f;    // tensor as floats
   std::vector<float> row;  // one row of floats
@@ -70,6 +82,8 @@ struct SectionScratch {
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
+  std::vector<int32_t> pq;                // pca encoder: quantised coordinates
+  RopeTable rope;                         // pca: the block's RoPE angles
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
   size_t prefetch_bytes = 0;
@@ -164,5 +178,20 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
                              rans::CoderStats* stats);
 absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                              SectionScratch* sc, uint8_t* out);
+
+// RoPE on T x H head vectors of dimension D (rotate-half pairs j, j + D/2; token t at position
+// first_position + t, angle position * theta^(-2j/D)), or its inverse.
+// `table`: a cache reused while the block's geometry and position stay the same (or null).
+void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position, float theta,
+                bool inverse, RopeTable* table = nullptr);
+
+// Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
+absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       rans::SharedEncoder* shared);
+absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
+                       const Calibration& cal, uint32_t layer, uint32_t tensor,
+                       uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared);
 
 }  // namespace strata::codec::internal

@@ -303,5 +303,46 @@ void CheckRowsMatchRowByRow() {
 
 TEST(Kernels, RowsMatchRowByRowOnEveryTarget) { OnEveryTarget(CheckRowsMatchRowByRow); }
 
+// The pca mode's kernels give the scalar loops' bits on every target (odd sizes: tails too).
+void CheckPcaKernelsMatchScalar() {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g;
+  for (size_t rows : {1u, 4u, 7u})
+    for (size_t inner : {0u, 1u, 5u, 33u})
+      for (size_t cols : {3u, 16u, 37u, 64u}) {
+        std::vector<float> a(rows * (inner + 2)), b(inner * cols), init(cols);
+        for (float& v : a) v = g(rng);
+        for (float& v : b) v = g(rng);
+        for (float& v : init) v = g(rng);
+        std::vector<float> out(rows * (cols + 1), -1.0f);
+        internal::MatMulRows(a.data(), inner + 2, rows, inner, b.data(), cols, init.data(),
+                             out.data(), cols + 1);
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t c = 0; c < cols; ++c) {
+            float want = init[c];
+            for (size_t k = 0; k < inner; ++k) want += a[r * (inner + 2) + k] * b[k * cols + c];
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[r * (cols + 1) + c]),
+                      std::bit_cast<uint32_t>(want))
+                << rows << "x" << inner << "x" << cols;
+          }
+      }
+  const size_t n = 45;
+  std::vector<float> y(n), inv(n), step(n), q(n), gain(n);
+  for (size_t i = 0; i < n; ++i) {
+    step[i] = 0.1f + 0.05f * static_cast<float>(i % 7);
+    inv[i] = 1.0f / step[i];
+    y[i] = i < 4 ? (static_cast<float>(i) + 0.5f) * step[i] : 40.0f * g(rng);  // ties, clamping
+  }
+  internal::RoundToSteps(y.data(), inv.data(), step.data(), n, 100.0f, q.data(), gain.data());
+  for (size_t i = 0; i < n; ++i) {
+    const float want = std::min(100.0f, std::max(-100.0f, std::nearbyint(y[i] * inv[i])));
+    const float e = y[i] - want * step[i];
+    EXPECT_EQ(q[i], want) << i;
+    EXPECT_EQ(std::bit_cast<uint32_t>(gain[i]), std::bit_cast<uint32_t>(e * e - y[i] * y[i])) << i;
+  }
+}
+
+TEST(Kernels, PcaKernelsMatchScalarOnEveryTarget) { OnEveryTarget(CheckPcaKernelsMatchScalar); }
+
 }  // namespace
 }  // namespace strata::codec

@@ -9,7 +9,9 @@
 #
 # Env: CODEC_EVAL (default build/bench/codec/codec_eval), MODES (comma-separated codec specs,
 # as ParseCodecSpec takes them; default codec_eval's list), PREFIX_TOKENS (1024, a multiple of
-# TOKENS_PER_BLOCK, 256), CONTINUATION_TOKENS (256), REPS (3).
+# TOKENS_PER_BLOCK, 256), CONTINUATION_TOKENS (256), REPS (3); for pca:bR modes CALIB_TEXT (a
+# text other than the evaluated one: its prefix KV is what the modes calibrate on) and
+# PCA_ARGS (more codec_eval options, e.g. "--pca-rope-theta 100000").
 # Output in WORKDIR/mq-MODEL: table.txt (the table), quality.tsv / quality.json (per mode),
 # prefix.safetensors and decoded/ (the KV). Nothing here is committed data.
 set -euo pipefail
@@ -27,9 +29,16 @@ out="$work/mq-$model"
 mkdir -p "$out"
 modes=()
 [[ -n "${MODES:-}" ]] && modes=(--modes "$MODES")
+# shellcheck disable=SC2206
+[[ -n "${PCA_ARGS:-}" ]] && modes+=(${PCA_ARGS})
 py=(env OPENBLAS_NUM_THREADS=1 venv/bin/python "$here/model_quality.py")
 "${py[@]}" prefix --model "$gguf" --prefix-tokens "${PREFIX_TOKENS:-1024}" \
   --continuation-tokens "${CONTINUATION_TOKENS:-256}" --out "$out/prefix.safetensors"
+if [[ -n "${CALIB_TEXT:-}" ]]; then
+  "${py[@]}" prefix --model "$gguf" --text "$CALIB_TEXT" --prefix-tokens "${PREFIX_TOKENS:-1024}" \
+    --continuation-tokens "${CONTINUATION_TOKENS:-256}" --out "$out/calib.safetensors"
+  modes+=(--calibrate-from "$out/calib.safetensors:kv")
+fi
 rm -rf "$out/decoded"
 "$codec_eval" --data "$out/prefix.safetensors:kv" --tokens-per-block "${TOKENS_PER_BLOCK:-256}" \
   "${modes[@]}" --reps 1 --write-decoded "$out/decoded" > "$out/write_decoded.txt"

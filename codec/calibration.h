@@ -1,0 +1,143 @@
+// Calibrated transform coding (codec mode `pca`): a per-namespace artefact, computed once from
+// sample blocks, that the encoder and decoder of every blob of the mode must share.
+//
+// For each layer, tensor (K, V; or the MLA latent) and kv head a Calibration holds the mean head
+// vector, an orthonormal basis (the principal axes of the samples, by decreasing variance) and a
+// quantiser step per basis coordinate; step 0 means the coordinate is dropped and decodes as
+// the mean. Blobs carry the calibration's id (a hash of its serialized bytes), so a blob is
+// never decoded with another basis: a decoder that does not hold the id refuses the blob.
+//
+// Serialized format (little-endian), version kCalibrationFormat:
+//   0    4   magic "SKVP"
+//   4    2   format version
+//   6    2   reserved, zero
+//   8    4   calibration version (the namespace's counter: v1, v2, ...; informational)
+//   12   4   num_layers
+//   16   4   num_kv_heads
+//   20   4   head_dim
+//   24   1   kind (common KvKind)
+//   25   1   key handling: 0 keys as stored; 1 RoPE undone before the transform (rotate-half
+//            pairs j, j + D/2, angle position * theta^(-2j/D)), so blobs carry their position
+//   26   2   reserved, zero
+//   28   4   target bits per value (f32; what Calibrate aimed for)
+//   32   4   achieved bits per value on the samples (f32)
+//   36   4   RoPE theta (f32; key handling 1), else zero
+//   40   ... per (layer, tensor, head), layer-major: f32 mean[D], f32 basis[D][D] (row i = axis
+//            i), f32 variance[D], f32 step[D]
+//   end-4 4  CRC32C of every preceding byte
+// The id is the FNV-1a 64 hash of all bytes (trailer included), never zero.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "strata/kv_layout.h"
+
+namespace strata::codec {
+
+inline constexpr uint32_t kCalibrationMagic = 0x50564B53;  // "SKVP" little-endian
+inline constexpr uint16_t kCalibrationFormat = 1;
+
+// One (layer, tensor, head)'s transform. Coordinates are ordered by decreasing variance.
+struct HeadTransform {
+  std::vector<float> mean;      // head_dim
+  std::vector<float> basis;     // head_dim x head_dim, row i = axis i
+  std::vector<float> variance;  // per coordinate, on the samples
+  std::vector<float> step;      // per coordinate; 0 = dropped
+};
+
+class Calibration {
+ public:
+  // Geometry the calibration applies to (dtype and tokens_per_block are not part of it).
+  uint32_t num_layers = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  KvKind kind = KvKind::kSeparateKV;
+  uint32_t version = 1;
+  float target_bits = 0;
+  float sample_bits = 0;
+  // > 0: keys are coded with RoPE undone (key handling 1). Post-RoPE keys of different
+  // positions are rotated copies of one distribution, which smears the principal axes: on
+  // SmolLM2 the same relative MSE needs ~0.75 fewer bits per key value with RoPE undone.
+  float rope_theta = 0;
+  // (layer * tensors + tensor) * num_kv_heads + head.
+  std::vector<HeadTransform> heads;
+
+  uint32_t TensorsPerLayer() const { return kind == KvKind::kMlaLatent ? 1 : 2; }
+  const HeadTransform& At(uint32_t layer, uint32_t tensor, uint32_t head) const {
+    return heads[(size_t{layer} * TensorsPerLayer() + tensor) * num_kv_heads + head];
+  }
+  // Whether blocks of `layout` can be coded with this calibration.
+  absl::Status Matches(const KvLayout& layout) const;
+  // Structural and numeric checks (sizes, finite values, non-negative steps).
+  absl::Status Validate() const;
+
+  std::vector<uint8_t> Serialize() const;
+  // Parses and validates; DataLoss on anything malformed (CRC, sizes, reserved fields).
+  static absl::StatusOr<Calibration> Parse(std::span<const uint8_t> bytes);
+
+  // The id blobs carry: FNV-1a 64 of Serialize(), never zero. Computed once (the object is
+  // not meant to change after Calibrate or Parse).
+  uint64_t Id() const;
+
+ private:
+  mutable uint64_t id_ = 0;
+};
+
+std::string CalibrationIdString(uint64_t id);  // 16 hex digits
+
+struct CalibrateOptions {
+  double bits_per_value = 1.5;  // target, over every value of a block (dropped ones included)
+  // Distortion weight of keys against values in the bit allocation (each head's MSE relative to
+  // its variance).
+  double key_weight = 1.0;
+  uint32_t version = 1;
+  // > 0: undo RoPE (rotate-half, this theta) on the keys; sample block i then starts at token
+  // position first_positions[i] (default i * tokens_per_block).
+  double rope_theta = 0;
+  std::vector<uint64_t> first_positions;
+};
+
+// Calibrates from sample blocks of `layout` (each layout.BlockBytes() bytes): per head PCA
+// (covariance, Jacobi eigendecomposition), then the bit allocation of AllocateBits over all
+// coordinates of the block, with the model budget adjusted until the quantised samples' order-0
+// entropy meets the target.
+absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
+                                      std::span<const std::span<const uint8_t>> blocks,
+                                      const CalibrateOptions& opts);
+
+// Bit allocation for the Gaussian rate-distortion model D_i(b) = w_i * var_i * 2^(-2 b): the
+// b_i in multiples of `quantum` (0..max_bits) minimising sum D_i(b_i) with sum b_i <= budget.
+// D_i is convex and decreasing in b, so taking the quanta one at a time by largest distortion
+// reduction is optimal (the DP optimum; tests compare with an exhaustive DP); it is the
+// discrete form of reverse water-filling.
+std::vector<double> AllocateBits(std::span<const double> weighted_variance, double budget,
+                                 double quantum = 0.25, double max_bits = 8.0);
+
+// Eigen-decomposition of a symmetric n x n matrix (row-major, double) by cyclic Jacobi
+// rotations: eigenvalues descending, vectors[i * n + j] = component j of eigenvector i.
+void SymmetricEigen(std::vector<double> a, size_t n, std::vector<double>* values,
+                    std::vector<double>* vectors);
+
+// Calibrations a process holds, by id. Thread-safe; the daemon and client will fill it from the
+// namespace's stored artefacts.
+class CalibrationSet {
+ public:
+  // Adds (or keeps, if the id is already present) and returns the id.
+  uint64_t Add(std::shared_ptr<const Calibration> c);
+  std::shared_ptr<const Calibration> Find(uint64_t id) const;
+  std::vector<uint64_t> Ids() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<const Calibration>> map_;  // guarded by mu_
+};
+
+}  // namespace strata::codec

@@ -1,0 +1,370 @@
+// Calibrated transform coding: the calibration artefact, its lifecycle and the pca mode.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "codec/calibration.h"
+#include "codec/codec.h"
+#include "codec/half.h"
+#include "codec/synthetic_kv.h"
+#include "common/crc32c.h"
+#include "gtest/gtest.h"
+#include "tests/codec/test_layout.h"
+
+namespace strata::codec {
+namespace {
+
+using test::Layout;
+
+// Blocks 0..n-1 of one synthetic sequence (each layout.BlockBytes()).
+struct Blocks {
+  KvLayout layout;
+  std::vector<uint8_t> bytes;
+  Blocks(const KvLayout& l, uint32_t n, uint64_t seed) : layout(l) {
+    SyntheticKvParams p;
+    p.seed = seed;
+    bytes = GenerateSyntheticKv(l, n, p);
+  }
+  std::span<const uint8_t> operator[](size_t i) const {
+    return std::span<const uint8_t>(bytes).subspan(i * layout.BlockBytes(), layout.BlockBytes());
+  }
+};
+
+std::shared_ptr<const Calibration> CalibrateOn(const Blocks& b, size_t first, size_t n,
+                                               double bits, uint32_t version = 1) {
+  std::vector<std::span<const uint8_t>> s;
+  for (size_t i = first; i < first + n; ++i) s.push_back(b[i]);
+  CalibrateOptions o;
+  o.bits_per_value = bits;
+  o.version = version;
+  auto c = Calibrate(b.layout, s, o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::make_shared<const Calibration>(*std::move(c)) : nullptr;
+}
+
+// A pca encoder and decoder sharing one calibration set that holds `cal`.
+struct PcaCodec {
+  CalibrationSet set;
+  CodecParams p;
+  Encoder enc;
+  Decoder dec;
+  explicit PcaCodec(std::shared_ptr<const Calibration> cal) {
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(std::move(cal));
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+  }
+};
+
+double RelMse(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i + 1 < a.size(); i += 2) {
+    uint16_t x, y;
+    std::memcpy(&x, a.data() + i, 2);
+    std::memcpy(&y, b.data() + i, 2);
+    const double fx = HalfToFloat(x), fy = HalfToFloat(y);
+    num += (fx - fy) * (fx - fy);
+    den += fx * fx;
+  }
+  return num / den;
+}
+
+const KvLayout kLayout = Layout(2, 2, 32, 64);
+
+TEST(Calibration, JacobiEigenDecomposes) {
+  const size_t n = 12;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> g;
+  std::vector<double> a(n * n);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j <= i; ++j) a[i * n + j] = a[j * n + i] = g(rng);
+  std::vector<double> vals, vecs;
+  SymmetricEigen(a, n, &vals, &vecs);
+  for (size_t i = 0; i + 1 < n; ++i) EXPECT_GE(vals[i], vals[i + 1]);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t r = 0; r < n; ++r) {  // A v_i = lambda_i v_i
+      double av = 0;
+      for (size_t k = 0; k < n; ++k) av += a[r * n + k] * vecs[i * n + k];
+      EXPECT_NEAR(av, vals[i] * vecs[i * n + r], 1e-9);
+    }
+    for (size_t j = 0; j < n; ++j) {  // orthonormal
+      double dot = 0;
+      for (size_t k = 0; k < n; ++k) dot += vecs[i * n + k] * vecs[j * n + k];
+      EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-9);
+    }
+  }
+}
+
+// The greedy allocation reaches the exhaustive DP's minimum of sum w var 2^(-2b).
+TEST(Calibration, AllocationIsTheDpOptimum) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-6, 3);
+  for (int trial = 0; trial < 20; ++trial) {
+    const size_t n = 6;
+    const double quantum = 0.5, max_bits = 3;
+    const int levels = static_cast<int>(max_bits / quantum);
+    std::vector<double> var(n);
+    for (double& v : var) v = std::exp(u(rng));
+    const int budget = 1 + trial % 14;  // in quanta
+    // dp[k] = least distortion of the coordinates so far with k quanta.
+    std::vector<double> dp(budget + 1, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<double> next(budget + 1, 1e300);
+      for (int k = 0; k <= budget; ++k)
+        for (int b = 0; b <= levels && b <= k; ++b)
+          next[k] = std::min(next[k], dp[k - b] + var[i] * std::exp2(-2 * b * quantum));
+      dp = next;
+    }
+    const std::vector<double> bits = AllocateBits(var, budget * quantum, quantum, max_bits);
+    double d = 0, used = 0;
+    for (size_t i = 0; i < n; ++i) {
+      d += var[i] * std::exp2(-2 * bits[i]);
+      used += bits[i];
+      EXPECT_LE(bits[i], max_bits);
+    }
+    EXPECT_LE(used, budget * quantum + 1e-9);
+    EXPECT_NEAR(d, dp[budget], 1e-9 * dp[budget]) << "trial " << trial;
+  }
+}
+
+TEST(Calibration, SerializeParseKeepsIdAndRejectsCorruption) {
+  Blocks b(kLayout, 3, 1);
+  auto cal = CalibrateOn(b, 0, 2, 2.0);
+  ASSERT_TRUE(cal);
+  const std::vector<uint8_t> bytes = cal->Serialize();
+  auto back = Calibration::Parse(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Id(), cal->Id());
+  EXPECT_EQ(back->Serialize(), bytes);
+  EXPECT_NE(cal->Id(), 0u);
+  for (size_t at : {size_t{0}, size_t{5}, size_t{13}, size_t{100}, bytes.size() - 1}) {
+    std::vector<uint8_t> bad = bytes;
+    bad[at] ^= 0x10;
+    auto p = Calibration::Parse(bad);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss) << at;
+  }
+  for (size_t len : {size_t{0}, size_t{43}, bytes.size() - 5}) {
+    auto p = Calibration::Parse(std::span<const uint8_t>(bytes).first(len));
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss) << len;
+  }
+  // A well-formed file of an unknown format version is refused by name.
+  std::vector<uint8_t> v2 = bytes;
+  v2[4] = 2;
+  const uint32_t crc = Crc32c(v2.data(), v2.size() - 4);
+  std::memcpy(v2.data() + v2.size() - 4, &crc, 4);
+  auto p = Calibration::Parse(v2);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(p.status().message().find("format version 2"), std::string::npos) << p.status();
+}
+
+TEST(Calibration, HeldOutRoundTripMeetsRateAndBeatsInt2) {
+  Blocks b(kLayout, 6, 11);
+  auto cal = CalibrateOn(b, 0, 4, 2.0);
+  ASSERT_TRUE(cal);
+  EXPECT_LE(cal->sample_bits, 2.0f);
+  EXPECT_GE(cal->sample_bits, 1.6f);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  for (size_t i = 4; i < 6; ++i) {  // held out
+    std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+    ASSERT_TRUE(enc.Encode(kLayout, p, b[i], &blob).ok());
+    ASSERT_TRUE(dec.Decode(blob, out).ok());
+    const double bits = 8.0 * blob.size() / (kLayout.BlockBytes() / 2);
+    EXPECT_LT(bits, 2.4) << "block " << i;
+    EXPECT_GT(bits, 1.4) << "block " << i;
+    auto gw = Encode(kLayout, *ParseCodecSpec("int2-g64"), b[i]);
+    std::vector<uint8_t> gw_out(out.size());
+    ASSERT_TRUE(Decode(*gw, gw_out).ok());
+    EXPECT_LT(RelMse(b[i], out), RelMse(b[i], gw_out)) << "block " << i;
+    EXPECT_LT(blob.size(), gw->size());
+    // Deterministic, and the blob names its calibration.
+    std::vector<uint8_t> again;
+    ASSERT_TRUE(enc.Encode(kLayout, p, b[i], &again).ok());
+    EXPECT_EQ(again, blob);
+    auto info = InspectBlob(blob);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->params.mode, Mode::kPca);
+    EXPECT_EQ(info->params.calibration_id, cal->Id());
+  }
+}
+
+TEST(Calibration, HigherTargetMeansBiggerBlobsAndLessError) {
+  Blocks b(kLayout, 4, 5);
+  double last_mse = 1e9;
+  size_t last_size = 0;
+  for (double bits : {0.75, 1.5, 3.0}) {
+    auto cal = CalibrateOn(b, 0, 3, bits);
+    ASSERT_TRUE(cal);
+    PcaCodec codec(cal);
+    auto& [set, p, enc, dec] = codec;
+    std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+    ASSERT_TRUE(enc.Encode(kLayout, p, b[3], &blob).ok());
+    ASSERT_TRUE(dec.Decode(blob, out).ok());
+    EXPECT_GT(blob.size(), last_size) << bits;
+    const double mse = RelMse(b[3], out);
+    EXPECT_LT(mse, last_mse) << bits;
+    last_size = blob.size();
+    last_mse = mse;
+  }
+}
+
+TEST(Calibration, UnknownCalibrationIsRefused) {
+  Blocks b(kLayout, 3, 2);
+  auto v1 = CalibrateOn(b, 0, 2, 1.5);
+  auto other = CalibrateOn(b, 1, 2, 1.5);
+  ASSERT_TRUE(v1 && other);
+  PcaCodec codec(v1);
+  auto& [set, p, enc, unused_dec] = codec;
+  std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+  ASSERT_TRUE(enc.Encode(kLayout, p, b[2], &blob).ok());
+  Decoder none;  // no set at all
+  absl::Status s = none.Decode(blob, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find(CalibrationIdString(v1->Id())), std::string::npos) << s;
+  CalibrationSet others;
+  others.Add(other);
+  Decoder wrong;
+  wrong.set_calibrations(&others);
+  EXPECT_EQ(wrong.Decode(blob, out).code(), absl::StatusCode::kNotFound);
+  // The encoder refuses ids it lacks, and specs that only name a rate.
+  CodecParams q = p;
+  q.calibration_id = other->Id();
+  EXPECT_EQ(enc.Encode(kLayout, q, b[2], &blob).code(), absl::StatusCode::kNotFound);
+  auto rate_only = ParseCodecSpec("pca:b1.5");
+  ASSERT_TRUE(rate_only.ok());
+  EXPECT_EQ(enc.Encode(kLayout, *rate_only, b[2], &blob).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A calibration of another geometry is refused, not misapplied.
+  const KvLayout l2 = Layout(2, 1, 32, 64);  // tokens_per_block may differ; heads may not
+  Blocks c(l2, 1, 3);
+  EXPECT_EQ(enc.Encode(l2, p, c[0], &blob).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Calibration, OldBlobsDecodeAfterRecalibration) {
+  Blocks b(kLayout, 5, 9);
+  auto v1 = CalibrateOn(b, 0, 2, 1.5, 1);
+  auto v2 = CalibrateOn(b, 2, 2, 1.5, 2);
+  ASSERT_TRUE(v1 && v2);
+  ASSERT_NE(v1->Id(), v2->Id());
+  PcaCodec codec(v1);
+  auto& [set, p1, enc, dec] = codec;
+  CodecParams p2 = p1;
+  std::vector<uint8_t> blob1, out1(kLayout.BlockBytes()), again(kLayout.BlockBytes());
+  ASSERT_TRUE(enc.Encode(kLayout, p1, b[4], &blob1).ok());
+  ASSERT_TRUE(dec.Decode(blob1, out1).ok());
+  // The namespace moves to v2, its artefact arriving serialized (as replication will bring it).
+  auto v2_copy = Calibration::Parse(v2->Serialize());
+  ASSERT_TRUE(v2_copy.ok());
+  p2.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(v2_copy)));
+  EXPECT_EQ(p2.calibration_id, v2->Id());
+  std::vector<uint8_t> blob2, out2(kLayout.BlockBytes());
+  ASSERT_TRUE(enc.Encode(kLayout, p2, b[4], &blob2).ok());
+  EXPECT_NE(blob1, blob2);
+  ASSERT_TRUE(dec.Decode(blob2, out2).ok());
+  ASSERT_TRUE(dec.Decode(blob1, again).ok());
+  EXPECT_EQ(again, out1);
+  EXPECT_EQ(set.Ids().size(), 2u);
+}
+
+// A token unlike the calibration samples is stored exactly: here, as with an attention sink's
+// KV, a token of tiny norm in data whose mean is far from zero.
+TEST(Calibration, OutlierTokenIsStoredExactly) {
+  const size_t row = size_t{kLayout.num_kv_heads} * kLayout.head_dim;  // values per token
+  const size_t tensor_values = row * kLayout.tokens_per_block, n = kLayout.BlockBytes() / 2;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  auto make = [&](bool sink) {
+    std::vector<uint8_t> block(kLayout.BlockBytes());
+    for (size_t i = 0; i < n; ++i) {
+      const size_t tok = (i % tensor_values) / row, ch = i % row;
+      float x = 1.0f + 0.1f * static_cast<float>(ch % 5) + 0.3f * g(rng);
+      if (sink && tok == 5) x = 0.001f * static_cast<float>(ch % 3);
+      const uint16_t h = FloatToHalf(x);
+      std::memcpy(block.data() + 2 * i, &h, 2);
+    }
+    return block;
+  };
+  std::vector<std::vector<uint8_t>> samples = {make(false), make(false)};
+  std::vector<std::span<const uint8_t>> spans(samples.begin(), samples.end());
+  CalibrateOptions o;
+  o.bits_per_value = 1.0;
+  auto cal = Calibrate(kLayout, spans, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  PcaCodec codec(std::make_shared<const Calibration>(*std::move(cal)));
+  auto& [set, p, enc, dec] = codec;
+  const std::vector<uint8_t> block = make(true);
+  std::vector<uint8_t> blob, out(block.size());
+  ASSERT_TRUE(enc.Encode(kLayout, p, block, &blob).ok());
+  ASSERT_TRUE(dec.Decode(blob, out).ok());
+  for (size_t t = 0; t < 4; ++t)
+    EXPECT_EQ(std::memcmp(out.data() + 2 * (t * tensor_values + 5 * row),
+                          block.data() + 2 * (t * tensor_values + 5 * row), 2 * row),
+              0)
+        << "tensor " << t;
+  EXPECT_NE(std::memcmp(out.data(), block.data(), 2 * row), 0);  // token 0 is coded, lossy
+}
+
+// Keys calibrated with RoPE undone: the blob carries its block's position, and the decoder
+// re-applies RoPE at it. The synthetic keys are RoPE-rotated (theta 10000, rotate-half pairs).
+TEST(Calibration, RopeUndoneKeysRoundTripAtTheirPosition) {
+  Blocks b(kLayout, 6, 13);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  CalibrateOptions o;
+  o.bits_per_value = 2.0;
+  o.rope_theta = 10000;
+  auto rope = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  EXPECT_FLOAT_EQ(rope->rope_theta, 10000.0f);
+  auto parsed = Calibration::Parse(rope->Serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FLOAT_EQ(parsed->rope_theta, 10000.0f);
+  PcaCodec codec(std::make_shared<const Calibration>(*std::move(rope)));
+  auto& [set, p, enc, dec] = codec;
+  p.first_position = 5 * kLayout.tokens_per_block;
+  std::vector<uint8_t> blob, out(kLayout.BlockBytes()), shifted(kLayout.BlockBytes());
+  ASSERT_TRUE(enc.Encode(kLayout, p, b[5], &blob).ok());
+  auto info = InspectBlob(blob);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->params.first_position, p.first_position);
+  ASSERT_TRUE(dec.Decode(blob, out).ok());
+  const double good = RelMse(b[5], out);
+  EXPECT_LT(good, 0.1);
+  // The same payload read at another position decodes to wrongly rotated keys.
+  const uint32_t other = 7;
+  std::memcpy(blob.data() + 36, &other, 4);
+  const uint32_t crc = Crc32c(blob.data(), blob.size() - 4);
+  std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+  ASSERT_TRUE(dec.Decode(blob, shifted).ok());
+  EXPECT_GT(RelMse(b[5], shifted), 2 * good);
+}
+
+TEST(Calibration, SpecStrings) {
+  auto a = ParseCodecSpec("pca:b1.5");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->mode, Mode::kPca);
+  EXPECT_FLOAT_EQ(a->pca_target_bits, 1.5f);
+  EXPECT_EQ(CodecSpecString(*a), "pca:b1.5");
+  auto b = ParseCodecSpec("pca:00000000deadbeef");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->calibration_id, 0xdeadbeefu);
+  EXPECT_EQ(CodecSpecString(*b), "pca:00000000deadbeef");
+  for (const char* bad : {"pca", "pca:b0", "pca:b9", "pca:0000000000000000", "pca:beef",
+                          "pca:b1:b2", "pca:xyz"})
+    EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
+}
+
+TEST(Calibration, BlobHeaderIdOnlyInPcaBlobs) {
+  Blocks b(kLayout, 1, 4);
+  auto raw = Encode(kLayout, CodecParams{}, b[0]);
+  ASSERT_TRUE(raw.ok());
+  std::vector<uint8_t> bad = *raw;
+  bad[56] = 1;
+  const uint32_t crc = Crc32c(bad.data(), bad.size() - 4);
+  std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+  EXPECT_EQ(InspectBlob(bad).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace strata::codec
