@@ -94,7 +94,7 @@ STRATA_BMI2_FN void UnpackImpl(const uint8_t* in, size_t n, int r, uint8_t* out,
   // The rest (at most 8 groups and the tail) from a zero-padded copy.
   uint8_t buf[8 * 8 + 16] = {};
   const size_t left = bytes - g * r;  // <= 8 r + r
-  std::memcpy(buf, in + g * r, left);
+  if (left != 0) std::memcpy(buf, in + g * r, left);  // `in` may be null when there is nothing
   const size_t total = (n + 7) / 8;  // groups including a partial one
   for (size_t k = 0; g < total; ++g, ++k)
     Store64(out + 8 * g, Unpack8<kBmi2>(Load64(buf + k * r), r, mask));

@@ -27,7 +27,8 @@ namespace strata::testing {
 // grpc/grpc#32584). One such channel kept for the whole run keeps the pool up.
 inline void KeepGrpcCallbackPoolAlive() {
   static const bool kept = [] {
-    auto* channel = new std::shared_ptr<grpc::Channel>(
+    // Static, so the channel stays reachable (and LeakSanitizer quiet) until the process ends.
+    static auto* channel = new std::shared_ptr<grpc::Channel>(
         grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
     auto stub = v1::Peer::NewStub(*channel);
     grpc::ClientContext ctx;

@@ -497,7 +497,7 @@ TEST(ClientDaemonTest, FastPathAndGrpcLookupsAgree) {
   ASSERT_TRUE(client->Evict(ns, {&ids[700], 1}).ok());
   EXPECT_EQ(*client->LookupIds(ns, ids), 700u);
   EXPECT_EQ(*client->LookupIds(ns, std::span(ids).first(1000)), 700u);
-  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).subspan(701, 1000)), 799u);
+  EXPECT_EQ(*client->LookupIds(ns, std::span(ids).subspan(701)), 799u);
   auto look = client->Lookup(ns, std::span(tokens).first(900 * kTokensPerBlock));
   ASSERT_TRUE(look.ok());
   EXPECT_EQ(look->prefix_blocks, 700u);
