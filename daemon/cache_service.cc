@@ -80,19 +80,30 @@ grpc::Status CacheService::ServeScoped(const grpc::ServerContext* ctx, const Req
   if (grpc::Status s = auth_->Check(ctx, kAnyRole, &caller); !s.ok()) return s;
   auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
-  if (!caller.trusted) {
-    // A tenant's token reaches only namespaces opened under that tenant.
-    auto entry = namespaces_->Find(scoped->ns);
-    if (!entry || !caller.MayUse(entry->tenant))
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          "the namespace belongs to another tenant than the token's");
-  }
+  if (!MayUseNamespace(caller, scoped->ns))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the namespace belongs to another tenant than the token's");
   if constexpr (std::is_invocable_v<Handler, const NamespaceId&, const std::vector<BlockId>&,
                                     const Caller&>) {
     return handler(scoped->ns, scoped->ids, caller);
   } else {
     return handler(scoped->ns, scoped->ids);
   }
+}
+
+// Who an active message comes from when authentication is off: anyone, trusted (as gRPC's
+// callers are then).
+static Caller TrustedCaller() {
+  Caller c;
+  c.trusted = true;
+  return c;
+}
+
+bool CacheService::MayUseNamespace(const Caller& caller, const NamespaceId& ns) const {
+  if (caller.trusted) return true;  // authentication off: no lookup on the hot path
+  // A tenant's credentials reach only namespaces opened under that tenant.
+  auto entry = namespaces_->Find(ns);
+  return entry && caller.MayUse(entry->tenant);
 }
 
 bool CacheService::Drain(absl::Duration grace) {
@@ -606,7 +617,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
   // An active message carries no credentials: with authentication its ticket names the caller
   // (an authenticated Connect issued it), and the same tenant check as gRPC's applies.
   const std::optional<Caller> caller =
-      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(Caller{});
+      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(TrustedCaller());
   if (!call.admitted()) {
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
   } else if (!caller) {
@@ -617,8 +628,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
     fail(parsed.status().code(), std::string(parsed.status().message()));
   } else if (auto ns = CheckNamespaceId(request->ns, IsOpenIn(*namespaces_)); !ns.ok()) {
     fail(ns.status().code(), std::string(ns.status().message()));
-  } else if (auto entry = namespaces_->Find(*ns);
-             auth_->enabled() && (!entry || !caller->MayUse(entry->tenant))) {
+  } else if (!MayUseNamespace(*caller, *ns)) {
     fail(absl::StatusCode::kPermissionDenied,
          "the namespace belongs to another tenant than the ticket's");
   } else {
@@ -680,7 +690,7 @@ void CacheService::HandleAmRelease(const transport::AmMessage& m) {
   if (!release)
     return DropAm(am_wire::kReleaseAm, m, "release with a header that is not 8 or 24 bytes");
   const std::optional<Caller> caller =
-      auth_->enabled() ? am_tickets_.Find(release->ticket) : std::optional<Caller>(Caller{});
+      auth_->enabled() ? am_tickets_.Find(release->ticket) : std::optional<Caller>(TrustedCaller());
   if (!caller)
     return DropAm(am_wire::kReleaseAm, m, "release without a valid ticket (authentication is on)");
   CallScope call(this);

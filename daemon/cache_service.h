@@ -185,6 +185,8 @@ class CacheService final : public v1::Cache::Service {
   template <typename Answer>
   void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
                      Answer&& answer);
+  // Whether `caller` may act on namespace `ns` (its tenant's, or any for trusted callers).
+  bool MayUseNamespace(const Caller& caller, const NamespaceId& ns) const;
   // The body of an Acquire, by gRPC or active message.
   void AcquireInto(const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller& caller,
                    v1::AcquireResponse* resp);
