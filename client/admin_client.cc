@@ -15,6 +15,7 @@
 #include "proto/grpc_status.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
+#include "strata/v1/calibration.grpc.pb.h"
 
 namespace strata {
 
@@ -25,11 +26,13 @@ class AdminClient::Rpcs {
       : options_(options),
         security_(std::move(security)),
         cache_(v1::Cache::NewStub(channel)),
-        admin_(v1::Admin::NewStub(channel)) {}
+        admin_(v1::Admin::NewStub(channel)),
+        calibrations_(v1::Calibrations::NewStub(channel)) {}
 
   const AdminClientOptions& options() const { return options_; }
   v1::Cache::Stub& cache() { return *cache_; }
   v1::Admin::Stub& admin() { return *admin_; }
+  v1::Calibrations::Stub& calibrations() { return *calibrations_; }
 
   // Runs one call under `timeout`; the status says what failed and where.
   template <typename Call>
@@ -54,6 +57,7 @@ class AdminClient::Rpcs {
   const client::ChannelSecurity security_;
   std::unique_ptr<v1::Cache::Stub> cache_;
   std::unique_ptr<v1::Admin::Stub> admin_;
+  std::unique_ptr<v1::Calibrations::Stub> calibrations_;
 };
 
 namespace {
@@ -75,6 +79,23 @@ BlockDetail FromProto(const v1::BlockInfo& b) {
   d.pinned_for_ms = b.pinned_for_ms();
   d.idle_ms = b.idle_ms();
   return d;
+}
+
+CalibrationSummary FromProto(const v1::CalibrationInfo& c) {
+  CalibrationSummary s;
+  s.ns = DigestOrZero(c.namespace_id());
+  s.id = c.id();
+  s.version = c.version();
+  s.bytes = c.bytes();
+  s.num_layers = c.num_layers();
+  s.num_kv_heads = c.num_kv_heads();
+  s.head_dim = c.head_dim();
+  s.target_bits = c.target_bits();
+  s.sample_bits = c.sample_bits();
+  s.rope_theta = c.rope_theta();
+  s.added_unix_ms = c.added_unix_ms();
+  s.current = c.current();
+  return s;
 }
 
 }  // namespace
@@ -195,6 +216,44 @@ absl::StatusOr<DrainReport> AdminClient::Drain() {
   }));
   return DrainReport{r.blocks(), r.moved(), r.failed(),
                      std::vector<std::string>(r.targets().begin(), r.targets().end())};
+}
+
+absl::StatusOr<std::vector<CalibrationSummary>> AdminClient::ListCalibrations(
+    std::optional<NamespaceId> ns) {
+  v1::ListCalibrationsRequest req;
+  if (ns) req.set_namespace_id(std::string(ns->AsBytes()));
+  v1::ListCalibrationsResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Calibrations.List", rpcs_->options().timeout, [&](auto* ctx) {
+    return rpcs_->calibrations().List(ctx, req, &r);
+  }));
+  std::vector<CalibrationSummary> out;
+  for (const auto& c : r.calibrations()) out.push_back(FromProto(c));
+  return out;
+}
+
+absl::StatusOr<std::string> AdminClient::GetCalibration(const NamespaceId& ns, uint64_t id,
+                                                        CalibrationSummary* summary) {
+  v1::GetCalibrationRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_id(id);
+  v1::GetCalibrationResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Calibrations.Get", rpcs_->long_timeout(), [&](auto* ctx) {
+    return rpcs_->calibrations().Get(ctx, req, &r);
+  }));
+  if (summary) *summary = FromProto(r.info());
+  return std::move(*r.mutable_artefact());
+}
+
+absl::StatusOr<CalibrationSummary> AdminClient::PutCalibration(const NamespaceId& ns,
+                                                               std::string artefact) {
+  v1::PutCalibrationRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_artefact(std::move(artefact));
+  v1::PutCalibrationResponse r;
+  STRATA_RETURN_IF_ERROR(rpcs_->Run("Calibrations.Put", rpcs_->long_timeout(), [&](auto* ctx) {
+    return rpcs_->calibrations().Put(ctx, req, &r);
+  }));
+  return FromProto(r.info());
 }
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 // the codec of each namespace this client opened (blocks are encoded and decoded here).
 #include "strata/client.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/block_calls.h"
+#include "client/calibrations.h"
 #include "client/control_channel.h"
 #include "client/daemon_link.h"
 #include "client/internal/remote_fetch.h"
@@ -59,6 +61,12 @@ struct Client::Impl {
     into.buffers = buffers;
     into.decode = params.has_value();
     if (into.decode) into.decoded_bytes = LayoutOf(ns).BlockBytes();
+    if (into.decode && params->mode == codec::Mode::kPca) {
+      into.calibrations = &calibrations->set();
+      into.ensure_calibrations = [cache = calibrations.get(), ns](std::span<const uint64_t> ids) {
+        cache->Ensure(ns, ids);
+      };
+    }
     return into;
   }
 
@@ -67,6 +75,7 @@ struct Client::Impl {
   const ClientOptions options;
   std::string vllm_hash_seed;
   std::unique_ptr<client::DaemonLink> local;
+  std::unique_ptr<client::CalibrationCache> calibrations;  // over `local`'s control channel
   client::RemoteFetch remote;
   std::mutex codecs_mu;
   absl::flat_hash_map<NamespaceId, std::optional<codec::CodecParams>> codecs;
@@ -79,6 +88,7 @@ Client::~Client() = default;
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>(options);
   STRATA_ASSIGN_OR_RETURN(impl->local, client::DaemonLink::Connect(options));
+  impl->calibrations = std::make_unique<client::CalibrationCache>(&impl->local->control());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -152,15 +162,27 @@ absl::StatusOr<PublishResult> Client::Publish(const NamespaceId& ns,
   ids.resize(blocks.size());
   std::vector<BlockId> parents(ids.size());
   for (size_t i = 1; i < ids.size(); ++i) parents[i] = ids[i - 1];
-  return PublishIds(ns, ids, parents, blocks);
+  std::vector<uint64_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = i * uint64_t{tokens_per_block(ns)};
+  return PublishIds(ns, ids, parents, blocks, positions);
 }
 
 absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
                                                  std::span<const BlockId> ids,
                                                  std::span<const BlockId> parents,
                                                  std::span<const ConstBuffer> blocks) {
-  if (ids.size() != blocks.size() || (!parents.empty() && parents.size() != ids.size()))
-    return absl::InvalidArgumentError("ids, parents and blocks must have the same length");
+  return PublishIds(ns, ids, parents, blocks, {});
+}
+
+absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
+                                                 std::span<const BlockId> ids,
+                                                 std::span<const BlockId> parents,
+                                                 std::span<const ConstBuffer> blocks,
+                                                 std::span<const uint64_t> first_positions) {
+  if (ids.size() != blocks.size() || (!parents.empty() && parents.size() != ids.size()) ||
+      (!first_positions.empty() && first_positions.size() != ids.size()))
+    return absl::InvalidArgumentError(
+        "ids, parents, blocks and first positions must have the same length");
   if (ids.empty()) return PublishResult{};
   for (const ConstBuffer& b : blocks)
     if (b.size == 0 || b.data == nullptr)
@@ -175,12 +197,27 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
       return absl::InvalidArgumentError(
           absl::StrCat("block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
                        layout.DebugString(), " needs ", layout.BlockBytes()));
+  codec::CodecParams params = *codec_params;
+  if (params.mode == codec::Mode::kPca) {
+    STRATA_ASSIGN_OR_RETURN(auto calibration,
+                            impl_->calibrations->ForEncoding(ns, params.calibration_id));
+    params.calibration_id = calibration->Id();
+    if (calibration->rope_theta > 0 && first_positions.empty())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace ", ns.ShortHex(), "'s calibration ",
+          codec::CalibrationIdString(params.calibration_id),
+          " undoes RoPE, which needs each block's position: use Publish, or PublishIds with "
+          "first positions"));
+  }
   std::vector<std::vector<uint8_t>> blobs(blocks.size());
   std::vector<absl::Status> encoded(blocks.size());
   impl_->local->mover().helper().ParallelFor(blocks.size(), [&](size_t i) {
     thread_local codec::Encoder encoder;
+    encoder.set_calibrations(&impl_->calibrations->set());
+    codec::CodecParams block_params = params;
+    if (!first_positions.empty()) block_params.first_position = first_positions[i];
     encoded[i] =
-        encoder.Encode(layout, *codec_params,
+        encoder.Encode(layout, block_params,
                        {static_cast<const uint8_t*>(blocks[i].data), blocks[i].size}, &blobs[i]);
   });
   std::vector<ConstBuffer> blob_views;
@@ -191,6 +228,71 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
     blob_views.push_back({blobs[i].data(), blobs[i].size()});
   }
   return impl_->local->PublishBlobs(ns, ids, parents, blob_views);
+}
+
+namespace {
+
+CalibrationInfo InfoOf(const v1::CalibrationInfo& w) {
+  CalibrationInfo c;
+  c.id = w.id();
+  c.version = w.version();
+  c.bytes = w.bytes();
+  c.target_bits = w.target_bits();
+  c.sample_bits = w.sample_bits();
+  c.rope_theta = w.rope_theta();
+  c.current = w.current();
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
+                                                  std::span<const ConstBuffer> samples,
+                                                  const CalibrationRequest& request) {
+  STRATA_ASSIGN_OR_RETURN(auto params, impl_->CodecOf(ns));
+  if (!params || params->mode != codec::Mode::kPca)
+    return absl::FailedPreconditionError(
+        absl::StrCat("namespace ", ns.ShortHex(), " does not use a calibrated codec (pca)"));
+  const KvLayout layout = impl_->LayoutOf(ns);
+  std::vector<std::span<const uint8_t>> blocks;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].size != layout.BlockBytes() || samples[i].data == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("sample ", i, " has ", samples[i].size,
+                                                     " bytes; the namespace's blocks have ",
+                                                     layout.BlockBytes()));
+    blocks.push_back({static_cast<const uint8_t*>(samples[i].data), samples[i].size});
+  }
+  codec::CalibrateOptions opts;
+  opts.bits_per_value = request.bits_per_value > 0 ? request.bits_per_value
+                        : params->pca_target_bits > 0 ? params->pca_target_bits
+                                                       : 1.5;
+  opts.rope_theta = request.rope_theta;
+  opts.first_positions = request.first_positions;
+  // The next version: one past the highest this daemon (and so the cluster it asked) knows.
+  STRATA_ASSIGN_OR_RETURN(auto listed, impl_->calibrations->List(ns));
+  uint32_t highest = 0;
+  for (const auto& c : listed.calibrations()) highest = std::max(highest, c.version());
+  opts.version = highest + 1;
+  STRATA_ASSIGN_OR_RETURN(codec::Calibration calibration, codec::Calibrate(layout, blocks, opts));
+  std::vector<uint8_t> bytes = calibration.Serialize();
+  return PutCalibration(ns, bytes);
+}
+
+absl::StatusOr<CalibrationInfo> Client::PutCalibration(const NamespaceId& ns,
+                                                       std::span<const uint8_t> artefact) {
+  STRATA_ASSIGN_OR_RETURN(
+      auto resp, impl_->calibrations->Put(
+                     ns, std::string(reinterpret_cast<const char*>(artefact.data()), artefact.size())));
+  CalibrationInfo info = InfoOf(resp.info());
+  info.replicated_to = resp.replicated_to();
+  return info;
+}
+
+absl::StatusOr<std::vector<CalibrationInfo>> Client::ListCalibrations(const NamespaceId& ns) {
+  STRATA_ASSIGN_OR_RETURN(auto resp, impl_->calibrations->List(ns));
+  std::vector<CalibrationInfo> out;
+  for (const auto& c : resp.calibrations()) out.push_back(InfoOf(c));
+  return out;
 }
 
 absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,

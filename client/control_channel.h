@@ -79,6 +79,8 @@ class ControlChannel {
 
   const ControlOptions& options() const { return options_; }
   v1::Cache::Stub& stub() { return *stub_; }
+  // The channel itself, for the stubs of the daemon's other services (Calibrations).
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
   // Runs one call under the channel's deadline. A daemon that is down or silent reads
   // "stratad at ADDRESS did not answer NAME within T".

@@ -1,6 +1,9 @@
 #include "client/daemon_link.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "client/calibrations.h"
 #include "codec/codec.h"
 #include "common/status_macros.h"
 
@@ -131,18 +134,49 @@ absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<c
 void DaemonLink::Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
                         FetchResult* r) {
   const bool decode = into.decode && !into.blobs;
+  // Per moved block: 0 ok, 1 damaged, 2 names a calibration this client lacks.
+  enum : uint8_t { kDecoded = 0, kDamaged = 1, kNoCalibration = 2 };
+  std::vector<uint8_t> outcome(plan.moving.size(), kDecoded);
+  for (size_t k = 0; k < plan.moving.size(); ++k)
+    if (!intact[k]) outcome[k] = kDamaged;
   if (decode) {
-    mover_->helper().ParallelFor(plan.moving.size(), [&](size_t k) {
-      if (!intact[k]) return;
-      thread_local codec::Decoder decoder;
-      auto* out = static_cast<uint8_t*>(into.buffers[plan.moving[k]].data);
-      intact[k] = decoder.Decode(plan.staging[k], {out, into.decoded_bytes}).ok();
-    });
+    auto decode_some = [&](const std::vector<size_t>& which) {
+      mover_->helper().ParallelFor(which.size(), [&](size_t j) {
+        const size_t k = which[j];
+        thread_local codec::Decoder decoder;
+        decoder.set_calibrations(into.calibrations);
+        auto* out = static_cast<uint8_t*>(into.buffers[plan.moving[k]].data);
+        absl::Status s = decoder.Decode(plan.staging[k], {out, into.decoded_bytes});
+        outcome[k] = s.ok() ? kDecoded
+                     : absl::IsNotFound(s) && BlobCalibrationId(plan.staging[k]) != 0
+                         ? kNoCalibration
+                         : kDamaged;
+      });
+    };
+    std::vector<size_t> all;
+    for (size_t k = 0; k < plan.moving.size(); ++k)
+      if (outcome[k] == kDecoded) all.push_back(k);
+    decode_some(all);
+    // Blobs of a calibration this client has not seen yet (another node's clients made it, or
+    // a recalibration): fetched once, then those blobs decode again.
+    std::vector<size_t> retry;
+    std::vector<uint64_t> missing;
+    for (size_t k = 0; k < plan.moving.size(); ++k)
+      if (outcome[k] == kNoCalibration) {
+        retry.push_back(k);
+        const uint64_t id = BlobCalibrationId(plan.staging[k]);
+        if (std::find(missing.begin(), missing.end(), id) == missing.end()) missing.push_back(id);
+      }
+    if (!retry.empty() && into.ensure_calibrations) {
+      into.ensure_calibrations(missing);
+      decode_some(retry);
+    }
   }
   for (size_t k = 0; k < plan.moving.size(); ++k) {
     const size_t i = plan.moving[k];
-    if (!intact[k]) {
-      r->status[i] = BlockStatus::kCrcMismatch;
+    if (outcome[k] != kDecoded) {
+      r->status[i] =
+          outcome[k] == kNoCalibration ? BlockStatus::kUnknownCalibration : BlockStatus::kCrcMismatch;
       continue;
     }
     r->status[i] = BlockStatus::kOk;

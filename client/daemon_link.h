@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "client/control_channel.h"
 #include "client/data_mover.h"
+#include "codec/calibration.h"
 #include "strata/client.h"
 
 namespace strata::client {
@@ -27,6 +29,10 @@ struct FetchLanding {
   // `decoded_bytes` (the layout's BlockBytes()) each. Each blob's own CRC32C guards it then.
   bool decode = false;
   uint64_t decoded_bytes = 0;
+  // Calibrated blobs (codec mode pca) decode with these; `ensure_calibrations`, when set, is
+  // asked once per fetch for the ids a blob named that `calibrations` lacked.
+  const codec::CalibrationSet* calibrations = nullptr;
+  std::function<void(std::span<const uint64_t>)> ensure_calibrations;
 };
 
 class DaemonLink {

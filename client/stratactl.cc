@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
@@ -42,6 +43,8 @@ struct Flags {
   std::string ttl = "1h";
   std::string config_file;
   std::string target_node;
+  std::string calibration_id;  // 16 hex digits; empty: the namespace's current calibration
+  std::string file;            // calibration get: where to write; put: what to send
 };
 
 std::string Hex(const strata::Digest& d) { return d.IsZero() ? std::string() : d.ToHex(); }
@@ -375,6 +378,80 @@ int RunPin(AdminClient& admin, const Flags& f, bool pin) {
   return all_ok ? 0 : kExitFailed;
 }
 
+int RunListCalibrations(AdminClient& admin, const Flags& f) {
+  std::optional<strata::NamespaceId> only;
+  if (!f.ns_hex.empty()) {
+    auto ns = ParseNamespace(f.ns_hex);
+    if (!ns.ok()) return Usage(ns.status());
+    only = *ns;
+  }
+  auto r = admin.ListCalibrations(only);
+  if (!r.ok()) return Report(r.status(), f.endpoint, "calibration ls");
+  if (f.json) {
+    std::cout << "{\"calibrations\":[";
+    for (size_t i = 0; i < r->size(); ++i) {
+      const auto& c = (*r)[i];
+      std::cout << (i ? "," : "")
+                << absl::StrFormat(
+                       "{\"namespace_id\":\"%s\",\"id\":\"%016x\",\"version\":%d,\"bytes\":%d,"
+                       "\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"target_bits\":%g,"
+                       "\"sample_bits\":%g,\"rope_theta\":%g,\"added_unix_ms\":%d,"
+                       "\"current\":%s}",
+                       Hex(c.ns), c.id, c.version, c.bytes, c.num_layers, c.num_kv_heads,
+                       c.head_dim, c.target_bits, c.sample_bits, c.rope_theta, c.added_unix_ms,
+                       c.current ? "true" : "false");
+    }
+    std::cout << "]}\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat("%-16s  %-16s %4s %9s %-13s %6s %6s %8s\n", "NAMESPACE", "ID", "VER",
+                               "BYTES", "SHAPE", "TARGET", "BITS", "CURRENT");
+  for (const auto& c : *r)
+    std::cout << absl::StrFormat("%-16s  %016x %4d %9s %-13s %6.2f %6.2f %8s\n",
+                                 c.ns.ShortHex(), c.id, c.version, strata::FormatSize(c.bytes),
+                                 absl::StrFormat("%dx%dx%d", c.num_layers, c.num_kv_heads,
+                                                 c.head_dim),
+                                 c.target_bits, c.sample_bits, c.current ? "yes" : "");
+  return 0;
+}
+
+int RunGetCalibration(AdminClient& admin, const Flags& f) {
+  auto ns = ParseNamespace(f.ns_hex);
+  if (!ns.ok()) return Usage(ns.status());
+  uint64_t id = 0;
+  if (!f.calibration_id.empty() &&
+      (f.calibration_id.size() != 16 ||
+       f.calibration_id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos ||
+       (id = std::stoull(f.calibration_id, nullptr, 16)) == 0))
+    return Usage(absl::InvalidArgumentError("--id: expected 16 hex digits (not all zero)"));
+  strata::CalibrationSummary summary;
+  auto bytes = admin.GetCalibration(*ns, id, &summary);
+  if (!bytes.ok()) return Report(bytes.status(), f.endpoint, "calibration get");
+  std::ofstream out(f.file, std::ios::binary | std::ios::trunc);
+  out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+  if (!out.good()) {
+    std::cerr << "stratactl: calibration get: cannot write " << f.file << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat("calibration %016x (version %d, %s) written to %s\n", summary.id,
+                               summary.version, strata::FormatSize(bytes->size()), f.file);
+  return 0;
+}
+
+int RunPutCalibration(AdminClient& admin, const Flags& f) {
+  auto ns = ParseNamespace(f.ns_hex);
+  if (!ns.ok()) return Usage(ns.status());
+  std::ifstream in(f.file, std::ios::binary);
+  if (!in) return Usage(absl::InvalidArgumentError("cannot read " + f.file));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  auto r = admin.PutCalibration(*ns, bytes.str());
+  if (!r.ok()) return Report(r.status(), f.endpoint, "calibration put");
+  std::cout << absl::StrFormat("calibration %016x stored as version %d of namespace %s%s\n", r->id,
+                               r->version, Hex(*ns), r->current ? " (current)" : "");
+  return 0;
+}
+
 int RunEvict(AdminClient& admin, const Flags& f) {
   auto ns = ParseNamespace(f.ns_hex);
   if (!ns.ok()) return Usage(ns.status());
@@ -398,7 +475,7 @@ int RunEvict(AdminClient& admin, const Flags& f) {
 // The subcommands, as CLI11 knows them after parsing.
 struct Commands {
   CLI::App *status, *stats, *evict, *nodes, *ls, *inspect, *pin, *unpin, *validate, *reposition,
-      *drain;
+      *drain, *calibration_ls, *calibration_get, *calibration_put;
 };
 
 Commands DefineCommands(CLI::App& app, Flags& f) {
@@ -449,6 +526,21 @@ Commands DefineCommands(CLI::App& app, Flags& f) {
   c.drain = app.add_subcommand(
       "drain", "move a node's blocks to the nodes that rank next for them, then leave the cluster");
   c.drain->add_option("node", f.target_node, "node id (default: the --endpoint node)");
+  auto* calibration =
+      app.add_subcommand("calibration", "namespaces' calibrations (codec mode pca)");
+  calibration->require_subcommand(1);
+  c.calibration_ls = calibration->add_subcommand("ls", "calibrations held by the node");
+  c.calibration_ls->add_option("--namespace", f.ns_hex, "only this namespace's");
+  c.calibration_get = calibration->add_subcommand(
+      "get", "save a calibration's bytes (from the node, else from its cluster)");
+  c.calibration_put = calibration->add_subcommand(
+      "put", "store a calibration for a namespace; it becomes current if its version is highest");
+  for (auto* cmd : {c.calibration_get, c.calibration_put})
+    cmd->add_option("--namespace", f.ns_hex, "namespace id (64 hex characters)")->required();
+  c.calibration_get->add_option("--id", f.calibration_id,
+                                "calibration id, 16 hex digits (default: the current one)");
+  c.calibration_get->add_option("-o,--out", f.file, "file to write")->required();
+  c.calibration_put->add_option("file", f.file, "serialized calibration")->required();
   return c;
 }
 
@@ -509,5 +601,8 @@ int main(int argc, char** argv) {
   if (*c.inspect) return RunInspect(a, f);
   if (*c.pin || *c.unpin) return RunPin(a, f, /*pin=*/static_cast<bool>(*c.pin));
   if (*c.evict) return RunEvict(a, f);
+  if (*c.calibration_ls) return RunListCalibrations(a, f);
+  if (*c.calibration_get) return RunGetCalibration(a, f);
+  if (*c.calibration_put) return RunPutCalibration(a, f);
   return kExitUsage;
 }

@@ -188,6 +188,11 @@ limits:
   # Bytes one tenant may hold in reservations not yet committed; more is NO_SPACE. 0: no bound
   # (tenant_max_share bounds them too).
   tenant_max_reserved_bytes: 0
+  # Calibrations (codec mode pca) kept per namespace, and their bytes in all, in memory and
+  # under <data_dir>/calibrations. A new one past either is refused; none is ever dropped, as
+  # blobs coded with it may still be stored somewhere in the cluster.
+  max_calibrations_per_namespace: 16
+  calibration_bytes: 1GiB
 
 # KV events in vLLM's format (msgpack over ZMQ) for KV-aware routers (llm-d, Dynamo):
 # BlockStored when a block is committed to host memory, BlockRemoved when it leaves it, one
@@ -438,6 +443,11 @@ std::map<std::string, Setter> Setters() {
       Read<double>("limits.tenant_max_share", At(&C::limits, &L::tenant_max_share));
   s["limits.tenant_max_reserved_bytes"] =
       ReadSize("limits.tenant_max_reserved_bytes", At(&C::limits, &L::tenant_max_reserved_bytes));
+  s["limits.max_calibrations_per_namespace"] =
+      Read<uint32_t>("limits.max_calibrations_per_namespace",
+                     At(&C::limits, &L::max_calibrations_per_namespace));
+  s["limits.calibration_bytes"] =
+      ReadSize("limits.calibration_bytes", At(&C::limits, &L::calibration_bytes));
   return s;
 }
 
@@ -623,6 +633,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   if (reserved_cap > c.host.capacity)
     return FieldError("limits.tenant_max_reserved_bytes",
                       "must be <= host_tier.capacity (0: no bound)");
+  if (c.limits.max_calibrations_per_namespace < 1)
+    return FieldError("limits.max_calibrations_per_namespace", "must be >= 1");
 
   static const char* levels[] = {"trace", "debug", "info", "warn", "error"};
   bool ok = false;

@@ -114,6 +114,9 @@ struct LimitsConfig {
   // Per-tenant quotas on the host tier (storage/host_tier.h, HostTierOptions::tenant_*).
   double tenant_max_share = 1.0;           // of host_tier.capacity; 1: no bound
   uint64_t tenant_max_reserved_bytes = 0;  // 0: no bound
+  // daemon/calibrations/calibration_store.h
+  uint32_t max_calibrations_per_namespace = 16;
+  uint64_t calibration_bytes = 1ull << 30;
 };
 
 struct DaemonConfig {

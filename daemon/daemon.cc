@@ -22,6 +22,8 @@
 #include "daemon/admin_service.h"
 #include "daemon/auth.h"
 #include "daemon/cache_service.h"
+#include "daemon/calibrations/calibration_service.h"
+#include "daemon/calibrations/calibration_store.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/daemon_metrics.h"
 #include "daemon/events/kv_event_publisher.h"
@@ -96,6 +98,9 @@ struct Daemon::Impl {
   std::atomic<CacheService*> am_service{nullptr};
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<PeerService> peer;
+  // The namespaces' calibrations (codec mode pca) under <data_dir>/calibrations.
+  std::unique_ptr<CalibrationStore> calibrations;
+  std::unique_ptr<CalibrationService> calibration_service;
   std::unique_ptr<grpc::Server> server;
   // Set once membership is up.
   std::unique_ptr<Cluster> cluster;
@@ -491,6 +496,18 @@ absl::Status Daemon::Impl::StartServices() {
   builder.RegisterService(admin.get());
   peer = std::make_unique<PeerService>(auth.get());
   builder.RegisterService(peer.get());
+  auto calibration_store = CalibrationStore::Open(
+      config.data_dir + "/calibrations",
+      {config.limits.max_calibrations_per_namespace, config.limits.calibration_bytes});
+  if (!calibration_store.ok())
+    return absl::Status(calibration_store.status().code(),
+                        absl::StrCat("config field 'data_dir': ",
+                                     calibration_store.status().message()));
+  calibrations = std::move(*calibration_store);
+  calibration_service =
+      std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
+  builder.RegisterService(calibration_service.get());
+  peer->set_calibrations(calibrations.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
   // daemon already listens on, and the two silently split the connections.
@@ -528,6 +545,7 @@ absl::Status Daemon::Impl::StartCluster() {
   service->set_cluster(cluster.get());
   admin->set_cluster(cluster.get());
   peer->set_cluster(cluster.get());
+  calibration_service->set_cluster(cluster.get());
   RegisterClusterSeries(metrics, &cluster_ptr);
   return absl::OkStatus();
 }

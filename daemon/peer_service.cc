@@ -1,6 +1,7 @@
 #include "daemon/peer_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/calibrations/calibration_service.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/logging.h"
 #include "daemon/request_checks.h"
@@ -68,6 +69,39 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
        c->puller().Pull(order->spec, req->tenant(), req->replicas(), order->ids, order->parents,
                         req->source_node(), req->source_address(), deadline))
     resp->add_status(static_cast<v1::BlockStatus>(s));
+  return grpc::Status::OK;
+}
+
+// Another daemon's client needs a calibration this node may hold: this node's copy only (no
+// further asking, so requests never travel in circles).
+grpc::Status PeerService::GetCalibration(grpc::ServerContext* ctx,
+                                         const v1::GetCalibrationRequest* req,
+                                         v1::GetCalibrationResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
+  CalibrationStore* store = calibrations_.load();
+  if (!store) return NotUp();
+  auto ns = Digest::FromBytes(req->namespace_id());
+  if (!ns.ok()) return ToGrpcStatus(absl::InvalidArgumentError("namespace_id must be 32 bytes"));
+  auto found = store->Get(*ns, req->id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  auto current = store->Get(*ns, 0);
+  FillCalibrationInfo(*found, current.ok() && current->id == found->id, resp->mutable_info());
+  resp->set_artefact(*found->artefact);
+  return grpc::Status::OK;
+}
+
+// A copy of what a client stored on another daemon; checked as the client's own Put is.
+grpc::Status PeerService::PutCalibration(grpc::ServerContext* ctx,
+                                         const v1::PutCalibrationRequest* req,
+                                         v1::PutCalibrationResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
+  CalibrationStore* store = calibrations_.load();
+  if (!store) return NotUp();
+  auto ns = Digest::FromBytes(req->namespace_id());
+  if (!ns.ok()) return ToGrpcStatus(absl::InvalidArgumentError("namespace_id must be 32 bytes"));
+  auto stored = store->Put(*ns, req->artefact());
+  if (!stored.ok()) return ToGrpcStatus(stored.status());
+  FillCalibrationInfo(*stored, false, resp->mutable_info());
   return grpc::Status::OK;
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "daemon/auth.h"
+#include "daemon/calibrations/calibration_store.h"
 #include "daemon/cluster/cluster.h"
 #include "strata/v1/peer.grpc.pb.h"
 
@@ -15,6 +16,8 @@ class PeerService final : public v1::Peer::Service {
   explicit PeerService(const Authenticator* auth = nullptr) : auth_(auth) {}
   // Calls are refused (UNAVAILABLE) until the cluster layer is set.
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
+  // Where GetCalibration and PutCalibration look; they answer UNAVAILABLE until it is set.
+  void set_calibrations(CalibrationStore* store) { calibrations_.store(store); }
 
   grpc::Status Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
                         v1::AnnounceResponse*) override;
@@ -22,6 +25,10 @@ class PeerService final : public v1::Peer::Service {
                       v1::PeerLocateResponse* resp) override;
   grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                     v1::PullResponse* resp) override;
+  grpc::Status GetCalibration(grpc::ServerContext* ctx, const v1::GetCalibrationRequest* req,
+                              v1::GetCalibrationResponse* resp) override;
+  grpc::Status PutCalibration(grpc::ServerContext* ctx, const v1::PutCalibrationRequest* req,
+                              v1::PutCalibrationResponse* resp) override;
 
  private:
   // Every handler's first step: announcements and pulls change what this node stores.
@@ -31,6 +38,7 @@ class PeerService final : public v1::Peer::Service {
   }
 
   std::atomic<Cluster*> cluster_{nullptr};
+  std::atomic<CalibrationStore*> calibrations_{nullptr};
   const Authenticator* const auth_;
 };
 

@@ -471,7 +471,8 @@ PYBIND11_MODULE(_strata, m) {
       .value("CRC_MISMATCH", BlockStatus::kCrcMismatch)
       .value("PINNED", BlockStatus::kPinned)
       .value("INVALID", BlockStatus::kInvalid)
-      .value("EXPIRED", BlockStatus::kExpired);
+      .value("EXPIRED", BlockStatus::kExpired)
+      .value("UNKNOWN_CALIBRATION", BlockStatus::kUnknownCalibration);
 
   py::class_<PyPublishResult>(m, "PublishResult")
       .def_readonly("status", &PyPublishResult::status)

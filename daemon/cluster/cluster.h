@@ -17,6 +17,7 @@
 #include "daemon/cluster/announcer.h"
 #include "daemon/cluster/block_mover.h"
 #include "daemon/cluster/block_puller.h"
+#include "daemon/cluster/calibration_sync.h"
 #include "daemon/cluster/context.h"
 #include "daemon/cluster/locator.h"
 #include "daemon/namespace_registry.h"
@@ -70,6 +71,7 @@ class Cluster {
   Locator& locator() { return *locator_; }
   BlockPuller& puller() { return *puller_; }
   BlockMover& mover() { return *mover_; }
+  CalibrationSync& calibrations() { return calibrations_; }
 
  private:
   Cluster(Options options, BlockStore& store, NamespaceRegistry& namespaces);
@@ -83,6 +85,7 @@ class Cluster {
   std::unique_ptr<Locator> locator_;
   std::unique_ptr<BlockPuller> puller_;
   std::unique_ptr<BlockMover> mover_;
+  CalibrationSync calibrations_{ctx_};
   std::atomic<bool> stopped_{false};
 };
 

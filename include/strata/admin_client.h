@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,18 @@ struct BlockPage {
   uint64_t next_page_token = 0;  // 0 after the last page
 };
 
+// A namespace's calibration (codec mode pca) as a daemon holds it.
+struct CalibrationSummary {
+  NamespaceId ns;
+  uint64_t id = 0;
+  uint32_t version = 0;
+  uint64_t bytes = 0;
+  uint32_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  float target_bits = 0, sample_bits = 0, rope_theta = 0;
+  int64_t added_unix_ms = 0;
+  bool current = false;  // what new blobs of the namespace are coded with
+};
+
 struct DrainReport {
   uint64_t blocks = 0;  // held when the drain began
   uint64_t moved = 0;
@@ -133,6 +146,15 @@ class AdminClient {
                                                const std::string& target_node, bool move);
   // Drains this node: its blocks move to the nodes ranking next for them, then it leaves.
   absl::StatusOr<DrainReport> Drain();
+
+  // Calibrations (codec mode pca) of one namespace, or of every namespace (nullopt).
+  absl::StatusOr<std::vector<CalibrationSummary>> ListCalibrations(std::optional<NamespaceId> ns);
+  // One calibration's serialized bytes (`id` 0: the namespace's current one), from the node or,
+  // when it lacks it, from the rest of its cluster.
+  absl::StatusOr<std::string> GetCalibration(const NamespaceId& ns, uint64_t id,
+                                             CalibrationSummary* summary);
+  // Stores serialized calibration bytes for a namespace (and copies them to the cluster).
+  absl::StatusOr<CalibrationSummary> PutCalibration(const NamespaceId& ns, std::string artefact);
 
   class Rpcs;
 

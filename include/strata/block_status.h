@@ -16,6 +16,9 @@ enum class BlockStatus : uint8_t {
   kPinned = 6,
   kInvalid = 7,
   kExpired = 8,
+  // Fetch: the blob arrived intact but names a calibration (codec mode pca) that neither this
+  // client nor any daemon it reached holds; nothing was written to the buffer.
+  kUnknownCalibration = 9,
 };
 
 constexpr std::string_view BlockStatusName(BlockStatus s) {
@@ -29,6 +32,7 @@ constexpr std::string_view BlockStatusName(BlockStatus s) {
     case BlockStatus::kPinned: return "pinned";
     case BlockStatus::kInvalid: return "invalid";
     case BlockStatus::kExpired: return "expired";
+    case BlockStatus::kUnknownCalibration: return "unknown_calibration";
   }
   return "unknown";
 }

@@ -47,7 +47,8 @@ enum {
   strata_block_status_crc_mismatch = 5,
   strata_block_status_pinned = 6,
   strata_block_status_invalid = 7,
-  strata_block_status_expired = 8
+  strata_block_status_expired = 8,
+  strata_block_status_unknown_calibration = 9
 };
 
 STRATA_C_EXPORT void strata_free(void* ptr);

@@ -159,6 +159,29 @@ struct DaemonStats {
   std::vector<std::pair<std::string, uint64_t>> counters;
 };
 
+// A namespace's calibration (codec policy "pca:..."): the learned transform its blobs are coded
+// with, stored by the daemons. docs/codec.md, "Calibrations".
+struct CalibrationInfo {
+  uint64_t id = 0;        // what blobs name it by (a hash of its bytes)
+  uint32_t version = 0;   // the namespace's counter; the highest is current
+  uint64_t bytes = 0;
+  float target_bits = 0;  // bits per value it aimed for
+  float sample_bits = 0;  // and reached on its samples
+  float rope_theta = 0;   // > 0: keys coded with RoPE undone
+  bool current = false;   // what new blobs are coded with
+  uint32_t replicated_to = 0;  // after a Calibrate or PutCalibration: daemons that took a copy
+};
+
+struct CalibrationRequest {
+  // Bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5").
+  double bits_per_value = 0;
+  // > 0: undo RoPE with this theta (the model's rope_theta) on the keys before the transform.
+  double rope_theta = 0;
+  // With rope_theta: the position of each sample block's first token (default: sample i starts
+  // at i * tokens_per_block, a prefix published from its first token).
+  std::vector<uint64_t> first_positions;
+};
+
 class Client {
  public:
   // Connects the control plane, then the data plane (UCX endpoint to the daemon's worker).
@@ -185,6 +208,26 @@ class Client {
   absl::StatusOr<PublishResult> PublishIds(const NamespaceId& ns, std::span<const BlockId> ids,
                                            std::span<const BlockId> parents,
                                            std::span<const ConstBuffer> blocks);
+  // The same, saying where each block's first token sits in its sequence: what a calibration
+  // that undoes RoPE needs (Publish knows it from the tokens).
+  absl::StatusOr<PublishResult> PublishIds(const NamespaceId& ns, std::span<const BlockId> ids,
+                                           std::span<const BlockId> parents,
+                                           std::span<const ConstBuffer> blocks,
+                                           std::span<const uint64_t> first_positions);
+
+  // Calibrates a namespace whose codec policy is pca from sample blocks (layout-shaped KV,
+  // BlockBytes() each; at least a few thousand tokens' worth) and stores the result on the
+  // daemon as the namespace's next version, which the cluster's clients code new blocks with
+  // from then on (each client within ~10 s). Blobs of earlier versions still decode.
+  absl::StatusOr<CalibrationInfo> Calibrate(const NamespaceId& ns,
+                                            std::span<const ConstBuffer> samples,
+                                            const CalibrationRequest& request = {});
+  // Stores a calibration made elsewhere (a serialized codec::Calibration, such as what
+  // `stratactl calibration get` saves).
+  absl::StatusOr<CalibrationInfo> PutCalibration(const NamespaceId& ns,
+                                                 std::span<const uint8_t> artefact);
+  // The namespace's calibrations on the local daemon, oldest version first.
+  absl::StatusOr<std::vector<CalibrationInfo>> ListCalibrations(const NamespaceId& ns);
 
   // Ids of every full block of `tokens` under the namespace's id scheme. `cache_salt` is the
   // request's salt in a namespace with a vLLM id scheme (it enters the first block's id).

@@ -1,0 +1,107 @@
+#include "client/calibrations.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/blob.h"
+#include "common/status_macros.h"
+
+namespace strata::client {
+
+CalibrationCache::CalibrationCache(ControlChannel* control, absl::Duration refresh)
+    : control_(control),
+      refresh_(refresh),
+      stub_(v1::Calibrations::NewStub(control->channel())) {}
+
+absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::Fetch(
+    const NamespaceId& ns, uint64_t id) {
+  v1::GetCalibrationRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_id(id);
+  v1::GetCalibrationResponse resp;
+  STRATA_RETURN_IF_ERROR(control_->NsRpc("Calibrations.Get", ns, [&](grpc::ClientContext* c) {
+    return stub_->Get(c, req, &resp);
+  }));
+  const std::string& bytes = resp.artefact();
+  auto parsed =
+      codec::Calibration::Parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!parsed.ok())
+    return absl::DataLossError(
+        absl::StrCat("the daemon's calibration does not parse: ", parsed.status().message()));
+  if (id != 0 && parsed->Id() != id)
+    return absl::DataLossError(absl::StrCat("asked for calibration ",
+                                            codec::CalibrationIdString(id), ", got ",
+                                            codec::CalibrationIdString(parsed->Id())));
+  auto held = std::make_shared<const codec::Calibration>(std::move(*parsed));
+  set_.Add(held);
+  return held;
+}
+
+absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::ForEncoding(
+    const NamespaceId& ns, uint64_t id) {
+  if (id != 0) {
+    if (auto held = set_.Find(id)) return held;
+    return Fetch(ns, id);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = current_.find(ns);
+    if (it != current_.end() && absl::Now() - it->second.checked < refresh_)
+      if (auto held = set_.Find(it->second.id)) return held;
+  }
+  auto fetched = Fetch(ns, 0);
+  if (!fetched.ok()) {
+    if (absl::IsNotFound(fetched.status()))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace ", ns.ShortHex(),
+          " codes blocks with a calibration (codec policy pca) but has none yet: calibrate it "
+          "(Client::Calibrate, or stratactl calibration put) before publishing (",
+          fetched.status().message(), ")"));
+    return fetched.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  current_[ns] = {(*fetched)->Id(), absl::Now()};
+  return fetched;
+}
+
+void CalibrationCache::Ensure(const NamespaceId& ns, std::span<const uint64_t> ids) {
+  for (uint64_t id : ids)
+    if (id != 0 && !set_.Find(id)) (void)Fetch(ns, id);
+}
+
+absl::StatusOr<v1::PutCalibrationResponse> CalibrationCache::Put(const NamespaceId& ns,
+                                                                 std::string artefact) {
+  v1::PutCalibrationRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_artefact(std::move(artefact));
+  v1::PutCalibrationResponse resp;
+  STRATA_RETURN_IF_ERROR(control_->NsRpc("Calibrations.Put", ns, [&](grpc::ClientContext* c) {
+    return stub_->Put(c, req, &resp);
+  }));
+  // This client codes its next blobs with whatever is current now.
+  std::lock_guard<std::mutex> lock(mu_);
+  current_.erase(ns);
+  return resp;
+}
+
+absl::StatusOr<v1::ListCalibrationsResponse> CalibrationCache::List(const NamespaceId& ns) {
+  v1::ListCalibrationsRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  v1::ListCalibrationsResponse resp;
+  STRATA_RETURN_IF_ERROR(control_->NsRpc("Calibrations.List", ns, [&](grpc::ClientContext* c) {
+    return stub_->List(c, req, &resp);
+  }));
+  return resp;
+}
+
+uint64_t BlobCalibrationId(std::span<const uint8_t> blob) {
+  if (blob.size() < codec::kHeaderBytes) return 0;
+  uint32_t magic;
+  std::memcpy(&magic, blob.data(), sizeof magic);
+  if (magic != codec::kBlobMagic || blob[8] != codec::kModeCalibrated) return 0;
+  uint64_t id;
+  std::memcpy(&id, blob.data() + 56, sizeof id);
+  return id;
+}
+
+}  // namespace strata::client

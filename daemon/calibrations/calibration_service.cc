@@ -1,0 +1,156 @@
+#include "daemon/calibrations/calibration_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "codec/calibration.h"
+#include "codec/codec.h"
+#include "daemon/cluster/cluster.h"
+#include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace strata::daemon {
+namespace {
+
+// Peer calls within the caller's deadline and the cluster's peer timeout.
+absl::Time PeerDeadline(const grpc::ServerContext* ctx, const Cluster& c) {
+  return std::min(absl::FromChrono(ctx->deadline()), absl::Now() + c.peer_timeout());
+}
+
+// When the namespace is open here, the artefact must fit its layout and codec policy.
+absl::Status FitsNamespace(const NamespaceRegistry& namespaces, const NamespaceId& ns,
+                           const std::string& artefact) {
+  auto entry = namespaces.Find(ns);
+  if (!entry) return absl::OkStatus();
+  auto params = codec::ParseCodecSpec(entry->spec.codec_policy);
+  if (!params.ok() || params->mode != codec::Mode::kPca)
+    return absl::FailedPreconditionError(
+        absl::StrCat("namespace ", ns.ShortHex(), " has codec policy '", entry->spec.codec_policy,
+                     "', which uses no calibration (only pca modes do)"));
+  auto parsed = codec::Calibration::Parse(
+      {reinterpret_cast<const uint8_t*>(artefact.data()), artefact.size()});
+  if (!parsed.ok()) return absl::InvalidArgumentError(parsed.status().message());
+  if (auto s = parsed->Matches(entry->spec.layout); !s.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("the calibration does not fit namespace ", ns.ShortHex(), ": ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void FillCalibrationInfo(const CalibrationRecord& r, bool current, v1::CalibrationInfo* info) {
+  info->set_id(r.id);
+  info->set_version(r.version);
+  info->set_bytes(r.artefact ? r.artefact->size() : 0);
+  info->set_num_layers(r.num_layers);
+  info->set_num_kv_heads(r.num_kv_heads);
+  info->set_head_dim(r.head_dim);
+  info->set_target_bits(r.target_bits);
+  info->set_sample_bits(r.sample_bits);
+  info->set_rope_theta(r.rope_theta);
+  info->set_added_unix_ms(absl::ToUnixMillis(r.added));
+  info->set_namespace_id(std::string(r.ns.AsBytes()));
+  info->set_current(current);
+}
+
+grpc::Status CalibrationService::Admit(const grpc::ServerContext* ctx, const std::string& raw,
+                                       NamespaceId* ns, Caller* caller) const {
+  if (auth_ && auth_->enabled()) {
+    if (grpc::Status s = auth_->Check(ctx, kAnyRole, caller); !s.ok()) return s;
+  } else {
+    caller->trusted = true;
+  }
+  auto id = Digest::FromBytes(raw);
+  if (!id.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("namespace_id must be 32 bytes, got ", raw.size()));
+  *ns = *id;
+  if (caller->trusted || caller->role != Role::kTenant) return grpc::Status::OK;
+  if (auto s = namespaces_->Check(*ns); !s.ok()) return ToGrpcStatus(s);
+  auto entry = namespaces_->Find(*ns);
+  if (!entry || !caller->MayUse(entry->tenant))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the namespace belongs to another tenant than the token's");
+  return grpc::Status::OK;
+}
+
+grpc::Status CalibrationService::Put(grpc::ServerContext* ctx,
+                                     const v1::PutCalibrationRequest* req,
+                                     v1::PutCalibrationResponse* resp) {
+  NamespaceId ns;
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
+  if (auto s = FitsNamespace(*namespaces_, ns, req->artefact()); !s.ok()) return ToGrpcStatus(s);
+  auto stored = store_->Put(ns, req->artefact());
+  if (!stored.ok()) return ToGrpcStatus(stored.status());
+  auto current = store_->Get(ns, 0);
+  FillCalibrationInfo(*stored, current.ok() && current->id == stored->id, resp->mutable_info());
+  spdlog::info("calibration {} v{} stored for namespace {} ({} bytes)",
+               codec::CalibrationIdString(stored->id), stored->version, ns.ShortHex(),
+               stored->artefact->size());
+  if (Cluster* c = cluster_.load())
+    resp->set_replicated_to(c->calibrations().Push(ns, *stored->artefact, PeerDeadline(ctx, *c)));
+  return grpc::Status::OK;
+}
+
+grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
+                                     const v1::GetCalibrationRequest* req,
+                                     v1::GetCalibrationResponse* resp) {
+  NamespaceId ns;
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
+  auto found = store_->Get(ns, req->id());
+  if (found.ok()) {
+    auto current = store_->Get(ns, 0);
+    FillCalibrationInfo(*found, current.ok() && current->id == found->id, resp->mutable_info());
+    resp->set_artefact(*found->artefact);
+    return grpc::Status::OK;
+  }
+  Cluster* c = cluster_.load();
+  if (!c) return ToGrpcStatus(found.status());
+  auto fetched = c->calibrations().Fetch(ns, req->id(), PeerDeadline(ctx, *c));
+  if (!fetched.ok())
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat(found.status().message(), "; ", fetched.status().message()));
+  // A peer's answer is checked as a client's Put is, and kept so the next reader finds it here.
+  auto described = DescribeCalibration(ns, fetched->artefact());
+  if (!described.ok() || (req->id() != 0 && described->id != req->id()))
+    return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                        "another node answered with a calibration other than the one asked for");
+  auto kept = store_->Put(ns, fetched->artefact());
+  if (!kept.ok())
+    spdlog::warn("calibration {} of namespace {} from another node not kept here: {}",
+                 codec::CalibrationIdString(described->id), ns.ShortHex(),
+                 std::string(kept.status().message()));
+  auto current = store_->Get(ns, 0);
+  FillCalibrationInfo(kept.ok() ? *kept : *described,
+                      current.ok() && current->id == described->id, resp->mutable_info());
+  resp->set_artefact(fetched->artefact());
+  return grpc::Status::OK;
+}
+
+grpc::Status CalibrationService::List(grpc::ServerContext* ctx,
+                                      const v1::ListCalibrationsRequest* req,
+                                      v1::ListCalibrationsResponse* resp) {
+  std::optional<NamespaceId> only;
+  Caller caller;
+  if (req->namespace_id().empty()) {
+    if (auth_ && auth_->enabled()) {
+      if (grpc::Status s = auth_->Check(ctx, static_cast<RoleSet>(Role::kAdmin), &caller); !s.ok())
+        return s;
+    }
+  } else {
+    NamespaceId ns;
+    if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
+    only = ns;
+  }
+  auto records = store_->List(only);
+  for (size_t i = 0; i < records.size(); ++i) {
+    // Records come by namespace, then version: the last of each namespace is its current one.
+    const bool current = i + 1 == records.size() || records[i + 1].ns != records[i].ns;
+    FillCalibrationInfo(records[i], current, resp->add_calibrations());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::daemon

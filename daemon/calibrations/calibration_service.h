@@ -1,0 +1,49 @@
+// The Calibrations gRPC service (proto/strata/v1/calibration.proto): clients and operators store,
+// read and list a namespace's calibrations here; the daemon fills gaps from, and copies new
+// artefacts to, the rest of its cluster (daemon/cluster/calibration_sync.h).
+#pragma once
+
+#include <atomic>
+
+#include "daemon/auth.h"
+#include "daemon/calibrations/calibration_store.h"
+#include "daemon/namespace_registry.h"
+#include "strata/v1/calibration.grpc.pb.h"
+
+namespace strata::daemon {
+
+class Cluster;
+
+class CalibrationService final : public v1::Calibrations::Service {
+ public:
+  // `auth` null: authentication off. `store`, `namespaces` and `auth` must outlive the service.
+  CalibrationService(CalibrationStore* store, const NamespaceRegistry* namespaces,
+                     const Authenticator* auth = nullptr)
+      : store_(store), namespaces_(namespaces), auth_(auth) {}
+  // The cluster layer, once it is up (null: this node answers alone).
+  void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
+
+  grpc::Status Put(grpc::ServerContext* ctx, const v1::PutCalibrationRequest* req,
+                   v1::PutCalibrationResponse* resp) override;
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetCalibrationRequest* req,
+                   v1::GetCalibrationResponse* resp) override;
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListCalibrationsRequest* req,
+                    v1::ListCalibrationsResponse* resp) override;
+
+ private:
+  // The caller, and the namespace named by `raw`, which it may use: a tenant's credentials reach
+  // the namespaces opened here under its tenant; admins, peers and (authentication off) anyone
+  // reach any namespace, open here or not.
+  grpc::Status Admit(const grpc::ServerContext* ctx, const std::string& raw, NamespaceId* ns,
+                     Caller* caller) const;
+
+  CalibrationStore* const store_;
+  const NamespaceRegistry* const namespaces_;
+  const Authenticator* const auth_;
+  std::atomic<Cluster*> cluster_{nullptr};
+};
+
+// A record as the wire shows it; `current` says whether it is its namespace's newest here.
+void FillCalibrationInfo(const CalibrationRecord& r, bool current, v1::CalibrationInfo* info);
+
+}  // namespace strata::daemon

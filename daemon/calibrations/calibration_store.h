@@ -1,0 +1,87 @@
+// The calibrations this daemon holds (codec mode pca, codec/calibration.h): per namespace, the
+// serialized artefacts by id, each with the facts operators and clients ask about. Artefacts
+// are kept in memory (a client that encodes or decodes asks for them often) and, when the store
+// has a directory, in one file each, so a restarted daemon still decodes what it stored before.
+//
+// Versions: each artefact carries the namespace's counter (v1, v2, ...); the highest is the
+// namespace's current calibration, the one new blobs are coded with. Old versions stay: blobs
+// coded with them still decode. Nothing here drops an artefact a blob may name; the limits
+// refuse new ones instead.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "strata/block_id.h"
+
+namespace strata::daemon {
+
+// Larger artefacts are refused: gRPC messages are capped at 64 MiB. (A 70B-class model with 80
+// layers, 8 KV heads and head_dim 128 needs ~86 MB and is out of reach of format 1.)
+inline constexpr uint64_t kMaxCalibrationBytes = 60ull << 20;
+
+struct CalibrationRecord {
+  NamespaceId ns;
+  uint64_t id = 0;
+  uint32_t version = 0;
+  uint32_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  float target_bits = 0, sample_bits = 0, rope_theta = 0;
+  absl::Time added;
+  std::shared_ptr<const std::string> artefact;  // the serialized bytes, as stored
+};
+
+class CalibrationStore {
+ public:
+  struct Limits {
+    uint32_t max_per_namespace = 16;
+    uint64_t max_bytes = 1ull << 30;  // every artefact of every namespace
+  };
+
+  // `dir` empty: memory only. Otherwise the directory is created if missing and every artefact
+  // in it is loaded; a file that does not parse or does not match its name is renamed to
+  // *.bad, counted in rejected_files() and left for the operator.
+  static absl::StatusOr<std::unique_ptr<CalibrationStore>> Open(std::string dir, Limits limits);
+
+  // Parses and checks `artefact`, then stores it for `ns` (on disk first, when the store has a
+  // directory). Storing what is already there returns the existing record. INVALID_ARGUMENT for
+  // a malformed artefact; FAILED_PRECONDITION when another artefact of `ns` has its version;
+  // RESOURCE_EXHAUSTED past the limits; INTERNAL when the file cannot be written.
+  absl::StatusOr<CalibrationRecord> Put(const NamespaceId& ns, std::string artefact);
+  // `id` 0: the namespace's current calibration (highest version). NOT_FOUND when absent.
+  absl::StatusOr<CalibrationRecord> Get(const NamespaceId& ns, uint64_t id) const;
+  // Every record of `ns` (nullopt: of every namespace), by namespace, then version.
+  std::vector<CalibrationRecord> List(std::optional<NamespaceId> ns) const;
+
+  size_t size() const;
+  uint64_t bytes() const;
+  size_t rejected_files() const { return rejected_files_; }
+
+ private:
+  CalibrationStore(std::string dir, Limits limits) : dir_(std::move(dir)), limits_(limits) {}
+  absl::Status Load();
+  absl::Status WriteFile(const CalibrationRecord& r) const;
+  // Adds a parsed record; the caller has checked the limits.
+  void Insert(CalibrationRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  const Limits limits_;
+  size_t rejected_files_ = 0;  // set by Load, before the store is shared
+  mutable absl::Mutex mu_;
+  // Per namespace, by version (a few each: a vector scanned linearly).
+  absl::flat_hash_map<NamespaceId, std::vector<CalibrationRecord>> by_ns_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The record of a serialized artefact (parsed and checked) for `ns`; INVALID_ARGUMENT naming
+// what is wrong otherwise.
+absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns, std::string artefact);
+
+}  // namespace strata::daemon

@@ -1,0 +1,102 @@
+#include "daemon/cluster/calibration_sync.h"
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "daemon/cluster/call_group.h"
+
+namespace strata::daemon {
+namespace {
+
+std::vector<std::string> OtherAddresses(ClusterContext& ctx) {
+  std::vector<std::string> out;
+  auto ring = ctx.ring.Get();
+  if (!ring) return out;
+  for (const auto& n : ring->view.nodes)
+    if (n.id != ctx.self.id && !n.address.empty() && out.size() < kCalibrationFanout)
+      out.push_back(n.address);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::GetCalibrationResponse> CalibrationSync::Fetch(const NamespaceId& ns,
+                                                                  uint64_t id,
+                                                                  absl::Time deadline) {
+  // Shared with the callbacks, which may outlive this call when it returns on a first answer.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t pending = 0;
+    std::optional<v1::GetCalibrationResponse> best;
+  };
+  auto state = std::make_shared<State>();
+  const std::vector<std::string> peers = OtherAddresses(ctx_);
+  state->pending = peers.size();
+  for (const std::string& address : peers) {
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::GetCalibrationRequest req;
+      v1::GetCalibrationResponse resp;
+    };
+    auto call = std::make_shared<Call>();
+    call->ctx.set_deadline(absl::ToChronoTime(deadline));
+    call->req.set_namespace_id(std::string(ns.AsBytes()));
+    call->req.set_id(id);
+    ctx_.peers.Get(address)->async()->GetCalibration(
+        &call->ctx, &call->req, &call->resp,
+        [state, call, id, counters = &ctx_.counters](grpc::Status s) {
+          if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND)
+            counters->peer_failures.fetch_add(1);
+          std::lock_guard<std::mutex> lock(state->mu);
+          const bool usable = s.ok() && (id == 0 || call->resp.info().id() == id);
+          if (usable && (!state->best || state->best->info().version() < call->resp.info().version()))
+            state->best = std::move(call->resp);
+          --state->pending;
+          state->cv.notify_all();
+        });
+  }
+  std::unique_lock<std::mutex> lock(state->mu);
+  // An id names one artefact: the first copy will do. The newest version needs every answer.
+  state->cv.wait_until(lock, absl::ToChronoTime(deadline),
+                       [&] { return state->pending == 0 || (id != 0 && state->best); });
+  if (!state->best)
+    return absl::NotFoundError(
+        peers.empty() ? std::string("no other node in the cluster to ask")
+                      : "none of the other nodes asked holds it");
+  return *state->best;
+}
+
+uint32_t CalibrationSync::Push(const NamespaceId& ns, const std::string& artefact,
+                               absl::Time deadline) {
+  std::atomic<uint32_t> stored{0};
+  CallGroup calls;
+  for (const std::string& address : OtherAddresses(ctx_)) {
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::PutCalibrationRequest req;
+      v1::PutCalibrationResponse resp;
+    };
+    auto call = std::make_shared<Call>();
+    call->ctx.set_deadline(absl::ToChronoTime(deadline));
+    call->req.set_namespace_id(std::string(ns.AsBytes()));
+    call->req.set_artefact(artefact);
+    calls.Add();
+    ctx_.peers.Get(address)->async()->PutCalibration(
+        &call->ctx, &call->req, &call->resp,
+        [call, &stored, &calls, counters = &ctx_.counters](grpc::Status s) {
+          if (s.ok())
+            stored.fetch_add(1);
+          else
+            counters->peer_failures.fetch_add(1);
+          calls.Done();
+        });
+  }
+  calls.Wait();
+  return stored.load();
+}
+
+}  // namespace strata::daemon
