@@ -134,7 +134,11 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
     if (!parsed.ok())
       return absl::InvalidArgumentError(
           absl::StrCat("namespace.codec_policy: ", parsed.status().message()));
-    if (auto s = parsed->Validate(spec.layout); !s.ok())
+    codec::CodecParams check = *parsed;
+    // "pca:bR" asks for a rate: the namespace's calibration is made later, and each blob names
+    // the one it was coded with.
+    if (check.mode == codec::Mode::kPca && check.calibration_id == 0) check.calibration_id = 1;
+    if (auto s = check.Validate(spec.layout); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
   }

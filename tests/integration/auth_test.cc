@@ -15,6 +15,7 @@
 #include "strata/client.h"
 #include "strata/v1/admin.grpc.pb.h"
 #include "strata/v1/cache.grpc.pb.h"
+#include "strata/v1/calibration.grpc.pb.h"
 #include "strata/v1/peer.grpc.pb.h"
 
 #include "tests/integration/auth_fixture.h"
@@ -144,6 +145,7 @@ std::map<std::string, grpc::StatusCode> CallEverything(const DaemonProcess& d,
   auto cache = v1::Cache::NewStub(ch);
   auto admin = v1::Admin::NewStub(ch);
   auto peer = v1::Peer::NewStub(ch);
+  auto calibrations = v1::Calibrations::NewStub(ch);
   std::map<std::string, grpc::StatusCode> codes;
   BlockId id;
   id.bytes[0] = 7;
@@ -208,6 +210,16 @@ std::map<std::string, grpc::StatusCode> CallEverything(const DaemonProcess& d,
   STRATA_CALL(peer, Pull, PullRequest, PullResponse,
               (req.set_ids(Packed({id})), req.set_source_node("evil"),
                req.set_source_address("127.0.0.1:1")));
+  STRATA_CALL(peer, GetCalibration, GetCalibrationRequest, GetCalibrationResponse,
+              req.set_namespace_id(ns));
+  STRATA_CALL(peer, PutCalibration, PutCalibrationRequest, PutCalibrationResponse,
+              (req.set_namespace_id(ns), req.set_artefact("x")));
+  STRATA_CALL(calibrations, Put, PutCalibrationRequest, PutCalibrationResponse,
+              (req.set_namespace_id(ns), req.set_artefact("x")));
+  STRATA_CALL(calibrations, Get, GetCalibrationRequest, GetCalibrationResponse,
+              req.set_namespace_id(ns));
+  STRATA_CALL(calibrations, List, ListCalibrationsRequest, ListCalibrationsResponse,
+              req.set_namespace_id(ns));
 #undef STRATA_CALL
   return codes;
 }
@@ -219,7 +231,7 @@ TEST(AuthTest, WithoutAValidTokenEveryCallIsUnauthenticated) {
   for (const std::string& token : {std::string(), std::string("not-a-known-token-xxxxxx")}) {
     v1::ConnectResponse connect;
     auto codes = CallEverything(*d, token, ns, &connect);
-    EXPECT_EQ(codes.size(), 23u);
+    EXPECT_EQ(codes.size(), 28u);
     for (const auto& [method, c] : codes)
       EXPECT_EQ(c, grpc::StatusCode::UNAUTHENTICATED) << method << " with token '" << token << "'";
     // No data-plane endpoint: neither the worker address nor the arena's key.
@@ -242,10 +254,17 @@ TEST(AuthTest, RolesReachOnlyTheirServices) {
   ASSERT_EQ(ns.size(), 32u);
   auto is_admin = [](const std::string& m) { return m.rfind("admin.", 0) == 0; };
   auto is_peer = [](const std::string& m) { return m.rfind("peer.", 0) == 0; };
-  // A tenant: the Cache service only.
+  // A tenant: the Cache service only, and the calibrations of its own namespaces (this one is
+  // tenant a's).
   for (const auto& [m, c] : CallEverything(*d, kTokenB, ns)) {
-    if (is_admin(m) || is_peer(m)) EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    if (is_admin(m) || is_peer(m) || m.rfind("calibrations.", 0) == 0)
+      EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
   }
+  // Tenant a reaches its own namespace's (it has none; and an opaque namespace takes none).
+  auto own = CallEverything(*d, kTokenA, ns);
+  EXPECT_EQ(own["calibrations.List"], grpc::StatusCode::OK);
+  EXPECT_EQ(own["calibrations.Get"], grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(own["calibrations.Put"], grpc::StatusCode::FAILED_PRECONDITION);
   // The admin: Admin (and Cache, for operator tools), never Peer.
   for (const auto& [m, c] : CallEverything(*d, kAdminToken, ns)) {
     if (is_peer(m)) EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;

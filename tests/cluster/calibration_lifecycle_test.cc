@@ -1,0 +1,347 @@
+// A namespace's calibrations (codec mode pca) through their life, on real stratad processes:
+// publishing before any calibration is refused with what to do; blobs coded with v1 still decode
+// after a recalibration to v2; a node that joined after the calibration fetches it from the
+// node that has it; and when no node reached has it, the blocks come back as
+// kUnknownCalibration, never decoded with the wrong basis (issue 16, item 2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "codec/half.h"
+#include "codec/synthetic_kv.h"
+#include "strata/client.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/support/free_port.h"
+#include "tests/support/test_data.h"
+
+namespace strata {
+namespace {
+
+using testing::DaemonProcess;
+using testing::FreePort;
+using testing::MakeTempDir;
+using testing::RunCommand;
+
+constexpr uint32_t kTokens = 16;
+
+NamespaceSpec PcaSpec() {
+  NamespaceSpec s = testing::SmallSpec("calibration-test", /*layers=*/2, /*head_dim=*/64);
+  s.codec_policy = "pca:b2";
+  return s;
+}
+
+// Blocks [first, first + n) of one synthetic KV sequence (one model's statistics: the
+// calibration is learned on some of its blocks and applied to others), as separate buffers.
+std::vector<std::vector<uint8_t>> KvBlocks(size_t n, size_t first) {
+  const KvLayout layout = PcaSpec().layout;
+  static const std::vector<uint8_t> all = codec::GenerateSyntheticKv(layout, 128);
+  std::vector<std::vector<uint8_t>> out;
+  for (size_t i = first; i < first + n; ++i)
+    out.emplace_back(all.begin() + i * layout.BlockBytes(),
+                     all.begin() + (i + 1) * layout.BlockBytes());
+  return out;
+}
+
+std::vector<ConstBuffer> Views(const std::vector<std::vector<uint8_t>>& blocks) {
+  std::vector<ConstBuffer> v;
+  for (const auto& b : blocks) v.push_back({b.data(), b.size()});
+  return v;
+}
+
+// Relative squared error of fp16 `got` against `want`.
+double RelativeError(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i + 1 < want.size(); i += 2) {
+    uint16_t a, b;
+    std::memcpy(&a, &want[i], 2);
+    std::memcpy(&b, &got[i], 2);
+    const double x = codec::HalfToFloat(a), y = codec::HalfToFloat(b);
+    err += (x - y) * (x - y);
+    ref += x * x;
+  }
+  return ref > 0 ? err / ref : 1;
+}
+
+// The calibration id a stored blob names (blob header, bytes 56..63).
+uint64_t BlobCalibration(const std::vector<uint8_t>& blob) {
+  uint64_t id = 0;
+  if (blob.size() >= 64) std::memcpy(&id, blob.data() + 56, sizeof id);
+  return id;
+}
+
+std::unique_ptr<Client> Connect(const DaemonProcess& d) {
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+struct Published {
+  std::vector<uint32_t> tokens;
+  std::vector<BlockId> ids;
+  std::vector<std::vector<uint8_t>> blocks;
+};
+
+// Publishes blocks [first, first + n) of the sequence (under token ids drawn from `first`).
+Published Publish(Client& c, const NamespaceId& ns, size_t n, size_t first) {
+  Published p;
+  p.tokens = testing::Tokens(n * kTokens, static_cast<uint32_t>(first));
+  p.blocks = KvBlocks(n, first);
+  auto r = c.Publish(ns, p.tokens, Views(p.blocks));
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) {
+    EXPECT_EQ(r->stored, n);
+    p.ids = r->ids;
+  }
+  return p;
+}
+
+struct Fetched {
+  std::vector<BlockStatus> status;
+  std::vector<std::vector<uint8_t>> blocks;
+  size_t remote = 0;
+};
+
+Fetched Fetch(Client& c, const NamespaceId& ns, const std::vector<BlockId>& ids) {
+  Fetched f;
+  f.blocks.assign(ids.size(), std::vector<uint8_t>(PcaSpec().layout.BlockBytes()));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : f.blocks) bufs.push_back({b.data(), b.size()});
+  auto r = c.Fetch(ns, ids, bufs);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) {
+    f.status = r->status;
+    f.remote = r->remote;
+  }
+  return f;
+}
+
+// Every block came back, decoded close to what was published.
+void ExpectClose(const Fetched& f, const Published& p) {
+  ASSERT_EQ(f.status.size(), p.blocks.size());
+  for (size_t i = 0; i < p.blocks.size(); ++i) {
+    EXPECT_EQ(f.status[i], BlockStatus::kOk) << "block " << i;
+    // pca:b2 on this synthetic KV: ~1% relative error; a wrong basis gives ~100%.
+    EXPECT_LT(RelativeError(p.blocks[i], f.blocks[i]), 0.1) << "block " << i;
+  }
+}
+
+TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  auto ns = c->OpenNamespace(PcaSpec(), "tenant-a");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+
+  // No calibration yet: publishing says what to do, and nothing is stored.
+  auto early = c->Publish(*ns, testing::Tokens(2 * kTokens, 5), Views(KvBlocks(2, 80)));
+  ASSERT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_NE(early.status().message().find("calibrate"), std::string::npos) << early.status();
+
+  auto samples1 = KvBlocks(32, 0);
+  auto v1 = c->Calibrate(*ns, Views(samples1));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->version, 1u);
+  EXPECT_TRUE(v1->current);
+  EXPECT_NEAR(v1->target_bits, 2.0, 1e-6) << "the rate of the namespace's policy, pca:b2";
+  Published p1 = Publish(*c, *ns, 6, 82);
+
+  CalibrationRequest finer;
+  finer.bits_per_value = 3;
+  auto samples2 = KvBlocks(32, 16);
+  auto v2 = c->Calibrate(*ns, Views(samples2), finer);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version, 2u);
+  EXPECT_TRUE(v2->current);
+  EXPECT_NE(v2->id, v1->id);
+  Published p2 = Publish(*c, *ns, 6, 88);
+
+  auto listed = c->ListCalibrations(*ns);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].id, v1->id);
+  EXPECT_FALSE((*listed)[0].current);
+  EXPECT_EQ((*listed)[1].id, v2->id);
+  EXPECT_TRUE((*listed)[1].current);
+
+  // The stored blobs name the calibration each was coded with.
+  std::vector<std::vector<uint8_t>> blobs;
+  ASSERT_TRUE(c->FetchBlobs(*ns, p1.ids, &blobs).ok());
+  for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v1->id);
+  ASSERT_TRUE(c->FetchBlobs(*ns, p2.ids, &blobs).ok());
+  for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v2->id);
+
+  // A client that has seen neither calibration decodes both generations.
+  auto fresh = Connect(d);
+  ASSERT_TRUE(fresh);
+  ASSERT_TRUE(fresh->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  ExpectClose(Fetch(*fresh, *ns, p1.ids), p1);
+  ExpectClose(Fetch(*fresh, *ns, p2.ids), p2);
+
+  // A calibration for another layout, or a version already taken, is refused.
+  NamespaceSpec other = PcaSpec();
+  other.layout.head_dim = 32;
+  other.model_id = "calibration-test-other";
+  auto other_ns = c->OpenNamespace(other, "tenant-a");
+  ASSERT_TRUE(other_ns.ok());
+  auto v1_bytes = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", d.endpoint(),
+                                          " calibration get --namespace ", ns->ToHex(),
+                                          " -o ", d.dir(), "/v1.skvp --id ",
+                                          absl::StrFormat("%016x", v1->id)));
+  ASSERT_EQ(v1_bytes.first, 0) << v1_bytes.second;
+  std::ifstream in(d.dir() + "/v1.skvp", std::ios::binary);
+  std::string artefact((std::istreambuf_iterator<char>(in)), {});
+  auto wrong_layout = c->PutCalibration(
+      *other_ns, {reinterpret_cast<const uint8_t*>(artefact.data()), artefact.size()});
+  EXPECT_EQ(wrong_layout.status().code(), absl::StatusCode::kInvalidArgument)
+      << wrong_layout.status();
+  // The same bytes again are fine (idempotent); stratactl lists both versions.
+  EXPECT_TRUE(
+      c->PutCalibration(*ns, {reinterpret_cast<const uint8_t*>(artefact.data()), artefact.size()})
+          .ok());
+  auto ls = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", d.endpoint(),
+                                    " calibration ls --namespace ", ns->ToHex()));
+  ASSERT_EQ(ls.first, 0) << ls.second;
+  EXPECT_NE(ls.second.find(absl::StrFormat("%016x", v1->id)), std::string::npos) << ls.second;
+  EXPECT_NE(ls.second.find(absl::StrFormat("%016x", v2->id)), std::string::npos) << ls.second;
+}
+
+// Node n0 is up; node n1 (in n0's static view) starts only after n0's clients calibrated and
+// published, so it never received the calibration.
+class LateJoinerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("calibration-cluster");
+    std::ofstream(dir_ + "/secret") << "calibration-test-secret-0123456789\n";
+    for (int i = 0; i < 2; ++i) addr_[i] = absl::StrCat("127.0.0.1:", FreePort());
+    n0_ = Start(0);
+    ASSERT_TRUE(n0_->ok()) << n0_->log();
+    a_ = Connect(*n0_);
+    ASSERT_TRUE(a_);
+    auto ns = a_->OpenNamespace(PcaSpec(), "tenant-a");
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    ns_ = *ns;
+    auto samples = KvBlocks(32, 0);
+    auto v1 = a_->Calibrate(ns_, Views(samples));
+    ASSERT_TRUE(v1.ok()) << v1.status();
+    EXPECT_EQ(v1->replicated_to, 0u) << "n1 is not up: no copy";
+    v1_ = v1->id;
+    p_ = Publish(*a_, ns_, 8, 96);
+    n1_ = Start(1);
+    ASSERT_TRUE(n1_->ok()) << n1_->log();
+    b_ = Connect(*n1_);
+    ASSERT_TRUE(b_);
+    ASSERT_TRUE(b_->OpenNamespace(PcaSpec(), "tenant-a").ok());
+    auto none = b_->ListCalibrations(ns_);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_TRUE(none->empty());
+    // n0 re-announces its blocks every directory_ttl / 3: then n1 finds them.
+    size_t seen = 0;
+    for (int i = 0; i < 100 && seen < p_.ids.size(); ++i) {
+      auto look = b_->Lookup(ns_, p_.tokens);
+      if (look.ok()) seen = look->prefix_blocks;
+      if (seen < p_.ids.size()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_EQ(seen, p_.ids.size()) << n0_->log() << n1_->log();
+  }
+  void TearDown() override {
+    n0_.reset();
+    n1_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<DaemonProcess> Start(int i) {
+    std::string yaml = absl::StrCat(
+        "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
+        "host_tier:\n  capacity: 64MiB\n", "cluster:\n  membership: static\n  static_nodes: [\"n0@",
+        addr_[0], "\", \"n1@", addr_[1], "\"]\n  peer_timeout: 300ms\n  directory_ttl: 3s\n");
+    return std::make_unique<DaemonProcess>(yaml, std::vector<std::string>{"--listen", addr_[i]});
+  }
+
+  std::string dir_;
+  std::string addr_[2];
+  std::unique_ptr<DaemonProcess> n0_, n1_;
+  std::unique_ptr<Client> a_, b_;
+  NamespaceId ns_;
+  uint64_t v1_ = 0;
+  Published p_;
+};
+
+TEST_F(LateJoinerTest, ANodeThatLacksTheCalibrationFetchesItFromTheCluster) {
+  Fetched f = Fetch(*b_, ns_, p_.ids);
+  ExpectClose(f, p_);
+  EXPECT_EQ(f.remote, p_.ids.size()) << "n1 held none of the blocks";
+  // n1 kept the copy it fetched: its own clients and stratactl find it there now.
+  auto kept = b_->ListCalibrations(ns_);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].id, v1_);
+  auto ls = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", n1_->endpoint(),
+                                    " calibration ls --json"));
+  ASSERT_EQ(ls.first, 0) << ls.second;
+  EXPECT_NE(ls.second.find(absl::StrFormat("%016x", v1_)), std::string::npos) << ls.second;
+
+  // With both nodes up, a new calibration is copied at once, and n1's clients code with it.
+  auto v2 = a_->Calibrate(ns_, Views(KvBlocks(32, 40)));
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version, 2u);
+  EXPECT_EQ(v2->replicated_to, 1u);
+  auto both = b_->ListCalibrations(ns_);
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->size(), 2u);
+  EXPECT_TRUE((*both)[1].current);
+  EXPECT_EQ((*both)[1].id, v2->id);
+  auto fresh_b = Connect(*n1_);
+  ASSERT_TRUE(fresh_b);
+  ASSERT_TRUE(fresh_b->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  Published q = Publish(*fresh_b, ns_, 3, 104);
+  std::vector<std::vector<uint8_t>> blobs;
+  ASSERT_TRUE(fresh_b->FetchBlobs(ns_, q.ids, &blobs).ok());
+  for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v2->id);
+}
+
+TEST_F(LateJoinerTest, BlobsOfACalibrationNoNodeHasAreRefusedPerBlock) {
+  // n1 copies the blobs (not the calibration), then the only node with the calibration dies.
+  auto moved = b_->Prefetch(ns_, p_.ids);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(moved->copied, p_.ids.size());
+  n0_->Signal(SIGKILL);
+  n0_->WaitExit(std::chrono::seconds(5));
+
+  auto fresh = Connect(*n1_);
+  ASSERT_TRUE(fresh);
+  ASSERT_TRUE(fresh->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  std::vector<std::vector<uint8_t>> out(p_.ids.size(),
+                                        std::vector<uint8_t>(PcaSpec().layout.BlockBytes(), 0xee));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out) bufs.push_back({b.data(), b.size()});
+  auto r = fresh->Fetch(ns_, p_.ids, bufs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->fetched, 0u);
+  for (size_t i = 0; i < p_.ids.size(); ++i)
+    EXPECT_EQ(r->status[i], BlockStatus::kUnknownCalibration) << "block " << i;
+  // The blobs themselves are intact and name v1.
+  std::vector<std::vector<uint8_t>> blobs;
+  ASSERT_TRUE(fresh->FetchBlobs(ns_, p_.ids, &blobs).ok());
+  for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v1_);
+  // Asking for it by id says which one nobody has.
+  auto get = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", n1_->endpoint(),
+                                     " calibration get --namespace ", ns_.ToHex(), " --id ",
+                                     absl::StrFormat("%016x", v1_), " -o ", dir_, "/x.skvp"));
+  EXPECT_NE(get.first, 0);
+  EXPECT_NE(get.second.find(absl::StrFormat("has no calibration %016x", v1_)), std::string::npos)
+      << get.second;
+  // And a publish on n1 cannot code with it either: a clear error, nothing stored.
+  auto pub = fresh->Publish(ns_, testing::Tokens(2 * kTokens, 77), Views(KvBlocks(2, 110)));
+  EXPECT_EQ(pub.status().code(), absl::StatusCode::kFailedPrecondition) << pub.status();
+}
+
+}  // namespace
+}  // namespace strata
