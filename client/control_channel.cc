@@ -100,6 +100,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
   acquire_by_message_ = resp.acquire_by_message();
+  control_by_message_ = resp.control_by_message();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();
@@ -253,8 +254,17 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
   if (!parents.empty()) req.set_parent_ids(PackIds(parents));
   for (uint64_t size : sizes) req.add_sizes(size);
   v1::ReserveResponse resp;
-  STRATA_RETURN_IF_ERROR(
-      NsRpc("Reserve", ns, [&](grpc::ClientContext* c) { return stub_->Reserve(c, req, &resp); }));
+  std::optional<std::string> fast;
+  if (ids.size() <= am_wire::kMaxControlIds) {
+    STRATA_ASSIGN_OR_RETURN(fast, ControlByActiveMessage("Reserve", am_wire::kReserveRequestAm,
+                                                         am_wire::kReserveReplyAm, &ns,
+                                                         req.SerializeAsString()));
+  }
+  if (!fast || !resp.ParseFromString(*fast)) {
+    resp.Clear();
+    STRATA_RETURN_IF_ERROR(NsRpc(
+        "Reserve", ns, [&](grpc::ClientContext* c) { return stub_->Reserve(c, req, &resp); }));
+  }
   STRATA_RETURN_IF_ERROR(CheckStatusCount("Reserve", resp.status_size(), ids.size()));
   Reservation r;
   r.id = resp.reservation_id();
@@ -274,8 +284,17 @@ absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(uint64_t reserva
   req.set_reservation_id(reservation_id);
   for (uint32_t crc : crc32c) req.add_crc32c(crc);
   v1::CommitResponse resp;
-  STRATA_RETURN_IF_ERROR(
-      Rpc("Commit", [&](grpc::ClientContext* c) { return stub_->Commit(c, req, &resp); }));
+  std::optional<std::string> fast;
+  if (crc32c.size() <= am_wire::kMaxControlIds) {
+    STRATA_ASSIGN_OR_RETURN(fast, ControlByActiveMessage("Commit", am_wire::kCommitRequestAm,
+                                                         am_wire::kCommitReplyAm, nullptr,
+                                                         req.SerializeAsString()));
+  }
+  if (!fast || !resp.ParseFromString(*fast)) {
+    resp.Clear();
+    STRATA_RETURN_IF_ERROR(
+        Rpc("Commit", [&](grpc::ClientContext* c) { return stub_->Commit(c, req, &resp); }));
+  }
   STRATA_RETURN_IF_ERROR(CheckStatusCount("Commit", resp.status_size(), crc32c.size()));
   return BlockStatuses(resp.status());
 }
@@ -285,6 +304,31 @@ void ControlChannel::Abort(uint64_t reservation_id) {
   req.set_reservation_id(reservation_id);
   v1::AbortResponse ignored;
   (void)Rpc("Abort", [&](grpc::ClientContext* c) { return stub_->Abort(c, req, &ignored); });
+}
+
+absl::StatusOr<std::optional<std::string>> ControlChannel::ControlByActiveMessage(
+    const char* name, uint16_t request_am, uint16_t reply_am, const NamespaceId* ns,
+    std::string data) {
+  if (fast_path_ == nullptr || !control_by_message_.load() || !fast_path_enabled_.load())
+    return std::optional<std::string>();
+  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
+  if (ns != nullptr) std::memcpy(header.data() + 8, ns->bytes.data(), 32);
+  header += ticket();
+  auto reply = fast_path_->Exchange(request_am, std::move(header), std::move(data), reply_am,
+                                    options_.rpc_timeout);
+  if (!reply.ok()) {
+    if (reply.status().code() == absl::StatusCode::kFailedPrecondition)
+      return std::optional<std::string>();  // no endpoint now: gRPC
+    // The daemon may have acted on it: asking again through gRPC could reserve twice or commit
+    // a reservation that is gone. The caller sees the call fail, as a gRPC timeout would.
+    return NotAnswered(name, absl::StatusCode::kDeadlineExceeded, reply.status().message());
+  }
+  am_wire::ReplyHeader h;
+  // An error (the namespace is not open here, an unknown reservation, ...) changed nothing:
+  // the gRPC call gives the reference answer, and reopens a namespace the daemon forgot.
+  if (!am_wire::DecodeReplyHeader(reply->header, &h) || h.code != 0 || !h.complete)
+    return std::optional<std::string>();
+  return std::optional<std::string>(std::move(reply->data));
 }
 
 absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {

@@ -131,6 +131,14 @@ class ControlChannel {
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
                                                           const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
+  // Reserve or Commit as an active message (data: the serialized request): the serialized
+  // response when the daemon answered it that way; nullopt when the gRPC call must be made (not
+  // offered, refused with an error, or sent back undone); an error when no answer came in time.
+  absl::StatusOr<std::optional<std::string>> ControlByActiveMessage(const char* name,
+                                                                    uint16_t request_am,
+                                                                    uint16_t reply_am,
+                                                                    const NamespaceId* ns,
+                                                                    std::string data);
   std::optional<v1::LookupResponse> LookupByActiveMessage(const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
   std::optional<absl::StatusOr<v1::LookupResponse>> LookupOnStream(const v1::LookupRequest& req);
@@ -155,6 +163,7 @@ class ControlChannel {
   // without it must not cost every lookup a wait).
   DataMover* fast_path_ = nullptr;
   std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
+  std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

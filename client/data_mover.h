@@ -65,7 +65,8 @@ struct DataMoverOptions {
   // The daemon runs on this machine: keep shared-memory transports (see Worker::Connect).
   bool same_node = true;
   // Reply ids of the request/reply exchanges run with Exchange (installed at Connect).
-  std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm, am_wire::kAcquireReplyAm};
+  std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm, am_wire::kAcquireReplyAm,
+                                           am_wire::kReserveReplyAm, am_wire::kCommitReplyAm};
   // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
   std::optional<bool> rdma_device;
   LogSink log;

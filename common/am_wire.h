@@ -64,6 +64,19 @@ inline constexpr uint16_t kAcquireReplyAm = 10;
 // Release of a lease taken by message, one way (no reply): header = u64 lease id; no data. A
 // lost one costs only the lease's timeout.
 inline constexpr uint16_t kReleaseAm = 11;
+// Reserve and Commit as active messages (ConnectResponse.control_by_message): a small publish
+// then costs no gRPC round trip. Request: a lookup request's header (for Commit the namespace
+// is 32 zero bytes: the reservation names it); data = the serialized strata.v1.ReserveRequest
+// or CommitRequest. Reply: a lookup reply's header with data = the serialized response, or the
+// error message when status != 0. `complete` = 0 means nothing was done and the caller must make
+// the gRPC call: a Commit whose blocks must be announced to other nodes or replicated before it
+// returns (network waits the progress thread never takes), or a request too large for a message.
+inline constexpr uint16_t kReserveRequestAm = 12;
+inline constexpr uint16_t kReserveReplyAm = 13;
+inline constexpr uint16_t kCommitRequestAm = 14;
+inline constexpr uint16_t kCommitReplyAm = 15;
+// Blocks one Reserve or Commit by message may carry (its request stays an eager message).
+inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
 // random bytes its authenticated Connect returned (ConnectResponse.am_ticket), which the daemon
 // maps back to the caller's tenant and role. Without one they are refused.

@@ -12,6 +12,7 @@
 #include "common/am_wire.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
+#include "daemon/cache_service_internal.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/request_checks.h"
 #include "daemon/logging.h"
@@ -21,22 +22,10 @@
 namespace strata::daemon {
 namespace {
 
-// The registry's answer to "is this namespace open here", for the request checks.
-auto IsOpenIn(const NamespaceRegistry& reg) {
-  return [&reg](const NamespaceId& id) { return reg.Check(id); };
-}
-
-template <typename Repeated>
-void AddStatuses(const std::vector<BlockStatus>& in, Repeated* out) {
-  out->Reserve(static_cast<int>(in.size()));
-  for (BlockStatus s : in) out->Add(static_cast<v1::BlockStatus>(s));
-}
-
-// Another tenant's reservation or lease reads like a guessed id: the answer tells a prober
-// nothing about which ids are live.
-grpc::Status UnknownId(const char* what, uint64_t id) {
-  return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat(what, " ", id, " is unknown"));
-}
+using cache_internal::AddStatuses;
+using cache_internal::TrustedCaller;
+using cache_internal::IsOpenIn;
+using cache_internal::UnknownId;
 
 v1::Tier ToProto(Tier tier) { return tier == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST; }
 
@@ -91,13 +80,6 @@ grpc::Status CacheService::ServeScoped(const grpc::ServerContext* ctx, const Req
   }
 }
 
-// Who an active message comes from when authentication is off: anyone, trusted (as gRPC's
-// callers are then).
-static Caller TrustedCaller() {
-  Caller c;
-  c.trusted = true;
-  return c;
-}
 
 bool CacheService::MayUseNamespace(const Caller& caller, const NamespaceId& ns) const {
   if (caller.trusted) return true;  // authentication off: no lookup on the hot path
@@ -148,6 +130,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     const bool fast_paths = !auth_->enabled() || !ticket.empty();
     resp->set_active_messages_off(!fast_paths);
     resp->set_acquire_by_message(fast_paths);
+    resp->set_control_by_message(fast_paths);
     resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
@@ -264,112 +247,14 @@ size_t CacheService::LookupRemote(Cluster& cluster, std::span<const BlockId> res
 
 grpc::Status CacheService::DoReserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                                      v1::ReserveResponse* resp) {
-  return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
-                                    const Caller& caller) {
-    auto parents = CheckReserveParents(*req, ids.size());
-    if (!parents.ok()) return ToGrpcStatus(parents.status());
-    std::vector<ReserveItem> items(ids.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      items[i].id = ids[i];
-      if (!parents->empty()) items[i].parent = (*parents)[i];
-      items[i].size = req->sizes(static_cast<int>(i));
-    }
-    ReserveResult r = store_->Reserve(ns, items);
-    if (metrics_) {
-      uint64_t granted = 0;
-      for (size_t i = 0; i < r.status.size(); ++i)
-        if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
-      metrics_->AddPublishBytes(granted);
-    }
-    RememberReplication(ns, items, r);
-    if (r.reservation_id != 0 && !caller.trusted && caller.role == Role::kTenant)
-      id_owners_.Add(r.reservation_id, caller.tenant, r.expires_in);
-    resp->set_reservation_id(r.reservation_id);
-    AddStatuses(r.status, resp->mutable_status());
-    resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
-    resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
-    resp->set_instance_id(data_plane_.instance_id);
-    // One line per call, never one per block (a Reserve carries up to 65,536 blocks).
-    size_t no_space = 0, first = 0;
-    for (size_t i = 0; i < r.status.size(); ++i) {
-      if (r.status[i] != BlockStatus::kNoSpace) continue;
-      if (no_space++ == 0) first = i;
-    }
-    static LogRateLimiter limit;
-    if (uint64_t suppressed = 0; no_space > 0 && limit.Allow(&suppressed))
-      spdlog::warn("Reserve in namespace {}: no space for {} of {} blocks (first: {}, {} bytes){}",
-                   ns.ShortHex(), no_space, items.size(), items[first].id.ShortHex(),
-                   items[first].size, SuppressedNote(suppressed));
-    return grpc::Status::OK;
-  });
-}
-
-void CacheService::RememberReplication(const NamespaceId& ns, std::span<const ReserveItem> items,
-                                       const ReserveResult& r) {
-  Cluster* cluster = cluster_.load();
-  if (!cluster || r.reservation_id == 0 || cluster->size() <= 1) return;
-  auto entry = namespaces_->Find(ns);
-  if (!entry || cluster->mover().ReplicasFor(*entry) <= 1) return;
-  PendingReplication p{ns, {}, {}, absl::Now() + store_->reservation_timeout()};
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (r.status[i] != BlockStatus::kOk) continue;
-    p.ids.push_back(items[i].id);
-    p.parents.push_back(items[i].parent);
-  }
-  absl::MutexLock lock(&replicate_mu_);
-  // Forget reservations that were abandoned (never committed nor aborted).
-  const absl::Time now = absl::Now();
-  absl::erase_if(to_replicate_, [&](const auto& kv) { return kv.second.expires < now; });
-  to_replicate_[r.reservation_id] = std::move(p);
+  return Serve(ctx, [&](const Caller& caller) { return ReserveFor(caller, *req, resp); });
 }
 
 grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRequest* req,
                                     v1::CommitResponse* resp) {
   return Serve(ctx, [&](const Caller& caller) {
-    if (!id_owners_.Allowed(req->reservation_id(), caller))
-      return UnknownId("reservation", req->reservation_id());
-    std::vector<uint32_t> crcs(req->crc32c().begin(), req->crc32c().end());
-    // (abort drops a pending replication below too: its reservation id never commits)
-    auto r = store_->Commit(req->reservation_id(), crcs);
-    std::optional<PendingReplication> replicate;
-    {
-      absl::MutexLock lock(&replicate_mu_);
-      auto it = to_replicate_.find(req->reservation_id());
-      if (it != to_replicate_.end()) {
-        replicate = std::move(it->second);
-        to_replicate_.erase(it);
-      }
-    }
-    if (!r.ok()) return ToGrpcStatus(r.status());
-    id_owners_.Forget(req->reservation_id());
-    AddStatuses(*r, resp->mutable_status());
-    Cluster* cluster = cluster_.load();
-    if (cluster && cluster->size() > 1) {
-      // Published means findable: the directory owners know the new blocks before Commit
-      // returns, so a lookup on any node right after (a decode node after its prefill node) sees
-      // them.
-      cluster->announcer().FlushAnnouncements(absl::Now() + cluster->peer_timeout());
-    }
-    if (replicate && cluster && r->size() == replicate->ids.size()) {
-      // Synchronous: once Commit returns, every replica holds the block (or the failure is
-      // counted and logged), so losing the publishing node loses nothing.
-      std::vector<BlockId> ids, parents;
-      for (size_t i = 0; i < r->size(); ++i) {
-        if ((*r)[i] != BlockStatus::kOk) continue;
-        ids.push_back(replicate->ids[i]);
-        parents.push_back(replicate->parents[i]);
-      }
-      if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
-        cluster->mover().Replicate(*entry, ids, parents, absl::FromChrono(ctx->deadline()));
-    }
-    const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
-    static LogRateLimiter limit;
-    if (uint64_t suppressed = 0; crc_failed > 0 && limit.Allow(&suppressed))
-      spdlog::warn(
-          "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
-          "dropped{}",
-          req->reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
-    return grpc::Status::OK;
+    return CommitFor(caller, *req, absl::FromChrono(ctx->deadline()), /*may_wait=*/true,
+                     nullptr, resp);
   });
 }
 
@@ -502,6 +387,8 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
     c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
+    c["reserves_and_commits_by_message_total"] =
+        controls_by_message_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;

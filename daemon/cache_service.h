@@ -117,6 +117,11 @@ class CacheService final : public v1::Cache::Service {
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
   bool HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker);
+  // Reserve and Commit as active messages (am_wire kReserveRequestAm, kCommitRequestAm), with
+  // the checks of their gRPC twins. A Commit that must wait on other nodes (announcements,
+  // replicas) is sent back to gRPC undone.
+  void HandleAmReserve(const transport::AmMessage& m, transport::Worker* worker);
+  void HandleAmCommit(const transport::AmMessage& m, transport::Worker* worker);
   // Counts and (rate-limited) logs a malformed active message.
   void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
 
@@ -185,6 +190,18 @@ class CacheService final : public v1::Cache::Service {
   template <typename Answer>
   void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
                      Answer&& answer);
+  // The bodies of Reserve and Commit (daemon/cache_publish.cc), by gRPC or active message.
+  // CommitFor with `may_wait` false commits only what needs no network wait; otherwise it sets
+  // *deferred and changes nothing.
+  grpc::Status ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
+                          v1::ReserveResponse* resp);
+  grpc::Status CommitFor(const Caller& caller, const v1::CommitRequest& req, absl::Time deadline,
+                         bool may_wait, bool* deferred, v1::CommitResponse* resp);
+  // The frame of a fast path whose request and reply are a gRPC call's messages (am_wire's
+  // reserve and commit): `body(caller, req, &resp, &deferred)`.
+  template <typename Request, typename Response, typename Body>
+  void ServeAmControl(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
+                      Body&& body);
   // Whether `caller` may act on namespace `ns` (its tenant's, or any for trusted callers).
   bool MayUseNamespace(const Caller& caller, const NamespaceId& ns) const;
   // The body of an Acquire, by gRPC or active message.
@@ -212,6 +229,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire
+  std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {
     NamespaceId ns;

@@ -17,7 +17,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 ARTIFACTS=${FUZZ_ARTIFACTS:-$BUILD_DIR/artifacts}
 ALL=(am_request am_reply locate_reply grpc_request replay_request config catalog_record
-     codec_blob)
+     codec_blob calibration)
 TARGETS=("${@:-${ALL[@]}}")
 
 start=$(date +%s)

@@ -21,5 +21,5 @@ bash scripts/build.sh
 if [ "${STRATA_FUZZ_IN_CI:-1}" = 1 ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} FUZZ_JOBS=${FUZZ_JOBS:-2} JOBS=${JOBS:-$(nproc)} \
     bash scripts/fuzz.sh am_request am_reply locate_reply grpc_request replay_request config \
-    catalog_record
+    catalog_record calibration
 fi

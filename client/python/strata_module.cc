@@ -318,7 +318,8 @@ class PyClient {
   }
 
   PyPublishResult PublishIds(py::bytes ns, py::sequence ids, py::sequence blocks,
-                             std::optional<py::sequence> parents) {
+                             std::optional<py::sequence> parents,
+                             std::optional<std::vector<uint64_t>> first_positions) {
     NamespaceId id = IdFrom(ns);
     std::vector<BlockId> block_ids = IdsFrom(ids);
     std::vector<BlockId> parent_ids;
@@ -334,7 +335,9 @@ class PyClient {
     absl::StatusOr<strata::PublishResult> r;
     {
       py::gil_scoped_release release;
-      r = client().PublishIds(id, block_ids, parent_ids, bufs);
+      r = client().PublishIds(id, block_ids, parent_ids, bufs,
+                              first_positions ? std::span<const uint64_t>(*first_positions)
+                                              : std::span<const uint64_t>());
     }
     return ToPy(Take(std::move(r)));
   }
@@ -440,10 +443,54 @@ class PyClient {
     return d;
   }
 
+  // Calibrates a pca namespace from sample blocks (docs/codec.md, "Calibrations in the cluster").
+  py::dict Calibrate(py::bytes ns, py::sequence samples, double bits_per_value, double rope_theta,
+                     std::optional<std::vector<uint64_t>> first_positions) {
+    NamespaceId id = IdFrom(ns);
+    std::vector<BufferView> views = ViewsFrom(samples, false);
+    std::vector<strata::ConstBuffer> bufs;
+    for (const BufferView& v : views) bufs.push_back({v.data(), v.size()});
+    strata::CalibrationRequest req;
+    req.bits_per_value = bits_per_value;
+    req.rope_theta = rope_theta;
+    if (first_positions) req.first_positions = *first_positions;
+    absl::StatusOr<strata::CalibrationInfo> r;
+    {
+      py::gil_scoped_release release;
+      r = client().Calibrate(id, bufs, req);
+    }
+    return CalibrationDict(Take(std::move(r)));
+  }
+
+  py::list ListCalibrations(py::bytes ns) {
+    NamespaceId id = IdFrom(ns);
+    absl::StatusOr<std::vector<strata::CalibrationInfo>> r;
+    {
+      py::gil_scoped_release release;
+      r = client().ListCalibrations(id);
+    }
+    py::list out;
+    for (const auto& c : Take(std::move(r))) out.append(CalibrationDict(c));
+    return out;
+  }
+
   std::string NodeId() { return client().node_id(); }
   uint32_t TokensPerBlock(py::bytes ns) { return client().tokens_per_block(IdFrom(ns)); }
 
  private:
+  static py::dict CalibrationDict(const strata::CalibrationInfo& c) {
+    py::dict d;
+    d["id"] = c.id;
+    d["version"] = c.version;
+    d["bytes"] = c.bytes;
+    d["target_bits"] = c.target_bits;
+    d["sample_bits"] = c.sample_bits;
+    d["rope_theta"] = c.rope_theta;
+    d["current"] = c.current;
+    d["replicated_to"] = c.replicated_to;
+    return d;
+  }
+
   PyPublishResult ToPy(const strata::PublishResult& r) {
     return {r.status, r.stored, r.deduplicated, r.bytes_sent, IdsTo(r.ids)};
   }
@@ -541,7 +588,11 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("cache_salt") = "")
       .def("publish", &PyClient::Publish, py::arg("ns"), py::arg("tokens"), py::arg("blocks"))
       .def("publish_ids", &PyClient::PublishIds, py::arg("ns"), py::arg("ids"), py::arg("blocks"),
-           py::arg("parents") = py::none())
+           py::arg("parents") = py::none(), py::arg("first_positions") = py::none())
+      .def("calibrate", &PyClient::Calibrate, py::arg("ns"), py::arg("samples"),
+           py::arg("bits_per_value") = 0.0, py::arg("rope_theta") = 0.0,
+           py::arg("first_positions") = py::none())
+      .def("list_calibrations", &PyClient::ListCalibrations, py::arg("ns"))
       .def("lookup", &PyClient::Lookup, py::arg("ns"), py::arg("tokens"))
       .def("lookup_ids", &PyClient::LookupIds, py::arg("ns"), py::arg("ids"))
       .def("fetch", &PyClient::Fetch, py::arg("ns"), py::arg("ids"), py::arg("buffers"))

@@ -183,3 +183,32 @@ def test_async_variants_return_futures(client):
     futures = [client.fetch_async(ns, [hit.ids[i]], [out[i]]) for i in range(2)]
     assert [f.result(timeout=10).fetched for f in futures] == [1, 1]
     assert np.array_equal(out[0], src[0]) and np.array_equal(out[1], src[1])
+
+
+def test_a_calibrated_namespace_round_trip(client):
+    # KV with the structure calibration exploits: head vectors near a low-dimensional subspace.
+    layout = {**SMALL, "dtype": "fp16"}
+    ns = client.open_namespace("py/pca-model", tenant="team-a", codec="pca:b3", **layout)
+    rng = np.random.default_rng(7)
+    basis = rng.normal(size=(8, SMALL["head_dim"]))
+    values_per_block = SMALL_BLOCK_BYTES // 2
+
+    def kv_blocks(n):
+        rows = rng.normal(size=(n * values_per_block // SMALL["head_dim"], 8)) @ basis
+        rows += 0.01 * rng.normal(size=rows.shape)
+        return [b.astype(np.float16) for b in np.split(rows.reshape(-1), n)]
+
+    with pytest.raises(errors.StrataError, match="calibrate"):
+        client.publish(ns, tokens_of(1), kv_blocks(1))
+    info = client.calibrate(ns, kv_blocks(32))
+    assert info["version"] == 1 and info["current"] and info["target_bits"] == 3.0
+    assert [c["id"] for c in client.list_calibrations(ns)] == [info["id"]]
+
+    src = kv_blocks(3)
+    assert client.publish(ns, tokens_of(3), src).stored == 3
+    out = [np.zeros(values_per_block, dtype=np.float16) for _ in range(3)]
+    got = client.fetch(ns, client.block_ids(ns, tokens_of(3)), out)
+    assert got.status == [strata.BlockStatus.OK] * 3
+    for a, b in zip(src, out):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)

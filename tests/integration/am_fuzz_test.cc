@@ -45,6 +45,24 @@ std::string FetchHeader(uint64_t request, uint64_t lease, uint32_t count) {
   return U64(request) + U64(lease) + U32(count) + U32(0);
 }
 std::string Extent(uint64_t offset, uint64_t size) { return U64(offset) + U64(size); }
+// A serialized ReserveRequest of `n` copies of one id (sizes `size`), and a CommitRequest.
+std::string ReserveData(const std::string& ns, const std::string& id, int n, uint64_t size) {
+  strata::v1::ReserveRequest req;
+  req.set_namespace_id(ns);
+  std::string ids;
+  for (int i = 0; i < n; ++i) {
+    ids += id;
+    req.add_sizes(size);
+  }
+  req.set_ids(ids);
+  return req.SerializeAsString();
+}
+std::string CommitData(uint64_t reservation, int crcs) {
+  strata::v1::CommitRequest req;
+  req.set_reservation_id(reservation);
+  for (int i = 0; i < crcs; ++i) req.add_crc32c(static_cast<uint32_t>(i));
+  return req.SerializeAsString();
+}
 
 struct Connected {
   std::string worker_address;
@@ -182,6 +200,19 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kPeerLocateAm, U64(1), id_bytes.substr(0, 5), r},
       {w::kPeerLocateAm, U64(1), std::string(32 * 4096, 'i'), eager},
       {w::kPeerLocateAm, U64(1), big, rndv},
+      // Reserve and Commit by message: bad headers, data that is no protobuf message, a
+      // rendezvous payload, no reply endpoint, a reservation nobody holds, too many blocks.
+      {w::kReserveRequestAm, "", "", r}, {w::kReserveRequestAm, U64(1) + ns_bytes, "\xff\xff", r},
+      {w::kReserveRequestAm, U64(1) + ns_bytes, big, rndv},
+      {w::kReserveRequestAm, U64(1) + ns_bytes, ReserveData(ns_bytes, id_bytes, 3, 64), 0},
+      {w::kReserveRequestAm, U64(1) + ns_bytes, ReserveData(ns_bytes, id_bytes, 2, 64), r},
+      {w::kReserveRequestAm, U64(1) + ns_bytes, ReserveData(ns_bytes, id_bytes, 1, ~0ull), r},
+      {w::kReserveRequestAm, U64(1) + ns_bytes,
+       ReserveData(std::string(32, 'n'), id_bytes, 1, 64), r},
+      {w::kReserveRequestAm, U64(1) + ns_bytes, ReserveData(ns_bytes, id_bytes, 300, 64), eager},
+      {w::kCommitRequestAm, U64(1), "", r}, {w::kCommitRequestAm, U64(1) + ns_bytes, "\x08", r},
+      {w::kCommitRequestAm, U64(1) + ns_bytes, CommitData(987654321, 5), r},
+      {w::kCommitRequestAm, U64(1) + ns_bytes, big, rndv},
   };
   // A fetch of many copies of one real extent: a push amplification the daemon must bound.
   {
@@ -196,9 +227,10 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     for (auto& c : s) c = static_cast<char>(rng());
     return s;
   };
-  const uint16_t known[] = {w::kLookupRequestAm, w::kFetchRequestAm, w::kPeerLocateAm};
-  for (int i = 0; i < 120; ++i) {
-    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 3];
+  const uint16_t known[] = {w::kLookupRequestAm, w::kFetchRequestAm, w::kPeerLocateAm,
+                            w::kReserveRequestAm, w::kCommitRequestAm};
+  for (int i = 0; i < 150; ++i) {
+    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 5];
     std::string header = random_bytes(rng() % 48);
     std::string data = random_bytes(rng() % 3 == 0 ? 0 : rng() % 4096);
     // Truncated and lying valid headers: a real header with random counts or lengths.

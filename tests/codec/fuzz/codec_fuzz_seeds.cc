@@ -1,20 +1,85 @@
 // Writes one valid blob per codec mode (small layouts) into a directory: the fuzzer's seeds.
 // Each file starts with the fuzzer's selector byte (1: verify CRC, 0: skip it).
+// With a second directory, also the seeds of tests/fuzz/calibration_fuzzer (a calibration with
+// and one without RoPE undone, each with pca blobs coded with it).
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <memory>
+#include <vector>
 #include <string>
 #include <string_view>
 
+#include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
 
+namespace {
+
+using namespace strata;
+
+// calibration_fuzzer's input: flags, u32 length, the calibration, the blob.
+int WriteCalibrationSeeds(const std::string& dir) {
+  KvLayout l;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.head_dim = 16;
+  l.tokens_per_block = 16;
+  l.dtype = DType::kFloat16;
+  const uint32_t kBlocks = 8;
+  auto data = codec::GenerateSyntheticKv(l, kBlocks);
+  std::vector<std::span<const uint8_t>> samples;
+  for (uint32_t i = 0; i < kBlocks; ++i)
+    samples.push_back(std::span<const uint8_t>(data).subspan(i * l.BlockBytes(), l.BlockBytes()));
+  int n = 0;
+  for (double theta : {0.0, 10000.0}) {
+    codec::CalibrateOptions o;
+    o.bits_per_value = 2;
+    o.rope_theta = theta;
+    auto cal = codec::Calibrate(l, samples, o);
+    if (!cal.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(cal.status().message()).c_str());
+      return 1;
+    }
+    const std::vector<uint8_t> bytes = cal->Serialize();
+    codec::CalibrationSet set;
+    codec::CodecParams p;
+    p.mode = codec::Mode::kPca;
+    p.calibration_id = set.Add(std::make_shared<const codec::Calibration>(*std::move(cal)));
+    codec::Encoder enc;
+    enc.set_calibrations(&set);
+    for (uint32_t b : {0u, 5u}) {
+      p.first_position = b * l.tokens_per_block;
+      std::vector<uint8_t> blob;
+      if (auto s = enc.Encode(l, p, samples[b], &blob); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      for (char flags : {'\0', '\2'}) {
+        std::ofstream f(dir + "/seed" + std::to_string(n++), std::ios::binary);
+        const uint32_t len = static_cast<uint32_t>(bytes.size());
+        char len_bytes[4];
+        std::memcpy(len_bytes, &len, 4);
+        f.write(&flags, 1);
+        f.write(len_bytes, 4);
+        f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: codec_fuzz_seeds DIR\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: codec_fuzz_seeds DIR [CALIBRATION_DIR]\n");
     return 1;
   }
-  using namespace strata;
+  if (argc == 3 && WriteCalibrationSeeds(argv[2]) != 0) return 1;
   KvLayout l;
   l.num_layers = 2;
   l.num_kv_heads = 2;

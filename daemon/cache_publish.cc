@@ -1,0 +1,231 @@
+// The publish side of the Cache service: Reserve and Commit, by gRPC and as active messages on
+// the data-plane worker (am_wire kReserveRequestAm, kCommitRequestAm). Both routes run the same
+// bodies, ReserveFor and CommitFor, with the same checks; the message route only leaves out
+// what would make the progress thread wait on other nodes.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/am_wire.h"
+#include "daemon/cache_service.h"
+#include "daemon/cache_service_internal.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/logging.h"
+#include "daemon/request_checks.h"
+#include "proto/grpc_status.h"
+
+namespace strata::daemon {
+
+using cache_internal::AddStatuses;
+using cache_internal::IsOpenIn;
+using cache_internal::TrustedCaller;
+using cache_internal::UnknownId;
+
+grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
+                                      v1::ReserveResponse* resp) {
+  auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
+  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
+  if (!MayUseNamespace(caller, scoped->ns))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the namespace belongs to another tenant than the token's");
+  const NamespaceId& ns = scoped->ns;
+  const std::vector<BlockId>& ids = scoped->ids;
+  auto parents = CheckReserveParents(req, ids.size());
+  if (!parents.ok()) return ToGrpcStatus(parents.status());
+  std::vector<ReserveItem> items(ids.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].id = ids[i];
+    if (!parents->empty()) items[i].parent = (*parents)[i];
+    items[i].size = req.sizes(static_cast<int>(i));
+  }
+  ReserveResult r = store_->Reserve(ns, items);
+  if (metrics_) {
+    uint64_t granted = 0;
+    for (size_t i = 0; i < r.status.size(); ++i)
+      if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
+    metrics_->AddPublishBytes(granted);
+  }
+  RememberReplication(ns, items, r);
+  if (r.reservation_id != 0 && !caller.trusted && caller.role == Role::kTenant)
+    id_owners_.Add(r.reservation_id, caller.tenant, r.expires_in);
+  resp->set_reservation_id(r.reservation_id);
+  AddStatuses(r.status, resp->mutable_status());
+  resp->mutable_offsets()->Add(r.offsets.begin(), r.offsets.end());
+  resp->set_expires_in_ms(absl::ToInt64Milliseconds(r.expires_in));
+  resp->set_instance_id(data_plane_.instance_id);
+  // One line per call, never one per block (a Reserve carries up to 65,536 blocks).
+  size_t no_space = 0, first = 0;
+  for (size_t i = 0; i < r.status.size(); ++i) {
+    if (r.status[i] != BlockStatus::kNoSpace) continue;
+    if (no_space++ == 0) first = i;
+  }
+  static LogRateLimiter limit;
+  if (uint64_t suppressed = 0; no_space > 0 && limit.Allow(&suppressed))
+    spdlog::warn("Reserve in namespace {}: no space for {} of {} blocks (first: {}, {} bytes){}",
+                 ns.ShortHex(), no_space, items.size(), items[first].id.ShortHex(),
+                 items[first].size, SuppressedNote(suppressed));
+  return grpc::Status::OK;
+}
+
+void CacheService::RememberReplication(const NamespaceId& ns, std::span<const ReserveItem> items,
+                                       const ReserveResult& r) {
+  Cluster* cluster = cluster_.load();
+  if (!cluster || r.reservation_id == 0 || cluster->size() <= 1) return;
+  auto entry = namespaces_->Find(ns);
+  if (!entry || cluster->mover().ReplicasFor(*entry) <= 1) return;
+  PendingReplication p{ns, {}, {}, absl::Now() + store_->reservation_timeout()};
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (r.status[i] != BlockStatus::kOk) continue;
+    p.ids.push_back(items[i].id);
+    p.parents.push_back(items[i].parent);
+  }
+  absl::MutexLock lock(&replicate_mu_);
+  // Forget reservations that were abandoned (never committed nor aborted).
+  const absl::Time now = absl::Now();
+  absl::erase_if(to_replicate_, [&](const auto& kv) { return kv.second.expires < now; });
+  to_replicate_[r.reservation_id] = std::move(p);
+}
+
+grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitRequest& req,
+                                     absl::Time deadline, bool may_wait, bool* deferred,
+                                     v1::CommitResponse* resp) {
+  if (deferred) *deferred = false;
+  if (!id_owners_.Allowed(req.reservation_id(), caller))
+    return UnknownId("reservation", req.reservation_id());
+  Cluster* cluster = cluster_.load();
+  if (!may_wait) {
+    // Other nodes must learn of the blocks (and replicas hold them) before Commit returns:
+    // network waits, which only the gRPC route takes. Nothing is committed here then.
+    bool replicates;
+    {
+      absl::MutexLock lock(&replicate_mu_);
+      replicates = to_replicate_.contains(req.reservation_id());
+    }
+    if (replicates || (cluster && cluster->size() > 1)) {
+      *deferred = true;
+      return grpc::Status::OK;
+    }
+  }
+  std::vector<uint32_t> crcs(req.crc32c().begin(), req.crc32c().end());
+  // (abort drops a pending replication below too: its reservation id never commits)
+  auto r = store_->Commit(req.reservation_id(), crcs);
+  std::optional<PendingReplication> replicate;
+  {
+    absl::MutexLock lock(&replicate_mu_);
+    auto it = to_replicate_.find(req.reservation_id());
+    if (it != to_replicate_.end()) {
+      replicate = std::move(it->second);
+      to_replicate_.erase(it);
+    }
+  }
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  id_owners_.Forget(req.reservation_id());
+  AddStatuses(*r, resp->mutable_status());
+  if (cluster && cluster->size() > 1) {
+    // Published means findable: the directory owners know the new blocks before Commit
+    // returns, so a lookup on any node right after (a decode node after its prefill node) sees
+    // them.
+    cluster->announcer().FlushAnnouncements(absl::Now() + cluster->peer_timeout());
+  }
+  if (replicate && cluster && r->size() == replicate->ids.size()) {
+    // Synchronous: once Commit returns, every replica holds the block (or the failure is
+    // counted and logged), so losing the publishing node loses nothing.
+    std::vector<BlockId> ids, parents;
+    for (size_t i = 0; i < r->size(); ++i) {
+      if ((*r)[i] != BlockStatus::kOk) continue;
+      ids.push_back(replicate->ids[i]);
+      parents.push_back(replicate->parents[i]);
+    }
+    if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
+      cluster->mover().Replicate(*entry, ids, parents, deadline);
+  }
+  const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
+  static LogRateLimiter limit;
+  if (uint64_t suppressed = 0; crc_failed > 0 && limit.Allow(&suppressed))
+    spdlog::warn(
+        "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
+        "dropped{}",
+        req.reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
+  return grpc::Status::OK;
+}
+
+template <typename Request, typename Response, typename Body>
+void CacheService::ServeAmControl(const transport::AmMessage& m, transport::Worker* worker,
+                                  AmScopedKind kind, Body&& body) {
+  namespace w = am_wire;
+  const auto request = w::DecodeLookupRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request)
+    return DropAm(kind.request_am, m,
+                  absl::StrCat(kind.what, " request without a reply endpoint or with a header "
+                                          "that is not 40 or 56 bytes"));
+  const auto t0 = std::chrono::steady_clock::now();
+  w::ReplyHeader h;
+  h.request_id = request->request_id;
+  h.complete = true;
+  std::string data;
+  grpc::Status status;
+  CallScope call(this);
+  const std::optional<Caller> caller =
+      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(TrustedCaller());
+  Request req;
+  if (!call.admitted()) {
+    status = call.refusal();
+  } else if (!caller) {
+    status = grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("active-message ", kind.what,
+                                       " without a valid ticket (authentication is on: Connect "
+                                       "issues one)"));
+  } else if (!req.ParseFromString(std::string(m.data))) {
+    DropAm(kind.request_am, m, absl::StrCat(kind.what, " request that does not parse"));
+    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat(kind.what, " request that does not parse"));
+  } else {
+    Response resp;
+    bool deferred = false;
+    status = body(*caller, req, &resp, &deferred);
+    if (deferred) {
+      h.complete = false;
+    } else if (status.ok()) {
+      data = resp.SerializeAsString();
+      controls_by_message_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!status.ok()) {
+    h.code = static_cast<uint32_t>(status.error_code());  // gRPC and absl codes coincide
+    data = status.error_message();
+  }
+  worker->AmReply(m.reply_ep, kind.reply_am, w::EncodeReplyHeader(h), std::move(data));
+  if (metrics_ && h.complete)
+    metrics_->Record(kind.rpc, static_cast<int>(status.error_code()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void CacheService::HandleAmReserve(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmControl<v1::ReserveRequest, v1::ReserveResponse>(
+      m, worker,
+      {am_wire::kReserveRequestAm, am_wire::kReserveReplyAm, RpcMetrics::kReserve, "reserve"},
+      [&](const Caller& caller, const v1::ReserveRequest& req, v1::ReserveResponse* resp,
+          bool* deferred) {
+        // A large batch is the gRPC call's: its answer would not fit an eager message.
+        if (req.sizes_size() > static_cast<int>(am_wire::kMaxControlIds)) {
+          *deferred = true;
+          return grpc::Status::OK;
+        }
+        return ReserveFor(caller, req, resp);
+      });
+}
+
+void CacheService::HandleAmCommit(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmControl<v1::CommitRequest, v1::CommitResponse>(
+      m, worker,
+      {am_wire::kCommitRequestAm, am_wire::kCommitReplyAm, RpcMetrics::kCommit, "commit"},
+      [&](const Caller& caller, const v1::CommitRequest& req, v1::CommitResponse* resp,
+          bool* deferred) {
+        return CommitFor(caller, req, absl::Now(), /*may_wait=*/false, deferred, resp);
+      });
+}
+
+}  // namespace strata::daemon

@@ -1,0 +1,143 @@
+// Reserve and Commit as active messages (am_wire kReserveRequestAm, kCommitRequestAm; issue 15,
+// item 2): a publish through libstrata makes neither gRPC call, keeps every answer of the gRPC
+// route (dedup, per-block refusals), and a daemon whose commits must reach other nodes sends
+// the Commit back to gRPC.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "strata/client.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/support/free_port.h"
+#include "tests/support/test_data.h"
+
+namespace strata {
+namespace {
+
+using testing::DaemonProcess;
+using testing::RandomBlocks;
+using testing::Tokens;
+
+constexpr uint32_t kTokensPerBlock = 16;
+
+NamespaceSpec Spec() { return testing::SmallSpec("control-by-message"); }
+
+std::unique_ptr<Client> Connect(const DaemonProcess& d) {
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+uint64_t Counter(Client& c, const std::string& name) {
+  auto stats = c.Stats();
+  if (stats.ok())
+    for (const auto& [n, v] : stats->counters)
+      if (n == name) return v;
+  return 0;
+}
+
+uint64_t ByMessage(Client& c) { return Counter(c, "reserves_and_commits_by_message_total"); }
+
+TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  const uint64_t before = ByMessage(*client);
+  auto tokens = Tokens(4 * kTokensPerBlock, 51);
+  auto blocks = RandomBlocks(4, 8192, 52);
+  auto first = client->Publish(*ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->stored, 4u);
+  EXPECT_EQ(ByMessage(*client) - before, 2u) << "one Reserve and one Commit";
+  // Dedup holds: the second publish reserves nothing (so commits nothing either).
+  auto again = client->Publish(*ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->deduplicated, 4u);
+  EXPECT_EQ(ByMessage(*client) - before, 3u);
+  auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
+  std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : got) bufs.push_back({b.data(), b.size()});
+  auto f = client->Fetch(*ns, ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 4u);
+  EXPECT_EQ(got, blocks);
+  // A block the tier cannot hold is refused per block, as by gRPC.
+  std::vector<std::vector<uint8_t>> huge(1, std::vector<uint8_t>(80 << 20, 1));
+  auto refused = client->Publish(*ns, Tokens(kTokensPerBlock, 53), testing::BufferViews(huge));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->stored, 0u);
+  EXPECT_NE(refused->status[0], BlockStatus::kOk);
+}
+
+TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
+  // The gRPC route reopens a namespace the daemon no longer has; a refusal on the message route
+  // must lead there, not fail the publish.
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\nreservation_timeout: 1s\n"
+                  "limits:\n  namespace_idle_timeout: 1s\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  uint64_t open = 1;
+  for (int i = 0; i < 100 && open != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto stats = client->Stats();
+    ASSERT_TRUE(stats.ok());
+    open = stats->namespaces;
+  }
+  ASSERT_EQ(open, 0u) << "released as idle";
+  auto blocks = RandomBlocks(2, 4096, 54);
+  auto r = client->Publish(*ns, Tokens(2 * kTokensPerBlock, 55), testing::BufferViews(blocks));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stored, 2u);
+}
+
+TEST(ControlByMessageTest, CommitsThatMustReachOtherNodesGoThroughGrpc) {
+  const std::string dir = testing::MakeTempDir("control-cluster");
+  std::ofstream(dir + "/secret") << "control-by-message-secret-0123456789\n";
+  std::string addr[2], peers;
+  for (int i = 0; i < 2; ++i) addr[i] = absl::StrCat("127.0.0.1:", testing::FreePort());
+  for (int i = 0; i < 2; ++i) peers += absl::StrCat("\"n", i, "@", addr[i], "\", ");
+  std::vector<std::unique_ptr<DaemonProcess>> nodes;
+  for (int i = 0; i < 2; ++i)
+    nodes.push_back(std::make_unique<DaemonProcess>(
+        absl::StrCat("node_id: n", i, "\ncluster_secret_file: ", dir,
+                     "/secret\nhost_tier:\n  capacity: 64MiB\ncluster:\n  membership: static\n"
+                     "  static_nodes: [",
+                     peers, "]\n  peer_timeout: 500ms\n"),
+        std::vector<std::string>{"--listen", addr[i]}));
+  ASSERT_TRUE(testing::AllServing(nodes)) << testing::AllLogs(nodes);
+  auto a = Connect(*nodes[0]);
+  auto b = Connect(*nodes[1]);
+  ASSERT_TRUE(a && b);
+  auto ns = a->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok());
+  ASSERT_TRUE(b->OpenNamespace(Spec(), "t").ok());
+  const uint64_t before = ByMessage(*a);
+  auto tokens = Tokens(3 * kTokensPerBlock, 56);
+  auto blocks = RandomBlocks(3, 8192, 57);
+  auto r = a->Publish(*ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stored, 3u);
+  EXPECT_EQ(ByMessage(*a) - before, 1u) << "the Reserve only: the Commit announces to n1";
+  // Published means findable at once from the other node.
+  auto look = b->Lookup(*ns, tokens);
+  ASSERT_TRUE(look.ok()) << look.status();
+  EXPECT_EQ(look->prefix_blocks, 3u);
+  std::error_code ec;
+  nodes.clear();
+  std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace strata
