@@ -99,8 +99,8 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   node_id_ = resp.node_id();
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
-  acquire_by_message_ = resp.acquire_by_message();
-  control_by_message_ = resp.control_by_message();
+  acquire_by_message_ = options_.control_by_message && resp.acquire_by_message();
+  control_by_message_ = options_.control_by_message && resp.control_by_message();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();

@@ -38,6 +38,7 @@ struct ControlOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Lookups of up to am_wire::kMaxIds ids as an active message (see UseFastPath).
   bool lookup_fast_path = true;
+  bool control_by_message = true;  // ClientOptions::control_by_message
   LogSink log;
 };
 

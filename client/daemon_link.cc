@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
   control.security = std::move(security);
   control.rpc_timeout = options.rpc_timeout;
   control.lookup_fast_path = options.lookup_fast_path;
+  control.control_by_message = options.control_by_message;
   control.log = options.log;
   link->control_ = std::make_unique<ControlChannel>(std::move(control));
   DataMoverOptions data;

@@ -89,6 +89,7 @@ struct Config {
   bool auth = false;  // a tenant token on every call (the daemon's own, or --token's)
   std::string token;
   int tenants = 1;  // --auth: tenants in the daemon's tokens file
+  bool control_by_message = true;  // ClientOptions::control_by_message
 };
 
 bool RunTransport(const Config& cfg, const std::string& name, const std::string& tls,
@@ -112,6 +113,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   o.endpoint = endpoint;
   o.client_name = "strata_bench";
   if (cfg.auth) o.auth_token = cfg.token;
+  o.control_by_message = cfg.control_by_message;
   auto client = strata::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "connect: " << client.status() << "\n";
@@ -294,6 +296,8 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", cfg.endpoint, "use a running stratad instead of starting one");
   app.add_flag("--auth", cfg.auth,
                "authenticate: the started stratad gets a tokens file, the client its token");
+  app.add_flag("!--no-control-by-message", cfg.control_by_message,
+               "Reserve, Commit and Acquire through gRPC only (the baseline of the message route)");
   app.add_option("--token", cfg.token, "the tenant token (--auth; default: a fixed test token)");
   app.add_option("--tenants", cfg.tenants,
                  "tenants in the started daemon's tokens file (--auth; more than one: no client "

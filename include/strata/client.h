@@ -68,6 +68,9 @@ struct ClientOptions {
   // Lookups of up to 1,024 blocks as a UCX active message on the data-plane endpoint (falls back
   // to gRPC by itself; false: always gRPC).
   bool lookup_fast_path = true;
+  // Reserve and Commit of a publish (and Acquire of a fetch) as UCX active messages too, where
+  // the daemon offers it (false: gRPC, for comparisons and for daemons under investigation).
+  bool control_by_message = true;
   // How fetched bytes move when the daemon's arena is not mapped into this process: "rma"
   // (one-sided get), "push" (the daemon sends each block as an active message, received
   // straight into the engine's buffer), or "auto": push when this host has no RDMA device
