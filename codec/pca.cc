@@ -235,6 +235,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   pd.assign(2 * tp, 0.0);
   double* norm2 = pd.data();
   double* err2 = pd.data() + tp;
+  std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
+  tok_max.assign(tp, 0);
   for (size_t h = 0; h < H; ++h) {
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
     const PcaPlan::Head& hp = sp.heads[h];
@@ -254,7 +256,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
     for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
       PcaQuantizeT(y.data() + k * tp, tp, hp.enc_inv[k], hp.enc_step[k],
-                   static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2);
+                   static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2,
+                   tok_max.data());
   }
   // Tokens the calibration fits badly are stored exactly, in place of their coordinates (which
   // become zeros, cheap to code). These are the attention sinks: in SmolLM2 the first token's
@@ -278,11 +281,11 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       exact.push_back(static_cast<uint16_t>(order[i]));
     std::sort(exact.begin(), exact.end());
   }
-  for (uint16_t tok : exact)
+  for (uint16_t tok : exact) {
     for (size_t i = tok; i < q.size(); i += tp) q[i] = 0;
-  int32_t maxq = 0;
-  for (size_t r = 0; r < q.size(); r += tp)
-    for (size_t t = 0; t < T; ++t) maxq = std::max(maxq, std::abs(q[r + t]));
+    tok_max[tok] = 0;
+  }
+  const int32_t maxq = *std::max_element(tok_max.begin(), tok_max.begin() + T);
   ByteWriter w(out);
   w.U16(static_cast<uint16_t>(maxq));
   w.U16(static_cast<uint16_t>(sp.coded));

@@ -48,20 +48,20 @@ void PcaCenterTImpl(float* xt, size_t tp, size_t dim, const float* mean, double*
 }
 
 // Four coordinates by four token vectors per step of d: 4 loads and 4 broadcasts per 16
-// multiply-adds.
+// multiply-adds. Token chunks outside, so that a chunk's [d][t] columns stay in L1 while every
+// coordinate is projected on them.
 void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
                      const uint32_t* coords, size_t n, float* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  size_t k = 0;
-  for (; k + 4 <= n; k += 4) {
-    const float* b0 = basis + size_t{coords[k]} * dim;
-    const float* b1 = basis + size_t{coords[k + 1]} * dim;
-    const float* b2 = basis + size_t{coords[k + 2]} * dim;
-    const float* b3 = basis + size_t{coords[k + 3]} * dim;
-    float* y0 = y + k * tp;
-    size_t t = 0;
-    for (; t + 4 * N <= tp; t += 4 * N) {
+  size_t t = 0;
+  for (; t + 4 * N <= tp; t += 4 * N) {
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+      const float* b0 = basis + size_t{coords[k]} * dim;
+      const float* b1 = basis + size_t{coords[k + 1]} * dim;
+      const float* b2 = basis + size_t{coords[k + 2]} * dim;
+      const float* b3 = basis + size_t{coords[k + 3]} * dim;
       auto s00 = hn::Zero(d), s01 = s00, s02 = s00, s03 = s00;
       auto s10 = s00, s11 = s00, s12 = s00, s13 = s00;
       auto s20 = s00, s21 = s00, s22 = s00, s23 = s00;
@@ -91,7 +91,7 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
         s32 = hn::Add(s32, hn::Mul(x2, c));
         s33 = hn::Add(s33, hn::Mul(x3, c));
       }
-      float* o = y0 + t;
+      float* o = y + k * tp + t;
       hn::StoreU(s00, d, o);
       hn::StoreU(s01, d, o + N);
       hn::StoreU(s02, d, o + 2 * N);
@@ -112,7 +112,31 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
       hn::StoreU(s32, d, o + 2 * N);
       hn::StoreU(s33, d, o + 3 * N);
     }
-    for (; t < tp; t += N) {
+    for (; k < n; ++k) {  // one coordinate, still four independent sums
+      const float* b0 = basis + size_t{coords[k]} * dim;
+      auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+      for (size_t i = 0; i < dim; ++i) {
+        const float* x = xt + i * tp + t;
+        const auto c = hn::Set(d, b0[i]);
+        s0 = hn::Add(s0, hn::Mul(hn::LoadU(d, x), c));
+        s1 = hn::Add(s1, hn::Mul(hn::LoadU(d, x + N), c));
+        s2 = hn::Add(s2, hn::Mul(hn::LoadU(d, x + 2 * N), c));
+        s3 = hn::Add(s3, hn::Mul(hn::LoadU(d, x + 3 * N), c));
+      }
+      float* o = y + k * tp + t;
+      hn::StoreU(s0, d, o);
+      hn::StoreU(s1, d, o + N);
+      hn::StoreU(s2, d, o + 2 * N);
+      hn::StoreU(s3, d, o + 3 * N);
+    }
+  }
+  for (; t < tp; t += N) {  // token vectors left over (tp is a multiple of 16, not of 4N)
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+      const float* b0 = basis + size_t{coords[k]} * dim;
+      const float* b1 = basis + size_t{coords[k + 1]} * dim;
+      const float* b2 = basis + size_t{coords[k + 2]} * dim;
+      const float* b3 = basis + size_t{coords[k + 3]} * dim;
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t i = 0; i < dim; ++i) {
         const auto x = hn::LoadU(d, xt + i * tp + t);
@@ -121,15 +145,13 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
         s2 = hn::Add(s2, hn::Mul(x, hn::Set(d, b2[i])));
         s3 = hn::Add(s3, hn::Mul(x, hn::Set(d, b3[i])));
       }
-      hn::StoreU(s0, d, y0 + t);
-      hn::StoreU(s1, d, y0 + tp + t);
-      hn::StoreU(s2, d, y0 + 2 * tp + t);
-      hn::StoreU(s3, d, y0 + 3 * tp + t);
+      hn::StoreU(s0, d, y + k * tp + t);
+      hn::StoreU(s1, d, y + (k + 1) * tp + t);
+      hn::StoreU(s2, d, y + (k + 2) * tp + t);
+      hn::StoreU(s3, d, y + (k + 3) * tp + t);
     }
-  }
-  for (; k < n; ++k) {
-    const float* b0 = basis + size_t{coords[k]} * dim;
-    for (size_t t = 0; t < tp; t += N) {
+    for (; k < n; ++k) {
+      const float* b0 = basis + size_t{coords[k]} * dim;
       auto s0 = hn::Zero(d);
       for (size_t i = 0; i < dim; ++i)
         s0 = hn::Add(s0, hn::Mul(hn::LoadU(d, xt + i * tp + t), hn::Set(d, b0[i])));
@@ -139,7 +161,7 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
 }
 
 void PcaQuantizeTImpl(const float* y, size_t tp, float inv_step, float step, float limit,
-                      int32_t* q, double* err2) {
+                      int32_t* q, double* err2, int32_t* max_abs) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const hn::Rebind<int32_t, decltype(dd)> di;
@@ -152,7 +174,9 @@ void PcaQuantizeTImpl(const float* y, size_t tp, float inv_step, float step, flo
     const auto e = hn::Sub(yv, hn::Mul(qv, st));
     const auto gain = hn::Sub(hn::Mul(e, e), hn::Mul(yv, yv));
     hn::StoreU(hn::Add(hn::LoadU(dd, err2 + t), hn::PromoteTo(dd, gain)), dd, err2 + t);
-    hn::StoreU(hn::ConvertTo(di, qv), di, q + t);
+    const auto qi = hn::ConvertTo(di, qv);
+    hn::StoreU(qi, di, q + t);
+    hn::StoreU(hn::Max(hn::LoadU(di, max_abs + t), hn::Abs(qi)), di, max_abs + t);
   }
 }
 
@@ -322,8 +346,8 @@ void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
   HWY_DYNAMIC_DISPATCH(PcaProjectTImpl)(xt, tp, dim, basis, coords, n, y);
 }
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
-                  double* err2) {
-  HWY_DYNAMIC_DISPATCH(PcaQuantizeTImpl)(y, tp, inv_step, step, limit, q, err2);
+                  double* err2, int32_t* max_abs) {
+  HWY_DYNAMIC_DISPATCH(PcaQuantizeTImpl)(y, tp, inv_step, step, limit, q, err2, max_abs);
 }
 void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
                     const uint32_t* coords, size_t dim, const float* mean, float* out,

@@ -104,9 +104,9 @@ void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* nor
 void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
                  const uint32_t* coords, size_t n, float* y);
 // Per token t < tp: q = clamp(round(y * inv_step)) (half to even), err2[t] += (y - q step)^2 -
-// y^2 (float terms, added in double).
+// y^2 (float terms, added in double), max_abs[t] = max(max_abs[t], |q|).
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
-                  double* err2);
+                  double* err2, int32_t* max_abs);
 // out[t][c] = mean[c] + sum over k < n of yt[k][t] * basis[coords[k]][c], the products added in
 // k order; t < rows, c < dim, out rows out_stride floats apart.
 void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
