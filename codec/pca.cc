@@ -298,15 +298,19 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   const size_t nslots = slots.size(), nsym = T * nslots;
   const uint32_t alphabet = 2 * static_cast<uint32_t>(maxq) + 1;
   // Runs of 16 tokens of one slot, slot after slot, token group after token group.
+  const size_t full = T / kRun, rest = T % kRun;  // whole runs, and the last run's length
   auto emit = [&](auto* syms) {
-    for (size_t g = 0; g * kRun < T; ++g) {
-      const size_t len = std::min(kRun, T - g * kRun);
-      for (size_t j = 0; j < nslots; ++j) {
-        const uint32_t h = sp.slot_head[j];
-        const int32_t* src =
-            h == PcaPlan::kPad ? nullptr : q.data() + qbase[h] + sp.slot_k[j] * tp + g * kRun;
-        EmitRun(src, len, maxq, syms + g * kRun * nslots + j * len);
+    for (size_t j = 0; j < nslots; ++j) {
+      const uint32_t h = sp.slot_head[j];
+      const int32_t* src = h == PcaPlan::kPad ? nullptr : q.data() + qbase[h] + sp.slot_k[j] * tp;
+      if (src) {
+        EmitRuns(src, full, kRun, kRun * nslots, maxq, syms + j * kRun);
+      } else {
+        for (size_t g = 0; g < full; ++g) EmitRun(src, kRun, maxq, syms + g * kRun * nslots + j * kRun);
       }
+      if (rest)
+        EmitRun(src ? src + full * kRun : nullptr, rest, maxq,
+                syms + full * kRun * nslots + j * rest);
     }
     rans::Encode(syms, nsym, alphabet, sp.num_ctx, &sc->rans, out, stats, rans::kMaxLanes,
                  nullptr, shared);
@@ -351,6 +355,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   sc->f.resize(s.values());
   const size_t nslots = sp.slots.size();
   std::vector<float>& yt = sc->row;  // one head's dequantised coordinates, [k][t] in slot order
+  const size_t full = T / kRun, rest = T % kRun;  // whole symbol runs, and the last run's length
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
   auto reconstruct = [&](auto* syms) {
     for (size_t h = 0; h < H; ++h) {
@@ -358,12 +363,13 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
       const PcaPlan::Head& hp = sp.heads[h];
       const size_t n = hp.dec_coord.size();
       yt.resize(std::max<size_t>(1, n * tp));
-      for (size_t k = 0; k < n; ++k)
-        for (size_t g = 0; g * kRun < T; ++g) {
-          const size_t len = std::min(kRun, T - g * kRun);
-          DequantRun(syms + g * kRun * nslots + hp.dec_slot[k] * len, len, int32_t{maxq},
-                     hp.dec_step[k], yt.data() + k * tp + g * kRun);
-        }
+      for (size_t k = 0; k < n; ++k) {
+        DequantRuns(syms + hp.dec_slot[k] * kRun, full, kRun, kRun * nslots, int32_t{maxq},
+                    hp.dec_step[k], yt.data() + k * tp);
+        if (rest)
+          DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
+                     hp.dec_step[k], yt.data() + k * tp + full * kRun);
+      }
       PcaReconstruct(yt.data(), tp, T, n, ht.basis.data(), hp.dec_coord.data(), D,
                      ht.mean.data(), sc->f.data() + h * D, H * D);
     }

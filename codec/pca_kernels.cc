@@ -279,6 +279,53 @@ void PcaReconstructImpl(const float* yt, size_t tp, size_t rows, size_t n, const
     }
 }
 
+// Symbol runs: run r of a slot's symbols sits at r * stride in the stream and holds tokens
+// [r * run, (r + 1) * run) (run a multiple of the vector length: 16).
+template <typename Sym>
+void EmitRunsT(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+               Sym* out) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::Rebind<Sym, decltype(di)> ds;
+  const size_t N = hn::Lanes(di);
+  const auto off = hn::Set(di, offset);
+  for (size_t r = 0; r < runs; ++r)
+    for (size_t i = 0; i < run; i += N)
+      hn::StoreU(hn::DemoteTo(ds, hn::Add(hn::LoadU(di, q + r * run + i), off)), ds,
+                 out + r * stride + i);
+}
+void EmitRuns8Impl(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+                   uint8_t* out) {
+  EmitRunsT(q, runs, run, stride, offset, out);
+}
+void EmitRuns16Impl(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+                    uint16_t* out) {
+  EmitRunsT(q, runs, run, stride, offset, out);
+}
+
+template <typename Sym>
+void DequantRunsT(const Sym* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                  float step, float* out) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::Rebind<Sym, decltype(di)> ds;
+  const hn::RebindToFloat<decltype(di)> df;
+  const size_t N = hn::Lanes(di);
+  const auto off = hn::Set(di, offset);
+  const auto st = hn::Set(df, step);
+  for (size_t r = 0; r < runs; ++r)
+    for (size_t i = 0; i < run; i += N) {
+      const auto v = hn::Sub(hn::PromoteTo(di, hn::LoadU(ds, sym + r * stride + i)), off);
+      hn::StoreU(hn::Mul(hn::ConvertTo(df, v), st), df, out + r * run + i);
+    }
+}
+void DequantRuns8Impl(const uint8_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                      float step, float* out) {
+  DequantRunsT(sym, runs, run, stride, offset, step, out);
+}
+void DequantRuns16Impl(const uint16_t* sym, size_t runs, size_t run, size_t stride,
+                       int32_t offset, float step, float* out) {
+  DequantRunsT(sym, runs, run, stride, offset, step, out);
+}
+
 void RopeRowsImpl(float* x, size_t tokens, size_t heads, size_t dim, const float* cos,
                   const float* sin, bool inverse) {
   const hn::ScalableTag<float> d;
@@ -335,6 +382,10 @@ HWY_EXPORT(PcaProjectTImpl);
 HWY_EXPORT(PcaQuantizeTImpl);
 HWY_EXPORT(PcaReconstructImpl);
 HWY_EXPORT(RopeRowsImpl);
+HWY_EXPORT(EmitRuns8Impl);
+HWY_EXPORT(EmitRuns16Impl);
+HWY_EXPORT(DequantRuns8Impl);
+HWY_EXPORT(DequantRuns16Impl);
 HWY_EXPORT(AllFiniteImpl);
 
 void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
@@ -358,6 +409,22 @@ void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const flo
 void RopeRows(float* x, size_t tokens, size_t heads, size_t dim, const float* cos,
               const float* sin, bool inverse) {
   HWY_DYNAMIC_DISPATCH(RopeRowsImpl)(x, tokens, heads, dim, cos, sin, inverse);
+}
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(EmitRuns8Impl)(q, runs, run, stride, offset, out);
+}
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(EmitRuns16Impl)(q, runs, run, stride, offset, out);
+}
+void DequantRuns(const uint8_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantRuns8Impl)(sym, runs, run, stride, offset, step, out);
+}
+void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantRuns16Impl)(sym, runs, run, stride, offset, step, out);
 }
 bool AllFinite(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(x, n); }
 

@@ -116,6 +116,17 @@ void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const flo
 // a' = a c - b s, b' = b c + a s with s negated when `inverse`.
 void RopeRows(float* x, size_t tokens, size_t heads, size_t dim, const float* cos,
               const float* sin, bool inverse);
+// A slot's symbol runs: run r (run values, a multiple of 16) sits at out + r * stride and takes
+// q[r * run + i] + offset (which must fit the symbol type).
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint8_t* out);
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint16_t* out);
+// The inverse, dequantised: out[r * run + i] = float(sym[r * stride + i] - offset) * step.
+void DequantRuns(const uint8_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out);
+void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out);
 // Whether every value is finite.
 bool AllFinite(const float* x, size_t n);
 

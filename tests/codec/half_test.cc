@@ -369,6 +369,27 @@ void CheckPcaKernelsMatchScalar() {
     EXPECT_EQ(max_abs[i], std::max(7, std::abs(q[i]))) << i;
     EXPECT_EQ(err2[i], 0.5 + static_cast<double>(e * e - y[i] * y[i])) << i;
   }
+  // Symbol runs out and back: 3 runs of 16 at a stride of 48.
+  {
+    std::vector<int32_t> qs(48);
+    for (size_t i = 0; i < qs.size(); ++i) qs[i] = static_cast<int32_t>(i % 23) - 11;
+    std::vector<uint8_t> s8(3 * 48, 0);
+    std::vector<uint16_t> s16(3 * 48, 0);
+    internal::EmitRuns(qs.data(), 3, 16, 48, 11, s8.data() + 16);
+    internal::EmitRuns(qs.data(), 3, 16, 48, 1000, s16.data() + 16);
+    std::vector<float> back8(48), back16(48);
+    internal::DequantRuns(s8.data() + 16, 3, 16, 48, 11, 0.3f, back8.data());
+    internal::DequantRuns(s16.data() + 16, 3, 16, 48, 1000, 0.3f, back16.data());
+    for (size_t r = 0; r < 3; ++r)
+      for (size_t i = 0; i < 16; ++i) {
+        const int32_t v = qs[r * 16 + i];
+        EXPECT_EQ(s8[16 + r * 48 + i], v + 11);
+        EXPECT_EQ(s16[16 + r * 48 + i], v + 1000);
+        EXPECT_TRUE(same(back8[r * 16 + i], static_cast<float>(v) * 0.3f));
+        EXPECT_TRUE(same(back16[r * 16 + i], static_cast<float>(v) * 0.3f));
+        EXPECT_EQ(s8[r * 48 + i], 0);  // between the runs: untouched
+      }
+  }
   // RoPE rows (half = 21: vector and scalar parts) and the finiteness check.
   const size_t T = 3, H = 2, D = 42, half = D / 2;
   std::vector<float> x(T * H * D), cs(T * half), sn(T * half);
