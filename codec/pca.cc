@@ -24,9 +24,9 @@
 // basis[k][d]. The kernels (pca_kernels.cc) compute exactly these sums on every SIMD target:
 // the encoder's with tokens in the vector lanes ([d][t] and [k][t] arrays, the tokens padded to
 // a multiple of 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded. Both are
-// dense: at 1.5-3 bits/value 80-97 % of the coordinates are coded (Qwen2.5, SmolLM2), so each
-// output value costs about head_dim multiply-adds, and the kernels run at the core's
-// multiply-add throughput (docs/codec.md).
+// dense: at 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each
+// output value costs about head_dim multiply-adds, and the kernels run near the core's
+// multiply-add throughput (docs/codec.md, "Pca speed").
 #include <algorithm>
 #include <cmath>
 #include <cstring>
