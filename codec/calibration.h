@@ -42,6 +42,10 @@
 
 namespace strata::codec {
 
+namespace internal {
+struct PcaPlan;  // pca.cc: what the sections derive from a calibration
+}
+
 inline constexpr uint32_t kCalibrationMagic = 0x50564B53;  // "SKVP" little-endian
 inline constexpr uint16_t kCalibrationFormat = 1;
 
@@ -87,8 +91,25 @@ class Calibration {
   // not meant to change after Calibrate or Parse).
   uint64_t Id() const;
 
+  // The pca sections' plan (symbol order, coded coordinates per head), built on first use and
+  // shared by every encoder and decoder of this object; a copy builds its own. Thread-safe.
+  std::shared_ptr<const internal::PcaPlan> Plan() const;
+
  private:
   mutable uint64_t id_ = 0;
+  // Not copied: a copy (Calibrate's trials change the steps between copies) starts empty.
+  struct PlanCache {
+    std::mutex mu;
+    std::shared_ptr<const internal::PcaPlan> plan;  // guarded by mu
+    PlanCache() = default;
+    PlanCache(const PlanCache&) {}
+    PlanCache& operator=(const PlanCache&) {
+      std::lock_guard<std::mutex> g(mu);
+      plan.reset();
+      return *this;
+    }
+  };
+  mutable PlanCache plan_;
 };
 
 std::string CalibrationIdString(uint64_t id);  // 16 hex digits

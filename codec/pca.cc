@@ -15,6 +15,18 @@
 // land in the lowest class); slot j of the ranked, interleaved list holds class j % C. Symbols
 // go in runs of 16 tokens of one slot, slot after slot, token group after token group, so that
 // the coder's context of run r, r % C, is the class of its coordinate.
+//
+// Arithmetic. Encoder: y_k = 0 + sum over d of (x_d - mean_d) basis[k][d] in d order (float),
+// q_k = round-half-even(y_k / step_k) clamped, and per token (double) the squared norm and the
+// squared error (sum of (x_d - mean_d)^2 in d order, then per coded coordinate in ascending
+// order (y_k - q_k step_k)^2 - y_k^2, heads in order) that pick the exact tokens. Decoder:
+// x_d = mean_d + sum over the head's coded coordinates, in slot order, of (q_k step_k)
+// basis[k][d]. The kernels (pca_kernels.cc) compute exactly these sums on every SIMD target:
+// the encoder's with tokens in the vector lanes ([d][t] and [k][t] arrays, the tokens padded to
+// a multiple of 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded. Both are
+// dense: at 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each
+// output value costs about head_dim multiply-adds, and the kernels run near the core's
+// multiply-add throughput (docs/codec.md, "Pca speed").
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,7 +39,8 @@
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
-namespace strata::codec::internal {
+namespace strata::codec {
+namespace internal {
 
 namespace {
 
@@ -74,11 +87,88 @@ void PlanSlots(const Calibration& cal, uint32_t layer, uint32_t tensor, std::vec
   *num_ctx = C;
 }
 
-// Symbol index of (token group g, slot j, token t within the group).
-inline size_t SymIndex(size_t T, size_t nslots, size_t tok, size_t j) {
-  const size_t g = tok / kRun, in = tok % kRun;
-  const size_t group_len = std::min(kRun, T - g * kRun);
-  return g * kRun * nslots + j * group_len + in;
+// Tokens padded to a multiple of 16 in the token-lane arrays (whole vectors on every target).
+inline size_t PaddedTokens(size_t T) { return (T + 15) / 16 * 16; }
+
+// out[i] = float(sym[i] - maxq) * step: one run of a coordinate's symbols, dequantised.
+template <typename Sym>
+void DequantRun(const Sym* sym, size_t len, int32_t maxq, float step, float* out) {
+  for (size_t i = 0; i < len; ++i)
+    out[i] = static_cast<float>(static_cast<int32_t>(sym[i]) - maxq) * step;
+}
+
+// out[i] = q[i] + maxq (q null: padding, all maxq): one run of a slot's symbols.
+template <typename Sym>
+void EmitRun(const int32_t* q, size_t len, int32_t maxq, Sym* out) {
+  if (!q) {
+    std::fill(out, out + len, static_cast<Sym>(maxq));
+    return;
+  }
+  for (size_t i = 0; i < len; ++i) out[i] = static_cast<Sym>(q[i] + maxq);
+}
+
+}  // namespace
+
+// What the sections of one calibration derive from it, once (Calibration::Plan).
+struct PcaPlan {
+  struct Head {
+    // Coded coordinates in the encoder's order (ascending) and their steps.
+    std::vector<uint32_t> enc_coord;
+    std::vector<float> enc_step, enc_inv;
+    // The same coordinates in the decoder's order (by slot), their slots and steps.
+    std::vector<uint32_t> dec_coord, dec_slot;
+    std::vector<float> dec_step;
+  };
+  struct Section {
+    std::vector<Slot> slots;
+    uint32_t num_ctx = 0, coded = 0;
+    std::vector<Head> heads;
+    // Per slot: its head and index in the head's encoder order (head == kPad: padding).
+    std::vector<uint32_t> slot_head, slot_k;
+  };
+  static constexpr uint32_t kPad = ~0u;
+  std::vector<Section> sections;  // layer * tensors + tensor
+};
+
+namespace {
+
+std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
+  auto plan = std::make_shared<PcaPlan>();
+  const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
+  plan->sections.resize(size_t{cal.num_layers} * tensors);
+  for (uint32_t l = 0; l < cal.num_layers; ++l)
+    for (uint32_t t = 0; t < tensors; ++t) {
+      PcaPlan::Section& sp = plan->sections[size_t{l} * tensors + t];
+      PlanSlots(cal, l, t, &sp.slots, &sp.num_ctx, &sp.coded);
+      sp.heads.resize(H);
+      std::vector<uint32_t> local(size_t{H} * D, 0);  // (head, coord) -> encoder index
+      for (uint32_t h = 0; h < H; ++h) {
+        const HeadTransform& ht = cal.At(l, t, h);
+        PcaPlan::Head& hp = sp.heads[h];
+        for (uint32_t c = 0; c < D; ++c)
+          if (ht.step[c] > 0) {
+            local[size_t{h} * D + c] = static_cast<uint32_t>(hp.enc_coord.size());
+            hp.enc_coord.push_back(c);
+            hp.enc_step.push_back(ht.step[c]);
+            hp.enc_inv.push_back(1.0f / ht.step[c]);
+          }
+      }
+      for (size_t j = 0; j < sp.slots.size(); ++j) {
+        const Slot& sl = sp.slots[j];
+        if (sl.coord == D) {
+          sp.slot_head.push_back(PcaPlan::kPad);
+          sp.slot_k.push_back(0);
+          continue;
+        }
+        sp.slot_head.push_back(sl.head);
+        sp.slot_k.push_back(local[size_t{sl.head} * D + sl.coord]);
+        PcaPlan::Head& hp = sp.heads[sl.head];
+        hp.dec_coord.push_back(sl.coord);
+        hp.dec_slot.push_back(static_cast<uint32_t>(j));
+        hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
+      }
+    }
+  return plan;
 }
 
 }  // namespace
@@ -111,93 +201,63 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
                 bool inverse, RopeTable* table) {
   RopeTable local;
   const RopeTable& t = RopeTableFor(table ? table : &local, T, D, first_position, theta);
-  const size_t half = D / 2;
-  const float sign = inverse ? -1.0f : 1.0f;
-  for (size_t tok = 0; tok < T; ++tok) {
-    const float* c = t.cos.data() + tok * half;
-    const float* s = t.sin.data() + tok * half;
-    for (size_t h = 0; h < H; ++h) {
-      float* __restrict v = x + (tok * H + h) * D;
-      for (size_t j = 0; j < half; ++j) {
-        const float a = v[j], b = v[j + half], sj = sign * s[j];
-        v[j] = a * c[j] - b * sj;
-        v[j + half] = b * c[j] + a * sj;
-      }
-    }
-  }
+  RopeRows(x, T, H, D, t.cos.data(), t.sin.data(), inverse);
 }
 
+// Encoding runs per head on token-lane arrays ([d][t], [k][t]): each lane is one token, so every
+// sum (the projection in d order, a token's squared norm and error in d then k order, heads in
+// order) adds its terms in the order of the scalar definition, on every SIMD target.
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                        uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
                        std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared) {
-  const size_t T = s.tokens, H = s.heads, D = s.head_dim;
-  std::vector<Slot> slots;
-  uint32_t num_ctx, coded;
-  PlanSlots(cal, layer, tensor, &slots, &num_ctx, &coded);
+  const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
+  const std::shared_ptr<const PcaPlan> plan = cal.Plan();
+  const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
+  const std::vector<Slot>& slots = sp.slots;
   sc->f.resize(s.values());
   ToFloat(in, s.dtype, sc->f.data(), s.values());
-  for (float x : sc->f)
-    if (!std::isfinite(x)) return absl::InvalidArgumentError("pca section: non-finite input");
+  if (!AllFinite(sc->f.data(), s.values()))
+    return absl::InvalidArgumentError("pca section: non-finite input");
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
-  // y[h][tok][c] for the coded coordinates of each head, c in the head's own order.
-  std::vector<std::vector<uint32_t>> head_coords(H);
-  for (size_t h = 0; h < H; ++h) {
-    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
-    for (uint32_t c = 0; c < D; ++c)
-      if (ht.step[c] > 0) head_coords[h].push_back(c);
-  }
+  // q: per head [k][t] in the head's encoder order, heads one after the other.
+  std::vector<size_t> qbase(H + 1, 0);
+  for (size_t h = 0; h < H; ++h) qbase[h + 1] = qbase[h] + sp.heads[h].enc_coord.size() * tp;
   std::vector<int32_t>& q = sc->pq;
-  // q laid out [h][c_local][tok]; qpos maps (h, c) to its base.
-  std::vector<size_t> base(H * D, 0);
-  size_t total = 0;
-  for (size_t h = 0; h < H; ++h)
-    for (uint32_t c : head_coords[h]) {
-      base[h * D + c] = total;
-      total += T;
-    }
-  q.assign(total, 0);
-  std::vector<float>& bt = sc->row;  // basis rows of the coded coordinates, transposed: [d][n]
-  std::vector<float>& xc = sc->mn;   // one head's centred vectors, [tok][d]
-  std::vector<float>& y = sc->mx;    // and their coordinates, [tok][k]
+  q.resize(qbase[H]);
+  std::vector<float>& xt = sc->mn;  // one head's vectors, [d][t], centred in place
+  std::vector<float>& y = sc->mx;   // and their coordinates, [k][t]
+  xt.resize(D * tp);
   // Per token: squared norm and squared coding error (summed over heads; the error is the
   // energy off the coded axes plus the quantisation error on them, the basis being orthonormal).
-  std::vector<double> norm2(T, 0.0), err2(T, 0.0);
+  std::vector<double>& pd = sc->pd;
+  pd.assign(2 * tp, 0.0);
+  double* norm2 = pd.data();
+  double* err2 = pd.data() + tp;
+  std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
+  tok_max.assign(tp, 0);
   for (size_t h = 0; h < H; ++h) {
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
-    const size_t n = head_coords[h].size();
-    xc.resize(T * D);
-    for (size_t tok = 0; tok < T; ++tok) {
-      const float* x = sc->f.data() + (tok * H + h) * D;
+    const PcaPlan::Head& hp = sp.heads[h];
+    const size_t n = hp.enc_coord.size();
+    for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
+      const size_t tn = std::min<size_t>(16, T - t0);
       for (size_t d = 0; d < D; ++d) {
-        xc[tok * D + d] = x[d] - ht.mean[d];
-        norm2[tok] += double{x[d]} * x[d];
-        err2[tok] += double{xc[tok * D + d]} * xc[tok * D + d];
+        const float* src = sc->f.data() + (t0 * H + h) * D + d;
+        float* dst = xt.data() + d * tp + t0;
+        for (size_t i = 0; i < tn; ++i) dst[i] = src[i * H * D];
       }
     }
+    for (size_t d = 0; d < D; ++d) std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
+    PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
     if (n == 0) continue;
-    // Columns padded to a multiple of 16 with zero axes: the kernel's vector loop covers them
-    // all (its scalar tail is slow), and the padding's coordinates are never read.
-    const size_t np = (n + 15) / 16 * 16;
-    bt.assign(D * np, 0.0f);
-    for (size_t k = 0; k < n; ++k)
-      for (size_t d = 0; d < D; ++d) bt[d * np + k] = ht.basis[head_coords[h][k] * D + d];
-    y.resize(T * np);
-    MatMulRows(xc.data(), D, T, D, bt.data(), np, nullptr, y.data(), np);
-    std::vector<float> inv(n), step(n), qf(n), gain(n);
-    for (size_t k = 0; k < n; ++k) {
-      step[k] = ht.step[head_coords[h][k]];
-      inv[k] = 1.0f / step[k];
-    }
-    for (size_t tok = 0; tok < T; ++tok) {
-      RoundToSteps(y.data() + tok * np, inv.data(), step.data(), n, static_cast<float>(kMaxQ),
-                   qf.data(), gain.data());
-      for (size_t k = 0; k < n; ++k) {
-        err2[tok] += gain[k];  // in k order on every target: the same exact-token choice
-        q[base[h * D + head_coords[h][k]] + tok] = static_cast<int32_t>(qf[k]);
-      }
-    }
+    y.resize(n * tp);
+    PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
+    for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
+      PcaQuantizeT(y.data() + k * tp, tp, hp.enc_inv[k], hp.enc_step[k],
+                   static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2,
+                   tok_max.data());
   }
   // Tokens the calibration fits badly are stored exactly, in place of their coordinates (which
   // become zeros, cheap to code). These are the attention sinks: in SmolLM2 the first token's
@@ -210,39 +270,50 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     std::vector<double> sorted = rel;
     std::nth_element(sorted.begin(), sorted.begin() + T / 2, sorted.end());
     const double limit = kExactTokenFactor * sorted[T / 2];
+    // The largest errors first, ties by token (a stable sort's order), only the few we may take.
+    const size_t m = std::min(MaxExactTokens(T), T);
     std::vector<uint32_t> order(T);
     std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](uint32_t a, uint32_t b) { return rel[a] > rel[b]; });
-    for (size_t i = 0; i < MaxExactTokens(T) && rel[order[i]] > limit; ++i)
+    std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](uint32_t a, uint32_t b) {
+      return rel[a] > rel[b] || (rel[a] == rel[b] && a < b);
+    });
+    for (size_t i = 0; i < m && rel[order[i]] > limit; ++i)
       exact.push_back(static_cast<uint16_t>(order[i]));
     std::sort(exact.begin(), exact.end());
   }
-  for (uint16_t tok : exact)
-    for (size_t i = tok; i < q.size(); i += T) q[i] = 0;
-  int32_t maxq = 0;
-  for (int32_t v : q) maxq = std::max(maxq, v < 0 ? -v : v);
+  for (uint16_t tok : exact) {
+    for (size_t i = tok; i < q.size(); i += tp) q[i] = 0;
+    tok_max[tok] = 0;
+  }
+  const int32_t maxq = *std::max_element(tok_max.begin(), tok_max.begin() + T);
   ByteWriter w(out);
   w.U16(static_cast<uint16_t>(maxq));
-  w.U16(static_cast<uint16_t>(coded));
+  w.U16(static_cast<uint16_t>(sp.coded));
   w.U16(static_cast<uint16_t>(exact.size()));
   const size_t row_bytes = H * D * DTypeBytes(s.dtype);
   for (uint16_t tok : exact) w.U16(tok);
   for (uint16_t tok : exact) w.Raw(in + tok * row_bytes, row_bytes);
-  if (coded == 0) return absl::OkStatus();
+  if (sp.coded == 0) return absl::OkStatus();
   if (!shared) return absl::InternalError("pca section: no shared stream");
-  const size_t nsym = T * slots.size();
+  const size_t nslots = slots.size(), nsym = T * nslots;
   const uint32_t alphabet = 2 * static_cast<uint32_t>(maxq) + 1;
+  // Runs of 16 tokens of one slot, slot after slot, token group after token group.
+  const size_t full = T / kRun, rest = T % kRun;  // whole runs, and the last run's length
   auto emit = [&](auto* syms) {
-    for (size_t j = 0; j < slots.size(); ++j) {
-      const Slot& sl = slots[j];
-      const int32_t* src = sl.coord == D ? nullptr : q.data() + base[sl.head * D + sl.coord];
-      for (size_t tok = 0; tok < T; ++tok)
-        syms[SymIndex(T, slots.size(), tok, j)] =
-            static_cast<std::remove_pointer_t<decltype(syms)>>((src ? src[tok] : 0) + maxq);
+    for (size_t j = 0; j < nslots; ++j) {
+      const uint32_t h = sp.slot_head[j];
+      const int32_t* src = h == PcaPlan::kPad ? nullptr : q.data() + qbase[h] + sp.slot_k[j] * tp;
+      if (src) {
+        EmitRuns(src, full, kRun, kRun * nslots, maxq, syms + j * kRun);
+      } else {
+        for (size_t g = 0; g < full; ++g) EmitRun(src, kRun, maxq, syms + g * kRun * nslots + j * kRun);
+      }
+      if (rest)
+        EmitRun(src ? src + full * kRun : nullptr, rest, maxq,
+                syms + full * kRun * nslots + j * rest);
     }
-    rans::Encode(syms, nsym, alphabet, num_ctx, &sc->rans, out, stats, rans::kMaxLanes, nullptr,
-                 shared);
+    rans::Encode(syms, nsym, alphabet, sp.num_ctx, &sc->rans, out, stats, rans::kMaxLanes,
+                 nullptr, shared);
   };
   if (alphabet <= 256) {
     sc->syms8.resize(nsym);
@@ -257,10 +328,10 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,
                        uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared) {
-  const size_t T = s.tokens, H = s.heads, D = s.head_dim;
-  std::vector<Slot> slots;
-  uint32_t num_ctx, coded;
-  PlanSlots(cal, layer, tensor, &slots, &num_ctx, &coded);
+  const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
+  const std::shared_ptr<const PcaPlan> plan = cal.Plan();
+  const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
+  const uint32_t coded = sp.coded;
   ByteReader r(payload, "pca section");
   uint16_t maxq, coded_in;
   STRATA_RETURN_IF_ERROR(r.Read(&maxq));
@@ -282,42 +353,35 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   const uint8_t* exact_rows;
   STRATA_RETURN_IF_ERROR(r.Take(num_exact * row_bytes, &exact_rows));
   sc->f.resize(s.values());
-  // Per head: its slots, and (below) its dequantised coordinates [tok][k] and their axes [k][d].
-  std::vector<std::vector<uint32_t>> head_slots(H);
-  for (size_t j = 0; j < slots.size(); ++j)
-    if (slots[j].coord != D) head_slots[slots[j].head].push_back(static_cast<uint32_t>(j));
-  std::vector<float>& y = sc->row;
-  std::vector<float>& axes = sc->mn;
+  const size_t nslots = sp.slots.size();
+  std::vector<float>& yt = sc->row;  // one head's dequantised coordinates, [k][t] in slot order
+  const size_t full = T / kRun, rest = T % kRun;  // whole symbol runs, and the last run's length
+  // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
   auto reconstruct = [&](auto* syms) {
     for (size_t h = 0; h < H; ++h) {
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
-      const std::vector<uint32_t>& js = head_slots[h];
-      const size_t n = js.size();
-      y.resize(T * n);
-      axes.resize(n * D);
+      const PcaPlan::Head& hp = sp.heads[h];
+      const size_t n = hp.dec_coord.size();
+      yt.resize(std::max<size_t>(1, n * tp));
       for (size_t k = 0; k < n; ++k) {
-        const uint32_t c = slots[js[k]].coord;
-        const float st = ht.step[c];
-        std::copy(ht.basis.begin() + size_t{c} * D, ht.basis.begin() + size_t{c + 1} * D,
-                  axes.begin() + k * D);
-        for (size_t tok = 0; tok < T; ++tok)
-          y[tok * n + k] =
-              static_cast<float>(static_cast<int32_t>(syms[SymIndex(T, slots.size(), tok, js[k])]) -
-                                 int32_t{maxq}) *
-              st;
+        DequantRuns(syms + hp.dec_slot[k] * kRun, full, kRun, kRun * nslots, int32_t{maxq},
+                    hp.dec_step[k], yt.data() + k * tp);
+        if (rest)
+          DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
+                     hp.dec_step[k], yt.data() + k * tp + full * kRun);
       }
-      MatMulRows(y.data(), n, T, n, axes.data(), D, ht.mean.data(), sc->f.data() + h * D, H * D);
+      PcaReconstruct(yt.data(), tp, T, n, ht.basis.data(), hp.dec_coord.data(), D,
+                     ht.mean.data(), sc->f.data() + h * D, H * D);
     }
   };
   if (coded == 0) {
-    uint8_t none = 0;
-    reconstruct(&none);  // every head decodes as its mean
+    reconstruct(static_cast<const uint8_t*>(nullptr));  // every head decodes as its mean
   } else {
     if (!shared) return absl::DataLossError("pca section: blob has no shared stream");
-    const size_t nsym = T * slots.size();
+    const size_t nsym = T * nslots;
     const uint32_t alphabet = 2 * uint32_t{maxq} + 1;
     auto take = [&](auto* syms) -> absl::Status {
-      STRATA_RETURN_IF_ERROR(rans::Decode(r, nsym, alphabet, num_ctx, &sc->rans, syms,
+      STRATA_RETURN_IF_ERROR(rans::Decode(r, nsym, alphabet, sp.num_ctx, &sc->rans, syms,
                                           rans::kMaxLanes, shared));
       reconstruct(syms);
       return absl::OkStatus();
@@ -339,4 +403,12 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   return absl::OkStatus();
 }
 
-}  // namespace strata::codec::internal
+}  // namespace internal
+
+std::shared_ptr<const internal::PcaPlan> Calibration::Plan() const {
+  std::lock_guard<std::mutex> g(plan_.mu);
+  if (!plan_.plan) plan_.plan = internal::BuildPcaPlan(*this);
+  return plan_.plan;
+}
+
+}  // namespace strata::codec

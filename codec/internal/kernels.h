@@ -91,16 +91,44 @@ void HadamardRowsToHalf(const float* in, float* tmp, uint16_t* out16, size_t row
 void SplitBytes(const uint16_t* w, uint8_t* lo, uint8_t* hi, size_t n);
 void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n);
 
-// out[r][c] = init[c] (0 without init) + sum over k < inner of a[r][k] * b[k][c], the products
-// added in k order (the same bits on every target). Rows of a and out are a_stride / out_stride
-// floats apart; b is inner x cols, rows contiguous.
-void MatMulRows(const float* a, size_t a_stride, size_t rows, size_t inner, const float* b,
-                size_t cols, const float* init, float* out, size_t out_stride);
-
-// q = clamp(round(y * inv_step), -limit, limit) (round half to even), gain = (y - q * step)^2 - y^2
-// (the change of squared error from coding the coordinate instead of dropping it).
-void RoundToSteps(const float* y, const float* inv_step, const float* step, size_t n, float limit,
-                  float* q, float* gain);
+// The calibrated transform's section kernels (pca.cc). Token-major data have rows of `stride`
+// floats; "transposed" data [i][t] have tp floats per row i, tp a multiple of 16 (the tokens
+// padded). Same bits on every target as the scalar loops they replace (products added in order).
+//
+// xt[d][t] -= mean[d] in place; per token t < tp, in d order: norm2[t] += x^2, err2[t] += xc^2
+// (in double).
+void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
+                double* err2);
+// y[k][t] = 0 + sum over d < dim of basis[coords[k]][d] * xt[d][t], the products added in d
+// order; k < n, t < tp; basis rows are dim floats.
+void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
+                 const uint32_t* coords, size_t n, float* y);
+// Per token t < tp: q = clamp(round(y * inv_step)) (half to even), err2[t] += (y - q step)^2 -
+// y^2 (float terms, added in double), max_abs[t] = max(max_abs[t], |q|).
+void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
+                  double* err2, int32_t* max_abs);
+// out[t][c] = mean[c] + sum over k < n of yt[k][t] * basis[coords[k]][c], the products added in
+// k order; t < rows, c < dim, out rows out_stride floats apart.
+void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
+                    const uint32_t* coords, size_t dim, const float* mean, float* out,
+                    size_t out_stride);
+// RoPE (rotate-half) of rows x[t][h][0..dim), the angles' cosines and sines [t][dim / 2]:
+// a' = a c - b s, b' = b c + a s with s negated when `inverse`.
+void RopeRows(float* x, size_t tokens, size_t heads, size_t dim, const float* cos,
+              const float* sin, bool inverse);
+// A slot's symbol runs: run r (run values, a multiple of 16) sits at out + r * stride and takes
+// q[r * run + i] + offset (which must fit the symbol type).
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint8_t* out);
+void EmitRuns(const int32_t* q, size_t runs, size_t run, size_t stride, int32_t offset,
+              uint16_t* out);
+// The inverse, dequantised: out[r * run + i] = float(sym[r * stride + i] - offset) * step.
+void DequantRuns(const uint8_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out);
+void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, int32_t offset,
+                 float step, float* out);
+// Whether every value is finite.
+bool AllFinite(const float* x, size_t n);
 
 // Name of the SIMD target in use (for benchmark reports).
 const char* SimdTargetName();

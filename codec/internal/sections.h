@@ -83,6 +83,8 @@ struct SectionScratch {
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
   std::vector<int32_t> pq;                // pca encoder: quantised coordinates
+  std::vector<double> pd;                 // pca encoder: per-token squared norms and errors
+  std::vector<int32_t> pm;                // pca encoder: per-token largest |q|
   RopeTable rope;                         // pca: the block's RoPE angles
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;

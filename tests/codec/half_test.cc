@@ -307,38 +307,115 @@ TEST(Kernels, RowsMatchRowByRowOnEveryTarget) { OnEveryTarget(CheckRowsMatchRowB
 void CheckPcaKernelsMatchScalar() {
   std::mt19937 rng(17);
   std::normal_distribution<float> g;
-  for (size_t rows : {1u, 4u, 7u})
-    for (size_t inner : {0u, 1u, 5u, 33u})
-      for (size_t cols : {3u, 16u, 37u, 64u}) {
-        std::vector<float> a(rows * (inner + 2)), b(inner * cols), init(cols);
-        for (float& v : a) v = g(rng);
-        for (float& v : b) v = g(rng);
-        for (float& v : init) v = g(rng);
-        std::vector<float> out(rows * (cols + 1), -1.0f);
-        internal::MatMulRows(a.data(), inner + 2, rows, inner, b.data(), cols, init.data(),
-                             out.data(), cols + 1);
-        for (size_t r = 0; r < rows; ++r)
-          for (size_t c = 0; c < cols; ++c) {
-            float want = init[c];
-            for (size_t k = 0; k < inner; ++k) want += a[r * (inner + 2) + k] * b[k * cols + c];
-            ASSERT_EQ(std::bit_cast<uint32_t>(out[r * (cols + 1) + c]),
-                      std::bit_cast<uint32_t>(want))
-                << rows << "x" << inner << "x" << cols;
+  auto same = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
+  for (size_t tp : {16u, 48u, 256u})
+    for (size_t dim : {1u, 5u, 40u, 64u, 128u})
+      for (size_t n : {0u, 1u, 6u, 17u}) {
+        std::vector<float> xt(dim * tp), basis(dim * dim), mean(dim);
+        for (float& v : xt) v = g(rng);
+        for (float& v : basis) v = g(rng);
+        for (float& v : mean) v = g(rng);
+        std::vector<uint32_t> coords(n);
+        for (size_t k = 0; k < n; ++k) coords[k] = static_cast<uint32_t>((k * 7 + 3) % dim);
+        // Centring and the per-token sums.
+        std::vector<double> norm2(tp, 1.0), err2(tp, 2.0);
+        std::vector<float> xc = xt;
+        internal::PcaCenterT(xc.data(), tp, dim, mean.data(), norm2.data(), err2.data());
+        for (size_t t = 0; t < tp; ++t) {
+          double nw = 1.0, ew = 2.0;
+          for (size_t d = 0; d < dim; ++d) {
+            const float x = xt[d * tp + t], c = x - mean[d];
+            nw += double{x} * x;
+            ew += double{c} * c;
+            ASSERT_TRUE(same(xc[d * tp + t], c));
+          }
+          ASSERT_EQ(norm2[t], nw);
+          ASSERT_EQ(err2[t], ew);
+        }
+        // Projection on the coded rows.
+        std::vector<float> y(std::max<size_t>(1, n * tp));
+        internal::PcaProjectT(xc.data(), tp, dim, basis.data(), coords.data(), n, y.data());
+        for (size_t k = 0; k < n; ++k)
+          for (size_t t = 0; t < tp; ++t) {
+            float want = 0;
+            for (size_t d = 0; d < dim; ++d) want += xc[d * tp + t] * basis[coords[k] * dim + d];
+            ASSERT_TRUE(same(y[k * tp + t], want)) << tp << " " << dim << " " << n;
+          }
+        // Reconstruction from [k][t] coordinates, rows < tp.
+        const size_t rows = tp - 3, stride = dim + 3;
+        std::vector<float> out(rows * stride, -1.0f);
+        internal::PcaReconstruct(y.data(), tp, rows, n, basis.data(), coords.data(), dim,
+                                 mean.data(), out.data(), stride);
+        for (size_t t = 0; t < rows; ++t)
+          for (size_t c = 0; c < dim; ++c) {
+            float want = mean[c];
+            for (size_t k = 0; k < n; ++k) want += y[k * tp + t] * basis[coords[k] * dim + c];
+            ASSERT_TRUE(same(out[t * stride + c], want)) << tp << " " << dim << " " << n;
           }
       }
-  const size_t n = 45;
-  std::vector<float> y(n), inv(n), step(n), q(n), gain(n);
-  for (size_t i = 0; i < n; ++i) {
-    step[i] = 0.1f + 0.05f * static_cast<float>(i % 7);
-    inv[i] = 1.0f / step[i];
-    y[i] = i < 4 ? (static_cast<float>(i) + 0.5f) * step[i] : 40.0f * g(rng);  // ties, clamping
+  // Rounding to steps: ties to even, clamping, the gains added to the errors.
+  const size_t tp = 48;
+  const float step = 0.3f, inv = 1.0f / step;
+  std::vector<float> y(tp);
+  for (size_t i = 0; i < tp; ++i)
+    y[i] = i < 4 ? (static_cast<float>(i) + 0.5f) * step : 40.0f * g(rng);
+  std::vector<int32_t> q(tp), max_abs(tp, 7);
+  std::vector<double> err2(tp, 0.5);
+  internal::PcaQuantizeT(y.data(), tp, inv, step, 100.0f, q.data(), err2.data(), max_abs.data());
+  for (size_t i = 0; i < tp; ++i) {
+    const float want = std::min(100.0f, std::max(-100.0f, std::nearbyint(y[i] * inv)));
+    const float e = y[i] - want * step;
+    EXPECT_EQ(q[i], static_cast<int32_t>(want)) << i;
+    EXPECT_EQ(max_abs[i], std::max(7, std::abs(q[i]))) << i;
+    EXPECT_EQ(err2[i], 0.5 + static_cast<double>(e * e - y[i] * y[i])) << i;
   }
-  internal::RoundToSteps(y.data(), inv.data(), step.data(), n, 100.0f, q.data(), gain.data());
-  for (size_t i = 0; i < n; ++i) {
-    const float want = std::min(100.0f, std::max(-100.0f, std::nearbyint(y[i] * inv[i])));
-    const float e = y[i] - want * step[i];
-    EXPECT_EQ(q[i], want) << i;
-    EXPECT_EQ(std::bit_cast<uint32_t>(gain[i]), std::bit_cast<uint32_t>(e * e - y[i] * y[i])) << i;
+  // Symbol runs out and back: 3 runs of 16 at a stride of 48.
+  {
+    std::vector<int32_t> qs(48);
+    for (size_t i = 0; i < qs.size(); ++i) qs[i] = static_cast<int32_t>(i % 23) - 11;
+    std::vector<uint8_t> s8(3 * 48, 0);
+    std::vector<uint16_t> s16(3 * 48, 0);
+    internal::EmitRuns(qs.data(), 3, 16, 48, 11, s8.data() + 16);
+    internal::EmitRuns(qs.data(), 3, 16, 48, 1000, s16.data() + 16);
+    std::vector<float> back8(48), back16(48);
+    internal::DequantRuns(s8.data() + 16, 3, 16, 48, 11, 0.3f, back8.data());
+    internal::DequantRuns(s16.data() + 16, 3, 16, 48, 1000, 0.3f, back16.data());
+    for (size_t r = 0; r < 3; ++r)
+      for (size_t i = 0; i < 16; ++i) {
+        const int32_t v = qs[r * 16 + i];
+        EXPECT_EQ(s8[16 + r * 48 + i], v + 11);
+        EXPECT_EQ(s16[16 + r * 48 + i], v + 1000);
+        EXPECT_TRUE(same(back8[r * 16 + i], static_cast<float>(v) * 0.3f));
+        EXPECT_TRUE(same(back16[r * 16 + i], static_cast<float>(v) * 0.3f));
+        EXPECT_EQ(s8[r * 48 + i], 0);  // between the runs: untouched
+      }
+  }
+  // RoPE rows (half = 21: vector and scalar parts) and the finiteness check.
+  const size_t T = 3, H = 2, D = 42, half = D / 2;
+  std::vector<float> x(T * H * D), cs(T * half), sn(T * half);
+  for (float& v : x) v = g(rng);
+  for (size_t i = 0; i < cs.size(); ++i) {
+    cs[i] = std::cos(0.1f * static_cast<float>(i));
+    sn[i] = std::sin(0.1f * static_cast<float>(i));
+  }
+  for (bool inverse : {false, true}) {
+    std::vector<float> r = x;
+    internal::RopeRows(r.data(), T, H, D, cs.data(), sn.data(), inverse);
+    for (size_t t = 0; t < T; ++t)
+      for (size_t h = 0; h < H; ++h)
+        for (size_t j = 0; j < half; ++j) {
+          const float* v = &x[(t * H + h) * D];
+          const float a = v[j], b = v[j + half], c = cs[t * half + j];
+          const float s = (inverse ? -1.0f : 1.0f) * sn[t * half + j];
+          EXPECT_TRUE(same(r[(t * H + h) * D + j], a * c - b * s));
+          EXPECT_TRUE(same(r[(t * H + h) * D + j + half], b * c + a * s));
+        }
+  }
+  EXPECT_TRUE(internal::AllFinite(x.data(), x.size()));
+  for (size_t at : {0u, 17u, 251u}) {
+    x[at] = at == 17 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    EXPECT_FALSE(internal::AllFinite(x.data(), x.size())) << at;
+    x[at] = 0;
   }
 }
 

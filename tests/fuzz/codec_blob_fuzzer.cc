@@ -9,6 +9,26 @@
 
 #include "codec/blob.h"
 #include "codec/codec.h"
+#include "tests/codec/fuzz/pca_fuzz_calibration.h"
+
+namespace {
+
+// The decoder holds one calibration (the seeds' geometry), so pca blobs reach their sections.
+const strata::codec::CalibrationSet* PcaSet() {
+  static const strata::codec::CalibrationSet* set = [] {
+    auto* s = new strata::codec::CalibrationSet;
+    strata::KvLayout l;
+    l.num_layers = 2;
+    l.num_kv_heads = 2;
+    l.head_dim = 32;
+    l.tokens_per_block = 16;
+    if (auto cal = strata::codec::fuzz::PcaFuzzCalibration(l)) s->Add(cal);
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -21,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t bytes = view->header.layout.BlockBytes();
   if (bytes > (uint64_t{64} << 20)) return 0;  // the fuzzer's memory limit, not a codec limit
   static strata::codec::Decoder decoder;
+  decoder.set_calibrations(PcaSet());
   std::vector<uint8_t> out(bytes);
   strata::codec::DecodeOptions opts;
   opts.verify_crc = verify;

@@ -15,6 +15,7 @@
 #include "codec/codec.h"
 #include "codec/internal/sections.h"
 #include "codec/synthetic_kv.h"
+#include "tests/codec/fuzz/pca_fuzz_calibration.h"
 
 namespace {
 
@@ -86,6 +87,29 @@ int main(int argc, char** argv) {
   l.head_dim = 32;
   l.tokens_per_block = 16;
   int n = 0;
+  auto write = [&](const std::vector<uint8_t>& blob) {
+    for (char sel : {'\0', '\1'}) {
+      std::ofstream f(std::string(argv[1]) + "/seed" + std::to_string(n++), std::ios::binary);
+      f.write(&sel, 1);
+      f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+    }
+  };
+  // pca blobs of the fuzz target's calibration (fp16 and bf16 share it).
+  const auto cal = codec::fuzz::PcaFuzzCalibration(l);
+  if (!cal) return 1;
+  codec::CalibrationSet set;
+  codec::CodecParams pca;
+  pca.mode = codec::Mode::kPca;
+  pca.calibration_id = set.Add(cal);
+  pca.first_position = 32;
+  codec::Encoder enc;
+  enc.set_calibrations(&set);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    l.dtype = dt;
+    std::vector<uint8_t> blob;
+    if (!enc.Encode(l, pca, codec::GenerateSyntheticKv(l, 1), &blob).ok()) return 1;
+    write(blob);
+  }
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     l.dtype = dt;
     auto data = codec::GenerateSyntheticKv(l, 1);
@@ -106,12 +130,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", std::string(blob.status().message()).c_str());
         return 1;
       }
-      for (char sel : {'\0', '\1'}) {
-        std::ofstream f(std::string(argv[1]) + "/seed" + std::to_string(n++), std::ios::binary);
-        f.write(&sel, 1);
-        f.write(reinterpret_cast<const char*>(blob->data()),
-                static_cast<std::streamsize>(blob->size()));
-      }
+      write(*blob);
     }
   }
   return 0;

@@ -1,0 +1,356 @@
+// The pca sections against a plain scalar reference of the same definition: the encoder's
+// coordinates (projection in float, d order; round to nearest even; exact tokens by relative
+// error) and the decoder's reconstruction (here in double, coordinates in ascending order), on
+// random calibrations and data. The decoder's output must equal the reference's within float
+// rounding, which also checks that the encoder chose the same symbols.
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "codec/calibration.h"
+#include "codec/codec.h"
+#include "codec/half.h"
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "tests/codec/test_layout.h"
+
+namespace strata::codec {
+namespace {
+
+using test::Layout;
+
+struct Case {
+  uint32_t layers, heads, dim, tokens;
+  DType dtype = DType::kFloat16;
+  KvKind kind = KvKind::kSeparateKV;
+  float rope_theta = 0;
+  uint64_t seed = 1;
+  // Heads (index into Calibration::heads) whose coordinates are all dropped.
+  std::vector<size_t> dropped_heads;
+};
+
+// Random orthonormal basis (Gram-Schmidt in double), decreasing variances, steps with about a
+// quarter of the coordinates dropped.
+Calibration RandomCalibration(const Case& c, std::mt19937& rng) {
+  std::normal_distribution<double> g;
+  std::uniform_real_distribution<double> u(0, 1);
+  Calibration cal;
+  cal.num_layers = c.layers;
+  cal.num_kv_heads = c.heads;
+  cal.head_dim = c.dim;
+  cal.kind = c.kind;
+  cal.rope_theta = c.rope_theta;
+  cal.target_bits = 2;
+  cal.sample_bits = 2;
+  const size_t D = c.dim;
+  cal.heads.resize(size_t{c.layers} * cal.TensorsPerLayer() * c.heads);
+  for (size_t hi = 0; hi < cal.heads.size(); ++hi) {
+    HeadTransform& ht = cal.heads[hi];
+    ht.mean.resize(D);
+    for (float& m : ht.mean) m = static_cast<float>(0.5 * g(rng));
+    std::vector<double> b(D * D);
+    for (size_t i = 0; i < D; ++i) {
+      for (size_t j = 0; j < D; ++j) b[i * D + j] = g(rng);
+      for (size_t p = 0; p < i; ++p) {
+        double dot = 0;
+        for (size_t j = 0; j < D; ++j) dot += b[i * D + j] * b[p * D + j];
+        for (size_t j = 0; j < D; ++j) b[i * D + j] -= dot * b[p * D + j];
+      }
+      double norm = 0;
+      for (size_t j = 0; j < D; ++j) norm += b[i * D + j] * b[i * D + j];
+      for (size_t j = 0; j < D; ++j) b[i * D + j] /= std::sqrt(norm);
+    }
+    ht.basis.assign(b.begin(), b.end());
+    ht.variance.resize(D);
+    ht.step.resize(D);
+    const bool dropped =
+        std::find(c.dropped_heads.begin(), c.dropped_heads.end(), hi) != c.dropped_heads.end();
+    for (size_t i = 0; i < D; ++i) {
+      ht.variance[i] = static_cast<float>(4.0 * std::pow(0.93, static_cast<double>(i)));
+      ht.step[i] = dropped || u(rng) < 0.25
+                       ? 0.0f
+                       : static_cast<float>(std::sqrt(ht.variance[i]) * (0.05 + 2 * u(rng)));
+    }
+  }
+  EXPECT_TRUE(cal.Validate().ok()) << cal.Validate();
+  return cal;
+}
+
+float Load(const uint8_t* p, DType dt) {
+  if (dt == DType::kFloat32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return dt == DType::kFloat16 ? HalfToFloat(h) : BF16ToFloat(h);
+}
+
+void Store(double x, uint8_t* p, DType dt) {
+  const float f = static_cast<float>(x);
+  if (dt == DType::kFloat32) {
+    std::memcpy(p, &f, 4);
+    return;
+  }
+  const uint16_t h = dt == DType::kFloat16 ? FloatToHalf(f) : FloatToBF16(f);
+  std::memcpy(p, &h, 2);
+}
+
+// Block data near the calibration's subspaces, token 3 of every section an outlier.
+std::vector<uint8_t> RandomBlock(const Case& c, const Calibration& cal, std::mt19937& rng) {
+  const KvLayout layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+  const size_t D = c.dim, es = DTypeBytes(c.dtype);
+  std::normal_distribution<double> g;
+  std::vector<uint8_t> block(layout.BlockBytes());
+  size_t v = 0;
+  for (uint32_t l = 0; l < c.layers; ++l)
+    for (uint32_t t = 0; t < cal.TensorsPerLayer(); ++t)
+      for (uint32_t tok = 0; tok < c.tokens; ++tok)
+        for (uint32_t h = 0; h < c.heads; ++h) {
+          const HeadTransform& ht = cal.At(l, t, h);
+          std::vector<double> x(ht.mean.begin(), ht.mean.end());
+          for (size_t i = 0; i < D; ++i) {
+            const double coef = g(rng) * std::sqrt(ht.variance[i]) * (tok == 3 ? 20.0 : 1.0);
+            for (size_t j = 0; j < D; ++j) x[j] += coef * ht.basis[i * D + j];
+          }
+          for (size_t j = 0; j < D; ++j, ++v) Store(x[j] + 0.01 * g(rng), &block[v * es], c.dtype);
+        }
+  return block;
+}
+
+// The scalar reference of one section [T][H][D]: the decoded values and, per value, a bound
+// on float rounding (1e-5 of the summed magnitudes of its terms).
+void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, const uint8_t* in,
+                      DType dt, size_t T, uint64_t first_position, std::vector<double>* out,
+                      std::vector<double>* slack) {
+  const size_t H = cal.num_kv_heads, D = cal.head_dim, es = DTypeBytes(dt);
+  std::vector<float> x(T * H * D);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = Load(in + i * es, dt);
+  const bool rope = tensor == 0 && cal.rope_theta > 0;
+  const size_t half = D / 2;
+  std::vector<float> cs(T * half), sn(T * half);
+  if (rope) {
+    for (size_t tok = 0; tok < T; ++tok)
+      for (size_t j = 0; j < half; ++j) {
+        const double inv = std::pow(static_cast<double>(cal.rope_theta), -2.0 * j / D);
+        const double ang = static_cast<double>(first_position + tok) * inv;
+        cs[tok * half + j] = static_cast<float>(std::cos(ang));
+        sn[tok * half + j] = static_cast<float>(std::sin(ang));
+      }
+    for (size_t tok = 0; tok < T; ++tok)
+      for (size_t h = 0; h < H; ++h) {
+        float* v = &x[(tok * H + h) * D];
+        for (size_t j = 0; j < half; ++j) {
+          const float a = v[j], b = v[j + half], c = cs[tok * half + j], s = -sn[tok * half + j];
+          v[j] = a * c - b * s;
+          v[j + half] = b * c + a * s;
+        }
+      }
+  }
+  // Coordinates per (token, head, coordinate), and the per-token errors.
+  std::vector<int32_t> q(T * H * D, 0);
+  std::vector<double> norm2(T, 0.0), err2(T, 0.0);
+  for (size_t tok = 0; tok < T; ++tok)
+    for (size_t h = 0; h < H; ++h) {
+      const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+      const float* xv = &x[(tok * H + h) * D];
+      std::vector<float> xc(D);
+      for (size_t d = 0; d < D; ++d) {
+        xc[d] = xv[d] - ht.mean[d];
+        norm2[tok] += double{xv[d]} * xv[d];
+        err2[tok] += double{xc[d]} * xc[d];
+      }
+      for (size_t c = 0; c < D; ++c) {
+        if (ht.step[c] == 0) continue;
+        float y = 0;
+        for (size_t d = 0; d < D; ++d) y += xc[d] * ht.basis[c * D + d];
+        const float inv = 1.0f / ht.step[c];
+        const float qv = std::min(2047.0f, std::max(-2047.0f, std::nearbyint(y * inv)));
+        const float e = y - qv * ht.step[c];
+        err2[tok] += e * e - y * y;
+        q[(tok * H + h) * D + c] = static_cast<int32_t>(qv);
+      }
+    }
+  std::vector<double> rel(T);
+  for (size_t tok = 0; tok < T; ++tok) rel[tok] = std::max(err2[tok], 0.0) / std::max(norm2[tok], 1e-30);
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  const double limit = 8.0 * sorted[T / 2];
+  std::vector<uint32_t> order(T);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rel[a] > rel[b]; });
+  std::vector<bool> exact(T, false);
+  for (size_t i = 0; i < std::max<size_t>(1, T / 128) && rel[order[i]] > limit; ++i)
+    exact[order[i]] = true;
+  out->assign(T * H * D, 0.0);
+  slack->assign(T * H * D, 0.0);
+  for (size_t tok = 0; tok < T; ++tok)
+    for (size_t h = 0; h < H; ++h) {
+      const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+      const size_t o = (tok * H + h) * D;
+      if (exact[tok]) {
+        for (size_t d = 0; d < D; ++d) (*out)[o + d] = Load(in + (o + d) * es, dt);
+        continue;
+      }
+      std::vector<double> r(D), mag(D);
+      for (size_t d = 0; d < D; ++d) {
+        r[d] = ht.mean[d];
+        mag[d] = std::abs(ht.mean[d]);
+        for (size_t c = 0; c < D; ++c) {
+          if (ht.step[c] == 0) continue;
+          const double term = double{static_cast<float>(q[o + c]) * ht.step[c]} * ht.basis[c * D + d];
+          r[d] += term;
+          mag[d] += std::abs(term);
+        }
+      }
+      for (size_t j = 0; j < half && rope; ++j) {
+        const double a = r[j], b = r[j + half], c = cs[tok * half + j], s = sn[tok * half + j];
+        r[j] = a * c - b * s;
+        r[j + half] = b * c + a * s;
+        const double m = mag[j] + mag[j + half];
+        mag[j] = mag[j + half] = m;
+      }
+      for (size_t d = 0; d < D; ++d) {
+        (*out)[o + d] = r[d];
+        (*slack)[o + d] = 1e-5 * mag[d];
+      }
+    }
+}
+
+// Runs `check` once per compiled SIMD target this machine supports, each with the kernels
+// dispatched to that target.
+template <typename F>
+void OnEveryTarget(F&& check) {
+  for (int64_t t = hwy::SupportedTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
+    const int64_t target = t & -t;
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    check();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+void CheckAgainstReference(const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " H=" << c.heads << " T=" << c.tokens
+                                    << " dtype=" << static_cast<int>(c.dtype) << " kind="
+                                    << static_cast<int>(c.kind) << " theta=" << c.rope_theta);
+  std::mt19937 rng(static_cast<uint32_t>(c.seed));
+  auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
+  const KvLayout layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(cal);
+  p.first_position = 3 * c.tokens;
+  Encoder enc;
+  Decoder dec;
+  enc.set_calibrations(&set);
+  dec.set_calibrations(&set);
+  for (int rep = 0; rep < 2; ++rep) {  // twice: scratch and plan reuse
+    const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
+    std::vector<uint8_t> blob, out(block.size());
+    ASSERT_TRUE(enc.Encode(layout, p, block, &blob).ok());
+    ASSERT_TRUE(dec.Decode(blob, out).ok());
+    const size_t es = DTypeBytes(c.dtype);
+    const size_t section = size_t{c.tokens} * c.heads * c.dim;
+    size_t equal = 0, total = 0;
+    for (uint32_t l = 0; l < c.layers; ++l)
+      for (uint32_t t = 0; t < cal->TensorsPerLayer(); ++t) {
+        const size_t base = (size_t{l} * cal->TensorsPerLayer() + t) * section;
+        std::vector<double> ref, slack;
+        ReferenceSection(*cal, l, t, block.data() + base * es, c.dtype, c.tokens,
+                         p.first_position, &ref, &slack);
+        for (size_t i = 0; i < section; ++i) {
+          const float got = Load(out.data() + (base + i) * es, c.dtype);
+          std::vector<uint8_t> rb(es);
+          Store(ref[i], rb.data(), c.dtype);
+          const double rounded = Load(rb.data(), c.dtype);
+          // One unit in the last place of the output type, plus float rounding of the sums.
+          const double ulp = c.dtype == DType::kFloat32 ? std::abs(rounded) * 0x1p-23
+                             : c.dtype == DType::kFloat16 ? std::abs(rounded) * 0x1p-10 + 0x1p-24
+                                                          : std::abs(rounded) * 0x1p-7;
+          ASSERT_LE(std::abs(got - ref[i]), ulp + slack[i])
+              << "layer " << l << " tensor " << t << " value " << i << " ref " << ref[i];
+          equal += std::memcmp(out.data() + (base + i) * es, rb.data(), es) == 0;
+          ++total;
+        }
+      }
+    // 16-bit outputs: most values round to the same bits (fp32 shows the summation order).
+    if (c.dtype != DType::kFloat32) {
+      EXPECT_GT(equal, total * 9 / 10);
+    }
+  }
+}
+
+TEST(PcaSections, MatchScalarReferenceFp16Dim128) {
+  OnEveryTarget([] {
+    CheckAgainstReference(
+        {2, 2, 128, 64, DType::kFloat16, KvKind::kSeparateKV, 0, 11, {}});
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceDim64RopeAndDroppedHead) {
+  // Head 1 of layer 0's keys and head 0 of layer 1's values drop every coordinate.
+  OnEveryTarget([] {
+    CheckAgainstReference(
+        {2, 3, 64, 80, DType::kFloat16, KvKind::kSeparateKV, 10000, 12, {1, 9}});
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceFp32Dim128Rope) {
+  OnEveryTarget([] {
+    CheckAgainstReference(
+        {1, 2, 128, 48, DType::kFloat32, KvKind::kSeparateKV, 1e6f, 13, {}});
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceMlaLatent) {
+  OnEveryTarget([] {
+    CheckAgainstReference(
+        {2, 1, 72, 40, DType::kBFloat16, KvKind::kMlaLatent, 0, 14, {}});
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceOddSizes) {
+  // head_dim not a multiple of any vector (scalar column tails), tokens not a multiple of 16,
+  // and a whole section (layer 0's values) without coded coordinates.
+  OnEveryTarget([] {
+    CheckAgainstReference(
+        {1, 2, 40, 21, DType::kFloat16, KvKind::kSeparateKV, 500, 15, {2, 3}});
+  });
+}
+
+// Every SIMD target writes the same blob and decodes it to the same bytes.
+TEST(PcaSections, SameBlobAndOutputOnEveryTarget) {
+  const Case c{2, 2, 64, 48, DType::kFloat16, KvKind::kSeparateKV, 10000, 16, {}};
+  std::mt19937 rng(16);
+  auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
+  const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
+  const KvLayout layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(cal);
+  std::vector<std::vector<uint8_t>> blobs, outs;
+  OnEveryTarget([&] {
+    Encoder enc;
+    Decoder dec;
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+    std::vector<uint8_t> blob, out(block.size());
+    ASSERT_TRUE(enc.Encode(layout, p, block, &blob).ok());
+    ASSERT_TRUE(dec.Decode(blob, out).ok());
+    blobs.push_back(blob);
+    outs.push_back(out);
+  });
+  for (size_t i = 1; i < blobs.size(); ++i) {
+    EXPECT_EQ(blobs[i], blobs[0]) << i;
+    EXPECT_EQ(outs[i], outs[0]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace strata::codec
