@@ -44,6 +44,8 @@ struct ControlChannel::LookupStream {
   }
 };
 
+const std::string ControlChannel::kNoNodeId;
+
 ControlChannel::ControlChannel(ControlOptions options)
     : options_(std::move(options)), fast_path_enabled_(options_.lookup_fast_path) {
   grpc::ChannelArguments args;
@@ -90,13 +92,20 @@ absl::Status ControlChannel::NsRpc(const char* name, const NamespaceId& ns, cons
   return Rpc(name, call);
 }
 
+void ControlChannel::SetNodeId(const std::string& id) {
+  std::lock_guard<std::mutex> lock(node_id_mu_);
+  if (*node_id_.load(std::memory_order_relaxed) == id) return;
+  node_ids_.push_back(id);
+  node_id_.store(&node_ids_.back(), std::memory_order_release);
+}
+
 absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   v1::ConnectRequest req;
   req.set_client_name(options_.client_name);
   v1::ConnectResponse resp;
   STRATA_RETURN_IF_ERROR(
       Rpc("Connect", [&](grpc::ClientContext* c) { return stub_->Connect(c, req, &resp); }));
-  node_id_ = resp.node_id();
+  SetNodeId(resp.node_id());
   clustered_ = resp.cluster_nodes() > 1;
   if (resp.active_messages_off()) fast_path_enabled_ = false;
   acquire_by_message_ = options_.control_by_message && resp.acquire_by_message();
@@ -171,7 +180,7 @@ std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
   v1::LookupResponse resp;
   resp.set_prefix_blocks(h->prefix);
   for (char t : reply->data) resp.add_tiers(static_cast<v1::Tier>(static_cast<uint8_t>(t)));
-  resp.set_node_id(node_id_);
+  resp.set_node_id(node_id());
   return resp;
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -93,8 +94,10 @@ class ControlChannel {
   // Asks for the daemon's data plane (the Connect RPC): a DataMover's Dialer. Also learns the
   // daemon's node id and whether it has other nodes in its cluster view.
   absl::StatusOr<ArenaEndpoint> ConnectDataPlane();
-  // The daemon's node id as of the last ConnectDataPlane.
-  const std::string& node_id() const { return node_id_; }
+  // The daemon's node id as of the last ConnectDataPlane. A reconnection (DataMover::Redial, on
+  // whichever thread found the daemon gone) sets it while other threads read it, so the string
+  // referred to is never changed or freed while the channel lives (see node_ids_).
+  const std::string& node_id() const { return *node_id_.load(std::memory_order_acquire); }
   bool clustered() const { return clustered_.load(); }
 
   // Opens (idempotently) a namespace on the daemon and remembers it for reopening.
@@ -149,7 +152,15 @@ class ControlChannel {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Cache::Stub> stub_;
 
-  std::string node_id_;  // written by ConnectDataPlane
+  void SetNodeId(const std::string& id);
+  // Every node id this channel's daemon has had, the current one last: a reconnection that
+  // finds another id appends it (one that finds the same adds nothing), and node_id_ points at
+  // the current one. Appending to a deque leaves the older strings where they are, so a
+  // reference node_id() returned earlier stays valid.
+  static const std::string kNoNodeId;
+  std::mutex node_id_mu_;
+  std::deque<std::string> node_ids_;  // guarded by node_id_mu_
+  std::atomic<const std::string*> node_id_{&kNoNodeId};
   std::atomic<bool> clustered_{false};
 
   mutable std::mutex ns_mu_;

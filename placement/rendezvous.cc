@@ -5,6 +5,21 @@
 
 #include "strata/digest.h"
 
+// GCC instruments the ifunc resolver that target_clones generates when building with
+// -fsanitize=thread, and that resolver runs while the dynamic loader relocates the program, before
+// TSan's runtime exists: every TSan-built process that links this file died with SIGSEGV at
+// startup. The TSan build (scripts/test-sanitizers.sh tsan) keeps only the baseline version.
+#if defined(__SANITIZE_THREAD__)
+#define STRATA_SCORE_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STRATA_SCORE_CLONES
+#endif
+#endif
+#ifndef STRATA_SCORE_CLONES
+#define STRATA_SCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+
 namespace strata::placement {
 namespace {
 constexpr size_t kChunk = 64;  // nodes scored per kernel call
@@ -50,7 +65,7 @@ namespace {
 // Scores of kChunk nodes for one key, and their maximum. A fixed trip count, straight-line and
 // branch-free, so that it vectorizes at -O2; cloned per ISA (AVX-512 has the 64-bit multiply
 // Mix64 wants).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) uint64_t ScoreChunk(
+STRATA_SCORE_CLONES uint64_t ScoreChunk(
     uint64_t key, const uint64_t* __restrict hashes, uint64_t* __restrict out) {
   uint64_t mx = 0;
   for (size_t i = 0; i < kChunk; ++i) {

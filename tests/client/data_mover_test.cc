@@ -155,6 +155,7 @@ TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
   auto put = d.mover->Put(0, blocks.puts, kLease);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(put->route, Route::kRma);
+  daemon.SettleArena();
   for (size_t i = 0; i < blocks.data.size(); ++i) {
     EXPECT_EQ(put->crc32c[i], blocks.puts[i].crc32c);
     EXPECT_EQ(std::memcmp(daemon.arena() + blocks.puts[i].arena_offset, blocks.data[i].data(),
@@ -164,6 +165,7 @@ TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
   }
   daemon.arena()[blocks.puts[1].arena_offset] ^= 1;
   daemon.arena()[blocks.puts[4].arena_offset + blocks.puts[4].length - 1] ^= 1;
+  daemon.SettleArena();
   std::vector<std::vector<uint8_t>> out;
   auto got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -311,6 +313,7 @@ TEST(DataMoverTest, RmaToAStalledPeerFailsAtTheDeadlineThenRecovers) {
     auto put = d.mover->Put(0, blocks.puts, kLease);
     ASSERT_TRUE(put.ok()) << put.status();
     EXPECT_EQ(d.dials->load(), 2);
+    daemon.SettleArena();
     EXPECT_EQ(std::memcmp(daemon.arena(), blocks.data[0].data(), blocks.data[0].size()), 0);
   }
   if (saved)

@@ -78,6 +78,17 @@ class FakeDaemon {
             arena_->size()};
   }
   uint8_t* arena() { return arena_->data(); }
+  // Orders the progress thread's accesses to the arena (UCX's software puts and gets run
+  // there) with the test's own: it stops and joins the thread, then starts a new one, so what
+  // the old thread wrote happens before the caller's next reads and what the caller wrote
+  // before this happens before the new thread's reads. In a real deployment the arena is in
+  // another process; here the test touches it directly, and the ordering UCX's shared-memory
+  // queues provide is invisible to ThreadSanitizer.
+  void SettleArena() {
+    if (!progress_) return;
+    progress_.reset();
+    progress_ = std::make_unique<transport::ProgressThread>(worker_.get());
+  }
 
   std::atomic<OnFetch> on_fetch{OnFetch::kPush};
   std::atomic<OnLookup> on_lookup{OnLookup::kEcho};

@@ -55,12 +55,57 @@ using NoteTimeFn = bool (*)(const absl::Notification*, absl::Time);
 
 constexpr unsigned kRead = __tsan_mutex_read_lock;
 
+// abseil calls some of these entry points from others (CondVar::WaitWithTimeout calls
+// WaitWithDeadline, the timed Await and LockWhen forms call their deadline forms, a CondVar wait
+// may take the mutex again through Lock). Those inner calls bind to this library too, and
+// annotating them again would tell TSan about a second unlock of a mutex it already saw
+// released. Only the outermost call on a thread is annotated; inner ones go straight to abseil.
+thread_local int depth = 0;
+
+struct Nested {
+  Nested() { ++depth; }
+  ~Nested() { --depth; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+};
+
+// A plain lock: TSan sees it taken (or not, for a failed try) after abseil returns.
+template <typename F>
+auto Locking(absl::Mutex* mu, unsigned mode, F&& real) {
+  if (depth > 0) return real();
+  __tsan_mutex_pre_lock(mu, mode);
+  bool ok;
+  {
+    Nested n;
+    ok = real();
+  }
+  __tsan_mutex_post_lock(mu, mode | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
+  return ok;
+}
+
+// A plain unlock (conditions of waiters run inside abseil's call: ignored).
+template <typename F>
+void Unlocking(absl::Mutex* mu, unsigned mode, F&& real) {
+  if (depth > 0) return real();
+  __tsan_mutex_pre_unlock(mu, mode);
+  {
+    Nested n;
+    real();
+  }
+  __tsan_mutex_post_unlock(mu, mode);
+}
+
 // A wait that releases `mu` inside abseil and holds it again on return: TSan sees an unlock,
 // no accesses during the call (conditions run there, possibly on other threads), then a lock.
 template <typename F>
 auto WaitReleasing(absl::Mutex* mu, unsigned mode, F&& real) {
+  if (depth > 0) return real();
   __tsan_mutex_pre_unlock(mu, mode);
-  auto r = real();
+  decltype(real()) r;
+  {
+    Nested n;
+    r = real();
+  }
   __tsan_mutex_post_unlock(mu, mode);
   __tsan_mutex_pre_lock(mu, mode);
   __tsan_mutex_post_lock(mu, mode, 0);
@@ -70,8 +115,13 @@ auto WaitReleasing(absl::Mutex* mu, unsigned mode, F&& real) {
 // A lock that waits for a condition: accesses inside (the condition) ignored, then the lock.
 template <typename F>
 auto LockWaiting(absl::Mutex* mu, unsigned mode, F&& real) {
+  if (depth > 0) return real();
   __tsan_mutex_pre_lock(mu, mode);
-  auto r = real();
+  decltype(real()) r;
+  {
+    Nested n;
+    r = real();
+  }
   __tsan_mutex_post_lock(mu, mode | (r ? 0 : __tsan_mutex_try_lock_failed), 0);
   return r;
 }
@@ -83,48 +133,32 @@ ABSL_NAMESPACE_BEGIN
 
 void Mutex::Lock() {
   STRATA_NEXT(real, MuFn, "_ZN4absl7debian35Mutex4LockEv");
-  __tsan_mutex_pre_lock(this, 0);
-  real(this);
-  __tsan_mutex_post_lock(this, 0, 0);
+  Locking(this, 0, [&] { real(this); return true; });
 }
 
 void Mutex::Unlock() {
   STRATA_NEXT(real, MuFn, "_ZN4absl7debian35Mutex6UnlockEv");
-  __tsan_mutex_pre_unlock(this, 0);  // conditions of waiters run inside: ignored
-  real(this);
-  __tsan_mutex_post_unlock(this, 0);
+  Unlocking(this, 0, [&] { real(this); });
 }
 
 bool Mutex::TryLock() {
   STRATA_NEXT(real, MuTryFn, "_ZN4absl7debian35Mutex7TryLockEv");
-  __tsan_mutex_pre_lock(this, __tsan_mutex_try_lock);
-  bool ok = real(this);
-  __tsan_mutex_post_lock(this, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed),
-                         0);
-  return ok;
+  return Locking(this, __tsan_mutex_try_lock, [&] { return real(this); });
 }
 
 void Mutex::ReaderLock() {
   STRATA_NEXT(real, MuFn, "_ZN4absl7debian35Mutex10ReaderLockEv");
-  __tsan_mutex_pre_lock(this, kRead);
-  real(this);
-  __tsan_mutex_post_lock(this, kRead, 0);
+  Locking(this, kRead, [&] { real(this); return true; });
 }
 
 void Mutex::ReaderUnlock() {
   STRATA_NEXT(real, MuFn, "_ZN4absl7debian35Mutex12ReaderUnlockEv");
-  __tsan_mutex_pre_unlock(this, kRead);
-  real(this);
-  __tsan_mutex_post_unlock(this, kRead);
+  Unlocking(this, kRead, [&] { real(this); });
 }
 
 bool Mutex::ReaderTryLock() {
   STRATA_NEXT(real, MuTryFn, "_ZN4absl7debian35Mutex13ReaderTryLockEv");
-  const unsigned mode = kRead | __tsan_mutex_try_lock;
-  __tsan_mutex_pre_lock(this, mode);
-  bool ok = real(this);
-  __tsan_mutex_post_lock(this, mode | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
-  return ok;
+  return Locking(this, kRead | __tsan_mutex_try_lock, [&] { return real(this); });
 }
 
 // Await and its timed forms need the mutex held in some mode; abseil tells which, TSan needs
