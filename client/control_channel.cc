@@ -191,9 +191,7 @@ std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
   if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
       ids.size() > am_wire::kMaxIds)
     return std::nullopt;
-  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
-  std::memcpy(header.data() + 8, ns.bytes.data(), 32);
-  header += ticket();
+  std::string header = AmRequestHeader(&ns);
   // Short: a daemon that does not answer this way is asked through gRPC instead.
   auto reply = fast_path_->Exchange(request_am, std::move(header), PackIds(ids), reply_am,
                                     std::min(options_.rpc_timeout, absl::Milliseconds(250)));
@@ -315,14 +313,18 @@ void ControlChannel::Abort(uint64_t reservation_id) {
   (void)Rpc("Abort", [&](grpc::ClientContext* c) { return stub_->Abort(c, req, &ignored); });
 }
 
+std::string ControlChannel::AmRequestHeader(const NamespaceId* ns) const {
+  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
+  if (ns != nullptr) std::memcpy(header.data() + 8, ns->bytes.data(), 32);
+  return header + ticket();
+}
+
 absl::StatusOr<std::optional<std::string>> ControlChannel::ControlByActiveMessage(
     const char* name, uint16_t request_am, uint16_t reply_am, const NamespaceId* ns,
     std::string data) {
   if (fast_path_ == nullptr || !control_by_message_.load() || !fast_path_enabled_.load())
     return std::optional<std::string>();
-  std::string header(am_wire::kRequestHeaderBytes, '\0');  // the mover writes the request id
-  if (ns != nullptr) std::memcpy(header.data() + 8, ns->bytes.data(), 32);
-  header += ticket();
+  std::string header = AmRequestHeader(ns);
   auto reply = fast_path_->Exchange(request_am, std::move(header), std::move(data), reply_am,
                                     options_.rpc_timeout);
   if (!reply.ok()) {

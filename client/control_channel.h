@@ -135,6 +135,9 @@ class ControlChannel {
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
                                                           const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
+  // A fast-path request header: room for the request id, the namespace (zeros when null) and,
+  // with authentication, the ticket.
+  std::string AmRequestHeader(const NamespaceId* ns) const;
   // Reserve or Commit as an active message (data: the serialized request): the serialized
   // response when the daemon answered it that way; nullopt when the gRPC call must be made (not
   // offered, refused with an error, or sent back undone); an error when no answer came in time.

@@ -21,7 +21,6 @@ namespace strata::daemon {
 
 using cache_internal::AddStatuses;
 using cache_internal::IsOpenIn;
-using cache_internal::TrustedCaller;
 using cache_internal::UnknownId;
 
 grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
@@ -156,11 +155,8 @@ template <typename Request, typename Response, typename Body>
 void CacheService::ServeAmControl(const transport::AmMessage& m, transport::Worker* worker,
                                   AmScopedKind kind, Body&& body) {
   namespace w = am_wire;
-  const auto request = w::DecodeLookupRequestHeader(m.header);
-  if (m.reply_ep == nullptr || !request)
-    return DropAm(kind.request_am, m,
-                  absl::StrCat(kind.what, " request without a reply endpoint or with a header "
-                                          "that is not 40 or 56 bytes"));
+  const auto request = OpenAmRequest(m, kind);
+  if (!request) return;
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = request->request_id;
@@ -168,8 +164,7 @@ void CacheService::ServeAmControl(const transport::AmMessage& m, transport::Work
   std::string data;
   grpc::Status status;
   CallScope call(this);
-  const std::optional<Caller> caller =
-      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(TrustedCaller());
+  const std::optional<Caller> caller = AmCaller(request->ticket);
   Request req;
   if (!call.admitted()) {
     status = call.refusal();

@@ -479,16 +479,27 @@ void CacheService::DropAm(uint16_t id, const transport::AmMessage& m, std::strin
   if (data_plane_.am_drops) data_plane_.am_drops->Note(id, m, why);
 }
 
+std::optional<am_wire::LookupRequestHeader> CacheService::OpenAmRequest(
+    const transport::AmMessage& m, const AmScopedKind& kind) {
+  // Without a reply endpoint or a request id there is nobody to answer: dropped.
+  auto request = am_wire::DecodeLookupRequestHeader(m.header);
+  if (m.reply_ep == nullptr || !request)
+    DropAm(kind.request_am, m,
+           absl::StrCat(kind.what, " request without a reply endpoint or with a header that is "
+                                   "not 40 or 56 bytes"));
+  return m.reply_ep == nullptr ? std::nullopt : request;
+}
+
+std::optional<Caller> CacheService::AmCaller(std::string_view ticket) const {
+  return auth_->enabled() ? am_tickets_.Find(ticket) : std::optional<Caller>(TrustedCaller());
+}
+
 template <typename Answer>
 void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker,
                                  AmScopedKind kind, Answer&& answer) {
   namespace w = am_wire;
-  // Without a reply endpoint or a request id there is nobody to answer: dropped.
-  const auto request = w::DecodeLookupRequestHeader(m.header);
-  if (m.reply_ep == nullptr || !request)
-    return DropAm(kind.request_am, m,
-                  absl::StrCat(kind.what, " request without a reply endpoint or with a header "
-                                          "that is not 40 or 56 bytes"));
+  const auto request = OpenAmRequest(m, kind);
+  if (!request) return;
   const auto t0 = std::chrono::steady_clock::now();
   w::ReplyHeader h;
   h.request_id = request->request_id;
@@ -503,8 +514,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
   CallScope call(this);
   // An active message carries no credentials: with authentication its ticket names the caller
   // (an authenticated Connect issued it), and the same tenant check as gRPC's applies.
-  const std::optional<Caller> caller =
-      auth_->enabled() ? am_tickets_.Find(request->ticket) : std::optional<Caller>(TrustedCaller());
+  const std::optional<Caller> caller = AmCaller(request->ticket);
   if (!call.admitted()) {
     fail(absl::StatusCode::kUnavailable, "stratad is shutting down");
   } else if (!caller) {
@@ -576,8 +586,7 @@ void CacheService::HandleAmRelease(const transport::AmMessage& m) {
   const auto release = am_wire::DecodeReleaseHeader(m.header);
   if (!release)
     return DropAm(am_wire::kReleaseAm, m, "release with a header that is not 8 or 24 bytes");
-  const std::optional<Caller> caller =
-      auth_->enabled() ? am_tickets_.Find(release->ticket) : std::optional<Caller>(TrustedCaller());
+  const std::optional<Caller> caller = AmCaller(release->ticket);
   if (!caller)
     return DropAm(am_wire::kReleaseAm, m, "release without a valid ticket (authentication is on)");
   CallScope call(this);

@@ -3,11 +3,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/am_wire.h"
 #include "daemon/am_drops.h"
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
@@ -202,6 +204,12 @@ class CacheService final : public v1::Cache::Service {
   template <typename Request, typename Response, typename Body>
   void ServeAmControl(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
                       Body&& body);
+  // The opening every request/reply fast path shares: its header, when it has one and a reply
+  // endpoint (otherwise the message is dropped and counted).
+  std::optional<am_wire::LookupRequestHeader> OpenAmRequest(const transport::AmMessage& m,
+                                                            const AmScopedKind& kind);
+  // Who an active message's ticket stands for (authentication off: anyone, trusted).
+  std::optional<Caller> AmCaller(std::string_view ticket) const;
   // Whether `caller` may act on namespace `ns` (its tenant's, or any for trusted callers).
   bool MayUseNamespace(const Caller& caller, const NamespaceId& ns) const;
   // The body of an Acquire, by gRPC or active message.

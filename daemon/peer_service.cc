@@ -84,8 +84,7 @@ grpc::Status PeerService::GetCalibration(grpc::ServerContext* ctx,
   if (!ns.ok()) return ToGrpcStatus(absl::InvalidArgumentError("namespace_id must be 32 bytes"));
   auto found = store->Get(*ns, req->id());
   if (!found.ok()) return ToGrpcStatus(found.status());
-  auto current = store->Get(*ns, 0);
-  FillCalibrationInfo(*found, current.ok() && current->id == found->id, resp->mutable_info());
+  FillCalibrationInfo(*found, store->IsCurrent(*ns, found->id), resp->mutable_info());
   resp->set_artefact(*found->artefact);
   return grpc::Status::OK;
 }

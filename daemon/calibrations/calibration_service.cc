@@ -17,20 +17,23 @@ absl::Time PeerDeadline(const grpc::ServerContext* ctx, const Cluster& c) {
   return std::min(absl::FromChrono(ctx->deadline()), absl::Now() + c.peer_timeout());
 }
 
-// When the namespace is open here, the artefact must fit its layout and codec policy.
-absl::Status FitsNamespace(const NamespaceRegistry& namespaces, const NamespaceId& ns,
-                           const std::string& artefact) {
-  auto entry = namespaces.Find(ns);
+// When the namespace is open here, it must use calibrations (checked before the artefact is
+// even parsed) and the calibration must fit its layout.
+absl::Status TakesCalibrations(const std::optional<NamespaceRegistry::Entry>& entry,
+                               const NamespaceId& ns) {
   if (!entry) return absl::OkStatus();
   auto params = codec::ParseCodecSpec(entry->spec.codec_policy);
   if (!params.ok() || params->mode != codec::Mode::kPca)
     return absl::FailedPreconditionError(
         absl::StrCat("namespace ", ns.ShortHex(), " has codec policy '", entry->spec.codec_policy,
                      "', which uses no calibration (only pca modes do)"));
-  auto parsed = codec::Calibration::Parse(
-      {reinterpret_cast<const uint8_t*>(artefact.data()), artefact.size()});
-  if (!parsed.ok()) return absl::InvalidArgumentError(parsed.status().message());
-  if (auto s = parsed->Matches(entry->spec.layout); !s.ok())
+  return absl::OkStatus();
+}
+
+absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
+                        const NamespaceId& ns, const codec::Calibration& calibration) {
+  if (!entry) return absl::OkStatus();
+  if (auto s = calibration.Matches(entry->spec.layout); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("the calibration does not fit namespace ", ns.ShortHex(), ": ", s.message()));
   return absl::OkStatus();
@@ -80,11 +83,13 @@ grpc::Status CalibrationService::Put(grpc::ServerContext* ctx,
   NamespaceId ns;
   Caller caller;
   if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
-  if (auto s = FitsNamespace(*namespaces_, ns, req->artefact()); !s.ok()) return ToGrpcStatus(s);
-  auto stored = store_->Put(ns, req->artefact());
+  const auto entry = namespaces_->Find(ns);
+  if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
+  auto stored = store_->Put(ns, req->artefact(), [&](const codec::Calibration& c) {
+    return FitsLayout(entry, ns, c);
+  });
   if (!stored.ok()) return ToGrpcStatus(stored.status());
-  auto current = store_->Get(ns, 0);
-  FillCalibrationInfo(*stored, current.ok() && current->id == stored->id, resp->mutable_info());
+  FillCalibrationInfo(*stored, store_->IsCurrent(ns, stored->id), resp->mutable_info());
   spdlog::info("calibration {} v{} stored for namespace {} ({} bytes)",
                codec::CalibrationIdString(stored->id), stored->version, ns.ShortHex(),
                stored->artefact->size());
@@ -101,8 +106,7 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
   auto found = store_->Get(ns, req->id());
   if (found.ok()) {
-    auto current = store_->Get(ns, 0);
-    FillCalibrationInfo(*found, current.ok() && current->id == found->id, resp->mutable_info());
+    FillCalibrationInfo(*found, store_->IsCurrent(ns, found->id), resp->mutable_info());
     resp->set_artefact(*found->artefact);
     return grpc::Status::OK;
   }
@@ -112,19 +116,29 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   if (!fetched.ok())
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat(found.status().message(), "; ", fetched.status().message()));
-  // A peer's answer is checked as a client's Put is, and kept so the next reader finds it here.
-  auto described = DescribeCalibration(ns, fetched->artefact());
-  if (!described.ok() || (req->id() != 0 && described->id != req->id()))
-    return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                        "another node answered with a calibration other than the one asked for");
-  auto kept = store_->Put(ns, fetched->artefact());
-  if (!kept.ok())
+  // A peer's answer is checked (parsed, and against the id asked for) and kept, so the next
+  // reader finds it here.
+  const uint64_t asked = req->id();
+  auto kept = store_->Put(ns, fetched->artefact(), [asked](const codec::Calibration& c) {
+    return asked == 0 || c.Id() == asked
+               ? absl::OkStatus()
+               : absl::DataLossError(
+                     "another node answered with a calibration other than the one asked for");
+  });
+  if (absl::IsDataLoss(kept.status()) || absl::IsInvalidArgument(kept.status()))
+    return ToGrpcStatus(absl::DataLossError(
+        absl::StrCat("another node's answer is unusable: ", kept.status().message())));
+  if (kept.ok()) {
+    FillCalibrationInfo(*kept, store_->IsCurrent(ns, kept->id), resp->mutable_info());
+  } else {
+    // Valid, but not storable here (a version this node holds under another id, or the
+    // limits): served as the other node described it.
     spdlog::warn("calibration {} of namespace {} from another node not kept here: {}",
-                 codec::CalibrationIdString(described->id), ns.ShortHex(),
+                 codec::CalibrationIdString(fetched->info().id()), ns.ShortHex(),
                  std::string(kept.status().message()));
-  auto current = store_->Get(ns, 0);
-  FillCalibrationInfo(kept.ok() ? *kept : *described,
-                      current.ok() && current->id == described->id, resp->mutable_info());
+    *resp->mutable_info() = fetched->info();
+    resp->mutable_info()->set_current(false);
+  }
   resp->set_artefact(fetched->artefact());
   return grpc::Status::OK;
 }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::daemon {
@@ -64,8 +65,8 @@ absl::Status WriteDurably(const std::string& dir, const std::string& name,
 
 }  // namespace
 
-absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns,
-                                                      std::string artefact) {
+absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns, std::string artefact,
+                                                      codec::Calibration* parsed_out) {
   if (artefact.size() > kMaxCalibrationBytes)
     return absl::InvalidArgumentError(absl::StrCat("calibration of ", artefact.size(),
                                                    " bytes; at most ", kMaxCalibrationBytes));
@@ -86,6 +87,7 @@ absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns,
   r.rope_theta = parsed->rope_theta;
   r.added = absl::Now();
   r.artefact = std::make_shared<const std::string>(std::move(artefact));
+  if (parsed_out) *parsed_out = *std::move(parsed);
   return r;
 }
 
@@ -158,10 +160,13 @@ absl::Status CalibrationStore::WriteFile(const CalibrationRecord& r) const {
   return WriteDurably(dir_, FileName(r.ns, r.id), *r.artefact);
 }
 
-absl::StatusOr<CalibrationRecord> CalibrationStore::Put(const NamespaceId& ns,
-                                                        std::string artefact) {
-  auto described = DescribeCalibration(ns, std::move(artefact));
+absl::StatusOr<CalibrationRecord> CalibrationStore::Put(
+    const NamespaceId& ns, std::string artefact,
+    const std::function<absl::Status(const codec::Calibration&)>& check) {
+  codec::Calibration parsed;
+  auto described = DescribeCalibration(ns, std::move(artefact), check ? &parsed : nullptr);
   if (!described.ok()) return described.status();
+  if (check) STRATA_RETURN_IF_ERROR(check(parsed));
   CalibrationRecord r = std::move(*described);
   // Checked before and after the (slow, unlocked) file write: readers are not held up by it.
   auto admit = [&]() -> absl::StatusOr<std::optional<CalibrationRecord>> {
@@ -230,6 +235,12 @@ std::vector<CalibrationRecord> CalibrationStore::List(std::optional<NamespaceId>
     return a.ns != b.ns ? a.ns < b.ns : a.version < b.version;
   });
   return out;
+}
+
+bool CalibrationStore::IsCurrent(const NamespaceId& ns, uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_ns_.find(ns);
+  return it != by_ns_.end() && !it->second.empty() && it->second.back().id == id;
 }
 
 size_t CalibrationStore::size() const {

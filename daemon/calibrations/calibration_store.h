@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "strata/block_id.h"
+
+namespace strata::codec {
+class Calibration;
+}
 
 namespace strata::daemon {
 
@@ -53,11 +58,16 @@ class CalibrationStore {
   // directory). Storing what is already there returns the existing record. INVALID_ARGUMENT for
   // a malformed artefact; FAILED_PRECONDITION when another artefact of `ns` has its version;
   // RESOURCE_EXHAUSTED past the limits; INTERNAL when the file cannot be written.
-  absl::StatusOr<CalibrationRecord> Put(const NamespaceId& ns, std::string artefact);
+  // `check`, when set, sees the parsed calibration first; its error refuses the put.
+  absl::StatusOr<CalibrationRecord> Put(
+      const NamespaceId& ns, std::string artefact,
+      const std::function<absl::Status(const codec::Calibration&)>& check = nullptr);
   // `id` 0: the namespace's current calibration (highest version). NOT_FOUND when absent.
   absl::StatusOr<CalibrationRecord> Get(const NamespaceId& ns, uint64_t id) const;
   // Every record of `ns` (nullopt: of every namespace), by namespace, then version.
   std::vector<CalibrationRecord> List(std::optional<NamespaceId> ns) const;
+  // Whether `id` is the namespace's current (highest-version) calibration.
+  bool IsCurrent(const NamespaceId& ns, uint64_t id) const;
 
   size_t size() const;
   uint64_t bytes() const;
@@ -82,6 +92,8 @@ class CalibrationStore {
 
 // The record of a serialized artefact (parsed and checked) for `ns`; INVALID_ARGUMENT naming
 // what is wrong otherwise.
-absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns, std::string artefact);
+// With `parsed`, the parsed calibration too.
+absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns, std::string artefact,
+                                                      codec::Calibration* parsed = nullptr);
 
 }  // namespace strata::daemon
