@@ -286,9 +286,11 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
 }
 
 absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(uint64_t reservation_id,
-                                                                std::span<const uint32_t> crc32c) {
+                                                                std::span<const uint32_t> crc32c,
+                                                                bool taken_while_writing) {
   v1::CommitRequest req;
   req.set_reservation_id(reservation_id);
+  req.set_crcs_taken_while_writing(taken_while_writing);
   for (uint32_t crc : crc32c) req.add_crc32c(crc);
   v1::CommitResponse resp;
   std::optional<std::string> fast;

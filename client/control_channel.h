@@ -114,9 +114,12 @@ class ControlChannel {
   absl::StatusOr<Reservation> Reserve(const NamespaceId& ns, std::span<const BlockId> ids,
                                       std::span<const BlockId> parents,
                                       std::span<const uint64_t> sizes);
-  // The committed status of each reserved block, in reservation order.
+  // The committed status of each reserved block, in reservation order. `taken_while_writing`:
+  // the CRCs come from one pass that wrote the blocks through the mapped arena (the daemon may
+  // then skip reading them again).
   absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
-                                                  std::span<const uint32_t> crc32c);
+                                                  std::span<const uint32_t> crc32c,
+                                                  bool taken_while_writing = false);
   // Best effort: an abandoned reservation also expires on the daemon.
   void Abort(uint64_t reservation_id);
 

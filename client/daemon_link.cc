@@ -66,7 +66,8 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
                         absl::StrCat("publish transfer failed: ", put.status().message()));
   }
   STRATA_ASSIGN_OR_RETURN(std::vector<BlockStatus> committed,
-                          control_->Commit(reservation.id, put->crc32c));
+                          control_->Commit(reservation.id, put->crc32c,
+                                           /*taken_while_writing=*/put->route == Route::kMapped));
   for (size_t k = 0; k < reserved.size(); ++k) {
     result.status[reserved[k]] = committed[k];
     if (committed[k] != BlockStatus::kOk) continue;

@@ -110,7 +110,10 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
   }
   std::vector<uint32_t> crcs(req.crc32c().begin(), req.crc32c().end());
   // (abort drops a pending replication below too: its reservation id never commits)
-  auto r = store_->Commit(req.reservation_id(), crcs);
+  const CommitCheck check = req.crcs_taken_while_writing() && data_plane_.clients_map_arena
+                                ? CommitCheck::kWriterChecksummed
+                                : CommitCheck::kReread;
+  auto r = store_->Commit(req.reservation_id(), crcs, check);
   std::optional<PendingReplication> replicate;
   {
     absl::MutexLock lock(&replicate_mu_);

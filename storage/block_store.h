@@ -62,8 +62,9 @@ class BlockStore {
   // Two-phase publish into host memory. Ids already held in any tier are answered kExists.
   virtual ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) = 0;
   // `crcs` holds one CRC per kOk entry of the reservation, in order.
-  virtual absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
-                                                          std::span<const uint32_t> crcs) = 0;
+  virtual absl::StatusOr<std::vector<BlockStatus>> Commit(
+      uint64_t reservation_id, std::span<const uint32_t> crcs,
+      CommitCheck check = CommitCheck::kReread) = 0;
   virtual absl::Status Abort(uint64_t reservation_id) = 0;
 
   // Number of leading ids of `ns` held in any tier; `tiers` (when not null) gets the tier of

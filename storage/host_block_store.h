@@ -14,9 +14,10 @@ class HostBlockStore final : public BlockStore {
   ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) override {
     return host_->Reserve(ns, items);
   }
-  absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
-                                                  std::span<const uint32_t> crcs) override {
-    return host_->Commit(reservation_id, crcs);
+  absl::StatusOr<std::vector<BlockStatus>> Commit(
+      uint64_t reservation_id, std::span<const uint32_t> crcs,
+      CommitCheck check = CommitCheck::kReread) override {
+    return host_->Commit(reservation_id, crcs, check);
   }
   absl::Status Abort(uint64_t reservation_id) override { return host_->Abort(reservation_id); }
 

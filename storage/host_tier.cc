@@ -492,37 +492,9 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
   return r;
 }
 
-absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_id,
-                                                          std::span<const uint32_t> crcs) {
-  struct Check {
-    uint32_t slot;
-    uint64_t offset, size;
-  };
-  std::vector<Check> checks;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end())
-      return absl::NotFoundError(absl::StrCat(
-          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
-    Reservation& res = it->second;
-    if (res.dropped)
-      return absl::NotFoundError(absl::StrCat(
-          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
-    if (res.writers > 0)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "blocks of reservation ", reservation_id, " are still being written"));
-    if (res.committing)
-      return absl::FailedPreconditionError(
-          absl::StrCat("reservation ", reservation_id, " is already being committed"));
-    if (crcs.size() != res.slots.size())
-      return absl::InvalidArgumentError(absl::StrCat("reservation ", reservation_id, " holds ",
-                                                     res.slots.size(), " blocks but commit has ",
-                                                     crcs.size(), " CRCs"));
-    res.committing = true;  // shields the extents from ReclaimExpired while we verify
-    for (uint32_t s : res.slots) checks.push_back({s, entries_[s].offset, entries_[s].size});
-  }
-  // Verification reads the arena without the lock: the extents belong to this reservation alone.
+// Reads the arena without the lock: the extents belong to this reservation alone.
+void HostTier::VerifyCrcs(std::span<const CommitExtent> checks, std::span<const uint32_t> crcs,
+                          std::span<BlockStatus> out) const {
   // A large commit is split into pieces checked on two threads (CRCs of pieces combine), since
   // re-reading every published byte is the daemon's largest share of a publish.
   struct Piece {
@@ -551,7 +523,6 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
   } else {
     work();
   }
-  std::vector<BlockStatus> out(checks.size(), BlockStatus::kOk);
   std::vector<uint32_t> block_crc(checks.size(), 0);
   for (size_t k = 0; k < pieces.size(); ++k) {
     size_t b = pieces[k].block;
@@ -561,6 +532,37 @@ absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_i
   }
   for (size_t i = 0; i < checks.size(); ++i)
     if (block_crc[i] != crcs[i]) out[i] = BlockStatus::kCrcMismatch;
+}
+
+absl::StatusOr<std::vector<BlockStatus>> HostTier::Commit(uint64_t reservation_id,
+                                                          std::span<const uint32_t> crcs,
+                                                          CommitCheck check) {
+  std::vector<CommitExtent> checks;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end())
+      return absl::NotFoundError(absl::StrCat(
+          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
+    Reservation& res = it->second;
+    if (res.dropped)
+      return absl::NotFoundError(absl::StrCat(
+          "reservation ", reservation_id, " is unknown (expired, aborted or already committed)"));
+    if (res.writers > 0)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blocks of reservation ", reservation_id, " are still being written"));
+    if (res.committing)
+      return absl::FailedPreconditionError(
+          absl::StrCat("reservation ", reservation_id, " is already being committed"));
+    if (crcs.size() != res.slots.size())
+      return absl::InvalidArgumentError(absl::StrCat("reservation ", reservation_id, " holds ",
+                                                     res.slots.size(), " blocks but commit has ",
+                                                     crcs.size(), " CRCs"));
+    res.committing = true;  // shields the extents from ReclaimExpired while we verify
+    for (uint32_t s : res.slots) checks.push_back({s, entries_[s].offset, entries_[s].size});
+  }
+  std::vector<BlockStatus> out(checks.size(), BlockStatus::kOk);
+  if (check == CommitCheck::kReread) VerifyCrcs(checks, crcs, out);
 
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();

@@ -172,6 +172,14 @@ struct HostTierStats {
   uint64_t leases_expired = 0;
 };
 
+// How Commit learns that a block's bytes match its CRC32C.
+enum class CommitCheck {
+  kReread,  // the tier reads every committed byte again (the default: it saw none of them)
+  // The writer took each CRC from the bytes as it wrote them into the arena, in the same pass;
+  // the tier records the CRCs as given. Readers still check every block against its CRC.
+  kWriterChecksummed,
+};
+
 class HostTier {
  public:
   // `base` must stay valid for the tier's lifetime; the tier never frees it.
@@ -182,7 +190,8 @@ class HostTier {
   ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items);
   // `crcs` holds one CRC per kOk entry of the reservation, in order.
   absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
-                                                  std::span<const uint32_t> crcs);
+                                                  std::span<const uint32_t> crcs,
+                                                  CommitCheck check = CommitCheck::kReread);
   absl::Status Abort(uint64_t reservation_id);
   // The reservation no longer expires: for an internal writer (a promotion from a lower tier)
   // that will commit or abort it, whose data may land after the usual timeout.
@@ -257,6 +266,13 @@ class HostTier {
   const HostTierOptions& options() const { return options_; }
 
  private:
+  struct CommitExtent {
+    uint32_t slot;
+    uint64_t offset, size;
+  };
+  void VerifyCrcs(std::span<const CommitExtent> checks, std::span<const uint32_t> crcs,
+                  std::span<BlockStatus> out) const;
+
   static constexpr uint32_t kNil = UINT32_MAX;
   enum class State : uint8_t { kFree, kReserved, kCommitted, kDoomed };
 

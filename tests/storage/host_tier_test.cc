@@ -87,6 +87,25 @@ TEST_F(HostTierTest, WrongCrcIsRefusedAndSpaceReturned) {
   EXPECT_EQ(Publish(ns_, 1, 5000), BlockStatus::kOk);  // a correct retry works
 }
 
+TEST_F(HostTierTest, AWriterChecksummedCommitRecordsTheCrcUnread) {
+  Make(1 << 20);
+  ReserveItem item{Id(1), {}, 5000};
+  auto r = tier_->Reserve(ns_, {&item, 1});
+  ASSERT_EQ(r.status[0], BlockStatus::kOk);
+  std::memset(tier_->base() + r.offsets[0], 3, 5000);
+  const uint32_t claimed = Crc32c(tier_->base() + r.offsets[0], 5000) ^ 1u;  // not the bytes'
+  auto c = tier_->Commit(r.reservation_id, {&claimed, 1}, CommitCheck::kWriterChecksummed);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)[0], BlockStatus::kOk);
+  EXPECT_EQ(tier_->Stats().crc_failures, 0u);
+  // A reader gets the CRC the writer gave, and so sees the mismatch.
+  BlockId id = Id(1);
+  auto lease = tier_->Acquire(ns_, {&id, 1});
+  ASSERT_EQ(lease.status[0], BlockStatus::kOk);
+  EXPECT_EQ(lease.crcs[0], claimed);
+  EXPECT_NE(Crc32c(tier_->base() + lease.offsets[0], 5000), lease.crcs[0]);
+}
+
 TEST_F(HostTierTest, LargeCommitVerifiesEveryBlockOnTwoThreads) {
   Make(64 << 20);
   // 3 blocks, 17 MiB in all (over the parallel threshold), sizes not multiples of the piece size.
