@@ -285,16 +285,36 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
   return r;
 }
 
-absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(uint64_t reservation_id,
-                                                                std::span<const uint32_t> crc32c,
-                                                                bool taken_while_writing) {
+namespace {
+
+v1::CommitRequest CommitRequestOf(uint64_t reservation_id, std::span<const uint32_t> crc32c,
+                                  bool taken_while_writing) {
   v1::CommitRequest req;
   req.set_reservation_id(reservation_id);
   req.set_crcs_taken_while_writing(taken_while_writing);
   for (uint32_t crc : crc32c) req.add_crc32c(crc);
+  return req;
+}
+
+}  // namespace
+
+std::optional<FollowUp> ControlChannel::CommitFollowUp(uint64_t reservation_id,
+                                                       std::span<const uint32_t> crc32c,
+                                                       bool taken_while_writing) const {
+  if (!ControlsByMessage() || crc32c.size() > am_wire::kMaxControlIds) return std::nullopt;
+  return FollowUp{am_wire::kCommitRequestAm, am_wire::kCommitReplyAm, AmRequestHeader(nullptr),
+                  CommitRequestOf(reservation_id, crc32c, taken_while_writing).SerializeAsString()};
+}
+
+absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(
+    uint64_t reservation_id, std::span<const uint32_t> crc32c, bool taken_while_writing,
+    const std::optional<absl::StatusOr<AmReply>>* answered) {
+  const v1::CommitRequest req = CommitRequestOf(reservation_id, crc32c, taken_while_writing);
   v1::CommitResponse resp;
   std::optional<std::string> fast;
-  if (crc32c.size() <= am_wire::kMaxControlIds) {
+  if (answered != nullptr && answered->has_value()) {
+    STRATA_ASSIGN_OR_RETURN(fast, ControlReply("Commit", **answered));
+  } else if (crc32c.size() <= am_wire::kMaxControlIds) {
     STRATA_ASSIGN_OR_RETURN(fast, ControlByActiveMessage("Commit", am_wire::kCommitRequestAm,
                                                          am_wire::kCommitReplyAm, nullptr,
                                                          req.SerializeAsString()));
@@ -324,11 +344,18 @@ std::string ControlChannel::AmRequestHeader(const NamespaceId* ns) const {
 absl::StatusOr<std::optional<std::string>> ControlChannel::ControlByActiveMessage(
     const char* name, uint16_t request_am, uint16_t reply_am, const NamespaceId* ns,
     std::string data) {
-  if (fast_path_ == nullptr || !control_by_message_.load() || !fast_path_enabled_.load())
-    return std::optional<std::string>();
+  if (!ControlsByMessage()) return std::optional<std::string>();
   std::string header = AmRequestHeader(ns);
-  auto reply = fast_path_->Exchange(request_am, std::move(header), std::move(data), reply_am,
-                                    options_.rpc_timeout);
+  return ControlReply(name, fast_path_->Exchange(request_am, std::move(header), std::move(data),
+                                                 reply_am, options_.rpc_timeout));
+}
+
+bool ControlChannel::ControlsByMessage() const {
+  return fast_path_ != nullptr && control_by_message_.load() && fast_path_enabled_.load();
+}
+
+absl::StatusOr<std::optional<std::string>> ControlChannel::ControlReply(
+    const char* name, const absl::StatusOr<AmReply>& reply) const {
   if (!reply.ok()) {
     if (reply.status().code() == absl::StatusCode::kFailedPrecondition)
       return std::optional<std::string>();  // no endpoint now: gRPC
@@ -341,7 +368,7 @@ absl::StatusOr<std::optional<std::string>> ControlChannel::ControlByActiveMessag
   // the gRPC call gives the reference answer, and reopens a namespace the daemon forgot.
   if (!am_wire::DecodeReplyHeader(reply->header, &h) || h.code != 0 || !h.complete)
     return std::optional<std::string>();
-  return std::optional<std::string>(std::move(reply->data));
+  return std::optional<std::string>(reply->data);
 }
 
 absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<const BlockId> ids) {

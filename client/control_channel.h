@@ -117,9 +117,14 @@ class ControlChannel {
   // The committed status of each reserved block, in reservation order. `taken_while_writing`:
   // the CRCs come from one pass that wrote the blocks through the mapped arena (the daemon may
   // then skip reading them again).
-  absl::StatusOr<std::vector<BlockStatus>> Commit(uint64_t reservation_id,
-                                                  std::span<const uint32_t> crc32c,
-                                                  bool taken_while_writing = false);
+  // `answered`: the reply to CommitFollowUp's request, when it went behind the blocks.
+  absl::StatusOr<std::vector<BlockStatus>> Commit(
+      uint64_t reservation_id, std::span<const uint32_t> crc32c, bool taken_while_writing = false,
+      const std::optional<absl::StatusOr<AmReply>>* answered = nullptr);
+  // The Commit as an active message to post behind a publish's blocks (DataMover::Put), or
+  // nullopt where Commit does not go by message.
+  std::optional<FollowUp> CommitFollowUp(uint64_t reservation_id, std::span<const uint32_t> crc32c,
+                                         bool taken_while_writing) const;
   // Best effort: an abandoned reservation also expires on the daemon.
   void Abort(uint64_t reservation_id);
 
@@ -149,6 +154,10 @@ class ControlChannel {
                                                                     uint16_t reply_am,
                                                                     const NamespaceId* ns,
                                                                     std::string data);
+  bool ControlsByMessage() const;
+  // What ControlByActiveMessage makes of the daemon's reply (or of its absence).
+  absl::StatusOr<std::optional<std::string>> ControlReply(
+      const char* name, const absl::StatusOr<AmReply>& reply) const;
   std::optional<v1::LookupResponse> LookupByActiveMessage(const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
   std::optional<absl::StatusOr<v1::LookupResponse>> LookupOnStream(const v1::LookupRequest& req);

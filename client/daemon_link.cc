@@ -59,7 +59,14 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
     moves.push_back({const_cast<void*>(blobs[i].data), blobs[i].size, reservation.offsets[i]});
   }
   if (reserved.empty()) return result;
-  auto put = mover_->Put(reservation.id, moves, reservation.expires_in, reservation.instance_id);
+  // Where blocks go by message, the Commit follows them on the same endpoint: a small publish
+  // then takes two round trips (Reserve; blocks and Commit), not three.
+  const uint64_t reservation_id = reservation.id;
+  auto put = mover_->Put(reservation.id, moves, reservation.expires_in, reservation.instance_id,
+                         [&](std::span<const uint32_t> crcs) {
+                           return control_->CommitFollowUp(reservation_id, crcs,
+                                                           /*taken_while_writing=*/false);
+                         });
   if (!put.ok()) {
     control_->Abort(reservation.id);
     return absl::Status(put.status().code(),
@@ -67,7 +74,8 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
   }
   STRATA_ASSIGN_OR_RETURN(std::vector<BlockStatus> committed,
                           control_->Commit(reservation.id, put->crc32c,
-                                           /*taken_while_writing=*/put->route == Route::kMapped));
+                                           /*taken_while_writing=*/put->route == Route::kMapped,
+                                           &put->follow_up_reply));
   for (size_t k = 0; k < reserved.size(); ++k) {
     result.status[reserved[k]] = committed[k];
     if (committed[k] != BlockStatus::kOk) continue;

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -246,7 +247,8 @@ absl::Status DataMover::CheckExtents(std::span<const BlockMove> blocks) const {
 
 absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
                                           std::span<const BlockMove> blocks,
-                                          absl::Duration expires_in, uint64_t instance_id) {
+                                          absl::Duration expires_in, uint64_t instance_id,
+                                          const FollowUpFor& follow_up_for) {
   const absl::Time deadline = DeadlineWithin(expires_in);
   // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
@@ -259,6 +261,20 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
   }
   PutOutcome out{route(Direction::kPut), {}};
   if (blocks.empty()) return out;
+  const bool small = std::all_of(blocks.begin(), blocks.end(), [](const BlockMove& b) {
+    return b.length <= kFollowUpBlockBytes;
+  });
+  if (out.route == Route::kPush && follow_up_for && small) {
+    // The follow-up (a Commit) needs the CRCs before anything is sent; for blocks this small
+    // taking them first costs less than the round trip it saves.
+    for (const BlockMove& b : blocks) out.crc32c.push_back(Crc32c(b.local, b.length));
+    std::optional<FollowUp> follow_up = follow_up_for(out.crc32c);
+    std::optional<absl::StatusOr<Reply>> reply;
+    STRATA_RETURN_IF_ERROR(PutByMessage(reservation_id, blocks, deadline,
+                                        follow_up ? &*follow_up : nullptr, &reply));
+    out.follow_up_reply = std::move(reply);
+    return out;
+  }
   if (out.route == Route::kPush) {
     // The CRCs are taken on the helper thread while the blocks travel; both only read them.
     out.crc32c.assign(blocks.size(), 0);
@@ -285,9 +301,12 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
 
 // Sends every block, then waits for the daemon's acknowledgements: one per block, sent once the
 // bytes are in the reserved extent. On an error the endpoint is aborted when sends are still
-// reading the caller's buffers, so none does once this returns.
+// reading the caller's buffers, so none does once this returns. With a follow-up the blocks go
+// eagerly, so the daemon has written each one in its handler before it reads the follow-up
+// posted behind them on the same endpoint.
 absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, FollowUp* follow_up,
+                                     std::optional<absl::StatusOr<Reply>>* follow_up_reply) {
   std::lock_guard<std::mutex> lock(ucx_mu_);
   if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
   STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
@@ -303,14 +322,26 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
         am_wire::kPublishBlockAm,
         am_wire::EncodePublishBlockHeader({w.request_id, reservation_id, b.arena_offset, b.length,
                                            static_cast<uint32_t>(i)}),
-        b.local, b.length, FindMemh(b.local, b.length));
+        b.local, b.length, FindMemh(b.local, b.length), /*eager=*/follow_up != nullptr);
     if (!r.ok())
       s = r.status();
     else if (*r != nullptr)
       sending.push_back(*r);
   }
+  ExchangeWait reply;
+  if (follow_up != nullptr && s.ok() && follow_up->header.size() < 8)
+    s = absl::InvalidArgumentError("a request header starts with its id");
+  if (follow_up != nullptr && s.ok()) {
+    reply.request_id = next_request_id_++;
+    reply.reply_am = follow_up->reply_am;
+    am_wire::PutU64(follow_up->header.data(), reply.request_id);
+    exchange_wait_ = &reply;
+    s = ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
+                    std::move(follow_up->data));
+  }
   unsigned spins = 0;
-  while (s.ok() && w.error.ok() && (w.done < blocks.size() || !sending.empty())) {
+  while (s.ok() && w.error.ok() &&
+         (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
     worker_->Progress();
     for (size_t k = 0; k < sending.size();) {
       const int state = transport::Worker::RequestState(sending[k]);
@@ -332,6 +363,9 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
   if (!s.ok()) w.error = s;
   FinishSends(&sending, /*abort=*/!w.error.ok());
   publish_wait_ = nullptr;
+  exchange_wait_ = nullptr;
+  if (follow_up != nullptr && w.error.ok())
+    *follow_up_reply = std::move(reply.reply);  // the loop ended with every reply in
   return w.error;
 }
 

@@ -80,9 +80,26 @@ struct BlockMove {
   uint32_t crc32c = 0;    // gets: what the daemon recorded at commit
 };
 
+// The reply to an active-message request (DataMover::Exchange).
+struct AmReply {
+  std::string header;
+  std::string data;
+};
+
+// An active-message request posted right behind the blocks of a publish by message (Put's
+// `follow_up_for`): the daemon handles it after them, so a Commit takes no round trip of its own.
+struct FollowUp {
+  uint16_t request_am = 0, reply_am = 0;
+  std::string header, data;  // as for DataMover::Exchange (the mover writes the request id)
+};
+// Given the blocks' CRCs, the request to post behind them, or nullopt for none.
+using FollowUpFor = std::function<std::optional<FollowUp>(std::span<const uint32_t> crcs)>;
+
 struct PutOutcome {
   Route route;
   std::vector<uint32_t> crc32c;  // of each block's bytes as sent
+  // Set when a follow-up went behind the blocks: its reply, or why none came.
+  std::optional<absl::StatusOr<AmReply>> follow_up_reply;
 };
 
 struct GetOutcome {
@@ -114,8 +131,13 @@ class DataMover {
   // daemon restarted since it was dialed) the mover dials again first, and fails Unavailable
   // when the reservation's instance is gone too. On an error the reservation's bytes are
   // undefined (the caller aborts it), and no transfer still reads the caller's buffers.
+  // `follow_up_for`: where the blocks go by message and each is small enough to go eagerly
+  // (kFollowUpBlockBytes), the request it returns is posted right behind them and its reply
+  // waited for with their acknowledgements (PutOutcome::follow_up_reply).
   absl::StatusOr<PutOutcome> Put(uint64_t reservation_id, std::span<const BlockMove> blocks,
-                                 absl::Duration expires_in, uint64_t instance_id = 0);
+                                 absl::Duration expires_in, uint64_t instance_id = 0,
+                                 const FollowUpFor& follow_up_for = nullptr);
+  static constexpr uint64_t kFollowUpBlockBytes = 256 << 10;
 
   // Copies leased extents into the caller's buffers, checking each block's CRC32C when `verify`.
   // `expires_in`: how long the lease holds them. `instance_id`: the daemon instance that leased
@@ -131,10 +153,7 @@ class DataMover {
   // `timeout` counts from when the endpoint is free (a transfer may hold it). Errors:
   // FailedPrecondition, there is no working endpoint (nothing was sent); DeadlineExceeded, no
   // reply in time; Unavailable, the send failed.
-  struct Reply {
-    std::string header;
-    std::string data;
-  };
+  using Reply = AmReply;
   absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,
                                  uint16_t reply_am, absl::Duration timeout);
 
@@ -170,7 +189,8 @@ class DataMover {
                                                  std::span<const BlockMove> blocks, bool verify,
                                                  absl::Time deadline);
   absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
-                            absl::Time deadline);
+                            absl::Time deadline, FollowUp* follow_up = nullptr,
+                            std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);
   void FinishSends(std::vector<void*>* sending, bool abort);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                              absl::Time deadline, const std::function<void(size_t)>& on_landed);

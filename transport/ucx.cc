@@ -553,7 +553,7 @@ absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data)
 }
 
 absl::StatusOr<void*> Endpoint::AmSendAsync(uint16_t id, std::string header, const void* data,
-                                            size_t length, ucp_mem_h memh) {
+                                            size_t length, ucp_mem_h memh, bool eager) {
   if (failed_ || ep_ == nullptr)
     return absl::UnavailableError(absl::StrCat(
         "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
@@ -563,7 +563,7 @@ absl::StatusOr<void*> Endpoint::AmSendAsync(uint16_t id, std::string header, con
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = OnAsyncSent;
   p.user_data = send;
-  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  p.flags = UCP_AM_SEND_FLAG_REPLY | (eager ? UCP_AM_SEND_FLAG_EAGER : 0);
   if (memh) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;

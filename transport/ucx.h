@@ -253,9 +253,10 @@ class Endpoint {
   // Sends [data, data+length) as an active message asking for a reply endpoint, without copying
   // it (rendezvous when large: the receiver pulls it). Returns the request to poll with
   // Worker::RequestState and free with Worker::RequestFree, or nullptr when it completed at
-  // once; the bytes must stay untouched until then.
+  // once; the bytes must stay untouched until then. `eager`: never rendezvous, so the receiver
+  // has the whole message in its handler and handles it before any later message.
   absl::StatusOr<void*> AmSendAsync(uint16_t id, std::string header, const void* data,
-                                    size_t length, ucp_mem_h memh);
+                                    size_t length, ucp_mem_h memh, bool eager = false);
 
   // A local pointer to the peer's memory at `remote_address` when a shared-memory transport maps
   // it into this process (same node), else nullptr. Loads and stores through it replace RMA.

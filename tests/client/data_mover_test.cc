@@ -365,6 +365,60 @@ TEST(DataMoverTest, ExchangeMatchesTheReplyAndTimesOutOnASilentPeer) {
   EXPECT_EQ(reply->data, "pongagain");
 }
 
+// A publish by message with a follow-up (a Commit, in DaemonLink): the request goes right
+// behind the blocks, before their acknowledgements are back. The daemon here holds every
+// acknowledgement until the follow-up arrives, so a mover that waited for them first would
+// never send it and time out.
+TEST(DataMoverTest, AFollowUpGoesBehindThePublishedBlocksWithoutWaitingForTheirAcks) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
+  daemon.hold_publish_acks = true;
+  auto made = DataMover::Connect({}, [&daemon] {
+    ArenaEndpoint e = daemon.endpoint();
+    e.rma = false;  // as a daemon that hands out no key: blocks go by message
+    e.publish_by_message = true;
+    return absl::StatusOr<ArenaEndpoint>(e);
+  });
+  ASSERT_TRUE(made.ok()) << made.status();
+  DataMover& mover = **made;
+  ASSERT_EQ(mover.route(DataMover::Direction::kPut), Route::kPush);
+  Blocks blocks({1000, 64 << 10, 200 << 10}, 0, 30);
+  std::vector<uint32_t> crcs_seen;
+  auto put = mover.Put(/*reservation_id=*/5, blocks.puts, absl::Seconds(5), 0,
+                       [&](std::span<const uint32_t> crcs) {
+                         crcs_seen.assign(crcs.begin(), crcs.end());
+                         return std::optional<FollowUp>(FollowUp{
+                             am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
+                             std::string(8, '\0'), "commit"});
+                       });
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(put->follow_up_reply.has_value());
+  ASSERT_TRUE(put->follow_up_reply->ok()) << put->follow_up_reply->status();
+  EXPECT_EQ((*put->follow_up_reply)->data, "pongcommit");
+  // Every block was in the arena before the follow-up was read, and the CRCs it was built from
+  // are the blocks'.
+  EXPECT_EQ(daemon.published_before_lookup.load(), 3);
+  ASSERT_EQ(crcs_seen.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(crcs_seen[i], blocks.puts[i].crc32c);
+  EXPECT_EQ(put->crc32c, crcs_seen);
+  daemon.SettleArena();
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(0, std::memcmp(daemon.arena() + blocks.puts[i].arena_offset, blocks.data[i].data(),
+                             blocks.data[i].size()));
+
+  // A block over the eager size takes the usual route: no follow-up, acks awaited first.
+  daemon.hold_publish_acks = false;
+  Blocks large({(256 << 10) + 1}, 1 << 20, 40);
+  bool asked = false;
+  auto plain =
+      mover.Put(6, large.puts, absl::Milliseconds(300), 0, [&](std::span<const uint32_t>) {
+        asked = true;
+        return std::optional<FollowUp>();
+      });
+  EXPECT_FALSE(asked);
+  // (The fake daemon takes eager blocks only, so this one is never acknowledged.)
+  EXPECT_FALSE(plain.ok());
+}
+
 TEST(DataMoverTest, FailedDialFailsConnect) {
   auto made = DataMover::Connect({}, [] {
     return absl::StatusOr<ArenaEndpoint>(absl::UnavailableError("stratad is not there"));

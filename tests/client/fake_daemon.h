@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -62,6 +63,10 @@ class FakeDaemon {
                     ->SetAmHandler(am_wire::kLookupRequestAm,
                                    [this](const transport::AmMessage& m) { HandleLookup(m); })
                     .ok());
+    EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kPublishBlockAm,
+                                   [this](const transport::AmMessage& m) { HandlePublish(m); })
+                    .ok());
     if (progress) progress_ = std::make_unique<transport::ProgressThread>(worker_.get());
   }
 
@@ -95,6 +100,12 @@ class FakeDaemon {
   std::atomic<int> lookups{0};
   std::atomic<uint64_t> last_lease{0};
   std::atomic<int> pushed{0};
+  // Published blocks (eager ones only) written into the arena; with hold_publish_acks their
+  // acknowledgements wait for the next lookup request, which also records how many had been
+  // written when it came.
+  std::atomic<int> published{0};
+  std::atomic<bool> hold_publish_acks{false};
+  std::atomic<int> published_before_lookup{-1};
 
  private:
   std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
@@ -131,8 +142,25 @@ class FakeDaemon {
     }
   }
 
+  void HandlePublish(const transport::AmMessage& m) {
+    const auto h = am_wire::DecodePublishBlockHeader(m.header);
+    if (m.reply_ep == nullptr || !h || m.rendezvous || h->offset + m.data.size() > arena_->size())
+      return;
+    std::memcpy(arena_->data() + h->offset, m.data.data(), m.data.size());
+    ++published;
+    std::string ack = am_wire::EncodePublishAck({h->request_id, h->index, 0});
+    if (hold_publish_acks.load())
+      held_acks_.emplace_back(m.reply_ep, std::move(ack));
+    else
+      worker_->AmReply(m.reply_ep, am_wire::kPublishAckAm, std::move(ack), "");
+  }
+
   void HandleLookup(const transport::AmMessage& m) {
     ++lookups;
+    published_before_lookup = published.load();
+    for (auto& [ep, ack] : held_acks_)
+      worker_->AmReply(ep, am_wire::kPublishAckAm, std::move(ack), "");
+    held_acks_.clear();
     if (m.reply_ep == nullptr || m.header.size() < 8) return;
     switch (on_lookup.load()) {
       case OnLookup::kIgnore: return;
@@ -157,6 +185,7 @@ class FakeDaemon {
   std::vector<uint8_t> heap_;
   std::unique_ptr<transport::MemoryRegion> arena_;
   std::unique_ptr<transport::ProgressThread> progress_;
+  std::vector<std::pair<ucp_ep_h, std::string>> held_acks_;  // progress thread only
 };
 
 }  // namespace strata::client
