@@ -110,6 +110,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   if (resp.active_messages_off()) fast_path_enabled_ = false;
   acquire_by_message_ = options_.control_by_message && resp.acquire_by_message();
   control_by_message_ = options_.control_by_message && resp.control_by_message();
+  acquire_and_push_ = acquire_by_message_.load() && resp.acquire_and_push();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();
@@ -384,7 +385,11 @@ absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<c
     STRATA_RETURN_IF_ERROR(NsRpc(
         "Acquire", ns, [&](grpc::ClientContext* c) { return stub_->Acquire(c, req, &resp); }));
   }
-  const int n = static_cast<int>(ids.size());
+  return LeaseFrom(resp, ids.size());
+}
+
+absl::StatusOr<Lease> ControlChannel::LeaseFrom(const v1::AcquireResponse& resp, size_t ids) {
+  const int n = static_cast<int>(ids);
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
       resp.crc32c_size() != n) {
     if (resp.lease_id() != 0) ReleaseAsync(resp.lease_id());
@@ -399,6 +404,26 @@ absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<c
   lease.crc32c.assign(resp.crc32c().begin(), resp.crc32c().end());
   lease.instance_id = resp.instance_id();
   return lease;
+}
+
+std::optional<FollowUp> ControlChannel::AcquirePushRequest(const NamespaceId& ns,
+                                                           std::span<const BlockId> ids) const {
+  if (fast_path_ == nullptr || !fast_path_enabled_.load() || !acquire_and_push_.load() ||
+      ids.empty() || ids.size() > am_wire::kMaxIds)
+    return std::nullopt;
+  return FollowUp{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm, AmRequestHeader(&ns),
+                  PackIds(ids)};
+}
+
+std::optional<Lease> ControlChannel::LeaseFromPushReply(const AmReply& reply, size_t ids) {
+  am_wire::ReplyHeader h;
+  v1::AcquireResponse resp;
+  if (!am_wire::DecodeReplyHeader(reply.header, &h) || h.code != 0 || !h.complete ||
+      !resp.ParseFromString(reply.data))
+    return std::nullopt;
+  auto lease = LeaseFrom(resp, ids);
+  if (!lease.ok()) return std::nullopt;
+  return std::move(*lease);
 }
 
 void ControlChannel::ReleaseAsync(uint64_t lease_id) {

@@ -129,6 +129,13 @@ class ControlChannel {
   void Abort(uint64_t reservation_id);
 
   absl::StatusOr<Lease> Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
+  // An Acquire whose blocks the daemon pushes right behind its answer (DataMover::AcquireAndGet),
+  // or nullopt where the daemon does not offer it.
+  std::optional<FollowUp> AcquirePushRequest(const NamespaceId& ns,
+                                             std::span<const BlockId> ids) const;
+  // The lease in the daemon's answer to AcquirePushRequest; nullopt when it granted none (it
+  // then pushes nothing, and the caller acquires the usual way).
+  std::optional<Lease> LeaseFromPushReply(const AmReply& reply, size_t ids);
   // Fire and forget: the lease also expires on the daemon, so a lost Release only delays
   // reclaiming the space.
   void ReleaseAsync(uint64_t lease_id);
@@ -138,6 +145,7 @@ class ControlChannel {
                                                                std::span<const BlockId> ids);
 
  private:
+  absl::StatusOr<Lease> LeaseFrom(const v1::AcquireResponse& resp, size_t ids);
   struct LookupStream;
 
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
@@ -191,6 +199,7 @@ class ControlChannel {
   DataMover* fast_path_ = nullptr;
   std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
   std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
+  std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

@@ -128,17 +128,59 @@ absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<c
   r.status.assign(ids.size(), BlockStatus::kNotFound);
   r.sizes.assign(ids.size(), 0);
   if (ids.empty()) return r;
-  STRATA_ASSIGN_OR_RETURN(Lease lease, control_->Acquire(ns, ids));
-  if (into.blobs) into.blobs->assign(ids.size(), {});
-  Plan plan = PlanLanding(lease, into, &r);
   // A blob carries its own CRC32C, checked by the decoder; blocks kept as stored are checked
   // against the CRC recorded at commit.
   const bool verify = options_.verify_crc && !(into.decode && !into.blobs);
+  if (auto fetched = FetchInOneRequest(ns, ids, into, verify, &r)) return std::move(*fetched);
+  STRATA_ASSIGN_OR_RETURN(Lease lease, control_->Acquire(ns, ids));
+  if (into.blobs) into.blobs->assign(ids.size(), {});
+  Plan plan = PlanLanding(lease, into, &r);
   auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in, lease.instance_id);
   control_->ReleaseAsync(lease.id);
   if (!moved.ok()) return moved.status();
   Finish(into, plan, std::move(moved->intact), &r);
   return r;
+}
+
+std::optional<absl::StatusOr<FetchResult>> DaemonLink::FetchInOneRequest(
+    const NamespaceId& ns, std::span<const BlockId> ids, const FetchLanding& into, bool verify,
+    FetchResult* r) {
+  if (mover_->route(DataMover::Direction::kGet) != Route::kPush) return std::nullopt;
+  std::optional<FollowUp> request = control_->AcquirePushRequest(ns, ids);
+  if (!request) return std::nullopt;
+  std::optional<Lease> lease;
+  Plan plan;
+  // Runs when the answer comes, before the first block does.
+  auto landing = [&](const AmReply& reply) -> std::optional<DataMover::PushLanding> {
+    lease = control_->LeaseFromPushReply(reply, ids.size());
+    if (!lease) return std::nullopt;
+    if (into.blobs) into.blobs->assign(ids.size(), {});
+    plan = PlanLanding(*lease, into, r);
+    // Every leased block comes; one this fetch cannot take (its buffer is too small) is dropped.
+    DataMover::PushLanding out{std::vector<BlockMove>(ids.size()), lease->expires_in};
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (lease->status[i] == BlockStatus::kOk)
+        out.moves[i] = {nullptr, lease->sizes[i], lease->offsets[i], 0};
+    for (size_t k = 0; k < plan.moving.size(); ++k) out.moves[plan.moving[k]] = plan.moves[k];
+    return out;
+  };
+  // As short as an acquire by message's wait: a daemon slow to answer is asked through gRPC.
+  auto got = mover_->AcquireAndGet(std::move(*request), landing, verify,
+                                   std::min(options_.rpc_timeout, absl::Milliseconds(250)));
+  if (lease && lease->id != 0) control_->ReleaseAsync(lease->id);
+  if (!got.ok() && !lease) {
+    const absl::StatusCode code = got.status().code();
+    if (code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kDeadlineExceeded)
+      return std::nullopt;
+  }
+  if (!got.ok())
+    return absl::StatusOr<FetchResult>(absl::Status(
+        got.status().code(), absl::StrCat("fetch transfer failed: ", got.status().message())));
+  if (!got->pushed) return std::nullopt;
+  std::vector<uint8_t> intact(plan.moving.size());
+  for (size_t k = 0; k < plan.moving.size(); ++k) intact[k] = got->intact[plan.moving[k]];
+  Finish(into, plan, std::move(intact), r);
+  return absl::StatusOr<FetchResult>(std::move(*r));
 }
 
 void DaemonLink::Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,

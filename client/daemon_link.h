@@ -65,6 +65,13 @@ class DaemonLink {
 
   explicit DaemonLink(const ClientOptions& options) : options_(options) {}
   Plan PlanLanding(const Lease& lease, const FetchLanding& into, FetchResult* r);
+  // A fetch whose blocks the daemon pushes right behind the lease it grants: one round trip
+  // plus the bytes. nullopt: the route or the daemon does not offer it, or the daemon granted
+  // no lease that way; the caller fetches in two steps (nothing moved).
+  std::optional<absl::StatusOr<FetchResult>> FetchInOneRequest(const NamespaceId& ns,
+                                                               std::span<const BlockId> ids,
+                                                               const FetchLanding& into,
+                                                               bool verify, FetchResult* r);
   void Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
               FetchResult* r);
 

@@ -69,6 +69,8 @@ std::string_view RouteName(Route route) {
 // A fetch by push in progress; see common/am_wire.h.
 struct DataMover::PushWait {
   uint64_t request_id = 0;
+  bool planned = true;  // false until the answer of an acquire-and-push says what comes
+  size_t expected = 0;  // blocks that will come
   std::span<const BlockMove> blocks;
   std::vector<ucp_mem_h> memh;
   std::vector<uint8_t> arrived;  // per block: a daemon that sends one twice is refused
@@ -91,6 +93,50 @@ struct DataMover::ExchangeWait {
   uint16_t reply_am = 0;
   bool done = false;
   Reply reply;
+  std::function<void(const Reply&)> on_reply;  // runs in the handler, once the reply is in
+};
+
+// CRC checks of pushed blocks on the helper thread, each as soon as its block has landed while
+// later ones still arrive; every check has ended once Finish returns or this is destroyed.
+class DataMover::LandingChecks {
+ public:
+  LandingChecks(HelperThread& helper, bool verify) : helper_(helper), verify_(verify) {}
+  ~LandingChecks() { Wait(); }
+  // Before any block lands.
+  void Expect(std::span<const BlockMove> blocks) {
+    blocks_ = blocks;
+    good_.assign(blocks.size(), verify_ ? 0 : 1);
+  }
+  void Landed(size_t k) {
+    if (!verify_) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pending_;
+    }
+    helper_.Post([this, k] {
+      const uint8_t ok = Crc32c(blocks_[k].local, blocks_[k].length) == blocks_[k].crc32c;
+      std::lock_guard<std::mutex> lock(mu_);
+      good_[k] = ok;
+      if (--pending_ == 0) cv_.notify_all();
+    });
+  }
+  std::vector<uint8_t> Finish() {
+    Wait();
+    return std::move(good_);
+  }
+
+ private:
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+  HelperThread& helper_;
+  const bool verify_;
+  std::span<const BlockMove> blocks_;
+  std::vector<uint8_t> good_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t pending_ = 0;
 };
 
 DataMover::DataMover(DataMoverOptions options, Dialer dial)
@@ -524,34 +570,14 @@ absl::StatusOr<std::vector<uint8_t>> DataMover::GetByRma(std::span<const BlockMo
   return std::move(pipe->ok);
 }
 
-// Each block's CRC is checked on the helper thread as soon as it lands, while later blocks are
-// still arriving.
 absl::StatusOr<std::vector<uint8_t>> DataMover::GetByPush(uint64_t lease_id,
                                                           std::span<const BlockMove> blocks,
                                                           bool verify, absl::Time deadline) {
-  std::vector<uint8_t> good(blocks.size(), verify ? 0 : 1);
-  std::mutex checks_mu;
-  std::condition_variable checks_cv;
-  size_t checks_pending = 0;
-  const std::function<void(size_t)> on_landed = [&](size_t k) {
-    if (!verify) return;
-    {
-      std::lock_guard<std::mutex> lock(checks_mu);
-      ++checks_pending;
-    }
-    helper_.Post([&, k] {
-      uint8_t ok = Crc32c(blocks[k].local, blocks[k].length) == blocks[k].crc32c;
-      std::lock_guard<std::mutex> lock(checks_mu);
-      good[k] = ok;
-      if (--checks_pending == 0) checks_cv.notify_all();
-    });
-  };
+  LandingChecks checks(helper_, verify);
+  checks.Expect(blocks);
+  const std::function<void(size_t)> on_landed = [&checks](size_t k) { checks.Landed(k); };
   absl::Status moved = ReceivePushed(lease_id, blocks, deadline, on_landed);
-  {
-    // The checks read the caller's buffers: they finish before this call returns.
-    std::unique_lock<std::mutex> lock(checks_mu);
-    checks_cv.wait(lock, [&] { return checks_pending == 0; });
-  }
+  std::vector<uint8_t> good = checks.Finish();  // the checks read the caller's buffers
   STRATA_RETURN_IF_ERROR(moved);
   return good;
 }
@@ -567,6 +593,7 @@ absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMo
   PushWait w;
   w.request_id = next_request_id_++;
   w.blocks = blocks;
+  w.expected = blocks.size();
   w.on_landed = &on_landed;
   w.arrived.assign(blocks.size(), 0);
   std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
@@ -580,26 +607,85 @@ absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMo
     w.memh.push_back(FindMemh(blocks[i].local, blocks[i].length));
   }
   push_wait_ = &w;
-  absl::Status s = ep_->AmPost(am_wire::kFetchRequestAm, std::move(header), std::move(data));
+  return AwaitPushed(w, ep_->AmPost(am_wire::kFetchRequestAm, std::move(header), std::move(data)),
+                     deadline, nullptr);
+}
+
+absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::Time& deadline,
+                                    const ExchangeWait* reply) {
   std::vector<std::pair<size_t, void*>> receiving;
+  auto waiting = [&] { return (reply != nullptr && !reply->done) || w.done < w.expected; };
   unsigned spins = 0;
-  while (s.ok() && w.error.ok() && w.done < blocks.size()) {
+  while (sent.ok() && w.error.ok() && waiting()) {
     worker_->Progress();
     StartKeptReceives(w, &receiving);
     ReapReceives(w, &receiving);
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
-      w.error = absl::DeadlineExceededError("pushed blocks did not all arrive in time");
+      w.error = reply != nullptr && !reply->done
+                    ? absl::DeadlineExceededError("no answer to the acquire-and-push in time")
+                    : absl::DeadlineExceededError("pushed blocks did not all arrive in time");
       break;
     }
   }
-  if (!s.ok()) w.error = s;
-  if (!w.error.ok() && (!receiving.empty() || w.done < blocks.size())) {
+  if (!sent.ok()) w.error = sent;
+  if (!w.error.ok() && (!receiving.empty() || waiting())) {
     ep_->Abort();  // stops every transfer still aimed at the caller's buffers
     CancelReceives(receiving);
   }
   for (auto [index, desc] : w.kept) worker_->AmDiscard(desc);
   push_wait_ = nullptr;
   return w.error;
+}
+
+absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request,
+                                                                const PushPlan& plan, bool verify,
+                                                                absl::Duration reply_timeout) {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
+  if (request.header.size() < 8)
+    return absl::InvalidArgumentError("a request header starts with its id");
+  LandingChecks checks(helper_, verify);
+  const std::function<void(size_t)> on_landed = [&checks](size_t k) { checks.Landed(k); };
+  AcquiredGet out;
+  std::vector<BlockMove> moves;
+  absl::Time deadline = absl::Now() + reply_timeout;
+  PushWait w;
+  ExchangeWait reply;
+  w.request_id = reply.request_id = next_request_id_++;
+  w.planned = false;
+  w.on_landed = &on_landed;
+  reply.reply_am = request.reply_am;
+  // Runs in the reply's handler, before any pushed block's handler (the daemon sends the answer
+  // first, on the same endpoint).
+  reply.on_reply = [&](const Reply& r) {
+    std::optional<PushLanding> landing = plan(r);
+    if (!landing) return;  // no lease: nothing comes
+    moves = std::move(landing->moves);
+    if (absl::Status in_arena = CheckExtents(moves); !in_arena.ok()) {
+      w.error = in_arena;
+      return;
+    }
+    deadline = DeadlineWithin(landing->expires_in);
+    out.pushed = true;
+    w.blocks = moves;
+    w.arrived.assign(moves.size(), 0);
+    for (const BlockMove& b : moves) {
+      w.memh.push_back(b.local ? FindMemh(b.local, b.length) : nullptr);
+      if (b.local != nullptr || b.length != 0) ++w.expected;
+    }
+    checks.Expect(moves);
+    w.planned = true;
+  };
+  am_wire::PutU64(request.header.data(), reply.request_id);
+  exchange_wait_ = &reply;
+  push_wait_ = &w;
+  absl::Status s =
+      ep_->AmPost(request.request_am, std::move(request.header), std::move(request.data));
+  s = AwaitPushed(w, std::move(s), deadline, &reply);
+  exchange_wait_ = nullptr;
+  out.intact = checks.Finish();  // the checks read the caller's buffers
+  STRATA_RETURN_IF_ERROR(s);
+  return out;
 }
 
 void DataMover::StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving) {
@@ -652,6 +738,12 @@ void DataMover::CancelReceives(const std::vector<std::pair<size_t, void*>>& rece
 bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   if (!push_wait_) return false;  // a late block of a fetch that gave up: dropped
   PushWait& w = *push_wait_;
+  if (!w.planned) {
+    const auto h = am_wire::DecodeFetchBlockHeader(m.header);
+    if (h && h->request_id == w.request_id)
+      w.error = absl::InternalError("stratad pushed a block before answering the acquire");
+    return false;
+  }
   const PushedBlock got = ReadPushedBlock(
       m.header, m.data, m.length, m.rendezvous, w.request_id, w.blocks.size(),
       [&w](size_t i) { return w.blocks[i].length; }, w.arrived);
@@ -662,6 +754,10 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   }
   const uint32_t index = got.index;
   w.arrived[index] = 1;
+  if (w.blocks[index].local == nullptr) {  // leased, but not wanted here: dropped
+    ++w.done;
+    return false;
+  }
   if (m.rendezvous) {
     w.kept.emplace_back(index, m.desc);
     return true;
@@ -711,11 +807,12 @@ absl::Status DataMover::Post(uint16_t am, std::string header, std::string data) 
 
 void DataMover::OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m) {
   if (!exchange_wait_ || exchange_wait_->reply_am != reply_am || m.header.size() < 8 ||
-      am_wire::GetU64(m.header.data()) != exchange_wait_->request_id)
-    return;  // a late reply to an exchange that already gave up
+      am_wire::GetU64(m.header.data()) != exchange_wait_->request_id || exchange_wait_->done)
+    return;  // a late reply to an exchange that already gave up, or a second one
   exchange_wait_->reply.header.assign(m.header);
   exchange_wait_->reply.data.assign(m.data);
   exchange_wait_->done = true;
+  if (exchange_wait_->on_reply) exchange_wait_->on_reply(exchange_wait_->reply);
 }
 
 void DataMover::StartPrefault() {

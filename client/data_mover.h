@@ -157,6 +157,27 @@ class DataMover {
   absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,
                                  uint16_t reply_am, absl::Duration timeout);
 
+  // Acquire and push in one request (ControlChannel::AcquirePushRequest): sends `request`, and
+  // `plan` reads the daemon's answer (on this thread, within the worker's progress) and says
+  // where each pushed block lands, by the position of its id: length 0 and local null, not
+  // leased (nothing comes); local null, coming but not wanted (discarded). nullopt from `plan`:
+  // no lease, nothing comes. Then the blocks are received as by a push fetch, each checked
+  // against its CRC32C when `verify`. `reply_timeout` bounds the wait for the answer, the
+  // lease's expiry (as in Get) the wait for the blocks. Errors as for Get, with no byte landing
+  // after this returns; FailedPrecondition: no working endpoint (nothing was sent);
+  // DeadlineExceeded before any answer: the caller may acquire the usual way.
+  struct PushLanding {
+    std::vector<BlockMove> moves;
+    absl::Duration expires_in;
+  };
+  using PushPlan = std::function<std::optional<PushLanding>(const AmReply&)>;
+  struct AcquiredGet {
+    bool pushed = false;          // false: `plan` found no lease; nothing moved
+    std::vector<uint8_t> intact;  // per entry of the plan (1 where nothing was checked)
+  };
+  absl::StatusOr<AcquiredGet> AcquireAndGet(FollowUp request, const PushPlan& plan, bool verify,
+                                            absl::Duration reply_timeout);
+
   // A one-way active message on the endpoint (no reply is awaited). FailedPrecondition when
   // there is no working endpoint.
   absl::Status Post(uint16_t am, std::string header, std::string data);
@@ -168,6 +189,7 @@ class DataMover {
   struct PushWait;
   struct PublishWait;
   struct ExchangeWait;
+  class LandingChecks;
 
   DataMover(DataMoverOptions options, Dialer dial);
   Route ChooseRoute(Direction direction, bool mapped) const;
@@ -194,6 +216,12 @@ class DataMover {
   void FinishSends(std::vector<void*>* sending, bool abort);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                              absl::Time deadline, const std::function<void(size_t)>& on_landed);
+  // The receiving end of a push (ucx_mu_ held, `w` installed as push_wait_, its request sent
+  // with status `sent`): progresses until every expected block landed and, when `reply` is not
+  // null, its answer came, or until `deadline` (read as it goes: an answer may move it); clears
+  // push_wait_.
+  absl::Status AwaitPushed(PushWait& w, absl::Status sent, const absl::Time& deadline,
+                           const ExchangeWait* reply);
   void StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
   void ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
   void CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving);

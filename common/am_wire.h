@@ -75,6 +75,12 @@ inline constexpr uint16_t kReserveRequestAm = 12;
 inline constexpr uint16_t kReserveReplyAm = 13;
 inline constexpr uint16_t kCommitRequestAm = 14;
 inline constexpr uint16_t kCommitReplyAm = 15;
+// Acquire and push in one request (ConnectResponse.acquire_and_push): the request and the reply
+// are an acquire's (kAcquireReplyAm). After a complete, successful reply the daemon pushes every
+// block the lease holds (status 0) as kFetchBlockAm: header request id = this request's, index
+// = the block's position among the request's ids. A fetch then takes one round trip plus the
+// bytes; the client releases the lease as after a push fetch.
+inline constexpr uint16_t kAcquirePushRequestAm = 16;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16

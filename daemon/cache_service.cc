@@ -131,6 +131,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_active_messages_off(!fast_paths);
     resp->set_acquire_by_message(fast_paths);
     resp->set_control_by_message(fast_paths);
+    resp->set_acquire_and_push(fast_paths);
     resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
@@ -387,6 +388,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
     c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
+    c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
@@ -562,8 +564,34 @@ void CacheService::HandleAmLookup(const transport::AmMessage& m, transport::Work
 }
 
 void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker) {
-  ServeAmScoped(m, worker, {am_wire::kAcquireRequestAm, am_wire::kAcquireReplyAm,
-                            RpcMetrics::kAcquire, "acquire"},
+  ServeAmAcquire(m, worker, am_wire::kAcquireRequestAm, nullptr);
+}
+
+void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker) {
+  uint64_t request_id = 0;
+  v1::AcquireResponse resp;
+  if (m.reply_ep == nullptr || !ServeAmAcquire(m, worker, am_wire::kAcquirePushRequestAm, &resp))
+    return;
+  request_id = am_wire::GetU64(m.header.data());
+  std::vector<ArenaExtent> extents;
+  std::vector<uint32_t> indices;
+  for (int i = 0; i < resp.status_size(); ++i) {
+    if (resp.status(i) != v1::BLOCK_OK) continue;
+    extents.push_back({resp.offsets(i), resp.sizes(i)});
+    indices.push_back(static_cast<uint32_t>(i));
+  }
+  // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
+  // for the blocks ends at its deadline and the lease at its timeout.
+  if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices))
+    acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Answers an acquire request (`request_am`'s); true when the reply was a complete lease, then
+// in `*granted` when not null.
+bool CacheService::ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
+                                  uint16_t request_am, v1::AcquireResponse* granted) {
+  bool leased = false;
+  ServeAmScoped(m, worker, {request_am, am_wire::kAcquireReplyAm, RpcMetrics::kAcquire, "acquire"},
                 [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
                     const Caller& caller, am_wire::ReplyHeader* h, std::string* data) {
                   // Only what needs no disk read is answered here; the rest goes to the gRPC
@@ -574,12 +602,20 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
                                 std::all_of(resident.begin(), resident.end(),
                                             [&](const BlockInfo& b) { return b.ns == ns; });
                   h->prefix = static_cast<uint32_t>(ids.size());
+                  // A push is bounded as a push fetch is (am_wire::DecodeFetchExtents): one
+                  // request never sends more than the arena holds, whatever ids repeat.
+                  uint64_t total = 0;
+                  for (const BlockInfo& b : resident) total += b.size;
+                  if (granted != nullptr && total > store_->arena_bytes()) h->complete = false;
                   if (!h->complete) return;
                   v1::AcquireResponse resp;
                   AcquireInto(ns, ids, caller, &resp);
                   *data = resp.SerializeAsString();
                   acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
+                  leased = resp.lease_id() != 0;
+                  if (granted != nullptr) *granted = std::move(resp);
                 });
+  return leased;
 }
 
 void CacheService::HandleAmRelease(const transport::AmMessage& m) {
@@ -626,32 +662,48 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
   if (!wire_extents.ok())
     return refuse(wire_extents.status().code(), std::string(wire_extents.status().message()));
   std::vector<ArenaExtent> extents;
+  std::vector<uint32_t> indices;
   extents.reserve(count);
-  for (const w::FetchExtent& e : *wire_extents) extents.push_back({e.offset, e.size});
+  for (const w::FetchExtent& e : *wire_extents) {
+    indices.push_back(static_cast<uint32_t>(extents.size()));
+    extents.push_back({e.offset, e.size});
+  }
+  if (!PushExtents(worker, m.reply_ep, request_id, lease_id, extents, indices))
+    return refuse(absl::StatusCode::kFailedPrecondition,
+                  "an extent is not held by that lease (expired or released?)");
+}
+
+bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
+                               uint64_t lease_id, std::span<const ArenaExtent> extents,
+                               std::span<const uint32_t> indices) {
   // One read hold per send: the extents stay this lease's until UCX no longer reads them, even
   // when the lease ends first (a client that stops receiving cannot make the daemon send bytes
   // of whatever block or tenant the extent would go to next).
-  for (uint32_t i = 0; i < count; ++i) {
-    if (!store_->BeginLeaseRead(lease_id, {&extents[i], 1})) {
-      for (uint32_t k = 0; k < i; ++k) store_->EndLeaseRead(lease_id);
-      return refuse(absl::StatusCode::kFailedPrecondition,
-                    "an extent is not held by that lease (expired or released?)");
+  for (size_t i = 0; i < extents.size(); ++i) {
+    if (!store_->BeginLeaseRead(lease_id, extents.subspan(i, 1))) {
+      for (size_t k = 0; k < i; ++k) store_->EndLeaseRead(lease_id);
+      return false;
     }
   }
+  uint8_t* const arena = store_->arena_base();
   BlockStore* store = store_;
-  for (uint32_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < extents.size(); ++i) {
     // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
     constexpr uint64_t kEagerBytes = 256 << 10;
     const bool eager = extents[i].size <= kEagerBytes;
     // Where clients get no key, a rendezvous does not name the arena's registration: its
-    // request would carry the arena's remote key, which opens the whole arena to the receiver. UCX then
-    // registers just the block. An eager send carries bytes, never a key.
+    // request would carry the arena's remote key, which opens the whole arena to the receiver.
+    // UCX then registers just the block. An eager send carries bytes, never a key.
     ucp_mem_h memh = !data_plane_.clients_map_arena && !eager ? nullptr : data_plane_.arena_memh;
-    worker->AmSendZeroCopy(m.reply_ep, w::kFetchBlockAm, block_header(i, absl::StatusCode::kOk),
-                           arena + extents[i].offset, extents[i].size, memh, eager,
-                           [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
+    worker->AmSendZeroCopy(
+        reply_ep, am_wire::kFetchBlockAm,
+        am_wire::EncodeFetchBlockHeader(
+            {request_id, indices[i], static_cast<uint32_t>(absl::StatusCode::kOk)}),
+        arena + extents[i].offset, extents[i].size, memh, eager,
+        [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
   }
-  pushed_blocks_.fetch_add(count, std::memory_order_relaxed);
+  pushed_blocks_.fetch_add(extents.size(), std::memory_order_relaxed);
+  return true;
 }
 
 bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {

@@ -109,9 +109,19 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // Sends the arena's `extents` to `reply_ep` as blocks of push request `request_id`, block k
+  // with index indices[k], each under a read hold of `lease_id`; false (nothing sent) when an
+  // extent is not that lease's.
+  bool PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
+                   uint64_t lease_id, std::span<const ArenaExtent> extents,
+                   std::span<const uint32_t> indices);
   // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
   // in host memory; else the reply sends the client to the gRPC Acquire.
   void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
+  // The same Acquire (am_wire::kAcquirePushRequestAm), then a push of every leased block.
+  void HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker);
+  bool ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
+                      uint16_t request_am, v1::AcquireResponse* granted);
   // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
   // caller's own lease only.
   void HandleAmRelease(const transport::AmMessage& m);
@@ -236,7 +246,8 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
-  std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire
+  std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
+  std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   // Reservations of namespaces that replicate: what to copy once they commit.
   struct PendingReplication {

@@ -399,6 +399,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (s) s->HandleAmAcquire(m, worker.get());
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kAcquirePushRequestAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) s->HandleAmAcquirePush(m, worker.get());
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kReserveRequestAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmReserve(m, worker.get());

@@ -419,6 +419,58 @@ TEST(DataMoverTest, AFollowUpGoesBehindThePublishedBlocksWithoutWaitingForTheirA
   EXPECT_FALSE(plain.ok());
 }
 
+// Acquire and push in one request: the plan made from the answer says where each pushed block
+// lands (or that it is dropped); CRCs are checked as for a push fetch.
+TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kPush);
+  // Ids 0, 1 and 3 held (an eager block, one the plan drops, a rendezvous one); id 2 not.
+  Blocks blocks({1000, 64 << 10, 300 << 10}, 0, 50);
+  blocks.CopyInto(daemon.arena());
+  daemon.arena()[blocks.puts[2].arena_offset + 9] ^= 1;  // the rendezvous one is damaged
+  daemon.SettleArena();
+  auto leased = [&](size_t k) {
+    return FakeDaemon::Leased{blocks.puts[k].arena_offset, blocks.puts[k].length,
+                              blocks.puts[k].crc32c};
+  };
+  daemon.leased = {leased(0), leased(1), {}, leased(2)};
+  std::vector<uint8_t> out0(1000), out3(300 << 10);
+  auto plan = [&](const AmReply& reply) -> std::optional<DataMover::PushLanding> {
+    am_wire::ReplyHeader h;
+    v1::AcquireResponse resp;
+    if (!am_wire::DecodeReplyHeader(reply.header, &h) || !h.complete ||
+        !resp.ParseFromString(reply.data))
+      return std::nullopt;
+    EXPECT_EQ(resp.lease_id(), 99u);
+    DataMover::PushLanding l{std::vector<BlockMove>(4), absl::Seconds(30)};
+    l.moves[0] = {out0.data(), 1000, resp.offsets(0), resp.crc32c(0)};
+    l.moves[1] = {nullptr, resp.sizes(1), resp.offsets(1), 0};  // comes, dropped
+    l.moves[3] = {out3.data(), out3.size(), resp.offsets(3), resp.crc32c(3)};
+    return l;
+  };
+  FollowUp request{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm,
+                   std::string(am_wire::kRequestHeaderBytes, '\0'), std::string(4 * 32, '\0')};
+  auto got = d.mover->AcquireAndGet(request, plan, /*verify=*/true, absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->pushed);
+  EXPECT_EQ(daemon.pushed.load(), 3);
+  ASSERT_EQ(got->intact.size(), 4u);
+  EXPECT_EQ(got->intact[0], 1);
+  EXPECT_EQ(got->intact[3], 0);  // the damaged one
+  EXPECT_EQ(out0, blocks.data[0]);
+
+  // No lease in the answer: nothing comes, nothing is waited for.
+  daemon.grant_lease = false;
+  got = d.mover->AcquireAndGet(request, plan, true, absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->pushed);
+  EXPECT_EQ(daemon.pushed.load(), 3);
+}
+
 TEST(DataMoverTest, FailedDialFailsConnect) {
   auto made = DataMover::Connect({}, [] {
     return absl::StatusOr<ArenaEndpoint>(absl::UnavailableError("stratad is not there"));

@@ -64,6 +64,10 @@ class FakeDaemon {
                                    [this](const transport::AmMessage& m) { HandleLookup(m); })
                     .ok());
     EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kAcquirePushRequestAm,
+                                   [this](const transport::AmMessage& m) { HandleAcquirePush(m); })
+                    .ok());
+    EXPECT_TRUE(worker_
                     ->SetAmHandler(am_wire::kPublishBlockAm,
                                    [this](const transport::AmMessage& m) { HandlePublish(m); })
                     .ok());
@@ -106,6 +110,15 @@ class FakeDaemon {
   std::atomic<int> published{0};
   std::atomic<bool> hold_publish_acks{false};
   std::atomic<int> published_before_lookup{-1};
+  // An acquire-and-push is answered with lease 99 over `leased` (by id position: arena offset,
+  // size and CRC; size 0, not held), whose blocks are then pushed; with grant_lease false the
+  // answer is incomplete and nothing is pushed. Set before the request.
+  struct Leased {
+    uint64_t offset = 0, size = 0;
+    uint32_t crc = 0;
+  };
+  std::vector<Leased> leased;
+  std::atomic<bool> grant_lease{true};
 
  private:
   std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
@@ -138,6 +151,35 @@ class FakeDaemon {
                               BlockHeader(request_id, i, absl::StatusCode::kOk),
                               arena_->data() + offset, size, arena_->handle(),
                               /*eager=*/size <= (256 << 10));
+      ++pushed;
+    }
+  }
+
+  void HandleAcquirePush(const transport::AmMessage& m) {
+    if (m.reply_ep == nullptr || m.header.size() < 8) return;
+    const uint64_t request_id = am_wire::GetU64(m.header.data());
+    v1::AcquireResponse resp;
+    resp.set_lease_id(99);
+    resp.set_expires_in_ms(30000);
+    for (const Leased& l : leased) {
+      resp.add_status(l.size > 0 ? v1::BLOCK_OK : v1::BLOCK_NOT_FOUND);
+      resp.add_offsets(l.offset);
+      resp.add_sizes(l.size);
+      resp.add_crc32c(l.crc);
+    }
+    am_wire::ReplyHeader h;
+    h.request_id = request_id;
+    h.prefix = static_cast<uint32_t>(leased.size());
+    h.complete = grant_lease.load();
+    worker_->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(h),
+                     h.complete ? resp.SerializeAsString() : "");
+    if (!h.complete) return;
+    for (uint32_t i = 0; i < leased.size(); ++i) {
+      if (leased[i].size == 0) continue;
+      worker_->AmSendZeroCopy(m.reply_ep, am_wire::kFetchBlockAm,
+                              BlockHeader(request_id, i, absl::StatusCode::kOk),
+                              arena_->data() + leased[i].offset, leased[i].size, arena_->handle(),
+                              /*eager=*/leased[i].size <= (256 << 10));
       ++pushed;
     }
   }

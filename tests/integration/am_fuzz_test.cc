@@ -213,7 +213,21 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kCommitRequestAm, U64(1), "", r}, {w::kCommitRequestAm, U64(1) + ns_bytes, "\x08", r},
       {w::kCommitRequestAm, U64(1) + ns_bytes, CommitData(987654321, 5), r},
       {w::kCommitRequestAm, U64(1) + ns_bytes, big, rndv},
+      // Acquire and push: a namespace nobody opened, ids not a multiple of 32 bytes, a real
+      // block (pushed back), many copies of it, no reply endpoint, a rendezvous payload.
+      {w::kAcquirePushRequestAm, U64(1), id_bytes, r},
+      {w::kAcquirePushRequestAm, U64(1) + std::string(32, 'n'), id_bytes, r},
+      {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes + "x", r},
+      {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), r},
+      {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), 0},
+      {w::kAcquirePushRequestAm, U64(1) + ns_bytes, big, rndv},
   };
+  {
+    // An acquire of many copies of one block: pushed back at most an arena's worth.
+    std::string copies;
+    for (size_t i = 0; i < w::kMaxIds; ++i) copies += id_bytes;
+    cases.push_back({w::kAcquirePushRequestAm, U64(2) + ns_bytes, copies, eager});
+  }
   // A fetch of many copies of one real extent: a push amplification the daemon must bound.
   {
     std::string many;
@@ -227,10 +241,10 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     for (auto& c : s) c = static_cast<char>(rng());
     return s;
   };
-  const uint16_t known[] = {w::kLookupRequestAm, w::kFetchRequestAm, w::kPeerLocateAm,
-                            w::kReserveRequestAm, w::kCommitRequestAm};
+  const uint16_t known[] = {w::kLookupRequestAm,  w::kFetchRequestAm,  w::kPeerLocateAm,
+                            w::kReserveRequestAm, w::kCommitRequestAm, w::kAcquirePushRequestAm};
   for (int i = 0; i < 150; ++i) {
-    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 5];
+    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 6];
     std::string header = random_bytes(rng() % 48);
     std::string data = random_bytes(rng() % 3 == 0 ? 0 : rng() % 4096);
     // Truncated and lying valid headers: a real header with random counts or lengths.
