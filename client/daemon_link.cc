@@ -170,7 +170,8 @@ std::optional<absl::StatusOr<FetchResult>> DaemonLink::FetchInOneRequest(
   if (lease && lease->id != 0) control_->ReleaseAsync(lease->id);
   if (!got.ok() && !lease) {
     const absl::StatusCode code = got.status().code();
-    if (code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kDeadlineExceeded)
+    if (code == absl::StatusCode::kFailedPrecondition ||
+        code == absl::StatusCode::kDeadlineExceeded)
       return std::nullopt;
   }
   if (!got.ok())

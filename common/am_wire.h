@@ -81,6 +81,10 @@ inline constexpr uint16_t kCommitReplyAm = 15;
 // = the block's position among the request's ids. A fetch then takes one round trip plus the
 // bytes; the client releases the lease as after a push fetch.
 inline constexpr uint16_t kAcquirePushRequestAm = 16;
+// Abort of a reservation, one way (no reply): header as a release's (u64 reservation id, then
+// the ticket with authentication); no data. A lost one costs only the reservation's timeout.
+// Daemons that offer acquire_and_push take it.
+inline constexpr uint16_t kAbortAm = 17;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16

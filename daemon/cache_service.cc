@@ -261,17 +261,29 @@ grpc::Status CacheService::DoCommit(grpc::ServerContext* ctx, const v1::CommitRe
 
 grpc::Status CacheService::DoAbort(grpc::ServerContext* ctx, const v1::AbortRequest* req,
                                    v1::AbortResponse*) {
-  return Serve(ctx, [&](const Caller& caller) {
-    if (!id_owners_.Allowed(req->reservation_id(), caller))
-      return UnknownId("reservation", req->reservation_id());
-    absl::Status aborted = store_->Abort(req->reservation_id());
-    if (aborted.ok()) {
-      absl::MutexLock lock(&replicate_mu_);
-      to_replicate_.erase(req->reservation_id());
-      id_owners_.Forget(req->reservation_id());
-    }
-    return ToGrpcStatus(aborted);
-  });
+  return Serve(ctx, [&](const Caller& caller) { return AbortFor(caller, req->reservation_id()); });
+}
+
+grpc::Status CacheService::AbortFor(const Caller& caller, uint64_t reservation_id) {
+  if (!id_owners_.Allowed(reservation_id, caller)) return UnknownId("reservation", reservation_id);
+  absl::Status aborted = store_->Abort(reservation_id);
+  if (aborted.ok()) {
+    absl::MutexLock lock(&replicate_mu_);
+    to_replicate_.erase(reservation_id);
+    id_owners_.Forget(reservation_id);
+  }
+  return ToGrpcStatus(aborted);
+}
+
+void CacheService::HandleAmAbort(const transport::AmMessage& m) {
+  const auto abort = am_wire::DecodeReleaseHeader(m.header);
+  if (!abort) return DropAm(am_wire::kAbortAm, m, "abort with a header that is not 8 or 24 bytes");
+  const std::optional<Caller> caller = AmCaller(abort->ticket);
+  if (!caller)
+    return DropAm(am_wire::kAbortAm, m, "abort without a valid ticket (authentication is on)");
+  CallScope call(this);
+  if (!call.admitted()) return;  // draining: the reservation expires
+  (void)AbortFor(*caller, abort->lease_id);  // another tenant's or an unknown one: unchanged
 }
 
 grpc::Status CacheService::DoAcquire(grpc::ServerContext* ctx, const v1::AcquireRequest* req,

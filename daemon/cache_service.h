@@ -125,6 +125,9 @@ class CacheService final : public v1::Cache::Service {
   // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
   // caller's own lease only.
   void HandleAmRelease(const transport::AmMessage& m);
+  // A one-way abort (am_wire::kAbortAm) of a reservation, checked as the gRPC Abort.
+  void HandleAmAbort(const transport::AmMessage& m);
+  grpc::Status AbortFor(const Caller& caller, uint64_t reservation_id);
   // Publish by message (common/am_wire.h): writes a block into the extent of the sender's
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).

@@ -414,6 +414,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (s) s->HandleAmCommit(m, worker.get());
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) s->HandleAmAbort(m);
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kReleaseAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmRelease(m);

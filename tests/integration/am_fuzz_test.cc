@@ -297,5 +297,47 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 200) << "log volume is not bounded";
 }
 
+// Abort as a one-way message (am_wire kAbortAm) ends the reservation it names, as the gRPC
+// Abort does; a malformed one and one naming no reservation change nothing.
+TEST(DaemonAmFuzzTest, AbortByMessageEndsTheReservation) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  v1::ReserveRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  const auto id = ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 31))[0];
+  req.set_ids(std::string(id.AsBytes()));
+  req.add_sizes(4096);
+  v1::ReserveResponse res;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(stub->Reserve(&ctx, req, &res).ok());
+  }
+  auto open_reservations = [&] {
+    auto s = (*client)->Stats();
+    return s.ok() ? s->open_reservations : ~0ull;
+  };
+  ASSERT_EQ(open_reservations(), 1u);
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ConnectRaw(d).worker_address));
+  peer.Send(w::kAbortAm, "x", "", 0);                            // malformed
+  peer.Send(w::kAbortAm, U64(res.reservation_id() + 1), "", 0);  // nobody's
+  peer.Progress(std::chrono::milliseconds(200));
+  EXPECT_EQ(open_reservations(), 1u);
+  peer.Send(w::kAbortAm, U64(res.reservation_id()), "", 0);
+  for (int i = 0; i < 200 && open_reservations() != 0; ++i)
+    peer.Progress(std::chrono::milliseconds(10));
+  EXPECT_EQ(open_reservations(), 0u);
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+}
+
 }  // namespace
 }  // namespace strata
