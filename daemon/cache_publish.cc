@@ -109,6 +109,8 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
     }
   }
   std::vector<uint32_t> crcs(req.crc32c().begin(), req.crc32c().end());
+  // The CRC check reads bytes UCX may have written on the progress thread (a software put).
+  if (data_plane_.progress) data_plane_.progress->OrderAfterProgress();
   // (abort drops a pending replication below too: its reservation id never commits)
   const CommitCheck check = req.crcs_taken_while_writing() && data_plane_.clients_map_arena
                                 ? CommitCheck::kWriterChecksummed

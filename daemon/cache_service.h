@@ -34,6 +34,9 @@ struct DataPlaneInfo {
   bool clients_map_arena = true;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
+  // The worker's progress thread: a Commit on another thread waits on it in TSan builds
+  // (ProgressThread::OrderAfterProgress). Null: nothing to order with (tests).
+  transport::ProgressThread* progress = nullptr;
   std::string transports;
   bool huge_pages = false;
   // Random per start of the daemon (ConnectResponse.instance_id): tells a client whether the

@@ -493,6 +493,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.clients_map_arena = clients_map_arena;
   dp.arena_memh = region->handle();
   dp.am_drops = &am_drops;
+  dp.progress = progress.get();
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
   // Nonzero, so that a client can tell "this daemon" from "a daemon that does not say".

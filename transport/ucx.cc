@@ -430,7 +430,11 @@ ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worke
     const auto window = absl::ToChronoNanoseconds(busy_poll);
     auto last_event = std::chrono::steady_clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {
-      if (worker_->Progress() != 0) {
+      const unsigned events = worker_->Progress();
+#if STRATA_TSAN
+      passes_.fetch_add(1, std::memory_order_release);
+#endif
+      if (events != 0) {
         last_event = std::chrono::steady_clock::now();
         continue;
       }
@@ -439,9 +443,22 @@ ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worke
       last_event = std::chrono::steady_clock::now();  // woken: poll a while before sleeping
     }
   });
+  id_ = thread_.get_id();
 }
 
 ProgressThread::~ProgressThread() { Stop(); }
+
+void ProgressThread::OrderAfterProgress() {
+#if STRATA_TSAN
+  if (std::this_thread::get_id() == id_) return;  // this thread's own writes are in order
+  const uint64_t seen = passes_.load(std::memory_order_acquire);
+  // The signal wakes a thread asleep on the worker's event fd, whose next call then returns.
+  while (passes_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+    worker_->Signal();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+#endif
+}
 
 void ProgressThread::Stop() {
   if (!thread_.joinable()) return;

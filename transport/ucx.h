@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/sanitizers.h"
 
 // UCX's handle types, declared exactly as <ucp/api/ucp_def.h> declares them, so that users of
 // this header do not compile against UCX; only transport/ucx.cc includes it.
@@ -222,10 +223,24 @@ class ProgressThread {
   ~ProgressThread();  // stops and joins
   void Stop();
 
+  // For ThreadSanitizer only (a no-op in other builds). Bytes UCX writes into registered memory
+  // on this thread for a peer (a software put over tcp, or shared memory without a mapped
+  // arena) reach another thread's reader ordered only through the peer process: the peer sees
+  // UCX acknowledge the write, then asks the reader (e.g. a gRPC Commit) to look. TSan cannot
+  // follow that chain and reports a race. Called by such a reader before it reads: returns once
+  // the progress call running now (if any) has returned, with every call up to it ordered
+  // before the caller as TSan sees it. Waiting for the running call, not only the last finished
+  // one, matters: the acknowledgement may leave before the call that wrote the bytes returns.
+  void OrderAfterProgress();
+
  private:
   Worker* worker_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::thread::id id_;  // thread_'s, kept apart: Stop's join changes thread_ under readers
+#if STRATA_TSAN
+  std::atomic<uint64_t> passes_{0};  // progress calls returned (release: what they wrote)
+#endif
 };
 
 class Endpoint {
