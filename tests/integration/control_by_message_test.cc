@@ -4,6 +4,8 @@
 // the Commit back to gRPC.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -76,6 +78,36 @@ TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->stored, 0u);
   EXPECT_NE(refused->status[0], BlockStatus::kOk);
+}
+
+// Where blocks move by push (the tcp pass), a fetch is one request: the daemon pushes the
+// leased blocks right behind its answer. Over shared memory the client copies them itself.
+TEST(ControlByMessageTest, AFetchByPushIsOneRequest) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  auto tokens = Tokens(3 * kTokensPerBlock, 61);
+  auto blocks = RandomBlocks(3, 300 << 10, 62);  // over the eager size: rendezvous
+  blocks[0].resize(8192);                          // and one eager
+  auto pub = client->Publish(*ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, 3u);
+  std::vector<std::vector<uint8_t>> got(3, std::vector<uint8_t>(300 << 10));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : got) bufs.push_back({b.data(), b.size()});
+  for (int round = 0; round < 3; ++round) {
+    auto f = client->Fetch(*ns, pub->ids, bufs);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->fetched, 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(std::equal(blocks[i].begin(), blocks[i].end(), got[i].begin())) << i;
+  }
+  const char* tls = std::getenv("UCX_TLS");
+  const bool push = tls != nullptr && std::string(tls) == "tcp";
+  EXPECT_EQ(Counter(*client, "acquires_with_push_total"), push ? 3u : 0u);
 }
 
 TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
