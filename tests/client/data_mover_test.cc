@@ -432,12 +432,12 @@ TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
   Blocks blocks({1000, 64 << 10, 300 << 10}, 0, 50);
   blocks.CopyInto(daemon.arena());
   daemon.arena()[blocks.puts[2].arena_offset + 9] ^= 1;  // the rendezvous one is damaged
-  daemon.SettleArena();
   auto leased = [&](size_t k) {
     return FakeDaemon::Leased{blocks.puts[k].arena_offset, blocks.puts[k].length,
                               blocks.puts[k].crc32c};
   };
   daemon.leased = {leased(0), leased(1), {}, leased(2)};
+  daemon.SettleArena();  // the progress thread then sees the arena and the lease
   std::vector<uint8_t> out0(1000), out3(300 << 10);
   auto plan = [&](const AmReply& reply) -> std::optional<DataMover::PushLanding> {
     am_wire::ReplyHeader h;
