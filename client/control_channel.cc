@@ -391,16 +391,16 @@ absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<c
     STRATA_RETURN_IF_ERROR(NsRpc(
         "Acquire", ns, [&](grpc::ClientContext* c) { return stub_->Acquire(c, req, &resp); }));
   }
-  return LeaseFrom(resp, ids.size());
+  absl::StatusOr<Lease> lease = LeaseFrom(resp, ids.size());
+  if (!lease.ok() && resp.lease_id() != 0) ReleaseAsync(resp.lease_id());
+  return lease;
 }
 
 absl::StatusOr<Lease> ControlChannel::LeaseFrom(const v1::AcquireResponse& resp, size_t ids) {
   const int n = static_cast<int>(ids);
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
-      resp.crc32c_size() != n) {
-    if (resp.lease_id() != 0) ReleaseAsync(resp.lease_id());
+      resp.crc32c_size() != n)
     return absl::InternalError("Acquire answered with the wrong number of entries");
-  }
   Lease lease;
   lease.id = resp.lease_id();
   lease.expires_in = absl::Milliseconds(resp.expires_in_ms());
@@ -427,6 +427,8 @@ std::optional<Lease> ControlChannel::LeaseFromPushReply(const AmReply& reply, si
   if (!am_wire::DecodeReplyHeader(reply.header, &h) || h.code != 0 || !h.complete ||
       !resp.ParseFromString(reply.data))
     return std::nullopt;
+  // Runs inside the data mover's handler, which holds its endpoint: a malformed answer's lease
+  // is left to expire rather than released here (the release would wait for that endpoint).
   auto lease = LeaseFrom(resp, ids);
   if (!lease.ok()) return std::nullopt;
   return std::move(*lease);

@@ -145,7 +145,7 @@ class ControlChannel {
                                                                std::span<const BlockId> ids);
 
  private:
-  absl::StatusOr<Lease> LeaseFrom(const v1::AcquireResponse& resp, size_t ids);
+  static absl::StatusOr<Lease> LeaseFrom(const v1::AcquireResponse& resp, size_t ids);
   struct LookupStream;
 
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,

@@ -580,11 +580,10 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
 }
 
 void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker) {
-  uint64_t request_id = 0;
   v1::AcquireResponse resp;
   if (m.reply_ep == nullptr || !ServeAmAcquire(m, worker, am_wire::kAcquirePushRequestAm, &resp))
     return;
-  request_id = am_wire::GetU64(m.header.data());
+  const uint64_t request_id = am_wire::GetU64(m.header.data());
   std::vector<ArenaExtent> extents;
   std::vector<uint32_t> indices;
   for (int i = 0; i < resp.status_size(); ++i) {
