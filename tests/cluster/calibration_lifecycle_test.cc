@@ -262,7 +262,7 @@ class LateJoinerTest : public ::testing::Test {
     std::string yaml = absl::StrCat(
         "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
         "host_tier:\n  capacity: 64MiB\n", "cluster:\n  membership: static\n  static_nodes: [\"n0@",
-        addr_[0], "\", \"n1@", addr_[1], "\"]\n  peer_timeout: 300ms\n  directory_ttl: 3s\n");
+        addr_[0], "\", \"n1@", addr_[1], "\"]\n  peer_timeout: 1s\n  directory_ttl: 3s\n");
     return std::make_unique<DaemonProcess>(yaml, std::vector<std::string>{"--listen", addr_[i]});
   }
 
