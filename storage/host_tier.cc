@@ -15,8 +15,16 @@
 namespace strata {
 
 HostTier::HostTier(uint8_t* base, uint64_t capacity, HostTierOptions options)
-    : base_(base), options_(std::move(options)), allocator_(capacity, options_.alignment) {
-  stats_.capacity_bytes = allocator_.capacity();
+    : base_(base), options_(std::move(options)), capacity_(capacity) {
+  if (options_.zones.empty()) {
+    zones_.push_back(Zone{0, ExtentAllocator(capacity, options_.alignment)});
+  } else {
+    for (const HostTierZone& z : options_.zones) {
+      if (z.tenant.empty()) common_zone_ = static_cast<uint32_t>(zones_.size());
+      zones_.push_back(Zone{z.begin, ExtentAllocator(z.size, options_.alignment)});
+    }
+  }
+  stats_.capacity_bytes = capacity_;
   auto policy = MakeEvictionPolicy(options_.eviction_policy);
   policy_ = policy.ok() ? std::move(*policy) : std::move(*MakeEvictionPolicy("lru"));
 }
@@ -54,101 +62,6 @@ uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
     namespace_tenant_.push_back(kNil);
   }
   return it->second;
-}
-
-void HostTier::SetNamespaceTenant(const NamespaceId& ns_id, std::string_view name) {
-  absl::MutexLock lock(&mu_);
-  const bool known = namespaces_.contains(ns_id);
-  const uint32_t ns = InternNamespace(ns_id);
-  if (namespace_tenant_[ns] != kNil) return;
-  auto [it, inserted] =
-      tenant_index_.try_emplace(std::string(name), static_cast<uint32_t>(tenants_.size()));
-  if (inserted) tenants_.push_back(Tenant{std::string(name)});
-  const uint32_t t = it->second;
-  namespace_tenant_[ns] = t;
-  if (!known) return;
-  // An internal writer (a promotion after a restart, a replica) put blocks here before any
-  // client opened the namespace: charge them now. Once per namespace, so the scan is rare.
-  Tenant& tn = tenants_[t];
-  for (uint32_t slot = 0; slot < entries_.size(); ++slot) {
-    const Entry& e = entries_[slot];
-    if (e.ns != ns) continue;
-    if (e.state == State::kReserved) {
-      tn.reserved += e.size;
-    } else if (e.state == State::kCommitted) {
-      tn.committed += e.size;
-      if (e.demoting) {
-        tn.demoting += e.size;
-      } else {
-        LinkTenantLru(slot);
-      }
-    }
-  }
-}
-
-absl::flat_hash_map<std::string, HostTier::TenantUsage> HostTier::UsageByTenant() const {
-  absl::MutexLock lock(&mu_);
-  absl::flat_hash_map<std::string, TenantUsage> out;
-  for (const Tenant& t : tenants_) out[t.name] = {t.committed - t.demoting, t.reserved};
-  return out;
-}
-
-void HostTier::LinkTenantLru(uint32_t slot) {
-  Entry& e = entries_[slot];
-  const uint32_t t = TenantOf(e);
-  if (t == kNil || e.in_tenant_lru) return;
-  Tenant& tn = tenants_[t];
-  e.tprev = tn.tail;
-  e.tnext = kNil;
-  if (tn.tail != kNil) {
-    entries_[tn.tail].tnext = slot;
-  } else {
-    tn.head = slot;
-  }
-  tn.tail = slot;
-  e.in_tenant_lru = true;
-}
-
-void HostTier::UnlinkTenantLru(uint32_t slot) {
-  Entry& e = entries_[slot];
-  if (!e.in_tenant_lru) return;
-  Tenant& tn = tenants_[TenantOf(e)];
-  if (e.tprev != kNil) {
-    entries_[e.tprev].tnext = e.tnext;
-  } else {
-    tn.head = e.tnext;
-  }
-  if (e.tnext != kNil) {
-    entries_[e.tnext].tprev = e.tprev;
-  } else {
-    tn.tail = e.tprev;
-  }
-  e.tprev = e.tnext = kNil;
-  e.in_tenant_lru = false;
-}
-
-bool HostTier::MakeTenantRoom(uint32_t t, uint64_t size, absl::Time now) {
-  const Tenant& tn = tenants_[t];
-  // Evicting committed blocks cannot free reservation quota.
-  if (options_.tenant_max_reserved_bytes > 0 &&
-      tn.reserved + size > options_.tenant_max_reserved_bytes)
-    return false;
-  if (options_.tenant_max_share >= 1.0) return true;
-  const auto limit =
-      static_cast<uint64_t>(options_.tenant_max_share * static_cast<double>(allocator_.capacity()));
-  auto fits = [&] { return tn.committed - tn.demoting + tn.reserved + size <= limit; };
-  // Only this tenant's own blocks, oldest first: within its share a tenant is its own LRU cache,
-  // and other tenants never pay for it. Leased and pinned blocks are passed over.
-  for (uint32_t slot = tn.head; slot != kNil && !fits();) {
-    const uint32_t next = entries_[slot].tnext;
-    if (Evictable(entries_[slot], now)) {
-      policy_->OnRemove(entries_[slot].id);  // chosen here, not by the policy
-      EvictVictim(slot);
-      ++stats_.quota_evictions;
-    }
-    slot = next;
-  }
-  return fits();
 }
 
 BlockInfo HostTier::Describe(uint32_t slot, absl::Time now) const {
@@ -228,7 +141,8 @@ uint32_t HostTier::NewSlot() {
 
 void HostTier::FreeSlot(uint32_t slot) {
   Entry& e = entries_[slot];
-  allocator_.Free(e.offset, e.size);
+  Zone& z = zones_[ZoneAt(e.offset)];
+  z.allocator.Free(e.offset - z.begin, e.size);
   e = Entry{};
   free_slots_.push_back(slot);
 }
@@ -276,6 +190,7 @@ void HostTier::EvictVictim(uint32_t slot) {
     if (uint32_t t = TenantOf(e); t != kNil) tenants_[t].demoting += e.size;
     ++e.leases;  // the write-back reads the extent: it must not be freed meanwhile
     demoting_bytes_ += e.size;
+    zones_[ZoneAt(e.offset)].demoting += e.size;
     ++demoting_blocks_;
     demotion_queue_.push_back(slot);
     return;
@@ -288,6 +203,7 @@ void HostTier::EvictVictim(uint32_t slot) {
 bool HostTier::FinishDemotionLocked(uint32_t slot, bool stored_below) {
   Entry& e = entries_[slot];
   demoting_bytes_ -= e.size;
+  zones_[ZoneAt(e.offset)].demoting -= e.size;
   --demoting_blocks_;
   ++demotions_finished_;
   if (uint32_t t = TenantOf(e); t != kNil && e.state == State::kCommitted)
@@ -374,27 +290,27 @@ void HostTier::RemoveCommitted(uint32_t slot) {
   }
 }
 
-std::optional<uint64_t> HostTier::AllocateEvicting(uint64_t size, absl::Time now) {
-  if (auto off = allocator_.Allocate(size)) return off;
+std::optional<uint64_t> HostTier::AllocateEvicting(uint32_t zone, uint64_t size, absl::Time now) {
+  if (auto off = AllocateIn(zone, size)) return off;
   if (options_.write_back) {
     // Queue victims until as many bytes as the request are on their way down, and wait for the
     // write-back to free them. Free space can be fragmented: retry after every completion.
     const absl::Time deadline = absl::Now() + options_.write_back_wait;
     while (!write_back_stopped_) {
       std::vector<uint32_t> skipped;
-      while (demoting_bytes_ < size) {
-        uint32_t v = NextVictim(now, skipped);
+      while (zones_[zone].demoting < size) {
+        uint32_t v = NextVictimIn(zone, now, skipped);
         if (v == kNil) break;
         EvictVictim(v);
       }
       RestoreSkipped(skipped);
-      if (demoting_bytes_ == 0) break;
+      if (zones_[zone].demoting == 0) break;
       const uint64_t seen = demotions_finished_;
       auto progressed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return demotions_finished_ != seen || write_back_stopped_;
       };
       bool moved = mu_.AwaitWithDeadline(absl::Condition(&progressed), deadline);
-      if (auto off = allocator_.Allocate(size)) return off;
+      if (auto off = AllocateIn(zone, size)) return off;
       if (!moved) break;
     }
   }
@@ -402,22 +318,22 @@ std::optional<uint64_t> HostTier::AllocateEvicting(uint64_t size, absl::Time now
   std::vector<uint32_t> skipped;
   std::optional<uint64_t> off;
   while (!off) {
-    uint32_t v = NextVictim(now, skipped);
+    uint32_t v = NextVictimIn(zone, now, skipped);
     if (v == kNil) break;
     if (options_.write_back) ++stats_.pressure_drops;
     RemoveCommitted(v);
     ++stats_.evictions_lru;
-    off = allocator_.Allocate(size);
+    off = AllocateIn(zone, size);
   }
   RestoreSkipped(skipped);
   return off;
 }
 
 void HostTier::EvictToLowWatermark(absl::Time now) {
-  const double cap = static_cast<double>(allocator_.capacity());
+  const double cap = static_cast<double>(capacity_);
   // Blocks being written back still hold their bytes but are already on their way out.
   auto used = [this] {
-    return static_cast<double>(allocator_.allocated_bytes() - demoting_bytes_);
+    return static_cast<double>(AllocatedBytes() - demoting_bytes_);
   };
   if (used() <= options_.high_watermark * cap) return;
   const double target = options_.low_watermark * cap;
@@ -441,7 +357,7 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
   Reservation res;
   for (size_t i = 0; i < items.size(); ++i) {
     const ReserveItem& it = items[i];
-    if (it.size == 0 || it.size > options_.max_block_bytes || it.size > allocator_.capacity())
+    if (it.size == 0 || it.size > options_.max_block_bytes || it.size > capacity_)
       continue;  // kInvalid
     if (auto found = index_.find(it.id); found != index_.end()) {
       Entry& e = entries_[found->second];
@@ -461,7 +377,7 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
       ++stats_.quota_no_space;
       continue;
     }
-    auto offset = AllocateEvicting(it.size, now);
+    auto offset = AllocateEvicting(ZoneOf(ns), it.size, now);
     if (!offset) {
       r.status[i] = BlockStatus::kNoSpace;
       ++stats_.no_space;
@@ -881,7 +797,7 @@ HostTierStats HostTier::Stats() const {
   absl::MutexLock lock(&mu_);
   HostTierStats s = stats_;
   const absl::Time now = options_.clock();
-  s.allocated_bytes = allocator_.allocated_bytes();
+  s.allocated_bytes = AllocatedBytes();
   s.open_reservations = reservations_.size();
   s.open_leases = leases_.size();
   s.namespaces = namespaces_.size();

@@ -50,6 +50,12 @@ struct BlockEvent {
   BlockId parent{};  // zero for the first block of a chain
 };
 
+// One part of a zoned arena (HostTierOptions::zones).
+struct HostTierZone {
+  std::string tenant;  // "": the common zone
+  uint64_t begin = 0, size = 0;
+};
+
 struct HostTierOptions {
   uint64_t alignment = 256;
   double high_watermark = kDefaultHighWatermark;
@@ -75,6 +81,11 @@ struct HostTierOptions {
   // Bytes one tenant may hold in open reservations; more is kNoSpace (evicting cannot help).
   // 0: no bound.
   uint64_t tenant_max_reserved_bytes = 0;
+  // The arena split into zones (storage/zoned_arena.h): a namespace's blocks go to the zone of
+  // its tenant, or to the common zone ("") when it has none, and a full zone evicts only its
+  // own blocks, so a tenant's clients can be given the memory of their zone and nothing else.
+  // The zones tile [0, capacity) in order. Empty: one zone.
+  std::vector<HostTierZone> zones;
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
@@ -262,7 +273,7 @@ class HostTier {
 
   HostTierStats Stats() const;
   uint8_t* base() const { return base_; }
-  uint64_t capacity() const { return allocator_.capacity(); }
+  uint64_t capacity() const { return capacity_; }
   const HostTierOptions& options() const { return options_; }
 
  private:
@@ -313,6 +324,14 @@ class HostTier {
     uint64_t committed = 0, reserved = 0;
     uint64_t demoting = 0;  // committed bytes queued for write-back: already on their way out
     uint32_t head = kNil, tail = kNil;
+    uint32_t zone = 0;  // where its namespaces' blocks go
+  };
+  // A range of the arena with its own allocator (one zone unless options.zones says more).
+  struct Zone {
+    uint64_t begin;
+    ExtentAllocator allocator;
+    uint32_t tenant = kNil;  // the tenant placed here, once interned
+    uint64_t demoting = 0;   // bytes of its blocks queued for or being written back
   };
 
   uint32_t InternNamespace(const NamespaceId& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -343,8 +362,17 @@ class HostTier {
   bool FinishDemotionLocked(uint32_t slot, bool stored_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a committed block from the index; frees its extent now or when its leases end.
   void RemoveCommitted(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::optional<uint64_t> AllocateEvicting(uint64_t size, absl::Time now)
+  std::optional<uint64_t> AllocateEvicting(uint32_t zone, uint64_t size, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zones: the one holding `offset`; the one for a namespace's blocks; an extent of `zone`
+  // (an arena offset); the next victim whose eviction frees space in `zone` (as NextVictim).
+  uint32_t ZoneAt(uint64_t offset) const;
+  uint32_t ZoneOf(uint32_t ns) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::optional<uint64_t> AllocateIn(uint32_t zone, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NextVictimIn(uint32_t zone, absl::Time now, std::vector<uint32_t>& skipped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t AllocatedBytes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void EvictToLowWatermark(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReservation(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLease(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -356,7 +384,9 @@ class HostTier {
   const HostTierOptions options_;
 
   mutable absl::Mutex mu_;
-  ExtentAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  const uint64_t capacity_;
+  std::vector<Zone> zones_ ABSL_GUARDED_BY(mu_);
+  uint32_t common_zone_ = 0;  // fixed after construction
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockId, uint32_t> index_ ABSL_GUARDED_BY(mu_);
