@@ -125,6 +125,17 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
   arena.publish_by_message = resp.publish_by_message();
   arena.instance_id = resp.instance_id();
+  if (!resp.zone_socket().empty() && !resp.am_ticket().empty()) {
+    // A daemon elsewhere has no socket here: fetches then go by push, as before.
+    auto window = OpenZoneWindow(resp.zone_socket(), resp.am_ticket(), resp.arena_bytes(),
+                                 absl::Seconds(1));
+    if (window.ok()) {
+      arena.zone_window = std::move(*window);
+    } else {
+      Log(options_.log, LogLevel::kInfo,
+          absl::StrCat("fetches go by push: ", window.status().ToString()));
+    }
+  }
   return arena;
 }
 

@@ -210,9 +210,10 @@ absl::Status DataMover::Redial() {
     arena_bytes_ = arena.bytes;
     instance_id_ = arena.instance_id;
     mapped_arena_ = mapped;
+    zone_window_ = mapped == nullptr ? arena.zone_window : nullptr;
   }
   old.reset();
-  if (mapped != nullptr) StartPrefault();
+  if (mapped != nullptr || zone_window_ != nullptr) StartPrefault();
   return absl::OkStatus();
 }
 
@@ -274,7 +275,16 @@ Route DataMover::ChooseRoute(Direction direction, bool mapped) const {
 
 Route DataMover::route(Direction direction) const {
   std::shared_lock<std::shared_mutex> lock(map_mu_);
-  return ChooseRoute(direction, mapped_arena_ != nullptr);
+  // A fetch from this tenant's own namespaces lands in its zone: the window covers it.
+  return ChooseRoute(direction, mapped_arena_ != nullptr ||
+                                    (direction == Direction::kGet && zone_window_ != nullptr));
+}
+
+bool DataMover::InZoneWindow(std::span<const BlockMove> blocks) const {
+  if (zone_window_ == nullptr) return false;
+  return std::all_of(blocks.begin(), blocks.end(), [&](const BlockMove& b) {
+    return zone_window_->Covers(b.arena_offset, b.length);
+  });
 }
 
 // Kept below the daemon's own timeout, so a slow transfer never touches space the daemon has
@@ -454,7 +464,8 @@ absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const Blo
   const absl::Time deadline = DeadlineWithin(expires_in);
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
   std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-  GetOutcome out{ChooseRoute(Direction::kGet, mapped_arena_ != nullptr), {}};
+  GetOutcome out{
+      ChooseRoute(Direction::kGet, mapped_arena_ != nullptr || InZoneWindow(blocks)), {}};
   if (out.route == Route::kMapped) {
     STRATA_ASSIGN_OR_RETURN(std::vector<uint32_t> crcs,
                             CopyMapped(blocks, Direction::kGet, verify));
@@ -477,13 +488,19 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
                                                             Direction direction, bool checksum) {
   STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
   uint8_t* const arena = mapped_arena_;
+  // Gets only (Get checked that the window covers every block); it cannot be written.
+  const ZoneWindow* const window = arena == nullptr ? zone_window_.get() : nullptr;
+  if (arena == nullptr && (window == nullptr || direction != Direction::kGet))
+    return absl::InternalError("mapped copy without a mapping");
   const std::vector<Piece> pieces = SplitIntoPieces(blocks);
   std::vector<uint32_t> piece_crcs(pieces.size());
   helper_.ParallelFor(pieces.size(), [&](size_t i) {
     const Piece& p = pieces[i];
     const BlockMove& b = blocks[p.block];
     uint8_t* local = static_cast<uint8_t*>(b.local) + p.offset;
-    uint8_t* remote = arena + b.arena_offset + p.offset;
+    uint8_t* remote = window != nullptr
+                          ? const_cast<uint8_t*>(window->At(b.arena_offset)) + p.offset
+                          : arena + b.arena_offset + p.offset;
     uint8_t* dst = direction == Direction::kGet ? local : remote;
     const uint8_t* src = direction == Direction::kGet ? remote : local;
     if (checksum)
@@ -821,12 +838,16 @@ void DataMover::StartPrefault() {
     constexpr uint64_t kStep = 64 << 20;
     for (uint64_t off = 0; !prefault_stop_.load(); off += kStep) {
       std::shared_lock<std::shared_mutex> lock(map_mu_);
-      if (mapped_arena_ == nullptr || off >= arena_bytes_) return;
-      uint64_t len = std::min(kStep, arena_bytes_ - off);
-      uintptr_t start = reinterpret_cast<uintptr_t>(mapped_arena_ + off) & ~uintptr_t{4095};
-      uintptr_t end = reinterpret_cast<uintptr_t>(mapped_arena_ + off + len);
+      // The window is read-only: its pages are faulted in for reading.
+      const uint8_t* const base = mapped_arena_ ? mapped_arena_ : zone_window_ ? zone_window_->data() : nullptr;
+      const uint64_t bytes = mapped_arena_ ? arena_bytes_ : zone_window_ ? zone_window_->bytes() : 0;
+      const int advice = mapped_arena_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+      if (base == nullptr || off >= bytes) return;
+      uint64_t len = std::min(kStep, bytes - off);
+      uintptr_t start = reinterpret_cast<uintptr_t>(base + off) & ~uintptr_t{4095};
+      uintptr_t end = reinterpret_cast<uintptr_t>(base + off + len);
       // Only a hint: kernels before 5.14 refuse it and the copies fault pages in as before.
-      if (madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) != 0) return;
+      if (madvise(reinterpret_cast<void*>(start), end - start, advice) != 0) return;
     }
   });
 }

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/internal/helper_thread.h"
+#include "client/internal/zone_window.h"
 #include "common/am_wire.h"
 #include "strata/client.h"
 #include "transport/ucx.h"
@@ -51,6 +52,8 @@ struct ArenaEndpoint {
   bool publish_by_message = false;  // the daemon accepts publishes by message
   // Which start of the daemon answered (ConnectResponse.instance_id; 0: it does not say).
   uint64_t instance_id = 0;
+  // Several tenants: this client's tenant zone, mapped read-only; fetches inside it are copies.
+  std::shared_ptr<const ZoneWindow> zone_window;
 };
 
 // kPush also names a publish by message (the client sends each block as an active message).
@@ -193,6 +196,8 @@ class DataMover {
 
   DataMover(DataMoverOptions options, Dialer dial);
   Route ChooseRoute(Direction direction, bool mapped) const;
+  // Whether every block lies in the zone window. Caller holds map_mu_.
+  bool InZoneWindow(std::span<const BlockMove> blocks) const;
   absl::Status Redial();  // ucx_mu_ held
   // Redials when the endpoint has failed or leads to another daemon instance than
   // `instance_id` (nonzero) (takes ucx_mu_ then); map_mu_ and ucx_mu_ not held.
@@ -261,6 +266,8 @@ class DataMover {
   // only after that. ep_ is written under both ucx_mu_ and map_mu_, so either lock reads it.
   mutable std::shared_mutex map_mu_;
   uint8_t* mapped_arena_ = nullptr;
+  // Instead (several tenants): the client's tenant zone, read-only. Same lifetime rules.
+  std::shared_ptr<const ZoneWindow> zone_window_;
 
   std::mutex reg_mu_;
   std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_;  // by start

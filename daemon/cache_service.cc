@@ -117,6 +117,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
       resp->set_arena_rkey(data_plane_.arena_rkey);
     }
     resp->set_rma_off(!data_plane_.clients_map_arena);
+    if (caller.role == Role::kTenant) resp->set_zone_socket(data_plane_.zone_socket);
     resp->set_publish_by_message(true);
     resp->set_instance_id(data_plane_.instance_id);
     resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));

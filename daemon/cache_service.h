@@ -32,6 +32,8 @@ struct DataPlaneInfo {
   // RDMA): with authentication off, or when one tenant is all the daemon serves and no
   // transport lets an unauthenticated peer use the key (OpenDataPlane decides).
   bool clients_map_arena = true;
+  // With several tenants: where a same-node client asks for its tenant's zone (ZoneServer).
+  std::string zone_socket;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   // The worker's progress thread: a Commit on another thread waits on it in TSan builds
@@ -142,6 +144,9 @@ class CacheService final : public v1::Cache::Service {
   void HandleAmCommit(const transport::AmMessage& m, transport::Worker* worker);
   // Counts and (rate-limited) logs a malformed active message.
   void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
+
+  // Who a Connect ticket stands for (the zone server asks; authentication off: anyone).
+  std::optional<Caller> CallerOfTicket(std::string_view ticket) const { return AmCaller(ticket); }
 
   // The cluster layer, once it is up (null: this node answers alone).
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }

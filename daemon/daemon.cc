@@ -33,11 +33,13 @@
 #include "daemon/namespace_registry.h"
 #include "daemon/peer_service.h"
 #include "daemon/tls_setup.h"
+#include "daemon/zone_server.h"
 #include "storage/arena.h"
 #include "storage/block_store.h"
 #include "storage/host_block_store.h"
 #include "storage/host_tier.h"
 #include "storage/tiered_store.h"
+#include "storage/zoned_arena.h"
 #include "transport/ucx.h"
 
 namespace strata::daemon {
@@ -77,6 +79,7 @@ struct Daemon::Impl {
   AmDrops am_drops;  // outlives the worker, whose handlers count into it
   std::unique_ptr<transport::Worker> worker;
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
+  std::unique_ptr<ZonedArena> zoned_arena;          // several tenants: a zone each
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
   bool huge_pages = false;                          // the mmap arena got huge pages
   bool clients_map_arena = true;                    // OpenDataPlane: Connect hands out the key
@@ -96,6 +99,7 @@ struct Daemon::Impl {
   client::ChannelSecurity peer_security;
   std::unique_ptr<CacheService> service;
   std::atomic<CacheService*> am_service{nullptr};
+  std::unique_ptr<ZoneServer> zone_server;  // with zoned_arena; asks `service` about tickets
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<PeerService> peer;
   // The namespaces' calibrations (codec mode pca) under <data_dir>/calibrations.
@@ -362,7 +366,16 @@ absl::Status Daemon::Impl::OpenDataPlane() {
                      ? "data plane: one tenant, clients map the arena"
                      : "data plane: clients get no remote key; blocks move by checked messages");
   STRATA_ASSIGN_OR_RETURN(worker, transport::Worker::Create(ucx));
-  if (host.arena != ArenaSource::kMmap) {
+  if (authenticated && !one_tenant) {
+    // Each tenant's blocks in a file of its own, which that tenant's clients on this node map
+    // read-only (ZoneServer): fetches by plain copies, with no other tenant's byte in reach.
+    STRATA_ASSIGN_OR_RETURN(zoned_arena, ZonedArena::Create(host.capacity, auth->tenants()));
+    STRATA_ASSIGN_OR_RETURN(region, ucx->Register(zoned_arena->data(), zoned_arena->size()));
+    spdlog::info("host tier: {} tenant zones of {} (common zone {}); huge pages not used",
+                 zoned_arena->zones().size() - 1, FormatSize(zoned_arena->zones().back().size),
+                 FormatSize(zoned_arena->zones().front().size));
+  }
+  if (!region && host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);
     if (allocated.ok()) {
       region = std::move(*allocated);
@@ -466,6 +479,7 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   // With an NVMe tier, host extents start and end on 4 KiB so blocks move between the tiers
   // with O_DIRECT straight from/into host memory (no staging copy); costs < 4 KiB per block.
   if (topts.write_back) topts.alignment = kNvmeAlignment;
+  if (zoned_arena) topts.zones = zoned_arena->Layout();
   tier = std::make_unique<HostTier>(region->data(),
                                     std::min<uint64_t>(region->size(), host.capacity), topts);
   namespaces = std::make_unique<NamespaceRegistry>(
@@ -500,6 +514,17 @@ absl::Status Daemon::Impl::StartServices() {
   while (dp.instance_id == 0)
     if (RAND_bytes(reinterpret_cast<unsigned char*>(&dp.instance_id), sizeof dp.instance_id) != 1)
       return absl::InternalError("cannot draw random bytes for the instance id");
+  if (zoned_arena) {
+    auto check = [this](std::string_view ticket) -> std::optional<Caller> {
+      CacheService* s = am_service.load(std::memory_order_acquire);
+      return s ? s->CallerOfTicket(ticket) : std::nullopt;
+    };
+    STRATA_ASSIGN_OR_RETURN(
+        zone_server,
+        ZoneServer::Start(zoned_arena.get(), std::move(check),
+                          absl::StrCat("strata-zones-", absl::Hex(dp.instance_id))));
+    dp.zone_socket = zone_server->address();
+  }
   service = std::make_unique<CacheService>(store.get(), namespaces.get(), dp, auth.get());
   service->set_metrics(rpc_metrics.get());
   am_service.store(service.get(), std::memory_order_release);

@@ -30,13 +30,15 @@ using testing::Tokens;
 constexpr uint64_t kArenaBytes = 64ull << 20;  // AuthDaemon's host_tier.capacity
 
 // Where the daemon's arena is mapped, read as an attacker on the node with the daemon's uid
-// could; 0 when no mapping has the arena's size.
+// could: a mapping of the arena's size or, with several tenants, the common zone that starts
+// the zoned arena (storage/zoned_arena.h). 0 when neither is there.
 uint64_t ArenaAddress(pid_t pid) {
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   std::string line;
   while (std::getline(maps, line)) {
     unsigned long long start = 0, end = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx", &start, &end) == 2 && end - start == kArenaBytes)
+    if (std::sscanf(line.c_str(), "%llx-%llx", &start, &end) != 2) continue;
+    if (end - start == kArenaBytes || line.find("memfd:strata-zone-common") != std::string::npos)
       return start;
   }
   return 0;

@@ -1,0 +1,111 @@
+#include "client/internal/zone_window.h"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/zone_wire.h"
+
+namespace strata::client {
+namespace {
+
+// Closes the descriptor when it leaves scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+absl::Status Failed(const std::string& what) {
+  return absl::UnavailableError(absl::StrCat("zone window: ", what, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+ZoneWindow::~ZoneWindow() { munmap(const_cast<uint8_t*>(data_), bytes_); }
+
+absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_view ticket,
+                                      absl::Duration timeout) {
+  if (socket_name.size() < 2 || socket_name[0] != '@')
+    return absl::InvalidArgumentError("zone window: the daemon named no abstract socket");
+  if (ticket.size() > zone_wire::kMaxTicketBytes)
+    return absl::InvalidArgumentError("zone window: ticket too long");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string_view name = socket_name.substr(1);
+  if (name.size() + 1 > sizeof(addr.sun_path))
+    return absl::InvalidArgumentError("zone window: socket name too long");
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  Fd sock{socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  if (sock.fd < 0) return Failed("socket");
+  timeval tv{};
+  const int64_t us = std::max<int64_t>(1000, absl::ToInt64Microseconds(timeout));
+  tv.tv_sec = us / 1000000;
+  tv.tv_usec = us % 1000000;
+  setsockopt(sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(sock.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  // A daemon on another host (or in another network namespace) has no socket here.
+  if (connect(sock.fd, reinterpret_cast<sockaddr*>(&addr),
+              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) != 0)
+    return Failed("connecting to " + std::string(socket_name));
+  const std::string request = zone_wire::EncodeRequest(ticket);
+  if (send(sock.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size()))
+    return Failed("sending the request");
+
+  char buf[zone_wire::kReplyHeaderBytes + zone_wire::kMaxMessageBytes];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{buf, sizeof buf};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = recvmsg(sock.fd, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) return Failed("reading the reply");
+  Fd zone;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)) && zone.fd < 0)
+      std::memcpy(&zone.fd, CMSG_DATA(c), sizeof(int));
+  auto reply = zone_wire::DecodeReply(std::string_view(buf, static_cast<size_t>(n)));
+  if (!reply) return absl::InternalError("zone window: malformed reply from stratad");
+  if (reply->code != 0)
+    return absl::Status(static_cast<absl::StatusCode>(reply->code),
+                        absl::StrCat("zone window refused: ", reply->message));
+  if (zone.fd < 0) return absl::InternalError("zone window: stratad sent no file");
+  ZoneGrant grant{reply->begin, reply->bytes, zone.fd};
+  zone.fd = -1;
+  return grant;
+}
+
+absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view socket_name,
+                                                                std::string_view ticket,
+                                                                uint64_t arena_bytes,
+                                                                absl::Duration timeout) {
+  if (ticket.empty()) return absl::InvalidArgumentError("zone window: no Connect ticket");
+  auto grant = RequestZone(socket_name, ticket, timeout);
+  if (!grant.ok()) return grant.status();
+  Fd zone{grant->fd};
+  if (grant->bytes == 0 || grant->begin > arena_bytes || grant->bytes > arena_bytes - grant->begin)
+    return absl::InternalError("zone window: stratad named a zone outside its arena");
+  // A file shorter than the zone would turn a read past its end into SIGBUS here.
+  struct stat st {};
+  if (fstat(zone.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < grant->bytes)
+    return absl::InternalError("zone window: the file stratad sent is smaller than the zone");
+  void* p = mmap(nullptr, grant->bytes, PROT_READ, MAP_SHARED, zone.fd, 0);
+  if (p == MAP_FAILED) return Failed("mapping the zone");
+  return std::shared_ptr<const ZoneWindow>(
+      new ZoneWindow(static_cast<const uint8_t*>(p), grant->begin, grant->bytes));
+}
+
+}  // namespace strata::client

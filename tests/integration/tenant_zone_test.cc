@@ -1,0 +1,200 @@
+// Issue 14 item 2, several tenants: each tenant's blocks live in a zone of the arena with its
+// own sealed file, and a same-node client of that tenant maps its zone read-only and fetches by
+// plain copies (no push). Another tenant's ticket, a made-up one or an operator's gets no zone;
+// the file a client gets cannot be written or mapped writable. Against real stratad processes.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/internal/zone_window.h"
+#include "common/zone_wire.h"
+#include "tests/integration/auth_fixture.h"
+
+namespace strata {
+namespace {
+
+using namespace auth_fixture;  // NOLINT: the fixture is this file's vocabulary
+using testing::RandomBlocks;
+using testing::Tokens;
+
+v1::ConnectResponse ConnectRaw(const DaemonProcess& d, const std::string& token) {
+  auto cache = v1::Cache::NewStub(Channel(d));
+  v1::ConnectRequest q;
+  v1::ConnectResponse r;
+  auto s = cache->Connect(Ctx(token).get(), q, &r);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return r;
+}
+
+uint64_t Counter(Client& c, const char* name) {
+  auto stats = c.Stats();
+  if (stats.ok())
+    for (const auto& [n, v] : stats->counters)
+      if (n == name) return v;
+  return ~uint64_t{0};
+}
+
+struct Published {
+  NamespaceId ns;
+  std::vector<BlockId> ids;
+  std::vector<std::vector<uint8_t>> blocks;
+};
+
+Published Publish(Client& c, size_t n, size_t bytes, uint32_t seed) {
+  Published p;
+  auto ns = c.OpenNamespace(Spec(), "");
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  if (!ns.ok()) return p;
+  p.ns = *ns;
+  p.blocks = RandomBlocks(n, bytes, seed);
+  std::vector<ConstBuffer> views;
+  for (const auto& b : p.blocks) views.push_back({b.data(), b.size()});
+  auto pub = c.Publish(*ns, Tokens(n * kTokensPerBlock, seed), views);
+  EXPECT_TRUE(pub.ok()) << pub.status();
+  if (pub.ok()) p.ids = pub->ids;
+  return p;
+}
+
+void ExpectFetchesIntact(Client& c, const Published& p) {
+  std::vector<std::vector<uint8_t>> out(p.blocks.size(),
+                                        std::vector<uint8_t>(p.blocks[0].size()));
+  std::vector<MutableBuffer> bufs;
+  for (auto& o : out) bufs.push_back({o.data(), o.size()});
+  auto f = c.Fetch(p.ns, p.ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->fetched, p.blocks.size());
+  EXPECT_EQ(out, p.blocks);
+}
+
+// The arena offset of each block, from a lease of the caller's own.
+std::vector<uint64_t> Offsets(const DaemonProcess& d, const std::string& token,
+                              const Published& p) {
+  auto cache = v1::Cache::NewStub(Channel(d));
+  v1::AcquireRequest q;
+  q.set_namespace_id(std::string(p.ns.AsBytes()));
+  q.set_ids(Packed(p.ids));
+  v1::AcquireResponse r;
+  EXPECT_TRUE(cache->Acquire(Ctx(token).get(), q, &r).ok());
+  std::vector<uint64_t> out(r.offsets().begin(), r.offsets().end());
+  v1::ReleaseRequest rq;
+  rq.set_lease_id(r.lease_id());
+  v1::ReleaseResponse rr;
+  (void)cache->Release(Ctx(token).get(), rq, &rr);
+  return out;
+}
+
+TEST(TenantZoneTest, EachTenantMapsItsOwnZoneAndFetchesFromItWithoutPush) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  auto b = ConnectAs(*d, kTokenB);
+  ASSERT_TRUE(a && b);
+  const Published pa = Publish(*a, 4, 256 << 10, 3);
+  const Published pb = Publish(*b, 4, 256 << 10, 4);
+  ASSERT_EQ(pa.ids.size(), 4u);
+  ASSERT_EQ(pb.ids.size(), 4u);
+
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  const v1::ConnectResponse cb = ConnectRaw(*d, kTokenB);
+  ASSERT_FALSE(ca.zone_socket().empty());
+  auto wa = client::OpenZoneWindow(ca.zone_socket(), ca.am_ticket(), ca.arena_bytes(),
+                                   absl::Seconds(2));
+  auto wb = client::OpenZoneWindow(cb.zone_socket(), cb.am_ticket(), cb.arena_bytes(),
+                                   absl::Seconds(2));
+  ASSERT_TRUE(wa.ok()) << wa.status();
+  ASSERT_TRUE(wb.ok()) << wb.status();
+  // Disjoint zones; each tenant's blocks in its own, none in the other's.
+  EXPECT_TRUE((*wa)->begin() + (*wa)->bytes() <= (*wb)->begin() ||
+              (*wb)->begin() + (*wb)->bytes() <= (*wa)->begin());
+  const std::vector<uint64_t> oa = Offsets(*d, kTokenA, pa);
+  const std::vector<uint64_t> ob = Offsets(*d, kTokenB, pb);
+  ASSERT_EQ(oa.size(), 4u);
+  ASSERT_EQ(ob.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const uint64_t n = pa.blocks[i].size();
+    ASSERT_TRUE((*wa)->Covers(oa[i], n)) << oa[i];
+    EXPECT_FALSE((*wb)->Covers(oa[i], 1)) << "b's zone holds a's block " << i;
+    EXPECT_FALSE((*wa)->Covers(ob[i], 1)) << "a's zone holds b's block " << i;
+    EXPECT_EQ(std::memcmp((*wa)->At(oa[i]), pa.blocks[i].data(), n), 0) << "block " << i;
+  }
+
+  // The libstrata clients got their windows at Connect: their fetches are copies, not pushes.
+  const uint64_t pushed = Counter(*a, "pushed_blocks_total");
+  ASSERT_NE(pushed, ~uint64_t{0}) << "no pushed_blocks_total counter";
+  ExpectFetchesIntact(*a, pa);
+  ExpectFetchesIntact(*b, pb);
+  EXPECT_EQ(Counter(*a, "pushed_blocks_total"), pushed);
+  // Publishes still go by checked messages (the window is read-only), and fetch back intact.
+  const Published more = Publish(*a, 2, 3 << 20, 9);
+  ASSERT_EQ(more.ids.size(), 2u);
+  ExpectFetchesIntact(*a, more);
+  EXPECT_EQ(Counter(*a, "pushed_blocks_total"), pushed);
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+TEST(TenantZoneTest, NoZoneWithoutATenantsOwnTicket) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  const v1::ConnectResponse admin = ConnectRaw(*d, kAdminToken);
+  ASSERT_FALSE(ca.zone_socket().empty());
+  EXPECT_TRUE(admin.zone_socket().empty());  // operators are not offered a zone ...
+  const std::string& socket = ca.zone_socket();
+  auto code = [&](const std::string& ticket) {
+    auto grant = client::RequestZone(socket, ticket, absl::Seconds(2));
+    if (grant.ok()) close(grant->fd);
+    return grant.status().code();
+  };
+  // ... and refused one when they ask anyway, as are made-up and missing tickets.
+  EXPECT_EQ(code(admin.am_ticket()), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code(std::string(ca.am_ticket().size(), 'x')), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(code(""), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(code(ca.am_ticket()), absl::StatusCode::kOk);
+  // A client that connects and says nothing holds the socket only until its deadline.
+  {
+    auto stalled = client::RequestZone(socket, std::string(zone_wire::kMaxTicketBytes + 1, 'x'),
+                                       absl::Seconds(2));
+    EXPECT_EQ(stalled.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// What a tenant's client can do with the file it is handed: read, nothing else. So a's own
+// committed blocks stay as a published them, even against a's compromised client.
+TEST(TenantZoneTest, TheZoneFileCannotBeWrittenByItsHolder) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  ASSERT_TRUE(a);
+  const Published pa = Publish(*a, 2, 64 << 10, 5);
+  ASSERT_EQ(pa.ids.size(), 2u);
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  auto grant = client::RequestZone(ca.zone_socket(), ca.am_ticket(), absl::Seconds(2));
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  const uint64_t at = Offsets(*d, kTokenA, pa)[0] - grant->begin;
+  errno = 0;
+  EXPECT_EQ(mmap(nullptr, grant->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, grant->fd, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  const std::string forged(4096, '\xEE');
+  EXPECT_LT(pwrite(grant->fd, forged.data(), forged.size(), static_cast<off_t>(at)), 0);
+  const std::string path = "/proc/self/fd/" + std::to_string(grant->fd);
+  const int again = open(path.c_str(), O_RDWR);
+  if (again >= 0) {
+    EXPECT_EQ(mmap(nullptr, grant->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0),
+              MAP_FAILED);
+    EXPECT_LT(pwrite(again, forged.data(), forged.size(), static_cast<off_t>(at)), 0);
+    close(again);
+  }
+  EXPECT_NE(ftruncate(grant->fd, 0), 0);
+  close(grant->fd);
+  ExpectFetchesIntact(*a, pa);
+}
+
+}  // namespace
+}  // namespace strata
