@@ -275,9 +275,11 @@ Route DataMover::ChooseRoute(Direction direction, bool mapped) const {
 
 Route DataMover::route(Direction direction) const {
   std::shared_lock<std::shared_mutex> lock(map_mu_);
-  // A fetch from this tenant's own namespaces lands in its zone: the window covers it.
-  return ChooseRoute(direction, mapped_arena_ != nullptr ||
-                                    (direction == Direction::kGet && zone_window_ != nullptr));
+  // This tenant's own namespaces live in its zone: the window covers them (for publishes too
+  // where it is writable).
+  const bool window = zone_window_ != nullptr &&
+                      (direction == Direction::kGet || zone_window_->writable());
+  return ChooseRoute(direction, mapped_arena_ != nullptr || window);
 }
 
 bool DataMover::InZoneWindow(std::span<const BlockMove> blocks) const {
@@ -310,7 +312,9 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-    if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr) == Route::kMapped) {
+    const bool in_writable_window = zone_window_ && zone_window_->writable() && InZoneWindow(blocks);
+    if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr || in_writable_window) ==
+        Route::kMapped) {
       STRATA_ASSIGN_OR_RETURN(auto crcs, CopyMapped(blocks, Direction::kPut, /*checksum=*/true));
       return PutOutcome{Route::kMapped, std::move(crcs)};
     }
@@ -488,10 +492,11 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
                                                             Direction direction, bool checksum) {
   STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
   uint8_t* const arena = mapped_arena_;
-  // Gets only (Get checked that the window covers every block); it cannot be written.
+  // The caller checked that the window covers every block (and is writable for a put).
   const ZoneWindow* const window = arena == nullptr ? zone_window_.get() : nullptr;
-  if (arena == nullptr && (window == nullptr || direction != Direction::kGet))
-    return absl::InternalError("mapped copy without a mapping");
+  if (arena == nullptr &&
+      (window == nullptr || (direction == Direction::kPut && !window->writable())))
+    return absl::InternalError("mapped copy without a (writable) mapping");
   const std::vector<Piece> pieces = SplitIntoPieces(blocks);
   std::vector<uint32_t> piece_crcs(pieces.size());
   helper_.ParallelFor(pieces.size(), [&](size_t i) {
@@ -841,7 +846,8 @@ void DataMover::StartPrefault() {
       // The window is read-only: its pages are faulted in for reading.
       const uint8_t* const base = mapped_arena_ ? mapped_arena_ : zone_window_ ? zone_window_->data() : nullptr;
       const uint64_t bytes = mapped_arena_ ? arena_bytes_ : zone_window_ ? zone_window_->bytes() : 0;
-      const int advice = mapped_arena_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+      const bool writable = mapped_arena_ || (zone_window_ && zone_window_->writable());
+      const int advice = writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
       if (base == nullptr || off >= bytes) return;
       uint64_t len = std::min(kStep, bytes - off);
       uintptr_t start = reinterpret_cast<uintptr_t>(base + off) & ~uintptr_t{4095};

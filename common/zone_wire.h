@@ -6,7 +6,8 @@
 //
 // Request: u32 kMagic | u32 ticket bytes (at most kMaxTicketBytes) | ticket.
 // Reply:   u32 kMagic | u32 status code (absl) | u64 zone begin (arena offset) |
-//          u64 zone bytes | u32 message bytes (at most kMaxMessageBytes) | message.
+//          u64 zone bytes | u32 flags (kWritable) | u32 message bytes (at most
+//          kMaxMessageBytes) | message.
 // All integers little-endian. One request per connection.
 #pragma once
 
@@ -21,11 +22,14 @@ namespace strata::zone_wire {
 inline constexpr uint32_t kMagic = 0x315a5453;  // "STZ1"
 inline constexpr uint32_t kMaxTicketBytes = 256;
 inline constexpr uint32_t kMaxMessageBytes = 512;
-inline constexpr size_t kReplyHeaderBytes = 28;
+inline constexpr size_t kReplyHeaderBytes = 32;
+// The zone's file may be mapped writable (auth.tenant_zones_writable); else read-only.
+inline constexpr uint32_t kWritable = 1;
 
 struct Reply {
   uint32_t code = 0;
   uint64_t begin = 0, bytes = 0;
+  uint32_t flags = 0;
   std::string message;
 };
 
@@ -56,6 +60,7 @@ inline std::string EncodeReply(const Reply& r) {
   PutU32(out, r.code);
   PutU64(out, r.begin);
   PutU64(out, r.bytes);
+  PutU32(out, r.flags);
   const std::string_view msg = std::string_view(r.message).substr(0, kMaxMessageBytes);
   PutU32(out, static_cast<uint32_t>(msg.size()));
   out.append(msg);
@@ -65,8 +70,8 @@ inline std::string EncodeReply(const Reply& r) {
 // Nullopt unless `in` is exactly one well-formed reply.
 inline std::optional<Reply> DecodeReply(std::string_view in) {
   if (in.size() < kReplyHeaderBytes || U32At(in, 0) != kMagic) return std::nullopt;
-  Reply r{U32At(in, 4), U64At(in, 8), U64At(in, 16), {}};
-  const uint32_t n = U32At(in, 24);
+  Reply r{U32At(in, 4), U64At(in, 8), U64At(in, 16), U32At(in, 24), {}};
+  const uint32_t n = U32At(in, 28);
   if (n > kMaxMessageBytes || in.size() != kReplyHeaderBytes + n) return std::nullopt;
   r.message.assign(in.substr(kReplyHeaderBytes));
   return r;

@@ -59,6 +59,11 @@ auth:
   # reaches a UCX tcp port can write anywhere in this process's memory (UCX checks no key on
   # tcp). true: also tcp, for clusters without RDMA whose network admits only trusted hosts.
   ucx_tcp_trusted: false
+  # Several tenants: each has a zone of the host arena that its clients on this node map to
+  # fetch by plain copies, read-only. true: writable too, so publishes are plain copies as
+  # well, at the price that a tenant's client can overwrite that tenant's own committed blocks
+  # (never another tenant's).
+  tenant_zones_writable: false
 # Serve without authentication on a non-loopback listen address: anyone who reaches the port
 # can read, overwrite and evict every tenant's blocks. Also the --insecure flag.
 insecure: false
@@ -364,6 +369,8 @@ std::map<std::string, Setter> Setters() {
       Read<std::string>("auth.peer_token_file", At(&C::auth, &A::peer_token_file));
   s["auth.ucx_tcp_trusted"] =
       Read<bool>("auth.ucx_tcp_trusted", At(&C::auth, &A::ucx_tcp_trusted));
+  s["auth.tenant_zones_writable"] =
+      Read<bool>("auth.tenant_zones_writable", At(&C::auth, &A::tenant_zones_writable));
   s["insecure"] = Read<bool>("insecure", At(&C::insecure));
   using T = TlsConfig;
   s["tls.cert_file"] = Read<std::string>("tls.cert_file", At(&C::tls, &T::cert_file));

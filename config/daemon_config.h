@@ -87,6 +87,10 @@ struct AuthConfig {
   // transport writes received put requests wherever they say, so only hosts the operator trusts
   // (a network policy admits only them) may reach that port.
   bool ucx_tcp_trusted = false;
+  // Several tenants: a tenant's same-node clients may write their own zone (publish by plain
+  // copies, as with one tenant) and so also overwrite their own tenant's committed blocks;
+  // never another tenant's. false: the zone is read-only to them, publishes are messages.
+  bool tenant_zones_writable = false;
 };
 
 // YAML section tls (docs/operations.md#tls): TLS on the gRPC listen address, client certificates,

@@ -112,7 +112,11 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
   // The CRC check reads bytes UCX may have written on the progress thread (a software put).
   if (data_plane_.progress) data_plane_.progress->OrderAfterProgress();
   // (abort drops a pending replication below too: its reservation id never commits)
-  const CommitCheck check = req.crcs_taken_while_writing() && data_plane_.clients_map_arena
+  // Only where the caller could have written the bytes itself anyway: a mapped arena (one
+  // tenant) or its own writable zone.
+  const bool writer_maps =
+      data_plane_.clients_map_arena || data_plane_.clients_write_zones;
+  const CommitCheck check = req.crcs_taken_while_writing() && writer_maps
                                 ? CommitCheck::kWriterChecksummed
                                 : CommitCheck::kReread;
   auto r = store_->Commit(req.reservation_id(), crcs, check);

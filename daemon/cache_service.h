@@ -34,6 +34,8 @@ struct DataPlaneInfo {
   bool clients_map_arena = true;
   // With several tenants: where a same-node client asks for its tenant's zone (ZoneServer).
   std::string zone_socket;
+  // ... and its clients may write their zone (auth.tenant_zones_writable).
+  bool clients_write_zones = false;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   // The worker's progress thread: a Commit on another thread waits on it in TSan builds

@@ -369,7 +369,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   if (authenticated && !one_tenant) {
     // Each tenant's blocks in a file of its own, which that tenant's clients on this node map
     // read-only (ZoneServer): fetches by plain copies, with no other tenant's byte in reach.
-    STRATA_ASSIGN_OR_RETURN(zoned_arena, ZonedArena::Create(host.capacity, auth->tenants()));
+    STRATA_ASSIGN_OR_RETURN(zoned_arena,
+                            ZonedArena::Create(host.capacity, auth->tenants(), /*prefault=*/true,
+                                               config.auth.tenant_zones_writable));
     STRATA_ASSIGN_OR_RETURN(region, ucx->Register(zoned_arena->data(), zoned_arena->size()));
     spdlog::info("host tier: {} tenant zones of {} (common zone {}); huge pages not used",
                  zoned_arena->zones().size() - 1, FormatSize(zoned_arena->zones().back().size),
@@ -505,6 +507,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.worker_address = worker->address();
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
   dp.clients_map_arena = clients_map_arena;
+  dp.clients_write_zones = zoned_arena && config.auth.tenant_zones_writable;
   dp.arena_memh = region->handle();
   dp.am_drops = &am_drops;
   dp.progress = progress.get();

@@ -111,6 +111,7 @@ void ZoneServer::Serve(int conn) {
     } else {
       reply.begin = zone->begin;
       reply.bytes = zone->size;
+      reply.flags = zone->writable ? zone_wire::kWritable : 0;
     }
   }
   const std::string bytes = zone_wire::EncodeReply(reply);

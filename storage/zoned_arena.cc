@@ -20,7 +20,8 @@ absl::Status Errno(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ZonedArena>> ZonedArena::Create(
-    uint64_t capacity, std::span<const std::string> tenants, bool prefault) {
+    uint64_t capacity, std::span<const std::string> tenants, bool prefault,
+    bool tenant_zones_writable) {
   constexpr uint64_t kUnit = kZoneAlignment;
   const uint64_t units = capacity / kUnit;
   const uint64_t common_units = std::max<uint64_t>(1, units / 16);
@@ -39,7 +40,7 @@ absl::StatusOr<std::unique_ptr<ZonedArena>> ZonedArena::Create(
   std::unique_ptr<ZonedArena> arena(new ZonedArena(static_cast<uint8_t*>(reserved), size));
 
   auto add_zone = [&](const std::string& tenant, uint64_t begin, uint64_t bytes) -> absl::Status {
-    Zone z{tenant, begin, bytes, -1};
+    Zone z{tenant, begin, bytes, -1, !tenant.empty() && tenant_zones_writable};
     const std::string name = tenant.empty() ? "strata-zone-common" : "strata-zone";
     z.fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (z.fd < 0) return Errno("memfd_create");
@@ -53,7 +54,8 @@ absl::StatusOr<std::unique_ptr<ZonedArena>> ZonedArena::Create(
     // This mapping stays writable; nobody can make another writable one, write(2) the file or
     // resize it, and the seals themselves are final.
     if (fcntl(z.fd, F_ADD_SEALS,
-              F_SEAL_FUTURE_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+              (z.writable ? 0 : F_SEAL_FUTURE_WRITE) | F_SEAL_GROW | F_SEAL_SHRINK |
+                  F_SEAL_SEAL) != 0)
       return Errno("sealing a zone");
     return absl::OkStatus();
   };

@@ -30,16 +30,19 @@ class ZonedArena {
     std::string tenant;  // "" for the common zone
     uint64_t begin = 0, size = 0;
     int fd = -1;  // the sealed memfd
+    bool writable = false;  // not sealed against writes: its tenant's clients may map it so
   };
 
   // Zones are whole multiples of kZoneAlignment. The common zone (namespaces charged to no
   // tenant: replicas or promotions that arrived before any client of the tenant opened the
   // namespace here) takes 1/16 of `capacity`, at least one alignment unit, and whatever the
   // equal split of the rest among `tenants` leaves over. Fails when a tenant's zone would be
-  // smaller than one alignment unit.
+  // smaller than one alignment unit. `tenant_zones_writable`: the tenants' zones are not sealed
+  // against writes (the common zone always is).
   static absl::StatusOr<std::unique_ptr<ZonedArena>> Create(uint64_t capacity,
                                                             std::span<const std::string> tenants,
-                                                            bool prefault = true);
+                                                            bool prefault = true,
+                                                            bool tenant_zones_writable = false);
   ~ZonedArena();
   ZonedArena(const ZonedArena&) = delete;
   ZonedArena& operator=(const ZonedArena&) = delete;

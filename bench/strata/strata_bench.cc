@@ -53,7 +53,7 @@ std::unique_ptr<strata::bench::StratadProcess> StartDaemon(const std::string& bi
                                                            const std::string& capacity,
                                                            const std::string& tmp,
                                                            const std::string& token,
-                                                           int tenants) {
+                                                           int tenants, bool zones_writable) {
   std::vector<std::string> args{"--data-dir", tmp + "/data", "--host-capacity", capacity,
                                 "--log-level", "warn"};
   if (!token.empty()) {
@@ -67,7 +67,8 @@ std::unique_ptr<strata::bench::StratadProcess> StartDaemon(const std::string& bi
     std::ofstream(tmp + "/config.yaml") << "auth:\n  tokens_file: " << tmp << "/tokens\n"
                                         << (tls.find("tcp") != std::string::npos
                                                 ? "  ucx_tcp_trusted: true\n"
-                                                : "");
+                                                : "")
+                                        << (zones_writable ? "  tenant_zones_writable: true\n" : "");
     args.push_back("--config");
     args.push_back(tmp + "/config.yaml");
   }
@@ -90,6 +91,7 @@ struct Config {
   bool auth = false;  // a tenant token on every call (the daemon's own, or --token's)
   std::string token;
   int tenants = 1;  // --auth: tenants in the daemon's tokens file
+  bool zones_writable = false;  // --auth --tenants >1: auth.tenant_zones_writable
   bool control_by_message = true;  // ClientOptions::control_by_message
 };
 
@@ -103,7 +105,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   std::string endpoint = cfg.endpoint;
   if (endpoint.empty()) {
     daemon = StartDaemon(cfg.stratad, tls, cfg.smoke ? "256MiB" : "1GiB", tmp,
-                         cfg.auth ? cfg.token : "", cfg.tenants);
+                         cfg.auth ? cfg.token : "", cfg.tenants, cfg.zones_writable);
     endpoint = daemon->endpoint();
     if (endpoint.empty()) {
       std::cerr << "stratad did not start:\n" << daemon->log() << "\n";
@@ -307,6 +309,8 @@ int main(int argc, char** argv) {
                  "maps the arena)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--zones-writable", cfg.zones_writable,
+               "several tenants: their clients may write their own zone (auth.tenant_zones_writable)");
   CLI11_PARSE(app, argc, argv);
   if (cfg.auth && cfg.token.empty()) cfg.token = "strata-bench-tenant-token-0123456789";
   signal(SIGPIPE, SIG_IGN);

@@ -83,7 +83,8 @@ absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_
     return absl::Status(static_cast<absl::StatusCode>(reply->code),
                         absl::StrCat("zone window refused: ", reply->message));
   if (zone.fd < 0) return absl::InternalError("zone window: stratad sent no file");
-  ZoneGrant grant{reply->begin, reply->bytes, zone.fd};
+  ZoneGrant grant{reply->begin, reply->bytes, zone.fd,
+                  (reply->flags & zone_wire::kWritable) != 0};
   zone.fd = -1;
   return grant;
 }
@@ -102,10 +103,11 @@ absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_vie
   struct stat st {};
   if (fstat(zone.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < grant->bytes)
     return absl::InternalError("zone window: the file stratad sent is smaller than the zone");
-  void* p = mmap(nullptr, grant->bytes, PROT_READ, MAP_SHARED, zone.fd, 0);
+  void* p = mmap(nullptr, grant->bytes, PROT_READ | (grant->writable ? PROT_WRITE : 0),
+                 MAP_SHARED, zone.fd, 0);
   if (p == MAP_FAILED) return Failed("mapping the zone");
   return std::shared_ptr<const ZoneWindow>(
-      new ZoneWindow(static_cast<const uint8_t*>(p), grant->begin, grant->bytes));
+      new ZoneWindow(static_cast<const uint8_t*>(p), grant->begin, grant->bytes, grant->writable));
 }
 
 }  // namespace strata::client

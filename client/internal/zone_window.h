@@ -1,6 +1,7 @@
-// The memory of this client's tenant zone in a daemon's arena, mapped read-only (several
-// tenants: storage/zoned_arena.h). Fetches whose blocks all lie inside copy from it as from a
-// mapped arena; publishes never use it (it cannot be written).
+// The memory of this client's tenant zone in a daemon's arena (several tenants:
+// storage/zoned_arena.h), mapped read-only, or writable where the daemon allows it
+// (auth.tenant_zones_writable). Fetches whose blocks all lie inside copy from it as from a
+// mapped arena; publishes too when it is writable.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ class ZoneWindow {
 
   // Where the zone's bytes are here, and which arena offsets they are: [begin, begin + bytes).
   const uint8_t* data() const { return data_; }
+  bool writable() const { return writable_; }
   uint64_t begin() const { return begin_; }
   uint64_t bytes() const { return bytes_; }
   bool Covers(uint64_t offset, uint64_t length) const {
@@ -32,10 +34,11 @@ class ZoneWindow {
                                                                           std::string_view,
                                                                           uint64_t,
                                                                           absl::Duration);
-  ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes)
-      : data_(data), begin_(begin), bytes_(bytes) {}
+  ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes, bool writable)
+      : data_(data), begin_(begin), bytes_(bytes), writable_(writable) {}
   const uint8_t* data_;
   uint64_t begin_, bytes_;
+  bool writable_;
 };
 
 // What the daemon's zone socket answered: the zone's place in the arena and its file (the
@@ -43,6 +46,7 @@ class ZoneWindow {
 struct ZoneGrant {
   uint64_t begin = 0, bytes = 0;
   int fd = -1;
+  bool writable = false;
 };
 // The exchange alone (common/zone_wire.h): a refusal comes back as the daemon's status.
 absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket, std::string_view ticket,

@@ -196,5 +196,38 @@ TEST(TenantZoneTest, TheZoneFileCannotBeWrittenByItsHolder) {
   ExpectFetchesIntact(*a, pa);
 }
 
+// auth.tenant_zones_writable: a tenant's clients map their own zone writable and publish by
+// plain copies (no block message), still only into their own zone; the other tenant's zone
+// and blocks stay out of reach.
+TEST(TenantZoneTest, WritableZonesPublishByCopiesIntoTheTenantsOwnZoneOnly) {
+  auto d = AuthDaemon("  tenant_zones_writable: true\n");
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  auto b = ConnectAs(*d, kTokenB);
+  ASSERT_TRUE(a && b);
+  const uint64_t by_message = Counter(*a, "published_by_message_total");
+  ASSERT_NE(by_message, ~uint64_t{0});
+  const Published pa = Publish(*a, 3, 1 << 20, 21);
+  const Published pb = Publish(*b, 3, 1 << 20, 22);
+  ASSERT_EQ(pa.ids.size(), 3u);
+  ASSERT_EQ(pb.ids.size(), 3u);
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message) << "published by message";
+  ExpectFetchesIntact(*a, pa);
+  ExpectFetchesIntact(*b, pb);
+
+  const v1::ConnectResponse cb = ConnectRaw(*d, kTokenB);
+  auto grant = client::RequestZone(cb.zone_socket(), cb.am_ticket(), absl::Seconds(2));
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_TRUE(grant->writable);
+  void* w = mmap(nullptr, grant->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, grant->fd, 0);
+  EXPECT_NE(w, MAP_FAILED);
+  if (w != MAP_FAILED) munmap(w, grant->bytes);
+  close(grant->fd);
+  for (uint64_t offset : Offsets(*d, kTokenA, pa))
+    EXPECT_FALSE(offset >= grant->begin && offset < grant->begin + grant->bytes)
+        << "a's block inside b's writable zone";
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
 }  // namespace
 }  // namespace strata
