@@ -1,6 +1,8 @@
 #include "client/daemon_link.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "client/calibrations.h"
@@ -29,6 +31,14 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
   link->control_ = std::make_unique<ControlChannel>(std::move(control));
   DataMoverOptions data;
   data.fetch_transfer = options.fetch_transfer;
+  data.wait_spin = options.wait_spin;
+  data.wait_yield = options.wait_yield;
+  if (const char* us = std::getenv("STRATA_CLIENT_WAIT_SPIN_US"); us != nullptr && *us != '\0')
+    data.wait_spin = std::string_view(us) == "inf" ? absl::InfiniteDuration()
+                                                   : absl::Microseconds(std::atoll(us));
+  if (const char* us = std::getenv("STRATA_CLIENT_WAIT_YIELD_US"); us != nullptr && *us != '\0')
+    data.wait_yield = std::string_view(us) == "inf" ? absl::InfiniteDuration()
+                                                    : absl::Microseconds(std::atoll(us));
   data.transfer_timeout = options.transfer_timeout;
   data.same_node = options.same_node;
   data.log = options.log;

@@ -149,8 +149,11 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   const bool rdma =
       m->options_.rdma_device.has_value() ? *m->options_.rdma_device : HostHasRdmaDevice();
   m->want_push_ = mode == "push" || (mode == "auto" && !rdma);
-  STRATA_ASSIGN_OR_RETURN(m->ucx_, transport::Context::Create(/*wakeup=*/false));
+  const bool sleeps = m->options_.wait_spin != absl::InfiniteDuration() &&
+                      m->options_.wait_yield != absl::InfiniteDuration();
+  STRATA_ASSIGN_OR_RETURN(m->ucx_, transport::Context::Create(/*wakeup=*/sleeps));
   STRATA_ASSIGN_OR_RETURN(m->worker_, transport::Worker::Create(m->ucx_));
+  m->worker_->SetWaitSpin(m->options_.wait_spin, m->options_.wait_yield);
   DataMover* raw = m.get();
   for (uint16_t id : m->options_.exchange_replies) {
     STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
@@ -400,9 +403,10 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
                     std::move(follow_up->data));
   }
   unsigned spins = 0;
+  auto idle_since = transport::Worker::Clock::now();
   while (s.ok() && w.error.ok() &&
          (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
-    worker_->Progress();
+    worker_->ProgressWaiting(&idle_since, deadline);
     for (size_t k = 0; k < sending.size();) {
       const int state = transport::Worker::RequestState(sending[k]);
       if (state == 0) {
@@ -638,8 +642,9 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
   std::vector<std::pair<size_t, void*>> receiving;
   auto waiting = [&] { return (reply != nullptr && !reply->done) || w.done < w.expected; };
   unsigned spins = 0;
+  auto idle_since = transport::Worker::Clock::now();
   while (sent.ok() && w.error.ok() && waiting()) {
-    worker_->Progress();
+    worker_->ProgressWaiting(&idle_since, deadline);
     StartKeptReceives(w, &receiving);
     ReapReceives(w, &receiving);
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
@@ -809,8 +814,9 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
   // request owns its bytes until UCX is done with them.
   absl::Status sent = ep_->AmPost(request_am, std::move(header), std::move(data));
   unsigned spins = 0;
+  auto idle_since = transport::Worker::Clock::now();
   while (sent.ok() && !wait.done) {
-    worker_->Progress();
+    worker_->ProgressWaiting(&idle_since, deadline);
     if ((++spins & 63) == 0 && absl::Now() >= deadline) break;
   }
   exchange_wait_ = nullptr;

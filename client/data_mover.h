@@ -70,6 +70,10 @@ struct DataMoverOptions {
   // Reply ids of the request/reply exchanges run with Exchange (installed at Connect).
   std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm, am_wire::kAcquireReplyAm,
                                            am_wire::kReserveReplyAm, am_wire::kCommitReplyAm};
+  // How a waiting call progresses the worker (Worker::ProgressWaiting, ClientOptions::
+  // wait_spin): polls for wait_spin, then polls between yields for wait_yield, then sleeps.
+  absl::Duration wait_spin = absl::InfiniteDuration();
+  absl::Duration wait_yield = absl::InfiniteDuration();
   // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
   std::optional<bool> rdma_device;
   LogSink log;

@@ -1,5 +1,6 @@
 #include "transport/ucx.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -101,7 +102,7 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& o
   s = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
   if (s != UCS_OK) return UcsError("init", s);
-  return std::shared_ptr<Context>(new Context(ctx));
+  return std::shared_ptr<Context>(new Context(ctx, wakeup));
 }
 
 Context::~Context() { ucp_cleanup(ctx_); }
@@ -496,8 +497,9 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
   if (UCS_PTR_IS_ERR(request)) return UcsError(what, UCS_PTR_STATUS(request));
   ucs_status_t s;
   unsigned spins = 0;
+  auto idle_since = Worker::Clock::now();
   while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    worker_->Progress();
+    worker_->ProgressWaiting(&idle_since, deadline);
     if ((++spins & 255) == 0 && absl::Now() >= deadline) {
       ucp_request_free(request);  // released by UCX once the forced close completes it
       ForceClose();
@@ -632,6 +634,28 @@ Endpoint::~Endpoint() {
 }
 
 unsigned Worker::Progress() { return ucp_worker_progress(worker_); }
+
+unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until) {
+  const unsigned events = Progress();
+  const Clock::time_point now = Clock::now();
+  if (events != 0) {
+    *idle_since = now;
+    return events;
+  }
+  const auto idle = now - *idle_since;
+  if (idle < wait_spin_) return 0;
+  // Then polls between yields: a thread that must produce the event (the daemon's progress
+  // thread, another client) gets this core at once if it waits for one, and if none does the
+  // yield returns at once.
+  if (idle - wait_spin_ < wait_yield_ || !ctx_->wakeup()) {
+    sched_yield();
+    return 0;
+  }
+  const absl::Duration left = until - absl::Now();
+  // epoll counts whole milliseconds: shorter waits poll, as before the spin ran out.
+  if (left >= absl::Milliseconds(1)) WaitForEvents(absl::Milliseconds(1));
+  return 0;
+}
 void Worker::AmDiscard(void* desc) { ucp_am_data_release(worker_, desc); }
 void Worker::RequestFree(void* request) { ucp_request_free(request); }
 void Worker::RequestCancel(void* request) { ucp_request_cancel(worker_, request); }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -95,12 +96,14 @@ class Context : public std::enable_shared_from_this<Context> {
   ~Context();
 
   ucp_context_h handle() const { return ctx_; }
+  bool wakeup() const { return wakeup_; }
   absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t bytes);
   absl::StatusOr<std::unique_ptr<MemoryRegion>> Register(void* data, size_t bytes);
 
  private:
-  explicit Context(ucp_context_h ctx) : ctx_(ctx) {}
+  Context(ucp_context_h ctx, bool wakeup) : ctx_(ctx), wakeup_(wakeup) {}
   ucp_context_h ctx_;
+  bool wakeup_;
 };
 
 // One sided operation between a local buffer and remote memory.
@@ -197,6 +200,19 @@ class Worker {
   void RequestCancel(void* request);
   // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
   void WaitForEvents(absl::Duration timeout);
+  // For a thread that waits on this worker for its call's events (a client's transfer or
+  // exchange): Progress(); once nothing has happened for the wait spin since `*idle_since`
+  // (which it keeps up to date), also a sched_yield; and once the yield window has passed too,
+  // a sleep on the worker's event fd until the next event (at most 1 ms at a time, never past
+  // `until`). Waiting threads that outnumber the cores then leave the CPU to whoever must
+  // produce the event: the daemon, or the other clients. Without a wakeup context it never
+  // sleeps; with an infinite spin (the default) it only polls.
+  using Clock = std::chrono::steady_clock;
+  unsigned ProgressWaiting(Clock::time_point* idle_since, absl::Time until);
+  void SetWaitSpin(absl::Duration spin, absl::Duration yield = absl::ZeroDuration()) {
+    wait_spin_ = absl::ToChronoNanoseconds(spin);
+    wait_yield_ = absl::ToChronoNanoseconds(yield);
+  }
   void Signal();
 
  private:
@@ -206,6 +222,8 @@ class Worker {
   ucp_worker_h worker_;
   std::string address_;
   int epoll_fd_ = -1;
+  std::chrono::nanoseconds wait_spin_ = std::chrono::nanoseconds::max();
+  std::chrono::nanoseconds wait_yield_{0};
   std::map<uint16_t, std::unique_ptr<InstalledAmHandler>> am_handlers_;
   std::unique_ptr<AmDropHandler> on_drop_;
   std::unique_ptr<InstalledAmHandler> unknown_ids_;  // shared by every id without a handler

@@ -163,5 +163,37 @@ TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
   EXPECT_TRUE(ep.ok()) << ep.status();
 }
 
+// A waiting caller's progress (Worker::ProgressWaiting) polls, then yields, then sleeps on the
+// event fd (1 ms naps until an event); nothing sleeps before the spin and yield windows have
+// passed.
+TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
+  using Clock = Worker::Clock;
+  auto ctx = Context::Create(/*wakeup=*/true);
+  ASSERT_TRUE(ctx.ok());
+  auto w = Worker::Create(*ctx);
+  ASSERT_TRUE(w.ok());
+  Worker* worker = w->get();
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  auto one_call = [&](Clock::time_point idle_since) {
+    const auto t0 = Clock::now();
+    worker->ProgressWaiting(&idle_since, until);
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  };
+  const auto long_idle = Clock::now() - std::chrono::seconds(1);
+  // Polls only: an infinite spin (the default) never sleeps or yields.
+  EXPECT_LT(one_call(long_idle), 500);
+  // Within the yield window: a yield, no sleep.
+  worker->SetWaitSpin(absl::ZeroDuration(), absl::InfiniteDuration());
+  EXPECT_LT(one_call(long_idle), 500);
+  // Past both: a nap on the event fd (up to 1 ms, ~0.5 ms or more even on a busy host)...
+  worker->SetWaitSpin(absl::ZeroDuration(), absl::ZeroDuration());
+  int64_t napped = 0;
+  for (int i = 0; i < 5; ++i) napped = std::max<int64_t>(napped, one_call(long_idle));
+  EXPECT_GE(napped, 500);
+  // ... but not when the last event was just now.
+  worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
+  EXPECT_LT(one_call(Clock::now()), 500);
+}
+
 }  // namespace
 }  // namespace strata::transport
