@@ -369,13 +369,22 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   if (authenticated && !one_tenant) {
     // Each tenant's blocks in a file of its own, which that tenant's clients on this node map
     // read-only (ZoneServer): fetches by plain copies, with no other tenant's byte in reach.
-    STRATA_ASSIGN_OR_RETURN(zoned_arena,
-                            ZonedArena::Create(host.capacity, auth->tenants(), /*prefault=*/true,
-                                               config.auth.tenant_zones_writable));
-    STRATA_ASSIGN_OR_RETURN(region, ucx->Register(zoned_arena->data(), zoned_arena->size()));
-    spdlog::info("host tier: {} tenant zones of {} (common zone {}); huge pages not used",
-                 zoned_arena->zones().size() - 1, FormatSize(zoned_arena->zones().back().size),
-                 FormatSize(zoned_arena->zones().front().size));
+    auto zoned = ZonedArena::Create(host.capacity, auth->tenants(), /*prefault=*/true,
+                                    config.auth.tenant_zones_writable);
+    if (zoned.ok()) {
+      zoned_arena = std::move(*zoned);
+      STRATA_ASSIGN_OR_RETURN(region, ucx->Register(zoned_arena->data(), zoned_arena->size()));
+      spdlog::info("host tier: {} tenant zones of {} (common zone {}); huge pages not used",
+                   zoned_arena->zones().size() - 1, FormatSize(zoned_arena->zones().back().size),
+                   FormatSize(zoned_arena->zones().front().size));
+    } else if (zoned.status().code() == absl::StatusCode::kInvalidArgument) {
+      // More tenants than the capacity has zones for: a tokens file that grew must not stop the
+      // daemon. Blocks then move by checked messages only, as before zones existed.
+      spdlog::warn("host tier: no tenant zones ({}); fetches and publishes go by messages",
+                   zoned.status().ToString());
+    } else {
+      return zoned.status();
+    }
   }
   if (!region && host.arena != ArenaSource::kMmap) {
     auto allocated = ucx->Allocate(host.capacity);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,29 @@ TEST(TenantZoneTest, WritableZonesPublishByCopiesIntoTheTenantsOwnZoneOnly) {
     EXPECT_FALSE(offset >= grant->begin && offset < grant->begin + grant->bytes)
         << "a's block inside b's writable zone";
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// More tenants than the capacity has 2 MiB zones for: the daemon still starts, says why it has
+// no zones, and its tenants' blocks move by messages as before.
+TEST(TenantZoneTest, TooManyTenantsForZonesFallsBackToMessages) {
+  std::string dir = testing::MakeTempDir("zones");
+  {
+    std::ofstream tokens(dir + "/tokens");
+    tokens << kTokenA << " a tenant\n";
+    for (int i = 0; i < 40; ++i)
+      tokens << "filler-token-" << i << "-0123456789 filler" << i << " tenant\n";
+  }
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  EXPECT_NE(d.log().find("no tenant zones"), std::string::npos) << d.log();
+  EXPECT_TRUE(ConnectRaw(d, kTokenA).zone_socket().empty());
+  auto a = ConnectAs(d, kTokenA);
+  ASSERT_TRUE(a);
+  const Published pa = Publish(*a, 2, 256 << 10, 31);
+  ASSERT_EQ(pa.ids.size(), 2u);
+  const uint64_t pushed = Counter(*a, "pushed_blocks_total");
+  ExpectFetchesIntact(*a, pa);
+  EXPECT_EQ(Counter(*a, "pushed_blocks_total"), pushed + 2);
 }
 
 }  // namespace
