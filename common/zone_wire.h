@@ -54,6 +54,16 @@ inline std::string EncodeRequest(std::string_view ticket) {
   return out;
 }
 
+inline constexpr size_t kRequestHeaderBytes = 8;
+// The ticket length a request's first kRequestHeaderBytes announce; nullopt when they are not a
+// zone request or announce more than kMaxTicketBytes.
+inline std::optional<uint32_t> DecodeRequestHeader(std::string_view head) {
+  if (head.size() != kRequestHeaderBytes || U32At(head, 0) != kMagic) return std::nullopt;
+  const uint32_t n = U32At(head, 4);
+  if (n > kMaxTicketBytes) return std::nullopt;
+  return n;
+}
+
 inline std::string EncodeReply(const Reply& r) {
   std::string out;
   PutU32(out, kMagic);

@@ -90,15 +90,16 @@ void ZoneServer::Serve(int conn) {
   const absl::Time deadline = absl::Now() + io_deadline_;
   zone_wire::Reply reply;
   const ZonedArena::Zone* zone = nullptr;
-  char head[8];
+  char head[zone_wire::kRequestHeaderBytes];
+  std::optional<uint32_t> ticket_bytes;
+  if (ReadFull(conn, head, sizeof head, deadline))
+    ticket_bytes = zone_wire::DecodeRequestHeader(std::string_view(head, sizeof head));
   std::string ticket;
-  if (!ReadFull(conn, head, sizeof head, deadline) ||
-      zone_wire::U32At(std::string_view(head, 8), 0) != zone_wire::kMagic ||
-      zone_wire::U32At(std::string_view(head, 8), 4) > zone_wire::kMaxTicketBytes) {
+  if (!ticket_bytes) {
     reply.code = static_cast<uint32_t>(absl::StatusCode::kInvalidArgument);
     reply.message = "not a zone request (or none before the deadline)";
   } else {
-    ticket.resize(zone_wire::U32At(std::string_view(head, 8), 4));
+    ticket.resize(*ticket_bytes);
     std::optional<Caller> caller;
     if (ReadFull(conn, ticket.data(), ticket.size(), deadline)) caller = check_(ticket);
     if (!caller) {

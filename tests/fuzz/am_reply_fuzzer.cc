@@ -4,11 +4,14 @@
 // into a buffer of exactly the size the request asked for, so ASan sees any overrun), and the
 // peer locate reply header the daemon's Locator reads.
 //
-// Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack), then
+// And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it.
+//
+// Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
+//   4 zone reply), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2, 3: the rest as the header.
+//   2, 3, 4: the rest as the header (4: the whole reply).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "client/internal/pushed_block.h"
 #include "common/am_wire.h"
+#include "common/zone_wire.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace w = strata::am_wire;
@@ -76,7 +80,7 @@ void PushedBlocks(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 4) {
+  switch (in.U8() % 5) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -84,6 +88,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       const std::string_view header = in.Rest();
       auto ack = w::DecodePublishAck(header);
       if (ack && w::EncodePublishAck(*ack) != header) Fail("publish ack does not round-trip");
+      break;
+    }
+    case 4: {  // OpenZoneWindow then maps [begin, begin + bytes) of the file only if in the arena
+      const std::string_view bytes = in.Rest();
+      auto r = strata::zone_wire::DecodeReply(bytes);
+      if (!r) break;
+      if (r->message.size() > strata::zone_wire::kMaxMessageBytes) Fail("zone reply message");
+      if (strata::zone_wire::EncodeReply(*r) != bytes) Fail("zone reply does not round-trip");
       break;
     }
   }

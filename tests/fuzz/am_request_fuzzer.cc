@@ -4,14 +4,17 @@
 // HandleAmAcquire, HandleAmFetch, Locator::HandleAmLocate and CacheService::HandleAmPublish
 // read them.
 //
-// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release) | u64 arena bytes (fetch,
-// publish) | u16-sized header | the rest as the message data.
+// And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve).
+//
+// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request) | u64
+// arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "common/am_wire.h"
 #include "common/packed_ids.h"
+#include "common/zone_wire.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace w = strata::am_wire;
@@ -37,7 +40,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 5;
+  const uint8_t kind = in.U8() % 6;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -82,6 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (!r) break;
       if (!r->ticket.empty() && r->ticket.size() != w::kTicketBytes) Fail("release ticket size");
       if (r->lease_id != w::GetU64(header.data())) Fail("release lease id");
+      break;
+    }
+    case 5: {
+      // ZoneServer::Serve then reads this many ticket bytes into a string of that size.
+      auto n = strata::zone_wire::DecodeRequestHeader(header);
+      if (n && *n > strata::zone_wire::kMaxTicketBytes) Fail("zone request ticket length");
       break;
     }
   }
