@@ -1,5 +1,6 @@
 #include "client/control_channel.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -127,9 +128,16 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   arena.instance_id = resp.instance_id();
   if (!resp.zone_socket().empty() && !resp.am_ticket().empty()) {
     // A daemon elsewhere has no socket here: fetches then go by push, as before.
+    // The staging window's size (a read-only zone's): STRATA_CLIENT_STAGING_BYTES, 0 for none.
+    uint64_t staging_bytes = kDefaultStagingBytes;
+    if (const char* b = std::getenv("STRATA_CLIENT_STAGING_BYTES"); b != nullptr && *b != '\0')
+      staging_bytes = std::strtoull(b, nullptr, 10);
     auto window = OpenZoneWindow(resp.zone_socket(), resp.am_ticket(), resp.arena_bytes(),
-                                 absl::Seconds(1));
+                                 absl::Seconds(1), staging_bytes);
     if (window.ok()) {
+      if (!(*window)->writable() && !(*window)->staging_status().ok())
+        Log(options_.log, LogLevel::kInfo,
+            absl::StrCat("publishes go by message: ", (*window)->staging_status().ToString()));
       arena.zone_window = std::move(*window);
     } else {
       Log(options_.log, LogLevel::kInfo,

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/data_mover_waits.h"
 #include "client/internal/logging.h"
 #include "client/internal/pushed_block.h"
 #include "common/crc32c.h"
@@ -62,6 +63,7 @@ std::string_view RouteName(Route route) {
     case Route::kMapped: return "mapped";
     case Route::kPush: return "push";
     case Route::kRma: return "rma";
+    case Route::kStaged: return "staged";
   }
   return "?";
 }
@@ -78,22 +80,6 @@ struct DataMover::PushWait {
   absl::Status error;
   std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
   const std::function<void(size_t)>* on_landed = nullptr;  // block i is whole in its buffer
-};
-
-// A publish by message in progress; see common/am_wire.h.
-struct DataMover::PublishWait {
-  uint64_t request_id = 0;
-  std::vector<uint8_t> acked;  // per block: a daemon that acknowledges one twice is refused
-  size_t done = 0;
-  absl::Status error;
-};
-
-struct DataMover::ExchangeWait {
-  uint64_t request_id = 0;
-  uint16_t reply_am = 0;
-  bool done = false;
-  Reply reply;
-  std::function<void(const Reply&)> on_reply;  // runs in the handler, once the reply is in
 };
 
 // CRC checks of pushed blocks on the helper thread, each as soon as its block has landed while
@@ -313,6 +299,7 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
   const absl::Time deadline = DeadlineWithin(expires_in);
   // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
+  std::shared_ptr<const ZoneWindow> staging_in;  // a read-only zone's, when the blocks fit it
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);
     const bool in_writable_window = zone_window_ && zone_window_->writable() && InZoneWindow(blocks);
@@ -321,12 +308,21 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
       STRATA_ASSIGN_OR_RETURN(auto crcs, CopyMapped(blocks, Direction::kPut, /*checksum=*/true));
       return PutOutcome{Route::kMapped, std::move(crcs)};
     }
+    if (zone_window_ && !zone_window_->writable() && FitsStaging(*zone_window_, blocks))
+      staging_in = zone_window_;
   }
-  PutOutcome out{route(Direction::kPut), {}};
-  if (blocks.empty()) return out;
   const bool small = std::all_of(blocks.begin(), blocks.end(), [](const BlockMove& b) {
     return b.length <= kFollowUpBlockBytes;
   });
+  if (staging_in && !blocks.empty()) {
+    PutOutcome out{Route::kStaged, {}};
+    STRATA_RETURN_IF_ERROR(PutByStaging(reservation_id, blocks, *staging_in, deadline,
+                                        &out.crc32c, small ? &follow_up_for : nullptr,
+                                        &out.follow_up_reply));
+    return out;
+  }
+  PutOutcome out{route(Direction::kPut), {}};
+  if (blocks.empty()) return out;
   if (out.route == Route::kPush && follow_up_for && small) {
     // The follow-up (a Commit) needs the CRCs before anything is sent; for blocks this small
     // taking them first costs less than the round trip it saves.

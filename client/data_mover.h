@@ -56,8 +56,9 @@ struct ArenaEndpoint {
   std::shared_ptr<const ZoneWindow> zone_window;
 };
 
-// kPush also names a publish by message (the client sends each block as an active message).
-enum class Route { kMapped, kPush, kRma };
+// kPush also names a publish by message (the client sends each block as an active message);
+// kStaged a publish through the staging window of a read-only tenant zone.
+enum class Route { kMapped, kPush, kRma, kStaged };
 std::string_view RouteName(Route route);
 
 struct DataMoverOptions {
@@ -222,6 +223,14 @@ class DataMover {
   absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
                             absl::Time deadline, FollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);
+  // Whether `window` has a staging window that every block fits and whose zone holds them all.
+  static bool FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks);
+  // Publishes through the staging window (client/data_mover_staged.cc); the CRCs it took while
+  // copying land in `crcs`. A follow-up, when `follow_up_for` makes one, goes behind the blocks.
+  absl::Status PutByStaging(uint64_t reservation_id, std::span<const BlockMove> blocks,
+                            const ZoneWindow& window, absl::Time deadline,
+                            std::vector<uint32_t>* crcs, const FollowUpFor* follow_up_for,
+                            std::optional<absl::StatusOr<Reply>>* follow_up_reply);
   void FinishSends(std::vector<void*>* sending, bool abort);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                              absl::Time deadline, const std::function<void(size_t)>& on_landed);

@@ -97,6 +97,25 @@ absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_byt
   return absl::OkStatus();
 }
 
+std::string EncodePublishStagedHeader(const PublishStagedHeader& h) {
+  std::string out = EncodePublishBlockHeader(h.block);
+  out.resize(kPublishStagedHeaderBytes, '\0');
+  PutU64(out.data() + kPublishBlockHeaderBytes, h.staging_id);
+  PutU64(out.data() + kPublishBlockHeaderBytes + 8, h.staging_offset);
+  PutU32(out.data() + kPublishBlockHeaderBytes + 16, h.crc32c);
+  return out;
+}
+
+std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in) {
+  if (in.size() != kPublishStagedHeaderBytes ||
+      GetU32(in.data() + kPublishStagedHeaderBytes - 4) != 0)
+    return std::nullopt;
+  auto block = DecodePublishBlockHeader(in.substr(0, kPublishBlockHeaderBytes));
+  if (!block) return std::nullopt;
+  const char* tail = in.data() + kPublishBlockHeaderBytes;
+  return PublishStagedHeader{*block, GetU64(tail), GetU64(tail + 8), GetU32(tail + 16)};
+}
+
 std::string EncodePublishAck(const PublishAck& h) {
   std::string out(kPublishAckHeaderBytes, '\0');
   PutU64(out.data(), h.request_id);

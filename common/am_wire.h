@@ -85,6 +85,14 @@ inline constexpr uint16_t kAcquirePushRequestAm = 16;
 // the ticket with authentication); no data. A lost one costs only the reservation's timeout.
 // Daemons that offer acquire_and_push take it.
 inline constexpr uint16_t kAbortAm = 17;
+// Publish through a staging window (common/zone_wire.h: several tenants, read-only zones): the
+// client has copied the block into its staging window and names where; the daemon copies it
+// from there into the reservation's extent, which must lie in the window's tenant zone, taking
+// the CRC32C as it copies, and acknowledges it as kPublishAckAm (kDataLoss when the CRC is not
+// the one the client took: the bytes changed while they were copied).
+// Header = a kPublishBlockAm header (its reserved word zero) | u64 staging window id |
+//          u64 offset in the window | u32 CRC32C | u32 zero; no data.
+inline constexpr uint16_t kPublishStagedAm = 18;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
@@ -94,6 +102,7 @@ inline constexpr size_t kTicketBytes = 16;
 inline constexpr size_t kReleaseHeaderBytes = 8;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
+inline constexpr size_t kPublishStagedHeaderBytes = kPublishBlockHeaderBytes + 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchBlockHeaderBytes = 8 + 4 + 4;
 inline constexpr uint32_t kFetchRefused = 0xffffffffu;
@@ -219,6 +228,17 @@ std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
 // InvalidArgument otherwise.
 absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_bytes,
                                uint64_t arena_bytes);
+
+struct PublishStagedHeader {
+  PublishBlockHeader block;
+  uint64_t staging_id = 0;
+  uint64_t staging_offset = 0;
+  uint32_t crc32c = 0;
+};
+std::string EncodePublishStagedHeader(const PublishStagedHeader& h);
+// nullopt unless exactly kPublishStagedHeaderBytes with both reserved words zero; neither the
+// extent nor the place in the window is checked.
+std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in);
 
 struct PublishAck {
   uint64_t request_id = 0;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "daemon/cache_service.h"
 #include "daemon/cache_service_internal.h"
 #include "daemon/cluster/cluster.h"
@@ -230,6 +231,60 @@ void CacheService::HandleAmCommit(const transport::AmMessage& m, transport::Work
           bool* deferred) {
         return CommitFor(caller, req, absl::Now(), /*may_wait=*/false, deferred, resp);
       });
+}
+
+// The client copied the block into its staging window; the daemon copies it on into the
+// reserved extent of that window's tenant zone. Answered on the progress thread: a copy of at
+// most one block, with no wait.
+void CacheService::HandleAmPublishStaged(const transport::AmMessage& m,
+                                         transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto staged = w::DecodePublishStagedHeader(m.header);
+  if (m.reply_ep == nullptr || !staged || !m.data.empty()) {
+    DropAm(w::kPublishStagedAm, m, "staged block without a reply endpoint, with data, or with a "
+                                   "header that is not 64 bytes with its reserved words zero");
+    return;
+  }
+  const w::PublishBlockHeader& block = staged->block;
+  auto ack = [&](absl::StatusCode code, std::string why) {
+    worker->AmReply(m.reply_ep, w::kPublishAckAm,
+                    w::EncodePublishAck({block.request_id, block.index,
+                                         static_cast<uint32_t>(code)}),
+                    std::move(why));
+  };
+  CallScope call(this);
+  if (!call.admitted()) return ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  uint8_t* const arena = store_->arena_base();
+  const absl::Status checked = w::CheckPublishBlock(block, block.size, store_->arena_bytes());
+  if (arena == nullptr || !checked.ok()) {
+    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
+    DropAm(w::kPublishStagedAm, m, why);
+    return ack(absl::StatusCode::kInvalidArgument, why);
+  }
+  // The window id is a credential like the reservation id: unguessable, and good only for the
+  // zone of the tenant whose client lent the window.
+  const std::shared_ptr<const StagingWindow> window =
+      data_plane_.stagings ? data_plane_.stagings->Find(staged->staging_id) : nullptr;
+  if (window == nullptr)
+    return ack(absl::StatusCode::kFailedPrecondition,
+               "unknown staging window (lent on a connection that has closed?)");
+  if (!window->Holds(staged->staging_offset, block.size))
+    return ack(absl::StatusCode::kInvalidArgument, "the block lies outside the staging window");
+  if (!window->ZoneCovers(block.offset, block.size))
+    return ack(absl::StatusCode::kPermissionDenied,
+               "the extent lies outside the staging window's tenant zone");
+  if (absl::Status held = store_->BeginReservedWrite(block.reservation_id,
+                                                     {block.offset, block.size});
+      !held.ok())
+    return ack(held.code(), std::string(held.message()));
+  const uint32_t crc = CopyWithCrc32c(arena + block.offset,
+                                      window->data + staged->staging_offset, block.size);
+  store_->EndReservedWrite(block.reservation_id);
+  if (crc != staged->crc32c)
+    return ack(absl::StatusCode::kDataLoss,
+               "the staged bytes are not those the client took the CRC of (changed while copied)");
+  staged_blocks_.fetch_add(1, std::memory_order_relaxed);
+  ack(absl::StatusCode::kOk, {});
 }
 
 }  // namespace strata::daemon

@@ -400,6 +400,8 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["lookups_total"] = s.lookups;
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
     c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
+    c["published_staged_total"] = staged_blocks_.load(std::memory_order_relaxed);
+    if (data_plane_.stagings) c["staging_windows_lent"] = data_plane_.stagings->size();
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =

@@ -14,6 +14,7 @@
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
 #include "daemon/namespace_registry.h"
+#include "daemon/staging_table.h"
 #include "storage/block_store.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "transport/ucx.h"
@@ -36,6 +37,8 @@ struct DataPlaneInfo {
   std::string zone_socket;
   // ... and its clients may write their zone (auth.tenant_zones_writable).
   bool clients_write_zones = false;
+  // ... or else lend staging windows to publish through (ZoneServer adds them). Null: none.
+  const StagingTable* stagings = nullptr;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
   // The worker's progress thread: a Commit on another thread waits on it in TSan builds
@@ -139,6 +142,8 @@ class CacheService final : public v1::Cache::Service {
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
   bool HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker);
+  // A block the client copied into its staging window (am_wire::kPublishStagedAm).
+  void HandleAmPublishStaged(const transport::AmMessage& m, transport::Worker* worker);
   // Reserve and Commit as active messages (am_wire kReserveRequestAm, kCommitRequestAm), with
   // the checks of their gRPC twins. A Commit that must wait on other nodes (announcements,
   // replicas) is sent back to gRPC undone.
@@ -259,6 +264,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
+  std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
   std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message

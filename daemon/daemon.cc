@@ -99,6 +99,8 @@ struct Daemon::Impl {
   client::ChannelSecurity peer_security;
   std::unique_ptr<CacheService> service;
   std::atomic<CacheService*> am_service{nullptr};
+  // Read-only zones: the staging windows clients lend to publish through (ZoneServer).
+  std::unique_ptr<StagingTable> stagings;
   std::unique_ptr<ZoneServer> zone_server;  // with zoned_arena; asks `service` about tickets
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<PeerService> peer;
@@ -460,6 +462,12 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         return false;
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kPublishStagedAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) return s->HandleAmPublishStaged(m, worker.get());
+        am_drops.Note(am_wire::kPublishStagedAm, m, "staged block before the service started");
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kPeerLocateAm, [this](const transport::AmMessage& m) {
         if (m.reply_ep == nullptr || m.header.size() != 8)
           return am_drops.Note(am_wire::kPeerLocateAm, m,
@@ -531,9 +539,13 @@ absl::Status Daemon::Impl::StartServices() {
       CacheService* s = am_service.load(std::memory_order_acquire);
       return s ? s->CallerOfTicket(ticket) : std::nullopt;
     };
+    if (!config.auth.tenant_zones_writable) {
+      stagings = std::make_unique<StagingTable>();
+      dp.stagings = stagings.get();
+    }
     STRATA_ASSIGN_OR_RETURN(
         zone_server,
-        ZoneServer::Start(zoned_arena.get(), std::move(check),
+        ZoneServer::Start(zoned_arena.get(), stagings.get(), std::move(check),
                           absl::StrCat("strata-zones-", absl::Hex(dp.instance_id))));
     dp.zone_socket = zone_server->address();
   }

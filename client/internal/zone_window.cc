@@ -1,5 +1,6 @@
 #include "client/internal/zone_window.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,14 +32,23 @@ absl::Status Failed(const std::string& what) {
 
 }  // namespace
 
-ZoneWindow::~ZoneWindow() { munmap(const_cast<uint8_t*>(data_), bytes_); }
+ZoneWindow::~ZoneWindow() {
+  munmap(const_cast<uint8_t*>(data_), bytes_);
+  if (staging_.data != nullptr) munmap(staging_.data, staging_.bytes);
+  if (staging_.socket >= 0) close(staging_.socket);  // ends the loan
+}
 
-absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_view ticket,
-                                      absl::Duration timeout) {
+namespace {
+
+// One exchange on the daemon's zone socket: `request`, with `send_fd` as SCM_RIGHTS when it is
+// not -1; the reply and the file descriptor that came with it (-1: none) in `*got_fd`. With
+// `keep` the socket stays open and is returned there (a staging window's loan).
+absl::StatusOr<zone_wire::Reply> ZoneCall(std::string_view socket_name, const std::string& request,
+                                          int send_fd, absl::Duration timeout, int* got_fd,
+                                          int* keep) {
+  *got_fd = -1;
   if (socket_name.size() < 2 || socket_name[0] != '@')
     return absl::InvalidArgumentError("zone window: the daemon named no abstract socket");
-  if (ticket.size() > zone_wire::kMaxTicketBytes)
-    return absl::InvalidArgumentError("zone window: ticket too long");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   const std::string_view name = socket_name.substr(1);
@@ -57,11 +67,24 @@ absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_
   if (connect(sock.fd, reinterpret_cast<sockaddr*>(&addr),
               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) != 0)
     return Failed("connecting to " + std::string(socket_name));
-  const std::string request = zone_wire::EncodeRequest(ticket);
-  if (send(sock.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size()))
-    return Failed("sending the request");
-
+  {
+    iovec iov{const_cast<char*>(request.data()), request.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (send_fd >= 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
+    }
+    if (sendmsg(sock.fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+      return Failed("sending the request");
+  }
   char buf[zone_wire::kReplyHeaderBytes + zone_wire::kMaxMessageBytes];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   iovec iov{buf, sizeof buf};
@@ -72,27 +95,78 @@ absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_
   msg.msg_controllen = sizeof control;
   const ssize_t n = recvmsg(sock.fd, &msg, MSG_CMSG_CLOEXEC);
   if (n < 0) return Failed("reading the reply");
-  Fd zone;
+  Fd passed;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int)) && zone.fd < 0)
-      std::memcpy(&zone.fd, CMSG_DATA(c), sizeof(int));
+        c->cmsg_len == CMSG_LEN(sizeof(int)) && passed.fd < 0)
+      std::memcpy(&passed.fd, CMSG_DATA(c), sizeof(int));
   auto reply = zone_wire::DecodeReply(std::string_view(buf, static_cast<size_t>(n)));
   if (!reply) return absl::InternalError("zone window: malformed reply from stratad");
   if (reply->code != 0)
     return absl::Status(static_cast<absl::StatusCode>(reply->code),
                         absl::StrCat("zone window refused: ", reply->message));
-  if (zone.fd < 0) return absl::InternalError("zone window: stratad sent no file");
-  ZoneGrant grant{reply->begin, reply->bytes, zone.fd,
-                  (reply->flags & zone_wire::kWritable) != 0};
-  zone.fd = -1;
-  return grant;
+  std::swap(*got_fd, passed.fd);
+  if (keep != nullptr) std::swap(*keep, sock.fd);
+  return *reply;
+}
+
+// Lends the daemon a staging window of `bytes`: a memfd of this process, sealed so that it can
+// never shrink under the daemon's read-only mapping of it.
+absl::Status LendStaging(std::string_view socket_name, std::string_view ticket, uint64_t bytes,
+                         absl::Duration timeout, ZoneWindow::Staging* out) {
+  Fd mem{memfd_create("strata-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  if (mem.fd < 0) return Failed("memfd_create");
+  if (ftruncate(mem.fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(mem.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return Failed("sizing and sealing the staging window");
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mem.fd, 0);
+  if (p == MAP_FAILED) return Failed("mapping the staging window");
+  int sock = -1;
+  auto id = LendStagingFd(socket_name, ticket, mem.fd, timeout, &sock);
+  if (!id.ok()) {
+    munmap(p, bytes);
+    return id.status();
+  }
+  *out = ZoneWindow::Staging{static_cast<uint8_t*>(p), bytes, *id, sock};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> LendStagingFd(std::string_view socket_name, std::string_view ticket,
+                                       int fd, absl::Duration timeout, int* socket_out) {
+  if (ticket.size() > zone_wire::kMaxTicketBytes)
+    return absl::InvalidArgumentError("zone window: ticket too long");
+  int ignored = -1, sock = -1;
+  auto reply = ZoneCall(socket_name,
+                        zone_wire::EncodeRequest(ticket, zone_wire::RequestKind::kStaging), fd,
+                        timeout, &ignored, &sock);
+  if (ignored >= 0) close(ignored);
+  if (reply.ok() && reply->staging_id != 0) {
+    *socket_out = sock;
+    return reply->staging_id;
+  }
+  if (sock >= 0) close(sock);
+  return reply.ok() ? absl::InternalError("zone window: stratad lent no staging window id")
+                    : reply.status();
+}
+
+absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_view ticket,
+                                      absl::Duration timeout) {
+  if (ticket.size() > zone_wire::kMaxTicketBytes)
+    return absl::InvalidArgumentError("zone window: ticket too long");
+  int fd = -1;
+  auto reply = ZoneCall(socket_name, zone_wire::EncodeRequest(ticket), -1, timeout, &fd, nullptr);
+  if (!reply.ok()) return reply.status();
+  if (fd < 0) return absl::InternalError("zone window: stratad sent no file");
+  return ZoneGrant{reply->begin, reply->bytes, fd, (reply->flags & zone_wire::kWritable) != 0};
 }
 
 absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view socket_name,
                                                                 std::string_view ticket,
                                                                 uint64_t arena_bytes,
-                                                                absl::Duration timeout) {
+                                                                absl::Duration timeout,
+                                                                uint64_t staging_bytes) {
   if (ticket.empty()) return absl::InvalidArgumentError("zone window: no Connect ticket");
   auto grant = RequestZone(socket_name, ticket, timeout);
   if (!grant.ok()) return grant.status();
@@ -106,8 +180,14 @@ absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_vie
   void* p = mmap(nullptr, grant->bytes, PROT_READ | (grant->writable ? PROT_WRITE : 0),
                  MAP_SHARED, zone.fd, 0);
   if (p == MAP_FAILED) return Failed("mapping the zone");
-  return std::shared_ptr<const ZoneWindow>(
+  std::shared_ptr<ZoneWindow> window(
       new ZoneWindow(static_cast<const uint8_t*>(p), grant->begin, grant->bytes, grant->writable));
+  // A read-only zone is published into through a staging window; without one (an older
+  // daemon, its limits reached), by messages.
+  if (!grant->writable && staging_bytes > 0)
+    window->staging_status_ = LendStaging(socket_name, ticket, staging_bytes, timeout,
+                                          &window->staging_);
+  return std::shared_ptr<const ZoneWindow>(std::move(window));
 }
 
 }  // namespace strata::client

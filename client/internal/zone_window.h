@@ -1,7 +1,9 @@
 // The memory of this client's tenant zone in a daemon's arena (several tenants:
 // storage/zoned_arena.h), mapped read-only, or writable where the daemon allows it
 // (auth.tenant_zones_writable). Fetches whose blocks all lie inside copy from it as from a
-// mapped arena; publishes too when it is writable.
+// mapped arena; publishes too when it is writable. A read-only zone comes with a staging window
+// lent to the daemon (common/zone_wire.h): publishes copy their blocks there and the daemon
+// copies them on into the zone.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +31,31 @@ class ZoneWindow {
   }
   const uint8_t* At(uint64_t offset) const { return data_ + (offset - begin_); }
 
+  // The staging window lent to the daemon: this process's memory (writable here, read-only in
+  // the daemon) and the id the daemon knows it by; data null when none was lent, and
+  // staging_status() says why. Its user serializes writes to it (the data mover's ucx_mu_).
+  struct Staging {
+    uint8_t* data = nullptr;
+    uint64_t bytes = 0;
+    uint64_t id = 0;
+    int socket = -1;  // the loan lasts while this stays open
+  };
+  const Staging& staging() const { return staging_; }
+  const absl::Status& staging_status() const { return staging_status_; }
+
  private:
   friend absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view,
                                                                           std::string_view,
                                                                           uint64_t,
-                                                                          absl::Duration);
+                                                                          absl::Duration,
+                                                                          uint64_t);
   ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes, bool writable)
       : data_(data), begin_(begin), bytes_(bytes), writable_(writable) {}
   const uint8_t* data_;
   uint64_t begin_, bytes_;
   bool writable_;
+  Staging staging_;
+  absl::Status staging_status_ = absl::FailedPreconditionError("no staging window asked for");
 };
 
 // What the daemon's zone socket answered: the zone's place in the arena and its file (the
@@ -52,11 +69,17 @@ struct ZoneGrant {
 absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket, std::string_view ticket,
                                       absl::Duration timeout);
 
+// Lends the daemon the memfd `fd` as a staging window (the exchange alone); its id on success,
+// with the socket whose closing ends the loan in `*socket_out`.
+absl::StatusOr<uint64_t> LendStagingFd(std::string_view socket, std::string_view ticket, int fd,
+                                       absl::Duration timeout, int* socket_out);
+
 // Asks the daemon's zone socket ("@name": abstract) for this caller's zone, proving who it is
 // with its Connect ticket, and maps what comes back. `arena_bytes` bounds the zone's place.
-absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view socket,
-                                                                std::string_view ticket,
-                                                                uint64_t arena_bytes,
-                                                                absl::Duration timeout);
+// A read-only zone also gets a staging window of `staging_bytes` (0: none).
+inline constexpr uint64_t kDefaultStagingBytes = 32 << 20;
+absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(
+    std::string_view socket, std::string_view ticket, uint64_t arena_bytes,
+    absl::Duration timeout, uint64_t staging_bytes = kDefaultStagingBytes);
 
 }  // namespace strata::client

@@ -4,9 +4,11 @@
 // HandleAmAcquire, HandleAmFetch, Locator::HandleAmLocate and CacheService::HandleAmPublish
 // read them.
 //
-// And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve).
+// And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve), and a block
+// published through a staging window (CacheService::HandleAmPublishStaged).
 //
-// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request) | u64
+// Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request, 6 staged
+// publish) | u64
 // arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
@@ -40,7 +42,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 6;
+  const uint8_t kind = in.U8() % 7;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -90,7 +92,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     case 5: {
       // ZoneServer::Serve then reads this many ticket bytes into a string of that size.
       auto n = strata::zone_wire::DecodeRequestHeader(header);
-      if (n && *n > strata::zone_wire::kMaxTicketBytes) Fail("zone request ticket length");
+      if (n && n->ticket_bytes > strata::zone_wire::kMaxTicketBytes)
+        Fail("zone request ticket length");
+      if (n && strata::zone_wire::EncodeRequest(std::string(n->ticket_bytes, 't'), n->kind)
+                       .substr(0, strata::zone_wire::kRequestHeaderBytes) != header)
+        Fail("zone request header does not round-trip");
+      break;
+    }
+    case 6: {
+      // What HandleAmPublishStaged then copies: size bytes from the window into arena + offset.
+      auto st = w::DecodePublishStagedHeader(header);
+      if (!st) break;
+      if (w::EncodePublishStagedHeader(*st) != header) Fail("staged header does not round-trip");
+      if (!w::CheckPublishBlock(st->block, st->block.size, arena).ok()) break;
+      if (st->block.size > arena || st->block.offset > arena - st->block.size)
+        Fail("staged block outside the arena");
       break;
     }
   }

@@ -7,9 +7,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/internal/zone_window.h"
@@ -130,11 +132,16 @@ TEST(TenantZoneTest, EachTenantMapsItsOwnZoneAndFetchesFromItWithoutPush) {
   ExpectFetchesIntact(*a, pa);
   ExpectFetchesIntact(*b, pb);
   EXPECT_EQ(Counter(*a, "pushed_blocks_total"), pushed);
-  // Publishes still go by checked messages (the window is read-only), and fetch back intact.
+  // Publishes go through the staging window a's client lent (the zone is read-only): the
+  // daemon copies them in, and they fetch back intact.
+  const uint64_t staged = Counter(*a, "published_staged_total");
+  const uint64_t by_message = Counter(*a, "published_by_message_total");
   const Published more = Publish(*a, 2, 3 << 20, 9);
   ASSERT_EQ(more.ids.size(), 2u);
   ExpectFetchesIntact(*a, more);
   EXPECT_EQ(Counter(*a, "pushed_blocks_total"), pushed);
+  EXPECT_EQ(Counter(*a, "published_staged_total"), staged + 2);
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message);
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
@@ -227,6 +234,112 @@ TEST(TenantZoneTest, WritableZonesPublishByCopiesIntoTheTenantsOwnZoneOnly) {
   for (uint64_t offset : Offsets(*d, kTokenA, pa))
     EXPECT_FALSE(offset >= grant->begin && offset < grant->begin + grant->bytes)
         << "a's block inside b's writable zone";
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// A read-only zone's client lends the daemon a staging window (a sealed memfd of its own) and
+// publishes through it: more bytes than the window holds reuse it as a ring, every byte comes
+// back, and the loan ends when the client lets the window go.
+TEST(TenantZoneTest, ReadOnlyZonesPublishThroughALentStagingWindow) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  setenv("STRATA_CLIENT_STAGING_BYTES", "2097152", 1);  // a window of 2 MiB
+  auto a = ConnectAs(*d, kTokenA);
+  unsetenv("STRATA_CLIENT_STAGING_BYTES");
+  auto b = ConnectAs(*d, kTokenB);
+  ASSERT_TRUE(a && b);
+  const uint64_t lent = Counter(*a, "staging_windows_lent");
+  ASSERT_NE(lent, ~uint64_t{0}) << "no staging_windows_lent gauge";
+  EXPECT_GE(lent, 2u);
+  const uint64_t staged = Counter(*a, "published_staged_total");
+  const uint64_t by_message = Counter(*a, "published_by_message_total");
+  // 12 MiB in blocks of 768 KiB through a's 2 MiB window, and b's blocks beside them.
+  const Published pa = Publish(*a, 16, 768 << 10, 41);
+  const Published pb = Publish(*b, 8, 256 << 10, 42);
+  ASSERT_EQ(pa.ids.size(), 16u);
+  ASSERT_EQ(pb.ids.size(), 8u);
+  EXPECT_EQ(Counter(*a, "published_staged_total"), staged + 24);
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message);
+  ExpectFetchesIntact(*a, pa);
+  ExpectFetchesIntact(*b, pb);
+
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  auto window = client::OpenZoneWindow(ca.zone_socket(), ca.am_ticket(), ca.arena_bytes(),
+                                       absl::Seconds(2));
+  ASSERT_TRUE(window.ok()) << window.status();
+  ASSERT_TRUE((*window)->staging_status().ok()) << (*window)->staging_status();
+  EXPECT_NE((*window)->staging().id, 0u);
+  EXPECT_EQ(Counter(*a, "staging_windows_lent"), lent + 1);
+  window->reset();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Counter(*a, "staging_windows_lent") != lent && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(Counter(*a, "staging_windows_lent"), lent) << "the loan outlived its connection";
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// The daemon maps what it is lent, so it takes only what cannot turn its copies into SIGBUS (a
+// memfd sealed against shrinking, of a bounded size), only from a tenant with a zone of its
+// own, and only where zones are read-only.
+TEST(TenantZoneTest, StagingWindowsMustBeSealedMemfdsOfAZonesTenant) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  const v1::ConnectResponse admin = ConnectRaw(*d, kAdminToken);
+  const std::string& socket = ca.zone_socket();
+  ASSERT_FALSE(socket.empty());
+  auto memfd = [](uint64_t bytes, unsigned seals) {
+    const int fd = memfd_create("staging-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    if (seals != 0) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+    return fd;
+  };
+  std::vector<int> sockets;
+  auto lend = [&](int fd, const std::string& ticket) {
+    int sock = -1;
+    auto id = client::LendStagingFd(socket, ticket, fd, absl::Seconds(2), &sock);
+    close(fd);
+    if (sock >= 0) sockets.push_back(sock);
+    return id;
+  };
+  EXPECT_EQ(lend(memfd(1 << 20, 0), ca.am_ticket()).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "an unsealed memfd";
+  const std::string file = testing::MakeTempDir("staging") + "/file";
+  const int plain = open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(plain, 0);
+  ASSERT_EQ(ftruncate(plain, 1 << 20), 0);
+  EXPECT_EQ(lend(plain, ca.am_ticket()).status().code(), absl::StatusCode::kInvalidArgument)
+      << "a plain file";
+  EXPECT_EQ(lend(memfd(4096, F_SEAL_SHRINK), ca.am_ticket()).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "too small";
+  EXPECT_EQ(lend(memfd(1 << 20, F_SEAL_SHRINK), admin.am_ticket()).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "an operator has no zone";
+  EXPECT_EQ(lend(memfd(1 << 20, F_SEAL_SHRINK), std::string(ca.am_ticket().size(), 'x'))
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+  auto first = lend(memfd(1 << 20, F_SEAL_SHRINK), ca.am_ticket());
+  auto second = lend(memfd(1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), ca.am_ticket());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(*first, *second);
+  for (int s : sockets) close(s);
+
+  auto writable = AuthDaemon("  tenant_zones_writable: true\n");
+  ASSERT_TRUE(writable->ok()) << writable->log();
+  const v1::ConnectResponse wa = ConnectRaw(*writable, kTokenA);
+  int sock = -1;
+  const int fd = memfd(1 << 20, F_SEAL_SHRINK);
+  EXPECT_EQ(client::LendStagingFd(wa.zone_socket(), wa.am_ticket(), fd, absl::Seconds(2), &sock)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "writable zones take no staging windows";
+  close(fd);
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 

@@ -1,0 +1,131 @@
+// Publish through the staging window of a read-only tenant zone (client/internal/zone_window.h,
+// am_wire::kPublishStagedAm): each block is copied into the window with its CRC taken in the
+// same pass and named to the daemon in a header-only message; the daemon copies it on into the
+// reserved extent and acknowledges it. The window is a ring: a block reuses space once the
+// blocks before it there are acknowledged, so the client's copy of one block overlaps the
+// daemon's copy of the one before.
+#include <algorithm>
+#include <deque>
+
+#include "client/data_mover.h"
+#include "client/internal/data_mover_waits.h"
+#include "common/am_wire.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace strata::client {
+
+bool DataMover::FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks) {
+  const ZoneWindow::Staging& s = window.staging();
+  if (s.data == nullptr) return false;
+  return std::all_of(blocks.begin(), blocks.end(), [&](const BlockMove& b) {
+    return b.length <= s.bytes && window.Covers(b.arena_offset, b.length);
+  });
+}
+
+absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const BlockMove> blocks,
+                                     const ZoneWindow& window, absl::Time deadline,
+                                     std::vector<uint32_t>* crcs,
+                                     const FollowUpFor* follow_up_for,
+                                     std::optional<absl::StatusOr<Reply>>* follow_up_reply) {
+  const ZoneWindow::Staging& staging = window.staging();
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  PublishWait w;
+  w.request_id = next_request_id_++;
+  w.acked.assign(blocks.size(), 0);
+  publish_wait_ = &w;
+  std::vector<void*> sending;
+  struct Placed {
+    uint64_t offset, length;
+    size_t index;
+  };
+  std::deque<Placed> in_window;  // sent, not yet acknowledged, in the window's order
+  uint64_t head = 0;             // where the next block goes when it fits there
+  auto idle_since = transport::Worker::Clock::now();
+  unsigned spins = 0;
+  // Progresses once: acknowledgements free the window's space, finished sends are reaped.
+  auto progress = [&] {
+    worker_->ProgressWaiting(&idle_since, deadline);
+    for (size_t k = 0; k < sending.size();) {
+      const int state = transport::Worker::RequestState(sending[k]);
+      if (state == 0) {
+        ++k;
+        continue;
+      }
+      transport::Worker::RequestFree(sending[k]);
+      if (state < 0) w.error = absl::UnavailableError("sending a staged block failed");
+      sending[k] = sending.back();
+      sending.pop_back();
+    }
+    if ((++spins & 63) == 0 && absl::Now() >= deadline)
+      w.error = absl::DeadlineExceededError(
+          "stratad did not acknowledge every staged block in time");
+  };
+  // Where a block of `length` fits in the window now, if anywhere.
+  auto place = [&](uint64_t length) -> std::optional<uint64_t> {
+    while (!in_window.empty() && w.acked[in_window.front().index]) in_window.pop_front();
+    if (in_window.empty()) return head = 0;
+    // Blocks in flight occupy [tail, head) when head > tail, else (wrapped) [tail, end) and
+    // [0, head); head == tail with blocks in flight is a full window.
+    const uint64_t tail = in_window.front().offset;
+    if (head > tail) {
+      if (length <= staging.bytes - head) return head;
+      if (length <= tail) return 0;  // wraps
+      return std::nullopt;
+    }
+    if (length <= tail - head) return head;
+    return std::nullopt;
+  };
+  crcs->assign(blocks.size(), 0);
+  absl::Status s;
+  for (size_t i = 0; i < blocks.size() && s.ok() && w.error.ok(); ++i) {
+    const BlockMove& b = blocks[i];
+    std::optional<uint64_t> at;
+    while (!(at = place(b.length)) && w.error.ok()) progress();
+    if (!w.error.ok()) break;
+    (*crcs)[i] = CopyWithCrc32c(staging.data + *at, b.local, b.length);
+    in_window.push_back({*at, b.length, i});
+    head = *at + b.length;
+    auto r = ep_->AmSendAsync(
+        am_wire::kPublishStagedAm,
+        am_wire::EncodePublishStagedHeader(am_wire::PublishStagedHeader{
+            {w.request_id, reservation_id, b.arena_offset, b.length, static_cast<uint32_t>(i)},
+            staging.id,
+            *at,
+            (*crcs)[i]}),
+        nullptr, 0, nullptr, /*eager=*/true);
+    if (!r.ok())
+      s = r.status();
+    else if (*r != nullptr)
+      sending.push_back(*r);
+  }
+  // The Commit follows the blocks on the same endpoint: the daemon has copied each one in its
+  // handler before it reads the Commit.
+  ExchangeWait reply;
+  std::optional<FollowUp> follow_up;
+  if (s.ok() && w.error.ok() && follow_up_for != nullptr && *follow_up_for)
+    follow_up = (*follow_up_for)(*crcs);
+  if (follow_up && follow_up->header.size() < 8)
+    s = absl::InvalidArgumentError("a request header starts with its id");
+  if (follow_up && s.ok()) {
+    reply.request_id = next_request_id_++;
+    reply.reply_am = follow_up->reply_am;
+    am_wire::PutU64(follow_up->header.data(), reply.request_id);
+    exchange_wait_ = &reply;
+    s = ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
+                    std::move(follow_up->data));
+  }
+  while (s.ok() && w.error.ok() &&
+         (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done)))
+    progress();
+  if (!s.ok()) w.error = s;
+  FinishSends(&sending, /*abort=*/!w.error.ok());
+  publish_wait_ = nullptr;
+  exchange_wait_ = nullptr;
+  if (follow_up && w.error.ok()) *follow_up_reply = std::move(reply.reply);
+  return w.error;
+}
+
+}  // namespace strata::client

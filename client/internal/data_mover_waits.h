@@ -1,0 +1,29 @@
+// The waits DataMover's publish routes share (client/data_mover.cc, data_mover_staged.cc):
+// what the active-message handlers fill in while the publishing thread progresses the worker.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/data_mover.h"
+
+namespace strata::client {
+
+// A publish by message in progress; see common/am_wire.h.
+struct DataMover::PublishWait {
+  uint64_t request_id = 0;
+  std::vector<uint8_t> acked;  // per block: a daemon that acknowledges one twice is refused
+  size_t done = 0;
+  absl::Status error;
+};
+
+struct DataMover::ExchangeWait {
+  uint64_t request_id = 0;
+  uint16_t reply_am = 0;
+  bool done = false;
+  Reply reply;
+  std::function<void(const Reply&)> on_reply;  // runs in the handler, once the reply is in
+};
+
+}  // namespace strata::client
