@@ -117,7 +117,9 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
   // tenant) or its own writable zone.
   const bool writer_maps =
       data_plane_.clients_map_arena || data_plane_.clients_write_zones;
-  const CommitCheck check = req.crcs_taken_while_writing() && writer_maps
+  // Or stratad wrote every byte itself and took each CRC as it did (a staging window's blocks).
+  const bool staged = StagedWithCrcs(req.reservation_id(), crcs);
+  const CommitCheck check = (req.crcs_taken_while_writing() && writer_maps) || staged
                                 ? CommitCheck::kWriterChecksummed
                                 : CommitCheck::kReread;
   auto r = store_->Commit(req.reservation_id(), crcs, check);
@@ -283,8 +285,41 @@ void CacheService::HandleAmPublishStaged(const transport::AmMessage& m,
   if (crc != staged->crc32c)
     return ack(absl::StatusCode::kDataLoss,
                "the staged bytes are not those the client took the CRC of (changed while copied)");
+  NoteStaged(block.reservation_id, block.offset, block.size, crc);
   staged_blocks_.fetch_add(1, std::memory_order_relaxed);
   ack(absl::StatusCode::kOk, {});
+}
+
+void CacheService::NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size,
+                              uint32_t crc) {
+  absl::MutexLock lock(&staged_mu_);
+  if (staged_.size() >= kMaxStagedReservations && !staged_.contains(reservation_id))
+    staged_.clear();
+  staged_[reservation_id][offset] = {size, crc};
+}
+
+void CacheService::ForgetStaged(uint64_t reservation_id) {
+  absl::MutexLock lock(&staged_mu_);
+  staged_.erase(reservation_id);
+}
+
+bool CacheService::StagedWithCrcs(uint64_t reservation_id, std::span<const uint32_t> crcs) {
+  absl::flat_hash_map<uint64_t, StagedExtent> staged;
+  {
+    absl::MutexLock lock(&staged_mu_);
+    auto it = staged_.find(reservation_id);
+    if (it == staged_.end()) return false;
+    staged = std::move(it->second);
+    staged_.erase(it);
+  }
+  const std::vector<ArenaExtent> extents = store_->ReservedExtents(reservation_id);
+  if (extents.empty() || extents.size() != crcs.size()) return false;
+  for (size_t i = 0; i < extents.size(); ++i) {
+    auto s = staged.find(extents[i].offset);
+    if (s == staged.end() || s->second.size != extents[i].size || s->second.crc != crcs[i])
+      return false;
+  }
+  return true;
 }
 
 }  // namespace strata::daemon

@@ -268,6 +268,7 @@ grpc::Status CacheService::DoAbort(grpc::ServerContext* ctx, const v1::AbortRequ
 grpc::Status CacheService::AbortFor(const Caller& caller, uint64_t reservation_id) {
   if (!id_owners_.Allowed(reservation_id, caller)) return UnknownId("reservation", reservation_id);
   absl::Status aborted = store_->Abort(reservation_id);
+  ForgetStaged(reservation_id);
   if (aborted.ok()) {
     absl::MutexLock lock(&replicate_mu_);
     to_replicate_.erase(reservation_id);
@@ -755,6 +756,7 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
     ack(held.code(), std::string(held.message()));
     return false;
   }
+  ForgetStaged(reservation_id);  // these bytes are not stratad's own copy
   uint8_t* const dest = arena + block->offset;
   if (!m.rendezvous) {
     std::memcpy(dest, m.data.data(), m.data.size());

@@ -274,6 +274,23 @@ class CacheService final : public v1::Cache::Service {
     std::vector<BlockId> ids, parents;  // the BLOCK_OK entries, in commit order
     absl::Time expires;
   };
+  // Blocks stratad itself copied in from a staging window, with the CRC it took as it wrote
+  // them, by reservation and extent offset: a Commit whose CRCs are these needs no second read
+  // of the bytes. Forgotten at Commit, at Abort and at any other write to the reservation;
+  // cleared whole past kMaxStagedReservations (then Commit reads again).
+  struct StagedExtent {
+    uint64_t size;
+    uint32_t crc;
+  };
+  static constexpr size_t kMaxStagedReservations = 4096;
+  void NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size, uint32_t crc);
+  void ForgetStaged(uint64_t reservation_id);
+  // Whether every block of the reservation was copied in from a staging window with exactly
+  // the CRC `crcs` gives it (and forgets the reservation's record).
+  bool StagedWithCrcs(uint64_t reservation_id, std::span<const uint32_t> crcs);
+  absl::Mutex staged_mu_;
+  absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, StagedExtent>> staged_
+      ABSL_GUARDED_BY(staged_mu_);
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
   RpcMetrics* metrics_ = nullptr;

@@ -81,6 +81,9 @@ class BlockStore {
   virtual void EndLeaseRead(uint64_t lease_id) = 0;
   virtual absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) = 0;
   virtual void EndReservedWrite(uint64_t reservation_id) = 0;
+  // The extents of an open reservation's blocks, in the order Commit takes their CRCs; empty
+  // when it is unknown.
+  virtual std::vector<ArenaExtent> ReservedExtents(uint64_t reservation_id) const = 0;
 
   // Removes blocks from every tier (`cascade`: and every block chained after them).
   virtual EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,

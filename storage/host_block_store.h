@@ -37,6 +37,9 @@ class HostBlockStore final : public BlockStore {
   void EndReservedWrite(uint64_t reservation_id) override {
     host_->EndReservedWrite(reservation_id);
   }
+  std::vector<ArenaExtent> ReservedExtents(uint64_t reservation_id) const override {
+    return host_->ReservedExtents(reservation_id);
+  }
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade,
                     bool force) override {

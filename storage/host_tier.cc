@@ -582,6 +582,15 @@ void HostTier::EndReservedWrite(uint64_t reservation_id) {
   if (--it->second.writers == 0 && it->second.dropped) DropReservation(reservation_id);
 }
 
+std::vector<ArenaExtent> HostTier::ReservedExtents(uint64_t reservation_id) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ArenaExtent> out;
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end() || it->second.dropped) return out;
+  for (uint32_t slot : it->second.slots) out.push_back({entries_[slot].offset, entries_[slot].size});
+  return out;
+}
+
 size_t HostTier::Lookup(const NamespaceId& ns_id, std::span<const BlockId> ids,
                         const std::function<bool(const BlockId&)>& lower,
                         std::vector<bool>* in_lower) {

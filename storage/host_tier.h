@@ -231,6 +231,8 @@ class HostTier {
   // A write hold on one extent of an open reservation (exactly one of its blocks' extents).
   absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent);
   void EndReservedWrite(uint64_t reservation_id);
+  // The extents of an open reservation's blocks, in commit order (empty: unknown).
+  std::vector<ArenaExtent> ReservedExtents(uint64_t reservation_id) const;
 
   EvictResult Evict(const NamespaceId& ns, std::span<const BlockId> ids, bool cascade, bool force);
   std::vector<BlockStatus> Pin(const NamespaceId& ns, std::span<const BlockId> ids,

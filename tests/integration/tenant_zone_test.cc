@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "client/internal/zone_window.h"
+#include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "common/zone_wire.h"
 #include "tests/integration/auth_fixture.h"
+#include "tests/integration/raw_ucx_peer.h"
 
 namespace strata {
 namespace {
@@ -340,6 +343,80 @@ TEST(TenantZoneTest, StagingWindowsMustBeSealedMemfdsOfAZonesTenant) {
             absl::StatusCode::kFailedPrecondition)
       << "writable zones take no staging windows";
   close(fd);
+  EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
+}
+
+// A staged block names its staging window by id; the daemon copies from a window only into
+// the zone of the tenant that lent it, from inside the window, with the CRC the sender named.
+// A raw UCX peer tries the rest.
+TEST(TenantZoneTest, AStagingWindowFillsOnlyItsOwnTenantsZone) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  namespace w = am_wire;
+  auto cache = v1::Cache::NewStub(Channel(*d));
+  constexpr uint64_t kBytes = 64 << 10;
+  auto reserve = [&](const std::string& token, uint8_t tag) {
+    v1::ReserveRequest rq;
+    rq.set_namespace_id(OpenRaw(*cache, token, ""));
+    BlockId id;
+    id.bytes[0] = tag;
+    rq.set_ids(Packed({id}));
+    rq.add_sizes(kBytes);
+    v1::ReserveResponse rr;
+    EXPECT_TRUE(cache->Reserve(Ctx(token).get(), rq, &rr).ok());
+    return rr;
+  };
+  const v1::ReserveResponse ra = reserve(kTokenA, 0xa1);
+  const v1::ReserveResponse rb = reserve(kTokenB, 0xb1);
+  ASSERT_EQ(ra.offsets_size(), 1);
+  ASSERT_EQ(rb.offsets_size(), 1);
+
+  const v1::ConnectResponse ca = ConnectRaw(*d, kTokenA);
+  auto window = client::OpenZoneWindow(ca.zone_socket(), ca.am_ticket(), ca.arena_bytes(),
+                                       absl::Seconds(2), 1 << 20);
+  ASSERT_TRUE(window.ok()) << window.status();
+  const client::ZoneWindow::Staging& staging = (*window)->staging();
+  ASSERT_NE(staging.data, nullptr) << (*window)->staging_status();
+  std::memset(staging.data, 0xEE, kBytes);
+  const uint32_t crc = Crc32c(staging.data, kBytes);
+
+  testing::RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ca.worker_address()));
+  uint32_t index = 0;
+  auto send = [&](uint64_t reservation, uint64_t offset, uint64_t window_id,
+                  uint64_t window_offset, uint32_t sum) {
+    const uint32_t i = index++;
+    const std::string h = w::EncodePublishStagedHeader(
+        w::PublishStagedHeader{{7, reservation, offset, kBytes, i}, window_id, window_offset, sum});
+    EXPECT_TRUE(peer.Send(w::kPublishStagedAm, h, "",
+                          testing::RawUcxPeer::kReply | testing::RawUcxPeer::kEager));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::optional<w::PublishAck> ack;
+    while (std::chrono::steady_clock::now() < until) {
+      peer.Progress(std::chrono::milliseconds(5));
+      ack = w::DecodePublishAck(peer.last_reply(w::kPublishAckAm).first);
+      if (ack && ack->index == i) break;
+    }
+    return ack && ack->index == i ? static_cast<absl::StatusCode>(ack->code)
+                                  : absl::StatusCode::kUnknown;
+  };
+  // b's reservation and extent through a's window: outside a's zone.
+  EXPECT_EQ(send(rb.reservation_id(), rb.offsets(0), staging.id, 0, crc),
+            absl::StatusCode::kPermissionDenied);
+  // A made-up window; a's own extent from past the window's end.
+  EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id ^ 1, 0, crc),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id, staging.bytes - kBytes / 2, crc),
+            absl::StatusCode::kInvalidArgument);
+  // a's extent under b's reservation id is not b's to fill either.
+  EXPECT_EQ(send(rb.reservation_id(), ra.offsets(0), staging.id, 0, crc),
+            absl::StatusCode::kPermissionDenied);
+  // A CRC that is not the bytes'; then a's own block, as a's client would send it.
+  EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id, 0, crc ^ 1),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id, 0, crc), absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp((*window)->At(ra.offsets(0)), staging.data, kBytes), 0);
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
