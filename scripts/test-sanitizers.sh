@@ -46,6 +46,9 @@ for kind in "${KINDS[@]}"; do
   cmake -S . -B "$dir" "${COMMON[@]}" -DSTRATA_SANITIZE=$sanitize >/dev/null
   targets=()
   for t in ${SAN_TARGETS:-}; do targets+=(--target "$t"); done
+  # A TSan run of chosen targets still needs the Abseil shim it preloads (below); without it
+  # every absl::Mutex inside gRPC reads as a race.
+  if [ "$kind" = tsan ] && [ ${#targets[@]} -gt 0 ]; then targets+=(--target strata_tsan_absl); fi
   cmake --build "$dir" -j "$JOBS" "${targets[@]}"
   echo "== $kind: built in $(( $(date +%s) - start )) s"
 
