@@ -281,6 +281,25 @@ TEST(TenantZoneTest, ReadOnlyZonesPublishThroughALentStagingWindow) {
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
+// A client that lends no window (STRATA_CLIENT_STAGING_BYTES=0, as one refused a window would)
+// still publishes into its read-only zone, by checked messages.
+TEST(TenantZoneTest, WithoutAStagingWindowPublishesGoByMessages) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  setenv("STRATA_CLIENT_STAGING_BYTES", "0", 1);
+  auto a = ConnectAs(*d, kTokenA);
+  unsetenv("STRATA_CLIENT_STAGING_BYTES");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(Counter(*a, "staging_windows_lent"), 0u);
+  const uint64_t staged = Counter(*a, "published_staged_total");
+  const uint64_t by_message = Counter(*a, "published_by_message_total");
+  const Published pa = Publish(*a, 3, 1 << 20, 51);
+  ASSERT_EQ(pa.ids.size(), 3u);
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message + 3);
+  EXPECT_EQ(Counter(*a, "published_staged_total"), staged);
+  ExpectFetchesIntact(*a, pa);
+}
+
 // The daemon maps what it is lent, so it takes only what cannot turn its copies into SIGBUS (a
 // memfd sealed against shrinking, of a bounded size), only from a tenant with a zone of its
 // own, and only where zones are read-only.
