@@ -388,32 +388,13 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
       sending.push_back(*r);
   }
   ExchangeWait reply;
-  if (follow_up != nullptr && s.ok() && follow_up->header.size() < 8)
-    s = absl::InvalidArgumentError("a request header starts with its id");
-  if (follow_up != nullptr && s.ok()) {
-    reply.request_id = next_request_id_++;
-    reply.reply_am = follow_up->reply_am;
-    am_wire::PutU64(follow_up->header.data(), reply.request_id);
-    exchange_wait_ = &reply;
-    s = ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
-                    std::move(follow_up->data));
-  }
+  if (follow_up != nullptr && s.ok()) s = PostFollowUp(follow_up, &reply);
   unsigned spins = 0;
   auto idle_since = transport::Worker::Clock::now();
   while (s.ok() && w.error.ok() &&
          (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
     worker_->ProgressWaiting(&idle_since, deadline);
-    for (size_t k = 0; k < sending.size();) {
-      const int state = transport::Worker::RequestState(sending[k]);
-      if (state == 0) {
-        ++k;
-        continue;
-      }
-      transport::Worker::RequestFree(sending[k]);
-      if (state < 0) w.error = absl::UnavailableError("sending a published block failed");
-      sending[k] = sending.back();
-      sending.pop_back();
-    }
+    ReapSends(&sending, &w.error, "sending a published block failed");
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
       w.error = absl::DeadlineExceededError(
           "stratad did not acknowledge every published block in time");
@@ -427,6 +408,35 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
   if (follow_up != nullptr && w.error.ok())
     *follow_up_reply = std::move(reply.reply);  // the loop ended with every reply in
   return w.error;
+}
+
+// ucx_mu_ held. Frees the sends that have completed; a failed one sets `*error` to `failed`.
+void DataMover::ReapSends(std::vector<void*>* sending, absl::Status* error,
+                          const char* failed) {
+  for (size_t k = 0; k < sending->size();) {
+    const int state = transport::Worker::RequestState((*sending)[k]);
+    if (state == 0) {
+      ++k;
+      continue;
+    }
+    transport::Worker::RequestFree((*sending)[k]);
+    if (state < 0) *error = absl::UnavailableError(failed);
+    (*sending)[k] = sending->back();
+    sending->pop_back();
+  }
+}
+
+// ucx_mu_ held. Posts `follow_up` behind what the endpoint carries already, its reply awaited in
+// `reply` (installed as exchange_wait_).
+absl::Status DataMover::PostFollowUp(FollowUp* follow_up, ExchangeWait* reply) {
+  if (follow_up->header.size() < 8)
+    return absl::InvalidArgumentError("a request header starts with its id");
+  reply->request_id = next_request_id_++;
+  reply->reply_am = follow_up->reply_am;
+  am_wire::PutU64(follow_up->header.data(), reply->request_id);
+  exchange_wait_ = reply;
+  return ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
+                     std::move(follow_up->data));
 }
 
 // ucx_mu_ held. Sends still in flight after an error would go on reading the caller's buffers:

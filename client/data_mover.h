@@ -232,6 +232,8 @@ class DataMover {
                             std::vector<uint32_t>* crcs, const FollowUpFor* follow_up_for,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply);
   void FinishSends(std::vector<void*>* sending, bool abort);
+  void ReapSends(std::vector<void*>* sending, absl::Status* error, const char* failed);
+  absl::Status PostFollowUp(FollowUp* follow_up, ExchangeWait* reply);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                              absl::Time deadline, const std::function<void(size_t)>& on_landed);
   // The receiving end of a push (ucx_mu_ held, `w` installed as push_wait_, its request sent

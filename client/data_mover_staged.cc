@@ -48,17 +48,7 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
   // Progresses once: acknowledgements free the window's space, finished sends are reaped.
   auto progress = [&] {
     worker_->ProgressWaiting(&idle_since, deadline);
-    for (size_t k = 0; k < sending.size();) {
-      const int state = transport::Worker::RequestState(sending[k]);
-      if (state == 0) {
-        ++k;
-        continue;
-      }
-      transport::Worker::RequestFree(sending[k]);
-      if (state < 0) w.error = absl::UnavailableError("sending a staged block failed");
-      sending[k] = sending.back();
-      sending.pop_back();
-    }
+    ReapSends(&sending, &w.error, "sending a staged block failed");
     if ((++spins & 63) == 0 && absl::Now() >= deadline)
       w.error = absl::DeadlineExceededError(
           "stratad did not acknowledge every staged block in time");
@@ -107,16 +97,7 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
   std::optional<FollowUp> follow_up;
   if (s.ok() && w.error.ok() && follow_up_for != nullptr && *follow_up_for)
     follow_up = (*follow_up_for)(*crcs);
-  if (follow_up && follow_up->header.size() < 8)
-    s = absl::InvalidArgumentError("a request header starts with its id");
-  if (follow_up && s.ok()) {
-    reply.request_id = next_request_id_++;
-    reply.reply_am = follow_up->reply_am;
-    am_wire::PutU64(follow_up->header.data(), reply.request_id);
-    exchange_wait_ = &reply;
-    s = ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
-                    std::move(follow_up->data));
-  }
+  if (follow_up && s.ok()) s = PostFollowUp(&*follow_up, &reply);
   while (s.ok() && w.error.ok() &&
          (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done)))
     progress();

@@ -18,6 +18,8 @@
 // All integers little-endian. One request per connection.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -47,6 +49,26 @@ struct RequestHeader {
   RequestKind kind = RequestKind::kZone;
   uint32_t ticket_bytes = 0;
 };
+
+// Sends `bytes` on the unix socket `sock` in one sendmsg, with `fd` as SCM_RIGHTS unless it is
+// -1; true when all of it went.
+inline bool SendWithFd(int sock, std::string_view bytes, int fd, int flags) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  return sendmsg(sock, &msg, flags) == static_cast<ssize_t>(bytes.size());
+}
 
 inline void PutU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<char*>(&v), 4); }
 inline void PutU64(std::string& out, uint64_t v) { out.append(reinterpret_cast<char*>(&v), 8); }

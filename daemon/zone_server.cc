@@ -176,24 +176,10 @@ std::optional<uint64_t> ZoneServer::Serve(int conn) {
     }
   }
   if (passed >= 0) close(passed);  // mapped by now where it was taken
-  const std::string bytes = zone_wire::EncodeReply(reply);
-  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (zone != nullptr) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &zone->fd, sizeof(int));
-  }
   // The reply fits the socket buffer: one send, never blocking on a client that does not read.
-  const bool sent = sendmsg(conn, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) ==
-                    static_cast<ssize_t>(bytes.size());
+  const bool sent = zone_wire::SendWithFd(conn, zone_wire::EncodeReply(reply),
+                                          zone != nullptr ? zone->fd : -1,
+                                          MSG_DONTWAIT | MSG_NOSIGNAL);
   if (reply.staging_id != 0) {
     if (sent) {
       staging_lent_.fetch_add(1);

@@ -67,24 +67,8 @@ absl::StatusOr<zone_wire::Reply> ZoneCall(std::string_view socket_name, const st
   if (connect(sock.fd, reinterpret_cast<sockaddr*>(&addr),
               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) != 0)
     return Failed("connecting to " + std::string(socket_name));
-  {
-    iovec iov{const_cast<char*>(request.data()), request.size()};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (send_fd >= 0) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
-    }
-    if (sendmsg(sock.fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
-      return Failed("sending the request");
-  }
+  if (!zone_wire::SendWithFd(sock.fd, request, send_fd, MSG_NOSIGNAL))
+    return Failed("sending the request");
   char buf[zone_wire::kReplyHeaderBytes + zone_wire::kMaxMessageBytes];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   iovec iov{buf, sizeof buf};

@@ -69,6 +69,19 @@ inline std::shared_ptr<grpc::Channel> Channel(const DaemonProcess& d) {
   return grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials());
 }
 
+// `c` fetches `ids` of `ns` and gets exactly `blocks` (all of one size).
+inline void ExpectFetched(Client& c, const NamespaceId& ns, const std::vector<BlockId>& ids,
+                          const std::vector<std::vector<uint8_t>>& blocks) {
+  ASSERT_FALSE(blocks.empty());
+  std::vector<std::vector<uint8_t>> out(blocks.size(), std::vector<uint8_t>(blocks[0].size()));
+  std::vector<MutableBuffer> bufs;
+  for (auto& o : out) bufs.push_back({o.data(), o.size()});
+  auto f = c.Fetch(ns, ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->fetched, blocks.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], blocks[i]) << "block " << i;
+}
+
 inline std::string Packed(const std::vector<BlockId>& ids) {
   std::string out;
   for (const BlockId& id : ids) out.append(id.AsBytes());

@@ -81,16 +81,7 @@ Victim Publish(const DaemonProcess& d, Client& a) {
 }
 
 // Tenant a fetches its blocks and gets exactly what it published.
-void ExpectIntact(Client& a, const Victim& v) {
-  std::vector<std::vector<uint8_t>> out(v.blocks.size(),
-                                        std::vector<uint8_t>(v.blocks[0].size()));
-  std::vector<MutableBuffer> bufs;
-  for (auto& o : out) bufs.push_back({o.data(), o.size()});
-  auto f = a.Fetch(v.ns, v.ids, bufs);
-  ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_EQ(f->fetched, v.blocks.size());
-  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], v.blocks[i]) << "block " << i;
-}
+void ExpectIntact(Client& a, const Victim& v) { ExpectFetched(a, v.ns, v.ids, v.blocks); }
 
 // UCX_TLS for this scope (daemons started in it inherit it); unset again however the test ends.
 class ScopedUcxTls {

@@ -67,14 +67,7 @@ Published Publish(Client& c, size_t n, size_t bytes, uint32_t seed) {
 }
 
 void ExpectFetchesIntact(Client& c, const Published& p) {
-  std::vector<std::vector<uint8_t>> out(p.blocks.size(),
-                                        std::vector<uint8_t>(p.blocks[0].size()));
-  std::vector<MutableBuffer> bufs;
-  for (auto& o : out) bufs.push_back({o.data(), o.size()});
-  auto f = c.Fetch(p.ns, p.ids, bufs);
-  ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_EQ(f->fetched, p.blocks.size());
-  EXPECT_EQ(out, p.blocks);
+  ExpectFetched(c, p.ns, p.ids, p.blocks);
 }
 
 // The arena offset of each block, from a lease of the caller's own.
