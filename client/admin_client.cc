@@ -204,9 +204,9 @@ absl::StatusOr<EvictOutcome> AdminClient::Evict(const NamespaceId& ns, std::span
 absl::StatusOr<RepositionOutcome> AdminClient::Reposition(const NamespaceId& ns,
                                                           std::span<const BlockId> ids,
                                                           const std::string& target_node,
-                                                          bool move) {
+                                                          bool move, std::string_view target_tier) {
   return client::RepositionBlocks(rpcs_->cache(), rpcs_->Runner(rpcs_->long_timeout()), ns, ids,
-                                  target_node, move);
+                                  target_node, move, target_tier);
 }
 
 absl::StatusOr<DrainReport> AdminClient::Drain() {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/packed_ids.h"
+#include "common/strings.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
 
@@ -14,6 +15,7 @@ std::string TierName(v1::Tier tier) {
   switch (tier) {
     case v1::TIER_HOST: return "host";
     case v1::TIER_NVME: return "nvme";
+    case v1::TIER_GPU: return "gpu";
     default: return "unknown";
   }
 }
@@ -95,12 +97,20 @@ absl::StatusOr<EvictOutcome> EvictBlocks(v1::Cache::Stub& stub, const CallRunner
 absl::StatusOr<RepositionOutcome> RepositionBlocks(v1::Cache::Stub& stub, const CallRunner& run,
                                                    const NamespaceId& ns,
                                                    std::span<const BlockId> ids,
-                                                   const std::string& target_node, bool move) {
+                                                   const std::string& target_node, bool move,
+                                                   std::string_view target_tier) {
   v1::RepositionRequest req;
+  if (target_tier == "gpu") {
+    req.set_target_tier(v1::TIER_GPU);
+  } else if (target_tier == "host" || target_tier.empty()) {
+    req.set_target_tier(v1::TIER_HOST);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("target tier '", AsAbsl(target_tier),
+                                                   "' is not one of host, gpu"));
+  }
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   req.set_target_node(target_node);
-  req.set_target_tier(v1::TIER_HOST);
   req.set_move(move);
   v1::RepositionResponse resp;
   STRATA_RETURN_IF_ERROR(

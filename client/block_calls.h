@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,7 @@ absl::StatusOr<EvictOutcome> EvictBlocks(v1::Cache::Stub& stub, const CallRunner
 absl::StatusOr<RepositionOutcome> RepositionBlocks(v1::Cache::Stub& stub, const CallRunner& run,
                                                    const NamespaceId& ns,
                                                    std::span<const BlockId> ids,
-                                                   const std::string& target_node, bool move);
+                                                   const std::string& target_node, bool move,
+                                                   std::string_view target_tier = "host");
 
 }  // namespace strata::client

@@ -363,10 +363,11 @@ client::CallRunner NamespaceRunner(client::ControlChannel& control, const Namesp
 
 absl::StatusOr<RepositionOutcome> Client::Reposition(const NamespaceId& ns,
                                                      std::span<const BlockId> ids,
-                                                     const std::string& target_node, bool move) {
+                                                     const std::string& target_node, bool move,
+                                                     std::string_view target_tier) {
   client::ControlChannel& control = impl_->control();
   return client::RepositionBlocks(control.stub(), NamespaceRunner(control, ns), ns, ids,
-                                  target_node, move);
+                                  target_node, move, target_tier);
 }
 
 absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<const BlockId> ids,

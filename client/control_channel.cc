@@ -501,7 +501,10 @@ absl::StatusOr<std::vector<std::vector<BlockHolder>>> ControlChannel::Locate(
         return absl::InternalError("Locate answered with inconsistent holder lists");
       const auto& n = resp.nodes(static_cast<int>(resp.holder_node(next)));
       out[i].push_back(
-          {n.id(), n.address(), resp.holder_tier(next) == v1::TIER_NVME ? "nvme" : "host"});
+          {n.id(), n.address(),
+           resp.holder_tier(next) == v1::TIER_NVME  ? "nvme"
+           : resp.holder_tier(next) == v1::TIER_GPU ? "gpu"
+                                                    : "host"});
     }
   }
   return out;

@@ -43,6 +43,7 @@ struct Flags {
   std::string ttl = "1h";
   std::string config_file;
   std::string target_node;
+  std::string target_tier = "host";
   std::string calibration_id;  // 16 hex digits; empty: the namespace's current calibration
   std::string file;            // calibration get: where to write; put: what to send
 };
@@ -114,9 +115,10 @@ std::string StatusJson(const strata::NodeStatus& r, const Flags& f, bool with_co
     << ",\"used_bytes\":" << (host ? host->used_bytes : 0)
     << ",\"blocks\":" << (host ? host->blocks : 0)
     << ",\"reserved_bytes\":" << (host ? host->reserved_bytes : 0) << "}";
-  if (const strata::TierUsage* nvme = r.Tier("nvme"))
-    o << ",{\"tier\":\"nvme\",\"capacity_bytes\":" << nvme->capacity_bytes
-      << ",\"used_bytes\":" << nvme->used_bytes << ",\"blocks\":" << nvme->blocks << "}";
+  for (const char* name : {"nvme", "gpu"})
+    if (const strata::TierUsage* t = r.Tier(name))
+      o << ",{\"tier\":\"" << name << "\",\"capacity_bytes\":" << t->capacity_bytes
+        << ",\"used_bytes\":" << t->used_bytes << ",\"blocks\":" << t->blocks << "}";
   o << "]"
     << ",\"open_reservations\":" << r.open_reservations << ",\"open_leases\":" << r.open_leases
     << ",\"pinned_blocks\":" << r.pinned_blocks << ",\"namespaces\":" << r.namespaces;
@@ -153,6 +155,7 @@ int RunStatus(AdminClient& admin, const Flags& f, bool with_counters) {
                                r->uptime_ms / 1000.0, r->transport);
   std::cout << UsageLine("host tier", r->Tier("host") ? *r->Tier("host") : strata::TierUsage{});
   if (const strata::TierUsage* nvme = r->Tier("nvme")) std::cout << UsageLine("nvme tier", *nvme);
+  if (const strata::TierUsage* gpu = r->Tier("gpu")) std::cout << UsageLine("gpu tier", *gpu);
   std::cout << absl::StrFormat(
       "in flight   %d reservations, %d leases, %d pinned blocks, %d namespaces\n",
       r->open_reservations, r->open_leases, r->pinned_blocks, r->namespaces);
@@ -185,7 +188,7 @@ int RunReposition(AdminClient& admin, const Flags& f) {
   if (!ns.ok()) return Usage(ns.status());
   auto ids = ParseIds(f.ids);
   if (!ids.ok()) return Usage(ids.status());
-  auto r = admin.Reposition(*ns, *ids, f.target_node, f.move);
+  auto r = admin.Reposition(*ns, *ids, f.target_node, f.move, f.target_tier);
   if (!r.ok()) return Report(r.status(), f.endpoint, "reposition");
   uint64_t failed = 0;
   for (strata::BlockStatus st : r->status) failed += st != strata::BlockStatus::kOk;
@@ -518,10 +521,13 @@ Commands DefineCommands(CLI::App& app, Flags& f) {
   c.validate = config->add_subcommand("validate", "check a stratad config file");
   c.validate->add_option("file", f.config_file, "YAML file")->required();
   c.reposition =
-      app.add_subcommand("reposition", "copy or move blocks to another node's host tier");
+      app.add_subcommand("reposition", "copy or move blocks to a node's host (or GPU) tier");
   c.reposition->add_option("--namespace", f.ns_hex, "namespace id (64 hex characters)")->required();
   c.reposition->add_option("--to", f.target_node, "target node id (default: the --endpoint node)");
   c.reposition->add_flag("--move", f.move, "remove the source copies afterwards");
+  c.reposition->add_option("--tier", f.target_tier,
+                           "host, or gpu (this node's GPU tier; --to must be this node)")
+      ->check(CLI::IsMember({"host", "gpu"}));
   c.reposition->add_option("ids", f.ids, "block ids")->required();
   c.drain = app.add_subcommand(
       "drain", "move a node's blocks to the nodes that rank next for them, then leave the cluster");

@@ -134,6 +134,21 @@ nvme:
   # disk (their CRC then fails on first read and they are dropped).
   sync_after_write: true
 
+# GPU tier: device memory owned by stratad, above host memory. Blocks are copied up when a
+# consumer on the device asks for them (or a reposition targets the gpu tier); device victims
+# go back down to host memory when it no longer holds them. capacity 0: no GPU tier.
+gpu:
+  capacity: 0
+  # CUDA device ordinal.
+  device: 0
+  # cuda, or host-stand-in (host memory in the device's place: the tier's bookkeeping without
+  # a GPU, for tests; nothing on a device can read it).
+  memory: cuda
+  high_watermark: {high_watermark}
+  low_watermark: {low_watermark}
+  # Which device blocks leave first (same names as host_tier.policy).
+  policy: lru
+
 # A publish that reserved space but did not commit within this time loses the reservation.
 reservation_timeout: 30s
 # A fetch's read lease ends after this time even if the client never releases it.
@@ -218,6 +233,22 @@ using Setter = std::function<absl::Status(const YAML::Node&, DaemonConfig&)>;
 
 absl::Status FieldError(const std::string& field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("config field '", field, "': ", why));
+}
+
+// `value` of `field` must be one of `names`.
+absl::Status CheckOneOf(const std::string& field, const std::string& value,
+                        const std::vector<std::string_view>& names) {
+  if (std::find(names.begin(), names.end(), value) != names.end()) return absl::OkStatus();
+  std::string all;
+  for (std::string_view n : names) absl::StrAppend(&all, all.empty() ? "" : ", ", AsAbsl(n));
+  return FieldError(field, absl::StrCat("'", value, "' is not one of ", all));
+}
+
+// The watermarks of the tier of config section `section`.
+absl::Status CheckWatermarks(const std::string& section, double low, double high) {
+  if (low > 0 && low <= high && high <= 1) return absl::OkStatus();
+  return FieldError(section + ".low_watermark",
+                    "watermarks need 0 < low_watermark <= high_watermark <= 1");
 }
 
 template <typename T>
@@ -411,6 +442,14 @@ std::map<std::string, Setter> Setters() {
   s["nvme.sync_after_write"] =
       Read<bool>("nvme.sync_after_write", At(&C::nvme, &N::sync_after_write));
 
+  using G = GpuTierConfig;
+  s["gpu.capacity"] = ReadSize("gpu.capacity", At(&C::gpu, &G::capacity));
+  s["gpu.device"] = Read<int32_t>("gpu.device", At(&C::gpu, &G::device));
+  s["gpu.memory"] = Read<std::string>("gpu.memory", At(&C::gpu, &G::memory));
+  s["gpu.high_watermark"] = Read<double>("gpu.high_watermark", At(&C::gpu, &G::high_watermark));
+  s["gpu.low_watermark"] = Read<double>("gpu.low_watermark", At(&C::gpu, &G::low_watermark));
+  s["gpu.policy"] = Read<std::string>("gpu.policy", At(&C::gpu, &G::policy));
+
   s["cluster.membership"] =
       Read<std::string>("cluster.membership", At(&C::cluster, &K::membership));
   s["cluster.static_nodes"] = ReadStaticNodes;
@@ -571,10 +610,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
        c.http_listen.rfind(':') + 1 == c.http_listen.size()))
     return FieldError("http_listen", "must be HOST:PORT, or empty to disable HTTP");
   if (c.host.capacity < (1u << 20)) return FieldError("host_tier.capacity", "must be >= 1MiB");
-  if (!(c.host.low_watermark > 0 && c.host.low_watermark <= c.host.high_watermark &&
-        c.host.high_watermark <= 1))
-    return FieldError("host_tier.low_watermark",
-                      "watermarks need 0 < low_watermark <= high_watermark <= 1");
+  STRATA_RETURN_IF_ERROR(
+      CheckWatermarks("host_tier", c.host.low_watermark, c.host.high_watermark));
   if (c.host.max_block_size == 0) return FieldError("host_tier.max_block_size", "must be > 0");
   for (const auto& [field, value] : {std::pair{"events.endpoint", c.events.endpoint},
                                      std::pair{"events.replay_endpoint", c.events.replay_endpoint}})
@@ -584,29 +621,18 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("events.replay_endpoint", "needs events.endpoint");
   if (!c.events.endpoint.empty() && c.events.buffer_steps == 0)
     return FieldError("events.buffer_steps", "must be > 0");
-  auto one_of = [](const std::string& v, const std::vector<std::string_view>& names) {
-    return std::find(names.begin(), names.end(), v) != names.end();
-  };
-  auto join = [](const std::vector<std::string_view>& names) {
-    std::string out;
-    for (std::string_view n : names) absl::StrAppend(&out, out.empty() ? "" : ", ", AsAbsl(n));
-    return out;
-  };
   const auto policies = OnlineEvictionPolicyNames();
-  if (!one_of(c.host.policy, policies))
-    return FieldError("host_tier.policy",
-                      absl::StrCat("'", c.host.policy, "' is not one of ", join(policies)));
-  if (!one_of(c.nvme.policy, policies))
-    return FieldError("nvme.policy",
-                      absl::StrCat("'", c.nvme.policy, "' is not one of ", join(policies)));
+  STRATA_RETURN_IF_ERROR(CheckOneOf("host_tier.policy", c.host.policy, policies));
+  STRATA_RETURN_IF_ERROR(CheckOneOf("nvme.policy", c.nvme.policy, policies));
   const auto admissions = AdmissionPolicyNames();
-  if (!one_of(c.nvme.admission, admissions))
-    return FieldError("nvme.admission",
-                      absl::StrCat("'", c.nvme.admission, "' is not one of ", join(admissions)));
-  if (!(c.nvme.low_watermark > 0 && c.nvme.low_watermark <= c.nvme.high_watermark &&
-        c.nvme.high_watermark <= 1))
-    return FieldError("nvme.low_watermark",
-                      "watermarks need 0 < low_watermark <= high_watermark <= 1");
+  STRATA_RETURN_IF_ERROR(CheckOneOf("nvme.admission", c.nvme.admission, admissions));
+  STRATA_RETURN_IF_ERROR(CheckWatermarks("nvme", c.nvme.low_watermark, c.nvme.high_watermark));
+  STRATA_RETURN_IF_ERROR(CheckOneOf("gpu.memory", c.gpu.memory, {"cuda", "host-stand-in"}));
+  if (c.gpu.device < 0) return FieldError("gpu.device", "must be >= 0");
+  STRATA_RETURN_IF_ERROR(CheckOneOf("gpu.policy", c.gpu.policy, policies));
+  STRATA_RETURN_IF_ERROR(CheckWatermarks("gpu", c.gpu.low_watermark, c.gpu.high_watermark));
+  if (c.gpu.capacity != 0 && c.gpu.capacity < (1u << 20))
+    return FieldError("gpu.capacity", "must be 0 (no GPU tier) or >= 1MiB");
   if (c.nvme.queue_depth < 1 || c.nvme.queue_depth > 4096)
     return FieldError("nvme.queue_depth", "must be between 1 and 4096");
   for (size_t i = 0; i < c.nvme.files.size(); ++i) {

@@ -71,6 +71,18 @@ struct NvmeTierConfig {
   bool sync_after_write = true;
 };
 
+// YAML section gpu (docs/tiers.md#gpu-tier). capacity 0: no GPU tier.
+struct GpuTierConfig {
+  uint64_t capacity = 0;
+  int32_t device = 0;  // CUDA device ordinal
+  // "cuda", or "host-stand-in": host memory in the device's place, so the tier's bookkeeping
+  // runs (and is tested) on machines without a GPU. Nothing on a device can use that one.
+  std::string memory = "cuda";
+  double high_watermark = kDefaultHighWatermark;
+  double low_watermark = kDefaultLowWatermark;
+  std::string policy;
+};
+
 // KV events for KV-aware routers (daemon/events/kv_event_publisher.h).
 struct EventsConfig {
   std::string endpoint;         // ZMQ endpoint the PUB socket binds; empty: no events
@@ -133,6 +145,7 @@ struct DaemonConfig {
   std::string log_format;
   HostTierConfig host;
   NvmeTierConfig nvme;
+  GpuTierConfig gpu;
   absl::Duration shutdown_grace;
   absl::Duration busy_poll;  // the progress thread polls this long after its last message
   ClusterConfig cluster;

@@ -27,7 +27,13 @@ using cache_internal::TrustedCaller;
 using cache_internal::IsOpenIn;
 using cache_internal::UnknownId;
 
-v1::Tier ToProto(Tier tier) { return tier == Tier::kNvme ? v1::TIER_NVME : v1::TIER_HOST; }
+v1::Tier ToProto(Tier tier) {
+  switch (tier) {
+    case Tier::kGpu: return v1::TIER_GPU;
+    case Tier::kNvme: return v1::TIER_NVME;
+    default: return v1::TIER_HOST;
+  }
+}
 
 }  // namespace
 
@@ -396,6 +402,22 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
       c["nvme_evictions_explicit_total"] = n.nvme_removed_explicit;
       c["host_pressure_drops_total"] = s.pressure_drops;
     }
+    if (stats.gpu) {
+      const GpuTierCounters& g = *stats.gpu;
+      auto* gt = resp->add_tiers();
+      gt->set_tier(v1::TIER_GPU);
+      gt->set_capacity_bytes(g.device.capacity_bytes);
+      gt->set_used_bytes(g.device.allocated_bytes);
+      gt->set_blocks(g.device.blocks);
+      gt->set_reserved_bytes(g.device.reserved_bytes);
+      c["gpu_promotions_total"] = g.promotions;
+      c["gpu_demotions_total"] = g.demotions;
+      c["gpu_victims_held_below_total"] = g.victims_held_below;
+      c["gpu_victims_dropped_total"] = g.victims_dropped;
+      c["gpu_staged_down_total"] = g.staged_down;
+      c["gpu_copy_errors_total"] = g.copy_errors;
+      c["gpu_crc_failures_total"] = g.crc_failures;
+    }
     resp->set_namespaces(namespaces_->size());
     resp->set_transport(data_plane_.transports);
     c["lookups_total"] = s.lookups;
@@ -444,6 +466,11 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
     auto view = cluster ? cluster->View() : placement::MembershipView{};
     for (size_t i = 0; i < ids.size(); ++i) {
       uint32_t count = 0;
+      if (data_plane_.gpu && data_plane_.gpu->HoldsOnDevice(ns, ids[i])) {
+        resp->add_holder_node(0);
+        resp->add_holder_tier(v1::TIER_GPU);
+        ++count;
+      }
       if (local.contains(ids[i])) {
         resp->add_holder_node(0);
         resp->add_holder_tier(v1::TIER_HOST);
@@ -475,9 +502,17 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
 grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::RepositionRequest* req,
                                       v1::RepositionResponse* resp) {
   return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
-    if (req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
+    const bool to_gpu = req->target_tier() == v1::TIER_GPU;
+    if (!to_gpu && req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "target_tier must be TIER_HOST or TIER_GPU");
+    if (to_gpu && !data_plane_.gpu)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this node has no GPU tier (config gpu.capacity)");
+    if (to_gpu && !req->target_node().empty() && req->target_node() != data_plane_.node_id)
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "Reposition places blocks in the host tier only (target_tier HOST)");
+                          "blocks go to another node's GPU tier only by asking that node "
+                          "(target_node empty there)");
     Cluster* cluster = cluster_.load();
     if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
     auto entry = namespaces_->Find(ns);
@@ -485,6 +520,12 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
     auto r = cluster->mover().Reposition(*entry, ids, req->target_node(), req->move(),
                                          absl::FromChrono(ctx->deadline()));
     if (!r.ok()) return ToGrpcStatus(r.status());
+    if (to_gpu) {
+      // Every block is on this node now (or failed): copy the ones that arrived up.
+      const std::vector<BlockStatus> up = data_plane_.gpu->Promote(ns, ids);
+      for (size_t i = 0; i < ids.size() && i < r->status.size(); ++i)
+        if (r->status[i] == BlockStatus::kOk) r->status[i] = up[i];
+    }
     AddStatuses(r->status, resp->mutable_status());
     resp->set_copied(r->copied);
     resp->set_already_there(r->already_there);

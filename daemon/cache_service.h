@@ -16,6 +16,7 @@
 #include "daemon/namespace_registry.h"
 #include "daemon/staging_table.h"
 #include "storage/block_store.h"
+#include "storage/gpu/gpu_tiered_store.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "transport/ucx.h"
 
@@ -49,6 +50,8 @@ struct DataPlaneInfo {
   // Random per start of the daemon (ConnectResponse.instance_id): tells a client whether the
   // arena it reaches is the one that handed out an offset.
   uint64_t instance_id = 0;
+  // The GPU tier (config gpu), the same object as the service's store; null: none.
+  GpuTieredStore* gpu = nullptr;
 };
 
 class CacheService final : public v1::Cache::Service {

@@ -38,6 +38,7 @@
 #include "storage/block_store.h"
 #include "storage/host_block_store.h"
 #include "storage/host_tier.h"
+#include "storage/gpu/gpu_tiered_store.h"
 #include "storage/tiered_store.h"
 #include "storage/zoned_arena.h"
 #include "transport/ucx.h"
@@ -87,9 +88,12 @@ struct Daemon::Impl {
   std::unique_ptr<transport::ProgressThread> progress;
   std::unique_ptr<HostTier> tier;
   // What the services and the cluster see: `tier` alone, or the TieredStore over it (then
-  // `tiered` is that same object, stopped before `tier` goes).
+  // `tiered` is that same object, stopped before `tier` goes); with a GPU tier, the
+  // GpuTieredStore over either (`gpu`), which then holds the one below in `below_gpu`.
+  std::unique_ptr<BlockStore> below_gpu;
   std::unique_ptr<BlockStore> store;
   TieredStore* tiered = nullptr;
+  GpuTieredStore* gpu = nullptr;
   std::unique_ptr<NamespaceRegistry> namespaces;
   std::unique_ptr<Authenticator> auth;  // never null; enabled() with auth.tokens_file
   std::string peer_token;               // for calls to other daemons; empty: none
@@ -205,6 +209,48 @@ absl::StatusOr<std::unique_ptr<TieredStore>> OpenTieredStore(const DaemonConfig&
     spdlog::warn("nvme tier: io_uring unavailable ({}); using the thread-pool fallback",
                  t.io_uring_error());
   return tiered;
+}
+
+// The GPU tier (config section 'gpu') over `below`; logged.
+absl::StatusOr<std::unique_ptr<GpuTieredStore>> OpenGpuTier(const DaemonConfig& config,
+                                                            BlockStore* below) {
+  const GpuTierConfig& g = config.gpu;
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> memory;
+  if (g.memory == "host-stand-in") {
+    // Host memory in the device's place: held to the same bound as the host tier beside it.
+    const HostMemory m = ReadHostMemory();
+    const uint64_t limit = MaxHostCapacity(m);
+    if (config.host.capacity + g.capacity > limit)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field 'gpu.capacity': ", FormatSize(g.capacity),
+          " of host memory standing in for the device, with host_tier.capacity ",
+          FormatSize(config.host.capacity), ", exceeds the ", FormatSize(limit),
+          " this host can hold"));
+    auto stand_in = HostStandInMemory::Create(g.capacity);
+    if (stand_in.ok()) memory = std::move(*stand_in);
+    else memory = stand_in.status();
+  } else {
+    memory = OpenCudaDeviceMemory(g.device, g.capacity);
+  }
+  if (!memory.ok())
+    return absl::Status(memory.status().code(),
+                        absl::StrCat("gpu tier (config section 'gpu'): ",
+                                     memory.status().message()));
+  GpuTieredStoreOptions o;
+  o.device.high_watermark = g.high_watermark;
+  o.device.low_watermark = g.low_watermark;
+  o.device.eviction_policy = g.policy;
+  o.device.reservation_timeout = config.host.reservation_timeout;
+  o.device.lease_timeout = config.host.lease_timeout;
+  o.device.max_pin_ttl = config.host.max_pin_ttl;
+  o.device.max_block_bytes = std::min(config.host.max_block_size, g.capacity);
+  o.warn = [](const std::string& msg) { spdlog::warn("{}", msg); };
+  const std::string kind((*memory)->kind());
+  auto opened = GpuTieredStore::Open(below, std::move(*memory), std::move(o));
+  if (!opened.ok()) return opened.status();
+  spdlog::info("gpu tier: {} of {} memory (device {}), policy {}", FormatSize(g.capacity), kind,
+               g.device, g.policy);
+  return opened;
 }
 
 }  // namespace
@@ -509,11 +555,17 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   });
   if (config.nvme.files.empty()) {
     store = std::make_unique<HostBlockStore>(tier.get());
-    return absl::OkStatus();
+  } else {
+    auto opened = OpenTieredStore(config, tier.get());
+    if (!opened.ok()) return opened.status();
+    tiered = opened->get();
+    store = std::move(*opened);
   }
-  auto opened = OpenTieredStore(config, tier.get());
+  if (config.gpu.capacity == 0) return absl::OkStatus();
+  auto opened = OpenGpuTier(config, store.get());
   if (!opened.ok()) return opened.status();
-  tiered = opened->get();
+  gpu = opened->get();
+  below_gpu = std::move(store);
   store = std::move(*opened);
   return absl::OkStatus();
 }
@@ -530,6 +582,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.progress = progress.get();
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
+  dp.gpu = gpu;
   // Nonzero, so that a client can tell "this daemon" from "a daemon that does not say".
   while (dp.instance_id == 0)
     if (RAND_bytes(reinterpret_cast<unsigned char*>(&dp.instance_id), sizeof dp.instance_id) != 1)
@@ -554,7 +607,8 @@ absl::Status Daemon::Impl::StartServices() {
   am_service.store(service.get(), std::memory_order_release);
   // The store's series appear once it exists.
   arena_pages = DescribeMapping(region->data());
-  store_series = std::make_unique<StoreSeries>(metrics, arena_pages.page_bytes, tiered != nullptr);
+  store_series = std::make_unique<StoreSeries>(metrics, arena_pages.page_bytes, tiered != nullptr,
+                                              gpu != nullptr);
   RegisterTenantSeries(metrics, tier.get(), auth->tenants());
   tier_open.store(true, std::memory_order_release);
 
@@ -685,6 +739,13 @@ void Daemon::Shutdown() {
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();
+  if (d.gpu) {
+    // Device blocks are copies (or, when host memory evicted theirs, lost as host blocks are).
+    auto g = d.gpu->Counters();
+    d.gpu->Stop();
+    spdlog::info("gpu tier closed: {} blocks ({}) dropped", g.device.blocks,
+                 FormatSize(g.device.committed_bytes));
+  }
   if (d.tiered) {
     // Blocks queued for write-back are dropped; NVMe blocks stay in the catalog for the next
     // start. Host blocks are not flushed to NVMe (they are lost, as without an NVMe tier).

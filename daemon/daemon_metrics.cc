@@ -25,7 +25,41 @@ struct NvmeSeries {
       *evict_explicit, *full_drops, *write_errors, *read_errors, *crc_failures, *pressure_drops;
 };
 
+// GPU tier series, registered only when the tier is configured.
+struct GpuSeries {
+  Gauge *capacity, *used, *blocks, *pinned, *leases;
+  Counter *promotions, *promoted_bytes, *demotions, *demoted_bytes, *held_below, *dropped,
+      *staged_down, *copy_errors, *crc_failures;
+};
+
 namespace {
+
+std::unique_ptr<GpuSeries> RegisterGpuSeries(MetricsRegistry& m) {
+  const MetricLabels gpu = {{"tier", "gpu"}};
+  return std::make_unique<GpuSeries>(GpuSeries{
+      m.AddGauge("strata_tier_capacity_bytes", "Bytes a tier may hold.", gpu),
+      m.AddGauge("strata_tier_used_bytes", "", gpu),
+      m.AddGauge("strata_tier_blocks", "Committed blocks resident in a tier.", gpu),
+      m.AddGauge("strata_tier_pinned_blocks", "Blocks protected from eviction by a pin.", gpu),
+      m.AddGauge("strata_gpu_open_leases", "Device leases of consumers on the GPU not released."),
+      m.AddCounter("strata_gpu_promotions_total",
+                   "Blocks copied up from host memory into the GPU tier."),
+      m.AddCounter("strata_gpu_promoted_bytes_total", "Bytes copied up into the GPU tier."),
+      m.AddCounter("strata_gpu_demotions_total",
+                   "GPU-tier victims copied down because host memory no longer held them."),
+      m.AddCounter("strata_gpu_demoted_bytes_total", "Bytes copied down from the GPU tier."),
+      m.AddCounter("strata_gpu_victims_held_below_total",
+                   "GPU-tier victims that left without a copy: host memory still held them."),
+      m.AddCounter("strata_gpu_victims_dropped_total",
+                   "GPU-tier victims lost: no room below, or their copy down failed."),
+      m.AddCounter("strata_gpu_staged_down_total",
+                   "Blocks only the GPU tier held, copied to host memory for a fetch."),
+      m.AddCounter("strata_gpu_copy_errors_total", "Copies to or from the device that failed."),
+      m.AddCounter("strata_gpu_crc_failures_total",
+                   "GPU-tier blocks whose bytes failed their CRC32C when copied down (dropped, "
+                   "never served)."),
+  });
+}
 
 std::unique_ptr<NvmeSeries> RegisterNvmeSeries(MetricsRegistry& m) {
   const MetricLabels nvme = {{"tier", "nvme"}};
@@ -116,13 +150,14 @@ std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
 
 }  // namespace
 
-StoreSeries::StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme)
+StoreSeries::StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme, bool gpu)
     : host_(RegisterTierSeries(m)) {
   m.AddGauge("strata_host_arena_page_bytes",
              "Page size of the memory behind the host tier (2097152 on reserved huge pages; "
              "NVMe reads and RMA into 4 KiB pages cost more).")
       ->Set(static_cast<double>(arena_page_bytes));
   if (nvme) nvme_ = RegisterNvmeSeries(m);
+  if (gpu) gpu_ = RegisterGpuSeries(m);
 }
 
 StoreSeries::~StoreSeries() = default;
@@ -190,6 +225,24 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     y.read_errors->Set(n.nvme_read_errors);
     y.crc_failures->Set(n.nvme_crc_failures);
     y.pressure_drops->Set(s.pressure_drops);
+  }
+  if (stats.gpu && gpu_) {
+    GpuSeries& g = *gpu_;
+    const GpuTierCounters& c = *stats.gpu;
+    g.capacity->Set(static_cast<double>(c.device.capacity_bytes));
+    g.used->Set(static_cast<double>(c.device.allocated_bytes));
+    g.blocks->Set(static_cast<double>(c.device.blocks));
+    g.pinned->Set(static_cast<double>(c.device.pinned_blocks));
+    g.leases->Set(static_cast<double>(c.device.open_leases));
+    g.promotions->Set(c.promotions);
+    g.promoted_bytes->Set(c.promoted_bytes);
+    g.demotions->Set(c.demotions);
+    g.demoted_bytes->Set(c.demoted_bytes);
+    g.held_below->Set(c.victims_held_below);
+    g.dropped->Set(c.victims_dropped);
+    g.staged_down->Set(c.staged_down);
+    g.copy_errors->Set(c.copy_errors);
+    g.crc_failures->Set(c.crc_failures);
   }
 }
 

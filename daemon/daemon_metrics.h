@@ -19,12 +19,13 @@ namespace strata::daemon {
 class Cluster;
 struct TierSeries;
 struct NvmeSeries;
+struct GpuSeries;
 
 class StoreSeries {
  public:
-  // Host tier series, the page size behind the arena (`arena_page_bytes`), and the NVMe tier's
-  // series when `nvme`.
-  StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme);
+  // Host tier series, the page size behind the arena (`arena_page_bytes`), the NVMe tier's
+  // series when `nvme`, the GPU tier's when `gpu`.
+  StoreSeries(MetricsRegistry& m, uint64_t arena_page_bytes, bool nvme, bool gpu = false);
   ~StoreSeries();
   StoreSeries(const StoreSeries&) = delete;
   StoreSeries& operator=(const StoreSeries&) = delete;
@@ -36,6 +37,7 @@ class StoreSeries {
  private:
   std::unique_ptr<TierSeries> host_;
   std::unique_ptr<NvmeSeries> nvme_;
+  std::unique_ptr<GpuSeries> gpu_;
 };
 
 // The cluster series; each scrape reads them from `*cluster` once it is set.

@@ -1,8 +1,9 @@
 // The blocks of one node, whatever tiers hold them: the one storage seam the daemon's services
 // and its cluster layer see.
 //
-// Two implementations: HostBlockStore (storage/host_block_store.h), the host tier alone, and
-// TieredStore (storage/tiered_store.h), host memory over NVMe. Publishes always land in host
+// Implementations: HostBlockStore (storage/host_block_store.h), the host tier alone;
+// TieredStore (storage/tiered_store.h), host memory over NVMe; GpuTieredStore
+// (storage/gpu/gpu_tiered_store.h), device memory over either of them. Publishes always land in host
 // memory and fetches are always served from it (a fetch stages lower-tier blocks up first), so
 // reservation, lease and offset semantics are the host tier's (storage/host_tier.h): offsets are
 // relative to arena_base(), and a leased extent stays valid until its lease ends.
@@ -50,9 +51,26 @@ struct NvmeTierCounters {
   std::string degraded_reason;
 };
 
+// The GPU tier over host memory (GpuTieredStore).
+struct GpuTierCounters {
+  std::string memory;  // DeviceMemory::kind(): "cuda" or "host-stand-in"
+  HostTierStats device;  // the device pool's own bookkeeping: capacity, blocks, leases, pins...
+  uint64_t promotions = 0;  // blocks copied up from host memory
+  uint64_t promoted_bytes = 0;
+  uint64_t demotions = 0;  // victims copied down because host memory no longer held them
+  uint64_t demoted_bytes = 0;
+  uint64_t victims_held_below = 0;  // victims left without a copy: host memory still held them
+  uint64_t victims_dropped = 0;     // victims lost: no room below, or their copy failed
+  uint64_t staged_down = 0;         // device-only blocks copied to host memory for a fetch
+  uint64_t staged_down_bytes = 0;
+  uint64_t copy_errors = 0;   // device copies that failed
+  uint64_t crc_failures = 0;  // device copies whose bytes failed their CRC32C below
+};
+
 struct BlockStoreStats {
   HostTierStats host;
   std::optional<NvmeTierCounters> nvme;  // absent without an NVMe tier
+  std::optional<GpuTierCounters> gpu;    // absent without a GPU tier
 };
 
 class BlockStore {

@@ -69,7 +69,11 @@ class HostBlockStore final : public BlockStore {
   std::vector<BlockId> AllIds() const override;
   bool Holds(const BlockId& id) const override { return !host_->Inspect({&id, 1}).empty(); }
 
-  BlockStoreStats Stats() const override { return {host_->Stats(), std::nullopt}; }
+  BlockStoreStats Stats() const override {
+    BlockStoreStats s;
+    s.host = host_->Stats();
+    return s;
+  }
   void ReclaimExpired() override { host_->ReclaimExpired(); }
   void SetChangeHook(BlockEventHook hook) override { host_->SetChangeHook(std::move(hook)); }
 

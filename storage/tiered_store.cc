@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "storage/block_store_wrapper.h"
 
 namespace strata {
 
@@ -434,29 +435,9 @@ AcquireResult TieredStore::Acquire(const NamespaceId& ns, std::span<const BlockI
 }
 
 ReserveResult TieredStore::Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) {
-  std::vector<size_t> on_nvme_idx;
-  std::vector<ReserveItem> rest;
-  std::vector<size_t> rest_idx;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (OnNvme(ns, items[i].id))
-      on_nvme_idx.push_back(i);
-    else {
-      rest.push_back(items[i]);
-      rest_idx.push_back(i);
-    }
-  }
-  if (on_nvme_idx.empty()) return host_->Reserve(ns, items);
-  ReserveResult part = host_->Reserve(ns, rest);
-  ReserveResult r;
-  r.reservation_id = part.reservation_id;
-  r.expires_in = part.expires_in;
-  r.status.assign(items.size(), BlockStatus::kExists);
-  r.offsets.assign(items.size(), 0);
-  for (size_t k = 0; k < rest_idx.size(); ++k) {
-    r.status[rest_idx[k]] = part.status[k];
-    r.offsets[rest_idx[k]] = part.offsets[k];
-  }
-  return r;
+  return ReserveExceptHeld(
+      items, [&](const ReserveItem& item) { return OnNvme(ns, item.id); },
+      [&](std::span<const ReserveItem> rest) { return host_->Reserve(ns, rest); });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -122,7 +122,12 @@ class TieredStore final : public BlockStore {
   std::vector<BlockId> AllIds() const override;
   bool Holds(const BlockId& id) const override;
 
-  BlockStoreStats Stats() const override { return {host_->Stats(), Counters()}; }
+  BlockStoreStats Stats() const override {
+    BlockStoreStats s;
+    s.host = host_->Stats();
+    s.nvme = Counters();
+    return s;
+  }
   void ReclaimExpired() override { host_->ReclaimExpired(); }
   void SetChangeHook(BlockEventHook hook) override { host_->SetChangeHook(std::move(hook)); }
 

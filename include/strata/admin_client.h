@@ -13,6 +13,7 @@
 #include <span>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,7 +34,7 @@ struct AdminClientOptions {
 };
 
 struct TierUsage {
-  std::string tier;  // "host", "nvme"
+  std::string tier;  // "host", "nvme", "gpu"
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
@@ -141,9 +142,11 @@ class AdminClient {
                                                  std::span<const BlockId> ids);
   absl::StatusOr<EvictOutcome> Evict(const NamespaceId& ns, std::span<const BlockId> ids,
                                      bool cascade, bool force);
-  // Copies (move: moves) blocks to `target_node` (empty: this node).
+  // Copies (move: moves) blocks to `target_node` (empty: this node), into `target_tier` ("host"
+  // or "gpu", see Client::Reposition).
   absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
-                                               const std::string& target_node, bool move);
+                                               const std::string& target_node, bool move,
+                                               std::string_view target_tier = "host");
   // Drains this node: its blocks move to the nodes ranking next for them, then it leaves.
   absl::StatusOr<DrainReport> Drain();
 

@@ -130,7 +130,7 @@ struct LookupResult {
   std::vector<std::string> nodes;
 };
 
-// Where a block is: node id, its gRPC address, and tier ("host", "nvme").
+// Where a block is: node id, its gRPC address, and tier ("gpu", "host", "nvme").
 struct BlockHolder {
   std::string node;
   std::string address;
@@ -265,9 +265,12 @@ class Client {
   absl::StatusOr<std::vector<std::vector<BlockHolder>>> Locate(const NamespaceId& ns,
                                                                std::span<const BlockId> ids);
 
-  // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster.
+  // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into
+  // its `target_tier`: "host", or "gpu" (the node's GPU tier, on top of its host copy; only for
+  // this client's own daemon, target_node empty).
   absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
-                                               const std::string& target_node, bool move = false);
+                                               const std::string& target_node, bool move = false,
+                                               std::string_view target_tier = "host");
   // Pulls blocks held elsewhere into the local daemon's host tier ahead of a fetch (a decode
   // node prefetching what its prefill node computed).
   absl::StatusOr<RepositionOutcome> Prefetch(const NamespaceId& ns, std::span<const BlockId> ids) {

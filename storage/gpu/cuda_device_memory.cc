@@ -1,0 +1,135 @@
+// DeviceMemory on a CUDA device (built only with CUDA; see storage/CMakeLists.txt).
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "storage/gpu/device_memory.h"
+
+namespace strata {
+namespace {
+
+absl::Status CudaError(cudaError_t err, const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
+                                          cudaGetErrorString(err), ")"));
+}
+
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  CudaDeviceMemory(int device, uint8_t* pool, uint64_t capacity, cudaStream_t up,
+                   cudaStream_t down)
+      : device_(device), pool_(pool), capacity_(capacity), up_(up), down_(down) {}
+
+  ~CudaDeviceMemory() override {
+    cudaSetDevice(device_);
+    for (auto [base, bytes] : registered_) cudaHostUnregister(base);
+    cudaStreamDestroy(up_);
+    cudaStreamDestroy(down_);
+    cudaFree(pool_);
+  }
+
+  std::string_view kind() const override { return "cuda"; }
+  uint64_t capacity() const override { return capacity_; }
+  uint64_t device_address() const override { return reinterpret_cast<uintptr_t>(pool_); }
+
+  absl::Status RegisterHost(uint8_t* base, uint64_t bytes) override {
+    std::lock_guard l(register_mu_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterDefault);
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+      cudaGetLastError();  // clears the error state, so the next call does not report it
+      return absl::OkStatus();
+    }
+    if (e != cudaSuccess) return CudaError(e, "cudaHostRegister of the host arena");
+    registered_.push_back({base, bytes});
+    return absl::OkStatus();
+  }
+
+  absl::Status ToDevice(std::span<const DeviceCopy> copies) override {
+    return Run(copies, /*to_device=*/true);
+  }
+  absl::Status ToHost(std::span<const DeviceCopy> copies) override {
+    return Run(copies, /*to_device=*/false);
+  }
+
+ private:
+  // One stream per direction, so promotions and demotions overlap on the two copy engines; a
+  // batch is enqueued whole and waited for once.
+  absl::Status Run(std::span<const DeviceCopy> copies, bool to_device) {
+    if (absl::Status s = CheckDeviceCopies(copies, capacity_); !s.ok()) return s;
+    std::lock_guard l(to_device ? up_mu_ : down_mu_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    cudaStream_t stream = to_device ? up_ : down_;
+    for (const DeviceCopy& c : copies) {
+      uint8_t* dev = pool_ + c.device_offset;
+      cudaError_t e =
+          to_device ? cudaMemcpyAsync(dev, c.host, c.size, cudaMemcpyHostToDevice, stream)
+                    : cudaMemcpyAsync(c.host, dev, c.size, cudaMemcpyDeviceToHost, stream);
+      if (e != cudaSuccess) {
+        cudaStreamSynchronize(stream);  // nothing of this batch may still run after we return
+        return CudaError(e, "cudaMemcpyAsync");
+      }
+    }
+    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+      return CudaError(e, "cudaStreamSynchronize");
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  uint8_t* const pool_;
+  const uint64_t capacity_;
+  cudaStream_t up_, down_;
+  std::mutex up_mu_, down_mu_, register_mu_;
+  std::vector<std::pair<uint8_t*, uint64_t>> registered_;
+};
+
+}  // namespace
+
+absl::Status CudaDeviceAvailable() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
+  if (n == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMemory>> OpenCudaDeviceMemory(int device, uint64_t capacity) {
+  if (absl::Status s = CudaDeviceAvailable(); !s.ok()) return s;
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (device < 0 || device >= n)
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu.device ", device, " does not exist (", n, " visible)"));
+  if (capacity == 0) return absl::InvalidArgumentError("a GPU tier of 0 bytes");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
+    return CudaError(e, "cudaSetDevice");
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess)
+    return CudaError(e, "cudaMemGetInfo");
+  if (capacity > free_bytes)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("gpu.capacity ", capacity, " bytes exceeds the ", free_bytes,
+                     " bytes free on device ", device, " (of ", total_bytes, ")"));
+  void* pool = nullptr;
+  if (cudaError_t e = cudaMalloc(&pool, capacity); e != cudaSuccess)
+    return CudaError(e, "cudaMalloc of the GPU tier");
+  cudaStream_t up = nullptr, down = nullptr;
+  cudaError_t e1 = cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking);
+  cudaError_t e2 = cudaStreamCreateWithFlags(&down, cudaStreamNonBlocking);
+  if (e1 != cudaSuccess || e2 != cudaSuccess) {
+    if (up) cudaStreamDestroy(up);
+    if (down) cudaStreamDestroy(down);
+    cudaFree(pool);
+    return CudaError(e1 != cudaSuccess ? e1 : e2, "cudaStreamCreate");
+  }
+  return std::unique_ptr<DeviceMemory>(
+      new CudaDeviceMemory(device, static_cast<uint8_t*>(pool), capacity, up, down));
+}
+
+}  // namespace strata
