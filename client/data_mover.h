@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/internal/helper_thread.h"
+#include "client/internal/publish_buffers.h"
 #include "client/internal/zone_window.h"
 #include "common/am_wire.h"
 #include "strata/client.h"
@@ -125,6 +126,9 @@ class DataMover {
   DataMover(const DataMover&) = delete;
   DataMover& operator=(const DataMover&) = delete;
 
+  // A publish buffer (client/internal/publish_buffers.h) of `bytes`, valid until destruction;
+  // FailedPrecondition unless the daemon's arena is a read-only tenant zone mapped here.
+  absl::StatusOr<uint8_t*> AllocatePublishBuffer(uint64_t bytes);
   // Registers [data, data+size) for transfers until UnregisterBuffer or destruction.
   absl::Status RegisterBuffer(void* data, size_t size);
   absl::Status UnregisterBuffer(void* data);
@@ -224,7 +228,8 @@ class DataMover {
                             absl::Time deadline, FollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);
   // Whether `window` has a staging window that every block fits and whose zone holds them all.
-  static bool FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks);
+  // Blocks that a staged publish can take: in a publish buffer, or fitting the staging window.
+  bool FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks);
   // Publishes through the staging window (client/data_mover_staged.cc); the CRCs it took while
   // copying land in `crcs`. A follow-up, when `follow_up_for` makes one, goes behind the blocks.
   absl::Status PutByStaging(uint64_t reservation_id, std::span<const BlockMove> blocks,
@@ -283,6 +288,8 @@ class DataMover {
   uint8_t* mapped_arena_ = nullptr;
   // Instead (several tenants): the client's tenant zone, read-only. Same lifetime rules.
   std::shared_ptr<const ZoneWindow> zone_window_;
+  // Outlive every zone window: the engine keeps writing into them across redials.
+  PublishBuffers publish_buffers_;
 
   std::mutex reg_mu_;
   std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_;  // by start

@@ -17,10 +17,19 @@ namespace strata::client {
 
 bool DataMover::FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks) {
   const ZoneWindow::Staging& s = window.staging();
-  if (s.data == nullptr) return false;
   return std::all_of(blocks.begin(), blocks.end(), [&](const BlockMove& b) {
-    return b.length <= s.bytes && window.Covers(b.arena_offset, b.length);
+    if (!window.Covers(b.arena_offset, b.length)) return false;
+    if (publish_buffers_.Find(window, b.local, b.length)) return true;
+    return s.data != nullptr && b.length <= s.bytes;
   });
+}
+
+absl::StatusOr<uint8_t*> DataMover::AllocatePublishBuffer(uint64_t bytes) {
+  std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+  if (zone_window_ == nullptr || zone_window_->writable())
+    return absl::FailedPreconditionError(
+        "publish buffers are for same-node clients of a read-only tenant zone");
+  return publish_buffers_.Allocate(*zone_window_, bytes);
 }
 
 absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const BlockMove> blocks,
@@ -72,18 +81,29 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
   absl::Status s;
   for (size_t i = 0; i < blocks.size() && s.ok() && w.error.ok(); ++i) {
     const BlockMove& b = blocks[i];
-    std::optional<uint64_t> at;
-    while (!(at = place(b.length)) && w.error.ok()) progress();
-    if (!w.error.ok()) break;
-    (*crcs)[i] = CopyWithCrc32c(staging.data + *at, b.local, b.length);
-    in_window.push_back({*at, b.length, i});
-    head = *at + b.length;
+    const uint8_t* const local = static_cast<const uint8_t*>(b.local);
+    uint64_t window_id, at;
+    if (auto in = publish_buffers_.Find(window, local, b.length)) {
+      // The engine wrote the block into a publish buffer: no copy here, only its CRC.
+      window_id = in->id;
+      at = in->offset;
+      (*crcs)[i] = Crc32c(local, b.length);
+    } else {
+      std::optional<uint64_t> free_at;
+      while (!(free_at = place(b.length)) && w.error.ok()) progress();
+      if (!w.error.ok()) break;
+      window_id = staging.id;
+      at = *free_at;
+      (*crcs)[i] = CopyWithCrc32c(staging.data + at, local, b.length);
+      in_window.push_back({at, b.length, i});
+      head = at + b.length;
+    }
     auto r = ep_->AmSendAsync(
         am_wire::kPublishStagedAm,
         am_wire::EncodePublishStagedHeader(am_wire::PublishStagedHeader{
             {w.request_id, reservation_id, b.arena_offset, b.length, static_cast<uint32_t>(i)},
-            staging.id,
-            *at,
+            window_id,
+            at,
             (*crcs)[i]}),
         nullptr, 0, nullptr, /*eager=*/true);
     if (!r.ok())

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <utility>
 #include <cstring>
 #include <string>
 
@@ -31,6 +33,12 @@ absl::Status Failed(const std::string& what) {
 }
 
 }  // namespace
+
+ZoneWindow::ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes, bool writable)
+    : data_(data), begin_(begin), bytes_(bytes), writable_(writable) {
+  static std::atomic<uint64_t> next_serial{1};
+  serial_ = next_serial.fetch_add(1);
+}
 
 ZoneWindow::~ZoneWindow() {
   munmap(const_cast<uint8_t*>(data_), bytes_);
@@ -98,6 +106,23 @@ absl::StatusOr<zone_wire::Reply> ZoneCall(std::string_view socket_name, const st
 // never shrink under the daemon's read-only mapping of it.
 absl::Status LendStaging(std::string_view socket_name, std::string_view ticket, uint64_t bytes,
                          absl::Duration timeout, ZoneWindow::Staging* out) {
+  uint8_t* p = nullptr;
+  auto fd = CreateStagingMemfd(bytes, &p);
+  if (!fd.ok()) return fd.status();
+  Fd mem{*fd};
+  int sock = -1;
+  auto id = LendStagingFd(socket_name, ticket, mem.fd, timeout, &sock);
+  if (!id.ok()) {
+    munmap(p, bytes);
+    return id.status();
+  }
+  *out = ZoneWindow::Staging{p, bytes, *id, sock};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> CreateStagingMemfd(uint64_t bytes, uint8_t** mapped) {
   Fd mem{memfd_create("strata-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
   if (mem.fd < 0) return Failed("memfd_create");
   if (ftruncate(mem.fd, static_cast<off_t>(bytes)) != 0 ||
@@ -105,17 +130,9 @@ absl::Status LendStaging(std::string_view socket_name, std::string_view ticket, 
     return Failed("sizing and sealing the staging window");
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mem.fd, 0);
   if (p == MAP_FAILED) return Failed("mapping the staging window");
-  int sock = -1;
-  auto id = LendStagingFd(socket_name, ticket, mem.fd, timeout, &sock);
-  if (!id.ok()) {
-    munmap(p, bytes);
-    return id.status();
-  }
-  *out = ZoneWindow::Staging{static_cast<uint8_t*>(p), bytes, *id, sock};
-  return absl::OkStatus();
+  *mapped = static_cast<uint8_t*>(p);
+  return std::exchange(mem.fd, -1);
 }
-
-}  // namespace
 
 absl::StatusOr<uint64_t> LendStagingFd(std::string_view socket_name, std::string_view ticket,
                                        int fd, absl::Duration timeout, int* socket_out) {
@@ -166,6 +183,9 @@ absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_vie
   if (p == MAP_FAILED) return Failed("mapping the zone");
   std::shared_ptr<ZoneWindow> window(
       new ZoneWindow(static_cast<const uint8_t*>(p), grant->begin, grant->bytes, grant->writable));
+  window->socket_name_ = std::string(socket_name);
+  window->ticket_ = std::string(ticket);
+  window->timeout_ = timeout;
   // A read-only zone is published into through a staging window; without one (an older
   // daemon, its limits reached), by messages.
   if (!grant->writable && staging_bytes > 0)

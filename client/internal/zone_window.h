@@ -8,12 +8,22 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace strata::client {
+
+// Lends the daemon the memfd `fd` as a staging window (the exchange alone); its id on success,
+// with the socket whose closing ends the loan in `*socket_out`.
+absl::StatusOr<uint64_t> LendStagingFd(std::string_view socket, std::string_view ticket, int fd,
+                                       absl::Duration timeout, int* socket_out);
+
+// A memfd of `bytes` for lending, sealed so that it can never shrink under the daemon's
+// read-only mapping of it, and mapped writable here at `*mapped`. The caller owns both.
+absl::StatusOr<int> CreateStagingMemfd(uint64_t bytes, uint8_t** mapped);
 
 class ZoneWindow {
  public:
@@ -43,19 +53,30 @@ class ZoneWindow {
   const Staging& staging() const { return staging_; }
   const absl::Status& staging_status() const { return staging_status_; }
 
+  // Unique per window this process opened: tells a loan to this daemon from one to an earlier.
+  uint64_t serial() const { return serial_; }
+  // Lends the daemon another window: the sealed memfd `fd` (see LendStagingFd). Its id, and
+  // the socket whose closing ends the loan in `*socket_out`.
+  absl::StatusOr<uint64_t> Lend(int fd, int* socket_out) const {
+    return LendStagingFd(socket_name_, ticket_, fd, timeout_, socket_out);
+  }
+
  private:
   friend absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view,
                                                                           std::string_view,
                                                                           uint64_t,
                                                                           absl::Duration,
                                                                           uint64_t);
-  ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes, bool writable)
-      : data_(data), begin_(begin), bytes_(bytes), writable_(writable) {}
+  ZoneWindow(const uint8_t* data, uint64_t begin, uint64_t bytes, bool writable);
   const uint8_t* data_;
   uint64_t begin_, bytes_;
   bool writable_;
   Staging staging_;
   absl::Status staging_status_ = absl::FailedPreconditionError("no staging window asked for");
+  uint64_t serial_;
+  // What lending more windows takes: the daemon's zone socket and this client's ticket.
+  std::string socket_name_, ticket_;
+  absl::Duration timeout_;
 };
 
 // What the daemon's zone socket answered: the zone's place in the arena and its file (the
@@ -69,10 +90,6 @@ struct ZoneGrant {
 absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket, std::string_view ticket,
                                       absl::Duration timeout);
 
-// Lends the daemon the memfd `fd` as a staging window (the exchange alone); its id on success,
-// with the socket whose closing ends the loan in `*socket_out`.
-absl::StatusOr<uint64_t> LendStagingFd(std::string_view socket, std::string_view ticket, int fd,
-                                       absl::Duration timeout, int* socket_out);
 
 // Asks the daemon's zone socket ("@name": abstract) for this caller's zone, proving who it is
 // with its Connect ticket, and maps what comes back. `arena_bytes` bounds the zone's place.

@@ -265,6 +265,13 @@ class Client {
   absl::StatusOr<std::vector<std::vector<BlockHolder>>> Locate(const NamespaceId& ns,
                                                                std::span<const BlockId> ids);
 
+  // Memory for the engine to write blocks into before publishing them from it: where the
+  // daemon's tenant zone is read-only to this client (several tenants on one node), blocks
+  // published from here skip the client's copy into the staging window (the daemon copies each
+  // block once, straight into the zone). Elsewhere it is ordinary memory of this client that
+  // publishes like any other. Valid until the client is destroyed.
+  absl::StatusOr<MutableBuffer> AllocatePublishBuffer(size_t bytes);
+
   // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into
   // its `target_tier`: "host", or "gpu" (the node's GPU tier, on top of its host copy; only for
   // this client's own daemon, target_node empty).

@@ -45,6 +45,15 @@ uint64_t Counter(Client& c, const char* name) {
   return ~uint64_t{0};
 }
 
+// A client whose staging window (a read-only zone's) is `bytes` (STRATA_CLIENT_STAGING_BYTES).
+std::unique_ptr<Client> ConnectWithStaging(const DaemonProcess& d, const std::string& token,
+                                           const char* bytes) {
+  setenv("STRATA_CLIENT_STAGING_BYTES", bytes, 1);
+  auto c = ConnectAs(d, token);
+  unsetenv("STRATA_CLIENT_STAGING_BYTES");
+  return c;
+}
+
 struct Published {
   NamespaceId ns;
   std::vector<BlockId> ids;
@@ -239,9 +248,7 @@ TEST(TenantZoneTest, WritableZonesPublishByCopiesIntoTheTenantsOwnZoneOnly) {
 TEST(TenantZoneTest, ReadOnlyZonesPublishThroughALentStagingWindow) {
   auto d = AuthDaemon();
   ASSERT_TRUE(d->ok()) << d->log();
-  setenv("STRATA_CLIENT_STAGING_BYTES", "2097152", 1);  // a window of 2 MiB
-  auto a = ConnectAs(*d, kTokenA);
-  unsetenv("STRATA_CLIENT_STAGING_BYTES");
+  auto a = ConnectWithStaging(*d, kTokenA, "2097152");  // a window of 2 MiB
   auto b = ConnectAs(*d, kTokenB);
   ASSERT_TRUE(a && b);
   const uint64_t lent = Counter(*a, "staging_windows_lent");
@@ -274,14 +281,64 @@ TEST(TenantZoneTest, ReadOnlyZonesPublishThroughALentStagingWindow) {
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
+// Blocks the engine writes into a publish buffer (Client::AllocatePublishBuffer) are published
+// from there without the client's copy: with no staging window of its own (size 0), the client
+// still publishes them staged, and the daemon's copy is what is stored (the engine reusing the
+// buffer afterwards changes nothing). Blocks from other memory go by message as before; a client
+// of a daemon without zones gets ordinary memory.
+TEST(TenantZoneTest, PublishBuffersAreStagedWithoutTheClientsCopy) {
+  auto d = AuthDaemon();
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectWithStaging(*d, kTokenA, "0");
+  ASSERT_TRUE(a);
+  const uint64_t lent = Counter(*a, "staging_windows_lent");
+  auto buf = a->AllocatePublishBuffer(8 << 20);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  EXPECT_EQ(Counter(*a, "staging_windows_lent"), lent + 1);
+  auto ns = a->OpenNamespace(Spec(), "");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  const auto blocks = RandomBlocks(8, 1 << 20, 51);
+  std::vector<ConstBuffer> views;
+  uint8_t* const base = static_cast<uint8_t*>(buf->data);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::memcpy(base + (i << 20), blocks[i].data(), blocks[i].size());
+    views.push_back({base + (i << 20), blocks[i].size()});
+  }
+  const uint64_t staged = Counter(*a, "published_staged_total");
+  const uint64_t by_message = Counter(*a, "published_by_message_total");
+  auto pub = a->Publish(*ns, Tokens(8 * kTokensPerBlock, 52), views);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, 8u);
+  EXPECT_EQ(Counter(*a, "published_staged_total"), staged + 8);
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message);
+  std::memset(base, 0xAB, 8 << 20);  // the engine reuses its buffer
+  ExpectFetched(*a, *ns, pub->ids, blocks);
+
+  const Published other = Publish(*a, 2, 256 << 10, 53);  // ordinary memory
+  EXPECT_EQ(Counter(*a, "published_by_message_total"), by_message + 2);
+  ExpectFetchesIntact(*a, other);
+
+  DaemonProcess plain("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(plain.ok()) << plain.log();
+  auto c = ConnectAs(plain, "");
+  ASSERT_TRUE(c);
+  auto mem = c->AllocatePublishBuffer(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto cns = c->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(cns.ok());
+  std::memcpy(mem->data, blocks[0].data(), 1 << 20);
+  const ConstBuffer view{mem->data, 1 << 20};
+  auto cpub = c->Publish(*cns, Tokens(kTokensPerBlock, 54), {&view, 1});
+  ASSERT_TRUE(cpub.ok()) << cpub.status();
+  ExpectFetched(*c, *cns, cpub->ids, {blocks[0]});
+}
+
 // A client that lends no window (STRATA_CLIENT_STAGING_BYTES=0, as one refused a window would)
 // still publishes into its read-only zone, by checked messages.
 TEST(TenantZoneTest, WithoutAStagingWindowPublishesGoByMessages) {
   auto d = AuthDaemon();
   ASSERT_TRUE(d->ok()) << d->log();
-  setenv("STRATA_CLIENT_STAGING_BYTES", "0", 1);
-  auto a = ConnectAs(*d, kTokenA);
-  unsetenv("STRATA_CLIENT_STAGING_BYTES");
+  auto a = ConnectWithStaging(*d, kTokenA, "0");
   ASSERT_TRUE(a);
   EXPECT_EQ(Counter(*a, "staging_windows_lent"), 0u);
   const uint64_t staged = Counter(*a, "published_staged_total");
