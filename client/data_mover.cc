@@ -468,6 +468,13 @@ void DataMover::OnPublishAck(const transport::AmMessage& m) {
                                         std::string(m.data.substr(0, 512))));
     return;
   }
+  if (!w.crc_by_daemon.empty() && w.crc_by_daemon[ack->index]) {
+    if (!ack->crc32c) {
+      w.error = absl::InternalError("stratad acknowledged a staged block without its CRC");
+      return;
+    }
+    (*w.crcs_from_acks)[ack->index] = *ack->crc32c;
+  }
   w.acked[ack->index] = 1;
   ++w.done;
 }

@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/internal/helper_thread.h"
+#include "common/helper_thread.h"
 #include "client/internal/publish_buffers.h"
 #include "client/internal/zone_window.h"
 #include "common/am_wire.h"

@@ -78,16 +78,21 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
     return std::nullopt;
   };
   crcs->assign(blocks.size(), 0);
+  w.crcs_from_acks = crcs;
   absl::Status s;
   for (size_t i = 0; i < blocks.size() && s.ok() && w.error.ok(); ++i) {
     const BlockMove& b = blocks[i];
     const uint8_t* const local = static_cast<const uint8_t*>(b.local);
     uint64_t window_id, at;
+    uint32_t flags = 0;
     if (auto in = publish_buffers_.Find(window, local, b.length)) {
-      // The engine wrote the block into a publish buffer: no copy here, only its CRC.
+      // The engine wrote the block into a publish buffer: this process never reads it; stratad
+      // takes its CRC as it copies it and sends it back.
       window_id = in->id;
       at = in->offset;
-      (*crcs)[i] = Crc32c(local, b.length);
+      flags = am_wire::kStagedCrcByDaemon;
+      if (w.crc_by_daemon.empty()) w.crc_by_daemon.assign(blocks.size(), 0);
+      w.crc_by_daemon[i] = 1;
     } else {
       std::optional<uint64_t> free_at;
       while (!(free_at = place(b.length)) && w.error.ok()) progress();
@@ -104,7 +109,8 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
             {w.request_id, reservation_id, b.arena_offset, b.length, static_cast<uint32_t>(i)},
             window_id,
             at,
-            (*crcs)[i]}),
+            (*crcs)[i],
+            flags}),
         nullptr, 0, nullptr, /*eager=*/true);
     if (!r.ok())
       s = r.status();
@@ -115,7 +121,9 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
   // handler before it reads the Commit.
   ExchangeWait reply;
   std::optional<FollowUp> follow_up;
-  if (s.ok() && w.error.ok() && follow_up_for != nullptr && *follow_up_for)
+  // The Commit names every CRC: not before stratad has sent back those it takes.
+  if (s.ok() && w.error.ok() && follow_up_for != nullptr && *follow_up_for &&
+      w.crc_by_daemon.empty())
     follow_up = (*follow_up_for)(*crcs);
   if (follow_up && s.ok()) s = PostFollowUp(&*follow_up, &reply);
   while (s.ok() && w.error.ok() &&

@@ -103,30 +103,35 @@ std::string EncodePublishStagedHeader(const PublishStagedHeader& h) {
   PutU64(out.data() + kPublishBlockHeaderBytes, h.staging_id);
   PutU64(out.data() + kPublishBlockHeaderBytes + 8, h.staging_offset);
   PutU32(out.data() + kPublishBlockHeaderBytes + 16, h.crc32c);
+  PutU32(out.data() + kPublishBlockHeaderBytes + 20, h.flags);
   return out;
 }
 
 std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in) {
   if (in.size() != kPublishStagedHeaderBytes ||
-      GetU32(in.data() + kPublishStagedHeaderBytes - 4) != 0)
+      (GetU32(in.data() + kPublishStagedHeaderBytes - 4) & ~kStagedCrcByDaemon) != 0)
     return std::nullopt;
   auto block = DecodePublishBlockHeader(in.substr(0, kPublishBlockHeaderBytes));
   if (!block) return std::nullopt;
   const char* tail = in.data() + kPublishBlockHeaderBytes;
-  return PublishStagedHeader{*block, GetU64(tail), GetU64(tail + 8), GetU32(tail + 16)};
+  return PublishStagedHeader{*block, GetU64(tail), GetU64(tail + 8), GetU32(tail + 16),
+                             GetU32(tail + 20)};
 }
 
 std::string EncodePublishAck(const PublishAck& h) {
-  std::string out(kPublishAckHeaderBytes, '\0');
+  std::string out(h.crc32c ? kPublishAckWithCrcBytes : kPublishAckHeaderBytes, '\0');
   PutU64(out.data(), h.request_id);
   PutU32(out.data() + 8, h.index);
   PutU32(out.data() + 12, h.code);
+  if (h.crc32c) PutU32(out.data() + 16, *h.crc32c);
   return out;
 }
-
 std::optional<PublishAck> DecodePublishAck(std::string_view in) {
-  if (in.size() != kPublishAckHeaderBytes) return std::nullopt;
-  return PublishAck{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
+  if (in.size() != kPublishAckHeaderBytes && in.size() != kPublishAckWithCrcBytes)
+    return std::nullopt;
+  PublishAck a{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12), std::nullopt};
+  if (in.size() == kPublishAckWithCrcBytes) a.crc32c = GetU32(in.data() + 16);
+  return a;
 }
 
 }  // namespace strata::am_wire

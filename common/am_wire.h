@@ -102,6 +102,7 @@ inline constexpr size_t kTicketBytes = 16;
 inline constexpr size_t kReleaseHeaderBytes = 8;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
+inline constexpr size_t kPublishAckWithCrcBytes = kPublishAckHeaderBytes + 4;
 inline constexpr size_t kPublishStagedHeaderBytes = kPublishBlockHeaderBytes + 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchBlockHeaderBytes = 8 + 4 + 4;
@@ -229,21 +230,29 @@ std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
 absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_bytes,
                                uint64_t arena_bytes);
 
+// PublishStagedHeader::flags: the client took no CRC (crc32c is 0); stratad takes it as it
+// copies and returns it in the acknowledgement (a block the engine wrote into a publish buffer,
+// which the client itself never reads).
+inline constexpr uint32_t kStagedCrcByDaemon = 1;
 struct PublishStagedHeader {
   PublishBlockHeader block;
   uint64_t staging_id = 0;
   uint64_t staging_offset = 0;
   uint32_t crc32c = 0;
+  uint32_t flags = 0;
 };
 std::string EncodePublishStagedHeader(const PublishStagedHeader& h);
-// nullopt unless exactly kPublishStagedHeaderBytes with both reserved words zero; neither the
-// extent nor the place in the window is checked.
+// nullopt unless exactly kPublishStagedHeaderBytes with the block header's reserved word zero
+// and no flag but kStagedCrcByDaemon; neither the extent nor the place in the window is checked.
 std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in);
 
 struct PublishAck {
   uint64_t request_id = 0;
   uint32_t index = 0;
   uint32_t code = 0;  // absl status code
+  // The CRC32C stratad took of the block, for a staged block sent with kStagedCrcByDaemon
+  // (the acknowledgement is then kPublishAckWithCrcBytes long).
+  std::optional<uint32_t> crc32c;
 };
 std::string EncodePublishAck(const PublishAck& h);
 std::optional<PublishAck> DecodePublishAck(std::string_view in);

@@ -106,7 +106,9 @@ CacheService::CacheService(BlockStore* store, NamespaceRegistry* namespaces,
     : store_(store),
       namespaces_(namespaces),
       data_plane_(std::move(data_plane)),
-      auth_(auth ? auth : &no_auth_) {}
+      auth_(auth ? auth : &no_auth_) {
+  if (data_plane_.stagings != nullptr) staged_copier_ = std::make_unique<HelperThread>();
+}
 
 grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::ConnectRequest* req,
                                      v1::ConnectResponse* resp) {

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/am_wire.h"
+#include "common/helper_thread.h"
 #include "daemon/am_drops.h"
 #include "daemon/auth.h"
 #include "daemon/metrics.h"
@@ -294,6 +295,11 @@ class CacheService final : public v1::Cache::Service {
   absl::Mutex staged_mu_;
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, StagedExtent>> staged_
       ABSL_GUARDED_BY(staged_mu_);
+  // Copies a large staged block's second half while the progress thread copies its first (the
+  // mapped path a single tenant takes copies on two threads too). With staging windows only.
+  std::unique_ptr<HelperThread> staged_copier_;
+  // Copies a staged block into the arena, taking its CRC32C as it goes.
+  uint32_t CopyStaged(uint8_t* dst, const uint8_t* src, uint64_t size);
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
   RpcMetrics* metrics_ = nullptr;

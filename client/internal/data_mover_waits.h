@@ -14,6 +14,10 @@ namespace strata::client {
 struct DataMover::PublishWait {
   uint64_t request_id = 0;
   std::vector<uint8_t> acked;  // per block: a daemon that acknowledges one twice is refused
+  // Per block, where the daemon takes the CRC (kStagedCrcByDaemon): filled from its
+  // acknowledgement, which must then carry one. Null: no such block.
+  std::vector<uint32_t>* crcs_from_acks = nullptr;
+  std::vector<uint8_t> crc_by_daemon;
   size_t done = 0;
   absl::Status error;
 };

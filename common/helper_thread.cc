@@ -1,8 +1,8 @@
-#include "client/internal/helper_thread.h"
+#include "common/helper_thread.h"
 
 #include <atomic>
 
-namespace strata::client {
+namespace strata {
 
 HelperThread::HelperThread() : thread_([this] { Run(); }) {}
 
@@ -54,4 +54,4 @@ void HelperThread::ParallelFor(size_t n, const std::function<void(size_t)>& fn) 
   while (!helper_done.load()) std::this_thread::yield();  // it may still be using `fn`
 }
 
-}  // namespace strata::client
+}  // namespace strata

@@ -1,5 +1,6 @@
-// A second thread beside the caller's: CRC checks of fetched blocks run on it while later blocks
-// are still moving, and codec work is split between it and the caller.
+// A second thread beside the caller's: in the client, CRC checks of fetched blocks run on it
+// while later blocks are still moving, and codec work is split between it and the caller; in
+// stratad, large staged blocks are copied half on it, half on the progress thread.
 #pragma once
 
 #include <condition_variable>
@@ -9,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace strata::client {
+namespace strata {
 
 class HelperThread {
  public:
@@ -35,4 +36,4 @@ class HelperThread {
   std::thread thread_;
 };
 
-}  // namespace strata::client
+}  // namespace strata
