@@ -77,8 +77,9 @@ struct Client::Impl {
   std::unique_ptr<client::DaemonLink> local;
   std::unique_ptr<client::CalibrationCache> calibrations;  // over `local`'s control channel
   client::RemoteFetch remote;
-  std::mutex codecs_mu;  // also guards plain_publish_buffers
+  std::mutex codecs_mu;
   // AllocatePublishBuffer's memory where no zone window lends it.
+  std::mutex plain_publish_buffers_mu;
   std::vector<std::unique_ptr<uint8_t[]>> plain_publish_buffers;
   absl::flat_hash_map<NamespaceId, std::optional<codec::CodecParams>> codecs;
 };
@@ -164,7 +165,7 @@ absl::StatusOr<MutableBuffer> Client::AllocatePublishBuffer(size_t bytes) {
   if (lent.ok()) return MutableBuffer{*lent, bytes};
   if (!absl::IsFailedPrecondition(lent.status())) return lent.status();
   // No read-only zone here: publishes from any memory cost the same.
-  std::lock_guard<std::mutex> lock(impl_->codecs_mu);
+  std::lock_guard<std::mutex> lock(impl_->plain_publish_buffers_mu);
   impl_->plain_publish_buffers.push_back(std::make_unique<uint8_t[]>(bytes));
   return MutableBuffer{impl_->plain_publish_buffers.back().get(), bytes};
 }

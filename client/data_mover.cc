@@ -299,6 +299,7 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
   const absl::Time deadline = DeadlineWithin(expires_in);
   // A failed endpoint's mapping stays valid, but it may be a daemon that has since restarted.
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
+  LendPublishBuffersToCurrentWindow();
   std::shared_ptr<const ZoneWindow> staging_in;  // a read-only zone's, when the blocks fit it
   {
     std::shared_lock<std::shared_mutex> map_lock(map_mu_);

@@ -228,6 +228,9 @@ class DataMover {
                             absl::Time deadline, FollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);
   // Whether `window` has a staging window that every block fits and whose zone holds them all.
+  // After a redial the publish buffers are lent to a daemon that went away: lends them to the
+  // current one, with none of this class's locks held (the loans are socket exchanges).
+  void LendPublishBuffersToCurrentWindow();
   // Blocks that a staged publish can take: in a publish buffer, or fitting the staging window.
   bool FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks);
   // Publishes through the staging window (client/data_mover_staged.cc); the CRCs it took while

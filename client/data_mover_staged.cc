@@ -24,12 +24,25 @@ bool DataMover::FitsStaging(const ZoneWindow& window, std::span<const BlockMove>
   });
 }
 
+void DataMover::LendPublishBuffersToCurrentWindow() {
+  std::shared_ptr<const ZoneWindow> window;
+  {
+    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+    window = zone_window_;
+  }
+  if (window && !window->writable()) publish_buffers_.LendStale(*window);
+}
+
 absl::StatusOr<uint8_t*> DataMover::AllocatePublishBuffer(uint64_t bytes) {
-  std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-  if (zone_window_ == nullptr || zone_window_->writable())
+  std::shared_ptr<const ZoneWindow> window;
+  {
+    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+    window = zone_window_;
+  }
+  if (window == nullptr || window->writable())
     return absl::FailedPreconditionError(
         "publish buffers are for same-node clients of a read-only tenant zone");
-  return publish_buffers_.Allocate(*zone_window_, bytes);
+  return publish_buffers_.Allocate(*window, bytes);  // a loan: no lock of ours held
 }
 
 absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const BlockMove> blocks,

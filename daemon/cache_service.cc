@@ -456,6 +456,8 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
     absl::flat_hash_set<BlockId> local;
     for (const auto& b : store_->Inspect(ids))
       if (b.ns == ns) local.insert(b.id);
+    const absl::flat_hash_set<BlockId> on_gpu =
+        data_plane_.gpu ? data_plane_.gpu->HeldOnDevice(ns, ids) : absl::flat_hash_set<BlockId>{};
     Cluster* cluster = cluster_.load();
     std::vector<std::vector<placement::Location>> located(ids.size());
     if (cluster && cluster->size() > 1)
@@ -468,7 +470,7 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
     auto view = cluster ? cluster->View() : placement::MembershipView{};
     for (size_t i = 0; i < ids.size(); ++i) {
       uint32_t count = 0;
-      if (data_plane_.gpu && data_plane_.gpu->HoldsOnDevice(ns, ids[i])) {
+      if (on_gpu.contains(ids[i])) {
         resp->add_holder_node(0);
         resp->add_holder_tier(v1::TIER_GPU);
         ++count;

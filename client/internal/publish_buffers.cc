@@ -14,16 +14,6 @@ PublishBuffers::~PublishBuffers() {
   }
 }
 
-absl::Status PublishBuffers::LendTo(const ZoneWindow& window, Buffer& b) {
-  if (b.socket >= 0) close(b.socket);
-  b.socket = -1;
-  b.lent_to = 0;
-  auto id = window.Lend(b.fd, &b.socket);
-  if (!id.ok()) return id.status();
-  b.id = *id;
-  b.lent_to = window.serial();
-  return absl::OkStatus();
-}
 
 absl::StatusOr<uint8_t*> PublishBuffers::Allocate(const ZoneWindow& window, uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("a publish buffer of 0 bytes");
@@ -32,14 +22,48 @@ absl::StatusOr<uint8_t*> PublishBuffers::Allocate(const ZoneWindow& window, uint
   auto fd = CreateStagingMemfd(bytes, &b.data);
   if (!fd.ok()) return fd.status();
   b.fd = *fd;
-  if (absl::Status lent = LendTo(window, b); !lent.ok()) {
+  auto id = window.Lend(b.fd, &b.socket);
+  if (!id.ok()) {
     munmap(b.data, b.bytes);
     close(b.fd);
-    return lent;
+    return id.status();
   }
+  b.id = *id;
+  b.lent_to = window.serial();
   absl::MutexLock l(&mu_);
   buffers_.push_back(b);
   return b.data;
+}
+
+void PublishBuffers::LendStale(const ZoneWindow& window) {
+  struct Loan {
+    size_t index;
+    int fd;
+    absl::StatusOr<uint64_t> id = 0;
+    int socket = -1;
+  };
+  std::vector<Loan> loans;
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      Buffer& b = buffers_[i];
+      if (b.lent_to == window.serial() || b.lending) continue;
+      b.lending = true;
+      loans.push_back({i, b.fd});
+    }
+  }
+  if (loans.empty()) return;
+  for (Loan& loan : loans) loan.id = window.Lend(loan.fd, &loan.socket);
+  absl::MutexLock l(&mu_);
+  for (const Loan& loan : loans) {
+    Buffer& b = buffers_[loan.index];  // buffers are only ever appended
+    b.lending = false;
+    if (!loan.id.ok()) continue;
+    if (b.socket >= 0) close(b.socket);  // ends the loan to the daemon that went away
+    b.socket = loan.socket;
+    b.id = *loan.id;
+    b.lent_to = window.serial();
+  }
 }
 
 std::optional<PublishBuffers::At> PublishBuffers::Find(const ZoneWindow& window, const void* data,
@@ -49,7 +73,7 @@ std::optional<PublishBuffers::At> PublishBuffers::Find(const ZoneWindow& window,
   for (Buffer& b : buffers_) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(b.data);
     if (p < base || length > b.bytes || p - base > b.bytes - length) continue;
-    if (b.lent_to != window.serial() && !LendTo(window, b).ok()) return std::nullopt;
+    if (b.lent_to != window.serial()) return std::nullopt;
     return At{b.id, p - base};
   }
   return std::nullopt;

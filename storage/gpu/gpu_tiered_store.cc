@@ -63,6 +63,14 @@ bool GpuTieredStore::HoldsOnDevice(const BlockId& id) const {
   return !device_.Inspect({&id, 1}).empty();
 }
 
+absl::flat_hash_set<BlockId> GpuTieredStore::HeldOnDevice(const NamespaceId& ns,
+                                                          std::span<const BlockId> ids) const {
+  absl::flat_hash_set<BlockId> out;
+  for (const BlockInfo& b : device_.Inspect(ids))
+    if (b.ns == ns) out.insert(b.id);
+  return out;
+}
+
 absl::flat_hash_map<BlockId, BlockInfo> GpuTieredStore::OnDevice(
     const NamespaceId& ns, std::span<const BlockId> ids) const {
   absl::flat_hash_map<BlockId, BlockInfo> out;

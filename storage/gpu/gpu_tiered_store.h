@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/block_store_wrapper.h"
@@ -79,11 +80,11 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // needs no copy). Per id: kOk (dropped), kNotFound (not on the device), kInProgress (only the
   // device holds it: it stays), kPinned.
   std::vector<BlockStatus> DropFromDevice(const NamespaceId& ns, std::span<const BlockId> ids);
-  // Whether the device holds the block (of any namespace / of `ns`).
+  // Whether the device holds the block (any namespace).
   bool HoldsOnDevice(const BlockId& id) const;
-  bool HoldsOnDevice(const NamespaceId& ns, const BlockId& id) const {
-    return OnDevice(ns, {&id, 1}).contains(id);
-  }
+  // Which of `ids` the device holds in `ns` (one look at the device's index for all of them).
+  absl::flat_hash_set<BlockId> HeldOnDevice(const NamespaceId& ns,
+                                            std::span<const BlockId> ids) const;
   DeviceMemory& memory() const { return *memory_; }
   GpuTierCounters Counters() const;
   // Stops the demotion thread; queued victims are dropped. Idempotent.
