@@ -9,6 +9,7 @@
 #include "client/internal/logging.h"
 #include "client/internal/wire_status.h"
 #include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "proto/convert.h"
@@ -112,6 +113,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   acquire_by_message_ = options_.control_by_message && resp.acquire_by_message();
   control_by_message_ = options_.control_by_message && resp.control_by_message();
   acquire_and_push_ = acquire_by_message_.load() && resp.acquire_and_push();
+  publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();
@@ -271,15 +273,26 @@ std::optional<absl::StatusOr<v1::LookupResponse>> ControlChannel::LookupOnStream
   return absl::StatusOr<v1::LookupResponse>(std::move(resp));
 }
 
-absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
-                                                    std::span<const BlockId> ids,
-                                                    std::span<const BlockId> parents,
-                                                    std::span<const uint64_t> sizes) {
+namespace {
+
+v1::ReserveRequest ReserveRequestOf(const NamespaceId& ns, std::span<const BlockId> ids,
+                                    std::span<const BlockId> parents,
+                                    std::span<const uint64_t> sizes) {
   v1::ReserveRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   req.set_ids(PackIds(ids));
   if (!parents.empty()) req.set_parent_ids(PackIds(parents));
   for (uint64_t size : sizes) req.add_sizes(size);
+  return req;
+}
+
+}  // namespace
+
+absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
+                                                    std::span<const BlockId> ids,
+                                                    std::span<const BlockId> parents,
+                                                    std::span<const uint64_t> sizes) {
+  const v1::ReserveRequest req = ReserveRequestOf(ns, ids, parents, sizes);
   v1::ReserveResponse resp;
   std::optional<std::string> fast;
   if (ids.size() <= am_wire::kMaxControlIds) {
@@ -303,6 +316,39 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
     if (r.status[i] == BlockStatus::kOk && i >= r.offsets.size())
       return absl::InternalError("Reserve answered without an offset for a reserved block");
   return r;
+}
+
+absl::StatusOr<std::optional<std::vector<BlockStatus>>> ControlChannel::PublishInOne(
+    const NamespaceId& ns, std::span<const BlockId> ids, std::span<const BlockId> parents,
+    std::span<const ConstBuffer> blobs) {
+  using Undone = std::optional<std::vector<BlockStatus>>;
+  // A daemon with other nodes would send it back undone (they must learn of the blocks before
+  // the publish returns): the bytes would travel twice.
+  if (!publish_in_one_.load() || clustered_.load() || !ControlsByMessage() || ids.empty() ||
+      ids.size() > am_wire::kMaxControlIds)
+    return Undone();
+  uint64_t total = 0;
+  std::vector<uint64_t> sizes;
+  std::vector<uint32_t> crcs;
+  for (const ConstBuffer& b : blobs) {
+    total += b.size;
+    if (total > am_wire::kMaxPublishInOneBytes) return Undone();
+    sizes.push_back(b.size);
+    crcs.push_back(Crc32c(b.data, b.size));
+  }
+  std::string data = am_wire::EncodePublishInOnePrefix(
+      ReserveRequestOf(ns, ids, parents, sizes).SerializeAsString(), crcs);
+  data.reserve(data.size() + total);
+  for (const ConstBuffer& b : blobs) data.append(static_cast<const char*>(b.data), b.size);
+  STRATA_ASSIGN_OR_RETURN(std::optional<std::string> fast,
+                          ControlByActiveMessage("Publish", am_wire::kPublishInOneAm,
+                                                 am_wire::kPublishInOneReplyAm, &ns,
+                                                 std::move(data)));
+  v1::PublishInOneResponse resp;
+  // Publishing is idempotent: an answer that does not parse costs the usual way's dedup only.
+  if (!fast || !resp.ParseFromString(*fast)) return Undone();
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("Publish", resp.status_size(), ids.size()));
+  return Undone(BlockStatuses(resp.status()));
 }
 
 namespace {

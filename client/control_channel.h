@@ -125,6 +125,14 @@ class ControlChannel {
   // nullopt where Commit does not go by message.
   std::optional<FollowUp> CommitFollowUp(uint64_t reservation_id, std::span<const uint32_t> crc32c,
                                          bool taken_while_writing) const;
+  // A small publish as one active message (am_wire::kPublishInOneAm: Reserve, the blocks and
+  // Commit in one round trip), the CRCs taken here: each block's status as after Commit (kOk
+  // stored now, kExists held already, ...); nullopt where it must go the usual way (not
+  // offered, too large, sent back undone, or refused with an error, which stored nothing); an
+  // error when no answer came in time.
+  absl::StatusOr<std::optional<std::vector<BlockStatus>>> PublishInOne(
+      const NamespaceId& ns, std::span<const BlockId> ids, std::span<const BlockId> parents,
+      std::span<const ConstBuffer> blobs);
   // Best effort: an abandoned reservation also expires on the daemon.
   void Abort(uint64_t reservation_id);
 
@@ -200,6 +208,7 @@ class ControlChannel {
   std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
   std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
   std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
+  std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

@@ -56,6 +56,20 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
                                                        std::span<const ConstBuffer> blobs) {
   PublishResult result;
   result.ids.assign(ids.begin(), ids.end());
+  if (mover_->PublishesByMessage()) {
+    STRATA_ASSIGN_OR_RETURN(std::optional<std::vector<BlockStatus>> in_one,
+                            control_->PublishInOne(ns, ids, parents, blobs));
+    if (in_one) {
+      result.status = std::move(*in_one);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
+        if (result.status[i] != BlockStatus::kOk) continue;
+        ++result.stored;
+        result.bytes_sent += blobs[i].size;
+      }
+      return result;
+    }
+  }
   std::vector<uint64_t> sizes;
   for (const ConstBuffer& b : blobs) sizes.push_back(b.size);
   STRATA_ASSIGN_OR_RETURN(Reservation reservation, control_->Reserve(ns, ids, parents, sizes));

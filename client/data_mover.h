@@ -71,7 +71,8 @@ struct DataMoverOptions {
   bool same_node = true;
   // Reply ids of the request/reply exchanges run with Exchange (installed at Connect).
   std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm, am_wire::kAcquireReplyAm,
-                                           am_wire::kReserveReplyAm, am_wire::kCommitReplyAm};
+                                           am_wire::kReserveReplyAm, am_wire::kCommitReplyAm,
+                                           am_wire::kPublishInOneReplyAm};
   // How a waiting call progresses the worker (Worker::ProgressWaiting, ClientOptions::
   // wait_spin): polls for wait_spin, then polls between yields for wait_yield, then sleeps.
   absl::Duration wait_spin = absl::InfiniteDuration();
@@ -136,6 +137,9 @@ class DataMover {
   enum class Direction { kPut, kGet };
   // The route a transfer in `direction` takes now.
   Route route(Direction direction) const;
+  // Whether a publish's blocks would go to the daemon as messages carrying their bytes (no
+  // mapping of the arena or of a tenant zone here): a small one may then go in one request.
+  bool PublishesByMessage() const;
 
   // Copies blocks into extents the daemon reserved under `reservation_id`. `expires_in`: how
   // long the reservation holds them. `instance_id`: the daemon instance that reserved them

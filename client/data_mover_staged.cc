@@ -15,6 +15,14 @@
 
 namespace strata::client {
 
+bool DataMover::PublishesByMessage() const {
+  {
+    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+    if (zone_window_ != nullptr) return false;  // staged or mapped, either way not by message
+  }
+  return route(Direction::kPut) == Route::kPush;
+}
+
 bool DataMover::FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks) {
   const ZoneWindow::Staging& s = window.staging();
   return std::all_of(blocks.begin(), blocks.end(), [&](const BlockMove& b) {

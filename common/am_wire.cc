@@ -134,4 +134,32 @@ std::optional<PublishAck> DecodePublishAck(std::string_view in) {
   return a;
 }
 
+std::string EncodePublishInOnePrefix(std::string_view reserve, std::span<const uint32_t> crc32c) {
+  std::string out(8 + reserve.size() + 4 * crc32c.size(), '\0');
+  PutU32(out.data(), static_cast<uint32_t>(reserve.size()));
+  PutU32(out.data() + 4, static_cast<uint32_t>(crc32c.size()));
+  std::memcpy(out.data() + 8, reserve.data(), reserve.size());
+  char* p = out.data() + 8 + reserve.size();
+  for (uint32_t crc : crc32c) {
+    PutU32(p, crc);
+    p += 4;
+  }
+  return out;
+}
+
+std::optional<PublishInOneData> DecodePublishInOneData(std::string_view in) {
+  if (in.size() < 8) return std::nullopt;
+  const uint64_t reserve_bytes = GetU32(in.data());
+  const uint64_t count = GetU32(in.data() + 4);
+  if (count == 0 || count > kMaxControlIds) return std::nullopt;
+  const uint64_t prefix = 8 + reserve_bytes + 4 * count;
+  if (prefix > in.size() || in.size() - prefix > kMaxPublishInOneBytes) return std::nullopt;
+  PublishInOneData d;
+  d.reserve = in.substr(8, reserve_bytes);
+  d.crc32c.resize(count);
+  for (uint64_t i = 0; i < count; ++i) d.crc32c[i] = GetU32(in.data() + 8 + reserve_bytes + 4 * i);
+  d.blocks = in.substr(prefix);
+  return d;
+}
+
 }  // namespace strata::am_wire

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,20 @@ inline constexpr uint16_t kAbortAm = 17;
 // Header = a kPublishBlockAm header (its reserved word zero) | u64 staging window id |
 //          u64 offset in the window | u32 CRC32C | u32 zero; no data.
 inline constexpr uint16_t kPublishStagedAm = 18;
+// A small publish in one request (ConnectResponse.publish_in_one): its Reserve, its blocks and
+// its Commit as one message, answered once. Request: a reserve request's header; data =
+// u32 reserve length R | u32 block count N | the serialized strata.v1.ReserveRequest (R bytes) |
+// N x u32 CRC32C | the N blocks back to back, in request order, sizes as in the request. The
+// daemon reserves, copies each block it reserved into its extent (taking the CRC as it copies:
+// a block whose CRC is not the client's is refused with CRC_MISMATCH) and commits; blocks it
+// already holds are skipped. Reply: a lookup reply's header with data = the serialized
+// strata.v1.PublishInOneResponse, or the error message. `complete` = 0, or an error: nothing
+// was stored and the caller publishes the usual way (a cluster whose other nodes must learn of
+// the blocks first, a namespace the daemon forgot, ...). At most kMaxPublishInOneBytes of
+// blocks: the request must stay an eager message.
+inline constexpr uint16_t kPublishInOneAm = 19;
+inline constexpr uint16_t kPublishInOneReplyAm = 20;
+inline constexpr size_t kMaxPublishInOneBytes = 256 << 10;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
@@ -256,5 +271,16 @@ struct PublishAck {
 };
 std::string EncodePublishAck(const PublishAck& h);
 std::optional<PublishAck> DecodePublishAck(std::string_view in);
+
+// The data of a kPublishInOneAm request, viewing the input; nullopt unless it is laid out as
+// described there with at most kMaxControlIds blocks and kMaxPublishInOneBytes of them (that the
+// blocks add up to the request's sizes is the daemon's check, after parsing `reserve`).
+struct PublishInOneData {
+  std::string_view reserve;  // the serialized ReserveRequest
+  std::vector<uint32_t> crc32c;
+  std::string_view blocks;
+};
+std::string EncodePublishInOnePrefix(std::string_view reserve, std::span<const uint32_t> crc32c);
+std::optional<PublishInOneData> DecodePublishInOneData(std::string_view in);
 
 }  // namespace strata::am_wire

@@ -185,7 +185,7 @@ void CacheService::ServeAmControl(const transport::AmMessage& m, transport::Work
                           absl::StrCat("active-message ", kind.what,
                                        " without a valid ticket (authentication is on: Connect "
                                        "issues one)"));
-  } else if (!req.ParseFromString(std::string(m.data))) {
+  } else if (!req.ParseFromArray(m.data.data(), static_cast<int>(m.data.size()))) {
     DropAm(kind.request_am, m, absl::StrCat(kind.what, " request that does not parse"));
     status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat(kind.what, " request that does not parse"));
@@ -233,6 +233,101 @@ void CacheService::HandleAmCommit(const transport::AmMessage& m, transport::Work
           bool* deferred) {
         return CommitFor(caller, req, absl::Now(), /*may_wait=*/false, deferred, resp);
       });
+}
+
+// What a publish in one request carries (am_wire::kPublishInOneAm), parsed as ServeAmControl
+// parses the other requests.
+struct CacheService::PublishInOneRequest {
+  v1::ReserveRequest reserve;
+  std::vector<uint32_t> crc32c;
+  std::string_view blocks;  // views the message, which lives as long as its handler
+
+  bool ParseFromArray(const void* data, int size) {
+    auto d = am_wire::DecodePublishInOneData(
+        {static_cast<const char*>(data), static_cast<size_t>(size)});
+    if (!d || !reserve.ParseFromArray(d->reserve.data(), static_cast<int>(d->reserve.size())) ||
+        static_cast<size_t>(reserve.sizes_size()) != d->crc32c.size())
+      return false;
+    uint64_t total = 0;
+    for (uint64_t size_of_one : reserve.sizes()) {
+      if (size_of_one > am_wire::kMaxPublishInOneBytes) return false;
+      total += size_of_one;  // at most kMaxControlIds of them: no overflow
+    }
+    if (total != d->blocks.size()) return false;
+    crc32c = std::move(d->crc32c);
+    blocks = d->blocks;
+    return true;
+  }
+};
+
+void CacheService::HandleAmPublishInOne(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmControl<PublishInOneRequest, v1::PublishInOneResponse>(
+      m, worker,
+      {am_wire::kPublishInOneAm, am_wire::kPublishInOneReplyAm, RpcMetrics::kCommit,
+       "publish in one"},
+      [&](const Caller& caller, const PublishInOneRequest& req, v1::PublishInOneResponse* resp,
+          bool* deferred) { return PublishInOneFor(caller, req, resp, deferred); });
+}
+
+// Reserve, the copies a publish by message makes, and Commit, on the progress thread. Nothing
+// here waits: what would (other nodes to tell, replicas to make) is sent back undone.
+grpc::Status CacheService::PublishInOneFor(const Caller& caller, const PublishInOneRequest& req,
+                                           v1::PublishInOneResponse* resp, bool* deferred) {
+  Cluster* cluster = cluster_.load();
+  uint8_t* const arena = store_->arena_base();
+  if ((cluster && cluster->size() > 1) || arena == nullptr) {
+    *deferred = true;
+    return grpc::Status::OK;
+  }
+  v1::ReserveResponse reserved;
+  if (grpc::Status s = ReserveFor(caller, req.reserve, &reserved); !s.ok()) return s;
+  const uint64_t reservation_id = reserved.reservation_id();
+  const int n = req.reserve.sizes_size();
+  if (reserved.status_size() != n || (reservation_id != 0 && reserved.offsets_size() != n))
+    return grpc::Status(grpc::StatusCode::INTERNAL, "reserve answered a different block count");
+  resp->mutable_status()->CopyFrom(reserved.status());
+  resp->set_instance_id(data_plane_.instance_id);
+  if (reservation_id == 0) return grpc::Status::OK;  // every block held already, or no space
+  auto give_up = [&](grpc::Status why) {
+    (void)AbortFor(caller, reservation_id);
+    resp->Clear();
+    return why;
+  };
+  v1::CommitRequest commit;
+  commit.set_reservation_id(reservation_id);
+  uint64_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t size = req.reserve.sizes(i);
+    const char* const bytes = req.blocks.data() + at;
+    at += size;
+    if (reserved.status(i) != v1::BLOCK_OK) continue;
+    const ArenaExtent extent{reserved.offsets(i), size};
+    if (extent.offset > store_->arena_bytes() || size > store_->arena_bytes() - extent.offset)
+      return give_up(grpc::Status(grpc::StatusCode::INTERNAL, "reserved outside the arena"));
+    if (absl::Status held = store_->BeginReservedWrite(reservation_id, extent); !held.ok())
+      return give_up(ToGrpcStatus(held));
+    const uint32_t crc = CopyWithCrc32c(arena + extent.offset, bytes, size);
+    store_->EndReservedWrite(reservation_id);
+    // Written and checksummed here in one pass: Commit records the CRC without reading the
+    // bytes again. A block that is not what the client took its CRC of is left unnoted, and
+    // Commit's second read refuses it.
+    if (crc == req.crc32c[i]) NoteStaged(reservation_id, extent.offset, size, crc);
+    commit.add_crc32c(req.crc32c[i]);
+  }
+  v1::CommitResponse committed;
+  bool commit_deferred = false;
+  grpc::Status s = CommitFor(caller, commit, absl::Now(), /*may_wait=*/false, &commit_deferred,
+                             &committed);
+  if (!s.ok() || commit_deferred) {
+    if (commit_deferred) *deferred = true;
+    return give_up(s);
+  }
+  if (committed.status_size() != commit.crc32c_size())
+    return grpc::Status(grpc::StatusCode::INTERNAL, "commit answered a different block count");
+  for (int i = 0, k = 0; i < n; ++i)
+    if (reserved.status(i) == v1::BLOCK_OK) resp->set_status(i, committed.status(k++));
+  published_in_one_.fetch_add(1, std::memory_order_relaxed);
+  return grpc::Status::OK;
 }
 
 // The client copied the block into its staging window; the daemon copies it on into the

@@ -141,6 +141,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_acquire_by_message(fast_paths);
     resp->set_control_by_message(fast_paths);
     resp->set_acquire_and_push(fast_paths);
+    resp->set_publish_in_one(fast_paths);
     resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
@@ -431,6 +432,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);
+    c["publishes_in_one_total"] = published_in_one_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;

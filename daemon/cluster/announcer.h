@@ -10,6 +10,7 @@
 // change, entries this node no longer owns are dropped (RetainOwned).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -74,6 +75,8 @@ class Announcer {
   std::vector<BlockEvent> events_;   // guarded by mu_, as is everything below
   uint64_t events_queued_ = 0;       // events ever queued
   uint64_t events_announced_ = 0;    // events whose announcement finished
+  std::chrono::steady_clock::time_point first_event_at_;  // of the events queued now
+  int flushes_waiting_ = 0;                               // in FlushAnnouncements
   bool full_refresh_ = true;
   bool stop_ = false;
   std::mutex join_mu_;  // Stop may come from a drain and from shutdown at once

@@ -46,5 +46,29 @@ TEST(AmWireTest, PublishAckCarriesACrcOnlyWhenItHasOne) {
   EXPECT_FALSE(DecodePublishAck(with + "x").has_value());
 }
 
+TEST(AmWireTest, PublishInOneDataRoundTripsAndRefusesWhatDoesNotAddUp) {
+  const std::string reserve = "serialized reserve request";
+  const uint32_t crcs[] = {1, 2, 3};
+  const std::string blocks = "aaaabbbbbbcc";
+  const std::string data = EncodePublishInOnePrefix(reserve, crcs) + blocks;
+  auto d = DecodePublishInOneData(data);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->reserve, reserve);
+  EXPECT_EQ(d->crc32c, std::vector<uint32_t>({1, 2, 3}));
+  EXPECT_EQ(d->blocks, blocks);
+  // Truncated inside the prefix; lengths that run past the end; no blocks at all; too many.
+  for (size_t cut = 0; cut < 8 + reserve.size() + 12; ++cut)
+    EXPECT_FALSE(DecodePublishInOneData(data.substr(0, cut)).has_value()) << cut;
+  EXPECT_FALSE(DecodePublishInOneData(EncodePublishInOnePrefix(reserve, {})).has_value());
+  std::vector<uint32_t> many(kMaxControlIds + 1, 0);
+  EXPECT_FALSE(DecodePublishInOneData(EncodePublishInOnePrefix(reserve, many)).has_value());
+  EXPECT_FALSE(DecodePublishInOneData(EncodePublishInOnePrefix(reserve, crcs) +
+                                      std::string(kMaxPublishInOneBytes + 1, 'x'))
+                   .has_value());
+  std::string lying = data;
+  PutU32(lying.data(), 0xfffffff0u);
+  EXPECT_FALSE(DecodePublishInOneData(lying).has_value());
+}
+
 }  // namespace
 }  // namespace strata::am_wire

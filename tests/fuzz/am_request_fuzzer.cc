@@ -7,8 +7,10 @@
 // And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve), and a block
 // published through a staging window (CacheService::HandleAmPublishStaged).
 //
+// And the data of a publish in one request (CacheService::HandleAmPublishInOne).
+//
 // Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request, 6 staged
-// publish) | u64
+// publish, 7 publish in one) | u64
 // arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
@@ -42,7 +44,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 7;
+  const uint8_t kind = in.U8() % 8;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -107,6 +109,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (!w::CheckPublishBlock(st->block, st->block.size, arena).ok()) break;
       if (st->block.size > arena || st->block.offset > arena - st->block.size)
         Fail("staged block outside the arena");
+      break;
+    }
+    case 7: {
+      // The daemon then parses `reserve` and copies `blocks` by the request's sizes.
+      auto d = w::DecodePublishInOneData(data);
+      if (!d) break;
+      if (d->crc32c.empty() || d->crc32c.size() > w::kMaxControlIds)
+        Fail("publish in one: block count");
+      if (d->blocks.size() > w::kMaxPublishInOneBytes) Fail("publish in one: too many bytes");
+      if (w::EncodePublishInOnePrefix(d->reserve, d->crc32c) + std::string(d->blocks) != data)
+        Fail("publish in one does not round-trip");
       break;
     }
   }

@@ -62,6 +62,12 @@ void AmRequests() {
         U8(0) + U64(0) + Sized(lookup + ticket) + strata::PackIds(Ids(3)));
   Write("am_request", "release", U8(4) + U64(0) + Sized(U64(9)));
   Write("am_request", "release_ticketed", U8(4) + U64(0) + Sized(U64(9) + ticket));
+  // A publish in one of two blocks (3 and 5 bytes); the reserve request's bytes are opaque here.
+  const uint32_t crcs[] = {0x11111111u, 0x22222222u};
+  Write("am_request", "publish_in_one",
+        U8(7) + U64(0) + Sized(lookup) +
+            w::EncodePublishInOnePrefix(std::string("\x0a\x20") + std::string(32, 'n'), crcs) +
+            "abcdefgh");
 }
 
 void AmReplies() {

@@ -13,6 +13,7 @@
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/publish_in_one_data.h"
 #include "tests/integration/raw_ucx_peer.h"
 #include "tests/support/test_data.h"
 
@@ -21,6 +22,8 @@ namespace {
 
 namespace w = am_wire;
 using testing::DaemonProcess;
+using testing::PublishInOneData;
+using testing::PublishInOneHeader;
 using testing::RawUcxPeer;
 using testing::RandomBlocks;
 using testing::Tokens;
@@ -98,11 +101,15 @@ v1::AcquireResponse AcquireRaw(const DaemonProcess& d, const NamespaceId& ns,
   return resp;
 }
 
-// The normal client still publishes, looks up and fetches byte-exactly.
-void ExpectServes(const DaemonProcess& d, uint32_t seed) {
+absl::StatusOr<std::unique_ptr<Client>> ClientOf(const DaemonProcess& d) {
   ClientOptions o;
   o.endpoint = d.endpoint();
-  auto client = Client::Connect(o);
+  return Client::Connect(o);
+}
+
+// The normal client still publishes, looks up and fetches byte-exactly.
+void ExpectServes(const DaemonProcess& d, uint32_t seed) {
+  auto client = ClientOf(d);
   ASSERT_TRUE(client.ok()) << client.status();
   auto ns = (*client)->OpenNamespace(Spec(), "tenant");
   ASSERT_TRUE(ns.ok()) << ns.status();
@@ -129,9 +136,7 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
   ASSERT_TRUE(d.ok()) << d.log();
   // Something real to point at: published blocks, an open namespace and a live lease.
-  ClientOptions o;
-  o.endpoint = d.endpoint();
-  auto client = Client::Connect(o);
+  auto client = ClientOf(d);
   ASSERT_TRUE(client.ok()) << client.status();
   auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
   auto tokens = Tokens(4 * kTokensPerBlock, 7);
@@ -221,6 +226,16 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), r},
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), 0},
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, big, rndv},
+      // Publish in one: no data, a prefix that lies about its lengths, more blocks than bytes,
+      // a block count of zero, a rendezvous payload, no reply endpoint.
+      {w::kPublishInOneAm, U64(1) + ns_bytes, "", r},
+      {w::kPublishInOneAm, U64(1) + ns_bytes, U32(0xffffffffu) + U32(1), r},
+      {w::kPublishInOneAm, U64(1) + ns_bytes, U32(0) + U32(0), r},
+      {w::kPublishInOneAm, U64(1) + ns_bytes,
+       w::EncodePublishInOnePrefix(ReserveData(ns_bytes, id_bytes, 2, 4096), {{1, 2}}) + "x", r},
+      {w::kPublishInOneAm, U64(1) + ns_bytes,
+       w::EncodePublishInOnePrefix(ReserveData(ns_bytes, id_bytes, 1, 4), {{1}}) + "abcd", 0},
+      {w::kPublishInOneAm, U64(1) + ns_bytes, big, rndv},
   };
   {
     // An acquire of many copies of one block: pushed back at most an arena's worth.
@@ -297,14 +312,96 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 200) << "log volume is not bounded";
 }
 
+// A publish in one request (am_wire kPublishInOneAm) stores each block whose bytes are those
+// its CRC was taken of, refuses the one that is not, skips what is held already, and stores
+// nothing when the request lies about its sizes, is too large, or names no open namespace.
+TEST(PublishInOneTest, StoresCheckedBlocksRefusesTheRestAndSkipsWhatIsHeld) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ClientOf(d);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  const auto ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(3 * kTokensPerBlock, 41));
+  std::vector<std::string> blocks;
+  for (const auto& b : RandomBlocks(3, 8192, 42)) blocks.emplace_back(b.begin(), b.end());
+  blocks[2].resize(100);
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ConnectRaw(d).worker_address));
+  uint64_t request = 0;
+  // Sends one request and waits for its reply: the reply's code (-1: none came), and the
+  // response when the code is 0.
+  auto send = [&](const NamespaceId& to, const std::string& data,
+                  v1::PublishInOneResponse* resp) {
+    const uint64_t id = ++request;
+    // Eager even when large: a rendezvous request is dropped unanswered (not an eager message).
+    EXPECT_TRUE(peer.Send(w::kPublishInOneAm, PublishInOneHeader(id, to), data,
+                          RawUcxPeer::kReply | RawUcxPeer::kEager));
+    for (int i = 0; i < 400; ++i) {
+      peer.Progress(std::chrono::milliseconds(5));
+      const auto [header, body] = peer.last_reply(w::kPublishInOneReplyAm);
+      w::ReplyHeader h;
+      if (!w::DecodeReplyHeader(header, &h) || h.request_id != id) continue;
+      if (h.code == 0) {
+        EXPECT_TRUE(h.complete);
+        EXPECT_TRUE(resp->ParseFromString(body));
+      }
+      return static_cast<int>(h.code);
+    }
+    return -1;
+  };
+  // What a fetch of the three finds: 1 intact, 0 missing (anything else fails the test).
+  auto held = [&] {
+    std::vector<std::vector<uint8_t>> out;
+    auto f = (*client)->FetchBlobs(ns, ids, &out);
+    std::string found;
+    if (!f.ok()) return std::string("fetch failed: ") + f.status().ToString();
+    for (size_t i = 0; i < 3; ++i) {
+      if (f->status[i] != BlockStatus::kOk) {
+        found += '0';
+        continue;
+      }
+      found += std::string(out[i].begin(), out[i].end()) == blocks[i] ? '1' : 'x';
+    }
+    return found;
+  };
+  const int invalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+  v1::PublishInOneResponse resp;
+  EXPECT_EQ(send(ns, PublishInOneData(ns, ids, blocks, {}, {8192, 8192, 200}), &resp), invalid);
+  EXPECT_EQ(send(ns, PublishInOneData(ns, {ids.data(), 1}, {std::string(300 << 10, 'b')}), &resp),
+            invalid);
+  NamespaceId nobody;
+  nobody.bytes.fill(7);
+  EXPECT_GT(send(nobody, PublishInOneData(nobody, ids, blocks), &resp), 0);
+  EXPECT_EQ(held(), "000");
+  // Block 1's bytes are not what its CRC was taken of.
+  std::vector<uint32_t> crcs;
+  for (const auto& b : blocks) crcs.push_back(Crc32c(b.data(), b.size()));
+  crcs[1] ^= 1;
+  ASSERT_EQ(send(ns, PublishInOneData(ns, ids, blocks, crcs), &resp), 0);
+  ASSERT_EQ(resp.status_size(), 3);
+  EXPECT_EQ(resp.status(0), v1::BLOCK_OK);
+  EXPECT_EQ(resp.status(1), v1::BLOCK_CRC_MISMATCH);
+  EXPECT_EQ(resp.status(2), v1::BLOCK_OK);
+  EXPECT_EQ(held(), "101");
+  ASSERT_EQ(send(ns, PublishInOneData(ns, ids, blocks), &resp), 0);
+  ASSERT_EQ(resp.status_size(), 3);
+  EXPECT_EQ(resp.status(0), v1::BLOCK_EXISTS);
+  EXPECT_EQ(resp.status(1), v1::BLOCK_OK);
+  EXPECT_EQ(resp.status(2), v1::BLOCK_EXISTS);
+  EXPECT_EQ(held(), "111");
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->open_reservations, 0u) << "a refused publish left its reservation open";
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+}
+
 // Abort as a one-way message (am_wire kAbortAm) ends the reservation it names, as the gRPC
 // Abort does; a malformed one and one naming no reservation change nothing.
 TEST(DaemonAmFuzzTest, AbortByMessageEndsTheReservation) {
   DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
   ASSERT_TRUE(d.ok()) << d.log();
-  ClientOptions o;
-  o.endpoint = d.endpoint();
-  auto client = Client::Connect(o);
+  auto client = ClientOf(d);
   ASSERT_TRUE(client.ok()) << client.status();
   auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
   auto stub =

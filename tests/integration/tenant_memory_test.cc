@@ -16,6 +16,7 @@
 
 #include "common/am_wire.h"
 #include "tests/integration/auth_fixture.h"
+#include "tests/integration/publish_in_one_data.h"
 #include "tests/integration/raw_ucx_peer.h"
 #include "tests/integration/uct_tcp_writer.h"
 
@@ -342,6 +343,23 @@ TEST(TenantMemoryTest, FastPathsNeedTheCallersTicket) {
   }
   // a's own ticket works from any endpoint (the ticket is the credential).
   EXPECT_EQ(ask(w::kAcquireRequestAm, w::kAcquireReplyAm, a_conn.am_ticket()), 0);
+  // Nobody but a publishes into a's namespace in one request either.
+  std::vector<BlockId> fresh(1);
+  fresh[0].bytes.fill(0x4f);
+  const std::vector<std::string> forged = {std::string(4096, 'f')};
+  for (const std::string& ticket : {std::string(), made_up, b_conn.am_ticket()}) {
+    EXPECT_TRUE(b.Send(w::kPublishInOneAm, testing::PublishInOneHeader(78, v.ns, ticket),
+                       testing::PublishInOneData(v.ns, fresh, forged),
+                       RawUcxPeer::kReply | RawUcxPeer::kEager));
+    b.Progress(std::chrono::milliseconds(300));
+    w::ReplyHeader got;
+    ASSERT_TRUE(w::DecodeReplyHeader(b.last_reply(w::kPublishInOneReplyAm).first, &got));
+    EXPECT_EQ(static_cast<int>(got.code), denied) << ticket.size();
+  }
+  std::vector<std::vector<uint8_t>> none;
+  auto forged_fetch = scene.a->FetchBlobs(v.ns, fresh, &none);
+  ASSERT_TRUE(forged_fetch.ok()) << forged_fetch.status();
+  EXPECT_EQ(forged_fetch->fetched, 0u) << "a block published without a's ticket is held";
   // b cannot release a lease of a's: a gRPC lease of a's stays open after b's release.
   auto cache = v1::Cache::NewStub(Channel(*d));
   v1::AcquireRequest q;
