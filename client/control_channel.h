@@ -133,6 +133,15 @@ class ControlChannel {
   absl::StatusOr<std::optional<std::vector<BlockStatus>>> PublishInOne(
       const NamespaceId& ns, std::span<const BlockId> ids, std::span<const BlockId> parents,
       std::span<const ConstBuffer> blobs);
+  // A small fetch as one active message (am_wire::kFetchInOneAm): the lease-shaped answer
+  // (id 0: nothing to release; offsets empty) and the bytes of its kOk blocks back to back;
+  // nullopt where it must go the usual way (not offered, not answered in one, no answer in
+  // time: a fetch may be asked again).
+  struct FetchedInOne {
+    Lease lease;
+    std::string bytes;
+  };
+  std::optional<FetchedInOne> FetchInOne(const NamespaceId& ns, std::span<const BlockId> ids);
   // Best effort: an abandoned reservation also expires on the daemon.
   void Abort(uint64_t reservation_id);
 
@@ -209,6 +218,7 @@ class ControlChannel {
   std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
   std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
+  std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

@@ -72,6 +72,11 @@ class DaemonLink {
                                                                std::span<const BlockId> ids,
                                                                const FetchLanding& into,
                                                                bool verify, FetchResult* r);
+  // A fetch small enough for the blocks to come inside the daemon's answer (no lease to
+  // release): true when it was answered so (then `r` is the result); false when nothing
+  // landed and the caller fetches another way.
+  bool FetchSmallInOne(const NamespaceId& ns, std::span<const BlockId> ids,
+                       const FetchLanding& into, bool verify, FetchResult* r);
   void Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
               FetchResult* r);
 

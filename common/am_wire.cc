@@ -162,4 +162,17 @@ std::optional<PublishInOneData> DecodePublishInOneData(std::string_view in) {
   return d;
 }
 
+std::string EncodeFetchInOnePrefix(std::string_view response) {
+  std::string out(4, '\0');
+  PutU32(out.data(), static_cast<uint32_t>(response.size()));
+  return out.append(response);
+}
+
+std::optional<FetchInOneData> DecodeFetchInOneData(std::string_view in) {
+  if (in.size() < 4) return std::nullopt;
+  const uint64_t response_bytes = GetU32(in.data());
+  if (response_bytes > in.size() - 4) return std::nullopt;
+  return FetchInOneData{in.substr(4, response_bytes), in.substr(4 + response_bytes)};
+}
+
 }  // namespace strata::am_wire

@@ -108,6 +108,16 @@ inline constexpr uint16_t kPublishStagedAm = 18;
 inline constexpr uint16_t kPublishInOneAm = 19;
 inline constexpr uint16_t kPublishInOneReplyAm = 20;
 inline constexpr size_t kMaxPublishInOneBytes = 256 << 10;
+// A small fetch in one request (ConnectResponse.fetch_in_one): the blocks come back inside the
+// answer, so no lease outlives the call and no Release follows. Request: a lookup request
+// (header and ids). Reply: a lookup reply's header; data = u32 length L | a serialized
+// strata.v1.AcquireResponse (L bytes; lease_id 0, offsets empty) | the bytes of each block whose
+// status is OK, back to back in request order, sizes as in the response. `complete` = 0:
+// nothing was sent (a block not in host memory, another tenant's, or more than
+// kMaxFetchInOneBytes of them) and the caller fetches the usual way.
+inline constexpr uint16_t kFetchInOneAm = 21;
+inline constexpr uint16_t kFetchInOneReplyAm = 22;
+inline constexpr size_t kMaxFetchInOneBytes = 256 << 10;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
@@ -282,5 +292,14 @@ struct PublishInOneData {
 };
 std::string EncodePublishInOnePrefix(std::string_view reserve, std::span<const uint32_t> crc32c);
 std::optional<PublishInOneData> DecodePublishInOneData(std::string_view in);
+
+// The data of a kFetchInOneReplyAm answer, viewing the input; nullopt unless the length prefix
+// fits (that the blocks add up to the response's sizes is the client's check, after parsing).
+struct FetchInOneData {
+  std::string_view response;  // the serialized AcquireResponse
+  std::string_view blocks;
+};
+std::string EncodeFetchInOnePrefix(std::string_view response);
+std::optional<FetchInOneData> DecodeFetchInOneData(std::string_view in);
 
 }  // namespace strata::am_wire

@@ -142,6 +142,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_control_by_message(fast_paths);
     resp->set_acquire_and_push(fast_paths);
     resp->set_publish_in_one(fast_paths);
+    resp->set_fetch_in_one(fast_paths);
     resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
@@ -432,6 +433,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);
+    c["fetches_in_one_total"] = fetched_in_one_.load(std::memory_order_relaxed);
     c["publishes_in_one_total"] = published_in_one_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
@@ -646,6 +648,45 @@ void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport:
   // for the blocks ends at its deadline and the lease at its timeout.
   if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices))
     acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The blocks are copied into the answer under a lease that ends before it is sent: nothing
+// outlives the call, so no Release follows.
+void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::Worker* worker) {
+  ServeAmScoped(
+      m, worker,
+      {am_wire::kFetchInOneAm, am_wire::kFetchInOneReplyAm, RpcMetrics::kAcquire, "fetch in one"},
+      [&](const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller& caller,
+          am_wire::ReplyHeader* h, std::string* data) {
+        // As an acquire by message: only what needs no disk read, and no more than one eager
+        // message carries.
+        const std::vector<BlockInfo> resident = store_->Inspect(ids);
+        uint64_t total = 0;
+        for (const BlockInfo& b : resident) total += b.size;
+        h->complete = resident.size() == ids.size() && total <= am_wire::kMaxFetchInOneBytes &&
+                      std::all_of(resident.begin(), resident.end(),
+                                  [&](const BlockInfo& b) { return b.ns == ns; });
+        h->prefix = static_cast<uint32_t>(ids.size());
+        uint8_t* const arena = store_->arena_base();
+        if (arena == nullptr) h->complete = false;
+        if (!h->complete) return;
+        v1::AcquireResponse resp;
+        AcquireInto(ns, ids, caller, &resp);
+        const uint64_t lease_id = resp.lease_id();
+        uint64_t copied = 0;
+        for (int i = 0; i < resp.status_size(); ++i)
+          if (resp.status(i) == v1::BLOCK_OK) copied += resp.sizes(i);
+        std::string blocks;
+        blocks.reserve(copied);
+        for (int i = 0; i < resp.status_size(); ++i)
+          if (resp.status(i) == v1::BLOCK_OK)
+            blocks.append(reinterpret_cast<const char*>(arena) + resp.offsets(i), resp.sizes(i));
+        if (lease_id != 0 && store_->Release(lease_id).ok()) id_owners_.Forget(lease_id);
+        resp.set_lease_id(0);
+        resp.clear_offsets();
+        *data = am_wire::EncodeFetchInOnePrefix(resp.SerializeAsString()) + blocks;
+        fetched_in_one_.fetch_add(1, std::memory_order_relaxed);
+      });
 }
 
 // Answers an acquire request (`request_am`'s); true when the reply was a complete lease, then

@@ -156,6 +156,8 @@ class CacheService final : public v1::Cache::Service {
   // A small publish in one request (am_wire::kPublishInOneAm): Reserve, the copies of a publish
   // by message and Commit, with their checks. Sent back undone where Commit would wait.
   void HandleAmPublishInOne(const transport::AmMessage& m, transport::Worker* worker);
+  // A small fetch in one request (am_wire::kFetchInOneAm): the blocks inside the answer.
+  void HandleAmFetchInOne(const transport::AmMessage& m, transport::Worker* worker);
   // Counts and (rate-limited) logs a malformed active message.
   void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
 
@@ -276,6 +278,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   std::atomic<uint64_t> published_in_one_{0};     // publishes answered by HandleAmPublishInOne
+  std::atomic<uint64_t> fetched_in_one_{0};       // fetches answered by HandleAmFetchInOne
   struct PublishInOneRequest;
   grpc::Status PublishInOneFor(const Caller& caller, const PublishInOneRequest& req,
                                v1::PublishInOneResponse* resp, bool* deferred);

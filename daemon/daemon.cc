@@ -491,6 +491,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (s) s->HandleAmPublishInOne(m, worker.get());
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kFetchInOneAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) s->HandleAmFetchInOne(m, worker.get());
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmAbort(m);

@@ -439,7 +439,12 @@ ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worke
         last_event = std::chrono::steady_clock::now();
         continue;
       }
-      if (std::chrono::steady_clock::now() - last_event < window) continue;
+      if (std::chrono::steady_clock::now() - last_event < window) {
+        // Polls between yields: clients waiting on this daemon's answers (more of them than
+        // cores, on a small node) get the core at once, and with none the yield returns at once.
+        sched_yield();
+        continue;
+      }
       worker_->WaitForEvents(absl::Milliseconds(100));
       last_event = std::chrono::steady_clock::now();  // woken: poll a while before sleeping
     }

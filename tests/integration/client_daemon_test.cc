@@ -581,50 +581,6 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
   }
 }
 
-// A fetch of blocks in host memory takes its lease in one active-message round trip, not a
-// gRPC call; a request with a block not in host memory (missing, or only on NVMe) goes through
-// the gRPC Acquire, which reports it or stages it up.
-TEST(ClientDaemonTest, AcquireByMessageForBlocksInHostMemory) {
-  DaemonProcess d;
-  ASSERT_TRUE(d.ok()) << d.log();
-  auto client = Connect(d);
-  ASSERT_TRUE(client);
-  auto ns = *client->OpenNamespace(Spec(), "t");
-  auto tokens = Tokens(4 * kTokensPerBlock, 41);
-  auto blocks = RandomBlocks(4, 8192, 42);
-  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 4u);
-  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
-  auto by_message = [&] { return DaemonCounter(*client, "acquires_by_message_total"); };
-  const uint64_t before = by_message();
-  std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
-  std::vector<MutableBuffer> bufs;
-  for (auto& b : got) bufs.push_back({b.data(), b.size()});
-  for (int round = 0; round < 3; ++round) {
-    auto f = client->Fetch(ns, ids, bufs);
-    ASSERT_TRUE(f.ok()) << f.status();
-    ASSERT_EQ(f->fetched, 4u);
-    EXPECT_EQ(got, blocks);
-  }
-  EXPECT_EQ(by_message() - before, 3u);
-  // Their leases end by a one-way message too.
-  uint64_t open_leases = 1;
-  for (int i = 0; i < 200 && open_leases != 0; ++i) {
-    auto stats = client->Stats();
-    ASSERT_TRUE(stats.ok());
-    open_leases = stats->open_leases;
-    if (open_leases != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(open_leases, 0u);
-  // A missing block is not answered this way: the gRPC Acquire reports it.
-  BlockId unknown;
-  unknown.bytes[0] = 0x5a;
-  std::vector<BlockId> with_miss = {ids[0], unknown};
-  auto f = client->Fetch(ns, with_miss, std::span(bufs).first(2));
-  ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->fetched, 1u);
-  EXPECT_EQ(by_message() - before, 3u);
-}
-
 TEST(ClientDaemonTest, PinUnpinAndCascadeEvict) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();

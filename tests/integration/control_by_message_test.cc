@@ -2,6 +2,7 @@
 // item 2): a publish through libstrata makes neither gRPC call, keeps every answer of the gRPC
 // route (dedup, per-block refusals), and a daemon whose commits must reach other nodes sends
 // the Commit back to gRPC.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "strata/client.h"
+#include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
@@ -86,6 +88,12 @@ TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
   ASSERT_TRUE(mf.ok()) << mf.status();
   EXPECT_EQ(mf->fetched, 4u);
   EXPECT_EQ(mixed_got, blocks);
+  // So small a fetch comes inside the daemon's answer, and leaves no lease behind (elsewhere
+  // the lease's release is still on its way).
+  EXPECT_EQ(Counter(*client, "fetches_in_one_total"), in_one ? 1u : 0u);
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  if (in_one) EXPECT_EQ(stats->open_leases, 0u);
   auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
   std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
   std::vector<MutableBuffer> bufs;
@@ -130,6 +138,116 @@ TEST(ControlByMessageTest, AFetchByPushIsOneRequest) {
   const char* tls = std::getenv("UCX_TLS");
   const bool push = tls != nullptr && std::string(tls) == "tcp";
   EXPECT_EQ(Counter(*client, "acquires_with_push_total"), push ? 3u : 0u);
+}
+
+// A block whose bytes changed in the daemon's memory after its commit is reported damaged, never
+// handed over as fetched: on the tcp pass it comes inside the daemon's answer (fetch in one),
+// over shared memory the client copies it itself. The bytes are changed through
+// /proc/PID/mem, as a bad DIMM or a stray write would.
+TEST(ControlByMessageTest, ABlockChangedInTheArenaIsReportedDamaged) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  auto tokens = Tokens(2 * kTokensPerBlock, 71);
+  auto blocks = RandomBlocks(2, 8192, 72);
+  auto pub = client->Publish(*ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, 2u);
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  v1::ConnectResponse conn;
+  v1::AcquireResponse lease;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Connect(&ctx, v1::ConnectRequest(), &conn).ok());
+  }
+  ASSERT_NE(conn.arena_base(), 0u) << "one tenant: the daemon says where its arena is";
+  {
+    grpc::ClientContext ctx;
+    v1::AcquireRequest req;
+    req.set_namespace_id(std::string(ns->AsBytes()));
+    req.set_ids(std::string(pub->ids[1].AsBytes()));
+    ASSERT_TRUE(stub->Acquire(&ctx, req, &lease).ok());
+    grpc::ClientContext release_ctx;
+    v1::ReleaseRequest release;
+    release.set_lease_id(lease.lease_id());
+    v1::ReleaseResponse ignored;
+    ASSERT_TRUE(stub->Release(&release_ctx, release, &ignored).ok());
+  }
+  ASSERT_EQ(lease.offsets_size(), 1);
+  {
+    std::fstream mem("/proc/" + std::to_string(d.pid()) + "/mem",
+                     std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(mem.is_open());
+    const uint64_t at = conn.arena_base() + lease.offsets(0) + 100;
+    char byte = 0;
+    mem.seekg(static_cast<std::streamoff>(at));
+    mem.read(&byte, 1);
+    byte ^= 0x10;
+    mem.seekp(static_cast<std::streamoff>(at));
+    mem.write(&byte, 1);
+    ASSERT_TRUE(mem.good());
+  }
+  std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(8192));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : got) bufs.push_back({b.data(), b.size()});
+  auto f = client->Fetch(*ns, pub->ids, bufs);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->status[0], BlockStatus::kOk);
+  EXPECT_EQ(got[0], blocks[0]);
+  EXPECT_EQ(f->status[1], BlockStatus::kCrcMismatch);
+  EXPECT_EQ(f->fetched, 1u);
+}
+
+// A fetch of blocks in host memory takes its lease in one active-message round trip, not a
+// gRPC call; a request with a block not in host memory (missing, or only on NVMe) goes through
+// the gRPC Acquire, which reports it or stages it up.
+TEST(ControlByMessageTest, AcquireByMessageForBlocksInHostMemory) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(4 * kTokensPerBlock, 41);
+  auto blocks = RandomBlocks(4, 8192, 42);
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 4u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  // A small fetch over messages may come inside the answer (fetch in one): counted too.
+  auto by_message = [&] {
+    return Counter(*client, "acquires_by_message_total") +
+           Counter(*client, "fetches_in_one_total");
+  };
+  const uint64_t before = by_message();
+  std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : got) bufs.push_back({b.data(), b.size()});
+  for (int round = 0; round < 3; ++round) {
+    auto f = client->Fetch(ns, ids, bufs);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->fetched, 4u);
+    EXPECT_EQ(got, blocks);
+  }
+  EXPECT_EQ(by_message() - before, 3u);
+  // Their leases end by a one-way message too.
+  uint64_t open_leases = 1;
+  for (int i = 0; i < 200 && open_leases != 0; ++i) {
+    auto stats = client->Stats();
+    ASSERT_TRUE(stats.ok());
+    open_leases = stats->open_leases;
+    if (open_leases != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(open_leases, 0u);
+  // A missing block is not answered this way: the gRPC Acquire reports it.
+  BlockId unknown;
+  unknown.bytes[0] = 0x5a;
+  std::vector<BlockId> with_miss = {ids[0], unknown};
+  auto f = client->Fetch(ns, with_miss, std::span(bufs).first(2));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 1u);
+  EXPECT_EQ(by_message() - before, 3u);
 }
 
 TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
