@@ -4,14 +4,15 @@
 // into a buffer of exactly the size the request asked for, so ASan sees any overrun), and the
 // peer locate reply header the daemon's Locator reads.
 //
-// And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it.
+// And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it, and the data of
+// a fetch in one answer (ControlChannel::FetchInOne).
 //
 // Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
-//   4 zone reply), then
+//   4 zone reply, 5 fetch in one data), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2, 3, 4: the rest as the header (4: the whole reply).
+//   2, 3, 4, 5: the rest as the header (4: the whole reply, 5: the answer's data).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -80,7 +81,7 @@ void PushedBlocks(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 5) {
+  switch (in.U8() % 6) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -96,6 +97,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (!r) break;
       if (r->message.size() > strata::zone_wire::kMaxMessageBytes) Fail("zone reply message");
       if (strata::zone_wire::EncodeReply(*r) != bytes) Fail("zone reply does not round-trip");
+      break;
+    }
+    case 5: {  // FetchInOne then parses `response` and copies blocks by its sizes
+      const std::string_view data = in.Rest();
+      auto d = w::DecodeFetchInOneData(data);
+      if (!d) break;
+      if (d->response.size() + d->blocks.size() + 4 != data.size())
+        Fail("fetch in one data: the parts are not the whole");
+      if (w::EncodeFetchInOnePrefix(d->response) + std::string(d->blocks) != data)
+        Fail("fetch in one data does not round-trip");
       break;
     }
   }

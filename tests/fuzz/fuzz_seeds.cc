@@ -86,6 +86,8 @@ void AmReplies() {
                         Sized("lease expired");
   Write("am_reply", "pushed_refused", refused);
   Write("am_reply", "locate_header", U8(2) + U64(3) + U32(0) + U32(2) + U32(0));
+  Write("am_reply", "fetch_in_one",
+        U8(5) + w::EncodeFetchInOnePrefix("\x10\x00\x1a\x02\x80\x20") + std::string(8, 'k'));
 }
 
 void CatalogRecords() {

@@ -236,7 +236,18 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kPublishInOneAm, U64(1) + ns_bytes,
        w::EncodePublishInOnePrefix(ReserveData(ns_bytes, id_bytes, 1, 4), {{1}}) + "abcd", 0},
       {w::kPublishInOneAm, U64(1) + ns_bytes, big, rndv},
+      // Fetch in one: ids not a multiple of 32 bytes, many copies of a real block (more than
+      // one answer carries: sent back), no reply endpoint, a rendezvous payload.
+      {w::kFetchInOneAm, U64(1) + ns_bytes, id_bytes + "x", r},
+      {w::kFetchInOneAm, U64(1) + ns_bytes, std::string(32 * w::kMaxIds, 'i'), eager},
+      {w::kFetchInOneAm, U64(1) + ns_bytes, id_bytes, 0},
+      {w::kFetchInOneAm, U64(1) + ns_bytes, big, rndv},
   };
+  {
+    std::string copies;  // 300 KiB blocks: even one is more than an answer carries
+    for (int i = 0; i < 64; ++i) copies += id_bytes;
+    cases.push_back({w::kFetchInOneAm, U64(3) + ns_bytes, copies, eager});
+  }
   {
     // An acquire of many copies of one block: pushed back at most an arena's worth.
     std::string copies;
