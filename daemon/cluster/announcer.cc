@@ -90,15 +90,20 @@ void Announcer::Loop() {
   absl::Time next_refresh = absl::Now() + refresh;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    const auto idle_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    wake_.wait_until(lock, events_.empty() ? idle_until : first_event_at_ + kEventBatchWindow,
-                     [&] {
-                       return stop_ || full_refresh_ ||
-                              (!events_.empty() &&
-                               (flushes_waiting_ > 0 ||
-                                std::chrono::steady_clock::now() >=
-                                    first_event_at_ + kEventBatchWindow));
-                     });
+    const bool idle = events_.empty();
+    const bool due = full_refresh_ ||
+                     (!idle && (flushes_waiting_ > 0 || std::chrono::steady_clock::now() >=
+                                                            first_event_at_ + kEventBatchWindow));
+    if (!due) {
+      if (!idle) {
+        // Until the batch is due, or a flush (or a stop) wakes it sooner; then checked again.
+        wake_.wait_until(lock, first_event_at_ + kEventBatchWindow);
+        continue;
+      }
+      // Woken: something to check; timed out: a periodic refresh may be due.
+      if (wake_.wait_for(lock, std::chrono::milliseconds(200)) == std::cv_status::no_timeout)
+        continue;
+    }
     if (stop_) break;
     const absl::Time now = absl::Now();
     const bool refresh_all = full_refresh_ || now >= next_refresh;
