@@ -63,13 +63,7 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
                             control_->PublishInOne(ns, ids, parents, blobs));
     if (in_one) {
       result.status = std::move(*in_one);
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
-        if (result.status[i] != BlockStatus::kOk) continue;
-        ++result.stored;
-        result.bytes_sent += blobs[i].size;
-      }
-      return result;
+      return Tally(std::move(result), blobs);
     }
   }
   std::vector<uint64_t> sizes;
@@ -79,12 +73,11 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
   std::vector<BlockMove> moves;
   std::vector<size_t> reserved;  // index into ids of each move, in reservation order
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
     if (result.status[i] != BlockStatus::kOk) continue;
     reserved.push_back(i);
     moves.push_back({const_cast<void*>(blobs[i].data), blobs[i].size, reservation.offsets[i]});
   }
-  if (reserved.empty()) return result;
+  if (reserved.empty()) return Tally(std::move(result), blobs);
   // Where blocks go by message, the Commit follows them on the same endpoint: a small publish
   // then takes two round trips (Reserve; blocks and Commit), not three.
   const uint64_t reservation_id = reservation.id;
@@ -102,11 +95,16 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
                           control_->Commit(reservation.id, put->crc32c,
                                            /*taken_while_writing=*/put->route == Route::kMapped,
                                            &put->follow_up_reply));
-  for (size_t k = 0; k < reserved.size(); ++k) {
-    result.status[reserved[k]] = committed[k];
-    if (committed[k] != BlockStatus::kOk) continue;
+  for (size_t k = 0; k < reserved.size(); ++k) result.status[reserved[k]] = committed[k];
+  return Tally(std::move(result), blobs);
+}
+
+PublishResult DaemonLink::Tally(PublishResult result, std::span<const ConstBuffer> blobs) {
+  for (size_t i = 0; i < result.status.size(); ++i) {
+    if (result.status[i] == BlockStatus::kExists) ++result.deduplicated;
+    if (result.status[i] != BlockStatus::kOk) continue;
     ++result.stored;
-    result.bytes_sent += blobs[reserved[k]].size;
+    result.bytes_sent += blobs[i].size;
   }
   return result;
 }

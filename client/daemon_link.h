@@ -65,6 +65,8 @@ class DaemonLink {
 
   explicit DaemonLink(const ClientOptions& options) : options_(options) {}
   Plan PlanLanding(const Lease& lease, const FetchLanding& into, FetchResult* r);
+  // Counts a publish's outcome from its final per-block statuses.
+  static PublishResult Tally(PublishResult result, std::span<const ConstBuffer> blobs);
   // A fetch whose blocks the daemon pushes right behind the lease it grants: one round trip
   // plus the bytes. nullopt: the route or the daemon does not offer it, or the daemon granted
   // no lease that way; the caller fetches in two steps (nothing moved).

@@ -16,11 +16,10 @@
 namespace strata::client {
 
 bool DataMover::PublishesByMessage() const {
-  {
-    std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-    if (zone_window_ != nullptr) return false;  // staged or mapped, either way not by message
-  }
-  return route(Direction::kPut) == Route::kPush;
+  std::shared_lock<std::shared_mutex> map_lock(map_mu_);
+  // A zone window here: staged or mapped, either way not by message.
+  return zone_window_ == nullptr &&
+         ChooseRoute(Direction::kPut, mapped_arena_ != nullptr) == Route::kPush;
 }
 
 bool DataMover::FitsStaging(const ZoneWindow& window, std::span<const BlockMove> blocks) {

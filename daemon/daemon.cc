@@ -460,41 +460,22 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   STRATA_RETURN_IF_ERROR(
       worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
                                       std::string_view why) { am_drops.Note(id, m, why); }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kLookupRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmLookup(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kAcquireRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmAcquire(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kAcquirePushRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmAcquirePush(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kReserveRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmReserve(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kCommitRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmCommit(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kPublishInOneAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmPublishInOne(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kFetchInOneAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmFetchInOne(m, worker.get());
-      }));
+  // A request the Cache service answers on this worker; one that comes before the service
+  // exists is dropped (its sender falls back to gRPC or times out).
+  using AmMethod = void (CacheService::*)(const transport::AmMessage&, transport::Worker*);
+  auto serve = [this](uint16_t id, AmMethod handle) {
+    return worker->SetAmHandler(id, [this, handle](const transport::AmMessage& m) {
+      CacheService* s = am_service.load(std::memory_order_acquire);
+      if (s) (s->*handle)(m, worker.get());
+    });
+  };
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kLookupRequestAm, &CacheService::HandleAmLookup));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquireRequestAm, &CacheService::HandleAmAcquire));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushRequestAm, &CacheService::HandleAmAcquirePush));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kReserveRequestAm, &CacheService::HandleAmReserve));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kCommitRequestAm, &CacheService::HandleAmCommit));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchInOneAm, &CacheService::HandleAmFetchInOne));
   STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
@@ -505,11 +486,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmRelease(m);
       }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kFetchRequestAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmFetch(m, worker.get());
-      }));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchRequestAm, &CacheService::HandleAmFetch));
   STRATA_RETURN_IF_ERROR(worker->SetAmRendezvousHandler(
       am_wire::kPublishBlockAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);

@@ -45,6 +45,20 @@ uint64_t Counter(Client& c, const std::string& name) {
   return 0;
 }
 
+// Fetches `ids` into buffers of `bytes` each: the result and what landed.
+struct Fetched {
+  absl::StatusOr<FetchResult> result;
+  std::vector<std::vector<uint8_t>> blocks;
+};
+Fetched FetchInto(Client& c, const NamespaceId& ns, std::span<const BlockId> ids, size_t bytes) {
+  Fetched out{FetchResult{}, std::vector<std::vector<uint8_t>>(ids.size(),
+                                                               std::vector<uint8_t>(bytes))};
+  std::vector<MutableBuffer> bufs;
+  for (auto& b : out.blocks) bufs.push_back({b.data(), b.size()});
+  out.result = c.Fetch(ns, ids, bufs);
+  return out;
+}
+
 uint64_t ByMessage(Client& c) { return Counter(c, "reserves_and_commits_by_message_total"); }
 
 TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
@@ -80,28 +94,20 @@ TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(mixed->deduplicated, 2u);
   EXPECT_EQ(mixed->stored, 2u);
-  auto mixed_ids = ComputeBlockIds(*ns, kTokensPerBlock, more_tokens);
-  std::vector<std::vector<uint8_t>> mixed_got(4, std::vector<uint8_t>(8192));
-  std::vector<MutableBuffer> mixed_bufs;
-  for (auto& b : mixed_got) mixed_bufs.push_back({b.data(), b.size()});
-  auto mf = client->Fetch(*ns, mixed_ids, mixed_bufs);
-  ASSERT_TRUE(mf.ok()) << mf.status();
-  EXPECT_EQ(mf->fetched, 4u);
-  EXPECT_EQ(mixed_got, blocks);
+  Fetched mf = FetchInto(*client, *ns, ComputeBlockIds(*ns, kTokensPerBlock, more_tokens), 8192);
+  ASSERT_TRUE(mf.result.ok()) << mf.result.status();
+  EXPECT_EQ(mf.result->fetched, 4u);
+  EXPECT_EQ(mf.blocks, blocks);
   // So small a fetch comes inside the daemon's answer, and leaves no lease behind (elsewhere
   // the lease's release is still on its way).
   EXPECT_EQ(Counter(*client, "fetches_in_one_total"), in_one ? 1u : 0u);
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   if (in_one) EXPECT_EQ(stats->open_leases, 0u);
-  auto ids = ComputeBlockIds(*ns, kTokensPerBlock, tokens);
-  std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(8192));
-  std::vector<MutableBuffer> bufs;
-  for (auto& b : got) bufs.push_back({b.data(), b.size()});
-  auto f = client->Fetch(*ns, ids, bufs);
-  ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->fetched, 4u);
-  EXPECT_EQ(got, blocks);
+  Fetched f = FetchInto(*client, *ns, ComputeBlockIds(*ns, kTokensPerBlock, tokens), 8192);
+  ASSERT_TRUE(f.result.ok()) << f.result.status();
+  EXPECT_EQ(f.result->fetched, 4u);
+  EXPECT_EQ(f.blocks, blocks);
   // A block the tier cannot hold is refused per block, as by gRPC.
   std::vector<std::vector<uint8_t>> huge(1, std::vector<uint8_t>(80 << 20, 1));
   auto refused = client->Publish(*ns, Tokens(kTokensPerBlock, 53), testing::BufferViews(huge));
@@ -191,15 +197,12 @@ TEST(ControlByMessageTest, ABlockChangedInTheArenaIsReportedDamaged) {
     mem.write(&byte, 1);
     ASSERT_TRUE(mem.good());
   }
-  std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(8192));
-  std::vector<MutableBuffer> bufs;
-  for (auto& b : got) bufs.push_back({b.data(), b.size()});
-  auto f = client->Fetch(*ns, pub->ids, bufs);
-  ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->status[0], BlockStatus::kOk);
-  EXPECT_EQ(got[0], blocks[0]);
-  EXPECT_EQ(f->status[1], BlockStatus::kCrcMismatch);
-  EXPECT_EQ(f->fetched, 1u);
+  Fetched f = FetchInto(*client, *ns, pub->ids, 8192);
+  ASSERT_TRUE(f.result.ok()) << f.result.status();
+  EXPECT_EQ(f.result->status[0], BlockStatus::kOk);
+  EXPECT_EQ(f.blocks[0], blocks[0]);
+  EXPECT_EQ(f.result->status[1], BlockStatus::kCrcMismatch);
+  EXPECT_EQ(f.result->fetched, 1u);
 }
 
 // A fetch of blocks in host memory takes its lease in one active-message round trip, not a
