@@ -12,6 +12,7 @@
 #include "client/internal/logging.h"
 #include "client/internal/pushed_block.h"
 #include "common/crc32c.h"
+#include "common/crc_pieces.h"
 #include "common/status_macros.h"
 
 namespace strata::client {
@@ -24,33 +25,8 @@ bool HostHasRdmaDevice() {
   return !ec && it != std::filesystem::directory_iterator();
 }
 
-// One job of a mapped copy: `len` bytes at `offset` within block `block`.
-struct Piece {
-  size_t block;
-  uint64_t offset, len;
-};
-
-std::vector<Piece> SplitIntoPieces(std::span<const BlockMove> blocks) {
-  constexpr uint64_t kPiece = 2 << 20;  // big enough that combining CRCs is noise
-  std::vector<Piece> pieces;
-  for (size_t b = 0; b < blocks.size(); ++b)
-    for (uint64_t off = 0; off < blocks[b].length; off += kPiece)
-      pieces.push_back({b, off, std::min(kPiece, blocks[b].length - off)});
-  return pieces;
-}
-
-// The CRC of each block from the CRCs of its pieces (pieces are in block order).
-std::vector<uint32_t> CombinePieces(const std::vector<Piece>& pieces,
-                                    const std::vector<uint32_t>& crcs, size_t blocks) {
-  std::vector<uint32_t> out(blocks, 0);
-  std::vector<bool> started(blocks, false);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    size_t b = pieces[i].block;
-    out[b] = started[b] ? Crc32cCombine(out[b], crcs[i], pieces[i].len) : crcs[i];
-    started[b] = true;
-  }
-  return out;
-}
+// One job of a mapped copy: big enough that combining CRCs is noise.
+constexpr uint64_t kMappedPieceBytes = 2 << 20;
 
 absl::Status Prefixed(const absl::Status& s, const char* prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
@@ -164,6 +140,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
       am_wire::kPublishAckAm,
       [raw](const transport::AmMessage& msg) { raw->OnPublishAck(msg); }));
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
+      am_wire::kPublishAcksAm,
+      [raw](const transport::AmMessage& msg) { raw->OnPublishAcks(msg); }));
   std::lock_guard<std::mutex> lock(m->ucx_mu_);
   STRATA_RETURN_IF_ERROR(m->Redial());
   return m;
@@ -468,28 +447,41 @@ void DataMover::FinishSends(std::vector<void*>* sending, bool abort) {
 
 void DataMover::OnPublishAck(const transport::AmMessage& m) {
   if (!publish_wait_) return;  // a late acknowledgement of a publish that gave up
-  PublishWait& w = *publish_wait_;
   const auto ack = am_wire::DecodePublishAck(m.header);
-  if (!ack || ack->request_id != w.request_id) return;
-  if (ack->index >= w.acked.size() || w.acked[ack->index]) {
+  if (!ack || ack->request_id != publish_wait_->request_id) return;
+  if (ack->code != 0) {
+    const auto code = static_cast<absl::StatusCode>(ack->code);
+    publish_wait_->error =
+        absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
+                     absl::StrCat("stratad refused published block ", ack->index, ": ",
+                                  std::string(m.data.substr(0, 512))));
+    return;
+  }
+  NoteStored(ack->index, ack->crc32c);
+}
+
+void DataMover::OnPublishAcks(const transport::AmMessage& m) {
+  if (!publish_wait_) return;
+  const auto acks = am_wire::DecodePublishAcks(m.header, m.data);
+  if (!acks || acks->request_id != publish_wait_->request_id) return;
+  for (const am_wire::StagedAck& a : acks->acks) NoteStored(a.index, a.crc32c);
+}
+
+void DataMover::NoteStored(uint32_t index, std::optional<uint32_t> crc32c) {
+  PublishWait& w = *publish_wait_;
+  if (index >= w.acked.size() || w.acked[index]) {
     w.error = absl::InternalError("stratad acknowledged a published block it was not sent");
     return;
   }
-  if (ack->code != 0) {
-    const auto code = static_cast<absl::StatusCode>(ack->code);
-    w.error = absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
-                           absl::StrCat("stratad refused published block ", ack->index, ": ",
-                                        std::string(m.data.substr(0, 512))));
-    return;
-  }
-  if (!w.crc_by_daemon.empty() && w.crc_by_daemon[ack->index]) {
-    if (!ack->crc32c) {
+  if (!w.crc_by_daemon.empty() && w.crc_by_daemon[index]) {
+    if (!crc32c) {
       w.error = absl::InternalError("stratad acknowledged a staged block without its CRC");
       return;
     }
-    (*w.crcs_from_acks)[ack->index] = *ack->crc32c;
+    (*w.crcs_from_acks)[index] = *crc32c;
   }
-  w.acked[ack->index] = 1;
+  w.acked[index] = 1;
+  if (!w.blocks.empty()) w.acked_bytes += w.blocks[index].length;
   ++w.done;
 }
 
@@ -528,10 +520,11 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
   if (arena == nullptr &&
       (window == nullptr || (direction == Direction::kPut && !window->writable())))
     return absl::InternalError("mapped copy without a (writable) mapping");
-  const std::vector<Piece> pieces = SplitIntoPieces(blocks);
+  const std::vector<CrcPiece> pieces = SplitIntoCrcPieces(
+      blocks.size(), [&](size_t i) { return blocks[i].length; }, kMappedPieceBytes);
   std::vector<uint32_t> piece_crcs(pieces.size());
   helper_.ParallelFor(pieces.size(), [&](size_t i) {
-    const Piece& p = pieces[i];
+    const CrcPiece& p = pieces[i];
     const BlockMove& b = blocks[p.block];
     uint8_t* local = static_cast<uint8_t*>(b.local) + p.offset;
     uint8_t* remote = window != nullptr
@@ -545,7 +538,7 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
       std::memcpy(dst, src, p.len);
   });
   if (!checksum) return std::vector<uint32_t>{};
-  return CombinePieces(pieces, piece_crcs, blocks.size());
+  return CombineCrcPieces(pieces, piece_crcs, blocks.size());
 }
 
 absl::Status DataMover::TransferRma(std::span<const BlockMove> blocks, Direction direction,

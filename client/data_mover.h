@@ -265,6 +265,9 @@ class DataMover {
   void OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m);
   bool OnPushedBlock(const transport::AmMessage& m);
   void OnPublishAck(const transport::AmMessage& m);
+  void OnPublishAcks(const transport::AmMessage& m);  // several stored staged blocks
+  // Block `index` of the publish in progress was stored (with the CRC stratad took, if sent).
+  void NoteStored(uint32_t index, std::optional<uint32_t> crc32c);
 
   const DataMoverOptions options_;
   const Dialer dial_;

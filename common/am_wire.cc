@@ -118,6 +118,63 @@ std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in
                              GetU32(tail + 20)};
 }
 
+std::string EncodePublishStagedManyHeader(uint64_t request_id, uint64_t reservation_id,
+                                          uint32_t count) {
+  std::string out(8 + 8 + 4 + 4, '\0');
+  PutU64(out.data(), request_id);
+  PutU64(out.data() + 8, reservation_id);
+  PutU32(out.data() + 16, count);
+  return out;
+}
+
+std::optional<PublishStagedMany> DecodePublishStagedMany(std::string_view header,
+                                                         std::string_view data) {
+  if (header.size() != 8 + 8 + 4 + 4 || GetU32(header.data() + 20) != 0) return std::nullopt;
+  PublishStagedMany out{GetU64(header.data()), GetU64(header.data() + 8), {}};
+  const uint32_t count = GetU32(header.data() + 16);
+  if (count == 0 || count > kMaxStagedPerMessage ||
+      data.size() != static_cast<size_t>(count) * kPublishStagedHeaderBytes)
+    return std::nullopt;
+  out.blocks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    auto block = DecodePublishStagedHeader(
+        data.substr(static_cast<size_t>(i) * kPublishStagedHeaderBytes, kPublishStagedHeaderBytes));
+    if (!block || block->block.request_id != out.request_id ||
+        block->block.reservation_id != out.reservation_id)
+      return std::nullopt;
+    out.blocks.push_back(*block);
+  }
+  return out;
+}
+
+std::string EncodePublishAcksHeader(uint64_t request_id, uint32_t count) {
+  std::string out(8 + 4 + 4, '\0');
+  PutU64(out.data(), request_id);
+  PutU32(out.data() + 8, count);
+  return out;
+}
+
+std::string EncodeStagedAcks(std::span<const StagedAck> acks) {
+  std::string out(acks.size() * 8, '\0');
+  for (size_t i = 0; i < acks.size(); ++i) {
+    PutU32(out.data() + 8 * i, acks[i].index);
+    PutU32(out.data() + 8 * i + 4, acks[i].crc32c);
+  }
+  return out;
+}
+
+std::optional<PublishAcks> DecodePublishAcks(std::string_view header, std::string_view data) {
+  if (header.size() != 8 + 4 + 4 || GetU32(header.data() + 12) != 0) return std::nullopt;
+  const uint32_t count = GetU32(header.data() + 8);
+  if (count > kMaxStagedPerMessage || data.size() != static_cast<size_t>(count) * 8)
+    return std::nullopt;
+  PublishAcks out{GetU64(header.data()), {}};
+  out.acks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i)
+    out.acks.push_back({GetU32(data.data() + 8 * i), GetU32(data.data() + 8 * i + 4)});
+  return out;
+}
+
 std::string EncodePublishAck(const PublishAck& h) {
   std::string out(h.crc32c ? kPublishAckWithCrcBytes : kPublishAckHeaderBytes, '\0');
   PutU64(out.data(), h.request_id);

@@ -118,6 +118,16 @@ inline constexpr size_t kMaxPublishInOneBytes = 256 << 10;
 inline constexpr uint16_t kFetchInOneAm = 21;
 inline constexpr uint16_t kFetchInOneReplyAm = 22;
 inline constexpr size_t kMaxFetchInOneBytes = 256 << 10;
+// Several staged blocks of one reservation in one message (a daemon whose zone socket answers
+// with zone_wire::kStagedMany). Header: u64 request id | u64 reservation id | u32 count N |
+// u32 zero. Data: N kPublishStagedAm headers, each naming this request and reservation, N at
+// most kMaxStagedPerMessage. The daemon checks and copies each block as for kPublishStagedAm
+// (several on two threads); a refused block is acknowledged alone as kPublishAckAm, and the
+// stored ones together as kPublishAcksAm: header u64 request id | u32 count M | u32 zero; data
+// M x (u32 index | u32 CRC32C stratad took).
+inline constexpr uint16_t kPublishStagedManyAm = 23;
+inline constexpr uint16_t kPublishAcksAm = 24;
+inline constexpr size_t kMaxStagedPerMessage = 128;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
@@ -270,6 +280,33 @@ std::string EncodePublishStagedHeader(const PublishStagedHeader& h);
 // nullopt unless exactly kPublishStagedHeaderBytes with the block header's reserved word zero
 // and no flag but kStagedCrcByDaemon; neither the extent nor the place in the window is checked.
 std::optional<PublishStagedHeader> DecodePublishStagedHeader(std::string_view in);
+
+struct PublishStagedMany {
+  uint64_t request_id = 0, reservation_id = 0;
+  std::vector<PublishStagedHeader> blocks;
+};
+std::string EncodePublishStagedManyHeader(uint64_t request_id, uint64_t reservation_id,
+                                          uint32_t count);
+// nullopt unless laid out as kPublishStagedManyAm says, with 1..kMaxStagedPerMessage blocks
+// that each decode as a kPublishStagedAm header of this request and reservation; neither the
+// extents nor the places in the windows are checked.
+std::optional<PublishStagedMany> DecodePublishStagedMany(std::string_view header,
+                                                         std::string_view data);
+
+// One stored block of a kPublishAcksAm answer.
+struct StagedAck {
+  uint32_t index = 0;
+  uint32_t crc32c = 0;
+};
+std::string EncodePublishAcksHeader(uint64_t request_id, uint32_t count);
+std::string EncodeStagedAcks(std::span<const StagedAck> acks);
+// nullopt unless the header is 16 bytes, its reserved word zero, and the data holds its count
+// of acknowledgements exactly.
+struct PublishAcks {
+  uint64_t request_id = 0;
+  std::vector<StagedAck> acks;
+};
+std::optional<PublishAcks> DecodePublishAcks(std::string_view header, std::string_view data);
 
 struct PublishAck {
   uint64_t request_id = 0;

@@ -13,7 +13,7 @@
 // Request: u32 kMagic (a zone) or kStagingMagic (a staging window, whose memfd travels as
 //          SCM_RIGHTS with the request) | u32 ticket bytes (at most kMaxTicketBytes) | ticket.
 // Reply:   u32 kMagic | u32 status code (absl) | u64 zone begin (arena offset) |
-//          u64 zone bytes | u32 flags (kWritable) | u32 message bytes (at most
+//          u64 zone bytes | u32 flags (kWritable, kStagedMany) | u32 message bytes (at most
 //          kMaxMessageBytes) | u64 staging window id (0 for a zone) | message.
 // All integers little-endian. One request per connection.
 #pragma once
@@ -35,6 +35,8 @@ inline constexpr uint32_t kMaxMessageBytes = 512;
 inline constexpr size_t kReplyHeaderBytes = 40;
 // The zone's file may be mapped writable (auth.tenant_zones_writable); else read-only.
 inline constexpr uint32_t kWritable = 1;
+// The daemon takes several staged blocks in one message (am_wire::kPublishStagedManyAm).
+inline constexpr uint32_t kStagedMany = 2;
 
 struct Reply {
   uint32_t code = 0;

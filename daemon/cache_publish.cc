@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
 #include "common/crc32c.h"
+#include "common/crc_pieces.h"
 #include "daemon/cache_service.h"
 #include "daemon/cache_service_internal.h"
 #include "daemon/cluster/cluster.h"
@@ -330,11 +331,10 @@ grpc::Status CacheService::PublishInOneFor(const Caller& caller, const PublishIn
   return grpc::Status::OK;
 }
 
-// The client copied the block into its staging window; the daemon copies it on into the
-// reserved extent of that window's tenant zone. Answered on the progress thread: a copy of at
-// most one block, with no wait.
-void CacheService::HandleAmPublishStaged(const transport::AmMessage& m,
-                                         transport::Worker* worker) {
+// The client copied the block into its staging window (or the engine wrote it into a publish
+// buffer); the daemon copies it on into the reserved extent of that window's tenant zone.
+// Answered on the progress thread: a copy of at most one block, with no wait.
+void CacheService::HandleAmPublishStaged(const transport::AmMessage& m, transport::Worker* worker) {
   namespace w = am_wire;
   const auto staged = w::DecodePublishStagedHeader(m.header);
   if (m.reply_ep == nullptr || !staged || !m.data.empty()) {
@@ -342,62 +342,149 @@ void CacheService::HandleAmPublishStaged(const transport::AmMessage& m,
                                    "header that is not 64 bytes with its reserved words zero");
     return;
   }
-  const w::PublishBlockHeader& block = staged->block;
   const bool crc_here = (staged->flags & w::kStagedCrcByDaemon) != 0;
-  auto ack = [&](absl::StatusCode code, std::string why, std::optional<uint32_t> crc = {}) {
+  auto ack = [&](const absl::Status& s, std::optional<uint32_t> crc = {}) {
     worker->AmReply(m.reply_ep, w::kPublishAckAm,
-                    w::EncodePublishAck({block.request_id, block.index,
-                                         static_cast<uint32_t>(code), crc}),
-                    std::move(why));
+                    w::EncodePublishAck({staged->block.request_id, staged->block.index,
+                                         static_cast<uint32_t>(s.code()), crc}),
+                    std::string(s.message()));
   };
   CallScope call(this);
-  if (!call.admitted()) return ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
-  uint8_t* const arena = store_->arena_base();
-  const absl::Status checked = w::CheckPublishBlock(block, block.size, store_->arena_bytes());
-  if (arena == nullptr || !checked.ok()) {
-    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
-    DropAm(w::kPublishStagedAm, m, why);
-    return ack(absl::StatusCode::kInvalidArgument, why);
-  }
-  // The window id is a credential like the reservation id: unguessable, and good only for the
-  // zone of the tenant whose client lent the window.
-  const std::shared_ptr<const StagingWindow> window =
-      data_plane_.stagings ? data_plane_.stagings->Find(staged->staging_id) : nullptr;
-  if (window == nullptr)
-    return ack(absl::StatusCode::kFailedPrecondition,
-               "unknown staging window (lent on a connection that has closed?)");
-  if (!window->Holds(staged->staging_offset, block.size))
-    return ack(absl::StatusCode::kInvalidArgument, "the block lies outside the staging window");
-  if (!window->ZoneCovers(block.offset, block.size))
-    return ack(absl::StatusCode::kPermissionDenied,
-               "the extent lies outside the staging window's tenant zone");
-  if (absl::Status held = store_->BeginReservedWrite(block.reservation_id,
-                                                     {block.offset, block.size});
-      !held.ok())
-    return ack(held.code(), std::string(held.message()));
-  const uint32_t crc = CopyStaged(arena + block.offset, window->data + staged->staging_offset,
-                                  block.size);
-  store_->EndReservedWrite(block.reservation_id);
-  if (!crc_here && crc != staged->crc32c)
-    return ack(absl::StatusCode::kDataLoss,
-               "the staged bytes are not those the client took the CRC of (changed while copied)");
-  NoteStaged(block.reservation_id, block.offset, block.size, crc);
-  staged_blocks_.fetch_add(1, std::memory_order_relaxed);
-  // Asked to (a publish buffer the client never read): the CRC of what was stored goes back, for
-  // the client's Commit to name.
-  ack(absl::StatusCode::kOk, {}, crc_here ? std::optional<uint32_t>(crc) : std::nullopt);
+  if (!call.admitted()) return ack(absl::UnavailableError("stratad is shutting down"));
+  CopyStagedBlocks(std::span(&*staged, 1), [&](size_t, const absl::Status& s, uint32_t crc) {
+    if (s.code() == absl::StatusCode::kInvalidArgument)
+      DropAm(w::kPublishStagedAm, m, std::string(s.message()));
+    // Asked to (a publish buffer the client never read): the CRC of what was stored goes back,
+    // for the client's Commit to name.
+    ack(s, s.ok() && crc_here ? std::optional<uint32_t>(crc) : std::nullopt);
+  });
 }
 
-uint32_t CacheService::CopyStaged(uint8_t* dst, const uint8_t* src, uint64_t size) {
-  constexpr uint64_t kSplitBytes = 512 << 10;
-  if (staged_copier_ == nullptr || size < kSplitBytes) return CopyWithCrc32c(dst, src, size);
-  const uint64_t first = size / 2 / 64 * 64;
-  uint32_t crc[2];
-  staged_copier_->ParallelFor(2, [&](size_t half) {
-    crc[half] = half == 0 ? CopyWithCrc32c(dst, src, first)
-                          : CopyWithCrc32c(dst + first, src + first, size - first);
+// Several staged blocks of one reservation (am_wire::kPublishStagedManyAm): the same checks and
+// copies, on two threads, and one acknowledgement for all that were stored.
+void CacheService::HandleAmPublishStagedMany(const transport::AmMessage& m,
+                                             transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto many = w::DecodePublishStagedMany(m.header, m.data);
+  if (m.reply_ep == nullptr || !many) {
+    DropAm(w::kPublishStagedManyAm, m,
+           "staged blocks without a reply endpoint, or not laid out as kPublishStagedManyAm says");
+    return;
+  }
+  auto refuse = [&](uint32_t index, const absl::Status& s) {
+    worker->AmReply(m.reply_ep, w::kPublishAckAm,
+                    w::EncodePublishAck(
+                        {many->request_id, index, static_cast<uint32_t>(s.code()), std::nullopt}),
+                    std::string(s.message()));
+  };
+  CallScope call(this);
+  if (!call.admitted()) {
+    for (const w::PublishStagedHeader& b : many->blocks)
+      refuse(b.block.index, absl::UnavailableError("stratad is shutting down"));
+    return;
+  }
+  std::vector<w::StagedAck> stored;
+  stored.reserve(many->blocks.size());
+  CopyStagedBlocks(many->blocks, [&](size_t i, const absl::Status& s, uint32_t crc) {
+    const uint32_t index = many->blocks[i].block.index;
+    if (s.ok())
+      stored.push_back({index, crc});
+    else
+      refuse(index, s);
   });
-  return Crc32cCombine(crc[0], crc[1], size - first);
+  if (stored.empty()) return;
+  worker->AmReply(
+      m.reply_ep, w::kPublishAcksAm,
+      w::EncodePublishAcksHeader(many->request_id, static_cast<uint32_t>(stored.size())),
+      w::EncodeStagedAcks(stored));
+}
+
+void CacheService::CopyStagedBlocks(
+    std::span<const am_wire::PublishStagedHeader> staged,
+    const std::function<void(size_t, const absl::Status&, uint32_t)>& report) {
+  namespace w = am_wire;
+  struct Admitted {
+    size_t index;  // in `staged`
+    uint8_t* dst;
+    const uint8_t* src;
+    uint64_t size;
+    std::shared_ptr<const StagingWindow> window;  // mapped while the copy reads it
+  };
+  uint8_t* const arena = store_->arena_base();
+  std::vector<Admitted> admitted;
+  admitted.reserve(staged.size());
+  for (size_t i = 0; i < staged.size(); ++i) {
+    const w::PublishStagedHeader& h = staged[i];
+    const w::PublishBlockHeader& block = h.block;
+    const absl::Status checked = w::CheckPublishBlock(block, block.size, store_->arena_bytes());
+    if (arena == nullptr || !checked.ok()) {
+      report(i, checked.ok() ? absl::InvalidArgumentError("no arena") : checked, 0);
+      continue;
+    }
+    // The window id is a credential like the reservation id: unguessable, and good only for
+    // the zone of the tenant whose client lent the window.
+    std::shared_ptr<const StagingWindow> window =
+        data_plane_.stagings ? data_plane_.stagings->Find(h.staging_id) : nullptr;
+    if (window == nullptr) {
+      report(i,
+             absl::FailedPreconditionError(
+                 "unknown staging window (lent on a connection that has closed?)"),
+             0);
+      continue;
+    }
+    if (!window->Holds(h.staging_offset, block.size)) {
+      report(i, absl::InvalidArgumentError("the block lies outside the staging window"), 0);
+      continue;
+    }
+    if (!window->ZoneCovers(block.offset, block.size)) {
+      report(
+          i,
+          absl::PermissionDeniedError("the extent lies outside the staging window's tenant zone"),
+          0);
+      continue;
+    }
+    if (absl::Status held =
+            store_->BeginReservedWrite(block.reservation_id, {block.offset, block.size});
+        !held.ok()) {
+      report(i, held, 0);
+      continue;
+    }
+    const uint8_t* src = window->data + h.staging_offset;
+    admitted.push_back({i, arena + block.offset, src, block.size, std::move(window)});
+  }
+  // Pieces small enough that two threads share even two blocks evenly; combining CRCs is noise.
+  constexpr uint64_t kPieceBytes = 256 << 10;
+  constexpr uint64_t kSplitBytes = 512 << 10;  // less than this is copied on this thread alone
+  const std::vector<CrcPiece> pieces = SplitIntoCrcPieces(
+      admitted.size(), [&](size_t k) { return admitted[k].size; }, kPieceBytes);
+  std::vector<uint32_t> piece_crcs(pieces.size());
+  uint64_t total = 0;
+  for (const Admitted& a : admitted) total += a.size;
+  auto copy = [&](size_t k) {
+    const CrcPiece& p = pieces[k];
+    const Admitted& a = admitted[p.block];
+    piece_crcs[k] = CopyWithCrc32c(a.dst + p.offset, a.src + p.offset, p.len);
+  };
+  if (staged_copier_ != nullptr && total >= kSplitBytes) {
+    staged_copier_->ParallelFor(pieces.size(), copy);
+  } else {
+    for (size_t k = 0; k < pieces.size(); ++k) copy(k);
+  }
+  const std::vector<uint32_t> crcs = CombineCrcPieces(pieces, piece_crcs, admitted.size());
+  for (size_t k = 0; k < admitted.size(); ++k) {
+    const w::PublishStagedHeader& h = staged[admitted[k].index];
+    store_->EndReservedWrite(h.block.reservation_id);
+    if ((h.flags & w::kStagedCrcByDaemon) == 0 && crcs[k] != h.crc32c) {
+      report(admitted[k].index,
+             absl::DataLossError("the staged bytes are not those the client took the CRC of "
+                                 "(changed while copied)"),
+             0);
+      continue;
+    }
+    NoteStaged(h.block.reservation_id, h.block.offset, h.block.size, crcs[k]);
+    staged_blocks_.fetch_add(1, std::memory_order_relaxed);
+    report(admitted[k].index, absl::OkStatus(), crcs[k]);
+  }
 }
 
 void CacheService::NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size,

@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -146,8 +148,10 @@ class CacheService final : public v1::Cache::Service {
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
   bool HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker);
-  // A block the client copied into its staging window (am_wire::kPublishStagedAm).
+  // A block the client copied into its staging window (am_wire::kPublishStagedAm), or several
+  // of one reservation (kPublishStagedManyAm).
   void HandleAmPublishStaged(const transport::AmMessage& m, transport::Worker* worker);
+  void HandleAmPublishStagedMany(const transport::AmMessage& m, transport::Worker* worker);
   // Reserve and Commit as active messages (am_wire kReserveRequestAm, kCommitRequestAm), with
   // the checks of their gRPC twins. A Commit that must wait on other nodes (announcements,
   // replicas) is sent back to gRPC undone.
@@ -305,11 +309,14 @@ class CacheService final : public v1::Cache::Service {
   absl::Mutex staged_mu_;
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, StagedExtent>> staged_
       ABSL_GUARDED_BY(staged_mu_);
-  // Copies a large staged block's second half while the progress thread copies its first (the
-  // mapped path a single tenant takes copies on two threads too). With staging windows only.
+  // Copies half of large staged copies while the progress thread copies the rest (the mapped
+  // path a single tenant takes copies on two threads too). With staging windows only.
   std::unique_ptr<HelperThread> staged_copier_;
-  // Copies a staged block into the arena, taking its CRC32C as it goes.
-  uint32_t CopyStaged(uint8_t* dst, const uint8_t* src, uint64_t size);
+  // Checks each staged block (its window, its place there, its extent in the window's tenant
+  // zone and in its reservation), copies those that pass into the arena taking their CRC32C as
+  // it goes, and reports each: report(i, status, CRC stratad took).
+  void CopyStagedBlocks(std::span<const am_wire::PublishStagedHeader> staged,
+                        const std::function<void(size_t, const absl::Status&, uint32_t)>& report);
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
   RpcMetrics* metrics_ = nullptr;

@@ -477,6 +477,8 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchInOneAm, &CacheService::HandleAmFetchInOne));
   STRATA_RETURN_IF_ERROR(
+      serve(am_wire::kPublishStagedManyAm, &CacheService::HandleAmPublishStagedMany));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) s->HandleAmAbort(m);

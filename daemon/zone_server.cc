@@ -156,7 +156,7 @@ std::optional<uint64_t> ZoneServer::Serve(int conn) {
       zone = own;
       reply.begin = zone->begin;
       reply.bytes = zone->size;
-      reply.flags = zone->writable ? zone_wire::kWritable : 0;
+      reply.flags = zone->writable ? zone_wire::kWritable : zone_wire::kStagedMany;
     } else if (own->writable || stagings_ == nullptr) {
       reply.code = static_cast<uint32_t>(absl::StatusCode::kFailedPrecondition);
       reply.message = "this daemon takes no staging windows (its tenant zones are writable)";

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/crc_pieces.h"
 
 namespace strata {
 
@@ -413,18 +414,11 @@ void HostTier::VerifyCrcs(std::span<const CommitExtent> checks, std::span<const 
                           std::span<BlockStatus> out) const {
   // A large commit is split into pieces checked on two threads (CRCs of pieces combine), since
   // re-reading every published byte is the daemon's largest share of a publish.
-  struct Piece {
-    size_t block;
-    uint64_t offset, len;
-  };
   constexpr uint64_t kPiece = 2 << 20;
-  std::vector<Piece> pieces;
+  const std::vector<CrcPiece> pieces = SplitIntoCrcPieces(
+      checks.size(), [&](size_t i) { return checks[i].size; }, kPiece);
   uint64_t total = 0;
-  for (size_t i = 0; i < checks.size(); ++i) {
-    total += checks[i].size;
-    for (uint64_t off = 0; off < checks[i].size; off += kPiece)
-      pieces.push_back({i, off, std::min(kPiece, checks[i].size - off)});
-  }
+  for (const CommitExtent& c : checks) total += c.size;
   std::vector<uint32_t> piece_crcs(pieces.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -439,13 +433,7 @@ void HostTier::VerifyCrcs(std::span<const CommitExtent> checks, std::span<const 
   } else {
     work();
   }
-  std::vector<uint32_t> block_crc(checks.size(), 0);
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    size_t b = pieces[k].block;
-    block_crc[b] = pieces[k].offset == 0
-                       ? piece_crcs[k]
-                       : Crc32cCombine(block_crc[b], piece_crcs[k], pieces[k].len);
-  }
+  const std::vector<uint32_t> block_crc = CombineCrcPieces(pieces, piece_crcs, checks.size());
   for (size_t i = 0; i < checks.size(); ++i)
     if (block_crc[i] != crcs[i]) out[i] = BlockStatus::kCrcMismatch;
 }

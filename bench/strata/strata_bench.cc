@@ -86,6 +86,8 @@ strata::NamespaceSpec BenchSpec(uint32_t tokens_per_block) {
 
 struct Config {
   bool smoke = false;
+  bool publish_only = false;  // the publish rows alone (A/B runs of the publish path)
+  int rounds = 0;             // publish/fetch rounds per row (0: 20, 3 with --smoke)
   std::string stratad = STRATAD_BIN;
   std::string endpoint;
   bool auth = false;  // a tenant token on every call (the daemon's own, or --token's)
@@ -166,7 +168,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
       in[i] = {source + i * size, size};
       out[i] = {dst.data() + i * size, size};
     }
-    const int rounds = cfg.smoke ? 3 : 20;
+    const int rounds = cfg.rounds > 0 ? cfg.rounds : cfg.smoke ? 3 : 20;
     const int lat_iters = cfg.smoke ? 20 : 200;
 
     // Publish: batched throughput, then single-block latency.
@@ -196,6 +198,13 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
     }
     pub.p50_us = Percentile(publat, 0.5);
     pub.p99_us = Percentile(publat, 0.99);
+    if (cfg.publish_only) {
+      rows.push_back(pub);
+      (void)(*client)->UnregisterBuffer(source);
+      (void)(*client)->UnregisterBuffer(dst.data());
+      (void)(*raw_client)->UnregisterBuffer(dst.data());
+      continue;
+    }
 
     // Fetch, two footprints. "hot" matches ucx_perftest's: one source block fetched into one
     // destination buffer, repeated within a batch, so the comparison is transport against
@@ -260,6 +269,13 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
     (void)(*raw_client)->UnregisterBuffer(dst.data());
   }
 
+  if (cfg.publish_only) {
+    client->reset();
+    raw_client->reset();
+    daemon.reset();
+    std::filesystem::remove_all(tmp);
+    return true;
+  }
   // Lookup of a 128k-token prompt: 512 blocks of 256 tokens, all cached.
   auto prompt = tokens.Next(512);
   std::vector<char> small(4096, 7);
@@ -307,6 +323,10 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string transports = "shm,tcp";
   app.add_flag("--smoke", cfg.smoke, "tiny sizes and counts (CI)");
+  app.add_flag("--publish-only", cfg.publish_only,
+               "the publish rows alone: no fetch, lookup or ucx_perftest (A/B runs of publish)");
+  app.add_option("--rounds", cfg.rounds, "batched rounds per row (default 20; --smoke: 3)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON object");
   app.add_option("--transports", transports, "comma list of shm and tcp")->capture_default_str();
   app.add_option("--stratad", cfg.stratad, "stratad binary to start")->capture_default_str();

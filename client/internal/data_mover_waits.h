@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,9 @@ struct DataMover::PublishWait {
   // acknowledgement, which must then carry one. Null: no such block.
   std::vector<uint32_t>* crcs_from_acks = nullptr;
   std::vector<uint8_t> crc_by_daemon;
+  // The blocks of a staged publish, whose acknowledged bytes are counted (empty: not counted).
+  std::span<const BlockMove> blocks;
+  uint64_t acked_bytes = 0;
   size_t done = 0;
   absl::Status error;
 };

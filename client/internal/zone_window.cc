@@ -160,7 +160,8 @@ absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket_name, std::string_
   auto reply = ZoneCall(socket_name, zone_wire::EncodeRequest(ticket), -1, timeout, &fd, nullptr);
   if (!reply.ok()) return reply.status();
   if (fd < 0) return absl::InternalError("zone window: stratad sent no file");
-  return ZoneGrant{reply->begin, reply->bytes, fd, (reply->flags & zone_wire::kWritable) != 0};
+  return ZoneGrant{reply->begin, reply->bytes, fd, (reply->flags & zone_wire::kWritable) != 0,
+                   (reply->flags & zone_wire::kStagedMany) != 0};
 }
 
 absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_view socket_name,
@@ -186,6 +187,7 @@ absl::StatusOr<std::shared_ptr<const ZoneWindow>> OpenZoneWindow(std::string_vie
   window->socket_name_ = std::string(socket_name);
   window->ticket_ = std::string(ticket);
   window->timeout_ = timeout;
+  window->staged_many_ = grant->staged_many;
   // A read-only zone is published into through a staging window; without one (an older
   // daemon, its limits reached), by messages.
   if (!grant->writable && staging_bytes > 0)

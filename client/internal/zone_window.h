@@ -51,6 +51,8 @@ class ZoneWindow {
     int socket = -1;  // the loan lasts while this stays open
   };
   const Staging& staging() const { return staging_; }
+  // Whether the daemon takes several staged blocks per message (am_wire::kPublishStagedManyAm).
+  bool staged_many() const { return staged_many_; }
   const absl::Status& staging_status() const { return staging_status_; }
 
   // Unique per window this process opened: tells a loan to this daemon from one to an earlier.
@@ -72,6 +74,7 @@ class ZoneWindow {
   uint64_t begin_, bytes_;
   bool writable_;
   Staging staging_;
+  bool staged_many_ = false;
   absl::Status staging_status_ = absl::FailedPreconditionError("no staging window asked for");
   uint64_t serial_;
   // What lending more windows takes: the daemon's zone socket and this client's ticket.
@@ -85,11 +88,12 @@ struct ZoneGrant {
   uint64_t begin = 0, bytes = 0;
   int fd = -1;
   bool writable = false;
+  bool staged_many = false;  // the daemon takes am_wire::kPublishStagedManyAm
 };
+
 // The exchange alone (common/zone_wire.h): a refusal comes back as the daemon's status.
 absl::StatusOr<ZoneGrant> RequestZone(std::string_view socket, std::string_view ticket,
                                       absl::Duration timeout);
-
 
 // Asks the daemon's zone socket ("@name": abstract) for this caller's zone, proving who it is
 // with its Connect ticket, and maps what comes back. `arena_bytes` bounds the zone's place.

@@ -1,5 +1,6 @@
-// The staged-publish header's flags and the publish acknowledgement with stratad's CRC: what a
-// client and a daemon of different versions must agree on.
+// The staged-publish header's flags, several staged blocks in one message, and the publish
+// acknowledgements with stratad's CRC: what a client and a daemon of different versions must
+// agree on.
 #include "common/am_wire.h"
 
 #include <gtest/gtest.h>
@@ -44,6 +45,58 @@ TEST(AmWireTest, PublishAckCarriesACrcOnlyWhenItHasOne) {
   EXPECT_EQ(w->index, 2u);
   EXPECT_FALSE(DecodePublishAck(with.substr(0, 18)).has_value());
   EXPECT_FALSE(DecodePublishAck(with + "x").has_value());
+}
+
+TEST(AmWireTest, StagedManyNamesOneRequestAndReservationAndRefusesWhatDoesNotAddUp) {
+  std::string data;
+  for (uint32_t i = 0; i < 3; ++i) {
+    PublishStagedHeader h = Staged(i == 1 ? kStagedCrcByDaemon : 0);
+    h.block.index = i;
+    h.staging_offset = 4096u * i;
+    data += EncodePublishStagedHeader(h);
+  }
+  const std::string header = EncodePublishStagedManyHeader(7, 11, 3);
+  auto many = DecodePublishStagedMany(header, data);
+  ASSERT_TRUE(many.has_value());
+  EXPECT_EQ(many->request_id, 7u);
+  EXPECT_EQ(many->reservation_id, 11u);
+  ASSERT_EQ(many->blocks.size(), 3u);
+  EXPECT_EQ(many->blocks[1].flags, kStagedCrcByDaemon);
+  EXPECT_EQ(many->blocks[2].staging_offset, 8192u);
+  // A count that is not the data's, none, too many; a reserved word set; an entry of another
+  // request or reservation; a short entry.
+  EXPECT_FALSE(DecodePublishStagedMany(EncodePublishStagedManyHeader(7, 11, 2), data));
+  EXPECT_FALSE(DecodePublishStagedMany(EncodePublishStagedManyHeader(7, 11, 0), ""));
+  EXPECT_FALSE(DecodePublishStagedMany(
+      EncodePublishStagedManyHeader(7, 11, kMaxStagedPerMessage + 1),
+      std::string((kMaxStagedPerMessage + 1) * kPublishStagedHeaderBytes, '\0')));
+  std::string reserved = header;
+  reserved[23] = 1;
+  EXPECT_FALSE(DecodePublishStagedMany(reserved, data));
+  EXPECT_FALSE(DecodePublishStagedMany(EncodePublishStagedManyHeader(8, 11, 3), data));
+  EXPECT_FALSE(DecodePublishStagedMany(EncodePublishStagedManyHeader(7, 12, 3), data));
+  EXPECT_FALSE(DecodePublishStagedMany(header, data.substr(0, data.size() - 1)));
+  EXPECT_FALSE(DecodePublishStagedMany(header.substr(0, 20), data));
+}
+
+TEST(AmWireTest, PublishAcksRoundTripAndRefuseWhatDoesNotAddUp) {
+  const std::vector<StagedAck> acks = {{0, 0xAAAAAAAAu}, {5, 1}, {127, 0}};
+  const std::string header = EncodePublishAcksHeader(42, 3);
+  const std::string data = EncodeStagedAcks(acks);
+  auto d = DecodePublishAcks(header, data);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->request_id, 42u);
+  ASSERT_EQ(d->acks.size(), 3u);
+  EXPECT_EQ(d->acks[0].crc32c, 0xAAAAAAAAu);
+  EXPECT_EQ(d->acks[2].index, 127u);
+  EXPECT_FALSE(DecodePublishAcks(EncodePublishAcksHeader(42, 2), data));
+  EXPECT_FALSE(DecodePublishAcks(header, data + "x"));
+  EXPECT_FALSE(DecodePublishAcks(header.substr(0, 12), data));
+  std::string reserved = header;
+  reserved[15] = 1;
+  EXPECT_FALSE(DecodePublishAcks(reserved, data));
+  EXPECT_FALSE(DecodePublishAcks(EncodePublishAcksHeader(42, kMaxStagedPerMessage + 1),
+                                 std::string((kMaxStagedPerMessage + 1) * 8, '\0')));
 }
 
 TEST(AmWireTest, PublishInOneDataRoundTripsAndRefusesWhatDoesNotAddUp) {

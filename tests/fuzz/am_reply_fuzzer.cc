@@ -4,15 +4,17 @@
 // into a buffer of exactly the size the request asked for, so ASan sees any overrun), and the
 // peer locate reply header the daemon's Locator reads.
 //
-// And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it, and the data of
-// a fetch in one answer (ControlChannel::FetchInOne).
+// And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it, the data of
+// a fetch in one answer (ControlChannel::FetchInOne) and the acknowledgement of several staged
+// blocks (DataMover::OnPublishAcks).
 //
 // Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
-//   4 zone reply, 5 fetch in one data), then
+//   4 zone reply, 5 fetch in one data, 6 publish acks), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2, 3, 4, 5: the rest as the header (4: the whole reply, 5: the answer's data).
+//   2, 3, 4, 5: the rest as the header (4: the whole reply, 5: the answer's data);
+//   6: u16-sized header | the rest as data.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -81,7 +83,7 @@ void PushedBlocks(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 6) {
+  switch (in.U8() % 7) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -107,6 +109,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         Fail("fetch in one data: the parts are not the whole");
       if (w::EncodeFetchInOnePrefix(d->response) + std::string(d->blocks) != data)
         Fail("fetch in one data does not round-trip");
+      break;
+    }
+    case 6: {  // DataMover::OnPublishAcks then bounds each index by the blocks it sent
+      const std::string_view header = in.Sized();
+      const std::string_view data = in.Rest();
+      auto acks = w::DecodePublishAcks(header, data);
+      if (!acks) break;
+      if (acks->acks.size() > w::kMaxStagedPerMessage) Fail("publish acks: count");
+      if (w::EncodePublishAcksHeader(acks->request_id, static_cast<uint32_t>(acks->acks.size())) !=
+              header ||
+          w::EncodeStagedAcks(acks->acks) != data)
+        Fail("publish acks do not round-trip");
       break;
     }
   }

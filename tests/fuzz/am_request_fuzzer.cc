@@ -7,10 +7,11 @@
 // And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve), and a block
 // published through a staging window (CacheService::HandleAmPublishStaged).
 //
-// And the data of a publish in one request (CacheService::HandleAmPublishInOne).
+// And the data of a publish in one request (CacheService::HandleAmPublishInOne), and several
+// staged blocks in one message (CacheService::HandleAmPublishStagedMany).
 //
 // Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request, 6 staged
-// publish, 7 publish in one) | u64
+// publish, 7 publish in one, 8 staged many) | u64
 // arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
@@ -44,7 +45,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 8;
+  const uint8_t kind = in.U8() % 9;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -120,6 +121,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (d->blocks.size() > w::kMaxPublishInOneBytes) Fail("publish in one: too many bytes");
       if (w::EncodePublishInOnePrefix(d->reserve, d->crc32c) + std::string(d->blocks) != data)
         Fail("publish in one does not round-trip");
+      break;
+    }
+    case 8: {
+      // The daemon then checks and copies each block as a kPublishStagedAm one.
+      auto many = w::DecodePublishStagedMany(header, data);
+      if (!many) break;
+      if (many->blocks.empty() || many->blocks.size() > w::kMaxStagedPerMessage)
+        Fail("staged many: block count");
+      std::string again;
+      for (const w::PublishStagedHeader& b : many->blocks) {
+        if (b.block.request_id != many->request_id ||
+            b.block.reservation_id != many->reservation_id)
+          Fail("staged many: a block of another request or reservation");
+        again += w::EncodePublishStagedHeader(b);
+      }
+      if (again != data ||
+          w::EncodePublishStagedManyHeader(many->request_id, many->reservation_id,
+                                           static_cast<uint32_t>(many->blocks.size())) != header)
+        Fail("staged many does not round-trip");
       break;
     }
   }

@@ -68,6 +68,13 @@ void AmRequests() {
         U8(7) + U64(0) + Sized(lookup) +
             w::EncodePublishInOnePrefix(std::string("\x0a\x20") + std::string(32, 'n'), crcs) +
             "abcdefgh");
+  // Two staged blocks of request 7, reservation 11: one the client took the CRC of, one from a
+  // publish buffer.
+  const std::string staged =
+      w::EncodePublishStagedHeader({{7, 11, 4096, 65536, 0}, 99, 0, 0x12345678u, 0}) +
+      w::EncodePublishStagedHeader({{7, 11, 69632, 65536, 1}, 99, 65536, 0, w::kStagedCrcByDaemon});
+  Write("am_request", "staged_many",
+        U8(8) + U64(1 << 20) + Sized(w::EncodePublishStagedManyHeader(7, 11, 2)) + staged);
 }
 
 void AmReplies() {
@@ -88,6 +95,9 @@ void AmReplies() {
   Write("am_reply", "locate_header", U8(2) + U64(3) + U32(0) + U32(2) + U32(0));
   Write("am_reply", "fetch_in_one",
         U8(5) + w::EncodeFetchInOnePrefix("\x10\x00\x1a\x02\x80\x20") + std::string(8, 'k'));
+  const w::StagedAck acks[] = {{0, 0x12345678u}, {1, 0x9abcdef0u}};
+  Write("am_reply", "publish_acks",
+        U8(6) + Sized(w::EncodePublishAcksHeader(7, 2)) + w::EncodeStagedAcks(acks));
 }
 
 void CatalogRecords() {

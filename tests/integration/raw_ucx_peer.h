@@ -28,11 +28,12 @@ class RawUcxPeer {
     if (!worker.ok()) return;
     worker_ = std::move(*worker);
     // Replies (lookup, locate, pushed blocks) are counted and dropped.
-    for (uint16_t id = 0; id < 24; ++id) {
+    for (uint16_t id = 0; id < 32; ++id) {
       (void)worker_->SetAmRendezvousHandler(id, [this, id](const transport::AmMessage& m) {
         ++replies_;
         std::lock_guard<std::mutex> lock(reply_mu_);
         last_reply_[id] = {std::string(m.header), std::string(m.data)};
+        if (all_replies_[id].size() < kKeptReplies) all_replies_[id].push_back(last_reply_[id]);
         return false;  // a rendezvous payload is left to UCX, which drops it
       });
     }
@@ -45,6 +46,14 @@ class RawUcxPeer {
   std::pair<std::string, std::string> last_reply(uint16_t id) {
     std::lock_guard<std::mutex> lock(reply_mu_);
     return last_reply_[id];
+  }
+
+  // The header and data of every reply with AM id `id`, in arrival order (the first
+  // kKeptReplies).
+  static constexpr size_t kKeptReplies = 1024;
+  std::vector<std::pair<std::string, std::string>> replies(uint16_t id) {
+    std::lock_guard<std::mutex> lock(reply_mu_);
+    return all_replies_[id];
   }
 
   // Connects (closing any endpoint it has). Peer-failure detection by default, where the
@@ -164,6 +173,7 @@ class RawUcxPeer {
   std::atomic<int> replies_{0};
   std::mutex reply_mu_;
   std::map<uint16_t, std::pair<std::string, std::string>> last_reply_;
+  std::map<uint16_t, std::vector<std::pair<std::string, std::string>>> all_replies_;
 };
 
 }  // namespace strata::testing

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -245,6 +247,20 @@ TEST(TenantZoneTest, WritableZonesPublishByCopiesIntoTheTenantsOwnZoneOnly) {
 // A read-only zone's client lends the daemon a staging window (a sealed memfd of its own) and
 // publishes through it: more bytes than the window holds reuse it as a ring, every byte comes
 // back, and the loan ends when the client lets the window go.
+// One block of `bytes` reserved in `token`'s own namespace, by a raw gRPC call.
+v1::ReserveResponse ReserveOne(v1::Cache::Stub& cache, const std::string& token, uint8_t tag,
+                               uint64_t bytes) {
+  v1::ReserveRequest rq;
+  rq.set_namespace_id(OpenRaw(cache, token, ""));
+  BlockId id;
+  id.bytes[0] = tag;
+  rq.set_ids(Packed({id}));
+  rq.add_sizes(bytes);
+  v1::ReserveResponse rr;
+  EXPECT_TRUE(cache.Reserve(Ctx(token).get(), rq, &rr).ok());
+  return rr;
+}
+
 TEST(TenantZoneTest, ReadOnlyZonesPublishThroughALentStagingWindow) {
   auto d = AuthDaemon();
   ASSERT_TRUE(d->ok()) << d->log();
@@ -416,27 +432,16 @@ TEST(TenantZoneTest, StagingWindowsMustBeSealedMemfdsOfAZonesTenant) {
 }
 
 // A staged block names its staging window by id; the daemon copies from a window only into
-// the zone of the tenant that lent it, from inside the window, with the CRC the sender named.
-// A raw UCX peer tries the rest.
+// the zone of the tenant that lent it, from inside the window, with the CRC the sender named,
+// whether it comes alone or with others in one message. A raw UCX peer tries the rest.
 TEST(TenantZoneTest, AStagingWindowFillsOnlyItsOwnTenantsZone) {
   auto d = AuthDaemon();
   ASSERT_TRUE(d->ok()) << d->log();
   namespace w = am_wire;
   auto cache = v1::Cache::NewStub(Channel(*d));
   constexpr uint64_t kBytes = 64 << 10;
-  auto reserve = [&](const std::string& token, uint8_t tag) {
-    v1::ReserveRequest rq;
-    rq.set_namespace_id(OpenRaw(*cache, token, ""));
-    BlockId id;
-    id.bytes[0] = tag;
-    rq.set_ids(Packed({id}));
-    rq.add_sizes(kBytes);
-    v1::ReserveResponse rr;
-    EXPECT_TRUE(cache->Reserve(Ctx(token).get(), rq, &rr).ok());
-    return rr;
-  };
-  const v1::ReserveResponse ra = reserve(kTokenA, 0xa1);
-  const v1::ReserveResponse rb = reserve(kTokenB, 0xb1);
+  const v1::ReserveResponse ra = ReserveOne(*cache, kTokenA, 0xa1, kBytes);
+  const v1::ReserveResponse rb = ReserveOne(*cache, kTokenB, 0xb1, kBytes);
   ASSERT_EQ(ra.offsets_size(), 1);
   ASSERT_EQ(rb.offsets_size(), 1);
 
@@ -485,6 +490,60 @@ TEST(TenantZoneTest, AStagingWindowFillsOnlyItsOwnTenantsZone) {
   EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id, 0, crc ^ 1),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(send(ra.reservation_id(), ra.offsets(0), staging.id, 0, crc), absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp((*window)->At(ra.offsets(0)), staging.data, kBytes), 0);
+
+  // Several staged blocks in one message (am_wire::kPublishStagedManyAm), as a client of a
+  // daemon that offers it sends them: each block gets the checks above and is refused alone
+  // with its reason; only a's own block is stored, acknowledged with the CRC stratad took. A
+  // batch not laid out as the wire says is dropped whole: nothing acknowledged or written.
+  EXPECT_TRUE((*window)->staged_many()) << "the zone socket did not offer kPublishStagedManyAm";
+  std::memset(staging.data, 0x5C, kBytes);
+  const uint32_t crc2 = Crc32c(staging.data, kBytes);
+  const uint64_t res = ra.reservation_id();
+  std::vector<w::PublishStagedHeader> batch = {
+      {{9, res, rb.offsets(0), kBytes, 0}, staging.id, 0, crc2, 0},      // b's extent
+      {{9, res, ra.offsets(0), kBytes, 1}, staging.id ^ 1, 0, crc2, 0},  // made-up window
+      {{9, res, ra.offsets(0), kBytes, 2}, staging.id, staging.bytes - kBytes / 2, crc2, 0},
+      {{9, res, ra.offsets(0), kBytes, 3}, staging.id, 0, crc2 ^ 1, 0},               // wrong CRC
+      {{9, res, ra.offsets(0), kBytes, 4}, staging.id, 0, 0, w::kStagedCrcByDaemon},  // a's own
+  };
+  auto send_many = [&](uint64_t request_id, uint64_t reservation,
+                       const std::vector<w::PublishStagedHeader>& blocks, uint32_t count) {
+    std::string data;
+    for (const auto& b : blocks) data += w::EncodePublishStagedHeader(b);
+    EXPECT_TRUE(peer.Send(w::kPublishStagedManyAm,
+                          w::EncodePublishStagedManyHeader(request_id, reservation, count), data,
+                          testing::RawUcxPeer::kReply | testing::RawUcxPeer::kEager));
+  };
+  // Malformed first: a count that is not the data's, an entry of another reservation.
+  send_many(9, res, batch, 4);
+  auto other = batch;
+  other[4].block.reservation_id = rb.reservation_id();
+  send_many(9, res, other, 5);
+  send_many(9, res, batch, 5);
+  std::map<uint32_t, absl::StatusCode> refused;
+  std::optional<w::PublishAcks> stored;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until && (refused.size() < 4 || !stored)) {
+    peer.Progress(std::chrono::milliseconds(5));
+    refused.clear();
+    for (const auto& [header, data] : peer.replies(w::kPublishAckAm))
+      if (auto ack = w::DecodePublishAck(header); ack && ack->request_id == 9)
+        refused[ack->index] = static_cast<absl::StatusCode>(ack->code);
+    for (const auto& [header, data] : peer.replies(w::kPublishAcksAm))
+      stored = w::DecodePublishAcks(header, data);
+  }
+  EXPECT_EQ(refused,
+            (std::map<uint32_t, absl::StatusCode>{{0, absl::StatusCode::kPermissionDenied},
+                                                  {1, absl::StatusCode::kFailedPrecondition},
+                                                  {2, absl::StatusCode::kInvalidArgument},
+                                                  {3, absl::StatusCode::kDataLoss}}));
+  ASSERT_TRUE(stored.has_value()) << "no kPublishAcksAm for the stored block";
+  ASSERT_EQ(stored->acks.size(), 1u);
+  EXPECT_EQ(stored->request_id, 9u);
+  EXPECT_EQ(stored->acks[0].index, 4u);
+  EXPECT_EQ(stored->acks[0].crc32c, crc2);
+  EXPECT_EQ(peer.replies(w::kPublishAcksAm).size(), 1u) << "a malformed batch was answered";
   EXPECT_EQ(std::memcmp((*window)->At(ra.offsets(0)), staging.data, kBytes), 0);
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
