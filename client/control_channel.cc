@@ -54,6 +54,10 @@ ControlChannel::ControlChannel(ControlOptions options)
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
   channel_ = MakeChannel(options_.endpoint, options_.security, std::move(args));
+  // The staging window's size (a read-only zone's), the same for every reconnection:
+  // STRATA_CLIENT_STAGING_BYTES, 0 for none.
+  if (const char* b = std::getenv("STRATA_CLIENT_STAGING_BYTES"); b != nullptr && *b != '\0')
+    staging_bytes_ = std::strtoull(b, nullptr, 10);
   stub_ = v1::Cache::NewStub(channel_);
 }
 
@@ -79,6 +83,9 @@ absl::Status ControlChannel::Rpc(const char* name, const Call& call) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   absl::Status s = FromGrpcStatus(call(&ctx));
   if (s.ok()) return s;
+  // Unreachable: the daemon behind the data-plane endpoint may be gone, and one that comes back
+  // is another instance.
+  if (s.code() == absl::StatusCode::kUnavailable) data_plane_suspect_ = true;
   if (s.code() == absl::StatusCode::kDeadlineExceeded || s.code() == absl::StatusCode::kUnavailable)
     return NotAnswered(name, s.code(), s.message());
   return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
@@ -131,12 +138,8 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   arena.instance_id = resp.instance_id();
   if (!resp.zone_socket().empty() && !resp.am_ticket().empty()) {
     // A daemon elsewhere has no socket here: fetches then go by push, as before.
-    // The staging window's size (a read-only zone's): STRATA_CLIENT_STAGING_BYTES, 0 for none.
-    uint64_t staging_bytes = kDefaultStagingBytes;
-    if (const char* b = std::getenv("STRATA_CLIENT_STAGING_BYTES"); b != nullptr && *b != '\0')
-      staging_bytes = std::strtoull(b, nullptr, 10);
     auto window = OpenZoneWindow(resp.zone_socket(), resp.am_ticket(), resp.arena_bytes(),
-                                 absl::Seconds(1), staging_bytes);
+                                 absl::Seconds(1), staging_bytes_);
     if (window.ok()) {
       if (!(*window)->writable() && !(*window)->staging_status().ok())
         Log(options_.log, LogLevel::kInfo,
@@ -207,12 +210,49 @@ std::optional<v1::LookupResponse> ControlChannel::LookupByActiveMessage(
   return resp;
 }
 
+// A daemon killed and started again leaves this client an endpoint to shared memory nobody
+// reads (same-node transports cannot tell a dead peer): messages sent there are lost and every
+// call by message would wait out its deadline. So where a gRPC call found the daemon
+// unreachable, or the gRPC connection is down or was dropped since, the data plane connects
+// again (Connect; the zone window and its loans anew) before a call by message.
+bool ControlChannel::DataPlaneCurrent() {
+  if (fast_path_ == nullptr) return false;
+  if (channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) data_plane_suspect_ = true;
+  if (!data_plane_suspect_.load(std::memory_order_relaxed)) return true;
+  std::lock_guard<std::mutex> lock(reconnect_mu_);  // one reconnects; the others wait for it
+  if (!data_plane_suspect_.exchange(false)) return true;
+  absl::Status s = fast_path_->Reconnect();
+  if (!s.ok()) {
+    data_plane_suspect_ = true;
+    return false;  // gRPC answers (or says the daemon is unreachable) instead
+  }
+  return true;
+}
+
+bool ControlChannel::SameDaemon() {
+  v1::ConnectRequest req;
+  req.set_client_name(options_.client_name);
+  v1::ConnectResponse resp;
+  grpc::ClientContext ctx;
+  // Short: a stalled daemon must not cost its callers a second full deadline.
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout, kSameDaemonTimeout)));
+  const grpc::Status s = stub_->Connect(&ctx, req, &resp);
+  // Unreachable: gone. No answer in time: cannot tell, so not replaced.
+  if (!s.ok()) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return true;
+    data_plane_suspect_ = true;
+    return false;
+  }
+  return resp.instance_id() == fast_path_->instance_id();
+}
+
 // A request about `ids` of `ns` on the data-plane endpoint; nullopt (ask through gRPC) when the
 // fast path is off, cannot carry that many ids, or gives no complete, successful answer.
 std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
     uint16_t request_am, uint16_t reply_am, const NamespaceId& ns, std::span<const BlockId> ids) {
   if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
-      ids.size() > am_wire::kMaxIds)
+      ids.size() > am_wire::kMaxIds || !DataPlaneCurrent())
     return std::nullopt;
   std::string header = AmRequestHeader(&ns);
   // Short: a daemon that does not answer this way is asked through gRPC instead.
@@ -220,6 +260,7 @@ std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
                                     std::min(options_.rpc_timeout, absl::Milliseconds(250)));
   if (!reply.ok()) {
     if (reply.status().code() == absl::StatusCode::kFailedPrecondition) return std::nullopt;
+    if (!SameDaemon()) data_plane_suspect_ = true;  // replaced: the next call reconnects first
     const int timeouts = ++fast_path_timeouts_;
     // E.g. a daemon without the fast path: stop paying the wait.
     if (timeouts >= 3 && fast_path_enabled_.exchange(false))
@@ -417,10 +458,16 @@ std::string ControlChannel::AmRequestHeader(const NamespaceId* ns) const {
 absl::StatusOr<std::optional<std::string>> ControlChannel::ControlByActiveMessage(
     const char* name, uint16_t request_am, uint16_t reply_am, const NamespaceId* ns,
     std::string data) {
-  if (!ControlsByMessage()) return std::optional<std::string>();
-  std::string header = AmRequestHeader(ns);
-  return ControlReply(name, fast_path_->Exchange(request_am, std::move(header), std::move(data),
-                                                 reply_am, options_.rpc_timeout));
+  if (!ControlsByMessage() || !DataPlaneCurrent()) return std::optional<std::string>();
+  auto reply = fast_path_->Exchange(request_am, AmRequestHeader(ns), std::move(data), reply_am,
+                                    options_.rpc_timeout, [this] { return SameDaemon(); });
+  if (reply.status().code() == absl::StatusCode::kUnavailable) {
+    // The daemon sent the request is gone, and whatever it did went with it: this call goes
+    // through gRPC to the one serving now (or says there is none), later ones by message to it.
+    if (!fast_path_->Reconnect().ok()) data_plane_suspect_ = true;
+    return std::optional<std::string>();
+  }
+  return ControlReply(name, reply);
 }
 
 bool ControlChannel::ControlsByMessage() const {
@@ -490,13 +537,15 @@ std::optional<FollowUp> ControlChannel::AcquirePushRequest(const NamespaceId& ns
 std::optional<ControlChannel::FetchedInOne> ControlChannel::FetchInOne(
     const NamespaceId& ns, std::span<const BlockId> ids) {
   if (fast_path_ == nullptr || !fast_path_enabled_.load() || !fetch_in_one_.load() ||
-      ids.empty() || ids.size() > am_wire::kMaxIds)
+      ids.empty() || ids.size() > am_wire::kMaxIds || !DataPlaneCurrent())
     return std::nullopt;
   // As short as an acquire by message's wait: a daemon slow to answer is asked again the usual
   // way (a read changes nothing).
   auto reply = fast_path_->Exchange(am_wire::kFetchInOneAm, AmRequestHeader(&ns), PackIds(ids),
                                     am_wire::kFetchInOneReplyAm,
                                     std::min(options_.rpc_timeout, absl::Milliseconds(250)));
+  if (reply.status().code() == absl::StatusCode::kDeadlineExceeded && !SameDaemon())
+    data_plane_suspect_ = true;  // replaced, not slow: the next call reconnects first
   am_wire::ReplyHeader h;
   if (!reply.ok() || !am_wire::DecodeReplyHeader(reply->header, &h) || h.code != 0 ||
       !h.complete)

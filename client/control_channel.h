@@ -180,6 +180,13 @@ class ControlChannel {
                                                                     const NamespaceId* ns,
                                                                     std::string data);
   bool ControlsByMessage() const;
+  // Whether calls by message may go on the data-plane endpoint now: reconnects it first where
+  // the daemon may have been replaced; false when that failed (gRPC then).
+  bool DataPlaneCurrent();
+  // Whether the daemon gRPC reaches is the instance the data plane is connected to (a Connect
+  // call; true when it does not answer in time: slow, not replaced).
+  bool SameDaemon();
+  static constexpr absl::Duration kSameDaemonTimeout = absl::Milliseconds(200);
   // What ControlByActiveMessage makes of the daemon's reply (or of its absence).
   absl::StatusOr<std::optional<std::string>> ControlReply(
       const char* name, const absl::StatusOr<AmReply>& reply) const;
@@ -190,6 +197,7 @@ class ControlChannel {
 
   const ControlOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
+  uint64_t staging_bytes_ = kDefaultStagingBytes;
   std::unique_ptr<v1::Cache::Stub> stub_;
 
   void SetNodeId(const std::string& id);
@@ -229,6 +237,9 @@ class ControlChannel {
   std::string am_ticket_;
   std::atomic<bool> fast_path_enabled_;
   std::atomic<int> fast_path_timeouts_{0};
+  // The daemon may have been replaced since the data plane connected (see DataPlaneCurrent).
+  std::atomic<bool> data_plane_suspect_{false};
+  std::mutex reconnect_mu_;
 
   std::mutex release_mu_;
   std::condition_variable release_cv_;

@@ -223,6 +223,11 @@ absl::Status DataMover::RedialIfStale(uint64_t instance_id) {
   return absl::OkStatus();
 }
 
+absl::Status DataMover::Reconnect() {
+  std::lock_guard<std::mutex> lock(ucx_mu_);
+  return Redial();
+}
+
 absl::Status DataMover::RegisterBuffer(void* data, size_t size) {
   STRATA_ASSIGN_OR_RETURN(auto region, ucx_->Register(data, size));
   std::lock_guard<std::mutex> lock(reg_mu_);
@@ -417,19 +422,6 @@ void DataMover::ReapSends(std::vector<void*>* sending, absl::Status* error,
     (*sending)[k] = sending->back();
     sending->pop_back();
   }
-}
-
-// ucx_mu_ held. Posts `follow_up` behind what the endpoint carries already, its reply awaited in
-// `reply` (installed as exchange_wait_).
-absl::Status DataMover::PostFollowUp(FollowUp* follow_up, ExchangeWait* reply) {
-  if (follow_up->header.size() < 8)
-    return absl::InvalidArgumentError("a request header starts with its id");
-  reply->request_id = next_request_id_++;
-  reply->reply_am = follow_up->reply_am;
-  am_wire::PutU64(follow_up->header.data(), reply->request_id);
-  exchange_wait_ = reply;
-  return ep_->AmPost(follow_up->request_am, std::move(follow_up->header),
-                     std::move(follow_up->data));
 }
 
 // ucx_mu_ held. Sends still in flight after an error would go on reading the caller's buffers:
@@ -813,54 +805,6 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   ++w.done;
   (*w.on_landed)(index);
   return false;
-}
-
-absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::string header,
-                                                     std::string data, uint16_t reply_am,
-                                                     absl::Duration timeout) {
-  if (header.size() < 8) return absl::InvalidArgumentError("a request header starts with its id");
-  std::lock_guard<std::mutex> lock(ucx_mu_);
-  // ep_ changes only under ucx_mu_ (and map_mu_), so reading it here needs no more.
-  if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
-  const absl::Time deadline = absl::Now() + timeout;
-  ExchangeWait wait;
-  wait.request_id = next_request_id_++;
-  wait.reply_am = reply_am;
-  am_wire::PutU64(header.data(), wait.request_id);
-  exchange_wait_ = &wait;
-  // Posted, not sent with a deadline: a send that outlives its deadline would have to close the
-  // endpoint (the bytes are the caller's), and a daemon that stalls for a moment must cost a
-  // lookup its fast path, not every other user of the endpoint their connection. The posted
-  // request owns its bytes until UCX is done with them.
-  absl::Status sent = ep_->AmPost(request_am, std::move(header), std::move(data));
-  unsigned spins = 0;
-  auto idle_since = transport::Worker::Clock::now();
-  while (sent.ok() && !wait.done) {
-    worker_->ProgressWaiting(&idle_since, deadline);
-    if ((++spins & 63) == 0 && absl::Now() >= deadline) break;
-  }
-  exchange_wait_ = nullptr;
-  STRATA_RETURN_IF_ERROR(sent);
-  if (!wait.done) return absl::DeadlineExceededError("no reply to the active message in time");
-  return std::move(wait.reply);
-}
-
-absl::Status DataMover::Post(uint16_t am, std::string header, std::string data) {
-  std::lock_guard<std::mutex> lock(ucx_mu_);
-  if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
-  STRATA_RETURN_IF_ERROR(ep_->AmPost(am, std::move(header), std::move(data)));
-  worker_->Progress();  // starts the send; later progress (any transfer, any exchange) ends it
-  return absl::OkStatus();
-}
-
-void DataMover::OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m) {
-  if (!exchange_wait_ || exchange_wait_->reply_am != reply_am || m.header.size() < 8 ||
-      am_wire::GetU64(m.header.data()) != exchange_wait_->request_id || exchange_wait_->done)
-    return;  // a late reply to an exchange that already gave up, or a second one
-  exchange_wait_->reply.header.assign(m.header);
-  exchange_wait_->reply.data.assign(m.data);
-  exchange_wait_->done = true;
-  if (exchange_wait_->on_reply) exchange_wait_->on_reply(exchange_wait_->reply);
 }
 
 void DataMover::StartPrefault() {

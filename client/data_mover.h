@@ -170,9 +170,20 @@ class DataMover {
   // `timeout` counts from when the endpoint is free (a transfer may hold it). Errors:
   // FailedPrecondition, there is no working endpoint (nothing was sent); DeadlineExceeded, no
   // reply in time; Unavailable, the send failed.
+  // `answering`, when set, is asked once the reply is kProbeAfter late whether the daemon that
+  // was sent the request is still the one serving (ControlChannel::SameDaemon); false ends the
+  // wait with Unavailable (nothing will answer: that daemon is gone).
   using Reply = AmReply;
+  static constexpr absl::Duration kProbeAfter = absl::Milliseconds(250);
   absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,
-                                 uint16_t reply_am, absl::Duration timeout);
+                                 uint16_t reply_am, absl::Duration timeout,
+                                 const std::function<bool()>& answering = nullptr);
+  // The daemon instance the data plane is connected to (0 before it is).
+  uint64_t instance_id() const;
+
+  // Connects to the daemon again (its handshake, a new endpoint, zone window and loans), for a
+  // daemon that may have been replaced since. No lock of this mover held.
+  absl::Status Reconnect();
 
   // Acquire and push in one request (ControlChannel::AcquirePushRequest): sends `request`, and
   // `plan` reads the daemon's answer (on this thread, within the worker's progress) and says

@@ -37,6 +37,8 @@ inline constexpr size_t kReplyHeaderBytes = 40;
 inline constexpr uint32_t kWritable = 1;
 // The daemon takes several staged blocks in one message (am_wire::kPublishStagedManyAm).
 inline constexpr uint32_t kStagedMany = 2;
+// The smallest staging window a daemon takes (a client lends at least this much).
+inline constexpr uint64_t kMinStagingBytes = 1 << 20;
 
 struct Reply {
   uint32_t code = 0;

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/zone_wire.h"
 
 namespace strata::daemon {
 
@@ -47,7 +48,7 @@ class StagingTable {
   struct Limits {
     size_t max_windows = 256;            // on this daemon
     size_t max_windows_per_tenant = 64;  // so that one tenant cannot take them all
-    uint64_t min_bytes = 1 << 20;
+    uint64_t min_bytes = zone_wire::kMinStagingBytes;
     uint64_t max_bytes = 1ull << 30;
   };
   StagingTable() : StagingTable(Limits{}) {}

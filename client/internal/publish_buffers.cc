@@ -3,6 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "common/zone_wire.h"
+
 namespace strata::client {
 
 PublishBuffers::~PublishBuffers() {
@@ -18,8 +22,9 @@ PublishBuffers::~PublishBuffers() {
 absl::StatusOr<uint8_t*> PublishBuffers::Allocate(const ZoneWindow& window, uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("a publish buffer of 0 bytes");
   Buffer b;
-  b.bytes = bytes;
-  auto fd = CreateStagingMemfd(bytes, &b.data);
+  // A small buffer is lent as the smallest window the daemon takes; the caller uses its start.
+  b.bytes = std::max<uint64_t>(bytes, zone_wire::kMinStagingBytes);
+  auto fd = CreateStagingMemfd(b.bytes, &b.data);
   if (!fd.ok()) return fd.status();
   b.fd = *fd;
   auto id = window.Lend(b.fd, &b.socket);

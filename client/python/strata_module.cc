@@ -218,6 +218,14 @@ struct PyFetchResult {
 
 // --- Client --------------------------------------------------------------------------------
 
+// A publish buffer as a writable Python buffer (numpy.frombuffer, memoryview): it keeps the
+// client whose memory it is alive.
+struct PyPublishBuffer {
+  std::shared_ptr<strata::Client> owner;
+  uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
 class PyClient {
  public:
   explicit PyClient(const strata::ClientOptions& options) {
@@ -232,6 +240,20 @@ class PyClient {
   strata::Client& client() {
     if (!client_) Raise(absl::FailedPreconditionError("the client is closed"));
     return *client_;
+  }
+
+  // Memory the engine writes blocks into and publishes from (Client::AllocatePublishBuffer):
+  // with several tenants on this node the daemon copies those blocks straight into the tenant's
+  // zone, without this client's copy.
+  PyPublishBuffer AllocatePublishBuffer(size_t nbytes) {
+    client();  // raises once closed
+    absl::StatusOr<strata::MutableBuffer> b;
+    {
+      py::gil_scoped_release release;
+      b = client_->AllocatePublishBuffer(nbytes);
+    }
+    strata::MutableBuffer buf = Take(std::move(b));
+    return PyPublishBuffer{client_, static_cast<uint8_t*>(buf.data), buf.size};
   }
 
   void Close() {
@@ -501,7 +523,9 @@ class PyClient {
     std::shared_ptr<BufferView> view;
   };
   std::vector<Registered> registered_;
-  std::unique_ptr<strata::Client> client_;
+  // Shared with the publish buffers handed out: their memory is the client's, so a closed
+  // client lives on until the last of them is gone.
+  std::shared_ptr<strata::Client> client_;
 };
 
 }  // namespace
@@ -538,6 +562,13 @@ PYBIND11_MODULE(_strata, m) {
       .def_readonly("fetched", &PyFetchResult::fetched)
       .def_readonly("bytes_received", &PyFetchResult::bytes_received)
       .def_readonly("remote", &PyFetchResult::remote);
+
+  py::class_<PyPublishBuffer>(m, "PublishBuffer", py::buffer_protocol())
+      .def_buffer([](PyPublishBuffer& b) {
+        return py::buffer_info(b.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size)}, {1});
+      })
+      .def("__len__", [](const PyPublishBuffer& b) { return b.size; });
 
   py::class_<PyClient>(m, "Client")
       .def(py::init([](const std::string& endpoint, const std::string& client_name,
@@ -582,6 +613,7 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("kind") = "kv", py::arg("tp_rank") = 0, py::arg("tp_size") = 1,
            py::arg("lora_id") = "", py::arg("codec") = "opaque", py::arg("id_scheme") = "strata",
            py::arg("replicas") = 0)
+      .def("allocate_publish_buffer", &PyClient::AllocatePublishBuffer, py::arg("nbytes"))
       .def("register_buffer", &PyClient::Register, py::arg("buffer"))
       .def("unregister_buffer", &PyClient::Unregister, py::arg("buffer"))
       .def("block_ids", &PyClient::BlockIds, py::arg("ns"), py::arg("tokens"),

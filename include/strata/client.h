@@ -269,7 +269,8 @@ class Client {
   // daemon's tenant zone is read-only to this client (several tenants on one node), blocks
   // published from here skip the client's copy into the staging window (the daemon copies each
   // block once, straight into the zone). Elsewhere it is ordinary memory of this client that
-  // publishes like any other. Valid until the client is destroyed.
+  // publishes like any other. Valid until the client is destroyed. At least 1 MiB is set aside
+  // (the smallest window a daemon takes), of which the first `bytes` are returned.
   absl::StatusOr<MutableBuffer> AllocatePublishBuffer(size_t bytes);
 
   // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into

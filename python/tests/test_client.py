@@ -7,7 +7,7 @@ import pytest
 
 import strata
 from strata import errors
-from conftest import SMALL, SMALL_BLOCK_BYTES
+from conftest import SMALL, SMALL_BLOCK_BYTES, Daemon
 
 
 def blocks_of(n, seed=0):
@@ -212,3 +212,38 @@ def test_a_calibrated_namespace_round_trip(client):
     for a, b in zip(src, out):
         a, b = a.astype(np.float64), b.astype(np.float64)
         assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
+
+
+def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):
+    # Two tenants on this node: each client's zone of the arena is read-only to it, and blocks
+    # the engine writes into a publish buffer are copied by stratad straight into the zone.
+    token_a = "tenant-a-token-0123456789"
+    (tmp_path / "tokens").write_text(
+        f"{token_a} a tenant\ntenant-b-token-0123456789 b tenant\n")
+    d = Daemon(f"host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: {tmp_path / 'tokens'}\n")
+    try:
+        with strata.Client(d.endpoint, auth_token=token_a, quiet=True) as c:
+            ns = c.open_namespace("pb/model", tenant="", **SMALL)
+            n = SMALL_BLOCK_BYTES
+            buf = c.allocate_publish_buffer(3 * n)
+            assert len(buf) == 3 * n
+            engine = np.frombuffer(buf, dtype=np.uint8)  # writable, in place
+            src = blocks_of(3, seed=7)
+            for i, b in enumerate(src):
+                engine[i * n:(i + 1) * n] = b
+            tokens = tokens_of(3, start=4000)
+            staged = c.stats()["counters"]["published_staged_total"]
+            assert c.publish(ns, tokens, [engine[i * n:(i + 1) * n] for i in range(3)]).stored == 3
+            assert c.stats()["counters"]["published_staged_total"] == staged + 3
+            engine[:] = 0xAB  # the engine reuses its buffer: what was stored stays
+            out = [np.zeros(n, np.uint8) for _ in range(3)]
+            assert c.fetch(ns, c.block_ids(ns, tokens), out).fetched == 3
+            for got, want in zip(out, src):
+                assert np.array_equal(got, want)
+        # The buffer's memory is the client's: it stays usable after close().
+        view = memoryview(buf)
+        view[0] = 1
+        assert view[0] == 1
+        del view, engine, buf
+    finally:
+        d.stop()

@@ -45,8 +45,9 @@ inline NamespaceSpec Spec() {
 }
 
 // A daemon with a tokens file: tenants a and b, an admin and a peer. `auth_lines`: more keys of
-// the auth section, each "  key: value\n".
-inline std::unique_ptr<DaemonProcess> AuthDaemon(const std::string& auth_lines = "") {
+// the auth section, each "  key: value\n"; `extra_args` follow on stratad's command line.
+inline std::unique_ptr<DaemonProcess> AuthDaemon(const std::string& auth_lines = "",
+                                                 std::vector<std::string> extra_args = {}) {
   std::string dir = testing::MakeTempDir("auth");
   std::ofstream(dir + "/tokens") << "# token tenant role\n"
                                  << kTokenA << " a tenant\n"
@@ -54,7 +55,8 @@ inline std::unique_ptr<DaemonProcess> AuthDaemon(const std::string& auth_lines =
                                  << kAdminToken << " ops admin\n"
                                  << kPeerToken << " - peer\n";
   return std::make_unique<DaemonProcess>(
-      "host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n" + auth_lines);
+      "host_tier:\n  capacity: 64MiB\nauth:\n  tokens_file: " + dir + "/tokens\n" + auth_lines,
+      std::move(extra_args));
 }
 
 // A call context with a deadline and, unless `token` is empty, the bearer token.

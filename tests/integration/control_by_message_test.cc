@@ -277,6 +277,57 @@ TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
   EXPECT_EQ(r->stored, 2u);
 }
 
+// A daemon killed and started again on the same endpoint: the client's data-plane endpoint
+// leads to shared memory nobody reads any more, where messages are lost without an error. The
+// next calls reach the new daemon without waiting out a deadline on the old endpoint, with and
+// without a gRPC call in between, and what they store fetches intact.
+TEST(ControlByMessageTest, ARestartedDaemonIsReachedAgainWithoutWaitingOutADeadline) {
+  const std::vector<std::string> listen = {"--listen",
+                                           absl::StrCat("127.0.0.1:", testing::FreePort())};
+  // The same secret on both: the namespace keeps its id across the restart.
+  const std::string dir = testing::MakeTempDir("restart");
+  std::ofstream(dir + "/secret") << "restart-test-secret-0123456789abcdef\n";
+  const std::string config =
+      "cluster_secret_file: " + dir + "/secret\nhost_tier:\n  capacity: 64MiB\n";
+  auto d = std::make_unique<DaemonProcess>(config, listen);
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto client = Connect(*d);
+  ASSERT_TRUE(client);
+  auto ns = client->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  uint32_t seed = 60;
+  auto publish_and_fetch = [&](const char* when) {
+    const auto blocks = RandomBlocks(2, 65536, ++seed);
+    const absl::Time t0 = absl::Now();
+    auto r = client->Publish(*ns, Tokens(2 * kTokensPerBlock, ++seed),
+                             testing::BufferViews(blocks));
+    const absl::Duration took = absl::Now() - t0;
+    ASSERT_TRUE(r.ok()) << when << ": " << r.status();
+    EXPECT_EQ(r->stored, 2u) << when;
+    // The client's deadlines are 5 s: a call that waited one out on the old endpoint is slower.
+    EXPECT_LT(took, absl::Seconds(2)) << when;
+    Fetched f = FetchInto(*client, *ns, r->ids, 65536);
+    ASSERT_TRUE(f.result.ok()) << when << ": " << f.result.status();
+    EXPECT_EQ(f.result->fetched, 2u) << when;
+    EXPECT_EQ(f.blocks, blocks) << when;
+  };
+  publish_and_fetch("before the restart");
+  for (const bool grpc_between : {false, true}) {
+    d.reset();  // SIGKILL
+    d = std::make_unique<DaemonProcess>(config, listen);
+    ASSERT_TRUE(d->ok()) << d->log();
+    if (grpc_between) {
+      // A gRPC call first (it finds the connection down and reconnects it).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!client->Stats().ok() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    publish_and_fetch(grpc_between ? "after a restart and a gRPC call" : "right after a restart");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 TEST(ControlByMessageTest, CommitsThatMustReachOtherNodesGoThroughGrpc) {
   const std::string dir = testing::MakeTempDir("control-cluster");
   std::ofstream(dir + "/secret") << "control-by-message-secret-0123456789\n";
