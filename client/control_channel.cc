@@ -232,6 +232,7 @@ bool ControlChannel::DataPlaneCurrent() {
 bool ControlChannel::SameDaemon() {
   v1::ConnectRequest req;
   req.set_client_name(options_.client_name);
+  req.set_instance_only(true);  // issues no ticket: probes must not push others' out
   v1::ConnectResponse resp;
   grpc::ClientContext ctx;
   // Short: a stalled daemon must not cost its callers a second full deadline.

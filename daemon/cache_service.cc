@@ -135,7 +135,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     // With authentication the fast paths need the caller's ticket; without one (no random
     // bytes) they stay off for this client.
     std::string ticket;
-    if (auth_->enabled()) ticket = am_tickets_.Issue(caller);
+    if (auth_->enabled() && !req->instance_only()) ticket = am_tickets_.Issue(caller);
     const bool fast_paths = !auth_->enabled() || !ticket.empty();
     resp->set_active_messages_off(!fast_paths);
     resp->set_acquire_by_message(fast_paths);

@@ -108,9 +108,11 @@ struct Scene {
   }
 };
 
-v1::ConnectResponse ConnectRaw(const DaemonProcess& d, const std::string& token) {
+v1::ConnectResponse ConnectRaw(const DaemonProcess& d, const std::string& token,
+                               bool instance_only = false) {
   auto cache = v1::Cache::NewStub(Channel(d));
   v1::ConnectRequest q;
+  q.set_instance_only(instance_only);
   v1::ConnectResponse r;
   auto s = cache->Connect(Ctx(token).get(), q, &r);
   EXPECT_TRUE(s.ok()) << s.error_message();
@@ -316,6 +318,11 @@ TEST(TenantMemoryTest, FastPathsNeedTheCallersTicket) {
   ASSERT_EQ(a_conn.am_ticket().size(), w::kTicketBytes);
   ASSERT_EQ(b_conn.am_ticket().size(), w::kTicketBytes);
   EXPECT_NE(a_conn.am_ticket(), b_conn.am_ticket());
+  // A client telling a restarted daemon from a slow one asks for the instance alone: no ticket
+  // (tickets are bounded, and such probes must not push other clients' out).
+  const v1::ConnectResponse probe = ConnectRaw(*d, kTokenA, /*instance_only=*/true);
+  EXPECT_TRUE(probe.am_ticket().empty());
+  EXPECT_EQ(probe.instance_id(), a_conn.instance_id());
   RawUcxPeer b;
   ASSERT_TRUE(b.Connect(b_conn.worker_address()));
   std::string ids;
