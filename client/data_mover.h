@@ -296,7 +296,8 @@ class DataMover {
   std::unique_ptr<transport::Endpoint> ep_;
   uint64_t arena_base_ = 0;
   uint64_t arena_bytes_ = 0;  // written under ucx_mu_ and map_mu_ both
-  uint64_t instance_id_ = 0;  // the daemon instance dialed; written under both too
+  // The daemon instance dialed; written under both too, read without either (instance_id()).
+  std::atomic<uint64_t> instance_id_{0};
   uint64_t next_request_id_ = 1;
   PushWait* push_wait_ = nullptr;
   PublishWait* publish_wait_ = nullptr;

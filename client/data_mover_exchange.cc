@@ -21,10 +21,8 @@ absl::Status DataMover::PostFollowUp(FollowUp* follow_up, ExchangeWait* reply) {
                      std::move(follow_up->data));
 }
 
-uint64_t DataMover::instance_id() const {
-  std::shared_lock<std::shared_mutex> map_lock(map_mu_);
-  return instance_id_;
-}
+// Without map_mu_: Exchange asks for it (through its probe) while holding ucx_mu_.
+uint64_t DataMover::instance_id() const { return instance_id_.load(); }
 
 absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::string header,
                                                      std::string data, uint16_t reply_am,
