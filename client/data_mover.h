@@ -170,9 +170,10 @@ class DataMover {
   // `timeout` counts from when the endpoint is free (a transfer may hold it). Errors:
   // FailedPrecondition, there is no working endpoint (nothing was sent); DeadlineExceeded, no
   // reply in time; Unavailable, the send failed.
-  // `answering`, when set, is asked once the reply is kProbeAfter late whether the daemon that
-  // was sent the request is still the one serving (ControlChannel::SameDaemon); false ends the
-  // wait with Unavailable (nothing will answer: that daemon is gone).
+  // `answering`, when set, is asked (on another thread, while the wait goes on) once the reply
+  // is kProbeAfter late whether the daemon that was sent the request is still the one serving
+  // (ControlChannel::SameDaemon); false ends the wait with Unavailable (nothing will answer:
+  // that daemon is gone).
   using Reply = AmReply;
   static constexpr absl::Duration kProbeAfter = absl::Milliseconds(250);
   absl::StatusOr<Reply> Exchange(uint16_t request_am, std::string header, std::string data,

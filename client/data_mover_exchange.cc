@@ -1,6 +1,9 @@
 // Requests and replies on the data-plane endpoint: the control calls stratad answers on its
 // progress thread (Lookup, Acquire, Reserve, Commit, ... by message; common/am_wire.h), one at
 // a time per endpoint, each waited for with its own deadline.
+#include <chrono>
+#include <future>
+
 #include "client/data_mover.h"
 #include "client/internal/data_mover_waits.h"
 #include "common/am_wire.h"
@@ -29,6 +32,10 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
                                                      absl::Duration timeout,
                                                      const std::function<bool()>& answering) {
   if (header.size() < 8) return absl::InvalidArgumentError("a request header starts with its id");
+  // The probe (a gRPC call) runs on its own thread while this one goes on progressing the
+  // worker, so a reply that comes meanwhile ends the wait; declared before the lock, a probe
+  // still running when the reply came is waited for only once ucx_mu_ is free again.
+  std::future<bool> probe;
   std::lock_guard<std::mutex> lock(ucx_mu_);
   // ep_ changes only under ucx_mu_ (and map_mu_), so reading it here needs no more.
   if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
@@ -54,8 +61,11 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
     if (now >= deadline) break;
     if (now >= probe_at) {
       probe_at = absl::InfiniteFuture();
-      if ((gone = !answering())) break;
+      probe = std::async(std::launch::async, answering);
     }
+    if (probe.valid() && probe.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+        (gone = !probe.get()))
+      break;
   }
   exchange_wait_ = nullptr;
   STRATA_RETURN_IF_ERROR(sent);

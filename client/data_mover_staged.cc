@@ -96,7 +96,8 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
   auto progress = [&] {
     // While stratad copies much of the publish it runs on both cores; polling for its
     // acknowledgements would take one of them (1 MiB blocks from publish buffers, one message
-    // each: 4.7 GB/s polling, 6.1-6.6 sleeping). So this thread sleeps for the time that copy
+    // each: 4.7 GB/s polling, 6.1-6.6 with the client sleeping in epoll,
+    // STRATA_CLIENT_WAIT_YIELD_US=0, same runs). So this thread sleeps for the time that copy
     // takes at least, and polls again only for the last of it.
     const uint64_t behind = sent_bytes - w.acked_bytes;
     if (behind >= kNapBehindBytes && worker_->Progress() == 0) {

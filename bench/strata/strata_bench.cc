@@ -269,13 +269,14 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
     (void)(*raw_client)->UnregisterBuffer(dst.data());
   }
 
-  if (cfg.publish_only) {
+  auto finish = [&] {
     client->reset();
     raw_client->reset();
     daemon.reset();
     std::filesystem::remove_all(tmp);
     return true;
-  }
+  };
+  if (cfg.publish_only) return finish();
   // Lookup of a 128k-token prompt: 512 blocks of 256 tokens, all cached.
   auto prompt = tokens.Next(512);
   std::vector<char> small(4096, 7);
@@ -308,11 +309,7 @@ bool RunTransport(const Config& cfg, const std::string& name, const std::string&
   *lookup_p50 = Percentile(lat, 0.5);
   *lookup_p99 = Percentile(lat, 0.99);
   *hash_p50 = Percentile(hash, 0.5);
-  client->reset();
-  raw_client->reset();
-  daemon.reset();
-  std::filesystem::remove_all(tmp);
-  return true;
+  return finish();
 }
 
 }  // namespace
