@@ -15,6 +15,7 @@
 #include "client/calibrations.h"
 #include "client/control_channel.h"
 #include "client/daemon_link.h"
+#include "client/device_calls.h"
 #include "client/internal/remote_fetch.h"
 #include "codec/codec.h"
 #include "common/packed_ids.h"
@@ -76,6 +77,7 @@ struct Client::Impl {
   std::string vllm_hash_seed;
   std::unique_ptr<client::DaemonLink> local;
   std::unique_ptr<client::CalibrationCache> calibrations;  // over `local`'s control channel
+  std::unique_ptr<v1::DeviceCopies::Stub> device;          // the same channel's DeviceCopies
   client::RemoteFetch remote;
   std::mutex codecs_mu;
   // AllocatePublishBuffer's memory where no zone window lends it.
@@ -92,6 +94,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   auto impl = std::make_unique<Impl>(options);
   STRATA_ASSIGN_OR_RETURN(impl->local, client::DaemonLink::Connect(options));
   impl->calibrations = std::make_unique<client::CalibrationCache>(&impl->local->control());
+  impl->device = v1::DeviceCopies::NewStub(impl->local->control().channel());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -373,6 +376,12 @@ client::CallRunner NamespaceRunner(client::ControlChannel& control, const Namesp
   };
 }
 
+client::CallRunner ControlRunner(client::ControlChannel& control) {
+  return [&control](const char* name, const client::GrpcCall& call) {
+    return control.Rpc(name, call);
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<RepositionOutcome> Client::Reposition(const NamespaceId& ns,
@@ -382,6 +391,25 @@ absl::StatusOr<RepositionOutcome> Client::Reposition(const NamespaceId& ns,
   client::ControlChannel& control = impl_->control();
   return client::RepositionBlocks(control.stub(), NamespaceRunner(control, ns), ns, ids,
                                   target_node, move, target_tier);
+}
+
+absl::StatusOr<uint64_t> Client::LendDeviceBuffer(const DeviceBufferHandle& buffer) {
+  client::ControlChannel& control = impl_->control();
+  return client::LendDeviceBuffer(*impl_->device, ControlRunner(control), buffer);
+}
+
+absl::StatusOr<DeviceFetchResult> Client::FetchToDevice(const NamespaceId& ns, uint64_t loan,
+                                                        std::span<const BlockId> ids,
+                                                        std::span<const uint64_t> offsets,
+                                                        bool promote) {
+  client::ControlChannel& control = impl_->control();
+  return client::FetchToDevice(*impl_->device, NamespaceRunner(control, ns), ns, loan, ids,
+                               offsets, promote);
+}
+
+absl::Status Client::ReturnDeviceBuffer(uint64_t loan) {
+  client::ControlChannel& control = impl_->control();
+  return client::ReturnDeviceBuffer(*impl_->device, ControlRunner(control), loan);
 }
 
 absl::StatusOr<EvictOutcome> Client::Evict(const NamespaceId& ns, std::span<const BlockId> ids,

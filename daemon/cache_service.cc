@@ -421,6 +421,8 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
       c["gpu_staged_down_total"] = g.staged_down;
       c["gpu_copy_errors_total"] = g.copy_errors;
       c["gpu_crc_failures_total"] = g.crc_failures;
+      c["gpu_peer_copies_total"] = g.peer_copies;
+      c["gpu_peer_copied_bytes_total"] = g.peer_copied_bytes;
     }
     resp->set_namespaces(namespaces_->size());
     resp->set_transport(data_plane_.transports);

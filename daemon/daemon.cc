@@ -24,6 +24,7 @@
 #include "daemon/cache_service.h"
 #include "daemon/calibrations/calibration_service.h"
 #include "daemon/calibrations/calibration_store.h"
+#include "daemon/device/device_service.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/daemon_metrics.h"
 #include "daemon/events/kv_event_publisher.h"
@@ -111,6 +112,8 @@ struct Daemon::Impl {
   // The namespaces' calibrations (codec mode pca) under <data_dir>/calibrations.
   std::unique_ptr<CalibrationStore> calibrations;
   std::unique_ptr<CalibrationService> calibration_service;
+  // Device buffers same-node engines lend for fetches from the GPU tier.
+  std::unique_ptr<DeviceService> device_service;
   std::unique_ptr<grpc::Server> server;
   // Set once membership is up.
   std::unique_ptr<Cluster> cluster;
@@ -621,6 +624,8 @@ absl::Status Daemon::Impl::StartServices() {
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());
   peer->set_calibrations(calibrations.get());
+  device_service = std::make_unique<DeviceService>(gpu, namespaces.get(), auth.get());
+  builder.RegisterService(device_service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another
   // daemon already listens on, and the two silently split the connections.
@@ -687,6 +692,8 @@ void Daemon::Impl::StartReclaim() {
   reclaim = std::thread([this, period] {
     while (!stop_reclaim.WaitForNotificationWithTimeout(period)) {
       store->ReclaimExpired();
+      if (size_t closed = device_service->CloseIdle(absl::Now()))
+        spdlog::info("closed {} lent device buffers left unused", closed);
       const auto usage = store->UsageByNamespace();
       if (size_t released = namespaces->ReleaseIdle(
               absl::Now(), [&](const NamespaceId& id) { return usage.contains(id); }))

@@ -65,6 +65,8 @@ struct GpuTierCounters {
   uint64_t staged_down_bytes = 0;
   uint64_t copy_errors = 0;   // device copies that failed
   uint64_t crc_failures = 0;  // device copies whose bytes failed their CRC32C below
+  uint64_t peer_copies = 0;   // blocks copied into buffers same-node engines lent
+  uint64_t peer_copied_bytes = 0;
 };
 
 struct BlockStoreStats {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
+#include "strata/device_buffer.h"
 
 namespace strata {
 
@@ -152,6 +153,17 @@ struct FetchResult {
   size_t remote = 0;            // blocks fetched from another node's daemon
 };
 
+// What Client::FetchToDevice copied into a lent device buffer, per id in request order.
+struct DeviceFetchResult {
+  // kOk (copied), kNotFound, kInvalid (does not fit where its offset puts it: nothing written).
+  std::vector<BlockStatus> status;
+  std::vector<uint64_t> sizes;     // bytes written (the block as stored: a blob under a codec)
+  std::vector<uint32_t> crcs;      // their CRC32C, as the daemon's tiers verified them
+  std::vector<std::string> sources;  // "gpu" (device to device) or "host" (host to device)
+  size_t fetched = 0;
+  uint64_t bytes = 0;
+};
+
 struct EvictOutcome {
   std::vector<BlockStatus> status;
   uint64_t removed_blocks = 0;
@@ -272,6 +284,23 @@ class Client {
   // publishes like any other. Valid until the client is destroyed. At least 1 MiB is set aside
   // (the smallest window a daemon takes), of which the first `bytes` are returned.
   absl::StatusOr<MutableBuffer> AllocatePublishBuffer(size_t bytes);
+
+  // --- Fetches into the engine's device memory (same node; docs/gpu.md) ---
+  // Lends the local daemon a buffer of this process's device memory (ExportCudaBuffer; a
+  // StandInDeviceBuffer's handle where the daemon's GPU tier is host memory standing in). The
+  // loan's id: the daemon keeps the memory open until ReturnDeviceBuffer, or until the loan has
+  // been unused for its idle limit (10 minutes). FailedPrecondition when the daemon has no GPU
+  // tier; InvalidArgument for a handle its device memory cannot open.
+  absl::StatusOr<uint64_t> LendDeviceBuffer(const DeviceBufferHandle& buffer);
+  // Copies blocks of `ns` into the lent buffer, ids[i] at offsets[i] of the lent range, as
+  // stored (under a codec: the encoded blob). From the daemon's GPU tier device to device,
+  // promoting blocks only host memory or NVMe holds into it first (promote false: copied
+  // straight from host memory, leaving the GPU tier as it is).
+  absl::StatusOr<DeviceFetchResult> FetchToDevice(const NamespaceId& ns, uint64_t loan,
+                                                  std::span<const BlockId> ids,
+                                                  std::span<const uint64_t> offsets,
+                                                  bool promote = true);
+  absl::Status ReturnDeviceBuffer(uint64_t loan);
 
   // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into
   // its `target_tier`: "host", or "gpu" (the node's GPU tier, on top of its host copy; only for

@@ -1,11 +1,14 @@
 // DeviceMemory on a CUDA device (built only with CUDA; see storage/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+#include <string>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/device_handles.h"
 #include "storage/gpu/device_memory.h"
 
 namespace strata {
@@ -16,17 +19,57 @@ absl::Status CudaError(cudaError_t err, const char* what) {
                                           cudaGetErrorString(err), ")"));
 }
 
+// The driver's cuMemGetAddressRange (the bounds of the allocation a device address lies in),
+// looked up at run time: stratad links the static runtime only, and must start on machines
+// without a driver.
+using AddressRangeFn = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+
+absl::StatusOr<AddressRangeFn> AddressRange() {
+  static void* fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return static_cast<void*>(nullptr);
+    return f;
+  }();
+  if (fn == nullptr)
+    return absl::FailedPreconditionError("the CUDA driver offers no cuMemGetAddressRange");
+  return reinterpret_cast<AddressRangeFn>(fn);
+}
+
+// An engine's allocation opened from its IPC handle; closed with the object.
+class CudaPeerBuffer final : public PeerBuffer {
+ public:
+  CudaPeerBuffer(int device, uint8_t* opened, uint64_t offset, uint64_t bytes)
+      : device_(device), opened_(opened), offset_(offset), bytes_(bytes) {}
+  ~CudaPeerBuffer() override {
+    cudaSetDevice(device_);
+    cudaIpcCloseMemHandle(opened_);
+  }
+  uint64_t size() const override { return bytes_; }
+  uint8_t* data() const { return opened_ + offset_; }
+
+ private:
+  const int device_;
+  uint8_t* const opened_;
+  const uint64_t offset_, bytes_;
+};
+
 class CudaDeviceMemory final : public DeviceMemory {
  public:
   CudaDeviceMemory(int device, uint8_t* pool, uint64_t capacity, cudaStream_t up,
-                   cudaStream_t down)
-      : device_(device), pool_(pool), capacity_(capacity), up_(up), down_(down) {}
+                   cudaStream_t down, cudaStream_t peer)
+      : device_(device), pool_(pool), capacity_(capacity), up_(up), down_(down),
+        peer_stream_(peer) {}
 
   ~CudaDeviceMemory() override {
     cudaSetDevice(device_);
     for (auto [base, bytes] : registered_) cudaHostUnregister(base);
     cudaStreamDestroy(up_);
     cudaStreamDestroy(down_);
+    cudaStreamDestroy(peer_stream_);
     cudaFree(pool_);
   }
 
@@ -53,6 +96,68 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
   absl::Status ToHost(std::span<const DeviceCopy> copies) override {
     return Run(copies, /*to_device=*/false);
+  }
+
+  absl::StatusOr<std::unique_ptr<PeerBuffer>> OpenPeerBuffer(std::string_view kind,
+                                                             std::string_view handle,
+                                                             uint64_t offset,
+                                                             uint64_t bytes) override {
+    if (kind != device_handles::kCudaIpc)
+      return absl::InvalidArgumentError(
+          absl::StrCat("this daemon's GPU tier opens cuda-ipc buffers, not ", std::string(kind), " handles"));
+    if (handle.size() != sizeof(cudaIpcMemHandle_t) ||
+        handle.size() != device_handles::kCudaIpcHandleBytes)
+      return absl::InvalidArgumentError(absl::StrCat("a cuda-ipc handle has ",
+                                                     sizeof(cudaIpcMemHandle_t),
+                                                     " bytes, not ", handle.size()));
+    if (bytes == 0) return absl::InvalidArgumentError("a lent buffer of 0 bytes");
+    auto range = AddressRange();
+    if (!range.ok()) return range.status();
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof h);
+    std::lock_guard l(peer_mu_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    void* opened = nullptr;
+    if (cudaError_t e = cudaIpcOpenMemHandle(&opened, h, cudaIpcMemLazyEnablePeerAccess);
+        e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot open the lent buffer's IPC handle: ", cudaGetErrorName(e), " (",
+          cudaGetErrorString(e), "); it must come from a live allocation of another process"));
+    }
+    unsigned long long base = 0;
+    size_t have = 0;
+    const int r = (*range)(&base, &have, reinterpret_cast<uintptr_t>(opened));
+    if (r != 0 || base != reinterpret_cast<uintptr_t>(opened) || offset > have ||
+        bytes > have - offset) {
+      cudaIpcCloseMemHandle(opened);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the lent range of ", bytes, " bytes at ", offset, " leaves the allocation of ", have,
+          " bytes (driver answer ", r, ")"));
+    }
+    return std::unique_ptr<PeerBuffer>(
+        new CudaPeerBuffer(device_, static_cast<uint8_t*>(opened), offset, bytes));
+  }
+
+  absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) override {
+    if (absl::Status s = CheckPeerCopies(copies, capacity_, peer.size()); !s.ok()) return s;
+    uint8_t* dst = static_cast<CudaPeerBuffer&>(peer).data();
+    std::lock_guard l(peer_mu_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    for (const PeerCopy& c : copies) {
+      const void* src = c.host ? static_cast<const void*>(c.host) : pool_ + c.device_offset;
+      if (cudaError_t e = cudaMemcpyAsync(dst + c.peer_offset, src, c.size, cudaMemcpyDefault,
+                                          peer_stream_);
+          e != cudaSuccess) {
+        cudaStreamSynchronize(peer_stream_);
+        return CudaError(e, "cudaMemcpyAsync into a lent buffer");
+      }
+    }
+    if (cudaError_t e = cudaStreamSynchronize(peer_stream_); e != cudaSuccess)
+      return CudaError(e, "cudaStreamSynchronize");
+    return absl::OkStatus();
   }
 
  private:
@@ -83,7 +188,8 @@ class CudaDeviceMemory final : public DeviceMemory {
   uint8_t* const pool_;
   const uint64_t capacity_;
   cudaStream_t up_, down_;
-  std::mutex up_mu_, down_mu_, register_mu_;
+  cudaStream_t peer_stream_;  // copies into lent buffers, beside promotions and demotions
+  std::mutex up_mu_, down_mu_, register_mu_, peer_mu_;
   std::vector<std::pair<uint8_t*, uint64_t>> registered_;
 };
 
@@ -119,17 +225,18 @@ absl::StatusOr<std::unique_ptr<DeviceMemory>> OpenCudaDeviceMemory(int device, u
   void* pool = nullptr;
   if (cudaError_t e = cudaMalloc(&pool, capacity); e != cudaSuccess)
     return CudaError(e, "cudaMalloc of the GPU tier");
-  cudaStream_t up = nullptr, down = nullptr;
+  cudaStream_t up = nullptr, down = nullptr, peer = nullptr;
   cudaError_t e1 = cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking);
   cudaError_t e2 = cudaStreamCreateWithFlags(&down, cudaStreamNonBlocking);
-  if (e1 != cudaSuccess || e2 != cudaSuccess) {
-    if (up) cudaStreamDestroy(up);
-    if (down) cudaStreamDestroy(down);
+  cudaError_t e3 = cudaStreamCreateWithFlags(&peer, cudaStreamNonBlocking);
+  if (e1 != cudaSuccess || e2 != cudaSuccess || e3 != cudaSuccess) {
+    for (cudaStream_t s : {up, down, peer})
+      if (s) cudaStreamDestroy(s);
     cudaFree(pool);
-    return CudaError(e1 != cudaSuccess ? e1 : e2, "cudaStreamCreate");
+    return CudaError(e1 != cudaSuccess ? e1 : e2 != cudaSuccess ? e2 : e3, "cudaStreamCreate");
   }
   return std::unique_ptr<DeviceMemory>(
-      new CudaDeviceMemory(device, static_cast<uint8_t*>(pool), capacity, up, down));
+      new CudaDeviceMemory(device, static_cast<uint8_t*>(pool), capacity, up, down, peer));
 }
 
 }  // namespace strata

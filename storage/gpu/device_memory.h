@@ -28,6 +28,24 @@ struct DeviceCopy {
   uint64_t size = 0;
 };
 
+// Device memory of another process on the node that it lent the daemon (common/device_handles.h):
+// an engine's own buffer, which fetched blocks are copied into device-to-device. Open as long as
+// the object lives.
+class PeerBuffer {
+ public:
+  virtual ~PeerBuffer() = default;
+  virtual uint64_t size() const = 0;
+};
+
+// `size` bytes into a peer buffer at `peer_offset`, from the pool at `device_offset` or, when
+// `host` is set, from host memory there (a block the pool does not hold).
+struct PeerCopy {
+  uint64_t peer_offset = 0;
+  uint64_t device_offset = 0;
+  const uint8_t* host = nullptr;
+  uint64_t size = 0;
+};
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -48,10 +66,26 @@ class DeviceMemory {
   // have written part of its destinations: the caller treats all of them as unwritten.
   virtual absl::Status ToDevice(std::span<const DeviceCopy> copies) = 0;
   virtual absl::Status ToHost(std::span<const DeviceCopy> copies) = 0;
+
+  // Opens the range [offset, offset + bytes) of memory another process lent by a handle of
+  // `kind` (common/device_handles.h). InvalidArgument for a handle of another kind than this
+  // memory's, a malformed one or a range outside what the handle opens; FailedPrecondition
+  // when it names memory that is gone.
+  virtual absl::StatusOr<std::unique_ptr<PeerBuffer>> OpenPeerBuffer(std::string_view kind,
+                                                                     std::string_view handle,
+                                                                     uint64_t offset,
+                                                                     uint64_t bytes) = 0;
+  // Every copy of the batch is done (or the call failed) when this returns. `peer` must come
+  // from this memory's OpenPeerBuffer.
+  virtual absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) = 0;
 };
 
 // Checks the copies of a batch against a pool of `capacity` bytes (shared by implementations).
 absl::Status CheckDeviceCopies(std::span<const DeviceCopy> copies, uint64_t capacity);
+
+// Checks the copies of a batch against the pool and the peer buffer (shared by implementations).
+absl::Status CheckPeerCopies(std::span<const PeerCopy> copies, uint64_t capacity,
+                             uint64_t peer_size);
 
 struct HostStandInOptions {
   // Called before each copy (to_device: direction); a non-OK answer fails the batch there, as a
@@ -72,6 +106,12 @@ class HostStandInMemory final : public DeviceMemory {
   absl::Status RegisterHost(uint8_t*, uint64_t) override { return absl::OkStatus(); }
   absl::Status ToDevice(std::span<const DeviceCopy> copies) override;
   absl::Status ToHost(std::span<const DeviceCopy> copies) override;
+  // Handles of kind host-stand-in: shared-memory objects the client library creates.
+  absl::StatusOr<std::unique_ptr<PeerBuffer>> OpenPeerBuffer(std::string_view kind,
+                                                             std::string_view handle,
+                                                             uint64_t offset,
+                                                             uint64_t bytes) override;
+  absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) override;
 
   // The pool's bytes, for tests that damage "device" memory behind the tier's back.
   uint8_t* pool() const { return pool_; }

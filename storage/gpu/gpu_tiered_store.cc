@@ -495,6 +495,8 @@ GpuTierCounters GpuTieredStore::Counters() const {
   c.staged_down_bytes = n_.staged_down_bytes.load();
   c.copy_errors = n_.copy_errors.load();
   c.crc_failures = n_.crc_failures.load();
+  c.peer_copies = n_.peer_copies.load();
+  c.peer_copied_bytes = n_.peer_copied_bytes.load();
   return c;
 }
 

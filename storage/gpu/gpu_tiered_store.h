@@ -44,8 +44,18 @@
 #include "storage/block_store_wrapper.h"
 #include "storage/gpu/device_memory.h"
 #include "storage/host_tier.h"
+#include "storage/tier.h"
 
 namespace strata {
+
+// What CopyToPeer did, per id in request order.
+struct PeerFetchResult {
+  std::vector<BlockStatus> status;  // kOk, kNotFound, kInvalid (does not fit at its offset)
+  std::vector<uint64_t> sizes;      // bytes written (kOk)
+  std::vector<uint32_t> crcs;       // their CRC32C, as the tiers verified them
+  std::vector<Tier> sources;        // kGpu or kHost (kOk), else kNone
+  uint64_t bytes = 0;
+};
 
 struct GpuTieredStoreOptions {
   // The device pool's bookkeeping: alignment, watermarks, eviction_policy, timeouts,
@@ -80,6 +90,15 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // needs no copy). Per id: kOk (dropped), kNotFound (not on the device), kInProgress (only the
   // device holds it: it stays), kPinned.
   std::vector<BlockStatus> DropFromDevice(const NamespaceId& ns, std::span<const BlockId> ids);
+  // Copies blocks of `ns` into a buffer another process on the node lent (DeviceMemory::
+  // OpenPeerBuffer), block i at peer_offsets[i]: from the device, promoting blocks that only the
+  // tiers below hold first unless `promote` is false; from host memory when the device has no
+  // room for them (or `promote` is false). A block that does not fit at its offset is kInvalid
+  // and nothing of it is written. An error when the copies failed: then no block is known to be
+  // written whole.
+  absl::StatusOr<PeerFetchResult> CopyToPeer(const NamespaceId& ns, std::span<const BlockId> ids,
+                                             std::span<const uint64_t> peer_offsets,
+                                             PeerBuffer& peer, bool promote = true);
   // Whether the device holds the block (any namespace).
   bool HoldsOnDevice(const BlockId& id) const;
   // Which of `ids` the device holds in `ns` (one look at the device's index for all of them).
@@ -139,7 +158,7 @@ class GpuTieredStore final : public BlockStoreWrapper {
   struct Atomics {
     std::atomic<uint64_t> promotions{0}, promoted_bytes{0}, demotions{0}, demoted_bytes{0},
         victims_held_below{0}, victims_dropped{0}, staged_down{0}, staged_down_bytes{0},
-        copy_errors{0}, crc_failures{0};
+        copy_errors{0}, crc_failures{0}, peer_copies{0}, peer_copied_bytes{0};
   } n_;
   std::atomic<bool> stop_{false};
   std::thread demoter_;

@@ -27,7 +27,8 @@ ALLOWED = {
     "daemon": {"common", "codec", "storage", "transport", "placement", "proto", "config",
                "client"},
 }
-CLIENT_PUBLIC = {"strata/client.h", "strata/admin_client.h", "strata/c.h"}
+CLIENT_PUBLIC = {"strata/client.h", "strata/admin_client.h", "strata/c.h",
+                 "strata/device_buffer.h"}
 SOURCE_SUFFIXES = (".h", ".cc", ".c", ".cu", ".cuh", ".inc")
 # Production sources over this many lines are split by what they hold.
 MAX_LINES = 900

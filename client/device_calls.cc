@@ -1,0 +1,70 @@
+#include "client/device_calls.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/packed_ids.h"
+#include "common/status_macros.h"
+#include "proto/convert.h"
+
+namespace strata::client {
+
+absl::StatusOr<uint64_t> LendDeviceBuffer(v1::DeviceCopies::Stub& stub, const CallRunner& run,
+                                          const DeviceBufferHandle& buffer) {
+  v1::LendDeviceBufferRequest req;
+  req.set_kind(buffer.kind);
+  req.set_handle(buffer.handle);
+  req.set_offset(buffer.offset);
+  req.set_bytes(buffer.bytes);
+  v1::LendDeviceBufferResponse resp;
+  STRATA_RETURN_IF_ERROR(
+      run("DeviceCopies.Lend", [&](grpc::ClientContext* c) { return stub.Lend(c, req, &resp); }));
+  if (resp.loan_id() == 0) return absl::InternalError("the daemon lent under loan id 0");
+  return resp.loan_id();
+}
+
+absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
+                                                const CallRunner& run, const NamespaceId& ns,
+                                                uint64_t loan, std::span<const BlockId> ids,
+                                                std::span<const uint64_t> offsets, bool promote) {
+  if (offsets.size() != ids.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat(ids.size(), " ids but ", offsets.size(), " offsets"));
+  v1::FetchToDeviceRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_loan_id(loan);
+  req.set_ids(PackIds(ids));
+  req.mutable_offsets()->Add(offsets.begin(), offsets.end());
+  req.set_no_promote(!promote);
+  v1::FetchToDeviceResponse resp;
+  STRATA_RETURN_IF_ERROR(run("DeviceCopies.FetchToDevice", [&](grpc::ClientContext* c) {
+    return stub.FetchToDevice(c, req, &resp);
+  }));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("FetchToDevice", resp.status_size(), ids.size()));
+  const auto n = static_cast<int>(ids.size());
+  if (resp.sizes_size() != n || resp.crc32c_size() != n || resp.source_size() != n)
+    return absl::InternalError("FetchToDevice answered per-block fields of the wrong count");
+  DeviceFetchResult out;
+  out.status = BlockStatuses(resp.status());
+  for (int i = 0; i < n; ++i) {
+    out.sizes.push_back(resp.sizes(i));
+    out.crcs.push_back(resp.crc32c(i));
+    out.sources.push_back(resp.source(i) == v1::TIER_GPU    ? "gpu"
+                          : resp.source(i) == v1::TIER_HOST ? "host"
+                                                            : "");
+    if (out.status[i] == BlockStatus::kOk) ++out.fetched;
+  }
+  out.bytes = resp.bytes_copied();
+  return out;
+}
+
+absl::Status ReturnDeviceBuffer(v1::DeviceCopies::Stub& stub, const CallRunner& run,
+                                uint64_t loan) {
+  v1::ReturnDeviceBufferRequest req;
+  req.set_loan_id(loan);
+  v1::ReturnDeviceBufferResponse resp;
+  return run("DeviceCopies.Return",
+             [&](grpc::ClientContext* c) { return stub.Return(c, req, &resp); });
+}
+
+}  // namespace strata::client

@@ -1,0 +1,88 @@
+#include "daemon/device/device_service.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/request_checks.h"
+#include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace strata::daemon {
+
+grpc::Status DeviceService::Admit(const grpc::ServerContext* ctx, Caller* caller) const {
+  if (auth_ && auth_->enabled()) {
+    if (grpc::Status s = auth_->Check(ctx, Role::kTenant | Role::kAdmin, caller); !s.ok())
+      return s;
+  } else {
+    caller->trusted = true;
+  }
+  if (gpu_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this daemon has no GPU tier (config gpu.capacity): fetch into host "
+                        "memory instead");
+  return grpc::Status::OK;
+}
+
+grpc::Status DeviceService::Lend(grpc::ServerContext* ctx, const v1::LendDeviceBufferRequest* req,
+                                 v1::LendDeviceBufferResponse* resp) {
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
+  const absl::Time now = absl::Now();
+  if (size_t closed = loans_.CloseIdle(now))
+    spdlog::info("closed {} lent device buffers left unused for {}", closed,
+                 absl::FormatDuration(loans_.limits().idle));
+  auto opened =
+      gpu_->memory().OpenPeerBuffer(req->kind(), req->handle(), req->offset(), req->bytes());
+  if (!opened.ok()) return ToGrpcStatus(opened.status());
+  auto id = loans_.Add(caller, std::move(*opened), now);
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  resp->set_loan_id(*id);
+  resp->set_memory_kind(std::string(gpu_->memory().kind()));
+  resp->set_idle_expiry_ms(absl::ToInt64Milliseconds(loans_.limits().idle));
+  return grpc::Status::OK;
+}
+
+grpc::Status DeviceService::FetchToDevice(grpc::ServerContext* ctx,
+                                          const v1::FetchToDeviceRequest* req,
+                                          v1::FetchToDeviceResponse* resp) {
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
+  auto scoped = CheckScoped(req->namespace_id(), req->ids(),
+                            [this](const NamespaceId& id) { return namespaces_->Check(id); });
+  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
+  if (!caller.trusted) {
+    auto entry = namespaces_->Find(scoped->ns);
+    if (!entry || !caller.MayUse(entry->tenant))
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "the namespace belongs to another tenant than the token's");
+  }
+  if (static_cast<size_t>(req->offsets_size()) != scoped->ids.size())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(scoped->ids.size(), " ids but ", req->offsets_size(),
+                                     " offsets: one offset in the lent buffer per block"));
+  auto buffer = loans_.Use(req->loan_id(), caller, absl::Now());
+  if (!buffer.ok()) return ToGrpcStatus(buffer.status());
+  const std::vector<uint64_t> offsets(req->offsets().begin(), req->offsets().end());
+  auto copied = gpu_->CopyToPeer(scoped->ns, scoped->ids, offsets, **buffer, !req->no_promote());
+  if (!copied.ok()) return ToGrpcStatus(copied.status());
+  for (BlockStatus s : copied->status) resp->add_status(static_cast<v1::BlockStatus>(s));
+  resp->mutable_sizes()->Add(copied->sizes.begin(), copied->sizes.end());
+  resp->mutable_crc32c()->Add(copied->crcs.begin(), copied->crcs.end());
+  for (Tier t : copied->sources)
+    resp->add_source(t == Tier::kGpu ? v1::TIER_GPU
+                     : t == Tier::kHost ? v1::TIER_HOST
+                                        : v1::TIER_UNKNOWN);
+  resp->set_bytes_copied(copied->bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status DeviceService::Return(grpc::ServerContext* ctx,
+                                   const v1::ReturnDeviceBufferRequest* req,
+                                   v1::ReturnDeviceBufferResponse*) {
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
+  return ToGrpcStatus(loans_.Return(req->loan_id(), caller));
+}
+
+}  // namespace strata::daemon

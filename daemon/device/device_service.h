@@ -1,0 +1,46 @@
+// The DeviceCopies gRPC service (proto/strata/v1/device.proto): same-node engines lend this
+// daemon buffers of their own device memory and have blocks copied into them from the GPU tier
+// (device to device) or host memory. The tenant rules of the Cache service apply: a caller
+// fetches only from namespaces of its tenant, into loans of its tenant.
+#pragma once
+
+#include <atomic>
+
+#include "daemon/auth.h"
+#include "daemon/device/device_loans.h"
+#include "daemon/namespace_registry.h"
+#include "storage/gpu/gpu_tiered_store.h"
+#include "strata/v1/device.grpc.pb.h"
+
+namespace strata::daemon {
+
+class DeviceService final : public v1::DeviceCopies::Service {
+ public:
+  // `gpu` null: this daemon has no GPU tier and refuses every call with the reason. `auth` null:
+  // authentication off. All must outlive the service.
+  DeviceService(GpuTieredStore* gpu, const NamespaceRegistry* namespaces,
+                const Authenticator* auth, DeviceLoans::Limits limits = {})
+      : gpu_(gpu), namespaces_(namespaces), auth_(auth), loans_(limits) {}
+
+  grpc::Status Lend(grpc::ServerContext* ctx, const v1::LendDeviceBufferRequest* req,
+                    v1::LendDeviceBufferResponse* resp) override;
+  grpc::Status FetchToDevice(grpc::ServerContext* ctx, const v1::FetchToDeviceRequest* req,
+                             v1::FetchToDeviceResponse* resp) override;
+  grpc::Status Return(grpc::ServerContext* ctx, const v1::ReturnDeviceBufferRequest* req,
+                      v1::ReturnDeviceBufferResponse* resp) override;
+
+  // Closes loans left unused past the idle limit (the daemon's reclaim loop calls it).
+  size_t CloseIdle(absl::Time now) { return loans_.CloseIdle(now); }
+  size_t open_loans() const { return loans_.size(); }
+
+ private:
+  // The caller (tenant or admin role), once this daemon is known to have a GPU tier.
+  grpc::Status Admit(const grpc::ServerContext* ctx, Caller* caller) const;
+
+  GpuTieredStore* const gpu_;
+  const NamespaceRegistry* const namespaces_;
+  const Authenticator* const auth_;
+  DeviceLoans loans_;
+};
+
+}  // namespace strata::daemon

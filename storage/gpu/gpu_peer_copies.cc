@@ -1,0 +1,81 @@
+// GpuTieredStore::CopyToPeer: fetches into buffers that same-node engines lent the daemon.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "storage/gpu/gpu_tiered_store.h"
+
+namespace strata {
+
+absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns,
+                                                           std::span<const BlockId> ids,
+                                                           std::span<const uint64_t> peer_offsets,
+                                                           PeerBuffer& peer, bool promote) {
+  if (peer_offsets.size() != ids.size())
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids but ", peer_offsets.size(),
+                                                   " offsets"));
+  PeerFetchResult out;
+  out.status.assign(ids.size(), BlockStatus::kNotFound);
+  out.sizes.assign(ids.size(), 0);
+  out.crcs.assign(ids.size(), 0);
+  out.sources.assign(ids.size(), Tier::kNone);
+
+  // The device first: its leases keep the extents where they are until the copies are done.
+  AcquireResult on_device = promote ? AcquireOnDevice(ns, ids) : device_.Acquire(ns, ids);
+  std::vector<BlockId> rest;
+  std::vector<size_t> rest_idx;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (on_device.status[i] == BlockStatus::kOk) continue;
+    rest.push_back(ids[i]);
+    rest_idx.push_back(i);
+  }
+  // Then host memory (which also reads back what NVMe alone holds) for the others.
+  AcquireResult in_host;
+  if (!rest.empty()) in_host = Acquire(ns, rest);
+
+  std::vector<PeerCopy> copies;
+  copies.reserve(ids.size());
+  auto add = [&](size_t i, BlockStatus got, uint64_t offset, uint64_t size, uint32_t crc,
+                 Tier from) {
+    out.status[i] = got;
+    if (got != BlockStatus::kOk) return;
+    if (peer_offsets[i] > peer.size() || size > peer.size() - peer_offsets[i]) {
+      out.status[i] = BlockStatus::kInvalid;
+      return;
+    }
+    PeerCopy c;
+    c.peer_offset = peer_offsets[i];
+    c.size = size;
+    if (from == Tier::kGpu)
+      c.device_offset = offset;
+    else
+      c.host = below()->arena_base() + offset;
+    copies.push_back(c);
+    out.sizes[i] = size;
+    out.crcs[i] = crc;
+    out.sources[i] = from;
+    out.bytes += size;
+  };
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (on_device.status[i] == BlockStatus::kOk)
+      add(i, BlockStatus::kOk, on_device.offsets[i], on_device.sizes[i], on_device.crcs[i],
+          Tier::kGpu);
+  for (size_t k = 0; k < rest.size(); ++k)
+    add(rest_idx[k], in_host.status[k], in_host.offsets[k], in_host.sizes[k], in_host.crcs[k],
+        Tier::kHost);
+
+  absl::Status copied = copies.empty() ? absl::OkStatus() : memory_->ToPeer(peer, copies);
+  if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
+  if (in_host.lease_id != 0) (void)below()->Release(in_host.lease_id);
+  if (!copied.ok()) {
+    n_.copy_errors.fetch_add(1);
+    Warn(absl::StrCat("copying ", copies.size(), " blocks into a lent buffer failed: ",
+                      copied.message()));
+    return absl::Status(copied.code(),
+                        absl::StrCat("copying into the lent buffer failed: ", copied.message()));
+  }
+  n_.peer_copies.fetch_add(copies.size());
+  n_.peer_copied_bytes.fetch_add(out.bytes);
+  return out;
+}
+
+}  // namespace strata
