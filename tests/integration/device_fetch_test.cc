@@ -1,0 +1,234 @@
+// Same-node engines fetching into their own device memory (proto/strata/v1/device.proto)
+// against a real stratad whose GPU tier is host memory standing in for the device, and engine
+// buffers that are shared memory standing in for theirs (strata/device_buffer.h): blocks land
+// where the engine said, from the GPU tier or host memory; loans are their tenant's, bounded,
+// and gone once returned; bad handles and a daemon without a GPU tier get clear errors.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "common/crc32c.h"
+#include "strata/device_buffer.h"
+#include "strata/v1/device.grpc.pb.h"
+#include "tests/integration/auth_fixture.h"
+
+namespace strata {
+namespace {
+
+using namespace auth_fixture;  // NOLINT(build/namespaces): the shared fixture of these tests
+
+constexpr char kGpu[] = "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n"
+                        "  high_watermark: 1.0\n  low_watermark: 1.0\n";
+constexpr size_t kBlock = 512 << 10;
+
+uint64_t Counter(const DaemonStats& s, const std::string& name) {
+  for (const auto& [k, v] : s.counters)
+    if (k == name) return v;
+  ADD_FAILURE() << "no counter " << name;
+  return 0;
+}
+
+struct Published {
+  NamespaceId ns;
+  std::vector<BlockId> ids;
+  std::vector<std::vector<uint8_t>> blocks;
+};
+
+Published PublishBlocks(Client& c, const std::string& tenant, size_t n, uint32_t seed) {
+  Published p;
+  auto ns = c.OpenNamespace(Spec(), tenant);
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  if (!ns.ok()) return p;
+  p.ns = *ns;
+  p.blocks = testing::RandomBlocks(n, kBlock, seed);
+  std::vector<ConstBuffer> views;
+  for (const auto& b : p.blocks) views.push_back({b.data(), b.size()});
+  auto pub = c.Publish(p.ns, testing::Tokens(n * kTokensPerBlock, seed), views);
+  EXPECT_TRUE(pub.ok()) << pub.status();
+  if (pub.ok()) p.ids = pub->ids;
+  return p;
+}
+
+TEST(DeviceFetchTest, BlocksLandInTheEnginesBufferFromTheGpuTierOrHostMemory) {
+  DaemonProcess d(std::string("host_tier:\n  capacity: 64MiB\n") + kGpu);
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  Published p = PublishBlocks(*client, "t", 10, 5);
+  ASSERT_EQ(p.ids.size(), 10u);
+  auto moved = client->Reposition(p.ns, {p.ids.data(), 2}, "", false, "gpu");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+
+  auto buffer = StandInDeviceBuffer::Create(16 * kBlock);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto loan = client->LendDeviceBuffer((*buffer)->handle());
+  ASSERT_TRUE(loan.ok()) << loan.status();
+  const uint8_t* mem = (*buffer)->data();
+
+  // Blocks 0-1 are on the GPU tier, 2-3 only in host memory: promoted on the way.
+  std::vector<BlockId> ids = {p.ids[3], p.ids[0], p.ids[2], p.ids[1]};
+  std::vector<uint64_t> offsets = {0, 3 * kBlock, 5 * kBlock, 9 * kBlock};
+  auto f = client->FetchToDevice(p.ns, *loan, ids, offsets);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 4u);
+  EXPECT_EQ(f->bytes, 4 * kBlock);
+  EXPECT_EQ(f->sources, std::vector<std::string>(4, "gpu"));
+  const int order[] = {3, 0, 2, 1};
+  for (size_t k = 0; k < 4; ++k) {
+    const auto& want = p.blocks[order[k]];
+    EXPECT_EQ(std::memcmp(mem + offsets[k], want.data(), kBlock), 0) << "block " << order[k];
+    EXPECT_EQ(f->crcs[k], Crc32c(want.data(), kBlock));
+  }
+
+  // Without promotion: from host memory; unknown ids and blocks past the range say so alone.
+  BlockId unknown = p.ids[0];
+  unknown.bytes[0] ^= 1;
+  ids = {p.ids[6], unknown, p.ids[7]};
+  offsets = {kBlock, 2 * kBlock, 16 * kBlock - 100};
+  f = client->FetchToDevice(p.ns, *loan, ids, offsets, /*promote=*/false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->status, (std::vector<BlockStatus>{BlockStatus::kOk, BlockStatus::kNotFound,
+                                                 BlockStatus::kInvalid}));
+  EXPECT_EQ(f->sources[0], "host");
+  EXPECT_EQ(std::memcmp(mem + kBlock, p.blocks[6].data(), kBlock), 0);
+
+  // More than the GPU tier holds (8 blocks of 512 KiB in 4 MiB, 4 of them leased meanwhile
+  // would not fit): every block arrives, from wherever it is.
+  ids.assign(p.ids.begin(), p.ids.end());
+  offsets.clear();
+  for (size_t i = 0; i < ids.size(); ++i) offsets.push_back(i * kBlock);
+  f = client->FetchToDevice(p.ns, *loan, ids, offsets);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 10u);
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(std::memcmp(mem + i * kBlock, p.blocks[i].data(), kBlock), 0) << "block " << i;
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(Counter(*stats, "gpu_peer_copies_total"), 15u);
+
+  // A mismatched request, then the loan returned: gone for good.
+  f = client->FetchToDevice(p.ns, *loan, ids, {offsets.data(), 2});
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
+  ASSERT_TRUE(client->ReturnDeviceBuffer(*loan).ok());
+  f = client->FetchToDevice(p.ns, *loan, {ids.data(), 1}, {offsets.data(), 1});
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound) << f.status();
+  EXPECT_EQ(client->ReturnDeviceBuffer(*loan).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(DeviceFetchTest, ALoanIsItsTenantsAndLoansAreBounded) {
+  auto d = AuthDaemon(kGpu);
+  ASSERT_TRUE(d->ok()) << d->log();
+  auto a = ConnectAs(*d, kTokenA);
+  auto b = ConnectAs(*d, kTokenB);
+  ASSERT_TRUE(a && b);
+  Published pa = PublishBlocks(*a, "a", 2, 7);
+  Published pb = PublishBlocks(*b, "b", 2, 8);
+  ASSERT_EQ(pa.ids.size(), 2u);
+  ASSERT_EQ(pb.ids.size(), 2u);
+  auto buffer = StandInDeviceBuffer::Create(2 * kBlock);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto loan_a = a->LendDeviceBuffer((*buffer)->handle());
+  ASSERT_TRUE(loan_a.ok()) << loan_a.status();
+  const uint64_t at[] = {0};
+
+  // Tenant b can neither use nor return a's loan (told it does not exist), nor fetch a's blocks.
+  auto f = b->FetchToDevice(pb.ns, *loan_a, {pb.ids.data(), 1}, at);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound) << f.status();
+  EXPECT_EQ(b->ReturnDeviceBuffer(*loan_a).code(), absl::StatusCode::kNotFound);
+  auto loan_b = b->LendDeviceBuffer((*buffer)->handle());
+  ASSERT_TRUE(loan_b.ok()) << loan_b.status();
+  f = b->FetchToDevice(pa.ns, *loan_b, {pa.ids.data(), 1}, at);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kPermissionDenied) << f.status();
+  f = a->FetchToDevice(pa.ns, *loan_a, {pa.ids.data(), 1}, at);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(std::memcmp((*buffer)->data(), pa.blocks[0].data(), kBlock), 0);
+
+  // No token: no loan.
+  auto stub = v1::DeviceCopies::NewStub(Channel(*d));
+  v1::LendDeviceBufferRequest req;
+  req.set_kind((*buffer)->handle().kind);
+  req.set_handle((*buffer)->handle().handle);
+  req.set_bytes(kBlock);
+  v1::LendDeviceBufferResponse resp;
+  EXPECT_EQ(stub->Lend(Ctx("").get(), req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub->Lend(Ctx(kPeerToken).get(), req, &resp).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  // Tenant a may hold 16 loans; the 17th is refused until one comes back.
+  std::vector<uint64_t> more;
+  for (int i = 0; i < 15; ++i) {
+    auto l = a->LendDeviceBuffer((*buffer)->handle());
+    ASSERT_TRUE(l.ok()) << i << ": " << l.status();
+    more.push_back(*l);
+  }
+  auto refused = a->LendDeviceBuffer((*buffer)->handle());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(b->LendDeviceBuffer((*buffer)->handle()).ok()) << "b's loans are b's";
+  ASSERT_TRUE(a->ReturnDeviceBuffer(more.back()).ok());
+  EXPECT_TRUE(a->LendDeviceBuffer((*buffer)->handle()).ok());
+}
+
+TEST(DeviceFetchTest, HandlesTheDaemonCannotOpenAreClearErrors) {
+  DaemonProcess d(std::string("host_tier:\n  capacity: 64MiB\n") + kGpu);
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  auto buffer = StandInDeviceBuffer::Create(kBlock);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  DeviceBufferHandle h = (*buffer)->handle();
+
+  DeviceBufferHandle bad = h;
+  bad.kind = "cuda-ipc";
+  auto l = client->LendDeviceBuffer(bad);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument) << l.status();
+  EXPECT_NE(l.status().message().find("host-stand-in"), std::string::npos) << l.status();
+  bad = h;
+  bad.handle = "/etc/passwd";
+  EXPECT_EQ(client->LendDeviceBuffer(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = h;
+  bad.bytes = 2 * kBlock;
+  EXPECT_EQ(client->LendDeviceBuffer(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = h;
+  bad.handle.back() = bad.handle.back() == '0' ? '1' : '0';
+  EXPECT_EQ(client->LendDeviceBuffer(bad).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // A lender that shrinks its buffer under the daemon: the copy lands in a longer file, the
+  // daemon lives on.
+  auto loan = client->LendDeviceBuffer(h);
+  ASSERT_TRUE(loan.ok()) << loan.status();
+  Published p = PublishBlocks(*client, "t", 1, 9);
+  ASSERT_EQ(p.ids.size(), 1u);
+  const int fd = shm_open(h.handle.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  const uint64_t at[] = {0};
+  auto f = client->FetchToDevice(p.ns, *loan, p.ids, at);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(client->Stats().ok()) << "the daemon is alive";
+}
+
+TEST(DeviceFetchTest, ADaemonWithoutAGpuTierSaysSo) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  auto buffer = StandInDeviceBuffer::Create(kBlock);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto l = client->LendDeviceBuffer((*buffer)->handle());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition) << l.status();
+  EXPECT_NE(l.status().message().find("no GPU tier"), std::string::npos) << l.status();
+}
+
+TEST(DeviceFetchTest, ExportingACudaBufferSaysWhyItCannot) {
+  int host_memory = 0;
+  auto h = ExportCudaBuffer(&host_memory, sizeof host_memory);
+  ASSERT_FALSE(h.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(h.status()) || absl::IsInvalidArgument(h.status()))
+      << h.status();
+}
+
+}  // namespace
+}  // namespace strata
