@@ -216,6 +216,61 @@ struct PyFetchResult {
   size_t remote = 0;
 };
 
+// --- Device buffers (docs/gpu.md) ----------------------------------------------------------
+
+// strata.StandInDeviceBuffer: host memory standing in for an engine's device buffer where the
+// daemon's GPU tier is host memory too; a writable Python buffer.
+struct PyStandInDeviceBuffer {
+  std::shared_ptr<strata::StandInDeviceBuffer> buffer;
+};
+
+// A loan of a device buffer to the daemon; keeps the lent object alive while it is out.
+struct PyDeviceLoan {
+  uint64_t id = 0;
+  py::object lent;
+};
+
+struct PyDeviceFetchResult {
+  std::vector<BlockStatus> status;
+  std::vector<uint64_t> sizes;
+  std::vector<uint32_t> crcs;
+  std::vector<std::string> sources;
+  size_t fetched = 0;
+  uint64_t bytes = 0;
+};
+
+// The handle of what an engine lends: a StandInDeviceBuffer, an object with
+// __cuda_array_interface__ (a CUDA tensor, contiguous), or a device pointer (int) with nbytes.
+strata::DeviceBufferHandle DeviceHandleOf(const py::object& obj, uint64_t nbytes) {
+  if (py::isinstance<PyStandInDeviceBuffer>(obj))
+    return obj.cast<PyStandInDeviceBuffer&>().buffer->handle();
+  uint64_t ptr = 0, size = nbytes;
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    py::dict cai = obj.attr("__cuda_array_interface__");
+    ptr = cai["data"].cast<py::tuple>()[0].cast<uint64_t>();
+    if (!cai.contains("strides") || !cai["strides"].is_none())
+      InvalidArgument("a lent device tensor must be contiguous (call .contiguous())");
+    const std::string typestr = cai["typestr"].cast<std::string>();
+    uint64_t elements = 1;
+    for (py::handle d : cai["shape"].cast<py::tuple>()) elements *= d.cast<uint64_t>();
+    size = elements * std::stoull(typestr.substr(2));
+    if (nbytes != 0 && nbytes != size) InvalidArgument("nbytes does not match the tensor's size");
+  } else if (py::isinstance<py::int_>(obj)) {
+    ptr = obj.cast<uint64_t>();
+    if (nbytes == 0) InvalidArgument("a device pointer needs nbytes");
+  } else {
+    InvalidArgument(
+        "lend a StandInDeviceBuffer, a CUDA tensor (__cuda_array_interface__) or a device "
+        "pointer with nbytes");
+  }
+  absl::StatusOr<strata::DeviceBufferHandle> h;
+  {
+    py::gil_scoped_release release;
+    h = strata::ExportCudaBuffer(reinterpret_cast<const void*>(ptr), size);
+  }
+  return Take(std::move(h));
+}
+
 // --- Client --------------------------------------------------------------------------------
 
 // A publish buffer as a writable Python buffer (numpy.frombuffer, memoryview): it keeps the
@@ -254,6 +309,39 @@ class PyClient {
     }
     strata::MutableBuffer buf = Take(std::move(b));
     return PyPublishBuffer{client_, static_cast<uint8_t*>(buf.data), buf.size};
+  }
+
+  // Lends the daemon a buffer of this process's device memory (Client::LendDeviceBuffer).
+  PyDeviceLoan LendDeviceBuffer(py::object buffer, uint64_t nbytes) {
+    strata::DeviceBufferHandle h = DeviceHandleOf(buffer, nbytes);
+    absl::StatusOr<uint64_t> id;
+    {
+      py::gil_scoped_release release;
+      id = client().LendDeviceBuffer(h);
+    }
+    return PyDeviceLoan{Take(std::move(id)), std::move(buffer)};
+  }
+
+  PyDeviceFetchResult FetchToDevice(py::bytes ns, const PyDeviceLoan& loan, py::sequence ids,
+                                    std::vector<uint64_t> offsets, bool promote) {
+    NamespaceId id = IdFrom(ns);
+    std::vector<BlockId> block_ids = IdsFrom(ids);
+    absl::StatusOr<strata::DeviceFetchResult> r;
+    {
+      py::gil_scoped_release release;
+      r = client().FetchToDevice(id, loan.id, block_ids, offsets, promote);
+    }
+    strata::DeviceFetchResult f = Take(std::move(r));
+    return {f.status, f.sizes, f.crcs, f.sources, f.fetched, f.bytes};
+  }
+
+  void ReturnDeviceBuffer(const PyDeviceLoan& loan) {
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client().ReturnDeviceBuffer(loan.id);
+    }
+    Check(s);
   }
 
   void Close() {
@@ -570,6 +658,27 @@ PYBIND11_MODULE(_strata, m) {
       })
       .def("__len__", [](const PyPublishBuffer& b) { return b.size; });
 
+  py::class_<PyStandInDeviceBuffer>(m, "StandInDeviceBuffer", py::buffer_protocol())
+      .def(py::init([](size_t nbytes) {
+             return PyStandInDeviceBuffer{Take(strata::StandInDeviceBuffer::Create(nbytes))};
+           }),
+           py::arg("nbytes"))
+      .def_buffer([](PyStandInDeviceBuffer& b) {
+        return py::buffer_info(b.buffer->data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.buffer->size())}, {1});
+      })
+      .def("__len__", [](const PyStandInDeviceBuffer& b) { return b.buffer->size(); });
+  py::class_<PyDeviceLoan>(m, "DeviceLoan")
+      .def_readonly("id", &PyDeviceLoan::id)
+      .def_readonly("lent", &PyDeviceLoan::lent);
+  py::class_<PyDeviceFetchResult>(m, "DeviceFetchResult")
+      .def_readonly("status", &PyDeviceFetchResult::status)
+      .def_readonly("sizes", &PyDeviceFetchResult::sizes)
+      .def_readonly("crcs", &PyDeviceFetchResult::crcs)
+      .def_readonly("sources", &PyDeviceFetchResult::sources)
+      .def_readonly("fetched", &PyDeviceFetchResult::fetched)
+      .def_readonly("bytes", &PyDeviceFetchResult::bytes);
+
   py::class_<PyClient>(m, "Client")
       .def(py::init([](const std::string& endpoint, const std::string& client_name,
                        double rpc_timeout, double transfer_timeout, bool verify_crc,
@@ -614,6 +723,11 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("lora_id") = "", py::arg("codec") = "opaque", py::arg("id_scheme") = "strata",
            py::arg("replicas") = 0)
       .def("allocate_publish_buffer", &PyClient::AllocatePublishBuffer, py::arg("nbytes"))
+      .def("lend_device_buffer", &PyClient::LendDeviceBuffer, py::arg("buffer"),
+           py::arg("nbytes") = 0)
+      .def("fetch_to_device", &PyClient::FetchToDevice, py::arg("ns"), py::arg("loan"),
+           py::arg("ids"), py::arg("offsets"), py::arg("promote") = true)
+      .def("return_device_buffer", &PyClient::ReturnDeviceBuffer, py::arg("loan"))
       .def("register_buffer", &PyClient::Register, py::arg("buffer"))
       .def("unregister_buffer", &PyClient::Unregister, py::arg("buffer"))
       .def("block_ids", &PyClient::BlockIds, py::arg("ns"), py::arg("tokens"),

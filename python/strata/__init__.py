@@ -8,6 +8,10 @@
     hit = client.lookup(ns, tokens)                # hit.prefix_blocks, hit.ids
     client.fetch(ns, hit.ids[:hit.prefix_blocks], [out0, out1])
 
+On a GPU node whose stratad has a GPU tier, blocks go straight into the engine's device memory:
+    loan = client.lend_device_buffer(kv_tensor)      # a contiguous CUDA tensor, lent once
+    client.fetch_to_device(ns, loan, ids, offsets)   # offsets in bytes into the tensor
+
 Every call releases the GIL while it waits; the *_async variants return
 concurrent.futures.Future objects (asyncio: `await asyncio.wrap_future(f)`).
 """
@@ -15,13 +19,14 @@ concurrent.futures.Future objects (asyncio: `await asyncio.wrap_future(f)`).
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import errors
-from ._strata import (BlockStatus, FetchResult, LookupResult, PublishResult,
-                      vllm_block_hashes)
+from ._strata import (BlockStatus, DeviceFetchResult, DeviceLoan, FetchResult, LookupResult,
+                      PublishResult, StandInDeviceBuffer, vllm_block_hashes)
 from ._strata import Client as _NativeClient
 from .errors import StrataError
 
 __all__ = ["Client", "BlockStatus", "PublishResult", "LookupResult", "FetchResult",
-           "StrataError", "errors", "vllm_block_hashes"]
+           "DeviceLoan", "DeviceFetchResult", "StandInDeviceBuffer", "StrataError", "errors",
+           "vllm_block_hashes"]
 
 
 class Client(_NativeClient):

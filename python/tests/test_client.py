@@ -247,3 +247,37 @@ def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):
         del view, engine, buf
     finally:
         d.stop()
+
+
+def test_blocks_are_fetched_into_a_lent_device_buffer():
+    # A GPU tier of host memory standing in for the device, and an engine "device buffer" of
+    # shared memory standing in for the engine's: the same loans and copies a GPU node makes
+    # with CUDA IPC.
+    d = Daemon("host_tier:\n  capacity: 64MiB\n"
+               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
+    try:
+        with strata.Client(d.endpoint, quiet=True) as c:
+            ns = c.open_namespace("dev/model", tenant="t", **SMALL)
+            n = SMALL_BLOCK_BYTES
+            src = blocks_of(3, seed=11)
+            tokens = tokens_of(3, start=9000)
+            assert c.publish(ns, tokens, src).stored == 3
+            ids = c.block_ids(ns, tokens)
+            device = strata.StandInDeviceBuffer(4 * n)
+            loan = c.lend_device_buffer(device)
+            assert loan.id != 0
+            r = c.fetch_to_device(ns, loan, [ids[2], ids[0]], [0, 2 * n])
+            assert r.fetched == 2 and r.bytes == 2 * n
+            assert r.sources == ["gpu", "gpu"]
+            mem = np.frombuffer(device, dtype=np.uint8)
+            assert np.array_equal(mem[:n], src[2])
+            assert np.array_equal(mem[2 * n:3 * n], src[0])
+            r = c.fetch_to_device(ns, loan, [ids[1]], [n], promote=False)
+            assert r.sources == ["host"] and np.array_equal(mem[n:2 * n], src[1])
+            with pytest.raises(errors.InvalidArgumentError):
+                c.lend_device_buffer(bytearray(16))
+            c.return_device_buffer(loan)
+            with pytest.raises(errors.NotFoundError):
+                c.fetch_to_device(ns, loan, [ids[0]], [0])
+    finally:
+        d.stop()
