@@ -26,6 +26,12 @@ Extra config keys (``kv_connector_extra_config``):
 ``strata.max_inflight_saves``  publish calls in flight per worker; a step's saves are dropped
                            (counted as ``save_blocks_dropped``) rather than waited for when this
                            many are pending or no staging slot is free; default 4.
+``strata.device_loads``    ``"auto"`` (default): when the KV caches are CUDA tensors and stratad
+                           has a GPU tier, the worker lends stratad a device buffer of load slots
+                           and hits are copied into it device to device (counted as
+                           ``device_blocks_loaded``), then scattered on the device; otherwise
+                           through host staging. ``"off"``; ``"stand-in"``: host memory standing
+                           in for that buffer, for daemons whose GPU tier is a stand-in.
 
 What it does. A Strata block is one vLLM KV block of every attention layer: the bytes of
 ``kv_layer[block_id]`` for each layer, concatenated in layer order (on CPU a layer tensor is
@@ -92,6 +98,7 @@ ZERO_ID = bytes(32)
 _COUNTER_NAMES = (
     "lookups", "lookup_errors", "misses", "hits", "hit_tokens",
     "load_blocks_requested", "blocks_loaded", "tokens_loaded", "load_errors",
+    "device_blocks_loaded",
     "save_blocks_requested", "blocks_saved", "save_blocks_dropped", "save_errors",
     "publish_calls", "outages",
 )
@@ -283,6 +290,10 @@ class StrataConnector(KVConnectorBase_V1):
         model_id = str(get("strata.model_id", vllm_config.model_config.model))
         self._staging_mib = float(get("strata.staging_mib", 64))
         self._max_inflight = int(get("strata.max_inflight_saves", 4))
+        # Loads straight into device memory when stratad has a GPU tier: "auto" (when the KV
+        # caches are CUDA tensors), "off", or "stand-in" (host memory standing in for the
+        # device, for daemons whose GPU tier is a stand-in: tests and development).
+        self._device_loads = str(get("strata.device_loads", "auto"))
         self._is_worker = role == KVConnectorRole.WORKER
         tp_rank = 0
         if self._is_worker:
@@ -308,6 +319,7 @@ class StrataConnector(KVConnectorBase_V1):
         self._inflight = 0
         self._save_lock = threading.Condition()
         self._load_errors: set = set()
+        self._device = None  # (client, loan, uint8 [load slots, block bytes] tensor) when lent
         self._stopped = False
         if self._is_worker:
             _workers.add(self)
@@ -461,6 +473,31 @@ class StrataConnector(KVConnectorBase_V1):
     def _on_connect(self, client):
         if self._staging is not None:
             client.register_buffer(self._staging)
+            self._lend_device_staging(client)
+
+    def _lend_device_staging(self, client):
+        """Lends stratad a device buffer of load slots, so that hits are copied into device
+        memory by the daemon (from its GPU tier) instead of through host staging."""
+        import torch
+        import strata
+        self._device = None
+        mode = self._device_loads
+        kv_device = self._parts[0][0].device if self._parts else None
+        if mode == "off" or kv_device is None or (mode == "auto" and kv_device.type != "cuda"):
+            return
+        try:
+            shape = (self._load_slots, self._block_bytes)
+            if mode == "stand-in":
+                lent = strata.StandInDeviceBuffer(shape[0] * shape[1])
+                tensor = torch.frombuffer(lent, dtype=torch.uint8).view(shape)
+            else:
+                tensor = lent = torch.empty(shape, dtype=torch.uint8, device=kv_device)
+            loan = client.lend_device_buffer(lent)
+        except Exception as e:  # noqa: BLE001 - host staging still works
+            logger.info("Strata: loads go through host memory (%s: %s)", type(e).__name__, e)
+            return
+        self._device = (client, loan, tensor)
+        logger.info("Strata: loads go straight into device memory (%d slots)", shape[0])
 
     def start_load_kv(self, forward_context, **kwargs):
         try:
@@ -488,9 +525,23 @@ class StrataConnector(KVConnectorBase_V1):
         n_slots = self._load_slots
         for pos in range(0, len(items), n_slots):
             chunk = items[pos:pos + n_slots]
-            bufs = [self._staging[i] for i in range(len(chunk))]
+            hashes = [h for _, _, h in chunk]
+            staging, res = self._staging, None
+            dev = self._device
+            if dev is not None and dev[0] is link[0]:
+                try:
+                    offsets = [i * self._block_bytes for i in range(len(chunk))]
+                    res = link[0].fetch_to_device(link[1], dev[1], hashes, offsets)
+                    staging = dev[2]
+                except Exception as e:  # noqa: BLE001 - e.g. the loan idled out: lend again
+                    logger.info("Strata: device load failed (%s: %s); lending again",
+                                type(e).__name__, e)
+                    self._lend_device_staging(link[0])
+                    res = None
             try:
-                res = link[0].fetch(link[1], [h for _, _, h in chunk], bufs)
+                if res is None:
+                    staging = self._staging
+                    res = link[0].fetch(link[1], hashes, [staging[i] for i in range(len(chunk))])
             except Exception as e:  # noqa: BLE001
                 self._link.fail(e, "fetch")
                 rest = items[pos:]
@@ -506,11 +557,13 @@ class StrataConnector(KVConnectorBase_V1):
                 else:
                     self._load_errors.add(b)
             if ok_blocks:
-                slot_idx = torch.tensor(ok_slots, dtype=torch.long)
+                slot_idx = torch.tensor(ok_slots, dtype=torch.long, device=staging.device)
                 for flat, off, w in self._parts:
-                    src = self._staging[:, off:off + w].index_select(0, slot_idx)
+                    src = staging[:, off:off + w].index_select(0, slot_idx)
                     idx = torch.tensor(ok_blocks, dtype=torch.long, device=flat.device)
                     flat.index_copy_(0, idx, src.to(flat.device, non_blocking=False))
+                if staging is not self._staging:
+                    _count(device_blocks_loaded=len(ok_blocks))
             bad = len(chunk) - len(ok_blocks)
             _count(blocks_loaded=len(ok_blocks), tokens_loaded=len(ok_blocks) * self._bs,
                    load_errors=bad)

@@ -232,3 +232,33 @@ def test_daemon_killed_or_stopped_mid_run():
         dst.shutdown()
     finally:
         d.stop()
+
+
+def test_loads_go_straight_into_device_memory_from_a_gpu_tier():
+    # stratad with a GPU tier of host memory standing in for the device, and the connector's
+    # device load slots standing in the same way: the path a GPU node takes with CUDA IPC.
+    d = Daemon("host_tier:\n  capacity: 64MiB\n"
+               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
+    try:
+        sv.reset_counters()
+        src, src_kv = worker(d.endpoint, fill="random")
+        assert step(src, saves=[chain_save("a", [3, 5, 7])]) == set()
+        assert sv.wait_for_saves(10)
+        dst, dst_kv = worker(d.endpoint, **{"strata.device_loads": "stand-in"})
+        assert step(dst, loads=[("r", [2, 4, 6], [h(0), h(1), h(2)])]) == set()
+        for name in LAYER_NAMES:
+            for s, t in ((3, 2), (5, 4), (7, 6)):
+                assert torch.equal(dst_kv[name][t], src_kv[name][s])
+            assert not dst_kv[name][3].any()
+        c = sv.counters()
+        assert c["device_blocks_loaded"] == 3 and c["blocks_loaded"] == 3
+        # The default ("auto") with KV caches in host memory: through host staging.
+        sv.reset_counters()
+        plain, plain_kv = worker(d.endpoint)
+        assert step(plain, loads=[("r", [1], [h(0)])]) == set()
+        assert sv.counters()["device_blocks_loaded"] == 0
+        assert torch.equal(plain_kv[LAYER_NAMES[0]][1], src_kv[LAYER_NAMES[0]][3])
+        for w in (src, dst, plain):
+            w.shutdown()
+    finally:
+        d.stop()
