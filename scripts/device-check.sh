@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17's device check, for a GPU node: builds Strata with CUDA (only what the device checks
 # link), runs every device test (ctest label "cuda": the GPU tier's device memory and the CUDA
-# codec against the CPU codec) and gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and
-# host-to-device, CUDA codec encode/decode GB/s), all in the same run. Results go under $OUT
+# codec against the CPU codec; the CUDA IPC fetch into an engine's buffer through a real
+# stratad), gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and host-to-device, CUDA
+# codec encode/decode GB/s) and gpu_fetch_bench (FetchToDevice through stratad into a lent
+# engine buffer vs cudaMemcpy device-to-device), all in the same run. Results go under $OUT
 # when it is set (else ./device-check-out). Budget: under 8 minutes on a 16-core GPU node.
 #   bash scripts/device-check.sh
 set -uo pipefail
@@ -26,15 +28,20 @@ if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSTRATA_WITH_CUDA=ON
      > "$OUT/configure.txt" 2>&1; then
   log "configure failed (see configure.txt)"; tail -20 "$OUT/configure.txt"; exit 1
 fi
-TARGETS=(cuda_device_memory_test codec_cuda_device_test gpu_tier_test gpu_bench)
+TARGETS=(cuda_device_memory_test codec_cuda_device_test gpu_tier_test gpu_bench stratad
+         gpu_tier_daemon_test gpu_fetch_bench)
 if ! cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}" > "$OUT/build.txt" 2>&1; then
   log "build failed (see build.txt)"; grep -m20 -E "error" "$OUT/build.txt"; exit 1
 fi
 log "built after $(( $(date +%s) - start )) s"
 
 rc=0
-(cd "$BUILD_DIR" && ctest -L cuda -E gpu_bench_smoke --output-on-failure --timeout 120) \
-  > "$OUT/ctest-cuda.txt" 2>&1 || rc=1
+(cd "$BUILD_DIR" && ctest -L cuda -E 'gpu_(fetch_)?bench_smoke' --output-on-failure \
+  --timeout 120) > "$OUT/ctest-cuda.txt" 2>&1 || rc=1
+# Engines' device buffers lent over CUDA IPC to a real stratad with a CUDA GPU tier.
+"$BUILD_DIR/tests/integration/gpu_tier_daemon_test" --gtest_filter='DeviceFetchTest.*' \
+  > "$OUT/device-fetch-test.txt" 2>&1 || rc=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$OUT/device-fetch-test.txt" | tee -a "$OUT/summary.txt"
 # The tier's bookkeeping too (host memory standing in), on this machine's CPUs.
 (cd "$BUILD_DIR" && ctest -R '^GpuTier' --output-on-failure --timeout 120) \
   > "$OUT/ctest-gpu-tier.txt" 2>&1 || rc=1
@@ -46,5 +53,8 @@ fi
 
 "$BUILD_DIR/bench/gpu/gpu_bench" --json "$OUT/gpu_bench.json" > "$OUT/gpu_bench.txt" 2>&1 || rc=1
 cat "$OUT/gpu_bench.txt" | tee -a "$OUT/summary.txt"
+"$BUILD_DIR/bench/gpu/gpu_fetch_bench" --json "$OUT/gpu_fetch_bench.json" \
+  > "$OUT/gpu_fetch_bench.txt" 2>&1 || rc=1
+cat "$OUT/gpu_fetch_bench.txt" | tee -a "$OUT/summary.txt"
 log "done in $(( $(date +%s) - start )) s, rc=$rc"
 exit $rc

@@ -9,7 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#if STRATA_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "common/crc32c.h"
+#include "storage/gpu/device_memory.h"
 #include "strata/device_buffer.h"
 #include "strata/v1/device.grpc.pb.h"
 #include "tests/integration/auth_fixture.h"
@@ -228,6 +233,51 @@ TEST(DeviceFetchTest, ExportingACudaBufferSaysWhyItCannot) {
   ASSERT_FALSE(h.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(h.status()) || absl::IsInvalidArgument(h.status()))
       << h.status();
+}
+
+// On a GPU node (scripts/device-check.sh): a CUDA GPU tier in stratad, an engine buffer from
+// cudaMalloc in this process, lent over CUDA IPC; blocks arrive device to device.
+TEST(DeviceFetchTest, ACudaEngineBufferGetsBlocksFromTheDaemonsGpuTier) {
+#if !STRATA_TEST_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (absl::Status s = CudaDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\ngpu:\n  capacity: 16MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  Published p = PublishBlocks(*client, "t", 4, 13);
+  ASSERT_EQ(p.ids.size(), 4u);
+  ASSERT_TRUE(client->Reposition(p.ns, {p.ids.data(), 2}, "", false, "gpu").ok());
+  void* engine = nullptr;
+  ASSERT_EQ(cudaMalloc(&engine, 8 * kBlock), cudaSuccess);
+  ASSERT_EQ(cudaMemset(engine, 0, 8 * kBlock), cudaSuccess);
+  // The lent range starts one block into the allocation.
+  auto h = ExportCudaBuffer(static_cast<uint8_t*>(engine) + kBlock, 6 * kBlock);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->kind, "cuda-ipc");
+  EXPECT_EQ(h->offset, kBlock);
+  auto loan = client->LendDeviceBuffer(*h);
+  ASSERT_TRUE(loan.ok()) << loan.status();
+  const std::vector<uint64_t> offsets = {3 * kBlock, 0, kBlock, 5 * kBlock};
+  auto f = client->FetchToDevice(p.ns, *loan, p.ids, offsets);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 4u);
+  EXPECT_EQ(f->sources[0], "gpu");
+  std::vector<uint8_t> got(kBlock);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(cudaMemcpy(got.data(), static_cast<uint8_t*>(engine) + kBlock + offsets[i], kBlock,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(got, p.blocks[i]) << "block " << i;
+  }
+  // A range past the allocation is refused by the daemon, which checks the allocation's size.
+  DeviceBufferHandle past = *h;
+  past.bytes = 8 * kBlock;
+  EXPECT_EQ(client->LendDeviceBuffer(past).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client->ReturnDeviceBuffer(*loan).ok());
+  cudaFree(engine);
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,177 @@
+// Same-node engines fetching blocks into their own device memory through stratad (issue 17 item
+// 2): a real stratad with a CUDA GPU tier, blocks published and repositioned into that tier, an
+// engine buffer from cudaMalloc lent once with ExportCudaBuffer (CUDA IPC), and FetchToDevice
+// timed end to end (the gRPC call, the daemon's device-to-device copies into the IPC-opened
+// buffer) against cudaMemcpy device-to-device of the same bytes in this process, in the same
+// run. Blocks only host memory holds (promote=false) are timed against pinned host-to-device.
+// Medians of --reps. Without a CUDA device it says why and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/common/bench_util.h"
+#include "strata/client.h"
+#include "strata/device_buffer.h"
+
+namespace {
+
+using strata::bench::Clock;
+
+bool Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  return false;
+}
+
+template <typename F>
+double MedianGbps(int reps, uint64_t bytes, F run) {
+  std::vector<double> gbps;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    if (!run()) return 0;
+    gbps.push_back(static_cast<double>(bytes) / strata::bench::Seconds(Clock::now() - t0) / 1e9);
+  }
+  std::sort(gbps.begin(), gbps.end());
+  return gbps[gbps.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPU-tier fetch into an engine's device buffer vs cudaMemcpy"};
+  std::string stratad = STRATAD_BIN, json;
+  uint64_t block_bytes = 8 << 20;
+  size_t blocks = 32;
+  int reps = 5;
+  bool smoke = false;
+  app.add_option("--stratad", stratad);
+  app.add_option("--block-bytes", block_bytes);
+  app.add_option("--blocks", blocks);
+  app.add_option("--reps", reps);
+  app.add_option("--json", json);
+  app.add_flag("--smoke", smoke);
+  CLI11_PARSE(app, argc, argv);
+  if (smoke) block_bytes = 1 << 20, blocks = 4, reps = 1;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gpu_fetch_bench: skipped: no CUDA device is visible\n");
+    return 0;
+  }
+  const uint64_t total = block_bytes * blocks;
+  std::string tmp =
+      (std::filesystem::temp_directory_path() / "strata-gpu-fetch-bench-XXXXXX").string();
+  if (!mkdtemp(tmp.data())) return std::perror("mkdtemp"), 1;
+  std::ofstream(tmp + "/config.yaml") << "gpu:\n  capacity: " << total + total / 4
+                                      << "\n  high_watermark: 1.0\n  low_watermark: 1.0\n";
+  strata::bench::StratadProcess daemon(
+      stratad,
+      {"--config", tmp + "/config.yaml", "--data-dir", tmp + "/data", "--host-capacity",
+       std::to_string(total * 2), "--log-level", "warn"},
+      tmp, "");
+  if (daemon.endpoint().empty()) {
+    std::fprintf(stderr, "stratad did not start:\n%s\n", daemon.log().c_str());
+    return 1;
+  }
+  strata::ClientOptions o;
+  o.endpoint = daemon.endpoint();
+  auto client = strata::Client::Connect(o);
+  if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().ToString().c_str()), 1;
+  strata::NamespaceSpec spec;
+  spec.model_id = "gpu-fetch-bench";
+  spec.layout = strata::KvLayout{1, 1, 64, strata::DType::kFloat16, 16,
+                                 strata::KvKind::kSeparateKV};
+  auto ns = (*client)->OpenNamespace(spec, "bench");
+  if (!ns.ok()) return std::fprintf(stderr, "%s\n", ns.status().ToString().c_str()), 1;
+  std::vector<std::vector<uint8_t>> data(blocks, std::vector<uint8_t>(block_bytes));
+  std::vector<strata::ConstBuffer> views;
+  for (size_t i = 0; i < blocks; ++i) {
+    std::fill(data[i].begin(), data[i].end(), static_cast<uint8_t>(i + 1));
+    views.push_back({data[i].data(), data[i].size()});
+  }
+  std::vector<uint32_t> tokens(blocks * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i);
+  auto pub = (*client)->Publish(*ns, tokens, views);
+  if (!pub.ok() || pub->stored != blocks)
+    return std::fprintf(stderr, "publish failed: %s\n", pub.status().ToString().c_str()), 1;
+  const std::vector<strata::BlockId>& ids = pub->ids;
+
+  void *engine = nullptr, *src = nullptr, *pinned = nullptr;
+  cudaStream_t stream;
+  if (!Check(cudaMalloc(&engine, total), "cudaMalloc") ||
+      !Check(cudaMalloc(&src, total), "cudaMalloc") ||
+      !Check(cudaMallocHost(&pinned, total), "cudaMallocHost") ||
+      !Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"))
+    return 1;
+  auto copy = [&](void* dst, const void* from, cudaMemcpyKind kind) {
+    for (size_t i = 0; i < blocks; ++i)
+      cudaMemcpyAsync(static_cast<uint8_t*>(dst) + i * block_bytes,
+                      static_cast<const uint8_t*>(from) + i * block_bytes, block_bytes, kind,
+                      stream);
+    return Check(cudaStreamSynchronize(stream), "copy");
+  };
+  copy(engine, src, cudaMemcpyDeviceToDevice);
+  const double d2d = MedianGbps(reps, total, [&] {
+    return copy(engine, src, cudaMemcpyDeviceToDevice);
+  });
+  const double h2d = MedianGbps(reps, total, [&] {
+    return copy(engine, pinned, cudaMemcpyHostToDevice);
+  });
+
+  auto handle = strata::ExportCudaBuffer(engine, total);
+  if (!handle.ok()) return std::fprintf(stderr, "%s\n", handle.status().ToString().c_str()), 1;
+  auto loan = (*client)->LendDeviceBuffer(*handle);
+  if (!loan.ok()) return std::fprintf(stderr, "%s\n", loan.status().ToString().c_str()), 1;
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < blocks; ++i) offsets.push_back(i * block_bytes);
+  bool all_from_gpu = true, bytes_ok = true;
+  auto fetch = [&](bool promote) {
+    auto f = (*client)->FetchToDevice(*ns, *loan, ids, offsets, promote);
+    if (!f.ok() || f->fetched != blocks) {
+      std::fprintf(stderr, "fetch failed: %s\n", f.status().ToString().c_str());
+      return false;
+    }
+    if (promote)
+      for (const std::string& s : f->sources) all_from_gpu &= s == "gpu";
+    return true;
+  };
+  auto moved = (*client)->Reposition(*ns, ids, "", false, "gpu");
+  if (!moved.ok()) return std::fprintf(stderr, "%s\n", moved.status().ToString().c_str()), 1;
+  fetch(true);
+  const double from_gpu = MedianGbps(reps, total, [&] { return fetch(true); });
+  std::vector<uint8_t> check(block_bytes);
+  for (size_t i = 0; i < blocks; ++i) {
+    cudaMemcpy(check.data(), static_cast<uint8_t*>(engine) + i * block_bytes, block_bytes,
+               cudaMemcpyDeviceToHost);
+    bytes_ok &= check == data[i];
+  }
+  const double from_host = MedianGbps(reps, total, [&] { return fetch(false); });
+  (void)(*client)->ReturnDeviceBuffer(*loan);
+
+  std::printf("gpu_fetch_bench: %zu blocks of %llu bytes, %d reps\n", blocks,
+              static_cast<unsigned long long>(block_bytes), reps);
+  std::printf("baseline   cudaMemcpy d2d %.1f GB/s, h2d (pinned) %.1f GB/s\n", d2d, h2d);
+  std::printf("ipc fetch  gpu tier -> engine buffer %.1f GB/s = %.2fx d2d (target >= 0.7)%s\n",
+              from_gpu, from_gpu / d2d, all_from_gpu ? "" : " (NOT all from the gpu tier)");
+  std::printf("ipc fetch  host memory -> engine buffer %.1f GB/s = %.2fx h2d\n", from_host,
+              from_host / h2d);
+  std::printf("bytes      %s\n", bytes_ok ? "every block intact" : "MISMATCH");
+  if (!json.empty())
+    std::ofstream(json) << absl::StrFormat(
+        "{\"block_bytes\":%d,\"blocks\":%d,\"d2d_gbps\":%.3f,\"h2d_gbps\":%.3f,"
+        "\"ipc_fetch_gbps\":%.3f,\"ipc_fetch_vs_d2d\":%.3f,\"ipc_host_fetch_gbps\":%.3f,"
+        "\"bytes_ok\":%s}\n",
+        block_bytes, blocks, d2d, h2d, from_gpu, from_gpu / d2d, from_host,
+        bytes_ok ? "true" : "false");
+  cudaFree(engine);
+  cudaFree(src);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+  return bytes_ok ? 0 : 1;
+}
