@@ -199,7 +199,7 @@ absl::Status QuantSection::Validate() const {
 }
 
 struct QuantKernels::Impl {
-  DeviceBuffer f, mu, a, flag;
+  DeviceBuffer f, mu, a, flag, ms, head_scratch;
 
   absl::Status Reserve(const QuantSection& s) {
     if (f.size() < s.values() * sizeof(float)) {
@@ -217,6 +217,16 @@ struct QuantKernels::Impl {
       if (!b2.ok()) return b2.status();
       mu = std::move(*b1);
       a = std::move(*b2);
+    }
+    if (s.key_outliers && s.is_key && ms.size() < s.channels() * sizeof(float)) {
+      ms = DeviceBuffer();
+      head_scratch = DeviceBuffer();
+      auto b1 = DeviceBuffer::Allocate(s.channels() * sizeof(float));
+      if (!b1.ok()) return b1.status();
+      auto b2 = DeviceBuffer::Allocate(s.channels() * sizeof(float));
+      if (!b2.ok()) return b2.status();
+      ms = std::move(*b1);
+      head_scratch = std::move(*b2);
     }
     if (flag.size() == 0) {
       auto b = DeviceBuffer::Allocate(sizeof(uint32_t));
@@ -247,6 +257,14 @@ struct QuantKernels::Impl {
     q.a16 = arr.a16;
     q.steps16 = arr.steps16;
     q.syms = arr.syms;
+    q.outliers = s.key_outliers && s.is_key;
+    q.per_head = s.outliers_per_head();
+    q.ms = ms.as<float>();
+    q.head_scratch = head_scratch.as<float>();
+    q.out_count = arr.outlier_count;
+    q.out_idx = arr.outlier_idx;
+    q.out_vals = arr.outlier_vals;
+    q.nout = s.key_outliers && s.is_key ? arr.nout : 0;
     return q;
   }
 };
@@ -259,6 +277,8 @@ absl::Status QuantKernels::Encode(const void* d_in, const QuantSection& s, const
   STRATA_RETURN_IF_ERROR(s.Validate());
   if (!d_in || !out.mu16 || !out.a16 || !out.steps16 || !out.syms)
     return absl::InvalidArgumentError("cuda quant encode: null array");
+  if (s.key_outliers && s.is_key && (!out.outlier_count || !out.outlier_idx || !out.outlier_vals))
+    return absl::InvalidArgumentError("cuda quant encode: null outlier array");
   STRATA_RETURN_IF_ERROR(impl_->Reserve(s));
   math::QuantArgs q = impl_->Args(s, out);
   q.in = d_in;
@@ -282,6 +302,12 @@ absl::Status QuantKernels::Decode(const QuantArrays& in, const QuantSection& s, 
   STRATA_RETURN_IF_ERROR(s.Validate());
   if (!d_out || !in.mu16 || (s.token_delta && !in.a16) || !in.steps16 || !in.syms)
     return absl::InvalidArgumentError("cuda quant decode: null array");
+  if (s.key_outliers && s.is_key && in.nout > 0) {
+    if (!in.outlier_idx || !in.outlier_vals)
+      return absl::InvalidArgumentError("cuda quant decode: null outlier array");
+    if (in.nout > s.channels())
+      return absl::InvalidArgumentError("cuda quant decode: more outliers than channels");
+  }
   STRATA_RETURN_IF_ERROR(impl_->Reserve(s));
   math::QuantArgs q = impl_->Args(s, in);
   q.out = d_out;

@@ -10,8 +10,9 @@
 //   - the quant mode's quantiser along the KIVI axes (keys: a step per channel; values: a step
 //     per token and channel group), Hadamard and closed-loop token prediction included: encode
 //     to the section's side arrays (centres, predictor weights, steps) and symbols, decode from
-//     them. The rANS coding of the symbols, the payload framing and the blob stay on the CPU
-//     (codec/quant.cc, codec/rans.h), as does the keys' outlier selection (`:ol`, not offered).
+//     them, with the keys' outlier channels (`:ol`: picked, kept and zeroed on the device as the
+//     CPU does, restored by the decoder). The rANS coding of the symbols, the payload framing
+//     and the blob stay on the CPU (codec/quant.cc, codec/rans.h).
 //
 // Calls enqueue on the stream and return without waiting unless they say otherwise; buffers
 // must stay alive until the stream has run them. Tensors must be aligned to their element size.
@@ -99,8 +100,11 @@ struct QuantSection {
   uint16_t group = 64;      // values only; clamped to the channels, as the CPU does
   bool hadamard = false;    // rotate each head vector (head_dim a power of two, <= 8192)
   bool token_delta = true;  // closed-loop prediction from the previous token
+  bool key_outliers = false;  // keys only: keep the outlier channels exactly (`:ol`)
 
   size_t channels() const { return size_t{heads} * head_dim; }
+  // Outlier channels a head may keep: max(1, head_dim / 16).
+  uint32_t outliers_per_head() const { return head_dim / 16 > 0 ? head_dim / 16 : 1; }
   size_t values() const { return size_t{tokens} * channels(); }
   // Entries of the steps array: channels (keys) or tokens * ceil(channels / group) (values).
   size_t steps() const;
@@ -113,6 +117,14 @@ struct QuantArrays {
   uint8_t* a16 = nullptr;       // [channels] predictor weights in 1/16 (0 without token delta)
   uint16_t* steps16 = nullptr;  // [steps()] fp16 steps
   uint16_t* syms = nullptr;     // [values()] symbols in [0, 4 << bits), token-major
+  // Keys under `:ol`. Encode: outlier_count [heads] (channels each head keeps), outlier_idx
+  // [heads * outliers_per_head()] (ascending per head), outlier_vals [tokens * heads *
+  // outliers_per_head()] input elements (token, head, slot). Decode: the payload's `nout`
+  // ascending channels and their [tokens * nout] elements.
+  uint16_t* outlier_count = nullptr;
+  uint16_t* outlier_idx = nullptr;
+  uint8_t* outlier_vals = nullptr;
+  uint32_t nout = 0;
 };
 
 // Quantiser with its device scratch (a float copy of the section, per-channel centres and

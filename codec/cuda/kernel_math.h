@@ -340,6 +340,18 @@ struct QuantArgs {
   uint8_t* a16 = nullptr;         // [C] in 1/16 (0 without token delta)
   uint16_t* steps16 = nullptr;    // [C] keys; [T * groups()] values
   uint16_t* syms = nullptr;       // [T * C]
+  // Keys with outlier channels kept exactly (mode `:ol`, codec/quant.cc TakeKeyOutliers): up to
+  // per_head channels per head, whose input the section keeps and whose values it codes as 0.
+  bool outliers = false;
+  uint32_t per_head = 0;           // max(1, head_dim / 16)
+  float* ms = nullptr;             // encoder scratch [C]: each channel's sum of squares
+  float* head_scratch = nullptr;   // encoder scratch [C]: each head's sums, sorted
+  uint16_t* out_count = nullptr;   // encoder [heads]: outlier channels of each head
+  uint16_t* out_idx = nullptr;     // encoder [heads * per_head], ascending per head;
+                                   // decoder: the payload's nout ascending channels
+  uint8_t* out_vals = nullptr;     // encoder [T * heads * per_head] elements of dtype (token,
+                                   // head, slot); decoder: the payload's [T * nout] elements
+  uint32_t nout = 0;               // decoder: outlier channels in the payload
   STRATA_HD uint32_t groups() const { return key_axis ? 1 : (C + group - 1) / group; }
   STRATA_HD uint64_t steps() const { return key_axis ? C : uint64_t{T} * groups(); }
   STRATA_HD int32_t offset() const { return 1 << (bits + 1); }
@@ -359,6 +371,97 @@ struct FromFloatOp {
   uint8_t dtype;
   void* out;
   STRATA_HD void operator()(uint64_t i) const { StoreFromFloat(out, dtype, i, f[i]); }
+};
+
+// ---- Outlier channels of keys (`:ol`) ----
+// Thread c: the channel's sum of squares over the tokens (from 0.0f, in token order), as the
+// CPU's SumSquaresRow accumulates it row by row.
+struct KeyMeanSquareOp {
+  QuantArgs a;
+  STRATA_HD void operator()(uint64_t c) const {
+    float acc = 0.0f;
+    for (uint32_t t = 0; t < a.T; ++t) {
+      const float x = a.f[uint64_t{t} * a.C + c];
+      acc = Add(acc, Mul(x, x));
+    }
+    a.ms[c] = acc;
+  }
+};
+
+// Thread h: head h's outlier channels: those whose sum of squares is over 16 times the head's
+// median (the element at head_dim / 2 in sorted order) and over 0, the largest first (ties:
+// the lower channel), at most per_head, then in ascending channel order.
+struct KeyOutlierSelectOp {
+  QuantArgs a;
+  STRATA_HD void operator()(uint64_t h) const {
+    const uint32_t D = a.head_dim;
+    const float* ms = a.ms + h * D;
+    float* sorted = a.head_scratch + h * D;
+    for (uint32_t i = 0; i < D; ++i) {  // insertion sort: head_dim is small
+      const float v = ms[i];
+      uint32_t j = i;
+      for (; j > 0 && v < sorted[j - 1]; --j) sorted[j] = sorted[j - 1];
+      sorted[j] = v;
+    }
+    const float bar = Mul(16.0f, sorted[D / 2]);
+    uint16_t* chosen = a.out_idx + h * a.per_head;
+    uint32_t n = 0;
+    while (n < a.per_head) {
+      int64_t best = -1;
+      for (uint32_t i = 0; i < D; ++i) {
+        const float v = ms[i];
+        if (!(v > bar && v > 0.0f)) continue;
+        bool taken = false;
+        for (uint32_t k = 0; k < n; ++k) taken = taken || chosen[k] == h * D + i;
+        if (taken) continue;
+        if (best < 0 || v > ms[best]) best = i;  // ties keep the lower channel
+      }
+      if (best < 0) break;
+      chosen[n++] = static_cast<uint16_t>(h * D + static_cast<uint32_t>(best));
+    }
+    for (uint32_t i = 1; i < n; ++i) {
+      const uint16_t v = chosen[i];
+      uint32_t j = i;
+      for (; j > 0 && v < chosen[j - 1]; --j) chosen[j] = chosen[j - 1];
+      chosen[j] = v;
+    }
+    a.out_count[h] = static_cast<uint16_t>(n);
+  }
+};
+
+STRATA_HD uint32_t ElementBytes(uint8_t dtype) { return dtype == kF32 ? 4 : 2; }
+
+// Thread t * heads + h: keeps token t's input elements of head h's outlier channels (their
+// bytes, as the payload stores them), flags a non-finite one, and zeroes them in f.
+struct KeyOutlierTakeOp {
+  QuantArgs a;
+  STRATA_HD void operator()(uint64_t k) const {
+    const uint64_t t = k / a.heads, h = k % a.heads;
+    const uint32_t eb = ElementBytes(a.dtype);
+    const uint8_t* in = static_cast<const uint8_t*>(a.in);
+    for (uint32_t i = 0; i < a.out_count[h]; ++i) {
+      const uint64_t c = a.out_idx[h * a.per_head + i];
+      const uint64_t e = t * a.C + c;
+      if (!IsFinite(a.f[e])) *a.nonfinite = 1;
+      a.f[e] = 0.0f;
+      uint8_t* dst = a.out_vals + ((t * a.heads + h) * a.per_head + i) * eb;
+      for (uint32_t b = 0; b < eb; ++b) dst[b] = in[e * eb + b];
+    }
+  }
+};
+
+// Thread t (decoder): puts token t's kept elements back over what the rows wrote there.
+struct KeyOutlierRestoreOp {
+  QuantArgs a;
+  STRATA_HD void operator()(uint64_t t) const {
+    const uint32_t eb = ElementBytes(a.dtype);
+    uint8_t* out = static_cast<uint8_t*>(a.out);
+    for (uint32_t i = 0; i < a.nout; ++i) {
+      const uint64_t e = t * a.C + a.out_idx[i];
+      const uint8_t* src = a.out_vals + (t * a.nout + i) * eb;
+      for (uint32_t b = 0; b < eb; ++b) out[e * eb + b] = src[b];
+    }
+  }
 };
 
 // Thread c: the channel's sum over the tokens (from 0.0f, in token order), finiteness, centre
@@ -533,6 +636,11 @@ template <class Exec>
 void QuantEncodePlan(Exec& ex, const QuantArgs& a) {
   const uint64_t n = uint64_t{a.T} * a.C;
   ex.ForEach(n, ToFloatOp{a.in, a.dtype, a.f});
+  if (a.outliers && a.key_axis) {
+    ex.ForEach(a.C, KeyMeanSquareOp{a});
+    ex.ForEach(a.heads, KeyOutlierSelectOp{a});
+    ex.ForEach(uint64_t{a.T} * a.heads, KeyOutlierTakeOp{a});
+  }
   if (a.hadamard) ex.Hadamard(a.f, uint64_t{a.T} * a.heads, a.head_dim, a.hadamard_scale);
   ex.ForEach(a.C, QuantChannelOp{a});
   if (!a.key_axis) ex.ForEach(a.steps(), QuantGroupStepOp{a});
@@ -549,6 +657,7 @@ void QuantDecodePlan(Exec& ex, const QuantArgs& a) {
   ex.ForEach(a.C, QuantDequantOp{a});
   if (a.hadamard) ex.Hadamard(a.f, uint64_t{a.T} * a.heads, a.head_dim, a.hadamard_scale);
   ex.ForEach(n, FromFloatOp{a.f, a.dtype, a.out});
+  if (a.nout > 0) ex.ForEach(a.T, KeyOutlierRestoreOp{a});
 }
 
 }  // namespace strata::codec::cuda::math

@@ -248,6 +248,7 @@ struct QuantCase {
   uint16_t group;
   bool had, delta;
   bool far_values = false;  // fp16 only: two value tokens far from every channel's mean
+  bool outliers = false;    // keys keep their outlier channels (`:ol`)
 };
 
 void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
@@ -275,13 +276,15 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
   p.group_size = c.group;
   p.hadamard = c.had;
   p.token_delta = c.delta;
+  p.key_outliers = c.outliers;
   const CpuBlock cpu = EncodeOnCpu(l, p, block);
   ASSERT_EQ(cpu.sections.size(), 4u);
   const uint32_t C = c.heads * c.dim, T = c.tokens;
   for (const auto& s : cpu.sections) {
     SCOPED_TRACE(testing::Message() << (s.is_key ? "K" : "V") << " layer " << s.layer << " bits "
                                     << int(s.bits) << " T " << T << " C " << C << " g " << c.group
-                                    << (c.had ? " had" : "") << (c.delta ? "" : " nodelta"));
+                                    << (c.had ? " had" : "") << (c.delta ? "" : " nodelta")
+                                    << (c.outliers ? " ol" : ""));
     m::QuantArgs a;
     a.T = T;
     a.C = C;
@@ -295,6 +298,17 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
     a.hadamard_scale = c.had ? m::HadamardScale(c.dim) : 1.0f;
     a.dtype = static_cast<uint8_t>(c.dt);
     EncoderOutputs o(a, 0xEE);
+    const size_t eb = DTypeBytes(c.dt);
+    a.outliers = c.outliers && s.is_key;
+    a.per_head = std::max<uint32_t>(1, c.dim / 16);
+    std::vector<float> ms(C), head_scratch(C);
+    std::vector<uint16_t> out_count(c.heads, 0xEEEE), out_idx(size_t{c.heads} * a.per_head);
+    std::vector<uint8_t> out_vals(size_t{T} * c.heads * a.per_head * eb);
+    a.ms = ms.data();
+    a.head_scratch = head_scratch.data();
+    a.out_count = out_count.data();
+    a.out_idx = out_idx.data();
+    a.out_vals = out_vals.data();
     const uint32_t& nonfinite = o.nonfinite;
     const auto &mu16 = o.mu16, &steps16 = o.steps16, &syms = o.syms;
     const auto& a16 = o.a16;
@@ -309,6 +323,21 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
       }
       ASSERT_EQ(steps16, s.steps16);
       ASSERT_EQ(syms, s.syms);
+      if (a.outliers) {  // the per-head picks, laid out as the payload lays them out
+        std::vector<uint16_t> idx;
+        std::vector<uint8_t> vals;
+        for (uint32_t h = 0; h < c.heads; ++h)
+          for (uint32_t i = 0; i < out_count[h]; ++i) idx.push_back(out_idx[h * a.per_head + i]);
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t h = 0; h < c.heads; ++h)
+            for (uint32_t i = 0; i < out_count[h]; ++i) {
+              const uint8_t* v = out_vals.data() + ((size_t{t} * c.heads + h) * a.per_head + i) * eb;
+              vals.insert(vals.end(), v, v + eb);
+            }
+        ASSERT_FALSE(s.outlier_idx.empty()) << "the data has outlier channels";
+        ASSERT_EQ(idx, s.outlier_idx);
+        ASSERT_EQ(vals, s.outlier_vals);
+      }
       // Decoder: from the CPU's arrays (here equal to ours) to the CPU decoder's bytes.
       std::vector<uint8_t> out(s.bytes, 0xA5);
       std::vector<float> rec(size_t{T} * C);
@@ -319,6 +348,9 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
       d.a16 = c.delta ? const_cast<uint8_t*>(s.a16.data()) : nullptr;
       d.steps16 = const_cast<uint16_t*>(s.steps16.data());
       d.syms = const_cast<uint16_t*>(s.syms.data());
+      d.nout = static_cast<uint32_t>(s.outlier_idx.size());
+      d.out_idx = const_cast<uint16_t*>(s.outlier_idx.data());
+      d.out_vals = const_cast<uint8_t*>(s.outlier_vals.data());
       m::QuantDecodePlan(ex, d);
       ASSERT_EQ(std::memcmp(out.data(), cpu.decoded.data() + s.block_offset, s.bytes), 0);
     }
@@ -346,6 +378,22 @@ TEST(CudaMath, QuantMatchesTheCpuByteForByte) {
   }
   CheckQuantOnHost(cases[1], 5, 6);
   CheckQuantOnHost(cases[3], 7, 3);
+}
+
+TEST(CudaMath, QuantWithKeyOutliersMatchesTheCpuByteForByte) {
+  const QuantCase cases[] = {
+      {DType::kFloat16, 2, 64, 16, 64, false, true, false, true},
+      {DType::kFloat16, 2, 64, 16, 64, true, true, false, true},
+      {DType::kFloat16, 4, 128, 33, 48, false, false, false, true},
+      {DType::kBFloat16, 2, 32, 16, 64, true, true, false, true},
+      {DType::kFloat32, 1, 64, 9, 20, false, true, false, true},
+  };
+  for (const QuantCase& c : cases) {
+    for (uint8_t b : {2, 3, 4}) {
+      CheckQuantOnHost(c, b, b);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
 }
 
 // Rounding ties and near-ties of the quantiser, element by element against the CPU's row kernel

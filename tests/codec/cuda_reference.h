@@ -27,6 +27,10 @@ struct CpuSection {
   uint16_t group = 0;  // as stored (0 on key sections)
   std::vector<uint16_t> mu16, steps16, syms;
   std::vector<uint8_t> a16;
+  // keys with outlier channels (`:ol`): the channels, ascending, and their kept elements
+  // [T * channels] of the block's dtype
+  std::vector<uint16_t> outlier_idx;
+  std::vector<uint8_t> outlier_vals;
 };
 
 struct CpuBlock {
@@ -70,9 +74,20 @@ inline CpuBlock EncodeOnCpu(const KvLayout& l, const CodecParams& p,
       // fp16 steps (C for keys, T * ceil(C / G) for values), rANS stream.
       const uint8_t* q = cs.payload.data();
       const uint8_t flags = q[2];
-      EXPECT_EQ(flags & kFlagKeyOutliers, 0);
+      EXPECT_EQ(flags & kFlagKeyOutliers ? 1 : 0, p.key_outliers && cs.is_key ? 1 : 0);
       std::memcpy(&cs.group, q + 4, 2);
       size_t at = 6;
+      if (flags & kFlagKeyOutliers) {  // u16 nout, u16 channels[nout], elements[T * nout]
+        uint16_t nout;
+        std::memcpy(&nout, q + at, 2);
+        at += 2;
+        cs.outlier_idx.resize(nout);
+        std::memcpy(cs.outlier_idx.data(), q + at, nout * 2);
+        at += nout * 2;
+        const size_t vals = T * nout * DTypeBytes(l.dtype);
+        cs.outlier_vals.assign(q + at, q + at + vals);
+        at += vals;
+      }
       cs.mu16.resize(C);
       std::memcpy(cs.mu16.data(), q + at, C * 2);
       at += C * 2;

@@ -189,6 +189,77 @@ TEST_F(CudaDevice, QuantMatchesTheCpu) {
   }
 }
 
+TEST_F(CudaDevice, QuantWithKeyOutliersMatchesTheCpu) {
+  cuda::QuantKernels qk;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (bool had : {false, true}) {
+      const uint32_t heads = 8, dim = 128, T = 64;
+      const KvLayout l = Layout(2, heads, dim, T, dt);
+      const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+      CodecParams p;
+      p.mode = Mode::kQuant;
+      p.key_bits = 3;
+      p.value_bits = 3;
+      p.hadamard = had;
+      p.key_outliers = true;
+      const CpuBlock cpu = EncodeOnCpu(l, p, block);
+      DeviceBuffer d_block = Upload(block);
+      for (const auto& s : cpu.sections) {
+        if (!s.is_key) continue;
+        SCOPED_TRACE(testing::Message() << "layer " << s.layer << (had ? " had" : ""));
+        cuda::QuantSection qs;
+        qs.tokens = T;
+        qs.heads = heads;
+        qs.head_dim = dim;
+        qs.dtype = dt;
+        qs.is_key = true;
+        qs.bits = s.bits;
+        qs.hadamard = had;
+        qs.key_outliers = true;
+        const size_t C = qs.channels(), n = qs.values(), slots = heads * qs.outliers_per_head();
+        const size_t eb = DTypeBytes(dt);
+        DeviceBuffer mu16 = Alloc(C * 2), a16 = Alloc(C), steps16 = Alloc(C * 2),
+                     syms = Alloc(n * 2), count = Alloc(heads * 2), idx = Alloc(slots * 2),
+                     vals = Alloc(T * slots * eb);
+        cuda::QuantArrays arr{mu16.as<uint16_t>(), a16.as<uint8_t>(), steps16.as<uint16_t>(),
+                              syms.as<uint16_t>(), count.as<uint16_t>(), idx.as<uint16_t>(),
+                              vals.as<uint8_t>()};
+        ASSERT_TRUE(qk.Encode(d_block.as<uint8_t>() + s.block_offset, qs, arr).ok());
+        EXPECT_EQ(Download<uint16_t>(syms, n), s.syms);
+        EXPECT_EQ(Download<uint16_t>(steps16, C), s.steps16);
+        const auto counts = Download<uint16_t>(count, heads);
+        const auto picks = Download<uint16_t>(idx, slots);
+        const auto kept = Download<uint8_t>(vals, T * slots * eb);
+        std::vector<uint16_t> flat;
+        std::vector<uint8_t> flat_vals;
+        for (uint32_t h = 0; h < heads; ++h)
+          for (uint32_t i = 0; i < counts[h]; ++i)
+            flat.push_back(picks[h * qs.outliers_per_head() + i]);
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t h = 0; h < heads; ++h)
+            for (uint32_t i = 0; i < counts[h]; ++i) {
+              const uint8_t* v = kept.data() + ((size_t{t} * heads + h) * qs.outliers_per_head()
+                                                + i) * eb;
+              flat_vals.insert(flat_vals.end(), v, v + eb);
+            }
+        EXPECT_EQ(flat, s.outlier_idx);
+        EXPECT_EQ(flat_vals, s.outlier_vals);
+        // Decode from the CPU's payload fields.
+        DeviceBuffer c_mu = Upload(s.mu16), c_steps = Upload(s.steps16), c_syms = Upload(s.syms),
+                     c_a = Upload(s.a16), c_idx = Upload(s.outlier_idx),
+                     c_vals = Upload(s.outlier_vals);
+        DeviceBuffer d_out = Alloc(s.bytes);
+        cuda::QuantArrays in{c_mu.as<uint16_t>(), c_a.as<uint8_t>(), c_steps.as<uint16_t>(),
+                             c_syms.as<uint16_t>(), nullptr, c_idx.as<uint16_t>(),
+                             c_vals.as<uint8_t>(), static_cast<uint32_t>(s.outlier_idx.size())};
+        ASSERT_TRUE(qk.Decode(in, qs, d_out.data()).ok());
+        const auto out = Download<uint8_t>(d_out, s.bytes);
+        EXPECT_EQ(std::memcmp(out.data(), cpu.decoded.data() + s.block_offset, s.bytes), 0);
+      }
+    }
+  }
+}
+
 TEST_F(CudaDevice, QuantRejectsNonFiniteInput) {
   cuda::QuantSection qs;
   qs.tokens = 4;
