@@ -381,6 +381,40 @@ absl::Status CheckSections(const BlobView& v) {
 
 }  // namespace
 
+namespace {
+
+// A groupwise section's payload for a device decoder, its header checked as DecodeGroupwise does.
+absl::Status GroupwiseHandoff(std::span<const uint8_t> payload, const internal::TensorShape& s,
+                              uint8_t bits, SectionHandoff* h) {
+  if (payload.size() < 3) return absl::DataLossError("groupwise section: truncated");
+  uint16_t group;
+  std::memcpy(&group, payload.data() + 1, 2);
+  if (payload[0] != bits) return absl::DataLossError("groupwise section: bits disagree");
+  if (group == 0) return absl::DataLossError("groupwise section: zero group size");
+  const size_t n = s.values(), ng = (n + group - 1) / group;
+  if (payload.size() != 3 + ng * 4 + (n * bits + 7) / 8)
+    return absl::DataLossError("groupwise section: payload size disagrees with its header");
+  h->kind = SectionHandoff::Kind::kGroupwise;
+  h->bits = bits;
+  h->group = group;
+  h->tokens = s.tokens;
+  h->heads = s.heads;
+  h->head_dim = s.head_dim;
+  h->dtype = s.dtype;
+  h->payload = payload;
+  return absl::OkStatus();
+}
+
+absl::Status HandOff(const DecodeOptions& opts, const SectionEntry& e, size_t offset,
+                     size_t bytes, SectionHandoff& h) {
+  h.layer = e.layer;
+  h.out_offset = offset;
+  h.out_bytes = bytes;
+  return opts.device_sections(h);
+}
+
+}  // namespace
+
 absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> out,
                              DecodeOptions opts) {
   ParseOptions po;
@@ -427,10 +461,23 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         st = internal::DecodeLossless(v.Payload(s), shape, s.coder, &scratch_->sec, dst);
         break;
       case Mode::kQuant:
+        if (opts.device_sections) {
+          SectionHandoff h;
+          st = internal::DecodeQuantHandoff(v.Payload(s), shape, s.bits, s.coder, &scratch_->sec,
+                                            shared, &h);
+          if (st.ok()) st = HandOff(opts, s, dst - out.data(), tensor_bytes, h);
+          break;
+        }
         st = internal::DecodeQuant(v.Payload(s), shape, s.bits, s.coder, &scratch_->sec, dst,
                                    shared);
         break;
       case Mode::kGroupwise:
+        if (opts.device_sections) {
+          SectionHandoff h;
+          st = GroupwiseHandoff(v.Payload(s), shape, s.bits, &h);
+          if (st.ok()) st = HandOff(opts, s, dst - out.data(), tensor_bytes, h);
+          break;
+        }
         st = internal::DecodeGroupwise(v.Payload(s), shape, s.bits, &scratch_->sec, dst);
         break;
       case Mode::kPca:

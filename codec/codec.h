@@ -116,8 +116,34 @@ class Encoder {
   const CalibrationSet* calibrations_ = nullptr;
 };
 
+// A section that a device decoder (codec/cuda/device_decoder.h) reconstructs itself, handed
+// over by the Decoder with its entropy coding already undone: the fields the CUDA kernels take.
+// Spans point into the blob or the Decoder's scratch and are valid during the call only.
+struct SectionHandoff {
+  enum class Kind { kQuant, kGroupwise } kind = Kind::kQuant;
+  uint32_t layer = 0;
+  bool is_key = true;
+  uint8_t bits = 0;
+  uint32_t tokens = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::kFloat16;
+  size_t out_offset = 0;  // where the section's tensor lies in the decoded block
+  size_t out_bytes = 0;
+  // kGroupwise: the section's payload (codec/groupwise.cc), group from its header.
+  std::span<const uint8_t> payload;
+  uint16_t group = 0;  // kQuant: channels per value step (values); kGroupwise: values per group
+  // kQuant (codec/quant.cc): the quantiser's flags and arrays, symbols widened to u16 with the
+  // zero residual at 2^(bits+1).
+  bool hadamard = false, token_delta = false;
+  std::span<const uint16_t> mu16, steps16, syms, outlier_idx;
+  std::span<const uint8_t> a16, outlier_vals;
+};
+// OK when the sink took the section (the Decoder then leaves its bytes of `out` alone).
+using SectionSink = std::function<absl::Status(const SectionHandoff&)>;
+
 struct DecodeOptions {
   bool verify_crc = true;  // false only for fuzzing the parsers behind the checksum
+  // Quant and groupwise sections go to this sink instead of being reconstructed into `out`.
+  SectionSink device_sections;
 };
 
 class Decoder {

@@ -255,6 +255,68 @@ void RestoreOutliers(const TensorShape& s, const QuantHeader& h, SectionScratch*
 
 }  // namespace
 
+absl::Status DecodeQuantHandoff(std::span<const uint8_t> payload, const TensorShape& s,
+                                uint8_t bits, uint8_t coder, SectionScratch* sc,
+                                rans::SharedDecoder* shared, SectionHandoff* out) {
+  if (coder == kCoderShared && (bits > 6 || !shared))
+    return absl::DataLossError("quant section: shared-stream coder without its stream");
+  if (RansLanes(coder) == 0 && coder != kCoderSplit && coder != kCoderShared)
+    return absl::DataLossError("quant section: unknown entropy coder");
+  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
+  ByteReader r(payload, "quant section");
+  QuantHeader h;
+  STRATA_RETURN_IF_ERROR(ReadQuantHeader(r, s, bits, &h));
+  QuantSymbols q;
+  STRATA_RETURN_IF_ERROR(DecodeQuantSymbols(r, s, h, bits, coder, sc, shared, &q));
+  if (h.delta)
+    for (size_t c = 0; c < s.channels(); ++c)
+      if (h.a_p[c] > 16) return absl::DataLossError("quant section: predictor weight above 1");
+  // Every symbol widened to u16 with the zero residual at 2^(bits+1), the split coder's two
+  // parts joined (outlier channels without low bits get 0 there, as DequantRows gives them).
+  const size_t T = s.tokens, C = s.channels(), n = s.values();
+  const int32_t shift = (1 << (bits + 1)) - q.offset;
+  sc->syms.resize(n);
+  uint16_t* syms = sc->syms.data();
+  if (q.split_r) {
+    const uint8_t* lo = sc->lo.data();
+    if (!q.keep.empty()) {
+      sc->lo_row.resize(T * C + 64);
+      size_t at = 0;
+      for (size_t t = 0; t < T; ++t)
+        at += ExpandLowBitsRow(sc->lo.data() + at, q.keep.data(), C, sc->lo_row.data() + t * C);
+      lo = sc->lo_row.data();
+    }
+    for (size_t i = 0; i < n; ++i)
+      syms[i] = static_cast<uint16_t>(((int32_t{sc->syms8[i]} << q.split_r) | lo[i]) + shift);
+  } else if (q.narrow) {
+    for (size_t i = 0; i < n; ++i) syms[i] = static_cast<uint16_t>(sc->syms8[i] + shift);
+  }
+  sc->steps16.resize(h.nsteps);
+  std::memcpy(sc->steps16.data(), h.st_p, h.nsteps * 2);
+  // Copies: the payload's u16 fields need not be 2-byte aligned.
+  sc->mu16.resize(C);
+  std::memcpy(sc->mu16.data(), h.mu_p, C * 2);
+  sc->out_idx.resize(h.nout);
+  std::memcpy(sc->out_idx.data(), h.out_idx, size_t{h.nout} * 2);
+  out->kind = SectionHandoff::Kind::kQuant;
+  out->bits = bits;
+  out->tokens = s.tokens;
+  out->heads = s.heads;
+  out->head_dim = s.head_dim;
+  out->dtype = s.dtype;
+  out->is_key = h.axis == 0;
+  out->group = static_cast<uint16_t>(h.axis == 1 ? h.group : 0);
+  out->hadamard = h.had;
+  out->token_delta = h.delta;
+  out->mu16 = sc->mu16;
+  out->a16 = h.delta ? std::span<const uint8_t>(h.a_p, C) : std::span<const uint8_t>();
+  out->steps16 = sc->steps16;
+  out->syms = {syms, n};
+  out->outlier_idx = sc->out_idx;
+  out->outlier_vals = {h.out_vals, T * h.nout * DTypeBytes(s.dtype)};
+  return absl::OkStatus();
+}
+
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out,
                          rans::SharedDecoder* shared) {

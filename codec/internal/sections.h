@@ -78,6 +78,7 @@ struct SectionScratch {
   std::vector<float> mn, mx;
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
+  std::vector<uint16_t> mu16, out_idx;  // DecodeQuantHandoff: aligned copies of payload fields
   std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
@@ -158,6 +159,11 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out,
                          rans::SharedDecoder* shared);
+// The same section up to its symbols, handed over as arrays (a device decoder's input); the
+// spans point into `payload` and `sc`.
+absl::Status DecodeQuantHandoff(std::span<const uint8_t> payload, const TensorShape& s,
+                                uint8_t bits, uint8_t coder, SectionScratch* sc,
+                                rans::SharedDecoder* shared, SectionHandoff* out);
 
 absl::Status EncodeLossless(const uint8_t* in, const TensorShape& s, SectionScratch* sc,
                             std::vector<uint8_t>* out, rans::CoderStats* stats);

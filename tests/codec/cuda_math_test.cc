@@ -454,3 +454,98 @@ TEST(CudaMath, QuantFlagsNonFiniteInput) {
 
 }  // namespace
 }  // namespace strata::codec
+
+namespace strata::codec {
+namespace {
+
+// A device decoder's route on the host: the Decoder hands quant and groupwise sections over
+// with their entropy coding undone (DecodeOptions::device_sections), the kernel plans rebuild
+// them from those arrays alone, and the block is the CPU Decoder's, byte for byte, for every
+// coder the encoder picks (narrow, wide, split, shared stream), with and without outliers.
+void CheckHandoffDecode(const KvLayout& l, const CodecParams& p) {
+  SCOPED_TRACE(testing::Message() << ModeName(p.mode) << " k" << int(p.key_bits) << "v"
+                                  << int(p.value_bits) << (p.hadamard ? " had" : "")
+                                  << (p.key_outliers ? " ol" : "") << " dtype "
+                                  << int(l.dtype));
+  SyntheticKvParams sp;
+  sp.seed = 11;
+  const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
+  auto blob = Encode(l, p, block);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  std::vector<uint8_t> want(block.size());
+  ASSERT_TRUE(Decode(*blob, want).ok());
+
+  std::vector<uint8_t> got(block.size(), 0xA5);
+  size_t handed = 0;
+  DecodeOptions opts;
+  opts.device_sections = [&](const SectionHandoff& h) -> absl::Status {
+    ++handed;
+    uint8_t* dst = got.data() + h.out_offset;
+    HostExec ex;
+    if (h.kind == SectionHandoff::Kind::kGroupwise) {
+      m::GroupwiseArgs a;
+      a.dtype = static_cast<uint8_t>(h.dtype);
+      a.n = uint64_t{h.tokens} * h.heads * h.head_dim;
+      a.bits = h.bits;
+      a.group = h.group;
+      a.cpayload = h.payload.data();
+      a.out = dst;
+      m::GroupwiseDecodePlan(ex, a);
+      return absl::OkStatus();
+    }
+    m::QuantArgs a;
+    a.T = h.tokens;
+    a.C = h.heads * h.head_dim;
+    a.heads = h.heads;
+    a.head_dim = h.head_dim;
+    a.bits = h.bits;
+    a.key_axis = h.is_key;
+    a.group = h.is_key ? a.C : h.group;
+    a.token_delta = h.token_delta;
+    a.hadamard = h.hadamard;
+    a.hadamard_scale = h.hadamard ? m::HadamardScale(h.head_dim) : 1.0f;
+    a.dtype = static_cast<uint8_t>(h.dtype);
+    std::vector<float> rec(size_t{a.T} * a.C);
+    a.f = rec.data();
+    a.out = dst;
+    a.mu16 = const_cast<uint16_t*>(h.mu16.data());
+    a.a16 = const_cast<uint8_t*>(h.a16.data());
+    a.steps16 = const_cast<uint16_t*>(h.steps16.data());
+    a.syms = const_cast<uint16_t*>(h.syms.data());
+    a.nout = static_cast<uint32_t>(h.outlier_idx.size());
+    a.out_idx = const_cast<uint16_t*>(h.outlier_idx.data());
+    a.out_vals = const_cast<uint8_t*>(h.outlier_vals.data());
+    m::QuantDecodePlan(ex, a);
+    return absl::OkStatus();
+  };
+  Decoder dec;
+  ASSERT_TRUE(dec.Decode(*blob, got, opts).ok());
+  EXPECT_EQ(handed, size_t{l.num_layers} * l.TensorsPerLayer());
+  EXPECT_EQ(got, want);
+}
+
+TEST(CudaMath, SectionsHandedToADeviceDecoderRebuildTheCpuBlock) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    const KvLayout l = Layout(2, 2, 64, 32, dt);
+    for (auto [kb, vb] : {std::pair<int, int>{2, 2}, {3, 4}, {4, 4}, {6, 6}, {7, 8}}) {
+      for (bool had : {false, true}) {
+        for (bool ol : {false, true}) {
+          auto params = ParseCodecSpec(std::string("quant:k") + std::to_string(kb) + "v" +
+                                       std::to_string(vb) + (had ? ":had" : "") +
+                                       (ol ? ":ol" : ""));
+          ASSERT_TRUE(params.ok()) << params.status();
+          CheckHandoffDecode(l, *params);
+          if (testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+    for (const char* spec : {"int4-g64", "int2-g32", "int8-g128"}) {
+      auto params = ParseCodecSpec(spec);
+      ASSERT_TRUE(params.ok()) << params.status();
+      CheckHandoffDecode(l, *params);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::codec
