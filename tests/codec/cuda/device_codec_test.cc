@@ -2,6 +2,7 @@
 // device skips (GTEST_SKIP) when cudaGetDeviceCount fails or finds none, so ctest reports them
 // as skipped on machines without a GPU; the argument checks run everywhere.
 #include "codec/cuda/device_codec.h"
+#include "codec/cuda/device_decoder.h"
 
 #include <cstring>
 #include <random>
@@ -258,6 +259,35 @@ TEST_F(CudaDevice, QuantWithKeyOutliersMatchesTheCpu) {
       }
     }
   }
+}
+
+// A whole blob decoded into device memory: the CPU Decoder's bytes, every mode and coder.
+TEST_F(CudaDevice, DeviceDecoderMatchesTheCpuDecoder) {
+  cuda::DeviceDecoder dd;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const KvLayout l = Layout(4, 8, 128, 64, dt);
+    const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+    for (const char* spec : {"quant:k4v4", "quant:k3v3:ol", "quant:k2v3:had:ol", "quant:k8v7",
+                             "quant:k4v4:nodelta", "int4-g64", "lossless", "raw"}) {
+      SCOPED_TRACE(spec);
+      auto p = ParseCodecSpec(spec);
+      ASSERT_TRUE(p.ok()) << p.status();
+      auto blob = Encode(l, *p, block);
+      ASSERT_TRUE(blob.ok()) << blob.status();
+      std::vector<uint8_t> want(block.size());
+      ASSERT_TRUE(Decode(*blob, want).ok());
+      DeviceBuffer d_out = Alloc(block.size());
+      ASSERT_TRUE(dd.Decode(*blob, d_out.data(), block.size()).ok());
+      EXPECT_EQ(Download<uint8_t>(d_out, block.size()), want);
+    }
+  }
+  // A damaged blob is the Decoder's error.
+  const KvLayout l = Layout(2, 2, 64, 16, DType::kFloat16);
+  auto blob = Encode(l, *ParseCodecSpec("quant:k4v4"), GenerateSyntheticKv(l, 1));
+  ASSERT_TRUE(blob.ok());
+  (*blob)[blob->size() / 2] ^= 0x40;
+  DeviceBuffer d_out = Alloc(l.BlockBytes());
+  EXPECT_FALSE(dd.Decode(*blob, d_out.data(), l.BlockBytes()).ok());
 }
 
 TEST_F(CudaDevice, QuantRejectsNonFiniteInput) {
