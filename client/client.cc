@@ -401,10 +401,10 @@ absl::StatusOr<uint64_t> Client::LendDeviceBuffer(const DeviceBufferHandle& buff
 absl::StatusOr<DeviceFetchResult> Client::FetchToDevice(const NamespaceId& ns, uint64_t loan,
                                                         std::span<const BlockId> ids,
                                                         std::span<const uint64_t> offsets,
-                                                        bool promote) {
+                                                        DeviceFetchOptions options) {
   client::ControlChannel& control = impl_->control();
   return client::FetchToDevice(*impl_->device, NamespaceRunner(control, ns), ns, loan, ids,
-                               offsets, promote);
+                               offsets, options);
 }
 
 absl::Status Client::ReturnDeviceBuffer(uint64_t loan) {

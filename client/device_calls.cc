@@ -26,7 +26,8 @@ absl::StatusOr<uint64_t> LendDeviceBuffer(v1::DeviceCopies::Stub& stub, const Ca
 absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
                                                 const CallRunner& run, const NamespaceId& ns,
                                                 uint64_t loan, std::span<const BlockId> ids,
-                                                std::span<const uint64_t> offsets, bool promote) {
+                                                std::span<const uint64_t> offsets,
+                                                DeviceFetchOptions options) {
   if (offsets.size() != ids.size())
     return absl::InvalidArgumentError(
         absl::StrCat(ids.size(), " ids but ", offsets.size(), " offsets"));
@@ -35,7 +36,8 @@ absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
   req.set_loan_id(loan);
   req.set_ids(PackIds(ids));
   req.mutable_offsets()->Add(offsets.begin(), offsets.end());
-  req.set_no_promote(!promote);
+  req.set_no_promote(!options.promote);
+  req.set_decode(options.decode);
   v1::FetchToDeviceResponse resp;
   STRATA_RETURN_IF_ERROR(run("DeviceCopies.FetchToDevice", [&](grpc::ClientContext* c) {
     return stub.FetchToDevice(c, req, &resp);

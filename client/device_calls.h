@@ -18,7 +18,8 @@ absl::StatusOr<uint64_t> LendDeviceBuffer(v1::DeviceCopies::Stub& stub, const Ca
 absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
                                                 const CallRunner& run, const NamespaceId& ns,
                                                 uint64_t loan, std::span<const BlockId> ids,
-                                                std::span<const uint64_t> offsets, bool promote);
+                                                std::span<const uint64_t> offsets,
+                                                DeviceFetchOptions options);
 absl::Status ReturnDeviceBuffer(v1::DeviceCopies::Stub& stub, const CallRunner& run,
                                 uint64_t loan);
 

@@ -624,7 +624,8 @@ absl::Status Daemon::Impl::StartServices() {
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());
   peer->set_calibrations(calibrations.get());
-  device_service = std::make_unique<DeviceService>(gpu, namespaces.get(), auth.get());
+  device_service =
+      std::make_unique<DeviceService>(gpu, namespaces.get(), auth.get(), calibrations.get());
   builder.RegisterService(device_service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another

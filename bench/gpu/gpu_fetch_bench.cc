@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < blocks; ++i) offsets.push_back(i * block_bytes);
   bool all_from_gpu = true, bytes_ok = true;
   auto fetch = [&](bool promote) {
-    auto f = (*client)->FetchToDevice(*ns, *loan, ids, offsets, promote);
+    auto f = (*client)->FetchToDevice(*ns, *loan, ids, offsets, {.promote = promote});
     if (!f.ok() || f->fetched != blocks) {
       std::fprintf(stderr, "fetch failed: %s\n", f.status().ToString().c_str());
       return false;

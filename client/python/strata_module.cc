@@ -323,13 +323,13 @@ class PyClient {
   }
 
   PyDeviceFetchResult FetchToDevice(py::bytes ns, const PyDeviceLoan& loan, py::sequence ids,
-                                    std::vector<uint64_t> offsets, bool promote) {
+                                    std::vector<uint64_t> offsets, bool promote, bool decode) {
     NamespaceId id = IdFrom(ns);
     std::vector<BlockId> block_ids = IdsFrom(ids);
     absl::StatusOr<strata::DeviceFetchResult> r;
     {
       py::gil_scoped_release release;
-      r = client().FetchToDevice(id, loan.id, block_ids, offsets, promote);
+      r = client().FetchToDevice(id, loan.id, block_ids, offsets, {promote, decode});
     }
     strata::DeviceFetchResult f = Take(std::move(r));
     return {f.status, f.sizes, f.crcs, f.sources, f.fetched, f.bytes};
@@ -726,7 +726,8 @@ PYBIND11_MODULE(_strata, m) {
       .def("lend_device_buffer", &PyClient::LendDeviceBuffer, py::arg("buffer"),
            py::arg("nbytes") = 0)
       .def("fetch_to_device", &PyClient::FetchToDevice, py::arg("ns"), py::arg("loan"),
-           py::arg("ids"), py::arg("offsets"), py::arg("promote") = true)
+           py::arg("ids"), py::arg("offsets"), py::arg("promote") = true,
+           py::arg("decode") = false)
       .def("return_device_buffer", &PyClient::ReturnDeviceBuffer, py::arg("loan"))
       .def("register_buffer", &PyClient::Register, py::arg("buffer"))
       .def("unregister_buffer", &PyClient::Unregister, py::arg("buffer"))

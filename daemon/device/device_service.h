@@ -7,7 +7,9 @@
 #include <atomic>
 
 #include "daemon/auth.h"
+#include "daemon/calibrations/calibration_store.h"
 #include "daemon/device/device_loans.h"
+#include "daemon/device/peer_decoder.h"
 #include "daemon/namespace_registry.h"
 #include "storage/gpu/gpu_tiered_store.h"
 #include "strata/v1/device.grpc.pb.h"
@@ -17,10 +19,12 @@ namespace strata::daemon {
 class DeviceService final : public v1::DeviceCopies::Service {
  public:
   // `gpu` null: this daemon has no GPU tier and refuses every call with the reason. `auth` null:
-  // authentication off. All must outlive the service.
+  // authentication off. `calibrations` (may be null) decodes pca blobs. All must outlive the
+  // service.
   DeviceService(GpuTieredStore* gpu, const NamespaceRegistry* namespaces,
-                const Authenticator* auth, DeviceLoans::Limits limits = {})
-      : gpu_(gpu), namespaces_(namespaces), auth_(auth), loans_(limits) {}
+                const Authenticator* auth, const CalibrationStore* calibrations = nullptr,
+                DeviceLoans::Limits limits = {})
+      : gpu_(gpu), namespaces_(namespaces), auth_(auth), loans_(limits), decoder_(calibrations) {}
 
   grpc::Status Lend(grpc::ServerContext* ctx, const v1::LendDeviceBufferRequest* req,
                     v1::LendDeviceBufferResponse* resp) override;
@@ -36,11 +40,16 @@ class DeviceService final : public v1::DeviceCopies::Service {
  private:
   // The caller (tenant or admin role), once this daemon is known to have a GPU tier.
   grpc::Status Admit(const grpc::ServerContext* ctx, Caller* caller) const;
+  // FetchToDevice with `decode` in a namespace with a codec: each block decoded into the buffer.
+  grpc::Status DecodeToPeer(const NamespaceId& ns, const std::vector<BlockId>& ids,
+                            const std::vector<uint64_t>& offsets, uint64_t block_bytes,
+                            PeerBuffer& peer, v1::FetchToDeviceResponse* resp);
 
   GpuTieredStore* const gpu_;
   const NamespaceRegistry* const namespaces_;
   const Authenticator* const auth_;
   DeviceLoans loans_;
+  PeerDecoder decoder_;
 };
 
 }  // namespace strata::daemon

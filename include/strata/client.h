@@ -164,6 +164,16 @@ struct DeviceFetchResult {
   uint64_t bytes = 0;
 };
 
+struct DeviceFetchOptions {
+  // Blocks only host memory or NVMe holds are promoted into the GPU tier first (false: copied
+  // straight from host memory, leaving the GPU tier as it is).
+  bool promote = true;
+  // Under a codec policy, each block is decoded into the buffer (BlockBytes() each): on the
+  // device by the daemon's CUDA decoder, or on its CPU where the tier is a stand-in. False: the
+  // blob as stored.
+  bool decode = false;
+};
+
 struct EvictOutcome {
   std::vector<BlockStatus> status;
   uint64_t removed_blocks = 0;
@@ -292,14 +302,13 @@ class Client {
   // been unused for its idle limit (10 minutes). FailedPrecondition when the daemon has no GPU
   // tier; InvalidArgument for a handle its device memory cannot open.
   absl::StatusOr<uint64_t> LendDeviceBuffer(const DeviceBufferHandle& buffer);
-  // Copies blocks of `ns` into the lent buffer, ids[i] at offsets[i] of the lent range, as
-  // stored (under a codec: the encoded blob). From the daemon's GPU tier device to device,
-  // promoting blocks only host memory or NVMe holds into it first (promote false: copied
-  // straight from host memory, leaving the GPU tier as it is).
+  // Copies blocks of `ns` into the lent buffer, ids[i] at offsets[i] of the lent range: from
+  // the daemon's GPU tier device to device, or from its host memory; as stored, or decoded
+  // (options).
   absl::StatusOr<DeviceFetchResult> FetchToDevice(const NamespaceId& ns, uint64_t loan,
                                                   std::span<const BlockId> ids,
                                                   std::span<const uint64_t> offsets,
-                                                  bool promote = true);
+                                                  DeviceFetchOptions options = {});
   absl::Status ReturnDeviceBuffer(uint64_t loan);
 
   // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into

@@ -49,6 +49,7 @@ class CudaPeerBuffer final : public PeerBuffer {
     cudaIpcCloseMemHandle(opened_);
   }
   uint64_t size() const override { return bytes_; }
+  uint8_t* device_data() const override { return data(); }
   uint8_t* data() const { return opened_ + offset_; }
 
  private:

@@ -35,6 +35,9 @@ class PeerBuffer {
  public:
   virtual ~PeerBuffer() = default;
   virtual uint64_t size() const = 0;
+  // The lent range in this process's device address space, for kernels that write it directly
+  // (the CUDA decoder); null where it is no device memory (the stand-in).
+  virtual uint8_t* device_data() const { return nullptr; }
 };
 
 // `size` bytes into a peer buffer at `peer_offset`, from the pool at `device_offset` or, when

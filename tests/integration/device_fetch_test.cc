@@ -92,7 +92,7 @@ TEST(DeviceFetchTest, BlocksLandInTheEnginesBufferFromTheGpuTierOrHostMemory) {
   unknown.bytes[0] ^= 1;
   ids = {p.ids[6], unknown, p.ids[7]};
   offsets = {kBlock, 2 * kBlock, 16 * kBlock - 100};
-  f = client->FetchToDevice(p.ns, *loan, ids, offsets, /*promote=*/false);
+  f = client->FetchToDevice(p.ns, *loan, ids, offsets, {.promote = false});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->status, (std::vector<BlockStatus>{BlockStatus::kOk, BlockStatus::kNotFound,
                                                  BlockStatus::kInvalid}));
@@ -215,6 +215,65 @@ TEST(DeviceFetchTest, HandlesTheDaemonCannotOpenAreClearErrors) {
   EXPECT_TRUE(client->Stats().ok()) << "the daemon is alive";
 }
 
+// A namespace with a codec: blocks arrive decoded (the stand-in tier decodes on the CPU; a CUDA
+// tier on the device), the same bytes the client's own decoder gives; as stored without decode.
+TEST(DeviceFetchTest, CodedBlocksArriveDecodedWhenAsked) {
+  DaemonProcess d(std::string("host_tier:\n  capacity: 64MiB\n") + kGpu);
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  NamespaceSpec spec = Spec();
+  spec.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  spec.codec_policy = "quant:k3v3:ol";
+  auto ns = client->OpenNamespace(spec, "t");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  const size_t bytes = spec.layout.BlockBytes();
+  // Finite fp16 values in (-4, 4): sign, exponent 12..16, random mantissa.
+  std::vector<std::vector<uint8_t>> kv(3, std::vector<uint8_t>(bytes));
+  uint32_t x = 12345;
+  for (auto& b : kv)
+    for (size_t k = 0; k < bytes; k += 2) {
+      x = x * 1664525u + 1013904223u;
+      const uint16_t h = static_cast<uint16_t>(((x >> 31) << 15) | ((12 + (x >> 10) % 5) << 10) |
+                                               ((x >> 12) & 0x3FF));
+      std::memcpy(b.data() + k, &h, 2);
+    }
+  std::vector<ConstBuffer> views;
+  for (const auto& b : kv) views.push_back({b.data(), b.size()});
+  auto pub = client->Publish(*ns, testing::Tokens(3 * kTokensPerBlock, 21), views);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, 3u);
+  // What the client's own decoder makes of them.
+  std::vector<std::vector<uint8_t>> want(3, std::vector<uint8_t>(bytes));
+  std::vector<MutableBuffer> outs;
+  for (auto& w : want) outs.push_back({w.data(), w.size()});
+  auto fetched = client->Fetch(*ns, pub->ids, outs);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ASSERT_EQ(fetched->fetched, 3u);
+
+  auto buffer = StandInDeviceBuffer::Create(4 * bytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto loan = client->LendDeviceBuffer((*buffer)->handle());
+  ASSERT_TRUE(loan.ok()) << loan.status();
+  const std::vector<uint64_t> offsets = {2 * bytes, 0, bytes};
+  auto f = client->FetchToDevice(*ns, *loan, pub->ids, offsets, {.decode = true});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 3u);
+  EXPECT_EQ(f->sizes, std::vector<uint64_t>(3, bytes));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp((*buffer)->data() + offsets[i], want[i].data(), bytes), 0) << i;
+  // A decoded block past the buffer's end is refused alone.
+  const std::vector<uint64_t> late = {3 * bytes + 1};
+  f = client->FetchToDevice(*ns, *loan, {pub->ids.data(), 1}, late, {.decode = true});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->status[0], BlockStatus::kInvalid);
+  // Without decode: the blobs as stored, smaller than the decoded blocks.
+  f = client->FetchToDevice(*ns, *loan, pub->ids, offsets);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 3u);
+  EXPECT_LT(f->sizes[0], bytes / 3);
+}
+
 TEST(DeviceFetchTest, ADaemonWithoutAGpuTierSaysSo) {
   DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
   ASSERT_TRUE(d.ok()) << d.log();
@@ -275,6 +334,33 @@ TEST(DeviceFetchTest, ACudaEngineBufferGetsBlocksFromTheDaemonsGpuTier) {
   DeviceBufferHandle past = *h;
   past.bytes = 8 * kBlock;
   EXPECT_EQ(client->LendDeviceBuffer(past).status().code(), absl::StatusCode::kInvalidArgument);
+  // A coded namespace: decoded on the device by the daemon's CUDA decoder, the client's bytes.
+  NamespaceSpec spec = Spec();
+  spec.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  spec.codec_policy = "quant:k3v3:ol";
+  auto cns = client->OpenNamespace(spec, "t");
+  ASSERT_TRUE(cns.ok()) << cns.status();
+  const size_t bytes = spec.layout.BlockBytes();
+  std::vector<uint8_t> kv(bytes);
+  for (size_t k = 0; k < bytes; k += 2) {
+    const uint16_t h = static_cast<uint16_t>(0x3000 + (k * 2654435761u >> 7) % 0x0C00);
+    std::memcpy(kv.data() + k, &h, 2);
+  }
+  const ConstBuffer view{kv.data(), kv.size()};
+  auto pub = client->Publish(*cns, testing::Tokens(kTokensPerBlock, 3), {&view, 1});
+  ASSERT_TRUE(pub.ok() && pub->stored == 1) << pub.status();
+  std::vector<uint8_t> want(bytes);
+  const MutableBuffer out{want.data(), want.size()};
+  ASSERT_TRUE(client->Fetch(*cns, pub->ids, {&out, 1}).ok());
+  const uint64_t at[] = {0};
+  f = client->FetchToDevice(*cns, *loan, pub->ids, at, {.decode = true});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->fetched, 1u);
+  std::vector<uint8_t> decoded(bytes);
+  ASSERT_EQ(cudaMemcpy(decoded.data(), static_cast<uint8_t*>(engine) + kBlock, bytes,
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(decoded, want);
   ASSERT_TRUE(client->ReturnDeviceBuffer(*loan).ok());
   cudaFree(engine);
 #endif
