@@ -255,19 +255,32 @@ void RestoreOutliers(const TensorShape& s, const QuantHeader& h, SectionScratch*
 
 }  // namespace
 
+namespace {
+
+// A section's header and symbols, the coder checked against the blob (both decoders start so).
+absl::Status ReadQuantSection(std::span<const uint8_t> payload, const TensorShape& s,
+                              uint8_t bits, uint8_t coder, SectionScratch* sc,
+                              rans::SharedDecoder* shared, QuantHeader* h, QuantSymbols* q) {
+  if (RansLanes(coder) == 0 && coder != kCoderSplit && coder != kCoderShared)
+    return absl::DataLossError("quant section: unknown entropy coder");
+  if (coder == kCoderShared && (bits > 6 || !shared))
+    return absl::DataLossError(
+        bits > 6 ? "quant section: shared-stream coder on a section of more than 6 bits"
+                 : "quant section: shared-stream coder in a blob without a stream section");
+  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
+  ByteReader r(payload, "quant section");
+  STRATA_RETURN_IF_ERROR(ReadQuantHeader(r, s, bits, h));
+  return DecodeQuantSymbols(r, s, *h, bits, coder, sc, shared, q);
+}
+
+}  // namespace
+
 absl::Status DecodeQuantHandoff(std::span<const uint8_t> payload, const TensorShape& s,
                                 uint8_t bits, uint8_t coder, SectionScratch* sc,
                                 rans::SharedDecoder* shared, SectionHandoff* out) {
-  if (coder == kCoderShared && (bits > 6 || !shared))
-    return absl::DataLossError("quant section: shared-stream coder without its stream");
-  if (RansLanes(coder) == 0 && coder != kCoderSplit && coder != kCoderShared)
-    return absl::DataLossError("quant section: unknown entropy coder");
-  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
-  ByteReader r(payload, "quant section");
   QuantHeader h;
-  STRATA_RETURN_IF_ERROR(ReadQuantHeader(r, s, bits, &h));
   QuantSymbols q;
-  STRATA_RETURN_IF_ERROR(DecodeQuantSymbols(r, s, h, bits, coder, sc, shared, &q));
+  STRATA_RETURN_IF_ERROR(ReadQuantSection(payload, s, bits, coder, sc, shared, &h, &q));
   if (h.delta)
     for (size_t c = 0; c < s.channels(); ++c)
       if (h.a_p[c] > 16) return absl::DataLossError("quant section: predictor weight above 1");
@@ -320,19 +333,9 @@ absl::Status DecodeQuantHandoff(std::span<const uint8_t> payload, const TensorSh
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out,
                          rans::SharedDecoder* shared) {
-  const int lanes = RansLanes(coder);
-  if (lanes == 0 && coder != kCoderSplit && coder != kCoderShared)
-    return absl::DataLossError("quant section: unknown entropy coder");
-  if (coder == kCoderShared && (bits > 6 || !shared))
-    return absl::DataLossError(
-        bits > 6 ? "quant section: shared-stream coder on a section of more than 6 bits"
-                 : "quant section: shared-stream coder in a blob without a stream section");
-  if (coder != kCoderShared && coder != kCoderSplit) shared = nullptr;
-  ByteReader r(payload, "quant section");
   QuantHeader h;
-  STRATA_RETURN_IF_ERROR(ReadQuantHeader(r, s, bits, &h));
   QuantSymbols q;
-  STRATA_RETURN_IF_ERROR(DecodeQuantSymbols(r, s, h, bits, coder, sc, shared, &q));
+  STRATA_RETURN_IF_ERROR(ReadQuantSection(payload, s, bits, coder, sc, shared, &h, &q));
   STRATA_RETURN_IF_ERROR(LoadCentresAndSteps(h, s.channels(), sc));
   DequantRows(s, h, q, sc, out);
   if (h.nout > 0) RestoreOutliers(s, h, sc, out);
