@@ -105,7 +105,8 @@ class CudaDeviceMemory final : public DeviceMemory {
                                                              uint64_t bytes) override {
     if (kind != device_handles::kCudaIpc)
       return absl::InvalidArgumentError(
-          absl::StrCat("this daemon's GPU tier opens cuda-ipc buffers, not ", std::string(kind), " handles"));
+          absl::StrCat("this daemon's GPU tier opens cuda-ipc buffers, not ", std::string(kind),
+                       " handles"));
     if (handle.size() != sizeof(cudaIpcMemHandle_t) ||
         handle.size() != device_handles::kCudaIpcHandleBytes)
       return absl::InvalidArgumentError(absl::StrCat("a cuda-ipc handle has ",

@@ -331,7 +331,8 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
         for (uint32_t t = 0; t < T; ++t)
           for (uint32_t h = 0; h < c.heads; ++h)
             for (uint32_t i = 0; i < out_count[h]; ++i) {
-              const uint8_t* v = out_vals.data() + ((size_t{t} * c.heads + h) * a.per_head + i) * eb;
+              const size_t slot = (size_t{t} * c.heads + h) * a.per_head + i;
+              const uint8_t* v = out_vals.data() + slot * eb;
               vals.insert(vals.end(), v, v + eb);
             }
         ASSERT_FALSE(s.outlier_idx.empty()) << "the data has outlier channels";
