@@ -4,28 +4,12 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_allocation_range.h"
 #include "common/device_handles.h"
 #include "strata/device_buffer.h"
 
 namespace strata {
 namespace {
-
-// The driver's cuMemGetAddressRange, looked up at run time: libstrata links the static runtime
-// and must load on machines without a driver.
-using AddressRangeFn = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
-
-AddressRangeFn AddressRange() {
-  static void* fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return static_cast<void*>(nullptr);
-    return f;
-  }();
-  return reinterpret_cast<AddressRangeFn>(fn);
-}
 
 absl::Status CudaError(cudaError_t e, const char* what) {
   return absl::FailedPreconditionError(
@@ -48,15 +32,11 @@ absl::StatusOr<DeviceBufferHandle> ExportCudaBuffer(const void* device_ptr, size
   }
   if (attrs.type != cudaMemoryTypeDevice)
     return absl::InvalidArgumentError("the buffer is not device memory (cudaMalloc)");
-  AddressRangeFn range = AddressRange();
-  if (range == nullptr)
-    return absl::FailedPreconditionError("the CUDA driver offers no cuMemGetAddressRange");
-  unsigned long long base = 0;
-  size_t allocation = 0;
-  const auto ptr = reinterpret_cast<unsigned long long>(device_ptr);
-  if (int r = range(&base, &allocation, ptr); r != 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("the buffer lies in no allocation the driver knows (", r, ")"));
+  const auto ptr = reinterpret_cast<uint64_t>(device_ptr);
+  cuda_driver::AllocationRange range;
+  if (!cuda_driver::FindAllocation(device_ptr, &range))
+    return absl::InvalidArgumentError("the buffer lies in no allocation the CUDA driver knows");
+  const uint64_t base = range.base, allocation = range.bytes;
   if (ptr - base + bytes > allocation)
     return absl::InvalidArgumentError(absl::StrCat("the buffer of ", bytes, " bytes at offset ",
                                                    ptr - base, " leaves its allocation of ",

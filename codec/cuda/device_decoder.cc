@@ -73,7 +73,7 @@ struct DeviceDecoder::Impl {
     s.dtype = h.dtype;
     s.is_key = h.is_key;
     s.bits = h.bits;
-    s.group = h.is_key ? 64 : h.group;
+    s.group = h.group;  // 0 for keys, which take a step per channel
     s.hadamard = h.hadamard;
     s.token_delta = h.token_delta;
     s.key_outliers = !h.outlier_idx.empty();

@@ -28,14 +28,11 @@ grpc::Status DeviceService::Lend(grpc::ServerContext* ctx, const v1::LendDeviceB
                                  v1::LendDeviceBufferResponse* resp) {
   Caller caller;
   if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
-  const absl::Time now = absl::Now();
-  if (size_t closed = loans_.CloseIdle(now))
-    spdlog::info("closed {} lent device buffers left unused for {}", closed,
-                 absl::FormatDuration(loans_.limits().idle));
+  // Idle loans are closed by the daemon's reclaim loop (CloseIdle), not here.
   auto opened =
       gpu_->memory().OpenPeerBuffer(req->kind(), req->handle(), req->offset(), req->bytes());
   if (!opened.ok()) return ToGrpcStatus(opened.status());
-  auto id = loans_.Add(caller, std::move(*opened), now);
+  auto id = loans_.Add(caller, std::move(*opened), absl::Now());
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_loan_id(*id);
   resp->set_memory_kind(std::string(gpu_->memory().kind()));
@@ -66,7 +63,7 @@ grpc::Status DeviceService::FetchToDevice(grpc::ServerContext* ctx,
   const std::vector<uint64_t> offsets(req->offsets().begin(), req->offsets().end());
   if (req->decode()) {
     auto entry = namespaces_->Find(scoped->ns);
-    if (entry && entry->spec.codec_policy != "opaque" && !entry->spec.codec_policy.empty())
+    if (entry && entry->spec.codec_policy != kOpaqueCodecPolicy)
       return DecodeToPeer(scoped->ns, scoped->ids, offsets, entry->spec.layout.BlockBytes(),
                           **buffer, resp);
   }

@@ -480,6 +480,11 @@ class StrataConnector(KVConnectorBase_V1):
         memory by the daemon (from its GPU tier) instead of through host staging."""
         import torch
         import strata
+        if self._device is not None and self._device[0] is client:
+            try:  # a loan the daemon still holds (a failed load): give it back first
+                client.return_device_buffer(self._device[1])
+            except Exception:  # noqa: BLE001 - closed or idled out already
+                pass
         self._device = None
         mode = self._device_loads
         kv_device = self._parts[0][0].device if self._parts else None

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_allocation_range.h"
 #include "common/device_handles.h"
 #include "storage/gpu/device_memory.h"
 
@@ -17,26 +18,6 @@ namespace {
 absl::Status CudaError(cudaError_t err, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
                                           cudaGetErrorString(err), ")"));
-}
-
-// The driver's cuMemGetAddressRange (the bounds of the allocation a device address lies in),
-// looked up at run time: stratad links the static runtime only, and must start on machines
-// without a driver.
-using AddressRangeFn = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
-
-absl::StatusOr<AddressRangeFn> AddressRange() {
-  static void* fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return static_cast<void*>(nullptr);
-    return f;
-  }();
-  if (fn == nullptr)
-    return absl::FailedPreconditionError("the CUDA driver offers no cuMemGetAddressRange");
-  return reinterpret_cast<AddressRangeFn>(fn);
 }
 
 // An engine's allocation opened from its IPC handle; closed with the object.
@@ -113,8 +94,6 @@ class CudaDeviceMemory final : public DeviceMemory {
                                                      sizeof(cudaIpcMemHandle_t),
                                                      " bytes, not ", handle.size()));
     if (bytes == 0) return absl::InvalidArgumentError("a lent buffer of 0 bytes");
-    auto range = AddressRange();
-    if (!range.ok()) return range.status();
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), sizeof h);
     std::lock_guard l(peer_mu_);
@@ -128,15 +107,14 @@ class CudaDeviceMemory final : public DeviceMemory {
           "cannot open the lent buffer's IPC handle: ", cudaGetErrorName(e), " (",
           cudaGetErrorString(e), "); it must come from a live allocation of another process"));
     }
-    unsigned long long base = 0;
-    size_t have = 0;
-    const int r = (*range)(&base, &have, reinterpret_cast<uintptr_t>(opened));
-    if (r != 0 || base != reinterpret_cast<uintptr_t>(opened) || offset > have ||
-        bytes > have - offset) {
+    cuda_driver::AllocationRange range;
+    const bool found = cuda_driver::FindAllocation(opened, &range);
+    if (!found || range.base != reinterpret_cast<uintptr_t>(opened) || offset > range.bytes ||
+        bytes > range.bytes - offset) {
       cudaIpcCloseMemHandle(opened);
       return absl::InvalidArgumentError(absl::StrCat(
-          "the lent range of ", bytes, " bytes at ", offset, " leaves the allocation of ", have,
-          " bytes (driver answer ", r, ")"));
+          "the lent range of ", bytes, " bytes at ", offset, " leaves the allocation of ",
+          range.bytes, " bytes", found ? "" : " (the driver does not know it)"));
     }
     return std::unique_ptr<PeerBuffer>(
         new CudaPeerBuffer(device_, static_cast<uint8_t*>(opened), offset, bytes));
