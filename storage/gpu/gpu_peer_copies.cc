@@ -1,4 +1,5 @@
-// GpuTieredStore::CopyToPeer: fetches into buffers that same-node engines lent the daemon.
+// The GPU tier's exchanges with other processes: CopyToPeer (fetches into buffers that same-node
+// engines lent the daemon) and blocks that other nodes' daemons send over device links.
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,56 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
   n_.peer_copies.fetch_add(copies.size());
   n_.peer_copied_bytes.fetch_add(out.bytes);
   return out;
+}
+
+ReserveResult GpuTieredStore::ReserveOnDevice(const NamespaceId& ns,
+                                              std::span<const ReserveItem> items) {
+  std::vector<ReserveItem> fresh;
+  std::vector<size_t> fresh_idx;
+  ReserveResult out;
+  out.status.assign(items.size(), BlockStatus::kExists);
+  out.offsets.assign(items.size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (below()->Holds(items[i].id)) continue;
+    fresh.push_back(items[i]);
+    fresh_idx.push_back(i);
+  }
+  if (fresh.empty()) return out;
+  ReserveResult rr = device_.Reserve(ns, fresh);
+  if (rr.reservation_id != 0 && !device_.HoldReservation(rr.reservation_id).ok()) {
+    (void)device_.Abort(rr.reservation_id);
+    rr.reservation_id = 0;
+    rr.status.assign(fresh.size(), BlockStatus::kExpired);
+  }
+  out.reservation_id = rr.reservation_id;
+  out.expires_in = rr.expires_in;
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    out.status[fresh_idx[k]] = rr.status[k];
+    if (rr.status[k] == BlockStatus::kOk) out.offsets[fresh_idx[k]] = rr.offsets[k];
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<BlockStatus>> GpuTieredStore::CommitOnDevice(
+    const NamespaceId& ns, uint64_t reservation_id, std::span<const BlockId> ids,
+    std::span<const uint32_t> crcs) {
+  if (ids.size() != crcs.size())
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids but ", crcs.size(), " CRCs"));
+  auto committed = device_.Commit(reservation_id, crcs, CommitCheck::kWriterChecksummed);
+  if (!committed.ok()) return committed.status();
+  BlockEventHook hook;
+  {
+    absl::MutexLock lock(&hook_mu_);
+    hook = hook_;
+  }
+  if (hook) {
+    absl::flat_hash_map<BlockId, BlockId> parents;
+    for (const BlockInfo& b : device_.Inspect(ids)) parents[b.id] = b.parent;
+    for (size_t i = 0; i < ids.size() && i < committed->size(); ++i)
+      if ((*committed)[i] == BlockStatus::kOk)
+        hook(BlockEvent{BlockEvent::kStored, ids[i], ns, parents[ids[i]]});
+  }
+  return committed;
 }
 
 }  // namespace strata

@@ -181,8 +181,8 @@ void GpuTieredStore::PromoteBatch(const NamespaceId& ns, std::span<const BlockId
 }
 
 AcquireResult GpuTieredStore::AcquireOnDevice(const NamespaceId& ns,
-                                              std::span<const BlockId> ids) {
-  (void)Promote(ns, ids);
+                                              std::span<const BlockId> ids, bool promote) {
+  if (promote) (void)Promote(ns, ids);
   return device_.Acquire(ns, ids);
 }
 
@@ -462,6 +462,10 @@ std::vector<BlockId> GpuTieredStore::AllIds() const {
 }
 
 void GpuTieredStore::SetChangeHook(BlockEventHook hook) {
+  {
+    absl::MutexLock lock(&hook_mu_);
+    hook_ = hook;
+  }
   if (!hook) {
     below()->SetChangeHook(nullptr);
     device_.SetChangeHook(nullptr);

@@ -84,7 +84,9 @@ class GpuTieredStore final : public BlockStoreWrapper {
   std::vector<BlockStatus> Promote(const NamespaceId& ns, std::span<const BlockId> ids);
   // Leases blocks on the device, promoting those below first. Offsets are relative to
   // memory().device_address() and stay valid until ReleaseOnDevice or the lease's expiry.
-  AcquireResult AcquireOnDevice(const NamespaceId& ns, std::span<const BlockId> ids);
+  // With `promote` false, only blocks already on the device are leased.
+  AcquireResult AcquireOnDevice(const NamespaceId& ns, std::span<const BlockId> ids,
+                                bool promote = true);
   absl::Status ReleaseOnDevice(uint64_t lease_id);
   // Drops the device copies of blocks of `ns` that a tier below also holds (a demotion that
   // needs no copy). Per id: kOk (dropped), kNotFound (not on the device), kInProgress (only the
@@ -99,6 +101,22 @@ class GpuTieredStore final : public BlockStoreWrapper {
   absl::StatusOr<PeerFetchResult> CopyToPeer(const NamespaceId& ns, std::span<const BlockId> ids,
                                              std::span<const uint64_t> peer_offsets,
                                              PeerBuffer& peer, bool promote = true);
+
+  // --- Blocks that arrive on the device from another node (device links, NCCL) ---
+  // Device extents for `items` of `ns`, offsets relative to memory().device_address(). An id
+  // the device or a tier below holds already is kExists (promote it instead). The reservation
+  // never expires: the receiver commits or aborts it once its link is done with the extents.
+  ReserveResult ReserveOnDevice(const NamespaceId& ns, std::span<const ReserveItem> items);
+  // Makes the reserved blocks visible: `ids` and `crcs` are the reservation's kOk entries in
+  // order, each CRC32C the sender's (its tiers verified them), recorded as given and checked by
+  // every copy down. They are device-only blocks: demoted, not dropped, when evicted. The change
+  // hook hears of them (kStored) so the directory does.
+  absl::StatusOr<std::vector<BlockStatus>> CommitOnDevice(const NamespaceId& ns,
+                                                          uint64_t reservation_id,
+                                                          std::span<const BlockId> ids,
+                                                          std::span<const uint32_t> crcs);
+  absl::Status AbortOnDevice(uint64_t reservation_id) { return device_.Abort(reservation_id); }
+
   // Whether the device holds the block (any namespace).
   bool HoldsOnDevice(const BlockId& id) const;
   // Which of `ids` the device holds in `ns` (one look at the device's index for all of them).
@@ -154,6 +172,8 @@ class GpuTieredStore final : public BlockStoreWrapper {
   const std::unique_ptr<DeviceMemory> memory_;
   const GpuTieredStoreOptions options_;
   HostTier device_;  // the device pool's index; its base() is a device address, never read
+  absl::Mutex hook_mu_;
+  BlockEventHook hook_ ABSL_GUARDED_BY(hook_mu_);  // for blocks that arrive on the device
 
   struct Atomics {
     std::atomic<uint64_t> promotions{0}, promoted_bytes{0}, demotions{0}, demoted_bytes{0},

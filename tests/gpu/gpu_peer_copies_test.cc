@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include "common/device_handles.h"
@@ -182,6 +183,83 @@ TEST_F(GpuPeerCopyTest, ALenderThatShrinksItsBufferDoesNotTakeTheDaemonDown) {
   auto r = store_->CopyToPeer(ns_, ids, offsets, *peer);  // a mapping would die of SIGBUS here
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status[0], BlockStatus::kOk);
+}
+
+// Blocks another node's daemon sends over a device link: reserved on the device, written there
+// by the link, committed with the sender's CRC.
+class GpuArrivalTest : public GpuTierTest {
+ protected:
+  // Block i "arrives": reserved, its bytes written into the pool, committed with `crc`.
+  BlockStatus Arrive(int i, uint32_t crc, int parent = -1) {
+    ReserveItem item{Id(i), parent < 0 ? BlockId{} : Id(parent), kBlock};
+    ReserveResult r = store_->ReserveOnDevice(ns_, {&item, 1});
+    if (r.status[0] != BlockStatus::kOk) return r.status[0];
+    const auto bytes = Bytes(i, kBlock);
+    std::memcpy(pool_ + r.offsets[0], bytes.data(), kBlock);
+    auto c = store_->CommitOnDevice(ns_, r.reservation_id, {&item.id, 1}, {&crc, 1});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? (*c)[0] : BlockStatus::kInvalid;
+  }
+  static uint32_t CrcOf(int i) { return Crc32c(Bytes(i, kBlock).data(), kBlock); }
+};
+
+TEST_F(GpuArrivalTest, AnArrivedBlockIsOnTheDeviceOnlyAnnouncedAndServedToHostReaders) {
+  Open(8);
+  std::vector<BlockEvent> events;
+  std::mutex mu;
+  store_->SetChangeHook([&](const BlockEvent& e) {
+    std::lock_guard<std::mutex> l(mu);
+    events.push_back(e);
+  });
+  ASSERT_EQ(Arrive(1, CrcOf(1)), BlockStatus::kOk);
+  ASSERT_EQ(Arrive(2, CrcOf(2), 1), BlockStatus::kOk);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[1].kind, BlockEvent::kStored);
+    EXPECT_EQ(events[1].id, Id(2));
+    EXPECT_EQ(events[1].parent, Id(1));
+  }
+  const BlockId id = Id(1);
+  std::vector<Tier> tiers;
+  EXPECT_EQ(store_->Lookup(ns_, {&id, 1}, &tiers), 1u);
+  EXPECT_EQ(tiers[0], Tier::kGpu);
+  EXPECT_TRUE(store_->Holds(id));
+  EXPECT_TRUE(DeviceBytesMatch(1));
+  // Host memory never had it: a CPU fetch stages it down, checked against the sender's CRC.
+  EXPECT_EQ(FetchFromHost(1), BlockStatus::kOk);
+  EXPECT_EQ(Counters().staged_down, 1u);
+  // Arriving again: already here.
+  EXPECT_EQ(Arrive(1, CrcOf(1)), BlockStatus::kExists);
+  store_->SetChangeHook(nullptr);
+}
+
+TEST_F(GpuArrivalTest, ABlockThatArrivedDamagedIsNeverServed) {
+  Open(8);
+  ASSERT_EQ(Arrive(3, CrcOf(3) ^ 1), BlockStatus::kOk);  // the bytes do not match the CRC
+  EXPECT_NE(FetchFromHost(3), BlockStatus::kOk);
+  EXPECT_EQ(Counters().crc_failures, 1u);
+  EXPECT_FALSE(store_->HoldsOnDevice(Id(3)));
+}
+
+TEST_F(GpuArrivalTest, HeldBlocksAreRefusedAndAnAbortedArrivalLeavesNothing) {
+  Open(4);
+  Publish(5);  // host memory holds it: the receiver promotes instead
+  ReserveItem held{Id(5), BlockId{}, kBlock};
+  EXPECT_EQ(store_->ReserveOnDevice(ns_, {&held, 1}).status[0], BlockStatus::kExists);
+  // The whole device reserved, then given back: every extent is free again.
+  std::vector<ReserveItem> items;
+  for (int i = 10; i < 14; ++i) items.push_back({Id(i), BlockId{}, kBlock});
+  ReserveResult r = store_->ReserveOnDevice(ns_, items);
+  ASSERT_NE(r.reservation_id, 0u);
+  for (auto s : r.status) EXPECT_EQ(s, BlockStatus::kOk);
+  ReserveItem more{Id(20), BlockId{}, kBlock};
+  EXPECT_EQ(store_->ReserveOnDevice(ns_, {&more, 1}).status[0], BlockStatus::kNoSpace);
+  ASSERT_TRUE(store_->AbortOnDevice(r.reservation_id).ok());
+  EXPECT_FALSE(store_->HoldsOnDevice(Id(10)));
+  EXPECT_EQ(Arrive(20, CrcOf(20)), BlockStatus::kOk);
+  EXPECT_EQ(Counters().device.allocated_bytes, kBlock);
+  EXPECT_EQ(Counters().device.open_reservations, 0u);
 }
 
 }  // namespace
