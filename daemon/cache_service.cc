@@ -516,21 +516,19 @@ grpc::Status CacheService::Reposition(grpc::ServerContext* ctx, const v1::Reposi
     if (!to_gpu && req->target_tier() != v1::TIER_HOST && req->target_tier() != v1::TIER_UNKNOWN)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "target_tier must be TIER_HOST or TIER_GPU");
-    if (to_gpu && !data_plane_.gpu)
+    const bool here = req->target_node().empty() || req->target_node() == data_plane_.node_id;
+    // Another node's GPU tier: that node says whether it has one (its Pull answers).
+    if (to_gpu && here && !data_plane_.gpu)
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this node has no GPU tier (config gpu.capacity)");
-    if (to_gpu && !req->target_node().empty() && req->target_node() != data_plane_.node_id)
-      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "blocks go to another node's GPU tier only by asking that node "
-                          "(target_node empty there)");
     Cluster* cluster = cluster_.load();
     if (!cluster) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cluster layer not up yet");
     auto entry = namespaces_->Find(ns);
     if (!entry) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "namespace not open");
     auto r = cluster->mover().Reposition(*entry, ids, req->target_node(), req->move(),
-                                         absl::FromChrono(ctx->deadline()));
+                                         absl::FromChrono(ctx->deadline()), to_gpu);
     if (!r.ok()) return ToGrpcStatus(r.status());
-    if (to_gpu) {
+    if (to_gpu && here) {
       // Every block is on this node now (or failed): copy the ones that arrived up.
       const std::vector<BlockStatus> up = data_plane_.gpu->Promote(ns, ids);
       for (size_t i = 0; i < ids.size() && i < r->status.size(); ++i)

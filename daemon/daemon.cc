@@ -40,6 +40,7 @@
 #include "storage/host_block_store.h"
 #include "storage/host_tier.h"
 #include "storage/gpu/gpu_tiered_store.h"
+#include "transport/device_link.h"
 #include "storage/tiered_store.h"
 #include "storage/zoned_arena.h"
 #include "transport/ucx.h"
@@ -254,6 +255,28 @@ absl::StatusOr<std::unique_ptr<GpuTieredStore>> OpenGpuTier(const DaemonConfig& 
   spdlog::info("gpu tier: {} of {} memory (device {}), policy {}", FormatSize(g.capacity), kind,
                g.device, g.policy);
   return opened;
+}
+
+// How this node's GPU tier reaches other nodes' device to device: NCCL for device memory (when
+// libnccl loads), the TCP stand-in between stand-in pools (listening on the advertised host).
+// Null, logged, when there is no way: blocks then go over UCX and are promoted on arrival.
+std::unique_ptr<transport::DeviceLinkFactory> DeviceLinksFor(const GpuTierConfig& g,
+                                                             const std::string& address) {
+  if (g.memory == "host-stand-in") {
+    std::string host = address.substr(0, address.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    spdlog::info("device links: stand-in over TCP on {}", host);
+    return transport::NewStandInLinkFactory(host);
+  }
+  auto nccl = transport::NewNcclLinkFactory(g.device);
+  if (!nccl.ok()) {
+    spdlog::info("device links off ({}); blocks reach other GPU tiers over UCX",
+                 nccl.status().ToString());
+    return nullptr;
+  }
+  spdlog::info("device links: NCCL on device {}", g.device);
+  return std::move(*nccl);
 }
 
 }  // namespace
@@ -654,6 +677,8 @@ absl::Status Daemon::Impl::StartCluster() {
   co.peer_security = peer_security;
   // Active messages carry no token: an authenticating cluster asks its directory over gRPC.
   if (!auth->enabled() && peer_token.empty()) co.ucx = ucx;
+  co.gpu = gpu;
+  if (gpu) co.device_links = DeviceLinksFor(config.gpu, co.self.address);
   auto started = Cluster::Start(std::move(co), *store, *namespaces);
   if (!started.ok()) {
     server->Shutdown(std::chrono::system_clock::now());

@@ -326,6 +326,30 @@ void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* clus
                                  "Lookup prefix blocks found on other nodes.");
   Counter* rerepl = m.AddCounter("strata_rereplicated_blocks_total",
                                  "Copies made to replace the ones a departed node held.");
+  Counter* dev_in = m.AddCounter("strata_device_link_blocks_in_total",
+                                 "Blocks received into the GPU tier over device links (NCCL).");
+  Counter* dev_in_bytes = m.AddCounter("strata_device_link_bytes_in_total",
+                                       "Bytes received into the GPU tier over device links.");
+  Counter* dev_out = m.AddCounter("strata_device_link_blocks_out_total",
+                                  "Blocks sent from the GPU tier over device links.");
+  Counter* dev_out_bytes = m.AddCounter("strata_device_link_bytes_out_total",
+                                        "Bytes sent from the GPU tier over device links.");
+  Counter* dev_opened =
+      m.AddCounter("strata_device_links_opened_total", "Device links made to other nodes.");
+  Counter* dev_fail = m.AddCounter("strata_device_link_failures_total",
+                                   "Device transfers that failed (their blocks went over UCX).");
+  m.AddCollector([cluster, dev_in, dev_in_bytes, dev_out, dev_out_bytes, dev_opened, dev_fail] {
+    Cluster* c = cluster->load(std::memory_order_acquire);
+    DeviceTransfers* d = c ? c->device_transfers() : nullptr;
+    if (!d) return;
+    const DeviceTransferCounters& k = d->counters();
+    dev_in->Set(k.blocks_in.load());
+    dev_in_bytes->Set(k.bytes_in.load());
+    dev_out->Set(k.blocks_out.load());
+    dev_out_bytes->Set(k.bytes_out.load());
+    dev_opened->Set(k.links_opened.load());
+    dev_fail->Set(k.failures.load());
+  });
   m.AddCollector([cluster, nodes, healthy, dir_ids, dir_bytes, announced, refused, peer_fail,
                   replicated, repl_fail, pulled, remote, rerepl] {
     Cluster* c = cluster->load(std::memory_order_acquire);

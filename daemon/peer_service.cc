@@ -14,6 +14,16 @@ grpc::Status NotUp() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon's cluster layer is not up yet");
 }
 
+// The cluster's device transfers, or why there are none.
+grpc::Status DeviceTransfersOf(Cluster* c, DeviceTransfers** out) {
+  if (!c) return NotUp();
+  *out = c->device_transfers();
+  if (*out == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this node has no device links (no GPU tier, or no NCCL)");
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 grpc::Status PeerService::Announce(grpc::ServerContext* ctx, const v1::AnnounceRequest* req,
@@ -67,7 +77,7 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   auto deadline = absl::FromChrono(ctx->deadline());
   for (BlockStatus s :
        c->puller().Pull(order->spec, req->tenant(), req->replicas(), order->ids, order->parents,
-                        req->source_node(), req->source_address(), deadline))
+                        req->source_node(), req->source_address(), deadline, req->to_device()))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }
@@ -101,6 +111,36 @@ grpc::Status PeerService::PutCalibration(grpc::ServerContext* ctx,
   auto stored = store->Put(*ns, req->artefact());
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   FillCalibrationInfo(*stored, false, resp->mutable_info());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::JoinDeviceLink(grpc::ServerContext* ctx,
+                                         const v1::JoinDeviceLinkRequest* req,
+                                         v1::JoinDeviceLinkResponse*) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
+  DeviceTransfers* d = nullptr;
+  if (grpc::Status s = DeviceTransfersOf(cluster_.load(), &d); !s.ok()) return s;
+  return ToGrpcStatus(d->Join(*req));
+}
+
+grpc::Status PeerService::PrepareDeviceSend(grpc::ServerContext* ctx,
+                                            const v1::PrepareDeviceSendRequest* req,
+                                            v1::PrepareDeviceSendResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
+  DeviceTransfers* d = nullptr;
+  if (grpc::Status s = DeviceTransfersOf(cluster_.load(), &d); !s.ok()) return s;
+  return ToGrpcStatus(d->PrepareSend(*req, resp));
+}
+
+grpc::Status PeerService::RunDeviceTransfer(grpc::ServerContext* ctx,
+                                            const v1::RunDeviceTransferRequest* req,
+                                            v1::RunDeviceTransferResponse* resp) {
+  if (grpc::Status s = Admit(ctx); !s.ok()) return s;
+  DeviceTransfers* d = nullptr;
+  if (grpc::Status s = DeviceTransfersOf(cluster_.load(), &d); !s.ok()) return s;
+  auto bytes = d->Run(*req, absl::FromChrono(ctx->deadline()));
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  resp->set_bytes(*bytes);
   return grpc::Status::OK;
 }
 

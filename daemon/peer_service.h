@@ -29,6 +29,15 @@ class PeerService final : public v1::Peer::Service {
                               v1::GetCalibrationResponse* resp) override;
   grpc::Status PutCalibration(grpc::ServerContext* ctx, const v1::PutCalibrationRequest* req,
                               v1::PutCalibrationResponse* resp) override;
+  // Device links between GPU tiers (daemon/cluster/device_transfers.h).
+  grpc::Status JoinDeviceLink(grpc::ServerContext* ctx, const v1::JoinDeviceLinkRequest* req,
+                              v1::JoinDeviceLinkResponse* resp) override;
+  grpc::Status PrepareDeviceSend(grpc::ServerContext* ctx,
+                                 const v1::PrepareDeviceSendRequest* req,
+                                 v1::PrepareDeviceSendResponse* resp) override;
+  grpc::Status RunDeviceTransfer(grpc::ServerContext* ctx,
+                                 const v1::RunDeviceTransferRequest* req,
+                                 v1::RunDeviceTransferResponse* resp) override;
 
  private:
   // Every handler's first step: announcements and pulls change what this node stores.

@@ -72,8 +72,9 @@ std::vector<BlockStatus> BlockMover::PullStatuses(const grpc::Status& s,
 std::vector<BlockStatus> BlockMover::AskToPull(
     const std::string& target_address, const NamespaceRegistry::Entry& ns,
     std::span<const BlockId> ids, std::span<const BlockId> parents, const std::string& source_node,
-    const std::string& source_address, absl::Time deadline) {
+    const std::string& source_address, absl::Time deadline, bool to_device) {
   v1::PullRequest req = MakePullRequest(ns, ids, parents, source_node, source_address);
+  req.set_to_device(to_device);
   v1::PullResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
@@ -139,7 +140,7 @@ void BlockMover::Replicate(const NamespaceRegistry::Entry& ns, std::span<const B
 
 absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
-    const std::string& target_node, bool move, absl::Time deadline) {
+    const std::string& target_node, bool move, absl::Time deadline, bool to_device) {
   auto r = ctx_.ring.Get();
   const std::string target = target_node.empty() ? ctx_.self.id : target_node;
   const placement::NodeRecord* tnode = r ? r->view.Find(target) : nullptr;
@@ -154,13 +155,23 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     if (store_.Holds(id)) local.insert(id);
   auto located = locator_.Locate(ids, std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
   std::map<std::string, std::vector<size_t>> by_source;
+  // Into another node's GPU tier, blocks it holds already go up there too: asked as if
+  // pulled from this node, which it then never contacts for them (nor removes them here).
+  const bool promote_there = to_device && target != ctx_.self.id;
+  absl::flat_hash_set<size_t> nominal;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::vector<std::string> holders;
     if (local.contains(ids[i])) holders.push_back(ctx_.self.id);
     for (const auto& l : located[i])
       if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
         holders.push_back(l.node);
-    if (std::find(holders.begin(), holders.end(), target) != holders.end()) {
+    const bool there = std::find(holders.begin(), holders.end(), target) != holders.end();
+    if (there && promote_there) {
+      by_source[ctx_.self.id].push_back(i);
+      nominal.insert(i);
+      continue;
+    }
+    if (there) {
       out.status[i] = BlockStatus::kOk;
       ++out.already_there;
       continue;
@@ -176,14 +187,15 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     std::vector<BlockStatus> st =
         target == ctx_.self.id
             ? puller_.Pull(ns.spec, ns.tenant, ns.replicas, sub, {}, source, snode->address,
-                           deadline)
-            : AskToPull(tnode->address, ns, sub, {}, source, snode->address, deadline);
+                           deadline, to_device)
+            : AskToPull(tnode->address, ns, sub, {}, source, snode->address, deadline,
+                        to_device);
     std::vector<BlockId> moved;
     for (size_t k = 0; k < which.size(); ++k) {
       out.status[which[k]] = Copied(st[k]) ? BlockStatus::kOk : st[k];
       if (st[k] == BlockStatus::kOk) ++out.copied;
       if (st[k] == BlockStatus::kExists) ++out.already_there;
-      if (Copied(st[k])) moved.push_back(sub[k]);
+      if (Copied(st[k]) && !nominal.contains(which[k])) moved.push_back(sub[k]);
     }
     if (move && !moved.empty()) to_remove.emplace_back(source, std::move(moved));
   }

@@ -57,10 +57,12 @@ class BlockMover {
   };
   // Puts a copy of each block on `target_node` (this node when empty), pulled from a holder;
   // with `move`, the holders it came from drop theirs. NotFound when the target is not in view.
+  // `to_device`: into the target's GPU tier (BlockPuller::Pull), blocks it holds already
+  // included; kOk then means on its device.
   absl::StatusOr<RepositionResult> Reposition(const NamespaceRegistry::Entry& ns,
                                               std::span<const BlockId> ids,
                                               const std::string& target_node, bool move,
-                                              absl::Time deadline);
+                                              absl::Time deadline, bool to_device = false);
 
   struct DrainResult {
     uint64_t blocks = 0, moved = 0, failed = 0;
@@ -76,7 +78,8 @@ class BlockMover {
                                      const NamespaceRegistry::Entry& ns,
                                      std::span<const BlockId> ids, std::span<const BlockId> parents,
                                      const std::string& source_node,
-                                     const std::string& source_address, absl::Time deadline);
+                                     const std::string& source_address, absl::Time deadline,
+                                     bool to_device = false);
 
  private:
   v1::PullRequest MakePullRequest(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,

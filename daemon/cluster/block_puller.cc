@@ -9,14 +9,20 @@
 #include "client/block_calls.h"
 #include "client/daemon_link.h"
 #include "common/crc32c.h"
+#include "daemon/cluster/device_transfers.h"
 #include "daemon/logging.h"
 #include "strata/client.h"
 
 namespace strata::daemon {
 
 BlockPuller::BlockPuller(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
-                         Announcer& announcer)
-    : ctx_(ctx), store_(store), namespaces_(namespaces), announcer_(announcer) {}
+                         Announcer& announcer, GpuTieredStore* gpu, DeviceTransfers* device)
+    : ctx_(ctx),
+      store_(store),
+      namespaces_(namespaces),
+      announcer_(announcer),
+      gpu_(gpu),
+      device_(device) {}
 
 BlockPuller::~BlockPuller() { Stop(); }
 
@@ -29,8 +35,14 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
                                            uint32_t replicas, std::span<const BlockId> ids,
                                            std::span<const BlockId> parents,
                                            const std::string& source_node,
-                                           const std::string& source_address, absl::Time deadline) {
+                                           const std::string& source_address, absl::Time deadline,
+                                           bool to_device) {
   std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
+  if (to_device && gpu_ == nullptr) {
+    spdlog::warn("Pull into the GPU tier: this node has none");
+    status.assign(ids.size(), BlockStatus::kInvalid);
+    return status;
+  }
   auto ns = namespaces_.Open(spec, tenant);
   if (!ns.ok()) {
     spdlog::warn("Pull from '{}': cannot open the namespace here: {}", LogSafe(source_node),
@@ -47,15 +59,41 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
     else
       need.push_back(i);
   }
-  if (need.empty()) return status;
-  std::vector<BlockId> need_ids;
-  for (size_t i : need) need_ids.push_back(ids[i]);
-  auto fetched = FetchFromSource(spec, tenant, *ns, need_ids, source_node, source_address);
-  if (!fetched.ok()) return status;
-  Commit(*ns, ids, parents, need, *fetched, status);
+  // Into the GPU tier: what the source's device holds comes device to device.
+  if (to_device && device_ != nullptr && !need.empty()) {
+    std::vector<BlockId> need_ids;
+    for (size_t i : need) need_ids.push_back(ids[i]);
+    const std::vector<BlockStatus> got =
+        device_->Pull(spec, tenant, *ns, need_ids, source_node, source_address, deadline);
+    std::vector<size_t> rest;
+    for (size_t k = 0; k < need.size(); ++k) {
+      if (got[k] == BlockStatus::kOk) ctx_.counters.pulled.fetch_add(1);
+      if (got[k] == BlockStatus::kOk || got[k] == BlockStatus::kExists)
+        status[need[k]] = got[k];
+      else
+        rest.push_back(need[k]);
+    }
+    need.swap(rest);
+  }
+  if (!need.empty()) {
+    std::vector<BlockId> need_ids;
+    for (size_t i : need) need_ids.push_back(ids[i]);
+    auto fetched = FetchFromSource(spec, tenant, *ns, need_ids, source_node, source_address);
+    if (fetched.ok()) Commit(*ns, ids, parents, need, *fetched, status);
+  }
+  const bool copied = std::count(status.begin(), status.end(), BlockStatus::kOk) > 0;
+  if (to_device) {
+    // Every block that is here now goes up (those that came device to device are there).
+    const std::vector<BlockStatus> up = gpu_->Promote(*ns, ids);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if ((status[i] == BlockStatus::kOk || status[i] == BlockStatus::kExists) &&
+          up[i] != BlockStatus::kOk)
+        status[i] = up[i];
+  }
   // The copy is findable before the caller hears it exists (a replica must be, once the
   // publisher's Commit returns).
-  announcer_.FlushAnnouncements(std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
+  if (copied)
+    announcer_.FlushAnnouncements(std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
   return status;
 }
 

@@ -27,12 +27,21 @@ namespace strata::client {
 class DaemonLink;
 }
 
+namespace strata {
+class GpuTieredStore;
+}
+
 namespace strata::daemon {
+
+class DeviceTransfers;
 
 class BlockPuller {
  public:
+  // `gpu`: this node's GPU tier (null: none); `device`: its device links to other GPU tiers
+  // (null: none). Both must outlive the puller.
   BlockPuller(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
-              Announcer& announcer);
+              Announcer& announcer, GpuTieredStore* gpu = nullptr,
+              DeviceTransfers* device = nullptr);
   ~BlockPuller();
   BlockPuller(const BlockPuller&) = delete;
   BlockPuller& operator=(const BlockPuller&) = delete;
@@ -41,10 +50,16 @@ class BlockPuller {
   // daemon `source_node` at `source_address` into this node's store; opens the namespace here
   // first (with `replicas` when > 0). Per id: kOk (copied), kExists (already held here), or why
   // not (kNotFound when the source could not be used).
+  // `to_device`: into this node's GPU tier. Blocks the source holds on its device come over a
+  // device link first (when both nodes have one), the rest over UCX; then every block asked
+  // for is promoted, and its status is the promotion's where the copy (or the block already
+  // here) did not get onto the device. FailedPrecondition-like kInvalid for all without a GPU
+  // tier here.
   std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
                                 uint32_t replicas, std::span<const BlockId> ids,
                                 std::span<const BlockId> parents, const std::string& source_node,
-                                const std::string& source_address, absl::Time deadline);
+                                const std::string& source_address, absl::Time deadline,
+                                bool to_device = false);
 
   // Evicts `ids` of `ns` on the daemon `node` at `address`; how many it removed (0 when it
   // could not be reached).
@@ -77,6 +92,8 @@ class BlockPuller {
   BlockStore& store_;
   NamespaceRegistry& namespaces_;
   Announcer& announcer_;
+  GpuTieredStore* const gpu_;
+  DeviceTransfers* const device_;
 
   std::mutex sources_mu_;
   std::map<std::string, std::shared_ptr<client::DaemonLink>> sources_;  // by address

@@ -37,7 +37,11 @@ Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespac
   membership_ = NewMembership(ctx_.config, ctx_.self.id);
   announcer_ = std::make_unique<Announcer>(ctx_, directory_, store);
   locator_ = std::make_unique<Locator>(ctx_, directory_, std::move(options.ucx));
-  puller_ = std::make_unique<BlockPuller>(ctx_, store, namespaces, *announcer_);
+  if (options.gpu != nullptr && options.device_links != nullptr)
+    device_ = std::make_unique<DeviceTransfers>(ctx_, *options.gpu, namespaces,
+                                                std::move(options.device_links));
+  puller_ = std::make_unique<BlockPuller>(ctx_, store, namespaces, *announcer_, options.gpu,
+                                          device_.get());
   mover_ = std::make_unique<BlockMover>(ctx_, store, namespaces, *locator_, *announcer_, *puller_);
 }
 
@@ -69,6 +73,7 @@ void Cluster::Stop() {
     spdlog::warn("leaving the cluster: {}", s.ToString());
   locator_->Stop();
   puller_->Stop();
+  if (device_) device_->Stop();
 }
 
 BlockMover::DrainResult Cluster::Drain(absl::Time deadline) {
@@ -109,6 +114,7 @@ void Cluster::OnView(const placement::MembershipView& view) {
         spdlog::info("node '{}' ({}) joined the cluster", n.id, n.address);
     if (departed) mover_->ScheduleRepair();
   }
+  if (device_) device_->Retain(view);
   // Entries this node no longer owns go; holders re-announce to the new owners.
   announcer_->RetainOwned(*next);
 }

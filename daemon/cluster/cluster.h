@@ -19,11 +19,14 @@
 #include "daemon/cluster/block_puller.h"
 #include "daemon/cluster/calibration_sync.h"
 #include "daemon/cluster/context.h"
+#include "daemon/cluster/device_transfers.h"
 #include "daemon/cluster/locator.h"
 #include "daemon/namespace_registry.h"
 #include "placement/directory.h"
 #include "placement/membership.h"
 #include "storage/block_store.h"
+#include "storage/gpu/gpu_tiered_store.h"
+#include "transport/device_link.h"
 #include "transport/ucx.h"
 
 namespace strata::daemon {
@@ -38,6 +41,10 @@ class Cluster {
     std::shared_ptr<transport::Context> ucx;
     // This node's token (a peer role on the other nodes) and TLS for every call to them.
     client::ChannelSecurity peer_security;
+    // This node's GPU tier (null: none; must outlive the cluster) and how its device links to
+    // other nodes' GPU tiers are made (null: none; blocks then reach them over UCX).
+    GpuTieredStore* gpu = nullptr;
+    std::unique_ptr<transport::DeviceLinkFactory> device_links;
   };
 
   // Joins the membership and starts announcing. `store` and `namespaces` must outlive the
@@ -72,6 +79,8 @@ class Cluster {
   BlockPuller& puller() { return *puller_; }
   BlockMover& mover() { return *mover_; }
   CalibrationSync& calibrations() { return calibrations_; }
+  // Null when this node has no device links.
+  DeviceTransfers* device_transfers() { return device_.get(); }
 
  private:
   Cluster(Options options, BlockStore& store, NamespaceRegistry& namespaces);
@@ -82,6 +91,7 @@ class Cluster {
   placement::Directory directory_;
   std::unique_ptr<placement::Membership> membership_;
   std::unique_ptr<Announcer> announcer_;
+  std::unique_ptr<DeviceTransfers> device_;
   std::unique_ptr<Locator> locator_;
   std::unique_ptr<BlockPuller> puller_;
   std::unique_ptr<BlockMover> mover_;
