@@ -424,6 +424,15 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
       c["gpu_peer_copies_total"] = g.peer_copies;
       c["gpu_peer_copied_bytes_total"] = g.peer_copied_bytes;
     }
+    if (Cluster* cl = cluster_.load(); cl && cl->device_transfers()) {
+      const DeviceTransferCounters& d = cl->device_transfers()->counters();
+      c["device_link_blocks_in_total"] = d.blocks_in.load();
+      c["device_link_bytes_in_total"] = d.bytes_in.load();
+      c["device_link_blocks_out_total"] = d.blocks_out.load();
+      c["device_link_bytes_out_total"] = d.bytes_out.load();
+      c["device_links_opened_total"] = d.links_opened.load();
+      c["device_link_failures_total"] = d.failures.load();
+    }
     resp->set_namespaces(namespaces_->size());
     resp->set_transport(data_plane_.transports);
     c["lookups_total"] = s.lookups;

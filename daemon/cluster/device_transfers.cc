@@ -231,6 +231,8 @@ absl::Status DeviceTransfers::OpenLink(const std::string& peer, const std::strin
   req.set_kind(std::string(factory_->kind()));
   v1::JoinDeviceLinkResponse resp;
   grpc::ClientContext cctx;
+  // Both ends must join within the peer timeout (the other end gives up after it).
+  deadline = std::min(deadline, absl::Now() + ctx_.config.peer_timeout);
   cctx.set_deadline(absl::ToChronoTime(deadline));
   if (grpc::Status s = ctx_.peers.Get(address)->JoinDeviceLink(&cctx, req, &resp); !s.ok())
     return FromGrpc(s, absl::StrCat("device link to '", peer, "'"));
@@ -433,7 +435,7 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
   v1::PrepareDeviceSendResponse prep;
   {
     grpc::ClientContext cctx;
-    cctx.set_deadline(absl::ToChronoTime(deadline));
+    cctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + ctx_.config.peer_timeout)));
     grpc::Status s = ctx_.peers.Get(source_address)->PrepareDeviceSend(&cctx, preq, &prep);
     if (!s.ok()) {
       ctx_.counters.peer_failures.fetch_add(1);
