@@ -2,7 +2,7 @@
 # Issue 17's device check, for a GPU node: builds Strata with CUDA (only what the device checks
 # link), runs every device test (ctest label "cuda": the GPU tier's device memory and the CUDA
 # codec against the CPU codec; the CUDA IPC fetch into an engine's buffer through a real
-# stratad), gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and host-to-device, CUDA
+# stratad; an NCCL device link between two GPUs, where the node has two), gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and host-to-device, CUDA
 # codec encode/decode GB/s) and gpu_fetch_bench (FetchToDevice through stratad into a lent
 # engine buffer vs cudaMemcpy device-to-device), all in the same run. Results go under $OUT
 # when it is set (else ./device-check-out). Budget: under 8 minutes on a 16-core GPU node.
@@ -29,7 +29,7 @@ if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSTRATA_WITH_CUDA=ON
   log "configure failed (see configure.txt)"; tail -20 "$OUT/configure.txt"; exit 1
 fi
 TARGETS=(cuda_device_memory_test codec_cuda_device_test gpu_tier_test gpu_bench stratad
-         gpu_tier_daemon_test gpu_fetch_bench)
+         gpu_tier_daemon_test gpu_fetch_bench device_link_test)
 if ! cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}" > "$OUT/build.txt" 2>&1; then
   log "build failed (see build.txt)"; grep -m20 -E "error" "$OUT/build.txt"; exit 1
 fi
