@@ -247,6 +247,7 @@ absl::StatusOr<std::unique_ptr<GpuTieredStore>> OpenGpuTier(const DaemonConfig& 
   o.device.reservation_timeout = config.host.reservation_timeout;
   o.device.lease_timeout = config.host.lease_timeout;
   o.device.max_pin_ttl = config.host.max_pin_ttl;
+  o.device.tenant_max_share = config.limits.tenant_max_share;
   o.device.max_block_bytes = std::min(config.host.max_block_size, g.capacity);
   o.warn = [](const std::string& msg) { spdlog::warn("{}", msg); };
   const std::string kind((*memory)->kind());
@@ -580,6 +581,12 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   auto opened = OpenGpuTier(config, store.get());
   if (!opened.ok()) return opened.status();
   gpu = opened->get();
+  // The device's share per tenant is the host tier's (limits.tenant_max_share).
+  namespaces->SetOpenHook([t = tier.get(), g = gpu](const NamespaceId& ns,
+                                                    const std::string& tenant) {
+    t->SetNamespaceTenant(ns, tenant);
+    g->SetNamespaceTenant(ns, tenant);
+  });
   below_gpu = std::move(store);
   store = std::move(*opened);
   return absl::OkStatus();

@@ -231,12 +231,11 @@ absl::Status DeviceTransfers::OpenLink(const std::string& peer, const std::strin
   req.set_kind(std::string(factory_->kind()));
   v1::JoinDeviceLinkResponse resp;
   grpc::ClientContext cctx;
-  // Both ends must join within the peer timeout (the other end gives up after it).
-  deadline = std::min(deadline, absl::Now() + ctx_.config.peer_timeout);
-  cctx.set_deadline(absl::ToChronoTime(deadline));
+  cctx.set_deadline(
+      absl::ToChronoTime(std::min(deadline, absl::Now() + ctx_.config.peer_timeout)));
   if (grpc::Status s = ctx_.peers.Get(address)->JoinDeviceLink(&cctx, req, &resp); !s.ok())
     return FromGrpc(s, absl::StrCat("device link to '", peer, "'"));
-  auto link = factory_->Connect(*id, 0, deadline);
+  auto link = factory_->Connect(*id, 0, std::min(deadline, absl::Now() + LinkSetupTimeout()));
   if (!link.ok()) return link.status();
   slot.link = std::move(*link);
   slot.epoch = epoch;
@@ -258,7 +257,7 @@ absl::Status DeviceTransfers::Join(const v1::JoinDeviceLinkRequest& req) {
   auto fresh = std::make_shared<Slot>();
   fresh->epoch = req.epoch();
   transport::DeviceLinkFactory* factory = factory_.get();
-  const absl::Time deadline = absl::Now() + ctx_.config.peer_timeout;
+  const absl::Time deadline = absl::Now() + LinkSetupTimeout();
   fresh->joining =
       std::async(std::launch::async,
                  [factory, id = req.link_id(), deadline]()

@@ -20,6 +20,7 @@
 // A prepared part that is never run gives its lease back after cluster.peer_timeout.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -103,6 +104,10 @@ class DeviceTransfers {
   };
 
   bool IsRankZeroWith(const std::string& peer) const { return ctx_.self.id < peer; }
+  // Both ends join a new link within this (NCCL's set-up takes longer than a peer call).
+  absl::Duration LinkSetupTimeout() const {
+    return std::max(ctx_.config.peer_timeout, absl::Seconds(10));
+  }
   bool InView(const std::string& node, std::string* address = nullptr) const;
   std::shared_ptr<Slot> SlotFor(const std::string& peer);
   void DropSlot(const std::string& peer, const std::shared_ptr<Slot>& slot);

@@ -22,7 +22,6 @@ BlockStatus Merge(BlockStatus a, BlockStatus b) {
 HostTierOptions GpuTieredStore::DeviceIndexOptions(HostTierOptions o) {
   o.write_back = true;
   o.zones.clear();
-  o.tenant_max_share = 1.0;
   o.tenant_max_reserved_bytes = 0;
   return o;
 }

@@ -59,7 +59,9 @@ struct PeerFetchResult {
 
 struct GpuTieredStoreOptions {
   // The device pool's bookkeeping: alignment, watermarks, eviction_policy, timeouts,
-  // max_pin_ttl. write_back is forced on; zones and tenant quotas are not used.
+  // max_pin_ttl, tenant_max_share (for namespaces charged with SetNamespaceTenant: one tenant's
+  // promotions then evict its own device copies, never another's). write_back is forced on;
+  // zones and tenant_max_reserved_bytes are not used.
   HostTierOptions device;
   size_t demotion_batch = 16;  // victims copied down per batch
   // Operator-facing warnings (failed copies, CRC failures); may be null.
@@ -117,6 +119,10 @@ class GpuTieredStore final : public BlockStoreWrapper {
                                                           std::span<const uint32_t> crcs);
   absl::Status AbortOnDevice(uint64_t reservation_id) { return device_.Abort(reservation_id); }
 
+  // Charges the device copies of `ns` to `tenant` (options.device.tenant_max_share).
+  void SetNamespaceTenant(const NamespaceId& ns, std::string_view tenant) {
+    device_.SetNamespaceTenant(ns, tenant);
+  }
   // Whether the device holds the block (any namespace).
   bool HoldsOnDevice(const BlockId& id) const;
   // Which of `ids` the device holds in `ns` (one look at the device's index for all of them).

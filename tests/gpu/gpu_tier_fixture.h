@@ -30,7 +30,8 @@ class GpuTierTest : public ::testing::Test {
   static constexpr size_t kBlock = 4096;
 
   // `device_blocks` blocks of kBlock fit on the device, `host_blocks` in host memory.
-  void Open(size_t device_blocks, size_t host_blocks = 64, HostStandInOptions faults = {}) {
+  void Open(size_t device_blocks, size_t host_blocks = 64, HostStandInOptions faults = {},
+            double tenant_max_share = 1.0) {
     arena_ = *MmapArena::Create(host_blocks * kBlock, false);
     HostTierOptions h;
     h.alignment = 256;
@@ -43,6 +44,7 @@ class GpuTierTest : public ::testing::Test {
     o.device.alignment = 256;
     o.device.high_watermark = 1.0;
     o.device.low_watermark = 1.0;
+    o.device.tenant_max_share = tenant_max_share;
     o.warn = [this](const std::string& m) {
       absl::MutexLock l(&warn_mu_);
       warnings_.push_back(m);

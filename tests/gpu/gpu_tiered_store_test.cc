@@ -235,5 +235,41 @@ TEST_F(GpuTierTest, DropFromDeviceKeepsBlocksOnlyTheDeviceHolds) {
   EXPECT_EQ(FetchFromHost(0), BlockStatus::kOk);
 }
 
+// With limits.tenant_max_share, one tenant's promotions take at most its share of the device
+// and make room among its own device copies, never another tenant's.
+TEST_F(GpuTierTest, OneTenantsPromotionsStayWithinItsShareOfTheDevice) {
+  Open(8, 64, {}, 0.5);
+  const NamespaceId a = Id(200001), b = Id(200002);
+  store_->SetNamespaceTenant(a, "a");
+  store_->SetNamespaceTenant(b, "b");
+  std::vector<BlockId> a_ids, b_ids;
+  ns_ = a;
+  for (int i = 0; i < 12; ++i) {
+    Publish(i);
+    a_ids.push_back(Id(i));
+  }
+  ns_ = b;
+  for (int i = 20; i < 24; ++i) {
+    Publish(i);
+    b_ids.push_back(Id(i));
+  }
+  const std::span<const BlockId> a_first(a_ids.data(), 8), a_rest(a_ids.data() + 8, 4);
+  size_t ok = 0, no_space = 0;
+  for (BlockStatus s : store_->Promote(a, a_first)) {
+    ok += s == BlockStatus::kOk;
+    no_space += s == BlockStatus::kNoSpace;
+  }
+  EXPECT_EQ(ok, 4u);
+  EXPECT_EQ(no_space, 4u);
+  for (BlockStatus s : store_->Promote(b, b_ids)) EXPECT_EQ(s, BlockStatus::kOk);
+  for (BlockStatus s : store_->Promote(a, a_rest)) EXPECT_EQ(s, BlockStatus::kOk);
+  EXPECT_EQ(store_->HeldOnDevice(b, b_ids).size(), 4u);
+  EXPECT_EQ(store_->HeldOnDevice(a, a_ids).size(), 4u);
+  EXPECT_EQ(store_->HeldOnDevice(a, a_rest).size(), 4u);
+  // Nothing was lost: host memory still has every block.
+  ns_ = a;
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(FetchFromHost(i), BlockStatus::kOk);
+}
+
 }  // namespace
 }  // namespace strata::testing_gpu
