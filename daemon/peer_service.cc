@@ -77,7 +77,10 @@ grpc::Status PeerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* 
   auto deadline = absl::FromChrono(ctx->deadline());
   for (BlockStatus s :
        c->puller().Pull(order->spec, req->tenant(), req->replicas(), order->ids, order->parents,
-                        req->source_node(), req->source_address(), deadline, req->to_device()))
+                        req->source_node(), req->source_address(), deadline,
+                        req->to_device()       ? PullInto::kDevice
+                        : req->device_if_any() ? PullInto::kDeviceIfAny
+                                               : PullInto::kHost))
     resp->add_status(static_cast<v1::BlockStatus>(s));
   return grpc::Status::OK;
 }

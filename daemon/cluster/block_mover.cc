@@ -12,6 +12,7 @@
 #include "common/packed_ids.h"
 #include "daemon/cluster/call_group.h"
 #include "proto/convert.h"
+#include "storage/gpu/gpu_tiered_store.h"
 
 namespace strata::daemon {
 namespace {
@@ -23,13 +24,15 @@ bool Copied(BlockStatus s) { return s == BlockStatus::kOk || s == BlockStatus::k
 }  // namespace
 
 BlockMover::BlockMover(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
-                       Locator& locator, Announcer& announcer, BlockPuller& puller)
+                       Locator& locator, Announcer& announcer, BlockPuller& puller,
+                       GpuTieredStore* gpu)
     : ctx_(ctx),
       store_(store),
       namespaces_(namespaces),
       locator_(locator),
       announcer_(announcer),
-      puller_(puller) {}
+      puller_(puller),
+      gpu_(gpu) {}
 
 BlockMover::~BlockMover() { StopRepairs(); }
 
@@ -72,9 +75,10 @@ std::vector<BlockStatus> BlockMover::PullStatuses(const grpc::Status& s,
 std::vector<BlockStatus> BlockMover::AskToPull(
     const std::string& target_address, const NamespaceRegistry::Entry& ns,
     std::span<const BlockId> ids, std::span<const BlockId> parents, const std::string& source_node,
-    const std::string& source_address, absl::Time deadline, bool to_device) {
+    const std::string& source_address, absl::Time deadline, PullInto into) {
   v1::PullRequest req = MakePullRequest(ns, ids, parents, source_node, source_address);
-  req.set_to_device(to_device);
+  req.set_to_device(into == PullInto::kDevice);
+  req.set_device_if_any(into == PullInto::kDeviceIfAny);
   v1::PullResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
@@ -138,6 +142,33 @@ void BlockMover::Replicate(const NamespaceRegistry::Entry& ns, std::span<const B
       (Copied(s) ? ctx_.counters.replicated : ctx_.counters.replication_failed).fetch_add(1);
 }
 
+std::vector<BlockStatus> BlockMover::AskToPullKeepingTiers(const std::string& target_address,
+                                                       const NamespaceRegistry::Entry& ns,
+                                                       std::span<const BlockId> ids,
+                                                       std::span<const BlockId> parents,
+                                                       absl::Time deadline) {
+  const absl::flat_hash_set<BlockId> on_device =
+      gpu_ ? gpu_->HeldOnDevice(ns.id, ids) : absl::flat_hash_set<BlockId>{};
+  if (on_device.empty())
+    return AskToPull(target_address, ns, ids, parents, ctx_.self.id, ctx_.self.address, deadline);
+  std::vector<BlockStatus> out(ids.size(), BlockStatus::kNotFound);
+  for (const bool device : {true, false}) {
+    std::vector<size_t> which;
+    std::vector<BlockId> sub, sub_parents;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (on_device.contains(ids[i]) != device) continue;
+      which.push_back(i);
+      sub.push_back(ids[i]);
+      if (!parents.empty()) sub_parents.push_back(parents[i]);
+    }
+    if (sub.empty()) continue;
+    auto st = AskToPull(target_address, ns, sub, sub_parents, ctx_.self.id, ctx_.self.address,
+                        deadline, device ? PullInto::kDeviceIfAny : PullInto::kHost);
+    for (size_t k = 0; k < which.size(); ++k) out[which[k]] = st[k];
+  }
+  return out;
+}
+
 absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
     const std::string& target_node, bool move, absl::Time deadline, bool to_device) {
@@ -187,9 +218,9 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     std::vector<BlockStatus> st =
         target == ctx_.self.id
             ? puller_.Pull(ns.spec, ns.tenant, ns.replicas, sub, {}, source, snode->address,
-                           deadline, to_device)
+                           deadline, to_device ? PullInto::kDevice : PullInto::kHost)
             : AskToPull(tnode->address, ns, sub, {}, source, snode->address, deadline,
-                        to_device);
+                        to_device ? PullInto::kDevice : PullInto::kHost);
     std::vector<BlockId> moved;
     for (size_t k = 0; k < which.size(); ++k) {
       out.status[which[k]] = Copied(st[k]) ? BlockStatus::kOk : st[k];
@@ -253,8 +284,7 @@ BlockMover::DrainResult BlockMover::Drain(absl::Time deadline) {
           ids.push_back(list[k]->id);
           parents.push_back(list[k]->parent);
         }
-        auto st =
-            AskToPull(node.address, *ns, ids, parents, ctx_.self.id, ctx_.self.address, deadline);
+        auto st = AskToPullKeepingTiers(node.address, *ns, ids, parents, deadline);
         bool any = false;
         for (size_t k = 0; k < ids.size(); ++k) {
           if (Copied(st[k])) {
@@ -369,8 +399,8 @@ void BlockMover::RepairNamespace(const Ring& ring, const NamespaceRegistry::Entr
       sub.push_back(ids[i]);
       parents.push_back(blocks[i].parent);
     }
-    auto st = AskToPull(ring.NodeAt(target).address, ns, sub, parents, ctx_.self.id,
-                        ctx_.self.address, absl::Now() + absl::Seconds(30));
+    auto st = AskToPullKeepingTiers(ring.NodeAt(target).address, ns, sub, parents,
+                                    absl::Now() + absl::Seconds(30));
     for (BlockStatus s : st) ++*(Copied(s) ? made : failed);
   }
 }

@@ -29,8 +29,10 @@ namespace strata::daemon {
 
 class BlockMover {
  public:
+  // `gpu`: this node's GPU tier (null: none).
   BlockMover(ClusterContext& ctx, BlockStore& store, NamespaceRegistry& namespaces,
-             Locator& locator, Announcer& announcer, BlockPuller& puller);
+             Locator& locator, Announcer& announcer, BlockPuller& puller,
+             GpuTieredStore* gpu = nullptr);
   ~BlockMover();  // StopRepairs()
   BlockMover(const BlockMover&) = delete;
   BlockMover& operator=(const BlockMover&) = delete;
@@ -79,7 +81,14 @@ class BlockMover {
                                      std::span<const BlockId> ids, std::span<const BlockId> parents,
                                      const std::string& source_node,
                                      const std::string& source_address, absl::Time deadline,
-                                     bool to_device = false);
+                                     PullInto into = PullInto::kHost);
+  // AskToPull, with the blocks this node holds on its device asked into the target's GPU tier
+  // where it has one (PullInto::kDeviceIfAny: device to device over a device link).
+  std::vector<BlockStatus> AskToPullKeepingTiers(const std::string& target_address,
+                                                 const NamespaceRegistry::Entry& ns,
+                                                 std::span<const BlockId> ids,
+                                                 std::span<const BlockId> parents,
+                                                 absl::Time deadline);
 
  private:
   v1::PullRequest MakePullRequest(const NamespaceRegistry::Entry& ns, std::span<const BlockId> ids,
@@ -102,6 +111,7 @@ class BlockMover {
   Locator& locator_;
   Announcer& announcer_;
   BlockPuller& puller_;
+  GpuTieredStore* const gpu_;
 
   std::mutex repair_mu_;
   std::condition_variable repair_cv_;

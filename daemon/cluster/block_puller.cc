@@ -36,9 +36,11 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
                                            std::span<const BlockId> parents,
                                            const std::string& source_node,
                                            const std::string& source_address, absl::Time deadline,
-                                           bool to_device) {
+                                           PullInto into) {
   std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
-  if (to_device && gpu_ == nullptr) {
+  if (into == PullInto::kDeviceIfAny && gpu_ == nullptr) into = PullInto::kHost;
+  const bool to_device = into != PullInto::kHost;
+  if (into == PullInto::kDevice && gpu_ == nullptr) {
     spdlog::warn("Pull into the GPU tier: this node has none");
     status.assign(ids.size(), BlockStatus::kInvalid);
     return status;
@@ -85,7 +87,7 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
   if (to_device) {
     // Every block that is here now goes up (those that came device to device are there).
     const std::vector<BlockStatus> up = gpu_->Promote(*ns, ids);
-    for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t i = 0; i < ids.size() && into == PullInto::kDevice; ++i)
       if ((status[i] == BlockStatus::kOk || status[i] == BlockStatus::kExists) &&
           up[i] != BlockStatus::kOk)
         status[i] = up[i];

@@ -35,6 +35,13 @@ namespace strata::daemon {
 
 class DeviceTransfers;
 
+// Where a pull puts the blocks.
+enum class PullInto {
+  kHost,
+  kDevice,         // the GPU tier: an error (kInvalid) on a node without one
+  kDeviceIfAny,    // the GPU tier where there is one and it has room, else host memory
+};
+
 class BlockPuller {
  public:
   // `gpu`: this node's GPU tier (null: none); `device`: its device links to other GPU tiers
@@ -50,16 +57,15 @@ class BlockPuller {
   // daemon `source_node` at `source_address` into this node's store; opens the namespace here
   // first (with `replicas` when > 0). Per id: kOk (copied), kExists (already held here), or why
   // not (kNotFound when the source could not be used).
-  // `to_device`: into this node's GPU tier. Blocks the source holds on its device come over a
-  // device link first (when both nodes have one), the rest over UCX; then every block asked
-  // for is promoted, and its status is the promotion's where the copy (or the block already
-  // here) did not get onto the device. FailedPrecondition-like kInvalid for all without a GPU
-  // tier here.
+  // Into the GPU tier (`into`): blocks the source holds on its device come over a device link
+  // first (when both nodes have one), the rest over UCX; then every block asked for is
+  // promoted. kDevice: a block's status is the promotion's where it did not get onto the
+  // device, and all are kInvalid on a node without a GPU tier.
   std::vector<BlockStatus> Pull(const NamespaceSpec& spec, const std::string& tenant,
                                 uint32_t replicas, std::span<const BlockId> ids,
                                 std::span<const BlockId> parents, const std::string& source_node,
                                 const std::string& source_address, absl::Time deadline,
-                                bool to_device = false);
+                                PullInto into = PullInto::kHost);
 
   // Evicts `ids` of `ns` on the daemon `node` at `address`; how many it removed (0 when it
   // could not be reached).

@@ -42,7 +42,8 @@ Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespac
                                                 std::move(options.device_links));
   puller_ = std::make_unique<BlockPuller>(ctx_, store, namespaces, *announcer_, options.gpu,
                                           device_.get());
-  mover_ = std::make_unique<BlockMover>(ctx_, store, namespaces, *locator_, *announcer_, *puller_);
+  mover_ = std::make_unique<BlockMover>(ctx_, store, namespaces, *locator_, *announcer_, *puller_,
+                                        options.gpu);
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(Options options, BlockStore& store,

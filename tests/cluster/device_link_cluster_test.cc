@@ -222,6 +222,40 @@ TEST_F(DeviceLinkClusterTest, AStuckOrDeadSourceCostsADeadlineNotAHang) {
   EXPECT_TRUE(cl.node(0).Running()) << cl.logs();
 }
 
+// A drained node's device copies go device to device into the next nodes' GPU tiers; its other
+// blocks into their host memory, as always.
+TEST_F(DeviceLinkClusterTest, DrainSendsDeviceCopiesDeviceToDevice) {
+  auto n1 = Connect(cl.node(1));
+  ASSERT_TRUE(n1);
+  Published p = Publish(*n1, 8, 27);
+  std::vector<BlockId> hot(p.ids.begin(), p.ids.begin() + 5);
+  ASSERT_TRUE(n1->Reposition(p.ns, hot, "", false, "gpu").ok());
+  auto [rc, out] = testing::RunCommand(
+      absl::StrCat(STRATACTL_BIN, " --endpoint ", cl.node(1).endpoint(), " drain --json"));
+  ASSERT_EQ(rc, 0) << out << cl.logs();
+  EXPECT_NE(out.find("\"blocks\":8,\"moved\":8,\"failed\":0"), std::string::npos) << out;
+  auto n0 = Connect(cl.node(0));
+  auto n2 = Connect(cl.node(2));
+  ASSERT_TRUE(n0 && n2);
+  EXPECT_EQ(Counter(*n1, "device_link_blocks_out_total"), hot.size());
+  EXPECT_EQ(Counter(*n0, "device_link_blocks_in_total") + Counter(*n2, "device_link_blocks_in_total"),
+            hot.size());
+  ASSERT_TRUE(n0->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*n0, p.ns, p), p.ids.size()) << cl.logs();
+  // Each holder reports its own tiers (the directory knows holders, not their tiers).
+  ASSERT_TRUE(n2->OpenNamespace(Spec(), "tenant-a").ok());
+  for (const BlockId& id : hot) {
+    auto located = n0->Locate(p.ns, {&id, 1});
+    ASSERT_TRUE(located.ok() && !(*located)[0].empty());
+    const std::string holder = (*located)[0][0].node;
+    Client& at = holder == "n0" ? *n0 : *n2;
+    auto tiers = TiersAt(at, p.ns, id, holder);
+    ASSERT_FALSE(tiers.empty()) << holder;
+    EXPECT_EQ(tiers[0], "gpu") << holder;
+  }
+  EXPECT_EQ(FetchIdentical(*n0, p.ns, p, nullptr), p.ids.size());
+}
+
 TEST_F(DeviceLinkClusterTest, TheLinksPeerCallsAreRefusedToWhatIsNotAPeerOfTheView) {
   auto channel = grpc::CreateChannel(cl.node(1).endpoint(), grpc::InsecureChannelCredentials());
   auto stub = v1::Peer::NewStub(channel);
