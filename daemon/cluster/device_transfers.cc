@@ -17,6 +17,9 @@ namespace strata::daemon {
 namespace {
 
 constexpr size_t kMaxIdsPerTransfer = 16384;
+// How long a peer that cannot have a device link with this node (none there, another kind) is
+// not asked again.
+constexpr absl::Duration kBackoff = absl::Seconds(30);
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -122,6 +125,24 @@ void DeviceTransfers::Retain(const placement::MembershipView& view) {
     }
   }
   for (auto& s : gone) AbortLink(s->link, s->joining);
+}
+
+bool DeviceTransfers::BackingOff(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = backoff_.find(peer);
+  if (it == backoff_.end()) return false;
+  if (it->second > absl::Now()) return true;
+  backoff_.erase(it);
+  return false;
+}
+
+void DeviceTransfers::BackOff(const std::string& peer, std::string_view why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backoff_[peer] = absl::Now() + kBackoff;
+  }
+  spdlog::info("no device link with '{}' for {} ({}); its blocks come over UCX",
+               LogSafe(peer), absl::FormatDuration(kBackoff), LogSafe(std::string(why), 512));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -233,8 +254,10 @@ absl::Status DeviceTransfers::OpenLink(const std::string& peer, const std::strin
   grpc::ClientContext cctx;
   cctx.set_deadline(
       absl::ToChronoTime(std::min(deadline, absl::Now() + ctx_.config.peer_timeout)));
-  if (grpc::Status s = ctx_.peers.Get(address)->JoinDeviceLink(&cctx, req, &resp); !s.ok())
+  if (grpc::Status s = ctx_.peers.Get(address)->JoinDeviceLink(&cctx, req, &resp); !s.ok()) {
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) BackOff(peer, s.error_message());
     return FromGrpc(s, absl::StrCat("device link to '", peer, "'"));
+  }
   auto link = factory_->Connect(*id, 0, std::min(deadline, absl::Now() + LinkSetupTimeout()));
   if (!link.ok()) return link.status();
   slot.link = std::move(*link);
@@ -394,7 +417,8 @@ absl::Status DeviceTransfers::PrepareSend(const v1::PrepareDeviceSendRequest& re
   AcquireResult lease = gpu_.AcquireOnDevice(*ns, *ids, /*promote=*/false);
   absl::flat_hash_map<BlockId, BlockId> parents;
   if (lease.lease_id != 0)
-    for (const BlockInfo& b : gpu_.Inspect(*ids)) parents[b.id] = b.parent;
+    for (const BlockInfo& b : gpu_.InspectOnDevice(*ids))
+      if (b.ns == *ns) parents[b.id] = b.parent;
   Part part;
   part.peer = req.node_id();
   part.send = true;
@@ -424,7 +448,9 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
                                                const std::string& source_address,
                                                absl::Time deadline) {
   std::vector<BlockStatus> status(ids.size(), BlockStatus::kNotFound);
-  if (ids.empty() || ids.size() > kMaxIdsPerTransfer || !InView(source_node)) return status;
+  if (ids.empty() || ids.size() > kMaxIdsPerTransfer || !InView(source_node) ||
+      BackingOff(source_node))
+    return status;
   // 1. The source holds what its device has.
   v1::PrepareDeviceSendRequest preq;
   *preq.mutable_spec() = ToProto(spec);
@@ -436,6 +462,11 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
     grpc::ClientContext cctx;
     cctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + ctx_.config.peer_timeout)));
     grpc::Status s = ctx_.peers.Get(source_address)->PrepareDeviceSend(&cctx, preq, &prep);
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      BackOff(source_node, s.error_message());  // no device links there (or an older stratad)
+      return status;
+    }
     if (!s.ok()) {
       ctx_.counters.peer_failures.fetch_add(1);
       spdlog::warn("device pull from '{}': {}", LogSafe(source_node),

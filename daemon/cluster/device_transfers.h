@@ -124,6 +124,9 @@ class DeviceTransfers {
   absl::StatusOr<uint64_t> RunPart(uint64_t id, const std::string& peer,
                                    transport::DeviceLink& link, std::span<const uint32_t> take,
                                    absl::Time deadline);
+  // A peer that cannot have a device link with this node is not asked for a while.
+  bool BackingOff(const std::string& peer);
+  void BackOff(const std::string& peer, std::string_view why);
   uint64_t AddPart(Part part);
   // Removes a part once it is not running (a running one ends by its deadline).
   std::optional<Part> TakePart(uint64_t id);
@@ -138,6 +141,7 @@ class DeviceTransfers {
   std::condition_variable part_done_;
   absl::flat_hash_map<uint64_t, Part> parts_;                      // guarded by mu_
   absl::flat_hash_map<std::string, std::shared_ptr<Slot>> slots_;  // guarded by mu_
+  absl::flat_hash_map<std::string, absl::Time> backoff_;           // guarded by mu_
   bool stopped_ = false;                                           // guarded by mu_
   DeviceTransferCounters n_;
 };

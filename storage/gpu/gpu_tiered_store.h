@@ -123,6 +123,10 @@ class GpuTieredStore final : public BlockStoreWrapper {
   void SetNamespaceTenant(const NamespaceId& ns, std::string_view tenant) {
     device_.SetNamespaceTenant(ns, tenant);
   }
+  // The device's own view of blocks it holds (parents, sizes), in any namespace.
+  std::vector<BlockInfo> InspectOnDevice(std::span<const BlockId> ids) const {
+    return device_.Inspect(ids);
+  }
   // Whether the device holds the block (any namespace).
   bool HoldsOnDevice(const BlockId& id) const;
   // Which of `ids` the device holds in `ns` (one look at the device's index for all of them).

@@ -33,7 +33,7 @@ inline NamespaceSpec Spec() { return testing::SmallSpec("cluster-test"); }
 class Cluster {
  public:
   // `node0_yaml` is appended to node 0's config (e.g. a small host tier and an NVMe tier).
-  // `every_yaml` is appended to every node's config.
+  // `every_yaml` is appended to the config of every node but one given `node0_yaml`.
   explicit Cluster(int nodes, int replicas = 1, std::string node0_yaml = "",
                    std::string every_yaml = "")
       : node0_yaml_(std::move(node0_yaml)), every_yaml_(std::move(every_yaml)) {
@@ -59,7 +59,7 @@ class Cluster {
                        "cluster:\n  membership: static\n  static_nodes: [", peers, "]\n",
                        "  replicas: ", replicas, "\n  peer_timeout: 500ms\n  directory_ttl: 30s\n",
                        i == 0 ? absl::StrReplaceAll(node0_yaml_, {{"$DIR", dir_}}) : std::string(),
-                       every_yaml_);
+                       i == 0 && !node0_yaml_.empty() ? std::string() : every_yaml_);
       daemons_.push_back(
           std::make_unique<DaemonProcess>(yaml, std::vector<std::string>{"--listen", addrs[i]}));
     }

@@ -310,6 +310,38 @@ TEST_F(DeviceLinkClusterTest, TheLinksPeerCallsAreRefusedToWhatIsNotAPeerOfTheVi
   EXPECT_TRUE(cl.node(1).Running());
 }
 
+// n0 has no GPU tier (so no device links): the others stop asking it for a while, and its
+// blocks reach their GPU tiers over UCX.
+TEST(DeviceLinkClusterTestMixed, BlocksFromANodeWithoutDeviceLinksComeOverUcx) {
+  Cluster cl{2, 1, "host_tier:\n  capacity: 64MiB\n", kGpu};
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto n0 = Connect(cl.node(0));
+  auto n1 = Connect(cl.node(1));
+  ASSERT_TRUE(n0 && n1);
+  Published p = Publish(*n0, 4, 28);
+  ASSERT_TRUE(n1->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*n1, p.ns, p), p.ids.size()) << cl.logs();
+  for (int round = 0; round < 2; ++round) {
+    std::vector<BlockId> two(p.ids.begin() + 2 * round, p.ids.begin() + 2 * round + 2);
+    auto mv = n1->Reposition(p.ns, two, "", false, "gpu");
+    ASSERT_TRUE(mv.ok()) << mv.status();
+    for (auto s : mv->status) EXPECT_EQ(s, BlockStatus::kOk);
+  }
+  EXPECT_EQ(Counter(*n1, "device_link_blocks_in_total"), 0u);
+  EXPECT_EQ(Counter(*n1, "device_link_failures_total"), 0u);
+  const std::string log = cl.node(1).log();
+  size_t said = 0;
+  for (size_t at = log.find("no device link with 'n0'"); at != std::string::npos;
+       at = log.find("no device link with 'n0'", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << log;  // asked once, then left alone
+  for (const BlockId& id : p.ids) {
+    auto tiers = TiersAt(*n1, p.ns, id, "n1");
+    ASSERT_FALSE(tiers.empty());
+    EXPECT_EQ(tiers[0], "gpu");
+  }
+}
+
 TEST(DeviceLinkClusterTestNoGpu, ANodeWithoutAGpuTierSaysSo) {
   Cluster cl{2};
   ASSERT_TRUE(cl.ok()) << cl.logs();
