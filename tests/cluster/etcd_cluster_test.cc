@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <set>
 #include <thread>
@@ -52,13 +53,14 @@ class EtcdClusterTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  DaemonProcess& AddNode(int i) {
+  // `extra_yaml` is appended to the node's config.
+  DaemonProcess& AddNode(int i, const std::string& extra_yaml = "") {
     std::string yaml = absl::StrCat(
         "node_id: n", i, "\ncluster_secret_file: ", dir_, "/secret\n",
         "host_tier:\n  capacity: 64MiB\n", "cluster:\n  membership: etcd\n  etcd_endpoints: [\"",
         etcd_.endpoint(), "\"]\n",
         "  etcd_prefix: /strata-test/nodes/\n  etcd_lease_ttl: 2s\n  peer_timeout: 500ms\n",
-        "  directory_ttl: 30s\n");
+        "  directory_ttl: 30s\n", extra_yaml);
     nodes_.push_back(std::make_unique<DaemonProcess>(yaml));
     return *nodes_.back();
   }
@@ -287,6 +289,63 @@ TEST_F(EtcdClusterTest, EtcdDownDegradesButKeepsServing) {
   EXPECT_TRUE(WaitFor([&] { return Nodes(n0).healthy() && Nodes(n0).nodes_size() == 2; },
                       std::chrono::seconds(15)))
       << Logs();
+}
+
+// Device links follow the view: a link to a node that left is torn down, and the node that comes
+// back (a new process, the same id) gets a new one.
+TEST_F(EtcdClusterTest, ADeviceLinkToANodeThatLeftTheViewIsTornDownAndMadeAgain) {
+  const std::string gpu = "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n";
+  DaemonProcess& n0 = AddNode(0, gpu);
+  ASSERT_TRUE(AddNode(1, gpu).ok()) << Logs();
+  ASSERT_TRUE(n0.ok()) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Nodes(n0).nodes_size() == 2; }, std::chrono::seconds(10)))
+      << Logs();
+  ClientOptions o;
+  o.endpoint = n0.endpoint();
+  auto a = Client::Connect(o);
+  ASSERT_TRUE(a.ok());
+  auto ns = (*a)->OpenNamespace(Spec(), "t");
+  ASSERT_TRUE(ns.ok());
+  constexpr size_t kBlocks = 4;
+  std::vector<uint32_t> tokens(kBlocks * kTokensPerBlock);
+  std::iota(tokens.begin(), tokens.end(), 100);
+  std::vector<std::vector<uint8_t>> blobs(kBlocks, std::vector<uint8_t>(8192, 7));
+  std::vector<ConstBuffer> views;
+  for (auto& b : blobs) views.push_back({b.data(), b.size()});
+  auto pub = (*a)->Publish(*ns, tokens, views);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_TRUE((*a)->Reposition(*ns, pub->ids, "", false, "gpu").ok());
+  auto counter = [&](const std::string& name) -> uint64_t {
+    auto st = (*a)->Stats();
+    if (!st.ok()) return 0;
+    for (const auto& [k, v] : st->counters)
+      if (k == name) return v;
+    return 0;
+  };
+  auto into_n1 = [&](size_t from, size_t n) {
+    auto r = (*a)->Reposition(*ns, {pub->ids.data() + from, n}, "n1", false, "gpu");
+    size_t ok = 0;
+    if (r.ok())
+      for (auto st : r->status) ok += st == BlockStatus::kOk;
+    return ok;
+  };
+  ASSERT_EQ(into_n1(0, 2), 2u) << Logs();
+  EXPECT_EQ(counter("device_link_blocks_out_total"), 2u);
+  EXPECT_EQ(counter("device_links_opened_total"), 1u);
+
+  nodes_[1]->Signal(SIGKILL);
+  nodes_[1]->WaitExit(std::chrono::seconds(5));
+  ASSERT_TRUE(WaitFor([&] { return n0.log().find("device link to 'n1' torn down") !=
+                                   std::string::npos; },
+                      std::chrono::seconds(15)))
+      << Logs();
+  ASSERT_TRUE(AddNode(1, gpu).ok()) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Nodes(n0).nodes_size() == 2; }, std::chrono::seconds(10)))
+      << Logs();
+  ASSERT_TRUE(WaitFor([&] { return into_n1(2, 2) == 2; }, std::chrono::seconds(10))) << Logs();
+  EXPECT_EQ(counter("device_link_blocks_out_total"), 4u);
+  EXPECT_EQ(counter("device_links_opened_total"), 2u);
+  EXPECT_EQ(counter("device_link_failures_total"), 0u);
 }
 
 }  // namespace
