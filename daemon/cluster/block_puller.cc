@@ -153,7 +153,7 @@ void BlockPuller::Commit(const NamespaceId& ns, std::span<const BlockId> ids,
     status[i] = res.status[j];
     if (res.status[j] != BlockStatus::kOk) continue;
     const auto& blob = fetched.blobs[placed[j]];
-    uint64_t offset = res.offsets[reserved.size()];
+    const uint64_t offset = res.offsets[j];  // per item, not per reserved item
     std::memcpy(store_.arena_base() + offset, blob.data(), blob.size());
     crcs.push_back(Crc32c(blob.data(), blob.size()));
     reserved.push_back(j);

@@ -100,6 +100,24 @@ TEST_F(BlockPullerTest, CopiesBlocksIntoTheStoreByteForByte) {
   EXPECT_TRUE(node_->store->Release(a.lease_id).ok());
 }
 
+// A block the reservation refuses (here: the same id twice) must not shift where the blocks
+// after it are written.
+TEST_F(BlockPullerTest, ARefusedBlockDoesNotMoveTheOthersExtents) {
+  const std::vector<BlockId> ids = {ids_[0], ids_[0], ids_[1]};
+  auto st = Pull(ids);
+  EXPECT_EQ(st[0], BlockStatus::kOk);
+  EXPECT_NE(st[1], BlockStatus::kOk);
+  EXPECT_EQ(st[2], BlockStatus::kOk);
+  AcquireResult a = node_->store->Acquire(ns_, {ids_.data(), 2});
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(a.status[i], BlockStatus::kOk) << i;
+    EXPECT_EQ(
+        std::memcmp(node_->store->arena_base() + a.offsets[i], blocks_[i].data(), kBlockBytes), 0)
+        << i;
+  }
+  EXPECT_TRUE(node_->store->Release(a.lease_id).ok());
+}
+
 TEST_F(BlockPullerTest, BlocksAlreadyHeldAreNotFetchedAgain) {
   Pull(std::span<const BlockId>(ids_).first(3));
   auto st = Pull(ids_);
