@@ -69,9 +69,13 @@ absl::Status NcclError(const NcclApi& api, ncclResult_t r, const char* what) {
   return absl::UnavailableError(absl::StrCat("NCCL: ", what, ": ", api.error_string(r)));
 }
 
-// Polls the communicator until its pending work is accepted (not ncclInProgress).
-absl::Status Settle(const NcclApi& api, ncclComm_t comm, absl::Time deadline, const char* what) {
+// Polls the communicator until its pending work is accepted (not ncclInProgress); gives up at
+// `deadline` or when `abort_asked` turns true.
+absl::Status Settle(const NcclApi& api, ncclComm_t comm, absl::Time deadline, const char* what,
+                    const std::atomic<bool>* abort_asked = nullptr) {
   for (;;) {
+    if (abort_asked && abort_asked->load())
+      return absl::UnavailableError(absl::StrCat("NCCL: ", what, ": aborted"));
     ncclResult_t state = ncclSuccess;
     if (ncclResult_t r = api.get_async_error(comm, &state); r != ncclSuccess)
       return NcclError(api, r, what);
@@ -83,11 +87,15 @@ absl::Status Settle(const NcclApi& api, ncclComm_t comm, absl::Time deadline, co
   }
 }
 
+// NCCL calls on one communicator must not run concurrently, and ncclCommAbort frees it: so the
+// communicator is only touched under mu_. Abort from another thread while a transfer runs only
+// raises a flag that the transfer's poll loop sees (within ~50 us), and the transfer aborts.
 class NcclLink final : public DeviceLink {
  public:
   NcclLink(const NcclApi& api, int device, ncclComm_t comm, cudaStream_t stream, int rank)
       : api_(api), device_(device), comm_(comm), stream_(stream), rank_(rank) {}
   ~NcclLink() override {
+    std::lock_guard<std::mutex> lock(mu_);
     cudaSetDevice(device_);
     if (!broken_) api_.destroy(comm_);  // an aborted communicator is gone already
     cudaStreamDestroy(stream_);
@@ -102,15 +110,27 @@ class NcclLink final : public DeviceLink {
     return Run(ranges, deadline, false);
   }
   void Abort() override {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    if (!broken_.exchange(true)) api_.abort(comm_);
+    abort_asked_.store(true);
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) AbortLocked();  // else the running transfer sees the flag
   }
 
  private:
+  void AbortLocked() {
+    if (broken_) return;
+    broken_ = true;
+    api_.abort(comm_);
+    cudaStreamSynchronize(stream_);  // whatever the kernels left, nothing writes after this
+  }
+
   absl::Status Run(std::span<const DeviceRange> ranges, absl::Time deadline, bool send) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (abort_asked_.load()) AbortLocked();
     if (broken_) return absl::UnavailableError("NCCL link: broken (aborted)");
-    cudaSetDevice(device_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+      AbortLocked();
+      return absl::InternalError(absl::StrCat("NCCL link: cudaSetDevice: ", cudaGetErrorString(e)));
+    }
     const int peer = 1 - rank_;
     absl::Status st = absl::OkStatus();
     api_.group_start();
@@ -126,22 +146,25 @@ class NcclLink final : public DeviceLink {
     const ncclResult_t end = api_.group_end();
     if (st.ok() && end != ncclSuccess && end != ncclInProgress)
       st = NcclError(api_, end, "ncclGroupEnd");
-    if (st.ok()) st = Settle(api_, comm_, deadline, send ? "send" : "receive");
+    if (st.ok()) st = Settle(api_, comm_, deadline, send ? "send" : "receive", &abort_asked_);
     while (st.ok()) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) break;
+      ncclResult_t state = ncclSuccess;
+      api_.get_async_error(comm_, &state);
       if (q != cudaErrorNotReady) {
         st = absl::InternalError(absl::StrCat("NCCL link stream: ", cudaGetErrorString(q)));
+      } else if (abort_asked_.load()) {
+        st = absl::UnavailableError("NCCL link: aborted during the transfer");
       } else if (absl::Now() > deadline) {
         st = absl::DeadlineExceededError("NCCL link: the other end did not take its part in time");
+      } else if (state != ncclSuccess && state != ncclInProgress) {
+        st = NcclError(api_, state, "link");
       } else {
-        ncclResult_t state = ncclSuccess;
-        api_.get_async_error(comm_, &state);
-        if (state != ncclSuccess && state != ncclInProgress) st = NcclError(api_, state, "link");
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     }
-    if (!st.ok()) Abort();
+    if (!st.ok()) AbortLocked();
     return st;
   }
 
@@ -151,10 +174,8 @@ class NcclLink final : public DeviceLink {
   const cudaStream_t stream_;
   const int rank_;
   std::mutex mu_;
-  std::mutex abort_mu_;
-  // Set once, by Abort (which aborted the communicator); read unlocked by Run, where a stale
-  // false only costs one call that NCCL then fails.
-  std::atomic<bool> broken_{false};
+  bool broken_ = false;  // guarded by mu_: the communicator was aborted (and freed)
+  std::atomic<bool> abort_asked_{false};
 };
 
 class NcclLinkFactory final : public DeviceLinkFactory {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -236,7 +237,10 @@ class StandInLinkFactory final : public DeviceLinkFactory {
       st = WaitFor(listener, POLLIN, deadline);
       if (!st.ok()) break;
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;
+      if (fd < 0) {  // out of descriptors, say: do not spin on a listener that stays readable
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       std::string got(kTokenBytes, '\0');
       const absl::Time token_deadline = std::min(deadline, absl::Now() + absl::Seconds(5));
       if (ReadAll(fd, reinterpret_cast<uint8_t*>(got.data()), got.size(), token_deadline).ok() &&

@@ -65,8 +65,10 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
   if (to_device && device_ != nullptr && !need.empty()) {
     std::vector<BlockId> need_ids;
     for (size_t i : need) need_ids.push_back(ids[i]);
+    // Half the time left at most: what the device link does not bring still comes over UCX.
+    const absl::Time device_deadline = absl::Now() + (deadline - absl::Now()) / 2;
     const std::vector<BlockStatus> got =
-        device_->Pull(spec, tenant, *ns, need_ids, source_node, source_address, deadline);
+        device_->Pull(spec, tenant, *ns, need_ids, source_node, source_address, device_deadline);
     std::vector<size_t> rest;
     for (size_t k = 0; k < need.size(); ++k) {
       if (got[k] == BlockStatus::kOk) ctx_.counters.pulled.fetch_add(1);

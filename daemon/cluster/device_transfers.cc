@@ -6,6 +6,7 @@
 
 #include <future>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,20 +21,12 @@ constexpr size_t kMaxIdsPerTransfer = 16384;
 // How long a peer that cannot have a device link with this node (none there, another kind) is
 // not asked again.
 constexpr absl::Duration kBackoff = absl::Seconds(30);
+// How long after a failed attempt to make a link with a peer that has links.
+constexpr absl::Duration kShortBackoff = absl::Seconds(5);
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrCat(what, ": ", s.error_message()));
-}
-
-// Breaks the slot's link, whichever end this node is (rank 1's may still be joining: that one
-// fails by its own deadline).
-void AbortLink(const std::shared_ptr<transport::DeviceLink>& link,
-               const std::shared_future<absl::StatusOr<std::shared_ptr<transport::DeviceLink>>>&
-                   joining) {
-  if (link) link->Abort();
-  if (joining.valid() && joining.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
-    if (const auto& l = joining.get(); l.ok()) (*l)->Abort();
 }
 
 uint64_t RandomNonZero() {
@@ -52,6 +45,16 @@ DeviceTransfers::DeviceTransfers(ClusterContext& ctx, GpuTieredStore& gpu,
 
 DeviceTransfers::~DeviceTransfers() { Stop(); }
 
+void DeviceTransfers::TearDown(Slot& slot) {
+  std::shared_ptr<transport::DeviceLink> link;
+  {
+    std::lock_guard<std::mutex> lock(slot.state_mu);
+    slot.dropped = true;
+    link = std::move(slot.link);
+  }
+  if (link) link->Abort();
+}
+
 void DeviceTransfers::Stop() {
   absl::flat_hash_map<std::string, std::shared_ptr<Slot>> slots;
   std::vector<uint64_t> leases;
@@ -68,7 +71,7 @@ void DeviceTransfers::Stop() {
       }
     }
   }
-  for (auto& [peer, slot] : slots) AbortLink(slot->link, slot->joining);
+  for (auto& [peer, slot] : slots) TearDown(*slot);
   for (uint64_t l : leases) (void)gpu_.ReleaseOnDevice(l);
   // Joins in progress end by their deadline; the slots wait for them as they go.
 }
@@ -76,8 +79,10 @@ void DeviceTransfers::Stop() {
 size_t DeviceTransfers::open_links() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const auto& [peer, slot] : slots_)
-    if (slot->link || slot->joining.valid()) ++n;
+  for (const auto& [peer, slot] : slots_) {
+    std::lock_guard<std::mutex> state(slot->state_mu);
+    if (slot->link) ++n;
+  }
   return n;
 }
 
@@ -107,7 +112,7 @@ void DeviceTransfers::DropSlot(const std::string& peer, const std::shared_ptr<Sl
       slots_.erase(it);
     }
   }
-  if (gone) AbortLink(gone->link, gone->joining);
+  if (gone) TearDown(*gone);
 }
 
 void DeviceTransfers::Retain(const placement::MembershipView& view) {
@@ -124,7 +129,7 @@ void DeviceTransfers::Retain(const placement::MembershipView& view) {
       }
     }
   }
-  for (auto& s : gone) AbortLink(s->link, s->joining);
+  for (auto& s : gone) TearDown(*s);
 }
 
 bool DeviceTransfers::BackingOff(const std::string& peer) {
@@ -136,13 +141,14 @@ bool DeviceTransfers::BackingOff(const std::string& peer) {
   return false;
 }
 
-void DeviceTransfers::BackOff(const std::string& peer, std::string_view why) {
+void DeviceTransfers::BackOff(const std::string& peer, std::string_view why,
+                              absl::Duration how_long) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    backoff_[peer] = absl::Now() + kBackoff;
+    backoff_[peer] = absl::Now() + how_long;
   }
   spdlog::info("no device link with '{}' for {} ({}); its blocks come over UCX",
-               LogSafe(peer), absl::FormatDuration(kBackoff), LogSafe(std::string(why), 512));
+               LogSafe(peer), absl::FormatDuration(how_long), LogSafe(std::string(why), 512));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,14 +162,15 @@ uint64_t DeviceTransfers::AddPart(Part part) {
   return id;
 }
 
-std::optional<DeviceTransfers::Part> DeviceTransfers::TakePart(uint64_t id) {
+std::optional<DeviceTransfers::Part> DeviceTransfers::TakePart(uint64_t id,
+                                                               const std::string& peer) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = parts_.find(id);
   while (it != parts_.end() && it->second.running) {
     part_done_.wait(lock);
     it = parts_.find(id);
   }
-  if (it == parts_.end()) return std::nullopt;
+  if (it == parts_.end() || it->second.peer != peer) return std::nullopt;
   Part p = std::move(it->second);
   parts_.erase(it);
   return p;
@@ -193,6 +200,8 @@ absl::StatusOr<uint64_t> DeviceTransfers::RunPart(uint64_t id, const std::string
                                                   absl::Time deadline) {
   std::vector<transport::DeviceRange> ranges;
   bool send = false;
+  uint64_t send_lease = 0;
+  std::vector<ArenaExtent> extents;  // send: what the lease must keep while the link reads it
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = parts_.find(id);
@@ -205,7 +214,9 @@ absl::StatusOr<uint64_t> DeviceTransfers::RunPart(uint64_t id, const std::string
         if (k >= p.ranges.size() || p.ranges[k].size == 0)
           return absl::InvalidArgumentError("device transfer: take names an id not prepared");
         ranges.push_back(p.ranges[k]);
+        extents.push_back({p.ranges[k].address - p.device_address, p.ranges[k].size});
       }
+      send_lease = p.lease;
     } else {
       ranges = p.ranges;
     }
@@ -214,7 +225,17 @@ absl::StatusOr<uint64_t> DeviceTransfers::RunPart(uint64_t id, const std::string
   absl::Status st = absl::OkStatus();
   uint64_t bytes = 0;
   for (const auto& r : ranges) bytes += r.size;
-  if (!ranges.empty()) st = send ? link.Send(ranges, deadline) : link.Recv(ranges, deadline);
+  if (send && !ranges.empty()) {
+    // The lease could expire during a long send: its extents stay allocated while read.
+    if (gpu_.BeginDeviceRead(send_lease, extents)) {
+      st = link.Send(ranges, deadline);
+      gpu_.EndDeviceRead(send_lease);
+    } else {
+      st = absl::FailedPreconditionError("device transfer: the source's lease expired");
+    }
+  } else if (!ranges.empty()) {
+    st = link.Recv(ranges, deadline);
+  }
   uint64_t lease = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -255,13 +276,26 @@ absl::Status DeviceTransfers::OpenLink(const std::string& peer, const std::strin
   cctx.set_deadline(
       absl::ToChronoTime(std::min(deadline, absl::Now() + ctx_.config.peer_timeout)));
   if (grpc::Status s = ctx_.peers.Get(address)->JoinDeviceLink(&cctx, req, &resp); !s.ok()) {
-    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) BackOff(peer, s.error_message());
+    // Not now, or not at all (no links there, another kind): either way not at every pull.
+    BackOff(peer, s.error_message(),
+            s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ? kBackoff : kShortBackoff);
     return FromGrpc(s, absl::StrCat("device link to '", peer, "'"));
   }
   auto link = factory_->Connect(*id, 0, std::min(deadline, absl::Now() + LinkSetupTimeout()));
   if (!link.ok()) return link.status();
-  slot.link = std::move(*link);
-  slot.epoch = epoch;
+  std::shared_ptr<transport::DeviceLink> made = std::move(*link);
+  {
+    std::lock_guard<std::mutex> lock(slot.state_mu);
+    if (!slot.dropped) {
+      slot.link = made;
+      slot.epoch = epoch;
+      made = nullptr;
+    }
+  }
+  if (made) {  // torn down meanwhile (the peer left the view, or this node stops)
+    made->Abort();
+    return absl::UnavailableError(absl::StrCat("device link to '", peer, "' torn down"));
+  }
   n_.links_opened.fetch_add(1);
   spdlog::info("device link ({}) to '{}' open", factory_->kind(), LogSafe(peer));
   return absl::OkStatus();
@@ -279,24 +313,34 @@ absl::Status DeviceTransfers::Join(const v1::JoinDeviceLinkRequest& req) {
     return absl::InvalidArgumentError("JoinDeviceLink needs a link_id and a non-zero epoch");
   auto fresh = std::make_shared<Slot>();
   fresh->epoch = req.epoch();
-  transport::DeviceLinkFactory* factory = factory_.get();
-  const absl::Time deadline = absl::Now() + LinkSetupTimeout();
-  fresh->joining =
-      std::async(std::launch::async,
-                 [factory, id = req.link_id(), deadline]()
-                     -> absl::StatusOr<std::shared_ptr<transport::DeviceLink>> {
-                   auto l = factory->Connect(id, 1, deadline);
-                   if (!l.ok()) return l.status();
-                   return std::shared_ptr<transport::DeviceLink>(std::move(*l));
-                 })
-          .share();
+  auto done = std::make_shared<std::promise<void>>();
+  fresh->joined = done->get_future().share();
   std::shared_ptr<Slot> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return absl::UnavailableError("stratad is shutting down");
     old = std::exchange(slots_[req.node_id()], fresh);
   }
-  if (old) AbortLink(old->link, old->joining);
+  if (old) TearDown(*old);
+  // Joining blocks until rank 0 joins too (or the set-up deadline): on a thread of its own that
+  // holds only what it needs, so nothing here ever waits for it.
+  std::thread([factory = factory_, slot = fresh, done, id = req.link_id(),
+               deadline = absl::Now() + LinkSetupTimeout()] {
+    auto l = factory->Connect(id, 1, deadline);
+    std::shared_ptr<transport::DeviceLink> late;
+    {
+      std::lock_guard<std::mutex> lock(slot->state_mu);
+      if (!l.ok()) {
+        slot->join_error = l.status();
+      } else if (slot->dropped) {
+        late = std::move(*l);
+      } else {
+        slot->link = std::move(*l);
+      }
+    }
+    if (late) late->Abort();
+    done->set_value();
+  }).detach();
   n_.links_opened.fetch_add(1);
   return absl::OkStatus();
 }
@@ -312,34 +356,45 @@ absl::StatusOr<uint64_t> DeviceTransfers::Conduct(const std::string& peer, uint6
   std::unique_lock<std::timed_mutex> run(slot->run_mu, std::defer_lock);
   if (!run.try_lock_until(absl::ToChronoTime(deadline)))
     return absl::DeadlineExceededError("device link busy until the deadline");
-  if (!slot->link) {
+  std::shared_ptr<transport::DeviceLink> link;
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(slot->state_mu);
+    link = slot->link;
+    epoch = slot->epoch;
+  }
+  if (!link) {
     if (absl::Status s = OpenLink(peer, address, *slot, deadline); !s.ok()) {
       DropSlot(peer, slot);
       return s;
     }
+    std::lock_guard<std::mutex> lock(slot->state_mu);
+    link = slot->link;
+    epoch = slot->epoch;
   }
-  std::shared_ptr<transport::DeviceLink> link = slot->link;
+  if (!link) return absl::UnavailableError(absl::StrCat("device link to '", peer, "' torn down"));
   auto stub = ctx_.peers.Get(address);
   v1::RunDeviceTransferRequest req;
   req.set_node_id(ctx_.self.id);
-  req.set_epoch(slot->epoch);
+  req.set_epoch(epoch);
   req.set_transfer_id(theirs);
   for (uint32_t k : take) req.add_take(k);
   grpc::ClientContext cctx;
   cctx.set_deadline(absl::ToChronoTime(deadline));
   v1::RunDeviceTransferResponse resp;
+  // Either part failing breaks the link, which ends the other part at once instead of at the
+  // deadline.
   auto theirs_done = std::async(std::launch::async, [&] {
-    return stub->RunDeviceTransfer(&cctx, req, &resp);
+    grpc::Status s = stub->RunDeviceTransfer(&cctx, req, &resp);
+    if (!s.ok()) link->Abort();
+    return s;
   });
   absl::StatusOr<uint64_t> ours = RunPart(mine, peer, *link, take, deadline);
-  // Our part failed: the link is broken (its other end would wait for bytes that never
-  // come), which also ends the peer's part.
   if (!ours.ok()) link->Abort();
   const grpc::Status t = theirs_done.get();
   absl::Status st = ours.status();
-  if (st.ok() && !t.ok()) st = FromGrpc(t, absl::StrCat("device transfer part at '", peer, "'"));
+  if (!t.ok()) st = FromGrpc(t, absl::StrCat("device transfer part at '", peer, "'"));
   if (!st.ok()) {
-    link->Abort();
     DropSlot(peer, slot);
     return st;
   }
@@ -357,21 +412,27 @@ absl::StatusOr<uint64_t> DeviceTransfers::RunAsked(const std::string& peer, uint
     auto it = slots_.find(peer);
     if (it != slots_.end()) slot = it->second;
   }
-  if (!slot || slot->epoch != epoch || !slot->joining.valid())
+  if (!slot || slot->epoch != epoch || !slot->joined.valid())
     return absl::FailedPreconditionError("no device link of that epoch with the caller");
-  if (slot->joining.wait_until(absl::ToChronoTime(deadline)) != std::future_status::ready)
+  if (slot->joined.wait_until(absl::ToChronoTime(deadline)) != std::future_status::ready)
     return absl::DeadlineExceededError("the device link was still being made at the deadline");
-  const auto& link = slot->joining.get();
-  if (!link.ok()) {
+  std::shared_ptr<transport::DeviceLink> link;
+  absl::Status join_error;
+  {
+    std::lock_guard<std::mutex> lock(slot->state_mu);
+    link = slot->link;
+    join_error = slot->join_error;
+  }
+  if (!link) {
     DropSlot(peer, slot);
-    return link.status();
+    return join_error.ok() ? absl::UnavailableError("the device link was torn down") : join_error;
   }
   std::unique_lock<std::timed_mutex> run(slot->run_mu, std::defer_lock);
   if (!run.try_lock_until(absl::ToChronoTime(deadline)))
     return absl::DeadlineExceededError("device link busy until the deadline");
-  auto bytes = RunPart(part, peer, **link, take, deadline);
+  auto bytes = RunPart(part, peer, *link, take, deadline);
   if (!bytes.ok()) {
-    (*link)->Abort();
+    link->Abort();
     DropSlot(peer, slot);
   }
   return bytes;
@@ -393,7 +454,7 @@ absl::StatusOr<uint64_t> DeviceTransfers::Run(const v1::RunDeviceTransferRequest
   if (!r.ok()) {
     n_.failures.fetch_add(1);
     // A send part that never ran gives its lease back now.
-    if (auto p = TakePart(req.transfer_id()); p && p->send && p->lease != 0)
+    if (auto p = TakePart(req.transfer_id(), req.node_id()); p && p->send && p->lease != 0)
       (void)gpu_.ReleaseOnDevice(p->lease);
   }
   return r;
@@ -424,7 +485,9 @@ absl::Status DeviceTransfers::PrepareSend(const v1::PrepareDeviceSendRequest& re
   part.send = true;
   part.ns = *ns;
   part.lease = lease.lease_id;
-  part.expires = absl::Now() + ctx_.config.peer_timeout;
+  // Long enough for rank 0 to make a link and queue behind another transfer first.
+  part.expires = absl::Now() + LinkSetupTimeout() + ctx_.config.peer_timeout;
+  part.device_address = gpu_.memory().device_address();
   part.ranges.resize(ids->size());
   std::vector<BlockId> parent_ids(ids->size());
   for (size_t i = 0; i < ids->size(); ++i) {
@@ -464,7 +527,8 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
     grpc::Status s = ctx_.peers.Get(source_address)->PrepareDeviceSend(&cctx, preq, &prep);
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
         s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      BackOff(source_node, s.error_message());  // no device links there (or an older stratad)
+      // No device links there (or an older stratad).
+      BackOff(source_node, s.error_message(), kBackoff);
       return status;
     }
     if (!s.ok()) {
@@ -528,7 +592,7 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
     if (!s.ok()) st = FromGrpc(s, absl::StrCat("device transfer from '", source_node, "'"));
   }
   // 4. Our part wrote the extents (or stopped writing) before they are kept or given back.
-  std::optional<Part> done = TakePart(my_part);
+  std::optional<Part> done = TakePart(my_part, source_node);
   if (st.ok() && !(done && done->ran && done->result.ok()))
     st = done && !done->result.ok() ? done->result
                                     : absl::InternalError("device transfer: our part did not run");
@@ -540,6 +604,7 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
     return status;
   }
   auto committed = gpu_.CommitOnDevice(ns, rr.reservation_id, taken_ids, taken_crcs);
+  if (!committed.ok()) (void)gpu_.AbortOnDevice(rr.reservation_id);  // held: it never expires
   for (size_t c = 0; c < take.size(); ++c) {
     const BlockStatus b = committed.ok() && c < committed->size() ? (*committed)[c]
                                                                    : BlockStatus::kNotFound;

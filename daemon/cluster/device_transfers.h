@@ -90,19 +90,26 @@ class DeviceTransfers {
     std::vector<transport::DeviceRange> ranges;  // send: per prepared id (size 0: not held)
     uint64_t lease = 0;                          // send: the device lease on the blocks
     absl::Time expires;
+    uint64_t device_address = 0;  // send: the pool's address (for the lease's extents)
     bool running = false;
     bool ran = false;
     absl::Status result;
   };
   // The link to one peer, with the lock that keeps its operations in order.
   struct Slot {
-    std::timed_mutex run_mu;
+    std::timed_mutex run_mu;  // held while a transfer runs on the link (and rank 0 makes it)
+    // Rank 1: fixed before the slot is shared. Rank 0: guarded by state_mu.
     uint64_t epoch = 0;
-    std::shared_ptr<transport::DeviceLink> link;  // rank 0: set under run_mu
-    // Rank 1: the join in progress (or done) for `epoch`.
-    std::shared_future<absl::StatusOr<std::shared_ptr<transport::DeviceLink>>> joining;
+    std::mutex state_mu;
+    std::shared_ptr<transport::DeviceLink> link;  // guarded by state_mu
+    absl::Status join_error;                      // guarded by state_mu (rank 1)
+    bool dropped = false;  // guarded by state_mu: torn down; a link made late is aborted
+    // Rank 1: ready once the join ended (link or join_error set).
+    std::shared_future<void> joined;
   };
-
+  // Marks the slot torn down and breaks its link, if any (a join still running breaks its own
+  // when it ends).
+  static void TearDown(Slot& slot);
   bool IsRankZeroWith(const std::string& peer) const { return ctx_.self.id < peer; }
   // Both ends join a new link within this (NCCL's set-up takes longer than a peer call).
   absl::Duration LinkSetupTimeout() const {
@@ -126,16 +133,17 @@ class DeviceTransfers {
                                    absl::Time deadline);
   // A peer that cannot have a device link with this node is not asked for a while.
   bool BackingOff(const std::string& peer);
-  void BackOff(const std::string& peer, std::string_view why);
+  void BackOff(const std::string& peer, std::string_view why, absl::Duration how_long);
   uint64_t AddPart(Part part);
-  // Removes a part once it is not running (a running one ends by its deadline).
-  std::optional<Part> TakePart(uint64_t id);
+  // Removes a part made for `peer` once it is not running (a running one ends by its deadline).
+  std::optional<Part> TakePart(uint64_t id, const std::string& peer);
   void ReleaseExpiredParts();
 
   ClusterContext& ctx_;
   GpuTieredStore& gpu_;
   NamespaceRegistry& namespaces_;
-  const std::unique_ptr<transport::DeviceLinkFactory> factory_;
+  // Shared with rank 1's join threads, which may outlive a transfer.
+  const std::shared_ptr<transport::DeviceLinkFactory> factory_;
 
   mutable std::mutex mu_;
   std::condition_variable part_done_;

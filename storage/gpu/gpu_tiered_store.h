@@ -90,6 +90,13 @@ class GpuTieredStore final : public BlockStoreWrapper {
   AcquireResult AcquireOnDevice(const NamespaceId& ns, std::span<const BlockId> ids,
                                 bool promote = true);
   absl::Status ReleaseOnDevice(uint64_t lease_id);
+  // Keeps a device lease's extents allocated while a consumer on the device reads them, even
+  // past the lease's expiry (HostTier::BeginLeaseRead); false when the lease is gone or does
+  // not cover them. Extents are device offsets.
+  bool BeginDeviceRead(uint64_t lease_id, std::span<const ArenaExtent> extents) {
+    return device_.BeginLeaseRead(lease_id, extents);
+  }
+  void EndDeviceRead(uint64_t lease_id) { device_.EndLeaseRead(lease_id); }
   // Drops the device copies of blocks of `ns` that a tier below also holds (a demotion that
   // needs no copy). Per id: kOk (dropped), kNotFound (not on the device), kInProgress (only the
   // device holds it: it stays), kPinned.
