@@ -506,6 +506,24 @@ class PyClient {
     return Take(std::move(r)).status;
   }
 
+  py::dict Reposition(py::bytes ns, py::sequence ids, const std::string& target_node, bool move,
+                      const std::string& target_tier) {
+    NamespaceId id = IdFrom(ns);
+    std::vector<BlockId> block_ids = IdsFrom(ids);
+    absl::StatusOr<strata::RepositionOutcome> r;
+    {
+      py::gil_scoped_release release;
+      r = client().Reposition(id, block_ids, target_node, move, target_tier);
+    }
+    strata::RepositionOutcome out = Take(std::move(r));
+    py::dict d;
+    d["status"] = out.status;
+    d["copied"] = out.copied;
+    d["already_there"] = out.already_there;
+    d["removed_sources"] = out.removed_sources;
+    return d;
+  }
+
   std::vector<BlockStatus> Pin(py::bytes ns, py::sequence ids, double ttl_seconds) {
     NamespaceId id = IdFrom(ns);
     std::vector<BlockId> block_ids = IdsFrom(ids);
@@ -745,6 +763,8 @@ PYBIND11_MODULE(_strata, m) {
       .def("fetch", &PyClient::Fetch, py::arg("ns"), py::arg("ids"), py::arg("buffers"))
       .def("evict", &PyClient::Evict, py::arg("ns"), py::arg("ids"), py::arg("cascade") = false,
            py::arg("force") = false)
+      .def("reposition", &PyClient::Reposition, py::arg("ns"), py::arg("ids"),
+           py::arg("target_node") = "", py::arg("move") = false, py::arg("target_tier") = "host")
       .def("pin", &PyClient::Pin, py::arg("ns"), py::arg("ids"), py::arg("ttl_seconds"))
       .def("unpin", &PyClient::Unpin, py::arg("ns"), py::arg("ids"))
       .def("stats", &PyClient::Stats);

@@ -311,9 +311,10 @@ class Client {
                                                   DeviceFetchOptions options = {});
   absl::Status ReturnDeviceBuffer(uint64_t loan);
 
-  // Copies (move: moves) blocks to `target_node`, from wherever they are in the cluster, into
-  // its `target_tier`: "host", or "gpu" (the node's GPU tier, on top of its host copy; only for
-  // this client's own daemon, target_node empty).
+  // Copies (move: moves) blocks to `target_node` (this client's daemon when empty), from wherever
+  // they are in the cluster, into its `target_tier`: "host", or "gpu" (the node's GPU tier:
+  // blocks another node holds on its device come device to device over NCCL, the others over
+  // UCX and are promoted there; kOk then means on that node's device).
   absl::StatusOr<RepositionOutcome> Reposition(const NamespaceId& ns, std::span<const BlockId> ids,
                                                const std::string& target_node, bool move = false,
                                                std::string_view target_tier = "host");

@@ -12,6 +12,10 @@ On a GPU node whose stratad has a GPU tier, blocks go straight into the engine's
     loan = client.lend_device_buffer(kv_tensor)      # a contiguous CUDA tensor, lent once
     client.fetch_to_device(ns, loan, ids, offsets)   # offsets in bytes into the tensor
 
+Blocks go to another node, or into a node's GPU tier (device to device over NCCL from another
+node's GPU tier), ahead of a request:
+    client.reposition(ns, ids, target_node="decode-0", target_tier="gpu")
+
 Every call releases the GIL while it waits; the *_async variants return
 concurrent.futures.Future objects (asyncio: `await asyncio.wrap_future(f)`).
 """
