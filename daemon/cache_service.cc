@@ -509,7 +509,9 @@ grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequ
             ref->set_address(rec->address);
           }
           resp->add_holder_node(it->second);
-          resp->add_holder_tier(nvme ? v1::TIER_NVME : v1::TIER_HOST);
+          resp->add_holder_tier(nvme                                      ? v1::TIER_NVME
+                                : h.tier == placement::LocationTier::kGpu ? v1::TIER_GPU
+                                                                          : v1::TIER_HOST);
           ++count;
         }
       resp->add_holders_per_id(count);

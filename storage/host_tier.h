@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "storage/eviction/eviction_policy.h"
 #include "storage/extent_allocator.h"
+#include "storage/tier.h"
 #include "storage/watermarks.h"
 #include "strata/block_id.h"
 #include "strata/block_status.h"
@@ -48,6 +49,9 @@ struct BlockEvent {
   BlockId id;
   NamespaceId ns{};
   BlockId parent{};  // zero for the first block of a chain
+  // The tier whose copy came or went (the GPU tier's copies are kGpu; the node may still hold
+  // the block in another tier: listeners check Holds).
+  Tier tier = Tier::kHost;
 };
 
 // One part of a zoned arena (HostTierOptions::zones).

@@ -20,8 +20,9 @@ constexpr auto kEventBatchWindow = std::chrono::milliseconds(2);
 
 }  // namespace
 
-Announcer::Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store)
-    : ctx_(ctx), directory_(directory), store_(store) {}
+Announcer::Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store,
+                     std::function<bool(const BlockId&)> on_device)
+    : ctx_(ctx), directory_(directory), store_(store), on_device_(std::move(on_device)) {}
 
 Announcer::~Announcer() { Stop(); }
 
@@ -132,13 +133,17 @@ void Announcer::Loop() {
 
 void Announcer::AnnounceEvents(const std::vector<BlockEvent>& events) {
   // The last event of an id decides whether it is held.
-  absl::flat_hash_map<BlockId, BlockEvent::Kind> last;
-  for (const auto& e : events) last[e.id] = e.kind;
+  absl::flat_hash_map<BlockId, const BlockEvent*> last;
+  for (const auto& e : events) last[e.id] = &e;
   std::vector<BlockId> stored, removed;
-  for (const auto& [id, kind] : last) {
-    // A block demoted to a lower tier left host memory but not this node.
-    if (kind == BlockEvent::kRemoved && store_.Holds(id)) continue;
-    (kind == BlockEvent::kStored ? stored : removed).push_back(id);
+  for (const auto& [id, e] : last) {
+    if (e->kind == BlockEvent::kRemoved && store_.Holds(id)) {
+      // A block demoted to a lower tier left host memory but not this node; one whose device
+      // copy left is announced again, as held below.
+      if (e->tier == Tier::kGpu) stored.push_back(id);
+      continue;
+    }
+    (e->kind == BlockEvent::kStored ? stored : removed).push_back(id);
   }
   if (!stored.empty()) Announce(stored, false);
   if (!removed.empty()) Announce(removed, true);
@@ -150,30 +155,37 @@ void Announcer::Announce(std::span<const BlockId> ids, bool withdraw) {
   // Alone, this node is its own directory: its tiers answer every lookup already.
   if (!r || r->self < 0 || r->rendezvous.size() <= 1) return;
   std::vector<std::vector<BlockId>> per_owner(r->rendezvous.size());
+  std::vector<std::vector<placement::LocationTier>> tiers(r->rendezvous.size());
   std::vector<uint32_t> owners;
   for (const auto& id : ids) {
+    const placement::LocationTier tier = !withdraw && on_device_ && on_device_(id)
+                                             ? placement::LocationTier::kGpu
+                                             : placement::LocationTier::kHost;
     r->rendezvous.TopR(placement::KeyOf(id), ctx_.config.directory_owners, &owners);
-    for (uint32_t o : owners) per_owner[o].push_back(id);
+    for (uint32_t o : owners) {
+      per_owner[o].push_back(id);
+      tiers[o].push_back(tier);
+    }
   }
   const absl::Time expires = absl::Now() + ctx_.config.directory_ttl;
-  const placement::LocationTier host[] = {placement::LocationTier::kHost};
   CallGroup calls;
   for (size_t o = 0; o < per_owner.size(); ++o) {
     auto& mine = per_owner[o];
     if (mine.empty()) continue;
     if (static_cast<int>(o) != r->self) {
-      SendToOwner(r->NodeAt(o).address, mine, withdraw, calls);
+      SendToOwner(r->NodeAt(o).address, mine, tiers[o], withdraw, calls);
     } else if (withdraw) {
       directory_.Withdraw(ctx_.self.id, mine);
     } else {
-      directory_.Announce(ctx_.self.id, mine, host, expires);
+      directory_.Announce(ctx_.self.id, mine, tiers[o], expires);
     }
   }
   calls.Wait();
   (withdraw ? ctx_.counters.withdrawn : ctx_.counters.announced).fetch_add(ids.size());
 }
 
-void Announcer::SendToOwner(const std::string& address, std::span<const BlockId> ids, bool withdraw,
+void Announcer::SendToOwner(const std::string& address, std::span<const BlockId> ids,
+                            std::span<const placement::LocationTier> tiers, bool withdraw,
                             CallGroup& calls) {
   auto stub = ctx_.peers.Get(address);
   for (size_t begin = 0; begin < ids.size(); begin += kIdsPerMessage) {
@@ -187,7 +199,11 @@ void Announcer::SendToOwner(const std::string& address, std::span<const BlockId>
     call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + ctx_.config.peer_timeout));
     call->req.set_node_id(ctx_.self.id);
     call->req.set_ids(PackIds(ids.subspan(begin, end - begin)));
-    call->req.add_tiers(v1::TIER_HOST);
+    // One tier for all when they agree (the common case), else one per id.
+    const auto part = tiers.subspan(begin, end - begin);
+    const bool one = std::all_of(part.begin(), part.end(), [&](auto t) { return t == part[0]; });
+    for (size_t k = 0; k < (one ? 1 : part.size()); ++k)
+      call->req.add_tiers(part[k] == placement::LocationTier::kGpu ? v1::TIER_GPU : v1::TIER_HOST);
     call->req.set_withdraw(withdraw);
     call->req.set_ttl_ms(absl::ToInt64Milliseconds(ctx_.config.directory_ttl));
     calls.Add();

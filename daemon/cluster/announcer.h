@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -30,7 +31,10 @@ class CallGroup;
 
 class Announcer {
  public:
-  Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store);
+  // `on_device` (may be empty): whether this node's GPU tier holds a block; such blocks are
+  // announced with TIER_GPU, so other nodes know where a device-to-device copy can come from.
+  Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store,
+            std::function<bool(const BlockId&)> on_device = {});
   ~Announcer();  // Stop()
   Announcer(const Announcer&) = delete;
   Announcer& operator=(const Announcer&) = delete;
@@ -62,12 +66,14 @@ class Announcer {
   // Announces the last event of each id in `events`.
   void AnnounceEvents(const std::vector<BlockEvent>& events);
   // Sends one owner's share (in messages of at most kIdsPerMessage ids) as callback calls.
-  void SendToOwner(const std::string& address, std::span<const BlockId> ids, bool withdraw,
+  void SendToOwner(const std::string& address, std::span<const BlockId> ids,
+                   std::span<const placement::LocationTier> tiers, bool withdraw,
                    CallGroup& calls);
 
   ClusterContext& ctx_;
   placement::Directory& directory_;
   const BlockStore& store_;
+  const std::function<bool(const BlockId&)> on_device_;
 
   std::mutex mu_;
   std::condition_variable wake_;     // events queued, refresh due, or stop

@@ -193,6 +193,12 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
   for (size_t i = 0; i < ids.size(); ++i) {
     std::vector<std::string> holders;
     if (local.contains(ids[i])) holders.push_back(ctx_.self.id);
+    // Into a GPU tier: a holder with the block on its device first (device to device).
+    if (to_device)
+      for (const auto& l : located[i])
+        if (l.tier == placement::LocationTier::kGpu && l.node != target &&
+            std::find(holders.begin(), holders.end(), l.node) == holders.end())
+          holders.insert(holders.begin(), l.node);
     for (const auto& l : located[i])
       if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
         holders.push_back(l.node);

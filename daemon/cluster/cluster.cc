@@ -35,7 +35,10 @@ Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespac
     : ctx_(std::move(options.config), std::move(options.self), std::move(options.peer_security)),
       store_(store) {
   membership_ = NewMembership(ctx_.config, ctx_.self.id);
-  announcer_ = std::make_unique<Announcer>(ctx_, directory_, store);
+  std::function<bool(const BlockId&)> on_device;
+  if (GpuTieredStore* gpu = options.gpu)
+    on_device = [gpu](const BlockId& id) { return gpu->HoldsOnDevice(id); };
+  announcer_ = std::make_unique<Announcer>(ctx_, directory_, store, std::move(on_device));
   locator_ = std::make_unique<Locator>(ctx_, directory_, std::move(options.ucx));
   if (options.gpu != nullptr && options.device_links != nullptr)
     device_ = std::make_unique<DeviceTransfers>(ctx_, *options.gpu, namespaces,

@@ -603,7 +603,7 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
                  LogSafe(source_node), LogSafe(st.ToString(), 512));
     return status;
   }
-  auto committed = gpu_.CommitOnDevice(ns, rr.reservation_id, taken_ids, taken_crcs);
+  auto committed = gpu_.CommitOnDevice(rr.reservation_id, taken_ids, taken_crcs);
   if (!committed.ok()) (void)gpu_.AbortOnDevice(rr.reservation_id);  // held: it never expires
   for (size_t c = 0; c < take.size(); ++c) {
     const BlockStatus b = committed.ok() && c < committed->size() ? (*committed)[c]

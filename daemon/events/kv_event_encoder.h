@@ -27,7 +27,7 @@ struct KvEvent {
   std::optional<BlockId> parent;      // BlockStored: the parent of block_hashes[0], if any
   std::vector<uint32_t> token_ids;    // BlockStored: empty when the tokens are not known
   uint32_t block_size = 0;            // BlockStored
-  std::string medium;                 // "CPU", "STORAGE"; empty: nil
+  std::string medium;                 // "GPU", "CPU", "STORAGE"; empty: nil
 };
 
 // vLLM's integer form of a block hash.

@@ -123,12 +123,15 @@ void KvEventPublisher::PublishPending() {
     if (fresh) order.push_back(e.ns);
     std::vector<KvEvent>& out = it->second;
     const auto kind = e.kind == BlockEvent::kStored ? KvEvent::kBlockStored : KvEvent::kBlockRemoved;
-    if (!out.empty() && out.back().kind == kind &&
+    // Each tier's copies are their own medium: a device copy leaving while host memory keeps
+    // the block is a GPU removal only.
+    const std::string_view medium = e.tier == Tier::kGpu ? "GPU" : "CPU";
+    if (!out.empty() && out.back().kind == kind && out.back().medium == medium &&
         (kind == KvEvent::kBlockRemoved || out.back().block_hashes.back() == e.parent)) {
       out.back().block_hashes.push_back(e.id);
       continue;
     }
-    KvEvent k{kind, {e.id}, std::nullopt, {}, 0, "CPU"};
+    KvEvent k{kind, {e.id}, std::nullopt, {}, 0, std::string(medium)};
     if (kind == KvEvent::kBlockStored && !e.parent.IsZero()) k.parent = e.parent;
     out.push_back(std::move(k));
   }

@@ -108,25 +108,11 @@ ReserveResult GpuTieredStore::ReserveOnDevice(const NamespaceId& ns,
 }
 
 absl::StatusOr<std::vector<BlockStatus>> GpuTieredStore::CommitOnDevice(
-    const NamespaceId& ns, uint64_t reservation_id, std::span<const BlockId> ids,
-    std::span<const uint32_t> crcs) {
+    uint64_t reservation_id, std::span<const BlockId> ids, std::span<const uint32_t> crcs) {
   if (ids.size() != crcs.size())
     return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids but ", crcs.size(), " CRCs"));
-  auto committed = device_.Commit(reservation_id, crcs, CommitCheck::kWriterChecksummed);
-  if (!committed.ok()) return committed.status();
-  BlockEventHook hook;
-  {
-    absl::MutexLock lock(&hook_mu_);
-    hook = hook_;
-  }
-  if (hook) {
-    absl::flat_hash_map<BlockId, BlockId> parents;
-    for (const BlockInfo& b : device_.Inspect(ids)) parents[b.id] = b.parent;
-    for (size_t i = 0; i < ids.size() && i < committed->size(); ++i)
-      if ((*committed)[i] == BlockStatus::kOk)
-        hook(BlockEvent{BlockEvent::kStored, ids[i], ns, parents[ids[i]]});
-  }
-  return committed;
+  // The device's change hook tells listeners (the directory, KV events) of each block.
+  return device_.Commit(reservation_id, crcs, CommitCheck::kWriterChecksummed);
 }
 
 }  // namespace strata

@@ -461,19 +461,17 @@ std::vector<BlockId> GpuTieredStore::AllIds() const {
 }
 
 void GpuTieredStore::SetChangeHook(BlockEventHook hook) {
-  {
-    absl::MutexLock lock(&hook_mu_);
-    hook_ = hook;
-  }
   if (!hook) {
     below()->SetChangeHook(nullptr);
     device_.SetChangeHook(nullptr);
     return;
   }
-  // A block reaches the device only from below, where it was announced already: only its
-  // leaving matters (the listener checks Holds to tell a move from a removal).
+  // Device copies coming and going (promotions, arrivals from other nodes, evictions) are
+  // events of the GPU tier; the node may hold the block below all along (listeners check Holds).
   device_.SetChangeHook([hook](const BlockEvent& e) {
-    if (e.kind == BlockEvent::kRemoved) hook(e);
+    BlockEvent on_device = e;
+    on_device.tier = Tier::kGpu;
+    hook(on_device);
   });
   below()->SetChangeHook(std::move(hook));
 }

@@ -119,9 +119,8 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // Makes the reserved blocks visible: `ids` and `crcs` are the reservation's kOk entries in
   // order, each CRC32C the sender's (its tiers verified them), recorded as given and checked by
   // every copy down. They are device-only blocks: demoted, not dropped, when evicted. The change
-  // hook hears of them (kStored) so the directory does.
-  absl::StatusOr<std::vector<BlockStatus>> CommitOnDevice(const NamespaceId& ns,
-                                                          uint64_t reservation_id,
+  // hook hears of them (kStored, tier kGpu) so the directory does.
+  absl::StatusOr<std::vector<BlockStatus>> CommitOnDevice(uint64_t reservation_id,
                                                           std::span<const BlockId> ids,
                                                           std::span<const uint32_t> crcs);
   absl::Status AbortOnDevice(uint64_t reservation_id) { return device_.Abort(reservation_id); }
@@ -189,8 +188,6 @@ class GpuTieredStore final : public BlockStoreWrapper {
   const std::unique_ptr<DeviceMemory> memory_;
   const GpuTieredStoreOptions options_;
   HostTier device_;  // the device pool's index; its base() is a device address, never read
-  absl::Mutex hook_mu_;
-  BlockEventHook hook_ ABSL_GUARDED_BY(hook_mu_);  // for blocks that arrive on the device
 
   struct Atomics {
     std::atomic<uint64_t> promotions{0}, promoted_bytes{0}, demotions{0}, demoted_bytes{0},

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <thread>
 
 #include "common/packed_ids.h"
 #include "strata/v1/peer.grpc.pb.h"
@@ -146,6 +147,45 @@ TEST_F(DeviceLinkClusterTest, TransfersBothWaysAtOnceOnOneLinkAllArrive) {
   ASSERT_TRUE(n1_local && n1_local->OpenNamespace(Spec(), "tenant-a").ok());
   EXPECT_EQ(FetchIdentical(*n0_local, b.ns, b, nullptr), b.ids.size());
   EXPECT_EQ(FetchIdentical(*n1_local, a.ns, a, nullptr), a.ids.size());
+}
+
+// The directory knows which holders have a block on their device, and a reposition into a GPU
+// tier takes it from one of them, device to device, over a holder with host memory only.
+TEST_F(DeviceLinkClusterTest, AGpuTierIsFilledFromAHolderThatHasTheBlockOnItsDevice) {
+  auto n0 = Connect(cl.node(0));
+  auto n1 = Connect(cl.node(1));
+  auto n2 = Connect(cl.node(2));
+  ASSERT_TRUE(n0 && n1 && n2);
+  Published p = Publish(*n0, 4, 29);  // n0: host memory only
+  ASSERT_TRUE(n1->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_TRUE(n2->OpenNamespace(Spec(), "tenant-a").ok());
+  ASSERT_EQ(AwaitPrefix(*n1, p.ns, p), p.ids.size()) << cl.logs();
+  auto up = n1->Reposition(p.ns, p.ids, "", false, "gpu");  // n1: over UCX, then promoted
+  ASSERT_TRUE(up.ok()) << up.status();
+  for (auto s : up->status) ASSERT_EQ(s, BlockStatus::kOk);
+  // n2 learns from the directory that n1 has them on its device.
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    seen = true;
+    for (const BlockId& id : p.ids) seen &= TiersAt(*n2, p.ns, id, "n1") ==
+                                            std::vector<std::string>{"gpu"};
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(seen) << cl.logs();
+  EXPECT_EQ(TiersAt(*n2, p.ns, p.ids[0], "n0"), std::vector<std::string>{"host"});
+  auto mv = n2->Reposition(p.ns, p.ids, "", false, "gpu");
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  for (auto s : mv->status) EXPECT_EQ(s, BlockStatus::kOk);
+  EXPECT_EQ(Counter(*n2, "device_link_blocks_in_total"), p.ids.size());
+  EXPECT_EQ(Counter(*n1, "device_link_blocks_out_total"), p.ids.size());
+  // The device copies leave n1 (evicted there): the directory says n1 no longer has them.
+  ASSERT_TRUE(n1->Evict(p.ns, p.ids).ok());
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = TiersAt(*n2, p.ns, p.ids[0], "n1").empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone);
 }
 
 TEST_F(DeviceLinkClusterTest, BlocksOnlyInHostMemoryGoOverUcxAndAreThenPromoted) {

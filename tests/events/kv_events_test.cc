@@ -228,6 +228,45 @@ TEST_F(KvEventsTest, SubscriberSeesPublishesAndEvictionsAndReplayRepeatsThem) {
   EXPECT_EQ(ReceiveEvents(sub, 1, std::chrono::seconds(10)).size(), 1u);
 }
 
+// A GPU tier's copies are a medium of their own: a promotion is a BlockStored on "GPU", and an
+// eviction removes the block from both media.
+TEST(KvEventsGpuTest, DeviceCopiesAreEventsOfTheGpuMedium) {
+  testing::DaemonProcess d(
+      "host_tier:\n  capacity: 64MiB\ngpu:\n  capacity: 4MiB\n  memory: host-stand-in\n"
+      "events:\n  endpoint: tcp://127.0.0.1:*\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  zmq::context_t zmq;
+  zmq::socket_t sub(zmq, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "kv@");
+  sub.set(zmq::sockopt::rcvtimeo, 200);
+  sub.connect(d.ReadyField("events_endpoint"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  NamespaceSpec spec = testing::SmallSpec("events/gpu");
+  auto ns = (*c)->OpenNamespace(spec, "tenant-a");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  std::vector<std::vector<uint8_t>> blocks(2, std::vector<uint8_t>(spec.layout.BlockBytes(), 3));
+  std::vector<ConstBuffer> bufs;
+  for (auto& b : blocks) bufs.push_back({b.data(), b.size()});
+  auto published = (*c)->Publish(*ns, testing::Tokens(2 * 16, 8), bufs);
+  ASSERT_TRUE(published.ok()) << published.status();
+  ASSERT_TRUE((*c)->Reposition(*ns, published->ids, "", false, "gpu").ok());
+  ASSERT_TRUE((*c)->Evict(*ns, {published->ids.data(), 1}).ok());
+  std::vector<Batch::Event> all;
+  for (const Batch& b : ReceiveEvents(sub, 5, std::chrono::seconds(10)))
+    all.insert(all.end(), b.events.begin(), b.events.end());
+  std::map<std::string, int> seen;  // type@medium -> blocks
+  for (const auto& e : all)
+    if (e.type != "AllBlocksCleared") seen[e.type + "@" + e.medium] += e.hashes.size();
+  EXPECT_EQ(seen["BlockStored@CPU"], 2) << all.size();
+  EXPECT_EQ(seen["BlockStored@GPU"], 2);
+  EXPECT_EQ(seen["BlockRemoved@CPU"], 1);
+  EXPECT_EQ(seen["BlockRemoved@GPU"], 1);
+}
+
 // The replay ROUTER's request parser (fuzzed by tests/fuzz/replay_request_fuzzer.cc).
 TEST(KvEventsReplayRequest, OnlyTheThreeFrameFormIsARequest) {
   using daemon::ParseReplayRequest;

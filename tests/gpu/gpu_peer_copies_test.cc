@@ -196,7 +196,7 @@ class GpuArrivalTest : public GpuTierTest {
     if (r.status[0] != BlockStatus::kOk) return r.status[0];
     const auto bytes = Bytes(i, kBlock);
     std::memcpy(pool_ + r.offsets[0], bytes.data(), kBlock);
-    auto c = store_->CommitOnDevice(ns_, r.reservation_id, {&item.id, 1}, {&crc, 1});
+    auto c = store_->CommitOnDevice(r.reservation_id, {&item.id, 1}, {&crc, 1});
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? (*c)[0] : BlockStatus::kInvalid;
   }
@@ -217,6 +217,7 @@ TEST_F(GpuArrivalTest, AnArrivedBlockIsOnTheDeviceOnlyAnnouncedAndServedToHostRe
     std::lock_guard<std::mutex> l(mu);
     ASSERT_EQ(events.size(), 2u);
     EXPECT_EQ(events[1].kind, BlockEvent::kStored);
+    EXPECT_EQ(events[1].tier, Tier::kGpu);
     EXPECT_EQ(events[1].id, Id(2));
     EXPECT_EQ(events[1].parent, Id(1));
   }

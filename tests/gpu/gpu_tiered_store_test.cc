@@ -178,7 +178,7 @@ TEST_F(GpuTierTest, PinsHoldBlocksOnTheDevice) {
   EXPECT_FALSE(store_->HoldsOnDevice(Id(0)));
 }
 
-TEST_F(GpuTierTest, TheChangeHookHearsDeviceOnlyBlocksLeave) {
+TEST_F(GpuTierTest, TheChangeHookHearsDeviceCopiesComeAndGo) {
   Open(4);
   Publish(0);
   Publish(1);
@@ -192,16 +192,25 @@ TEST_F(GpuTierTest, TheChangeHookHearsDeviceOnlyBlocksLeave) {
   ASSERT_EQ(store_->Promote(ns_, ids), std::vector<BlockStatus>(2, BlockStatus::kOk));
   {
     absl::MutexLock l(&mu);
-    EXPECT_TRUE(events.empty()) << "a promotion announces nothing new";
+    ASSERT_EQ(events.size(), 2u) << "a promotion is a GPU-tier copy stored";
+    for (const BlockEvent& e : events) {
+      EXPECT_EQ(e.kind, BlockEvent::kStored);
+      EXPECT_EQ(e.tier, Tier::kGpu);
+    }
+    events.clear();
   }
   DropFromHost(0);  // host event; the device still holds it, so Holds stays true
   EXPECT_TRUE(store_->Holds(Id(0)));
   store_->Evict(ns_, {&ids[0], 1}, false, true);
   EXPECT_FALSE(store_->Holds(Id(0)));
   absl::MutexLock l(&mu);
-  size_t removed = 0;
-  for (const BlockEvent& e : events) removed += e.kind == BlockEvent::kRemoved && e.id == Id(0);
+  size_t removed = 0, from_gpu = 0;
+  for (const BlockEvent& e : events) {
+    removed += e.kind == BlockEvent::kRemoved && e.id == Id(0);
+    from_gpu += e.kind == BlockEvent::kRemoved && e.tier == Tier::kGpu;
+  }
   EXPECT_EQ(removed, 2u) << "one from each tier; listeners check Holds";
+  EXPECT_EQ(from_gpu, 1u);
 }
 
 TEST_F(GpuTierTest, AllBlocksListsEveryBlockOnceWhateverItsTiers) {
