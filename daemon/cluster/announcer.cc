@@ -21,7 +21,7 @@ constexpr auto kEventBatchWindow = std::chrono::milliseconds(2);
 }  // namespace
 
 Announcer::Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store,
-                     std::function<bool(const BlockId&)> on_device)
+                     DeviceHeld on_device)
     : ctx_(ctx), directory_(directory), store_(store), on_device_(std::move(on_device)) {}
 
 Announcer::~Announcer() { Stop(); }
@@ -157,8 +157,11 @@ void Announcer::Announce(std::span<const BlockId> ids, bool withdraw) {
   std::vector<std::vector<BlockId>> per_owner(r->rendezvous.size());
   std::vector<std::vector<placement::LocationTier>> tiers(r->rendezvous.size());
   std::vector<uint32_t> owners;
+  // One look at the device's index for the whole batch (a full refresh is every id held).
+  const absl::flat_hash_set<BlockId> held_on_device =
+      !withdraw && on_device_ ? on_device_(ids) : absl::flat_hash_set<BlockId>{};
   for (const auto& id : ids) {
-    const placement::LocationTier tier = !withdraw && on_device_ && on_device_(id)
+    const placement::LocationTier tier = held_on_device.contains(id)
                                              ? placement::LocationTier::kGpu
                                              : placement::LocationTier::kHost;
     r->rendezvous.TopR(placement::KeyOf(id), ctx_.config.directory_owners, &owners);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/context.h"
 #include "placement/directory.h"
@@ -31,10 +32,11 @@ class CallGroup;
 
 class Announcer {
  public:
-  // `on_device` (may be empty): whether this node's GPU tier holds a block; such blocks are
+  // Which of some ids this node's GPU tier holds (may be empty: none); such blocks are
   // announced with TIER_GPU, so other nodes know where a device-to-device copy can come from.
+  using DeviceHeld = std::function<absl::flat_hash_set<BlockId>(std::span<const BlockId>)>;
   Announcer(ClusterContext& ctx, placement::Directory& directory, const BlockStore& store,
-            std::function<bool(const BlockId&)> on_device = {});
+            DeviceHeld on_device = {});
   ~Announcer();  // Stop()
   Announcer(const Announcer&) = delete;
   Announcer& operator=(const Announcer&) = delete;
@@ -73,7 +75,7 @@ class Announcer {
   ClusterContext& ctx_;
   placement::Directory& directory_;
   const BlockStore& store_;
-  const std::function<bool(const BlockId&)> on_device_;
+  const DeviceHeld on_device_;
 
   std::mutex mu_;
   std::condition_variable wake_;     // events queued, refresh due, or stop

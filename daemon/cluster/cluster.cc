@@ -35,9 +35,13 @@ Cluster::Cluster(Options options, BlockStore& store, NamespaceRegistry& namespac
     : ctx_(std::move(options.config), std::move(options.self), std::move(options.peer_security)),
       store_(store) {
   membership_ = NewMembership(ctx_.config, ctx_.self.id);
-  std::function<bool(const BlockId&)> on_device;
+  Announcer::DeviceHeld on_device;
   if (GpuTieredStore* gpu = options.gpu)
-    on_device = [gpu](const BlockId& id) { return gpu->HoldsOnDevice(id); };
+    on_device = [gpu](std::span<const BlockId> ids) {
+      absl::flat_hash_set<BlockId> held;
+      for (const BlockInfo& b : gpu->InspectOnDevice(ids)) held.insert(b.id);
+      return held;
+    };
   announcer_ = std::make_unique<Announcer>(ctx_, directory_, store, std::move(on_device));
   locator_ = std::make_unique<Locator>(ctx_, directory_, std::move(options.ucx));
   if (options.gpu != nullptr && options.device_links != nullptr)

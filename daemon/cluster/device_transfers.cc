@@ -76,16 +76,6 @@ void DeviceTransfers::Stop() {
   // Joins in progress end by their deadline; the slots wait for them as they go.
 }
 
-size_t DeviceTransfers::open_links() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [peer, slot] : slots_) {
-    std::lock_guard<std::mutex> state(slot->state_mu);
-    if (slot->link) ++n;
-  }
-  return n;
-}
-
 bool DeviceTransfers::InView(const std::string& node, std::string* address) const {
   auto r = ctx_.ring.Get();
   const placement::NodeRecord* rec = r ? r->view.Find(node) : nullptr;
@@ -483,7 +473,6 @@ absl::Status DeviceTransfers::PrepareSend(const v1::PrepareDeviceSendRequest& re
   Part part;
   part.peer = req.node_id();
   part.send = true;
-  part.ns = *ns;
   part.lease = lease.lease_id;
   // Long enough for rank 0 to make a link and queue behind another transfer first.
   part.expires = absl::Now() + LinkSetupTimeout() + ctx_.config.peer_timeout;
@@ -554,7 +543,6 @@ std::vector<BlockStatus> DeviceTransfers::Pull(const NamespaceSpec& spec, const 
   ReserveResult rr = gpu_.ReserveOnDevice(ns, items);
   Part mine;
   mine.peer = source_node;
-  mine.ns = ns;
   std::vector<uint32_t> take;
   std::vector<BlockId> taken_ids;
   std::vector<uint32_t> taken_crcs;

@@ -56,8 +56,6 @@ class DeviceTransfers {
   DeviceTransfers(const DeviceTransfers&) = delete;
   DeviceTransfers& operator=(const DeviceTransfers&) = delete;
 
-  std::string_view kind() const { return factory_->kind(); }
-
   // Copies the blocks of namespace `ns` (`spec`, `tenant`) among `ids` that `source_node` holds
   // on its device into this node's device. Per id: kOk (arrived), kExists (this node holds it
   // already, in any tier), kNotFound (not moved by a device link: not on the source's device,
@@ -79,14 +77,12 @@ class DeviceTransfers {
   void Stop();
 
   const DeviceTransferCounters& counters() const { return n_; }
-  size_t open_links() const;
 
  private:
   // One end of a transfer on this node: what it sends or receives, in order.
   struct Part {
     std::string peer;
     bool send = false;
-    NamespaceId ns{};
     std::vector<transport::DeviceRange> ranges;  // send: per prepared id (size 0: not held)
     uint64_t lease = 0;                          // send: the device lease on the blocks
     absl::Time expires;

@@ -82,6 +82,19 @@ def daemon():
 
 
 @pytest.fixture
+def gpu_stand_in_client():
+    """A client of a daemon whose GPU tier is host memory standing in for the device."""
+    import strata
+    d = Daemon("host_tier:\n  capacity: 64MiB\n"
+               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
+    try:
+        with strata.Client(d.endpoint, quiet=True) as c:
+            yield c
+    finally:
+        d.stop()
+
+
+@pytest.fixture
 def client(daemon):
     import strata
     c = strata.Client(daemon.endpoint, rpc_timeout=5.0)

@@ -249,65 +249,55 @@ def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):
         d.stop()
 
 
-def test_blocks_are_fetched_into_a_lent_device_buffer():
+def test_blocks_are_fetched_into_a_lent_device_buffer(gpu_stand_in_client):
     # A GPU tier of host memory standing in for the device, and an engine "device buffer" of
     # shared memory standing in for the engine's: the same loans and copies a GPU node makes
     # with CUDA IPC.
-    d = Daemon("host_tier:\n  capacity: 64MiB\n"
-               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
-    try:
-        with strata.Client(d.endpoint, quiet=True) as c:
-            ns = c.open_namespace("dev/model", tenant="t", **SMALL)
-            n = SMALL_BLOCK_BYTES
-            src = blocks_of(3, seed=11)
-            tokens = tokens_of(3, start=9000)
-            assert c.publish(ns, tokens, src).stored == 3
-            ids = c.block_ids(ns, tokens)
-            device = strata.StandInDeviceBuffer(4 * n)
-            loan = c.lend_device_buffer(device)
-            assert loan.id != 0
-            r = c.fetch_to_device(ns, loan, [ids[2], ids[0]], [0, 2 * n])
-            assert r.fetched == 2 and r.bytes == 2 * n
-            assert r.sources == ["gpu", "gpu"]
-            mem = np.frombuffer(device, dtype=np.uint8)
-            assert np.array_equal(mem[:n], src[2])
-            assert np.array_equal(mem[2 * n:3 * n], src[0])
-            r = c.fetch_to_device(ns, loan, [ids[1]], [n], promote=False)
-            assert r.sources == ["host"] and np.array_equal(mem[n:2 * n], src[1])
-            with pytest.raises(errors.InvalidArgumentError):
-                c.lend_device_buffer(bytearray(16))
-            c.return_device_buffer(loan)
-            with pytest.raises(errors.NotFoundError):
-                c.fetch_to_device(ns, loan, [ids[0]], [0])
-    finally:
-        d.stop()
+    c = gpu_stand_in_client
+    ns = c.open_namespace("dev/model", tenant="t", **SMALL)
+    n = SMALL_BLOCK_BYTES
+    src = blocks_of(3, seed=11)
+    tokens = tokens_of(3, start=9000)
+    assert c.publish(ns, tokens, src).stored == 3
+    ids = c.block_ids(ns, tokens)
+    device = strata.StandInDeviceBuffer(4 * n)
+    loan = c.lend_device_buffer(device)
+    assert loan.id != 0
+    r = c.fetch_to_device(ns, loan, [ids[2], ids[0]], [0, 2 * n])
+    assert r.fetched == 2 and r.bytes == 2 * n
+    assert r.sources == ["gpu", "gpu"]
+    mem = np.frombuffer(device, dtype=np.uint8)
+    assert np.array_equal(mem[:n], src[2])
+    assert np.array_equal(mem[2 * n:3 * n], src[0])
+    r = c.fetch_to_device(ns, loan, [ids[1]], [n], promote=False)
+    assert r.sources == ["host"] and np.array_equal(mem[n:2 * n], src[1])
+    with pytest.raises(errors.InvalidArgumentError):
+        c.lend_device_buffer(bytearray(16))
+    c.return_device_buffer(loan)
+    with pytest.raises(errors.NotFoundError):
+        c.fetch_to_device(ns, loan, [ids[0]], [0])
 
 
-def test_reposition_puts_blocks_into_the_gpu_tier():
-    d = Daemon("host_tier:\n  capacity: 64MiB\n"
-               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
-    try:
-        with strata.Client(d.endpoint, quiet=True) as c:
-            ns = c.open_namespace("dev/model", tenant="t", **SMALL)
-            n = SMALL_BLOCK_BYTES
-            src = blocks_of(2, seed=12)
-            tokens = tokens_of(2, start=9500)
-            assert c.publish(ns, tokens, src).stored == 2
-            ids = c.block_ids(ns, tokens)
-            r = c.reposition(ns, ids[:1], target_tier="gpu")
-            assert r["status"] == [strata.BlockStatus.OK]
-            # Without promotion, only the repositioned block comes from the device.
-            device = strata.StandInDeviceBuffer(2 * n)
-            loan = c.lend_device_buffer(device)
-            f = c.fetch_to_device(ns, loan, ids, [0, n], promote=False)
-            assert f.sources == ["gpu", "host"]
-            mem = np.frombuffer(device, dtype=np.uint8)
-            assert np.array_equal(mem[:n], src[0]) and np.array_equal(mem[n:], src[1])
-            c.return_device_buffer(loan)
-            assert c.reposition(ns, ids)["already_there"] == 2
-            with pytest.raises(errors.InvalidArgumentError):
-                c.reposition(ns, ids, target_tier="nvme")
-            with pytest.raises(errors.NotFoundError):
-                c.reposition(ns, ids, target_node="no-such-node")
-    finally:
-        d.stop()
+def test_reposition_puts_blocks_into_the_gpu_tier(gpu_stand_in_client):
+    c = gpu_stand_in_client
+    ns = c.open_namespace("dev/model", tenant="t", **SMALL)
+    n = SMALL_BLOCK_BYTES
+    src = blocks_of(2, seed=12)
+    tokens = tokens_of(2, start=9500)
+    assert c.publish(ns, tokens, src).stored == 2
+    ids = c.block_ids(ns, tokens)
+    r = c.reposition(ns, ids[:1], target_tier="gpu")
+    assert r["status"] == [strata.BlockStatus.OK]
+    # Without promotion, only the repositioned block comes from the device.
+    device = strata.StandInDeviceBuffer(2 * n)
+    loan = c.lend_device_buffer(device)
+    f = c.fetch_to_device(ns, loan, ids, [0, n], promote=False)
+    assert f.sources == ["gpu", "host"]
+    mem = np.frombuffer(device, dtype=np.uint8)
+    assert np.array_equal(mem[:n], src[0]) and np.array_equal(mem[n:], src[1])
+    c.return_device_buffer(loan)
+    assert c.reposition(ns, ids)["already_there"] == 2
+    with pytest.raises(errors.InvalidArgumentError):
+        c.reposition(ns, ids, target_tier="nvme")
+    with pytest.raises(errors.NotFoundError):
+        c.reposition(ns, ids, target_node="no-such-node")
