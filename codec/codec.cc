@@ -201,6 +201,7 @@ SectionType SectionTypeOf(Mode m) { return static_cast<SectionType>(static_cast<
 struct Encoder::Scratch {
   SectionScratch sec;
   rans::SharedEncoder shared;
+  SectionArrays arrays;  // EncodeFromSections: what the source hands over, reused
 };
 struct Decoder::Scratch {
   SectionScratch sec;
@@ -212,11 +213,69 @@ Encoder::~Encoder() = default;
 Decoder::Decoder() : scratch_(std::make_unique<Scratch>()) {}
 Decoder::~Decoder() = default;
 
+namespace {
+
+// A groupwise payload from a device encoder, checked as DecodeGroupwise checks one.
+absl::Status CheckGroupwisePayload(std::span<const uint8_t> payload,
+                                   const internal::TensorShape& s, uint8_t bits, uint16_t group) {
+  const size_t n = s.values(), ng = (n + group - 1) / group;
+  uint16_t g = 0;
+  if (payload.size() >= 3) std::memcpy(&g, payload.data() + 1, 2);
+  if (payload.size() != 3 + ng * 4 + (n * bits + 7) / 8 || payload[0] != bits || g != group)
+    return absl::InvalidArgumentError(
+        "groupwise section from a device: payload disagrees with the section");
+  return absl::OkStatus();
+}
+
+// What EncodeFromSections asks its source for.
+SectionHandoff DescribeSection(const CodecParams& params, const internal::TensorShape& shape,
+                               uint32_t layer, uint8_t bits, size_t offset, size_t bytes) {
+  SectionHandoff h;
+  h.kind = params.mode == Mode::kQuant ? SectionHandoff::Kind::kQuant
+                                       : SectionHandoff::Kind::kGroupwise;
+  h.layer = layer;
+  h.is_key = shape.is_key;
+  h.bits = bits;
+  h.tokens = shape.tokens;
+  h.heads = shape.heads;
+  h.head_dim = shape.head_dim;
+  h.dtype = shape.dtype;
+  h.out_offset = offset;
+  h.out_bytes = bytes;
+  if (params.mode == Mode::kGroupwise)
+    h.group = params.group_size;
+  else if (!shape.is_key)
+    h.group = static_cast<uint16_t>(std::min<size_t>(params.group_size, shape.channels()));
+  h.hadamard = params.hadamard;
+  h.token_delta = params.token_delta;
+  h.key_outliers = params.key_outliers && shape.is_key;
+  return h;
+}
+
+}  // namespace
+
 absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                              std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                              EncodeStats* stats) {
+  return EncodeImpl(layout, params, block, nullptr, blob, stats);
+}
+
+absl::Status Encoder::EncodeFromSections(const KvLayout& layout, const CodecParams& params,
+                                         const SectionSource& source, std::vector<uint8_t>* blob,
+                                         EncodeStats* stats) {
+  if (params.mode != Mode::kQuant && params.mode != Mode::kGroupwise)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec: mode ", std::string(ModeName(params.mode)),
+        " is not encoded from device sections (only quant and groupwise are)"));
+  if (!source) return absl::InvalidArgumentError("codec: no section source");
+  return EncodeImpl(layout, params, {}, &source, blob, stats);
+}
+
+absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& params,
+                                 std::span<const uint8_t> block, const SectionSource* source,
+                                 std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(params.Validate(layout));
-  if (block.size() != layout.BlockBytes())
+  if (!source && block.size() != layout.BlockBytes())
     return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
                                                    " bytes, layout needs ", layout.BlockBytes()));
   BlobHeader h;
@@ -272,8 +331,17 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
     for (uint32_t l = 0; l < layout.num_layers; ++l) {
       for (uint32_t t = 0; t < tensors; ++t) {
         const TensorShape shape = ShapeOf(layout, t);
-        const uint8_t* in = block.data() + (size_t{l} * tensors + t) * tensor_bytes;
+        const size_t offset = (size_t{l} * tensors + t) * tensor_bytes;
+        const uint8_t* in = source ? nullptr : block.data() + offset;
         const uint8_t bits = t == 0 ? params.KeyBits(l) : params.ValueBits(l);
+        if (source) {
+          const SectionHandoff want = DescribeSection(params, shape, l, bits, offset, tensor_bytes);
+          SectionArrays& arrays = scratch_->arrays;
+          for (auto* v : {&arrays.mu16, &arrays.steps16, &arrays.syms, &arrays.outlier_idx})
+            v->clear();
+          for (auto* v : {&arrays.payload, &arrays.a16, &arrays.outlier_vals}) v->clear();
+          STRATA_RETURN_IF_ERROR((*source)(want, &arrays));
+        }
         SectionEntry e;
         e.type = SectionTypeOf(params.mode);
         e.layer = static_cast<uint16_t>(l);
@@ -295,16 +363,28 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
           case Mode::kQuant: {
             uint8_t written = e.coder;
             const bool last = l + 1 == layout.num_layers && t + 1 == tensors;
-            scratch_->sec.prefetch = last ? nullptr : in + tensor_bytes;
-            scratch_->sec.prefetch_bytes = last ? 0 : tensor_bytes;
-            STRATA_RETURN_IF_ERROR(internal::EncodeQuant(
-                in, shape, bits, params, &scratch_->sec, out,
-                stats ? &coder : nullptr,  // stats cost a pass: on demand
-                stats ? stats->symbol_sink : nullptr, &written, &scratch_->shared));
+            scratch_->sec.prefetch = last || !in ? nullptr : in + tensor_bytes;
+            scratch_->sec.prefetch_bytes = last || !in ? 0 : tensor_bytes;
+            STRATA_RETURN_IF_ERROR(
+                source ? internal::EncodeQuantArrays(scratch_->arrays, shape, bits, params,
+                                                     &scratch_->sec, out, stats ? &coder : nullptr,
+                                                     stats ? stats->symbol_sink : nullptr,
+                                                     &written, &scratch_->shared)
+                       : internal::EncodeQuant(in, shape, bits, params, &scratch_->sec, out,
+                                               stats ? &coder : nullptr,  // a pass: on demand
+                                               stats ? stats->symbol_sink : nullptr, &written,
+                                               &scratch_->shared));
             if (written != e.coder) w.SetSectionCoder(written);
             break;
           }
           case Mode::kGroupwise:
+            if (source) {
+              const std::vector<uint8_t>& payload = scratch_->arrays.payload;
+              STRATA_RETURN_IF_ERROR(
+                  CheckGroupwisePayload(payload, shape, bits, params.group_size));
+              out->insert(out->end(), payload.begin(), payload.end());
+              break;
+            }
             STRATA_RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
                                                              &scratch_->sec, out, &coder));
             break;

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -99,6 +100,45 @@ struct EncodeStats {
   std::vector<uint16_t>* symbol_sink = nullptr;
 };
 
+// A quant or groupwise section that a device codec handles itself (codec/cuda/): the fields the
+// CUDA kernels take. The Decoder hands each over with its entropy coding already undone
+// (DecodeOptions::device_sections); the Encoder describes each it asks a SectionSource for (the
+// geometry and flags; the arrays are then empty). Spans point into the blob or the codec's
+// scratch and are valid during the call only.
+struct SectionHandoff {
+  enum class Kind { kQuant, kGroupwise } kind = Kind::kQuant;
+  uint32_t layer = 0;
+  bool is_key = true;
+  uint8_t bits = 0;
+  uint32_t tokens = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::kFloat16;
+  size_t out_offset = 0;  // where the section's tensor lies in the block
+  size_t out_bytes = 0;
+  // kGroupwise: the section's payload (codec/groupwise.cc), group from its header.
+  std::span<const uint8_t> payload;
+  uint16_t group = 0;  // kQuant: channels per value step (values); kGroupwise: values per group
+  // kQuant (codec/quant.cc): the quantiser's flags and arrays, symbols widened to u16 with the
+  // zero residual at 2^(bits+1).
+  bool hadamard = false, token_delta = false;
+  bool key_outliers = false;  // kQuant keys, encoding: keep the outlier channels (`:ol`)
+  std::span<const uint16_t> mu16, steps16, syms, outlier_idx;
+  std::span<const uint8_t> a16, outlier_vals;
+};
+
+// What a device encoder computed for one section where the block lives, for the Encoder to
+// entropy-code and frame as it frames its own (Encoder::EncodeFromSections).
+struct SectionArrays {
+  // kGroupwise: the section's whole payload (codec/groupwise.cc).
+  std::vector<uint8_t> payload;
+  // kQuant: the quantiser's fields in payload order (codec/quant.cc): fp16 centres [C],
+  // predictor weights [C] (token delta only), fp16 steps, symbols [T * C] (zero residual at
+  // 2^(bits+1)), and under `:ol` the kept channels (ascending) and their input elements [T][W].
+  std::vector<uint16_t> mu16, steps16, syms, outlier_idx;
+  std::vector<uint8_t> a16, outlier_vals;
+};
+// Fills *out for the section described (its arrays empty); OK when it did.
+using SectionSource = std::function<absl::Status(const SectionHandoff&, SectionArrays* out)>;
+
 class Encoder {
  public:
   Encoder();
@@ -109,34 +149,23 @@ class Encoder {
   absl::Status Encode(const KvLayout& layout, const CodecParams& params,
                       std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                       EncodeStats* stats = nullptr);
+  // The same blob from sections a device encoder quantised (quant and groupwise modes only;
+  // the block itself is not read). What the source returns is checked as a decoder checks a
+  // payload (sizes, symbol range, outlier channels): InvalidArgument when it does not fit.
+  absl::Status EncodeFromSections(const KvLayout& layout, const CodecParams& params,
+                                  const SectionSource& source, std::vector<uint8_t>* blob,
+                                  EncodeStats* stats = nullptr);
 
  private:
+  absl::Status EncodeImpl(const KvLayout& layout, const CodecParams& params,
+                          std::span<const uint8_t> block, const SectionSource* source,
+                          std::vector<uint8_t>* blob, EncodeStats* stats);
+
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
   const CalibrationSet* calibrations_ = nullptr;
 };
 
-// A section that a device decoder (codec/cuda/device_decoder.h) reconstructs itself, handed
-// over by the Decoder with its entropy coding already undone: the fields the CUDA kernels take.
-// Spans point into the blob or the Decoder's scratch and are valid during the call only.
-struct SectionHandoff {
-  enum class Kind { kQuant, kGroupwise } kind = Kind::kQuant;
-  uint32_t layer = 0;
-  bool is_key = true;
-  uint8_t bits = 0;
-  uint32_t tokens = 0, heads = 0, head_dim = 0;
-  DType dtype = DType::kFloat16;
-  size_t out_offset = 0;  // where the section's tensor lies in the decoded block
-  size_t out_bytes = 0;
-  // kGroupwise: the section's payload (codec/groupwise.cc), group from its header.
-  std::span<const uint8_t> payload;
-  uint16_t group = 0;  // kQuant: channels per value step (values); kGroupwise: values per group
-  // kQuant (codec/quant.cc): the quantiser's flags and arrays, symbols widened to u16 with the
-  // zero residual at 2^(bits+1).
-  bool hadamard = false, token_delta = false;
-  std::span<const uint16_t> mu16, steps16, syms, outlier_idx;
-  std::span<const uint8_t> a16, outlier_vals;
-};
 // OK when the sink took the section (the Decoder then leaves its bytes of `out` alone).
 using SectionSink = std::function<absl::Status(const SectionHandoff&)>;
 

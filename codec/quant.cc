@@ -412,11 +412,13 @@ void QuantiseRows(const float* f, const QuantGeometry& q, SectionScratch* sc) {
 }
 
 // Everything in front of the symbols (see the layout at the top of this file).
-void WriteQuantHeader(const uint8_t* in, const TensorShape& s, const QuantGeometry& q, uint8_t bits,
-                      const CodecParams& p, bool use_outliers,
-                      const std::vector<uint16_t>& outliers, const std::vector<uint16_t>& mu16,
-                      const std::vector<uint8_t>& a16, const std::vector<uint16_t>& steps16,
-                      std::vector<uint8_t>* out) {
+// The outlier channels' values come from `in` (gathered) or, when `in` is null, from
+// `outlier_vals` ([T][W], gathered already).
+void WriteQuantHeader(const uint8_t* in, const uint8_t* outlier_vals, const TensorShape& s,
+                      const QuantGeometry& q, uint8_t bits, const CodecParams& p,
+                      bool use_outliers, const std::vector<uint16_t>& outliers,
+                      const std::vector<uint16_t>& mu16, const std::vector<uint8_t>& a16,
+                      const std::vector<uint16_t>& steps16, std::vector<uint8_t>* out) {
   const size_t T = q.T, C = q.C;
   ByteWriter w(out);
   w.U8(bits);
@@ -432,7 +434,9 @@ void WriteQuantHeader(const uint8_t* in, const TensorShape& s, const QuantGeomet
     w.Raw(outliers.data(), outliers.size() * 2);
     const size_t at = w.Skip(T * outliers.size() * eb);
     uint8_t* dst = out->data() + at;
-    if (eb == 2) {  // a memcpy of a runtime size per value was ~1% of an `ol` key section
+    if (!in) {
+      std::memcpy(dst, outlier_vals, T * outliers.size() * eb);
+    } else if (eb == 2) {  // a memcpy of a runtime size per value was ~1% of an `ol` key section
       for (size_t t = 0; t < T; ++t)
         for (uint16_t c : outliers) {
           std::memcpy(dst, in + (t * C + c) * 2, 2);
@@ -545,26 +549,20 @@ void EncodeSplit(const QuantGeometry& q, uint8_t bits, uint32_t ctx,
 
 void SetSplitLowBitsForTesting(int r) { g_split_r = r; }
 
-absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
-                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
-                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
-                         uint8_t* coder, rans::SharedEncoder* shared) {
-  const QuantGeometry q = GeometryOf(s, bits, p);
-  const size_t n = q.n;
-  sc->f.resize(n);
-  ToFloat(in, s.dtype, sc->f.data(), n);
-  std::vector<uint16_t> outliers;
-  const bool use_outliers = p.key_outliers && q.axis == 0;
-  const bool outliers_finite = !use_outliers || TakeKeyOutliers(s, q, sc->f.data(), &outliers);
-  if (p.hadamard) HadamardRows(sc->f.data(), q.T * s.heads, s.head_dim);
-  const float* f = sc->f.data();
-  std::vector<uint16_t> mu16;
-  STRATA_RETURN_IF_ERROR(CentresAndSteps(f, q, outliers_finite, sc, &mu16));
-  std::vector<uint8_t> a16;
-  PredictorWeights(f, q, p.token_delta, sc, &a16);
-  QuantiseRows(f, q, sc);
+namespace {
 
-  WriteQuantHeader(in, s, q, bits, p, use_outliers, outliers, mu16, a16, sc->steps16, out);
+// Everything after the quantiser: the header and the symbols' coding (sc->syms, sc->steps16).
+absl::Status CodeQuant(const uint8_t* in, const uint8_t* outlier_vals, const TensorShape& s,
+                       const QuantGeometry& q, uint8_t bits, const CodecParams& p,
+                       const std::vector<uint16_t>& outliers, const std::vector<uint16_t>& mu16,
+                       const std::vector<uint8_t>& a16, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       std::vector<uint16_t>* symbol_sink, uint8_t* coder,
+                       rans::SharedEncoder* shared) {
+  const size_t n = q.n;
+  const bool use_outliers = p.key_outliers && q.axis == 0;
+  WriteQuantHeader(in, outlier_vals, s, q, bits, p, use_outliers, outliers, mu16, a16,
+                   sc->steps16, out);
   const uint32_t ctx = NumChannelContexts(s);
   if (*coder == kCoderShared) {
     if (!shared) return absl::InternalError("quant section: shared coder without a stream");
@@ -581,6 +579,84 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
   }
   if (symbol_sink) symbol_sink->insert(symbol_sink->end(), sc->syms.begin(), sc->syms.end());
   return absl::OkStatus();
+}
+
+bool FiniteHalf(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
+
+// A device encoder's arrays against the section they claim to be, as the decoder checks a
+// payload: a blob made of them must decode.
+absl::Status CheckQuantArrays(const SectionArrays& a, const TensorShape& s, const QuantGeometry& q,
+                              const CodecParams& p) {
+  auto bad = [](std::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("quant section from a device: ", std::string(what)));
+  };
+  if (a.mu16.size() != q.C) return bad("centres disagree with the channels");
+  if (!std::all_of(a.mu16.begin(), a.mu16.end(), FiniteHalf)) return bad("a centre not finite");
+  if (p.token_delta &&
+      (a.a16.size() != q.C || !std::all_of(a.a16.begin(), a.a16.end(), [](uint8_t w) {
+         return w <= 16;
+       })))
+    return bad("predictor weights disagree with the channels or exceed 1");
+  if (a.steps16.size() != (q.axis == 0 ? q.C : q.T * q.ngroups))
+    return bad("steps disagree with the section");
+  for (uint16_t st : a.steps16)  // what StepToHalf writes: a positive normal fp16
+    if ((st & 0x8000) || st < 0x0400 || st >= 0x7C00) return bad("a step out of range");
+  if (a.syms.size() != q.n) return bad("symbols disagree with the values");
+  uint16_t mn = 0, mx = 0;
+  if (q.n) MinMaxU16(a.syms.data(), q.n, &mn, &mx);
+  if (q.n && mx >= q.alphabet) return bad("a symbol beyond the alphabet");
+  const bool use_outliers = p.key_outliers && q.axis == 0;
+  if (!use_outliers) {
+    if (!a.outlier_idx.empty() || !a.outlier_vals.empty()) return bad("outliers it did not ask");
+    return absl::OkStatus();
+  }
+  const size_t per_head = std::max<size_t>(1, s.head_dim / 16);
+  std::vector<size_t> per(s.heads, 0);
+  for (size_t i = 0; i < a.outlier_idx.size(); ++i) {
+    const uint16_t c = a.outlier_idx[i];
+    if (c >= q.C || (i > 0 && c <= a.outlier_idx[i - 1]))
+      return bad("outlier channels not ascending within the section");
+    if (++per[c / s.head_dim] > per_head) return bad("too many outlier channels in a head");
+  }
+  if (a.outlier_vals.size() != q.T * a.outlier_idx.size() * DTypeBytes(s.dtype))
+    return bad("outlier values disagree with their channels");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                         const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
+                         rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
+                         uint8_t* coder, rans::SharedEncoder* shared) {
+  const QuantGeometry q = GeometryOf(s, bits, p);
+  sc->f.resize(q.n);
+  ToFloat(in, s.dtype, sc->f.data(), q.n);
+  std::vector<uint16_t> outliers;
+  const bool use_outliers = p.key_outliers && q.axis == 0;
+  const bool outliers_finite = !use_outliers || TakeKeyOutliers(s, q, sc->f.data(), &outliers);
+  if (p.hadamard) HadamardRows(sc->f.data(), q.T * s.heads, s.head_dim);
+  const float* f = sc->f.data();
+  std::vector<uint16_t> mu16;
+  STRATA_RETURN_IF_ERROR(CentresAndSteps(f, q, outliers_finite, sc, &mu16));
+  std::vector<uint8_t> a16;
+  PredictorWeights(f, q, p.token_delta, sc, &a16);
+  QuantiseRows(f, q, sc);
+  return CodeQuant(in, nullptr, s, q, bits, p, outliers, mu16, a16, sc, out, stats, symbol_sink,
+                   coder, shared);
+}
+
+absl::Status EncodeQuantArrays(SectionArrays& arrays, const TensorShape& s, uint8_t bits,
+                               const CodecParams& p, SectionScratch* sc,
+                               std::vector<uint8_t>* out, rans::CoderStats* stats,
+                               std::vector<uint16_t>* symbol_sink, uint8_t* coder,
+                               rans::SharedEncoder* shared) {
+  const QuantGeometry q = GeometryOf(s, bits, p);
+  STRATA_RETURN_IF_ERROR(CheckQuantArrays(arrays, s, q, p));
+  sc->syms.swap(arrays.syms);  // the coders read them from the scratch; no copy
+  sc->steps16.swap(arrays.steps16);
+  return CodeQuant(nullptr, arrays.outlier_vals.data(), s, q, bits, p, arrays.outlier_idx,
+                   arrays.mu16, arrays.a16, sc, out, stats, symbol_sink, coder, shared);
 }
 
 }  // namespace strata::codec::internal

@@ -651,6 +651,28 @@ void QuantEncodePlan(Exec& ex, const QuantArgs& a) {
     ex.ForEach(a.groups(), QuantValueLoopOp{a});
 }
 
+// Host side, after QuantEncodePlan: its outlier picks (per-head slots: out_count, out_idx,
+// out_vals) laid out as the section's payload lays them out, the kept channels ascending in
+// idx (heads in order, each ascending) and their elements token by token in vals ([T][nout]).
+// idx holds heads * per_head entries, vals T * heads * per_head elements. Returns nout.
+inline uint32_t GatherOutliers(const QuantArgs& a, const uint16_t* out_count,
+                               const uint16_t* out_idx, const uint8_t* out_vals, uint16_t* idx,
+                               uint8_t* vals) {
+  const uint32_t eb = ElementBytes(a.dtype);
+  uint32_t nout = 0;
+  for (uint32_t h = 0; h < a.heads; ++h)
+    for (uint32_t i = 0; i < out_count[h]; ++i) idx[nout++] = out_idx[h * a.per_head + i];
+  uint8_t* dst = vals;
+  for (uint32_t t = 0; t < a.T; ++t)
+    for (uint32_t h = 0; h < a.heads; ++h)
+      for (uint32_t i = 0; i < out_count[h]; ++i) {
+        const uint64_t slot = (uint64_t{t} * a.heads + h) * a.per_head + i;
+        std::memcpy(dst, out_vals + slot * eb, eb);
+        dst += eb;
+      }
+  return nout;
+}
+
 template <class Exec>
 void QuantDecodePlan(Exec& ex, const QuantArgs& a) {
   const uint64_t n = uint64_t{a.T} * a.C;

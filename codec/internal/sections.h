@@ -156,6 +156,14 @@ absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
                          rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
                          uint8_t* coder, rans::SharedEncoder* shared);
+// The same section from a device encoder's quantiser output (checked first; InvalidArgument
+// when it does not fit the section). Takes arrays.syms and arrays.steps16 (swapped with the
+// scratch's).
+absl::Status EncodeQuantArrays(SectionArrays& arrays, const TensorShape& s, uint8_t bits,
+                               const CodecParams& p, SectionScratch* sc,
+                               std::vector<uint8_t>* out, rans::CoderStats* stats,
+                               std::vector<uint16_t>* symbol_sink, uint8_t* coder,
+                               rans::SharedEncoder* shared);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out,
                          rans::SharedDecoder* shared);

@@ -3,6 +3,7 @@
 // Hadamard stages) exactly as kernels.cu launches them, and compares every byte with the CPU
 // codec. Built with g++ and run in CI on every machine (no GPU or CUDA toolkit needed).
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -324,17 +325,12 @@ void CheckQuantOnHost(const QuantCase& c, uint8_t kbits, uint8_t vbits) {
       ASSERT_EQ(steps16, s.steps16);
       ASSERT_EQ(syms, s.syms);
       if (a.outliers) {  // the per-head picks, laid out as the payload lays them out
-        std::vector<uint16_t> idx;
-        std::vector<uint8_t> vals;
-        for (uint32_t h = 0; h < c.heads; ++h)
-          for (uint32_t i = 0; i < out_count[h]; ++i) idx.push_back(out_idx[h * a.per_head + i]);
-        for (uint32_t t = 0; t < T; ++t)
-          for (uint32_t h = 0; h < c.heads; ++h)
-            for (uint32_t i = 0; i < out_count[h]; ++i) {
-              const size_t slot = (size_t{t} * c.heads + h) * a.per_head + i;
-              const uint8_t* v = out_vals.data() + slot * eb;
-              vals.insert(vals.end(), v, v + eb);
-            }
+        std::vector<uint16_t> idx(out_idx.size());
+        std::vector<uint8_t> vals(out_vals.size());
+        const uint32_t nout = m::GatherOutliers(a, out_count.data(), out_idx.data(),
+                                                out_vals.data(), idx.data(), vals.data());
+        idx.resize(nout);
+        vals.resize(size_t{T} * nout * eb);
         ASSERT_FALSE(s.outlier_idx.empty()) << "the data has outlier channels";
         ASSERT_EQ(idx, s.outlier_idx);
         ASSERT_EQ(vals, s.outlier_vals);
@@ -459,6 +455,23 @@ TEST(CudaMath, QuantFlagsNonFiniteInput) {
 namespace strata::codec {
 namespace {
 
+// The kernels' arguments for a section the codec hands over or asks for.
+m::QuantArgs QuantArgsOf(const SectionHandoff& h) {
+  m::QuantArgs a;
+  a.T = h.tokens;
+  a.C = h.heads * h.head_dim;
+  a.heads = h.heads;
+  a.head_dim = h.head_dim;
+  a.bits = h.bits;
+  a.key_axis = h.is_key;
+  a.group = h.is_key ? a.C : h.group;
+  a.token_delta = h.token_delta;
+  a.hadamard = h.hadamard;
+  a.hadamard_scale = h.hadamard ? m::HadamardScale(h.head_dim) : 1.0f;
+  a.dtype = static_cast<uint8_t>(h.dtype);
+  return a;
+}
+
 // A device decoder's route on the host: the Decoder hands quant and groupwise sections over
 // with their entropy coding undone (DecodeOptions::device_sections), the kernel plans rebuild
 // them from those arrays alone, and the block is the CPU Decoder's, byte for byte, for every
@@ -494,18 +507,7 @@ void CheckHandoffDecode(const KvLayout& l, const CodecParams& p) {
       m::GroupwiseDecodePlan(ex, a);
       return absl::OkStatus();
     }
-    m::QuantArgs a;
-    a.T = h.tokens;
-    a.C = h.heads * h.head_dim;
-    a.heads = h.heads;
-    a.head_dim = h.head_dim;
-    a.bits = h.bits;
-    a.key_axis = h.is_key;
-    a.group = h.is_key ? a.C : h.group;
-    a.token_delta = h.token_delta;
-    a.hadamard = h.hadamard;
-    a.hadamard_scale = h.hadamard ? m::HadamardScale(h.head_dim) : 1.0f;
-    a.dtype = static_cast<uint8_t>(h.dtype);
+    m::QuantArgs a = QuantArgsOf(h);
     std::vector<float> rec(size_t{a.T} * a.C);
     a.f = rec.data();
     a.out = dst;
@@ -546,6 +548,185 @@ TEST(CudaMath, SectionsHandedToADeviceDecoderRebuildTheCpuBlock) {
       CheckHandoffDecode(l, *params);
     }
   }
+}
+
+// A device encoder's route on the host: the kernel plans quantise each quant and groupwise
+// section where the block lies (here, host memory) and the Encoder entropy-codes and frames what
+// they hand it (Encoder::EncodeFromSections). The blob is the CPU Encoder's, byte for byte.
+absl::Status QuantiseOnHost(const std::vector<uint8_t>& block, const SectionHandoff& h,
+                            SectionArrays* out) {
+  const uint8_t* in = block.data() + h.out_offset;
+  const uint64_t values = uint64_t{h.tokens} * h.heads * h.head_dim;
+  HostExec ex;
+  if (h.kind == SectionHandoff::Kind::kGroupwise) {
+    m::GroupwiseArgs a;
+    a.dtype = static_cast<uint8_t>(h.dtype);
+    a.n = values;
+    a.bits = h.bits;
+    a.group = h.group;
+    out->payload.resize(m::GroupwisePayloadBytes(values, h.bits, h.group));
+    a.in = in;
+    a.payload = out->payload.data();
+    m::GroupwiseEncodePlan(ex, a);
+    return absl::OkStatus();
+  }
+  m::QuantArgs a = QuantArgsOf(h);
+  EncoderOutputs o(a, 0);
+  a.outliers = h.key_outliers;
+  a.per_head = std::max<uint32_t>(1, h.head_dim / 16);
+  const size_t eb = DTypeBytes(h.dtype), slots = size_t{h.heads} * a.per_head;
+  std::vector<float> ms(a.C), head_scratch(a.C);
+  std::vector<uint16_t> count(h.heads), idx(slots);
+  std::vector<uint8_t> vals(h.tokens * slots * eb);
+  a.ms = ms.data();
+  a.head_scratch = head_scratch.data();
+  a.out_count = count.data();
+  a.out_idx = idx.data();
+  a.out_vals = vals.data();
+  a.in = in;
+  m::QuantEncodePlan(ex, a);
+  if (o.nonfinite) return absl::InvalidArgumentError("non-finite input");
+  out->mu16 = o.mu16;
+  if (h.token_delta) out->a16 = o.a16;
+  out->steps16 = o.steps16;
+  out->syms = o.syms;
+  if (a.outliers) {
+    out->outlier_idx.resize(slots);
+    out->outlier_vals.resize(h.tokens * slots * eb);
+    const uint32_t nout = m::GatherOutliers(a, count.data(), idx.data(), vals.data(),
+                                            out->outlier_idx.data(), out->outlier_vals.data());
+    out->outlier_idx.resize(nout);
+    out->outlier_vals.resize(size_t{h.tokens} * nout * eb);
+  }
+  return absl::OkStatus();
+}
+
+void CheckSectionsEncode(const KvLayout& l, const CodecParams& p) {
+  SCOPED_TRACE(testing::Message() << CodecSpecString(p) << " dtype " << int(l.dtype));
+  SyntheticKvParams sp;
+  sp.seed = 17;
+  const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1, sp);
+  auto want = Encode(l, p, block);
+  ASSERT_TRUE(want.ok()) << want.status();
+  size_t asked = 0;
+  const SectionSource source = [&](const SectionHandoff& h, SectionArrays* out) {
+    ++asked;
+    EXPECT_TRUE(out->syms.empty() && out->payload.empty());
+    return QuantiseOnHost(block, h, out);
+  };
+  Encoder enc;
+  std::vector<uint8_t> got;
+  for (int round = 0; round < 2; ++round) {  // the second reuses the encoder's scratch
+    ASSERT_TRUE(enc.EncodeFromSections(l, p, source, &got).ok());
+    EXPECT_EQ(got, *want);
+  }
+  EXPECT_EQ(asked, 2 * size_t{l.num_layers} * l.TensorsPerLayer());
+}
+
+TEST(CudaMath, SectionsQuantisedOnADeviceEncodeToTheCpuBlob) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    const KvLayout l = Layout(2, 2, 64, 32, dt);
+    for (const char* spec :
+         {"quant:k2v2", "quant:k3v4:had", "quant:k4v4:ol", "quant:k4v4:had:ol", "quant:k6v6",
+          "quant:k7v8:g32", "quant:k8v8:nodelta:ol", "quant:k4v4:nodelta", "int4-g64",
+          "int2-g32", "int8-g128"}) {
+      auto params = ParseCodecSpec(spec);
+      ASSERT_TRUE(params.ok()) << params.status();
+      CheckSectionsEncode(l, *params);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // Per-layer bits and a large section (the 128-lane and split coders).
+  auto params = ParseCodecSpec("quant:k3v4:had:ol");
+  ASSERT_TRUE(params.ok());
+  params->layer_key_bits = {2, 8};
+  params->layer_value_bits = {5, 3};
+  CheckSectionsEncode(Layout(2, 8, 128, 64, DType::kFloat16), *params);
+}
+
+// Whatever a device encoder hands back is checked before it is framed: a blob made of it
+// decodes, or the encode fails with the reason.
+TEST(CudaMath, SectionsFromADeviceThatDoNotFitAreRefused) {
+  const KvLayout l = Layout(1, 2, 64, 16, DType::kFloat16);
+  const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+  struct Damage {
+    const char* spec;
+    const char* why;
+    std::function<void(SectionArrays*)> apply;
+  };
+  const Damage damages[] = {
+      {"quant:k4v4", "centres", [](SectionArrays* a) { a->mu16.pop_back(); }},
+      {"quant:k4v4", "centre not finite", [](SectionArrays* a) { a->mu16[3] = 0x7C00; }},
+      {"quant:k4v4", "predictor", [](SectionArrays* a) { a->a16[0] = 17; }},
+      {"quant:k4v4", "steps disagree", [](SectionArrays* a) { a->steps16.push_back(0x3C00); }},
+      {"quant:k4v4", "step out of range", [](SectionArrays* a) { a->steps16[0] = 0; }},
+      {"quant:k4v4", "symbols disagree", [](SectionArrays* a) { a->syms.resize(5); }},
+      {"quant:k4v4", "beyond the alphabet", [](SectionArrays* a) { a->syms[7] = 4 << 4; }},
+      {"quant:k4v4", "did not ask", [](SectionArrays* a) { a->outlier_idx = {1}; }},
+      {"quant:k4v4:ol", "not ascending",
+       [](SectionArrays* a) {
+         a->outlier_idx = {5, 5};
+         a->outlier_vals.assign(16 * 2 * 2, 0);
+       }},
+      {"quant:k4v4:ol", "too many outlier channels",
+       [](SectionArrays* a) {
+         a->outlier_idx = {1, 2, 3, 4, 5};
+         a->outlier_vals.assign(16 * 5 * 2, 0);
+       }},
+      {"quant:k4v4:ol", "outlier values",
+       [](SectionArrays* a) {
+         a->outlier_idx = {1};
+         a->outlier_vals.assign(3, 0);
+       }},
+      {"int4-g64", "payload disagrees", [](SectionArrays* a) { a->payload.pop_back(); }},
+      {"int4-g64", "payload disagrees", [](SectionArrays* a) { a->payload[0] = 3; }},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(testing::Message() << d.spec << ": " << d.why);
+    auto params = ParseCodecSpec(d.spec);
+    ASSERT_TRUE(params.ok());
+    Encoder enc;
+    std::vector<uint8_t> blob;
+    const absl::Status st = enc.EncodeFromSections(
+        l, *params,
+        [&](const SectionHandoff& h, SectionArrays* out) {
+          absl::Status s = QuantiseOnHost(block, h, out);
+          if (h.is_key) d.apply(out);
+          return s;
+        },
+        &blob);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(d.why), std::string_view::npos) << st;
+  }
+  // A source's own error ends the encode with it; modes the device does not quantise refuse.
+  auto quant = ParseCodecSpec("quant:k4v4");
+  Encoder enc;
+  std::vector<uint8_t> blob;
+  EXPECT_EQ(enc.EncodeFromSections(l, *quant,
+                                   [](const SectionHandoff&, SectionArrays*) {
+                                     return absl::UnavailableError("device lost");
+                                   },
+                                   &blob)
+                .code(),
+            absl::StatusCode::kUnavailable);
+  for (const char* spec : {"raw", "lossless"}) {
+    auto p = ParseCodecSpec(spec);
+    const absl::Status st = enc.EncodeFromSections(
+        l, *p, [&](const SectionHandoff& h, SectionArrays* out) {
+          return QuantiseOnHost(block, h, out);
+        }, &blob);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << spec;
+  }
+  // And the encoder still encodes on its own afterwards.
+  auto again = Encode(l, *quant, block);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(enc.EncodeFromSections(l, *quant,
+                                     [&](const SectionHandoff& h, SectionArrays* out) {
+                                       return QuantiseOnHost(block, h, out);
+                                     },
+                                     &blob)
+                  .ok());
+  EXPECT_EQ(blob, *again);
 }
 
 }  // namespace

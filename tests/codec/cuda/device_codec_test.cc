@@ -3,6 +3,7 @@
 // as skipped on machines without a GPU; the argument checks run everywhere.
 #include "codec/cuda/device_codec.h"
 #include "codec/cuda/device_decoder.h"
+#include "codec/cuda/device_encoder.h"
 
 #include <cstring>
 #include <random>
@@ -288,6 +289,50 @@ TEST_F(CudaDevice, DeviceDecoderMatchesTheCpuDecoder) {
   (*blob)[blob->size() / 2] ^= 0x40;
   DeviceBuffer d_out = Alloc(l.BlockBytes());
   EXPECT_FALSE(dd.Decode(*blob, d_out.data(), l.BlockBytes()).ok());
+}
+
+// Item 4 of the GPU tier: a block that lives in device memory is encoded there, and the blob
+// is the CPU Encoder's byte for byte (decoded on the device again, it is the CPU's block).
+TEST_F(CudaDevice, DeviceEncoderMatchesTheCpuEncoder) {
+  cuda::DeviceEncoder de;
+  cuda::DeviceDecoder dd;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    const KvLayout l = Layout(4, 8, 128, 64, dt);
+    const std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+    DeviceBuffer d_block = Upload(block);
+    for (const char* spec : {"quant:k4v4", "quant:k3v3:ol", "quant:k2v3:had:ol", "quant:k8v7",
+                             "quant:k4v4:nodelta", "quant:k4v4:g32:had", "int4-g64",
+                             "int3-g100", "raw"}) {
+      SCOPED_TRACE(testing::Message() << spec << " dtype " << int(dt));
+      auto p = ParseCodecSpec(spec);
+      ASSERT_TRUE(p.ok()) << p.status();
+      auto want = Encode(l, *p, block);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<uint8_t> got;
+      const absl::Status st = de.Encode(l, *p, d_block.data(), block.size(), &got);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(got, *want);
+      std::vector<uint8_t> cpu_block(block.size());
+      ASSERT_TRUE(Decode(got, cpu_block).ok());
+      DeviceBuffer d_out = Alloc(block.size());
+      ASSERT_TRUE(dd.Decode(got, d_out.data(), block.size()).ok());
+      EXPECT_EQ(Download<uint8_t>(d_out, block.size()), cpu_block);
+    }
+  }
+  // Non-finite input is the CPU's InvalidArgument; host memory and a wrong size are refused.
+  const KvLayout l = Layout(1, 1, 64, 8, DType::kFloat16);
+  std::vector<uint8_t> block = GenerateSyntheticKv(l, 1);
+  const uint16_t inf = 0x7C00;
+  std::memcpy(block.data() + 10, &inf, 2);
+  DeviceBuffer d_block = Upload(block);
+  std::vector<uint8_t> blob;
+  const auto quant = *ParseCodecSpec("quant:k4v4");
+  EXPECT_EQ(de.Encode(l, quant, d_block.data(), block.size(), &blob).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(de.Encode(l, quant, block.data(), block.size(), &blob).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(de.Encode(l, quant, d_block.data(), block.size() - 2, &blob).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaDevice, QuantRejectsNonFiniteInput) {
