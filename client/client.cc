@@ -407,6 +407,17 @@ absl::StatusOr<DeviceFetchResult> Client::FetchToDevice(const NamespaceId& ns, u
                                offsets, options);
 }
 
+absl::StatusOr<DevicePublishResult> Client::PublishFromDevice(const NamespaceId& ns,
+                                                              uint64_t loan,
+                                                              std::span<const BlockId> ids,
+                                                              std::span<const BlockId> parents,
+                                                              std::span<const uint64_t> offsets,
+                                                              std::span<const uint64_t> sizes) {
+  client::ControlChannel& control = impl_->control();
+  return client::PublishFromDevice(*impl_->device, NamespaceRunner(control, ns), ns, loan, ids,
+                                   parents, offsets, sizes);
+}
+
 absl::Status Client::ReturnDeviceBuffer(uint64_t loan) {
   client::ControlChannel& control = impl_->control();
   return client::ReturnDeviceBuffer(*impl_->device, ControlRunner(control), loan);

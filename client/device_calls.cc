@@ -60,6 +60,39 @@ absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
   return out;
 }
 
+absl::StatusOr<DevicePublishResult> PublishFromDevice(
+    v1::DeviceCopies::Stub& stub, const CallRunner& run, const NamespaceId& ns, uint64_t loan,
+    std::span<const BlockId> ids, std::span<const BlockId> parents,
+    std::span<const uint64_t> offsets, std::span<const uint64_t> sizes) {
+  if (offsets.size() != ids.size() || sizes.size() != ids.size() ||
+      (!parents.empty() && parents.size() != ids.size()))
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids, ", parents.size(),
+                                                   " parents, ", offsets.size(), " offsets and ",
+                                                   sizes.size(), " sizes"));
+  v1::PublishFromDeviceRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  req.set_loan_id(loan);
+  req.set_ids(PackIds(ids));
+  if (!parents.empty()) req.set_parents(PackIds(parents));
+  req.mutable_offsets()->Add(offsets.begin(), offsets.end());
+  req.mutable_sizes()->Add(sizes.begin(), sizes.end());
+  v1::PublishFromDeviceResponse resp;
+  STRATA_RETURN_IF_ERROR(run("DeviceCopies.PublishFromDevice", [&](grpc::ClientContext* c) {
+    return stub.PublishFromDevice(c, req, &resp);
+  }));
+  STRATA_RETURN_IF_ERROR(CheckStatusCount("PublishFromDevice", resp.status_size(), ids.size()));
+  if (static_cast<size_t>(resp.stored_bytes_size()) != ids.size())
+    return absl::InternalError("PublishFromDevice answered per-block sizes of the wrong count");
+  DevicePublishResult out;
+  out.status = BlockStatuses(resp.status());
+  out.stored_bytes.assign(resp.stored_bytes().begin(), resp.stored_bytes().end());
+  for (BlockStatus s : out.status)
+    if (s == BlockStatus::kOk) ++out.stored;
+  out.bytes_read = resp.bytes_read();
+  out.encoded_on_device = resp.encoded_on_device();
+  return out;
+}
+
 absl::Status ReturnDeviceBuffer(v1::DeviceCopies::Stub& stub, const CallRunner& run,
                                 uint64_t loan) {
   v1::ReturnDeviceBufferRequest req;

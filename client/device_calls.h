@@ -20,6 +20,10 @@ absl::StatusOr<DeviceFetchResult> FetchToDevice(v1::DeviceCopies::Stub& stub,
                                                 uint64_t loan, std::span<const BlockId> ids,
                                                 std::span<const uint64_t> offsets,
                                                 DeviceFetchOptions options);
+absl::StatusOr<DevicePublishResult> PublishFromDevice(
+    v1::DeviceCopies::Stub& stub, const CallRunner& run, const NamespaceId& ns, uint64_t loan,
+    std::span<const BlockId> ids, std::span<const BlockId> parents,
+    std::span<const uint64_t> offsets, std::span<const uint64_t> sizes);
 absl::Status ReturnDeviceBuffer(v1::DeviceCopies::Stub& stub, const CallRunner& run,
                                 uint64_t loan);
 

@@ -12,6 +12,7 @@
 #include "common/am_wire.h"
 #include "common/crc32c.h"
 #include "common/crc_pieces.h"
+#include "common/packed_ids.h"
 #include "daemon/cache_service.h"
 #include "daemon/cache_service_internal.h"
 #include "daemon/cluster/cluster.h"
@@ -161,6 +162,49 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
         "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
         "dropped{}",
         req.reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::PublishMade(const Caller& caller, const NamespaceId& ns,
+                                       std::span<const BlockId> ids,
+                                       std::span<const BlockId> parents,
+                                       std::span<const std::vector<uint8_t>> blocks,
+                                       absl::Time deadline, std::vector<BlockStatus>* status) {
+  v1::ReserveRequest rq;
+  rq.set_namespace_id(std::string(ns.AsBytes()));
+  rq.set_ids(PackIds(ids));
+  if (!parents.empty()) rq.set_parent_ids(PackIds(parents));
+  for (const auto& b : blocks) rq.add_sizes(b.size());
+  v1::ReserveResponse reserved;
+  if (grpc::Status s = ReserveFor(caller, rq, &reserved); !s.ok()) return s;
+  status->assign(ids.size(), BlockStatus::kOk);
+  std::vector<size_t> granted;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    (*status)[i] = static_cast<BlockStatus>(reserved.status(static_cast<int>(i)));
+    if ((*status)[i] == BlockStatus::kOk) granted.push_back(i);
+  }
+  if (granted.empty()) return grpc::Status::OK;
+  const uint64_t reservation = reserved.reservation_id();
+  v1::CommitRequest cq;
+  cq.set_reservation_id(reservation);
+  for (size_t i : granted) {
+    const ArenaExtent extent{reserved.offsets(static_cast<int>(i)), blocks[i].size()};
+    if (absl::Status held = store_->BeginReservedWrite(reservation, extent); !held.ok()) {
+      (void)AbortFor(caller, reservation);
+      return ToGrpcStatus(held);
+    }
+    const uint32_t crc =
+        CopyWithCrc32c(store_->arena_base() + extent.offset, blocks[i].data(), extent.size);
+    store_->EndReservedWrite(reservation);
+    NoteStaged(reservation, extent.offset, extent.size, crc);  // Commit need not read it again
+    cq.add_crc32c(crc);
+  }
+  v1::CommitResponse committed;
+  if (grpc::Status s = CommitFor(caller, cq, deadline, /*may_wait=*/true, nullptr, &committed);
+      !s.ok())
+    return s;
+  for (size_t k = 0; k < granted.size() && k < static_cast<size_t>(committed.status_size()); ++k)
+    (*status)[granted[k]] = static_cast<BlockStatus>(committed.status(static_cast<int>(k)));
   return grpc::Status::OK;
 }
 

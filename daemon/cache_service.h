@@ -177,6 +177,15 @@ class CacheService final : public v1::Cache::Service {
   // Refuses new calls from now on and waits up to `grace` for in-flight ones; true if they all
   // finished.
   bool Drain(absl::Duration grace);
+
+  // Publishes blocks this daemon made itself (read out of an engine's lent device buffer) as
+  // `caller` would: ReserveFor, a copy into the arena with its CRC32C taken, CommitFor (so
+  // replicas, announcements and events follow as for any publish). One status per block:
+  // Reserve's refusal, or Commit's answer.
+  grpc::Status PublishMade(const Caller& caller, const NamespaceId& ns,
+                           std::span<const BlockId> ids, std::span<const BlockId> parents,
+                           std::span<const std::vector<uint8_t>> blocks, absl::Time deadline,
+                           std::vector<BlockStatus>* status);
   // Calls admitted and still running.
   int in_flight() {
     absl::MutexLock lock(&drain_mu_);

@@ -239,6 +239,14 @@ struct PyDeviceFetchResult {
   uint64_t bytes = 0;
 };
 
+struct PyDevicePublishResult {
+  std::vector<BlockStatus> status;
+  std::vector<uint64_t> stored_bytes;
+  size_t stored = 0;
+  uint64_t bytes_read = 0;
+  bool encoded_on_device = false;
+};
+
 // The handle of what an engine lends: a StandInDeviceBuffer, an object with
 // __cuda_array_interface__ (a CUDA tensor, contiguous), or a device pointer (int) with nbytes.
 strata::DeviceBufferHandle DeviceHandleOf(const py::object& obj, uint64_t nbytes) {
@@ -333,6 +341,28 @@ class PyClient {
     }
     strata::DeviceFetchResult f = Take(std::move(r));
     return {f.status, f.sizes, f.crcs, f.sources, f.fetched, f.bytes};
+  }
+
+  PyDevicePublishResult PublishFromDevice(py::bytes ns, const PyDeviceLoan& loan,
+                                          py::sequence ids, std::vector<uint64_t> offsets,
+                                          std::vector<uint64_t> sizes,
+                                          std::optional<py::sequence> parents) {
+    NamespaceId id = IdFrom(ns);
+    std::vector<BlockId> block_ids = IdsFrom(ids);
+    std::vector<BlockId> parent_ids;
+    if (parents) {
+      parent_ids = IdsFrom(*parents);
+    } else {  // as publish_ids: a chain, each block's parent the one before it
+      parent_ids.resize(block_ids.size());
+      for (size_t i = 1; i < block_ids.size(); ++i) parent_ids[i] = block_ids[i - 1];
+    }
+    absl::StatusOr<strata::DevicePublishResult> r;
+    {
+      py::gil_scoped_release release;
+      r = client().PublishFromDevice(id, loan.id, block_ids, parent_ids, offsets, sizes);
+    }
+    strata::DevicePublishResult p = Take(std::move(r));
+    return {p.status, p.stored_bytes, p.stored, p.bytes_read, p.encoded_on_device};
   }
 
   void ReturnDeviceBuffer(const PyDeviceLoan& loan) {
@@ -689,6 +719,12 @@ PYBIND11_MODULE(_strata, m) {
   py::class_<PyDeviceLoan>(m, "DeviceLoan")
       .def_readonly("id", &PyDeviceLoan::id)
       .def_readonly("lent", &PyDeviceLoan::lent);
+  py::class_<PyDevicePublishResult>(m, "DevicePublishResult")
+      .def_readonly("status", &PyDevicePublishResult::status)
+      .def_readonly("stored_bytes", &PyDevicePublishResult::stored_bytes)
+      .def_readonly("stored", &PyDevicePublishResult::stored)
+      .def_readonly("bytes_read", &PyDevicePublishResult::bytes_read)
+      .def_readonly("encoded_on_device", &PyDevicePublishResult::encoded_on_device);
   py::class_<PyDeviceFetchResult>(m, "DeviceFetchResult")
       .def_readonly("status", &PyDeviceFetchResult::status)
       .def_readonly("sizes", &PyDeviceFetchResult::sizes)
@@ -746,6 +782,8 @@ PYBIND11_MODULE(_strata, m) {
       .def("fetch_to_device", &PyClient::FetchToDevice, py::arg("ns"), py::arg("loan"),
            py::arg("ids"), py::arg("offsets"), py::arg("promote") = true,
            py::arg("decode") = false)
+      .def("publish_from_device", &PyClient::PublishFromDevice, py::arg("ns"), py::arg("loan"),
+           py::arg("ids"), py::arg("offsets"), py::arg("sizes"), py::arg("parents") = py::none())
       .def("return_device_buffer", &PyClient::ReturnDeviceBuffer, py::arg("loan"))
       .def("register_buffer", &PyClient::Register, py::arg("buffer"))
       .def("unregister_buffer", &PyClient::Unregister, py::arg("buffer"))

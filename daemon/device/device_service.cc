@@ -1,9 +1,11 @@
 #include "daemon/device/device_service.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/packed_ids.h"
 #include "daemon/request_checks.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -110,6 +112,114 @@ grpc::Status DeviceService::DecodeToPeer(const NamespaceId& ns, const std::vecto
   }
   if (lease.lease_id != 0) (void)gpu_->Release(lease.lease_id);
   resp->set_bytes_copied(written);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Blocks read out of a lent buffer are published in batches of about this many bytes, so a
+// large publish holds a bounded amount of host memory.
+constexpr uint64_t kPublishBatchBytes = 64 << 20;
+
+}  // namespace
+
+grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
+                                              const v1::PublishFromDeviceRequest* req,
+                                              v1::PublishFromDeviceResponse* resp) {
+  Caller caller;
+  if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
+  if (!publisher_)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this daemon does not publish from device memory");
+  auto scoped = CheckScoped(req->namespace_id(), req->ids(),
+                            [this](const NamespaceId& id) { return namespaces_->Check(id); });
+  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
+  auto entry = namespaces_->Find(scoped->ns);
+  if (!entry) return grpc::Status(grpc::StatusCode::NOT_FOUND, "namespace is not open");
+  if (!caller.trusted && !caller.MayUse(entry->tenant))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the namespace belongs to another tenant than the token's");
+  const std::vector<BlockId>& ids = scoped->ids;
+  auto parents = UnpackIds(req->parents(), "parents", ids.size());
+  if (!parents.ok()) return ToGrpcStatus(parents.status());
+  if (static_cast<size_t>(req->offsets_size()) != ids.size() ||
+      static_cast<size_t>(req->sizes_size()) != ids.size() ||
+      (!parents->empty() && parents->size() != ids.size()))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(ids.size(), " ids, ", parents->size(), " parents, ",
+                                     req->offsets_size(), " offsets and ", req->sizes_size(),
+                                     " sizes: one offset and size (and parent, if any) per id"));
+  std::optional<codec::CodecParams> params;
+  if (entry->spec.codec_policy != kOpaqueCodecPolicy) {
+    auto parsed = codec::ParseCodecSpec(entry->spec.codec_policy);
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    if (parsed->mode == codec::Mode::kPca)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "a pca namespace's blocks are published from host memory, where the "
+                          "client library encodes them with the namespace's calibration");
+    params = *parsed;
+  }
+  auto buffer = loans_.Use(req->loan_id(), caller, absl::Now());
+  if (!buffer.ok()) return ToGrpcStatus(buffer.status());
+  const absl::Time deadline = absl::FromChrono(ctx->deadline());
+  std::vector<BlockStatus> status(ids.size(), BlockStatus::kInvalid);
+  std::vector<uint64_t> stored_bytes(ids.size(), 0);
+  uint64_t bytes_read = 0;
+  bool on_device = false;
+  // One batch: the blocks read (or encoded) so far, published together.
+  std::vector<size_t> batch;
+  std::vector<BlockId> batch_ids, batch_parents;
+  std::vector<std::vector<uint8_t>> blobs;
+  uint64_t batch_bytes = 0;
+  auto flush = [&]() -> grpc::Status {
+    if (batch.empty()) return grpc::Status::OK;
+    std::vector<BlockStatus> got;
+    if (grpc::Status s = publisher_(caller, scoped->ns, batch_ids, batch_parents, blobs,
+                                    deadline, &got);
+        !s.ok())
+      return s;
+    for (size_t k = 0; k < batch.size() && k < got.size(); ++k) {
+      status[batch[k]] = got[k];
+      if (got[k] == BlockStatus::kOk) stored_bytes[batch[k]] = blobs[k].size();
+    }
+    batch.clear();
+    batch_ids.clear();
+    batch_parents.clear();
+    blobs.clear();
+    batch_bytes = 0;
+    return grpc::Status::OK;
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<uint8_t> stored;
+    bool here = false;
+    const uint64_t size = req->sizes(static_cast<int>(i));
+    absl::Status r = size == 0 ? absl::InvalidArgumentError("a block of 0 bytes")
+                               : encoder_.ReadFrom(gpu_->memory(), **buffer,
+                                                   req->offsets(static_cast<int>(i)), size,
+                                                   entry->spec.layout, params, &stored, &here);
+    if (!r.ok()) {
+      // A block that is not there or not encodable is refused alone; a device that fails
+      // fails the call (what was published before it stays).
+      if (!absl::IsInvalidArgument(r) && !absl::IsOutOfRange(r)) return ToGrpcStatus(r);
+      spdlog::warn("publishing block {} from a lent buffer: {}", ids[i].ShortHex(),
+                   std::string(r.message()));
+      continue;
+    }
+    bytes_read += size;
+    on_device |= here;
+    batch.push_back(i);
+    batch_ids.push_back(ids[i]);
+    if (!parents->empty()) batch_parents.push_back((*parents)[i]);
+    batch_bytes += stored.size();
+    blobs.push_back(std::move(stored));
+    if (batch_bytes >= kPublishBatchBytes)
+      if (grpc::Status s = flush(); !s.ok()) return s;
+  }
+  if (grpc::Status s = flush(); !s.ok()) return s;
+  for (BlockStatus st : status) resp->add_status(static_cast<v1::BlockStatus>(st));
+  resp->mutable_stored_bytes()->Add(stored_bytes.begin(), stored_bytes.end());
+  resp->set_bytes_read(bytes_read);
+  resp->set_encoded_on_device(on_device);
   return grpc::Status::OK;
 }
 

@@ -1,20 +1,33 @@
 // The DeviceCopies gRPC service (proto/strata/v1/device.proto): same-node engines lend this
 // daemon buffers of their own device memory and have blocks copied into them from the GPU tier
-// (device to device) or host memory. The tenant rules of the Cache service apply: a caller
-// fetches only from namespaces of its tenant, into loans of its tenant.
+// (device to device) or host memory, or published out of them. The tenant rules of the Cache
+// service apply: a caller fetches from and publishes into namespaces of its tenant only, with
+// loans of its tenant.
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <span>
+#include <vector>
 
 #include "daemon/auth.h"
 #include "daemon/calibrations/calibration_store.h"
 #include "daemon/device/device_loans.h"
 #include "daemon/device/peer_decoder.h"
+#include "daemon/device/peer_encoder.h"
 #include "daemon/namespace_registry.h"
 #include "storage/gpu/gpu_tiered_store.h"
 #include "strata/v1/device.grpc.pb.h"
 
 namespace strata::daemon {
+
+// Publishes blocks the daemon read out of a lent buffer as `caller` publishing them would
+// (Reserve, write, Commit: replicas, announcements and events included); one status per block
+// (CacheService::PublishMade).
+using MadeBlockPublisher = std::function<grpc::Status(
+    const Caller& caller, const NamespaceId& ns, std::span<const BlockId> ids,
+    std::span<const BlockId> parents, std::span<const std::vector<uint8_t>> blocks,
+    absl::Time deadline, std::vector<BlockStatus>* status)>;
 
 class DeviceService final : public v1::DeviceCopies::Service {
  public:
@@ -30,8 +43,15 @@ class DeviceService final : public v1::DeviceCopies::Service {
                     v1::LendDeviceBufferResponse* resp) override;
   grpc::Status FetchToDevice(grpc::ServerContext* ctx, const v1::FetchToDeviceRequest* req,
                              v1::FetchToDeviceResponse* resp) override;
+  grpc::Status PublishFromDevice(grpc::ServerContext* ctx,
+                                 const v1::PublishFromDeviceRequest* req,
+                                 v1::PublishFromDeviceResponse* resp) override;
   grpc::Status Return(grpc::ServerContext* ctx, const v1::ReturnDeviceBufferRequest* req,
                       v1::ReturnDeviceBufferResponse* resp) override;
+
+  // Where PublishFromDevice's blocks go; without one it refuses with the reason. Set before
+  // the server starts.
+  void set_publisher(MadeBlockPublisher publisher) { publisher_ = std::move(publisher); }
 
   // Closes loans left unused past the idle limit (the daemon's reclaim loop calls it).
   size_t CloseIdle(absl::Time now) { return loans_.CloseIdle(now); }
@@ -50,6 +70,8 @@ class DeviceService final : public v1::DeviceCopies::Service {
   const Authenticator* const auth_;
   DeviceLoans loans_;
   PeerDecoder decoder_;
+  PeerEncoder encoder_;
+  MadeBlockPublisher publisher_;
 };
 
 }  // namespace strata::daemon

@@ -174,6 +174,17 @@ struct DeviceFetchOptions {
   bool decode = false;
 };
 
+// What Client::PublishFromDevice stored, per id in request order.
+struct DevicePublishResult {
+  // kOk (stored), kExists, kInProgress, kNoSpace (as Reserve answers), kInvalid (outside the lent
+  // range, of the wrong size, or not encodable: a non-finite value under a lossy codec).
+  std::vector<BlockStatus> status;
+  std::vector<uint64_t> stored_bytes;  // bytes stored (the blob under a codec)
+  size_t stored = 0;
+  uint64_t bytes_read = 0;         // bytes read out of the lent buffer
+  bool encoded_on_device = false;  // the codec's quantiser ran on the device
+};
+
 struct EvictOutcome {
   std::vector<BlockStatus> status;
   uint64_t removed_blocks = 0;
@@ -309,6 +320,16 @@ class Client {
                                                   std::span<const BlockId> ids,
                                                   std::span<const uint64_t> offsets,
                                                   DeviceFetchOptions options = {});
+  // Publishes blocks straight out of the lent buffer: ids[i] is the sizes[i] bytes at
+  // offsets[i] of the lent range, with parents[i] (empty: no parents, as PublishIds). Under a
+  // codec the daemon encodes each block (BlockBytes() each) where it lies, on the device when it
+  // can; the blob is the one Publish would store. FailedPrecondition for a pca namespace
+  // (publish those from host memory).
+  absl::StatusOr<DevicePublishResult> PublishFromDevice(const NamespaceId& ns, uint64_t loan,
+                                                        std::span<const BlockId> ids,
+                                                        std::span<const BlockId> parents,
+                                                        std::span<const uint64_t> offsets,
+                                                        std::span<const uint64_t> sizes);
   absl::Status ReturnDeviceBuffer(uint64_t loan);
 
   // Copies (move: moves) blocks to `target_node` (this client's daemon when empty), from wherever

@@ -140,6 +140,25 @@ class CudaDeviceMemory final : public DeviceMemory {
     return absl::OkStatus();
   }
 
+  absl::Status FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) override {
+    if (absl::Status s = CheckPeerReads(reads, peer.size()); !s.ok()) return s;
+    const uint8_t* src = static_cast<CudaPeerBuffer&>(peer).data();
+    std::lock_guard l(peer_mu_);
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    for (const PeerRead& r : reads) {
+      if (cudaError_t e = cudaMemcpyAsync(r.host, src + r.peer_offset, r.size,
+                                          cudaMemcpyDeviceToHost, peer_stream_);
+          e != cudaSuccess) {
+        cudaStreamSynchronize(peer_stream_);
+        return CudaError(e, "cudaMemcpyAsync out of a lent buffer");
+      }
+    }
+    if (cudaError_t e = cudaStreamSynchronize(peer_stream_); e != cudaSuccess)
+      return CudaError(e, "cudaStreamSynchronize");
+    return absl::OkStatus();
+  }
+
  private:
   // One stream per direction, so promotions and demotions overlap on the two copy engines; a
   // batch is enqueued whole and waited for once.

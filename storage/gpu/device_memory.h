@@ -49,6 +49,13 @@ struct PeerCopy {
   uint64_t size = 0;
 };
 
+// `size` bytes out of a peer buffer at `peer_offset` into host memory at `host`.
+struct PeerRead {
+  uint64_t peer_offset = 0;
+  uint8_t* host = nullptr;
+  uint64_t size = 0;
+};
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -81,6 +88,9 @@ class DeviceMemory {
   // Every copy of the batch is done (or the call failed) when this returns. `peer` must come
   // from this memory's OpenPeerBuffer.
   virtual absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) = 0;
+  // The other way (blocks an engine publishes from its device memory): done or failed when it
+  // returns; a failed batch leaves its destinations unknown.
+  virtual absl::Status FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) = 0;
 };
 
 // Checks the copies of a batch against a pool of `capacity` bytes (shared by implementations).
@@ -89,6 +99,9 @@ absl::Status CheckDeviceCopies(std::span<const DeviceCopy> copies, uint64_t capa
 // Checks the copies of a batch against the pool and the peer buffer (shared by implementations).
 absl::Status CheckPeerCopies(std::span<const PeerCopy> copies, uint64_t capacity,
                              uint64_t peer_size);
+
+// Checks the reads of a batch against the peer buffer (shared by implementations).
+absl::Status CheckPeerReads(std::span<const PeerRead> reads, uint64_t peer_size);
 
 struct HostStandInOptions {
   // Called before each copy (to_device: direction); a non-OK answer fails the batch there, as a
@@ -115,6 +128,7 @@ class HostStandInMemory final : public DeviceMemory {
                                                              uint64_t offset,
                                                              uint64_t bytes) override;
   absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) override;
+  absl::Status FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) override;
 
   // The pool's bytes, for tests that damage "device" memory behind the tier's back.
   uint8_t* pool() const { return pool_; }

@@ -25,6 +25,20 @@ class StandInPeerBuffer final : public PeerBuffer {
   ~StandInPeerBuffer() override { close(fd_); }
   uint64_t size() const override { return bytes_; }
 
+  absl::Status Read(uint64_t at, uint8_t* dst, uint64_t n) const {
+    while (n > 0) {
+      const ssize_t r = pread(fd_, dst, n, static_cast<off_t>(offset_ + at));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        return absl::InternalError(absl::StrCat("reading the lent buffer: ",
+                                                r < 0 ? std::strerror(errno) : "no progress"));
+      dst += r;
+      at += static_cast<uint64_t>(r);
+      n -= static_cast<uint64_t>(r);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Write(uint64_t at, const uint8_t* src, uint64_t n) const {
     while (n > 0) {
       const ssize_t w = pwrite(fd_, src, n, static_cast<off_t>(offset_ + at));
@@ -150,6 +164,28 @@ absl::Status HostStandInMemory::ToPeer(PeerBuffer& peer, std::span<const PeerCop
                                    c.size);
         !s.ok())
       return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeerReads(std::span<const PeerRead> reads, uint64_t peer_size) {
+  for (const PeerRead& r : reads)
+    if (r.peer_offset > peer_size || r.size > peer_size - r.peer_offset)
+      return absl::OutOfRangeError(absl::StrCat("a read of ", r.size, " bytes at offset ",
+                                                r.peer_offset, " leaves the lent buffer of ",
+                                                peer_size, " bytes"));
+  return absl::OkStatus();
+}
+
+absl::Status HostStandInMemory::FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) {
+  if (absl::Status s = CheckPeerReads(reads, peer.size()); !s.ok()) return s;
+  const auto& src = static_cast<const StandInPeerBuffer&>(peer);
+  for (const PeerRead& r : reads) {
+    if (options_.fault) {
+      const DeviceCopy as_read{r.peer_offset, r.host, r.size};
+      if (absl::Status s = options_.fault(false, as_read); !s.ok()) return s;
+    }
+    if (absl::Status s = src.Read(r.peer_offset, r.host, r.size); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

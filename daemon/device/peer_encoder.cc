@@ -1,0 +1,53 @@
+#include "daemon/device/peer_encoder.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#if STRATA_DAEMON_CUDA
+#include "codec/cuda/device_encoder.h"
+#endif
+
+namespace strata::daemon {
+
+#if STRATA_DAEMON_CUDA
+struct PeerEncoder::Device {
+  codec::cuda::DeviceEncoder encoder;
+};
+#else
+struct PeerEncoder::Device {};
+#endif
+
+PeerEncoder::PeerEncoder() : device_(std::make_unique<Device>()) {}
+PeerEncoder::~PeerEncoder() = default;
+
+absl::Status PeerEncoder::ReadFrom(DeviceMemory& memory, PeerBuffer& peer, uint64_t offset,
+                                   uint64_t bytes, const KvLayout& layout,
+                                   const std::optional<codec::CodecParams>& codec,
+                                   std::vector<uint8_t>* stored, bool* on_device) {
+  *on_device = false;
+  if (offset > peer.size() || bytes > peer.size() - offset)
+    return absl::OutOfRangeError(absl::StrCat("a block of ", bytes, " bytes at offset ", offset,
+                                              " leaves the lent buffer of ", peer.size(),
+                                              " bytes"));
+  if (codec && bytes != layout.BlockBytes())
+    return absl::InvalidArgumentError(absl::StrCat("a block of ", bytes, " bytes; the namespace's "
+                                                   "layout has ",
+                                                   layout.BlockBytes()));
+  std::lock_guard<std::mutex> lock(mu_);
+#if STRATA_DAEMON_CUDA
+  if (const uint8_t* src = peer.device_data(); src && codec) {
+    *on_device = codec->mode == codec::Mode::kQuant || codec->mode == codec::Mode::kGroupwise;
+    return device_->encoder.Encode(layout, *codec, src + offset, bytes, stored);
+  }
+#endif
+  std::vector<uint8_t>& host = codec ? host_ : *stored;
+  host.resize(bytes);
+  PeerRead r;
+  r.peer_offset = offset;
+  r.host = host.data();
+  r.size = bytes;
+  STRATA_RETURN_IF_ERROR(memory.FromPeer(peer, {&r, 1}));
+  if (!codec) return absl::OkStatus();
+  return cpu_.Encode(layout, *codec, host_, stored);
+}
+
+}  // namespace strata::daemon

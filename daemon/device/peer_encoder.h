@@ -1,0 +1,42 @@
+// Blocks read out of buffers same-node engines lent (PublishFromDevice), as they are stored: the
+// bytes themselves in an opaque namespace, the codec's blob under a codec policy. The blob is
+// made where the block lies: by the CUDA encoder's kernels (codec/cuda/device_encoder.h) where
+// the buffer is device memory and this daemon is built with CUDA, else on the CPU after a copy
+// down through the GPU tier's memory (a stand-in tier). Either way it is the CPU Encoder's blob.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codec/codec.h"
+#include "storage/gpu/device_memory.h"
+
+namespace strata::daemon {
+
+class PeerEncoder {
+ public:
+  PeerEncoder();
+  ~PeerEncoder();
+
+  // The `bytes` at `offset` of `peer`, as stored: copied (no codec) or encoded as one block of
+  // `layout` with `codec`. OutOfRange when they leave the lent range; InvalidArgument for a block
+  // the codec refuses (a non-finite value under a lossy mode, a size that is not the layout's).
+  // *on_device: whether the codec's quantiser ran on the device. Thread-safe (one at a time).
+  absl::Status ReadFrom(DeviceMemory& memory, PeerBuffer& peer, uint64_t offset, uint64_t bytes,
+                        const KvLayout& layout, const std::optional<codec::CodecParams>& codec,
+                        std::vector<uint8_t>* stored, bool* on_device);
+
+ private:
+  struct Device;  // the CUDA encoder, in CUDA builds
+
+  std::mutex mu_;
+  codec::Encoder cpu_;
+  std::vector<uint8_t> host_;
+  std::unique_ptr<Device> device_;
+};
+
+}  // namespace strata::daemon
