@@ -11,6 +11,7 @@
 On a GPU node whose stratad has a GPU tier, blocks go straight into the engine's device memory:
     loan = client.lend_device_buffer(kv_tensor)      # a contiguous CUDA tensor, lent once
     client.fetch_to_device(ns, loan, ids, offsets)   # offsets in bytes into the tensor
+    client.publish_from_device(ns, loan, ids, offsets, sizes)  # and back out (encoded there)
 
 Blocks go to another node, or into a node's GPU tier (device to device over NCCL from another
 node's GPU tier), ahead of a request:
@@ -23,13 +24,14 @@ concurrent.futures.Future objects (asyncio: `await asyncio.wrap_future(f)`).
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import errors
-from ._strata import (BlockStatus, DeviceFetchResult, DeviceLoan, FetchResult, LookupResult,
-                      PublishResult, StandInDeviceBuffer, vllm_block_hashes)
+from ._strata import (BlockStatus, DeviceFetchResult, DeviceLoan, DevicePublishResult,
+                      FetchResult, LookupResult, PublishResult, StandInDeviceBuffer,
+                      vllm_block_hashes)
 from ._strata import Client as _NativeClient
 from .errors import StrataError
 
 __all__ = ["Client", "BlockStatus", "PublishResult", "LookupResult", "FetchResult",
-           "DeviceLoan", "DeviceFetchResult", "StandInDeviceBuffer", "StrataError", "errors",
+           "DeviceLoan", "DeviceFetchResult", "DevicePublishResult", "StandInDeviceBuffer", "StrataError", "errors",
            "vllm_block_hashes"]
 
 
@@ -55,6 +57,9 @@ class Client(_NativeClient):
 
     def publish_ids_async(self, ns, ids, blocks, parents=None) -> Future:
         return self._pool.submit(self.publish_ids, ns, ids, blocks, parents)
+
+    def publish_from_device_async(self, ns, loan, ids, offsets, sizes, parents=None) -> Future:
+        return self._pool.submit(self.publish_from_device, ns, loan, ids, offsets, sizes, parents)
 
     def lookup_async(self, ns, tokens) -> Future:
         return self._pool.submit(self.lookup, ns, tokens)

@@ -32,6 +32,11 @@ Extra config keys (``kv_connector_extra_config``):
                            ``device_blocks_loaded``), then scattered on the device; otherwise
                            through host staging. ``"off"``; ``"stand-in"``: host memory standing
                            in for that buffer, for daemons whose GPU tier is a stand-in.
+``strata.device_saves``    the same choice for saves: with a GPU tier, the worker lends stratad a
+                           device buffer of save slots, gathers a step's blocks into it on the
+                           device and stratad publishes them out of it (encoding them on the
+                           device under a codec; counted as ``device_blocks_saved``), so no save
+                           crosses to the engine's host memory. Default ``"auto"``.
 
 What it does. A Strata block is one vLLM KV block of every attention layer: the bytes of
 ``kv_layer[block_id]`` for each layer, concatenated in layer order (on CPU a layer tensor is
@@ -98,7 +103,7 @@ ZERO_ID = bytes(32)
 _COUNTER_NAMES = (
     "lookups", "lookup_errors", "misses", "hits", "hit_tokens",
     "load_blocks_requested", "blocks_loaded", "tokens_loaded", "load_errors",
-    "device_blocks_loaded",
+    "device_blocks_loaded", "device_blocks_saved",
     "save_blocks_requested", "blocks_saved", "save_blocks_dropped", "save_errors",
     "publish_calls", "outages",
 )
@@ -294,6 +299,7 @@ class StrataConnector(KVConnectorBase_V1):
         # caches are CUDA tensors), "off", or "stand-in" (host memory standing in for the
         # device, for daemons whose GPU tier is a stand-in: tests and development).
         self._device_loads = str(get("strata.device_loads", "auto"))
+        self._device_saves = str(get("strata.device_saves", "auto"))
         self._is_worker = role == KVConnectorRole.WORKER
         tp_rank = 0
         if self._is_worker:
@@ -320,6 +326,7 @@ class StrataConnector(KVConnectorBase_V1):
         self._save_lock = threading.Condition()
         self._load_errors: set = set()
         self._device = None  # (client, loan, uint8 [load slots, block bytes] tensor) when lent
+        self._device_save = None  # (client, loan, uint8 [save slots, block bytes] tensor)
         self._stopped = False
         if self._is_worker:
             _workers.add(self)
@@ -474,24 +481,24 @@ class StrataConnector(KVConnectorBase_V1):
         if self._staging is not None:
             client.register_buffer(self._staging)
             self._lend_device_staging(client)
+            self._lend_device_save_slots(client)
 
-    def _lend_device_staging(self, client):
-        """Lends stratad a device buffer of load slots, so that hits are copied into device
-        memory by the daemon (from its GPU tier) instead of through host staging."""
+    def _lend_device(self, client, held, mode, rows, what):
+        """A device buffer of `rows` slots lent to stratad: (client, loan, tensor), or None where
+        the KV caches or the daemon do not allow it (host staging then). `held`: the previous
+        loan to this client, given back first."""
         import torch
         import strata
-        if self._device is not None and self._device[0] is client:
-            try:  # a loan the daemon still holds (a failed load): give it back first
-                client.return_device_buffer(self._device[1])
+        if held is not None and held[0] is client:
+            try:  # a loan the daemon still holds (a failed call): give it back first
+                client.return_device_buffer(held[1])
             except Exception:  # noqa: BLE001 - closed or idled out already
                 pass
-        self._device = None
-        mode = self._device_loads
         kv_device = self._parts[0][0].device if self._parts else None
         if mode == "off" or kv_device is None or (mode == "auto" and kv_device.type != "cuda"):
-            return
+            return None
         try:
-            shape = (self._load_slots, self._block_bytes)
+            shape = (rows, self._block_bytes)
             if mode == "stand-in":
                 lent = strata.StandInDeviceBuffer(shape[0] * shape[1])
                 tensor = torch.frombuffer(lent, dtype=torch.uint8).view(shape)
@@ -499,10 +506,21 @@ class StrataConnector(KVConnectorBase_V1):
                 tensor = lent = torch.empty(shape, dtype=torch.uint8, device=kv_device)
             loan = client.lend_device_buffer(lent)
         except Exception as e:  # noqa: BLE001 - host staging still works
-            logger.info("Strata: loads go through host memory (%s: %s)", type(e).__name__, e)
-            return
-        self._device = (client, loan, tensor)
-        logger.info("Strata: loads go straight into device memory (%d slots)", shape[0])
+            logger.info("Strata: %s go through host memory (%s: %s)", what, type(e).__name__, e)
+            return None
+        logger.info("Strata: %s go straight through device memory (%d slots)", what, rows)
+        return (client, loan, tensor)
+
+    def _lend_device_staging(self, client):
+        """Lends stratad a device buffer of load slots, so that hits are copied into device
+        memory by the daemon (from its GPU tier) instead of through host staging."""
+        self._device = self._lend_device(client, self._device, self._device_loads,
+                                         self._load_slots, "loads")
+
+    def _lend_device_save_slots(self, client):
+        """Lends stratad a device buffer of save slots, which it publishes blocks out of."""
+        self._device_save = self._lend_device(client, self._device_save, self._device_saves,
+                                              self._staging.shape[0] - self._load_slots, "saves")
 
     def start_load_kv(self, forward_context, **kwargs):
         try:
@@ -620,32 +638,59 @@ class StrataConnector(KVConnectorBase_V1):
             return
         n = len(take)
         ids, hashes, parents = ids[:n], hashes[:n], parents[:n]
-        slot_idx = torch.tensor(take, dtype=torch.long)
+        dev = self._device_save
+        on_device = dev is not None and dev[0] is link[0]
         try:
-            for flat, off, w in self._parts:
-                src = flat.index_select(0, torch.tensor(ids, dtype=torch.long, device=flat.device))
-                self._staging[slot_idx, off:off + w] = src.to("cpu")
-            fut = link[0].publish_ids_async(link[1], hashes,
-                                                      [self._staging[s] for s in take], parents)
+            if on_device:  # gathered on the device; stratad publishes out of the lent slots
+                rows = [s - self._load_slots for s in take]
+                row_idx = torch.tensor(rows, dtype=torch.long, device=dev[2].device)
+                for flat, off, w in self._parts:
+                    idx = torch.tensor(ids, dtype=torch.long, device=flat.device)
+                    dev[2][row_idx, off:off + w] = flat.index_select(0, idx).to(dev[2].device)
+                if dev[2].device.type == "cuda":
+                    torch.cuda.synchronize(dev[2].device)  # the daemon reads it next
+                bb = self._block_bytes
+                fut = link[0].publish_from_device_async(link[1], dev[1], hashes,
+                                                        [r * bb for r in rows], [bb] * n, parents)
+            else:
+                slot_idx = torch.tensor(take, dtype=torch.long)
+                for flat, off, w in self._parts:
+                    idx = torch.tensor(ids, dtype=torch.long, device=flat.device)
+                    self._staging[slot_idx, off:off + w] = flat.index_select(0, idx).to("cpu")
+                fut = link[0].publish_ids_async(link[1], hashes,
+                                                [self._staging[s] for s in take], parents)
         except Exception as e:  # noqa: BLE001
-            self._save_done(None, take, e)
+            self._save_done(None, take, e, on_device)
             return
         _count(publish_calls=1)
-        fut.add_done_callback(lambda f: self._save_done(f, take, None))
+        fut.add_done_callback(lambda f: self._save_done(f, take, None, on_device))
 
-    def _save_done(self, fut, slots, exc):
+    def _save_done(self, fut, slots, exc, on_device=False):
         n = len(slots)
         try:
             res = fut.result() if exc is None else None
         except Exception as e:  # noqa: BLE001
             exc = e
         if exc is not None:
-            self._link.fail(exc, "publish")
+            if on_device and self._device_save is not None:
+                # e.g. the loan idled out: saves go through host staging until it is lent again
+                logger.info("Strata: device save failed (%s: %s); lending again",
+                            type(exc).__name__, exc)
+                held, self._device_save = self._device_save, None
+                try:
+                    self._device_save = self._lend_device(held[0], held, self._device_saves,
+                                                          held[2].shape[0], "saves")
+                except Exception:  # noqa: BLE001 - host staging still works
+                    self._device_save = None
+            else:
+                self._link.fail(exc, "publish")
             _count(save_errors=n)
         else:
             import strata
             ok = sum(1 for s in res.status if s == strata.BlockStatus.OK)
             _count(blocks_saved=ok, save_errors=n - ok)
+            if on_device:
+                _count(device_blocks_saved=ok)
         with self._save_lock:
             self._free_save_slots.extend(slots)  # only now may the slots be overwritten
             self._inflight -= 1

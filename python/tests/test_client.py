@@ -278,6 +278,33 @@ def test_blocks_are_fetched_into_a_lent_device_buffer(gpu_stand_in_client):
         c.fetch_to_device(ns, loan, [ids[0]], [0])
 
 
+def test_blocks_are_published_out_of_a_lent_device_buffer(gpu_stand_in_client):
+    # The engine's KV stays where it is: the daemon reads each block out of the lent buffer and
+    # publishes it, chained as publish_ids chains them.
+    c = gpu_stand_in_client
+    ns = c.open_namespace("dev/model", tenant="t", **SMALL)
+    n = SMALL_BLOCK_BYTES
+    src = blocks_of(3, seed=13)
+    ids = c.block_ids(ns, tokens_of(3, start=9800))
+    device = strata.StandInDeviceBuffer(3 * n)
+    mem = np.frombuffer(device, dtype=np.uint8)
+    for i, b in zip([2, 0, 1], src):
+        mem[i * n:(i + 1) * n] = b
+    loan = c.lend_device_buffer(device)
+    r = c.publish_from_device(ns, loan, ids, [2 * n, 0, n], [n] * 3)
+    assert r.stored == 3 and r.bytes_read == 3 * n and r.stored_bytes == [n] * 3
+    assert not r.encoded_on_device
+    out = [np.zeros(n, dtype=np.uint8) for _ in range(3)]
+    assert c.fetch(ns, ids, out).fetched == 3
+    for got, want in zip(out, src):
+        assert np.array_equal(got, want)
+    r = c.publish_from_device(ns, loan, ids[:1], [3 * n - 1], [n])
+    assert r.status == [strata.BlockStatus.INVALID]
+    with pytest.raises(errors.InvalidArgumentError):
+        c.publish_from_device(ns, loan, ids, [0], [n])
+    c.return_device_buffer(loan)
+
+
 def test_reposition_puts_blocks_into_the_gpu_tier(gpu_stand_in_client):
     c = gpu_stand_in_client
     ns = c.open_namespace("dev/model", tenant="t", **SMALL)

@@ -244,7 +244,8 @@ def test_loads_go_straight_into_device_memory_from_a_gpu_tier():
         src, src_kv = worker(d.endpoint, fill="random")
         assert step(src, saves=[chain_save("a", [3, 5, 7])]) == set()
         assert sv.wait_for_saves(10)
-        dst, dst_kv = worker(d.endpoint, **{"strata.device_loads": "stand-in"})
+        dst, dst_kv = worker(d.endpoint, **{"strata.device_loads": "stand-in",
+                                            "strata.device_saves": "off"})
         assert step(dst, loads=[("r", [2, 4, 6], [h(0), h(1), h(2)])]) == set()
         for name in LAYER_NAMES:
             for s, t in ((3, 2), (5, 4), (7, 6)):
@@ -259,6 +260,34 @@ def test_loads_go_straight_into_device_memory_from_a_gpu_tier():
         assert sv.counters()["device_blocks_loaded"] == 0
         assert torch.equal(plain_kv[LAYER_NAMES[0]][1], src_kv[LAYER_NAMES[0]][3])
         for w in (src, dst, plain):
+            w.shutdown()
+    finally:
+        d.stop()
+
+
+def test_saves_go_straight_out_of_device_memory_with_a_gpu_tier():
+    # The worker gathers a step's blocks into lent device save slots (standing in here) and
+    # stratad publishes them out of there; a plain worker loads them back through host memory.
+    d = Daemon("host_tier:\n  capacity: 64MiB\n"
+               "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n")
+    try:
+        sv.reset_counters()
+        src, src_kv = worker(d.endpoint, fill="random", **{"strata.device_saves": "stand-in"})
+        assert step(src, saves=[chain_save("a", [3, 5, 7])]) == set()
+        assert sv.wait_for_saves(10)
+        c = sv.counters()
+        assert c["device_blocks_saved"] == 3 and c["blocks_saved"] == 3
+        # The slots are reused by the next step's saves.
+        assert step(src, saves=[chain_save("b", [1, 2], 3)]) == set()
+        assert sv.wait_for_saves(10)
+        assert sv.counters()["device_blocks_saved"] == 5
+        dst, dst_kv = worker(d.endpoint)
+        assert step(dst, loads=[("r", [2, 4, 6, 8, 9], [h(i) for i in range(5)])]) == set()
+        for name in LAYER_NAMES:
+            for s, t in ((3, 2), (5, 4), (7, 6), (1, 8), (2, 9)):
+                assert torch.equal(dst_kv[name][t], src_kv[name][s])
+        assert sv.counters()["device_blocks_loaded"] == 0
+        for w in (src, dst):
             w.shutdown()
     finally:
         d.stop()

@@ -7,7 +7,12 @@
 
 #include <cstring>
 
+#if STRATA_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "codec/codec.h"
+#include "storage/gpu/device_memory.h"
 #include "strata/device_buffer.h"
 #include "tests/integration/auth_fixture.h"
 
@@ -206,6 +211,69 @@ TEST(DevicePublishTest, OnlyTheNamespacesTenantPublishesWithItsOwnLoan) {
   pub = a->PublishFromDevice(*ns_a, *loan_a, *ids, {}, zero, size);
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ(pub->stored, 1u);
+}
+
+// On a GPU node (scripts/device-check.sh): an engine buffer from cudaMalloc in this process, lent
+// over CUDA IPC to a stratad with a CUDA GPU tier; blocks of a quant namespace are quantised on
+// the device by the daemon's CUDA encoder, and stored as the client library's blob.
+TEST(DevicePublishTest, ACudaEngineBufferPublishesBlocksEncodedOnTheDevice) {
+#if !STRATA_TEST_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (absl::Status s = CudaDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\ngpu:\n  capacity: 16MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ConnectAs(d, "");
+  ASSERT_TRUE(client);
+  NamespaceSpec spec = Spec();
+  spec.layout = KvLayout{4, 2, 64, DType::kFloat16, kTokensPerBlock, KvKind::kSeparateKV};
+  for (const char* policy : {"quant:k3v3:ol", "int4-g64", "opaque"}) {
+    SCOPED_TRACE(policy);
+    spec.codec_policy = policy;
+    auto ns = client->OpenNamespace(spec, "t");
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    const size_t bytes = spec.layout.BlockBytes();
+    std::vector<std::vector<uint8_t>> kv = {FiniteHalfBlock(bytes, 7), FiniteHalfBlock(bytes, 8)};
+    void* engine = nullptr;
+    ASSERT_EQ(cudaMalloc(&engine, 2 * bytes), cudaSuccess);
+    for (size_t i = 0; i < 2; ++i)
+      ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(engine) + i * bytes, kv[i].data(), bytes,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    auto h = ExportCudaBuffer(engine, 2 * bytes);
+    ASSERT_TRUE(h.ok()) << h.status();
+    auto loan = client->LendDeviceBuffer(*h);
+    ASSERT_TRUE(loan.ok()) << loan.status();
+    auto ids = client->BlockIds(*ns, testing::Tokens(2 * kTokensPerBlock, 9));
+    ASSERT_TRUE(ids.ok());
+    const uint64_t offsets[] = {0, bytes}, sizes[] = {bytes, bytes};
+    auto pub = client->PublishFromDevice(*ns, *loan, *ids, {}, offsets, sizes);
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    EXPECT_EQ(pub->stored, 2u);
+    const bool opaque = std::string(policy) == "opaque";
+    EXPECT_EQ(pub->encoded_on_device, !opaque);
+    // Fetched back into the engine's buffer as stored (no decode): the CPU encoder's blob, or
+    // the bytes themselves.
+    for (size_t i = 0; i < 2; ++i) {
+      std::vector<uint8_t> want = kv[i];
+      if (!opaque) {
+        auto blob = codec::Encode(spec.layout, *codec::ParseCodecSpec(policy), kv[i]);
+        ASSERT_TRUE(blob.ok());
+        want = *blob;
+      }
+      EXPECT_EQ(pub->stored_bytes[i], want.size()) << i;
+      const uint64_t at[] = {0};
+      auto f = client->FetchToDevice(*ns, *loan, {ids->data() + i, 1}, at);
+      ASSERT_TRUE(f.ok()) << f.status();
+      ASSERT_EQ(f->sizes[0], want.size());
+      std::vector<uint8_t> got(want.size());
+      ASSERT_EQ(cudaMemcpy(got.data(), engine, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, want) << "block " << i;
+    }
+    ASSERT_TRUE(client->ReturnDeviceBuffer(*loan).ok());
+    cudaFree(engine);
+  }
+#endif
 }
 
 }  // namespace
