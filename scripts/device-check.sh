@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17's device check, for a GPU node: builds Strata with CUDA (only what the device checks
 # link), runs every device test (ctest label "cuda": the GPU tier's device memory and the CUDA
-# codec against the CPU codec; the CUDA IPC fetch into an engine's buffer through a real
-# stratad; an NCCL device link between two GPUs, where the node has two), gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and host-to-device, CUDA
-# codec encode/decode GB/s) and gpu_fetch_bench (FetchToDevice through stratad into a lent
+# codec against the CPU codec, encoder and decoder; the CUDA IPC fetch into and publish out of an
+# engine's buffer through a real stratad; an NCCL device link between two GPUs, where the node
+# has two), gpu_bench (GPU-tier fetch vs cudaMemcpy device-to-device and host-to-device, CUDA
+# codec encode/decode GB/s, quant blocks encoded from device memory vs the CPU encoder) and gpu_fetch_bench (FetchToDevice through stratad into a lent
 # engine buffer vs cudaMemcpy device-to-device), all in the same run. Results go under $OUT
 # when it is set (else ./device-check-out). Budget: under 8 minutes on a 16-core GPU node.
 #   bash scripts/device-check.sh
@@ -39,7 +40,7 @@ rc=0
 (cd "$BUILD_DIR" && ctest -L cuda -E 'gpu_(fetch_)?bench_smoke' --output-on-failure \
   --timeout 120) > "$OUT/ctest-cuda.txt" 2>&1 || rc=1
 # Engines' device buffers lent over CUDA IPC to a real stratad with a CUDA GPU tier.
-"$BUILD_DIR/tests/integration/gpu_tier_daemon_test" --gtest_filter='DeviceFetchTest.*' \
+"$BUILD_DIR/tests/integration/gpu_tier_daemon_test" --gtest_filter='DeviceFetchTest.*:DevicePublishTest.*' \
   > "$OUT/device-fetch-test.txt" 2>&1 || rc=1
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$OUT/device-fetch-test.txt" | tee -a "$OUT/summary.txt"
 # The tier's bookkeeping too (host memory standing in), on this machine's CPUs.
