@@ -184,6 +184,21 @@ size_t QuantSection::steps() const {
   return g == 0 ? 0 : size_t{tokens} * ((channels() + g - 1) / g);
 }
 
+QuantSection QuantSection::Of(const SectionHandoff& h, bool outliers) {
+  QuantSection s;
+  s.tokens = h.tokens;
+  s.heads = h.heads;
+  s.head_dim = h.head_dim;
+  s.dtype = h.dtype;
+  s.is_key = h.is_key;
+  s.bits = h.bits;
+  s.group = h.group;  // 0 for keys, which take a step per channel
+  s.hadamard = h.hadamard;
+  s.token_delta = h.token_delta;
+  s.key_outliers = outliers;
+  return s;
+}
+
 absl::Status QuantSection::Validate() const {
   STRATA_RETURN_IF_ERROR(CheckDType(dtype));
   if (tokens == 0 || heads == 0 || head_dim == 0)

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "codec/codec.h"
 #include "strata/kv_layout.h"
 
 namespace strata::codec::cuda {
@@ -106,6 +107,8 @@ struct QuantSection {
   // Outlier channels a head may keep: max(1, head_dim / 16).
   uint32_t outliers_per_head() const { return head_dim / 16 > 0 ? head_dim / 16 : 1; }
   size_t values() const { return size_t{tokens} * channels(); }
+  // The section a codec hands over or asks for (codec.h); `outliers`: whether it keeps them.
+  static QuantSection Of(const SectionHandoff& h, bool outliers);
   // Entries of the steps array: channels (keys) or tokens * ceil(channels / group) (values).
   size_t steps() const;
   absl::Status Validate() const;

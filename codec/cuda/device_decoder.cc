@@ -66,17 +66,7 @@ struct DeviceDecoder::Impl {
     const size_t ov = Stage(staged, h.outlier_vals.data(), h.outlier_vals.size_bytes());
     STRATA_RETURN_IF_ERROR(Upload());
     dev = arrays.as<uint8_t>();
-    QuantSection s;
-    s.tokens = h.tokens;
-    s.heads = h.heads;
-    s.head_dim = h.head_dim;
-    s.dtype = h.dtype;
-    s.is_key = h.is_key;
-    s.bits = h.bits;
-    s.group = h.group;  // 0 for keys, which take a step per channel
-    s.hadamard = h.hadamard;
-    s.token_delta = h.token_delta;
-    s.key_outliers = !h.outlier_idx.empty();
+    const QuantSection s = QuantSection::Of(h, !h.outlier_idx.empty());
     QuantArrays in;
     in.mu16 = reinterpret_cast<uint16_t*>(dev + mu);
     in.a16 = h.token_delta ? dev + a : nullptr;

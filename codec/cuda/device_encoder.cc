@@ -58,17 +58,7 @@ struct DeviceEncoder::Impl {
   }
 
   absl::Status Quant(const uint8_t* d_block, const SectionHandoff& h, SectionArrays* out) {
-    QuantSection s;
-    s.tokens = h.tokens;
-    s.heads = h.heads;
-    s.head_dim = h.head_dim;
-    s.dtype = h.dtype;
-    s.is_key = h.is_key;
-    s.bits = h.bits;
-    s.group = h.group;  // 0 for keys, which take a step per channel
-    s.hadamard = h.hadamard;
-    s.token_delta = h.token_delta;
-    s.key_outliers = h.key_outliers;
+    const QuantSection s = QuantSection::Of(h, h.key_outliers);
     STRATA_RETURN_IF_ERROR(s.Validate());
     const size_t C = s.channels(), n = s.values(), eb = DTypeBytes(s.dtype);
     const size_t slots = h.key_outliers ? size_t{s.heads} * s.outliers_per_head() : 0;

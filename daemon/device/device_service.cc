@@ -190,6 +190,10 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
     return grpc::Status::OK;
   };
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (absl::Now() > deadline)  // what was published before stays
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("the deadline passed after ", i, " of ", ids.size(),
+                                       " blocks were read"));
     std::vector<uint8_t> stored;
     bool here = false;
     const uint64_t size = req->sizes(static_cast<int>(i));

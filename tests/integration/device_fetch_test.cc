@@ -18,14 +18,14 @@
 #include "strata/device_buffer.h"
 #include "strata/v1/device.grpc.pb.h"
 #include "tests/integration/auth_fixture.h"
+#include "tests/integration/device_fixture.h"
 
 namespace strata {
 namespace {
 
 using namespace auth_fixture;  // NOLINT(build/namespaces): the shared fixture of these tests
 
-constexpr char kGpu[] = "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n"
-                        "  high_watermark: 1.0\n  low_watermark: 1.0\n";
+using namespace device_fixture;  // NOLINT(build/namespaces)
 constexpr size_t kBlock = 512 << 10;
 
 uint64_t Counter(const DaemonStats& s, const std::string& name) {
@@ -228,16 +228,8 @@ TEST(DeviceFetchTest, CodedBlocksArriveDecodedWhenAsked) {
   auto ns = client->OpenNamespace(spec, "t");
   ASSERT_TRUE(ns.ok()) << ns.status();
   const size_t bytes = spec.layout.BlockBytes();
-  // Finite fp16 values in (-4, 4): sign, exponent 12..16, random mantissa.
-  std::vector<std::vector<uint8_t>> kv(3, std::vector<uint8_t>(bytes));
-  uint32_t x = 12345;
-  for (auto& b : kv)
-    for (size_t k = 0; k < bytes; k += 2) {
-      x = x * 1664525u + 1013904223u;
-      const uint16_t h = static_cast<uint16_t>(((x >> 31) << 15) | ((12 + (x >> 10) % 5) << 10) |
-                                               ((x >> 12) & 0x3FF));
-      std::memcpy(b.data() + k, &h, 2);
-    }
+  std::vector<std::vector<uint8_t>> kv;
+  for (uint32_t i = 0; i < 3; ++i) kv.push_back(FiniteHalfBlock(bytes, 12345 + i));
   std::vector<ConstBuffer> views;
   for (const auto& b : kv) views.push_back({b.data(), b.size()});
   auto pub = client->Publish(*ns, testing::Tokens(3 * kTokensPerBlock, 21), views);

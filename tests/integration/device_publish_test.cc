@@ -15,28 +15,16 @@
 #include "storage/gpu/device_memory.h"
 #include "strata/device_buffer.h"
 #include "tests/integration/auth_fixture.h"
+#include "tests/integration/device_fixture.h"
 
 namespace strata {
 namespace {
 
 using namespace auth_fixture;  // NOLINT(build/namespaces): the shared fixture of these tests
 
-constexpr char kGpu[] = "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n"
-                        "  high_watermark: 1.0\n  low_watermark: 1.0\n";
-constexpr size_t kBlock = 256 << 10;
+using namespace device_fixture;  // NOLINT(build/namespaces)
 
-// Finite fp16 values in (-4, 4): sign, exponent 12..16, random mantissa.
-std::vector<uint8_t> FiniteHalfBlock(size_t bytes, uint32_t seed) {
-  std::vector<uint8_t> b(bytes);
-  uint32_t x = seed;
-  for (size_t k = 0; k < bytes; k += 2) {
-    x = x * 1664525u + 1013904223u;
-    const uint16_t h = static_cast<uint16_t>(((x >> 31) << 15) | ((12 + (x >> 10) % 5) << 10) |
-                                             ((x >> 12) & 0x3FF));
-    std::memcpy(b.data() + k, &h, 2);
-  }
-  return b;
-}
+constexpr size_t kBlock = 256 << 10;
 
 TEST(DevicePublishTest, BlocksArePublishedStraightOutOfTheEnginesBuffer) {
   DaemonProcess d(std::string("host_tier:\n  capacity: 64MiB\n") + kGpu);
