@@ -63,6 +63,9 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
   if (!layer_value_bits.empty() && layer_value_bits.size() != layout.num_layers)
     return absl::InvalidArgumentError("codec: per-layer value bits must name every layer");
   if (group_size == 0) return absl::InvalidArgumentError("codec: group_size must be > 0");
+  if (rate_bits != 0 && (mode != Mode::kQuant || !(rate_bits > 0 && rate_bits <= 16)))
+    return absl::InvalidArgumentError(
+        "codec: a bit budget (rate_bits) is a quant option, in (0, 16] bits per value");
   if (mode == Mode::kQuant) {
     if (hadamard && (layout.head_dim & (layout.head_dim - 1)) != 0)
       return absl::InvalidArgumentError("codec: Hadamard rotation needs a power-of-two head_dim");
@@ -119,6 +122,9 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
       p.token_delta = false;
     } else if (t == "ol") {
       p.key_outliers = true;
+    } else if (float r; absl::StartsWith(t, "r") && absl::SimpleAtof(t.substr(1), &r)) {
+      if (!(r > 0 && r <= 16)) return bad("a bit budget rR needs 0 < R <= 16 bits per value");
+      p.rate_bits = r;
     } else if (absl::StartsWith(t, "g") && absl::SimpleAtoi(t.substr(1), &v) && v > 0 &&
                v < 65536) {
       p.group_size = static_cast<uint16_t>(v);
@@ -147,6 +153,7 @@ std::string CodecSpecString(const CodecParams& p) {
       if (p.hadamard) absl::StrAppend(&s, ":had");
       if (!p.token_delta) absl::StrAppend(&s, ":nodelta");
       if (p.key_outliers) absl::StrAppend(&s, ":ol");
+      if (p.rate_bits > 0) absl::StrAppend(&s, ":r", p.rate_bits);
       return s;
     }
   }
@@ -275,6 +282,7 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
                                  std::span<const uint8_t> block, const SectionSource* source,
                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(params.Validate(layout));
+  if (params.rate_bits > 0) return EncodeWithinRate(layout, params, block, source, blob, stats);
   if (!source && block.size() != layout.BlockBytes())
     return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
                                                    " bytes, layout needs ", layout.BlockBytes()));

@@ -62,6 +62,11 @@ struct CodecParams {
   // channels whose mean square over the block exceeds 16x the median of their head, at most
   // head_dim/16 per head.
   bool key_outliers = false;
+  // quant: a bit budget per block, in bits per value of the whole blob (0: none). The encoder
+  // then picks each block's bits per layer, at most key_bits / value_bits: the most that keep
+  // the blob within the budget (codec/rate_control.cc). A block that exceeds it even at 2 bits
+  // everywhere is stored at 2 bits (nothing is refused for its size).
+  float rate_bits = 0;
   // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
   std::vector<uint8_t> layer_key_bits;
   std::vector<uint8_t> layer_value_bits;
@@ -84,8 +89,9 @@ struct CodecParams {
 };
 
 // Spec strings: "raw", "lossless", "int4-g64" (groupwise, 4 bits, group 64), and
-// "quant:k3v4[:g64][:had][:nodelta][:ol]" (key bits 3, value bits 4, value group 64, Hadamard
-// on, token delta off, key outlier channels kept exactly); "pca:<16 hex digits>" (calibrated
+// "quant:k3v4[:g64][:had][:nodelta][:ol][:r2.5]" (key bits 3, value bits 4, value group 64,
+// Hadamard on, token delta off, key outlier channels kept exactly, at most 2.5 bits per value
+// per block with per-layer bits of at most k3v4); "pca:<16 hex digits>" (calibrated
 // transform coding with that calibration) and "pca:bR" (R bits per value, for a calibration
 // still to be made).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
@@ -160,6 +166,10 @@ class Encoder {
   absl::Status EncodeImpl(const KvLayout& layout, const CodecParams& params,
                           std::span<const uint8_t> block, const SectionSource* source,
                           std::vector<uint8_t>* blob, EncodeStats* stats);
+  // params.rate_bits > 0: the per-layer bits search (codec/rate_control.cc).
+  absl::Status EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
+                                std::span<const uint8_t> block, const SectionSource* source,
+                                std::vector<uint8_t>* blob, EncodeStats* stats);
 
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;

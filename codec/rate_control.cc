@@ -1,0 +1,118 @@
+// Rate control for quant blocks (CodecParams::rate_bits): each block is coded with the most bits
+// per layer that keep its blob within the budget, at most the spec's key/value bits.
+//
+// The per-layer settings climb a ladder of (key bits, value bits): (2,2), (2,3), (3,3), (3,4),
+// ... up to the ceiling, a value bit first at each rung (keys carry the outlier channels,
+// which `:ol` keeps exactly anyway). The search encodes whole blocks and keeps only encodes whose
+// real size fits, so the budget holds exactly, whatever the data; sizes grow with the rung
+// almost always, which is what makes a binary search pay:
+//   1. the highest rung every layer can take (binary search, ~log2(rungs) encodes);
+//   2. then the first m layers one rung higher, m as large as still fits (binary search,
+//      ~log2(layers) encodes). Earlier layers get the extra bits: their errors travel through
+//      every later layer of the model.
+// A block that exceeds the budget even at (2,2) everywhere is coded at (2,2): stored, not
+// refused. Cost: about log2(rungs) + log2(layers) + 1 encodes per block (8 for a 28-layer model
+// with a k4v4 ceiling), so encode speed drops by that factor; decode is unchanged (the blob's
+// sections carry their bits).
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "codec/codec.h"
+#include "common/status_macros.h"
+
+namespace strata::codec {
+namespace {
+
+std::vector<std::pair<uint8_t, uint8_t>> Ladder(uint8_t max_key, uint8_t max_value) {
+  std::vector<std::pair<uint8_t, uint8_t>> rungs;
+  uint8_t k = 2, v = 2;
+  rungs.push_back({k, v});
+  while (k < max_key || v < max_value) {
+    if ((v <= k && v < max_value) || k >= max_key)
+      ++v;
+    else
+      ++k;
+    rungs.push_back({k, v});
+  }
+  return rungs;
+}
+
+}  // namespace
+
+absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
+                                       std::span<const uint8_t> block,
+                                       const SectionSource* source, std::vector<uint8_t>* blob,
+                                       EncodeStats* stats) {
+  const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
+  const auto budget = static_cast<uint64_t>(std::floor(
+      static_cast<double>(params.rate_bits) * static_cast<double>(values) / 8.0));
+  const auto rungs = Ladder(params.key_bits, params.value_bits);
+  const uint32_t layers = layout.num_layers;
+  CodecParams trial = params;
+  trial.rate_bits = 0;
+  trial.layer_key_bits.assign(layers, 0);
+  trial.layer_value_bits.assign(layers, 0);
+  std::vector<uint8_t> attempt;
+  // Encodes with the first `raised` layers on rung `rung` + 1 and the rest on `rung`; true (and
+  // the blob in *blob) when it fits the budget.
+  auto fits = [&](size_t rung, uint32_t raised, bool keep_anyway) -> absl::StatusOr<bool> {
+    for (uint32_t l = 0; l < layers; ++l) {
+      const auto& [k, v] = rungs[l < raised ? rung + 1 : rung];
+      trial.layer_key_bits[l] = k;
+      trial.layer_value_bits[l] = v;
+    }
+    STRATA_RETURN_IF_ERROR(EncodeImpl(layout, trial, block, source, &attempt, nullptr));
+    const bool ok = attempt.size() <= budget;
+    if (ok || keep_anyway) blob->swap(attempt);
+    return ok;
+  };
+  // 1. The highest rung for every layer: rungs below `lo` fit, from `hi` on they do not.
+  size_t lo = 0, hi = rungs.size();  // invariant: the answer is in [lo - 1, hi - 1]
+  bool any = false;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    STRATA_ASSIGN_OR_RETURN(bool ok, fits(mid, 0, false));
+    if (ok) {
+      any = true;
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (!any) {  // not even the floor fits: stored at the floor
+    STRATA_ASSIGN_OR_RETURN(bool ok, fits(0, 0, true));
+    (void)ok;
+  } else if (const size_t rung = lo - 1; rung + 1 < rungs.size()) {
+    // 2. The first m layers one rung higher: m = 0 fits (step 1), m = layers does not.
+    uint32_t mlo = 1, mhi = layers;
+    std::vector<uint8_t> chosen;
+    chosen.swap(*blob);  // rung for every layer, m = 0
+    while (mlo < mhi) {
+      const uint32_t mid = (mlo + mhi) / 2;
+      STRATA_ASSIGN_OR_RETURN(bool ok, fits(rung, mid, false));
+      if (ok) {
+        chosen.swap(*blob);
+        mlo = mid + 1;
+      } else {
+        mhi = mid;
+      }
+    }
+    blob->swap(chosen);
+  }
+  if (stats) {  // the chosen plan (from the blob's sections) once more, counted
+    STRATA_ASSIGN_OR_RETURN(BlobInfo info, InspectBlob(*blob));
+    CodecParams chosen = params;
+    chosen.rate_bits = 0;
+    chosen.layer_key_bits.assign(layers, params.key_bits);
+    chosen.layer_value_bits.assign(layers, params.value_bits);
+    for (const SectionEntry& e : info.sections)
+      if (e.type == SectionType::kQuant)
+        (e.tensor == 0 ? chosen.layer_key_bits : chosen.layer_value_bits)[e.layer] = e.bits;
+    std::vector<uint8_t> counted;
+    STRATA_RETURN_IF_ERROR(EncodeImpl(layout, chosen, block, source, &counted, stats));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::codec
