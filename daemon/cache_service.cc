@@ -423,6 +423,9 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
       c["gpu_crc_failures_total"] = g.crc_failures;
       c["gpu_peer_copies_total"] = g.peer_copies;
       c["gpu_peer_copied_bytes_total"] = g.peer_copied_bytes;
+      c["gpu_peer_reads_total"] = g.peer_reads;
+      c["gpu_peer_read_bytes_total"] = g.peer_read_bytes;
+      c["gpu_peer_device_encodes_total"] = g.peer_device_encodes;
     }
     if (Cluster* cl = cluster_.load(); cl && cl->device_transfers()) {
       const DeviceTransferCounters& d = cl->device_transfers()->counters();

@@ -29,7 +29,8 @@ struct NvmeSeries {
 struct GpuSeries {
   Gauge *capacity, *used, *blocks, *pinned, *leases;
   Counter *promotions, *promoted_bytes, *demotions, *demoted_bytes, *held_below, *dropped,
-      *staged_down, *copy_errors, *crc_failures;
+      *staged_down, *copy_errors, *crc_failures, *peer_copies, *peer_copied_bytes, *peer_reads,
+      *peer_read_bytes, *peer_device_encodes;
 };
 
 namespace {
@@ -58,6 +59,14 @@ std::unique_ptr<GpuSeries> RegisterGpuSeries(MetricsRegistry& m) {
       m.AddCounter("strata_gpu_crc_failures_total",
                    "GPU-tier blocks whose bytes failed their CRC32C when copied down (dropped, "
                    "never served)."),
+      m.AddCounter("strata_gpu_peer_copies_total",
+                   "Blocks copied into device buffers same-node engines lent (FetchToDevice)."),
+      m.AddCounter("strata_gpu_peer_copied_bytes_total", "Bytes copied into lent buffers."),
+      m.AddCounter("strata_gpu_peer_reads_total",
+                   "Blocks read out of lent buffers to be published (PublishFromDevice)."),
+      m.AddCounter("strata_gpu_peer_read_bytes_total", "Bytes read out of lent buffers."),
+      m.AddCounter("strata_gpu_peer_device_encodes_total",
+                   "Blocks read out of lent buffers that the codec quantised on the device."),
   });
 }
 
@@ -243,6 +252,11 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
     g.staged_down->Set(c.staged_down);
     g.copy_errors->Set(c.copy_errors);
     g.crc_failures->Set(c.crc_failures);
+    g.peer_copies->Set(c.peer_copies);
+    g.peer_copied_bytes->Set(c.peer_copied_bytes);
+    g.peer_reads->Set(c.peer_reads);
+    g.peer_read_bytes->Set(c.peer_read_bytes);
+    g.peer_device_encodes->Set(c.peer_device_encodes);
   }
 }
 

@@ -67,6 +67,9 @@ struct GpuTierCounters {
   uint64_t crc_failures = 0;  // device copies whose bytes failed their CRC32C below
   uint64_t peer_copies = 0;   // blocks copied into buffers same-node engines lent
   uint64_t peer_copied_bytes = 0;
+  uint64_t peer_reads = 0;  // blocks read out of lent buffers to be published
+  uint64_t peer_read_bytes = 0;
+  uint64_t peer_device_encodes = 0;  // of those, blocks the codec quantised on the device
 };
 
 struct BlockStoreStats {

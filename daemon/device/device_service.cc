@@ -211,6 +211,7 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
     }
     bytes_read += size;
     on_device |= here;
+    gpu_->NotePeerReads(1, size, here ? 1 : 0);
     batch.push_back(i);
     batch_ids.push_back(ids[i]);
     if (!parents->empty()) batch_parents.push_back((*parents)[i]);

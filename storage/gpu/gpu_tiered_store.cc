@@ -498,6 +498,9 @@ GpuTierCounters GpuTieredStore::Counters() const {
   c.crc_failures = n_.crc_failures.load();
   c.peer_copies = n_.peer_copies.load();
   c.peer_copied_bytes = n_.peer_copied_bytes.load();
+  c.peer_reads = n_.peer_reads.load();
+  c.peer_read_bytes = n_.peer_read_bytes.load();
+  c.peer_device_encodes = n_.peer_device_encodes.load();
   return c;
 }
 

@@ -140,6 +140,13 @@ class GpuTieredStore final : public BlockStoreWrapper {
                                             std::span<const BlockId> ids) const;
   DeviceMemory& memory() const { return *memory_; }
   GpuTierCounters Counters() const;
+  // Blocks read out of buffers same-node engines lent (PublishFromDevice), `encoded_on_device`
+  // of them quantised there: counted here with the tier's other copies to and from engines.
+  void NotePeerReads(uint64_t blocks, uint64_t bytes, uint64_t encoded_on_device) {
+    n_.peer_reads.fetch_add(blocks);
+    n_.peer_read_bytes.fetch_add(bytes);
+    n_.peer_device_encodes.fetch_add(encoded_on_device);
+  }
   // Stops the demotion thread; queued victims are dropped. Idempotent.
   void Stop();
 
@@ -192,7 +199,8 @@ class GpuTieredStore final : public BlockStoreWrapper {
   struct Atomics {
     std::atomic<uint64_t> promotions{0}, promoted_bytes{0}, demotions{0}, demoted_bytes{0},
         victims_held_below{0}, victims_dropped{0}, staged_down{0}, staged_down_bytes{0},
-        copy_errors{0}, crc_failures{0}, peer_copies{0}, peer_copied_bytes{0};
+        copy_errors{0}, crc_failures{0}, peer_copies{0}, peer_copied_bytes{0}, peer_reads{0},
+        peer_read_bytes{0}, peer_device_encodes{0};
   } n_;
   std::atomic<bool> stop_{false};
   std::thread demoter_;

@@ -54,6 +54,17 @@ TEST(DevicePublishTest, BlocksArePublishedStraightOutOfTheEnginesBuffer) {
   EXPECT_EQ(pub->bytes_read, 4 * kBlock);
   EXPECT_EQ(pub->stored_bytes, std::vector<uint64_t>(4, kBlock));
   EXPECT_FALSE(pub->encoded_on_device);
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  auto counter = [&](const std::string& name) -> uint64_t {
+    for (const auto& [k, v] : stats->counters)
+      if (k == name) return v;
+    ADD_FAILURE() << "no counter " << name;
+    return 0;
+  };
+  EXPECT_EQ(counter("gpu_peer_reads_total"), 4u);
+  EXPECT_EQ(counter("gpu_peer_read_bytes_total"), 4 * kBlock);
+  EXPECT_EQ(counter("gpu_peer_device_encodes_total"), 0u);
 
   // Found and fetched like any published block; a second publish finds them there.
   auto found = client->LookupIds(*ns, first4);
