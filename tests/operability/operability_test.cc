@@ -21,6 +21,9 @@ using testing::HttpGet;
 using testing::RunCommand;
 
 // A daemon with HTTP on an ephemeral loopback port.
+// A GPU tier of host memory standing in for the device: its series are then exported.
+constexpr char kGpuStandIn[] = "gpu:\n  capacity: 4MiB\n  memory: host-stand-in\n";
+
 struct HttpDaemon {
   explicit HttpDaemon(const std::string& config = "host_tier:\n  capacity: 64MiB\n")
       : process(config, {"--http-listen", "127.0.0.1:0"}) {
@@ -150,8 +153,9 @@ TEST(OperabilityTest, PrometheusServerScrapesDaemonAndAnswersPromQL) {
       std::filesystem::remove_all(path, ec);
     }
   } nvme;
+  // Every tier, so that every dashboard panel has series (the GPU tier's memory stands in).
   HttpDaemon d("host_tier:\n  capacity: 64MiB\nnvme:\n  files:\n    - {path: " + nvme.path +
-               "/tier0, capacity: 1MiB}\n  catalog_dir: " + nvme.path + "/catalog\n");
+               "/tier0, capacity: 1MiB}\n  catalog_dir: " + nvme.path + "/catalog\n" + kGpuStandIn);
   ASSERT_TRUE(d.ok()) << d.process.log();
   auto client = Connect(d.process);
   ASSERT_TRUE(client);
@@ -383,7 +387,7 @@ TEST(OperabilityTest, CodecRatioFollowsCodecNamespaces) {
 }
 
 TEST(OperabilityTest, DashboardNamesOnlyExportedMetrics) {
-  HttpDaemon d;
+  HttpDaemon d(std::string("host_tier:\n  capacity: 64MiB\n") + kGpuStandIn);
   ASSERT_TRUE(d.ok()) << d.process.log();
   auto m = HttpGet(d.http, "/metrics");
   ASSERT_EQ(m.status, 200);
