@@ -588,7 +588,8 @@ bool FiniteHalf(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
 absl::Status CheckQuantArrays(const SectionArrays& a, const TensorShape& s, const QuantGeometry& q,
                               const CodecParams& p) {
   auto bad = [](std::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat("quant section from a device: ", std::string(what)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("quant section from a device: ", std::string(what)));
   };
   if (a.mu16.size() != q.C) return bad("centres disagree with the channels");
   if (!std::all_of(a.mu16.begin(), a.mu16.end(), FiniteHalf)) return bad("a centre not finite");

@@ -4,6 +4,8 @@
 // timed end to end (the gRPC call, the daemon's device-to-device copies into the IPC-opened
 // buffer) against cudaMemcpy device-to-device of the same bytes in this process, in the same
 // run. Blocks only host memory holds (promote=false) are timed against pinned host-to-device.
+// Then the other direction: PublishFromDevice out of the same buffer (opaque, and a quant
+// namespace the daemon encodes on the device) against a copy down and a Publish from host memory.
 // Medians of --reps. Without a CUDA device it says why and exits 0.
 #include <cuda_runtime_api.h>
 
@@ -152,6 +154,79 @@ int main(int argc, char** argv) {
     bytes_ok &= check == data[i];
   }
   const double from_host = MedianGbps(reps, total, [&] { return fetch(false); });
+
+  // Publishes out of the engine's buffer (it holds the blocks fetched last): PublishFromDevice
+  // against the engine doing it itself (cudaMemcpy to pinned memory, then Publish), each round
+  // under fresh ids and evicted after.
+  uint32_t round = 0;
+  auto fresh_ids = [&](const strata::NamespaceId& in, size_t n) {
+    std::vector<uint32_t> t(n * 16);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>(1000000 * (++round) + i);
+    auto got = (*client)->BlockIds(in, t);
+    return got.ok() ? *got : std::vector<strata::BlockId>();
+  };
+  const std::vector<uint64_t> sizes(blocks, block_bytes);
+  auto publish_out = [&]() {
+    const auto fresh = fresh_ids(*ns, blocks);
+    auto p = (*client)->PublishFromDevice(*ns, *loan, fresh, {}, offsets, sizes);
+    const bool ok = p.ok() && p->stored == blocks;
+    if (!ok) std::fprintf(stderr, "publish from device: %s\n", p.status().ToString().c_str());
+    (void)(*client)->Evict(*ns, fresh);
+    return ok;
+  };
+  auto publish_via_host = [&]() {
+    if (!copy(pinned, engine, cudaMemcpyDeviceToHost)) return false;
+    std::vector<strata::ConstBuffer> host_views;
+    for (size_t i = 0; i < blocks; ++i)
+      host_views.push_back({static_cast<uint8_t*>(pinned) + i * block_bytes, block_bytes});
+    const auto fresh = fresh_ids(*ns, blocks);
+    auto p = (*client)->PublishIds(*ns, fresh, {}, host_views);
+    const bool ok = p.ok() && p->stored == blocks;
+    (void)(*client)->Evict(*ns, fresh);
+    return ok;
+  };
+  publish_out();
+  const double out_gbps = MedianGbps(reps, total, publish_out);
+  const double via_host_gbps = MedianGbps(reps, total, publish_via_host);
+  // A quant namespace: the daemon's CUDA encoder quantises where the blocks lie, against the
+  // client library encoding on this process's CPU after a copy down.
+  strata::NamespaceSpec qspec = spec;
+  qspec.model_id = "gpu-fetch-bench-quant";
+  qspec.layout = strata::KvLayout{4, 8, 128, strata::DType::kFloat16, 64,
+                                  strata::KvKind::kSeparateKV};
+  qspec.codec_policy = "quant:k4v4:had";
+  const uint64_t kv_bytes = qspec.layout.BlockBytes();  // 1 MiB
+  const size_t kv_blocks = std::max<size_t>(1, total / kv_bytes);
+  double quant_out = 0, quant_host = 0;
+  bool device_encoded = false;
+  auto qns = (*client)->OpenNamespace(qspec, "bench");
+  if (qns.ok() && kv_blocks * kv_bytes <= total) {
+    std::vector<uint16_t> kv(kv_blocks * kv_bytes / 2);
+    for (size_t k = 0; k < kv.size(); ++k)
+      kv[k] = static_cast<uint16_t>(0x3000 + (k * 2654435761u >> 7) % 0x0C00);
+    cudaMemcpy(engine, kv.data(), kv_blocks * kv_bytes, cudaMemcpyHostToDevice);
+    std::vector<uint64_t> kv_offsets, kv_sizes(kv_blocks, kv_bytes);
+    for (size_t i = 0; i < kv_blocks; ++i) kv_offsets.push_back(i * kv_bytes);
+    quant_out = MedianGbps(reps, kv_blocks * kv_bytes, [&] {
+      const auto fresh = fresh_ids(*qns, kv_blocks);
+      auto p = (*client)->PublishFromDevice(*qns, *loan, fresh, {}, kv_offsets, kv_sizes);
+      const bool ok = p.ok() && p->stored == kv_blocks;
+      if (ok) device_encoded = p->encoded_on_device;
+      (void)(*client)->Evict(*qns, fresh);
+      return ok;
+    });
+    quant_host = MedianGbps(reps, kv_blocks * kv_bytes, [&] {
+      if (!copy(pinned, engine, cudaMemcpyDeviceToHost)) return false;
+      std::vector<strata::ConstBuffer> host_views;
+      for (size_t i = 0; i < kv_blocks; ++i)
+        host_views.push_back({static_cast<uint8_t*>(pinned) + i * kv_bytes, kv_bytes});
+      const auto fresh = fresh_ids(*qns, kv_blocks);
+      auto p = (*client)->PublishIds(*qns, fresh, {}, host_views);
+      const bool ok = p.ok() && p->stored == kv_blocks;
+      (void)(*client)->Evict(*qns, fresh);
+      return ok;
+    });
+  }
   (void)(*client)->ReturnDeviceBuffer(*loan);
 
   std::printf("gpu_fetch_bench: %zu blocks of %llu bytes, %d reps\n", blocks,
@@ -161,13 +236,22 @@ int main(int argc, char** argv) {
               from_gpu, from_gpu / d2d, all_from_gpu ? "" : " (NOT all from the gpu tier)");
   std::printf("ipc fetch  host memory -> engine buffer %.1f GB/s = %.2fx h2d\n", from_host,
               from_host / h2d);
+  std::printf("ipc publish engine buffer -> stratad %.1f GB/s = %.2fx cudaMemcpy d2h + Publish "
+              "(%.1f GB/s)\n",
+              out_gbps, out_gbps / via_host_gbps, via_host_gbps);
+  std::printf("ipc publish quant:k4v4:had, encoded by stratad %s %.2f GB/s = %.2fx client "
+              "encode + Publish (%.2f GB/s)\n",
+              device_encoded ? "on the device" : "on its CPU", quant_out,
+              quant_host > 0 ? quant_out / quant_host : 0, quant_host);
   std::printf("bytes      %s\n", bytes_ok ? "every block intact" : "MISMATCH");
   if (!json.empty())
     std::ofstream(json) << absl::StrFormat(
         "{\"block_bytes\":%d,\"blocks\":%d,\"d2d_gbps\":%.3f,\"h2d_gbps\":%.3f,"
         "\"ipc_fetch_gbps\":%.3f,\"ipc_fetch_vs_d2d\":%.3f,\"ipc_host_fetch_gbps\":%.3f,"
-        "\"bytes_ok\":%s}\n",
-        block_bytes, blocks, d2d, h2d, from_gpu, from_gpu / d2d, from_host,
+        "\"ipc_publish_gbps\":%.3f,\"d2h_publish_gbps\":%.3f,\"quant_device_publish_gbps\":%.3f,"
+        "\"quant_client_publish_gbps\":%.3f,\"quant_encoded_on_device\":%s,\"bytes_ok\":%s}\n",
+        block_bytes, blocks, d2d, h2d, from_gpu, from_gpu / d2d, from_host, out_gbps,
+        via_host_gbps, quant_out, quant_host, device_encoded ? "true" : "false",
         bytes_ok ? "true" : "false");
   cudaFree(engine);
   cudaFree(src);

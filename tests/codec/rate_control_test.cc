@@ -97,7 +97,8 @@ TEST(RateControl, LayersTakeDifferentBitsToFillTheBudget) {
   auto k3v4 = Encode(l, *ParseCodecSpec("quant:k3v4:had"), block);
   ASSERT_TRUE(k3v3.ok() && k3v4.ok());
   CodecParams p = *ParseCodecSpec("quant:k8v8:had");
-  p.rate_bits = static_cast<float>((BitsPerValue(l, k3v3->size()) + BitsPerValue(l, k3v4->size())) / 2);
+  p.rate_bits = static_cast<float>(
+      (BitsPerValue(l, k3v3->size()) + BitsPerValue(l, k3v4->size())) / 2);
   EncodeStats stats;
   Encoder enc;
   std::vector<uint8_t> blob;
