@@ -626,25 +626,57 @@ absl::Status CheckQuantArrays(const SectionArrays& a, const TensorShape& s, cons
 
 }  // namespace
 
+namespace {
+
+// The quantiser's half of EncodeQuant: symbols and steps in the scratch (sc->syms,
+// sc->steps16), the rest into the arguments.
+absl::Status Quantise(const uint8_t* in, const TensorShape& s, const QuantGeometry& q,
+                      const CodecParams& p, SectionScratch* sc, std::vector<uint16_t>* outliers,
+                      std::vector<uint16_t>* mu16, std::vector<uint8_t>* a16) {
+  sc->f.resize(q.n);
+  ToFloat(in, s.dtype, sc->f.data(), q.n);
+  const bool use_outliers = p.key_outliers && q.axis == 0;
+  const bool outliers_finite = !use_outliers || TakeKeyOutliers(s, q, sc->f.data(), outliers);
+  if (p.hadamard) HadamardRows(sc->f.data(), q.T * s.heads, s.head_dim);
+  const float* f = sc->f.data();
+  STRATA_RETURN_IF_ERROR(CentresAndSteps(f, q, outliers_finite, sc, mu16));
+  PredictorWeights(f, q, p.token_delta, sc, a16);
+  QuantiseRows(f, q, sc);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status EncodeQuant(const uint8_t* in, const TensorShape& s, uint8_t bits,
                          const CodecParams& p, SectionScratch* sc, std::vector<uint8_t>* out,
                          rans::CoderStats* stats, std::vector<uint16_t>* symbol_sink,
                          uint8_t* coder, rans::SharedEncoder* shared) {
   const QuantGeometry q = GeometryOf(s, bits, p);
-  sc->f.resize(q.n);
-  ToFloat(in, s.dtype, sc->f.data(), q.n);
-  std::vector<uint16_t> outliers;
-  const bool use_outliers = p.key_outliers && q.axis == 0;
-  const bool outliers_finite = !use_outliers || TakeKeyOutliers(s, q, sc->f.data(), &outliers);
-  if (p.hadamard) HadamardRows(sc->f.data(), q.T * s.heads, s.head_dim);
-  const float* f = sc->f.data();
-  std::vector<uint16_t> mu16;
-  STRATA_RETURN_IF_ERROR(CentresAndSteps(f, q, outliers_finite, sc, &mu16));
+  std::vector<uint16_t> outliers, mu16;
   std::vector<uint8_t> a16;
-  PredictorWeights(f, q, p.token_delta, sc, &a16);
-  QuantiseRows(f, q, sc);
+  STRATA_RETURN_IF_ERROR(Quantise(in, s, q, p, sc, &outliers, &mu16, &a16));
   return CodeQuant(in, nullptr, s, q, bits, p, outliers, mu16, a16, sc, out, stats, symbol_sink,
                    coder, shared);
+}
+
+absl::Status QuantiseToArrays(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                              const CodecParams& p, SectionScratch* sc, SectionArrays* out) {
+  const QuantGeometry q = GeometryOf(s, bits, p);
+  out->outlier_idx.clear();
+  STRATA_RETURN_IF_ERROR(Quantise(in, s, q, p, sc, &out->outlier_idx, &out->mu16, &out->a16));
+  if (!p.token_delta) out->a16.clear();
+  out->syms.assign(sc->syms.begin(), sc->syms.begin() + static_cast<ptrdiff_t>(q.n));
+  out->steps16 = sc->steps16;
+  const size_t eb = DTypeBytes(s.dtype);
+  out->outlier_vals.resize(q.T * out->outlier_idx.size() * eb);
+  uint8_t* dst = out->outlier_vals.data();
+  for (size_t t = 0; t < q.T; ++t)
+    for (uint16_t c : out->outlier_idx) {
+      std::memcpy(dst, in + (t * q.C + c) * eb, eb);
+      dst += eb;
+    }
+  out->payload.clear();
+  return absl::OkStatus();
 }
 
 absl::Status EncodeQuantArrays(SectionArrays& arrays, const TensorShape& s, uint8_t bits,

@@ -14,11 +14,15 @@
 // refused. Cost: about log2(rungs) + log2(layers) + 1 encodes per block (8 for a 28-layer model
 // with a k4v4 ceiling), so encode speed drops by that factor; decode is unchanged (the blob's
 // sections carry their bits).
+#include <array>
 #include <cmath>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codec/codec.h"
+#include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
 namespace strata::codec {
@@ -53,6 +57,47 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
   trial.rate_bits = 0;
   trial.layer_key_bits.assign(layers, 0);
   trial.layer_value_bits.assign(layers, 0);
+  // Trial encodes on the CPU go through a source that keeps each section's quantiser output by
+  // bits, so a section is quantised once per bit width it is tried at; only the entropy coding
+  // runs again. Only the widths of the rungs still in play are kept (bounded memory).
+  const uint32_t tensors = layout.TensorsPerLayer();
+  std::vector<std::array<std::unique_ptr<SectionArrays>, 9>> cache(size_t{layers} * tensors);
+  internal::SectionScratch quantise_scratch;
+  const SectionSource cpu_source = [&](const SectionHandoff& h, SectionArrays* out) {
+    auto& slot = cache[size_t{h.layer} * tensors + (h.is_key ? 0 : 1)][h.bits];
+    if (!slot) {
+      auto arrays = std::make_unique<SectionArrays>();
+      internal::TensorShape shape;
+      shape.tokens = h.tokens;
+      shape.heads = h.heads;
+      shape.head_dim = h.head_dim;
+      shape.dtype = h.dtype;
+      shape.is_key = h.is_key;
+      STRATA_RETURN_IF_ERROR(internal::QuantiseToArrays(block.data() + h.out_offset, shape,
+                                                        h.bits, params, &quantise_scratch,
+                                                        arrays.get()));
+      slot = std::move(arrays);
+    }
+    *out = *slot;
+    return absl::OkStatus();
+  };
+  // Forgets the widths no rung in [from, to] uses.
+  auto keep_only = [&](size_t from, size_t to) {
+    for (auto& section : cache)
+      for (size_t b = 0; b < section.size(); ++b) {
+        bool used = false;
+        for (size_t r = from; r <= to && r < rungs.size(); ++r)
+          used |= rungs[r].first == b || rungs[r].second == b;
+        if (!used) section[b].reset();
+      }
+  };
+  if (!source) {
+    if (block.size() != layout.BlockBytes())
+      return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
+                                                     " bytes, layout needs ",
+                                                     layout.BlockBytes()));
+    source = &cpu_source;
+  }
   std::vector<uint8_t> attempt;
   // Encodes with the first `raised` layers on rung `rung` + 1 and the rest on `rung`; true (and
   // the blob in *blob) when it fits the budget.
@@ -79,6 +124,7 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
     } else {
       hi = mid;
     }
+    keep_only(lo > 0 ? lo - 1 : 0, hi);  // the best fit so far and the lowest misfit
   }
   if (!any) {  // not even the floor fits: stored at the floor
     STRATA_ASSIGN_OR_RETURN(bool ok, fits(0, 0, true));

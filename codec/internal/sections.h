@@ -164,6 +164,10 @@ absl::Status EncodeQuantArrays(SectionArrays& arrays, const TensorShape& s, uint
                                std::vector<uint8_t>* out, rans::CoderStats* stats,
                                std::vector<uint16_t>* symbol_sink, uint8_t* coder,
                                rans::SharedEncoder* shared);
+// The quantiser alone, to the arrays a device encoder hands over (rate control caches them
+// between its trial encodes).
+absl::Status QuantiseToArrays(const uint8_t* in, const TensorShape& s, uint8_t bits,
+                              const CodecParams& p, SectionScratch* sc, SectionArrays* out);
 absl::Status DecodeQuant(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                          uint8_t coder, SectionScratch* sc, uint8_t* out,
                          rans::SharedDecoder* shared);
