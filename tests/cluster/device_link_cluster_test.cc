@@ -2,14 +2,18 @@
 // processes whose GPU tiers are host memory standing in for the device (the stand-in link is
 // TCP where NCCL would be): Reposition into another node's GPU tier, both ends of a pair
 // running it, blocks only in host memory going over UCX, damaged and refused transfers, a dead
-// source, and the Peer calls of the link refused to strangers.
+// source, the Peer calls of the link refused to strangers; and blocks published out of an
+// engine's lent buffer, replicated like any publish.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "common/packed_ids.h"
+#include "strata/device_buffer.h"
 #include "strata/v1/peer.grpc.pb.h"
 #include "tests/cluster/cluster_fixture.h"
 
@@ -352,6 +356,56 @@ TEST_F(DeviceLinkClusterTest, TheLinksPeerCallsAreRefusedToWhatIsNotAPeerOfTheVi
 
 // n0 has no GPU tier (so no device links): the others stop asking it for a while, and its
 // blocks reach their GPU tiers over UCX.
+// Blocks an engine publishes out of its lent buffer are published like any other: replicated
+// before the call returns, so losing the publishing node loses none of them.
+TEST(DevicePublishClusterTest, BlocksPublishedFromADeviceBufferAreReplicated) {
+  Cluster cl(3, /*replicas=*/2, "", kGpu);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto a = Connect(cl.node(0));
+  ASSERT_TRUE(a);
+  auto ns = a->OpenNamespace(Spec(), "tenant-a", 2);
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  const size_t n = 6;
+  const auto blocks = testing::RandomBlocks(n, kBlockBytes, 31);
+  auto buffer = StandInDeviceBuffer::Create(n * kBlockBytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::vector<uint64_t> offsets, sizes(n, kBlockBytes);
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy((*buffer)->data() + i * kBlockBytes, blocks[i].data(), kBlockBytes);
+    offsets.push_back(i * kBlockBytes);
+  }
+  auto loan = a->LendDeviceBuffer((*buffer)->handle());
+  ASSERT_TRUE(loan.ok()) << loan.status();
+  const auto tokens = Tokens(n * kTokensPerBlock, 31);
+  auto ids = a->BlockIds(*ns, tokens);
+  ASSERT_TRUE(ids.ok());
+  auto pub = a->PublishFromDevice(*ns, *loan, *ids, {}, offsets, sizes);
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  ASSERT_EQ(pub->stored, n);
+  ASSERT_TRUE(a->ReturnDeviceBuffer(*loan).ok());
+  // Another node holds each block too (the replica is made before PublishFromDevice returns).
+  auto located = a->Locate(*ns, *ids);
+  ASSERT_TRUE(located.ok()) << located.status();
+  for (size_t i = 0; i < n; ++i) {
+    std::set<std::string> nodes;
+    for (const BlockHolder& h : (*located)[i]) nodes.insert(h.node);
+    EXPECT_EQ(nodes.size(), 2u) << "block " << i;
+  }
+  cl.Kill(0);
+  for (int reader : {1, 2}) {
+    auto c = Connect(cl.node(reader));
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->OpenNamespace(Spec(), "tenant-a", 2).ok());
+    std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(kBlockBytes));
+    std::vector<MutableBuffer> bufs;
+    for (auto& b : out) bufs.push_back({b.data(), b.size()});
+    auto f = c->Fetch(*ns, *ids, bufs);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->fetched, n) << "through n" << reader << "\n" << cl.logs();
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], blocks[i]) << i;
+  }
+}
+
 TEST(DeviceLinkClusterTestMixed, BlocksFromANodeWithoutDeviceLinksComeOverUcx) {
   Cluster cl{2, 1, "host_tier:\n  capacity: 64MiB\n", kGpu};
   ASSERT_TRUE(cl.ok()) << cl.logs();
