@@ -32,14 +32,18 @@ absl::Status PeerEncoder::ReadFrom(DeviceMemory& memory, PeerBuffer& peer, uint6
     return absl::InvalidArgumentError(absl::StrCat("a block of ", bytes, " bytes; the namespace's "
                                                    "layout has ",
                                                    layout.BlockBytes()));
-  std::lock_guard<std::mutex> lock(mu_);
 #if STRATA_DAEMON_CUDA
   if (const uint8_t* src = peer.device_data(); src && codec) {
+    std::lock_guard<std::mutex> lock(mu_);  // one device encoder (its device scratch) per daemon
     *on_device = codec->mode == codec::Mode::kQuant || codec->mode == codec::Mode::kGroupwise;
     return device_->encoder.Encode(layout, *codec, src + offset, bytes, stored);
   }
 #endif
-  std::vector<uint8_t>& host = codec ? host_ : *stored;
+  // CPU encodes run on the calling thread with its own encoder, so one caller's large publish
+  // does not hold up another's.
+  thread_local codec::Encoder cpu;
+  thread_local std::vector<uint8_t> host_block;
+  std::vector<uint8_t>& host = codec ? host_block : *stored;
   host.resize(bytes);
   PeerRead r;
   r.peer_offset = offset;
@@ -47,7 +51,7 @@ absl::Status PeerEncoder::ReadFrom(DeviceMemory& memory, PeerBuffer& peer, uint6
   r.size = bytes;
   STRATA_RETURN_IF_ERROR(memory.FromPeer(peer, {&r, 1}));
   if (!codec) return absl::OkStatus();
-  return cpu_.Encode(layout, *codec, host_, stored);
+  return cpu.Encode(layout, *codec, host_block, stored);
 }
 
 }  // namespace strata::daemon

@@ -25,7 +25,8 @@ class PeerEncoder {
   // The `bytes` at `offset` of `peer`, as stored: copied (no codec) or encoded as one block of
   // `layout` with `codec`. OutOfRange when they leave the lent range; InvalidArgument for a block
   // the codec refuses (a non-finite value under a lossy mode, a size that is not the layout's).
-  // *on_device: whether the codec's quantiser ran on the device. Thread-safe (one at a time).
+  // *on_device: whether the codec's quantiser ran on the device. Thread-safe: CPU encodes run
+  // in parallel (one encoder per calling thread), device encodes one at a time.
   absl::Status ReadFrom(DeviceMemory& memory, PeerBuffer& peer, uint64_t offset, uint64_t bytes,
                         const KvLayout& layout, const std::optional<codec::CodecParams>& codec,
                         std::vector<uint8_t>* stored, bool* on_device);
@@ -33,9 +34,7 @@ class PeerEncoder {
  private:
   struct Device;  // the CUDA encoder, in CUDA builds
 
-  std::mutex mu_;
-  codec::Encoder cpu_;
-  std::vector<uint8_t> host_;
+  std::mutex mu_;  // the device encoder's
   std::unique_ptr<Device> device_;
 };
 
