@@ -165,16 +165,16 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::PublishMade(const Caller& caller, const NamespaceId& ns,
-                                       std::span<const BlockId> ids,
-                                       std::span<const BlockId> parents,
-                                       std::span<const std::vector<uint8_t>> blocks,
-                                       absl::Time deadline, std::vector<BlockStatus>* status) {
+grpc::Status CacheService::PublishMade(
+    const Caller& caller, const NamespaceId& ns, std::span<const BlockId> ids,
+    std::span<const BlockId> parents, std::span<const uint64_t> sizes,
+    const std::function<absl::StatusOr<uint32_t>(size_t, uint8_t*)>& write, absl::Time deadline,
+    std::vector<BlockStatus>* status) {
   v1::ReserveRequest rq;
   rq.set_namespace_id(std::string(ns.AsBytes()));
   rq.set_ids(PackIds(ids));
   if (!parents.empty()) rq.set_parent_ids(PackIds(parents));
-  for (const auto& b : blocks) rq.add_sizes(b.size());
+  rq.mutable_sizes()->Add(sizes.begin(), sizes.end());
   v1::ReserveResponse reserved;
   if (grpc::Status s = ReserveFor(caller, rq, &reserved); !s.ok()) return s;
   status->assign(ids.size(), BlockStatus::kOk);
@@ -188,16 +188,19 @@ grpc::Status CacheService::PublishMade(const Caller& caller, const NamespaceId& 
   v1::CommitRequest cq;
   cq.set_reservation_id(reservation);
   for (size_t i : granted) {
-    const ArenaExtent extent{reserved.offsets(static_cast<int>(i)), blocks[i].size()};
+    const ArenaExtent extent{reserved.offsets(static_cast<int>(i)), sizes[i]};
     if (absl::Status held = store_->BeginReservedWrite(reservation, extent); !held.ok()) {
       (void)AbortFor(caller, reservation);
       return ToGrpcStatus(held);
     }
-    const uint32_t crc =
-        CopyWithCrc32c(store_->arena_base() + extent.offset, blocks[i].data(), extent.size);
+    absl::StatusOr<uint32_t> crc = write(i, store_->arena_base() + extent.offset);
     store_->EndReservedWrite(reservation);
-    NoteStaged(reservation, extent.offset, extent.size, crc);  // Commit need not read it again
-    cq.add_crc32c(crc);
+    if (!crc.ok()) {
+      (void)AbortFor(caller, reservation);
+      return ToGrpcStatus(crc.status());
+    }
+    NoteStaged(reservation, extent.offset, extent.size, *crc);  // Commit need not read it again
+    cq.add_crc32c(*crc);
   }
   v1::CommitResponse committed;
   if (grpc::Status s = CommitFor(caller, cq, deadline, /*may_wait=*/true, nullptr, &committed);

@@ -178,14 +178,17 @@ class CacheService final : public v1::Cache::Service {
   // finished.
   bool Drain(absl::Duration grace);
 
-  // Publishes blocks this daemon made itself (read out of an engine's lent device buffer) as
-  // `caller` would: ReserveFor, a copy into the arena with its CRC32C taken, CommitFor (so
-  // replicas, announcements and events follow as for any publish). One status per block:
-  // Reserve's refusal, or Commit's answer.
-  grpc::Status PublishMade(const Caller& caller, const NamespaceId& ns,
-                           std::span<const BlockId> ids, std::span<const BlockId> parents,
-                           std::span<const std::vector<uint8_t>> blocks, absl::Time deadline,
-                           std::vector<BlockStatus>* status);
+  // Publishes blocks this daemon makes itself (read out of an engine's lent device buffer) as
+  // `caller` would: ReserveFor, the bytes written into the arena with their CRC32C taken,
+  // CommitFor (so replicas, announcements and events follow as for any publish). One status per
+  // block: Reserve's refusal, or Commit's answer.
+  // `write(i, dst)` fills block i's extent (sizes[i] bytes) and returns its CRC32C; it is called
+  // for the blocks Reserve grants only. A failed write aborts the reservation and the call.
+  grpc::Status PublishMade(
+      const Caller& caller, const NamespaceId& ns, std::span<const BlockId> ids,
+      std::span<const BlockId> parents, std::span<const uint64_t> sizes,
+      const std::function<absl::StatusOr<uint32_t>(size_t, uint8_t*)>& write,
+      absl::Time deadline, std::vector<BlockStatus>* status);
   // Calls admitted and still running.
   int in_flight() {
     absl::MutexLock lock(&drain_mu_);

@@ -656,15 +656,13 @@ absl::Status Daemon::Impl::StartServices() {
   peer->set_calibrations(calibrations.get());
   device_service =
       std::make_unique<DeviceService>(gpu, namespaces.get(), auth.get(), calibrations.get());
-  device_service->set_publisher([svc = service.get()](const Caller& caller,
-                                                      const NamespaceId& ns,
-                                                      std::span<const BlockId> ids,
-                                                      std::span<const BlockId> parents,
-                                                      std::span<const std::vector<uint8_t>> blocks,
-                                                      absl::Time deadline,
-                                                      std::vector<BlockStatus>* status) {
-    return svc->PublishMade(caller, ns, ids, parents, blocks, deadline, status);
-  });
+  device_service->set_publisher(
+      [svc = service.get()](const Caller& caller, const NamespaceId& ns,
+                            std::span<const BlockId> ids, std::span<const BlockId> parents,
+                            std::span<const uint64_t> sizes, const MadeBlockWriter& write,
+                            absl::Time deadline, std::vector<BlockStatus>* status) {
+        return svc->PublishMade(caller, ns, ids, parents, sizes, write, deadline, status);
+      });
   builder.RegisterService(device_service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another

@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/packed_ids.h"
+#include "common/status_macros.h"
 #include "daemon/request_checks.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -166,25 +168,38 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
   std::vector<uint64_t> stored_bytes(ids.size(), 0);
   uint64_t bytes_read = 0;
   bool on_device = false;
-  // One batch: the blocks read (or encoded) so far, published together.
+  // One batch: the blocks checked (opaque) or encoded (codec) so far, published together.
+  // Opaque blocks are read straight into their extents, and only those Reserve grants.
   std::vector<size_t> batch;
   std::vector<BlockId> batch_ids, batch_parents;
-  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<uint64_t> batch_sizes;
+  std::vector<std::vector<uint8_t>> blobs;  // codec: the encoded blocks of the batch
   uint64_t batch_bytes = 0;
+  PeerBuffer& peer = **buffer;
+  const MadeBlockWriter write = [&](size_t k, uint8_t* dst) -> absl::StatusOr<uint32_t> {
+    if (params) return CopyWithCrc32c(dst, blobs[k].data(), blobs[k].size());
+    const uint64_t size = batch_sizes[k];
+    STRATA_RETURN_IF_ERROR(PeerEncoder::ReadInto(
+        gpu_->memory(), peer, req->offsets(static_cast<int>(batch[k])), size, dst));
+    bytes_read += size;
+    gpu_->NotePeerReads(1, size, 0);
+    return Crc32c(dst, size);
+  };
   auto flush = [&]() -> grpc::Status {
     if (batch.empty()) return grpc::Status::OK;
     std::vector<BlockStatus> got;
-    if (grpc::Status s = publisher_(caller, scoped->ns, batch_ids, batch_parents, blobs,
-                                    deadline, &got);
+    if (grpc::Status s = publisher_(caller, scoped->ns, batch_ids, batch_parents, batch_sizes,
+                                    write, deadline, &got);
         !s.ok())
       return s;
     for (size_t k = 0; k < batch.size() && k < got.size(); ++k) {
       status[batch[k]] = got[k];
-      if (got[k] == BlockStatus::kOk) stored_bytes[batch[k]] = blobs[k].size();
+      if (got[k] == BlockStatus::kOk) stored_bytes[batch[k]] = batch_sizes[k];
     }
     batch.clear();
     batch_ids.clear();
     batch_parents.clear();
+    batch_sizes.clear();
     blobs.clear();
     batch_bytes = 0;
     return grpc::Status::OK;
@@ -194,13 +209,20 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           absl::StrCat("the deadline passed after ", i, " of ", ids.size(),
                                        " blocks were read"));
-    std::vector<uint8_t> stored;
-    bool here = false;
+    const uint64_t offset = req->offsets(static_cast<int>(i));
     const uint64_t size = req->sizes(static_cast<int>(i));
     absl::Status r = size == 0 ? absl::InvalidArgumentError("a block of 0 bytes")
-                               : encoder_.ReadFrom(gpu_->memory(), **buffer,
-                                                   req->offsets(static_cast<int>(i)), size,
-                                                   entry->spec.layout, params, &stored, &here);
+                               : PeerEncoder::CheckRange(peer, offset, size);
+    std::vector<uint8_t> stored;
+    bool here = false;
+    if (r.ok() && params) {
+      r = encoder_.ReadFrom(gpu_->memory(), peer, offset, size, entry->spec.layout, *params,
+                            &stored, &here);
+      if (r.ok()) {
+        bytes_read += size;
+        gpu_->NotePeerReads(1, size, here ? 1 : 0);
+      }
+    }
     if (!r.ok()) {
       // A block that is not there or not encodable is refused alone; a device that fails
       // fails the call (what was published before it stays).
@@ -209,14 +231,13 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
                    std::string(r.message()));
       continue;
     }
-    bytes_read += size;
     on_device |= here;
-    gpu_->NotePeerReads(1, size, here ? 1 : 0);
     batch.push_back(i);
     batch_ids.push_back(ids[i]);
     if (!parents->empty()) batch_parents.push_back((*parents)[i]);
-    batch_bytes += stored.size();
-    blobs.push_back(std::move(stored));
+    batch_sizes.push_back(params ? stored.size() : size);
+    batch_bytes += batch_sizes.back();
+    if (params) blobs.push_back(std::move(stored));
     if (batch_bytes >= kPublishBatchBytes)
       if (grpc::Status s = flush(); !s.ok()) return s;
   }

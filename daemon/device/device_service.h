@@ -21,13 +21,17 @@
 
 namespace strata::daemon {
 
-// Publishes blocks the daemon read out of a lent buffer as `caller` publishing them would
-// (Reserve, write, Commit: replicas, announcements and events included); one status per block
+// Writes block i of a publish into `dst` (its reserved extent, as many bytes as the publish gave
+// it) and returns their CRC32C.
+using MadeBlockWriter = std::function<absl::StatusOr<uint32_t>(size_t i, uint8_t* dst)>;
+// Publishes blocks the daemon reads out of a lent buffer (or encoded from one) as `caller`
+// publishing them would (Reserve, write, Commit: replicas, announcements and events included);
+// `write` is called only for the blocks Reserve grants. One status per block
 // (CacheService::PublishMade).
 using MadeBlockPublisher = std::function<grpc::Status(
     const Caller& caller, const NamespaceId& ns, std::span<const BlockId> ids,
-    std::span<const BlockId> parents, std::span<const std::vector<uint8_t>> blocks,
-    absl::Time deadline, std::vector<BlockStatus>* status)>;
+    std::span<const BlockId> parents, std::span<const uint64_t> sizes,
+    const MadeBlockWriter& write, absl::Time deadline, std::vector<BlockStatus>* status)>;
 
 class DeviceService final : public v1::DeviceCopies::Service {
  public:
