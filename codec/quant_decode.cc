@@ -310,7 +310,7 @@ absl::Status DecodeQuantHandoff(std::span<const uint8_t> payload, const TensorSh
   sc->mu16.resize(C);
   std::memcpy(sc->mu16.data(), h.mu_p, C * 2);
   sc->out_idx.resize(h.nout);
-  std::memcpy(sc->out_idx.data(), h.out_idx, size_t{h.nout} * 2);
+  if (h.nout > 0) std::memcpy(sc->out_idx.data(), h.out_idx, size_t{h.nout} * 2);
   out->kind = SectionHandoff::Kind::kQuant;
   out->bits = bits;
   out->tokens = s.tokens;
