@@ -165,29 +165,38 @@ int main(int argc, char** argv) {
     auto got = (*client)->BlockIds(in, t);
     return got.ok() ? *got : std::vector<strata::BlockId>();
   };
-  const std::vector<uint64_t> sizes(blocks, block_bytes);
-  auto publish_out = [&]() {
-    const auto fresh = fresh_ids(*ns, blocks);
-    auto p = (*client)->PublishFromDevice(*ns, *loan, fresh, {}, offsets, sizes);
-    const bool ok = p.ok() && p->stored == blocks;
+  // `count` blocks of `bytes` at the start of the engine's buffer, published by stratad out of
+  // it (*on_device: whether it encoded them there) ...
+  auto publish_out = [&](const strata::NamespaceId& in, size_t count, uint64_t bytes,
+                         bool* on_device) {
+    std::vector<uint64_t> at, sizes(count, bytes);
+    for (size_t i = 0; i < count; ++i) at.push_back(i * bytes);
+    const auto fresh = fresh_ids(in, count);
+    auto p = (*client)->PublishFromDevice(in, *loan, fresh, {}, at, sizes);
+    const bool ok = p.ok() && p->stored == count;
     if (!ok) std::fprintf(stderr, "publish from device: %s\n", p.status().ToString().c_str());
-    (void)(*client)->Evict(*ns, fresh);
+    if (ok && on_device) *on_device = p->encoded_on_device;
+    (void)(*client)->Evict(in, fresh);
     return ok;
   };
-  auto publish_via_host = [&]() {
-    if (!copy(pinned, engine, cudaMemcpyDeviceToHost)) return false;
+  // ... or by this process: copied down to pinned memory, then published (encoded here).
+  auto publish_via_host = [&](const strata::NamespaceId& in, size_t count, uint64_t bytes) {
+    if (!Check(cudaMemcpy(pinned, engine, count * bytes, cudaMemcpyDeviceToHost), "d2h"))
+      return false;
     std::vector<strata::ConstBuffer> host_views;
-    for (size_t i = 0; i < blocks; ++i)
-      host_views.push_back({static_cast<uint8_t*>(pinned) + i * block_bytes, block_bytes});
-    const auto fresh = fresh_ids(*ns, blocks);
-    auto p = (*client)->PublishIds(*ns, fresh, {}, host_views);
-    const bool ok = p.ok() && p->stored == blocks;
-    (void)(*client)->Evict(*ns, fresh);
+    for (size_t i = 0; i < count; ++i)
+      host_views.push_back({static_cast<uint8_t*>(pinned) + i * bytes, bytes});
+    const auto fresh = fresh_ids(in, count);
+    auto p = (*client)->PublishIds(in, fresh, {}, host_views);
+    const bool ok = p.ok() && p->stored == count;
+    (void)(*client)->Evict(in, fresh);
     return ok;
   };
-  publish_out();
-  const double out_gbps = MedianGbps(reps, total, publish_out);
-  const double via_host_gbps = MedianGbps(reps, total, publish_via_host);
+  publish_out(*ns, blocks, block_bytes, nullptr);
+  const double out_gbps =
+      MedianGbps(reps, total, [&] { return publish_out(*ns, blocks, block_bytes, nullptr); });
+  const double via_host_gbps =
+      MedianGbps(reps, total, [&] { return publish_via_host(*ns, blocks, block_bytes); });
   // A quant namespace: the daemon's CUDA encoder quantises where the blocks lie, against the
   // client library encoding on this process's CPU after a copy down.
   strata::NamespaceSpec qspec = spec;
@@ -205,27 +214,11 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < kv.size(); ++k)
       kv[k] = static_cast<uint16_t>(0x3000 + (k * 2654435761u >> 7) % 0x0C00);
     cudaMemcpy(engine, kv.data(), kv_blocks * kv_bytes, cudaMemcpyHostToDevice);
-    std::vector<uint64_t> kv_offsets, kv_sizes(kv_blocks, kv_bytes);
-    for (size_t i = 0; i < kv_blocks; ++i) kv_offsets.push_back(i * kv_bytes);
     quant_out = MedianGbps(reps, kv_blocks * kv_bytes, [&] {
-      const auto fresh = fresh_ids(*qns, kv_blocks);
-      auto p = (*client)->PublishFromDevice(*qns, *loan, fresh, {}, kv_offsets, kv_sizes);
-      const bool ok = p.ok() && p->stored == kv_blocks;
-      if (ok) device_encoded = p->encoded_on_device;
-      (void)(*client)->Evict(*qns, fresh);
-      return ok;
+      return publish_out(*qns, kv_blocks, kv_bytes, &device_encoded);
     });
-    quant_host = MedianGbps(reps, kv_blocks * kv_bytes, [&] {
-      if (!copy(pinned, engine, cudaMemcpyDeviceToHost)) return false;
-      std::vector<strata::ConstBuffer> host_views;
-      for (size_t i = 0; i < kv_blocks; ++i)
-        host_views.push_back({static_cast<uint8_t*>(pinned) + i * kv_bytes, kv_bytes});
-      const auto fresh = fresh_ids(*qns, kv_blocks);
-      auto p = (*client)->PublishIds(*qns, fresh, {}, host_views);
-      const bool ok = p.ok() && p->stored == kv_blocks;
-      (void)(*client)->Evict(*qns, fresh);
-      return ok;
-    });
+    quant_host = MedianGbps(reps, kv_blocks * kv_bytes,
+                            [&] { return publish_via_host(*qns, kv_blocks, kv_bytes); });
   }
   (void)(*client)->ReturnDeviceBuffer(*loan);
 
