@@ -99,17 +99,26 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
     source = &cpu_source;
   }
   std::vector<uint8_t> attempt;
+  size_t chosen_rung = 0;  // the plan of the blob in *blob
+  uint32_t chosen_raised = 0;
   // Encodes with the first `raised` layers on rung `rung` + 1 and the rest on `rung`; true (and
   // the blob in *blob) when it fits the budget.
-  auto fits = [&](size_t rung, uint32_t raised, bool keep_anyway) -> absl::StatusOr<bool> {
+  auto plan = [&](size_t rung, uint32_t raised) {
     for (uint32_t l = 0; l < layers; ++l) {
       const auto& [k, v] = rungs[l < raised ? rung + 1 : rung];
       trial.layer_key_bits[l] = k;
       trial.layer_value_bits[l] = v;
     }
+  };
+  auto fits = [&](size_t rung, uint32_t raised, bool keep_anyway) -> absl::StatusOr<bool> {
+    plan(rung, raised);
     STRATA_RETURN_IF_ERROR(EncodeImpl(layout, trial, block, source, &attempt, nullptr));
     const bool ok = attempt.size() <= budget;
-    if (ok || keep_anyway) blob->swap(attempt);
+    if (ok || keep_anyway) {
+      blob->swap(attempt);
+      chosen_rung = rung;
+      chosen_raised = raised;
+    }
     return ok;
   };
   // 1. The highest rung for every layer: rungs below `lo` fit, from `hi` on they do not.
@@ -130,33 +139,22 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
     STRATA_ASSIGN_OR_RETURN(bool ok, fits(0, 0, true));
     (void)ok;
   } else if (const size_t rung = lo - 1; rung + 1 < rungs.size()) {
-    // 2. The first m layers one rung higher: m = 0 fits (step 1), m = layers does not.
+    // 2. The first m layers one rung higher: m = 0 fits (step 1), m = layers does not. A trial
+    // that fits replaces *blob; one that does not leaves it.
     uint32_t mlo = 1, mhi = layers;
-    std::vector<uint8_t> chosen;
-    chosen.swap(*blob);  // rung for every layer, m = 0
     while (mlo < mhi) {
       const uint32_t mid = (mlo + mhi) / 2;
       STRATA_ASSIGN_OR_RETURN(bool ok, fits(rung, mid, false));
-      if (ok) {
-        chosen.swap(*blob);
+      if (ok)
         mlo = mid + 1;
-      } else {
+      else
         mhi = mid;
-      }
     }
-    blob->swap(chosen);
   }
-  if (stats) {  // the chosen plan (from the blob's sections) once more, counted
-    STRATA_ASSIGN_OR_RETURN(BlobInfo info, InspectBlob(*blob));
-    CodecParams chosen = params;
-    chosen.rate_bits = 0;
-    chosen.layer_key_bits.assign(layers, params.key_bits);
-    chosen.layer_value_bits.assign(layers, params.value_bits);
-    for (const SectionEntry& e : info.sections)
-      if (e.type == SectionType::kQuant)
-        (e.tensor == 0 ? chosen.layer_key_bits : chosen.layer_value_bits)[e.layer] = e.bits;
-    std::vector<uint8_t> counted;
-    STRATA_RETURN_IF_ERROR(EncodeImpl(layout, chosen, block, source, &counted, stats));
+  if (stats) {  // the chosen plan once more, counted (trial encodes are not); the same bytes
+    plan(chosen_rung, chosen_raised);
+    STRATA_RETURN_IF_ERROR(EncodeImpl(layout, trial, block, source, &attempt, stats));
+    blob->swap(attempt);
   }
   return absl::OkStatus();
 }

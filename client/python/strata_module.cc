@@ -239,6 +239,16 @@ struct PyDeviceFetchResult {
   uint64_t bytes = 0;
 };
 
+// The parents a publish names, or by default a chain: each block's parent the one before it,
+// the first a root.
+std::vector<BlockId> ParentsOf(const std::optional<py::sequence>& parents,
+                               const std::vector<BlockId>& ids) {
+  if (parents) return IdsFrom(*parents);
+  std::vector<BlockId> chain(ids.size());
+  for (size_t i = 1; i < ids.size(); ++i) chain[i] = ids[i - 1];
+  return chain;
+}
+
 struct PyDevicePublishResult {
   std::vector<BlockStatus> status;
   std::vector<uint64_t> stored_bytes;
@@ -349,13 +359,7 @@ class PyClient {
                                           std::optional<py::sequence> parents) {
     NamespaceId id = IdFrom(ns);
     std::vector<BlockId> block_ids = IdsFrom(ids);
-    std::vector<BlockId> parent_ids;
-    if (parents) {
-      parent_ids = IdsFrom(*parents);
-    } else {  // as publish_ids: a chain, each block's parent the one before it
-      parent_ids.resize(block_ids.size());
-      for (size_t i = 1; i < block_ids.size(); ++i) parent_ids[i] = block_ids[i - 1];
-    }
+    std::vector<BlockId> parent_ids = ParentsOf(parents, block_ids);
     absl::StatusOr<strata::DevicePublishResult> r;
     {
       py::gil_scoped_release release;
@@ -462,13 +466,7 @@ class PyClient {
                              std::optional<std::vector<uint64_t>> first_positions) {
     NamespaceId id = IdFrom(ns);
     std::vector<BlockId> block_ids = IdsFrom(ids);
-    std::vector<BlockId> parent_ids;
-    if (parents) {
-      parent_ids = IdsFrom(*parents);
-    } else {
-      parent_ids.resize(block_ids.size());
-      for (size_t i = 1; i < block_ids.size(); ++i) parent_ids[i] = block_ids[i - 1];
-    }
+    std::vector<BlockId> parent_ids = ParentsOf(parents, block_ids);
     std::vector<BufferView> views = ViewsFrom(blocks, false);
     std::vector<strata::ConstBuffer> bufs;
     for (const BufferView& v : views) bufs.push_back({v.data(), v.size()});
