@@ -133,6 +133,14 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
 
 absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
                                                   const std::string& tenant, uint32_t replicas) {
+  NamespaceOptions options;
+  options.replicas = replicas;
+  return OpenNamespace(spec, tenant, options);
+}
+
+absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
+                                                  const std::string& tenant,
+                                                  const NamespaceOptions& options) {
   STRATA_RETURN_IF_ERROR(spec.Validate());
   std::optional<codec::CodecParams> params;
   if (spec.codec_policy != kOpaqueCodecPolicy) {
@@ -148,7 +156,7 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
   }
-  STRATA_ASSIGN_OR_RETURN(NamespaceId id, impl_->control().OpenNamespace(spec, tenant, replicas));
+  STRATA_ASSIGN_OR_RETURN(NamespaceId id, impl_->control().OpenNamespace(spec, tenant, options));
   std::lock_guard<std::mutex> lock(impl_->codecs_mu);
   impl_->codecs[id] = params;
   return id;

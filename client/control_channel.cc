@@ -96,7 +96,7 @@ absl::Status ControlChannel::NsRpc(const char* name, const NamespaceId& ns, cons
   if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
   std::optional<OpenedNamespace> open = Opened(ns);
   if (!open) return s;
-  auto reopened = OpenNamespace(open->spec, open->tenant, open->replicas);
+  auto reopened = OpenNamespace(open->spec, open->tenant, open->options);
   if (!reopened.ok() || *reopened != ns) return s;
   return Rpc(name, call);
 }
@@ -155,18 +155,19 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
 
 absl::StatusOr<NamespaceId> ControlChannel::OpenNamespace(const NamespaceSpec& spec,
                                                           const std::string& tenant,
-                                                          uint32_t replicas) {
+                                                          const NamespaceOptions& options) {
   v1::OpenNamespaceRequest req;
   *req.mutable_spec() = ToProto(spec);
   req.set_tenant(tenant);
-  req.set_replicas(replicas);
+  req.set_replicas(options.replicas);
+  req.set_cold_codec(options.cold_codec);
   v1::OpenNamespaceResponse resp;
   STRATA_RETURN_IF_ERROR(Rpc("OpenNamespace", [&](grpc::ClientContext* c) {
     return stub_->OpenNamespace(c, req, &resp);
   }));
   STRATA_ASSIGN_OR_RETURN(NamespaceId id, Digest::FromBytes(resp.namespace_id()));
   std::lock_guard<std::mutex> lock(ns_mu_);
-  namespaces_[id] = {spec, tenant, replicas};
+  namespaces_[id] = {spec, tenant, options};
   return id;
 }
 

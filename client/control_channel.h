@@ -47,7 +47,7 @@ struct ControlOptions {
 struct OpenedNamespace {
   NamespaceSpec spec;
   std::string tenant;
-  uint32_t replicas = 0;
+  NamespaceOptions options;
 };
 
 // The daemon's answer to Reserve: where to put each block it did not already have.
@@ -102,7 +102,7 @@ class ControlChannel {
 
   // Opens (idempotently) a namespace on the daemon and remembers it for reopening.
   absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant,
-                                            uint32_t replicas);
+                                            const NamespaceOptions& options = {});
   // Whether `ns` was opened through this channel, and how.
   std::optional<OpenedNamespace> Opened(const NamespaceId& ns) const;
 

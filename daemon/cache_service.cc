@@ -15,6 +15,7 @@
 #include "daemon/cache_service_internal.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/request_checks.h"
+#include "daemon/transcode/transcoder.h"
 #include "daemon/logging.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -162,7 +163,13 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
                                          "'s; it cannot open namespaces of tenant '", tenant, "'"));
       tenant = caller.tenant;
     }
-    auto id = namespaces_->Open(FromProto(req->spec()), tenant);
+    const NamespaceSpec spec = FromProto(req->spec());
+    if (!req->cold_codec().empty()) {
+      absl::Status cold = absl::FailedPreconditionError("this daemon does not transcode");
+      if (transcoder_) cold = Transcoder::CheckColdCodec(req->cold_codec(), spec);
+      if (!cold.ok()) return ToGrpcStatus(cold);
+    }
+    auto id = namespaces_->Open(spec, tenant);
     if (!id.ok()) {
       static LogRateLimiter limit;
       if (uint64_t suppressed = 0; limit.Allow(&suppressed))
@@ -174,6 +181,10 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
     if (req->replicas() > 8)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
     if (req->replicas() > 0) namespaces_->SetReplicas(*id, req->replicas());
+    if (!req->cold_codec().empty()) {
+      namespaces_->SetColdCodec(*id, req->cold_codec());
+      transcoder_->Enable(*id);
+    }
     resp->set_namespace_id(std::string(id->AsBytes()));
     return grpc::Status::OK;
   });
@@ -464,6 +475,12 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["quota_no_space_total"] = s.quota_no_space;
     c["reservations_expired_total"] = s.reservations_expired;
     c["leases_expired_total"] = s.leases_expired;
+    c["transcoded_blocks_total"] = s.transcoded;
+    c["transcoded_bytes_in_total"] = s.transcoded_bytes_in;
+    c["transcoded_bytes_out_total"] = s.transcoded_bytes_out;
+    c["transcode_failures_total"] = s.transcode_failures;
+    c["transcode_skipped_total"] = s.transcode_skipped;
+    c["transcoding_blocks"] = s.transcoding_blocks;
     return grpc::Status::OK;
   });
 }

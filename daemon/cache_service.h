@@ -26,6 +26,7 @@
 namespace strata::daemon {
 
 class Cluster;
+class Transcoder;
 
 // What a client needs to reach the arena over UCX (the arena's address and size are the
 // store's).
@@ -173,6 +174,9 @@ class CacheService final : public v1::Cache::Service {
 
   // Per-method request, latency and error metrics; null (the default) records nothing.
   void set_metrics(RpcMetrics* metrics) { metrics_ = metrics; }
+  // What rewrites cold blocks of namespaces opened with a cold codec; set before serving (null:
+  // such opens are refused).
+  void set_transcoder(Transcoder* transcoder) { transcoder_ = transcoder; }
 
   // Refuses new calls from now on and waits up to `grace` for in-flight ones; true if they all
   // finished.
@@ -331,6 +335,7 @@ class CacheService final : public v1::Cache::Service {
                         const std::function<void(size_t, const absl::Status&, uint32_t)>& report);
   absl::Mutex replicate_mu_;
   absl::flat_hash_map<uint64_t, PendingReplication> to_replicate_ ABSL_GUARDED_BY(replicate_mu_);
+  Transcoder* transcoder_ = nullptr;
   RpcMetrics* metrics_ = nullptr;
   NamespaceRegistry* namespaces_;
   const DataPlaneInfo data_plane_;

@@ -34,6 +34,7 @@
 #include "daemon/namespace_registry.h"
 #include "daemon/peer_service.h"
 #include "daemon/tls_setup.h"
+#include "daemon/transcode/transcoder.h"
 #include "daemon/zone_server.h"
 #include "storage/arena.h"
 #include "storage/block_store.h"
@@ -113,6 +114,8 @@ struct Daemon::Impl {
   // The namespaces' calibrations (codec mode pca) under <data_dir>/calibrations.
   std::unique_ptr<CalibrationStore> calibrations;
   std::unique_ptr<CalibrationService> calibration_service;
+  // Rewrites cold blocks of namespaces with a cold codec instead of evicting them.
+  std::unique_ptr<Transcoder> transcoder;
   // Device buffers same-node engines lend for fetches from the GPU tier.
   std::unique_ptr<DeviceService> device_service;
   std::unique_ptr<grpc::Server> server;
@@ -557,6 +560,7 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
   topts.tenant_max_share = config.limits.tenant_max_share;
   topts.tenant_max_reserved_bytes = config.limits.tenant_max_reserved_bytes;
   topts.write_back = !config.nvme.files.empty();
+  topts.transcode = true;  // only namespaces opened with a cold codec
   // With an NVMe tier, host extents start and end on 4 KiB so blocks move between the tiers
   // with O_DIRECT straight from/into host memory (no staging copy); costs < 4 KiB per block.
   if (topts.write_back) topts.alignment = kNvmeAlignment;
@@ -654,6 +658,9 @@ absl::Status Daemon::Impl::StartServices() {
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());
   peer->set_calibrations(calibrations.get());
+  transcoder = std::make_unique<Transcoder>(tier.get(), namespaces.get(), calibrations.get());
+  transcoder->Start();
+  service->set_transcoder(transcoder.get());
   device_service =
       std::make_unique<DeviceService>(gpu, namespaces.get(), auth.get(), calibrations.get());
   device_service->set_publisher(
@@ -775,6 +782,7 @@ void Daemon::Shutdown() {
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();
+  if (d.transcoder) d.transcoder->Stop();
   if (d.gpu) {
     // Device blocks are copies (or, when host memory evicted theirs, lost as host blocks are).
     auto g = d.gpu->Counters();

@@ -16,6 +16,8 @@ struct TierSeries {
       *crc_failures, *evict_lru, *evict_explicit, *no_space, *res_expired, *lease_expired;
   Gauge *codec_raw, *codec_stored, *codec_ratio;
   Counter *quota_evictions, *quota_no_space;
+  Counter *transcoded, *transcoded_in, *transcoded_out, *transcode_failures, *transcode_skipped;
+  Gauge* transcoding;
 };
 
 // NVMe tier series, registered only when the tier is configured.
@@ -154,6 +156,18 @@ std::unique_ptr<TierSeries> RegisterTierSeries(MetricsRegistry& m) {
       m.AddCounter("strata_quota_no_space_blocks_total",
                    "Blocks refused (NO_SPACE) because of a tenant quota (also in "
                    "strata_reserve_no_space_blocks_total)."),
+      m.AddCounter("strata_transcoded_blocks_total",
+                   "Cold host blocks rewritten with their namespace's cold codec instead of "
+                   "evicted."),
+      m.AddCounter("strata_transcoded_bytes_in_total", "Their bytes before transcoding."),
+      m.AddCounter("strata_transcoded_bytes_out_total", "Their bytes after transcoding."),
+      m.AddCounter("strata_transcode_failures_total",
+                   "Blocks handed to the transcoder but evicted after all (no smaller blob, or "
+                   "not decodable)."),
+      m.AddCounter("strata_transcode_skipped_total",
+                   "Transcoded blocks kept as they were: a reader held them when the blob came "
+                   "back."),
+      m.AddGauge("strata_transcoding_blocks", "Blocks waiting for or being transcoded."),
   });
 }
 
@@ -201,6 +215,12 @@ void StoreSeries::Collect(const BlockStore& store, const NamespaceRegistry& name
   x.lease_expired->Set(s.leases_expired);
   x.quota_evictions->Set(s.quota_evictions);
   x.quota_no_space->Set(s.quota_no_space);
+  x.transcoded->Set(s.transcoded);
+  x.transcoded_in->Set(s.transcoded_bytes_in);
+  x.transcoded_out->Set(s.transcoded_bytes_out);
+  x.transcode_failures->Set(s.transcode_failures);
+  x.transcode_skipped->Set(s.transcode_skipped);
+  x.transcoding->Set(static_cast<double>(s.transcoding_blocks));
   // The daemon never decodes; what a codec saves follows from each namespace's layout.
   auto usage = store.UsageByNamespace();
   double raw = 0, stored = 0;

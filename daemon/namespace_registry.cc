@@ -24,7 +24,7 @@ absl::StatusOr<NamespaceId> NamespaceRegistry::Open(const NamespaceSpec& spec,
             " open namespaces, its limit (limits.max_namespaces); "
             "namespaces without blocks are released after ",
             absl::FormatDuration(limits_.idle_timeout), " unused (limits.namespace_idle_timeout)"));
-      it = open_.try_emplace(id, Entry{id, spec, tenant, 0, now}).first;
+      it = open_.try_emplace(id, Entry{id, spec, tenant, 0, "", now}).first;
       opened = true;
     }
     it->second.last_used = now;
@@ -82,6 +82,12 @@ void NamespaceRegistry::SetReplicas(const NamespaceId& id, uint32_t replicas) {
   absl::MutexLock lock(&mu_);
   auto it = open_.find(id);
   if (it != open_.end()) it->second.replicas = replicas;
+}
+
+void NamespaceRegistry::SetColdCodec(const NamespaceId& id, const std::string& spec) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_.find(id);
+  if (it != open_.end()) it->second.cold_codec = spec;
 }
 
 }  // namespace strata::daemon

@@ -53,6 +53,9 @@ class NamespaceRegistry {
     NamespaceSpec spec;
     std::string tenant;
     uint32_t replicas = 0;  // 0: the daemon's default
+    // Codec spec its cold blocks are rewritten with instead of evicted (daemon/transcode);
+    // empty: none.
+    std::string cold_codec;
     // Last Open or Check naming it; a lookup counts as a use although Check is const.
     mutable absl::Time last_used;
   };
@@ -60,6 +63,8 @@ class NamespaceRegistry {
   std::optional<Entry> Find(const NamespaceId& id) const;
   // Copies per block the namespace asked for (a later non-zero request replaces it).
   void SetReplicas(const NamespaceId& id, uint32_t replicas);
+  // The namespace's cold codec (a later non-empty request replaces it); the caller checked it.
+  void SetColdCodec(const NamespaceId& id, const std::string& spec);
 
  private:
   const std::string secret_;

@@ -61,6 +61,7 @@ uint32_t HostTier::InternNamespace(const NamespaceId& ns) {
     namespace_ids_.push_back(ns);
     namespace_usage_.emplace_back(0, 0);
     namespace_tenant_.push_back(kNil);
+    namespace_transcodable_.push_back(false);
   }
   return it->second;
 }
@@ -315,6 +316,9 @@ std::optional<uint64_t> HostTier::AllocateEvicting(uint32_t zone, uint64_t size,
       if (!moved) break;
     }
   }
+  if (options_.transcode) {
+    if (auto off = TranscodeForRoom(zone, size, now)) return off;
+  }
   // Drop victims until the request fits (stops at the first allocation that succeeds).
   std::vector<uint32_t> skipped;
   std::optional<uint64_t> off;
@@ -333,8 +337,10 @@ std::optional<uint64_t> HostTier::AllocateEvicting(uint32_t zone, uint64_t size,
 void HostTier::EvictToLowWatermark(absl::Time now) {
   const double cap = static_cast<double>(capacity_);
   // Blocks being written back still hold their bytes but are already on their way out.
+  // So are the bytes blocks being transcoded are expected to give back.
   auto used = [this] {
-    return static_cast<double>(AllocatedBytes() - demoting_bytes_);
+    return static_cast<double>(AllocatedBytes() - demoting_bytes_ -
+                               std::min(transcode_savings_, AllocatedBytes() - demoting_bytes_));
   };
   if (used() <= options_.high_watermark * cap) return;
   const double target = options_.low_watermark * cap;
@@ -342,7 +348,7 @@ void HostTier::EvictToLowWatermark(absl::Time now) {
   while (used() > target) {
     uint32_t v = NextVictim(now, skipped);
     if (v == kNil) break;
-    EvictVictim(v);
+    if (!QueueTranscode(v)) EvictVictim(v);
   }
   RestoreSkipped(skipped);
 }
@@ -800,6 +806,7 @@ HostTierStats HostTier::Stats() const {
   s.namespaces = namespaces_.size();
   s.demoting_blocks = demoting_blocks_;
   s.demoting_bytes = demoting_bytes_;
+  s.transcoding_blocks = transcoding_blocks_;
   s.pinned_blocks = 0;
   for (const Entry& e : entries_)
     if (e.state == State::kCommitted && e.pinned_until > now) ++s.pinned_blocks;

@@ -9,6 +9,13 @@
 // freed. A reservation that finds no room waits (up to write_back_wait) for write-back to free
 // space, then falls back to dropping victims (counted as pressure_drops).
 //
+// Transcoding (options.transcode): at the high watermark a victim of a namespace marked
+// transcodable that was never transcoded is not evicted but handed to a transcoder
+// (TakeTranscodes). It stays committed and readable meanwhile; FinishTranscode stores the
+// smaller blob (the same block at a lower rate) in its place (a best-fit extent, or the front of
+// its own), frees the rest, and the block enters the eviction order again. A block leased at
+// that moment keeps its bytes.
+//
 // Invariants:
 // - A block becomes visible only after Commit verified its bytes.
 // - A leased block is never freed or overwritten; evicting it only hides it, and its extent is
@@ -90,6 +97,13 @@ struct HostTierOptions {
   // own blocks, so a tenant's clients can be given the memory of their zone and nothing else.
   // The zones tile [0, capacity) in order. Empty: one zone.
   std::vector<HostTierZone> zones;
+  // Hand watermark victims of transcodable namespaces to a transcoder (see the top). At most
+  // `max_transcoding` blocks are handed out at once; further victims leave as usual.
+  bool transcode = false;
+  size_t max_transcoding = 64;
+  // How long a reservation that finds no room waits for transcodes to free it before it drops
+  // victims (free space in pieces too small for it needs a whole extent freed, not only bytes).
+  absl::Duration transcode_wait = absl::Seconds(1);
   // Time source; tests substitute a fake one.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
@@ -155,6 +169,17 @@ struct DemotionItem {
   uint32_t accesses = 1;  // requests while cached here, counting the publish
 };
 
+// A committed block handed to a transcoder. Its bytes stay valid at base() + offset until
+// FinishTranscode(handle, ...) is called.
+struct TranscodeItem {
+  uint32_t handle = 0;
+  BlockId id;
+  NamespaceId ns;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint32_t crc = 0;
+};
+
 struct HostTierStats {
   uint64_t capacity_bytes = 0;
   uint64_t allocated_bytes = 0;  // committed + reserved + doomed-but-leased
@@ -185,6 +210,12 @@ struct HostTierStats {
   uint64_t quota_no_space = 0;   // kNoSpace answers (in no_space) caused by a tenant quota
   uint64_t reservations_expired = 0;
   uint64_t leases_expired = 0;
+  uint64_t transcoding_blocks = 0;      // gauge: handed to the transcoder, not finished
+  uint64_t transcoded = 0;              // blocks rewritten smaller instead of evicted
+  uint64_t transcoded_bytes_in = 0;     // their bytes before ...
+  uint64_t transcoded_bytes_out = 0;    // ... and after
+  uint64_t transcode_failures = 0;      // not smaller, or not transcodable: evicted after all
+  uint64_t transcode_skipped = 0;       // leased when the blob came back: kept as it was
 };
 
 // How Commit learns that a block's bytes match its CRC32C.
@@ -277,6 +308,19 @@ class HostTier {
   // No more write-back: queued victims are dropped, waiting reservations fall back to dropping.
   void StopWriteBack();
 
+  // Transcoding (options.transcode). Whether victims of `ns` go to the transcoder.
+  void SetNamespaceTranscodable(const NamespaceId& ns, bool transcodable);
+  // Up to `max` blocks to transcode, waiting up to `wait` for one.
+  std::vector<TranscodeItem> TakeTranscodes(size_t max, absl::Duration wait);
+  // The block of `handle` as `blob` (CRC32C `crc`): true when it replaced the block. An empty
+  // `blob` (it could not be transcoded) or one that saves no space evicts the block as its
+  // watermark pass meant to (counted in transcode_failures). False also when it was evicted or
+  // leased meanwhile (a leased one keeps its bytes and may be chosen again).
+  bool FinishTranscode(uint32_t handle, std::span<const uint8_t> blob, uint32_t crc);
+  // No more transcoding: blocks waiting for the transcoder go back to the eviction order, and
+  // TakeTranscodes returns at once.
+  void StopTranscoding();
+
   HostTierStats Stats() const;
   uint8_t* base() const { return base_; }
   uint64_t capacity() const { return capacity_; }
@@ -303,6 +347,8 @@ class HostTier {
     uint32_t leases = 0;    // read leases, plus one while being written back
     uint32_t accesses = 0;  // requests since commit, counting the publish
     bool demoting = false;
+    bool transcoding = false;  // handed to the transcoder (which holds one lease)
+    bool transcoded = false;   // tried once: never handed out again
     bool in_tenant_lru = false;  // linked into its tenant's LRU list (tprev/tnext)
     uint32_t tprev = kNil, tnext = kNil;
     State state = State::kFree;
@@ -365,6 +411,15 @@ class HostTier {
   void RestoreSkipped(const std::vector<uint32_t>& skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the victim, or queues it for write-back.
   void EvictVictim(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands a watermark victim to the transcoder instead, where it qualifies; false otherwise.
+  bool QueueTranscode(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes a handed-out block is expected to give back (from the ratios seen so far).
+  uint64_t ExpectedSaving(uint64_t size) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void EndTranscode(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reservation found no room: victims of transcodable namespaces go to the transcoder, the
+  // others are dropped, and it waits (up to options.transcode_wait) until `size` bytes fit.
+  std::optional<uint64_t> TranscodeForRoom(uint32_t zone, uint64_t size, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FinishDemotionLocked(uint32_t slot, bool stored_below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a committed block from the index; frees its extent now or when its leases end.
   void RemoveCommitted(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -412,6 +467,16 @@ class HostTier {
   uint64_t demoting_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t demotions_finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_back_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Transcoding: transcodable namespaces (by interned index), blocks waiting for the
+  // transcoder, the bytes handed-out blocks are expected to free, and the blob-size ratio
+  // transcoding has achieved (a moving average; the first guess is one half).
+  std::vector<bool> namespace_transcodable_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint32_t> transcode_queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t transcode_savings_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t transcoding_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t transcodes_finished_ ABSL_GUARDED_BY(mu_) = 0;
+  double transcode_ratio_ ABSL_GUARDED_BY(mu_) = 0.5;
+  bool transcode_stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Unused random ids from the last getrandom() call (NextId).
   std::array<uint64_t, 32> id_pool_ ABSL_GUARDED_BY(mu_){};
   size_t id_pool_used_ ABSL_GUARDED_BY(mu_) = 32;

@@ -53,6 +53,10 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
   STRATA_RETURN_IF_ERROR(ValidateTier("host tier", options.host));
   STRATA_RETURN_IF_ERROR(ValidateTier("nvme tier", options.nvme));
   if (host_policy == nullptr) return absl::InvalidArgumentError("host tier: no eviction policy");
+  if (!(options.transcode_ratio >= 0 && options.transcode_ratio < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transcode_ratio must be in [0, 1) (got ", options.transcode_ratio, ")"));
+  }
   if (options.nvme.capacity_bytes > 0 && (nvme_policy == nullptr || admission == nullptr)) {
     return absl::InvalidArgumentError("nvme tier: needs an eviction policy and an admission rule");
   }
@@ -71,6 +75,7 @@ TierManager::TierManager(const TierManagerOptions& options,
   nvme_.policy = std::move(nvme_policy);
   nvme_.counters.capacity_bytes = options.nvme.capacity_bytes;
   admission_ = std::move(admission);
+  transcode_ratio_ = options.transcode_ratio;
 }
 
 bool TierManager::Fits(Tier tier, uint64_t bytes) {
@@ -112,7 +117,24 @@ void TierManager::EvictVictim(const BlockId& id, Tier tier, std::vector<TierMove
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   Entry& e = it->second;
-  const Tier from = (placing_.id == id && placing_.tier == tier) ? placing_.from : tier;
+  const bool incoming = placing_.id == id && placing_.tier == tier;
+  const Tier from = incoming ? placing_.from : tier;
+  if (tier == Tier::kHost && transcode_ratio_ > 0 && !e.transcoded && !incoming) {
+    // Read, re-encoded smaller, and back at once: a new block to its policy.
+    Unplace(id, e);
+    host_.counters.bytes_read += e.bytes;
+    e.bytes = std::max<uint64_t>(
+        1, static_cast<uint64_t>(static_cast<double>(e.bytes) * transcode_ratio_));
+    e.transcoded = true;
+    e.tier = Tier::kHost;
+    host_.counters.used_bytes += e.bytes;
+    host_.counters.bytes_written += e.bytes;
+    ++host_.counters.blocks;
+    host_.policy->OnInsert(id, BlockMeta{e.parent, e.accesses});  // victims are never pinned
+    ++stats_.transcoded;
+    moves.push_back({id, Tier::kHost, Tier::kHost, e.bytes});
+    return;
+  }
   ++state(tier).counters.evictions;
   Unplace(id, e);
   if (tier == Tier::kHost && nvme_.policy != nullptr && Fits(Tier::kNvme, e.bytes)) {
@@ -213,6 +235,7 @@ AccessResult TierManager::Access(const BlockId& id) {
   result.found = e.tier;
   TierState& s = state(e.tier);
   ++s.counters.hits;
+  if (e.transcoded) ++stats_.transcoded_hits;
   s.counters.bytes_read += e.bytes;
   if (e.tier == Tier::kHost || !Fits(Tier::kHost, e.bytes)) {
     // Served where it is (a block the host cannot take is staged through a transient buffer).

@@ -15,6 +15,11 @@
 // - Pin / Unpin: a pinned block is never chosen by eviction (nor removed unless forced).
 // - Watermarks: when a tier's used bytes pass high_watermark x capacity, it evicts down to
 //   low_watermark x capacity. Used bytes never exceed capacity.
+// - Transcoding (transcode_ratio > 0): a host victim that was never transcoded is not evicted
+//   but re-encoded at a lower rate: it shrinks to transcode_ratio x its bytes and stays in host
+//   memory, entering its policy again as a new block (a second life at lower fidelity), as
+//   stratad does for namespaces with a cold codec (storage/host_tier.h). Its next eviction
+//   demotes or drops it as usual. Hits on such blocks are counted apart (transcoded_hits).
 //
 // Thread-safe: one mutex guards the metadata.
 #pragma once
@@ -52,9 +57,12 @@ struct TierManagerOptions {
   // blocks of `typical_block_bytes`.
   uint64_t admission_ghost_blocks = 0;
   uint64_t typical_block_bytes = uint64_t{64} << 20;
+  // Bytes a transcoded block keeps, as a fraction of its bytes (0: no transcoding); < 1.
+  double transcode_ratio = 0;
 };
 
-// One placement change the caller must carry out. `to == kNone`: the block is dropped.
+// One placement change the caller must carry out. `to == kNone`: the block is dropped;
+// `from == to == kHost`: it is transcoded in place, to `bytes`.
 struct TierMove {
   BlockId id;
   Tier from = Tier::kNone;
@@ -95,6 +103,8 @@ struct TierManagerStats {
   uint64_t dropped = 0;           // blocks that left the cache by eviction (any tier)
   uint64_t removed_explicit = 0;  // Remove()
   uint64_t pinned_blocks = 0;
+  uint64_t transcoded = 0;       // host victims transcoded instead of leaving
+  uint64_t transcoded_hits = 0;  // hits (any tier) on blocks held transcoded
 };
 
 class TierManager {
@@ -133,6 +143,7 @@ class TierManager {
     uint32_t accesses = 0;  // requests while in the current tier
     uint32_t pins = 0;
     Tier tier = Tier::kNone;
+    bool transcoded = false;
   };
   struct TierState {
     TierOptions options;
@@ -173,6 +184,7 @@ class TierManager {
   TierState host_ ABSL_GUARDED_BY(mu_);
   TierState nvme_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<AdmissionPolicy> admission_ ABSL_GUARDED_BY(mu_);
+  double transcode_ratio_ = 0;
   absl::flat_hash_map<BlockId, Entry> entries_ ABSL_GUARDED_BY(mu_);
   // Resident children per parent id (for cascade).
   absl::flat_hash_map<BlockId, absl::InlinedVector<BlockId, 2>> children_ ABSL_GUARDED_BY(mu_);

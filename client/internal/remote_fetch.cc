@@ -110,7 +110,7 @@ absl::StatusOr<std::shared_ptr<DaemonLink>> RemoteFetch::Peer(const std::string&
       return absl::FailedPreconditionError(
           absl::StrCat("namespace ", ns.ShortHex(), " was not opened by this client"));
     STRATA_ASSIGN_OR_RETURN(NamespaceId there,
-                            peer->control().OpenNamespace(open->spec, open->tenant, 0));
+                            peer->control().OpenNamespace(open->spec, open->tenant));
     if (there != ns)
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", node, " derives a different namespace id: its cluster secret differs"));

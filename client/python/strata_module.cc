@@ -389,7 +389,8 @@ class PyClient {
                           const std::string& tenant, const std::string& revision,
                           const std::string& kind, uint32_t tp_rank, uint32_t tp_size,
                           const std::string& lora_id, const std::string& codec,
-                          const std::string& id_scheme, uint32_t replicas) {
+                          const std::string& id_scheme, uint32_t replicas,
+                          const std::string& cold_codec) {
     strata::NamespaceSpec spec;
     spec.model_id = model_id;
     spec.model_revision = revision;
@@ -409,10 +410,13 @@ class PyClient {
     spec.lora_id = lora_id;
     spec.codec_policy = codec;
     spec.id_scheme = Take(strata::ParseIdScheme(id_scheme));
+    strata::NamespaceOptions options;
+    options.replicas = replicas;
+    options.cold_codec = cold_codec;
     absl::StatusOr<NamespaceId> ns;
     {
       py::gil_scoped_release release;
-      ns = client().OpenNamespace(spec, tenant, replicas);
+      ns = client().OpenNamespace(spec, tenant, options);
     }
     return IdTo(Take(std::move(ns)));
   }
@@ -773,7 +777,7 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("tokens_per_block"), py::arg("tenant"), py::arg("revision") = "",
            py::arg("kind") = "kv", py::arg("tp_rank") = 0, py::arg("tp_size") = 1,
            py::arg("lora_id") = "", py::arg("codec") = "opaque", py::arg("id_scheme") = "strata",
-           py::arg("replicas") = 0)
+           py::arg("replicas") = 0, py::arg("cold_codec") = "")
       .def("allocate_publish_buffer", &PyClient::AllocatePublishBuffer, py::arg("nbytes"))
       .def("lend_device_buffer", &PyClient::LendDeviceBuffer, py::arg("buffer"),
            py::arg("nbytes") = 0)

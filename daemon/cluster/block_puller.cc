@@ -111,7 +111,7 @@ absl::StatusOr<BlockPuller::Fetched> BlockPuller::FetchFromSource(
     spdlog::warn("Pull: {}", LogSafe(source.status().ToString(), 512));
     return source.status();
   }
-  auto there = (*source)->control().OpenNamespace(spec, tenant, /*replicas=*/0);
+  auto there = (*source)->control().OpenNamespace(spec, tenant);
   if (!there.ok() || *there != ns) {
     spdlog::warn(
         "Pull from '{}': namespace not usable there ({})", LogSafe(source_node),
@@ -178,7 +178,7 @@ uint64_t BlockPuller::EvictAtSource(const std::string& node, const std::string& 
   auto link = SourceLink(node, address);
   if (!link.ok()) return 0;
   client::ControlChannel& control = (*link)->control();
-  auto opened = control.OpenNamespace(ns.spec, ns.tenant, /*replicas=*/0);
+  auto opened = control.OpenNamespace(ns.spec, ns.tenant);
   if (!opened.ok()) return 0;
   auto ev = client::EvictBlocks(
       control.stub(),

@@ -229,6 +229,15 @@ struct CalibrationRequest {
   std::vector<uint64_t> first_positions;
 };
 
+// How a namespace's blocks are kept; not part of its identity (its id and blocks' ids).
+struct NamespaceOptions {
+  uint32_t replicas = 0;  // copies of each block across the cluster; 0: the daemon's default
+  // A codec namespace's cold blocks are rewritten with this codec spec (quant or groupwise,
+  // e.g. "quant:k2v2:ol") on the daemon instead of being evicted when its host memory is under
+  // pressure; fetches then decode them at that lower rate. Empty: evicted as usual.
+  std::string cold_codec;
+};
+
 class Client {
  public:
   // Connects the control plane, then the data plane (UCX endpoint to the daemon's worker).
@@ -241,6 +250,9 @@ class Client {
   // default). Not part of the namespace's identity.
   absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant,
                                             uint32_t replicas);
+  // As above, with every option of how the namespace is kept (NamespaceOptions).
+  absl::StatusOr<NamespaceId> OpenNamespace(const NamespaceSpec& spec, const std::string& tenant,
+                                            const NamespaceOptions& options);
 
   // Registers [data, data+size) for zero-copy transfers until UnregisterBuffer or destruction.
   absl::Status RegisterBuffer(void* data, size_t size);

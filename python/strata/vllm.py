@@ -677,11 +677,8 @@ class StrataConnector(KVConnectorBase_V1):
                 logger.info("Strata: device save failed (%s: %s); lending again",
                             type(exc).__name__, exc)
                 held, self._device_save = self._device_save, None
-                try:
-                    self._device_save = self._lend_device(held[0], held, self._device_saves,
-                                                          held[2].shape[0], "saves")
-                except Exception:  # noqa: BLE001 - host staging still works
-                    self._device_save = None
+                self._device_save = self._lend_device(held[0], held, self._device_saves,
+                                                      held[2].shape[0], "saves")
             else:
                 self._link.fail(exc, "publish")
             _count(save_errors=n)

@@ -113,6 +113,14 @@ def test_errors_are_exceptions_with_the_message(client, daemon):
         client.open_namespace("py/model", tenant="t", **{**SMALL, "dtype": "float13"})
     with pytest.raises(errors.InvalidArgumentError, match="num_layers"):
         client.open_namespace("py/model", tenant="t", **{**SMALL, "num_layers": 0})
+    # A cold codec (transcoding instead of eviction) needs a codec namespace and a lossy spec.
+    with pytest.raises(errors.FailedPreconditionError, match="opaque"):
+        client.open_namespace("py/model", tenant="t", cold_codec="quant:k2v2", **SMALL)
+    with pytest.raises(errors.InvalidArgumentError, match="cold_codec"):
+        client.open_namespace("py/model", tenant="t", codec="quant:k8v8", cold_codec="k2",
+                              **SMALL)
+    assert len(client.open_namespace("py/model", tenant="t", codec="quant:k8v8",
+                                     cold_codec="quant:k2v2", **SMALL)) == 32
     with pytest.raises(errors.FailedPreconditionError, match="not opened"):
         client.lookup(b"\x01" * 32, [1] * 32)
     with pytest.raises(errors.InvalidArgumentError, match="32 bytes"):

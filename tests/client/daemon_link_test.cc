@@ -36,7 +36,7 @@ std::unique_ptr<DaemonLink> LinkTo(const DaemonProcess& d, bool same_node = true
 
 // Opens the test namespace through `link` (the test fails when it cannot).
 NamespaceId OpenTestNamespace(DaemonLink& link) {
-  auto ns = link.control().OpenNamespace(Spec(), "tenant", 0);
+  auto ns = link.control().OpenNamespace(Spec(), "tenant");
   EXPECT_TRUE(ns.ok()) << ns.status();
   return ns.ok() ? *ns : NamespaceId{};
 }
@@ -64,7 +64,7 @@ TEST(DaemonLinkTest, FetchesBlobsWithoutAClient) {
   // Another node's view: no shared memory, so the bytes travel by push or RMA.
   auto reader = LinkTo(d, /*same_node=*/false);
   ASSERT_TRUE(reader);
-  auto there = reader->control().OpenNamespace(Spec(), "tenant", 0);
+  auto there = reader->control().OpenNamespace(Spec(), "tenant");
   ASSERT_TRUE(there.ok() && *there == ns);
   std::vector<std::vector<uint8_t>> blobs;
   FetchLanding into;

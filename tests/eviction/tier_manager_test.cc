@@ -339,5 +339,46 @@ TEST(TierManager, CapacityNeverExceeded) {
   }
 }
 
+TEST(TierManager, TranscodedVictimsStaySmallerAndLeaveOnTheirSecondEviction) {
+  TierManagerOptions o;
+  o.host.capacity_bytes = 4 * kBlock;  // blocks of 10 bytes, transcoded to 5
+  o.transcode_ratio = 0.5;
+  auto made = TierManager::Create(o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  TierManager& tm = **made;
+  for (uint32_t id = 1; id <= 4; ++id) MustInsert(tm, id);
+  // Full: block 1 (least recently used) is transcoded instead of dropped.
+  auto moves = MustInsert(tm, 5);
+  EXPECT_TRUE(HasMove(moves, 1, Tier::kHost, Tier::kHost));
+  EXPECT_FALSE(HasMove(moves, 1, Tier::kHost, Tier::kNone));
+  // 4 bytes short of room: 2 is transcoded as well, and both fit beside 3, 4 and 5.
+  EXPECT_TRUE(HasMove(moves, 2, Tier::kHost, Tier::kHost));
+  for (uint32_t id = 1; id <= 5; ++id) EXPECT_EQ(tm.Locate(Id(id)), Tier::kHost) << id;
+  auto s = tm.Stats();
+  EXPECT_EQ(s.transcoded, 2u);
+  EXPECT_EQ(s.host.used_bytes, 3 * kBlock + kBlock);
+  EXPECT_EQ(s.dropped, 0u);
+  EXPECT_EQ(tm.Access(Id(1)).found, Tier::kHost);
+  EXPECT_EQ(tm.Stats().transcoded_hits, 1u);
+  EXPECT_EQ(tm.Access(Id(3)).found, Tier::kHost);
+  EXPECT_EQ(tm.Stats().transcoded_hits, 1u);
+  // More blocks: every victim is transcoded once, then dropped on its next eviction, never
+  // transcoded twice; used bytes never pass the capacity.
+  for (uint32_t id = 6; id <= 40; ++id) {
+    MustInsert(tm, id);
+    EXPECT_LE(tm.Stats().host.used_bytes, o.host.capacity_bytes);
+  }
+  s = tm.Stats();
+  EXPECT_GT(s.dropped, 0u);
+  EXPECT_EQ(s.dropped + s.host.blocks, 40u);
+  // Every dropped block was transcoded first, and each block at most once: the transcoded ones
+  // are the dropped plus the resident half-size ones.
+  const uint64_t resident_transcoded = (kBlock * s.host.blocks - s.host.used_bytes) / (kBlock / 2);
+  EXPECT_EQ(s.transcoded, s.dropped + resident_transcoded);
+
+  o.transcode_ratio = 1.0;
+  EXPECT_FALSE(TierManager::Create(o).ok());
+}
+
 }  // namespace
 }  // namespace strata
