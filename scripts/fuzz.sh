@@ -5,6 +5,7 @@
 # FUZZ_ARTIFACTS, default build-fuzz/artifacts).
 #
 #   FUZZ_SECONDS=30 FUZZ_JOBS=2 JOBS=1 scripts/fuzz.sh [target ...]   (names without _fuzzer)
+#   FUZZ_BUILD_ONLY=1 scripts/fuzz.sh [target ...]                      (build, run nothing)
 #
 # CI (scripts/test.sh) runs every target for 20 s, two at a time. The build is most of the
 # stage's cost: only the fuzzers and the libraries they link are built (never the daemon, the
@@ -32,6 +33,7 @@ build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=(--target "${t}_fuzzer"); done
 cmake --build "$BUILD_DIR" -j"${JOBS:-1}" "${build_targets[@]}"
 echo "fuzz: built in $(( $(date +%s) - start )) s"
+[ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # One target: runs it, writes "<executions> <rc>" to its .result file.
 run_one() {
