@@ -15,11 +15,15 @@ if [ "${STRATA_FUZZ_IN_CI:-1}" = 1 ]; then
   # The fuzzers' own clang build (cold: ~4.5 min of both cores, measured 277 s) starts first,
   # at the lowest CPU priority, beside the venvs, the main build and the tests: it takes the
   # cycles they leave idle (downloads, dependency waits, tests waiting on daemons) and barely
-  # slows them. It runs in its own process group, so a failure below stops all of it.
+  # slows them. It gets its own process group (job control on), so a failure below stops all
+  # of it, but stays in this session: with the kernel's autogroups (sched_autogroup_enabled)
+  # a new session (setsid) would be scheduled as an equal, and nice would not hold it back.
   mkdir -p "$BUILD_DIR"
-  setsid nice -n 19 env FUZZ_BUILD_ONLY=1 JOBS="${JOBS:-$(nproc)}" \
+  set -m
+  nice -n 19 env FUZZ_BUILD_ONLY=1 JOBS="${JOBS:-$(nproc)}" \
     bash scripts/fuzz.sh "${FUZZ_TARGETS[@]}" >"$BUILD_DIR/fuzz-build.log" 2>&1 &
   fuzz_build=$!
+  set +m
   trap '[ -z "$fuzz_build" ] || kill -- "-$fuzz_build" 2>/dev/null || true' EXIT
 fi
 # The chart check's Python tools; without them (no PyPI) that one test reports itself skipped.
