@@ -69,7 +69,6 @@ void Transcoder::Loop() {
       uint32_t crc = 0;
       absl::Status s = Transcode(item, &blob, &crc);
       if (!s.ok()) {
-        failures_.fetch_add(1, std::memory_order_relaxed);
         blob.clear();
         static LogRateLimiter limit;
         if (uint64_t suppressed = 0; limit.Allow(&suppressed)) {

@@ -49,13 +49,11 @@ class Transcoder {
   // Finishes the blocks in hand, hands the waiting ones back to the eviction order. Idempotent.
   void Stop();
 
-  // The transcoded block of `item` (its blob and CRC32C), or why not.
-  absl::Status Transcode(const TranscodeItem& item, std::vector<uint8_t>* blob, uint32_t* crc);
-
-  uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
-
  private:
   void Loop();
+  // The transcoded block of `item` (its blob and CRC32C), or why not (the host tier counts
+  // those as transcode failures).
+  absl::Status Transcode(const TranscodeItem& item, std::vector<uint8_t>* blob, uint32_t* crc);
   absl::StatusOr<codec::CodecParams> ColdParams(const std::string& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -64,9 +62,8 @@ class Transcoder {
   const CalibrationStore* const calibrations_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> failures_{0};
 
-  absl::Mutex mu_;  // one transcode at a time (the loop, or a test calling Transcode)
+  absl::Mutex mu_;  // the codec's scratch and the parsed specs
   codec::Decoder decoder_ ABSL_GUARDED_BY(mu_);
   codec::Encoder encoder_ ABSL_GUARDED_BY(mu_);
   codec::CalibrationSet calibration_set_;  // thread-safe; the pca blobs' calibrations, parsed
