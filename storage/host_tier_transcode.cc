@@ -116,27 +116,31 @@ std::optional<uint64_t> HostTier::TranscodeForRoom(uint32_t zone, uint64_t size,
                                                     absl::Time now) {
   const absl::Time deadline = absl::Now() + options_.transcode_wait;
   while (!transcode_stopped_) {
-    // A transcoded block leaves its whole extent free (its blob moves to a hole of its size),
-    // so the victims handed out must hold `size` bytes between them.
-    std::vector<uint32_t> skipped;
-    uint64_t coming = 0;
-    while (coming < size) {
-      const uint32_t v = NextVictimIn(zone, now, skipped);
-      if (v == kNil) break;
-      if (QueueTranscode(v)) {
-        coming += entries_[v].size;
-        continue;
+    // Victims are handed out only while none are in flight: those still coming may free the
+    // room, and popping further would drop blocks (transcoded ones cannot go again).
+    if (transcoding_blocks_ == 0) {
+      // A transcoded block leaves its whole extent free (its blob moves to a hole of its size),
+      // so the victims handed out must hold `size` bytes between them.
+      std::vector<uint32_t> skipped;
+      uint64_t coming = 0;
+      while (coming < size) {
+        const uint32_t v = NextVictimIn(zone, now, skipped);
+        if (v == kNil) break;
+        if (QueueTranscode(v)) {
+          coming += entries_[v].size;
+          continue;
+        }
+        RemoveCommitted(v);  // not transcodable (or not again): dropped as without transcoding
+        ++stats_.evictions_lru;
+        if (options_.write_back) ++stats_.pressure_drops;
+        if (auto off = AllocateIn(zone, size)) {
+          RestoreSkipped(skipped);
+          return off;
+        }
       }
-      RemoveCommitted(v);  // not transcodable (or not again): dropped as without transcoding
-      ++stats_.evictions_lru;
-      if (options_.write_back) ++stats_.pressure_drops;
-      if (auto off = AllocateIn(zone, size)) {
-        RestoreSkipped(skipped);
-        return off;
-      }
+      RestoreSkipped(skipped);
+      if (transcoding_blocks_ == 0) return std::nullopt;
     }
-    RestoreSkipped(skipped);
-    if (transcoding_blocks_ == 0) return std::nullopt;
     const uint64_t seen = transcodes_finished_;
     auto progressed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return transcodes_finished_ != seen || transcode_stopped_;
