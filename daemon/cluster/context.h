@@ -8,6 +8,7 @@
 
 #include "client/channel.h"
 #include "config/daemon_config.h"
+#include "daemon/cluster/locate_wire.h"
 #include "daemon/cluster/peer_stubs.h"
 #include "daemon/cluster/ring.h"
 #include "placement/directory.h"
@@ -48,15 +49,5 @@ struct ClusterContext {
   PeerStubs peers;
   ClusterCounters counters;
 };
-
-// A strata.v1.Tier off the wire as a directory tier (anything unknown is kUnknown).
-inline placement::LocationTier LocationTierOf(int proto_tier) {
-  switch (proto_tier) {
-    case v1::TIER_GPU: return placement::LocationTier::kGpu;
-    case v1::TIER_HOST: return placement::LocationTier::kHost;
-    case v1::TIER_NVME: return placement::LocationTier::kNvme;
-    default: return placement::LocationTier::kUnknown;
-  }
-}
 
 }  // namespace strata::daemon

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "daemon/cluster/context.h"
+#include "placement/directory.h"
 
 namespace strata::daemon {
 namespace {

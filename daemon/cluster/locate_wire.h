@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "placement/directory.h"
+#include "strata/v1/cache.pb.h"
 
 namespace strata::daemon {
 
@@ -26,5 +27,15 @@ bool VisitLocateReply(std::string_view data, uint32_t nodes, size_t ids,
                       const HolderVisitor& visit);
 // The same, collected: the holders of each asked id, or nullopt when `data` does not parse.
 std::optional<Holders> DecodeLocateReply(std::string_view data, uint32_t nodes, size_t ids);
+
+// A strata.v1.Tier off the wire as a directory tier (anything unknown is kUnknown).
+inline placement::LocationTier LocationTierOf(int proto_tier) {
+  switch (proto_tier) {
+    case v1::TIER_GPU: return placement::LocationTier::kGpu;
+    case v1::TIER_HOST: return placement::LocationTier::kHost;
+    case v1::TIER_NVME: return placement::LocationTier::kNvme;
+    default: return placement::LocationTier::kUnknown;
+  }
+}
 
 }  // namespace strata::daemon
