@@ -66,6 +66,12 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
   if (rate_bits != 0 && (mode != Mode::kQuant || !(rate_bits > 0 && rate_bits <= 16)))
     return absl::InvalidArgumentError(
         "codec: a bit budget (rate_bits) is a quant option, in (0, 16] bits per value");
+  if (error_target != 0 && (mode != Mode::kQuant || !(error_target > 0 && error_target <= 1)))
+    return absl::InvalidArgumentError(
+        "codec: an error target is a quant option, a relative RMS error in (0, 1]");
+  if (error_target != 0 && rate_bits != 0)
+    return absl::InvalidArgumentError(
+        "codec: a bit budget (rR) and an error target (eE) exclude each other");
   if (mode == Mode::kQuant) {
     if (hadamard && (layout.head_dim & (layout.head_dim - 1)) != 0)
       return absl::InvalidArgumentError("codec: Hadamard rotation needs a power-of-two head_dim");
@@ -125,6 +131,9 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
     } else if (float r; absl::StartsWith(t, "r") && absl::SimpleAtof(t.substr(1), &r)) {
       if (!(r > 0 && r <= 16)) return bad("a bit budget rR needs 0 < R <= 16 bits per value");
       p.rate_bits = r;
+    } else if (float e; absl::StartsWith(t, "e") && absl::SimpleAtof(t.substr(1), &e)) {
+      if (!(e > 0 && e <= 1)) return bad("an error target eE needs 0 < E <= 1 (relative RMS)");
+      p.error_target = e;
     } else if (absl::StartsWith(t, "g") && absl::SimpleAtoi(t.substr(1), &v) && v > 0 &&
                v < 65536) {
       p.group_size = static_cast<uint16_t>(v);
@@ -136,6 +145,8 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
       return bad(absl::StrCat("unknown option '", t, "'"));
     }
   }
+  if (p.rate_bits > 0 && p.error_target > 0)
+    return bad("a bit budget (rR) and an error target (eE) exclude each other");
   return p;
 }
 
@@ -154,6 +165,7 @@ std::string CodecSpecString(const CodecParams& p) {
       if (!p.token_delta) absl::StrAppend(&s, ":nodelta");
       if (p.key_outliers) absl::StrAppend(&s, ":ol");
       if (p.rate_bits > 0) absl::StrAppend(&s, ":r", p.rate_bits);
+      if (p.error_target > 0) absl::StrAppend(&s, ":e", p.error_target);
       return s;
     }
   }
@@ -283,6 +295,8 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(params.Validate(layout));
   if (params.rate_bits > 0) return EncodeWithinRate(layout, params, block, source, blob, stats);
+  if (params.error_target > 0)
+    return EncodeWithinError(layout, params, block, source, blob, stats);
   if (!source && block.size() != layout.BlockBytes())
     return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
                                                    " bytes, layout needs ", layout.BlockBytes()));

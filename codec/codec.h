@@ -67,6 +67,11 @@ struct CodecParams {
   // the blob within the budget (codec/rate_control.cc). A block that exceeds it even at 2 bits
   // everywhere is stored at 2 bits (nothing is refused for its size).
   float rate_bits = 0;
+  // quant: a quality target per block instead (0: none), as the relative RMS error
+  // ||x - x'|| / ||x|| of each layer's keys and of its values: each gets the fewest bits, at
+  // most key_bits / value_bits, that stay within it (codec/rate_control.cc). Sections that miss
+  // it even at the ceiling are coded at the ceiling. Not together with rate_bits.
+  float error_target = 0;
   // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
   std::vector<uint8_t> layer_key_bits;
   std::vector<uint8_t> layer_value_bits;
@@ -89,9 +94,10 @@ struct CodecParams {
 };
 
 // Spec strings: "raw", "lossless", "int4-g64" (groupwise, 4 bits, group 64), and
-// "quant:k3v4[:g64][:had][:nodelta][:ol][:r2.5]" (key bits 3, value bits 4, value group 64,
-// Hadamard on, token delta off, key outlier channels kept exactly, at most 2.5 bits per value
-// per block with per-layer bits of at most k3v4); "pca:<16 hex digits>" (calibrated
+// "quant:k3v4[:g64][:had][:nodelta][:ol][:r2.5|:e0.05]" (key bits 3, value bits 4, value group
+// 64, Hadamard on, token delta off, key outlier channels kept exactly, at most 2.5 bits per
+// value per block, or a relative error of at most 0.05 per layer's keys and values, with
+// per-layer bits of at most k3v4); "pca:<16 hex digits>" (calibrated
 // transform coding with that calibration) and "pca:bR" (R bits per value, for a calibration
 // still to be made).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
@@ -170,6 +176,10 @@ class Encoder {
   absl::Status EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
                                 std::span<const uint8_t> block, const SectionSource* source,
                                 std::vector<uint8_t>* blob, EncodeStats* stats);
+  // params.error_target > 0: the per-section bits search (codec/rate_control.cc).
+  absl::Status EncodeWithinError(const KvLayout& layout, const CodecParams& params,
+                                 std::span<const uint8_t> block, const SectionSource* source,
+                                 std::vector<uint8_t>* blob, EncodeStats* stats);
 
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;

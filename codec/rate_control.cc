@@ -1,5 +1,7 @@
-// Rate control for quant blocks (CodecParams::rate_bits): each block is coded with the most bits
-// per layer that keep its blob within the budget, at most the spec's key/value bits.
+// Rate control for quant blocks: how many bits each layer's keys and values get.
+//
+// A bit budget (CodecParams::rate_bits): each block is coded with the most bits per layer that
+// keep its blob within the budget, at most the spec's key/value bits.
 //
 // The per-layer settings climb a ladder of (key bits, value bits): (2,2), (2,3), (3,3), (3,4),
 // ... up to the ceiling, a value bit first at each rung (keys carry the outlier channels,
@@ -14,6 +16,15 @@
 // refused. Cost: about log2(rungs) + log2(layers) + 1 encodes per block (8 for a 28-layer model
 // with a k4v4 ceiling), so encode speed drops by that factor; decode is unchanged (the blob's
 // sections carry their bits).
+//
+// An error target (CodecParams::error_target): each layer's keys and each layer's values get
+// the fewest bits, at most the ceiling, whose relative RMS error ||x - x'|| / ||x|| over the
+// block stays within the target. A section's error depends on its own bits only (sections are
+// quantised and predicted independently), so every section runs its own binary search over
+// 2..ceiling in the same trial encodes: ~log2(ceiling - 1) encode-and-decode rounds (3 for a
+// k8v8 ceiling) and a final encode. A section that misses the target even at the ceiling is
+// coded at the ceiling. Without the block on the CPU (a device encoder's sections) nothing can
+// be measured: every section is coded at the ceiling, which meets any target the ceiling meets.
 #include <array>
 #include <cmath>
 #include <memory>
@@ -42,6 +53,89 @@ std::vector<std::pair<uint8_t, uint8_t>> Ladder(uint8_t max_key, uint8_t max_val
   return rungs;
 }
 
+// Trial encodes on the CPU go through a source that keeps each section's quantiser output by
+// bits, so a section is quantised once per bit width it is tried at; only the entropy coding
+// runs again. It also notes where each section lies in the block.
+class SectionCache {
+ public:
+  SectionCache(const KvLayout& layout, const CodecParams& params, std::span<const uint8_t> block)
+      : tensors_(layout.TensorsPerLayer()),
+        params_(params),
+        block_(block),
+        slots_(size_t{layout.num_layers} * tensors_),
+        where_(slots_.size()) {}
+
+  SectionSource Source() {
+    return [this](const SectionHandoff& h, SectionArrays* out) {
+      const size_t index = Index(h.layer, h.is_key);
+      where_[index] = {h.out_offset, h.out_bytes, h.dtype};
+      auto& slot = slots_[index][h.bits];
+      if (!slot) {
+        auto arrays = std::make_unique<SectionArrays>();
+        internal::TensorShape shape;
+        shape.tokens = h.tokens;
+        shape.heads = h.heads;
+        shape.head_dim = h.head_dim;
+        shape.dtype = h.dtype;
+        shape.is_key = h.is_key;
+        STRATA_RETURN_IF_ERROR(internal::QuantiseToArrays(block_.data() + h.out_offset, shape,
+                                                          h.bits, params_, &scratch_,
+                                                          arrays.get()));
+        slot = std::move(arrays);
+      }
+      *out = *slot;
+      return absl::OkStatus();
+    };
+  }
+  size_t Index(uint32_t layer, bool is_key) const {
+    return size_t{layer} * tensors_ + (is_key ? 0 : 1);
+  }
+  size_t sections() const { return slots_.size(); }
+  // Forgets the quantiser outputs at widths `keep(bits)` says no longer matter.
+  template <typename Keep>
+  void KeepOnly(Keep keep) {
+    for (size_t i = 0; i < slots_.size(); ++i)
+      for (size_t b = 0; b < slots_[i].size(); ++b)
+        if (!keep(i, b)) slots_[i][b].reset();
+  }
+  // ||x - x'|| / ||x|| of section `index` (0 for an all-zero section), once a trial encode
+  // has described it.
+  double RelativeError(size_t index, std::span<const uint8_t> decoded) {
+    const Where& w = where_[index];
+    const size_t n = w.bytes / DTypeBytes(w.dtype);
+    x_.resize(n);
+    y_.resize(n);
+    internal::ToFloat(block_.data() + w.offset, w.dtype, x_.data(), n);
+    internal::ToFloat(decoded.data() + w.offset, w.dtype, y_.data(), n);
+    double err = 0, energy = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = double{x_[i]} - double{y_[i]};
+      err += d * d;
+      energy += double{x_[i]} * double{x_[i]};
+    }
+    return energy > 0 ? std::sqrt(err / energy) : (err > 0 ? INFINITY : 0.0);
+  }
+
+ private:
+  struct Where {
+    size_t offset = 0, bytes = 0;
+    DType dtype = DType::kFloat16;
+  };
+  const uint32_t tensors_;
+  const CodecParams& params_;
+  std::span<const uint8_t> block_;
+  std::vector<std::array<std::unique_ptr<SectionArrays>, 9>> slots_;
+  std::vector<Where> where_;
+  internal::SectionScratch scratch_;
+  std::vector<float> x_, y_;
+};
+
+absl::Status CheckBlockSize(const KvLayout& layout, std::span<const uint8_t> block) {
+  if (block.size() == layout.BlockBytes()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
+                                                 " bytes, layout needs ", layout.BlockBytes()));
+}
+
 }  // namespace
 
 absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
@@ -57,45 +151,18 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
   trial.rate_bits = 0;
   trial.layer_key_bits.assign(layers, 0);
   trial.layer_value_bits.assign(layers, 0);
-  // Trial encodes on the CPU go through a source that keeps each section's quantiser output by
-  // bits, so a section is quantised once per bit width it is tried at; only the entropy coding
-  // runs again. Only the widths of the rungs still in play are kept (bounded memory).
-  const uint32_t tensors = layout.TensorsPerLayer();
-  std::vector<std::array<std::unique_ptr<SectionArrays>, 9>> cache(size_t{layers} * tensors);
-  internal::SectionScratch quantise_scratch;
-  const SectionSource cpu_source = [&](const SectionHandoff& h, SectionArrays* out) {
-    auto& slot = cache[size_t{h.layer} * tensors + (h.is_key ? 0 : 1)][h.bits];
-    if (!slot) {
-      auto arrays = std::make_unique<SectionArrays>();
-      internal::TensorShape shape;
-      shape.tokens = h.tokens;
-      shape.heads = h.heads;
-      shape.head_dim = h.head_dim;
-      shape.dtype = h.dtype;
-      shape.is_key = h.is_key;
-      STRATA_RETURN_IF_ERROR(internal::QuantiseToArrays(block.data() + h.out_offset, shape,
-                                                        h.bits, params, &quantise_scratch,
-                                                        arrays.get()));
-      slot = std::move(arrays);
-    }
-    *out = *slot;
-    return absl::OkStatus();
-  };
+  SectionCache cache(layout, params, block);
+  const SectionSource cpu_source = cache.Source();
   // Forgets the widths no rung in [from, to] uses.
   auto keep_only = [&](size_t from, size_t to) {
-    for (auto& section : cache)
-      for (size_t b = 0; b < section.size(); ++b) {
-        bool used = false;
-        for (size_t r = from; r <= to && r < rungs.size(); ++r)
-          used |= rungs[r].first == b || rungs[r].second == b;
-        if (!used) section[b].reset();
-      }
+    cache.KeepOnly([&](size_t, size_t b) {
+      for (size_t r = from; r <= to && r < rungs.size(); ++r)
+        if (rungs[r].first == b || rungs[r].second == b) return true;
+      return false;
+    });
   };
   if (!source) {
-    if (block.size() != layout.BlockBytes())
-      return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
-                                                     " bytes, layout needs ",
-                                                     layout.BlockBytes()));
+    STRATA_RETURN_IF_ERROR(CheckBlockSize(layout, block));
     source = &cpu_source;
   }
   std::vector<uint8_t> attempt;
@@ -157,6 +224,59 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
     blob->swap(attempt);
   }
   return absl::OkStatus();
+}
+
+absl::Status Encoder::EncodeWithinError(const KvLayout& layout, const CodecParams& params,
+                                        std::span<const uint8_t> block,
+                                        const SectionSource* source, std::vector<uint8_t>* blob,
+                                        EncodeStats* stats) {
+  CodecParams trial = params;
+  trial.error_target = 0;
+  if (source) return EncodeImpl(layout, trial, block, source, blob, stats);  // the ceiling
+  STRATA_RETURN_IF_ERROR(CheckBlockSize(layout, block));
+  SectionCache cache(layout, params, block);
+  const SectionSource cpu_source = cache.Source();
+  // Each section's answer lies in [lo, hi]: hi meets the target (or is the ceiling).
+  const uint32_t layers = layout.num_layers;
+  const bool separate = layout.TensorsPerLayer() == 2;
+  std::vector<uint8_t> lo(cache.sections(), 2), hi(cache.sections());
+  for (uint32_t l = 0; l < layers; ++l) {
+    hi[cache.Index(l, true)] = params.key_bits;
+    if (separate) hi[cache.Index(l, false)] = params.value_bits;
+  }
+  trial.layer_key_bits.assign(layers, 0);
+  trial.layer_value_bits.assign(layers, 0);
+  // Plans every section at bits_of(section); a single-tensor layout codes the value width too.
+  auto plan = [&](auto bits_of) {
+    for (uint32_t l = 0; l < layers; ++l) {
+      trial.layer_key_bits[l] = bits_of(cache.Index(l, true));
+      trial.layer_value_bits[l] = separate ? bits_of(cache.Index(l, false)) : params.value_bits;
+    }
+  };
+  std::vector<uint8_t> attempt, decoded(block.size());
+  Decoder decoder;
+  for (;;) {
+    bool open = false;
+    std::vector<uint8_t> mid(cache.sections());
+    for (size_t i = 0; i < mid.size(); ++i) {
+      mid[i] = static_cast<uint8_t>((lo[i] + hi[i]) / 2);
+      open |= lo[i] < hi[i];
+    }
+    if (!open) break;
+    plan([&](size_t i) { return mid[i]; });
+    STRATA_RETURN_IF_ERROR(EncodeImpl(layout, trial, block, &cpu_source, &attempt, nullptr));
+    STRATA_RETURN_IF_ERROR(decoder.Decode(attempt, decoded));
+    for (size_t i = 0; i < mid.size(); ++i) {
+      if (lo[i] == hi[i]) continue;
+      if (cache.RelativeError(i, decoded) <= params.error_target)
+        hi[i] = mid[i];
+      else
+        lo[i] = static_cast<uint8_t>(mid[i] + 1);
+    }
+    cache.KeepOnly([&](size_t i, size_t b) { return b >= lo[i] && b <= hi[i]; });
+  }
+  plan([&](size_t i) { return hi[i]; });
+  return EncodeImpl(layout, trial, block, &cpu_source, blob, stats);
 }
 
 }  // namespace strata::codec
