@@ -241,6 +241,20 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   for (const auto& b : blocks)
     if (b.size() != layout.BlockBytes())
       return absl::InvalidArgumentError("calibrate: a sample block has the wrong size");
+  const size_t metric_size = size_t{layout.num_layers} * layout.TensorsPerLayer() *
+                             layout.num_kv_heads * layout.head_dim * layout.head_dim;
+  if (!opts.metric.empty() && opts.metric.size() != metric_size)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibrate: the metric has ", opts.metric.size(), " values; ", metric_size, " needed"));
+  for (float v : opts.metric)
+    if (!std::isfinite(v)) return absl::InvalidArgumentError("calibrate: non-finite metric value");
+  const size_t head_count = metric_size / (size_t{layout.head_dim} * layout.head_dim);
+  if (!opts.importance.empty() && opts.importance.size() != head_count)
+    return absl::InvalidArgumentError(absl::StrCat("calibrate: ", opts.importance.size(),
+                                                   " importances; one per head: ", head_count));
+  for (double v : opts.importance)
+    if (!(v >= 0 && std::isfinite(v)))
+      return absl::InvalidArgumentError("calibrate: importances must be finite and >= 0");
   Calibration cal;
   cal.num_layers = layout.num_layers;
   cal.num_kv_heads = layout.num_kv_heads;
@@ -320,13 +334,30 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   // layers and tensors of large magnitude (SmolLM2's keys, its late layers) and starve the rest
   // (its early layers' values decoded with 75% relative error at 1.5 bits/value), while the model
   // needs every layer.
+  // Under a metric M, coordinate c's error costs u_c^T M u_c per unit (u_c its basis axis).
   std::vector<double> wvar;
+  std::vector<double> cost(d);
   for (size_t i = 0; i < cal.heads.size(); ++i) {
     const bool key = layout.kind == KvKind::kSeparateKV && (i / heads) % tensors == 0;
-    double trace = 0;
-    for (float v : cal.heads[i].variance) trace += v;
-    const double w = (key ? opts.key_weight : 1.0) / std::max(trace, 1e-30);
-    for (float v : cal.heads[i].variance) wvar.push_back(v * w);
+    const HeadTransform& ht = cal.heads[i];
+    for (size_t c = 0; c < d; ++c) {
+      cost[c] = 1.0;
+      if (opts.metric.empty()) continue;
+      const float* m = opts.metric.data() + i * d * d;
+      const float* u = ht.basis.data() + c * d;
+      double acc = 0;
+      for (size_t j = 0; j < d; ++j) {
+        double row = 0;
+        for (size_t k = 0; k < d; ++k) row += double{m[j * d + k]} * u[k];
+        acc += u[j] * row;
+      }
+      cost[c] = std::max(acc, 0.0);
+    }
+    double energy = 0;
+    for (size_t c = 0; c < d; ++c) energy += ht.variance[c] * cost[c];
+    const double w = (key ? opts.key_weight : 1.0) *
+                     (opts.importance.empty() ? 1.0 : opts.importance[i]) / std::max(energy, 1e-30);
+    for (size_t c = 0; c < d; ++c) wvar.push_back(ht.variance[c] * cost[c] * w);
   }
   auto apply = [&](double budget) {
     const std::vector<double> bits = AllocateBits(wvar, budget);

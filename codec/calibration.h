@@ -124,6 +124,19 @@ struct CalibrateOptions {
   // position first_positions[i] (default i * tokens_per_block).
   double rope_theta = 0;
   std::vector<uint64_t> first_positions;
+  // What an error costs, per (layer, tensor, head) in the order of Calibration::heads: a
+  // symmetric positive semi-definite head_dim x head_dim matrix M each (row-major), so that an
+  // error e in a head vector costs e^T M e. For keys the second moment of the queries that read
+  // them (their logits' error), for values W_o^T W_o of the output projection (the residual
+  // stream's); see model_quality.py's distortion_metric. Each head's distortion stays relative
+  // to its own energy under M, as with the identity. Empty: the identity (mean squared error).
+  std::vector<float> metric;
+  // How much the model minds each head's (relative) distortion, per (layer, tensor, head) in the
+  // order of Calibration::heads: the bit allocation minimises the sum of these times each head's
+  // error relative to its energy. Layers differ by 100x in what the same relative error costs
+  // the model's outputs (SmolLM2: KL 6e-5 to 7e-3 nats per layer coded at 1.5 bits/value), which
+  // no statistic of the KV shows; model_quality.py sensitivity measures it. Empty: all 1.
+  std::vector<double> importance;
 };
 
 // Calibrates from sample blocks of `layout` (each layout.BlockBytes() bytes): per head PCA

@@ -372,7 +372,52 @@ struct PcaContext {
   const Dataset* samples = nullptr;
   double key_weight = 1.0;
   double rope_theta = 0;  // > 0: calibrations undo RoPE on the keys (blocks at b * tokens)
+  std::vector<float> metric;  // CalibrateOptions::metric, or empty
+  std::vector<double> importance;  // CalibrateOptions::importance, or empty
 };
+
+// --pca-importance: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2) or (layers, 2,
+// kv_heads), model_quality.py sensitivity's output; per head, as CalibrateOptions wants it.
+absl::StatusOr<std::vector<double>> LoadImportance(const std::string& path_spec,
+                                                   const KvLayout& l) {
+  auto a = ReadTensor(path_spec);
+  if (!a.ok()) return a.status();
+  const bool per_head = a->shape.size() == 3;
+  if (a->shape.size() < 2 || a->shape.size() > 3 || a->shape[0] != l.num_layers ||
+      a->shape[1] != 2 || (per_head && a->shape[2] != l.num_kv_heads))
+    return absl::InvalidArgumentError(absl::StrCat("--pca-importance: expected shape (",
+                                                   l.num_layers, ", 2[, ", l.num_kv_heads, "])"));
+  const size_t n = a->data.size() / (a->descr == "<f2" ? 2 : 4);
+  std::vector<float> f(n);
+  if (a->descr == "<f2") {
+    codec::internal::ToFloat(a->data.data(), DType::kFloat16, f.data(), n);
+  } else {
+    std::memcpy(f.data(), a->data.data(), n * 4);
+  }
+  std::vector<double> w(size_t{l.num_layers} * 2 * l.num_kv_heads);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f[per_head ? i : i / l.num_kv_heads];
+  return w;
+}
+
+// --pca-metric: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2, kv_heads, head_dim,
+// head_dim), model_quality.py's distortion_metric.
+absl::StatusOr<std::vector<float>> LoadMetric(const std::string& path_spec, const KvLayout& l) {
+  auto a = ReadTensor(path_spec);
+  if (!a.ok()) return a.status();
+  const std::vector<uint64_t> want = {l.num_layers, 2, l.num_kv_heads, l.head_dim, l.head_dim};
+  if (a->shape != want)
+    return absl::InvalidArgumentError(absl::StrCat("--pca-metric: expected shape (", l.num_layers,
+                                                   ", 2, ", l.num_kv_heads, ", ", l.head_dim, ", ",
+                                                   l.head_dim, ")"));
+  const size_t n = a->data.size() / (a->descr == "<f2" ? 2 : 4);
+  std::vector<float> m(n);
+  if (a->descr == "<f2") {
+    codec::internal::ToFloat(a->data.data(), DType::kFloat16, m.data(), n);
+  } else {
+    std::memcpy(m.data(), a->data.data(), n * 4);
+  }
+  return m;
+}
 
 // Resolves `pca:bR` to a calibration made from ctx->samples at R bits per value.
 absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* p) {
@@ -390,6 +435,8 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   o.bits_per_value = p->pca_target_bits;
   o.key_weight = ctx->key_weight;
   o.rope_theta = ctx->rope_theta;
+  o.metric = ctx->metric;
+  o.importance = ctx->importance;
   const auto t0 = Clock::now();
   auto cal = codec::Calibrate(c.layout, blocks, o);
   if (!cal.ok()) return cal.status();
@@ -666,7 +713,7 @@ int main(int argc, char** argv) {
   CLI::App app{"codec_eval: rate, distortion and speed of Strata's KV codec modes"};
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
-  std::string write_decoded, quality_path, calibrate_from;
+  std::string write_decoded, quality_path, calibrate_from, pca_metric, pca_importance;
   double pca_key_weight = 1.0, pca_rope_theta = 0;
   bool json = false, smoke = false;
   int reps = 3;
@@ -708,6 +755,14 @@ int main(int argc, char** argv) {
                  "blocks than --data, for held-out figures)");
   app.add_option("--pca-key-weight", pca_key_weight,
                  "pca calibration: distortion weight of keys against values");
+  app.add_option("--pca-metric", pca_metric,
+                 "pca calibration: what an error in each head vector costs the model, "
+                 "FILE[:TENSOR] of shape (layers, 2, kv_heads, head_dim, head_dim) "
+                 "(model_quality.py prefix writes it as 'metric'); default: squared error");
+  app.add_option("--pca-importance", pca_importance,
+                 "pca calibration: how much the model minds each layer's and tensor's (or "
+                 "head's) relative error, FILE[:TENSOR] of shape (layers, 2[, kv_heads]) "
+                 "(model_quality.py sensitivity); default: all alike");
   app.add_option("--pca-rope-theta", pca_rope_theta,
                  "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
                  "of --data and of --calibrate-from starts at token b * tokens-per-block");
@@ -867,6 +922,22 @@ int main(int argc, char** argv) {
     }
     calib = std::move(*c);
     pca.samples = &calib;
+  }
+  if (!pca_metric.empty()) {
+    auto m = LoadMetric(pca_metric, d.layout);
+    if (!m.ok()) {
+      std::fprintf(stderr, "codec_eval: %s\n", std::string(m.status().message()).c_str());
+      return 1;
+    }
+    pca.metric = std::move(*m);
+  }
+  if (!pca_importance.empty()) {
+    auto w = LoadImportance(pca_importance, d.layout);
+    if (!w.ok()) {
+      std::fprintf(stderr, "codec_eval: %s\n", std::string(w.status().message()).c_str());
+      return 1;
+    }
+    pca.importance = std::move(*w);
   }
   const double memcpy_gbps = MemcpyGbps(d, reps);
   std::vector<Row> rows;

@@ -210,6 +210,64 @@ TEST(Calibration, HigherTargetMeansBiggerBlobsAndLessError) {
   }
 }
 
+// Squared error of channels [lo, hi) of every head vector (kSeparateKV fp16 blocks).
+double ChannelError(std::span<const uint8_t> a, std::span<const uint8_t> b, uint32_t d,
+                    uint32_t lo, uint32_t hi) {
+  double e = 0;
+  for (size_t i = 0; i + 1 < a.size(); i += 2) {
+    const size_t c = (i / 2) % d;
+    if (c < lo || c >= hi) continue;
+    uint16_t x, y;
+    std::memcpy(&x, a.data() + i, 2);
+    std::memcpy(&y, b.data() + i, 2);
+    e += (double{HalfToFloat(x)} - HalfToFloat(y)) * (double{HalfToFloat(x)} - HalfToFloat(y));
+  }
+  return e;
+}
+
+TEST(Calibration, MetricSteersTheBitsToWhatItWeighs) {
+  Blocks b(kLayout, 5, 23);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  const uint32_t d = kLayout.head_dim;
+  const size_t heads = size_t{kLayout.num_layers} * 2 * kLayout.num_kv_heads;
+  // A metric weighing channels [0, d/2) 100 times the rest, and its mirror.
+  auto metric = [&](bool low) {
+    std::vector<float> m(heads * d * d, 0.0f);
+    for (size_t h = 0; h < heads; ++h)
+      for (uint32_t c = 0; c < d; ++c) m[(h * d + c) * d + c] = ((c < d / 2) == low) ? 100 : 1;
+    return m;
+  };
+  CalibrateOptions o;
+  o.bits_per_value = 1.5;
+  auto plain = Calibrate(kLayout, samples, o);
+  o.metric.assign(heads * d * d, 0.0f);
+  for (size_t h = 0; h < heads; ++h)
+    for (uint32_t c = 0; c < d; ++c) o.metric[(h * d + c) * d + c] = 1;
+  auto identity = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(plain.ok() && identity.ok());
+  EXPECT_EQ(identity->Id(), plain->Id()) << "the identity metric is plain squared error";
+  double low_err[2], high_err[2];
+  for (int low = 0; low < 2; ++low) {
+    o.metric = metric(low == 1);
+    auto cal = Calibrate(kLayout, samples, o);
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    EXPECT_LE(cal->sample_bits, 1.5f);
+    PcaCodec codec(std::make_shared<const Calibration>(*std::move(cal)));
+    std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+    ASSERT_TRUE(codec.enc.Encode(kLayout, codec.p, b[4], &blob).ok());  // held out
+    ASSERT_TRUE(codec.dec.Decode(blob, out).ok());
+    low_err[low] = ChannelError(b[4], out, d, 0, d / 2);
+    high_err[low] = ChannelError(b[4], out, d, d / 2, d);
+  }
+  EXPECT_LT(low_err[1], 0.7 * low_err[0]);
+  EXPECT_LT(high_err[0], 0.7 * high_err[1]);
+  o.metric.resize(7);
+  EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.metric = metric(true);
+  o.metric[3] = std::nanf("");
+  EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Calibration, UnknownCalibrationIsRefused) {
   Blocks b(kLayout, 3, 2);
   auto v1 = CalibrateOn(b, 0, 2, 1.5);

@@ -78,7 +78,9 @@ TEST(RateControl, BlobsStayWithinTheBudgetAndSpendIt) {
     EXPECT_LE(mse, last_mse * 1.0001) << "more bits, never more error";
     last_bits = bits;
     last_mse = mse;
-    if (step > 0 && step < 10) EXPECT_GT(bits, budget - (top_bits - floor_bits) / 4);
+    if (step > 0 && step < 10) {
+      EXPECT_GT(bits, budget - (top_bits - floor_bits) / 4);
+    }
   }
   // Where the ceiling fits, the plain encoding; below the floor, the floor (stored, not refused).
   CodecParams p = *ParseCodecSpec("quant:k4v4:ol");

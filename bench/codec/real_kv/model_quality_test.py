@@ -93,6 +93,32 @@ def main():
              "--reps", "1", "--json", "--quality", tsv])
     check('"kl_mean"' in p.stdout and '"floor_fp32_kv"' in p.stdout, "codec_eval --json carries the quality fields")
 
+    # Sensitivity: per (layer, tensor), what the decoded KV of one mode costs the model; it
+    # steers a pca calibration (codec_eval --pca-importance), as does the metric.
+    probe = os.path.join(a.work, "probe")
+    run([a.codec_eval, "--data", prefix + ":kv", "--tokens-per-block", "64", "--modes", "int2-g64",
+         "--reps", "1", "--write-decoded", probe])
+    imp_path = os.path.join(a.work, "importance.safetensors")
+    run(py + ["sensitivity", "--model", "tiny-random", "--prefix", prefix, "--decoded", probe,
+              "--out", imp_path, "--tokens", "16"])
+    t, _ = mq.read_safetensors(imp_path)
+    imp, kl = t["importance"], t["kl"]
+    check(imp.shape == (2, 2) and np.all(kl > 0) and np.all(t["distortion"] > 0),
+          f"one importance per layer and tensor, every probe lossy: {imp.shape}, KL {kl.ravel()}")
+    check(imp.min() >= 0.1 - 1e-6 and imp.max() <= 10 + 1e-6 and imp.min() < 1 < imp.max(),
+          f"importances on both sides of 1, within sqrt(spread) of it: {imp.ravel()}")
+    pca = [a.codec_eval, "--data", prefix + ":kv", "--tokens-per-block", "64", "--modes", "pca:b2",
+           "--reps", "1", "--calibrate-from", prefix + ":kv"]
+    plain = run(pca + ["--json"]).stdout
+    steered = run(pca + ["--json", "--pca-importance", imp_path + ":importance",
+                         "--pca-metric", prefix + ":metric"]).stdout
+    check('"pca:b2"' in steered and steered != plain, "importance and metric change the pca blobs")
+    p = run(pca + ["--pca-importance", imp_path + ":kl_bad"], expect_ok=False)
+    check(p.returncode != 0 and "kl_bad" in p.stderr, f"a missing tensor is refused: {p.stderr.strip()!r}")
+    p = run(pca + ["--pca-metric", imp_path + ":importance"], expect_ok=False)
+    check(p.returncode != 0 and "expected shape (2, 2, 2, 64, 64)" in p.stderr,
+          f"a metric of another shape is refused: {p.stderr.strip()!r}")
+
     # Refusals, each with a message that names the problem.
     p = run([a.codec_eval, "--data", prefix + ":kv", "--tokens-per-block", "96", "--modes", "lossless",
              "--write-decoded", os.path.join(a.work, "partial")], expect_ok=False)
