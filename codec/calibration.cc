@@ -213,12 +213,19 @@ void SymmetricEigen(std::vector<double> a, size_t n, std::vector<double>* values
 
 std::vector<double> AllocateBits(std::span<const double> wvar, double budget, double quantum,
                                  double max_bits) {
-  std::vector<double> bits(wvar.size(), 0.0);
+  return AllocateBitsFrom(wvar, std::vector<double>(wvar.size(), 0.0), budget, quantum, max_bits);
+}
+
+std::vector<double> AllocateBitsFrom(std::span<const double> wvar, std::vector<double> bits,
+                                     double budget, double quantum, double max_bits) {
   const double shrink = std::exp2(-2 * quantum);
   // Gain of the next quantum for coordinate i: D_i(b) - D_i(b + q) = D_i(b) (1 - 2^-2q).
   std::priority_queue<std::pair<double, size_t>> gains;
-  for (size_t i = 0; i < wvar.size(); ++i)
-    if (wvar[i] > 0) gains.push({wvar[i] * (1 - shrink), i});
+  for (size_t i = 0; i < wvar.size(); ++i) {
+    budget -= bits[i];
+    if (wvar[i] > 0 && bits[i] + quantum <= max_bits + 1e-9)
+      gains.push({wvar[i] * std::exp2(-2 * bits[i]) * (1 - shrink), i});
+  }
   const auto steps = static_cast<int64_t>(std::floor(budget / quantum + 1e-9));
   for (int64_t k = 0; k < steps && !gains.empty(); ++k) {
     auto [g, i] = gains.top();
@@ -359,8 +366,23 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
                      (opts.importance.empty() ? 1.0 : opts.importance[i]) / std::max(energy, 1e-30);
     for (size_t c = 0; c < d; ++c) wvar.push_back(ht.variance[c] * cost[c] * w);
   }
+  // With importances, the bits the plain allocation would give each coordinate, less
+  // importance_floor_bits, are its floor: the probe that measured the importances is linear,
+  // and a slice starved far below it costs the model more than it says.
+  std::vector<double> plain_wvar;
+  if (!opts.importance.empty() && opts.importance_floor_bits >= 0) {
+    size_t k = 0;
+    for (size_t i = 0; i < cal.heads.size(); ++i)
+      for (size_t c = 0; c < d; ++c, ++k)
+        plain_wvar.push_back(wvar[k] / std::max(opts.importance[i], 1e-30));
+  }
   auto apply = [&](double budget) {
-    const std::vector<double> bits = AllocateBits(wvar, budget);
+    std::vector<double> floor(wvar.size(), 0.0);
+    if (!plain_wvar.empty()) {
+      floor = AllocateBits(plain_wvar, budget);
+      for (double& b : floor) b = std::max(0.0, b - opts.importance_floor_bits);
+    }
+    const std::vector<double> bits = AllocateBitsFrom(wvar, std::move(floor), budget);
     size_t k = 0;
     for (HeadTransform& ht : cal.heads)
       for (size_t i = 0; i < d; ++i, ++k) {

@@ -374,6 +374,7 @@ struct PcaContext {
   double rope_theta = 0;  // > 0: calibrations undo RoPE on the keys (blocks at b * tokens)
   std::vector<float> metric;  // CalibrateOptions::metric, or empty
   std::vector<double> importance;  // CalibrateOptions::importance, or empty
+  double importance_floor_bits = codec::CalibrateOptions{}.importance_floor_bits;
 };
 
 // --pca-importance: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2) or (layers, 2,
@@ -437,6 +438,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   o.rope_theta = ctx->rope_theta;
   o.metric = ctx->metric;
   o.importance = ctx->importance;
+  o.importance_floor_bits = ctx->importance_floor_bits;
   const auto t0 = Clock::now();
   auto cal = codec::Calibrate(c.layout, blocks, o);
   if (!cal.ok()) return cal.status();
@@ -714,7 +716,8 @@ int main(int argc, char** argv) {
   uint32_t layers = 8, heads = 8, head_dim = 128, tpb = 256, blocks = 4;
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
   std::string write_decoded, quality_path, calibrate_from, pca_metric, pca_importance;
-  double pca_key_weight = 1.0, pca_rope_theta = 0;
+  double pca_key_weight = 1.0, pca_rope_theta = 0,
+         pca_importance_floor = codec::CalibrateOptions{}.importance_floor_bits;
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -763,6 +766,9 @@ int main(int argc, char** argv) {
                  "pca calibration: how much the model minds each layer's and tensor's (or "
                  "head's) relative error, FILE[:TENSOR] of shape (layers, 2[, kv_heads]) "
                  "(model_quality.py sensitivity); default: all alike");
+  app.add_option("--pca-importance-floor", pca_importance_floor,
+                 "pca calibration with --pca-importance: no coordinate gets more than this many "
+                 "bits fewer than without importances (< 0: no floor)");
   app.add_option("--pca-rope-theta", pca_rope_theta,
                  "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
                  "of --data and of --calibrate-from starts at token b * tokens-per-block");
@@ -913,6 +919,7 @@ int main(int argc, char** argv) {
   PcaContext pca;
   pca.key_weight = pca_key_weight;
   pca.rope_theta = pca_rope_theta;
+  pca.importance_floor_bits = pca_importance_floor;
   if (!calibrate_from.empty()) {
     auto c = LoadNpyDataset(calibrate_from, d.layout.tokens_per_block);
     if (!c.ok()) {

@@ -605,7 +605,8 @@ class PyClient {
 
   // Calibrates a pca namespace from sample blocks (docs/codec.md, "Calibrations in the cluster").
   py::dict Calibrate(py::bytes ns, py::sequence samples, double bits_per_value, double rope_theta,
-                     std::optional<std::vector<uint64_t>> first_positions) {
+                     std::optional<std::vector<uint64_t>> first_positions,
+                     std::optional<std::vector<double>> importance) {
     NamespaceId id = IdFrom(ns);
     std::vector<BufferView> views = ViewsFrom(samples, false);
     std::vector<strata::ConstBuffer> bufs;
@@ -614,6 +615,7 @@ class PyClient {
     req.bits_per_value = bits_per_value;
     req.rope_theta = rope_theta;
     if (first_positions) req.first_positions = *first_positions;
+    if (importance) req.importance = *importance;
     absl::StatusOr<strata::CalibrationInfo> r;
     {
       py::gil_scoped_release release;
@@ -796,7 +798,7 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("parents") = py::none(), py::arg("first_positions") = py::none())
       .def("calibrate", &PyClient::Calibrate, py::arg("ns"), py::arg("samples"),
            py::arg("bits_per_value") = 0.0, py::arg("rope_theta") = 0.0,
-           py::arg("first_positions") = py::none())
+           py::arg("first_positions") = py::none(), py::arg("importance") = py::none())
       .def("list_calibrations", &PyClient::ListCalibrations, py::arg("ns"))
       .def("lookup", &PyClient::Lookup, py::arg("ns"), py::arg("tokens"))
       .def("lookup_ids", &PyClient::LookupIds, py::arg("ns"), py::arg("ids"))

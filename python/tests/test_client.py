@@ -211,6 +211,11 @@ def test_a_calibrated_namespace_round_trip(client):
     info = client.calibrate(ns, kv_blocks(32))
     assert info["version"] == 1 and info["current"] and info["target_bits"] == 3.0
     assert [c["id"] for c in client.list_calibrations(ns)] == [info["id"]]
+    with pytest.raises(errors.StrataError, match="importances"):
+        client.calibrate(ns, kv_blocks(32), importance=[1.0, 2.0, 3.0])
+    importance = [2.0] + [1.0] * (2 * SMALL["num_layers"] - 1)  # per (layer, tensor)
+    steered = client.calibrate(ns, kv_blocks(32), importance=importance)
+    assert steered["version"] == 2 and steered["current"] and steered["id"] != info["id"]
 
     src = kv_blocks(3)
     assert client.publish(ns, tokens_of(3), src).stored == 3

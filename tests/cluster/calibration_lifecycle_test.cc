@@ -154,8 +154,17 @@ TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   EXPECT_NEAR(v1->target_bits, 2.0, 1e-6) << "the rate of the namespace's policy, pca:b2";
   Published p1 = Publish(*c, *ns, 6, 82);
 
+  // Importances (what each layer's error costs the model) come one per (layer, tensor) or per
+  // (layer, tensor, kv head); any other count is refused before anything is stored.
+  CalibrationRequest wrong;
+  wrong.importance = {1.0, 2.0, 3.0};
+  auto refused = c->Calibrate(*ns, Views(samples1), wrong);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("importances"), std::string::npos) << refused.status();
   CalibrationRequest finer;
   finer.bits_per_value = 3;
+  finer.importance.assign(size_t{PcaSpec().layout.num_layers} * 2, 1.0);
+  finer.importance[0] = 4.0;
   auto samples2 = KvBlocks(32, 16);
   auto v2 = c->Calibrate(*ns, Views(samples2), finer);
   ASSERT_TRUE(v2.ok()) << v2.status();

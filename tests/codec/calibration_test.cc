@@ -268,6 +268,45 @@ TEST(Calibration, MetricSteersTheBitsToWhatItWeighs) {
   EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Bits per coordinate of one head, from its step (step = sqrt(12 var) 2^-bits; 0: dropped).
+double HeadBits(const HeadTransform& h) {
+  double bits = 0;
+  for (size_t c = 0; c < h.step.size(); ++c)
+    if (h.step[c] > 0) bits += std::log2(std::sqrt(12.0 * h.variance[c]) / h.step[c]);
+  return bits;
+}
+
+TEST(Calibration, ImportanceMovesBitsWithinTheFloor) {
+  Blocks b(kLayout, 4, 29);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  const size_t heads = size_t{kLayout.num_layers} * 2 * kLayout.num_kv_heads;
+  CalibrateOptions o;
+  o.bits_per_value = 2;
+  auto plain = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Head 0 barely matters to the model, head 1 matters a lot.
+  o.importance.assign(heads, 1.0);
+  o.importance[0] = 1e-3;
+  o.importance[1] = 30;
+  o.importance_floor_bits = -1;
+  auto free = Calibrate(kLayout, samples, o);
+  o.importance_floor_bits = 0.5;
+  auto floored = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(free.ok() && floored.ok());
+  const double d = kLayout.head_dim;
+  const double p0 = HeadBits(plain->heads[0]), p1 = HeadBits(plain->heads[1]);
+  EXPECT_LT(HeadBits(free->heads[0]), 0.25 * p0) << "unimportant head starved without a floor";
+  EXPECT_GT(HeadBits(free->heads[1]), p1 + d);
+  EXPECT_GT(HeadBits(floored->heads[0]), p0 - 0.5 * d - 0.1 * d) << "the floor holds";
+  EXPECT_LT(HeadBits(floored->heads[0]), p0);
+  EXPECT_GT(HeadBits(floored->heads[1]), p1);
+  EXPECT_LE(floored->sample_bits, 2.0f);
+  o.importance.resize(3);
+  EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.importance.assign(heads, -1.0);
+  EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Calibration, UnknownCalibrationIsRefused) {
   Blocks b(kLayout, 3, 2);
   auto v1 = CalibrateOn(b, 0, 2, 1.5);

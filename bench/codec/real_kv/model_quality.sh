@@ -11,7 +11,10 @@
 # as ParseCodecSpec takes them; default codec_eval's list), PREFIX_TOKENS (1024, a multiple of
 # TOKENS_PER_BLOCK, 256), CONTINUATION_TOKENS (256), REPS (3); for pca:bR modes CALIB_TEXT (a
 # text other than the evaluated one: its prefix KV is what the modes calibrate on) and
-# PCA_ARGS (more codec_eval options, e.g. "--pca-rope-theta 100000").
+# PCA_ARGS (more codec_eval options, e.g. "--pca-rope-theta 100000"); with CALIB_TEXT,
+# IMPORTANCE=1 first measures what each layer's error costs the model on that text
+# (model_quality.py sensitivity: PROBE_MODE, default pca:b1.5, PROBE_TOKENS, default 128) and
+# calibrates with it (--pca-importance).
 # Output in WORKDIR/mq-MODEL: table.txt (the table), quality.tsv / quality.json (per mode),
 # prefix.safetensors and decoded/ (the KV). Nothing here is committed data.
 set -euo pipefail
@@ -38,6 +41,17 @@ if [[ -n "${CALIB_TEXT:-}" ]]; then
   "${py[@]}" prefix --model "$gguf" --text "$CALIB_TEXT" --prefix-tokens "${PREFIX_TOKENS:-1024}" \
     --continuation-tokens "${CONTINUATION_TOKENS:-256}" --out "$out/calib.safetensors"
   modes+=(--calibrate-from "$out/calib.safetensors:kv")
+  if [[ "${IMPORTANCE:-0}" = 1 ]]; then
+    # What each layer's error costs the model, probed on the calibration text alone: its KV
+    # coded at PROBE_MODE (calibrated on itself), one (layer, tensor) at a time.
+    # shellcheck disable=SC2206
+    "$codec_eval" --data "$out/calib.safetensors:kv" --tokens-per-block "${TOKENS_PER_BLOCK:-256}" \
+      --modes "${PROBE_MODE:-pca:b1.5}" --calibrate-from "$out/calib.safetensors:kv" ${PCA_ARGS:-} \
+      --reps 1 --write-decoded "$out/probe" > /dev/null
+    "${py[@]}" sensitivity --model "$gguf" --prefix "$out/calib.safetensors" --decoded "$out/probe" \
+      --tokens "${PROBE_TOKENS:-128}" --out "$out/importance.safetensors"
+    modes+=(--pca-importance "$out/importance.safetensors:importance")
+  fi
 fi
 rm -rf "$out/decoded"
 "$codec_eval" --data "$out/prefix.safetensors:kv" --tokens-per-block "${TOKENS_PER_BLOCK:-256}" \
