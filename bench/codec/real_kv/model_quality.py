@@ -403,19 +403,24 @@ def cmd_sensitivity(a):
         return m.forward(cont, past=[(kv[l, 0], kv[l, 1]) for l in range(L)])[0]
 
     ref = run(kv16)
-    kl = np.zeros((L, 2))
-    dist = np.zeros((L, 2))
+    H = kv16.shape[3]
+    heads = [slice(None)] if not a.per_head else [slice(h, h + 1) for h in range(H)]
+    kl = np.zeros((L, 2, len(heads)))
+    dist = np.zeros((L, 2, len(heads)))
     for l in range(L):
         for t in range(2):
-            x = kv16[l, t].astype(np.float64)  # [P, H, D]
-            err = ((dec[l, t].astype(np.float64) - x) ** 2).sum((0, 2))
-            energy = ((x - x.mean(0)) ** 2).sum((0, 2))
-            dist[l, t] = (err / np.maximum(energy, 1e-30)).sum()
-            probe = kv16.copy()
-            probe[l, t] = dec[l, t]
-            kl[l, t] = compare(ref, run(probe), targets)["kl_mean"]
-        print(f"  layer {l}: KL keys {kl[l, 0]:.3g} values {kl[l, 1]:.3g} "
+            for i, h in enumerate(heads):
+                x = kv16[l, t, :, h].astype(np.float64)  # [P, heads, D]
+                err = ((dec[l, t, :, h].astype(np.float64) - x) ** 2).sum((0, 2))
+                energy = ((x - x.mean(0)) ** 2).sum((0, 2))
+                dist[l, t, i] = (err / np.maximum(energy, 1e-30)).sum()
+                probe = kv16.copy()
+                probe[l, t, :, h] = dec[l, t, :, h]
+                kl[l, t, i] = compare(ref, run(probe), targets)["kl_mean"]
+        print(f"  layer {l}: KL keys {kl[l, 0].sum():.3g} values {kl[l, 1].sum():.3g} "
               f"({time.time() - t0:.0f}s)", flush=True)
+    if not a.per_head:
+        kl, dist = kl[..., 0], dist[..., 0]
     s = kl / np.maximum(dist, 1e-30)
     # The square root of the measured ratio, and within a factor `spread` of the median: the
     # probe is linear (KL per unit of distortion at one rate), the model is not: a slice coded
@@ -450,8 +455,10 @@ def main():
     s.add_argument("--prefix", required=True, help="the prefix command's output (calibration text)")
     s.add_argument("--decoded", required=True,
                    help="codec_eval --write-decoded's directory for that prefix (its first mode)")
-    s.add_argument("--out", required=True, help="safetensors: importance [layers, 2]")
+    s.add_argument("--out", required=True, help="safetensors: importance [layers, 2(, kv_heads)]")
     s.add_argument("--tokens", type=int, default=128, help="continuation tokens per probe")
+    s.add_argument("--per-head", action="store_true",
+                   help="one importance per (layer, tensor, kv head): kv_heads times the probes")
     s.add_argument("--spread", type=float, default=100.0,
                    help="measured ratios are kept within this factor of their median")
     a = ap.parse_args()
