@@ -377,6 +377,18 @@ struct PcaContext {
   double importance_floor_bits = codec::CalibrateOptions{}.importance_floor_bits;
 };
 
+// A float16 or float32 tensor's elements as floats.
+std::vector<float> Floats(const NpyArray& a) {
+  const size_t n = a.data.size() / (a.descr == "<f2" ? 2 : 4);
+  std::vector<float> f(n);
+  if (a.descr == "<f2") {
+    codec::internal::ToFloat(a.data.data(), DType::kFloat16, f.data(), n);
+  } else {
+    std::memcpy(f.data(), a.data.data(), n * 4);
+  }
+  return f;
+}
+
 // --pca-importance: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2) or (layers, 2,
 // kv_heads), model_quality.py sensitivity's output; per head, as CalibrateOptions wants it.
 absl::StatusOr<std::vector<double>> LoadImportance(const std::string& path_spec,
@@ -388,13 +400,7 @@ absl::StatusOr<std::vector<double>> LoadImportance(const std::string& path_spec,
       a->shape[1] != 2 || (per_head && a->shape[2] != l.num_kv_heads))
     return absl::InvalidArgumentError(absl::StrCat("--pca-importance: expected shape (",
                                                    l.num_layers, ", 2[, ", l.num_kv_heads, "])"));
-  const size_t n = a->data.size() / (a->descr == "<f2" ? 2 : 4);
-  std::vector<float> f(n);
-  if (a->descr == "<f2") {
-    codec::internal::ToFloat(a->data.data(), DType::kFloat16, f.data(), n);
-  } else {
-    std::memcpy(f.data(), a->data.data(), n * 4);
-  }
+  const std::vector<float> f = Floats(*a);
   std::vector<double> w(size_t{l.num_layers} * 2 * l.num_kv_heads);
   for (size_t i = 0; i < w.size(); ++i) w[i] = f[per_head ? i : i / l.num_kv_heads];
   return w;
@@ -410,14 +416,7 @@ absl::StatusOr<std::vector<float>> LoadMetric(const std::string& path_spec, cons
     return absl::InvalidArgumentError(absl::StrCat("--pca-metric: expected shape (", l.num_layers,
                                                    ", 2, ", l.num_kv_heads, ", ", l.head_dim, ", ",
                                                    l.head_dim, ")"));
-  const size_t n = a->data.size() / (a->descr == "<f2" ? 2 : 4);
-  std::vector<float> m(n);
-  if (a->descr == "<f2") {
-    codec::internal::ToFloat(a->data.data(), DType::kFloat16, m.data(), n);
-  } else {
-    std::memcpy(m.data(), a->data.data(), n * 4);
-  }
-  return m;
+  return Floats(*a);
 }
 
 // Resolves `pca:bR` to a calibration made from ctx->samples at R bits per value.
@@ -930,22 +929,19 @@ int main(int argc, char** argv) {
     calib = std::move(*c);
     pca.samples = &calib;
   }
-  if (!pca_metric.empty()) {
-    auto m = LoadMetric(pca_metric, d.layout);
-    if (!m.ok()) {
-      std::fprintf(stderr, "codec_eval: %s\n", std::string(m.status().message()).c_str());
-      return 1;
-    }
-    pca.metric = std::move(*m);
-  }
-  if (!pca_importance.empty()) {
-    auto w = LoadImportance(pca_importance, d.layout);
-    if (!w.ok()) {
-      std::fprintf(stderr, "codec_eval: %s\n", std::string(w.status().message()).c_str());
-      return 1;
-    }
-    pca.importance = std::move(*w);
-  }
+  // The calibration's optional steering inputs: false after printing why one did not load.
+  auto load = [&](const std::string& path, auto loader, auto* into) {
+    if (path.empty()) return true;
+    auto v = loader(path, d.layout);
+    if (!v.ok())
+      std::fprintf(stderr, "codec_eval: %s\n", std::string(v.status().message()).c_str());
+    else
+      *into = std::move(*v);
+    return v.ok();
+  };
+  if (!load(pca_metric, LoadMetric, &pca.metric) ||
+      !load(pca_importance, LoadImportance, &pca.importance))
+    return 1;
   const double memcpy_gbps = MemcpyGbps(d, reps);
   std::vector<Row> rows;
   std::string modes_tsv;
