@@ -7,7 +7,8 @@
 #   bench/codec/real_kv/model_quality.sh smollm2|qwen2.5-coder-1.5b [WORKDIR]
 #       (default WORKDIR /tmp/strata-real-kv; one core; see docs/codec.md for run times)
 #
-# Env: CODEC_EVAL (default build/bench/codec/codec_eval), MODES (comma-separated codec specs,
+# Env: TEXT (the evaluated text, default the GPL-3), CODEC_EVAL (default
+# build/bench/codec/codec_eval), MODES (comma-separated codec specs,
 # as ParseCodecSpec takes them; default codec_eval's list), PREFIX_TOKENS (1024, a multiple of
 # TOKENS_PER_BLOCK, 256), CONTINUATION_TOKENS (256), REPS (3); for pca:bR modes CALIB_TEXT (a
 # text other than the evaluated one: its prefix KV is what the modes calibrate on) and
@@ -35,8 +36,9 @@ modes=()
 # shellcheck disable=SC2206
 [[ -n "${PCA_ARGS:-}" ]] && modes+=(${PCA_ARGS})
 py=(env OPENBLAS_NUM_THREADS=1 venv/bin/python "$here/model_quality.py")
-"${py[@]}" prefix --model "$gguf" --prefix-tokens "${PREFIX_TOKENS:-1024}" \
-  --continuation-tokens "${CONTINUATION_TOKENS:-256}" --out "$out/prefix.safetensors"
+"${py[@]}" prefix --model "$gguf" --text "${TEXT:-/usr/share/common-licenses/GPL-3}" \
+  --prefix-tokens "${PREFIX_TOKENS:-1024}" --continuation-tokens "${CONTINUATION_TOKENS:-256}" \
+  --out "$out/prefix.safetensors"
 if [[ -n "${CALIB_TEXT:-}" ]]; then
   "${py[@]}" prefix --model "$gguf" --text "$CALIB_TEXT" --prefix-tokens "${PREFIX_TOKENS:-1024}" \
     --continuation-tokens "${CONTINUATION_TOKENS:-256}" --out "$out/calib.safetensors"
