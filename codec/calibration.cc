@@ -262,6 +262,9 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   for (double v : opts.importance)
     if (!(v >= 0 && std::isfinite(v)))
       return absl::InvalidArgumentError("calibrate: importances must be finite and >= 0");
+  if (!opts.importance.empty() &&
+      std::none_of(opts.importance.begin(), opts.importance.end(), [](double v) { return v > 0; }))
+    return absl::InvalidArgumentError("calibrate: every importance is zero: nothing to code");
   Calibration cal;
   cal.num_layers = layout.num_layers;
   cal.num_kv_heads = layout.num_kv_heads;
@@ -342,7 +345,7 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   // (its early layers' values decoded with 75% relative error at 1.5 bits/value), while the model
   // needs every layer.
   // Under a metric M, coordinate c's error costs u_c^T M u_c per unit (u_c its basis axis).
-  std::vector<double> wvar;
+  std::vector<double> wvar, plain_wvar;  // with and without the importances
   std::vector<double> cost(d);
   for (size_t i = 0; i < cal.heads.size(); ++i) {
     const bool key = layout.kind == KvKind::kSeparateKV && (i / heads) % tensors == 0;
@@ -362,20 +365,17 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
     }
     double energy = 0;
     for (size_t c = 0; c < d; ++c) energy += ht.variance[c] * cost[c];
-    const double w = (key ? opts.key_weight : 1.0) *
-                     (opts.importance.empty() ? 1.0 : opts.importance[i]) / std::max(energy, 1e-30);
-    for (size_t c = 0; c < d; ++c) wvar.push_back(ht.variance[c] * cost[c] * w);
+    const double w = (key ? opts.key_weight : 1.0) / std::max(energy, 1e-30);
+    const double importance = opts.importance.empty() ? 1.0 : opts.importance[i];
+    for (size_t c = 0; c < d; ++c) {
+      plain_wvar.push_back(ht.variance[c] * cost[c] * w);
+      wvar.push_back(plain_wvar.back() * importance);
+    }
   }
   // With importances, the bits the plain allocation would give each coordinate, less
   // importance_floor_bits, are its floor: the probe that measured the importances is linear,
   // and a slice starved far below it costs the model more than it says.
-  std::vector<double> plain_wvar;
-  if (!opts.importance.empty() && opts.importance_floor_bits >= 0) {
-    size_t k = 0;
-    for (size_t i = 0; i < cal.heads.size(); ++i)
-      for (size_t c = 0; c < d; ++c, ++k)
-        plain_wvar.push_back(wvar[k] / std::max(opts.importance[i], 1e-30));
-  }
+  if (opts.importance.empty() || opts.importance_floor_bits < 0) plain_wvar.clear();
   auto apply = [&](double budget) {
     std::vector<double> floor(wvar.size(), 0.0);
     if (!plain_wvar.empty()) {

@@ -305,6 +305,12 @@ TEST(Calibration, ImportanceMovesBitsWithinTheFloor) {
   EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
   o.importance.assign(heads, -1.0);
   EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.importance.assign(heads, 0.0);
+  EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.importance[2] = 1;  // only one head matters: the rest keep their floor
+  auto one = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_GT(HeadBits(one->heads[0]), p0 - 0.6 * d);
 }
 
 TEST(Calibration, UnknownCalibrationIsRefused) {
