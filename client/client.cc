@@ -297,17 +297,7 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
                                                        : 1.5;
   opts.rope_theta = request.rope_theta;
   opts.first_positions = request.first_positions;
-  const size_t slices = size_t{layout.num_layers} * layout.TensorsPerLayer();
-  if (!request.importance.empty()) {
-    if (request.importance.size() != slices &&
-        request.importance.size() != slices * layout.num_kv_heads)
-      return absl::InvalidArgumentError(absl::StrCat(
-          request.importance.size(), " importances; one per (layer, tensor): ", slices,
-          ", or per (layer, tensor, kv head): ", slices * layout.num_kv_heads));
-    const size_t per = request.importance.size() == slices ? layout.num_kv_heads : 1;
-    for (size_t i = 0; i < slices * layout.num_kv_heads; ++i)
-      opts.importance.push_back(request.importance[i / per]);
-  }
+  opts.importance = request.importance;
   // The next version: one past the highest this daemon (and so the cluster it asked) knows.
   STRATA_ASSIGN_OR_RETURN(auto listed, impl_->calibrations->List(ns));
   uint32_t highest = 0;

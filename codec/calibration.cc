@@ -236,6 +236,21 @@ std::vector<double> AllocateBitsFrom(std::span<const double> wvar, std::vector<d
   return bits;
 }
 
+namespace {
+
+// u^T M u for a d x d row-major M, clamped at 0 (M is meant to be positive semi-definite).
+double QuadraticForm(const float* m, const float* u, size_t d) {
+  double acc = 0;
+  for (size_t j = 0; j < d; ++j) {
+    double row = 0;
+    for (size_t k = 0; k < d; ++k) row += double{m[j * d + k]} * u[k];
+    acc += u[j] * row;
+  }
+  return std::max(acc, 0.0);
+}
+
+}  // namespace
+
 absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
                                       std::span<const std::span<const uint8_t>> blocks,
                                       const CalibrateOptions& opts) {
@@ -255,10 +270,15 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
         "calibrate: the metric has ", opts.metric.size(), " values; ", metric_size, " needed"));
   for (float v : opts.metric)
     if (!std::isfinite(v)) return absl::InvalidArgumentError("calibrate: non-finite metric value");
-  const size_t head_count = metric_size / (size_t{layout.head_dim} * layout.head_dim);
-  if (!opts.importance.empty() && opts.importance.size() != head_count)
-    return absl::InvalidArgumentError(absl::StrCat("calibrate: ", opts.importance.size(),
-                                                   " importances; one per head: ", head_count));
+  // Importances per (layer, tensor) apply to each of its heads alike.
+  const size_t slices = size_t{layout.num_layers} * layout.TensorsPerLayer();
+  const size_t head_count = slices * layout.num_kv_heads;
+  if (!opts.importance.empty() && opts.importance.size() != slices &&
+      opts.importance.size() != head_count)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibrate: ", opts.importance.size(), " importances; one per (layer, tensor): ", slices,
+        ", or per (layer, tensor, kv head): ", head_count));
+  const size_t heads_per_importance = opts.importance.size() == slices ? layout.num_kv_heads : 1;
   for (double v : opts.importance)
     if (!(v >= 0 && std::isfinite(v)))
       return absl::InvalidArgumentError("calibrate: importances must be finite and >= 0");
@@ -350,23 +370,15 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   for (size_t i = 0; i < cal.heads.size(); ++i) {
     const bool key = layout.kind == KvKind::kSeparateKV && (i / heads) % tensors == 0;
     const HeadTransform& ht = cal.heads[i];
-    for (size_t c = 0; c < d; ++c) {
-      cost[c] = 1.0;
-      if (opts.metric.empty()) continue;
-      const float* m = opts.metric.data() + i * d * d;
-      const float* u = ht.basis.data() + c * d;
-      double acc = 0;
-      for (size_t j = 0; j < d; ++j) {
-        double row = 0;
-        for (size_t k = 0; k < d; ++k) row += double{m[j * d + k]} * u[k];
-        acc += u[j] * row;
-      }
-      cost[c] = std::max(acc, 0.0);
-    }
+    for (size_t c = 0; c < d; ++c)
+      cost[c] = opts.metric.empty() ? 1.0
+                                    : QuadraticForm(opts.metric.data() + i * d * d,
+                                                    ht.basis.data() + c * d, d);
     double energy = 0;
     for (size_t c = 0; c < d; ++c) energy += ht.variance[c] * cost[c];
     const double w = (key ? opts.key_weight : 1.0) / std::max(energy, 1e-30);
-    const double importance = opts.importance.empty() ? 1.0 : opts.importance[i];
+    const double importance =
+        opts.importance.empty() ? 1.0 : opts.importance[i / heads_per_importance];
     for (size_t c = 0; c < d; ++c) {
       plain_wvar.push_back(ht.variance[c] * cost[c] * w);
       wvar.push_back(plain_wvar.back() * importance);

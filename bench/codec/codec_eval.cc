@@ -390,7 +390,7 @@ std::vector<float> Floats(const NpyArray& a) {
 }
 
 // --pca-importance: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2) or (layers, 2,
-// kv_heads), model_quality.py sensitivity's output; per head, as CalibrateOptions wants it.
+// kv_heads), model_quality.py sensitivity's output.
 absl::StatusOr<std::vector<double>> LoadImportance(const std::string& path_spec,
                                                    const KvLayout& l) {
   auto a = ReadTensor(path_spec);
@@ -401,9 +401,7 @@ absl::StatusOr<std::vector<double>> LoadImportance(const std::string& path_spec,
     return absl::InvalidArgumentError(absl::StrCat("--pca-importance: expected shape (",
                                                    l.num_layers, ", 2[, ", l.num_kv_heads, "])"));
   const std::vector<float> f = Floats(*a);
-  std::vector<double> w(size_t{l.num_layers} * 2 * l.num_kv_heads);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = f[per_head ? i : i / l.num_kv_heads];
-  return w;
+  return std::vector<double>(f.begin(), f.end());
 }
 
 // --pca-metric: PATH.safetensors[:TENSOR] or .npy of shape (layers, 2, kv_heads, head_dim,

@@ -311,6 +311,19 @@ TEST(Calibration, ImportanceMovesBitsWithinTheFloor) {
   auto one = Calibrate(kLayout, samples, o);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_GT(HeadBits(one->heads[0]), p0 - 0.6 * d);
+  // One importance per (layer, tensor) is that importance for each of its heads.
+  const size_t slices = heads / kLayout.num_kv_heads;
+  o.importance.clear();
+  std::vector<double> per_head;
+  for (size_t s = 0; s < slices; ++s) {
+    o.importance.push_back(1.0 + s);
+    per_head.insert(per_head.end(), kLayout.num_kv_heads, 1.0 + s);
+  }
+  auto by_slice = Calibrate(kLayout, samples, o);
+  o.importance = per_head;
+  auto by_head = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(by_slice.ok() && by_head.ok());
+  EXPECT_EQ(by_slice->Id(), by_head->Id());
 }
 
 TEST(Calibration, UnknownCalibrationIsRefused) {

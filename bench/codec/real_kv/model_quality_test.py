@@ -8,6 +8,7 @@ a clear error. Exits 77 (skipped) without numpy.
   model_quality_test.py --codec-eval build/bench/codec/codec_eval --work DIR
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -109,10 +110,14 @@ def main():
           f"importances on both sides of 1, within sqrt(spread) of it: {imp.ravel()}")
     pca = [a.codec_eval, "--data", prefix + ":kv", "--tokens-per-block", "64", "--modes", "pca:b2",
            "--reps", "1", "--calibrate-from", prefix + ":kv"]
-    plain = run(pca + ["--json"]).stdout
-    steered = run(pca + ["--json", "--pca-importance", imp_path + ":importance",
-                         "--pca-metric", prefix + ":metric"]).stdout
-    check('"pca:b2"' in steered and steered != plain, "importance and metric change the pca blobs")
+    def coded(extra):  # what the blobs are: their size and their error, not the run's speeds
+        row = json.loads(run(pca + ["--json"] + extra).stdout)["rows"][0]
+        return row["bits_per_value"], row["rel_mse"]
+    plain = coded([])
+    steered = coded(["--pca-importance", imp_path + ":importance"])
+    metric = coded(["--pca-metric", prefix + ":metric"])
+    check(steered != plain and metric != plain,
+          f"importance and metric change the pca blobs: {plain} vs {steered} and {metric}")
     p = run(pca + ["--pca-importance", imp_path + ":kl_bad"], expect_ok=False)
     check(p.returncode != 0 and "kl_bad" in p.stderr, f"a missing tensor is refused: {p.stderr.strip()!r}")
     p = run(pca + ["--pca-metric", imp_path + ":importance"], expect_ok=False)
