@@ -26,7 +26,9 @@
 // a multiple of 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded. Both are
 // dense: at 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each
 // output value costs about head_dim multiply-adds, and the kernels run near the core's
-// multiply-add throughput (docs/codec.md, "Pca speed").
+// multiply-add throughput (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder
+// computes the same sums as bf16 matrix products instead (pca_amx.cc, twice as fast end to end),
+// equal to these up to float rounding (not bit for bit: the sums' order differs).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,6 +38,7 @@
 #include "codec/calibration.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/kernels.h"
+#include "codec/internal/pca_amx.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
@@ -118,6 +121,7 @@ struct PcaPlan {
     // The same coordinates in the decoder's order (by slot), their slots and steps.
     std::vector<uint32_t> dec_coord, dec_slot;
     std::vector<float> dec_step;
+    PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
   };
   struct Section {
     std::vector<Slot> slots;
@@ -167,6 +171,12 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
         hp.dec_slot.push_back(static_cast<uint32_t>(j));
         hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
       }
+      if (PcaAmxSupported())
+        for (uint32_t h = 0; h < H; ++h) {
+          PcaPlan::Head& hp = sp.heads[h];
+          BuildPcaAmxAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
+                          hp.dec_coord.size(), D, &hp.amx);
+        }
     }
   return plan;
 }
@@ -179,16 +189,37 @@ const RopeTable& RopeTableFor(RopeTable* t, size_t T, size_t D, uint64_t first_p
   if (t->tokens == T && t->dim == D && t->first_position == first_position && t->theta == theta)
     return *t;
   const size_t half = D / 2;
+  if (t->offsets_tokens != T || t->offsets_dim != D || t->offsets_theta != theta) {
+    t->freq.resize(half);
+    t->offset_cos.resize(T * half);
+    t->offset_sin.resize(T * half);
+    for (size_t j = 0; j < half; ++j)
+      t->freq[j] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(j) / D);
+    for (size_t tok = 0; tok < T; ++tok)
+      for (size_t j = 0; j < half; ++j) {
+        const double ang = static_cast<double>(tok) * t->freq[j];
+        t->offset_cos[tok * half + j] = std::cos(ang);
+        t->offset_sin[tok * half + j] = std::sin(ang);
+      }
+    t->offsets_tokens = T;
+    t->offsets_dim = D;
+    t->offsets_theta = theta;
+  }
+  // cos and sin of (first_position + tok) freq by the angle-addition formulas, in double.
   t->cos.resize(T * half);
   t->sin.resize(T * half);
-  std::vector<double> inv(half);
-  for (size_t j = 0; j < half; ++j)
-    inv[j] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(j) / D);
+  std::vector<double> c0(half), s0(half);
+  for (size_t j = 0; j < half; ++j) {
+    const double ang = static_cast<double>(first_position) * t->freq[j];
+    c0[j] = std::cos(ang);
+    s0[j] = std::sin(ang);
+  }
   for (size_t tok = 0; tok < T; ++tok)
     for (size_t j = 0; j < half; ++j) {
-      const double ang = static_cast<double>(first_position + tok) * inv[j];
-      t->cos[tok * half + j] = static_cast<float>(std::cos(ang));
-      t->sin[tok * half + j] = static_cast<float>(std::sin(ang));
+      const size_t i = tok * half + j;
+      const double c = t->offset_cos[i], s = t->offset_sin[i];
+      t->cos[i] = static_cast<float>(c0[j] * c - s0[j] * s);
+      t->sin[i] = static_cast<float>(s0[j] * c + c0[j] * s);
     }
   t->tokens = T;
   t->dim = D;
@@ -357,11 +388,27 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   std::vector<float>& yt = sc->row;  // one head's dequantised coordinates, [k][t] in slot order
   const size_t full = T / kRun, rest = T % kRun;  // whole symbol runs, and the last run's length
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
+  const bool amx = PcaAmxAvailable();
+  const bool rope = tensor == 0 && cal.rope_theta > 0;
+  // When every head goes through the tiles, they rotate the keys too (one pass less).
+  bool amx_rope = amx && rope;
+  for (const PcaPlan::Head& hp : sp.heads) amx_rope = amx_rope && hp.amx.kpad > 0;
+  PcaRope angles{};
+  if (amx_rope) {
+    const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
+    angles = {t.cos.data(), t.sin.data()};
+  }
   auto reconstruct = [&](auto* syms) {
     for (size_t h = 0; h < H; ++h) {
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
       const PcaPlan::Head& hp = sp.heads[h];
       const size_t n = hp.dec_coord.size();
+      if (amx && syms && hp.amx.kpad > 0) {
+        const PcaSymbols ps{syms, sizeof(*syms) == 2, nslots, T, int32_t{maxq}};
+        PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, D, ht.mean.data(),
+                          amx_rope ? &angles : nullptr, sc->f.data() + h * D, H * D, &sc->amx);
+        continue;
+      }
       yt.resize(std::max<size_t>(1, n * tp));
       for (size_t k = 0; k < n; ++k) {
         DequantRuns(syms + hp.dec_slot[k] * kRun, full, kRun, kRun * nslots, int32_t{maxq},
@@ -395,7 +442,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     }
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
-  if (tensor == 0 && cal.rope_theta > 0)
+  if (rope && !amx_rope)
     RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);
   FromFloat(sc->f.data(), s.dtype, out, s.values());
   for (size_t i = 0; i < exact.size(); ++i)

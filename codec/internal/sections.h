@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "codec/codec.h"
+#include "codec/internal/pca_amx.h"
 #include "codec/rans.h"
 
 namespace strata::codec {
@@ -69,6 +70,12 @@ struct RopeTable {
   uint64_t first_position = 0;
   float theta = 0;
   std::vector<float> cos, sin;  // [token][pair]
+  // The blocks' common part, for (tokens, dim, theta): the pairs' frequencies and the angles
+  // of the offsets t * freq[pair] (cos, sin; [token][pair]), so that a block pays one sincos
+  // per pair, not per (token, pair).
+  size_t offsets_tokens = 0, offsets_dim = 0;
+  float offsets_theta = 0;
+  std::vector<double> freq, offset_cos, offset_sin;
 };
 
 struct SectionScratch {
@@ -87,6 +94,7 @@ struct SectionScratch {
   std::vector<double> pd;                 // pca encoder: per-token squared norms and errors
   std::vector<int32_t> pm;                // pca encoder: per-token largest |q|
   RopeTable rope;                         // pca: the block's RoPE angles
+  PcaAmxScratch amx;                      // pca decoder on AMX tiles
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
   size_t prefetch_bytes = 0;

@@ -12,6 +12,7 @@
 #include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/half.h"
+#include "codec/internal/pca_amx.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
 #include "tests/codec/test_layout.h"
@@ -29,6 +30,8 @@ struct Case {
   uint64_t seed = 1;
   // Heads (index into Calibration::heads) whose coordinates are all dropped.
   std::vector<size_t> dropped_heads;
+  // Token 3's scale: an outlier (exact token, coordinates beyond 256 steps), or not (1).
+  double outlier = 20.0;
 };
 
 // Random orthonormal basis (Gram-Schmidt in double), decreasing variances, steps with about a
@@ -113,7 +116,7 @@ std::vector<uint8_t> RandomBlock(const Case& c, const Calibration& cal, std::mt1
           const HeadTransform& ht = cal.At(l, t, h);
           std::vector<double> x(ht.mean.begin(), ht.mean.end());
           for (size_t i = 0; i < D; ++i) {
-            const double coef = g(rng) * std::sqrt(ht.variance[i]) * (tok == 3 ? 20.0 : 1.0);
+            const double coef = g(rng) * std::sqrt(ht.variance[i]) * (tok == 3 ? c.outlier : 1.0);
             for (size_t j = 0; j < D; ++j) x[j] += coef * ht.basis[i * D + j];
           }
           for (size_t j = 0; j < D; ++j, ++v) Store(x[j] + 0.01 * g(rng), &block[v * es], c.dtype);
@@ -233,6 +236,19 @@ void OnEveryTarget(F&& check) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// The reconstruction's kernels to check: the float ones and, where the CPU has them, the AMX
+// tiles (internal/pca_amx.h), each on every SIMD target.
+template <typename F>
+void OnEveryKernel(F&& check) {
+  for (const bool amx : {false, true}) {
+    if (amx && !internal::PcaAmxSupported()) continue;
+    internal::SetPcaAmxEnabledForTest(amx);
+    SCOPED_TRACE(amx ? "AMX tiles" : "float kernels");
+    OnEveryTarget(check);
+  }
+  internal::SetPcaAmxEnabledForTest(true);
+}
+
 void CheckAgainstReference(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " H=" << c.heads << " T=" << c.tokens
                                     << " dtype=" << static_cast<int>(c.dtype) << " kind="
@@ -286,7 +302,7 @@ void CheckAgainstReference(const Case& c) {
 }
 
 TEST(PcaSections, MatchScalarReferenceFp16Dim128) {
-  OnEveryTarget([] {
+  OnEveryKernel([] {
     CheckAgainstReference(
         {2, 2, 128, 64, DType::kFloat16, KvKind::kSeparateKV, 0, 11, {}});
   });
@@ -294,21 +310,21 @@ TEST(PcaSections, MatchScalarReferenceFp16Dim128) {
 
 TEST(PcaSections, MatchScalarReferenceDim64RopeAndDroppedHead) {
   // Head 1 of layer 0's keys and head 0 of layer 1's values drop every coordinate.
-  OnEveryTarget([] {
+  OnEveryKernel([] {
     CheckAgainstReference(
         {2, 3, 64, 80, DType::kFloat16, KvKind::kSeparateKV, 10000, 12, {1, 9}});
   });
 }
 
 TEST(PcaSections, MatchScalarReferenceFp32Dim128Rope) {
-  OnEveryTarget([] {
+  OnEveryKernel([] {
     CheckAgainstReference(
         {1, 2, 128, 48, DType::kFloat32, KvKind::kSeparateKV, 1e6f, 13, {}});
   });
 }
 
 TEST(PcaSections, MatchScalarReferenceMlaLatent) {
-  OnEveryTarget([] {
+  OnEveryKernel([] {
     CheckAgainstReference(
         {2, 1, 72, 40, DType::kBFloat16, KvKind::kMlaLatent, 0, 14, {}});
   });
@@ -317,7 +333,7 @@ TEST(PcaSections, MatchScalarReferenceMlaLatent) {
 TEST(PcaSections, MatchScalarReferenceOddSizes) {
   // head_dim not a multiple of any vector (scalar column tails), tokens not a multiple of 16,
   // and a whole section (layer 0's values) without coded coordinates.
-  OnEveryTarget([] {
+  OnEveryKernel([] {
     CheckAgainstReference(
         {1, 2, 40, 21, DType::kFloat16, KvKind::kSeparateKV, 500, 15, {2, 3}});
   });
@@ -349,6 +365,56 @@ TEST(PcaSections, SameBlobAndOutputOnEveryTarget) {
   for (size_t i = 1; i < blobs.size(); ++i) {
     EXPECT_EQ(blobs[i], blobs[0]) << i;
     EXPECT_EQ(outs[i], outs[0]) << i;
+  }
+}
+
+// The AMX tiles decode a blob as the float kernels do, up to float rounding: with and without
+// coordinates beyond 256 steps (the outlier token), keys with RoPE, fp16 and bf16.
+TEST(PcaSections, AmxTilesMatchTheFloatKernels) {
+  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
+  for (const Case& c : {Case{2, 2, 128, 72, DType::kFloat16, KvKind::kSeparateKV, 1e6f, 17, {}},
+                        Case{1, 3, 64, 40, DType::kBFloat16, KvKind::kSeparateKV, 1e4f, 18, {},
+                             1.0}}) {
+    SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " outlier=" << c.outlier);
+    std::mt19937 rng(static_cast<uint32_t>(c.seed));
+    auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
+    const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
+    CalibrationSet set;
+    CodecParams p;
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(cal);
+    p.first_position = 1000;
+    Encoder enc;
+    Decoder dec;
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+    std::vector<uint8_t> blob, tiles(block.size()), floats(block.size());
+    ASSERT_TRUE(enc.Encode(Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind), p, block,
+                           &blob)
+                    .ok());
+    const uint64_t heads_before = internal::PcaAmxHeadsDecoded();
+    ASSERT_TRUE(dec.Decode(blob, tiles).ok());
+    EXPECT_EQ(internal::PcaAmxHeadsDecoded() - heads_before,
+              uint64_t{c.layers} * cal->TensorsPerLayer() * c.heads);
+    internal::SetPcaAmxEnabledForTest(false);
+    ASSERT_TRUE(dec.Decode(blob, floats).ok());
+    internal::SetPcaAmxEnabledForTest(true);
+    // One unit in the last place, plus float rounding of sums that cancel: 1e-4 of the head
+    // vector's norm (a misplaced term would be of the order of the norm itself).
+    size_t equal = 0;
+    const size_t values = block.size() / 2;
+    for (size_t row = 0; row < values; row += c.dim) {
+      double norm2 = 0;
+      for (size_t i = row; i < row + c.dim; ++i) norm2 += std::pow(Load(floats.data() + 2 * i, c.dtype), 2);
+      for (size_t i = row; i < row + c.dim; ++i) {
+        const float a = Load(tiles.data() + 2 * i, c.dtype), b = Load(floats.data() + 2 * i, c.dtype);
+        const double ulp = std::max(std::abs(a), std::abs(b)) *
+                           (c.dtype == DType::kFloat16 ? 0x1p-10 : 0x1p-7) + 0x1p-24;
+        ASSERT_LE(std::abs(a - b), ulp + 1e-4 * std::sqrt(norm2)) << "value " << i;
+        equal += a == b;
+      }
+    }
+    EXPECT_GT(equal, values * 95 / 100);
   }
 }
 

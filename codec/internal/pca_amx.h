@@ -1,0 +1,68 @@
+// The pca decoder's reconstruction on Intel AMX tiles (codec/pca_amx.cc): the same sum as
+// PcaReconstruct, as a bf16 matrix product with float accumulation, for cores that have AMX
+// (Sapphire Rapids and later). The coordinates are integers (symbol - maxq: exact in bf16 up to
+// 256, the rare larger ones split in two exact parts) and each axis times its step is split
+// into two bf16 halves (hi + lo, 16 significant bits), so the result differs from the float
+// kernels by float rounding only (|error| <= 2^-16 of the sum of the terms' magnitudes), not by
+// the bf16 rounding of either operand.
+#ifndef STRATA_CODEC_INTERNAL_PCA_AMX_H_
+#define STRATA_CODEC_INTERNAL_PCA_AMX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace strata::codec::internal {
+
+// Whether the CPU has AMX-BF16 and AVX512-BF16, the kernel granted this process the tile state
+// and the environment does not say STRATA_CODEC_AMX=0 (checked once), and whether the kernels below may run: supported, and no test switched
+// them off.
+bool PcaAmxSupported();
+bool PcaAmxAvailable();
+// Tests: run the float kernels even where AMX is available (false), or AMX again (true).
+void SetPcaAmxEnabledForTest(bool enabled);
+// Heads this process has reconstructed on the tiles (tests: the path was taken).
+uint64_t PcaAmxHeadsDecoded();
+
+// A head's axes times their steps, bf16 hi and lo halves, [dim][kpad] (row c: coordinate k's
+// axis at column c, in the decoder's slot order; columns k >= n zero). Empty when the shape
+// does not fit the tiles (dim not a multiple of 32).
+struct PcaAmxAxes {
+  std::vector<uint16_t> hi, lo;
+  size_t kpad = 0;
+};
+void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
+                     size_t dim, PcaAmxAxes* axes);
+
+// Where a section's symbols are: token t of slot j at sym[(t / 16) * 16 * nslots + j * 16 +
+// t % 16] for the whole groups of 16, and the last `T % 16` tokens at sym[full * 16 * nslots + j *
+// rest + i].
+struct PcaSymbols {
+  const void* sym;
+  bool wide;  // uint16_t symbols, else uint8_t
+  size_t nslots, tokens;
+  int32_t maxq;  // < 2^16
+};
+
+struct PcaAmxScratch {
+  std::vector<uint16_t> coords;  // two token groups' coordinates, the tiles' pair layout
+  std::vector<float> sums;       // two token groups' sums, [group][c][t % 16]
+};
+
+// RoPE angles' cosines and sines, [token][dim / 2] (RopeTable).
+struct PcaRope {
+  const float* cos;
+  const float* sin;
+};
+
+// out[t][c] = mean[c] + sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t < tokens,
+// rows out_stride floats apart; then, with `rope` (else null), each row rotated as RopeRows
+// rotates it.
+void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                       const PcaAmxAxes& axes, size_t dim, const float* mean,
+                       const PcaRope* rope, float* out, size_t out_stride,
+                       PcaAmxScratch* scratch);
+
+}  // namespace strata::codec::internal
+
+#endif  // STRATA_CODEC_INTERNAL_PCA_AMX_H_

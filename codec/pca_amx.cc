@@ -1,0 +1,356 @@
+// The pca reconstruction on AMX tiles (codec/internal/pca_amx.h). Per head, the decoder's sum
+// is a product out^T[c][t] = A[c][k] * Y[k][t]: A, the axes times their steps, is the
+// calibration's (built once per plan); Y, the coordinates, comes straight from the symbol runs,
+// whose [slot][16 tokens] layout is already the tiles' pair layout but for interleaving two
+// slots. Each 16 x 16 block of sums is then transposed to token rows and the mean added.
+// Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable().
+#include "codec/internal/pca_amx.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define STRATA_PCA_AMX 1
+// GCC 12's AVX-512 headers start conversions from _mm512_undefined_*(), which it then reports.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#endif
+
+namespace strata::codec::internal {
+
+namespace {
+
+std::atomic<bool> g_enabled_for_test{true};
+std::atomic<uint64_t> g_heads_decoded{0};
+
+// bf16 of a float, round to nearest even (the operands are finite).
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#ifdef STRATA_PCA_AMX
+
+constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an extended state component
+constexpr long kXfeatureXtiledata = 18;     // the AMX tile data
+
+bool DetectAmx() {
+  // The operator's switch (and the benchmarks' baseline): STRATA_CODEC_AMX=0.
+  if (const char* env = std::getenv("STRATA_CODEC_AMX"); env && std::strcmp(env, "0") == 0)
+    return false;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    return false;
+  // AMX-BF16 (CPUID.7.0:EDX[22]), AMX-TILE (EDX[24]), AVX512-BF16 (CPUID.7.1:EAX[5]).
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  if (!((d >> 22) & 1) || !((d >> 24) & 1)) return false;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+  if (!((a >> 5) & 1)) return false;
+  // The OS saves the tile state (XCR0 bits 17 and 18) ...
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  // ... and lets this process use it (Linux 5.16+ asks each process to request it).
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+#define STRATA_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Word i of the result: word i / 2 of the low half for even i, of the high half for odd i.
+STRATA_AMX_TARGET inline __m512i PairIndex() {
+  alignas(64) uint16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<uint16_t>((i & 1) ? 16 + i / 2 : i / 2);
+  return _mm512_load_si512(idx);
+}
+
+// The coordinates (symbol - maxq) of one slot for the 16 tokens of group g, as floats; zero
+// for tokens past the end.
+template <typename Sym>
+STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, size_t g,
+                                           uint32_t j, __m512i maxq) {
+  const size_t full = s.tokens / 16, rest = s.tokens % 16;
+  __m512i v;
+  __mmask16 live = 0xFFFF;
+  if (g < full) {
+    const Sym* p = sym + g * 16 * s.nslots + size_t{j} * 16;
+    if constexpr (sizeof(Sym) == 1) {
+      v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    } else {
+      v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+  } else {
+    live = static_cast<__mmask16>((1u << rest) - 1);
+    const Sym* p = sym + full * 16 * s.nslots + size_t{j} * rest;
+    if constexpr (sizeof(Sym) == 1) {
+      v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p));
+    } else {
+      v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, p));
+    }
+  }
+  return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
+}
+
+// x rounded to bf16 (nearest even), as a float.
+STRATA_AMX_TARGET inline __m512 RoundToBf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(-65536)));
+}
+
+// Two vectors of 16 coordinates as 16 bf16 pairs (a[i], b[i]).
+STRATA_AMX_TARGET inline __m512i Pairs(__m512 a, __m512 b, __m512i idx) {
+  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+}
+
+// Group g's coordinates in the tiles' pair layout: row kp holds, per token, coordinates 2 kp
+// and 2 kp + 1. A coordinate is hi + lo, hi its bf16 and lo the rest (|q| <= 256: zero; up to
+// 2047, at most 4: both exact). Groups past the end are zero. Returns whether any lo is not.
+template <typename Sym>
+STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                                  size_t kpad, size_t g, uint16_t* hi, uint16_t* lo) {
+  if (g * 16 >= s.tokens) {
+    std::memset(hi, 0, kpad * 16 * sizeof(uint16_t));
+    std::memset(lo, 0, kpad * 16 * sizeof(uint16_t));
+    return false;
+  }
+  const Sym* sym = static_cast<const Sym*>(s.sym);
+  const __m512i maxq = _mm512_set1_epi32(s.maxq), idx = PairIndex();
+  const __m512 zero = _mm512_setzero_ps();
+  __mmask16 rest = 0;
+  for (size_t kp = 0; kp < kpad / 2; ++kp) {
+    const size_t k0 = 2 * kp, k1 = k0 + 1;
+    const __m512 a = k0 < n ? SlotCoords(sym, s, g, slot[k0], maxq) : zero;
+    const __m512 b = k1 < n ? SlotCoords(sym, s, g, slot[k1], maxq) : zero;
+    const __m512 a_hi = RoundToBf16(a), b_hi = RoundToBf16(b);
+    const __m512 a_lo = _mm512_sub_ps(a, a_hi), b_lo = _mm512_sub_ps(b, b_hi);
+    rest |= _mm512_cmpneq_ps_mask(a_lo, zero) | _mm512_cmpneq_ps_mask(b_lo, zero);
+    _mm512_storeu_si512(hi + kp * 32, Pairs(a_hi, b_hi, idx));
+    _mm512_storeu_si512(lo + kp * 32, Pairs(a_lo, b_lo, idx));
+  }
+  return rest != 0;
+}
+
+// r[i] <- column i of the 16 x 16 block r.
+STRATA_AMX_TARGET inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + sums[c][t].
+STRATA_AMX_TARGET inline void LoadRows(const float* sums, const float* mean, size_t c0,
+                                       __m512 r[16]) {
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
+  Transpose16(r);
+  const __m512 m = _mm512_loadu_ps(mean + c0);
+  for (int t = 0; t < 16; ++t) r[t] = _mm512_add_ps(r[t], m);
+}
+
+// A group's token rows from its sums [c][16]: out[t][c] = mean[c] + sums[c][t], then, with
+// `rope`, rotated as RopeRows does (same operations, same bits).
+STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, const float* mean, size_t rows,
+                                 const PcaRope* rope, size_t first_token, float* out,
+                                 size_t out_stride) {
+  __m512 a[16], b[16];
+  if (!rope) {
+    for (size_t c0 = 0; c0 < dim; c0 += 16) {
+      LoadRows(sums, mean, c0, a);
+      for (size_t t = 0; t < rows; ++t) _mm512_storeu_ps(out + t * out_stride + c0, a[t]);
+    }
+    return;
+  }
+  const size_t half = dim / 2;
+  for (size_t c0 = 0; c0 < half; c0 += 16) {
+    LoadRows(sums, mean, c0, a);
+    LoadRows(sums, mean, c0 + half, b);
+    for (size_t t = 0; t < rows; ++t) {
+      const size_t at = (first_token + t) * half + c0;
+      const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
+      float* o = out + t * out_stride + c0;
+      _mm512_storeu_ps(o, _mm512_sub_ps(_mm512_mul_ps(a[t], c), _mm512_mul_ps(b[t], s)));
+      _mm512_storeu_ps(o + half, _mm512_add_ps(_mm512_mul_ps(b[t], c), _mm512_mul_ps(a[t], s)));
+    }
+  }
+}
+
+STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                                        const PcaAmxAxes& axes, size_t dim, const float* mean,
+                                        const PcaRope* rope, float* out, size_t out_stride,
+                                        PcaAmxScratch* sc) {
+  const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16;
+  sc->coords.resize(4 * kpad * 16);
+  sc->sums.resize(2 * dim * 16);
+  uint16_t* y0 = sc->coords.data();
+  uint16_t* y1 = y0 + kpad * 16;
+  uint16_t* y0_lo = y1 + kpad * 16;
+  uint16_t* y1_lo = y0_lo + kpad * 16;
+  float* s0 = sc->sums.data();
+  float* s1 = s0 + dim * 16;
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  const uint16_t* hi = axes.hi.data();
+  const uint16_t* lo = axes.lo.data();
+  const size_t astride = kpad * sizeof(uint16_t);
+  for (size_t g = 0; g < groups; g += 2) {
+    bool rest;
+    if (s.wide) {
+      rest = PairCoords<uint16_t>(s, slot, n, kpad, g, y0, y0_lo);
+      rest = PairCoords<uint16_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
+    } else {
+      rest = PairCoords<uint8_t>(s, slot, n, kpad, g, y0, y0_lo);
+      rest = PairCoords<uint8_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
+    }
+    // Tiles: 0-3 sums (two groups of coordinates x two blocks of 16 columns), 4 and 5 the axes'
+    // halves, 6 and 7 the two groups' coordinates.
+    for (size_t c = 0; c < dim; c += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (size_t k = 0; k < kpad; k += 32) {
+        _tile_loadd(6, y0 + k * 16, 64);
+        _tile_loadd(7, y1 + k * 16, 64);
+        // Four independent sums between two products into the same one (their latency).
+        _tile_loadd(4, hi + c * kpad + k, astride);
+        _tile_loadd(5, hi + (c + 16) * kpad + k, astride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, lo + c * kpad + k, astride);
+        _tile_loadd(5, lo + (c + 16) * kpad + k, astride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        if (rest) {  // coordinates beyond 256 (rare): their remainders times the axes' hi
+          _tile_loadd(6, y0_lo + k * 16, 64);
+          _tile_loadd(7, y1_lo + k * 16, 64);
+          _tile_loadd(4, hi + c * kpad + k, astride);
+          _tile_loadd(5, hi + (c + 16) * kpad + k, astride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, s0 + c * 16, 64);
+      _tile_stored(1, s1 + c * 16, 64);
+      _tile_stored(2, s0 + (c + 16) * 16, 64);
+      _tile_stored(3, s1 + (c + 16) * 16, 64);
+    }
+    const size_t rows0 = std::min<size_t>(16, s.tokens - g * 16);
+    StoreRows(s0, dim, mean, rows0, rope, g * 16, out + g * 16 * out_stride, out_stride);
+    if (g + 1 < groups) {
+      const size_t rows1 = std::min<size_t>(16, s.tokens - (g + 1) * 16);
+      StoreRows(s1, dim, mean, rows1, rope, (g + 1) * 16, out + (g + 1) * 16 * out_stride,
+                out_stride);
+    }
+  }
+  _tile_release();
+}
+
+#endif  // STRATA_PCA_AMX
+
+}  // namespace
+
+bool PcaAmxSupported() {
+#ifdef STRATA_PCA_AMX
+  static const bool detected = DetectAmx();
+  return detected;
+#else
+  return false;
+#endif
+}
+
+bool PcaAmxAvailable() {
+  return PcaAmxSupported() && g_enabled_for_test.load(std::memory_order_relaxed);
+}
+
+void SetPcaAmxEnabledForTest(bool enabled) { g_enabled_for_test.store(enabled); }
+
+uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }
+
+void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
+                     size_t dim, PcaAmxAxes* axes) {
+  axes->hi.clear();
+  axes->lo.clear();
+  axes->kpad = 0;
+  if (dim == 0 || dim % 32 != 0 || n == 0) return;
+  const size_t kpad = (n + 31) / 32 * 32;
+  axes->kpad = kpad;
+  axes->hi.assign(dim * kpad, 0);
+  axes->lo.assign(dim * kpad, 0);
+  for (size_t k = 0; k < n; ++k)
+    for (size_t c = 0; c < dim; ++c) {
+      const float a = steps[k] * basis[size_t{coords[k]} * dim + c];
+      const uint16_t h = ToBf16(a);
+      axes->hi[c * kpad + k] = h;
+      axes->lo[c * kpad + k] = ToBf16(a - FromBf16(h));
+    }
+}
+
+void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                       const PcaAmxAxes& axes, size_t dim, const float* mean,
+                       const PcaRope* rope, float* out, size_t out_stride,
+                       PcaAmxScratch* scratch) {
+#ifdef STRATA_PCA_AMX
+  ReconstructTiles(s, slot, n, axes, dim, mean, rope, out, out_stride, scratch);
+  g_heads_decoded.fetch_add(1, std::memory_order_relaxed);
+#else
+  (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)mean, (void)rope, (void)out,
+      (void)out_stride, (void)scratch;
+#endif
+}
+
+}  // namespace strata::codec::internal
