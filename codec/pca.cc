@@ -390,10 +390,17 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
   const bool amx = PcaAmxAvailable();
   const bool rope = tensor == 0 && cal.rope_theta > 0;
-  // When every head goes through the tiles, they rotate the keys too (one pass less).
-  bool amx_rope = amx && rope;
-  for (const PcaPlan::Head& hp : sp.heads) amx_rope = amx_rope && hp.amx.kpad > 0;
+  // When every head goes through the tiles, they also rotate the keys and convert to the
+  // block's type (two passes less).
+  bool amx_all = amx && coded > 0 && s.dtype != DType::kFloat8E4M3;
+  for (const PcaPlan::Head& hp : sp.heads) amx_all = amx_all && hp.amx.kpad > 0;
+  const PcaRows rows = !amx_all ? PcaRows{sc->f.data(), PcaRows::Type::kFloat32, H * D}
+                       : s.dtype == DType::kFloat16
+                           ? PcaRows{out, PcaRows::Type::kFloat16, H * D}
+                       : s.dtype == DType::kBFloat16 ? PcaRows{out, PcaRows::Type::kBFloat16, H * D}
+                                                     : PcaRows{out, PcaRows::Type::kFloat32, H * D};
   PcaRope angles{};
+  const bool amx_rope = amx_all && rope;
   if (amx_rope) {
     const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
     angles = {t.cos.data(), t.sin.data()};
@@ -405,8 +412,11 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
       const size_t n = hp.dec_coord.size();
       if (amx && syms && hp.amx.kpad > 0) {
         const PcaSymbols ps{syms, sizeof(*syms) == 2, nslots, T, int32_t{maxq}};
+        PcaRows head_rows = rows;
+        head_rows.data = static_cast<uint8_t*>(rows.data) +
+                         h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
         PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, D, ht.mean.data(),
-                          amx_rope ? &angles : nullptr, sc->f.data() + h * D, H * D, &sc->amx);
+                          amx_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
       yt.resize(std::max<size_t>(1, n * tp));
@@ -442,9 +452,10 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     }
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
-  if (rope && !amx_rope)
-    RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);
-  FromFloat(sc->f.data(), s.dtype, out, s.values());
+  if (!amx_all) {
+    if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);
+    FromFloat(sc->f.data(), s.dtype, out, s.values());
+  }
   for (size_t i = 0; i < exact.size(); ++i)
     std::memcpy(out + exact[i] * row_bytes, exact_rows + i * row_bytes, row_bytes);
   return absl::OkStatus();

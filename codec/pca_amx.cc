@@ -144,6 +144,15 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
   const Sym* sym = static_cast<const Sym*>(s.sym);
   const __m512i maxq = _mm512_set1_epi32(s.maxq), idx = PairIndex();
   const __m512 zero = _mm512_setzero_ps();
+  if (s.maxq <= 256) {  // every coordinate exact in bf16; the remainders stay zero
+    for (size_t kp = 0; kp < kpad / 2; ++kp) {
+      const size_t k0 = 2 * kp, k1 = k0 + 1;
+      const __m512 a = k0 < n ? SlotCoords(sym, s, g, slot[k0], maxq) : zero;
+      const __m512 b = k1 < n ? SlotCoords(sym, s, g, slot[k1], maxq) : zero;
+      _mm512_storeu_si512(hi + kp * 32, Pairs(a, b, idx));
+    }
+    return false;
+  }
   __mmask16 rest = 0;
   for (size_t kp = 0; kp < kpad / 2; ++kp) {
     const size_t k0 = 2 * kp, k1 = k0 + 1;
@@ -192,16 +201,32 @@ STRATA_AMX_TARGET inline void LoadRows(const float* sums, const float* mean, siz
   for (int t = 0; t < 16; ++t) r[t] = _mm512_add_ps(r[t], m);
 }
 
-// A group's token rows from its sums [c][16]: out[t][c] = mean[c] + sums[c][t], then, with
-// `rope`, rotated as RopeRows does (same operations, same bits).
+// 16 values of row t at column c.
+template <PcaRows::Type kType>
+STRATA_AMX_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512 v) {
+  const size_t at = t * out.stride + c;
+  if constexpr (kType == PcaRows::Type::kFloat32) {
+    _mm512_storeu_ps(static_cast<float*>(out.data) + at, v);
+  } else if constexpr (kType == PcaRows::Type::kFloat16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {  // FloatToBF16's rounding (vcvtneps2bf16 would flush subnormals)
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(RoundToBf16(v)), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
+                        _mm512_cvtepi32_epi16(bits));
+  }
+}
+
+// A group's token rows (out's rows first_token ...) from its sums [c][16]: mean[c] +
+// sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
+template <PcaRows::Type kType>
 STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, const float* mean, size_t rows,
-                                 const PcaRope* rope, size_t first_token, float* out,
-                                 size_t out_stride) {
+                                 const PcaRope* rope, size_t first_token, const PcaRows& out) {
   __m512 a[16], b[16];
   if (!rope) {
     for (size_t c0 = 0; c0 < dim; c0 += 16) {
       LoadRows(sums, mean, c0, a);
-      for (size_t t = 0; t < rows; ++t) _mm512_storeu_ps(out + t * out_stride + c0, a[t]);
+      for (size_t t = 0; t < rows; ++t) Put<kType>(out, first_token + t, c0, a[t]);
     }
     return;
   }
@@ -212,16 +237,31 @@ STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, const float* mea
     for (size_t t = 0; t < rows; ++t) {
       const size_t at = (first_token + t) * half + c0;
       const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
-      float* o = out + t * out_stride + c0;
-      _mm512_storeu_ps(o, _mm512_sub_ps(_mm512_mul_ps(a[t], c), _mm512_mul_ps(b[t], s)));
-      _mm512_storeu_ps(o + half, _mm512_add_ps(_mm512_mul_ps(b[t], c), _mm512_mul_ps(a[t], s)));
+      Put<kType>(out, first_token + t, c0,
+                 _mm512_sub_ps(_mm512_mul_ps(a[t], c), _mm512_mul_ps(b[t], s)));
+      Put<kType>(out, first_token + t, c0 + half,
+                 _mm512_add_ps(_mm512_mul_ps(b[t], c), _mm512_mul_ps(a[t], s)));
     }
+  }
+}
+
+STRATA_AMX_TARGET void StoreGroup(const float* sums, size_t dim, const float* mean,
+                                  size_t tokens, const PcaRope* rope, size_t g,
+                                  const PcaRows& out) {
+  const size_t rows = std::min<size_t>(16, tokens - g * 16);
+  switch (out.type) {
+    case PcaRows::Type::kFloat32:
+      return StoreRows<PcaRows::Type::kFloat32>(sums, dim, mean, rows, rope, g * 16, out);
+    case PcaRows::Type::kFloat16:
+      return StoreRows<PcaRows::Type::kFloat16>(sums, dim, mean, rows, rope, g * 16, out);
+    case PcaRows::Type::kBFloat16:
+      return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, mean, rows, rope, g * 16, out);
   }
 }
 
 STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slot, size_t n,
                                         const PcaAmxAxes& axes, size_t dim, const float* mean,
-                                        const PcaRope* rope, float* out, size_t out_stride,
+                                        const PcaRope* rope, const PcaRows& out,
                                         PcaAmxScratch* sc) {
   const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16;
   sc->coords.resize(4 * kpad * 16);
@@ -289,13 +329,8 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       _tile_stored(2, s0 + (c + 16) * 16, 64);
       _tile_stored(3, s1 + (c + 16) * 16, 64);
     }
-    const size_t rows0 = std::min<size_t>(16, s.tokens - g * 16);
-    StoreRows(s0, dim, mean, rows0, rope, g * 16, out + g * 16 * out_stride, out_stride);
-    if (g + 1 < groups) {
-      const size_t rows1 = std::min<size_t>(16, s.tokens - (g + 1) * 16);
-      StoreRows(s1, dim, mean, rows1, rope, (g + 1) * 16, out + (g + 1) * 16 * out_stride,
-                out_stride);
-    }
+    StoreGroup(s0, dim, mean, s.tokens, rope, g, out);
+    if (g + 1 < groups) StoreGroup(s1, dim, mean, s.tokens, rope, g + 1, out);
   }
   _tile_release();
 }
@@ -342,14 +377,13 @@ void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* st
 
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
                        const PcaAmxAxes& axes, size_t dim, const float* mean,
-                       const PcaRope* rope, float* out, size_t out_stride,
-                       PcaAmxScratch* scratch) {
+                       const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch) {
 #ifdef STRATA_PCA_AMX
-  ReconstructTiles(s, slot, n, axes, dim, mean, rope, out, out_stride, scratch);
+  ReconstructTiles(s, slot, n, axes, dim, mean, rope, out, scratch);
   g_heads_decoded.fetch_add(1, std::memory_order_relaxed);
 #else
   (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)mean, (void)rope, (void)out,
-      (void)out_stride, (void)scratch;
+      (void)scratch;
 #endif
 }
 

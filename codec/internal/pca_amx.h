@@ -55,13 +55,20 @@ struct PcaRope {
   const float* sin;
 };
 
-// out[t][c] = mean[c] + sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t < tokens,
-// rows out_stride floats apart; then, with `rope` (else null), each row rotated as RopeRows
-// rotates it.
+// Where the rows go: `stride` values apart, as floats or converted (round to nearest even, as
+// FromFloat does for finite values).
+struct PcaRows {
+  enum class Type : uint8_t { kFloat32, kFloat16, kBFloat16 };
+  void* data;
+  Type type;
+  size_t stride;
+};
+
+// row t = mean[c] + sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t < tokens; then,
+// with `rope` (else null), each row rotated as RopeRows rotates it.
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
                        const PcaAmxAxes& axes, size_t dim, const float* mean,
-                       const PcaRope* rope, float* out, size_t out_stride,
-                       PcaAmxScratch* scratch);
+                       const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch);
 
 }  // namespace strata::codec::internal
 
