@@ -394,11 +394,12 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   // block's type (two passes less).
   bool amx_all = amx && coded > 0 && s.dtype != DType::kFloat8E4M3;
   for (const PcaPlan::Head& hp : sp.heads) amx_all = amx_all && hp.amx.kpad > 0;
-  const PcaRows rows = !amx_all ? PcaRows{sc->f.data(), PcaRows::Type::kFloat32, H * D}
-                       : s.dtype == DType::kFloat16
-                           ? PcaRows{out, PcaRows::Type::kFloat16, H * D}
-                       : s.dtype == DType::kBFloat16 ? PcaRows{out, PcaRows::Type::kBFloat16, H * D}
-                                                     : PcaRows{out, PcaRows::Type::kFloat32, H * D};
+  PcaRows rows{sc->f.data(), PcaRows::Type::kFloat32, H * D};
+  if (amx_all) {
+    rows.data = out;
+    if (s.dtype == DType::kFloat16) rows.type = PcaRows::Type::kFloat16;
+    if (s.dtype == DType::kBFloat16) rows.type = PcaRows::Type::kBFloat16;
+  }
   PcaRope angles{};
   const bool amx_rope = amx_all && rope;
   if (amx_rope) {

@@ -14,9 +14,9 @@
 
 namespace strata::codec::internal {
 
-// Whether the CPU has AMX-BF16 and AVX512-BF16, the kernel granted this process the tile state
-// and the environment does not say STRATA_CODEC_AMX=0 (checked once), and whether the kernels below may run: supported, and no test switched
-// them off.
+// Supported: the CPU has AMX-BF16 and AVX512-BF16, the kernel granted this process the tile
+// state, and the environment does not say STRATA_CODEC_AMX=0 (checked once). Available: the
+// kernels below may run (supported, and no test switched them off).
 bool PcaAmxSupported();
 bool PcaAmxAvailable();
 // Tests: run the float kernels even where AMX is available (false), or AMX again (true).

@@ -405,9 +405,11 @@ TEST(PcaSections, AmxTilesMatchTheFloatKernels) {
     const size_t values = block.size() / 2;
     for (size_t row = 0; row < values; row += c.dim) {
       double norm2 = 0;
-      for (size_t i = row; i < row + c.dim; ++i) norm2 += std::pow(Load(floats.data() + 2 * i, c.dtype), 2);
+      for (size_t i = row; i < row + c.dim; ++i)
+        norm2 += std::pow(Load(floats.data() + 2 * i, c.dtype), 2);
       for (size_t i = row; i < row + c.dim; ++i) {
-        const float a = Load(tiles.data() + 2 * i, c.dtype), b = Load(floats.data() + 2 * i, c.dtype);
+        const float a = Load(tiles.data() + 2 * i, c.dtype);
+        const float b = Load(floats.data() + 2 * i, c.dtype);
         const double ulp = std::max(std::abs(a), std::abs(b)) *
                            (c.dtype == DType::kFloat16 ? 0x1p-10 : 0x1p-7) + 0x1p-24;
         ASSERT_LE(std::abs(a - b), ulp + 1e-4 * std::sqrt(norm2)) << "value " << i;
