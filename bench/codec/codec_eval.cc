@@ -1133,6 +1133,11 @@ int main(int argc, char** argv) {
           "%.2f GB/s (%s 2)\n",
           r.mode.c_str(), 100 * (r.coder_over_entropy - 1), r.tables_bits, r.enc_gbps,
           r.enc_gbps >= 1 ? ">=" : "<", r.dec_gbps, r.dec_gbps >= 2 ? ">=" : "<");
+  for (const Row& r : rows)  // the calibrated mode's speed lines, against this run's memcpy
+    if (r.mode.rfind("pca", 0) == 0)
+      std::printf("  %-20s enc %.3fx memcpy (%s 0.1), dec %.3fx memcpy (%s 0.2)\n", r.mode.c_str(),
+                  r.enc_gbps / memcpy_gbps, r.enc_gbps >= 0.1 * memcpy_gbps ? ">=" : "<",
+                  r.dec_gbps / memcpy_gbps, r.dec_gbps >= 0.2 * memcpy_gbps ? ">=" : "<");
   if (!quality.empty()) PrintModelQuality(rows, quality, quality_path, memcpy_gbps);
   return 0;
 }
