@@ -259,6 +259,25 @@ STRATA_AMX_TARGET void StoreGroup(const float* sums, size_t dim, const float* me
   }
 }
 
+// Tiles: 0-3 sums (two groups of tokens x two blocks of 16 columns), 4 and 5 the axes of the
+// two column blocks, 6 and 7 the two groups' coordinates; 32 coordinates per product.
+STRATA_AMX_TARGET inline void LoadCoordTiles(const uint16_t* y0, const uint16_t* y1) {
+  _tile_loadd(6, y0, 64);
+  _tile_loadd(7, y1, 64);
+}
+// Rows c .. c + 31 of the axes, `stride` bytes apart, at a's row c.
+STRATA_AMX_TARGET inline void LoadAxisTiles(const uint16_t* a, size_t stride) {
+  _tile_loadd(4, a, stride);
+  _tile_loadd(5, a + 16 * (stride / sizeof(uint16_t)), stride);
+}
+// Four independent sums between two products into the same one (their latency).
+STRATA_AMX_TARGET inline void AddProducts() {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slot, size_t n,
                                         const PcaAmxAxes& axes, size_t dim, const float* mean,
                                         const PcaRope* rope, const PcaRows& out,
@@ -290,38 +309,21 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       rest = PairCoords<uint8_t>(s, slot, n, kpad, g, y0, y0_lo);
       rest = PairCoords<uint8_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
     }
-    // Tiles: 0-3 sums (two groups of coordinates x two blocks of 16 columns), 4 and 5 the axes'
-    // halves, 6 and 7 the two groups' coordinates.
     for (size_t c = 0; c < dim; c += 32) {
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (size_t k = 0; k < kpad; k += 32) {
-        _tile_loadd(6, y0 + k * 16, 64);
-        _tile_loadd(7, y1 + k * 16, 64);
-        // Four independent sums between two products into the same one (their latency).
-        _tile_loadd(4, hi + c * kpad + k, astride);
-        _tile_loadd(5, hi + (c + 16) * kpad + k, astride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        _tile_loadd(4, lo + c * kpad + k, astride);
-        _tile_loadd(5, lo + (c + 16) * kpad + k, astride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        LoadCoordTiles(y0 + k * 16, y1 + k * 16);
+        LoadAxisTiles(hi + c * kpad + k, astride);
+        AddProducts();
+        LoadAxisTiles(lo + c * kpad + k, astride);
+        AddProducts();
         if (rest) {  // coordinates beyond 256 (rare): their remainders times the axes' hi
-          _tile_loadd(6, y0_lo + k * 16, 64);
-          _tile_loadd(7, y1_lo + k * 16, 64);
-          _tile_loadd(4, hi + c * kpad + k, astride);
-          _tile_loadd(5, hi + (c + 16) * kpad + k, astride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          LoadCoordTiles(y0_lo + k * 16, y1_lo + k * 16);
+          LoadAxisTiles(hi + c * kpad + k, astride);
+          AddProducts();
         }
       }
       _tile_stored(0, s0 + c * 16, 64);
