@@ -2,18 +2,17 @@
 // is a product out^T[c][t] = A[c][k] * Y[k][t]: A, the axes times their steps, is the
 // calibration's (built once per plan); Y, the coordinates, comes straight from the symbol runs,
 // whose [slot][16 tokens] layout is already the tiles' pair layout but for interleaving two
-// slots. Each 16 x 16 block of sums is then transposed to token rows and the mean added.
+// slots. Each 16 x 16 block of sums is then transposed to token rows, the mean added, the keys
+// rotated and the rows written in the block's type, in one pass.
 // Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable().
 #include "codec/internal/pca_amx.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
