@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "codec/half.h"
+
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -30,20 +32,6 @@ namespace {
 
 std::atomic<bool> g_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
-
-// bf16 of a float, round to nearest even (the operands are finite).
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBf16(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 #ifdef STRATA_PCA_AMX
 
@@ -116,7 +104,7 @@ STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, 
   return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
 }
 
-// x rounded to bf16 (nearest even), as a float.
+// x rounded to bf16 (nearest even, as FloatToBF16 for finite x), as a float.
 STRATA_AMX_TARGET inline __m512 RoundToBf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -370,9 +358,9 @@ void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* st
   for (size_t k = 0; k < n; ++k)
     for (size_t c = 0; c < dim; ++c) {
       const float a = steps[k] * basis[size_t{coords[k]} * dim + c];
-      const uint16_t h = ToBf16(a);
+      const uint16_t h = FloatToBF16(a);
       axes->hi[c * kpad + k] = h;
-      axes->lo[c * kpad + k] = ToBf16(a - FromBf16(h));
+      axes->lo[c * kpad + k] = FloatToBF16(a - BF16ToFloat(h));
     }
 }
 
