@@ -73,15 +73,31 @@ class Server:
                 self.p.wait()
 
 
+class ServerExited(RuntimeError):
+    """A server quit while starting; a port taken between free_port() and its bind is one cause."""
+
+
 def wait_for(pred, what, server, seconds=30):
     end = time.time() + seconds
     while time.time() < end:
         if pred():
             return
         if not server.alive():
-            break
+            raise ServerExited(f"{what} exited while starting:\n{server.tail()}")
         time.sleep(0.05)
-    raise RuntimeError(f"{what} did not start:\n{server.tail()}")
+    raise RuntimeError(f"{what} did not start in {seconds} s:\n{server.tail()}")
+
+
+def start_on_free_ports(start, *args, tries=3):
+    """Runs start(*args) again with fresh ports when a server exits while starting: free_port()
+    only probes, and a test running beside this one (ctest -j2) may bind the port first."""
+    for attempt in range(1, tries + 1):
+        try:
+            return start(*args)
+        except ServerExited as e:
+            if attempt == tries:
+                raise
+            print(f"retrying with fresh ports: {str(e).splitlines()[0]}", file=sys.stderr)
 
 
 def port_open(port):
@@ -120,7 +136,11 @@ def start_redis(a, tmp):
                 "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
                 "--dir", tmp, "--protected-mode", "no", "--loglevel", "warning"],
                os.path.join(tmp, "redis.log"))
-    wait_for(lambda: port_open(port) and os.path.exists(sock), "redis-server", s)
+    try:
+        wait_for(lambda: port_open(port) and os.path.exists(sock), "redis-server", s)
+    except RuntimeError:
+        s.close()
+        raise
     return [s], {"port": port, "socket": sock}
 
 
@@ -134,7 +154,13 @@ def start_mooncake(a, tmp):
                      f"--http_metadata_server_port={meta}", "--metrics_host=127.0.0.1",
                      f"--metrics_port={metrics}"],
                     os.path.join(tmp, "mooncake_master.log"), env)
-    wait_for(lambda: port_open(rpc) and port_open(meta), "mooncake_master", master)
+    try:
+        # The admin server binds the metrics port last; the master exits if that bind fails.
+        wait_for(lambda: all(port_open(p) for p in (rpc, meta, metrics)), "mooncake_master",
+                 master)
+    except RuntimeError:
+        master.close()
+        raise
     metadata = f"http://127.0.0.1:{meta}/metadata"
     # The memory holder: a standalone Mooncake client owning the global segment, the
     # counterpart of stratad's host tier and redis-server's heap; benchmark clients mount none,
@@ -144,8 +170,18 @@ def start_mooncake(a, tmp):
                      f"--global_segment_size={max(64, 2 * a.ws_bytes >> 20)}MB",
                      f"--master_server_address=127.0.0.1:{rpc}", f"--metadata_server={metadata}",
                      "--protocol=tcp"], os.path.join(tmp, "mooncake_client.log"), env)
-    wait_for(lambda: port_open(holder_port), "mooncake_client", holder)
+    try:
+        wait_for(lambda: port_open(holder_port), "mooncake_client", holder)
+    except RuntimeError:
+        holder.close()
+        master.close()
+        raise
     time.sleep(0.5)  # its segment is mounted right after its port opens
+    for s, what in ((master, "mooncake_master"), (holder, "mooncake_client")):
+        if not s.alive():
+            holder.close()
+            master.close()
+            raise ServerExited(f"{what} exited while starting:\n{s.tail()}")
     return [master, holder], {"master": f"127.0.0.1:{rpc}", "metadata": metadata, "env": env}
 
 
@@ -295,7 +331,7 @@ def side_strata_cxx(link, tls):
 
 def side_redis_cxx(link):
     def run(a, tmp):
-        servers, conn = start_redis(a, tmp)
+        servers, conn = start_on_free_ports(start_redis, a, tmp)
         where = (["--redis-port", str(conn["port"])] if link == "tcp"
                  else ["--redis-socket", conn["socket"]])
         try:
@@ -316,7 +352,7 @@ def side_strata_py(a, tmp):
 
 
 def side_mooncake_py(a, tmp):
-    servers, conn = start_mooncake(a, tmp)
+    servers, conn = start_on_free_ports(start_mooncake, a, tmp)
     try:
         return run_python_side("mooncake", conn, a, TCP, "tcp")
     finally:
