@@ -524,8 +524,10 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
                           : arena + b.arena_offset + p.offset;
     uint8_t* dst = direction == Direction::kGet ? local : remote;
     const uint8_t* src = direction == Direction::kGet ? remote : local;
+    // A published block is read again only by a later fetch: its bytes bypass the caches.
     if (checksum)
-      piece_crcs[i] = CopyWithCrc32c(dst, src, p.len);
+      piece_crcs[i] = direction == Direction::kPut ? CopyWithCrc32cStreaming(dst, src, p.len)
+                                                   : CopyWithCrc32c(dst, src, p.len);
     else
       std::memcpy(dst, src, p.len);
   });

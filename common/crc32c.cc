@@ -196,6 +196,26 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawFolding(uint32_
   return RawHardware(c, p, n);
 }
 
+// 256 bytes to dst: through the caches, or (kStream, dst 64-byte aligned) with non-temporal
+// stores that skip reading dst's lines in first.
+template <bool kStream>
+__attribute__((target("avx512f"), always_inline)) inline void Store256(uint8_t* dst, __m512i d0,
+                                                                       __m512i d1, __m512i d2,
+                                                                       __m512i d3) {
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), d0);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 64), d1);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 128), d2);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + 192), d3);
+  } else {
+    _mm512_storeu_si512(dst, d0);
+    _mm512_storeu_si512(dst + 64, d1);
+    _mm512_storeu_si512(dst + 128, d2);
+    _mm512_storeu_si512(dst + 192, d3);
+  }
+}
+
+template <bool kStream>
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(uint32_t crc,
                                                                              uint8_t* dst,
                                                                              const uint8_t* p,
@@ -203,10 +223,7 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(uin
   const __m512i kk = FoldConstantVector();
   __m512i d0 = _mm512_loadu_si512(p), d1 = _mm512_loadu_si512(p + 64);
   __m512i d2 = _mm512_loadu_si512(p + 128), d3 = _mm512_loadu_si512(p + 192);
-  _mm512_storeu_si512(dst, d0);
-  _mm512_storeu_si512(dst + 64, d1);
-  _mm512_storeu_si512(dst + 128, d2);
-  _mm512_storeu_si512(dst + 192, d3);
+  Store256<kStream>(dst, d0, d1, d2, d3);
   __m512i a0 =
       _mm512_xor_si512(d0, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(crc))));
   __m512i a1 = d1, a2 = d2, a3 = d3;
@@ -218,10 +235,7 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(uin
     d1 = _mm512_loadu_si512(p + 64);
     d2 = _mm512_loadu_si512(p + 128);
     d3 = _mm512_loadu_si512(p + 192);
-    _mm512_storeu_si512(dst, d0);
-    _mm512_storeu_si512(dst + 64, d1);
-    _mm512_storeu_si512(dst + 128, d2);
-    _mm512_storeu_si512(dst + 192, d3);
+    Store256<kStream>(dst, d0, d1, d2, d3);
     a0 = FoldData(a0, kk, d0);
     a1 = FoldData(a1, kk, d1);
     a2 = FoldData(a2, kk, d2);
@@ -232,6 +246,9 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) uint32_t RawCopyFolding(uin
   }
   const uint32_t c = FinishFolded(a0, a1, a2, a3);
   std::memcpy(dst, p, n);
+  // Non-temporal stores are weakly ordered: whoever is told next that the bytes are there
+  // (an acknowledgement, a Commit) must see them.
+  if constexpr (kStream) _mm_sfence();
   return RawHardware(c, p, n);
 }
 
@@ -262,10 +279,20 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, uint32_t crc) {
 #if defined(__x86_64__)
   if (n >= 1024 && HasFolding())
-    return ~RawCopyFolding(~crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
+    return ~RawCopyFolding<false>(~crc, static_cast<uint8_t*>(dst),
+                                  static_cast<const uint8_t*>(src), n);
 #endif
   std::memcpy(dst, src, n);
   return Crc32c(dst, n, crc);
+}
+
+uint32_t CopyWithCrc32cStreaming(void* dst, const void* src, size_t n, uint32_t crc) {
+#if defined(__x86_64__)
+  if (n >= 1024 && HasFolding() && reinterpret_cast<uintptr_t>(dst) % 64 == 0)
+    return ~RawCopyFolding<true>(~crc, static_cast<uint8_t*>(dst),
+                                 static_cast<const uint8_t*>(src), n);
+#endif
+  return CopyWithCrc32c(dst, src, n, crc);
 }
 
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {

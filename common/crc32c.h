@@ -14,6 +14,12 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 // once: the checksum is computed on the data in registers while it is copied.
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, uint32_t crc = 0);
 
+// As CopyWithCrc32c, for bytes nobody reads soon (a block published into the arena): where dst
+// is 64-byte aligned and the CPU has AVX-512, dst is written with non-temporal stores, which do
+// not first read its lines from memory (a cold 1 GiB destination, two threads: 1.5x the speed).
+// The bytes are visible to other threads when it returns.
+uint32_t CopyWithCrc32cStreaming(void* dst, const void* src, size_t n, uint32_t crc = 0);
+
 // The CRC of the concatenation A||B given crc(A), crc(B) and the length of B.
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 

@@ -354,7 +354,7 @@ grpc::Status CacheService::PublishInOneFor(const Caller& caller, const PublishIn
       return give_up(grpc::Status(grpc::StatusCode::INTERNAL, "reserved outside the arena"));
     if (absl::Status held = store_->BeginReservedWrite(reservation_id, extent); !held.ok())
       return give_up(ToGrpcStatus(held));
-    const uint32_t crc = CopyWithCrc32c(arena + extent.offset, bytes, size);
+    const uint32_t crc = CopyWithCrc32cStreaming(arena + extent.offset, bytes, size);
     store_->EndReservedWrite(reservation_id);
     // Written and checksummed here in one pass: Commit records the CRC without reading the
     // bytes again. A block that is not what the client took its CRC of is left unnoted, and
@@ -510,7 +510,7 @@ void CacheService::CopyStagedBlocks(
   auto copy = [&](size_t k) {
     const CrcPiece& p = pieces[k];
     const Admitted& a = admitted[p.block];
-    piece_crcs[k] = CopyWithCrc32c(a.dst + p.offset, a.src + p.offset, p.len);
+    piece_crcs[k] = CopyWithCrc32cStreaming(a.dst + p.offset, a.src + p.offset, p.len);
   };
   if (staged_copier_ != nullptr && total >= kSplitBytes) {
     staged_copier_->ParallelFor(pieces.size(), copy);

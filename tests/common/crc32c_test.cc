@@ -52,6 +52,26 @@ TEST(Crc32cTest, CopyWithCrcCopiesAndMatches) {
   }
 }
 
+// The non-temporal variant writes and checksums exactly as the cached one, on an aligned
+// destination (its stores) and on an unaligned one (where it falls back).
+TEST(Crc32cTest, StreamingCopyCopiesAndMatches) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> src(300000);
+  std::vector<uint8_t> storage(300000 + 128);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  uint8_t* const aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+  for (uint8_t* dst : {aligned, aligned + 8}) {
+    for (size_t n : {0ul, 5ul, 1023ul, 1024ul, 1280ul, 4096ul, 65537ul, 262144ul, 299999ul}) {
+      std::fill(storage.begin(), storage.end(), 0);
+      const uint32_t c = CopyWithCrc32cStreaming(dst, src.data() + 3, n, 0x5678);
+      EXPECT_EQ(c, Crc32c(src.data() + 3, n, 0x5678)) << n;
+      EXPECT_TRUE(std::equal(src.begin() + 3, src.begin() + 3 + n, dst)) << n;
+      EXPECT_EQ(dst[n], 0) << n;
+      EXPECT_TRUE(std::all_of(storage.data(), dst, [](uint8_t v) { return v == 0; })) << n;
+    }
+  }
+}
+
 TEST(Crc32cTest, ExtendAndCombine) {
   std::string a(100003, 'a'), b(77777, 'b');
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<char>(i * 31);
