@@ -567,7 +567,10 @@ std::optional<ControlChannel::FetchedInOne> ControlChannel::FetchInOne(
     total += lease->sizes[i];
   }
   if (total != data->blocks.size()) return std::nullopt;
-  return FetchedInOne{std::move(*lease), std::string(data->blocks)};
+  const size_t at = data->blocks.data() - reply->data.data();
+  FetchedInOne out{std::move(*lease), std::move(reply->data), {}};
+  out.bytes = std::string_view(out.answer).substr(at);
+  return out;
 }
 
 std::optional<Lease> ControlChannel::LeaseFromPushReply(const AmReply& reply, size_t ids) {

@@ -139,7 +139,8 @@ class ControlChannel {
   // time: a fetch may be asked again).
   struct FetchedInOne {
     Lease lease;
-    std::string bytes;
+    std::string answer;      // the whole answer, kept rather than copied
+    std::string_view bytes;  // the blocks' bytes, one after the other, in `answer`
   };
   std::optional<FetchedInOne> FetchInOne(const NamespaceId& ns, std::span<const BlockId> ids);
   // Best effort: an abandoned reservation also expires on the daemon.
