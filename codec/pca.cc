@@ -122,6 +122,7 @@ struct PcaPlan {
     std::vector<uint32_t> dec_coord, dec_slot;
     std::vector<float> dec_step;
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
+    PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
   };
   struct Section {
     std::vector<Slot> slots;
@@ -176,6 +177,8 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
           PcaPlan::Head& hp = sp.heads[h];
           BuildPcaAmxAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
                           hp.dec_coord.size(), D, &hp.amx);
+          BuildPcaAmxBasis(cal.At(l, t, h).basis.data(), hp.enc_coord.data(),
+                           hp.enc_coord.size(), D, &hp.enc_amx);
         }
     }
   return plan;
@@ -268,6 +271,7 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   double* err2 = pd.data() + tp;
   std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
   tok_max.assign(tp, 0);
+  const bool amx = PcaAmxEncodeAvailable();
   for (size_t h = 0; h < H; ++h) {
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
     const PcaPlan::Head& hp = sp.heads[h];
@@ -283,8 +287,13 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     for (size_t d = 0; d < D; ++d) std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
     PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
     if (n == 0) continue;
-    y.resize(n * tp);
-    PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
+    if (amx && hp.enc_amx.kpad > 0) {
+      y.resize(hp.enc_amx.kpad * tp);
+      PcaProjectAmx(xt.data(), tp, D, hp.enc_amx, y.data(), &sc->amx.coords);
+    } else {
+      y.resize(n * tp);
+      PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
+    }
     for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
       PcaQuantizeT(y.data() + k * tp, tp, hp.enc_inv[k], hp.enc_step[k],
                    static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2,

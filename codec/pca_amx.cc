@@ -31,6 +31,7 @@ namespace strata::codec::internal {
 namespace {
 
 std::atomic<bool> g_enabled_for_test{true};
+std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
 
 #ifdef STRATA_PCA_AMX
@@ -324,6 +325,77 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
+// The encoder's operand: xt's rows c (floats, [c][t]) as bf16 hi and lo halves in the tiles'
+// pair layout, row c / 2 holding (x[c][t], x[c + 1][t]) per token, tpad tokens per row (those
+// past tp zero).
+STRATA_AMX_TARGET void PairRows(const float* xt, size_t tp, size_t dim, size_t tpad,
+                                uint16_t* hi, uint16_t* lo) {
+  const __m512i idx = PairIndex();
+  for (size_t c = 0; c < dim; c += 2) {
+    const float* r0 = xt + c * tp;
+    const float* r1 = r0 + tp;
+    uint16_t* h = hi + c * tpad;  // (c / 2) * tpad pairs of two
+    uint16_t* l = lo + c * tpad;
+    for (size_t t = 0; t < tp; t += 16) {
+      const __m512 a = _mm512_loadu_ps(r0 + t), b = _mm512_loadu_ps(r1 + t);
+      const __m512 ah = RoundToBf16(a), bh = RoundToBf16(b);
+      _mm512_storeu_si512(h + 2 * t, Pairs(ah, bh, idx));
+      _mm512_storeu_si512(l + 2 * t, Pairs(_mm512_sub_ps(a, ah), _mm512_sub_ps(b, bh), idx));
+    }
+    std::memset(h + 2 * tp, 0, 2 * (tpad - tp) * sizeof(uint16_t));
+    std::memset(l + 2 * tp, 0, 2 * (tpad - tp) * sizeof(uint16_t));
+  }
+}
+
+// Tiles as in ReconstructTiles, the roles swapped: 0-3 the coordinates (two blocks of 16 rows
+// k x two groups of 16 tokens), 4 and 5 the axes' rows k, 6 and 7 the two groups' vectors.
+STRATA_AMX_TARGET void ProjectTiles(const float* xt, size_t tp, size_t dim,
+                                    const PcaAmxBasis& basis, float* y,
+                                    std::vector<uint16_t>* scratch) {
+  const size_t tpad = (tp + 31) / 32 * 32, kpad = basis.kpad;
+  scratch->resize(2 * dim * tpad);
+  uint16_t* xh = scratch->data();
+  uint16_t* xl = xh + dim * tpad;
+  PairRows(xt, tp, dim, tpad, xh, xl);
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  const size_t astride = dim * sizeof(uint16_t), xstride = tpad * 2 * sizeof(uint16_t);
+  const size_t ystride = tp * sizeof(float);
+  for (size_t t = 0; t < tp; t += 32)  // a group pair's vectors stay in L1 for every k
+    for (size_t k = 0; k < kpad; k += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (size_t c = 0; c < dim; c += 32) {
+        const size_t at = k * dim + c, xt0 = (c / 2) * tpad * 2 + 2 * t;
+        LoadAxisTiles(basis.hi.data() + at, astride);
+        _tile_loadd(6, xh + xt0, xstride);
+        _tile_loadd(7, xh + xt0 + 32, xstride);
+        AddProducts();
+        _tile_loadd(6, xl + xt0, xstride);
+        _tile_loadd(7, xl + xt0 + 32, xstride);
+        AddProducts();
+        LoadAxisTiles(basis.lo.data() + at, astride);
+        _tile_loadd(6, xh + xt0, xstride);
+        _tile_loadd(7, xh + xt0 + 32, xstride);
+        AddProducts();
+      }
+      float* o = y + k * tp + t;
+      _tile_stored(0, o, ystride);
+      _tile_stored(2, o + 16 * tp, ystride);
+      if (t + 16 < tp) {
+        _tile_stored(1, o + 16, ystride);
+        _tile_stored(3, o + 16 * tp + 16, ystride);
+      }
+    }
+  _tile_release();
+}
+
 #endif  // STRATA_PCA_AMX
 
 }  // namespace
@@ -342,6 +414,12 @@ bool PcaAmxAvailable() {
 }
 
 void SetPcaAmxEnabledForTest(bool enabled) { g_enabled_for_test.store(enabled); }
+
+void SetPcaAmxEncodeEnabledForTest(bool enabled) { g_encode_enabled_for_test.store(enabled); }
+
+bool PcaAmxEncodeAvailable() {
+  return PcaAmxAvailable() && g_encode_enabled_for_test.load(std::memory_order_relaxed);
+}
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }
 
@@ -362,6 +440,34 @@ void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* st
       axes->hi[c * kpad + k] = h;
       axes->lo[c * kpad + k] = FloatToBF16(a - BF16ToFloat(h));
     }
+}
+
+void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
+                      PcaAmxBasis* out) {
+  out->hi.clear();
+  out->lo.clear();
+  out->kpad = 0;
+  if (dim == 0 || dim % 32 != 0 || n == 0) return;
+  const size_t kpad = (n + 31) / 32 * 32;
+  out->kpad = kpad;
+  out->hi.assign(kpad * dim, 0);
+  out->lo.assign(kpad * dim, 0);
+  for (size_t k = 0; k < n; ++k)
+    for (size_t c = 0; c < dim; ++c) {
+      const float a = basis[size_t{coords[k]} * dim + c];
+      const uint16_t h = FloatToBF16(a);
+      out->hi[k * dim + c] = h;
+      out->lo[k * dim + c] = FloatToBF16(a - BF16ToFloat(h));
+    }
+}
+
+void PcaProjectAmx(const float* xt, size_t tp, size_t dim, const PcaAmxBasis& basis, float* y,
+                   std::vector<uint16_t>* scratch) {
+#ifdef STRATA_PCA_AMX
+  ProjectTiles(xt, tp, dim, basis, y, scratch);
+#else
+  (void)xt, (void)tp, (void)dim, (void)basis, (void)y, (void)scratch;
+#endif
 }
 
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,

@@ -14,13 +14,24 @@
 
 namespace strata::codec::internal {
 
+// The encoder's projection on the tiles as well (PcaProjectAmx): y = basis rows . x, both
+// operands split into bf16 hi + lo halves and three of the four products taken (hi.hi, hi.lo,
+// lo.hi), so a coordinate is off by at most ~2^-16 of sum |a x| (<= 2^-16 |x|, the rows being
+// unit vectors): a symbol differs from the float kernels' only for a coordinate that close to a
+// rounding boundary. The bit stream is then not the float kernels' bit for bit; either decodes
+// on every machine.
+//
 // Supported: the CPU has AMX-BF16 and AVX512-BF16, the kernel granted this process the tile
 // state, and the environment does not say STRATA_CODEC_AMX=0 (checked once). Available: the
 // kernels below may run (supported, and no test switched them off).
 bool PcaAmxSupported();
 bool PcaAmxAvailable();
-// Tests: run the float kernels even where AMX is available (false), or AMX again (true).
+// Tests: run the float kernels even where AMX is available (false), or AMX again (true); the
+// encoder's projection has its own switch (the reference tests define the bit stream with the
+// float kernels).
 void SetPcaAmxEnabledForTest(bool enabled);
+void SetPcaAmxEncodeEnabledForTest(bool enabled);
+bool PcaAmxEncodeAvailable();
 // Heads this process has reconstructed on the tiles (tests: the path was taken).
 uint64_t PcaAmxHeadsDecoded();
 
@@ -33,6 +44,21 @@ struct PcaAmxAxes {
 };
 void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
                      size_t dim, PcaAmxAxes* axes);
+
+// A head's axes for the encoder: basis rows coords[k] (k < n; rows n .. kpad - 1 zero) as bf16
+// hi and lo halves, [kpad][dim]. Empty when the shape does not fit the tiles (dim not a
+// multiple of 32).
+struct PcaAmxBasis {
+  std::vector<uint16_t> hi, lo;
+  size_t kpad = 0;
+};
+void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
+                      PcaAmxBasis* out);
+
+// y[k * tp + t] = sum over c < dim of basis(k, c) * xt[c * tp + t], for k < kpad and t < tp (a
+// multiple of 16): PcaProjectT's coordinates, rows n .. kpad - 1 zero. `y` holds kpad * tp.
+void PcaProjectAmx(const float* xt, size_t tp, size_t dim, const PcaAmxBasis& basis, float* y,
+                   std::vector<uint16_t>* scratch);
 
 // Where a section's symbols are: token t of slot j at sym[(t / 16) * 16 * nslots + j * 16 +
 // t % 16] for the whole groups of 16, and the last `T % 16` tokens at sym[full * 16 * nslots + j *

@@ -237,9 +237,12 @@ void OnEveryTarget(F&& check) {
 }
 
 // The reconstruction's kernels to check: the float ones and, where the CPU has them, the AMX
-// tiles (internal/pca_amx.h), each on every SIMD target.
+// tiles (internal/pca_amx.h), each on every SIMD target. The encoder projects with the float
+// kernels: their coordinates are the reference's (AmxEncoderMatchesTheFloatKernels covers the
+// encoder's tiles).
 template <typename F>
 void OnEveryKernel(F&& check) {
+  internal::SetPcaAmxEncodeEnabledForTest(false);
   for (const bool amx : {false, true}) {
     if (amx && !internal::PcaAmxSupported()) continue;
     internal::SetPcaAmxEnabledForTest(amx);
@@ -247,6 +250,7 @@ void OnEveryKernel(F&& check) {
     OnEveryTarget(check);
   }
   internal::SetPcaAmxEnabledForTest(true);
+  internal::SetPcaAmxEncodeEnabledForTest(true);
 }
 
 void CheckAgainstReference(const Case& c) {
@@ -417,6 +421,58 @@ TEST(PcaSections, AmxTilesMatchTheFloatKernels) {
       }
     }
     EXPECT_GT(equal, values * 95 / 100);
+  }
+}
+
+// The encoder's projection on AMX tiles gives the float kernels' symbols but where a coordinate
+// lies within float rounding of a rounding boundary: the decoded blocks agree but for those
+// coordinates' values, and are as close to the input.
+TEST(PcaSections, AmxEncoderMatchesTheFloatKernels) {
+  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
+  for (const Case& c : {Case{2, 2, 128, 72, DType::kFloat16, KvKind::kSeparateKV, 1e6f, 19, {}},
+                        Case{1, 3, 64, 40, DType::kBFloat16, KvKind::kSeparateKV, 1e4f, 20, {},
+                             1.0},
+                        Case{1, 2, 96, 48, DType::kFloat32, KvKind::kSeparateKV, 0, 21, {}}}) {
+    SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " dtype=" << static_cast<int>(c.dtype));
+    std::mt19937 rng(static_cast<uint32_t>(c.seed));
+    auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
+    const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
+    CalibrationSet set;
+    CodecParams p;
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(cal);
+    p.first_position = 500;
+    Encoder enc;
+    Decoder dec;
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+    const KvLayout layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+    std::vector<uint8_t> tiles_blob, floats_blob, tiles(block.size()), floats(block.size());
+    ASSERT_TRUE(enc.Encode(layout, p, block, &tiles_blob).ok());
+    internal::SetPcaAmxEncodeEnabledForTest(false);
+    ASSERT_TRUE(enc.Encode(layout, p, block, &floats_blob).ok());
+    internal::SetPcaAmxEncodeEnabledForTest(true);
+    ASSERT_TRUE(dec.Decode(tiles_blob, tiles).ok());
+    ASSERT_TRUE(dec.Decode(floats_blob, floats).ok());
+    const size_t es = DTypeBytes(c.dtype), values = block.size() / es;
+    // Head vectors (a flipped coordinate changes all of one) that decode to the same values.
+    size_t equal = 0;
+    double err_tiles = 0, err_floats = 0;
+    for (size_t row = 0; row < values; row += c.dim) {
+      bool same = true;
+      for (size_t i = row; i < row + c.dim; ++i) {
+        const double x = Load(block.data() + i * es, c.dtype);
+        const double a = Load(tiles.data() + i * es, c.dtype);
+        const double b = Load(floats.data() + i * es, c.dtype);
+        same = same && a == b;
+        err_tiles += (a - x) * (a - x);
+        err_floats += (b - x) * (b - x);
+      }
+      equal += same;
+    }
+    const size_t rows = values / c.dim;
+    EXPECT_GT(equal, rows * 98 / 100);
+    EXPECT_LT(std::abs(err_tiles - err_floats), 1e-3 * err_floats);
   }
 }
 
