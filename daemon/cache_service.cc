@@ -705,17 +705,13 @@ void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::
         AcquireInto(ns, ids, caller, &resp);
         const uint64_t lease_id = resp.lease_id();
         std::vector<ArenaExtent> extents;  // the leased blocks', before the answer drops them
-        uint64_t copied = 0;
         for (int i = 0; i < resp.status_size(); ++i)
-          if (resp.status(i) == v1::BLOCK_OK) {
-            extents.push_back({resp.offsets(i), resp.sizes(i)});
-            copied += resp.sizes(i);
-          }
+          if (resp.status(i) == v1::BLOCK_OK) extents.push_back({resp.offsets(i), resp.sizes(i)});
         resp.set_lease_id(0);
         resp.clear_offsets();
         // The blocks go straight after the prefix: one copy out of the arena, under the lease.
         *data = am_wire::EncodeFetchInOnePrefix(resp.SerializeAsString());
-        data->reserve(data->size() + copied);
+        data->reserve(data->size() + total);
         for (const ArenaExtent& e : extents)
           data->append(reinterpret_cast<const char*>(arena) + e.offset, e.size);
         if (lease_id != 0 && store_->Release(lease_id).ok()) id_owners_.Forget(lease_id);
