@@ -56,7 +56,7 @@ TEST(Crc32cTest, CopyWithCrcCopiesAndMatches) {
 // destination (its stores) and on an unaligned one (where it falls back).
 TEST(Crc32cTest, StreamingCopyCopiesAndMatches) {
   std::mt19937_64 rng(11);
-  std::vector<uint8_t> src(300000);
+  std::vector<uint8_t> src(300000 + 3);
   std::vector<uint8_t> storage(300000 + 128);
   for (auto& b : src) b = static_cast<uint8_t>(rng());
   uint8_t* const aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
