@@ -276,21 +276,23 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
     const PcaPlan::Head& hp = sp.heads[h];
     const size_t n = hp.enc_coord.size();
-    for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
-      const size_t tn = std::min<size_t>(16, T - t0);
-      for (size_t d = 0; d < D; ++d) {
-        const float* src = sc->f.data() + (t0 * H + h) * D + d;
-        float* dst = xt.data() + d * tp + t0;
-        for (size_t i = 0; i < tn; ++i) dst[i] = src[i * H * D];
-      }
-    }
-    for (size_t d = 0; d < D; ++d) std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
-    PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
-    if (n == 0) continue;
-    if (amx && hp.enc_amx.kpad > 0) {
+    if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
       y.resize(hp.enc_amx.kpad * tp);
-      PcaProjectAmx(xt.data(), tp, D, hp.enc_amx, y.data(), &sc->amx.coords);
+      PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
+                       err2, y.data(), &sc->amx.coords);
     } else {
+      for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
+        const size_t tn = std::min<size_t>(16, T - t0);
+        for (size_t d = 0; d < D; ++d) {
+          const float* src = sc->f.data() + (t0 * H + h) * D + d;
+          float* dst = xt.data() + d * tp + t0;
+          for (size_t i = 0; i < tn; ++i) dst[i] = src[i * H * D];
+        }
+      }
+      for (size_t d = 0; d < D; ++d)
+        std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
+      PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
+      if (n == 0) continue;
       y.resize(n * tp);
       PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
     }

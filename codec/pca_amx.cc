@@ -325,38 +325,61 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
-// The encoder's operand: xt's rows c (floats, [c][t]) as bf16 hi and lo halves in the tiles'
-// pair layout, row c / 2 holding (x[c][t], x[c + 1][t]) per token, tpad tokens per row (those
-// past tp zero).
-STRATA_AMX_TARGET void PairRows(const float* xt, size_t tp, size_t dim, size_t tpad,
+// The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
+// each token's values less the mean, split into bf16 hi and lo halves (32 of each, in column
+// order: word j is the pair of columns 2j, 2j + 1), then transposed so that row c / 2 holds the
+// pair of every token (the tiles' pair layout, tpad tokens per row, those past the end zero).
+// Each token's squared norm and centred energy are summed on the way.
+STRATA_AMX_TARGET void PairRows(const float* x, size_t stride, size_t tokens, size_t dim,
+                                const float* mean, size_t tpad, double* norm2, double* err2,
                                 uint16_t* hi, uint16_t* lo) {
-  const __m512i idx = PairIndex();
-  for (size_t c = 0; c < dim; c += 2) {
-    const float* r0 = xt + c * tp;
-    const float* r1 = r0 + tp;
-    uint16_t* h = hi + c * tpad;  // (c / 2) * tpad pairs of two
-    uint16_t* l = lo + c * tpad;
-    for (size_t t = 0; t < tp; t += 16) {
-      const __m512 a = _mm512_loadu_ps(r0 + t), b = _mm512_loadu_ps(r1 + t);
-      const __m512 ah = RoundToBf16(a), bh = RoundToBf16(b);
-      _mm512_storeu_si512(h + 2 * t, Pairs(ah, bh, idx));
-      _mm512_storeu_si512(l + 2 * t, Pairs(_mm512_sub_ps(a, ah), _mm512_sub_ps(b, bh), idx));
+  for (size_t t0 = 0; t0 < tpad; t0 += 16) {
+    __m512 n[16], e[16];
+    for (int i = 0; i < 16; ++i) n[i] = e[i] = _mm512_setzero_ps();
+    for (size_t c = 0; c < dim; c += 32) {
+      const __m512 ma = _mm512_loadu_ps(mean + c), mb = _mm512_loadu_ps(mean + c + 16);
+      __m512 h[16], l[16];
+      for (int i = 0; i < 16; ++i) {
+        if (t0 + i >= tokens) {
+          h[i] = l[i] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* row = x + (t0 + i) * stride + c;
+        const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+        n[i] = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n[i]));
+        const __m512 ca = _mm512_sub_ps(a, ma), cb = _mm512_sub_ps(b, mb);
+        e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
+        const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
+        h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
+        l[i] = reinterpret_cast<__m512>(
+            _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
+      }
+      Transpose16(h);
+      Transpose16(l);
+      for (int j = 0; j < 16; ++j) {
+        const size_t at = ((c / 2 + j) * tpad + t0) * 2;
+        _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
+        _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
+      }
     }
-    std::memset(h + 2 * tp, 0, 2 * (tpad - tp) * sizeof(uint16_t));
-    std::memset(l + 2 * tp, 0, 2 * (tpad - tp) * sizeof(uint16_t));
+    for (int i = 0; i < 16 && t0 + i < tokens; ++i) {
+      norm2[t0 + i] += _mm512_reduce_add_ps(n[i]);
+      err2[t0 + i] += _mm512_reduce_add_ps(e[i]);
+    }
   }
 }
 
 // Tiles as in ReconstructTiles, the roles swapped: 0-3 the coordinates (two blocks of 16 rows
 // k x two groups of 16 tokens), 4 and 5 the axes' rows k, 6 and 7 the two groups' vectors.
-STRATA_AMX_TARGET void ProjectTiles(const float* xt, size_t tp, size_t dim,
-                                    const PcaAmxBasis& basis, float* y,
-                                    std::vector<uint16_t>* scratch) {
+STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tokens, size_t dim,
+                                       const float* mean, const PcaAmxBasis& basis, size_t tp,
+                                       double* norm2, double* err2, float* y,
+                                       std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, kpad = basis.kpad;
   scratch->resize(2 * dim * tpad);
   uint16_t* xh = scratch->data();
   uint16_t* xl = xh + dim * tpad;
-  PairRows(xt, tp, dim, tpad, xh, xl);
+  PairRows(x, stride, tokens, dim, mean, tpad, norm2, err2, xh, xl);
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = 16;
@@ -461,12 +484,14 @@ void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size
     }
 }
 
-void PcaProjectAmx(const float* xt, size_t tp, size_t dim, const PcaAmxBasis& basis, float* y,
-                   std::vector<uint16_t>* scratch) {
+void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, const float* mean,
+                      const PcaAmxBasis& basis, size_t tp, double* norm2, double* err2, float* y,
+                      std::vector<uint16_t>* scratch) {
 #ifdef STRATA_PCA_AMX
-  ProjectTiles(xt, tp, dim, basis, y, scratch);
+  EncodeHeadTiles(x, stride, tokens, dim, mean, basis, tp, norm2, err2, y, scratch);
 #else
-  (void)xt, (void)tp, (void)dim, (void)basis, (void)y, (void)scratch;
+  (void)x, (void)stride, (void)tokens, (void)dim, (void)mean, (void)basis, (void)tp, (void)norm2,
+      (void)err2, (void)y, (void)scratch;
 #endif
 }
 

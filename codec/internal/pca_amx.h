@@ -14,7 +14,7 @@
 
 namespace strata::codec::internal {
 
-// The encoder's projection on the tiles as well (PcaProjectAmx): y = basis rows . x, both
+// The encoder's projection on the tiles as well (PcaEncodeHeadAmx): y = basis rows . x, both
 // operands split into bf16 hi + lo halves and three of the four products taken (hi.hi, hi.lo,
 // lo.hi), so a coordinate is off by at most ~2^-16 of sum |a x| (<= 2^-16 |x|, the rows being
 // unit vectors): a symbol differs from the float kernels' only for a coordinate that close to a
@@ -55,10 +55,14 @@ struct PcaAmxBasis {
 void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
                       PcaAmxBasis* out);
 
-// y[k * tp + t] = sum over c < dim of basis(k, c) * xt[c * tp + t], for k < kpad and t < tp (a
-// multiple of 16): PcaProjectT's coordinates, rows n .. kpad - 1 zero. `y` holds kpad * tp.
-void PcaProjectAmx(const float* xt, size_t tp, size_t dim, const PcaAmxBasis& basis, float* y,
-                   std::vector<uint16_t>* scratch);
+// The encoder's work on one head, from the section's rows (x[t * stride + c], t < tokens, RoPE
+// already undone): per token, norm2[t] += sum x^2 and err2[t] += sum (x - mean)^2 (as
+// PcaCenterT, summed in another order), and y[k * tp + t] = sum over c of basis(k, c) *
+// (x[t][c] - mean[c]) for k < kpad and t < tp (tokens rounded up to 16; rows n .. kpad - 1 and
+// tokens past the end zero): PcaProjectT's coordinates. `y` holds kpad * tp.
+void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, const float* mean,
+                      const PcaAmxBasis& basis, size_t tp, double* norm2, double* err2, float* y,
+                      std::vector<uint16_t>* scratch);
 
 // Where a section's symbols are: token t of slot j at sym[(t / 16) * 16 * nslots + j * 16 +
 // t % 16] for the whole groups of 16, and the last `T % 16` tokens at sym[full * 16 * nslots + j *
