@@ -446,42 +446,41 @@ bool PcaAmxEncodeAvailable() {
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }
 
-void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
-                     size_t dim, PcaAmxAxes* axes) {
-  axes->hi.clear();
-  axes->lo.clear();
-  axes->kpad = 0;
-  if (dim == 0 || dim % 32 != 0 || n == 0) return;
-  const size_t kpad = (n + 31) / 32 * 32;
-  axes->kpad = kpad;
-  axes->hi.assign(dim * kpad, 0);
-  axes->lo.assign(dim * kpad, 0);
-  for (size_t k = 0; k < n; ++k)
-    for (size_t c = 0; c < dim; ++c) {
-      const float a = steps[k] * basis[size_t{coords[k]} * dim + c];
-      const uint16_t h = FloatToBF16(a);
-      axes->hi[c * kpad + k] = h;
-      axes->lo[c * kpad + k] = FloatToBF16(a - BF16ToFloat(h));
-    }
-}
+namespace {
 
-void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
-                      PcaAmxBasis* out) {
+// Each axis coords[k], times steps[k] where given, split into bf16 hi and lo halves; (k, c) at
+// [c * kpad + k] (by_column: the decoder's A[c][k]) or at [k * dim + c] (the encoder's rows).
+template <typename Split>
+void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
+               size_t dim, bool by_column, Split* out) {
   out->hi.clear();
   out->lo.clear();
   out->kpad = 0;
   if (dim == 0 || dim % 32 != 0 || n == 0) return;
   const size_t kpad = (n + 31) / 32 * 32;
   out->kpad = kpad;
-  out->hi.assign(kpad * dim, 0);
-  out->lo.assign(kpad * dim, 0);
+  out->hi.assign(dim * kpad, 0);
+  out->lo.assign(dim * kpad, 0);
   for (size_t k = 0; k < n; ++k)
     for (size_t c = 0; c < dim; ++c) {
-      const float a = basis[size_t{coords[k]} * dim + c];
+      const float a = (steps ? steps[k] : 1.0f) * basis[size_t{coords[k]} * dim + c];
       const uint16_t h = FloatToBF16(a);
-      out->hi[k * dim + c] = h;
-      out->lo[k * dim + c] = FloatToBF16(a - BF16ToFloat(h));
+      const size_t at = by_column ? c * kpad + k : k * dim + c;
+      out->hi[at] = h;
+      out->lo[at] = FloatToBF16(a - BF16ToFloat(h));
     }
+}
+
+}  // namespace
+
+void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
+                     size_t dim, PcaAmxAxes* axes) {
+  SplitAxes(basis, coords, steps, n, dim, /*by_column=*/true, axes);
+}
+
+void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
+                      PcaAmxBasis* out) {
+  SplitAxes(basis, coords, nullptr, n, dim, /*by_column=*/false, out);
 }
 
 void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, const float* mean,

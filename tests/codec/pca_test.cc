@@ -372,6 +372,30 @@ TEST(PcaSections, SameBlobAndOutputOnEveryTarget) {
   }
 }
 
+// A random calibration and block of a Case, with an encoder and a decoder that know it.
+struct PcaSetup {
+  PcaSetup(const Case& c, uint64_t first_position) {
+    std::mt19937 rng(static_cast<uint32_t>(c.seed));
+    cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
+    block = RandomBlock(c, *cal, rng);
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(cal);
+    p.first_position = first_position;
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+    layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+  }
+  PcaSetup(const PcaSetup&) = delete;
+  PcaSetup& operator=(const PcaSetup&) = delete;
+  std::shared_ptr<const Calibration> cal;
+  std::vector<uint8_t> block;
+  CalibrationSet set;
+  CodecParams p;
+  Encoder enc;
+  Decoder dec;
+  KvLayout layout;
+};
+
 // The AMX tiles decode a blob as the float kernels do, up to float rounding: with and without
 // coordinates beyond 256 steps (the outlier token), keys with RoPE, fp16 and bf16.
 TEST(PcaSections, AmxTilesMatchTheFloatKernels) {
@@ -380,22 +404,12 @@ TEST(PcaSections, AmxTilesMatchTheFloatKernels) {
                         Case{1, 3, 64, 40, DType::kBFloat16, KvKind::kSeparateKV, 1e4f, 18, {},
                              1.0}}) {
     SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " outlier=" << c.outlier);
-    std::mt19937 rng(static_cast<uint32_t>(c.seed));
-    auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
-    const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
-    CalibrationSet set;
-    CodecParams p;
-    p.mode = Mode::kPca;
-    p.calibration_id = set.Add(cal);
-    p.first_position = 1000;
-    Encoder enc;
-    Decoder dec;
-    enc.set_calibrations(&set);
-    dec.set_calibrations(&set);
+    PcaSetup s(c, 1000);
+    const std::shared_ptr<const Calibration>& cal = s.cal;
+    const std::vector<uint8_t>& block = s.block;
+    Decoder& dec = s.dec;
     std::vector<uint8_t> blob, tiles(block.size()), floats(block.size());
-    ASSERT_TRUE(enc.Encode(Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind), p, block,
-                           &blob)
-                    .ok());
+    ASSERT_TRUE(s.enc.Encode(s.layout, s.p, block, &blob).ok());
     const uint64_t heads_before = internal::PcaAmxHeadsDecoded();
     ASSERT_TRUE(dec.Decode(blob, tiles).ok());
     EXPECT_EQ(internal::PcaAmxHeadsDecoded() - heads_before,
@@ -434,19 +448,12 @@ TEST(PcaSections, AmxEncoderMatchesTheFloatKernels) {
                              1.0},
                         Case{1, 2, 96, 48, DType::kFloat32, KvKind::kSeparateKV, 0, 21, {}}}) {
     SCOPED_TRACE(::testing::Message() << "D=" << c.dim << " dtype=" << static_cast<int>(c.dtype));
-    std::mt19937 rng(static_cast<uint32_t>(c.seed));
-    auto cal = std::make_shared<const Calibration>(RandomCalibration(c, rng));
-    const std::vector<uint8_t> block = RandomBlock(c, *cal, rng);
-    CalibrationSet set;
-    CodecParams p;
-    p.mode = Mode::kPca;
-    p.calibration_id = set.Add(cal);
-    p.first_position = 500;
-    Encoder enc;
-    Decoder dec;
-    enc.set_calibrations(&set);
-    dec.set_calibrations(&set);
-    const KvLayout layout = Layout(c.layers, c.heads, c.dim, c.tokens, c.dtype, c.kind);
+    PcaSetup s(c, 500);
+    const std::vector<uint8_t>& block = s.block;
+    const KvLayout& layout = s.layout;
+    const CodecParams& p = s.p;
+    Encoder& enc = s.enc;
+    Decoder& dec = s.dec;
     std::vector<uint8_t> tiles_blob, floats_blob, tiles(block.size()), floats(block.size());
     ASSERT_TRUE(enc.Encode(layout, p, block, &tiles_blob).ok());
     internal::SetPcaAmxEncodeEnabledForTest(false);
