@@ -258,6 +258,21 @@ STRATA_AMX_TARGET inline void LoadAxisTiles(const uint16_t* a, size_t stride) {
   _tile_loadd(4, a, stride);
   _tile_loadd(5, a + 16 * (stride / sizeof(uint16_t)), stride);
 }
+// Eight tiles of 16 rows of 64 bytes.
+STRATA_AMX_TARGET inline void ConfigureTiles() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+STRATA_AMX_TARGET inline void ZeroSums() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
 // Four independent sums between two products into the same one (their latency).
 STRATA_AMX_TARGET inline void AddProducts() {
   _tile_dpbf16ps(0, 4, 6);
@@ -279,12 +294,7 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   uint16_t* y1_lo = y0_lo + kpad * 16;
   float* s0 = sc->sums.data();
   float* s1 = s0 + dim * 16;
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  _tile_loadconfig(&cfg);
+  ConfigureTiles();
   const uint16_t* hi = axes.hi.data();
   const uint16_t* lo = axes.lo.data();
   const size_t astride = kpad * sizeof(uint16_t);
@@ -298,10 +308,7 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       rest = PairCoords<uint8_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
     }
     for (size_t c = 0; c < dim; c += 32) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      ZeroSums();
       for (size_t k = 0; k < kpad; k += 32) {
         LoadCoordTiles(y0 + k * 16, y1 + k * 16);
         LoadAxisTiles(hi + c * kpad + k, astride);
@@ -380,20 +387,12 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
   uint16_t* xh = scratch->data();
   uint16_t* xl = xh + dim * tpad;
   PairRows(x, stride, tokens, dim, mean, tpad, norm2, err2, xh, xl);
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  _tile_loadconfig(&cfg);
+  ConfigureTiles();
   const size_t astride = dim * sizeof(uint16_t), xstride = tpad * 2 * sizeof(uint16_t);
   const size_t ystride = tp * sizeof(float);
   for (size_t t = 0; t < tp; t += 32)  // a group pair's vectors stay in L1 for every k
     for (size_t k = 0; k < kpad; k += 32) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      ZeroSums();
       for (size_t c = 0; c < dim; c += 32) {
         const size_t at = k * dim + c, xt0 = (c / 2) * tpad * 2 + 2 * t;
         LoadAxisTiles(basis.hi.data() + at, astride);
