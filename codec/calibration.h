@@ -133,9 +133,10 @@ struct CalibrateOptions {
   std::vector<float> metric;
   // How much the model minds each head's (relative) distortion, per (layer, tensor) or per
   // (layer, tensor, head) in the order of Calibration::heads: the bit allocation minimises the
-  // sum of these times each head's error relative to its energy. Layers differ by 100x in what the same relative error costs
-  // the model's outputs (SmolLM2: KL 6e-5 to 7e-3 nats per layer coded at 1.5 bits/value), which
-  // no statistic of the KV shows; model_quality.py sensitivity measures it. Empty: all 1.
+  // sum of these times each head's error relative to its energy. Layers differ by 100x in what
+  // the same relative error costs the model's outputs (SmolLM2: KL 6e-5 to 7e-3 nats per layer
+  // coded at 1.5 bits/value), which no statistic of the KV shows; model_quality.py sensitivity
+  // measures it. Empty: all 1.
   std::vector<double> importance;
   // With importances: no coordinate gets more than this many bits fewer than it would without
   // them (< 0: no floor). Without a floor, 1.5 bits/value did worse than no importances on both

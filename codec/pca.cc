@@ -28,7 +28,10 @@
 // output value costs about head_dim multiply-adds, and the kernels run near the core's
 // multiply-add throughput (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder
 // computes the same sums as bf16 matrix products instead (pca_amx.cc, twice as fast end to end),
-// equal to these up to float rounding (not bit for bit: the sums' order differs).
+// equal to these up to float rounding (not bit for bit: the sums' order differs), and so does
+// the encoder's projection: its symbols then differ from these only for coordinates within
+// float rounding of a rounding boundary (the exact tokens may follow), so blobs of the same
+// block may differ between CPUs with and without AMX; either decodes everywhere.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
