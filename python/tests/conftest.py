@@ -50,7 +50,23 @@ class Daemon:
             return f.read()
 
     def pause(self):
+        """Stops the daemon and returns once every one of its threads is stopped: the signal
+        is delivered asynchronously, and a thread still running may answer one more call."""
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = f"/proc/{self.proc.pid}/task"
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            states = []
+            for tid in os.listdir(tasks):
+                try:
+                    with open(f"{tasks}/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass  # a thread that just ended
+            if states and all(st in ("T", "t") for st in states):
+                return
+            time.sleep(0.001)
+        raise RuntimeError("stratad did not stop within 5 s of SIGSTOP")
 
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)
