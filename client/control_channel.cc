@@ -120,6 +120,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   acquire_by_message_ = options_.control_by_message && resp.acquire_by_message();
   control_by_message_ = options_.control_by_message && resp.control_by_message();
   acquire_and_push_ = acquire_by_message_.load() && resp.acquire_and_push();
+  push_releases_ = resp.push_releases();
   publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   fetch_in_one_ = acquire_by_message_.load() && resp.fetch_in_one();
   {

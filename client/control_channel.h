@@ -154,6 +154,8 @@ class ControlChannel {
   // The lease in the daemon's answer to AcquirePushRequest; nullopt when it granted none (it
   // then pushes nothing, and the caller acquires the usual way).
   std::optional<Lease> LeaseFromPushReply(const AmReply& reply, size_t ids);
+  // The daemon ends the lease of an AcquirePushRequest itself: no ReleaseAsync for it.
+  bool DaemonReleasesPushes() const { return push_releases_.load(); }
   // Fire and forget: the lease also expires on the daemon, so a lost Release only delays
   // reclaiming the space.
   void ReleaseAsync(uint64_t lease_id);
@@ -226,6 +228,7 @@ class ControlChannel {
   std::atomic<bool> acquire_by_message_{false};  // the daemon answers Acquire on the fast path
   std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
   std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
+  std::atomic<bool> push_releases_{false};       // ... and then ends that lease itself
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
   // With authentication: what stands for this client in fast-path messages (Connect sets it

@@ -223,7 +223,8 @@ std::optional<absl::StatusOr<FetchResult>> DaemonLink::FetchInOneRequest(
   // As short as an acquire by message's wait: a daemon slow to answer is asked through gRPC.
   auto got = mover_->AcquireAndGet(std::move(*request), landing, verify,
                                    std::min(options_.rpc_timeout, absl::Milliseconds(250)));
-  if (lease && lease->id != 0) control_->ReleaseAsync(lease->id);
+  if (lease && lease->id != 0 && !control_->DaemonReleasesPushes())
+    control_->ReleaseAsync(lease->id);
   if (!got.ok() && !lease) {
     const absl::StatusCode code = got.status().code();
     if (code == absl::StatusCode::kFailedPrecondition ||

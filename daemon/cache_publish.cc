@@ -1,11 +1,13 @@
 // The publish side of the Cache service: Reserve and Commit, by gRPC and as active messages on
-// the data-plane worker (am_wire kReserveRequestAm, kCommitRequestAm). Both routes run the same
+// the data-plane worker (am_wire kReserveRequestAm, kCommitRequestAm), and the blocks published
+// by message (kPublishBlockAm). Both routes run the same
 // bodies, ReserveFor and CommitFor, with the same checks; the message route only leaves out
 // what would make the progress thread wait on other nodes.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -564,6 +566,63 @@ bool CacheService::StagedWithCrcs(uint64_t reservation_id, std::span<const uint3
       return false;
   }
   return true;
+}
+
+bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto block = w::DecodePublishBlockHeader(m.header);
+  if (m.reply_ep == nullptr || !block) {
+    DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
+                                  "that is not 40 bytes ending in a zero word");
+    return false;
+  }
+  const ucp_ep_h reply_ep = m.reply_ep;
+  auto ack = [worker, reply_ep, id = block->request_id, index = block->index](
+                 absl::StatusCode code, std::string why) {
+    worker->AmReply(reply_ep, w::kPublishAckAm,
+                    w::EncodePublishAck({id, index, static_cast<uint32_t>(code), std::nullopt}),
+                    std::move(why));
+  };
+  CallScope call(this);
+  if (!call.admitted()) {
+    ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
+    return false;
+  }
+  uint8_t* const arena = store_->arena_base();
+  const absl::Status checked = w::CheckPublishBlock(*block, m.length, store_->arena_bytes());
+  if (arena == nullptr || !checked.ok()) {
+    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
+    DropAm(w::kPublishBlockAm, m, why);
+    ack(absl::StatusCode::kInvalidArgument, why);
+    return false;
+  }
+  // The reservation id is the credential (as the lease id of a push fetch), and the write hold
+  // keeps the extent this reservation's until the bytes have landed, whatever happens to it.
+  const uint64_t reservation_id = block->reservation_id;
+  if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block->offset, block->size});
+      !held.ok()) {
+    ack(held.code(), std::string(held.message()));
+    return false;
+  }
+  ForgetStaged(reservation_id);  // these bytes are not stratad's own copy
+  uint8_t* const dest = arena + block->offset;
+  if (!m.rendezvous) {
+    std::memcpy(dest, m.data.data(), m.data.size());
+    store_->EndReservedWrite(reservation_id);
+    published_blocks_.fetch_add(1, std::memory_order_relaxed);
+    ack(absl::StatusCode::kOk, {});
+    return false;
+  }
+  BlockStore* store = store_;
+  std::atomic<uint64_t>* published = &published_blocks_;
+  worker->AmRecvDataThen(m.desc, dest, block->size, data_plane_.arena_memh,
+                         [store, reservation_id, published, ack](bool ok) {
+                           store->EndReservedWrite(reservation_id);
+                           if (!ok) return;  // the sender's endpoint failed: nobody to tell
+                           published->fetch_add(1, std::memory_order_relaxed);
+                           ack(absl::StatusCode::kOk, {});
+                         });
+  return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
 }
 
 }  // namespace strata::daemon

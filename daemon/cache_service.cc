@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -142,6 +141,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_acquire_by_message(fast_paths);
     resp->set_control_by_message(fast_paths);
     resp->set_acquire_and_push(fast_paths);
+    resp->set_push_releases(fast_paths);
     resp->set_publish_in_one(fast_paths);
     resp->set_fetch_in_one(fast_paths);
     resp->set_am_ticket(ticket);
@@ -456,6 +456,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     if (data_plane_.stagings) c["staging_windows_lent"] = data_plane_.stagings->size();
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
+    c["releases_by_message_total"] = releases_by_message_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);
     c["fetches_in_one_total"] = fetched_in_one_.load(std::memory_order_relaxed);
@@ -676,9 +677,12 @@ void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport:
     indices.push_back(static_cast<uint32_t>(i));
   }
   // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
-  // for the blocks ends at its deadline and the lease at its timeout.
+  // for the blocks ends at its deadline.
   if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices))
     acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
+  // Each send holds its extent until UCX is done with it: the lease is needed no longer, and
+  // ending it here spares the client a Release message (ConnectResponse.push_releases).
+  if (store_->Release(resp.lease_id()).ok()) id_owners_.Forget(resp.lease_id());
 }
 
 // The blocks are copied into the answer under a lease that ends before it is sent: nothing
@@ -763,6 +767,7 @@ void CacheService::HandleAmRelease(const transport::AmMessage& m) {
   // Another tenant's lease is left alone, as by the gRPC Release; an unknown or already
   // released one changes nothing.
   if (!id_owners_.Allowed(release->lease_id, *caller)) return;
+  releases_by_message_.fetch_add(1, std::memory_order_relaxed);
   if (store_->Release(release->lease_id).ok()) id_owners_.Forget(release->lease_id);
 }
 
@@ -837,62 +842,6 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   }
   pushed_blocks_.fetch_add(extents.size(), std::memory_order_relaxed);
   return true;
-}
-
-bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker) {
-  namespace w = am_wire;
-  const auto block = w::DecodePublishBlockHeader(m.header);
-  if (m.reply_ep == nullptr || !block) {
-    DropAm(w::kPublishBlockAm, m, "published block without a reply endpoint or with a header "
-                                  "that is not 40 bytes ending in a zero word");
-    return false;
-  }
-  const ucp_ep_h reply_ep = m.reply_ep;
-  auto ack = [worker, reply_ep, id = block->request_id, index = block->index](
-                 absl::StatusCode code, std::string why) {
-    worker->AmReply(reply_ep, w::kPublishAckAm,
-                    w::EncodePublishAck({id, index, static_cast<uint32_t>(code)}), std::move(why));
-  };
-  CallScope call(this);
-  if (!call.admitted()) {
-    ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
-    return false;
-  }
-  uint8_t* const arena = store_->arena_base();
-  const absl::Status checked = w::CheckPublishBlock(*block, m.length, store_->arena_bytes());
-  if (arena == nullptr || !checked.ok()) {
-    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
-    DropAm(w::kPublishBlockAm, m, why);
-    ack(absl::StatusCode::kInvalidArgument, why);
-    return false;
-  }
-  // The reservation id is the credential (as the lease id of a push fetch), and the write hold
-  // keeps the extent this reservation's until the bytes have landed, whatever happens to it.
-  const uint64_t reservation_id = block->reservation_id;
-  if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block->offset, block->size});
-      !held.ok()) {
-    ack(held.code(), std::string(held.message()));
-    return false;
-  }
-  ForgetStaged(reservation_id);  // these bytes are not stratad's own copy
-  uint8_t* const dest = arena + block->offset;
-  if (!m.rendezvous) {
-    std::memcpy(dest, m.data.data(), m.data.size());
-    store_->EndReservedWrite(reservation_id);
-    published_blocks_.fetch_add(1, std::memory_order_relaxed);
-    ack(absl::StatusCode::kOk, {});
-    return false;
-  }
-  BlockStore* store = store_;
-  std::atomic<uint64_t>* published = &published_blocks_;
-  worker->AmRecvDataThen(m.desc, dest, block->size, data_plane_.arena_memh,
-                         [store, reservation_id, published, ack](bool ok) {
-                           store->EndReservedWrite(reservation_id);
-                           if (!ok) return;  // the sender's endpoint failed: nobody to tell
-                           published->fetch_add(1, std::memory_order_relaxed);
-                           ack(absl::StatusCode::kOk, {});
-                         });
-  return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
 }
 
 }  // namespace strata::daemon

@@ -296,6 +296,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
   std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
+  std::atomic<uint64_t> releases_by_message_{0};  // leases a Release message ended
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   std::atomic<uint64_t> published_in_one_{0};     // publishes answered by HandleAmPublishInOne
   std::atomic<uint64_t> fetched_in_one_{0};       // fetches answered by HandleAmFetchInOne

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +145,19 @@ TEST(ControlByMessageTest, AFetchByPushIsOneRequest) {
   const char* tls = std::getenv("UCX_TLS");
   const bool push = tls != nullptr && std::string(tls) == "tcp";
   EXPECT_EQ(Counter(*client, "acquires_with_push_total"), push ? 3u : 0u);
+  if (!push) {
+    // Over shared memory the client copies the blocks itself and ends each lease by message.
+    for (int i = 0; i < 200 && Counter(*client, "releases_by_message_total") < 3; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(Counter(*client, "releases_by_message_total"), 3u);
+    return;
+  }
+  // The daemon ends each pushed fetch's lease itself: the client sends no Release, and no lease
+  // stays open.
+  EXPECT_EQ(Counter(*client, "releases_by_message_total"), 0u);
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->open_leases, 0u);
 }
 
 // A block whose bytes changed in the daemon's memory after its commit is reported damaged, never
