@@ -1,10 +1,16 @@
 // Several real stratad processes on loopback forming one cluster (static membership): blocks
 // published on one node are found and fetched through another, survive the loss of a node when
 // replicated, move on reposition, and leave a draining node.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -264,6 +270,44 @@ TEST(ClusterTest, AnnounceForANodeOutsideTheViewIsRefused) {
       << s.error_message();
   EXPECT_TRUE(announce("n1", false).ok()) << "a member's announce is accepted";
   EXPECT_TRUE(announce("intruder", true).ok()) << "withdrawals only remove entries";
+}
+
+// Issue 14, finding 2: Peer.Pull makes the daemon dial its source. Only another node of its
+// view, at the address the view has for it: never a HOST:PORT the caller names.
+TEST(ClusterTest, PullDialsOnlyAnotherNodeOfTheView) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  // A listening port that would see the daemon's dial.
+  const int trap = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(trap, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(trap, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(trap, 8), 0);
+  ASSERT_EQ(getsockname(trap, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string trap_address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  auto stub = v1::Peer::NewStub(
+      grpc::CreateChannel(cl.node(0).endpoint(), grpc::InsecureChannelCredentials()));
+  // A stranger, a member at another address than the view's, and the node itself.
+  for (const char* node : {"intruder", "n1", "n0"}) {
+    v1::PullRequest req;
+    req.set_source_node(node);
+    req.set_source_address(trap_address);
+    req.set_ids(std::string(32, '\x5b'));
+    v1::PullResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Status s = stub->Pull(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << node << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("is not another node of this cluster view"), std::string::npos)
+        << s.error_message();
+  }
+  pollfd pfd{trap, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 300), 0) << "the daemon dialed the address a caller named";
+  close(trap);
 }
 
 TEST(ClusterTest, StratactlNodesListsTheCluster) {
