@@ -342,9 +342,7 @@ grpc::Status CacheService::DoRelease(grpc::ServerContext* ctx, const v1::Release
                                      v1::ReleaseResponse*) {
   return Serve(ctx, [&](const Caller& caller) {
     if (!id_owners_.Allowed(req->lease_id(), caller)) return UnknownId("lease", req->lease_id());
-    absl::Status released = store_->Release(req->lease_id());
-    if (released.ok()) id_owners_.Forget(req->lease_id());
-    return ToGrpcStatus(released);
+    return ToGrpcStatus(EndLease(req->lease_id()));
   });
 }
 
@@ -682,7 +680,7 @@ void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport:
     acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
   // Each send holds its extent until UCX is done with it: the lease is needed no longer, and
   // ending it here spares the client a Release message (ConnectResponse.push_releases).
-  if (store_->Release(resp.lease_id()).ok()) id_owners_.Forget(resp.lease_id());
+  EndLease(resp.lease_id()).IgnoreError();
 }
 
 // The blocks are copied into the answer under a lease that ends before it is sent: nothing
@@ -718,7 +716,7 @@ void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::
         data->reserve(data->size() + total);
         for (const ArenaExtent& e : extents)
           data->append(reinterpret_cast<const char*>(arena) + e.offset, e.size);
-        if (lease_id != 0 && store_->Release(lease_id).ok()) id_owners_.Forget(lease_id);
+        EndLease(lease_id).IgnoreError();
         fetched_in_one_.fetch_add(1, std::memory_order_relaxed);
       });
 }
@@ -768,7 +766,14 @@ void CacheService::HandleAmRelease(const transport::AmMessage& m) {
   // released one changes nothing.
   if (!id_owners_.Allowed(release->lease_id, *caller)) return;
   releases_by_message_.fetch_add(1, std::memory_order_relaxed);
-  if (store_->Release(release->lease_id).ok()) id_owners_.Forget(release->lease_id);
+  EndLease(release->lease_id).IgnoreError();
+}
+
+absl::Status CacheService::EndLease(uint64_t lease_id) {
+  if (lease_id == 0) return absl::NotFoundError("lease 0 is never granted");
+  absl::Status released = store_->Release(lease_id);
+  if (released.ok()) id_owners_.Forget(lease_id);
+  return released;
 }
 
 void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker) {

@@ -165,6 +165,9 @@ class CacheService final : public v1::Cache::Service {
   void HandleAmFetchInOne(const transport::AmMessage& m, transport::Worker* worker);
   // Counts and (rate-limited) logs a malformed active message.
   void DropAm(uint16_t id, const transport::AmMessage& m, std::string_view why);
+  // Releases a lease and forgets whose it was (every route that ends one: Release by gRPC or by
+  // message, and the fetches that end their own).
+  absl::Status EndLease(uint64_t lease_id);
 
   // Who a Connect ticket stands for (the zone server asks; authentication off: anyone).
   std::optional<Caller> CallerOfTicket(std::string_view ticket) const { return AmCaller(ticket); }
