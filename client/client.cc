@@ -412,8 +412,9 @@ absl::StatusOr<DeviceFetchResult> Client::FetchToDevice(const NamespaceId& ns, u
                                                         std::span<const uint64_t> offsets,
                                                         DeviceFetchOptions options) {
   client::ControlChannel& control = impl_->control();
-  return client::FetchToDevice(*impl_->device, NamespaceRunner(control, ns), ns, loan, ids,
-                               offsets, options);
+  return client::FetchToDevice(
+      *impl_->device, NamespaceRunner(control, ns), ns, loan, ids, offsets, options,
+      [&control, &ns](std::string request) { return control.DeviceFetch(ns, std::move(request)); });
 }
 
 absl::StatusOr<DevicePublishResult> Client::PublishFromDevice(const NamespaceId& ns,

@@ -123,6 +123,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   push_releases_ = resp.push_releases();
   publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   fetch_in_one_ = acquire_by_message_.load() && resp.fetch_in_one();
+  device_fetch_ = control_by_message_.load() && resp.device_fetch_by_message();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();
@@ -254,12 +255,20 @@ bool ControlChannel::SameDaemon() {
 // fast path is off, cannot carry that many ids, or gives no complete, successful answer.
 std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(
     uint16_t request_am, uint16_t reply_am, const NamespaceId& ns, std::span<const BlockId> ids) {
-  if (fast_path_ == nullptr || !fast_path_enabled_.load() || ids.empty() ||
-      ids.size() > am_wire::kMaxIds || !DataPlaneCurrent())
+  if (ids.empty() || ids.size() > am_wire::kMaxIds) return std::nullopt;
+  return ExchangeByActiveMessage(request_am, reply_am, ns, PackIds(ids));
+}
+
+std::optional<DataMover::Reply> ControlChannel::ExchangeByActiveMessage(uint16_t request_am,
+                                                                       uint16_t reply_am,
+                                                                       const NamespaceId& ns,
+                                                                       std::string data) {
+  if (fast_path_ == nullptr || !fast_path_enabled_.load() || data.empty() ||
+      !DataPlaneCurrent())
     return std::nullopt;
   std::string header = AmRequestHeader(&ns);
   // Short: a daemon that does not answer this way is asked through gRPC instead.
-  auto reply = fast_path_->Exchange(request_am, std::move(header), PackIds(ids), reply_am,
+  auto reply = fast_path_->Exchange(request_am, std::move(header), std::move(data), reply_am,
                                     std::min(options_.rpc_timeout, absl::Milliseconds(250)));
   if (!reply.ok()) {
     if (reply.status().code() == absl::StatusCode::kFailedPrecondition) return std::nullopt;
@@ -535,6 +544,15 @@ std::optional<FollowUp> ControlChannel::AcquirePushRequest(const NamespaceId& ns
     return std::nullopt;
   return FollowUp{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm, AmRequestHeader(&ns),
                   PackIds(ids)};
+}
+
+std::optional<std::string> ControlChannel::DeviceFetch(const NamespaceId& ns,
+                                                       std::string request) {
+  if (!device_fetch_.load()) return std::nullopt;
+  auto reply = ExchangeByActiveMessage(am_wire::kDeviceFetchAm, am_wire::kDeviceFetchReplyAm, ns,
+                                       std::move(request));
+  if (!reply) return std::nullopt;
+  return std::move(reply->data);
 }
 
 std::optional<ControlChannel::FetchedInOne> ControlChannel::FetchInOne(

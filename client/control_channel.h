@@ -143,6 +143,10 @@ class ControlChannel {
     std::string_view bytes;  // the blocks' bytes, one after the other, in `answer`
   };
   std::optional<FetchedInOne> FetchInOne(const NamespaceId& ns, std::span<const BlockId> ids);
+  // A FetchToDevice as an active message (am_wire::kDeviceFetchAm; `request` serialized): the
+  // serialized answer, or nullopt where it must go through gRPC (not offered, sent back undone
+  // because the device alone could not serve it, refused, no answer in time: nothing copied).
+  std::optional<std::string> DeviceFetch(const NamespaceId& ns, std::string request);
   // Best effort: an abandoned reservation also expires on the daemon.
   void Abort(uint64_t reservation_id);
 
@@ -171,6 +175,10 @@ class ControlChannel {
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
                                                           const NamespaceId& ns,
                                                           std::span<const BlockId> ids);
+  // The same with the request's data as given (not empty, an eager message's size).
+  std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
+                                                          const NamespaceId& ns,
+                                                          std::string data);
   // A fast-path request header: room for the request id, the namespace (zeros when null) and,
   // with authentication, the ticket.
   std::string AmRequestHeader(const NamespaceId* ns) const;
@@ -231,6 +239,7 @@ class ControlChannel {
   std::atomic<bool> push_releases_{false};       // ... and then ends that lease itself
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
+  std::atomic<bool> device_fetch_{false};        // ... and fetches into lent device buffers
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

@@ -73,7 +73,8 @@ struct DataMoverOptions {
   std::vector<uint16_t> exchange_replies = {am_wire::kLookupReplyAm, am_wire::kAcquireReplyAm,
                                            am_wire::kReserveReplyAm, am_wire::kCommitReplyAm,
                                            am_wire::kPublishInOneReplyAm,
-                                           am_wire::kFetchInOneReplyAm};
+                                           am_wire::kFetchInOneReplyAm,
+                                           am_wire::kDeviceFetchReplyAm};
   // How a waiting call progresses the worker (Worker::ProgressWaiting, ClientOptions::
   // wait_spin): polls for wait_spin, then polls between yields for wait_yield, then sleeps.
   absl::Duration wait_spin = absl::InfiniteDuration();

@@ -128,6 +128,16 @@ inline constexpr size_t kMaxFetchInOneBytes = 256 << 10;
 inline constexpr uint16_t kPublishStagedManyAm = 23;
 inline constexpr uint16_t kPublishAcksAm = 24;
 inline constexpr size_t kMaxStagedPerMessage = 128;
+// A fetch into a buffer a same-node engine lent (ConnectResponse.device_fetch_by_message):
+// header = a lookup request's (request id | namespace id | ticket); data = a serialized
+// strata.v1.FetchToDeviceRequest of at most kMaxControlIds blocks, without `decode`. Reply: a
+// lookup reply's header; data = the serialized strata.v1.FetchToDeviceResponse, or the error
+// message. Served on the daemon's progress thread only when every block is in the GPU tier
+// already and they come to at most kMaxDeviceFetchByMessageBytes (device-to-device copies, a
+// bounded wait); otherwise `complete` = 0, nothing was copied, and the caller asks DeviceCopies.
+inline constexpr uint16_t kDeviceFetchAm = 25;
+inline constexpr uint16_t kDeviceFetchReplyAm = 26;
+inline constexpr uint64_t kMaxDeviceFetchByMessageBytes = uint64_t{1} << 30;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16

@@ -144,6 +144,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_push_releases(fast_paths);
     resp->set_publish_in_one(fast_paths);
     resp->set_fetch_in_one(fast_paths);
+    resp->set_device_fetch_by_message(fast_paths && data_plane_.gpu != nullptr);
     resp->set_am_ticket(ticket);
     spdlog::debug("client '{}' connected from {}", LogSafe(req->client_name()), ctx->peer());
     return grpc::Status::OK;
@@ -431,6 +432,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
       c["gpu_copy_errors_total"] = g.copy_errors;
       c["gpu_crc_failures_total"] = g.crc_failures;
       c["gpu_peer_copies_total"] = g.peer_copies;
+      c["gpu_peer_fetches_device_only_total"] = g.peer_fetches_device_only;
       c["gpu_peer_copied_bytes_total"] = g.peer_copied_bytes;
       c["gpu_peer_reads_total"] = g.peer_reads;
       c["gpu_peer_read_bytes_total"] = g.peer_read_bytes;

@@ -118,6 +118,7 @@ struct Daemon::Impl {
   std::unique_ptr<Transcoder> transcoder;
   // Device buffers same-node engines lend for fetches from the GPU tier.
   std::unique_ptr<DeviceService> device_service;
+  std::atomic<DeviceService*> am_device_service{nullptr};  // once it serves messages
   std::unique_ptr<grpc::Server> server;
   // Set once membership is up.
   std::unique_ptr<Cluster> cluster;
@@ -519,6 +520,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         if (s) s->HandleAmRelease(m);
       }));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchRequestAm, &CacheService::HandleAmFetch));
+  STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kDeviceFetchAm, [this](const transport::AmMessage& m) {
+        DeviceService* s = am_device_service.load(std::memory_order_acquire);
+        if (s) s->HandleAmFetch(m, worker.get());
+      }));
   STRATA_RETURN_IF_ERROR(worker->SetAmRendezvousHandler(
       am_wire::kPublishBlockAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
@@ -670,6 +676,9 @@ absl::Status Daemon::Impl::StartServices() {
                             absl::Time deadline, std::vector<BlockStatus>* status) {
         return svc->PublishMade(caller, ns, ids, parents, sizes, write, deadline, status);
       });
+  device_service->set_ticket_callers(
+      [svc = service.get()](std::string_view ticket) { return svc->CallerOfTicket(ticket); });
+  am_device_service.store(device_service.get(), std::memory_order_release);
   builder.RegisterService(device_service.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   // gRPC sets SO_REUSEPORT by default; then an ephemeral bind can land on a port another

@@ -70,6 +70,7 @@ struct GpuTierCounters {
   uint64_t peer_reads = 0;  // blocks read out of lent buffers to be published
   uint64_t peer_read_bytes = 0;
   uint64_t peer_device_encodes = 0;  // of those, blocks the codec quantised on the device
+  uint64_t peer_fetches_device_only = 0;  // CopyToPeer calls served by the device alone
 };
 
 struct BlockStoreStats {

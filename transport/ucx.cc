@@ -84,9 +84,14 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& o
   // UCX's default order without md:posix (and without md:*, which would bring it back).
   if (options.unnamed_allocations && std::getenv("UCX_ALLOC_PRIO") == nullptr)
     modified = modify("ALLOC_PRIO", "md:sysv,huge,thp,mmap,heap");
+  const char* env_tls = std::getenv("UCX_TLS");
   if (modified.ok() && !options.tcp) {
-    auto tls = TransportsWithoutTcp(std::getenv("UCX_TLS"));
+    auto tls = TransportsWithoutTcp(env_tls);
     modified = tls.ok() ? modify("TLS", *tls) : tls.status();
+  } else if (modified.ok() && env_tls != nullptr && *env_tls == '\0') {
+    // An exported but empty UCX_TLS means "not chosen" to an operator; UCX would refuse it as
+    // an empty list, so it gets UCX's default instead.
+    modified = modify("TLS", "all");
   }
   if (!modified.ok()) {
     ucp_config_release(config);

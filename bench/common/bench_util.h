@@ -54,7 +54,7 @@ inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
                    const std::vector<std::pair<std::string, std::string>>& env = {}) {
   pid_t pid = fork();
   if (pid == 0) {
-    setenv("UCX_TLS", tls.c_str(), 1);
+    if (!tls.empty()) setenv("UCX_TLS", tls.c_str(), 1);  // empty: the environment's choice
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     int fd = open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     dup2(fd, 1);

@@ -49,6 +49,12 @@ grpc::Status DeviceService::FetchToDevice(grpc::ServerContext* ctx,
                                           v1::FetchToDeviceResponse* resp) {
   Caller caller;
   if (grpc::Status s = Admit(ctx, &caller); !s.ok()) return s;
+  return FetchFor(caller, req, resp, /*device_only_max_bytes=*/0, nullptr);
+}
+
+grpc::Status DeviceService::FetchFor(const Caller& caller, const v1::FetchToDeviceRequest* req,
+                                     v1::FetchToDeviceResponse* resp,
+                                     uint64_t device_only_max_bytes, bool* declined) {
   auto scoped = CheckScoped(req->namespace_id(), req->ids(),
                             [this](const NamespaceId& id) { return namespaces_->Check(id); });
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
@@ -62,17 +68,24 @@ grpc::Status DeviceService::FetchToDevice(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat(scoped->ids.size(), " ids but ", req->offsets_size(),
                                      " offsets: one offset in the lent buffer per block"));
-  auto buffer = loans_.Use(req->loan_id(), caller, absl::Now());
+  const absl::Time start = absl::Now();
+  auto buffer = loans_.Use(req->loan_id(), caller, start);
   if (!buffer.ok()) return ToGrpcStatus(buffer.status());
   const std::vector<uint64_t> offsets(req->offsets().begin(), req->offsets().end());
+  auto timed = [&](grpc::Status s) {
+    resp->set_daemon_micros(absl::ToInt64Microseconds(absl::Now() - start));
+    return s;
+  };
   if (req->decode()) {
     auto entry = namespaces_->Find(scoped->ns);
     if (entry && entry->spec.codec_policy != kOpaqueCodecPolicy)
-      return DecodeToPeer(scoped->ns, scoped->ids, offsets, entry->spec.layout.BlockBytes(),
-                          **buffer, resp);
+      return timed(DecodeToPeer(scoped->ns, scoped->ids, offsets,
+                                entry->spec.layout.BlockBytes(), **buffer, resp));
   }
-  auto copied = gpu_->CopyToPeer(scoped->ns, scoped->ids, offsets, **buffer, !req->no_promote());
+  auto copied = gpu_->CopyToPeer(scoped->ns, scoped->ids, offsets, **buffer, !req->no_promote(),
+                                 device_only_max_bytes);
   if (!copied.ok()) return ToGrpcStatus(copied.status());
+  if (declined) *declined = copied->declined;
   for (BlockStatus s : copied->status) resp->add_status(static_cast<v1::BlockStatus>(s));
   resp->mutable_sizes()->Add(copied->sizes.begin(), copied->sizes.end());
   resp->mutable_crc32c()->Add(copied->crcs.begin(), copied->crcs.end());
@@ -81,7 +94,7 @@ grpc::Status DeviceService::FetchToDevice(grpc::ServerContext* ctx,
                      : t == Tier::kHost ? v1::TIER_HOST
                                         : v1::TIER_UNKNOWN);
   resp->set_bytes_copied(copied->bytes);
-  return grpc::Status::OK;
+  return timed(grpc::Status::OK);
 }
 
 grpc::Status DeviceService::DecodeToPeer(const NamespaceId& ns, const std::vector<BlockId>& ids,

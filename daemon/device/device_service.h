@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "daemon/auth.h"
@@ -18,6 +20,7 @@
 #include "daemon/namespace_registry.h"
 #include "storage/gpu/gpu_tiered_store.h"
 #include "strata/v1/device.grpc.pb.h"
+#include "transport/ucx.h"
 
 namespace strata::daemon {
 
@@ -57,6 +60,16 @@ class DeviceService final : public v1::DeviceCopies::Service {
   // the server starts.
   void set_publisher(MadeBlockPublisher publisher) { publisher_ = std::move(publisher); }
 
+  // A FetchToDevice as an active message (am_wire::kDeviceFetchAm), answered on the data-plane
+  // worker's progress thread when the device alone serves it (else the reply sends the caller
+  // to the gRPC call), with the checks of the gRPC call; the caller is the ticket's.
+  void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // Who an active message's ticket stands for (CacheService::CallerOfTicket); set before the
+  // data plane serves messages. Without one every message is sent to gRPC.
+  void set_ticket_callers(std::function<std::optional<Caller>(std::string_view)> find) {
+    caller_of_ticket_ = std::move(find);
+  }
+
   // Closes loans left unused past the idle limit (the daemon's reclaim loop calls it).
   size_t CloseIdle(absl::Time now) { return loans_.CloseIdle(now); }
   size_t open_loans() const { return loans_.size(); }
@@ -64,6 +77,11 @@ class DeviceService final : public v1::DeviceCopies::Service {
  private:
   // The caller (tenant or admin role), once this daemon is known to have a GPU tier.
   grpc::Status Admit(const grpc::ServerContext* ctx, Caller* caller) const;
+  // FetchToDevice for an admitted caller; `device_only_max_bytes` and `declined` as for
+  // GpuTieredStore::CopyToPeer (0 and null: any tier).
+  grpc::Status FetchFor(const Caller& caller, const v1::FetchToDeviceRequest* req,
+                        v1::FetchToDeviceResponse* resp, uint64_t device_only_max_bytes,
+                        bool* declined);
   // FetchToDevice with `decode` in a namespace with a codec: each block decoded into the buffer.
   grpc::Status DecodeToPeer(const NamespaceId& ns, const std::vector<BlockId>& ids,
                             const std::vector<uint64_t>& offsets, uint64_t block_bytes,
@@ -76,6 +94,7 @@ class DeviceService final : public v1::DeviceCopies::Service {
   PeerDecoder decoder_;
   PeerEncoder encoder_;
   MadeBlockPublisher publisher_;
+  std::function<std::optional<Caller>(std::string_view)> caller_of_ticket_;
 };
 
 }  // namespace strata::daemon

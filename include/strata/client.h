@@ -162,6 +162,7 @@ struct DeviceFetchResult {
   std::vector<std::string> sources;  // "gpu" (device to device) or "host" (host to device)
   size_t fetched = 0;
   uint64_t bytes = 0;
+  uint64_t daemon_micros = 0;  // of the call's time, what the daemon spent leasing and copying
 };
 
 struct DeviceFetchOptions {

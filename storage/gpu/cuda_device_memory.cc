@@ -128,8 +128,9 @@ class CudaDeviceMemory final : public DeviceMemory {
       return CudaError(e, "cudaSetDevice");
     for (const PeerCopy& c : copies) {
       const void* src = c.host ? static_cast<const void*>(c.host) : pool_ + c.device_offset;
-      if (cudaError_t e = cudaMemcpyAsync(dst + c.peer_offset, src, c.size, cudaMemcpyDefault,
-                                          peer_stream_);
+      // The direction named: cudaMemcpyDefault would look both pointers up on every copy.
+      const cudaMemcpyKind kind = c.host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
+      if (cudaError_t e = cudaMemcpyAsync(dst + c.peer_offset, src, c.size, kind, peer_stream_);
           e != cudaSuccess) {
         cudaStreamSynchronize(peer_stream_);
         return CudaError(e, "cudaMemcpyAsync into a lent buffer");

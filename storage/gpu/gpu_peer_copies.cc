@@ -10,7 +10,8 @@ namespace strata {
 absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns,
                                                            std::span<const BlockId> ids,
                                                            std::span<const uint64_t> peer_offsets,
-                                                           PeerBuffer& peer, bool promote) {
+                                                           PeerBuffer& peer, bool promote,
+                                                           uint64_t device_only_max_bytes) {
   if (peer_offsets.size() != ids.size())
     return absl::InvalidArgumentError(absl::StrCat(ids.size(), " ids but ", peer_offsets.size(),
                                                    " offsets"));
@@ -21,7 +22,23 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
   out.sources.assign(ids.size(), Tier::kNone);
 
   // The device first: its leases keep the extents where they are until the copies are done.
-  AcquireResult on_device = promote ? AcquireOnDevice(ns, ids) : device_.Acquire(ns, ids);
+  const bool device_only = device_only_max_bytes > 0;
+  AcquireResult on_device =
+      promote && !device_only ? AcquireOnDevice(ns, ids) : device_.Acquire(ns, ids);
+  if (device_only) {
+    uint64_t total = 0;
+    bool all = true;
+    for (size_t i = 0; i < ids.size() && all; ++i) {
+      all = on_device.status[i] == BlockStatus::kOk;
+      total += all ? on_device.sizes[i] : 0;
+    }
+    if (!all || total > device_only_max_bytes) {
+      if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
+      out.declined = true;
+      return out;
+    }
+    n_.peer_fetches_device_only.fetch_add(1);
+  }
   std::vector<BlockId> rest;
   std::vector<size_t> rest_idx;
   for (size_t i = 0; i < ids.size(); ++i) {

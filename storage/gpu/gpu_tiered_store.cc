@@ -501,6 +501,7 @@ GpuTierCounters GpuTieredStore::Counters() const {
   c.peer_reads = n_.peer_reads.load();
   c.peer_read_bytes = n_.peer_read_bytes.load();
   c.peer_device_encodes = n_.peer_device_encodes.load();
+  c.peer_fetches_device_only = n_.peer_fetches_device_only.load();
   return c;
 }
 

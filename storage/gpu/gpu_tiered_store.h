@@ -55,6 +55,7 @@ struct PeerFetchResult {
   std::vector<uint32_t> crcs;       // their CRC32C, as the tiers verified them
   std::vector<Tier> sources;        // kGpu or kHost (kOk), else kNone
   uint64_t bytes = 0;
+  bool declined = false;  // a device-only fetch the device alone could not serve: nothing copied
 };
 
 struct GpuTieredStoreOptions {
@@ -107,9 +108,13 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // room for them (or `promote` is false). A block that does not fit at its offset is kInvalid
   // and nothing of it is written. An error when the copies failed: then no block is known to be
   // written whole.
+  // `device_only_max_bytes` > 0: only when every block is on the device already and they come
+  // to at most that many bytes (device-to-device copies, a bounded wait); otherwise nothing is
+  // copied and the result is `declined`. For callers that must not wait on host memory.
   absl::StatusOr<PeerFetchResult> CopyToPeer(const NamespaceId& ns, std::span<const BlockId> ids,
                                              std::span<const uint64_t> peer_offsets,
-                                             PeerBuffer& peer, bool promote = true);
+                                             PeerBuffer& peer, bool promote = true,
+                                             uint64_t device_only_max_bytes = 0);
 
   // --- Blocks that arrive on the device from another node (device links, NCCL) ---
   // Device extents for `items` of `ns`, offsets relative to memory().device_address(). An id
@@ -200,7 +205,7 @@ class GpuTieredStore final : public BlockStoreWrapper {
     std::atomic<uint64_t> promotions{0}, promoted_bytes{0}, demotions{0}, demoted_bytes{0},
         victims_held_below{0}, victims_dropped{0}, staged_down{0}, staged_down_bytes{0},
         copy_errors{0}, crc_failures{0}, peer_copies{0}, peer_copied_bytes{0}, peer_reads{0},
-        peer_read_bytes{0}, peer_device_encodes{0};
+        peer_read_bytes{0}, peer_device_encodes{0}, peer_fetches_device_only{0};
   } n_;
   std::atomic<bool> stop_{false};
   std::thread demoter_;

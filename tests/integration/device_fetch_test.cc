@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #if STRATA_TEST_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -75,9 +77,14 @@ TEST(DeviceFetchTest, BlocksLandInTheEnginesBufferFromTheGpuTierOrHostMemory) {
   // Blocks 0-1 are on the GPU tier, 2-3 only in host memory: promoted on the way.
   std::vector<BlockId> ids = {p.ids[3], p.ids[0], p.ids[2], p.ids[1]};
   std::vector<uint64_t> offsets = {0, 3 * kBlock, 5 * kBlock, 9 * kBlock};
+  const auto called = std::chrono::steady_clock::now();
   auto f = client->FetchToDevice(p.ns, *loan, ids, offsets);
+  const auto call_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - called).count();
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->fetched, 4u);
+  // The daemon's share of the call (promotions and copies) is part of the call's time.
+  EXPECT_LE(f->daemon_micros, static_cast<uint64_t>(call_us));
   EXPECT_EQ(f->bytes, 4 * kBlock);
   EXPECT_EQ(f->sources, std::vector<std::string>(4, "gpu"));
   const int order[] = {3, 0, 2, 1};
@@ -86,6 +93,22 @@ TEST(DeviceFetchTest, BlocksLandInTheEnginesBufferFromTheGpuTierOrHostMemory) {
     EXPECT_EQ(std::memcmp(mem + offsets[k], want.data(), kBlock), 0) << "block " << order[k];
     EXPECT_EQ(f->crcs[k], Crc32c(want.data(), kBlock));
   }
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(Counter(*stats, "gpu_peer_fetches_device_only_total"), 0u) << "2 needed promoting";
+
+  // All four on the device now: the daemon's data plane answers the fetch as a message, with
+  // device-to-device copies alone, the same blocks landing at the new offsets.
+  const std::vector<uint64_t> again = {10 * kBlock, 11 * kBlock, 12 * kBlock, 13 * kBlock};
+  f = client->FetchToDevice(p.ns, *loan, ids, again);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->fetched, 4u);
+  EXPECT_EQ(f->sources, std::vector<std::string>(4, "gpu"));
+  for (size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(std::memcmp(mem + again[k], p.blocks[order[k]].data(), kBlock), 0) << k;
+  stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(Counter(*stats, "gpu_peer_fetches_device_only_total"), 1u);
 
   // Without promotion: from host memory; unknown ids and blocks past the range say so alone.
   BlockId unknown = p.ids[0];
@@ -109,9 +132,11 @@ TEST(DeviceFetchTest, BlocksLandInTheEnginesBufferFromTheGpuTierOrHostMemory) {
   EXPECT_EQ(f->fetched, 10u);
   for (size_t i = 0; i < ids.size(); ++i)
     EXPECT_EQ(std::memcmp(mem + i * kBlock, p.blocks[i].data(), kBlock), 0) << "block " << i;
-  auto stats = client->Stats();
+  stats = client->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  EXPECT_EQ(Counter(*stats, "gpu_peer_copies_total"), 15u);
+  EXPECT_EQ(Counter(*stats, "gpu_peer_copies_total"), 19u);
+  // Blocks that were not all on the device went through DeviceCopies.
+  EXPECT_EQ(Counter(*stats, "gpu_peer_fetches_device_only_total"), 1u);
 
   // A mismatched request, then the loan returned: gone for good.
   f = client->FetchToDevice(p.ns, *loan, ids, {offsets.data(), 2});

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace strata::transport {
@@ -143,6 +145,22 @@ TEST(TransportsWithoutTcpTest, RefusesWhatCannotBeNarrowed) {
   auto all = TransportsWithoutTcp("all");
   ASSERT_FALSE(all.ok());
   EXPECT_NE(all.status().message().find("^tcp"), std::string::npos);
+}
+
+// UCX refuses an empty UCX_TLS ("The TLs list is empty"); an operator who exported it empty
+// gets UCX's default transports, with tcp or without.
+TEST(TransportsWithoutTcpTest, AnEmptyUcxTlsMeansTheDefault) {
+  const char* saved = std::getenv("UCX_TLS");
+  const std::string kept = saved ? saved : "";
+  setenv("UCX_TLS", "", 1);
+  for (bool tcp : {true, false}) {
+    ContextOptions o;
+    o.tcp = tcp;
+    auto ctx = Context::Create(o);
+    EXPECT_TRUE(ctx.ok()) << "tcp " << tcp << ": " << ctx.status();
+    if (ctx.ok()) EXPECT_TRUE(Worker::Create(*ctx).ok());
+  }
+  if (saved) setenv("UCX_TLS", kept.c_str(), 1); else unsetenv("UCX_TLS");
 }
 
 // A context without tcp still connects over shared memory (tenant_memory_test shows its
