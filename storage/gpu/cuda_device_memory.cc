@@ -1,6 +1,7 @@
 // DeviceMemory on a CUDA device (built only with CUDA; see storage/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "common/cuda_allocation_range.h"
 #include "common/device_handles.h"
 #include "storage/gpu/device_memory.h"
+#include "storage/gpu/peer_copy_kernel.h"
 
 namespace strata {
 namespace {
@@ -126,15 +128,9 @@ class CudaDeviceMemory final : public DeviceMemory {
     std::lock_guard l(peer_mu_);
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
       return CudaError(e, "cudaSetDevice");
-    for (const PeerCopy& c : copies) {
-      const void* src = c.host ? static_cast<const void*>(c.host) : pool_ + c.device_offset;
-      // The direction named: cudaMemcpyDefault would look both pointers up on every copy.
-      const cudaMemcpyKind kind = c.host ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
-      if (cudaError_t e = cudaMemcpyAsync(dst + c.peer_offset, src, c.size, kind, peer_stream_);
-          e != cudaSuccess) {
-        cudaStreamSynchronize(peer_stream_);
-        return CudaError(e, "cudaMemcpyAsync into a lent buffer");
-      }
+    if (cudaError_t e = EnqueueToPeer(dst, copies); e != cudaSuccess) {
+      cudaStreamSynchronize(peer_stream_);  // nothing of this batch may still run after we return
+      return CudaError(e, "copying into a lent buffer");
     }
     if (cudaError_t e = cudaStreamSynchronize(peer_stream_); e != cudaSuccess)
       return CudaError(e, "cudaStreamSynchronize");
@@ -161,6 +157,28 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
 
  private:
+  // Enqueues the copies from the device pool as gather kernels (kMaxSpansPerLaunch spans
+  // each) and the ones from host memory one by one, all on the peer stream.
+  cudaError_t EnqueueToPeer(uint8_t* dst, std::span<const PeerCopy> copies) {
+    spans_.clear();
+    for (const PeerCopy& c : copies) {
+      if (c.host) {
+        if (cudaError_t e = cudaMemcpyAsync(dst + c.peer_offset, c.host, c.size,
+                                            cudaMemcpyHostToDevice, peer_stream_);
+            e != cudaSuccess)
+          return e;
+        continue;
+      }
+      spans_.push_back({pool_ + c.device_offset, dst + c.peer_offset, c.size});
+    }
+    for (size_t at = 0; at < spans_.size(); at += gpu_copies::kMaxSpansPerLaunch) {
+      const size_t n = std::min(gpu_copies::kMaxSpansPerLaunch, spans_.size() - at);
+      if (int e = gpu_copies::LaunchGatherCopy(spans_.data() + at, n, peer_stream_); e != 0)
+        return static_cast<cudaError_t>(e);
+    }
+    return cudaSuccess;
+  }
+
   // One stream per direction, so promotions and demotions overlap on the two copy engines; a
   // batch is enqueued whole and waited for once.
   absl::Status Run(std::span<const DeviceCopy> copies, bool to_device) {
@@ -191,6 +209,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   cudaStream_t peer_stream_;  // copies into lent buffers, beside promotions and demotions
   std::mutex up_mu_, down_mu_, register_mu_, peer_mu_;
   std::vector<std::pair<uint8_t*, uint64_t>> registered_;
+  std::vector<gpu_copies::CopySpan> spans_;  // EnqueueToPeer's, kept between calls (peer_mu_)
 };
 
 }  // namespace

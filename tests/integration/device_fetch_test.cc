@@ -347,6 +347,19 @@ TEST(DeviceFetchTest, ACudaEngineBufferGetsBlocksFromTheDaemonsGpuTier) {
               cudaSuccess);
     EXPECT_EQ(got, p.blocks[i]) << "block " << i;
   }
+  // All four on the device now: copied by the daemon's gather kernel, here to offsets that are
+  // not 16-byte aligned (its byte-wise path).
+  std::vector<uint64_t> odd;
+  for (uint64_t i = 0; i < 4; ++i) odd.push_back(i * kBlock + 2 * i + 1);
+  f = client->FetchToDevice(p.ns, *loan, p.ids, odd);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->sources, std::vector<std::string>(4, "gpu"));
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(cudaMemcpy(got.data(), static_cast<uint8_t*>(engine) + kBlock + odd[i], kBlock,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(got, p.blocks[i]) << "block " << i << " at an odd offset";
+  }
   // A range past the allocation is refused by the daemon, which checks the allocation's size.
   DeviceBufferHandle past = *h;
   past.bytes = 8 * kBlock;
