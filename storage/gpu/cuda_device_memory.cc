@@ -124,8 +124,20 @@ class CudaDeviceMemory final : public DeviceMemory {
 
   absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) override {
     if (absl::Status s = CheckPeerCopies(copies, capacity_, peer.size()); !s.ok()) return s;
-    uint8_t* dst = static_cast<CudaPeerBuffer&>(peer).data();
     std::lock_guard l(peer_mu_);
+    return ToPeerLocked(peer, copies);
+  }
+
+  absl::Status TryToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) override {
+    if (absl::Status s = CheckPeerCopies(copies, capacity_, peer.size()); !s.ok()) return s;
+    std::unique_lock l(peer_mu_, std::try_to_lock);
+    if (!l.owns_lock())
+      return absl::UnavailableError("other copies into lent buffers are under way");
+    return ToPeerLocked(peer, copies);
+  }
+
+  absl::Status ToPeerLocked(PeerBuffer& peer, std::span<const PeerCopy> copies) {
+    uint8_t* dst = static_cast<CudaPeerBuffer&>(peer).data();
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
       return CudaError(e, "cudaSetDevice");
     if (cudaError_t e = EnqueueToPeer(dst, copies); e != cudaSuccess) {

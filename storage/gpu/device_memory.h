@@ -88,6 +88,11 @@ class DeviceMemory {
   // Every copy of the batch is done (or the call failed) when this returns. `peer` must come
   // from this memory's OpenPeerBuffer.
   virtual absl::Status ToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) = 0;
+  // ToPeer, or Unavailable (nothing copied) at once where it would first wait for other copies
+  // into lent buffers to finish: for callers that must not block (a progress thread).
+  virtual absl::Status TryToPeer(PeerBuffer& peer, std::span<const PeerCopy> copies) {
+    return ToPeer(peer, copies);
+  }
   // The other way (blocks an engine publishes from its device memory): done or failed when it
   // returns; a failed batch leaves its destinations unknown.
   virtual absl::Status FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) = 0;

@@ -37,7 +37,6 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
       out.declined = true;
       return out;
     }
-    n_.peer_fetches_device_only.fetch_add(1);
   }
   std::vector<BlockId> rest;
   std::vector<size_t> rest_idx;
@@ -81,7 +80,16 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
     add(rest_idx[k], in_host.status[k], in_host.offsets[k], in_host.sizes[k], in_host.crcs[k],
         Tier::kHost);
 
-  absl::Status copied = copies.empty() ? absl::OkStatus() : memory_->ToPeer(peer, copies);
+  absl::Status copied = copies.empty()  ? absl::OkStatus()
+                        : device_only ? memory_->TryToPeer(peer, copies)
+                                      : memory_->ToPeer(peer, copies);
+  if (device_only && absl::IsUnavailable(copied)) {
+    // Busy with other copies: declined rather than waited for (nothing was copied).
+    if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
+    PeerFetchResult declined;
+    declined.declined = true;
+    return declined;
+  }
   if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
   if (in_host.lease_id != 0) (void)below()->Release(in_host.lease_id);
   if (!copied.ok()) {
@@ -91,6 +99,7 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
     return absl::Status(copied.code(),
                         absl::StrCat("copying into the lent buffer failed: ", copied.message()));
   }
+  if (device_only) n_.peer_fetches_device_only.fetch_add(1);
   n_.peer_copies.fetch_add(copies.size());
   n_.peer_copied_bytes.fetch_add(out.bytes);
   return out;

@@ -109,8 +109,9 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // and nothing of it is written. An error when the copies failed: then no block is known to be
   // written whole.
   // `device_only_max_bytes` > 0: only when every block is on the device already and they come
-  // to at most that many bytes (device-to-device copies, a bounded wait); otherwise nothing is
-  // copied and the result is `declined`. For callers that must not wait on host memory.
+  // to at most that many bytes (device-to-device copies, a bounded wait), and no other copy into
+  // a lent buffer is under way; otherwise nothing is copied and the result is `declined`. For
+  // callers that must not wait on host memory or on other callers' copies.
   absl::StatusOr<PeerFetchResult> CopyToPeer(const NamespaceId& ns, std::span<const BlockId> ids,
                                              std::span<const uint64_t> peer_offsets,
                                              PeerBuffer& peer, bool promote = true,

@@ -141,6 +141,57 @@ TEST_F(GpuPeerCopyTest, AFailingDeviceIsAnErrorThatLeaksNoLease) {
   EXPECT_TRUE(DeviceBytesMatch(0)) << "the device copies are intact";
 }
 
+// The mode a daemon's progress thread uses (a fetch by message): served only by the device
+// alone, at once and within the byte bound; anything else is declined with nothing copied and
+// no lease left, for the caller to fetch the usual way.
+TEST_F(GpuPeerCopyTest, ADeviceOnlyFetchIsDeclinedUnlessTheDeviceAloneServesItAtOnce) {
+  HostStandInOptions f;
+  f.fault = [this](bool, const DeviceCopy&) {
+    return fail_.load() ? absl::UnavailableError("injected: other copies under way")
+                        : absl::OkStatus();
+  };
+  Open(4, 64, std::move(f));
+  for (int i = 0; i < 3; ++i) Publish(i);
+  const BlockId on_device[] = {Id(0), Id(1)};
+  ASSERT_EQ(store_->Promote(ns_, on_device), std::vector<BlockStatus>(2, BlockStatus::kOk));
+  LentBuffer lent(4 * kBlock);
+  auto peer = OpenLent(lent, 0, 4 * kBlock);
+  ASSERT_TRUE(peer);
+  const uint64_t offsets[] = {0, kBlock};
+  const std::vector<uint8_t> zeros(2 * kBlock, 0);
+  auto nothing_changed = [&] {
+    EXPECT_EQ(std::memcmp(lent.data(), zeros.data(), zeros.size()), 0);
+    EXPECT_EQ(Counters().device.open_leases, 0u);
+    EXPECT_EQ(host_->Stats().open_leases, 0u);
+    EXPECT_EQ(Counters().peer_fetches_device_only, 0u);
+  };
+  const BlockId one_in_host[] = {Id(0), Id(2)};
+  auto r = store_->CopyToPeer(ns_, one_in_host, offsets, *peer, true, uint64_t{1} << 30);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->declined) << "block 2 is in host memory only";
+  EXPECT_FALSE(store_->HoldsOnDevice(Id(2))) << "declined, not promoted";
+  nothing_changed();
+  r = store_->CopyToPeer(ns_, on_device, offsets, *peer, true, kBlock);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->declined) << "two blocks are more than the bound of one";
+  nothing_changed();
+  fail_ = true;
+  r = store_->CopyToPeer(ns_, on_device, offsets, *peer, true, uint64_t{1} << 30);
+  fail_ = false;
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->declined) << "busy with other copies";
+  nothing_changed();
+
+  r = store_->CopyToPeer(ns_, on_device, offsets, *peer, true, uint64_t{1} << 30);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->declined);
+  EXPECT_EQ(r->sources, (std::vector<Tier>{Tier::kGpu, Tier::kGpu}));
+  EXPECT_EQ(std::memcmp(lent.data(), Bytes(0, kBlock).data(), kBlock), 0);
+  EXPECT_EQ(std::memcmp(lent.data() + kBlock, Bytes(1, kBlock).data(), kBlock), 0);
+  EXPECT_EQ(Counters().peer_fetches_device_only, 1u);
+  EXPECT_EQ(Counters().device.open_leases, 0u);
+}
+
 TEST_F(GpuPeerCopyTest, OnlyALendersWellFormedBufferIsOpened) {
   Open(4);
   LentBuffer lent(2 * kBlock);
