@@ -82,6 +82,10 @@ uint32_t CalibrationSync::Push(const NamespaceId& ns, const std::string& artefac
     };
     auto call = std::make_shared<Call>();
     call->ctx.set_deadline(absl::ToChronoTime(deadline));
+    // A peer that came up a moment ago may have its channel still waiting out a reconnect
+    // backoff (this node tried it while it was down); fail-fast would skip it although it is up.
+    // Waiting for the channel, within the same deadline, copies the calibration there too.
+    call->ctx.set_wait_for_ready(true);
     call->req.set_namespace_id(std::string(ns.AsBytes()));
     call->req.set_artefact(artefact);
     calls.Add();
