@@ -16,6 +16,7 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -33,6 +34,12 @@ bool Check(cudaError_t e, const char* what) {
   return false;
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <typename F>
 double MedianGbps(int reps, uint64_t bytes, F run) {
   std::vector<double> gbps;
@@ -41,14 +48,7 @@ double MedianGbps(int reps, uint64_t bytes, F run) {
     if (!run()) return 0;
     gbps.push_back(static_cast<double>(bytes) / strata::bench::Seconds(Clock::now() - t0) / 1e9);
   }
-  std::sort(gbps.begin(), gbps.end());
-  return gbps[gbps.size() / 2];
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return Median(std::move(gbps));
 }
 
 }  // namespace

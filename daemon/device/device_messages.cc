@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
 #include "daemon/device/device_service.h"
 

@@ -136,19 +136,6 @@ class CudaDeviceMemory final : public DeviceMemory {
     return ToPeerLocked(peer, copies);
   }
 
-  absl::Status ToPeerLocked(PeerBuffer& peer, std::span<const PeerCopy> copies) {
-    uint8_t* dst = static_cast<CudaPeerBuffer&>(peer).data();
-    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
-      return CudaError(e, "cudaSetDevice");
-    if (cudaError_t e = EnqueueToPeer(dst, copies); e != cudaSuccess) {
-      cudaStreamSynchronize(peer_stream_);  // nothing of this batch may still run after we return
-      return CudaError(e, "copying into a lent buffer");
-    }
-    if (cudaError_t e = cudaStreamSynchronize(peer_stream_); e != cudaSuccess)
-      return CudaError(e, "cudaStreamSynchronize");
-    return absl::OkStatus();
-  }
-
   absl::Status FromPeer(PeerBuffer& peer, std::span<const PeerRead> reads) override {
     if (absl::Status s = CheckPeerReads(reads, peer.size()); !s.ok()) return s;
     const uint8_t* src = static_cast<CudaPeerBuffer&>(peer).data();
@@ -169,6 +156,20 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
 
  private:
+  // ToPeer's copies, with peer_mu_ held.
+  absl::Status ToPeerLocked(PeerBuffer& peer, std::span<const PeerCopy> copies) {
+    uint8_t* dst = static_cast<CudaPeerBuffer&>(peer).data();
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
+    if (cudaError_t e = EnqueueToPeer(dst, copies); e != cudaSuccess) {
+      cudaStreamSynchronize(peer_stream_);  // nothing of this batch may still run after we return
+      return CudaError(e, "copying into a lent buffer");
+    }
+    if (cudaError_t e = cudaStreamSynchronize(peer_stream_); e != cudaSuccess)
+      return CudaError(e, "cudaStreamSynchronize");
+    return absl::OkStatus();
+  }
+
   // Enqueues the copies from the device pool as gather kernels (kMaxSpansPerLaunch spans
   // each) and the ones from host memory one by one, all on the peer stream.
   cudaError_t EnqueueToPeer(uint8_t* dst, std::span<const PeerCopy> copies) {
