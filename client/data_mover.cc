@@ -121,9 +121,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
                                                               Dialer dial) {
   std::unique_ptr<DataMover> m(new DataMover(std::move(options), std::move(dial)));
   const std::string& mode = m->options_.fetch_transfer;
-  const bool rdma =
+  m->rdma_ =
       m->options_.rdma_device.has_value() ? *m->options_.rdma_device : HostHasRdmaDevice();
-  m->want_push_ = mode == "push" || (mode == "auto" && !rdma);
+  m->want_push_ = mode == "push" || (mode == "auto" && !m->rdma_);
   const bool sleeps = m->options_.wait_spin != absl::InfiniteDuration() &&
                       m->options_.wait_yield != absl::InfiniteDuration();
   STRATA_ASSIGN_OR_RETURN(m->ucx_, transport::Context::Create(/*wakeup=*/sleeps));
@@ -160,12 +160,13 @@ absl::Status DataMover::Redial() {
   if (ep_ && ep_->failed())
     Log(options_.log, LogLevel::kInfo, "data-plane endpoint failed; connecting to stratad again");
   STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
-  // Same node: keep shared-memory transports (see Worker::Connect); the deadlines of the
-  // control and data planes then detect a daemon that died.
+  // Same node, or another one over tcp: an endpoint watched for the daemon's death keeps shared
+  // memory and tcp's zero-copy rendezvous (see Worker::Connect). Over RDMA the endpoint itself
+  // detects, since there a transport error on an endpoint without detection ends the process.
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<transport::Endpoint> ep,
-      worker_->Connect(arena.worker_address, options_.same_node
-                                                 ? transport::Worker::PeerFailure::kIgnore
+      worker_->Connect(arena.worker_address, options_.same_node || !rdma_
+                                                 ? transport::Worker::PeerFailure::kWatch
                                                  : transport::Worker::PeerFailure::kDetect));
   uint8_t* mapped = nullptr;
   if (arena.rma) {
@@ -393,6 +394,7 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
          (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
     worker_->ProgressWaiting(&idle_since, deadline);
     ReapSends(&sending, &w.error, "sending a published block failed");
+    if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a publish");
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
       w.error = absl::DeadlineExceededError(
           "stratad did not acknowledge every published block in time");
@@ -661,6 +663,7 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
     worker_->ProgressWaiting(&idle_since, deadline);
     StartKeptReceives(w, &receiving);
     ReapReceives(w, &receiving);
+    if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a fetch");
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
       w.error = reply != nullptr && !reply->done
                     ? absl::DeadlineExceededError("no answer to the acquire-and-push in time")
@@ -670,8 +673,11 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
   }
   if (!sent.ok()) w.error = sent;
   if (!w.error.ok() && (!receiving.empty() || waiting())) {
+    // A receive from a daemon that died may never finish where UCX does not detect (a watched
+    // endpoint): after the abort no byte can land, so it is not waited for.
+    const bool gone = ep_->failed();
     ep_->Abort();  // stops every transfer still aimed at the caller's buffers
-    CancelReceives(receiving);
+    CancelReceives(receiving, gone ? absl::ZeroDuration() : absl::Milliseconds(500));
   }
   for (auto [index, desc] : w.kept) worker_->AmDiscard(desc);
   push_wait_ = nullptr;
@@ -765,9 +771,10 @@ void DataMover::ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>*
   }
 }
 
-void DataMover::CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving) {
+void DataMover::CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving,
+                               absl::Duration wait) {
   for (auto [index, r] : receiving) worker_->RequestCancel(r);
-  const absl::Time stop = absl::Now() + absl::Milliseconds(500);
+  const absl::Time stop = absl::Now() + wait;
   for (auto [index, r] : receiving) {
     while (transport::Worker::RequestState(r) == 0 && absl::Now() < stop) worker_->Progress();
     // Not finished even now: UCX owns it until it completes; it no longer targets a live

@@ -270,7 +270,9 @@ class DataMover {
                            const ExchangeWait* reply);
   void StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
   void ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>* receiving);
-  void CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving);
+  // Cancels `receiving` and waits up to `wait` for UCX to finish each (endpoint aborted first).
+  void CancelReceives(const std::vector<std::pair<size_t, void*>>& receiving,
+                      absl::Duration wait);
   void StartPrefault();
   void StopPrefault();
 
@@ -285,6 +287,7 @@ class DataMover {
   const DataMoverOptions options_;
   const Dialer dial_;
   bool want_push_ = false;                // fetch_transfer asks for push here
+  bool rdma_ = false;                     // this host has an RDMA device
   std::atomic<bool> prefer_push_{false};  // ... and the daemon serves it
   // Publishes go by message: the daemon accepts them and either push is wanted or the daemon
   // hands out no remote key.

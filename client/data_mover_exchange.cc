@@ -56,6 +56,10 @@ absl::StatusOr<DataMover::Reply> DataMover::Exchange(uint16_t request_am, std::s
   bool gone = false;
   while (sent.ok() && !wait.done) {
     worker_->ProgressWaiting(&idle_since, deadline);
+    if (ep_->failed() && !wait.done) {
+      gone = true;
+      break;
+    }
     if ((++spins & 63) != 0) continue;
     const absl::Time now = absl::Now();
     if (now >= deadline) break;

@@ -115,6 +115,7 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
       worker_->ProgressWaiting(&idle_since, deadline);
     }
     ReapSends(&sending, &w.error, "sending a staged block failed");
+    if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a staged publish");
     if ((++spins & 63) == 0 && absl::Now() >= deadline)
       w.error = absl::DeadlineExceededError(
           "stratad did not acknowledge every staged block in time");

@@ -403,6 +403,19 @@ void Worker::WaitForEvents(absl::Duration timeout) {
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address,
                                                           PeerFailure peer_failure) {
+  if (peer_failure == PeerFailure::kWatch) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep,
+                            Connect(remote_address, PeerFailure::kIgnore));
+    if (!watch_worker_) {
+      auto made = Worker::Create(ctx_);
+      if (!made.ok()) return ep;  // deadlines alone, as with kIgnore
+      watch_worker_ = std::move(*made);
+    }
+    auto watch = watch_worker_->Connect(remote_address, PeerFailure::kDetect);
+    // No transport that detects reaches the peer: deadlines alone, as with kIgnore.
+    if (watch.ok() && (*watch)->peer_failure_detection_) ep->watch_ = std::move(*watch);
+    return ep;
+  }
   ucs_status_t s = UCS_OK;
   const auto modes = peer_failure == PeerFailure::kDetect
                          ? std::array{UCP_ERR_HANDLING_MODE_PEER, UCP_ERR_HANDLING_MODE_NONE}
@@ -487,7 +500,7 @@ void Endpoint::OnError(void* arg, ucp_ep_h, int status) {
 }
 
 absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
-  if (failed_) return UcsError("endpoint", static_cast<ucs_status_t>(error_));
+  if (failed()) return UcsError("endpoint", static_cast<ucs_status_t>(error()));
   if (rkey_) ucp_rkey_destroy(rkey_);
   rkey_ = nullptr;
   ucs_status_t s = ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_);
@@ -496,7 +509,7 @@ absl::Status Endpoint::SetRemoteKey(std::string_view packed_rkey) {
 }
 
 void* Endpoint::MapRemote(uint64_t remote_address) const {
-  if (rkey_ == nullptr || failed_ || ep_ == nullptr) return nullptr;
+  if (rkey_ == nullptr || failed() || ep_ == nullptr) return nullptr;
   void* local = nullptr;
   if (ucp_rkey_ptr(rkey_, remote_address, &local) != UCS_OK) return nullptr;
   return local;
@@ -515,6 +528,11 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
       ForceClose();
       return absl::DeadlineExceededError(absl::StrCat("UCX ", what, " did not complete in time"));
     }
+    if (watch_ && watch_->failed_) {  // UCX fails the request itself where it detects
+      ucp_request_free(request);
+      ForceClose();
+      return UcsError(what, static_cast<ucs_status_t>(error()));
+    }
   }
   ucp_request_free(request);
   if (s != UCS_OK) {
@@ -525,9 +543,9 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
 }
 
 absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline) {
-  if (failed_ || ep_ == nullptr)
+  if (failed() || ep_ == nullptr)
     return absl::UnavailableError(absl::StrCat(
-        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error()))));
   if (!rkey_) return absl::FailedPreconditionError("no remote key set on the endpoint");
   std::vector<void*> pending;
   pending.reserve(ops.size());
@@ -556,16 +574,16 @@ absl::Status Endpoint::Transfer(std::span<const RmaOp> ops, absl::Time deadline)
     if (first_error.ok()) first_error = s;
   }
   if (first_error.ok()) first_error = flushed;
-  if (first_error.ok() && failed_)
-    first_error = UcsError("peer", static_cast<ucs_status_t>(error_));
+  if (first_error.ok() && failed())
+    first_error = UcsError("peer", static_cast<ucs_status_t>(error()));
   return first_error;
 }
 
 absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_view data,
                               absl::Time deadline) {
-  if (failed_ || ep_ == nullptr)
+  if (failed() || ep_ == nullptr)
     return absl::UnavailableError(absl::StrCat(
-        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error()))));
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
@@ -574,18 +592,18 @@ absl::Status Endpoint::AmSend(uint16_t id, std::string_view header, std::string_
 }
 
 absl::Status Endpoint::AmPost(uint16_t id, std::string header, std::string data) {
-  if (failed_ || ep_ == nullptr)
+  if (failed() || ep_ == nullptr)
     return absl::UnavailableError(absl::StrCat(
-        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error()))));
   ucs_status_t st = PostOwned(ep_, id, std::move(header), std::move(data), UCP_AM_SEND_FLAG_REPLY);
   return st == UCS_OK ? absl::OkStatus() : UcsError("am_send", st);
 }
 
 absl::StatusOr<void*> Endpoint::AmSendAsync(uint16_t id, std::string header, const void* data,
                                             size_t length, ucp_mem_h memh, bool eager) {
-  if (failed_ || ep_ == nullptr)
+  if (failed() || ep_ == nullptr)
     return absl::UnavailableError(absl::StrCat(
-        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error_))));
+        "UCX endpoint is closed: ", ucs_status_string(static_cast<ucs_status_t>(error()))));
   auto* send = new AsyncSend{std::move(header)};
   ucp_request_param_t p{};
   p.op_attr_mask =
@@ -623,7 +641,7 @@ void Endpoint::ForceClose() {
 }
 
 Endpoint::~Endpoint() {
-  if (failed_ || ep_ == nullptr) {
+  if (failed() || ep_ == nullptr) {
     ForceClose();
     if (rkey_) ucp_rkey_destroy(rkey_);  // a released key needs no endpoint
     return;
@@ -643,7 +661,11 @@ Endpoint::~Endpoint() {
   ep_ = nullptr;
 }
 
-unsigned Worker::Progress() { return ucp_worker_progress(worker_); }
+unsigned Worker::Progress() {
+  // The watch worker only ever reports a death: a poll now and then finds it soon enough.
+  if (watch_worker_ && (++progress_calls_ & 63) == 0) watch_worker_->Progress();
+  return ucp_worker_progress(worker_);
+}
 
 unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until) {
   const unsigned events = Progress();

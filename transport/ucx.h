@@ -150,8 +150,13 @@ class Worker {
   // kDetect asks UCX to report a dead peer (failing requests instead of hanging them) and falls
   // back to kIgnore when no transport can: in UCX 1.13 posix/sysv shared memory cannot, and
   // asking for it removes them from the endpoint, leaving a same-node peer on tcp. kIgnore keeps
-  // shared memory; the caller's deadlines then detect a dead peer.
-  enum class PeerFailure { kDetect, kIgnore };
+  // shared memory; the caller's deadlines then detect a dead peer. Asking for it also costs tcp
+  // its zero-copy rendezvous: UCX 1.13 then moves large messages as 8 KiB fragments copied on
+  // arrival (half the bandwidth). kWatch keeps both: the endpoint asks for nothing, and a
+  // second, idle endpoint to the same peer asks for detection and marks this one failed when
+  // the peer dies (kIgnore where no transport can detect). Not for RDMA devices, where an
+  // endpoint without error handling makes a transport error fatal to the process.
+  enum class PeerFailure { kDetect, kIgnore, kWatch };
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       std::string_view remote_address, PeerFailure peer_failure = PeerFailure::kDetect);
 
@@ -227,6 +232,11 @@ class Worker {
   std::map<uint16_t, std::unique_ptr<InstalledAmHandler>> am_handlers_;
   std::unique_ptr<AmDropHandler> on_drop_;
   std::unique_ptr<InstalledAmHandler> unknown_ids_;  // shared by every id without a handler
+  // Holds the watching endpoints of PeerFailure::kWatch, progressed every 64th Progress. A
+  // worker of its own: in UCX 1.13 two endpoints of one worker to a peer that is not progressing
+  // yet (one closed by its deadline meanwhile) could crash the peer's tcp transport.
+  std::unique_ptr<Worker> watch_worker_;
+  unsigned progress_calls_ = 0;
 };
 
 // Progresses a worker on a thread that sleeps when there is nothing to do, so an idle daemon
@@ -297,11 +307,13 @@ class Endpoint {
   // aborted (the mapping belongs to the remote key, which only the destructor releases).
   void* MapRemote(uint64_t remote_address) const;
 
-  bool failed() const { return failed_.load(); }
+  // Also true once the watching endpoint (PeerFailure::kWatch) saw the peer die.
+  bool failed() const { return failed_.load() || (watch_ && watch_->failed_.load()); }
   // Closes the endpoint at once; outstanding requests on it complete with an error.
   void Abort() { ForceClose(); }
-  // Whether UCX reports a dead peer on this endpoint (false on shared-memory-only transports).
-  bool peer_failure_detection() const { return peer_failure_detection_; }
+  // Whether a dead peer is reported on this endpoint, by UCX or by its watch (false on
+  // shared-memory-only transports).
+  bool peer_failure_detection() const { return peer_failure_detection_ || watch_ != nullptr; }
 
  private:
   friend class Worker;
@@ -310,6 +322,8 @@ class Endpoint {
   void ForceClose();
   // `status` is a ucs_status_t.
   static void OnError(void* arg, ucp_ep_h ep, int status);
+  // The ucs_status_t of the first failure seen here or by the watch (UCS_OK = 0).
+  int error() const { return error_ != 0 || !watch_ ? error_ : watch_->error_; }
 
   Worker* worker_;
   ucp_ep_h ep_;
@@ -317,6 +331,7 @@ class Endpoint {
   std::atomic<bool> failed_{false};
   bool peer_failure_detection_ = false;
   int error_ = 0;  // the ucs_status_t of the first failure (UCS_OK = 0)
+  std::unique_ptr<Endpoint> watch_;  // PeerFailure::kWatch: carries nothing, reports death
 };
 
 }  // namespace strata::transport

@@ -7,9 +7,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "client/data_mover.h"
 
 namespace strata::client {
+
+// A wait on the data plane that found its endpoint failed: UCX or the endpoint's watch saw the
+// daemon go (transport::Worker::PeerFailure). What was in flight will not come.
+inline absl::Status DaemonWentAway(const char* during) {
+  return absl::UnavailableError(
+      absl::StrCat("the data-plane connection to stratad failed during ", during,
+                   " (the daemon died or its node went away)"));
+}
 
 // A publish by message in progress; see common/am_wire.h.
 struct DataMover::PublishWait {

@@ -91,8 +91,9 @@ struct ClientOptions {
   // "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
   absl::Duration wait_spin = absl::Microseconds(10);
   absl::Duration wait_yield = absl::InfiniteDuration();
-  // The daemon runs on this machine: keep shared-memory transports (a dead daemon is then
-  // noticed by deadlines). False asks UCX to detect a dead peer, as for another node.
+  // The daemon runs on this machine: keep shared-memory transports (a second, idle endpoint over
+  // tcp reports the daemon's death; without tcp, deadlines do). False: another node, reached
+  // the same way over tcp and by an endpoint that detects a dead peer itself over RDMA.
   bool same_node = true;
   // Namespaces with a vLLM id scheme: the engine's PYTHONHASHSEED, from which vLLM derives the
   // parent of every first block. Empty: this process's PYTHONHASHSEED (the engine's own, when
