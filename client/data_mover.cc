@@ -55,7 +55,7 @@ struct DataMover::PushWait {
   size_t done = 0;
   absl::Status error;
   std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
-  const std::function<void(size_t)>* on_landed = nullptr;  // block i is whole in its buffer
+  LandingChecks* checks = nullptr;  // told when block i is whole in its buffer
 };
 
 // CRC checks of pushed blocks on the helper thread, each as soon as its block has landed while
@@ -69,6 +69,13 @@ class DataMover::LandingChecks {
   void Expect(std::span<const BlockMove> blocks) {
     blocks_ = blocks;
     good_.assign(blocks.size(), verify_ ? 0 : 1);
+  }
+  bool verify() const { return verify_; }
+  // Block k was copied into place, its bytes' CRC `crc` taken on the way.
+  void Copied(size_t k, uint32_t crc) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++landed_;
+    good_[k] = crc == blocks_[k].crc32c;
   }
   void Landed(size_t k) {
     if (!verify_) return;
@@ -617,8 +624,7 @@ absl::StatusOr<std::vector<uint8_t>> DataMover::GetByPush(uint64_t lease_id,
                                                           bool verify, absl::Time deadline) {
   LandingChecks checks(helper_, verify);
   checks.Expect(blocks);
-  const std::function<void(size_t)> on_landed = [&checks](size_t k) { checks.Landed(k); };
-  absl::Status moved = ReceivePushed(lease_id, blocks, deadline, on_landed);
+  absl::Status moved = ReceivePushed(lease_id, blocks, deadline, checks);
   std::vector<uint8_t> good = checks.Finish();  // the checks read the caller's buffers
   STRATA_RETURN_IF_ERROR(moved);
   return good;
@@ -628,7 +634,7 @@ absl::StatusOr<std::vector<uint8_t>> DataMover::GetByPush(uint64_t lease_id,
 // included) the endpoint is aborted, so no late byte lands in a buffer the caller has taken back.
 absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
                                       absl::Time deadline,
-                                      const std::function<void(size_t)>& on_landed) {
+                                      LandingChecks& checks) {
   std::lock_guard<std::mutex> lock(ucx_mu_);
   if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
   STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
@@ -636,7 +642,7 @@ absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMo
   w.request_id = next_request_id_++;
   w.blocks = blocks;
   w.expected = blocks.size();
-  w.on_landed = &on_landed;
+  w.checks = &checks;
   w.arrived.assign(blocks.size(), 0);
   std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
   am_wire::PutU64(header.data(), w.request_id);
@@ -692,7 +698,6 @@ absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request
   if (request.header.size() < 8)
     return absl::InvalidArgumentError("a request header starts with its id");
   LandingChecks checks(helper_, verify);
-  const std::function<void(size_t)> on_landed = [&checks](size_t k) { checks.Landed(k); };
   AcquiredGet out;
   std::vector<BlockMove> moves;
   absl::Time deadline = absl::Now() + reply_timeout;
@@ -700,7 +705,7 @@ absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request
   ExchangeWait reply;
   w.request_id = reply.request_id = next_request_id_++;
   w.planned = false;
-  w.on_landed = &on_landed;
+  w.checks = &checks;
   reply.reply_am = request.reply_am;
   // Runs in the reply's handler, before any pushed block's handler (the daemon sends the answer
   // first, on the same endpoint).
@@ -743,7 +748,7 @@ void DataMover::StartKeptReceives(PushWait& w, std::vector<std::pair<size_t, voi
       w.error = r.status();
     } else if (*r == nullptr) {
       ++w.done;
-      (*w.on_landed)(index);
+      w.checks->Landed(index);
     } else {
       receiving->emplace_back(index, *r);
     }
@@ -764,7 +769,7 @@ void DataMover::ReapReceives(PushWait& w, std::vector<std::pair<size_t, void*>>*
       w.error = absl::UnavailableError("receiving a pushed block failed");
     } else {
       ++w.done;
-      (*w.on_landed)(index);
+      w.checks->Landed(index);
     }
     (*receiving)[k] = receiving->back();
     receiving->pop_back();
@@ -810,9 +815,15 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
     w.kept.emplace_back(index, m.desc);
     return true;
   }
-  std::memcpy(w.blocks[index].local, m.data.data(), m.data.size());
+  // The bytes are in cache now: checked in the same pass as the copy, not again from memory
+  // (or on the helper thread, whose wake-up costs more than a small block's check).
+  if (w.checks->verify()) {
+    w.checks->Copied(index,
+                     CopyWithCrc32c(w.blocks[index].local, m.data.data(), m.data.size()));
+  } else {
+    std::memcpy(w.blocks[index].local, m.data.data(), m.data.size());
+  }
   ++w.done;
-  (*w.on_landed)(index);
   return false;
 }
 

@@ -261,7 +261,7 @@ class DataMover {
   void ReapSends(std::vector<void*>* sending, absl::Status* error, const char* failed);
   absl::Status PostFollowUp(FollowUp* follow_up, ExchangeWait* reply);
   absl::Status ReceivePushed(uint64_t lease_id, std::span<const BlockMove> blocks,
-                             absl::Time deadline, const std::function<void(size_t)>& on_landed);
+                             absl::Time deadline, LandingChecks& checks);
   // The receiving end of a push (ucx_mu_ held, `w` installed as push_wait_, its request sent
   // with status `sent`): progresses until every expected block landed and, when `reply` is not
   // null, its answer came, or until `deadline` (read as it goes: an answer may move it); clears
