@@ -101,7 +101,8 @@ class BlockStore {
   // Holds for transfers the daemon runs itself (push fetches, publishes by message): extents
   // stay theirs until the hold ends, whatever happens to the lease or reservation meanwhile
   // (see HostTier::BeginLeaseRead).
-  virtual bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) = 0;
+  virtual bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents,
+                              uint32_t holds) = 0;
   virtual void EndLeaseRead(uint64_t lease_id) = 0;
   virtual absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) = 0;
   virtual void EndReservedWrite(uint64_t reservation_id) = 0;

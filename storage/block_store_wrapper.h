@@ -35,8 +35,9 @@ class BlockStoreWrapper : public BlockStore {
     return target_->Acquire(ns, ids);
   }
   absl::Status Release(uint64_t lease_id) override { return target_->Release(lease_id); }
-  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) override {
-    return target_->BeginLeaseRead(lease_id, extents);
+  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents,
+                      uint32_t holds) override {
+    return target_->BeginLeaseRead(lease_id, extents, holds);
   }
   void EndLeaseRead(uint64_t lease_id) override { target_->EndLeaseRead(lease_id); }
   absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) override {

@@ -662,10 +662,11 @@ void HostTier::SetChangeHook(BlockEventHook hook) {
   on_change_ = std::move(hook);
 }
 
-bool HostTier::BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) {
+bool HostTier::BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents,
+                              uint32_t holds) {
   absl::MutexLock lock(&mu_);
   if (!LeaseCoversLocked(lease_id, extents)) return false;
-  ++leases_.find(lease_id)->second.readers;
+  leases_.find(lease_id)->second.readers += holds;
   return true;
 }
 

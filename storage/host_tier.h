@@ -260,8 +260,9 @@ class HostTier {
   // by message): while one is open, releasing, expiring or aborting the lease or reservation
   // only marks it, and its extents are freed when the last hold ends, so no byte is read from
   // or written into an extent that has meanwhile gone to another block (or tenant).
-  // A read hold: as LeaseCovers, and then holds the lease. False: nothing held.
-  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents);
+  // Read holds: as LeaseCovers, and then `holds` holds on the lease, each ended by its own
+  // EndLeaseRead (a push holds once per block it sends, checked in one pass). False: none.
+  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents, uint32_t holds);
   void EndLeaseRead(uint64_t lease_id);
   // A write hold on one extent of an open reservation (exactly one of its blocks' extents).
   absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent);

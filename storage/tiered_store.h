@@ -86,8 +86,9 @@ class TieredStore final : public BlockStore {
   // Promotes the NVMe blocks among `ids`, then leases them all from the host tier.
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) override;
   absl::Status Release(uint64_t lease_id) override { return host_->Release(lease_id); }
-  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents) override {
-    return host_->BeginLeaseRead(lease_id, extents);
+  bool BeginLeaseRead(uint64_t lease_id, std::span<const ArenaExtent> extents,
+                      uint32_t holds) override {
+    return host_->BeginLeaseRead(lease_id, extents, holds);
   }
   void EndLeaseRead(uint64_t lease_id) override { host_->EndLeaseRead(lease_id); }
   absl::Status BeginReservedWrite(uint64_t reservation_id, ArenaExtent extent) override {

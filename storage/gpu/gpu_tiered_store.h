@@ -95,7 +95,7 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // past the lease's expiry (HostTier::BeginLeaseRead); false when the lease is gone or does
   // not cover them. Extents are device offsets.
   bool BeginDeviceRead(uint64_t lease_id, std::span<const ArenaExtent> extents) {
-    return device_.BeginLeaseRead(lease_id, extents);
+    return device_.BeginLeaseRead(lease_id, extents, /*holds=*/1);
   }
   void EndDeviceRead(uint64_t lease_id) { device_.EndLeaseRead(lease_id); }
   // Drops the device copies of blocks of `ns` that a tier below also holds (a demotion that

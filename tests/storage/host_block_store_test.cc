@@ -99,11 +99,11 @@ TEST_F(HostBlockStoreTest, PushFetchLeaseChecksGoThroughTheStore) {
   AcquireResult a = store_->Acquire(ns_, {&id, 1});
   ASSERT_EQ(a.status[0], BlockStatus::kOk);
   const ArenaExtent held{a.offsets[0], a.sizes[0]}, other{a.offsets[0], a.sizes[0] + 1};
-  EXPECT_TRUE(store_->BeginLeaseRead(a.lease_id, {&held, 1}));
+  EXPECT_TRUE(store_->BeginLeaseRead(a.lease_id, {&held, 1}, 1));
   store_->EndLeaseRead(a.lease_id);
-  EXPECT_FALSE(store_->BeginLeaseRead(a.lease_id, {&other, 1}));
+  EXPECT_FALSE(store_->BeginLeaseRead(a.lease_id, {&other, 1}, 1));
   EXPECT_TRUE(store_->Release(a.lease_id).ok());
-  EXPECT_FALSE(store_->BeginLeaseRead(a.lease_id, {&held, 1}));
+  EXPECT_FALSE(store_->BeginLeaseRead(a.lease_id, {&held, 1}, 1));
 }
 
 }  // namespace

@@ -364,8 +364,8 @@ TEST_F(HostTierTest, ReadHoldKeepsLeasedExtentsUntilTheReadEnds) {
   ASSERT_EQ(lease.status[0], BlockStatus::kOk);
   const ArenaExtent held{lease.offsets[0], lease.sizes[0]};
   const ArenaExtent wrong{lease.offsets[0], lease.sizes[0] - 1};
-  EXPECT_FALSE(tier_->BeginLeaseRead(lease.lease_id, {&wrong, 1}));
-  ASSERT_TRUE(tier_->BeginLeaseRead(lease.lease_id, {&held, 1}));
+  EXPECT_FALSE(tier_->BeginLeaseRead(lease.lease_id, {&wrong, 1}, 1));
+  ASSERT_TRUE(tier_->BeginLeaseRead(lease.lease_id, {&held, 1}, 1));
   ASSERT_TRUE(tier_->Release(lease.lease_id).ok());
   EXPECT_EQ(tier_->Release(lease.lease_id).code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(tier_->LeaseCovers(lease.lease_id, {&held, 1}));
@@ -375,6 +375,31 @@ TEST_F(HostTierTest, ReadHoldKeepsLeasedExtentsUntilTheReadEnds) {
   tier_->EndLeaseRead(lease.lease_id);
   EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
   EXPECT_EQ(tier_->Stats().open_leases, 0u);
+}
+
+// A push takes one hold per block it sends, all checked at once: the extents stay until the
+// last of those holds ends, whichever order they end in.
+TEST_F(HostTierTest, HoldsTakenTogetherEndOneByOne) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 100000), BlockStatus::kOk);
+  ASSERT_EQ(Publish(ns_, 2, 200000), BlockStatus::kOk);
+  const BlockId ids[] = {Id(1), Id(2)};
+  auto lease = tier_->Acquire(ns_, ids);
+  ASSERT_EQ(lease.status[1], BlockStatus::kOk);
+  const ArenaExtent both[] = {{lease.offsets[0], lease.sizes[0]},
+                              {lease.offsets[1], lease.sizes[1]}};
+  const ArenaExtent one_wrong[] = {both[0], {lease.offsets[1], lease.sizes[1] + 1}};
+  EXPECT_FALSE(tier_->BeginLeaseRead(lease.lease_id, one_wrong, 2));
+  ASSERT_TRUE(tier_->BeginLeaseRead(lease.lease_id, both, 2));
+  ASSERT_TRUE(tier_->Release(lease.lease_id).ok());
+  tier_->Evict(ns_, ids, false, true);
+  tier_->EndLeaseRead(lease.lease_id);
+  EXPECT_GE(tier_->Stats().allocated_bytes, 300000u);  // one hold is still open
+  EXPECT_EQ(tier_->Stats().open_leases, 1u);
+  tier_->EndLeaseRead(lease.lease_id);
+  EXPECT_EQ(tier_->Stats().allocated_bytes, 0u);
+  EXPECT_EQ(tier_->Stats().open_leases, 0u);
+  tier_->EndLeaseRead(lease.lease_id);  // a stray end changes nothing
 }
 
 }  // namespace
