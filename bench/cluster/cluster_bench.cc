@@ -92,8 +92,13 @@ std::string Joined(const std::vector<double>& v) {
   return out;
 }
 
+// ClientOptions::verify_crc of the bench's clients (--no-verify: what the transport alone
+// reaches; a fetched block's CRC takes about as much CPU as receiving it over tcp).
+bool verify_crc = true;
+
 std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
   strata::ClientOptions o;
+  o.verify_crc = verify_crc;
   o.endpoint = endpoint;
   o.client_name = "cluster_bench";
   auto c = strata::Client::Connect(o);
@@ -319,10 +324,13 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON object on stdout");
   app.add_flag("--smoke", smoke, "small and quick (CI)");
   int reps = 5;
+  bool no_verify = false;
+  app.add_flag("--no-verify", no_verify, "fetch without checking each block's CRC");
   app.add_option("--reps", reps, "remote fetch: repetitions, alternating with tag_bw (medians)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
+  verify_crc = !no_verify;
   if (smoke) {
     nodes = std::min(nodes, 3);
     transports = {"tcp"};
