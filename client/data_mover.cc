@@ -169,7 +169,7 @@ absl::Status DataMover::Redial() {
   STRATA_ASSIGN_OR_RETURN(ArenaEndpoint arena, dial_());
   // Same node, or another one over tcp: an endpoint watched for the daemon's death keeps shared
   // memory and tcp's zero-copy rendezvous (see Worker::Connect). Over RDMA the endpoint itself
-  // detects, since there a transport error on an endpoint without detection ends the process.
+  // detects, as before: an endpoint without detection is untested there.
   STRATA_ASSIGN_OR_RETURN(
       std::unique_ptr<transport::Endpoint> ep,
       worker_->Connect(arena.worker_address, options_.same_node || !rdma_

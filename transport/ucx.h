@@ -153,9 +153,10 @@ class Worker {
   // shared memory; the caller's deadlines then detect a dead peer. Asking for it also costs tcp
   // its zero-copy rendezvous: UCX 1.13 then moves large messages as 8 KiB fragments copied on
   // arrival (half the bandwidth). kWatch keeps both: the endpoint asks for nothing, and a
-  // second, idle endpoint to the same peer asks for detection and marks this one failed when
-  // the peer dies (kIgnore where no transport can detect). Not for RDMA devices, where an
-  // endpoint without error handling makes a transport error fatal to the process.
+  // second, idle endpoint to the same peer, on a worker of its own, asks for detection and
+  // marks this one failed when the peer dies (kIgnore where no transport can detect). Not used
+  // over RDMA: untested there, and UCX may treat a transport error it was not asked to handle
+  // as fatal.
   enum class PeerFailure { kDetect, kIgnore, kWatch };
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       std::string_view remote_address, PeerFailure peer_failure = PeerFailure::kDetect);
