@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -211,6 +212,40 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   // ... but not when the last event was just now.
   worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
   EXPECT_LT(one_call(Clock::now()), 500);
+}
+
+// PeerFailure::kWatch over tcp: the endpoint asks UCX for no error handling (so keeps tcp's
+// zero-copy rendezvous); its watch, on a worker of its own, reports the peer's death, which the
+// endpoint then shows as failed. Without the watch (kIgnore) nothing reports it. The peer goes
+// as a dead process's would: its worker, and with it every socket, is destroyed.
+TEST(UcxTest, AWatchedEndpointFailsWhenItsPeerGoes) {
+  setenv("UCX_TLS", "tcp", 1);  // read by each new context
+  auto client_ctx = Context::Create(false);
+  ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
+  auto client = Worker::Create(*client_ctx);
+  ASSERT_TRUE(client.ok());
+  for (auto mode : {Worker::PeerFailure::kWatch, Worker::PeerFailure::kIgnore}) {
+    const bool watched = mode == Worker::PeerFailure::kWatch;
+    auto server_ctx = Context::Create(true);
+    ASSERT_TRUE(server_ctx.ok()) << server_ctx.status();
+    auto server = Worker::Create(*server_ctx);
+    ASSERT_TRUE(server.ok());
+    auto progress = std::make_unique<ProgressThread>(server->get());
+    auto ep = (*client)->Connect((*server)->address(), mode);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    EXPECT_EQ((*ep)->peer_failure_detection(), watched);
+    const absl::Time settle = absl::Now() + absl::Milliseconds(200);
+    while (absl::Now() < settle) (*client)->Progress();
+    ASSERT_FALSE((*ep)->failed()) << "the peer is alive";
+    progress.reset();
+    server->reset();
+    const absl::Time stop = absl::Now() + absl::Seconds(watched ? 5 : 1);
+    while (!(*ep)->failed() && absl::Now() < stop) (*client)->Progress();
+    EXPECT_EQ((*ep)->failed(), watched) << (watched ? "the watch missed the peer's death"
+                                                    : "an unwatched endpoint reported it");
+    ep->reset();
+  }
+  unsetenv("UCX_TLS");
 }
 
 }  // namespace
