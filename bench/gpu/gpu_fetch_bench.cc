@@ -34,11 +34,7 @@ bool Check(cudaError_t e, const char* what) {
   return false;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double Median(std::vector<double> v) { return strata::bench::Percentile(std::move(v), 0.5); }
 
 template <typename F>
 double MedianGbps(int reps, uint64_t bytes, F run) {

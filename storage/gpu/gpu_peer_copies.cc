@@ -83,15 +83,14 @@ absl::StatusOr<PeerFetchResult> GpuTieredStore::CopyToPeer(const NamespaceId& ns
   absl::Status copied = copies.empty()  ? absl::OkStatus()
                         : device_only ? memory_->TryToPeer(peer, copies)
                                       : memory_->ToPeer(peer, copies);
+  if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
+  if (in_host.lease_id != 0) (void)below()->Release(in_host.lease_id);
   if (device_only && absl::IsUnavailable(copied)) {
     // Busy with other copies: declined rather than waited for (nothing was copied).
-    if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
     PeerFetchResult declined;
     declined.declined = true;
     return declined;
   }
-  if (on_device.lease_id != 0) (void)device_.Release(on_device.lease_id);
-  if (in_host.lease_id != 0) (void)below()->Release(in_host.lease_id);
   if (!copied.ok()) {
     n_.copy_errors.fetch_add(1);
     Warn(absl::StrCat("copying ", copies.size(), " blocks into a lent buffer failed: ",

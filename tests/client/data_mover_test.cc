@@ -13,6 +13,7 @@
 #include "common/am_wire.h"
 #include "common/crc32c.h"
 #include "tests/client/fake_daemon.h"
+#include "tests/support/scoped_env.h"
 #include "transport/ucx.h"
 
 namespace strata::client {
@@ -292,9 +293,7 @@ TEST(DataMoverTest, RefusedPushIsReportedWithTheDaemonsCode) {
 // peer must answer) nothing completes, and the transfer must end at its deadline. Once the peer
 // progresses again, the next transfer dials a new endpoint and succeeds.
 TEST(DataMoverTest, RmaToAStalledPeerFailsAtTheDeadlineThenRecovers) {
-  const char* saved = std::getenv("UCX_TLS");
-  const std::string restore = saved ? saved : "";
-  setenv("UCX_TLS", "tcp", 1);  // read by each new UCX context
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");  // read by each new UCX context
   {
     FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 1 << 20, /*progress=*/false);
     DataMoverOptions o;
@@ -316,10 +315,6 @@ TEST(DataMoverTest, RmaToAStalledPeerFailsAtTheDeadlineThenRecovers) {
     daemon.SettleArena();
     EXPECT_EQ(std::memcmp(daemon.arena(), blocks.data[0].data(), blocks.data[0].size()), 0);
   }
-  if (saved)
-    setenv("UCX_TLS", restore.c_str(), 1);
-  else
-    unsetenv("UCX_TLS");
 }
 
 TEST(DataMoverTest, ExtentOutsideTheArenaIsRefusedOnEveryRoute) {

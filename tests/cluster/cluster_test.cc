@@ -24,6 +24,7 @@
 #include "tests/cluster/cluster_fixture.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_data.h"
 
 namespace strata {
@@ -87,10 +88,7 @@ TEST(ClusterTest, PublishOnOneNodeFetchThroughAnother) {
 // blocks not fetched, and no byte that came back reported kOk is wrong.
 TEST(ClusterTest, AHolderKilledMidFetchEndsTheFetchInFlightSoon) {
   // tcp: what crosses between nodes without RDMA. The daemons inherit it.
-  struct TcpOnly {
-    TcpOnly() { setenv("UCX_TLS", "tcp", 1); }
-    ~TcpOnly() { unsetenv("UCX_TLS"); }
-  } tcp_only;
+  testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
   Cluster cl(2);
   ASSERT_TRUE(cl.ok()) << cl.logs();
   auto holder = Connect(cl.node(1));

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scoped_env.h"
+
 namespace strata::transport {
 namespace {
 
@@ -219,7 +221,7 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
 // endpoint then shows as failed. Without the watch (kIgnore) nothing reports it. The peer goes
 // as a dead process's would: its worker, and with it every socket, is destroyed.
 TEST(UcxTest, AWatchedEndpointFailsWhenItsPeerGoes) {
-  setenv("UCX_TLS", "tcp", 1);  // read by each new context
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
   auto client_ctx = Context::Create(false);
   ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
   auto client = Worker::Create(*client_ctx);
@@ -245,7 +247,6 @@ TEST(UcxTest, AWatchedEndpointFailsWhenItsPeerGoes) {
                                                     : "an unwatched endpoint reported it");
     ep->reset();
   }
-  unsetenv("UCX_TLS");
 }
 
 }  // namespace
