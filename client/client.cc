@@ -244,7 +244,13 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
     thread_local codec::Encoder encoder;
     encoder.set_calibrations(&impl_->calibrations->set());
     codec::CodecParams block_params = params;
-    if (!first_positions.empty()) block_params.first_position = first_positions[i];
+    if (!first_positions.empty()) {
+      block_params.first_position = first_positions[i];
+    } else if (parents.empty() || !parents[i].IsZero()) {
+      // Position unknown (a calibration without RoPE): say only that the block does not begin
+      // its sequence, so the encoder does not keep its first token as the sequence's sink.
+      block_params.first_position = layout.tokens_per_block;
+    }
     encoded[i] =
         encoder.Encode(layout, block_params,
                        {static_cast<const uint8_t*>(blocks[i].data), blocks[i].size}, &blobs[i]);

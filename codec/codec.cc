@@ -411,7 +411,7 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
                                                              &scratch_->sec, out, &coder));
             break;
           case Mode::kPca:
-            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, h.first_position,
+            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, params.first_position,
                                                        &scratch_->sec, out,
                                                        stats ? &coder : nullptr,
                                                        &scratch_->shared));

@@ -80,8 +80,9 @@ struct CodecParams {
   // calibration command) resolves it; the Encoder refuses it.
   uint64_t calibration_id = 0;
   float pca_target_bits = 0;  // pca: the rate asked for, when calibration_id is not yet known
-  // pca with a calibration that undoes RoPE: the position of the block's first token (per block,
-  // not part of the spec; written to the blob, < 2^32).
+  // pca: the position of the block's first token in its sequence (per block, not part of the
+  // spec; < 2^32). A calibration that undoes RoPE needs it and the blob carries it; at 0 the
+  // encoder keeps the sequence's first token (the attention sink) exact.
   uint64_t first_position = 0;
 
   absl::Status Validate(const KvLayout& layout) const;

@@ -214,6 +214,8 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
                 bool inverse, RopeTable* table = nullptr);
 
 // Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
+// `first_position`: where the block's first token sits in its sequence; the encoder undoes RoPE
+// at it (when the calibration does) and, at 0, keeps that token exact.
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                        uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
                        std::vector<uint8_t>* out, rans::CoderStats* stats,

@@ -412,6 +412,7 @@ TEST(Calibration, OutlierTokenIsStoredExactly) {
   auto& [set, p, enc, dec] = codec;
   const std::vector<uint8_t> block = make(true);
   std::vector<uint8_t> blob, out(block.size());
+  p.first_position = kLayout.tokens_per_block;  // not the sequence's first block
   ASSERT_TRUE(enc.Encode(kLayout, p, block, &blob).ok());
   ASSERT_TRUE(dec.Decode(blob, out).ok());
   for (size_t t = 0; t < 4; ++t)
@@ -420,6 +421,41 @@ TEST(Calibration, OutlierTokenIsStoredExactly) {
               0)
         << "tensor " << t;
   EXPECT_NE(std::memcmp(out.data(), block.data(), 2 * row), 0);  // token 0 is coded, lossy
+}
+
+// The first block of a sequence keeps its first token (the attention sink) exact in every
+// section, though nothing about its values stands out; a later block codes its first token.
+TEST(Calibration, SequenceFirstTokenIsStoredExactly) {
+  Blocks b(kLayout, 6, 17);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  CalibrateOptions o;
+  o.bits_per_value = 1.0;
+  auto cal = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  PcaCodec codec(std::make_shared<const Calibration>(*std::move(cal)));
+  auto& [set, p, enc, dec] = codec;
+  const size_t row_bytes = 2 * size_t{kLayout.num_kv_heads} * kLayout.head_dim;
+  const size_t sections = kLayout.BlockBytes() / (row_bytes * kLayout.tokens_per_block);
+  const std::span<const uint8_t> block = b[5];
+  std::vector<uint8_t> start_blob, later_blob, out(block.size());
+  p.first_position = 0;
+  ASSERT_TRUE(enc.Encode(kLayout, p, block, &start_blob).ok());
+  ASSERT_TRUE(dec.Decode(start_blob, out).ok());
+  for (size_t sec = 0; sec < sections; ++sec) {
+    const size_t first_row = sec * kLayout.tokens_per_block * row_bytes;
+    EXPECT_EQ(std::memcmp(out.data() + first_row, block.data() + first_row, row_bytes), 0)
+        << "section " << sec;
+    EXPECT_NE(std::memcmp(out.data() + first_row + row_bytes, block.data() + first_row + row_bytes,
+                          row_bytes),
+              0)
+        << "section " << sec << ": token 1 is coded, lossy";
+  }
+  p.first_position = kLayout.tokens_per_block;
+  ASSERT_TRUE(enc.Encode(kLayout, p, block, &later_blob).ok());
+  ASSERT_TRUE(dec.Decode(later_blob, out).ok());
+  EXPECT_NE(std::memcmp(out.data(), block.data(), row_bytes), 0);
+  // The sink costs its raw rows and little else.
+  EXPECT_LE(start_blob.size(), later_blob.size() + sections * (row_bytes + 16));
 }
 
 // Keys calibrated with RoPE undone: the blob carries its block's position, and the decoder

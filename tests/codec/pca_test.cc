@@ -32,6 +32,8 @@ struct Case {
   std::vector<size_t> dropped_heads;
   // Token 3's scale: an outlier (exact token, coordinates beyond 256 steps), or not (1).
   double outlier = 20.0;
+  // The block begins its sequence (position 0): its first token is kept exact.
+  bool sequence_start = false;
 };
 
 // Random orthonormal basis (Gram-Schmidt in double), decreasing variances, steps with about a
@@ -186,8 +188,17 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rel[a] > rel[b]; });
   std::vector<bool> exact(T, false);
-  for (size_t i = 0; i < std::max<size_t>(1, T / 128) && rel[order[i]] > limit; ++i)
+  const size_t most = std::max<size_t>(1, T / 128);
+  size_t taken = 0;
+  if (first_position == 0) {  // the sequence's sink, whatever its error
+    exact[0] = true;
+    ++taken;
+  }
+  for (size_t i = 0; i < most && taken < most && rel[order[i]] > limit; ++i) {
+    if (exact[order[i]]) continue;
     exact[order[i]] = true;
+    ++taken;
+  }
   out->assign(T * H * D, 0.0);
   slack->assign(T * H * D, 0.0);
   for (size_t tok = 0; tok < T; ++tok)
@@ -264,7 +275,7 @@ void CheckAgainstReference(const Case& c) {
   CodecParams p;
   p.mode = Mode::kPca;
   p.calibration_id = set.Add(cal);
-  p.first_position = 3 * c.tokens;
+  p.first_position = c.sequence_start ? 0 : 3 * c.tokens;
   Encoder enc;
   Decoder dec;
   enc.set_calibrations(&set);
@@ -331,6 +342,15 @@ TEST(PcaSections, MatchScalarReferenceMlaLatent) {
   OnEveryKernel([] {
     CheckAgainstReference(
         {2, 1, 72, 40, DType::kBFloat16, KvKind::kMlaLatent, 0, 14, {}});
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceAtTheSequenceStart) {
+  // Position 0 with RoPE, and with T >= 256 two exact tokens: the sink and the outlier token 3.
+  OnEveryKernel([] {
+    Case c{1, 2, 64, 256, DType::kFloat16, KvKind::kSeparateKV, 10000, 16, {}};
+    c.sequence_start = true;
+    CheckAgainstReference(c);
   });
 }
 
