@@ -54,7 +54,8 @@ constexpr uint32_t kPcaContexts = 16;
 constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
 constexpr size_t kRun = rans::kCtxRun;
 // Exact tokens: relative coding error above this multiple of the section's median, at most
-// MaxExactTokens (so their cost stays under 16/128 bits per value).
+// MaxExactTokens (so their cost stays under 16/128 bits per value), plus the first token of a
+// sequence.
 constexpr double kExactTokenFactor = 8.0;
 inline size_t MaxExactTokens(size_t T) { return std::max<size_t>(1, T / 128); }
 
@@ -322,13 +323,14 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
     std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](uint32_t a, uint32_t b) {
       return rel[a] > rel[b] || (rel[a] == rel[b] && a < b);
     });
-    // The sequence's first token is kept whatever its error: it is the attention sink most heads
-    // put most of their weight on, so its error reaches every query. Qwen2.5's value error there
-    // is only ~2.4x the median, under the factor, yet keeping it exact halves the model's KL at
-    // 1.5 bits/value (docs/codec.md).
-    if (first_position == 0 && m > 0) exact.push_back(0);
-    for (size_t i = 0; i < m && exact.size() < m && rel[order[i]] > limit; ++i)
-      if (order[i] != 0 || first_position != 0) exact.push_back(static_cast<uint16_t>(order[i]));
+    // The sequence's first token is kept whatever its error, beside the others: it is the
+    // attention sink most heads put most of their weight on, so its error reaches every query.
+    // Qwen2.5's value error there is only ~2.4x the median, under the factor, yet keeping it
+    // exact halves the model's KL at 1.5 bits/value (docs/codec.md).
+    const bool sink = first_position == 0;
+    if (sink) exact.push_back(0);
+    for (size_t i = 0; i < m && rel[order[i]] > limit; ++i)
+      if (order[i] != 0 || !sink) exact.push_back(static_cast<uint16_t>(order[i]));
     std::sort(exact.begin(), exact.end());
   }
   for (uint16_t tok : exact) {
@@ -392,7 +394,8 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   if (maxq > kMaxQ) return absl::DataLossError("pca section: symbol range too large");
   uint16_t num_exact;
   STRATA_RETURN_IF_ERROR(r.Read(&num_exact));
-  if (num_exact > MaxExactTokens(T)) return absl::DataLossError("pca section: too many exact tokens");
+  if (num_exact > MaxExactTokens(T) + 1)  // + 1: the sequence's sink
+    return absl::DataLossError("pca section: too many exact tokens");
   std::vector<uint16_t> exact(num_exact);
   for (uint16_t& tok : exact) {
     STRATA_RETURN_IF_ERROR(r.Read(&tok));
