@@ -133,6 +133,50 @@ void ExpectClose(const Fetched& f, const Published& p) {
   }
 }
 
+// Whether token 0's row of every (layer, tensor) section of `got` equals `want`'s, bit for bit.
+bool FirstTokenExact(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got) {
+  const KvLayout l = PcaSpec().layout;
+  const size_t row = size_t{l.num_kv_heads} * l.head_dim * 2;
+  for (size_t sec = 0; sec < size_t{l.num_layers} * 2; ++sec)
+    if (std::memcmp(want.data() + sec * l.tokens_per_block * row,
+                    got.data() + sec * l.tokens_per_block * row, row) != 0)
+      return false;
+  return true;
+}
+
+// The first block of a sequence keeps its first token (the attention sink) exact in every
+// section; a later block codes its first token. Publish knows each block's position; PublishIds
+// without positions takes the block whose parent is the zero id as a sequence's first.
+TEST(CalibrationLifecycleTest, ASequencesFirstTokenIsKeptExact) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  auto ns = c->OpenNamespace(PcaSpec(), "tenant-a");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  ASSERT_TRUE(c->Calibrate(*ns, Views(KvBlocks(32, 0))).ok());
+
+  Published p = Publish(*c, *ns, 2, 40);
+  Fetched f = Fetch(*c, *ns, p.ids);
+  ExpectClose(f, p);
+  ASSERT_EQ(f.blocks.size(), 2u);
+  EXPECT_TRUE(FirstTokenExact(p.blocks[0], f.blocks[0]));
+  EXPECT_FALSE(FirstTokenExact(p.blocks[1], f.blocks[1]));
+
+  const std::vector<uint32_t> tokens = testing::Tokens(2 * kTokens, 77);
+  auto ids = c->BlockIds(*ns, tokens);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  const std::vector<BlockId> parents = {BlockId{}, (*ids)[0]};
+  auto blocks = KvBlocks(2, 44);
+  auto r = c->PublishIds(*ns, *ids, parents, Views(blocks));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->stored, 2u);
+  Fetched g = Fetch(*c, *ns, *ids);
+  ASSERT_EQ(g.blocks.size(), 2u);
+  EXPECT_TRUE(FirstTokenExact(blocks[0], g.blocks[0]));
+  EXPECT_FALSE(FirstTokenExact(blocks[1], g.blocks[1]));
+}
+
 TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
