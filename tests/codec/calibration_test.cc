@@ -458,6 +458,34 @@ TEST(Calibration, SequenceFirstTokenIsStoredExactly) {
   EXPECT_LE(start_blob.size(), later_blob.size() + sections * (row_bytes + 16));
 }
 
+// A section may hold the sink plus max(1, T/128) tokens the error rule picked; a blob whose
+// section claims more is refused before any of them is read.
+TEST(Calibration, TooManyExactTokensAreRefused) {
+  Blocks b(kLayout, 5, 19);
+  auto cal = CalibrateOn(b, 0, 4, 1.0);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+  p.first_position = 0;
+  ASSERT_TRUE(enc.Encode(kLayout, p, b[4], &blob).ok());
+  ASSERT_TRUE(dec.Decode(blob, out).ok());
+  // The first section's payload (table entry at 64: u64 offset at +8): u16 maxq, u16 coded
+  // coordinates, u16 exact tokens.
+  uint64_t payload = 0;
+  std::memcpy(&payload, blob.data() + 64 + 8, 8);
+  uint16_t exact = 0;
+  std::memcpy(&exact, blob.data() + payload + 4, 2);
+  EXPECT_GE(exact, 1u) << "the sink";
+  const uint16_t too_many = std::max<uint16_t>(1, kLayout.tokens_per_block / 128) + 2;
+  std::memcpy(blob.data() + payload + 4, &too_many, 2);
+  const uint32_t crc = Crc32c(blob.data(), blob.size() - 4);
+  std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+  const absl::Status refused = dec.Decode(blob, out);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_NE(refused.message().find("too many exact tokens"), std::string::npos) << refused;
+}
+
 // Keys calibrated with RoPE undone: the blob carries its block's position, and the decoder
 // re-applies RoPE at it. The synthetic keys are RoPE-rotated (theta 10000, rotate-half pairs).
 TEST(Calibration, RopeUndoneKeysRoundTripAtTheirPosition) {
