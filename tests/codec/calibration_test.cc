@@ -427,12 +427,9 @@ TEST(Calibration, OutlierTokenIsStoredExactly) {
 // section, though nothing about its values stands out; a later block codes its first token.
 TEST(Calibration, SequenceFirstTokenIsStoredExactly) {
   Blocks b(kLayout, 6, 17);
-  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
-  CalibrateOptions o;
-  o.bits_per_value = 1.0;
-  auto cal = Calibrate(kLayout, samples, o);
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  PcaCodec codec(std::make_shared<const Calibration>(*std::move(cal)));
+  auto cal = CalibrateOn(b, 0, 4, 1.0);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
   auto& [set, p, enc, dec] = codec;
   const size_t row_bytes = 2 * size_t{kLayout.num_kv_heads} * kLayout.head_dim;
   const size_t sections = kLayout.BlockBytes() / (row_bytes * kLayout.tokens_per_block);

@@ -24,6 +24,7 @@
 #include "proto/convert.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_data.h"
 
 namespace strata {
@@ -130,12 +131,12 @@ TEST_P(HostCapacityTest, KillNineLeavesNoArenaInDevShm) {
 // daemon holds open while starting may have a name.
 TEST(HostCapacityTest, KillNineWhileTheArenaFaultsInLeavesNoFile) {
   const std::string dir = testing::MakeTempDir("shm-kill");
-  setenv("UCX_TLS", "posix,self,tcp", 1);
-  const pid_t pid =
-      testing::Spawn({STRATAD_BIN, "--listen", "127.0.0.1:0", "--host-capacity", "512MiB",
-                      "--data-dir", dir + "/data", "--ready-file", dir + "/ready.json"},
-                     dir + "/stratad.log", false);
-  unsetenv("UCX_TLS");
+  const pid_t pid = [&] {
+    testing::ScopedEnv posix("UCX_TLS", "posix,self,tcp");
+    return testing::Spawn({STRATAD_BIN, "--listen", "127.0.0.1:0", "--host-capacity", "512MiB",
+                           "--data-dir", dir + "/data", "--ready-file", dir + "/ready.json"},
+                          dir + "/stratad.log", false);
+  }();
   std::set<std::string> named;
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (named.empty() && Clock::now() < deadline &&
