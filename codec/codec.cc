@@ -31,6 +31,8 @@ std::string_view ModeName(Mode m) {
 absl::Status CodecParams::Validate(const KvLayout& layout) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
+  if (pca_step_code != 0 && mode != Mode::kPca)
+    return absl::InvalidArgumentError("codec: a step scale is a pca option");
   switch (mode) {
     case Mode::kRaw: return absl::OkStatus();
     case Mode::kLossless:
@@ -46,6 +48,11 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
       if (calibration_id == 0)
         return absl::InvalidArgumentError(
             "codec: pca mode needs a calibration id (calibrate the namespace first)");
+      if (rate_bits != 0 && !(rate_bits > 0 && rate_bits <= 16))
+        return absl::InvalidArgumentError(
+            "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
+      if (error_target != 0)
+        return absl::InvalidArgumentError("codec: an error target is a quant option");
       return absl::OkStatus();
     default: return absl::InvalidArgumentError("codec: unknown mode");
   }
@@ -65,7 +72,7 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
   if (group_size == 0) return absl::InvalidArgumentError("codec: group_size must be > 0");
   if (rate_bits != 0 && (mode != Mode::kQuant || !(rate_bits > 0 && rate_bits <= 16)))
     return absl::InvalidArgumentError(
-        "codec: a bit budget (rate_bits) is a quant option, in (0, 16] bits per value");
+        "codec: a bit budget (rate_bits) is a quant or pca option, in (0, 16] bits per value");
   if (error_target != 0 && (mode != Mode::kQuant || !(error_target > 0 && error_target <= 1)))
     return absl::InvalidArgumentError(
         "codec: an error target is a quant option, a relative RMS error in (0, 1]");
@@ -106,16 +113,28 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
   std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
   if (parts[0] == "pca") {
     p.mode = Mode::kPca;
-    float bits;
-    if (parts.size() == 2 && absl::StartsWith(parts[1], "b") &&
+    float bits, cap;
+    auto budget = [&](absl::string_view part) {
+      if (!absl::StartsWith(part, "r") || !absl::SimpleAtof(part.substr(1), &cap) ||
+          !(cap > 0 && cap <= 16))
+        return false;
+      p.rate_bits = cap;
+      return true;
+    };
+    if (parts.size() == 3 && !budget(parts[2]))
+      return bad("a pca bit budget is :rC with 0 < C <= 16 bits per value");
+    if (parts.size() == 2 && budget(parts[1])) return p;  // pca:rC
+    if (parts.size() >= 2 && parts.size() <= 3 && absl::StartsWith(parts[1], "b") &&
         absl::SimpleAtof(parts[1].substr(1), &bits) && bits > 0 && bits <= 8) {
       p.pca_target_bits = bits;
       return p;
     }
-    if (parts.size() == 2 && parts[1].size() == 16 &&
+    if (parts.size() >= 2 && parts.size() <= 3 && parts[1].size() == 16 &&
         absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
       return p;
-    return bad("expected pca:bR (R bits per value, 0 < R <= 8) or pca:<16 hex digit id>");
+    return bad(
+        "expected pca:bR (R bits per value, 0 < R <= 8) or pca:<16 hex digit id>, then "
+        "optionally :rC (at most C bits per value per block), or pca:rC alone");
   }
   if (parts[0] != "quant") return bad("unknown mode (raw, lossless, intN-gG, quant:...)");
   p.mode = Mode::kQuant;
@@ -156,8 +175,12 @@ std::string CodecSpecString(const CodecParams& p) {
     case Mode::kLossless: return "lossless";
     case Mode::kGroupwise: return absl::StrCat("int", p.key_bits, "-g", p.group_size);
     case Mode::kPca:
-      return p.calibration_id != 0 ? absl::StrCat("pca:", CalibrationIdString(p.calibration_id))
-                                   : absl::StrCat("pca:b", p.pca_target_bits);
+      return absl::StrCat(
+          "pca",
+          p.calibration_id != 0   ? absl::StrCat(":", CalibrationIdString(p.calibration_id))
+          : p.pca_target_bits > 0 ? absl::StrCat(":b", p.pca_target_bits)
+                                  : "",
+          p.rate_bits > 0 ? absl::StrCat(":r", p.rate_bits) : "");
     case Mode::kQuant: {
       std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
@@ -294,6 +317,8 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
                                  std::span<const uint8_t> block, const SectionSource* source,
                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(params.Validate(layout));
+  if (params.rate_bits > 0 && params.mode == Mode::kPca)
+    return EncodePcaWithinRate(layout, params, block, blob, stats);
   if (params.rate_bits > 0) return EncodeWithinRate(layout, params, block, source, blob, stats);
   if (params.error_target > 0)
     return EncodeWithinError(layout, params, block, source, blob, stats);
@@ -368,7 +393,9 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
         e.type = SectionTypeOf(params.mode);
         e.layer = static_cast<uint16_t>(l);
         e.tensor = static_cast<uint8_t>(t);
-        e.bits = params.mode == Mode::kLossless || params.mode == Mode::kPca ? 0 : bits;
+        e.bits = params.mode == Mode::kLossless ? 0
+                 : params.mode == Mode::kPca    ? params.pca_step_code
+                                                : bits;
         const bool planes = params.mode == Mode::kLossless && layout.dtype == DType::kFloat16 &&
                             !internal::WriteBytePlanes();
         e.coder = params.mode == Mode::kGroupwise || params.mode == Mode::kPca ? 0
@@ -412,6 +439,7 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
             break;
           case Mode::kPca:
             STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, params.first_position,
+                                                       internal::PcaStepScale(e.bits),
                                                        &scratch_->sec, out,
                                                        stats ? &coder : nullptr,
                                                        &scratch_->shared));
@@ -473,8 +501,8 @@ absl::Status CheckSections(const BlobView& v) {
     if (s.layer != i / tensors || s.tensor != i % tensors ||
         s.type != static_cast<SectionType>(h.mode))
       return absl::DataLossError(absl::StrCat("blob: section ", i, " is out of order"));
-    if (mode == Mode::kPca && (s.bits != 0 || s.coder != 0))
-      return absl::DataLossError(absl::StrCat("blob: pca section ", i, " has bits or a coder"));
+    if (mode == Mode::kPca && s.coder != 0)  // its bits are the step scale's code
+      return absl::DataLossError(absl::StrCat("blob: pca section ", i, " has a coder"));
     if (mode != Mode::kLossless && mode != Mode::kPca && (s.bits < 2 || s.bits > 8))
       return absl::DataLossError(absl::StrCat("blob: section ", i, " has ", s.bits, " bits"));
   }
@@ -584,7 +612,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         break;
       case Mode::kPca:
         st = internal::DecodePca(v.Payload(s), shape, *cal, s.layer, s.tensor,
-                                 v.header.first_position, &scratch_->sec, dst, shared);
+                                 v.header.first_position, internal::PcaStepScale(s.bits),
+                                 &scratch_->sec, dst, shared);
         break;
       default: st = absl::InternalError("codec: unreachable mode");
     }

@@ -62,10 +62,13 @@ struct CodecParams {
   // channels whose mean square over the block exceeds 16x the median of their head, at most
   // head_dim/16 per head.
   bool key_outliers = false;
-  // quant: a bit budget per block, in bits per value of the whole blob (0: none). The encoder
-  // then picks each block's bits per layer, at most key_bits / value_bits: the most that keep
-  // the blob within the budget (codec/rate_control.cc). A block that exceeds it even at 2 bits
-  // everywhere is stored at 2 bits (nothing is refused for its size).
+  // quant and pca: a bit budget per block, in bits per value of the whole blob (0: none).
+  // quant: the encoder picks each block's bits per layer, at most key_bits / value_bits: the
+  // most that keep the blob within the budget (codec/rate_control.cc). A block that exceeds it
+  // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size).
+  // pca: the encoder scales all of the calibration's steps by the finest common factor that
+  // keeps the blob within the budget (pca_step_code below, chosen per block); a block that
+  // exceeds it even at the coarsest is stored at the coarsest.
   float rate_bits = 0;
   // quant: a quality target per block instead (0: none), as the relative RMS error
   // ||x - x'|| / ||x|| of each layer's keys and of its values: each gets the fewest bits, at
@@ -80,6 +83,10 @@ struct CodecParams {
   // calibration command) resolves it; the Encoder refuses it.
   uint64_t calibration_id = 0;
   float pca_target_bits = 0;  // pca: the rate asked for, when calibration_id is not yet known
+  // pca: every step of the calibration times 2^((code - 128) / 32) in this block (0: as
+  // calibrated, the same as 128); each section carries it. Rate control sets it; 1 .. 255 span
+  // 1/16 .. 16 times the calibrated steps (about -4 .. +4 bits per coded coordinate).
+  uint8_t pca_step_code = 0;
   // pca: the position of the block's first token in its sequence (per block, not part of the
   // spec; < 2^32). A calibration that undoes RoPE needs it and the blob carries it; at 0 the
   // encoder keeps the sequence's first token (the attention sink) exact.
@@ -100,7 +107,9 @@ struct CodecParams {
 // value per block, or a relative error of at most 0.05 per layer's keys and values, with
 // per-layer bits of at most k3v4); "pca:<16 hex digits>" (calibrated
 // transform coding with that calibration) and "pca:bR" (R bits per value, for a calibration
-// still to be made).
+// still to be made), either optionally with ":rC" (at most C bits per value per block), and
+// "pca:rC" (at most C bits per value per block with the calibration the context gives: a
+// namespace's calibrated at C, a cold codec's the blob's own).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
 std::string CodecSpecString(const CodecParams& p);
 
@@ -177,6 +186,10 @@ class Encoder {
   absl::Status EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
                                 std::span<const uint8_t> block, const SectionSource* source,
                                 std::vector<uint8_t>* blob, EncodeStats* stats);
+  // pca with params.rate_bits > 0: the block's step scale search (codec/rate_control.cc).
+  absl::Status EncodePcaWithinRate(const KvLayout& layout, const CodecParams& params,
+                                   std::span<const uint8_t> block, std::vector<uint8_t>* blob,
+                                   EncodeStats* stats);
   // params.error_target > 0: the per-section bits search (codec/rate_control.cc).
   absl::Status EncodeWithinError(const KvLayout& layout, const CodecParams& params,
                                  std::span<const uint8_t> block, const SectionSource* source,
@@ -185,6 +198,13 @@ class Encoder {
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
   const CalibrationSet* calibrations_ = nullptr;
+  // Where the last pca bit budget search ended: the next block's starts there.
+  struct PcaRateHint {
+    uint64_t calibration_id = 0;
+    float rate_bits = 0;
+    int code = 128;
+    double slope = 0;  // blob bytes per code step
+  } pca_rate_hint_;
 };
 
 // OK when the sink took the section (the Decoder then leaves its bytes of `out` alone).

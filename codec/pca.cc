@@ -246,8 +246,8 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
 // sum (the projection in d order, a token's squared norm and error in d then k order, heads in
 // order) adds its terms in the order of the scalar definition, on every SIMD target.
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
-                       uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
-                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, float step_scale,
+                       SectionScratch* sc, std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
@@ -276,10 +276,16 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
   tok_max.assign(tp, 0);
   const bool amx = PcaAmxEncodeAvailable();
+  std::vector<float>& steps = sc->ps;  // the head's steps times the scale, and their inverses
   for (size_t h = 0; h < H; ++h) {
     const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
     const PcaPlan::Head& hp = sp.heads[h];
     const size_t n = hp.enc_coord.size();
+    steps.resize(2 * n);
+    for (size_t k = 0; k < n; ++k) {
+      steps[k] = step_scale == 1.0f ? hp.enc_step[k] : hp.enc_step[k] * step_scale;
+      steps[n + k] = step_scale == 1.0f ? hp.enc_inv[k] : 1.0f / steps[k];
+    }
     if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
       y.resize(hp.enc_amx.kpad * tp);
       PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
@@ -301,7 +307,7 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
     }
     for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
-      PcaQuantizeT(y.data() + k * tp, tp, hp.enc_inv[k], hp.enc_step[k],
+      PcaQuantizeT(y.data() + k * tp, tp, steps[n + k], steps[k],
                    static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2,
                    tok_max.data());
   }
@@ -379,7 +385,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
 
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,
-                       uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared) {
+                       uint64_t first_position, float step_scale, SectionScratch* sc, uint8_t* out,
+                       rans::SharedDecoder* shared) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
@@ -438,17 +445,18 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
         PcaRows head_rows = rows;
         head_rows.data = static_cast<uint8_t*>(rows.data) +
                          h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
-        PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, D, ht.mean.data(),
+        PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, D, step_scale, ht.mean.data(),
                           amx_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
       yt.resize(std::max<size_t>(1, n * tp));
       for (size_t k = 0; k < n; ++k) {
-        DequantRuns(syms + hp.dec_slot[k] * kRun, full, kRun, kRun * nslots, int32_t{maxq},
-                    hp.dec_step[k], yt.data() + k * tp);
+        const float step = step_scale == 1.0f ? hp.dec_step[k] : hp.dec_step[k] * step_scale;
+        DequantRuns(syms + hp.dec_slot[k] * kRun, full, kRun, kRun * nslots, int32_t{maxq}, step,
+                    yt.data() + k * tp);
         if (rest)
           DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
-                     hp.dec_step[k], yt.data() + k * tp + full * kRun);
+                     step, yt.data() + k * tp + full * kRun);
       }
       PcaReconstruct(yt.data(), tp, T, n, ht.basis.data(), hp.dec_coord.data(), D,
                      ht.mean.data(), sc->f.data() + h * D, H * D);
@@ -482,6 +490,20 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   for (size_t i = 0; i < exact.size(); ++i)
     std::memcpy(out + exact[i] * row_bytes, exact_rows + i * row_bytes, row_bytes);
   return absl::OkStatus();
+}
+
+float PcaStepScale(uint8_t code) {
+  // 2^(i/32) rounded to float, i = 0 .. 31 (a table: exp2f may differ between C libraries).
+  static constexpr float kOctave[32] = {
+      0x1p+0f,        0x1.059b0ep+0f, 0x1.0b5586p+0f, 0x1.11301ep+0f, 0x1.172b84p+0f,
+      0x1.1d4874p+0f, 0x1.2387a6p+0f, 0x1.29e9e0p+0f, 0x1.306fe0p+0f, 0x1.371a74p+0f,
+      0x1.3dea64p+0f, 0x1.44e086p+0f, 0x1.4bfdaep+0f, 0x1.5342b6p+0f, 0x1.5ab07ep+0f,
+      0x1.6247ecp+0f, 0x1.6a09e6p+0f, 0x1.71f75ep+0f, 0x1.7a1148p+0f, 0x1.82589ap+0f,
+      0x1.8ace54p+0f, 0x1.93737cp+0f, 0x1.9c4918p+0f, 0x1.a5503cp+0f, 0x1.ae89fap+0f,
+      0x1.b7f770p+0f, 0x1.c199bep+0f, 0x1.cb720ep+0f, 0x1.d5818ep+0f, 0x1.dfc974p+0f,
+      0x1.ea4afap+0f, 0x1.f50766p+0f};
+  if (code == 0) return 1.0f;
+  return std::ldexp(kOctave[code % 32], code / 32 - 4);
 }
 
 }  // namespace internal

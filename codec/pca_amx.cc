@@ -2,8 +2,9 @@
 // is a product out^T[c][t] = A[c][k] * Y[k][t]: A, the axes times their steps, is the
 // calibration's (built once per plan); Y, the coordinates, comes straight from the symbol runs,
 // whose [slot][16 tokens] layout is already the tiles' pair layout but for interleaving two
-// slots. Each 16 x 16 block of sums is then transposed to token rows, the mean added, the keys
-// rotated and the rows written in the block's type, in one pass.
+// slots. Each 16 x 16 block of sums is then transposed to token rows, scaled (the section's
+// step scale) and the mean added, the keys rotated and the rows written in the block's type, in
+// one pass.
 // Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable().
 #include "codec/internal/pca_amx.h"
 
@@ -180,13 +181,13 @@ STRATA_AMX_TARGET inline void Transpose16(__m512 r[16]) {
   }
 }
 
-// Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + sums[c][t].
-STRATA_AMX_TARGET inline void LoadRows(const float* sums, const float* mean, size_t c0,
-                                       __m512 r[16]) {
+// Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + scale * sums[c][t].
+STRATA_AMX_TARGET inline void LoadRows(const float* sums, __m512 scale, const float* mean,
+                                       size_t c0, __m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
   Transpose16(r);
   const __m512 m = _mm512_loadu_ps(mean + c0);
-  for (int t = 0; t < 16; ++t) r[t] = _mm512_add_ps(r[t], m);
+  for (int t = 0; t < 16; ++t) r[t] = _mm512_fmadd_ps(r[t], scale, m);
 }
 
 // 16 values of row t at column c.
@@ -206,22 +207,24 @@ STRATA_AMX_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512
 }
 
 // A group's token rows (out's rows first_token ...) from its sums [c][16]: mean[c] +
-// sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
+// scale * sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
 template <PcaRows::Type kType>
-STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, const float* mean, size_t rows,
-                                 const PcaRope* rope, size_t first_token, const PcaRows& out) {
+STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, float scale, const float* mean,
+                                 size_t rows, const PcaRope* rope, size_t first_token,
+                                 const PcaRows& out) {
+  const __m512 sc = _mm512_set1_ps(scale);
   __m512 a[16], b[16];
   if (!rope) {
     for (size_t c0 = 0; c0 < dim; c0 += 16) {
-      LoadRows(sums, mean, c0, a);
+      LoadRows(sums, sc, mean, c0, a);
       for (size_t t = 0; t < rows; ++t) Put<kType>(out, first_token + t, c0, a[t]);
     }
     return;
   }
   const size_t half = dim / 2;
   for (size_t c0 = 0; c0 < half; c0 += 16) {
-    LoadRows(sums, mean, c0, a);
-    LoadRows(sums, mean, c0 + half, b);
+    LoadRows(sums, sc, mean, c0, a);
+    LoadRows(sums, sc, mean, c0 + half, b);
     for (size_t t = 0; t < rows; ++t) {
       const size_t at = (first_token + t) * half + c0;
       const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
@@ -233,17 +236,18 @@ STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, const float* mea
   }
 }
 
-STRATA_AMX_TARGET void StoreGroup(const float* sums, size_t dim, const float* mean,
+STRATA_AMX_TARGET void StoreGroup(const float* sums, size_t dim, float scale, const float* mean,
                                   size_t tokens, const PcaRope* rope, size_t g,
                                   const PcaRows& out) {
   const size_t rows = std::min<size_t>(16, tokens - g * 16);
   switch (out.type) {
     case PcaRows::Type::kFloat32:
-      return StoreRows<PcaRows::Type::kFloat32>(sums, dim, mean, rows, rope, g * 16, out);
+      return StoreRows<PcaRows::Type::kFloat32>(sums, dim, scale, mean, rows, rope, g * 16, out);
     case PcaRows::Type::kFloat16:
-      return StoreRows<PcaRows::Type::kFloat16>(sums, dim, mean, rows, rope, g * 16, out);
+      return StoreRows<PcaRows::Type::kFloat16>(sums, dim, scale, mean, rows, rope, g * 16, out);
     case PcaRows::Type::kBFloat16:
-      return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, mean, rows, rope, g * 16, out);
+      return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, scale, mean, rows, rope, g * 16,
+                                                 out);
   }
 }
 
@@ -282,7 +286,8 @@ STRATA_AMX_TARGET inline void AddProducts() {
 }
 
 STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                                        const PcaAmxAxes& axes, size_t dim, const float* mean,
+                                        const PcaAmxAxes& axes, size_t dim, float scale,
+                                        const float* mean,
                                         const PcaRope* rope, const PcaRows& out,
                                         PcaAmxScratch* sc) {
   const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16;
@@ -326,8 +331,8 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       _tile_stored(2, s0 + (c + 16) * 16, 64);
       _tile_stored(3, s1 + (c + 16) * 16, 64);
     }
-    StoreGroup(s0, dim, mean, s.tokens, rope, g, out);
-    if (g + 1 < groups) StoreGroup(s1, dim, mean, s.tokens, rope, g + 1, out);
+    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out);
+    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
   }
   _tile_release();
 }
@@ -494,14 +499,14 @@ void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, 
 }
 
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                       const PcaAmxAxes& axes, size_t dim, const float* mean,
+                       const PcaAmxAxes& axes, size_t dim, float scale, const float* mean,
                        const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch) {
 #ifdef STRATA_PCA_AMX
-  ReconstructTiles(s, slot, n, axes, dim, mean, rope, out, scratch);
+  ReconstructTiles(s, slot, n, axes, dim, scale, mean, rope, out, scratch);
   g_heads_decoded.fetch_add(1, std::memory_order_relaxed);
 #else
-  (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)mean, (void)rope, (void)out,
-      (void)scratch;
+  (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)scale, (void)mean, (void)rope,
+      (void)out, (void)scratch;
 #endif
 }
 

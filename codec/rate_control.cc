@@ -17,6 +17,14 @@
 // with a k4v4 ceiling), so encode speed drops by that factor; decode is unchanged (the blob's
 // sections carry their bits).
 //
+// A pca bit budget: one factor scales all of the calibration's steps in the block
+// (CodecParams::pca_step_code, 2^(1/32) apart), the finest that fits. A common factor keeps the
+// calibration's allocation: every coded coordinate's quantisation noise changes by the same
+// ratio, which is what reverse water-filling asks of a rate change (coordinates the calibration
+// dropped stay dropped). Sizes fall almost linearly with the code, so secant steps find it in a
+// few trial encodes (each a whole encode: the projection runs again), two when the encoder's
+// previous block of the namespace was alike.
+//
 // An error target (CodecParams::error_target): each layer's keys and each layer's values get
 // the fewest bits, at most the ceiling, whose relative RMS error ||x - x'|| / ||x|| over the
 // block stays within the target. A section's error depends on its own bits only (sections are
@@ -130,6 +138,11 @@ class SectionCache {
   std::vector<float> x_, y_;
 };
 
+// pca: step codes 1 .. kPcaCodes; the search's limits.
+constexpr int kPcaCodes = 255;
+constexpr int kPcaMaxTrials = 10;
+constexpr double kPcaAim = 0.005;  // the secant aims this fraction under the budget
+
 absl::Status CheckBlockSize(const KvLayout& layout, std::span<const uint8_t> block) {
   if (block.size() == layout.BlockBytes()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("codec: block has ", block.size(),
@@ -222,6 +235,77 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
     plan(chosen_rung, chosen_raised);
     STRATA_RETURN_IF_ERROR(EncodeImpl(layout, trial, block, source, &attempt, stats));
     blob->swap(attempt);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Encoder::EncodePcaWithinRate(const KvLayout& layout, const CodecParams& params,
+                                          std::span<const uint8_t> block,
+                                          std::vector<uint8_t>* blob, EncodeStats* stats) {
+  STRATA_RETURN_IF_ERROR(CheckBlockSize(layout, block));
+  const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
+  const double budget = std::floor(static_cast<double>(params.rate_bits) *
+                                   static_cast<double>(values) / 8.0);
+  CodecParams trial = params;
+  trial.rate_bits = 0;
+  std::vector<uint8_t> attempt;
+  EncodeStats trial_stats, chosen_stats;
+  int fit = kPcaCodes + 1, miss = 0;  // the finest code known to fit, the coarsest known not to
+  auto encode = [&](int code) -> absl::StatusOr<double> {
+    trial.pca_step_code = static_cast<uint8_t>(code);
+    trial_stats = EncodeStats{};
+    STRATA_RETURN_IF_ERROR(
+        EncodeImpl(layout, trial, block, nullptr, &attempt, stats ? &trial_stats : nullptr));
+    const auto size = static_cast<double>(attempt.size());
+    if (size <= budget && code < fit) {
+      fit = code;
+      blob->swap(attempt);
+      chosen_stats = trial_stats;
+    } else if (size > budget && code > miss) {
+      miss = code;
+    }
+    return size;
+  };
+  // Sizes fall with the code, ~0.5-1 % of the blob per code at 1.5-3 bits per value. Secant
+  // steps, aimed a little under the budget and kept inside the bracket once there is one, from
+  // the code and slope of this encoder's last block of the same calibration and budget (the
+  // namespace's blocks are alike: two trials, typically) or else from the calibrated steps
+  // (128). Done when the next finer code is known to miss: the answer does not depend on where
+  // the search began (as long as sizes fall with the code).
+  const bool hinted = pca_rate_hint_.calibration_id == params.calibration_id &&
+                      pca_rate_hint_.rate_bits == params.rate_bits;
+  int code = hinted ? pca_rate_hint_.code : 128, prev_code = 0;
+  double size = 0, prev_size = 0;
+  double slope = hinted ? pca_rate_hint_.slope  // bytes per code
+                        : -0.5 * static_cast<double>(values) / 8.0 / 32.0;
+  for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
+    STRATA_ASSIGN_OR_RETURN(size, encode(code));
+    if (prev_code != 0 && std::abs(code - prev_code) >= 3) {  // adjacent codes' sizes are noisy
+      const double s = (size - prev_size) / (code - prev_code);
+      if (s < 0) slope = s;
+    }
+    if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
+    const double step = std::ceil((budget * (1 - kPcaAim) - size) / slope);
+    int next = code + static_cast<int>(std::clamp(step, -1.0 * kPcaCodes, 1.0 * kPcaCodes));
+    // Inside the bracket (miss, fit), at least a quarter of the way in when it is wide.
+    const int margin = std::max(1, (std::min(fit, kPcaCodes + 1) - miss) / 4);
+    if (miss > 0) next = std::max(next, miss + (fit <= kPcaCodes ? margin : 1));
+    if (fit <= kPcaCodes) next = std::min(next, fit - (miss > 0 ? margin : 1));
+    next = std::clamp(next, std::max(miss + 1, 1), std::min(fit - 1, kPcaCodes));
+    prev_code = code;
+    prev_size = size;
+    code = next;
+  }
+  if (fit > kPcaCodes) {  // not even the coarsest steps fit: stored at the coarsest
+    STRATA_ASSIGN_OR_RETURN(size, encode(kPcaCodes));
+    blob->swap(attempt);
+    chosen_stats = trial_stats;
+  }
+  pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), slope};
+  if (stats) {
+    stats->coder.Add(chosen_stats.coder);
+    stats->values += chosen_stats.values;
+    stats->blob_bytes += chosen_stats.blob_bytes;
   }
   return absl::OkStatus();
 }

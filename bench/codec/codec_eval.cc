@@ -430,7 +430,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   for (uint32_t b = 0; b < c.blocks; ++b)
     blocks.emplace_back(c.bytes.data() + b * BlockBytes(c), BlockBytes(c));
   codec::CalibrateOptions o;
-  o.bits_per_value = p->pca_target_bits;
+  o.bits_per_value = p->pca_target_bits > 0 ? p->pca_target_bits : p->rate_bits;  // pca:rC
   o.key_weight = ctx->key_weight;
   o.rope_theta = ctx->rope_theta;
   o.metric = ctx->metric;
@@ -440,7 +440,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   auto cal = codec::Calibrate(c.layout, blocks, o);
   if (!cal.ok()) return cal.status();
   std::fprintf(stderr, "codec_eval: calibrated pca:b%g from %u blocks in %.1f s: id %s, %.3f bits/value on the samples\n",
-               p->pca_target_bits, c.blocks, Seconds(t0, Clock::now()),
+               o.bits_per_value, c.blocks, Seconds(t0, Clock::now()),
                codec::CalibrationIdString(cal->Id()).c_str(), cal->sample_bits);
   p->calibration_id = ctx->set.Add(std::make_shared<const codec::Calibration>(*std::move(cal)));
   return absl::OkStatus();

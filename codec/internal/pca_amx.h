@@ -94,10 +94,11 @@ struct PcaRows {
   size_t stride;
 };
 
-// row t = mean[c] + sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t < tokens; then,
-// with `rope` (else null), each row rotated as RopeRows rotates it.
+// row t = mean[c] + scale * sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t <
+// tokens (one fused multiply-add: at scale 1 exactly the sum plus the mean); then, with `rope`
+// (else null), each row rotated as RopeRows rotates it.
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                       const PcaAmxAxes& axes, size_t dim, const float* mean,
+                       const PcaAmxAxes& axes, size_t dim, float scale, const float* mean,
                        const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch);
 
 }  // namespace strata::codec::internal

@@ -93,6 +93,7 @@ struct SectionScratch {
   std::vector<int32_t> pq;                // pca encoder: quantised coordinates
   std::vector<double> pd;                 // pca encoder: per-token squared norms and errors
   std::vector<int32_t> pm;                // pca encoder: per-token largest |q|
+  std::vector<float> ps;                  // pca encoder: one head's scaled steps, inverses
   RopeTable rope;                         // pca: the block's RoPE angles
   PcaAmxScratch amx;                      // pca decoder on AMX tiles
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
@@ -216,12 +217,17 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
 // Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
 // `first_position`: where the block's first token sits in its sequence; the encoder undoes RoPE
 // at it (when the calibration does) and, at 0, keeps that token exact.
+// `step_scale` multiplies every step of the calibration (PcaStepScale of the section's code).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
-                       uint32_t layer, uint32_t tensor, uint64_t first_position, SectionScratch* sc,
-                       std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, float step_scale,
+                       SectionScratch* sc, std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared);
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,
-                       uint64_t first_position, SectionScratch* sc, uint8_t* out, rans::SharedDecoder* shared);
+                       uint64_t first_position, float step_scale, SectionScratch* sc, uint8_t* out,
+                       rans::SharedDecoder* shared);
+// A pca section's step scale from its code (the section entry's `bits`): 2^((code - 128) / 32),
+// code 0 (blobs from before step scales) meaning 1. The same float on every machine.
+float PcaStepScale(uint8_t code);
 
 }  // namespace strata::codec::internal

@@ -28,9 +28,18 @@ absl::Status Transcoder::CheckColdCodec(const std::string& spec, const Namespace
     return absl::InvalidArgumentError(absl::StrCat("cold_codec: ", params.status().message()));
   }
   if (params->mode == codec::Mode::kPca) {
-    return absl::FailedPreconditionError(
-        "cold_codec: pca is not supported (it would need a calibration at the cold rate); use a "
-        "quant or groupwise spec");
+    // Only with the blob's own calibration, the steps scaled to a bit budget: a calibration made
+    // for the cold rate would have to be made and replicated first.
+    if (params->calibration_id != 0 || params->pca_target_bits > 0 || params->rate_bits == 0)
+      return absl::InvalidArgumentError(
+          "cold_codec: a pca cold codec is pca:rC (each blob re-coded with its own calibration "
+          "at most C bits per value)");
+    auto policy = codec::ParseCodecSpec(ns.codec_policy);
+    if (!policy.ok() || policy->mode != codec::Mode::kPca)
+      return absl::FailedPreconditionError(
+          "cold_codec: pca:rC needs a pca namespace (its blobs' calibrations); use a quant or "
+          "groupwise spec");
+    return absl::OkStatus();
   }
   if (params->mode == codec::Mode::kRaw || params->mode == codec::Mode::kLossless) {
     return absl::InvalidArgumentError(
@@ -46,6 +55,7 @@ Transcoder::Transcoder(HostTier* host, const NamespaceRegistry* namespaces,
                        const CalibrationStore* calibrations)
     : host_(host), namespaces_(namespaces), calibrations_(calibrations) {
   decoder_.set_calibrations(&calibration_set_);
+  encoder_.set_calibrations(&calibration_set_);
 }
 
 Transcoder::~Transcoder() { Stop(); }
@@ -117,6 +127,12 @@ absl::Status Transcoder::Transcode(const TranscodeItem& item, std::vector<uint8_
   }
   auto cold = ColdParams(ns->cold_codec);
   if (!cold.ok()) return cold.status();
+  if (cold->mode == codec::Mode::kPca) {  // pca:rC: the blob's own calibration and position
+    if (info->params.mode != codec::Mode::kPca)
+      return absl::FailedPreconditionError("pca:rC re-codes pca blobs only");
+    cold->calibration_id = info->params.calibration_id;
+    cold->first_position = info->params.first_position;
+  }
   decoded_.resize(info->layout.BlockBytes());
   if (auto s = decoder_.Decode(stored, decoded_); !s.ok()) return s;
   if (auto s = encoder_.Encode(info->layout, *cold, decoded_, blob); !s.ok()) return s;

@@ -7,7 +7,8 @@
 // smaller the host tier rewrites the block in place and keeps it, else it is evicted as it
 // would have been. Engines need nothing new: every blob describes its own codec, so a fetch
 // decodes whichever representation the node holds. Opaque namespaces are never transcoded
-// (their bytes are not blobs), nor are cold codecs that need a calibration (pca).
+// (their bytes are not blobs). A pca namespace's cold codec is "pca:rC": each blob re-encoded
+// with its own calibration, every step scaled so that it holds at most C bits per value.
 #pragma once
 
 #include <atomic>

@@ -222,7 +222,8 @@ struct CalibrationInfo {
 };
 
 struct CalibrationRequest {
-  // Bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5").
+  // Bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5", or C of
+  // "pca:rC").
   double bits_per_value = 0;
   // > 0: undo RoPE with this theta (the model's rope_theta) on the keys before the transform.
   double rope_theta = 0;

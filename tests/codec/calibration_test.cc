@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "codec/blob.h"
 #include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/half.h"
@@ -527,9 +528,113 @@ TEST(Calibration, SpecStrings) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->calibration_id, 0xdeadbeefu);
   EXPECT_EQ(CodecSpecString(*b), "pca:00000000deadbeef");
+  auto c = ParseCodecSpec("pca:b1.5:r1.6");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FLOAT_EQ(c->pca_target_bits, 1.5f);
+  EXPECT_FLOAT_EQ(c->rate_bits, 1.6f);
+  EXPECT_EQ(CodecSpecString(*c), "pca:b1.5:r1.6");
+  auto d = ParseCodecSpec("pca:00000000deadbeef:r2");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->calibration_id, 0xdeadbeefu);
+  EXPECT_EQ(CodecSpecString(*d), "pca:00000000deadbeef:r2");
+  auto e = ParseCodecSpec("pca:r0.75");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->calibration_id, 0u);
+  EXPECT_EQ(e->pca_target_bits, 0.0f);
+  EXPECT_FLOAT_EQ(e->rate_bits, 0.75f);
+  EXPECT_EQ(CodecSpecString(*e), "pca:r0.75");
   for (const char* bad : {"pca", "pca:b0", "pca:b9", "pca:0000000000000000", "pca:beef",
-                          "pca:b1:b2", "pca:xyz"})
+                          "pca:b1:b2", "pca:xyz", "pca:b1.5:r0", "pca:b1.5:r17", "pca:b1.5:e0.1",
+                          "pca:b1.5:r1:r2", "pca:r0", "pca:r1.5:b1", "pca:b1.5:"})
     EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
+}
+
+// The step codes of a pca blob's sections (SectionEntry::bits).
+std::vector<uint8_t> StepCodes(std::span<const uint8_t> blob) {
+  std::vector<uint8_t> codes;
+  auto v = ParseBlob(blob);
+  EXPECT_TRUE(v.ok()) << v.status();
+  if (!v.ok()) return codes;
+  for (const SectionEntry& e : v->sections)
+    if (e.type != SectionType::kStream) codes.push_back(e.bits);
+  return codes;
+}
+
+// A bit budget (`pca:...:rR`) holds on every block, is nearly spent (the finest common step
+// scale that fits), and a larger one buys less error; every section carries the block's code.
+TEST(Calibration, BitBudgetHoldsOnEveryBlockAndIsSpent) {
+  Blocks b(kLayout, 8, 21);
+  auto cal = CalibrateOn(b, 0, 4, 1.5);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  const double values = kLayout.BlockBytes() / 2.0;
+  std::vector<double> last_mse(8, 1e9);
+  for (float budget : {0.8f, 1.2f, 1.7f, 2.4f}) {
+    for (size_t i = 4; i < 8; ++i) {  // the encoder's search starts where its last one ended
+      SCOPED_TRACE(::testing::Message() << "block " << i << " budget " << budget);
+      CodecParams q = p;
+      q.rate_bits = budget;
+      std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+      ASSERT_TRUE(enc.Encode(kLayout, q, b[i], &blob).ok());
+      ASSERT_TRUE(dec.Decode(blob, out).ok());
+      const double bits = 8.0 * blob.size() / values;
+      EXPECT_LE(bits, budget);
+      const std::vector<uint8_t> codes = StepCodes(blob);
+      ASSERT_FALSE(codes.empty());
+      for (uint8_t c : codes) EXPECT_EQ(c, codes[0]);
+      EXPECT_NE(codes[0], 0);
+      // Spent: one code finer does not fit; and the same blob from an encoder that has not
+      // seen the previous blocks (the search starts elsewhere).
+      ASSERT_GT(codes[0], 1);
+      CodecParams finer = p;
+      finer.pca_step_code = static_cast<uint8_t>(codes[0] - 1);
+      std::vector<uint8_t> more, fresh_blob;
+      ASSERT_TRUE(enc.Encode(kLayout, finer, b[i], &more).ok());
+      EXPECT_GT(8.0 * more.size() / values, budget) << "code " << int{codes[0]};
+      Encoder fresh;
+      fresh.set_calibrations(&set);
+      ASSERT_TRUE(fresh.Encode(kLayout, q, b[i], &fresh_blob).ok());
+      EXPECT_EQ(fresh_blob, blob);
+      const double mse = RelMse(b[i], out);
+      EXPECT_LT(mse, last_mse[i]);
+      last_mse[i] = mse;
+    }
+  }
+}
+
+// Code 128 is the calibrated steps: it decodes to what a blob without a code (0) decodes to.
+// A budget below what the coarsest steps reach stores the block at the coarsest, not refused.
+TEST(Calibration, StepScaleCodes) {
+  Blocks b(kLayout, 5, 22);
+  auto cal = CalibrateOn(b, 0, 4, 1.5);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  std::vector<uint8_t> plain, scaled, a(kLayout.BlockBytes()), c(kLayout.BlockBytes());
+  CodecParams one = p;
+  one.pca_step_code = 128;
+  ASSERT_TRUE(enc.Encode(kLayout, p, b[4], &plain).ok());
+  ASSERT_TRUE(enc.Encode(kLayout, one, b[4], &scaled).ok());
+  EXPECT_EQ(plain.size(), scaled.size());
+  EXPECT_NE(plain, scaled);  // the sections' codes
+  ASSERT_TRUE(dec.Decode(plain, a).ok());
+  ASSERT_TRUE(dec.Decode(scaled, c).ok());
+  EXPECT_EQ(a, c);
+  CodecParams tiny = p;
+  tiny.rate_bits = 0.01f;
+  ASSERT_TRUE(enc.Encode(kLayout, tiny, b[4], &scaled).ok());
+  EXPECT_EQ(StepCodes(scaled)[0], 255);
+  EXPECT_GT(8.0 * scaled.size() / (kLayout.BlockBytes() / 2.0), 0.01);
+  EXPECT_LT(scaled.size(), plain.size());
+  ASSERT_TRUE(dec.Decode(scaled, c).ok());
+  // Step codes are pca's alone; pca takes no error target.
+  CodecParams quant = *ParseCodecSpec("quant:k4v4");
+  quant.pca_step_code = 100;
+  EXPECT_EQ(enc.Encode(kLayout, quant, b[4], &scaled).code(), absl::StatusCode::kInvalidArgument);
+  CodecParams target = p;
+  target.error_target = 0.1f;
+  EXPECT_EQ(enc.Encode(kLayout, target, b[4], &scaled).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Calibration, BlobHeaderIdOnlyInPcaBlobs) {

@@ -34,6 +34,8 @@ struct Case {
   double outlier = 20.0;
   // The block begins its sequence (position 0): its first token is kept exact.
   bool sequence_start = false;
+  // The block's step scale code (CodecParams::pca_step_code; 0: the calibrated steps).
+  uint8_t step_code = 0;
 };
 
 // Random orthonormal basis (Gram-Schmidt in double), decreasing variances, steps with about a
@@ -129,9 +131,12 @@ std::vector<uint8_t> RandomBlock(const Case& c, const Calibration& cal, std::mt1
 // The scalar reference of one section [T][H][D]: the decoded values and, per value, a bound
 // on float rounding (1e-5 of the summed magnitudes of its terms).
 void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, const uint8_t* in,
-                      DType dt, size_t T, uint64_t first_position, std::vector<double>* out,
-                      std::vector<double>* slack) {
+                      DType dt, size_t T, uint64_t first_position, uint8_t step_code,
+                      std::vector<double>* out, std::vector<double>* slack) {
   const size_t H = cal.num_kv_heads, D = cal.head_dim, es = DTypeBytes(dt);
+  // Every step times 2^((code - 128) / 32), rounded to float (code 0: times 1).
+  const float scale =
+      step_code == 0 ? 1.0f : static_cast<float>(std::exp2((step_code - 128) / 32.0));
   std::vector<float> x(T * H * D);
   for (size_t i = 0; i < x.size(); ++i) x[i] = Load(in + i * es, dt);
   const bool rope = tensor == 0 && cal.rope_theta > 0;
@@ -172,9 +177,10 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
         if (ht.step[c] == 0) continue;
         float y = 0;
         for (size_t d = 0; d < D; ++d) y += xc[d] * ht.basis[c * D + d];
-        const float inv = 1.0f / ht.step[c];
+        const float step = ht.step[c] * scale;
+        const float inv = 1.0f / step;
         const float qv = std::min(2047.0f, std::max(-2047.0f, std::nearbyint(y * inv)));
-        const float e = y - qv * ht.step[c];
+        const float e = y - qv * step;
         err2[tok] += e * e - y * y;
         q[(tok * H + h) * D + c] = static_cast<int32_t>(qv);
       }
@@ -207,7 +213,8 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
         mag[d] = std::abs(ht.mean[d]);
         for (size_t c = 0; c < D; ++c) {
           if (ht.step[c] == 0) continue;
-          const double term = double{static_cast<float>(q[o + c]) * ht.step[c]} * ht.basis[c * D + d];
+          const double term =
+              double{static_cast<float>(q[o + c]) * (ht.step[c] * scale)} * ht.basis[c * D + d];
           r[d] += term;
           mag[d] += std::abs(term);
         }
@@ -268,6 +275,7 @@ void CheckAgainstReference(const Case& c) {
   p.mode = Mode::kPca;
   p.calibration_id = set.Add(cal);
   p.first_position = c.sequence_start ? 0 : 3 * c.tokens;
+  p.pca_step_code = c.step_code;
   Encoder enc;
   Decoder dec;
   enc.set_calibrations(&set);
@@ -285,7 +293,7 @@ void CheckAgainstReference(const Case& c) {
         const size_t base = (size_t{l} * cal->TensorsPerLayer() + t) * section;
         std::vector<double> ref, slack;
         ReferenceSection(*cal, l, t, block.data() + base * es, c.dtype, c.tokens,
-                         p.first_position, &ref, &slack);
+                         p.first_position, c.step_code, &ref, &slack);
         for (size_t i = 0; i < section; ++i) {
           const float got = Load(out.data() + (base + i) * es, c.dtype);
           std::vector<uint8_t> rb(es);
@@ -343,6 +351,20 @@ TEST(PcaSections, MatchScalarReferenceAtTheSequenceStart) {
     Case c{1, 2, 64, 256, DType::kFloat16, KvKind::kSeparateKV, 10000, 16, {}};
     c.sequence_start = true;
     CheckAgainstReference(c);
+  });
+}
+
+TEST(PcaSections, MatchScalarReferenceWithAStepScale) {
+  // Finer steps (code 100: x 2^-0.875) and coarser ones (code 200: x 2^2.25, and so more exact
+  // tokens), at the sequence start with RoPE and later without.
+  OnEveryKernel([] {
+    Case fine{1, 2, 64, 96, DType::kFloat16, KvKind::kSeparateKV, 10000, 19, {}};
+    fine.sequence_start = true;
+    fine.step_code = 100;
+    CheckAgainstReference(fine);
+    Case coarse{2, 2, 128, 48, DType::kBFloat16, KvKind::kSeparateKV, 0, 20, {}};
+    coarse.step_code = 200;
+    CheckAgainstReference(coarse);
   });
 }
 

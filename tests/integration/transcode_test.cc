@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
 #include "strata/client.h"
@@ -24,9 +25,10 @@ constexpr size_t kPrompts = 150;
 constexpr const char* kHotCodec = "quant:k8v8";
 constexpr const char* kColdCodec = "quant:k2v2";
 
-NamespaceSpec Spec(const std::string& codec) {
-  NamespaceSpec s = testing::SmallSpec("transcode-test");  // 32 KiB per block raw
+NamespaceSpec Spec(const std::string& codec, uint32_t tokens_per_block = 16) {
+  NamespaceSpec s = testing::SmallSpec("transcode-test");  // 2 KiB per token raw
   s.codec_policy = codec;
+  s.layout.tokens_per_block = tokens_per_block;
   return s;
 }
 
@@ -70,8 +72,10 @@ struct Outcome {
 };
 
 // Publishes kPrompts one-block prompts into a 1 MiB host tier (about 60 blocks at the hot
-// rate), letting the transcoder finish after each, then looks every prompt up.
-Outcome PublishThrough(const std::string& cold_codec) {
+// rate), letting the transcoder finish after each, then looks every prompt up. A pca
+// namespace is first calibrated on kSamples other blocks of the same synthetic model.
+constexpr size_t kSamples = 16;
+Outcome PublishThrough(const std::string& cold_codec, const NamespaceSpec& spec = Spec(kHotCodec)) {
   Outcome run;
   DaemonProcess d("host_tier:\n  capacity: 1MiB\n");
   EXPECT_TRUE(d.ok()) << d.log();
@@ -79,13 +83,20 @@ Outcome PublishThrough(const std::string& cold_codec) {
   if (!client) return run;
   NamespaceOptions options;
   options.cold_codec = cold_codec;
-  auto ns = client->OpenNamespace(Spec(kHotCodec), "t", options);
+  auto ns = client->OpenNamespace(spec, "t", options);
   EXPECT_TRUE(ns.ok()) << ns.status();
   if (!ns.ok()) return run;
-  const KvLayout layout = Spec(kHotCodec).layout;
+  const KvLayout layout = spec.layout;
   const size_t bytes = layout.BlockBytes();
-  const auto kv = codec::GenerateSyntheticKv(layout, kPrompts, codec::SyntheticKvParams{});
+  const auto kv =
+      codec::GenerateSyntheticKv(layout, kPrompts + kSamples, codec::SyntheticKvParams{});
   auto block = [&](size_t p) { return std::span(kv).subspan(p * bytes, bytes); };
+  if (absl::StartsWith(spec.codec_policy, "pca")) {
+    std::vector<ConstBuffer> samples;
+    for (size_t i = 0; i < kSamples; ++i) samples.push_back({block(kPrompts + i).data(), bytes});
+    auto cal = client->Calibrate(*ns, samples);
+    EXPECT_TRUE(cal.ok()) << cal.status();
+  }
   std::vector<std::vector<uint32_t>> prompts;
   for (size_t p = 0; p < kPrompts; ++p) {
     prompts.push_back(testing::Tokens(layout.tokens_per_block, 1000 + p));
@@ -146,6 +157,32 @@ TEST(TranscodeTest, AColdCodecKeepsMoreBlocksInTheSameBytes) {
   EXPECT_LT(cold.oldest_error, 0.5);
 }
 
+// A pca namespace's cold codec pca:rC re-codes each victim with its own calibration, every
+// step scaled to fit C bits per value: more blocks in the same bytes, each decodable.
+TEST(TranscodeTest, PcaBlocksGoColdWithTheirOwnCalibration) {
+  const NamespaceSpec spec = Spec("pca:b3", 64);  // 128 KiB raw, ~15 KiB at 3 bits per value
+  const Outcome plain = PublishThrough("", spec);
+  const Outcome cold = PublishThrough("pca:r1.4", spec);
+  std::printf("resident blocks: %zu without a cold codec, %zu with (%llu transcoded); newest "
+              "%llu bytes (error %.4f), oldest %llu bytes (error %.4f)\n",
+              plain.resident, cold.resident, static_cast<unsigned long long>(cold.transcoded),
+              static_cast<unsigned long long>(cold.newest_bytes), cold.newest_error,
+              static_cast<unsigned long long>(cold.oldest_bytes), cold.oldest_error);
+  EXPECT_EQ(plain.transcoded, 0u);
+  EXPECT_GT(plain.evicted, 0u);
+  EXPECT_GT(cold.transcoded, 0u);
+  EXPECT_LE(cold.evicted, cold.transcoded);
+  EXPECT_GE(cold.resident * 4, plain.resident * 5)
+      << "plain " << plain.resident << ", with a cold codec " << cold.resident;
+  // The oldest resident block holds at most 1.4 bits per value (its blob; the fetch's byte
+  // count is the blob's) and decodes with a larger, bounded error.
+  const double values = spec.layout.BlockBytes() / 2.0;
+  EXPECT_LE(cold.oldest_bytes * 8.0, 1.4 * values);
+  EXPECT_LT(cold.oldest_bytes, cold.newest_bytes);
+  EXPECT_GT(cold.oldest_error, cold.newest_error);
+  EXPECT_LT(cold.oldest_error, 0.5);
+}
+
 TEST(TranscodeTest, BadColdCodecsAreRefusedAtOpen) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
@@ -162,7 +199,13 @@ TEST(TranscodeTest, BadColdCodecsAreRefusedAtOpen) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("cold_codec"), std::string::npos) << s;
   EXPECT_EQ(open(kHotCodec, "lossless").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(open(kHotCodec, "pca:b1").code(), absl::StatusCode::kFailedPrecondition);
+  // pca: only as pca:rC (the blob's own calibration), and only in a pca namespace.
+  EXPECT_EQ(open(kHotCodec, "pca:r1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(open("pca:b2", "pca:b1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(open("pca:b2", "pca:b1:r1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(open("pca:b2", "pca:00000000deadbeef:r1").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(open("pca:b2", "pca:r1").ok());
   EXPECT_TRUE(open(kHotCodec, kColdCodec).ok());
   EXPECT_TRUE(open(kHotCodec, "").ok());
 }
