@@ -244,6 +244,10 @@ struct Encoder::Scratch {
   SectionScratch sec;
   rans::SharedEncoder shared;
   SectionArrays arrays;  // EncodeFromSections: what the source hands over, reused
+  // pca: a section's projection; during a bit budget's search, every section's of the block
+  // (kept_projections: they hold this block's, from its first trial on).
+  std::vector<internal::PcaProjection> projections{1};
+  bool keep_projections = false, kept_projections = false;
 };
 struct Decoder::Scratch {
   SectionScratch sec;
@@ -251,6 +255,12 @@ struct Decoder::Scratch {
 };
 
 Encoder::Encoder() : scratch_(std::make_unique<Scratch>()) {}
+void Encoder::BeginPcaSearch() {
+  scratch_->keep_projections = true;
+  scratch_->kept_projections = false;
+}
+void Encoder::ProjectionsKept() { scratch_->kept_projections = true; }
+void Encoder::EndPcaSearch() { scratch_->keep_projections = scratch_->kept_projections = false; }
 Encoder::~Encoder() = default;
 Decoder::Decoder() : scratch_(std::make_unique<Scratch>()) {}
 Decoder::~Decoder() = default;
@@ -437,13 +447,19 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
             STRATA_RETURN_IF_ERROR(internal::EncodeGroupwise(in, shape, bits, params.group_size,
                                                              &scratch_->sec, out, &coder));
             break;
-          case Mode::kPca:
-            STRATA_RETURN_IF_ERROR(internal::EncodePca(in, shape, *cal, l, t, params.first_position,
-                                                       internal::PcaStepScale(e.bits),
-                                                       &scratch_->sec, out,
-                                                       stats ? &coder : nullptr,
-                                                       &scratch_->shared));
+          case Mode::kPca: {
+            const size_t index = scratch_->keep_projections ? size_t{l} * tensors + t : 0;
+            std::vector<internal::PcaProjection>& kept = scratch_->projections;
+            if (kept.size() <= index) kept.resize(size_t{layout.num_layers} * tensors);
+            if (!scratch_->kept_projections)
+              STRATA_RETURN_IF_ERROR(internal::ProjectPca(in, shape, *cal, l, t,
+                                                          params.first_position, &scratch_->sec,
+                                                          &kept[index]));
+            STRATA_RETURN_IF_ERROR(internal::EncodePca(
+                in, shape, *cal, l, t, params.first_position, internal::PcaStepScale(e.bits),
+                kept[index], &scratch_->sec, out, stats ? &coder : nullptr, &scratch_->shared));
             break;
+          }
           default: return absl::InternalError("codec: unreachable mode");
         }
         w.EndSection();

@@ -190,6 +190,11 @@ class Encoder {
   absl::Status EncodePcaWithinRate(const KvLayout& layout, const CodecParams& params,
                                    std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                                    EncodeStats* stats);
+  // During a pca search: every section's projection is kept (from the first trial on) and
+  // reused by the later trials of the same block.
+  void BeginPcaSearch();
+  void ProjectionsKept();
+  void EndPcaSearch();
   // params.error_target > 0: the per-section bits search (codec/rate_control.cc).
   absl::Status EncodeWithinError(const KvLayout& layout, const CodecParams& params,
                                  std::span<const uint8_t> block, const SectionSource* source,

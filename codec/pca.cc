@@ -17,9 +17,10 @@
 // the coder's context of run r, r % C, is the class of its coordinate.
 //
 // Arithmetic. Encoder: y_k = 0 + sum over d of (x_d - mean_d) basis[k][d] in d order (float),
-// q_k = round-half-even(y_k / step_k) clamped, and per token (double) the squared norm and the
-// squared error (sum of (x_d - mean_d)^2 in d order, then per coded coordinate in ascending
-// order (y_k - q_k step_k)^2 - y_k^2, heads in order) that pick the exact tokens. Decoder:
+// q_k = round-half-even(y_k / step_k) clamped (step_k: the calibration's times the section's
+// step scale), and per token (double) the squared norm and the squared error (sum of
+// (x_d - mean_d)^2 in d order, heads in order, then per coded coordinate in ascending order
+// (y_k - q_k step_k)^2 - y_k^2, heads in order) that pick the exact tokens. Decoder:
 // x_d = mean_d + sum over the head's coded coordinates, in slot order, of (q_k step_k)
 // basis[k][d]. The kernels (pca_kernels.cc) compute exactly these sums on every SIMD target:
 // the encoder's with tokens in the vector lanes ([d][t] and [k][t] arrays, the tokens padded to
@@ -243,42 +244,87 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
 }
 
 // Encoding runs per head on token-lane arrays ([d][t], [k][t]): each lane is one token, so every
-// sum (the projection in d order, a token's squared norm and error in d then k order, heads in
-// order) adds its terms in the order of the scalar definition, on every SIMD target.
-absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
-                       uint32_t layer, uint32_t tensor, uint64_t first_position, float step_scale,
-                       SectionScratch* sc, std::vector<uint8_t>* out, rans::CoderStats* stats,
-                       rans::SharedEncoder* shared) {
+// sum (the projection in d order, a token's squared norm and error: every head's centred energy
+// in d order, then every head's quantisation terms in k order) adds its terms in the order of
+// the scalar definition, on every SIMD target.
+absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                        uint32_t layer, uint32_t tensor, uint64_t first_position,
+                        SectionScratch* sc, PcaProjection* pr) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
-  const std::vector<Slot>& slots = sp.slots;
   sc->f.resize(s.values());
   ToFloat(in, s.dtype, sc->f.data(), s.values());
   if (!AllFinite(sc->f.data(), s.values()))
     return absl::InvalidArgumentError("pca section: non-finite input");
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
+  const bool amx = PcaAmxEncodeAvailable();
+  // Per head: its coordinates, [k][t] (k < kpad on the tiles, else < its coded count).
+  pr->ybase.assign(H + 1, 0);
+  for (size_t h = 0; h < H; ++h) {
+    const PcaPlan::Head& hp = sp.heads[h];
+    const size_t rows = amx && hp.enc_amx.kpad > 0 ? hp.enc_amx.kpad : hp.enc_coord.size();
+    pr->ybase[h + 1] = pr->ybase[h] + rows * tp;
+  }
+  pr->y.resize(pr->ybase[H]);
+  // Per token: squared norm and centred energy (summed over heads).
+  pr->pd.assign(2 * tp, 0.0);
+  double* norm2 = pr->pd.data();
+  double* err2 = pr->pd.data() + tp;
+  std::vector<float>& xt = sc->mn;  // one head's vectors, [d][t], centred in place
+  xt.resize(D * tp);
+  for (size_t h = 0; h < H; ++h) {
+    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+    const PcaPlan::Head& hp = sp.heads[h];
+    const size_t n = hp.enc_coord.size();
+    float* y = pr->y.data() + pr->ybase[h];
+    if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
+      PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
+                       err2, y, &sc->amx.coords);
+      continue;
+    }
+    for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
+      const size_t tn = std::min<size_t>(16, T - t0);
+      for (size_t d = 0; d < D; ++d) {
+        const float* src = sc->f.data() + (t0 * H + h) * D + d;
+        float* dst = xt.data() + d * tp + t0;
+        for (size_t i = 0; i < tn; ++i) dst[i] = src[i * H * D];
+      }
+    }
+    for (size_t d = 0; d < D; ++d)
+      std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
+    PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
+    if (n > 0) PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                       uint32_t layer, uint32_t tensor, uint64_t first_position, float step_scale,
+                       const PcaProjection& pr, SectionScratch* sc, std::vector<uint8_t>* out,
+                       rans::CoderStats* stats, rans::SharedEncoder* shared) {
+  const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
+  const std::shared_ptr<const PcaPlan> plan = cal.Plan();
+  const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
+  const std::vector<Slot>& slots = sp.slots;
+  if (pr.ybase.size() != H + 1 || pr.pd.size() != 2 * tp)
+    return absl::InternalError("pca section: projection of another shape");
   // q: per head [k][t] in the head's encoder order, heads one after the other.
   std::vector<size_t> qbase(H + 1, 0);
   for (size_t h = 0; h < H; ++h) qbase[h + 1] = qbase[h] + sp.heads[h].enc_coord.size() * tp;
   std::vector<int32_t>& q = sc->pq;
   q.resize(qbase[H]);
-  std::vector<float>& xt = sc->mn;  // one head's vectors, [d][t], centred in place
-  std::vector<float>& y = sc->mx;   // and their coordinates, [k][t]
-  xt.resize(D * tp);
-  // Per token: squared norm and squared coding error (summed over heads; the error is the
-  // energy off the coded axes plus the quantisation error on them, the basis being orthonormal).
+  // Per token: squared norm and squared coding error (the centred energy, then per coded
+  // coordinate its quantisation error less its energy: the basis is orthonormal).
   std::vector<double>& pd = sc->pd;
-  pd.assign(2 * tp, 0.0);
+  pd = pr.pd;
   double* norm2 = pd.data();
   double* err2 = pd.data() + tp;
   std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
   tok_max.assign(tp, 0);
-  const bool amx = PcaAmxEncodeAvailable();
   std::vector<float>& steps = sc->ps;  // the head's steps times the scale, and their inverses
   for (size_t h = 0; h < H; ++h) {
-    const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
     const PcaPlan::Head& hp = sp.heads[h];
     const size_t n = hp.enc_coord.size();
     steps.resize(2 * n);
@@ -286,30 +332,10 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       steps[k] = step_scale == 1.0f ? hp.enc_step[k] : hp.enc_step[k] * step_scale;
       steps[n + k] = step_scale == 1.0f ? hp.enc_inv[k] : 1.0f / steps[k];
     }
-    if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
-      y.resize(hp.enc_amx.kpad * tp);
-      PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
-                       err2, y.data(), &sc->amx.coords);
-    } else {
-      for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
-        const size_t tn = std::min<size_t>(16, T - t0);
-        for (size_t d = 0; d < D; ++d) {
-          const float* src = sc->f.data() + (t0 * H + h) * D + d;
-          float* dst = xt.data() + d * tp + t0;
-          for (size_t i = 0; i < tn; ++i) dst[i] = src[i * H * D];
-        }
-      }
-      for (size_t d = 0; d < D; ++d)
-        std::fill(xt.data() + d * tp + T, xt.data() + (d + 1) * tp, 0.0f);
-      PcaCenterT(xt.data(), tp, D, ht.mean.data(), norm2, err2);
-      if (n == 0) continue;
-      y.resize(n * tp);
-      PcaProjectT(xt.data(), tp, D, ht.basis.data(), hp.enc_coord.data(), n, y.data());
-    }
+    const float* y = pr.y.data() + pr.ybase[h];
     for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
-      PcaQuantizeT(y.data() + k * tp, tp, steps[n + k], steps[k],
-                   static_cast<float>(kMaxQ), q.data() + qbase[h] + k * tp, err2,
-                   tok_max.data());
+      PcaQuantizeT(y + k * tp, tp, steps[n + k], steps[k], static_cast<float>(kMaxQ),
+                   q.data() + qbase[h] + k * tp, err2, tok_max.data());
   }
   // Tokens the calibration fits badly are stored exactly, in place of their coordinates (which
   // become zeros, cheap to code). These are the attention sinks: in SmolLM2 the first token's

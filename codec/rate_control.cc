@@ -251,11 +251,18 @@ absl::Status Encoder::EncodePcaWithinRate(const KvLayout& layout, const CodecPar
   std::vector<uint8_t> attempt;
   EncodeStats trial_stats, chosen_stats;
   int fit = kPcaCodes + 1, miss = 0;  // the finest code known to fit, the coarsest known not to
+  // The sections are projected once, in the first trial; later trials quantise and code them.
+  BeginPcaSearch();
   auto encode = [&](int code) -> absl::StatusOr<double> {
     trial.pca_step_code = static_cast<uint8_t>(code);
     trial_stats = EncodeStats{};
-    STRATA_RETURN_IF_ERROR(
-        EncodeImpl(layout, trial, block, nullptr, &attempt, stats ? &trial_stats : nullptr));
+    absl::Status st =
+        EncodeImpl(layout, trial, block, nullptr, &attempt, stats ? &trial_stats : nullptr);
+    if (!st.ok()) {
+      EndPcaSearch();
+      return st;
+    }
+    ProjectionsKept();
     const auto size = static_cast<double>(attempt.size());
     if (size <= budget && code < fit) {
       fit = code;
@@ -301,6 +308,7 @@ absl::Status Encoder::EncodePcaWithinRate(const KvLayout& layout, const CodecPar
     blob->swap(attempt);
     chosen_stats = trial_stats;
   }
+  EndPcaSearch();
   pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), slope};
   if (stats) {
     stats->coder.Add(chosen_stats.coder);

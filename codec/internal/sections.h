@@ -217,10 +217,24 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
 // Calibrated transform sections (pca.cc): `cal` must match the layout (the caller checks).
 // `first_position`: where the block's first token sits in its sequence; the encoder undoes RoPE
 // at it (when the calibration does) and, at 0, keeps that token exact.
-// `step_scale` multiplies every step of the calibration (PcaStepScale of the section's code).
+// A pca section's coordinates before quantisation, which do not depend on the steps: per head
+// [k][t] from y[ybase[h]] (tokens padded to 16), and per token the squared norm and the
+// centred energy (pd: norm2[tp], then energy[tp]). A bit budget's trial encodes of one block
+// project each section once.
+struct PcaProjection {
+  std::vector<float> y;
+  std::vector<size_t> ybase;
+  std::vector<double> pd;
+};
+absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
+                        uint32_t layer, uint32_t tensor, uint64_t first_position,
+                        SectionScratch* sc, PcaProjection* out);
+// The section of `in`, projected as `projected`; `step_scale` multiplies every step of the
+// calibration (PcaStepScale of the section's code).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                        uint32_t layer, uint32_t tensor, uint64_t first_position, float step_scale,
-                       SectionScratch* sc, std::vector<uint8_t>* out, rans::CoderStats* stats,
+                       const PcaProjection& projected, SectionScratch* sc,
+                       std::vector<uint8_t>* out, rans::CoderStats* stats,
                        rans::SharedEncoder* shared);
 absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        const Calibration& cal, uint32_t layer, uint32_t tensor,

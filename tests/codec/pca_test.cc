@@ -161,18 +161,25 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
       }
   }
   // Coordinates per (token, head, coordinate), and the per-token errors.
+  // (Every head's centred energy first, then every head's quantisation terms.)
   std::vector<int32_t> q(T * H * D, 0);
   std::vector<double> norm2(T, 0.0), err2(T, 0.0);
+  std::vector<float> centred(T * H * D);
   for (size_t tok = 0; tok < T; ++tok)
     for (size_t h = 0; h < H; ++h) {
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
       const float* xv = &x[(tok * H + h) * D];
-      std::vector<float> xc(D);
+      float* xc = &centred[(tok * H + h) * D];
       for (size_t d = 0; d < D; ++d) {
         xc[d] = xv[d] - ht.mean[d];
         norm2[tok] += double{xv[d]} * xv[d];
         err2[tok] += double{xc[d]} * xc[d];
       }
+    }
+  for (size_t tok = 0; tok < T; ++tok)
+    for (size_t h = 0; h < H; ++h) {
+      const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
+      const float* xc = &centred[(tok * H + h) * D];
       for (size_t c = 0; c < D; ++c) {
         if (ht.step[c] == 0) continue;
         float y = 0;
