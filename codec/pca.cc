@@ -142,6 +142,18 @@ struct PcaPlan {
 
 namespace {
 
+// Whether the encoder's projection on the tiles must split its operands into bf16 hi + lo
+// halves (internal/pca_amx.h): the head's finest step is under 2^-6 of its spread.
+bool NeedsSplitProjection(const HeadTransform& ht) {
+  double energy = 0;
+  float finest = INFINITY;
+  for (size_t c = 0; c < ht.variance.size(); ++c) {
+    energy += ht.variance[c];
+    if (ht.step[c] > 0) finest = std::min(finest, ht.step[c]);
+  }
+  return finest < 0x1p-6 * std::sqrt(energy);
+}
+
 std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
   auto plan = std::make_shared<PcaPlan>();
   const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
@@ -183,7 +195,8 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
           BuildPcaAmxAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
                           hp.dec_coord.size(), D, &hp.amx);
           BuildPcaAmxBasis(cal.At(l, t, h).basis.data(), hp.enc_coord.data(),
-                           hp.enc_coord.size(), D, &hp.enc_amx);
+                           hp.enc_coord.size(), D, NeedsSplitProjection(cal.At(l, t, h)),
+                           &hp.enc_amx);
         }
     }
   return plan;

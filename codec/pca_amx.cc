@@ -34,6 +34,7 @@ namespace {
 std::atomic<bool> g_enabled_for_test{true};
 std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
+std::atomic<uint64_t> g_heads_projected_in_bf16{0};
 
 #ifdef STRATA_PCA_AMX
 
@@ -338,10 +339,10 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
 }
 
 // The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
-// each token's values less the mean, split into bf16 hi and lo halves (32 of each, in column
-// order: word j is the pair of columns 2j, 2j + 1), then transposed so that row c / 2 holds the
-// pair of every token (the tiles' pair layout, tpad tokens per row, those past the end zero).
-// Each token's squared norm and centred energy are summed on the way.
+// each token's values less the mean, split into bf16 hi and (where `lo` is given) lo halves (32
+// of each, in column order: word j is the pair of columns 2j, 2j + 1), then transposed so that
+// row c / 2 holds the pair of every token (the tiles' pair layout, tpad tokens per row, those
+// past the end zero). Each token's squared norm and centred energy are summed on the way.
 STRATA_AMX_TARGET void PairRows(const float* x, size_t stride, size_t tokens, size_t dim,
                                 const float* mean, size_t tpad, double* norm2, double* err2,
                                 uint16_t* hi, uint16_t* lo) {
@@ -363,15 +364,16 @@ STRATA_AMX_TARGET void PairRows(const float* x, size_t stride, size_t tokens, si
         e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
         const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
         h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
-        l[i] = reinterpret_cast<__m512>(
-            _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
+        if (lo)
+          l[i] = reinterpret_cast<__m512>(
+              _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
       }
       Transpose16(h);
-      Transpose16(l);
+      if (lo) Transpose16(l);
       for (int j = 0; j < 16; ++j) {
         const size_t at = ((c / 2 + j) * tpad + t0) * 2;
         _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
-        _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
+        if (lo) _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
       }
     }
     for (int i = 0; i < 16 && t0 + i < tokens; ++i) {
@@ -388,13 +390,15 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
                                        double* norm2, double* err2, float* y,
                                        std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, kpad = basis.kpad;
-  scratch->resize(2 * dim * tpad);
+  scratch->resize((basis.lo.empty() ? 1 : 2) * dim * tpad);
   uint16_t* xh = scratch->data();
-  uint16_t* xl = xh + dim * tpad;
+  uint16_t* xl = basis.lo.empty() ? nullptr : xh + dim * tpad;
   PairRows(x, stride, tokens, dim, mean, tpad, norm2, err2, xh, xl);
   ConfigureTiles();
   const size_t astride = dim * sizeof(uint16_t), xstride = tpad * 2 * sizeof(uint16_t);
   const size_t ystride = tp * sizeof(float);
+  const bool split = !basis.lo.empty();
+  if (!split) g_heads_projected_in_bf16.fetch_add(1, std::memory_order_relaxed);
   for (size_t t = 0; t < tp; t += 32)  // a group pair's vectors stay in L1 for every k
     for (size_t k = 0; k < kpad; k += 32) {
       ZeroSums();
@@ -404,6 +408,7 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
         _tile_loadd(6, xh + xt0, xstride);
         _tile_loadd(7, xh + xt0 + 32, xstride);
         AddProducts();
+        if (!split) continue;
         _tile_loadd(6, xl + xt0, xstride);
         _tile_loadd(7, xl + xt0 + 32, xstride);
         AddProducts();
@@ -449,14 +454,18 @@ bool PcaAmxEncodeAvailable() {
 }
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }
+uint64_t PcaAmxHeadsProjectedInBf16() {
+  return g_heads_projected_in_bf16.load(std::memory_order_relaxed);
+}
 
 namespace {
 
-// Each axis coords[k], times steps[k] where given, split into bf16 hi and lo halves; (k, c) at
-// [c * kpad + k] (by_column: the decoder's A[c][k]) or at [k * dim + c] (the encoder's rows).
+// Each axis coords[k], times steps[k] where given, split into bf16 hi and lo halves (lo only
+// with_lo); (k, c) at [c * kpad + k] (by_column: the decoder's A[c][k]) or at [k * dim + c] (the
+// encoder's rows).
 template <typename Split>
 void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
-               size_t dim, bool by_column, Split* out) {
+               size_t dim, bool by_column, bool with_lo, Split* out) {
   out->hi.clear();
   out->lo.clear();
   out->kpad = 0;
@@ -464,14 +473,14 @@ void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, s
   const size_t kpad = (n + 31) / 32 * 32;
   out->kpad = kpad;
   out->hi.assign(dim * kpad, 0);
-  out->lo.assign(dim * kpad, 0);
+  if (with_lo) out->lo.assign(dim * kpad, 0);
   for (size_t k = 0; k < n; ++k)
     for (size_t c = 0; c < dim; ++c) {
       const float a = (steps ? steps[k] : 1.0f) * basis[size_t{coords[k]} * dim + c];
       const uint16_t h = FloatToBF16(a);
       const size_t at = by_column ? c * kpad + k : k * dim + c;
       out->hi[at] = h;
-      out->lo[at] = FloatToBF16(a - BF16ToFloat(h));
+      if (with_lo) out->lo[at] = FloatToBF16(a - BF16ToFloat(h));
     }
 }
 
@@ -479,12 +488,12 @@ void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, s
 
 void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
                      size_t dim, PcaAmxAxes* axes) {
-  SplitAxes(basis, coords, steps, n, dim, /*by_column=*/true, axes);
+  SplitAxes(basis, coords, steps, n, dim, /*by_column=*/true, /*with_lo=*/true, axes);
 }
 
 void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
-                      PcaAmxBasis* out) {
-  SplitAxes(basis, coords, nullptr, n, dim, /*by_column=*/false, out);
+                      bool split, PcaAmxBasis* out) {
+  SplitAxes(basis, coords, nullptr, n, dim, /*by_column=*/false, split, out);
 }
 
 void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, const float* mean,

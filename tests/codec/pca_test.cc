@@ -13,6 +13,7 @@
 #include "codec/codec.h"
 #include "codec/half.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/synthetic_kv.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
 #include "tests/codec/test_layout.h"
@@ -521,6 +522,53 @@ TEST(PcaSections, AmxEncoderMatchesTheFloatKernels) {
     const size_t rows = values / c.dim;
     EXPECT_GT(equal, rows * 98 / 100);
     EXPECT_LT(std::abs(err_tiles - err_floats), 1e-3 * err_floats);
+  }
+}
+
+// At low rates (steps coarse against the vectors' spread) the encoder's tiles take one bf16
+// product: blobs as small and errors as large as the float kernels' to within a percent.
+TEST(PcaSections, AmxEncoderTakesOneProductAtLowRates) {
+  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
+  const KvLayout layout = Layout(2, 2, 128, 64);
+  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 6, SyntheticKvParams{});
+  const size_t bb = layout.BlockBytes();
+  std::vector<std::span<const uint8_t>> samples;
+  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
+  CalibrateOptions o;
+  o.bits_per_value = 1.5;
+  auto cal = Calibrate(layout, samples, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
+  p.first_position = 4 * 64;
+  Encoder enc;
+  Decoder dec;
+  enc.set_calibrations(&set);
+  dec.set_calibrations(&set);
+  for (size_t i = 4; i < 6; ++i) {
+    const std::span<const uint8_t> block = std::span(kv).subspan(i * bb, bb);
+    const uint64_t before = internal::PcaAmxHeadsProjectedInBf16();
+    std::vector<uint8_t> tiles_blob, floats_blob, tiles(bb), floats(bb);
+    ASSERT_TRUE(enc.Encode(layout, p, block, &tiles_blob).ok());
+    EXPECT_EQ(internal::PcaAmxHeadsProjectedInBf16() - before, 2u * 2 * 2);  // every head
+    internal::SetPcaAmxEncodeEnabledForTest(false);
+    ASSERT_TRUE(enc.Encode(layout, p, block, &floats_blob).ok());
+    internal::SetPcaAmxEncodeEnabledForTest(true);
+    ASSERT_TRUE(dec.Decode(tiles_blob, tiles).ok());
+    ASSERT_TRUE(dec.Decode(floats_blob, floats).ok());
+    double err_tiles = 0, err_floats = 0;
+    for (size_t v = 0; v < bb / 2; ++v) {
+      const double x = Load(block.data() + 2 * v, DType::kFloat16);
+      const double a = Load(tiles.data() + 2 * v, DType::kFloat16);
+      const double b = Load(floats.data() + 2 * v, DType::kFloat16);
+      err_tiles += (a - x) * (a - x);
+      err_floats += (b - x) * (b - x);
+    }
+    EXPECT_NEAR(static_cast<double>(tiles_blob.size()), floats_blob.size(),
+                0.01 * floats_blob.size());
+    EXPECT_NEAR(err_tiles, err_floats, 0.01 * err_floats);
   }
 }
 
