@@ -67,6 +67,11 @@ double RelativeError(const std::vector<uint8_t>& want, const std::vector<uint8_t
   return ref > 0 ? err / ref : 1;
 }
 
+// Block i of `kv` (blocks of `bytes`), as a copy.
+std::vector<uint8_t> KvBlock(const std::vector<uint8_t>& kv, size_t bytes, size_t i) {
+  return std::vector<uint8_t>(kv.begin() + i * bytes, kv.begin() + (i + 1) * bytes);
+}
+
 // The calibration id a stored blob names (blob header, bytes 56..63).
 uint64_t BlobCalibration(const std::vector<uint8_t>& blob) {
   uint64_t id = 0;
@@ -175,6 +180,58 @@ TEST(CalibrationLifecycleTest, ASequencesFirstTokenIsKeptExact) {
   ASSERT_EQ(g.blocks.size(), 2u);
   EXPECT_TRUE(FirstTokenExact(blocks[0], g.blocks[0]));
   EXPECT_FALSE(FirstTokenExact(blocks[1], g.blocks[1]));
+}
+
+// A policy with a bit budget (pca:bR:rC; pca:rC calibrates at C) keeps every stored blob within
+// C bits per value, through the client's publish, and decodes close to what was published.
+TEST(CalibrationLifecycleTest, ABitBudgetHoldsForEveryPublishedBlock) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  NamespaceSpec spec = PcaSpec();
+  spec.layout.tokens_per_block = 64;  // the exact tokens take 1/64 of a block, not 1/16
+  const KvLayout& layout = spec.layout;
+  const size_t bytes = layout.BlockBytes(), values = bytes / 2;
+  const std::vector<uint8_t> kv = codec::GenerateSyntheticKv(layout, 24);
+  auto block = [&](size_t i) { return ConstBuffer{kv.data() + i * bytes, bytes}; };
+  std::vector<ConstBuffer> samples, published;
+  for (size_t i = 0; i < 16; ++i) samples.push_back(block(i));
+  for (size_t i = 16; i < 24; ++i) published.push_back(block(i));
+  const std::vector<uint32_t> tokens = testing::Tokens(8 * 64, 91);
+  // Per policy: the blob bytes of each published block, and their decoded relative error.
+  auto run = [&](const std::string& policy, std::vector<uint64_t>* sizes, double* error) {
+    spec.codec_policy = policy;
+    auto ns = c->OpenNamespace(spec, "tenant-a");
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    auto cal = c->Calibrate(*ns, samples);
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    auto pub = c->Publish(*ns, tokens, published);
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    ASSERT_EQ(pub->stored, 8u);
+    *error = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      std::vector<uint8_t> out(bytes);
+      MutableBuffer buf{out.data(), out.size()};
+      auto f = c->Fetch(*ns, {&pub->ids[i], 1}, {&buf, 1});
+      ASSERT_TRUE(f.ok() && f->fetched == 1) << f.status();
+      sizes->push_back(f->bytes_received);
+      *error = std::max(*error, RelativeError(KvBlock(kv, bytes, 16 + i), out));
+    }
+  };
+  std::vector<uint64_t> capped, plain, cal_at_cap;
+  double capped_error = 0, plain_error = 0, cal_at_cap_error = 0;
+  run("pca:b2:r1.5", &capped, &capped_error);
+  run("pca:b2", &plain, &plain_error);
+  run("pca:r1.5", &cal_at_cap, &cal_at_cap_error);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_LE(capped[i] * 8.0, 1.5 * values) << "block " << i;
+    EXPECT_LE(cal_at_cap[i] * 8.0, 1.5 * values) << "block " << i;
+    EXPECT_GT(plain[i], capped[i]) << "block " << i;
+  }
+  EXPECT_GT(capped_error, plain_error);
+  EXPECT_LT(capped_error, 0.2);
+  EXPECT_LT(cal_at_cap_error, 0.2);
 }
 
 TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
