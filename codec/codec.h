@@ -68,7 +68,9 @@ struct CodecParams {
   // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size).
   // pca: the encoder scales all of the calibration's steps by the finest common factor that
   // keeps the blob within the budget (pca_step_code below, chosen per block); a block that
-  // exceeds it even at the coarsest is stored at the coarsest.
+  // exceeds it even at the coarsest is stored at the coarsest. The search keeps every section's
+  // coordinates (4 bytes per coded coordinate and token: up to twice the fp16 block), and the
+  // Encoder keeps that buffer for its next block.
   float rate_bits = 0;
   // quant: a quality target per block instead (0: none), as the relative RMS error
   // ||x - x'|| / ||x|| of each layer's keys and of its values: each gets the fewest bits, at
