@@ -519,30 +519,24 @@ TEST(Calibration, RopeUndoneKeysRoundTripAtTheirPosition) {
 }
 
 TEST(Calibration, SpecStrings) {
-  auto a = ParseCodecSpec("pca:b1.5");
-  ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->mode, Mode::kPca);
-  EXPECT_FLOAT_EQ(a->pca_target_bits, 1.5f);
-  EXPECT_EQ(CodecSpecString(*a), "pca:b1.5");
-  auto b = ParseCodecSpec("pca:00000000deadbeef");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->calibration_id, 0xdeadbeefu);
-  EXPECT_EQ(CodecSpecString(*b), "pca:00000000deadbeef");
-  auto c = ParseCodecSpec("pca:b1.5:r1.6");
-  ASSERT_TRUE(c.ok());
-  EXPECT_FLOAT_EQ(c->pca_target_bits, 1.5f);
-  EXPECT_FLOAT_EQ(c->rate_bits, 1.6f);
-  EXPECT_EQ(CodecSpecString(*c), "pca:b1.5:r1.6");
-  auto d = ParseCodecSpec("pca:00000000deadbeef:r2");
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->calibration_id, 0xdeadbeefu);
-  EXPECT_EQ(CodecSpecString(*d), "pca:00000000deadbeef:r2");
-  auto e = ParseCodecSpec("pca:r0.75");
-  ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->calibration_id, 0u);
-  EXPECT_EQ(e->pca_target_bits, 0.0f);
-  EXPECT_FLOAT_EQ(e->rate_bits, 0.75f);
-  EXPECT_EQ(CodecSpecString(*e), "pca:r0.75");
+  struct Good {
+    const char* spec;
+    uint64_t id;
+    float target, rate;
+  };
+  for (const Good& g : {Good{"pca:b1.5", 0, 1.5f, 0},
+                        Good{"pca:00000000deadbeef", 0xdeadbeef, 0, 0},
+                        Good{"pca:b1.5:r1.6", 0, 1.5f, 1.6f},
+                        Good{"pca:00000000deadbeef:r2", 0xdeadbeef, 0, 2},
+                        Good{"pca:r0.75", 0, 0, 0.75f}}) {
+    auto p = ParseCodecSpec(g.spec);
+    ASSERT_TRUE(p.ok()) << g.spec << ": " << p.status();
+    EXPECT_EQ(p->mode, Mode::kPca) << g.spec;
+    EXPECT_EQ(p->calibration_id, g.id) << g.spec;
+    EXPECT_FLOAT_EQ(p->pca_target_bits, g.target) << g.spec;
+    EXPECT_FLOAT_EQ(p->rate_bits, g.rate) << g.spec;
+    EXPECT_EQ(CodecSpecString(*p), g.spec);
+  }
   for (const char* bad : {"pca", "pca:b0", "pca:b9", "pca:0000000000000000", "pca:beef",
                           "pca:b1:b2", "pca:xyz", "pca:b1.5:r0", "pca:b1.5:r17", "pca:b1.5:e0.1",
                           "pca:b1.5:r1:r2", "pca:r0", "pca:r1.5:b1", "pca:b1.5:"})
