@@ -1,6 +1,7 @@
 #include "transport/ucx.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -186,7 +187,8 @@ TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
 
 // A waiting caller's progress (Worker::ProgressWaiting) polls, then yields, then sleeps on the
 // event fd (1 ms naps until an event); nothing sleeps before the spin and yield windows have
-// passed.
+// passed. A sleep is told by the thread's voluntary context switches, not by the time a call
+// took: on a loaded host a yield alone can take a millisecond.
 TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   using Clock = Worker::Clock;
   auto ctx = Context::Create(/*wakeup=*/true);
@@ -195,25 +197,40 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   ASSERT_TRUE(w.ok());
   Worker* worker = w->get();
   const absl::Time until = absl::Now() + absl::Seconds(5);
+  struct Call {
+    int64_t micros;
+    long sleeps;  // a yield that lets another thread run is an involuntary switch, not these
+  };
   auto one_call = [&](Clock::time_point idle_since) {
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
     const auto t0 = Clock::now();
     worker->ProgressWaiting(&idle_since, until);
-    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    const auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    getrusage(RUSAGE_THREAD, &after);
+    return Call{micros, after.ru_nvcsw - before.ru_nvcsw};
   };
   const auto long_idle = Clock::now() - std::chrono::seconds(1);
-  // Polls only: an infinite spin (the default) never sleeps or yields.
-  EXPECT_LT(one_call(long_idle), 500);
+  // Polls only: an infinite spin (the default) never sleeps.
+  EXPECT_EQ(one_call(long_idle).sleeps, 0);
   // Within the yield window: a yield, no sleep.
   worker->SetWaitSpin(absl::ZeroDuration(), absl::InfiniteDuration());
-  EXPECT_LT(one_call(long_idle), 500);
+  EXPECT_EQ(one_call(long_idle).sleeps, 0);
   // Past both: a nap on the event fd (up to 1 ms, ~0.5 ms or more even on a busy host)...
   worker->SetWaitSpin(absl::ZeroDuration(), absl::ZeroDuration());
   int64_t napped = 0;
-  for (int i = 0; i < 5; ++i) napped = std::max<int64_t>(napped, one_call(long_idle));
+  long sleeps = 0;
+  for (int i = 0; i < 5; ++i) {
+    const Call c = one_call(long_idle);
+    napped = std::max<int64_t>(napped, c.micros);
+    sleeps += c.sleeps;
+  }
   EXPECT_GE(napped, 500);
+  EXPECT_GE(sleeps, 1);
   // ... but not when the last event was just now.
   worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
-  EXPECT_LT(one_call(Clock::now()), 500);
+  EXPECT_EQ(one_call(Clock::now()).sleeps, 0);
 }
 
 // PeerFailure::kWatch over tcp: the endpoint asks UCX for no error handling (so keeps tcp's
