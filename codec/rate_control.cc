@@ -276,7 +276,7 @@ absl::Status Encoder::EncodePcaWithinRate(const KvLayout& layout, const CodecPar
   // Sizes fall with the code, ~0.5-1 % of the blob per code at 1.5-3 bits per value. Secant
   // steps, aimed a little under the budget and kept inside the bracket once there is one, from
   // the code and slope of this encoder's last block of the same calibration and budget (the
-  // namespace's blocks are alike: two trials, typically) or else from the calibrated steps
+  // namespace's blocks are alike: two or three trials) or else from the calibrated steps
   // (128). Done when the next finer code is known to miss: the answer does not depend on where
   // the search began (as long as sizes fall with the code).
   const bool hinted = pca_rate_hint_.calibration_id == params.calibration_id &&
