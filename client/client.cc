@@ -298,10 +298,9 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
     blocks.push_back({static_cast<const uint8_t*>(samples[i].data), samples[i].size});
   }
   codec::CalibrateOptions opts;
-  opts.bits_per_value = request.bits_per_value > 0    ? request.bits_per_value
-                        : params->pca_target_bits > 0 ? params->pca_target_bits
-                        : params->rate_bits > 0       ? params->rate_bits  // pca:rC
-                                                      : 1.5;
+  opts.bits_per_value = request.bits_per_value > 0          ? request.bits_per_value
+                        : params->PcaCalibrationBits() > 0 ? params->PcaCalibrationBits()
+                                                           : 1.5;
   opts.rope_theta = request.rope_theta;
   opts.first_positions = request.first_positions;
   opts.importance = request.importance;

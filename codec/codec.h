@@ -85,6 +85,9 @@ struct CodecParams {
   // calibration command) resolves it; the Encoder refuses it.
   uint64_t calibration_id = 0;
   float pca_target_bits = 0;  // pca: the rate asked for, when calibration_id is not yet known
+  // pca: the rate a calibration for this spec aims at: pca_target_bits, else the budget of
+  // `pca:rC` (0: neither).
+  float PcaCalibrationBits() const { return pca_target_bits > 0 ? pca_target_bits : rate_bits; }
   // pca: every step of the calibration times 2^((code - 128) / 32) in this block (0: as
   // calibrated, the same as 128); each section carries it. Rate control sets it; 1 .. 255 span
   // 1/16 .. 16 times the calibrated steps (about -4 .. +4 bits per coded coordinate).

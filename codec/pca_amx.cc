@@ -307,8 +307,8 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   const size_t esize = out.type == PcaRows::Type::kFloat32 ? 4 : 2;
   for (size_t g = 0; g < groups; g += 2) {
     // The next pair's output rows, asked for (to write) while this pair's tiles run: the rows
-    // are the block's, seldom in cache, and the store pass otherwise waits on them (~7 % of the
-    // decode on Qwen2.5's KV).
+    // are the block's, seldom in cache, and the store pass otherwise waits on them (0-15 %
+    // faster decode in alternating runs on real KV, noisy; docs/codec.md).
     const size_t t_end = std::min(s.tokens, (g + 4) * 16);
     for (size_t t = (g + 2) * 16; t < t_end; ++t) {
       const char* row = static_cast<const char*>(out.data) + t * out.stride * esize;

@@ -430,7 +430,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   for (uint32_t b = 0; b < c.blocks; ++b)
     blocks.emplace_back(c.bytes.data() + b * BlockBytes(c), BlockBytes(c));
   codec::CalibrateOptions o;
-  o.bits_per_value = p->pca_target_bits > 0 ? p->pca_target_bits : p->rate_bits;  // pca:rC
+  o.bits_per_value = p->PcaCalibrationBits();
   o.key_weight = ctx->key_weight;
   o.rope_theta = ctx->rope_theta;
   o.metric = ctx->metric;
