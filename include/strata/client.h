@@ -82,14 +82,16 @@ struct ClientOptions {
   std::string fetch_transfer = "auto";
   // How a call waiting for the daemon (a transfer, a reply) spends the wait: it polls for
   // `wait_spin` after the last event, then polls between yields of its core (sched_yield) for
-  // `wait_yield`, then sleeps until the next event. Polling answers fastest while a core is
-  // free; yielding costs nothing then, and when waiting threads outnumber the cores it hands
-  // them to the daemon's progress thread and the other clients, which produce the events (with
-  // pure polling, four clients on two cores made p99 latencies of 4-25 ms). Sleeping also
-  // frees the core when nobody else wants it, at the price of a wake-up (tens of us).
-  // wait_spin infinite: poll only (before 0.2). Environment overrides, in microseconds or
-  // "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
-  absl::Duration wait_spin = absl::Microseconds(10);
+  // `wait_yield`, then sleeps until the next event. A yield costs nothing while a core is free
+  // (it returns at once), and when waiting threads outnumber the cores it hands theirs to the
+  // daemon's progress thread and the other clients, which produce the events: with pure
+  // polling, four clients on two cores made p99 latencies of 4-25 ms, and even 10 us of it
+  // before the first yield cost those clients 15-45 % of their throughput (bench/peers/
+  // README.md). Sleeping also frees the core when nobody else wants it, at the price of a
+  // wake-up (tens of us; it halved the same clients' throughput). wait_spin infinite: poll only
+  // (before 0.2). Environment overrides, in microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US,
+  // STRATA_CLIENT_WAIT_YIELD_US.
+  absl::Duration wait_spin = absl::ZeroDuration();
   absl::Duration wait_yield = absl::InfiniteDuration();
   // The daemon runs on this machine: keep shared-memory transports (a second, idle endpoint over
   // tcp reports the daemon's death; without tcp, deadlines do). False: another node, reached
