@@ -128,6 +128,8 @@ struct PcaPlan {
     std::vector<float> dec_step;
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
     PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
+    // The finest step over the spread of the head's vectors (internal::NeedsSplitOperands).
+    double finest_step_to_spread = 0;
   };
   struct Section {
     std::vector<Slot> slots;
@@ -142,16 +144,16 @@ struct PcaPlan {
 
 namespace {
 
-// Whether the encoder's projection on the tiles must split its operands into bf16 hi + lo
-// halves (internal/pca_amx.h): the head's finest step is under 2^-6 of its spread.
-bool NeedsSplitProjection(const HeadTransform& ht) {
+// The head's finest step over the rms distance of its vectors to the mean (infinite when it
+// codes no coordinate): whether the tiles split their operands (internal/pca_amx.h).
+double FinestStepToSpread(const HeadTransform& ht) {
   double energy = 0;
   float finest = INFINITY;
   for (size_t c = 0; c < ht.variance.size(); ++c) {
     energy += ht.variance[c];
     if (ht.step[c] > 0) finest = std::min(finest, ht.step[c]);
   }
-  return finest < 0x1p-6 * std::sqrt(energy);
+  return energy > 0 ? finest / std::sqrt(energy) : 0.0;
 }
 
 std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
@@ -192,11 +194,14 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
       if (PcaAmxSupported())
         for (uint32_t h = 0; h < H; ++h) {
           PcaPlan::Head& hp = sp.heads[h];
-          BuildPcaAmxAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
+          const HeadTransform& ht = cal.At(l, t, h);
+          hp.finest_step_to_spread = FinestStepToSpread(ht);
+          BuildPcaAmxAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
                           hp.dec_coord.size(), D, &hp.amx);
-          BuildPcaAmxBasis(cal.At(l, t, h).basis.data(), hp.enc_coord.data(),
-                           hp.enc_coord.size(), D, NeedsSplitProjection(cal.At(l, t, h)),
-                           &hp.enc_amx);
+          // The encoder decides at the calibration's steps (it projects before it searches the
+          // block's step code); the decoder at the block's own.
+          BuildPcaAmxBasis(ht.basis.data(), hp.enc_coord.data(), hp.enc_coord.size(), D,
+                           NeedsSplitOperands(hp.finest_step_to_spread), &hp.enc_amx);
         }
     }
   return plan;
@@ -484,8 +489,10 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
         PcaRows head_rows = rows;
         head_rows.data = static_cast<uint8_t*>(rows.data) +
                          h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
-        PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, D, step_scale, ht.mean.data(),
-                          amx_rope ? &angles : nullptr, head_rows, &sc->amx);
+        // The block's own steps decide (its step code may make them finer than calibrated).
+        const bool split = NeedsSplitOperands(hp.finest_step_to_spread * step_scale);
+        PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, split, D, step_scale,
+                          ht.mean.data(), amx_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
       yt.resize(std::max<size_t>(1, n * tp));

@@ -34,6 +34,7 @@ namespace {
 std::atomic<bool> g_enabled_for_test{true};
 std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
+std::atomic<uint64_t> g_heads_decoded_in_bf16{0};
 std::atomic<uint64_t> g_heads_projected_in_bf16{0};
 
 #ifdef STRATA_PCA_AMX
@@ -287,10 +288,9 @@ STRATA_AMX_TARGET inline void AddProducts() {
 }
 
 STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                                        const PcaAmxAxes& axes, size_t dim, float scale,
-                                        const float* mean,
-                                        const PcaRope* rope, const PcaRows& out,
-                                        PcaAmxScratch* sc) {
+                                        const PcaAmxAxes& axes, bool split, size_t dim,
+                                        float scale, const float* mean, const PcaRope* rope,
+                                        const PcaRows& out, PcaAmxScratch* sc) {
   const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16;
   sc->coords.resize(4 * kpad * 16);
   sc->sums.resize(2 * dim * 16);
@@ -328,8 +328,10 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
         LoadCoordTiles(y0 + k * 16, y1 + k * 16);
         LoadAxisTiles(hi + c * kpad + k, astride);
         AddProducts();
-        LoadAxisTiles(lo + c * kpad + k, astride);
-        AddProducts();
+        if (split) {
+          LoadAxisTiles(lo + c * kpad + k, astride);
+          AddProducts();
+        }
         if (rest) {  // coordinates beyond 256 (rare): their remainders times the axes' hi
           LoadCoordTiles(y0_lo + k * 16, y1_lo + k * 16);
           LoadAxisTiles(hi + c * kpad + k, astride);
@@ -463,6 +465,9 @@ bool PcaAmxEncodeAvailable() {
 }
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }
+uint64_t PcaAmxHeadsDecodedInBf16() {
+  return g_heads_decoded_in_bf16.load(std::memory_order_relaxed);
+}
 uint64_t PcaAmxHeadsProjectedInBf16() {
   return g_heads_projected_in_bf16.load(std::memory_order_relaxed);
 }
@@ -517,14 +522,16 @@ void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, 
 }
 
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                       const PcaAmxAxes& axes, size_t dim, float scale, const float* mean,
-                       const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch) {
+                       const PcaAmxAxes& axes, bool split, size_t dim, float scale,
+                       const float* mean, const PcaRope* rope, const PcaRows& out,
+                       PcaAmxScratch* scratch) {
 #ifdef STRATA_PCA_AMX
-  ReconstructTiles(s, slot, n, axes, dim, scale, mean, rope, out, scratch);
+  ReconstructTiles(s, slot, n, axes, split, dim, scale, mean, rope, out, scratch);
   g_heads_decoded.fetch_add(1, std::memory_order_relaxed);
+  if (!split) g_heads_decoded_in_bf16.fetch_add(1, std::memory_order_relaxed);
 #else
-  (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)scale, (void)mean, (void)rope,
-      (void)out, (void)scratch;
+  (void)s, (void)slot, (void)n, (void)axes, (void)split, (void)dim, (void)scale, (void)mean,
+      (void)rope, (void)out, (void)scratch;
 #endif
 }
 

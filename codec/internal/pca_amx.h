@@ -4,7 +4,12 @@
 // 256, the rare larger ones split in two exact parts) and each axis times its step is split
 // into two bf16 halves (hi + lo, 16 significant bits), so the result differs from the float
 // kernels by float rounding only (|error| <= 2^-16 of the sum of the terms' magnitudes), not by
-// the bf16 rounding of either operand.
+// the bf16 rounding of either operand. Where the block's finest step is coarse (at least 2^-6
+// of the head's spread, the encoder's rule below) the lo halves are left out: one product
+// instead of two, each term then off by at most 2^-9 of itself. Summed over a head's columns
+// that adds at most 1/(16 n) of the quantisation's own error energy (n coded coordinates; the
+// roundings' errors, <= 2^-18/3 of the centred energy on average, against >= n steps^2/12), so
+// the decoded values may differ from the float kernels' in their last bits, never in quality.
 #ifndef STRATA_CODEC_INTERNAL_PCA_AMX_H_
 #define STRATA_CODEC_INTERNAL_PCA_AMX_H_
 
@@ -37,10 +42,18 @@ bool PcaAmxAvailable();
 void SetPcaAmxEnabledForTest(bool enabled);
 void SetPcaAmxEncodeEnabledForTest(bool enabled);
 bool PcaAmxEncodeAvailable();
-// Heads this process has reconstructed on the tiles, and projected with one bf16 product (tests:
-// the paths were taken).
+// Heads this process has reconstructed on the tiles (of them, with one product), and projected
+// with one bf16 product (tests: the paths were taken).
 uint64_t PcaAmxHeadsDecoded();
+uint64_t PcaAmxHeadsDecodedInBf16();
 uint64_t PcaAmxHeadsProjectedInBf16();
+
+// Whether a head whose finest step is `finest_step_to_spread` of its vectors' spread (the rms
+// of their distance to the mean) needs the split operands, in the encoder's projection and the
+// decoder's sum alike: below 2^-6 (see above).
+inline bool NeedsSplitOperands(double finest_step_to_spread) {
+  return finest_step_to_spread < 0x1p-6;
+}
 
 // A head's axes times their steps, bf16 hi and lo halves, [dim][kpad] (row c: coordinate k's
 // axis at column c, in the decoder's slot order; columns k >= n zero). Empty when the shape
@@ -103,10 +116,12 @@ struct PcaRows {
 
 // row t = mean[c] + scale * sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t <
 // tokens (one fused multiply-add: at scale 1 exactly the sum plus the mean); then, with `rope`
-// (else null), each row rotated as RopeRows rotates it.
+// (else null), each row rotated as RopeRows rotates it. `split`: the axes' hi and lo halves
+// both (else hi alone, the one product above).
 void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
-                       const PcaAmxAxes& axes, size_t dim, float scale, const float* mean,
-                       const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch);
+                       const PcaAmxAxes& axes, bool split, size_t dim, float scale,
+                       const float* mean, const PcaRope* rope, const PcaRows& out,
+                       PcaAmxScratch* scratch);
 
 }  // namespace strata::codec::internal
 

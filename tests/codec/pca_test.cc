@@ -572,5 +572,58 @@ TEST(PcaSections, AmxEncoderTakesOneProductAtLowRates) {
   }
 }
 
+// At coarse steps the decoder's tiles take the axes' bf16 hi halves alone: the values may then
+// differ from the float kernels' in their last bits, by far less than the codec's own error. A
+// block whose step code makes the steps 16x finer is summed with both halves again.
+TEST(PcaSections, AmxDecoderTakesOneProductAtCoarseSteps) {
+  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
+  const KvLayout layout = Layout(2, 2, 128, 64);
+  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 5, SyntheticKvParams{});
+  const size_t bb = layout.BlockBytes();
+  std::vector<std::span<const uint8_t>> samples;
+  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
+  CalibrateOptions o;
+  o.bits_per_value = 1.5;
+  auto cal = Calibrate(layout, samples, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
+  p.first_position = 4 * 64;
+  Encoder enc;
+  Decoder dec;
+  enc.set_calibrations(&set);
+  dec.set_calibrations(&set);
+  const std::span<const uint8_t> block = std::span(kv).subspan(4 * bb, bb);
+  const uint64_t heads = 2 * 2 * 2;
+  for (const uint8_t code : {uint8_t{0}, uint8_t{1}}) {
+    SCOPED_TRACE(::testing::Message() << "step code " << int{code});
+    p.pca_step_code = code;
+    std::vector<uint8_t> blob, tiles(bb), floats(bb);
+    ASSERT_TRUE(enc.Encode(layout, p, block, &blob).ok());
+    const uint64_t decoded = internal::PcaAmxHeadsDecoded();
+    const uint64_t one_product = internal::PcaAmxHeadsDecodedInBf16();
+    ASSERT_TRUE(dec.Decode(blob, tiles).ok());
+    EXPECT_EQ(internal::PcaAmxHeadsDecoded() - decoded, heads);
+    EXPECT_EQ(internal::PcaAmxHeadsDecodedInBf16() - one_product, code == 0 ? heads : 0);
+    internal::SetPcaAmxEnabledForTest(false);
+    ASSERT_TRUE(dec.Decode(blob, floats).ok());
+    internal::SetPcaAmxEnabledForTest(true);
+    double codec_err = 0, tiles_err = 0, apart = 0;
+    for (size_t v = 0; v < bb / 2; ++v) {
+      const double x = Load(block.data() + 2 * v, DType::kFloat16);
+      const double a = Load(tiles.data() + 2 * v, DType::kFloat16);
+      const double b = Load(floats.data() + 2 * v, DType::kFloat16);
+      codec_err += (b - x) * (b - x);
+      tiles_err += (a - x) * (a - x);
+      apart += (a - b) * (a - b);
+    }
+    EXPECT_GT(codec_err, 0);
+    EXPECT_LT(apart, 0.01 * codec_err);
+    EXPECT_NEAR(tiles_err, codec_err, 0.01 * codec_err);
+  }
+}
+
 }  // namespace
 }  // namespace strata::codec
