@@ -86,11 +86,11 @@ struct ClientOptions {
   // (it returns at once), and when waiting threads outnumber the cores it hands theirs to the
   // daemon's progress thread and the other clients, which produce the events: with pure
   // polling, four clients on two cores made p99 latencies of 4-25 ms, and even 10 us of it
-  // before the first yield cost those clients 15-45 % of their throughput (bench/peers/
-  // README.md). Sleeping also frees the core when nobody else wants it, at the price of a
-  // wake-up (tens of us; it halved the same clients' throughput). wait_spin infinite: poll only
-  // (before 0.2). Environment overrides, in microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US,
-  // STRATA_CLIENT_WAIT_YIELD_US.
+  // before the first yield cost those clients 10-15 % of their 64 KiB throughput over tcp and
+  // half of it over shared memory (bench/peers/README.md). Sleeping also frees the core when
+  // nobody else wants it, at the price of a wake-up (tens of us; sleeping after 50 us halved
+  // the same clients' throughput). wait_spin infinite: poll only (before 0.2). Environment
+  // overrides, in microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
   absl::Duration wait_spin = absl::ZeroDuration();
   absl::Duration wait_yield = absl::InfiniteDuration();
   // The daemon runs on this machine: keep shared-memory transports (a second, idle endpoint over
