@@ -525,30 +525,45 @@ TEST(PcaSections, AmxEncoderMatchesTheFloatKernels) {
   }
 }
 
+// Synthetic KV (2 layers, 2 heads of 128, 64 tokens per block) whose first four blocks calibrate
+// a namespace at 1.5 bits/value: steps coarse against the vectors' spread.
+struct CalibratedAtLowRate {
+  explicit CalibratedAtLowRate(size_t blocks)
+      : kv(GenerateSyntheticKv(layout, static_cast<uint32_t>(blocks), SyntheticKvParams{})) {
+    std::vector<std::span<const uint8_t>> samples;
+    for (size_t i = 0; i < 4; ++i) samples.push_back(Block(i));
+    CalibrateOptions o;
+    o.bits_per_value = 1.5;
+    auto cal = Calibrate(layout, samples, o);
+    EXPECT_TRUE(cal.ok()) << cal.status();
+    p.mode = Mode::kPca;
+    p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
+    p.first_position = 4 * 64;
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+  }
+  std::span<const uint8_t> Block(size_t i) const { return std::span(kv).subspan(i * bb, bb); }
+  const KvLayout layout = Layout(2, 2, 128, 64);
+  const size_t bb = layout.BlockBytes();
+  const std::vector<uint8_t> kv;
+  CalibrationSet set;
+  CodecParams p;
+  Encoder enc;
+  Decoder dec;
+};
+
 // At low rates (steps coarse against the vectors' spread) the encoder's tiles take one bf16
 // product: blobs as small and errors as large as the float kernels' to within a percent.
 TEST(PcaSections, AmxEncoderTakesOneProductAtLowRates) {
   if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
-  const KvLayout layout = Layout(2, 2, 128, 64);
-  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 6, SyntheticKvParams{});
-  const size_t bb = layout.BlockBytes();
-  std::vector<std::span<const uint8_t>> samples;
-  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
-  CalibrateOptions o;
-  o.bits_per_value = 1.5;
-  auto cal = Calibrate(layout, samples, o);
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-  p.first_position = 4 * 64;
-  Encoder enc;
-  Decoder dec;
-  enc.set_calibrations(&set);
-  dec.set_calibrations(&set);
+  CalibratedAtLowRate c(6);
+  const KvLayout& layout = c.layout;
+  const CodecParams& p = c.p;
+  const size_t bb = c.bb;
+  Encoder& enc = c.enc;
+  Decoder& dec = c.dec;
   for (size_t i = 4; i < 6; ++i) {
-    const std::span<const uint8_t> block = std::span(kv).subspan(i * bb, bb);
+    const std::span<const uint8_t> block = c.Block(i);
     const uint64_t before = internal::PcaAmxHeadsProjectedInBf16();
     std::vector<uint8_t> tiles_blob, floats_blob, tiles(bb), floats(bb);
     ASSERT_TRUE(enc.Encode(layout, p, block, &tiles_blob).ok());
@@ -577,25 +592,13 @@ TEST(PcaSections, AmxEncoderTakesOneProductAtLowRates) {
 // block whose step code makes the steps 16x finer is summed with both halves again.
 TEST(PcaSections, AmxDecoderTakesOneProductAtCoarseSteps) {
   if (!internal::PcaAmxSupported()) GTEST_SKIP() << "this CPU (or kernel) offers no AMX tiles";
-  const KvLayout layout = Layout(2, 2, 128, 64);
-  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 5, SyntheticKvParams{});
-  const size_t bb = layout.BlockBytes();
-  std::vector<std::span<const uint8_t>> samples;
-  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
-  CalibrateOptions o;
-  o.bits_per_value = 1.5;
-  auto cal = Calibrate(layout, samples, o);
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-  p.first_position = 4 * 64;
-  Encoder enc;
-  Decoder dec;
-  enc.set_calibrations(&set);
-  dec.set_calibrations(&set);
-  const std::span<const uint8_t> block = std::span(kv).subspan(4 * bb, bb);
+  CalibratedAtLowRate c(5);
+  const KvLayout& layout = c.layout;
+  CodecParams& p = c.p;
+  const size_t bb = c.bb;
+  Encoder& enc = c.enc;
+  Decoder& dec = c.dec;
+  const std::span<const uint8_t> block = c.Block(4);
   const uint64_t heads = 2 * 2 * 2;
   for (const uint8_t code : {uint8_t{0}, uint8_t{1}}) {
     SCOPED_TRACE(::testing::Message() << "step code " << int{code});
