@@ -399,7 +399,7 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
   auto idle_since = transport::Worker::Clock::now();
   while (s.ok() && w.error.ok() &&
          (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
-    worker_->ProgressWaiting(&idle_since, deadline);
+    worker_->ProgressWaiting(&idle_since, deadline, /*may_sleep=*/sending.empty());
     ReapSends(&sending, &w.error, "sending a published block failed");
     if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a publish");
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
@@ -666,7 +666,7 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
   unsigned spins = 0;
   auto idle_since = transport::Worker::Clock::now();
   while (sent.ok() && w.error.ok() && waiting()) {
-    worker_->ProgressWaiting(&idle_since, deadline);
+    worker_->ProgressWaiting(&idle_since, deadline, /*may_sleep=*/receiving.empty());
     StartKeptReceives(w, &receiving);
     ReapReceives(w, &receiving);
     if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a fetch");

@@ -112,7 +112,7 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
           kMaxNap, std::chrono::nanoseconds(behind / kFastestCopyBytesPerNs)));
       idle_since = transport::Worker::Clock::now();
     } else {
-      worker_->ProgressWaiting(&idle_since, deadline);
+      worker_->ProgressWaiting(&idle_since, deadline, /*may_sleep=*/sending.empty());
     }
     ReapSends(&sending, &w.error, "sending a staged block failed");
     if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a staged publish");

@@ -522,7 +522,7 @@ absl::Status Endpoint::Wait(void* request, absl::Time deadline, const char* what
   unsigned spins = 0;
   auto idle_since = Worker::Clock::now();
   while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    worker_->ProgressWaiting(&idle_since, deadline);
+    worker_->ProgressWaiting(&idle_since, deadline, /*may_sleep=*/false);
     if ((++spins & 255) == 0 && absl::Now() >= deadline) {
       ucp_request_free(request);  // released by UCX once the forced close completes it
       ForceClose();
@@ -667,7 +667,8 @@ unsigned Worker::Progress() {
   return ucp_worker_progress(worker_);
 }
 
-unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until) {
+unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until,
+                                 bool may_sleep) {
   const unsigned events = Progress();
   const Clock::time_point now = Clock::now();
   if (events != 0) {
@@ -679,7 +680,7 @@ unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until
   // Then polls between yields: a thread that must produce the event (the daemon's progress
   // thread, another client) gets this core at once if it waits for one, and if none does the
   // yield returns at once.
-  if (idle - wait_spin_ < wait_yield_ || !ctx_->wakeup()) {
+  if (idle - wait_spin_ < wait_yield_ || !ctx_->wakeup() || !may_sleep) {
     sched_yield();
     return 0;
   }

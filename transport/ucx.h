@@ -214,7 +214,11 @@ class Worker {
   // produce the event: the daemon, or the other clients. Without a wakeup context it never
   // sleeps; with an infinite spin (the default) it only polls.
   using Clock = std::chrono::steady_clock;
-  unsigned ProgressWaiting(Clock::time_point* idle_since, absl::Time until);
+  // `may_sleep` false: the caller's own transfers are in flight, which move only as fast as the
+  // worker is progressed (tcp pushes a message's next bytes when polled): it yields, never
+  // sleeps.
+  unsigned ProgressWaiting(Clock::time_point* idle_since, absl::Time until,
+                           bool may_sleep = true);
   void SetWaitSpin(absl::Duration spin, absl::Duration yield = absl::ZeroDuration()) {
     wait_spin_ = absl::ToChronoNanoseconds(spin);
     wait_yield_ = absl::ToChronoNanoseconds(yield);

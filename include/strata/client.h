@@ -88,11 +88,16 @@ struct ClientOptions {
   // polling, four clients on two cores made p99 latencies of 4-25 ms, and even 10 us of it
   // before the first yield cost those clients 10-15 % of their 64 KiB throughput over tcp and
   // half of it over shared memory (bench/peers/README.md). Sleeping also frees the core when
-  // nobody else wants it, at the price of a wake-up (tens of us; sleeping after 50 us halved
-  // the same clients' throughput). wait_spin infinite: poll only (before 0.2). Environment
-  // overrides, in microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
+  // nobody else wants it, at the price of a wake-up (tens of us; sleeping after 50 us of spin
+  // halved the same clients' throughput), and it is the only way to leave the core to a daemon
+  // in another session or cgroup, which a yield does not reach: against stratad in its own
+  // session, yielding for 30 us and then sleeping gave four clients 5-20 % more than yielding
+  // for ever (three alternating bench/peers runs; one client: within the noise, up to 10-20 %
+  // less on some rows). A call never sleeps while its own transfers are in flight (they move
+  // only while it polls). wait_spin infinite: poll only (before 0.2). Environment overrides, in
+  // microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
   absl::Duration wait_spin = absl::ZeroDuration();
-  absl::Duration wait_yield = absl::InfiniteDuration();
+  absl::Duration wait_yield = absl::Microseconds(30);
   // The daemon runs on this machine: keep shared-memory transports (a second, idle endpoint over
   // tcp reports the daemon's death; without tcp, deadlines do). False: another node, reached
   // the same way over tcp and by an endpoint that detects a dead peer itself over RDMA.

@@ -187,7 +187,7 @@ TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
 
 // A waiting caller's progress (Worker::ProgressWaiting) polls, then yields, then sleeps on the
 // event fd (1 ms naps until an event); nothing sleeps before the spin and yield windows have
-// passed. A sleep is told by the thread's voluntary context switches, not by the time a call
+// passed, nor while the caller's own transfers are in flight. A sleep is told by the thread's voluntary context switches, not by the time a call
 // took: on a loaded host a yield alone can take a millisecond.
 TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   using Clock = Worker::Clock;
@@ -201,11 +201,11 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
     int64_t micros;
     long sleeps;  // a yield that lets another thread run is an involuntary switch, not these
   };
-  auto one_call = [&](Clock::time_point idle_since) {
+  auto one_call = [&](Clock::time_point idle_since, bool may_sleep = true) {
     rusage before{}, after{};
     getrusage(RUSAGE_THREAD, &before);
     const auto t0 = Clock::now();
-    worker->ProgressWaiting(&idle_since, until);
+    worker->ProgressWaiting(&idle_since, until, may_sleep);
     const auto micros =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
     getrusage(RUSAGE_THREAD, &after);
@@ -228,6 +228,10 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   }
   EXPECT_GE(napped, 500);
   EXPECT_GE(sleeps, 1);
+  // ... unless the caller's own transfers are in flight: those move only while polled.
+  long busy = 0;
+  for (int i = 0; i < 5; ++i) busy += one_call(long_idle, /*may_sleep=*/false).sleeps;
+  EXPECT_EQ(busy, 0);
   // ... but not when the last event was just now.
   worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
   EXPECT_EQ(one_call(Clock::now()).sleeps, 0);
