@@ -9,7 +9,8 @@
 // instead of two, each term then off by at most 2^-9 of itself. Summed over a head's columns
 // that adds at most 1/(16 n) of the quantisation's own error energy (n coded coordinates; the
 // roundings' errors, <= 2^-18/3 of the centred energy on average, against >= n steps^2/12), so
-// the decoded values may differ from the float kernels' in their last bits, never in quality.
+// the decoded values may differ from the float kernels' in their last bits, by far less than
+// the codec's own error.
 #ifndef STRATA_CODEC_INTERNAL_PCA_AMX_H_
 #define STRATA_CODEC_INTERNAL_PCA_AMX_H_
 
