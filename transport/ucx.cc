@@ -679,8 +679,9 @@ unsigned Worker::ProgressWaiting(Clock::time_point* idle_since, absl::Time until
   if (idle < wait_spin_) return 0;
   // Then polls between yields: a thread that must produce the event (the daemon's progress
   // thread, another client) gets this core at once if it waits for one, and if none does the
-  // yield returns at once.
-  if (idle - wait_spin_ < wait_yield_ || !ctx_->wakeup() || !may_sleep) {
+  // yield returns at once. The caller's own transfers keep it polling, unless they have not
+  // moved for kInFlightPoll (a stalled peer: the rest of the wait is spent asleep).
+  if (idle - wait_spin_ < wait_yield_ || !ctx_->wakeup() || (!may_sleep && idle < kInFlightPoll)) {
     sched_yield();
     return 0;
   }

@@ -215,10 +215,11 @@ class Worker {
   // sleeps; with an infinite spin (the default) it only polls.
   using Clock = std::chrono::steady_clock;
   // `may_sleep` false: the caller's own transfers are in flight, which move only as fast as the
-  // worker is progressed (tcp pushes a message's next bytes when polled): it yields, never
-  // sleeps.
+  // worker is progressed (tcp pushes a message's next bytes when polled): it yields instead of
+  // sleeping, until nothing has happened for kInFlightPoll.
   unsigned ProgressWaiting(Clock::time_point* idle_since, absl::Time until,
                            bool may_sleep = true);
+  static constexpr std::chrono::milliseconds kInFlightPoll{10};
   void SetWaitSpin(absl::Duration spin, absl::Duration yield = absl::ZeroDuration()) {
     wait_spin_ = absl::ToChronoNanoseconds(spin);
     wait_yield_ = absl::ToChronoNanoseconds(yield);

@@ -525,6 +525,24 @@ TEST(PcaSections, AmxEncoderMatchesTheFloatKernels) {
   }
 }
 
+// Squared errors over an fp16 block: of `a` and of `b` against `x`, and of `a` against `b`.
+struct SquaredErrors {
+  double a = 0, b = 0, apart = 0;
+};
+SquaredErrors Fp16Errors(std::span<const uint8_t> x, const std::vector<uint8_t>& a,
+                         const std::vector<uint8_t>& b) {
+  SquaredErrors e;
+  for (size_t v = 0; v < x.size() / 2; ++v) {
+    const double xv = Load(x.data() + 2 * v, DType::kFloat16);
+    const double av = Load(a.data() + 2 * v, DType::kFloat16);
+    const double bv = Load(b.data() + 2 * v, DType::kFloat16);
+    e.a += (av - xv) * (av - xv);
+    e.b += (bv - xv) * (bv - xv);
+    e.apart += (av - bv) * (av - bv);
+  }
+  return e;
+}
+
 // Synthetic KV (2 layers, 2 heads of 128, 64 tokens per block) whose first four blocks calibrate
 // a namespace at 1.5 bits/value: steps coarse against the vectors' spread.
 struct CalibratedAtLowRate {
@@ -573,17 +591,10 @@ TEST(PcaSections, AmxEncoderTakesOneProductAtLowRates) {
     internal::SetPcaAmxEncodeEnabledForTest(true);
     ASSERT_TRUE(dec.Decode(tiles_blob, tiles).ok());
     ASSERT_TRUE(dec.Decode(floats_blob, floats).ok());
-    double err_tiles = 0, err_floats = 0;
-    for (size_t v = 0; v < bb / 2; ++v) {
-      const double x = Load(block.data() + 2 * v, DType::kFloat16);
-      const double a = Load(tiles.data() + 2 * v, DType::kFloat16);
-      const double b = Load(floats.data() + 2 * v, DType::kFloat16);
-      err_tiles += (a - x) * (a - x);
-      err_floats += (b - x) * (b - x);
-    }
+    const SquaredErrors e = Fp16Errors(block, tiles, floats);
     EXPECT_NEAR(static_cast<double>(tiles_blob.size()), floats_blob.size(),
                 0.01 * floats_blob.size());
-    EXPECT_NEAR(err_tiles, err_floats, 0.01 * err_floats);
+    EXPECT_NEAR(e.a, e.b, 0.01 * e.b);
   }
 }
 
@@ -613,18 +624,10 @@ TEST(PcaSections, AmxDecoderTakesOneProductAtCoarseSteps) {
     internal::SetPcaAmxEnabledForTest(false);
     ASSERT_TRUE(dec.Decode(blob, floats).ok());
     internal::SetPcaAmxEnabledForTest(true);
-    double codec_err = 0, tiles_err = 0, apart = 0;
-    for (size_t v = 0; v < bb / 2; ++v) {
-      const double x = Load(block.data() + 2 * v, DType::kFloat16);
-      const double a = Load(tiles.data() + 2 * v, DType::kFloat16);
-      const double b = Load(floats.data() + 2 * v, DType::kFloat16);
-      codec_err += (b - x) * (b - x);
-      tiles_err += (a - x) * (a - x);
-      apart += (a - b) * (a - b);
-    }
-    EXPECT_GT(codec_err, 0);
-    EXPECT_LT(apart, 0.01 * codec_err);
-    EXPECT_NEAR(tiles_err, codec_err, 0.01 * codec_err);
+    const SquaredErrors e = Fp16Errors(block, tiles, floats);  // b: the codec's own error
+    EXPECT_GT(e.b, 0);
+    EXPECT_LT(e.apart, 0.01 * e.b);
+    EXPECT_NEAR(e.a, e.b, 0.01 * e.b);
   }
 }
 

@@ -187,8 +187,9 @@ TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
 
 // A waiting caller's progress (Worker::ProgressWaiting) polls, then yields, then sleeps on the
 // event fd (1 ms naps until an event); nothing sleeps before the spin and yield windows have
-// passed, nor while the caller's own transfers are in flight. A sleep is told by the thread's voluntary context switches, not by the time a call
-// took: on a loaded host a yield alone can take a millisecond.
+// passed, nor while the caller's own transfers are in flight and moved within
+// Worker::kInFlightPoll. A sleep is told by the thread's voluntary context switches, not by the
+// time a call took: on a loaded host a yield alone can take a millisecond.
 TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   using Clock = Worker::Clock;
   auto ctx = Context::Create(/*wakeup=*/true);
@@ -228,10 +229,17 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   }
   EXPECT_GE(napped, 500);
   EXPECT_GE(sleeps, 1);
-  // ... unless the caller's own transfers are in flight: those move only while polled.
+  // ... unless the caller's own transfers are in flight and moved lately: those move only
+  // while polled. Stalled for longer than kInFlightPoll, they wait asleep too.
   long busy = 0;
-  for (int i = 0; i < 5; ++i) busy += one_call(long_idle, /*may_sleep=*/false).sleeps;
+  for (int i = 0; i < 5; ++i) {
+    const auto moved_lately = Clock::now() - Worker::kInFlightPoll / 2;
+    busy += one_call(moved_lately, /*may_sleep=*/false).sleeps;
+  }
   EXPECT_EQ(busy, 0);
+  long stalled = 0;
+  for (int i = 0; i < 5; ++i) stalled += one_call(long_idle, /*may_sleep=*/false).sleeps;
+  EXPECT_GE(stalled, 1);
   // ... but not when the last event was just now.
   worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
   EXPECT_EQ(one_call(Clock::now()).sleeps, 0);
