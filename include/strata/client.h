@@ -93,9 +93,10 @@ struct ClientOptions {
   // in another session or cgroup, which a yield does not reach: against stratad in its own
   // session, yielding for 30 us and then sleeping gave four clients 5-20 % more than yielding
   // for ever (three alternating bench/peers runs; one client: within the noise, up to 10-20 %
-  // less on some rows). A call never sleeps while its own transfers are in flight (they move
-  // only while it polls). wait_spin infinite: poll only (before 0.2). Environment overrides, in
-  // microseconds or "inf": STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
+  // less on some rows). A call does not sleep while its own transfers are in flight and moving
+  // (they move only while it polls; 10 ms without progress and it sleeps). wait_spin infinite:
+  // poll only (before 0.2). Environment overrides, in microseconds or "inf":
+  // STRATA_CLIENT_WAIT_SPIN_US, STRATA_CLIENT_WAIT_YIELD_US.
   absl::Duration wait_spin = absl::ZeroDuration();
   absl::Duration wait_yield = absl::Microseconds(30);
   // The daemon runs on this machine: keep shared-memory transports (a second, idle endpoint over
