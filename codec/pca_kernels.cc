@@ -203,25 +203,25 @@ void PcaReconstructImpl(const float* yt, size_t tp, size_t rows, size_t n, const
         const auto b2 = hn::LoadU(d, b + 2 * N), b3 = hn::LoadU(d, b + 3 * N);
         const float* a = yt + k * tp + t;
         auto v = hn::Set(d, a[0]);
-        s00 = hn::Add(s00, hn::Mul(v, b0));
-        s01 = hn::Add(s01, hn::Mul(v, b1));
-        s02 = hn::Add(s02, hn::Mul(v, b2));
-        s03 = hn::Add(s03, hn::Mul(v, b3));
+        s00 = hn::MulAdd(v, b0, s00);
+        s01 = hn::MulAdd(v, b1, s01);
+        s02 = hn::MulAdd(v, b2, s02);
+        s03 = hn::MulAdd(v, b3, s03);
         v = hn::Set(d, a[1]);
-        s10 = hn::Add(s10, hn::Mul(v, b0));
-        s11 = hn::Add(s11, hn::Mul(v, b1));
-        s12 = hn::Add(s12, hn::Mul(v, b2));
-        s13 = hn::Add(s13, hn::Mul(v, b3));
+        s10 = hn::MulAdd(v, b0, s10);
+        s11 = hn::MulAdd(v, b1, s11);
+        s12 = hn::MulAdd(v, b2, s12);
+        s13 = hn::MulAdd(v, b3, s13);
         v = hn::Set(d, a[2]);
-        s20 = hn::Add(s20, hn::Mul(v, b0));
-        s21 = hn::Add(s21, hn::Mul(v, b1));
-        s22 = hn::Add(s22, hn::Mul(v, b2));
-        s23 = hn::Add(s23, hn::Mul(v, b3));
+        s20 = hn::MulAdd(v, b0, s20);
+        s21 = hn::MulAdd(v, b1, s21);
+        s22 = hn::MulAdd(v, b2, s22);
+        s23 = hn::MulAdd(v, b3, s23);
         v = hn::Set(d, a[3]);
-        s30 = hn::Add(s30, hn::Mul(v, b0));
-        s31 = hn::Add(s31, hn::Mul(v, b1));
-        s32 = hn::Add(s32, hn::Mul(v, b2));
-        s33 = hn::Add(s33, hn::Mul(v, b3));
+        s30 = hn::MulAdd(v, b0, s30);
+        s31 = hn::MulAdd(v, b1, s31);
+        s32 = hn::MulAdd(v, b2, s32);
+        s33 = hn::MulAdd(v, b3, s33);
       }
       float* o = out + t * out_stride + c;
       hn::StoreU(s00, d, o);
@@ -249,10 +249,10 @@ void PcaReconstructImpl(const float* yt, size_t tp, size_t rows, size_t n, const
       for (size_t k = 0; k < n; ++k) {
         const float* b = basis + size_t{coords[k]} * dim + c;
         const auto v = hn::Set(d, yt[k * tp + t]);
-        s0 = hn::Add(s0, hn::Mul(v, hn::LoadU(d, b)));
-        s1 = hn::Add(s1, hn::Mul(v, hn::LoadU(d, b + N)));
-        s2 = hn::Add(s2, hn::Mul(v, hn::LoadU(d, b + 2 * N)));
-        s3 = hn::Add(s3, hn::Mul(v, hn::LoadU(d, b + 3 * N)));
+        s0 = hn::MulAdd(v, hn::LoadU(d, b), s0);
+        s1 = hn::MulAdd(v, hn::LoadU(d, b + N), s1);
+        s2 = hn::MulAdd(v, hn::LoadU(d, b + 2 * N), s2);
+        s3 = hn::MulAdd(v, hn::LoadU(d, b + 3 * N), s3);
       }
       float* o = out + t * out_stride + c;
       hn::StoreU(s0, d, o);
@@ -266,8 +266,8 @@ void PcaReconstructImpl(const float* yt, size_t tp, size_t rows, size_t n, const
     for (size_t t = 0; t < rows; ++t) {
       auto s = m;
       for (size_t k = 0; k < n; ++k)
-        s = hn::Add(s, hn::Mul(hn::Set(d, yt[k * tp + t]),
-                               hn::LoadU(d, basis + size_t{coords[k]} * dim + c)));
+        s = hn::MulAdd(hn::Set(d, yt[k * tp + t]),
+                       hn::LoadU(d, basis + size_t{coords[k]} * dim + c), s);
       hn::StoreU(s, d, out + t * out_stride + c);
     }
   }

@@ -108,7 +108,10 @@ void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
                   double* err2, int32_t* max_abs);
 // out[t][c] = mean[c] + sum over k < n of yt[k][t] * basis[coords[k]][c], the products added in
-// k order; t < rows, c < dim, out rows out_stride floats apart.
+// k order; t < rows, c < dim, out rows out_stride floats apart. Each product is added with one
+// rounding (fused multiply-add) on targets that have it, with two on those that do not: the
+// decoded values may differ between targets in their last bits (decoded bytes are compared
+// with nothing across machines; the encoder's kernels above stay exact on every target).
 void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
                     const uint32_t* coords, size_t dim, const float* mean, float* out,
                     size_t out_stride);
