@@ -130,6 +130,7 @@ struct PcaPlan {
     std::vector<float> dec_step;
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
     PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
+    std::vector<float> lanes;  // the decoder's axes in token lanes (AVX-512), where supported
     // The finest step over the spread of the head's vectors (internal::NeedsSplitOperands).
     double finest_step_to_spread = 0;
   };
@@ -193,6 +194,12 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
         hp.dec_slot.push_back(static_cast<uint32_t>(j));
         hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
       }
+      if (PcaLanesSupported() && D % 32 == 0)
+        for (uint32_t h = 0; h < H; ++h) {
+          PcaPlan::Head& hp = sp.heads[h];
+          BuildPcaLanesAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
+                            hp.dec_coord.size(), D, &hp.lanes);
+        }
       if (PcaAmxSupported())
         for (uint32_t h = 0; h < H; ++h) {
           PcaPlan::Head& hp = sp.heads[h];
@@ -465,19 +472,23 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
   const bool amx = PcaAmxAvailable();
   const bool rope = tensor == 0 && cal.rope_theta > 0;
-  // When every head goes through the tiles, they also rotate the keys and convert to the
-  // block's type (two passes less).
-  bool amx_all = amx && coded > 0 && s.dtype != DType::kFloat8E4M3;
-  for (const PcaPlan::Head& hp : sp.heads) amx_all = amx_all && hp.amx.kpad > 0;
+  // Without AMX, AVX-512 cores sum with the tokens in the vector lanes, through the tiles' store
+  // pass; where Highway would dispatch to another target (tests pin each), the float kernels.
+  const bool lanes = !amx && D % 32 == 0 && PcaLanesSupported() && DispatchesToAvx512();
+  // When every head goes through the tiles or the lanes, they also rotate the keys and convert
+  // to the block's type (two passes less).
+  bool direct = (amx || lanes) && coded > 0 && s.dtype != DType::kFloat8E4M3;
+  if (amx)
+    for (const PcaPlan::Head& hp : sp.heads) direct = direct && hp.amx.kpad > 0;
   PcaRows rows{sc->f.data(), PcaRows::Type::kFloat32, H * D};
-  if (amx_all) {
+  if (direct) {
     rows.data = out;
     if (s.dtype == DType::kFloat16) rows.type = PcaRows::Type::kFloat16;
     if (s.dtype == DType::kBFloat16) rows.type = PcaRows::Type::kBFloat16;
   }
   PcaRope angles{};
-  const bool amx_rope = amx_all && rope;
-  if (amx_rope) {
+  const bool direct_rope = direct && rope;
+  if (direct_rope) {
     const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
     angles = {t.cos.data(), t.sin.data()};
   }
@@ -486,15 +497,15 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
       const PcaPlan::Head& hp = sp.heads[h];
       const size_t n = hp.dec_coord.size();
+      PcaRows head_rows = rows;
+      head_rows.data = static_cast<uint8_t*>(rows.data) +
+                       h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
       if (amx && syms && hp.amx.kpad > 0) {
         const PcaSymbols ps{syms, sizeof(*syms) == 2, nslots, T, int32_t{maxq}};
-        PcaRows head_rows = rows;
-        head_rows.data = static_cast<uint8_t*>(rows.data) +
-                         h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
         // The block's own steps decide (its step code may make them finer than calibrated).
         const bool split = NeedsSplitOperands(hp.finest_step_to_spread * step_scale);
         PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, split, D, step_scale,
-                          ht.mean.data(), amx_rope ? &angles : nullptr, head_rows, &sc->amx);
+                          ht.mean.data(), direct_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
       yt.resize(std::max<size_t>(1, n * tp));
@@ -505,6 +516,11 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
         if (rest)
           DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
                      step, yt.data() + k * tp + full * kRun);
+      }
+      if (direct) {
+        PcaReconstructLanes(yt.data(), tp, T, n, hp.lanes, D, ht.mean.data(),
+                            direct_rope ? &angles : nullptr, head_rows, &sc->amx.sums);
+        continue;
       }
       PcaReconstruct(yt.data(), tp, T, n, ht.basis.data(), hp.dec_coord.data(), D,
                      ht.mean.data(), sc->f.data() + h * D, H * D);
@@ -531,7 +547,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     }
   }
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
-  if (!amx_all) {
+  if (!direct) {
     if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);
     FromFloat(sc->f.data(), s.dtype, out, s.values());
   }

@@ -5,7 +5,9 @@
 // slots. Each 16 x 16 block of sums is then transposed to token rows, scaled (the section's
 // step scale) and the mean added, the keys rotated and the rows written in the block's type, in
 // one pass.
-// Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable().
+// The same store pass serves the float decoder's sum on AVX-512 cores without AMX (token lanes).
+// Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable() (the
+// tiles) or PcaLanesSupported() (the token lanes).
 #include "codec/internal/pca_amx.h"
 
 #include <algorithm>
@@ -36,6 +38,7 @@ std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
 std::atomic<uint64_t> g_heads_decoded_in_bf16{0};
 std::atomic<uint64_t> g_heads_projected_in_bf16{0};
+std::atomic<uint64_t> g_heads_decoded_in_lanes{0};
 
 #ifdef STRATA_PCA_AMX
 
@@ -66,6 +69,8 @@ bool DetectAmx() {
 
 #define STRATA_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+// The store pass and the token-lane decoder need AVX-512 alone (the AMX code inlines them).
+#define STRATA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 struct TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -109,7 +114,7 @@ STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, 
 }
 
 // x rounded to bf16 (nearest even, as FloatToBF16 for finite x), as a float.
-STRATA_AMX_TARGET inline __m512 RoundToBf16(__m512 x) {
+STRATA_AVX512_TARGET inline __m512 RoundToBf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
@@ -159,7 +164,7 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
 }
 
 // r[i] <- column i of the 16 x 16 block r.
-STRATA_AMX_TARGET inline void Transpose16(__m512 r[16]) {
+STRATA_AVX512_TARGET inline void Transpose16(__m512 r[16]) {
   __m512 t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -184,8 +189,8 @@ STRATA_AMX_TARGET inline void Transpose16(__m512 r[16]) {
 }
 
 // Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + scale * sums[c][t].
-STRATA_AMX_TARGET inline void LoadRows(const float* sums, __m512 scale, const float* mean,
-                                       size_t c0, __m512 r[16]) {
+STRATA_AVX512_TARGET inline void LoadRows(const float* sums, __m512 scale, const float* mean,
+                                          size_t c0, __m512 r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
   Transpose16(r);
   const __m512 m = _mm512_loadu_ps(mean + c0);
@@ -194,7 +199,7 @@ STRATA_AMX_TARGET inline void LoadRows(const float* sums, __m512 scale, const fl
 
 // 16 values of row t at column c.
 template <PcaRows::Type kType>
-STRATA_AMX_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512 v) {
+STRATA_AVX512_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512 v) {
   const size_t at = t * out.stride + c;
   if constexpr (kType == PcaRows::Type::kFloat32) {
     _mm512_storeu_ps(static_cast<float*>(out.data) + at, v);
@@ -211,9 +216,9 @@ STRATA_AMX_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512
 // A group's token rows (out's rows first_token ...) from its sums [c][16]: mean[c] +
 // scale * sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
 template <PcaRows::Type kType>
-STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, float scale, const float* mean,
-                                 size_t rows, const PcaRope* rope, size_t first_token,
-                                 const PcaRows& out) {
+STRATA_AVX512_TARGET void StoreRows(const float* sums, size_t dim, float scale,
+                                    const float* mean, size_t rows, const PcaRope* rope,
+                                    size_t first_token, const PcaRows& out) {
   const __m512 sc = _mm512_set1_ps(scale);
   __m512 a[16], b[16];
   if (!rope) {
@@ -238,9 +243,9 @@ STRATA_AMX_TARGET void StoreRows(const float* sums, size_t dim, float scale, con
   }
 }
 
-STRATA_AMX_TARGET void StoreGroup(const float* sums, size_t dim, float scale, const float* mean,
-                                  size_t tokens, const PcaRope* rope, size_t g,
-                                  const PcaRows& out) {
+STRATA_AVX512_TARGET void StoreGroup(const float* sums, size_t dim, float scale,
+                                     const float* mean, size_t tokens, const PcaRope* rope,
+                                     size_t g, const PcaRows& out) {
   const size_t rows = std::min<size_t>(16, tokens - g * 16);
   switch (out.type) {
     case PcaRows::Type::kFloat32:
@@ -347,6 +352,53 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
     if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
   }
   _tile_release();
+}
+
+// The float decoder's sum with the tokens in the vector lanes, for AVX-512 cores without AMX:
+// sums[c][t] = sum over k of yt[k][t] * basis[coords[k]][c], fused multiply-adds in k order, for
+// two groups of 16 tokens by 8 columns at a time (16 sums; per coordinate two token loads and 8
+// broadcasts of its axis). The sums are already the store pass's [c][16] layout, so the mean,
+// RoPE and the conversion to the block's type happen in the same pass as for the tiles.
+STRATA_AVX512_TARGET void ReconstructLanes(const float* yt, size_t tp, size_t tokens, size_t n,
+                                           const float* axes, size_t dim, const float* mean,
+                                           const PcaRope* rope, const PcaRows& out,
+                                           std::vector<float>* scratch) {
+  const size_t groups = (tokens + 15) / 16;
+  scratch->resize(2 * dim * 16 + n * 32);
+  float* s0 = scratch->data();
+  float* s1 = s0 + dim * 16;
+  // The pair's coordinates, [k][32]: yt's rows lie tp floats apart, at a stride that maps them
+  // to a few L1 sets, and every column block reads them all again.
+  float* y = s1 + dim * 16;
+  for (size_t g = 0; g < groups; g += 2) {
+    const bool two = g + 1 < groups;
+    for (size_t k = 0; k < n; ++k) {
+      const float* from = yt + k * tp + g * 16;
+      _mm512_storeu_ps(y + k * 32, _mm512_loadu_ps(from));
+      // No second group: its sums are not stored.
+      _mm512_storeu_ps(y + k * 32 + 16, two ? _mm512_loadu_ps(from + 16) : _mm512_setzero_ps());
+    }
+    for (size_t c0 = 0; c0 < dim; c0 += 8) {
+      __m512 a[8], b[8];
+      for (int j = 0; j < 8; ++j) a[j] = b[j] = _mm512_setzero_ps();
+      const float* block = axes + c0 * n;  // [k][8]: coordinate k's axis at columns c0 ..
+      for (size_t k = 0; k < n; ++k) {
+        const __m512 v0 = _mm512_loadu_ps(y + k * 32), v1 = _mm512_loadu_ps(y + k * 32 + 16);
+        const float* row = block + k * 8;
+        for (int j = 0; j < 8; ++j) {
+          const __m512 w = _mm512_set1_ps(row[j]);
+          a[j] = _mm512_fmadd_ps(v0, w, a[j]);
+          b[j] = _mm512_fmadd_ps(v1, w, b[j]);
+        }
+      }
+      for (int j = 0; j < 8; ++j) {
+        _mm512_storeu_ps(s0 + (c0 + j) * 16, a[j]);
+        _mm512_storeu_ps(s1 + (c0 + j) * 16, b[j]);
+      }
+    }
+    StoreGroup(s0, dim, 1.0f, mean, tokens, rope, g, out);
+    if (two) StoreGroup(s1, dim, 1.0f, mean, tokens, rope, g + 1, out);
+  }
 }
 
 // The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
@@ -462,6 +514,43 @@ void SetPcaAmxEncodeEnabledForTest(bool enabled) { g_encode_enabled_for_test.sto
 
 bool PcaAmxEncodeAvailable() {
   return PcaAmxAvailable() && g_encode_enabled_for_test.load(std::memory_order_relaxed);
+}
+
+bool PcaLanesSupported() {
+#ifdef STRATA_PCA_AMX
+  static const bool detected = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return detected;
+#else
+  return false;
+#endif
+}
+
+uint64_t PcaLanesHeadsDecoded() { return g_heads_decoded_in_lanes.load(std::memory_order_relaxed); }
+
+void BuildPcaLanesAxes(const float* basis, const uint32_t* coords, size_t n, size_t dim,
+                       std::vector<float>* axes) {
+  axes->assign(dim * n, 0.0f);
+  if (dim % 32 != 0) return;
+  for (size_t c0 = 0; c0 < dim; c0 += 8)
+    for (size_t k = 0; k < n; ++k)
+      for (size_t j = 0; j < 8; ++j)
+        (*axes)[c0 * n + k * 8 + j] = basis[size_t{coords[k]} * dim + c0 + j];
+}
+
+void PcaReconstructLanes(const float* yt, size_t tp, size_t tokens, size_t n,
+                         const std::vector<float>& axes, size_t dim, const float* mean,
+                         const PcaRope* rope, const PcaRows& out, std::vector<float>* scratch) {
+#ifdef STRATA_PCA_AMX
+  ReconstructLanes(yt, tp, tokens, n, axes.data(), dim, mean, rope, out, scratch);
+  g_heads_decoded_in_lanes.fetch_add(1, std::memory_order_relaxed);
+#else
+  (void)yt, (void)tp, (void)tokens, (void)n, (void)axes, (void)dim, (void)mean, (void)rope,
+      (void)out, (void)scratch;
+#endif
 }
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }

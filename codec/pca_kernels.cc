@@ -354,6 +354,8 @@ void RopeRowsImpl(float* x, size_t tokens, size_t heads, size_t dim, const float
   }
 }
 
+bool DispatchesToAvx512Impl() { return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL; }
+
 bool AllFiniteImpl(const float* x, size_t n) {
   const hn::ScalableTag<uint32_t> du;
   const hn::RebindToFloat<decltype(du)> df;
@@ -387,6 +389,7 @@ HWY_EXPORT(EmitRuns16Impl);
 HWY_EXPORT(DequantRuns8Impl);
 HWY_EXPORT(DequantRuns16Impl);
 HWY_EXPORT(AllFiniteImpl);
+HWY_EXPORT(DispatchesToAvx512Impl);
 
 void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
                 double* err2) {
@@ -427,6 +430,7 @@ void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, in
   HWY_DYNAMIC_DISPATCH(DequantRuns16Impl)(sym, runs, run, stride, offset, step, out);
 }
 bool AllFinite(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(x, n); }
+bool DispatchesToAvx512() { return HWY_DYNAMIC_DISPATCH(DispatchesToAvx512Impl)(); }
 
 }  // namespace strata::codec::internal
 #endif  // HWY_ONCE

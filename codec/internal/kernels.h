@@ -132,6 +132,9 @@ void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, in
                  float step, float* out);
 // Whether every value is finite.
 bool AllFinite(const float* x, size_t n);
+// Whether the kernels above run their AVX-512 versions (the target Highway dispatches to; tests
+// pin others): cheap, unlike asking Highway, which detects the CPU again on every call.
+bool DispatchesToAvx512();
 
 // Name of the SIMD target in use (for benchmark reports).
 const char* SimdTargetName();
