@@ -22,19 +22,18 @@
 // (x_d - mean_d)^2 in d order, heads in order, then per coded coordinate in ascending order
 // (y_k - q_k step_k)^2 - y_k^2, heads in order) that pick the exact tokens. Decoder:
 // x_d = mean_d + sum over the head's coded coordinates, in slot order, of (q_k step_k)
-// basis[k][d]. The kernels (pca_kernels.cc) compute these sums on every SIMD target, the
-// encoder's exactly, with tokens in the vector lanes ([d][t] and [k][t] arrays, the tokens padded
-// to a multiple of 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded, each
-// term added by a fused multiply-add where the target has one (half the instructions; the
-// decoded values then differ from a target without FMA in their last bits). Both are
-// dense: at 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each
-// output value costs about head_dim multiply-adds, and the kernels run near the core's
-// multiply-add throughput (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder
-// computes the same sums as bf16 matrix products instead (pca_amx.cc, twice as fast end to end),
-// equal to these up to float rounding (not bit for bit: the sums' order differs), and so does
-// the encoder's projection: its symbols then differ from these only for coordinates within
-// float rounding of a rounding boundary (the exact tokens may follow), so blobs of the same
-// block may differ between CPUs with and without AMX; either decodes everywhere.
+// basis[k][d]. The kernels (pca_kernels.cc) compute these sums on every SIMD target, each term
+// added by a fused multiply-add where the target has one (half the instructions), with tokens in
+// the vector lanes for the encoder ([d][t] and [k][t] arrays, the tokens padded to a multiple of
+// 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded (on AVX-512 cores in
+// token lanes, pca_amx.cc). Both are dense: at 1.5-3 bits/value 82-98 % of the coordinates are
+// coded (Qwen2.5, SmolLM2), so each output value costs about head_dim multiply-adds
+// (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder computes the same sums
+// as bf16 matrix products instead (pca_amx.cc), equal to these up to float rounding (not bit for
+// bit: the sums' order differs), and so does the encoder's projection. Between targets with and
+// without FMA, and CPUs with and without AMX, a coordinate within float rounding of a rounding
+// boundary may then take another step (the exact tokens may follow) and decoded values differ
+// in their last bits: blobs of the same block may differ between machines; each decodes on all.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "codec/internal/kernels.h"
 #include "hwy/highway.h"
@@ -49,13 +50,19 @@ void PcaCenterTImpl(float* xt, size_t tp, size_t dim, const float* mean, double*
 
 // Four coordinates by four token vectors per step of d: 4 loads and 4 broadcasts per 16
 // multiply-adds. Token chunks outside, so that a chunk's [d][t] columns stay in L1 while every
-// coordinate is projected on them.
+// coordinate is projected on them: packed, since xt's rows lie tp floats apart, which for whole
+// blocks (tp 256: 1 KiB) maps them to a quarter of L1's sets.
 void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
                      const uint32_t* coords, size_t n, float* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
+  thread_local std::vector<float> packed;
+  packed.resize(dim * 4 * N);
   size_t t = 0;
   for (; t + 4 * N <= tp; t += 4 * N) {
+    for (size_t i = 0; i < dim; ++i)
+      for (size_t j = 0; j < 4; ++j)
+        hn::StoreU(hn::LoadU(d, xt + i * tp + t + j * N), d, packed.data() + (i * 4 + j) * N);
     size_t k = 0;
     for (; k + 4 <= n; k += 4) {
       const float* b0 = basis + size_t{coords[k]} * dim;
@@ -67,29 +74,29 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
       auto s20 = s00, s21 = s00, s22 = s00, s23 = s00;
       auto s30 = s00, s31 = s00, s32 = s00, s33 = s00;
       for (size_t i = 0; i < dim; ++i) {
-        const float* x = xt + i * tp + t;
+        const float* x = packed.data() + i * 4 * N;
         const auto x0 = hn::LoadU(d, x), x1 = hn::LoadU(d, x + N);
         const auto x2 = hn::LoadU(d, x + 2 * N), x3 = hn::LoadU(d, x + 3 * N);
         auto c = hn::Set(d, b0[i]);
-        s00 = hn::Add(s00, hn::Mul(x0, c));
-        s01 = hn::Add(s01, hn::Mul(x1, c));
-        s02 = hn::Add(s02, hn::Mul(x2, c));
-        s03 = hn::Add(s03, hn::Mul(x3, c));
+        s00 = hn::MulAdd(x0, c, s00);
+        s01 = hn::MulAdd(x1, c, s01);
+        s02 = hn::MulAdd(x2, c, s02);
+        s03 = hn::MulAdd(x3, c, s03);
         c = hn::Set(d, b1[i]);
-        s10 = hn::Add(s10, hn::Mul(x0, c));
-        s11 = hn::Add(s11, hn::Mul(x1, c));
-        s12 = hn::Add(s12, hn::Mul(x2, c));
-        s13 = hn::Add(s13, hn::Mul(x3, c));
+        s10 = hn::MulAdd(x0, c, s10);
+        s11 = hn::MulAdd(x1, c, s11);
+        s12 = hn::MulAdd(x2, c, s12);
+        s13 = hn::MulAdd(x3, c, s13);
         c = hn::Set(d, b2[i]);
-        s20 = hn::Add(s20, hn::Mul(x0, c));
-        s21 = hn::Add(s21, hn::Mul(x1, c));
-        s22 = hn::Add(s22, hn::Mul(x2, c));
-        s23 = hn::Add(s23, hn::Mul(x3, c));
+        s20 = hn::MulAdd(x0, c, s20);
+        s21 = hn::MulAdd(x1, c, s21);
+        s22 = hn::MulAdd(x2, c, s22);
+        s23 = hn::MulAdd(x3, c, s23);
         c = hn::Set(d, b3[i]);
-        s30 = hn::Add(s30, hn::Mul(x0, c));
-        s31 = hn::Add(s31, hn::Mul(x1, c));
-        s32 = hn::Add(s32, hn::Mul(x2, c));
-        s33 = hn::Add(s33, hn::Mul(x3, c));
+        s30 = hn::MulAdd(x0, c, s30);
+        s31 = hn::MulAdd(x1, c, s31);
+        s32 = hn::MulAdd(x2, c, s32);
+        s33 = hn::MulAdd(x3, c, s33);
       }
       float* o = y + k * tp + t;
       hn::StoreU(s00, d, o);
@@ -116,12 +123,12 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
       const float* b0 = basis + size_t{coords[k]} * dim;
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t i = 0; i < dim; ++i) {
-        const float* x = xt + i * tp + t;
+        const float* x = packed.data() + i * 4 * N;
         const auto c = hn::Set(d, b0[i]);
-        s0 = hn::Add(s0, hn::Mul(hn::LoadU(d, x), c));
-        s1 = hn::Add(s1, hn::Mul(hn::LoadU(d, x + N), c));
-        s2 = hn::Add(s2, hn::Mul(hn::LoadU(d, x + 2 * N), c));
-        s3 = hn::Add(s3, hn::Mul(hn::LoadU(d, x + 3 * N), c));
+        s0 = hn::MulAdd(hn::LoadU(d, x), c, s0);
+        s1 = hn::MulAdd(hn::LoadU(d, x + N), c, s1);
+        s2 = hn::MulAdd(hn::LoadU(d, x + 2 * N), c, s2);
+        s3 = hn::MulAdd(hn::LoadU(d, x + 3 * N), c, s3);
       }
       float* o = y + k * tp + t;
       hn::StoreU(s0, d, o);
@@ -140,10 +147,10 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t i = 0; i < dim; ++i) {
         const auto x = hn::LoadU(d, xt + i * tp + t);
-        s0 = hn::Add(s0, hn::Mul(x, hn::Set(d, b0[i])));
-        s1 = hn::Add(s1, hn::Mul(x, hn::Set(d, b1[i])));
-        s2 = hn::Add(s2, hn::Mul(x, hn::Set(d, b2[i])));
-        s3 = hn::Add(s3, hn::Mul(x, hn::Set(d, b3[i])));
+        s0 = hn::MulAdd(x, hn::Set(d, b0[i]), s0);
+        s1 = hn::MulAdd(x, hn::Set(d, b1[i]), s1);
+        s2 = hn::MulAdd(x, hn::Set(d, b2[i]), s2);
+        s3 = hn::MulAdd(x, hn::Set(d, b3[i]), s3);
       }
       hn::StoreU(s0, d, y + k * tp + t);
       hn::StoreU(s1, d, y + (k + 1) * tp + t);
@@ -154,7 +161,7 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
       const float* b0 = basis + size_t{coords[k]} * dim;
       auto s0 = hn::Zero(d);
       for (size_t i = 0; i < dim; ++i)
-        s0 = hn::Add(s0, hn::Mul(hn::LoadU(d, xt + i * tp + t), hn::Set(d, b0[i])));
+        s0 = hn::MulAdd(hn::LoadU(d, xt + i * tp + t), hn::Set(d, b0[i]), s0);
       hn::StoreU(s0, d, y + k * tp + t);
     }
   }
@@ -355,6 +362,7 @@ void RopeRowsImpl(float* x, size_t tokens, size_t heads, size_t dim, const float
 }
 
 bool DispatchesToAvx512Impl() { return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL; }
+bool FusesMultiplyAddsImpl() { return HWY_NATIVE_FMA != 0; }
 
 bool AllFiniteImpl(const float* x, size_t n) {
   const hn::ScalableTag<uint32_t> du;
@@ -390,6 +398,7 @@ HWY_EXPORT(DequantRuns8Impl);
 HWY_EXPORT(DequantRuns16Impl);
 HWY_EXPORT(AllFiniteImpl);
 HWY_EXPORT(DispatchesToAvx512Impl);
+HWY_EXPORT(FusesMultiplyAddsImpl);
 
 void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
                 double* err2) {
@@ -431,6 +440,7 @@ void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, in
 }
 bool AllFinite(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(x, n); }
 bool DispatchesToAvx512() { return HWY_DYNAMIC_DISPATCH(DispatchesToAvx512Impl)(); }
+bool FusesMultiplyAdds() { return HWY_DYNAMIC_DISPATCH(FusesMultiplyAddsImpl)(); }
 
 }  // namespace strata::codec::internal
 #endif  // HWY_ONCE

@@ -100,7 +100,8 @@ void MergeBytes(const uint8_t* lo, const uint8_t* hi, uint16_t* w, size_t n);
 void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
                 double* err2);
 // y[k][t] = 0 + sum over d < dim of basis[coords[k]][d] * xt[d][t], the products added in d
-// order; k < n, t < tp; basis rows are dim floats.
+// order, each with one rounding (fused multiply-add) on targets that have it (FusesMultiplyAdds),
+// with two on those that do not; k < n, t < tp; basis rows are dim floats.
 void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
                  const uint32_t* coords, size_t n, float* y);
 // Per token t < tp: q = clamp(round(y * inv_step)) (half to even), err2[t] += (y - q step)^2 -
@@ -108,10 +109,10 @@ void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
                   double* err2, int32_t* max_abs);
 // out[t][c] = mean[c] + sum over k < n of yt[k][t] * basis[coords[k]][c], the products added in
-// k order; t < rows, c < dim, out rows out_stride floats apart. Each product is added with one
-// rounding (fused multiply-add) on targets that have it, with two on those that do not: the
-// decoded values may differ between targets in their last bits (decoded bytes are compared
-// with nothing across machines; the encoder's kernels above stay exact on every target).
+// k order; t < rows, c < dim, out rows out_stride floats apart; fused as PcaProjectT. So a
+// coordinate within float rounding of a rounding boundary may quantise to another step, and a
+// decoded value differ in its last bits, between targets with and without FMA: blobs and decoded
+// bytes are compared with nothing across machines (the AMX kernels differ likewise).
 void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
                     const uint32_t* coords, size_t dim, const float* mean, float* out,
                     size_t out_stride);
@@ -135,6 +136,8 @@ bool AllFinite(const float* x, size_t n);
 // Whether the kernels above run their AVX-512 versions (the target Highway dispatches to; tests
 // pin others): cheap, unlike asking Highway, which detects the CPU again on every call.
 bool DispatchesToAvx512();
+// Whether the dispatched target fuses PcaProjectT's and PcaReconstruct's multiply-adds.
+bool FusesMultiplyAdds();
 
 // Name of the SIMD target in use (for benchmark reports).
 const char* SimdTargetName();

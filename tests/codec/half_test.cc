@@ -338,7 +338,10 @@ void CheckPcaKernelsMatchScalar() {
         for (size_t k = 0; k < n; ++k)
           for (size_t t = 0; t < tp; ++t) {
             float want = 0;
-            for (size_t d = 0; d < dim; ++d) want += xc[d * tp + t] * basis[coords[k] * dim + d];
+            for (size_t d = 0; d < dim; ++d) {
+              const float a = xc[d * tp + t], b = basis[coords[k] * dim + d];
+              want = internal::FusesMultiplyAdds() ? std::fma(a, b, want) : want + a * b;
+            }
             ASSERT_TRUE(same(y[k * tp + t], want)) << tp << " " << dim << " " << n;
           }
         // Reconstruction from [k][t] coordinates, rows < tp.
