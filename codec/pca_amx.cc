@@ -355,7 +355,7 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
 }
 
 // The float decoder's sum with the tokens in the vector lanes, for AVX-512 cores without AMX:
-// sums[c][t] = sum over k of yt[k][t] * basis[coords[k]][c], fused multiply-adds in k order, for
+// sums[c][t] = sum over k of yt[k][t] * axes(k, c), fused multiply-adds in k order, for
 // two groups of 16 tokens by 8 columns at a time (16 sums; per coordinate two token loads and 8
 // broadcasts of its axis). The sums are already the store pass's [c][16] layout, so the mean,
 // RoPE and the conversion to the block's type happen in the same pass as for the tiles.
