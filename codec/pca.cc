@@ -44,6 +44,7 @@
 #include "codec/internal/byte_io.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/internal/pca_avx512.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
@@ -130,6 +131,7 @@ struct PcaPlan {
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
     PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
     std::vector<float> lanes;  // the decoder's axes in token lanes (AVX-512), where supported
+    PcaVnniAxes vnni;          // and as int16 for VNNI, where the CPU has it
     // The finest step over the spread of the head's vectors (internal::NeedsSplitOperands).
     double finest_step_to_spread = 0;
   };
@@ -198,6 +200,9 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
           PcaPlan::Head& hp = sp.heads[h];
           BuildPcaLanesAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
                             hp.dec_coord.size(), D, &hp.lanes);
+          if (PcaVnniSupported())
+            BuildPcaVnniAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
+                             hp.dec_step.data(), hp.dec_coord.size(), D, &hp.vnni);
         }
       if (PcaAmxSupported())
         for (uint32_t h = 0; h < H; ++h) {
@@ -474,6 +479,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   // Without AMX, AVX-512 cores sum with the tokens in the vector lanes, through the tiles' store
   // pass; where Highway would dispatch to another target (tests pin each), the float kernels.
   const bool lanes = !amx && D % 32 == 0 && PcaLanesSupported() && DispatchesToAvx512();
+  const bool vnni = lanes && PcaVnniAvailable();  // on byte symbols, where the plan has the axes
   // When every head goes through the tiles or the lanes, they also rotate the keys and convert
   // to the block's type (two passes less).
   bool direct = (amx || lanes) && coded > 0 && s.dtype != DType::kFloat8E4M3;
@@ -505,6 +511,12 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
         const bool split = NeedsSplitOperands(hp.finest_step_to_spread * step_scale);
         PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, split, D, step_scale,
                           ht.mean.data(), direct_rope ? &angles : nullptr, head_rows, &sc->amx);
+        continue;
+      }
+      if (direct && vnni && sizeof(*syms) == 1 && hp.vnni.pairs > 0) {
+        const PcaSymbols ps{syms, false, nslots, T, int32_t{maxq}};
+        PcaReconstructVnni(ps, hp.dec_slot.data(), n, hp.vnni, D, step_scale, ht.mean.data(),
+                           direct_rope ? &angles : nullptr, head_rows, &sc->amx.sums);
         continue;
       }
       yt.resize(std::max<size_t>(1, n * tp));

@@ -5,9 +5,8 @@
 // slots. Each 16 x 16 block of sums is then transposed to token rows, scaled (the section's
 // step scale) and the mean added, the keys rotated and the rows written in the block's type, in
 // one pass.
-// The same store pass serves the float decoder's sum on AVX-512 cores without AMX (token lanes).
-// Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable() (the
-// tiles) or PcaLanesSupported() (the token lanes).
+// The store pass (internal/pca_store_avx512.h) is shared with the AVX-512 decoders without AMX.
+// Functions carry their own target attributes: nothing here runs unless PcaAmxAvailable().
 #include "codec/internal/pca_amx.h"
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <cstring>
 
 #include "codec/half.h"
+#include "codec/internal/pca_store_avx512.h"
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -33,12 +33,18 @@ namespace strata::codec::internal {
 
 namespace {
 
+#ifdef STRATA_PCA_AMX
+using avx512::PairIndex;
+using avx512::RoundToBf16;
+using avx512::StoreGroup;
+using avx512::Transpose16;
+#endif
+
 std::atomic<bool> g_enabled_for_test{true};
 std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
 std::atomic<uint64_t> g_heads_decoded_in_bf16{0};
 std::atomic<uint64_t> g_heads_projected_in_bf16{0};
-std::atomic<uint64_t> g_heads_decoded_in_lanes{0};
 
 #ifdef STRATA_PCA_AMX
 
@@ -69,8 +75,6 @@ bool DetectAmx() {
 
 #define STRATA_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
-// The store pass and the token-lane decoder need AVX-512 alone (the AMX code inlines them).
-#define STRATA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 struct TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -78,13 +82,6 @@ struct TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-// Word i of the result: word i / 2 of the low half for even i, of the high half for odd i.
-STRATA_AMX_TARGET inline __m512i PairIndex() {
-  alignas(64) uint16_t idx[32];
-  for (int i = 0; i < 32; ++i) idx[i] = static_cast<uint16_t>((i & 1) ? 16 + i / 2 : i / 2);
-  return _mm512_load_si512(idx);
-}
 
 // The coordinates (symbol - maxq) of one slot for the 16 tokens of group g, as floats; zero
 // for tokens past the end.
@@ -111,14 +108,6 @@ STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, 
     }
   }
   return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
-}
-
-// x rounded to bf16 (nearest even, as FloatToBF16 for finite x), as a float.
-STRATA_AVX512_TARGET inline __m512 RoundToBf16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(-65536)));
 }
 
 // Two vectors of 16 coordinates as 16 bf16 pairs (a[i], b[i]).
@@ -161,101 +150,6 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
     _mm512_storeu_si512(lo + kp * 32, Pairs(a_lo, b_lo, idx));
   }
   return rest != 0;
-}
-
-// r[i] <- column i of the 16 x 16 block r.
-STRATA_AVX512_TARGET inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-  }
-}
-
-// Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + scale * sums[c][t].
-STRATA_AVX512_TARGET inline void LoadRows(const float* sums, __m512 scale, const float* mean,
-                                          size_t c0, __m512 r[16]) {
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
-  Transpose16(r);
-  const __m512 m = _mm512_loadu_ps(mean + c0);
-  for (int t = 0; t < 16; ++t) r[t] = _mm512_fmadd_ps(r[t], scale, m);
-}
-
-// 16 values of row t at column c.
-template <PcaRows::Type kType>
-STRATA_AVX512_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512 v) {
-  const size_t at = t * out.stride + c;
-  if constexpr (kType == PcaRows::Type::kFloat32) {
-    _mm512_storeu_ps(static_cast<float*>(out.data) + at, v);
-  } else if constexpr (kType == PcaRows::Type::kFloat16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  } else {  // FloatToBF16's rounding (vcvtneps2bf16 would flush subnormals)
-    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(RoundToBf16(v)), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
-                        _mm512_cvtepi32_epi16(bits));
-  }
-}
-
-// A group's token rows (out's rows first_token ...) from its sums [c][16]: mean[c] +
-// scale * sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
-template <PcaRows::Type kType>
-STRATA_AVX512_TARGET void StoreRows(const float* sums, size_t dim, float scale,
-                                    const float* mean, size_t rows, const PcaRope* rope,
-                                    size_t first_token, const PcaRows& out) {
-  const __m512 sc = _mm512_set1_ps(scale);
-  __m512 a[16], b[16];
-  if (!rope) {
-    for (size_t c0 = 0; c0 < dim; c0 += 16) {
-      LoadRows(sums, sc, mean, c0, a);
-      for (size_t t = 0; t < rows; ++t) Put<kType>(out, first_token + t, c0, a[t]);
-    }
-    return;
-  }
-  const size_t half = dim / 2;
-  for (size_t c0 = 0; c0 < half; c0 += 16) {
-    LoadRows(sums, sc, mean, c0, a);
-    LoadRows(sums, sc, mean, c0 + half, b);
-    for (size_t t = 0; t < rows; ++t) {
-      const size_t at = (first_token + t) * half + c0;
-      const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
-      Put<kType>(out, first_token + t, c0,
-                 _mm512_sub_ps(_mm512_mul_ps(a[t], c), _mm512_mul_ps(b[t], s)));
-      Put<kType>(out, first_token + t, c0 + half,
-                 _mm512_add_ps(_mm512_mul_ps(b[t], c), _mm512_mul_ps(a[t], s)));
-    }
-  }
-}
-
-STRATA_AVX512_TARGET void StoreGroup(const float* sums, size_t dim, float scale,
-                                     const float* mean, size_t tokens, const PcaRope* rope,
-                                     size_t g, const PcaRows& out) {
-  const size_t rows = std::min<size_t>(16, tokens - g * 16);
-  switch (out.type) {
-    case PcaRows::Type::kFloat32:
-      return StoreRows<PcaRows::Type::kFloat32>(sums, dim, scale, mean, rows, rope, g * 16, out);
-    case PcaRows::Type::kFloat16:
-      return StoreRows<PcaRows::Type::kFloat16>(sums, dim, scale, mean, rows, rope, g * 16, out);
-    case PcaRows::Type::kBFloat16:
-      return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, scale, mean, rows, rope, g * 16,
-                                                 out);
-  }
 }
 
 // Tiles: 0-3 sums (two groups of tokens x two blocks of 16 columns), 4 and 5 the axes of the
@@ -352,53 +246,6 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
     if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
   }
   _tile_release();
-}
-
-// The float decoder's sum with the tokens in the vector lanes, for AVX-512 cores without AMX:
-// sums[c][t] = sum over k of yt[k][t] * axes(k, c), fused multiply-adds in k order, for
-// two groups of 16 tokens by 8 columns at a time (16 sums; per coordinate two token loads and 8
-// broadcasts of its axis). The sums are already the store pass's [c][16] layout, so the mean,
-// RoPE and the conversion to the block's type happen in the same pass as for the tiles.
-STRATA_AVX512_TARGET void ReconstructLanes(const float* yt, size_t tp, size_t tokens, size_t n,
-                                           const float* axes, size_t dim, const float* mean,
-                                           const PcaRope* rope, const PcaRows& out,
-                                           std::vector<float>* scratch) {
-  const size_t groups = (tokens + 15) / 16;
-  scratch->resize(2 * dim * 16 + n * 32);
-  float* s0 = scratch->data();
-  float* s1 = s0 + dim * 16;
-  // The pair's coordinates, [k][32]: yt's rows lie tp floats apart, at a stride that maps them
-  // to a few L1 sets, and every column block reads them all again.
-  float* y = s1 + dim * 16;
-  for (size_t g = 0; g < groups; g += 2) {
-    const bool two = g + 1 < groups;
-    for (size_t k = 0; k < n; ++k) {
-      const float* from = yt + k * tp + g * 16;
-      _mm512_storeu_ps(y + k * 32, _mm512_loadu_ps(from));
-      // No second group: its sums are not stored.
-      _mm512_storeu_ps(y + k * 32 + 16, two ? _mm512_loadu_ps(from + 16) : _mm512_setzero_ps());
-    }
-    for (size_t c0 = 0; c0 < dim; c0 += 8) {
-      __m512 a[8], b[8];
-      for (int j = 0; j < 8; ++j) a[j] = b[j] = _mm512_setzero_ps();
-      const float* block = axes + c0 * n;  // [k][8]: coordinate k's axis at columns c0 ..
-      for (size_t k = 0; k < n; ++k) {
-        const __m512 v0 = _mm512_loadu_ps(y + k * 32), v1 = _mm512_loadu_ps(y + k * 32 + 16);
-        const float* row = block + k * 8;
-        for (int j = 0; j < 8; ++j) {
-          const __m512 w = _mm512_set1_ps(row[j]);
-          a[j] = _mm512_fmadd_ps(v0, w, a[j]);
-          b[j] = _mm512_fmadd_ps(v1, w, b[j]);
-        }
-      }
-      for (int j = 0; j < 8; ++j) {
-        _mm512_storeu_ps(s0 + (c0 + j) * 16, a[j]);
-        _mm512_storeu_ps(s1 + (c0 + j) * 16, b[j]);
-      }
-    }
-    StoreGroup(s0, dim, 1.0f, mean, tokens, rope, g, out);
-    if (two) StoreGroup(s1, dim, 1.0f, mean, tokens, rope, g + 1, out);
-  }
 }
 
 // The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
@@ -514,43 +361,6 @@ void SetPcaAmxEncodeEnabledForTest(bool enabled) { g_encode_enabled_for_test.sto
 
 bool PcaAmxEncodeAvailable() {
   return PcaAmxAvailable() && g_encode_enabled_for_test.load(std::memory_order_relaxed);
-}
-
-bool PcaLanesSupported() {
-#ifdef STRATA_PCA_AMX
-  static const bool detected = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  }();
-  return detected;
-#else
-  return false;
-#endif
-}
-
-uint64_t PcaLanesHeadsDecoded() { return g_heads_decoded_in_lanes.load(std::memory_order_relaxed); }
-
-void BuildPcaLanesAxes(const float* basis, const uint32_t* coords, size_t n, size_t dim,
-                       std::vector<float>* axes) {
-  axes->assign(dim * n, 0.0f);
-  if (dim % 32 != 0) return;
-  for (size_t c0 = 0; c0 < dim; c0 += 8)
-    for (size_t k = 0; k < n; ++k)
-      for (size_t j = 0; j < 8; ++j)
-        (*axes)[c0 * n + k * 8 + j] = basis[size_t{coords[k]} * dim + c0 + j];
-}
-
-void PcaReconstructLanes(const float* yt, size_t tp, size_t tokens, size_t n,
-                         const std::vector<float>& axes, size_t dim, const float* mean,
-                         const PcaRope* rope, const PcaRows& out, std::vector<float>* scratch) {
-#ifdef STRATA_PCA_AMX
-  ReconstructLanes(yt, tp, tokens, n, axes.data(), dim, mean, rope, out, scratch);
-  g_heads_decoded_in_lanes.fetch_add(1, std::memory_order_relaxed);
-#else
-  (void)yt, (void)tp, (void)tokens, (void)n, (void)axes, (void)dim, (void)mean, (void)rope,
-      (void)out, (void)scratch;
-#endif
 }
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }

@@ -124,23 +124,6 @@ void PcaReconstructAmx(const PcaSymbols& s, const uint32_t* slot, size_t n,
                        const float* mean, const PcaRope* rope, const PcaRows& out,
                        PcaAmxScratch* scratch);
 
-// Without AMX, on AVX-512 cores (PcaLanesSupported), the float decoder's sum with the tokens in
-// the vector lanes, written through the same store pass as the tiles': row t = mean[c] + sum over
-// k < n of yt[k][t] * basis[coords[k]][c] (yt: [k][tp] coordinates times their steps, tp tokens
-// rounded up to 16; fused multiply-adds in k order, the mean added last), rotated with `rope`
-// and converted as PcaReconstructAmx's rows. dim a multiple of 32. The axes are the basis rows
-// coords[k] by blocks of 8 columns, [c / 8][k][8] (BuildPcaLanesAxes, once per plan): read in
-// order (the basis rows' stride maps a column block of every row to a few L1 sets).
-// `scratch`: two groups' sums and coordinates.
-bool PcaLanesSupported();
-void BuildPcaLanesAxes(const float* basis, const uint32_t* coords, size_t n, size_t dim,
-                       std::vector<float>* axes);
-void PcaReconstructLanes(const float* yt, size_t tp, size_t tokens, size_t n,
-                         const std::vector<float>& axes, size_t dim, const float* mean,
-                         const PcaRope* rope, const PcaRows& out, std::vector<float>* scratch);
-// Heads this process has reconstructed in token lanes (tests: the path was taken).
-uint64_t PcaLanesHeadsDecoded();
-
 }  // namespace strata::codec::internal
 
 #endif  // STRATA_CODEC_INTERNAL_PCA_AMX_H_

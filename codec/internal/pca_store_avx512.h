@@ -1,0 +1,138 @@
+// The pca decoders' store pass on AVX-512 (the AMX tiles' and the token lanes'): a group of 16
+// tokens' sums, [c][16], become token rows (mean + scale * sum), rotated (RoPE) and converted to
+// the block's type in one pass. Header-only: each decoder's file inlines it under its own target.
+#ifndef STRATA_CODEC_INTERNAL_PCA_STORE_AVX512_H_
+#define STRATA_CODEC_INTERNAL_PCA_STORE_AVX512_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/internal/pca_amx.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define STRATA_PCA_AVX512 1
+// GCC 12's AVX-512 headers start conversions from _mm512_undefined_*(), which it then reports.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#define STRATA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+namespace strata::codec::internal::avx512 {
+
+// Word i of the result: word i / 2 of the low half for even i, of the high half for odd i.
+STRATA_AVX512_TARGET inline __m512i PairIndex() {
+  alignas(64) uint16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<uint16_t>((i & 1) ? 16 + i / 2 : i / 2);
+  return _mm512_load_si512(idx);
+}
+
+// x rounded to bf16 (nearest even, as FloatToBF16 for finite x), as a float.
+STRATA_AVX512_TARGET inline __m512 RoundToBf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(-65536)));
+}
+
+// r[i] <- column i of the 16 x 16 block r.
+STRATA_AVX512_TARGET inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// Columns c0 .. c0 + 15 of a group's token rows: r[t] = mean + scale * sums[c][t].
+STRATA_AVX512_TARGET inline void LoadRows(const float* sums, __m512 scale, const float* mean,
+                                          size_t c0, __m512 r[16]) {
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
+  Transpose16(r);
+  const __m512 m = _mm512_loadu_ps(mean + c0);
+  for (int t = 0; t < 16; ++t) r[t] = _mm512_fmadd_ps(r[t], scale, m);
+}
+
+// 16 values of row t at column c.
+template <PcaRows::Type kType>
+STRATA_AVX512_TARGET inline void Put(const PcaRows& out, size_t t, size_t c, __m512 v) {
+  const size_t at = t * out.stride + c;
+  if constexpr (kType == PcaRows::Type::kFloat32) {
+    _mm512_storeu_ps(static_cast<float*>(out.data) + at, v);
+  } else if constexpr (kType == PcaRows::Type::kFloat16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {  // FloatToBF16's rounding (vcvtneps2bf16 would flush subnormals)
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(RoundToBf16(v)), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out.data) + at),
+                        _mm512_cvtepi32_epi16(bits));
+  }
+}
+
+// A group's token rows (out's rows first_token ...) from its sums [c][16]: mean[c] +
+// scale * sums[c][t], then, with `rope`, rotated as RopeRows does (same operations, same bits).
+template <PcaRows::Type kType>
+STRATA_AVX512_TARGET inline void StoreRows(const float* sums, size_t dim, float scale,
+                                    const float* mean, size_t rows, const PcaRope* rope,
+                                    size_t first_token, const PcaRows& out) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 a[16], b[16];
+  if (!rope) {
+    for (size_t c0 = 0; c0 < dim; c0 += 16) {
+      LoadRows(sums, sc, mean, c0, a);
+      for (size_t t = 0; t < rows; ++t) Put<kType>(out, first_token + t, c0, a[t]);
+    }
+    return;
+  }
+  const size_t half = dim / 2;
+  for (size_t c0 = 0; c0 < half; c0 += 16) {
+    LoadRows(sums, sc, mean, c0, a);
+    LoadRows(sums, sc, mean, c0 + half, b);
+    for (size_t t = 0; t < rows; ++t) {
+      const size_t at = (first_token + t) * half + c0;
+      const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
+      Put<kType>(out, first_token + t, c0,
+                 _mm512_sub_ps(_mm512_mul_ps(a[t], c), _mm512_mul_ps(b[t], s)));
+      Put<kType>(out, first_token + t, c0 + half,
+                 _mm512_add_ps(_mm512_mul_ps(b[t], c), _mm512_mul_ps(a[t], s)));
+    }
+  }
+}
+
+STRATA_AVX512_TARGET inline void StoreGroup(const float* sums, size_t dim, float scale,
+                                     const float* mean, size_t tokens, const PcaRope* rope,
+                                     size_t g, const PcaRows& out) {
+  const size_t rows = std::min<size_t>(16, tokens - g * 16);
+  switch (out.type) {
+    case PcaRows::Type::kFloat32:
+      return StoreRows<PcaRows::Type::kFloat32>(sums, dim, scale, mean, rows, rope, g * 16, out);
+    case PcaRows::Type::kFloat16:
+      return StoreRows<PcaRows::Type::kFloat16>(sums, dim, scale, mean, rows, rope, g * 16, out);
+    case PcaRows::Type::kBFloat16:
+      return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, scale, mean, rows, rope, g * 16,
+                                                 out);
+  }
+}
+
+}  // namespace strata::codec::internal::avx512
+
+#endif
+#endif  // STRATA_CODEC_INTERNAL_PCA_STORE_AVX512_H_
