@@ -1,6 +1,7 @@
-// The pca decoders' store pass on AVX-512 (the AMX tiles' and the token lanes'): a group of 16
-// tokens' sums, [c][16], become token rows (mean + scale * sum), rotated (RoPE) and converted to
-// the block's type in one pass. Header-only: each decoder's file inlines it under its own target.
+// The pca decoders' store pass on AVX-512 (the AMX tiles', the token lanes' and VNNI's): a group
+// of 16 tokens' sums, [c][16], become token rows (mean + scale * sum), rotated (RoPE) and
+// converted to the block's type in one pass; with the helpers the decoders share. Header-only:
+// each decoder's file inlines it under its own target.
 #ifndef STRATA_CODEC_INTERNAL_PCA_STORE_AVX512_H_
 #define STRATA_CODEC_INTERNAL_PCA_STORE_AVX512_H_
 
