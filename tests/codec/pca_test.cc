@@ -735,6 +735,28 @@ TEST(PcaSections, VnniDecoderIsAsCloseAsTheFloatKernels) {
     EXPECT_LT(e.apart, 0.01 * e.b);
     EXPECT_NEAR(e.a, e.b, 0.01 * e.b);
   }
+  // Random calibrations: head_dim 64 with RoPE and a last group of 8 tokens (VNNI), head_dim 128
+  // with an outlier token (every section's symbols wider than bytes: the token lanes decode).
+  for (const Case& rc : {Case{1, 3, 64, 40, DType::kFloat16, KvKind::kSeparateKV, 1e4f, 18, {},
+                              1.0},
+                         Case{2, 2, 128, 72, DType::kFloat16, KvKind::kSeparateKV, 1e6f, 17, {}}}) {
+    SCOPED_TRACE(::testing::Message() << "D=" << rc.dim << " T=" << rc.tokens);
+    PcaSetup s(rc, 1000);
+    std::vector<uint8_t> blob, vnni(s.block.size()), floats(s.block.size());
+    ASSERT_TRUE(s.enc.Encode(s.layout, s.p, s.block, &blob).ok());
+    const uint64_t before = internal::PcaVnniHeadsDecoded();
+    ASSERT_TRUE(s.dec.Decode(blob, vnni).ok());
+    if (rc.outlier == 1.0) {
+      EXPECT_GT(internal::PcaVnniHeadsDecoded() - before, 0u);
+    }
+    internal::SetPcaVnniEnabledForTest(false);
+    ASSERT_TRUE(s.dec.Decode(blob, floats).ok());
+    internal::SetPcaVnniEnabledForTest(true);
+    const SquaredErrors e = Fp16Errors(s.block, vnni, floats);
+    EXPECT_GT(e.b, 0);
+    EXPECT_LT(e.apart, 0.01 * e.b);
+    EXPECT_NEAR(e.a, e.b, 0.01 * e.b);
+  }
   internal::SetPcaAmxEnabledForTest(true);
 }
 
