@@ -81,7 +81,7 @@ STRATA_VNNI_TARGET inline __m256i SlotWords(const uint8_t* sym, const PcaSymbols
   const size_t full = s.tokens / 16, rest = s.tokens % 16;
   if (g < full) {
     const __m128i v =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sym + g * 16 * s.nslots + j * 16));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sym + (g * s.nslots + j) * 16));
     return _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), maxq);
   }
   const __mmask16 live = static_cast<__mmask16>((1u << rest) - 1);
