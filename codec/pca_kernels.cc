@@ -281,7 +281,10 @@ void PcaReconstructImpl(const float* yt, size_t tp, size_t rows, size_t n, const
   for (; c < dim; ++c)
     for (size_t t = 0; t < rows; ++t) {
       float s = mean[c];
-      for (size_t k = 0; k < n; ++k) s += yt[k * tp + t] * basis[size_t{coords[k]} * dim + c];
+      for (size_t k = 0; k < n; ++k) {
+        const float a = yt[k * tp + t], b = basis[size_t{coords[k]} * dim + c];
+        s = HWY_NATIVE_FMA ? std::fma(a, b, s) : s + a * b;  // as the vectors add
+      }
       out[t * out_stride + c] = s;
     }
 }
