@@ -25,10 +25,10 @@
 // basis[k][d]. The kernels (pca_kernels.cc) compute these sums on every SIMD target, each term
 // added by a fused multiply-add where the target has one (half the instructions), with tokens in
 // the vector lanes for the encoder ([d][t] and [k][t] arrays, the tokens padded to a multiple of
-// 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded (on AVX-512 cores in
-// token lanes, pca_amx.cc). Both are dense: at 1.5-3 bits/value 82-98 % of the coordinates are
-// coded (Qwen2.5, SmolLM2), so each output value costs about head_dim multiply-adds
-// (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder computes the same sums
+// 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded (on AVX-512 cores
+// without AMX in token lanes, or as VNNI dot products: pca_avx512.cc). Both are dense: at
+// 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each output
+// value costs about head_dim multiply-adds (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder computes the same sums
 // as bf16 matrix products instead (pca_amx.cc), equal to these up to float rounding (not bit for
 // bit: the sums' order differs), and so does the encoder's projection. Between targets with and
 // without FMA, and CPUs with and without AMX, a coordinate within float rounding of a rounding
@@ -195,7 +195,8 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
         hp.dec_slot.push_back(static_cast<uint32_t>(j));
         hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
       }
-      if (PcaLanesSupported() && D % 32 == 0)
+      // The AVX-512 decoders' axes only where the tiles are not there to take their place.
+      if (PcaLanesSupported() && !PcaAmxSupported() && D % 32 == 0)
         for (uint32_t h = 0; h < H; ++h) {
           PcaPlan::Head& hp = sp.heads[h];
           BuildPcaLanesAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
@@ -477,8 +478,10 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   const bool amx = PcaAmxAvailable();
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   // Without AMX, AVX-512 cores sum with the tokens in the vector lanes, through the tiles' store
-  // pass; where Highway would dispatch to another target (tests pin each), the float kernels.
-  const bool lanes = !amx && D % 32 == 0 && PcaLanesSupported() && DispatchesToAvx512();
+  // pass; where Highway would dispatch to another target (tests pin each), or AMX is only
+  // switched off (tests), the float kernels.
+  const bool lanes = !PcaAmxSupported() && D % 32 == 0 && PcaLanesSupported() &&
+                     DispatchesToAvx512();
   const bool vnni = lanes && PcaVnniAvailable();  // on byte symbols, where the plan has the axes
   // When every head goes through the tiles or the lanes, they also rotate the keys and convert
   // to the block's type (two passes less).

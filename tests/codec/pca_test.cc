@@ -456,6 +456,7 @@ TEST(PcaSections, SameBlobAndOutputOnEveryTarget) {
 // AVX-512 target); where Highway is pinned to another target the float kernels decode.
 TEST(PcaSections, Avx512CoresDecodeInTokenLanes) {
   if (!internal::PcaLanesSupported()) GTEST_SKIP() << "this CPU offers no AVX-512";
+  if (internal::PcaAmxSupported()) GTEST_SKIP() << "AMX tiles decode on this CPU";
   internal::SetPcaAmxEnabledForTest(false);
   internal::SetPcaVnniEnabledForTest(false);
   for (const uint32_t dim : {64u, 128u}) {
@@ -709,11 +710,12 @@ TEST(PcaSections, AmxDecoderTakesOneProductAtCoarseSteps) {
 }
 
 // With VNNI (and no AMX), byte symbols are summed as integer dot products with int16 axes:
-// the heads of byte sections take them, and the decoded block is as far from the input as the float kernels'
-// (within 1 % of the codec's error energy) and apart from theirs by < 1 % of it, at the
-// calibrated steps and at 16x finer ones.
+// the heads of byte sections take them, and the decoded block is as far from the input as the
+// float kernels' (within 1 % of the codec's error energy) and apart from theirs by < 1 % of
+// it, at the calibrated steps and at 16x finer ones.
 TEST(PcaSections, VnniDecoderIsAsCloseAsTheFloatKernels) {
   if (!internal::PcaVnniSupported()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI";
+  if (internal::PcaAmxSupported()) GTEST_SKIP() << "AMX tiles decode on this CPU";
   internal::SetPcaAmxEnabledForTest(false);
   CalibratedAtLowRate c(5);
   CodecParams& p = c.p;
