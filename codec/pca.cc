@@ -28,12 +28,13 @@
 // 16), the decoder's on 4 tokens x 4 column vectors per basis row loaded (on AVX-512 cores
 // without AMX in token lanes, or as VNNI dot products: pca_avx512.cc). Both are dense: at
 // 1.5-3 bits/value 82-98 % of the coordinates are coded (Qwen2.5, SmolLM2), so each output
-// value costs about head_dim multiply-adds (docs/codec.md, "Pca speed"). Where the CPU has AMX tiles the decoder computes the same sums
-// as bf16 matrix products instead (pca_amx.cc), equal to these up to float rounding (not bit for
-// bit: the sums' order differs), and so does the encoder's projection. Between targets with and
-// without FMA, and CPUs with and without AMX, a coordinate within float rounding of a rounding
-// boundary may then take another step (the exact tokens may follow) and decoded values differ
-// in their last bits: blobs of the same block may differ between machines; each decodes on all.
+// value costs about head_dim multiply-adds (docs/codec.md, "Pca speed"). Where the CPU has AMX
+// tiles the decoder computes the same sums as bf16 matrix products instead (pca_amx.cc), equal
+// to these up to float rounding (not bit for bit: the sums' order differs), and so does the
+// encoder's projection. Between targets with and without FMA, and CPUs with and without AMX,
+// a coordinate within float rounding of a rounding boundary may then take another step (the
+// exact tokens may follow) and decoded values differ in their last bits: blobs of the same
+// block may differ between machines; each decodes on all.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
