@@ -108,6 +108,9 @@ void strata_options_set_same_node(strata_options_t* o, int on) { o->options.same
 void strata_options_set_fetch_transfer(strata_options_t* o, const char* how) {
   o->options.fetch_transfer = OrEmpty(how);
 }
+void strata_options_set_fetch_bypasses_cache(strata_options_t* o, int on) {
+  o->options.fetch_bypasses_cache = on;
+}
 void strata_options_set_vllm_hash_seed(strata_options_t* o, const char* seed) {
   o->options.vllm_hash_seed = OrEmpty(seed);
 }

@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
                                                     : absl::Microseconds(std::atoll(us));
   data.transfer_timeout = options.transfer_timeout;
   data.same_node = options.same_node;
+  data.fetch_bypasses_cache = options.fetch_bypasses_cache;
   data.log = options.log;
   ControlChannel* channel = link->control_.get();
   STRATA_ASSIGN_OR_RETURN(link->mover_, DataMover::Connect(std::move(data), [channel] {
@@ -191,7 +192,8 @@ bool DaemonLink::FetchSmallInOne(const NamespaceId& ns, std::span<const BlockId>
   std::vector<uint8_t> intact(plan.moving.size(), 1);
   for (size_t k = 0; k < plan.moving.size(); ++k) {
     const BlockMove& m = plan.moves[k];
-    const uint32_t crc = CopyWithCrc32c(m.local, got->bytes.data() + at[plan.moving[k]], m.length);
+    const uint32_t crc = mover_->CopyFetched(m.local, got->bytes.data() + at[plan.moving[k]],
+                                             m.length);
     if (verify && crc != m.crc32c) intact[k] = 0;
   }
   Finish(into, plan, std::move(intact), r);

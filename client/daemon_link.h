@@ -38,7 +38,8 @@ struct FetchLanding {
 class DaemonLink {
  public:
   // Uses endpoint, client_name, auth_token, tls, rpc_timeout, lookup_fast_path,
-  // transfer_timeout, verify_crc, fetch_transfer, same_node and log of `options`.
+  // transfer_timeout, verify_crc, fetch_transfer, fetch_bypasses_cache, same_node and log of
+  // `options`.
   static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options);
   // The same with the token and TLS already loaded (`options.auth_token` and `.tls` unused): a
   // daemon dialing other nodes reads its certificate files once, at start.

@@ -124,6 +124,11 @@ class DataMover::LandingChecks {
 DataMover::DataMover(DataMoverOptions options, Dialer dial)
     : options_(std::move(options)), dial_(std::move(dial)) {}
 
+uint32_t DataMover::CopyFetched(void* dst, const void* src, size_t n) const {
+  return options_.fetch_bypasses_cache ? CopyWithCrc32cStreaming(dst, src, n)
+                                       : CopyWithCrc32c(dst, src, n);
+}
+
 absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions options,
                                                               Dialer dial) {
   std::unique_ptr<DataMover> m(new DataMover(std::move(options), std::move(dial)));
@@ -534,9 +539,10 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
     uint8_t* dst = direction == Direction::kGet ? local : remote;
     const uint8_t* src = direction == Direction::kGet ? remote : local;
     // A published block is read again only by a later fetch: its bytes bypass the caches.
-    if (checksum)
+    // Unchecked fetched bytes take the checksumming copy too where they bypass them.
+    if (checksum || (direction == Direction::kGet && options_.fetch_bypasses_cache))
       piece_crcs[i] = direction == Direction::kPut ? CopyWithCrc32cStreaming(dst, src, p.len)
-                                                   : CopyWithCrc32c(dst, src, p.len);
+                                                   : CopyFetched(dst, src, p.len);
     else
       std::memcpy(dst, src, p.len);
   });
@@ -817,11 +823,12 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   }
   // The bytes are in cache now: checked in the same pass as the copy, not again from memory
   // (or on the helper thread, whose wake-up costs more than a small block's check).
-  if (w.checks->verify()) {
-    w.checks->Copied(index,
-                     CopyWithCrc32c(w.blocks[index].local, m.data.data(), m.data.size()));
+  void* const dst = w.blocks[index].local;
+  if (w.checks->verify() || options_.fetch_bypasses_cache) {
+    const uint32_t crc = CopyFetched(dst, m.data.data(), m.data.size());
+    if (w.checks->verify()) w.checks->Copied(index, crc);
   } else {
-    std::memcpy(w.blocks[index].local, m.data.data(), m.data.size());
+    std::memcpy(dst, m.data.data(), m.data.size());
   }
   ++w.done;
   return false;

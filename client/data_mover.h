@@ -79,6 +79,9 @@ struct DataMoverOptions {
   // wait_spin): polls for wait_spin, then polls between yields for wait_yield, then sleeps.
   absl::Duration wait_spin = absl::InfiniteDuration();
   absl::Duration wait_yield = absl::InfiniteDuration();
+  // Fetched blocks copied into the caller's buffers around the CPU caches (ClientOptions::
+  // fetch_bypasses_cache).
+  bool fetch_bypasses_cache = true;
   // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
   std::optional<bool> rdma_device;
   LogSink log;
@@ -139,6 +142,9 @@ class DataMover {
   enum class Direction { kPut, kGet };
   // The route a transfer in `direction` takes now.
   Route route(Direction direction) const;
+  // Copies a fetched block's n bytes into the caller's dst (streamed or cached, as the options
+  // say) and returns their CRC32C.
+  uint32_t CopyFetched(void* dst, const void* src, size_t n) const;
   // Whether a publish's blocks would go to the daemon as messages carrying their bytes (no
   // mapping of the arena or of a tenant zone here): a small one may then go in one request.
   bool PublishesByMessage() const;

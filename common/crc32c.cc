@@ -288,9 +288,13 @@ uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, uint32_t crc) {
 
 uint32_t CopyWithCrc32cStreaming(void* dst, const void* src, size_t n, uint32_t crc) {
 #if defined(__x86_64__)
-  if (n >= 1024 && HasFolding() && reinterpret_cast<uintptr_t>(dst) % 64 == 0)
-    return ~RawCopyFolding<true>(~crc, static_cast<uint8_t*>(dst),
-                                 static_cast<const uint8_t*>(src), n);
+  // Up to dst's next 64-byte line through the caches; the rest streams.
+  const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
+  if (n >= head + 1024 && HasFolding()) {
+    if (head > 0) crc = CopyWithCrc32c(dst, src, head, crc);
+    return ~RawCopyFolding<true>(~crc, static_cast<uint8_t*>(dst) + head,
+                                 static_cast<const uint8_t*>(src) + head, n - head);
+  }
 #endif
   return CopyWithCrc32c(dst, src, n, crc);
 }

@@ -43,6 +43,8 @@ struct Config {
   std::string tls = "tcp,self";
   std::string link;          // the label printed with each row
   bool verify = true;
+  int get_passes = 1;
+  bool fetch_cached = false;  // Strata's fetched blocks through the CPU caches (a comparison)  // more than one: a long get phase to profile alone (each pass printed)
 };
 
 struct PassResult {
@@ -63,9 +65,10 @@ class Side {
 
 class StrataSide : public Side {
  public:
-  static std::unique_ptr<StrataSide> Connect(const std::string& endpoint, uint64_t seed) {
+  static std::unique_ptr<StrataSide> Connect(const Config& cfg, uint64_t seed) {
     strata::ClientOptions o;
-    o.endpoint = endpoint;
+    o.endpoint = cfg.endpoint;
+    o.fetch_bypasses_cache = !cfg.fetch_cached;
     o.client_name = "peers_bench";
     auto c = strata::Client::Connect(o);
     if (!c.ok()) {
@@ -263,7 +266,7 @@ int RunWorkload(const Config& cfg) {
   std::vector<std::unique_ptr<Side>> all;
   for (int c = 0; c < max_clients; ++c) {
     std::unique_ptr<Side> s;
-    if (cfg.system == "strata") s = StrataSide::Connect(cfg.endpoint, 1000 + c);
+    if (cfg.system == "strata") s = StrataSide::Connect(cfg, 1000 + c);
     else s = RedisSide::Connect(cfg, c);
     if (!s) return 1;
     all.push_back(std::move(s));
@@ -288,8 +291,11 @@ int RunWorkload(const Config& cfg) {
       }
       PassResult put = RunPass(sides, keys, size, true);
       if (!put.ok) return 1;
-      PassResult get = RunPass(sides, keys, size, false);
-      if (!get.ok) return 1;
+      std::vector<PassResult> gets;
+      for (int p = 0; p < cfg.get_passes; ++p) {
+        gets.push_back(RunPass(sides, keys, size, false));
+        if (!gets.back().ok) return 1;
+      }
       for (int c = 0; c < nc && cfg.verify; ++c) {
         if (src[c] != dst[c]) {
           std::cerr << cfg.system << ": got bytes differ from put bytes\n";
@@ -297,7 +303,7 @@ int RunWorkload(const Config& cfg) {
         }
       }
       PrintRow(cfg, "put", size, nc, put);
-      PrintRow(cfg, "get", size, nc, get);
+      for (const PassResult& get : gets) PrintRow(cfg, "get", size, nc, get);
       for (int c = 0; c < nc; ++c) {
         if (!sides[c]->Clear()) {
           std::cerr << cfg.system << ": clearing the working set failed\n";
@@ -346,6 +352,10 @@ int main(int argc, char** argv) {
   app.add_option("--redis-socket", cfg.redis_socket, "redis over this unix socket");
   app.add_option("--tls", cfg.tls, "UCX_TLS of this process (and of ucx_perftest)");
   app.add_option("--link", cfg.link, "label of the link (tcp, shm, unix)");
+  app.add_option("--get-passes", cfg.get_passes, "get passes after each put pass (profiling)")
+      ->check(CLI::Range(1, 1000));
+  app.add_flag("--fetch-cached", cfg.fetch_cached,
+               "Strata: fetched blocks land in the CPU caches (fetch_bypasses_cache off)");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   // The same UCX_TLS as the stratad the driver started: over tcp nothing may map the arena.

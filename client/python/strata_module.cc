@@ -744,7 +744,7 @@ PYBIND11_MODULE(_strata, m) {
                        bool same_node, const std::string& vllm_hash_seed, bool quiet,
                        const std::string& auth_token, const std::string& tls_ca_file,
                        const std::string& tls_cert_file, const std::string& tls_key_file,
-                       const std::string& tls_server_name) {
+                       const std::string& tls_server_name, bool fetch_bypasses_cache) {
              strata::ClientOptions o;
              o.endpoint = endpoint;
              o.client_name = client_name;
@@ -760,6 +760,7 @@ PYBIND11_MODULE(_strata, m) {
              o.lookup_fast_path = lookup_fast_path;
              o.fetch_transfer = fetch_transfer;
              o.same_node = same_node;
+             o.fetch_bypasses_cache = fetch_bypasses_cache;
              o.vllm_hash_seed = vllm_hash_seed;
              if (quiet) o.log = [](strata::LogLevel, std::string_view) {};
              return std::make_unique<PyClient>(o);
@@ -770,7 +771,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("lookup_fast_path") = true, py::arg("fetch_transfer") = "auto",
            py::arg("same_node") = true, py::arg("vllm_hash_seed") = "", py::arg("quiet") = false,
            py::arg("auth_token") = "", py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
-           py::arg("tls_key_file") = "", py::arg("tls_server_name") = "")
+           py::arg("tls_key_file") = "", py::arg("tls_server_name") = "",
+           py::arg("fetch_bypasses_cache") = true)
       .def("close", &PyClient::Close)
       .def_property_readonly("node_id", &PyClient::NodeId)
       .def("tokens_per_block", &PyClient::TokensPerBlock, py::arg("ns"))

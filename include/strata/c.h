@@ -79,6 +79,9 @@ STRATA_C_EXPORT void strata_options_set_lookup_fast_path(strata_options_t* optio
 STRATA_C_EXPORT void strata_options_set_same_node(strata_options_t* options, int on);
 /* "auto", "rma" or "push". */
 STRATA_C_EXPORT void strata_options_set_fetch_transfer(strata_options_t* options, const char* how);
+/* 0: fetched blocks land in the CPU caches (default 1: written around them, see
+ * ClientOptions::fetch_bypasses_cache). */
+STRATA_C_EXPORT void strata_options_set_fetch_bypasses_cache(strata_options_t* options, int on);
 /* The engine's PYTHONHASHSEED, for namespaces with a vLLM id scheme (default: this process's
  * PYTHONHASHSEED, else vLLM's fixed default). */
 STRATA_C_EXPORT void strata_options_set_vllm_hash_seed(strata_options_t* options,

@@ -44,7 +44,8 @@ class Client(_NativeClient):
     tenant instead of a token), tls_server_name (the name the daemon's certificate must carry,
     default the endpoint's host), rpc_timeout and transfer_timeout (seconds),
     verify_crc, remote_fetch, lookup_fast_path, fetch_transfer ("auto", "rma", "push"),
-    same_node, vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
+    fetch_bypasses_cache (False: fetched blocks land in the CPU caches), same_node,
+    vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
     """
 
     def __init__(self, endpoint: str = "127.0.0.1:7420", *, async_workers: int = 4, **options):

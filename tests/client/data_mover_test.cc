@@ -68,9 +68,24 @@ struct Blocks {
 
 constexpr absl::Duration kLease = absl::Seconds(30);
 
-TEST(DataMoverTest, MappedArenaCopiesAndChecksumsInOnePass) {
+// Fetched bytes written around the caches (non-temporal stores, the default) or through them.
+class DataMoverBypassTest : public ::testing::TestWithParam<bool> {
+ protected:
+  DataMoverOptions Options() const {
+    DataMoverOptions o;
+    o.fetch_bypasses_cache = GetParam();
+    return o;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(CacheOrNot, DataMoverBypassTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Bypassing" : "Cached";
+                         });
+
+TEST_P(DataMoverBypassTest, MappedArenaCopiesAndChecksumsInOnePass) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kAllocated, 6 << 20);
-  auto d = ConnectTo(daemon);
+  auto d = ConnectTo(daemon, Options());
   ASSERT_TRUE(d.mover);
   ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kMapped)
       << "UCX did not map a same-node arena it allocated (shared-memory transports missing?)";
@@ -100,6 +115,17 @@ TEST(DataMoverTest, MappedArenaCopiesAndChecksumsInOnePass) {
   got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/false, kLease);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(out[1], blocks.data[1]);
+  // Into a destination off a 64-byte line (an engine's buffer at any offset).
+  std::vector<uint8_t> odd(blocks.data[1].size() + 64 + 5);
+  uint8_t* const at =
+      odd.data() + (64 - reinterpret_cast<uintptr_t>(odd.data()) % 64) % 64 + 5;
+  BlockMove move = blocks.puts[1];
+  move.local = at;
+  got = d.mover->Get(0, {&move, 1}, /*verify=*/true, kLease);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->intact, (std::vector<uint8_t>{1}));
+  EXPECT_EQ(std::memcmp(at, blocks.data[1].data(), blocks.data[1].size()), 0);
 }
 
 // Enough bytes (over two 4 MiB chunks) that CRC checks run on the helper thread while later
@@ -178,9 +204,9 @@ TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
 }
 
 // Small blocks arrive eagerly (copied), large ones by rendezvous straight into the buffer.
-TEST(DataMoverTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptOnes) {
+TEST_P(DataMoverBypassTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptOnes) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
-  DataMoverOptions o;
+  DataMoverOptions o = Options();
   o.fetch_transfer = "push";
   auto d = ConnectTo(daemon, o);
   ASSERT_TRUE(d.mover);

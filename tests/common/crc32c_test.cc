@@ -53,15 +53,17 @@ TEST(Crc32cTest, CopyWithCrcCopiesAndMatches) {
 }
 
 // The non-temporal variant writes and checksums exactly as the cached one, on an aligned
-// destination (its stores) and on an unaligned one (where it falls back).
+// destination and on unaligned ones (a cached head up to the first whole line, then streamed),
+// around the sizes where it starts streaming.
 TEST(Crc32cTest, StreamingCopyCopiesAndMatches) {
   std::mt19937_64 rng(11);
   std::vector<uint8_t> src(300000 + 3);
   std::vector<uint8_t> storage(300000 + 128);
   for (auto& b : src) b = static_cast<uint8_t>(rng());
   uint8_t* const aligned = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
-  for (uint8_t* dst : {aligned, aligned + 8}) {
-    for (size_t n : {0ul, 5ul, 1023ul, 1024ul, 1280ul, 4096ul, 65537ul, 262144ul, 299999ul}) {
+  for (uint8_t* dst : {aligned, aligned + 1, aligned + 8, aligned + 63}) {
+    for (size_t n : {0ul, 5ul, 1023ul, 1024ul, 1079ul, 1080ul, 1086ul, 1087ul, 1280ul, 4096ul,
+                     65537ul, 262144ul, 299935ul}) {
       std::fill(storage.begin(), storage.end(), 0);
       const uint32_t c = CopyWithCrc32cStreaming(dst, src.data() + 3, n, 0x5678);
       EXPECT_EQ(c, Crc32c(src.data() + 3, n, 0x5678)) << n;
