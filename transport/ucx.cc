@@ -97,16 +97,6 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& o
     ucp_config_release(config);
     return modified;
   }
-  // UCX's tcp transport takes a message of up to its receive segment (64 KiB by default,
-  // headers included) in one piece; a 64 KiB block with its headers went in two, which the
-  // receiver reassembles into a buffer of its own (an allocation and a copy more per block).
-  // 256 KiB segments carry every eagerly sent block (up to 256 KiB) in one piece but the
-  // largest; a receiving endpoint holds one while a message is in flight. UCX applies the key
-  // to each transport's table that has it (unprefixed: "TCP_RX_SEG_SIZE" is not matched), which
-  // in UCX 1.13 is tcp's alone. Only a hint: a UCX that does not take it keeps its default, and
-  // UCX_TCP_RX_SEG_SIZE wins.
-  if (options.tcp && std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr)
-    (void)ucp_config_modify(config, "RX_SEG_SIZE", "256K");
   const bool wakeup = options.wakeup, rma = options.rma;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
