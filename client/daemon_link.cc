@@ -43,7 +43,6 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
                                                     : absl::Microseconds(std::atoll(us));
   data.transfer_timeout = options.transfer_timeout;
   data.same_node = options.same_node;
-  data.fetch_bypasses_cache = options.fetch_bypasses_cache;
   data.log = options.log;
   ControlChannel* channel = link->control_.get();
   STRATA_ASSIGN_OR_RETURN(link->mover_, DataMover::Connect(std::move(data), [channel] {
@@ -157,11 +156,13 @@ absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<c
   // against the CRC recorded at commit.
   const bool verify = options_.verify_crc && !(into.decode && !into.blobs);
   if (FetchSmallInOne(ns, ids, into, verify, &r)) return r;
+  const bool around_caches = AroundCaches(into);
   if (auto fetched = FetchInOneRequest(ns, ids, into, verify, &r)) return std::move(*fetched);
   STRATA_ASSIGN_OR_RETURN(Lease lease, control_->Acquire(ns, ids));
   if (into.blobs) into.blobs->assign(ids.size(), {});
   Plan plan = PlanLanding(lease, into, &r);
-  auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in, lease.instance_id);
+  auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in, lease.instance_id,
+                           around_caches);
   control_->ReleaseAsync(lease.id);
   if (!moved.ok()) return moved.status();
   Finish(into, plan, std::move(moved->intact), &r);
@@ -192,8 +193,8 @@ bool DaemonLink::FetchSmallInOne(const NamespaceId& ns, std::span<const BlockId>
   std::vector<uint8_t> intact(plan.moving.size(), 1);
   for (size_t k = 0; k < plan.moving.size(); ++k) {
     const BlockMove& m = plan.moves[k];
-    const uint32_t crc = mover_->CopyFetched(m.local, got->bytes.data() + at[plan.moving[k]],
-                                             m.length);
+    const uint32_t crc = DataMover::CopyFetched(
+        m.local, got->bytes.data() + at[plan.moving[k]], m.length, AroundCaches(into));
     if (verify && crc != m.crc32c) intact[k] = 0;
   }
   Finish(into, plan, std::move(intact), r);
@@ -224,7 +225,8 @@ std::optional<absl::StatusOr<FetchResult>> DaemonLink::FetchInOneRequest(
   };
   // As short as an acquire by message's wait: a daemon slow to answer is asked through gRPC.
   auto got = mover_->AcquireAndGet(std::move(*request), landing, verify,
-                                   std::min(options_.rpc_timeout, absl::Milliseconds(250)));
+                                   std::min(options_.rpc_timeout, absl::Milliseconds(250)),
+                                   AroundCaches(into));
   if (lease && lease->id != 0 && !control_->DaemonReleasesPushes())
     control_->ReleaseAsync(lease->id);
   if (!got.ok() && !lease) {

@@ -38,8 +38,8 @@ struct FetchLanding {
 class DaemonLink {
  public:
   // Uses endpoint, client_name, auth_token, tls, rpc_timeout, lookup_fast_path,
-  // transfer_timeout, verify_crc, fetch_transfer, fetch_bypasses_cache, same_node and log of
-  // `options`.
+  // transfer_timeout, verify_crc, fetch_transfer, same_node and log of `options` (and
+  // fetch_bypasses_cache in Fetch).
   static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options);
   // The same with the token and TLS already loaded (`options.auth_token` and `.tls` unused): a
   // daemon dialing other nodes reads its certificate files once, at start.
@@ -66,6 +66,11 @@ class DaemonLink {
 
   explicit DaemonLink(const ClientOptions& options) : options_(options) {}
   Plan PlanLanding(const Lease& lease, const FetchLanding& into, FetchResult* r);
+  // Fetched bytes go around the CPU caches (fetch_bypasses_cache) only where they land in the
+  // engine's own buffers: blobs handed back and blobs staged for decoding are read at once.
+  bool AroundCaches(const FetchLanding& into) const {
+    return options_.fetch_bypasses_cache && !into.blobs && !into.decode;
+  }
   // Counts a publish's outcome from its final per-block statuses.
   static PublishResult Tally(PublishResult result, std::span<const ConstBuffer> blobs);
   // A fetch whose blocks the daemon pushes right behind the lease it grants: one round trip

@@ -63,7 +63,9 @@ struct DataMover::PushWait {
 class DataMover::LandingChecks {
  public:
   static constexpr size_t kInlineCheckBytes = 16 << 10;
-  LandingChecks(HelperThread& helper, bool verify) : helper_(helper), verify_(verify) {}
+  // around_caches: blocks copied into place go around the CPU caches (DataMover::Get).
+  LandingChecks(HelperThread& helper, bool verify, bool around_caches)
+      : helper_(helper), verify_(verify), around_caches_(around_caches) {}
   ~LandingChecks() { Wait(); }
   // Before any block lands.
   void Expect(std::span<const BlockMove> blocks) {
@@ -71,6 +73,7 @@ class DataMover::LandingChecks {
     good_.assign(blocks.size(), verify_ ? 0 : 1);
   }
   bool verify() const { return verify_; }
+  bool around_caches() const { return around_caches_; }
   // Block k was copied into place, its bytes' CRC `crc` taken on the way.
   void Copied(size_t k, uint32_t crc) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,6 +116,7 @@ class DataMover::LandingChecks {
   }
   HelperThread& helper_;
   const bool verify_;
+  const bool around_caches_;
   std::span<const BlockMove> blocks_;
   std::vector<uint8_t> good_;
   std::mutex mu_;
@@ -124,9 +128,8 @@ class DataMover::LandingChecks {
 DataMover::DataMover(DataMoverOptions options, Dialer dial)
     : options_(std::move(options)), dial_(std::move(dial)) {}
 
-uint32_t DataMover::CopyFetched(void* dst, const void* src, size_t n) const {
-  return options_.fetch_bypasses_cache ? CopyWithCrc32cStreaming(dst, src, n)
-                                       : CopyWithCrc32c(dst, src, n);
+uint32_t DataMover::CopyFetched(void* dst, const void* src, size_t n, bool around_caches) {
+  return around_caches ? CopyWithCrc32cStreaming(dst, src, n) : CopyWithCrc32c(dst, src, n);
 }
 
 absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions options,
@@ -493,7 +496,7 @@ void DataMover::NoteStored(uint32_t index, std::optional<uint32_t> crc32c) {
 
 absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const BlockMove> blocks,
                                           bool verify, absl::Duration expires_in,
-                                          uint64_t instance_id) {
+                                          uint64_t instance_id, bool around_caches) {
   const absl::Time deadline = DeadlineWithin(expires_in);
   STRATA_RETURN_IF_ERROR(RedialIfStale(instance_id));
   std::shared_lock<std::shared_mutex> map_lock(map_mu_);
@@ -501,7 +504,7 @@ absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const Blo
       ChooseRoute(Direction::kGet, mapped_arena_ != nullptr || InZoneWindow(blocks)), {}};
   if (out.route == Route::kMapped) {
     STRATA_ASSIGN_OR_RETURN(std::vector<uint32_t> crcs,
-                            CopyMapped(blocks, Direction::kGet, verify));
+                            CopyMapped(blocks, Direction::kGet, verify, around_caches));
     out.intact.assign(blocks.size(), 1);
     for (size_t k = 0; verify && k < blocks.size(); ++k)
       out.intact[k] = crcs[k] == blocks[k].crc32c;
@@ -509,7 +512,8 @@ absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const Blo
   }
   map_lock.unlock();
   if (blocks.empty()) return out;
-  auto moved = out.route == Route::kPush ? GetByPush(lease_id, blocks, verify, deadline)
+  auto moved = out.route == Route::kPush
+                   ? GetByPush(lease_id, blocks, verify, deadline, around_caches)
                                          : GetByRma(blocks, verify, deadline);
   if (!moved.ok()) return Prefixed(moved.status(), "fetch transfer failed: ");
   out.intact = std::move(*moved);
@@ -518,7 +522,8 @@ absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const Blo
 
 // Caller holds map_mu_ shared. Runs on this thread and the helper, checksumming as it copies.
 absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const BlockMove> blocks,
-                                                            Direction direction, bool checksum) {
+                                                            Direction direction, bool checksum,
+                                                            bool around_caches) {
   STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
   uint8_t* const arena = mapped_arena_;
   // The caller checked that the window covers every block (and is writable for a put).
@@ -540,9 +545,9 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
     const uint8_t* src = direction == Direction::kGet ? remote : local;
     // A published block is read again only by a later fetch: its bytes bypass the caches.
     // Unchecked fetched bytes take the checksumming copy too where they bypass them.
-    if (checksum || (direction == Direction::kGet && options_.fetch_bypasses_cache))
+    if (checksum || (direction == Direction::kGet && around_caches))
       piece_crcs[i] = direction == Direction::kPut ? CopyWithCrc32cStreaming(dst, src, p.len)
-                                                   : CopyFetched(dst, src, p.len);
+                                                   : CopyFetched(dst, src, p.len, around_caches);
     else
       std::memcpy(dst, src, p.len);
   });
@@ -627,8 +632,9 @@ absl::StatusOr<std::vector<uint8_t>> DataMover::GetByRma(std::span<const BlockMo
 
 absl::StatusOr<std::vector<uint8_t>> DataMover::GetByPush(uint64_t lease_id,
                                                           std::span<const BlockMove> blocks,
-                                                          bool verify, absl::Time deadline) {
-  LandingChecks checks(helper_, verify);
+                                                          bool verify, absl::Time deadline,
+                                                          bool around_caches) {
+  LandingChecks checks(helper_, verify, around_caches);
   checks.Expect(blocks);
   absl::Status moved = ReceivePushed(lease_id, blocks, deadline, checks);
   std::vector<uint8_t> good = checks.Finish();  // the checks read the caller's buffers
@@ -698,12 +704,13 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
 
 absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request,
                                                                 const PushPlan& plan, bool verify,
-                                                                absl::Duration reply_timeout) {
+                                                                absl::Duration reply_timeout,
+                                                                bool around_caches) {
   std::lock_guard<std::mutex> lock(ucx_mu_);
   if (!ep_ || ep_->failed()) return absl::FailedPreconditionError("no working data-plane endpoint");
   if (request.header.size() < 8)
     return absl::InvalidArgumentError("a request header starts with its id");
-  LandingChecks checks(helper_, verify);
+  LandingChecks checks(helper_, verify, around_caches);
   AcquiredGet out;
   std::vector<BlockMove> moves;
   absl::Time deadline = absl::Now() + reply_timeout;
@@ -824,8 +831,9 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   // The bytes are in cache now: checked in the same pass as the copy, not again from memory
   // (or on the helper thread, whose wake-up costs more than a small block's check).
   void* const dst = w.blocks[index].local;
-  if (w.checks->verify() || options_.fetch_bypasses_cache) {
-    const uint32_t crc = CopyFetched(dst, m.data.data(), m.data.size());
+  if (w.checks->verify() || w.checks->around_caches()) {
+    const uint32_t crc =
+        CopyFetched(dst, m.data.data(), m.data.size(), w.checks->around_caches());
     if (w.checks->verify()) w.checks->Copied(index, crc);
   } else {
     std::memcpy(dst, m.data.data(), m.data.size());

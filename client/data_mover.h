@@ -79,9 +79,6 @@ struct DataMoverOptions {
   // wait_spin): polls for wait_spin, then polls between yields for wait_yield, then sleeps.
   absl::Duration wait_spin = absl::InfiniteDuration();
   absl::Duration wait_yield = absl::InfiniteDuration();
-  // Fetched blocks copied into the caller's buffers around the CPU caches (ClientOptions::
-  // fetch_bypasses_cache).
-  bool fetch_bypasses_cache = true;
   // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
   std::optional<bool> rdma_device;
   LogSink log;
@@ -142,9 +139,9 @@ class DataMover {
   enum class Direction { kPut, kGet };
   // The route a transfer in `direction` takes now.
   Route route(Direction direction) const;
-  // Copies a fetched block's n bytes into the caller's dst (streamed or cached, as the options
-  // say) and returns their CRC32C.
-  uint32_t CopyFetched(void* dst, const void* src, size_t n) const;
+  // Copies a fetched block's n bytes into the caller's dst, around the CPU caches or through
+  // them, and returns their CRC32C.
+  static uint32_t CopyFetched(void* dst, const void* src, size_t n, bool around_caches);
   // Whether a publish's blocks would go to the daemon as messages carrying their bytes (no
   // mapping of the arena or of a tenant zone here): a small one may then go in one request.
   bool PublishesByMessage() const;
@@ -167,9 +164,11 @@ class DataMover {
   // `expires_in`: how long the lease holds them. `instance_id`: the daemon instance that leased
   // them, checked as in Put. On an error no transfer still targets the caller's buffers when
   // this returns, but their bytes are undefined; a CRC failure is reported per block, not as an
-  // error.
+  // error. `around_caches`: the bytes this process copies itself (not those a transport writes)
+  // are written with non-temporal stores (ClientOptions::fetch_bypasses_cache).
   absl::StatusOr<GetOutcome> Get(uint64_t lease_id, std::span<const BlockMove> blocks, bool verify,
-                                 absl::Duration expires_in, uint64_t instance_id = 0);
+                                 absl::Duration expires_in, uint64_t instance_id = 0,
+                                 bool around_caches = false);
 
   // A request/reply exchange of active messages on the endpoint (common/am_wire.h): writes a
   // fresh request id into the first 8 bytes of `header`, sends it and waits for the reply on
@@ -212,7 +211,8 @@ class DataMover {
     std::vector<uint8_t> intact;  // per entry of the plan (1 where nothing was checked)
   };
   absl::StatusOr<AcquiredGet> AcquireAndGet(FollowUp request, const PushPlan& plan, bool verify,
-                                            absl::Duration reply_timeout);
+                                            absl::Duration reply_timeout,
+                                            bool around_caches = false);
 
   // A one-way active message on the endpoint (no reply is awaited). FailedPrecondition when
   // there is no working endpoint.
@@ -240,14 +240,15 @@ class DataMover {
   absl::Time DeadlineWithin(absl::Duration expires_in) const;
 
   absl::StatusOr<std::vector<uint32_t>> CopyMapped(std::span<const BlockMove> blocks,
-                                                   Direction direction, bool checksum);
+                                                   Direction direction, bool checksum,
+                                                   bool around_caches = false);
   absl::Status TransferRma(std::span<const BlockMove> blocks, Direction direction,
                            absl::Time deadline);
   absl::StatusOr<std::vector<uint8_t>> GetByRma(std::span<const BlockMove> blocks, bool verify,
                                                 absl::Time deadline);
   absl::StatusOr<std::vector<uint8_t>> GetByPush(uint64_t lease_id,
                                                  std::span<const BlockMove> blocks, bool verify,
-                                                 absl::Time deadline);
+                                                 absl::Time deadline, bool around_caches);
   absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
                             absl::Time deadline, FollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);

@@ -68,14 +68,10 @@ struct Blocks {
 
 constexpr absl::Duration kLease = absl::Seconds(30);
 
-// Fetched bytes written around the caches (non-temporal stores, the default) or through them.
+// Fetched bytes written around the caches (non-temporal stores) or through them.
 class DataMoverBypassTest : public ::testing::TestWithParam<bool> {
  protected:
-  DataMoverOptions Options() const {
-    DataMoverOptions o;
-    o.fetch_bypasses_cache = GetParam();
-    return o;
-  }
+  bool Around() const { return GetParam(); }
 };
 
 INSTANTIATE_TEST_SUITE_P(CacheOrNot, DataMoverBypassTest, ::testing::Bool(),
@@ -85,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(CacheOrNot, DataMoverBypassTest, ::testing::Bool(),
 
 TEST_P(DataMoverBypassTest, MappedArenaCopiesAndChecksumsInOnePass) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kAllocated, 6 << 20);
-  auto d = ConnectTo(daemon, Options());
+  auto d = ConnectTo(daemon);
   ASSERT_TRUE(d.mover);
   ASSERT_EQ(d.mover->route(DataMover::Direction::kGet), Route::kMapped)
       << "UCX did not map a same-node arena it allocated (shared-memory transports missing?)";
@@ -104,7 +100,7 @@ TEST_P(DataMoverBypassTest, MappedArenaCopiesAndChecksumsInOnePass) {
   }
   daemon.arena()[blocks.puts[2].arena_offset + (3 << 20) / 2] ^= 0x40;  // in its second piece
   std::vector<std::vector<uint8_t>> out;
-  auto got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease);
+  auto got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/true, kLease, 0, Around());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->route, Route::kMapped);
   EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 0}));
@@ -112,7 +108,7 @@ TEST_P(DataMoverBypassTest, MappedArenaCopiesAndChecksumsInOnePass) {
   EXPECT_EQ(out[1], blocks.data[1]);
   EXPECT_NE(out[2], blocks.data[2]);
   // Unverified: nothing is flagged.
-  got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/false, kLease);
+  got = d.mover->Get(0, blocks.Gets(&out), /*verify=*/false, kLease, 0, Around());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 1}));
   EXPECT_EQ(out[1], blocks.data[1]);
@@ -122,7 +118,7 @@ TEST_P(DataMoverBypassTest, MappedArenaCopiesAndChecksumsInOnePass) {
       odd.data() + (64 - reinterpret_cast<uintptr_t>(odd.data()) % 64) % 64 + 5;
   BlockMove move = blocks.puts[1];
   move.local = at;
-  got = d.mover->Get(0, {&move, 1}, /*verify=*/true, kLease);
+  got = d.mover->Get(0, {&move, 1}, /*verify=*/true, kLease, 0, Around());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->intact, (std::vector<uint8_t>{1}));
   EXPECT_EQ(std::memcmp(at, blocks.data[1].data(), blocks.data[1].size()), 0);
@@ -206,7 +202,7 @@ TEST(DataMoverTest, RmaMovesBytesAndFlagsCorruptBlocksWhilePipelining) {
 // Small blocks arrive eagerly (copied), large ones by rendezvous straight into the buffer.
 TEST_P(DataMoverBypassTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptOnes) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
-  DataMoverOptions o = Options();
+  DataMoverOptions o;
   o.fetch_transfer = "push";
   auto d = ConnectTo(daemon, o);
   ASSERT_TRUE(d.mover);
@@ -218,7 +214,8 @@ TEST_P(DataMoverBypassTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptO
   daemon.arena()[blocks.puts[2].arena_offset + 7] ^= 1;  // an eager one
   daemon.arena()[blocks.puts[3].arena_offset + 7] ^= 1;  // a rendezvous one
   std::vector<std::vector<uint8_t>> out;
-  auto got = d.mover->Get(/*lease_id=*/77, blocks.Gets(&out), /*verify=*/true, kLease);
+  auto got =
+      d.mover->Get(/*lease_id=*/77, blocks.Gets(&out), /*verify=*/true, kLease, 0, Around());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->route, Route::kPush);
   EXPECT_EQ(daemon.pushed.load(), 4);
@@ -475,7 +472,8 @@ TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
   };
   FollowUp request{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm,
                    std::string(am_wire::kRequestHeaderBytes, '\0'), std::string(4 * 32, '\0')};
-  auto got = d.mover->AcquireAndGet(request, plan, /*verify=*/true, absl::Seconds(5));
+  auto got = d.mover->AcquireAndGet(request, plan, /*verify=*/true, absl::Seconds(5),
+                                    /*around_caches=*/true);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->pushed);
   EXPECT_EQ(daemon.pushed.load(), 3);
