@@ -203,8 +203,6 @@ absl::StatusOr<std::shared_ptr<client::DaemonLink>> BlockPuller::SourceLink(
   o.rpc_timeout = std::max(ctx_.config.peer_timeout, absl::Seconds(2));
   o.remote_fetch = false;
   o.same_node = false;
-  // The pulled blobs are copied into this node's arena right away: they should be in cache.
-  o.fetch_bypasses_cache = false;
   auto made = client::DaemonLink::Connect(o, ctx_.peer_security);
   if (!made.ok())
     return absl::Status(made.status().code(), absl::StrCat("connecting to node '", node, "' at ",

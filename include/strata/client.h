@@ -87,7 +87,9 @@ struct ClientOptions {
   // (a cold destination: 1.5x the copy's speed from cold memory, 2.5x from a cache-hot message).
   // False: fetched blocks land in the caches, for an engine that reads each one on the CPU right
   // after its fetch returns. Blocks the transport writes itself (RMA, a large pushed block
-  // received in place) land as it writes them either way.
+  // received in place) land as it writes them either way, and blobs fetched to be decoded (a
+  // namespace with a codec) or handed back (FetchBlobs) always land in the caches: they are read
+  // at once.
   bool fetch_bypasses_cache = true;
   // How a call waiting for the daemon (a transfer, a reply) spends the wait: it polls for
   // `wait_spin` after the last event, then polls between yields of its core (sched_yield) for
