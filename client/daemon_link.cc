@@ -156,13 +156,12 @@ absl::StatusOr<FetchResult> DaemonLink::Fetch(const NamespaceId& ns, std::span<c
   // against the CRC recorded at commit.
   const bool verify = options_.verify_crc && !(into.decode && !into.blobs);
   if (FetchSmallInOne(ns, ids, into, verify, &r)) return r;
-  const bool around_caches = AroundCaches(into);
   if (auto fetched = FetchInOneRequest(ns, ids, into, verify, &r)) return std::move(*fetched);
   STRATA_ASSIGN_OR_RETURN(Lease lease, control_->Acquire(ns, ids));
   if (into.blobs) into.blobs->assign(ids.size(), {});
   Plan plan = PlanLanding(lease, into, &r);
   auto moved = mover_->Get(lease.id, plan.moves, verify, lease.expires_in, lease.instance_id,
-                           around_caches);
+                           AroundCaches(into));
   control_->ReleaseAsync(lease.id);
   if (!moved.ok()) return moved.status();
   Finish(into, plan, std::move(moved->intact), &r);

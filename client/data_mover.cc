@@ -514,7 +514,7 @@ absl::StatusOr<GetOutcome> DataMover::Get(uint64_t lease_id, std::span<const Blo
   if (blocks.empty()) return out;
   auto moved = out.route == Route::kPush
                    ? GetByPush(lease_id, blocks, verify, deadline, around_caches)
-                                         : GetByRma(blocks, verify, deadline);
+                   : GetByRma(blocks, verify, deadline);
   if (!moved.ok()) return Prefixed(moved.status(), "fetch transfer failed: ");
   out.intact = std::move(*moved);
   return out;
