@@ -57,27 +57,40 @@ bool TieredStore::OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry*
 
 std::vector<BlockId> TieredStore::NvmeIds() const { return store_->Ids(); }
 
+// A block moving between the tiers is in its new tier before it leaves the old one (write-back
+// puts it on NVMe before the host drops it; a promotion commits it in host memory before NVMe
+// drops it). So the host tier, then NVMe, then the host tier again sees every block at least
+// once, whichever way it moves meanwhile; NVMe then the host once missed blocks demoted in
+// between.
 std::vector<BlockInfo> TieredStore::AllBlocks() const {
-  std::vector<BlockInfo> blocks = NvmeBlocks();
+  std::vector<BlockInfo> blocks;
   absl::flat_hash_set<BlockId> seen;
-  for (const auto& b : blocks) seen.insert(b.id);
-  uint64_t cursor = 0;
-  do {
-    for (auto& b : host_->List(nullptr, 65536, &cursor))
-      if (seen.insert(b.id).second) blocks.push_back(b);
-  } while (cursor != 0);
+  auto add = [&](BlockInfo b) {
+    if (seen.insert(b.id).second) blocks.push_back(std::move(b));
+  };
+  ForEachHostBlock(add);
+  for (BlockInfo& b : NvmeBlocks()) add(std::move(b));
+  ForEachHostBlock(add);
   return blocks;
 }
 
 std::vector<BlockId> TieredStore::AllIds() const {
-  std::vector<BlockId> ids = NvmeIds();
-  absl::flat_hash_set<BlockId> seen(ids.begin(), ids.end());
+  std::vector<BlockId> ids;
+  absl::flat_hash_set<BlockId> seen;
+  auto add = [&](const BlockId& id) {
+    if (seen.insert(id).second) ids.push_back(id);
+  };
+  ForEachHostBlock([&](const BlockInfo& b) { add(b.id); });
+  for (const BlockId& id : NvmeIds()) add(id);
+  ForEachHostBlock([&](const BlockInfo& b) { add(b.id); });
+  return ids;
+}
+
+void TieredStore::ForEachHostBlock(const std::function<void(BlockInfo)>& fn) const {
   uint64_t cursor = 0;
   do {
-    for (const auto& b : host_->List(nullptr, 65536, &cursor))
-      if (seen.insert(b.id).second) ids.push_back(b.id);
+    for (BlockInfo& b : host_->List(nullptr, 65536, &cursor)) fn(std::move(b));
   } while (cursor != 0);
-  return ids;
 }
 
 bool TieredStore::Holds(const BlockId& id) const {

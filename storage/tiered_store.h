@@ -157,6 +157,8 @@ class TieredStore final : public BlockStore {
   TieredStore(HostTier* host, TieredStoreOptions options)
       : host_(host), options_(std::move(options)) {}
   bool OnNvme(const NamespaceId& ns, const BlockId& id, CatalogEntry* entry = nullptr) const;
+  // Every committed host-tier block, page by page.
+  void ForEachHostBlock(const std::function<void(BlockInfo)>& fn) const;
   void WriteBackLoop();
   void WriteBack(std::vector<DemotionItem>& items);
   // Drops NVMe blocks until `need` more bytes fit under the limits. io_mu_ held.
