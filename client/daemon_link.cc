@@ -192,8 +192,8 @@ bool DaemonLink::FetchSmallInOne(const NamespaceId& ns, std::span<const BlockId>
   std::vector<uint8_t> intact(plan.moving.size(), 1);
   for (size_t k = 0; k < plan.moving.size(); ++k) {
     const BlockMove& m = plan.moves[k];
-    const uint32_t crc = DataMover::CopyFetched(
-        m.local, got->bytes.data() + at[plan.moving[k]], m.length, AroundCaches(into));
+    const uint32_t crc = DataMover::CopyFetched(m.local, got->bytes.data() + at[plan.moving[k]],
+                                                m.length, verify, AroundCaches(into));
     if (verify && crc != m.crc32c) intact[k] = 0;
   }
   Finish(into, plan, std::move(intact), r);

@@ -128,8 +128,12 @@ class DataMover::LandingChecks {
 DataMover::DataMover(DataMoverOptions options, Dialer dial)
     : options_(std::move(options)), dial_(std::move(dial)) {}
 
-uint32_t DataMover::CopyFetched(void* dst, const void* src, size_t n, bool around_caches) {
-  return around_caches ? CopyWithCrc32cStreaming(dst, src, n) : CopyWithCrc32c(dst, src, n);
+uint32_t DataMover::CopyFetched(void* dst, const void* src, size_t n, bool checksum,
+                                bool around_caches) {
+  if (around_caches) return CopyWithCrc32cStreaming(dst, src, n);
+  if (checksum) return CopyWithCrc32c(dst, src, n);
+  std::memcpy(dst, src, n);
+  return 0;
 }
 
 absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions options,
@@ -543,11 +547,10 @@ absl::StatusOr<std::vector<uint32_t>> DataMover::CopyMapped(std::span<const Bloc
                           : arena + b.arena_offset + p.offset;
     uint8_t* dst = direction == Direction::kGet ? local : remote;
     const uint8_t* src = direction == Direction::kGet ? remote : local;
-    // A published block is read again only by a later fetch: its bytes bypass the caches.
-    // Unchecked fetched bytes take the checksumming copy too where they bypass them.
-    if (checksum || (direction == Direction::kGet && around_caches))
-      piece_crcs[i] = direction == Direction::kPut ? CopyWithCrc32cStreaming(dst, src, p.len)
-                                                   : CopyFetched(dst, src, p.len, around_caches);
+    if (direction == Direction::kGet)
+      piece_crcs[i] = CopyFetched(dst, src, p.len, checksum, around_caches);
+    else if (checksum)  // a published block is read again only by a later fetch: not cached
+      piece_crcs[i] = CopyWithCrc32cStreaming(dst, src, p.len);
     else
       std::memcpy(dst, src, p.len);
   });
@@ -830,14 +833,9 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   }
   // The bytes are in cache now: checked in the same pass as the copy, not again from memory
   // (or on the helper thread, whose wake-up costs more than a small block's check).
-  void* const dst = w.blocks[index].local;
-  if (w.checks->verify() || w.checks->around_caches()) {
-    const uint32_t crc =
-        CopyFetched(dst, m.data.data(), m.data.size(), w.checks->around_caches());
-    if (w.checks->verify()) w.checks->Copied(index, crc);
-  } else {
-    std::memcpy(dst, m.data.data(), m.data.size());
-  }
+  const uint32_t crc = CopyFetched(w.blocks[index].local, m.data.data(), m.data.size(),
+                                   w.checks->verify(), w.checks->around_caches());
+  if (w.checks->verify()) w.checks->Copied(index, crc);
   ++w.done;
   return false;
 }

@@ -140,8 +140,10 @@ class DataMover {
   // The route a transfer in `direction` takes now.
   Route route(Direction direction) const;
   // Copies a fetched block's n bytes into the caller's dst, around the CPU caches or through
-  // them, and returns their CRC32C.
-  static uint32_t CopyFetched(void* dst, const void* src, size_t n, bool around_caches);
+  // them. Returns their CRC32C when `checksum` or `around_caches` (the streaming copy takes it on
+  // the way), else 0 after a plain copy.
+  static uint32_t CopyFetched(void* dst, const void* src, size_t n, bool checksum,
+                              bool around_caches);
   // Whether a publish's blocks would go to the daemon as messages carrying their bytes (no
   // mapping of the arena or of a tenant zone here): a small one may then go in one request.
   bool PublishesByMessage() const;
