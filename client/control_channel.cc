@@ -121,6 +121,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   control_by_message_ = options_.control_by_message && resp.control_by_message();
   acquire_and_push_ = acquire_by_message_.load() && resp.acquire_and_push();
   push_releases_ = resp.push_releases();
+  answer_in_block_ = acquire_and_push_.load() && resp.answer_in_first_block();
   publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   fetch_in_one_ = acquire_by_message_.load() && resp.fetch_in_one();
   device_fetch_ = control_by_message_.load() && resp.device_fetch_by_message();
@@ -542,8 +543,9 @@ std::optional<FollowUp> ControlChannel::AcquirePushRequest(const NamespaceId& ns
   if (fast_path_ == nullptr || !fast_path_enabled_.load() || !acquire_and_push_.load() ||
       ids.empty() || ids.size() > am_wire::kMaxIds)
     return std::nullopt;
-  return FollowUp{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm, AmRequestHeader(&ns),
-                  PackIds(ids)};
+  return FollowUp{answer_in_block_.load() ? am_wire::kAcquirePushAnsweredRequestAm
+                                          : am_wire::kAcquirePushRequestAm,
+                  am_wire::kAcquireReplyAm, AmRequestHeader(&ns), PackIds(ids)};
 }
 
 std::optional<std::string> ControlChannel::DeviceFetch(const NamespaceId& ns,

@@ -237,6 +237,7 @@ class ControlChannel {
   std::atomic<bool> control_by_message_{false};  // ... and Reserve and Commit
   std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
   std::atomic<bool> push_releases_{false};       // ... and then ends that lease itself
+  std::atomic<bool> answer_in_block_{false};     // ... answering inside the first block
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
   std::atomic<bool> device_fetch_{false};        // ... and fetches into lent device buffers

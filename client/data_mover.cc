@@ -156,6 +156,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmRendezvousHandler(
       am_wire::kFetchBlockAm,
       [raw](const transport::AmMessage& msg) { return raw->OnPushedBlock(msg); }));
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmRendezvousHandler(
+      am_wire::kFetchBlockAnsweredAm,
+      [raw](const transport::AmMessage& msg) { return raw->OnAnsweredBlock(msg); }));
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
       am_wire::kPublishAckAm,
       [raw](const transport::AmMessage& msg) { raw->OnPublishAck(msg); }));
@@ -838,6 +841,25 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   if (w.checks->verify()) w.checks->Copied(index, crc);
   ++w.done;
   return false;
+}
+
+bool DataMover::OnAnsweredBlock(const transport::AmMessage& m) {
+  if (!push_wait_) return false;  // late: dropped
+  const auto h = am_wire::DecodeAnsweredBlockHeader(m.header);
+  if (!h) {
+    if (m.header.size() >= 8 && am_wire::GetU64(m.header.data()) == push_wait_->request_id)
+      push_wait_->error = absl::InternalError("stratad sent a malformed answered block");
+    return false;
+  }
+  transport::AmMessage answer;
+  answer.header = h->reply;
+  answer.data = h->answer;
+  OnExchangeReply(am_wire::kAcquireReplyAm, answer);
+  // No lease came of that answer (the plan found none usable): the block is not waited for.
+  if (!push_wait_->planned) return false;
+  transport::AmMessage block = m;
+  block.header = h->block;
+  return OnPushedBlock(block);
 }
 
 void DataMover::StartPrefault() {

@@ -288,6 +288,9 @@ class DataMover {
   // Active-message handlers; they run on the thread progressing the worker (ucx_mu_ held).
   void OnExchangeReply(uint16_t reply_am, const transport::AmMessage& m);
   bool OnPushedBlock(const transport::AmMessage& m);
+  // The first block of an acquire-and-push with the answer in its header: the answer, then
+  // the block.
+  bool OnAnsweredBlock(const transport::AmMessage& m);
   void OnPublishAck(const transport::AmMessage& m);
   void OnPublishAcks(const transport::AmMessage& m);  // several stored staged blocks
   // Block `index` of the publish in progress was stored (with the CRC stratad took, if sent).

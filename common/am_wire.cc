@@ -71,6 +71,24 @@ std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in) {
   return FetchBlockHeader{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
 }
 
+std::string EncodeAnsweredBlockHeader(const FetchBlockHeader& block, const ReplyHeader& reply,
+                                      std::string_view answer) {
+  std::string out = EncodeFetchBlockHeader(block);
+  out += EncodeReplyHeader(reply);
+  out.append(answer.data(), answer.size());
+  return out;
+}
+
+std::optional<AnsweredBlockHeader> DecodeAnsweredBlockHeader(std::string_view in) {
+  constexpr size_t kFixed = kFetchBlockHeaderBytes + kReplyHeaderBytes;
+  if (in.size() < kFixed || in.size() > kFixed + kMaxAnswerInBlockBytes) return std::nullopt;
+  const auto block = DecodeFetchBlockHeader(in.substr(0, kFetchBlockHeaderBytes));
+  if (!block || block->index == kFetchRefused) return std::nullopt;
+  return AnsweredBlockHeader{in.substr(0, kFetchBlockHeaderBytes),
+                             in.substr(kFetchBlockHeaderBytes, kReplyHeaderBytes),
+                             in.substr(kFixed)};
+}
+
 std::string EncodePublishBlockHeader(const PublishBlockHeader& h) {
   std::string out(kPublishBlockHeaderBytes, '\0');
   PutU64(out.data(), h.request_id);

@@ -138,6 +138,17 @@ inline constexpr size_t kMaxStagedPerMessage = 128;
 inline constexpr uint16_t kDeviceFetchAm = 25;
 inline constexpr uint16_t kDeviceFetchReplyAm = 26;
 inline constexpr uint64_t kMaxDeviceFetchByMessageBytes = uint64_t{1} << 30;
+// Acquire and push with the answer in the first block (ConnectResponse.answer_in_first_block):
+// the request is an acquire-and-push's. When the answer is a complete lease of at least one
+// block and at most kMaxAnswerInBlockBytes long, it rides in the header of the first pushed
+// block, sent as kFetchBlockAnsweredAm: header = a kFetchBlockAm header | the reply header |
+// the serialized strata.v1.AcquireResponse; data = the block's bytes. The other blocks follow
+// as kFetchBlockAm. Any other answer travels alone as kAcquireReplyAm, as for
+// kAcquirePushRequestAm. Over tcp this saves a message, a system call on each side, per fetch.
+inline constexpr uint16_t kAcquirePushAnsweredRequestAm = 27;
+inline constexpr uint16_t kFetchBlockAnsweredAm = 28;
+// Well under what any UCX transport takes as an active message's header.
+inline constexpr size_t kMaxAnswerInBlockBytes = 1024;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
 inline constexpr size_t kMaxControlIds = 256;
 // With authentication, lookup, acquire and release requests end in the caller's ticket: 16
@@ -258,6 +269,17 @@ struct FetchBlockHeader {
 };
 std::string EncodeFetchBlockHeader(const FetchBlockHeader& h);
 std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in);
+
+// The header of a kFetchBlockAnsweredAm message, viewing the input; nullopt unless it holds a
+// block header (not a refusal), a reply header and at most kMaxAnswerInBlockBytes of answer.
+struct AnsweredBlockHeader {
+  std::string_view block;  // a kFetchBlockAm header
+  std::string_view reply;  // a reply header (kReplyHeaderBytes)
+  std::string_view answer;
+};
+std::string EncodeAnsweredBlockHeader(const FetchBlockHeader& block, const ReplyHeader& reply,
+                                      std::string_view answer);
+std::optional<AnsweredBlockHeader> DecodeAnsweredBlockHeader(std::string_view in);
 
 struct PublishBlockHeader {
   uint64_t request_id = 0;

@@ -142,6 +142,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_control_by_message(fast_paths);
     resp->set_acquire_and_push(fast_paths);
     resp->set_push_releases(fast_paths);
+    resp->set_answer_in_first_block(fast_paths);
     resp->set_publish_in_one(fast_paths);
     resp->set_fetch_in_one(fast_paths);
     resp->set_device_fetch_by_message(fast_paths && data_plane_.gpu != nullptr);
@@ -456,6 +457,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     if (data_plane_.stagings) c["staging_windows_lent"] = data_plane_.stagings->size();
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
+    c["answers_in_first_block_total"] = answers_in_block_.load(std::memory_order_relaxed);
     c["releases_by_message_total"] = releases_by_message_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);
@@ -595,7 +597,7 @@ std::optional<Caller> CacheService::AmCaller(std::string_view ticket) const {
 
 template <typename Answer>
 void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker,
-                                 AmScopedKind kind, Answer&& answer) {
+                                 AmScopedKind kind, Answer&& answer, const KeepAnswer& keep) {
   namespace w = am_wire;
   const auto request = OpenAmRequest(m, kind);
   if (!request) return;
@@ -632,7 +634,8 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
   }
   // An incomplete answer sends the client to the gRPC call, which counts itself.
   const bool counted = h.complete;
-  worker->AmReply(m.reply_ep, kind.reply_am, w::EncodeReplyHeader(h), std::move(data));
+  if (!(keep && code == absl::StatusCode::kOk && h.complete && keep(h, &data)))
+    worker->AmReply(m.reply_ep, kind.reply_am, w::EncodeReplyHeader(h), std::move(data));
   if (metrics_ && counted)
     metrics_->Record(kind.rpc, static_cast<int>(ToGrpcCode(code)),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -665,8 +668,20 @@ void CacheService::HandleAmAcquire(const transport::AmMessage& m, transport::Wor
 }
 
 void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker) {
+  AcquireAndPush(m, worker, am_wire::kAcquirePushRequestAm, /*answer_in_block=*/false);
+}
+
+void CacheService::HandleAmAcquirePushAnswered(const transport::AmMessage& m,
+                                               transport::Worker* worker) {
+  AcquireAndPush(m, worker, am_wire::kAcquirePushAnsweredRequestAm, /*answer_in_block=*/true);
+}
+
+void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Worker* worker,
+                                  uint16_t request_am, bool answer_in_block) {
   v1::AcquireResponse resp;
-  if (m.reply_ep == nullptr || !ServeAmAcquire(m, worker, am_wire::kAcquirePushRequestAm, &resp))
+  HeldAnswer held;
+  if (m.reply_ep == nullptr ||
+      !ServeAmAcquire(m, worker, request_am, &resp, answer_in_block ? &held : nullptr))
     return;
   const uint64_t request_id = am_wire::GetU64(m.header.data());
   std::vector<ArenaExtent> extents;
@@ -678,8 +693,14 @@ void CacheService::HandleAmAcquirePush(const transport::AmMessage& m, transport:
   }
   // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
   // for the blocks ends at its deadline.
-  if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices))
+  const bool held_back = held.header.complete;
+  if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices,
+                  held_back ? &held : nullptr)) {
     acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
+    if (held_back) answers_in_block_.fetch_add(1, std::memory_order_relaxed);
+  } else if (held_back)  // nothing was sent: the answer goes alone, the client waits as before
+    worker->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(held.header),
+                    std::move(held.data));
   // Each send holds its extent until UCX is done with it: the lease is needed no longer, and
   // ending it here spares the client a Release message (ConnectResponse.push_releases).
   EndLease(resp.lease_id()).IgnoreError();
@@ -723,11 +744,21 @@ void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::
       });
 }
 
-// Answers an acquire request (`request_am`'s); true when the reply was a complete lease, then
-// in `*granted` when not null.
 bool CacheService::ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
-                                  uint16_t request_am, v1::AcquireResponse* granted) {
+                                  uint16_t request_am, v1::AcquireResponse* granted,
+                                  HeldAnswer* held) {
   bool leased = false;
+  KeepAnswer keep;
+  if (held != nullptr && granted != nullptr) {
+    keep = [&](const am_wire::ReplyHeader& h, std::string* data) {
+      const bool some_block = std::any_of(granted->status().begin(), granted->status().end(),
+                                          [](int s) { return s == v1::BLOCK_OK; });
+      if (!leased || !some_block || data->size() > am_wire::kMaxAnswerInBlockBytes) return false;
+      held->header = h;
+      held->data = std::move(*data);
+      return true;
+    };
+  }
   ServeAmScoped(m, worker, {request_am, am_wire::kAcquireReplyAm, RpcMetrics::kAcquire, "acquire"},
                 [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
                     const Caller& caller, am_wire::ReplyHeader* h, std::string* data) {
@@ -751,7 +782,8 @@ bool CacheService::ServeAmAcquire(const transport::AmMessage& m, transport::Work
                   acquires_by_message_.fetch_add(1, std::memory_order_relaxed);
                   leased = resp.lease_id() != 0;
                   if (granted != nullptr) *granted = std::move(resp);
-                });
+                },
+                keep);
   return leased;
 }
 
@@ -820,7 +852,7 @@ void CacheService::HandleAmFetch(const transport::AmMessage& m, transport::Worke
 
 bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
                                uint64_t lease_id, std::span<const ArenaExtent> extents,
-                               std::span<const uint32_t> indices) {
+                               std::span<const uint32_t> indices, const HeldAnswer* answer) {
   // One read hold per send: the extents stay this lease's until UCX no longer reads them, even
   // when the lease ends first (a client that stops receiving cannot make the daemon send bytes
   // of whatever block or tenant the extent would go to next). Checked in one pass: one check per
@@ -837,10 +869,13 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
     // request would carry the arena's remote key, which opens the whole arena to the receiver.
     // UCX then registers just the block. An eager send carries bytes, never a key.
     ucp_mem_h memh = !data_plane_.clients_map_arena && !eager ? nullptr : data_plane_.arena_memh;
+    const am_wire::FetchBlockHeader block{request_id, indices[i],
+                                          static_cast<uint32_t>(absl::StatusCode::kOk)};
+    const bool answered = answer != nullptr && i == 0;
     worker->AmSendZeroCopy(
-        reply_ep, am_wire::kFetchBlockAm,
-        am_wire::EncodeFetchBlockHeader(
-            {request_id, indices[i], static_cast<uint32_t>(absl::StatusCode::kOk)}),
+        reply_ep, answered ? am_wire::kFetchBlockAnsweredAm : am_wire::kFetchBlockAm,
+        answered ? am_wire::EncodeAnsweredBlockHeader(block, answer->header, answer->data)
+                 : am_wire::EncodeFetchBlockHeader(block),
         arena + extents[i].offset, extents[i].size, memh, eager,
         [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
   }

@@ -126,19 +126,32 @@ class CacheService final : public v1::Cache::Service {
   // Fetch by push (common/am_wire.h): sends the leased extents a client asks for from the
   // arena, as active messages, on the progress thread. Refuses extents its lease does not hold.
   void HandleAmFetch(const transport::AmMessage& m, transport::Worker* worker);
+  // An answer not sent yet: it goes inside the first pushed block.
+  struct HeldAnswer {
+    am_wire::ReplyHeader header;
+    std::string data;
+  };
   // Sends the arena's `extents` to `reply_ep` as blocks of push request `request_id`, block k
   // with index indices[k], each under a read hold of `lease_id`; false (nothing sent) when an
-  // extent is not that lease's.
+  // extent is not that lease's. `answer`, when given, rides in the first block's header.
   bool PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
                    uint64_t lease_id, std::span<const ArenaExtent> extents,
-                   std::span<const uint32_t> indices);
+                   std::span<const uint32_t> indices, const HeldAnswer* answer = nullptr);
   // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
   // in host memory; else the reply sends the client to the gRPC Acquire.
   void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
   // The same Acquire (am_wire::kAcquirePushRequestAm), then a push of every leased block.
   void HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker);
+  // The same, its answer inside the first pushed block (am_wire::kAcquirePushAnsweredRequestAm).
+  void HandleAmAcquirePushAnswered(const transport::AmMessage& m, transport::Worker* worker);
+  // Answers an acquire request (`request_am`'s); true when the reply was a complete lease, then
+  // in `*granted` when not null. With `held`, a lease of at least one block whose answer is
+  // small enough is not sent but left there (empty data otherwise: it was sent).
   bool ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
-                      uint16_t request_am, v1::AcquireResponse* granted);
+                      uint16_t request_am, v1::AcquireResponse* granted,
+                      HeldAnswer* held = nullptr);
+  void AcquireAndPush(const transport::AmMessage& m, transport::Worker* worker,
+                      uint16_t request_am, bool answer_in_block);
   // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
   // caller's own lease only.
   void HandleAmRelease(const transport::AmMessage& m);
@@ -248,10 +261,12 @@ class CacheService final : public v1::Cache::Service {
   // and whose reply is a ReplyHeader and data: decoded and checked like its gRPC twin (with
   // authentication, its ticket names the caller), always answered. `answer(ns, ids, caller,
   // &header, &data)` fills a complete answer, or leaves header.complete false to send the
-  // client to gRPC.
+  // client to gRPC. `keep(header, &data)`, when given, may take a complete, successful answer
+  // to send later itself (true: nothing is sent here).
+  using KeepAnswer = std::function<bool(const am_wire::ReplyHeader&, std::string*)>;
   template <typename Answer>
   void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
-                     Answer&& answer);
+                     Answer&& answer, const KeepAnswer& keep = nullptr);
   // The bodies of Reserve and Commit (daemon/cache_publish.cc), by gRPC or active message.
   // CommitFor with `may_wait` false commits only what needs no network wait; otherwise it sets
   // *deferred and changes nothing.
@@ -299,6 +314,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
   std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
+  std::atomic<uint64_t> answers_in_block_{0};     // ... with the answer in the first block
   std::atomic<uint64_t> releases_by_message_{0};  // leases a Release message ended
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   std::atomic<uint64_t> published_in_one_{0};     // publishes answered by HandleAmPublishInOne

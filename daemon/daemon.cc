@@ -503,6 +503,8 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   STRATA_RETURN_IF_ERROR(serve(am_wire::kLookupRequestAm, &CacheService::HandleAmLookup));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquireRequestAm, &CacheService::HandleAmAcquire));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushRequestAm, &CacheService::HandleAmAcquirePush));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushAnsweredRequestAm,
+                               &CacheService::HandleAmAcquirePushAnswered));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kReserveRequestAm, &CacheService::HandleAmReserve));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kCommitRequestAm, &CacheService::HandleAmCommit));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));

@@ -438,8 +438,11 @@ TEST(DataMoverTest, AFollowUpGoesBehindThePublishedBlocksWithoutWaitingForTheirA
 }
 
 // Acquire and push in one request: the plan made from the answer says where each pushed block
-// lands (or that it is dropped); CRCs are checked as for a push fetch.
-TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
+// lands (or that it is dropped); CRCs are checked as for a push fetch. The same whether the
+// answer comes alone or inside the first block (the parameter: the request's AM id).
+class AcquireAndGetTest : public ::testing::TestWithParam<uint16_t> {};
+
+TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
   DataMoverOptions o;
   o.fetch_transfer = "push";
@@ -470,7 +473,7 @@ TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
     l.moves[3] = {out3.data(), out3.size(), resp.offsets(3), resp.crc32c(3)};
     return l;
   };
-  FollowUp request{am_wire::kAcquirePushRequestAm, am_wire::kAcquireReplyAm,
+  FollowUp request{GetParam(), am_wire::kAcquireReplyAm,
                    std::string(am_wire::kRequestHeaderBytes, '\0'), std::string(4 * 32, '\0')};
   auto got = d.mover->AcquireAndGet(request, plan, /*verify=*/true, absl::Seconds(5),
                                     /*around_caches=*/true);
@@ -488,7 +491,20 @@ TEST(DataMoverTest, AcquireAndGetLandsWhatThePlanSaysAndChecksIt) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_FALSE(got->pushed);
   EXPECT_EQ(daemon.pushed.load(), 3);
+
+  // An answered block whose answer is cut short: an error at once, not a wait for the deadline.
+  if (GetParam() != am_wire::kAcquirePushAnsweredRequestAm) return;
+  daemon.grant_lease = true;
+  daemon.garble_answered = true;
+  const absl::Time t0 = absl::Now();
+  got = d.mover->AcquireAndGet(request, plan, true, absl::Seconds(20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal) << got.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
+
+INSTANTIATE_TEST_SUITE_P(AnswerAloneOrInFirstBlock, AcquireAndGetTest,
+                         ::testing::Values(am_wire::kAcquirePushRequestAm,
+                                           am_wire::kAcquirePushAnsweredRequestAm));
 
 TEST(DataMoverTest, FailedDialFailsConnect) {
   auto made = DataMover::Connect({}, [] {

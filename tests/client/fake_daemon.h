@@ -68,6 +68,12 @@ class FakeDaemon {
                                    [this](const transport::AmMessage& m) { HandleAcquirePush(m); })
                     .ok());
     EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kAcquirePushAnsweredRequestAm,
+                                   [this](const transport::AmMessage& m) {
+                                     HandleAcquirePush(m, /*answer_in_block=*/true);
+                                   })
+                    .ok());
+    EXPECT_TRUE(worker_
                     ->SetAmHandler(am_wire::kPublishBlockAm,
                                    [this](const transport::AmMessage& m) { HandlePublish(m); })
                     .ok());
@@ -120,6 +126,8 @@ class FakeDaemon {
   };
   std::vector<Leased> leased;
   std::atomic<bool> grant_lease{true};
+  // Answers in the first block cut short: a malformed answered block.
+  std::atomic<bool> garble_answered{false};
 
  private:
   std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
@@ -156,7 +164,8 @@ class FakeDaemon {
     }
   }
 
-  void HandleAcquirePush(const transport::AmMessage& m) {
+  // With `answer_in_block`, a granted answer rides in the first pushed block's header.
+  void HandleAcquirePush(const transport::AmMessage& m, bool answer_in_block = false) {
     if (m.reply_ep == nullptr || m.header.size() < 8) return;
     const uint64_t request_id = am_wire::GetU64(m.header.data());
     v1::AcquireResponse resp;
@@ -172,14 +181,25 @@ class FakeDaemon {
     h.request_id = request_id;
     h.prefix = static_cast<uint32_t>(leased.size());
     h.complete = grant_lease.load();
-    worker_->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(h),
-                     h.complete ? resp.SerializeAsString() : "");
+    answer_in_block = answer_in_block && h.complete;
+    if (!answer_in_block)
+      worker_->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(h),
+                       h.complete ? resp.SerializeAsString() : "");
     if (!h.complete) return;
     for (uint32_t i = 0; i < leased.size(); ++i) {
       if (leased[i].size == 0) continue;
-      worker_->AmSendZeroCopy(m.reply_ep, am_wire::kFetchBlockAm,
-                              BlockHeader(request_id, i, absl::StatusCode::kOk),
-                              arena_->data() + leased[i].offset, leased[i].size, arena_->handle(),
+      std::string header = BlockHeader(request_id, i, absl::StatusCode::kOk);
+      const bool answered = answer_in_block;
+      if (answered) {
+        header = am_wire::EncodeAnsweredBlockHeader({request_id, i, 0}, h,
+                                                    resp.SerializeAsString());
+        if (garble_answered.load()) header.resize(am_wire::kFetchBlockHeaderBytes + 3);
+        answer_in_block = false;
+      }
+      worker_->AmSendZeroCopy(m.reply_ep,
+                              answered ? am_wire::kFetchBlockAnsweredAm : am_wire::kFetchBlockAm,
+                              std::move(header), arena_->data() + leased[i].offset,
+                              leased[i].size, arena_->handle(),
                               /*eager=*/leased[i].size <= (256 << 10));
       ++pushed;
     }

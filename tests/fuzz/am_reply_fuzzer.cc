@@ -6,14 +6,15 @@
 //
 // And the zone socket's reply (common/zone_wire.h), as OpenZoneWindow reads it, the data of
 // a fetch in one answer (ControlChannel::FetchInOne) and the acknowledgement of several staged
-// blocks (DataMover::OnPublishAcks).
+// blocks (DataMover::OnPublishAcks), and the header of a block that carries its fetch's answer
+// (DataMover::OnAnsweredBlock).
 //
 // Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
-//   4 zone reply, 5 fetch in one data, 6 publish acks), then
+//   4 zone reply, 5 fetch in one data, 6 publish acks, 7 answered block header), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2, 3, 4, 5: the rest as the header (4: the whole reply, 5: the answer's data);
+//   2, 3, 4, 5, 7: the rest as the header (4: the whole reply, 5: the answer's data);
 //   6: u16-sized header | the rest as data.
 #include <cstdint>
 #include <cstring>
@@ -83,7 +84,7 @@ void PushedBlocks(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 7) {
+  switch (in.U8() % 8) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -121,6 +122,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
               header ||
           w::EncodeStagedAcks(acks->acks) != data)
         Fail("publish acks do not round-trip");
+      break;
+    }
+    case 7: {  // DataMover::OnAnsweredBlock then reads the parts as a reply and a block header
+      const std::string_view header = in.Rest();
+      auto h = w::DecodeAnsweredBlockHeader(header);
+      if (!h) break;
+      if (h->block.size() != w::kFetchBlockHeaderBytes || h->reply.size() != w::kReplyHeaderBytes ||
+          h->answer.size() > w::kMaxAnswerInBlockBytes)
+        Fail("answered block header: part sizes");
+      if (std::string(h->block) + std::string(h->reply) + std::string(h->answer) != header)
+        Fail("answered block header: the parts are not the whole");
       break;
     }
   }

@@ -98,6 +98,9 @@ void AmReplies() {
   const w::StagedAck acks[] = {{0, 0x12345678u}, {1, 0x9abcdef0u}};
   Write("am_reply", "publish_acks",
         U8(6) + Sized(w::EncodePublishAcksHeader(7, 2)) + w::EncodeStagedAcks(acks));
+  w::ReplyHeader answered{11, 0, 1, true};
+  Write("am_reply", "answered_block",
+        U8(7) + w::EncodeAnsweredBlockHeader({11, 0, 0}, answered, "\x08\x63\x10\x01"));
 }
 
 void CatalogRecords() {

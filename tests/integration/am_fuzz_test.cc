@@ -226,6 +226,11 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), r},
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), 0},
       {w::kAcquirePushRequestAm, U64(1) + ns_bytes, big, rndv},
+      {w::kAcquirePushAnsweredRequestAm, U64(1), id_bytes, r},
+      {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, id_bytes + "x", r},
+      {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), r},
+      {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), 0},
+      {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, big, rndv},
       // Publish in one: no data, a prefix that lies about its lengths, more blocks than bytes,
       // a block count of zero, a rendezvous payload, no reply endpoint.
       {w::kPublishInOneAm, U64(1) + ns_bytes, "", r},
@@ -253,6 +258,8 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     std::string copies;
     for (size_t i = 0; i < w::kMaxIds; ++i) copies += id_bytes;
     cases.push_back({w::kAcquirePushRequestAm, U64(2) + ns_bytes, copies, eager});
+    // Its answer is too long to ride in a block: it comes alone.
+    cases.push_back({w::kAcquirePushAnsweredRequestAm, U64(2) + ns_bytes, copies, eager});
   }
   // A fetch of many copies of one real extent: a push amplification the daemon must bound.
   {
@@ -267,10 +274,13 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     for (auto& c : s) c = static_cast<char>(rng());
     return s;
   };
-  const uint16_t known[] = {w::kLookupRequestAm,  w::kFetchRequestAm,  w::kPeerLocateAm,
-                            w::kReserveRequestAm, w::kCommitRequestAm, w::kAcquirePushRequestAm};
+  const uint16_t known[] = {w::kLookupRequestAm,     w::kFetchRequestAm,
+                            w::kPeerLocateAm,        w::kReserveRequestAm,
+                            w::kCommitRequestAm,     w::kAcquirePushRequestAm,
+                            w::kAcquirePushAnsweredRequestAm};
+  constexpr size_t kKnown = sizeof(known) / sizeof(known[0]);
   for (int i = 0; i < 150; ++i) {
-    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % 6];
+    const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % kKnown];
     std::string header = random_bytes(rng() % 48);
     std::string data = random_bytes(rng() % 3 == 0 ? 0 : rng() % 4096);
     // Truncated and lying valid headers: a real header with random counts or lengths.
@@ -321,6 +331,90 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   const std::string log = d.log();
   EXPECT_NE(log.find("malformed active message"), std::string::npos) << log;
   EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 200) << "log volume is not bounded";
+}
+
+// Acquire and push with the answer in the first block (am_wire kAcquirePushAnsweredRequestAm):
+// the answer rides in the first pushed block's header, eager or rendezvous, and the rest follow
+// as plain blocks; the older request still gets its answer alone, then the blocks; an answer
+// that pushes nothing comes alone.
+TEST(AcquirePushWireTest, TheAnswerRidesInTheFirstBlockWhereAsked) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ClientOf(d);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  auto tokens = Tokens(2 * kTokensPerBlock, 51);
+  auto blocks = RandomBlocks(2, 300 << 10, 52);  // over the eager push limit: rendezvous
+  blocks[0].resize(8192);                          // and one eager
+  ASSERT_EQ((*client)->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 2u);
+  const auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  auto id_bytes = [&](size_t i) { return std::string(ids[i].AsBytes()); };
+  const std::string ns_bytes(ns.AsBytes());
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ConnectRaw(d).worker_address));
+  // Every message with AM id `am` for request `request`, waiting up to 5 s for `n` of them.
+  auto of_request = [&](uint16_t am, uint64_t request, size_t n) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (int i = 0; i < 500 && out.size() < n; ++i) {
+      peer.Progress(std::chrono::milliseconds(10));
+      out.clear();
+      for (auto& m : peer.replies(am))
+        if (m.first.size() >= 8 && w::GetU64(m.first.data()) == request) out.push_back(m);
+    }
+    return out;
+  };
+  const uint32_t eager = RawUcxPeer::kReply | RawUcxPeer::kEager;
+  for (const bool eager_first : {true, false}) {
+    const uint64_t request = eager_first ? 5 : 6;
+    const size_t first = eager_first ? 0 : 1, second = 1 - first;
+    ASSERT_TRUE(peer.Send(w::kAcquirePushAnsweredRequestAm, U64(request) + ns_bytes,
+                          id_bytes(first) + id_bytes(second), eager));
+    const auto answered = of_request(w::kFetchBlockAnsweredAm, request, 1);
+    ASSERT_EQ(answered.size(), 1u) << "eager first: " << eager_first;
+    const auto h = w::DecodeAnsweredBlockHeader(answered[0].first);
+    ASSERT_TRUE(h);
+    const auto block = w::DecodeFetchBlockHeader(h->block);
+    ASSERT_TRUE(block);
+    EXPECT_EQ(block->index, 0u);
+    EXPECT_EQ(block->code, 0u);
+    w::ReplyHeader reply;
+    ASSERT_TRUE(w::DecodeReplyHeader(h->reply, &reply));
+    EXPECT_EQ(reply.request_id, request);
+    EXPECT_TRUE(reply.complete);
+    EXPECT_EQ(reply.code, 0u);
+    v1::AcquireResponse lease;
+    ASSERT_TRUE(lease.ParseFromString(std::string(h->answer)));
+    ASSERT_EQ(lease.sizes_size(), 2);
+    EXPECT_EQ(lease.sizes(0), blocks[first].size());
+    EXPECT_EQ(lease.sizes(1), blocks[second].size());
+    // An eager block's bytes came with it (a rendezvous one's the raw peer leaves at stratad).
+    if (eager_first)
+      EXPECT_EQ(answered[0].second, std::string(blocks[0].begin(), blocks[0].end()));
+    const auto rest = of_request(w::kFetchBlockAm, request, 1);
+    ASSERT_EQ(rest.size(), 1u);
+    EXPECT_EQ(w::DecodeFetchBlockHeader(rest[0].first)->index, 1u);
+    EXPECT_TRUE(of_request(w::kAcquireReplyAm, request, 0).empty());
+  }
+  // The older request: the answer alone, then the block.
+  ASSERT_TRUE(peer.Send(w::kAcquirePushRequestAm, U64(7) + ns_bytes, id_bytes(0), eager));
+  ASSERT_EQ(of_request(w::kAcquireReplyAm, 7, 1).size(), 1u);
+  const auto pushed = of_request(w::kFetchBlockAm, 7, 1);
+  ASSERT_EQ(pushed.size(), 1u);
+  EXPECT_EQ(pushed[0].second, std::string(blocks[0].begin(), blocks[0].end()));
+  EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, 7, 0).empty());
+  // A block stratad does not hold: no lease, the answer alone, nothing pushed.
+  ASSERT_TRUE(peer.Send(w::kAcquirePushAnsweredRequestAm, U64(8) + ns_bytes,
+                        std::string(32, 'u'), eager));
+  const auto alone = of_request(w::kAcquireReplyAm, 8, 1);
+  ASSERT_EQ(alone.size(), 1u);
+  w::ReplyHeader reply;
+  ASSERT_TRUE(w::DecodeReplyHeader(alone[0].first, &reply));
+  EXPECT_FALSE(reply.complete);
+  peer.Progress(std::chrono::milliseconds(100));
+  EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, 8, 0).empty());
+  EXPECT_TRUE(of_request(w::kFetchBlockAm, 8, 0).empty());
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
 }
 
 // A publish in one request (am_wire kPublishInOneAm) stores each block whose bytes are those

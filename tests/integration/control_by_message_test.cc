@@ -145,6 +145,8 @@ TEST(ControlByMessageTest, AFetchByPushIsOneRequest) {
   const char* tls = std::getenv("UCX_TLS");
   const bool push = tls != nullptr && std::string(tls) == "tcp";
   EXPECT_EQ(Counter(*client, "acquires_with_push_total"), push ? 3u : 0u);
+  // Each answer rode in its first block's header: no message of its own.
+  EXPECT_EQ(Counter(*client, "answers_in_first_block_total"), push ? 3u : 0u);
   if (!push) {
     // Over shared memory the client copies the blocks itself and ends each lease by message.
     for (int i = 0; i < 200 && Counter(*client, "releases_by_message_total") < 3; ++i)
