@@ -1,6 +1,6 @@
-// The staged-publish header's flags, several staged blocks in one message, and the publish
-// acknowledgements with stratad's CRC: what a client and a daemon of different versions must
-// agree on.
+// The staged-publish header's flags, several staged blocks in one message, the publish
+// acknowledgements with stratad's CRC and a pushed block that carries its fetch's answer: what a
+// client and a daemon of different versions must agree on.
 #include "common/am_wire.h"
 
 #include <gtest/gtest.h>
@@ -121,6 +121,35 @@ TEST(AmWireTest, PublishInOneDataRoundTripsAndRefusesWhatDoesNotAddUp) {
   std::string lying = data;
   PutU32(lying.data(), 0xfffffff0u);
   EXPECT_FALSE(DecodePublishInOneData(lying).has_value());
+}
+
+TEST(AmWireTest, AnsweredBlockHeaderSplitsIntoItsPartsAndRefusesWhatDoesNotFit) {
+  const ReplyHeader reply{5, 0, 2, true};
+  const std::string answer = "serialized acquire response";
+  const std::string h = EncodeAnsweredBlockHeader({5, 0, 0}, reply, answer);
+  auto d = DecodeAnsweredBlockHeader(h);
+  ASSERT_TRUE(d.has_value());
+  auto block = DecodeFetchBlockHeader(d->block);
+  ASSERT_TRUE(block.has_value());
+  EXPECT_EQ(block->request_id, 5u);
+  EXPECT_EQ(block->index, 0u);
+  ReplyHeader r;
+  ASSERT_TRUE(DecodeReplyHeader(d->reply, &r));
+  EXPECT_EQ(r.request_id, 5u);
+  EXPECT_EQ(r.prefix, 2u);
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(d->answer, answer);
+  // An empty answer still splits; a header cut inside its fixed parts, a refusal, or more answer
+  // than a block carries does not.
+  EXPECT_TRUE(DecodeAnsweredBlockHeader(EncodeAnsweredBlockHeader({5, 1, 0}, reply, "")));
+  for (size_t cut = 0; cut < kFetchBlockHeaderBytes + kReplyHeaderBytes; ++cut)
+    EXPECT_FALSE(DecodeAnsweredBlockHeader(h.substr(0, cut)).has_value()) << cut;
+  EXPECT_FALSE(DecodeAnsweredBlockHeader(EncodeAnsweredBlockHeader({5, kFetchRefused, 9}, reply,
+                                                                   answer)));
+  EXPECT_TRUE(DecodeAnsweredBlockHeader(
+      EncodeAnsweredBlockHeader({5, 0, 0}, reply, std::string(kMaxAnswerInBlockBytes, 'a'))));
+  EXPECT_FALSE(DecodeAnsweredBlockHeader(
+      EncodeAnsweredBlockHeader({5, 0, 0}, reply, std::string(kMaxAnswerInBlockBytes + 1, 'a'))));
 }
 
 }  // namespace
