@@ -494,10 +494,19 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
 
   // An answered block whose answer is cut short: an error at once, not a wait for the deadline.
   if (GetParam() != am_wire::kAcquirePushAnsweredRequestAm) return;
+  // One eager block only: a rendezvous send the client never takes would outlive the fake daemon.
   daemon.grant_lease = true;
   daemon.garble_answered = true;
+  daemon.leased = {leased(0)};
+  daemon.SettleArena();
+  auto plan_one = [&](const AmReply&) -> std::optional<DataMover::PushLanding> {
+    DataMover::PushLanding l{std::vector<BlockMove>(1), absl::Seconds(30)};
+    l.moves[0] = {out0.data(), 1000, blocks.puts[0].arena_offset, blocks.puts[0].crc32c};
+    return l;
+  };
+  request.data.resize(32);
   const absl::Time t0 = absl::Now();
-  got = d.mover->AcquireAndGet(request, plan, true, absl::Seconds(20));
+  got = d.mover->AcquireAndGet(request, plan_one, true, absl::Seconds(20));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal) << got.status();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
