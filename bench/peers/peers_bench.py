@@ -322,7 +322,7 @@ def side_strata_cxx(link, tls):
         servers, conn = start_stratad(a, tls, tmp)
         try:
             return run_cxx(a, ["--system", "strata", "--endpoint", conn["endpoint"],
-                               "--link", link], tls)
+                               "--link", link, "--min-get-ms", str(a.min_get_ms)], tls)
         finally:
             for s in servers:
                 s.close()
@@ -335,7 +335,8 @@ def side_redis_cxx(link):
         where = (["--redis-port", str(conn["port"])] if link == "tcp"
                  else ["--redis-socket", conn["socket"]])
         try:
-            return run_cxx(a, ["--system", "redis", "--link", link] + where, TCP)
+            return run_cxx(a, ["--system", "redis", "--link", link,
+                               "--min-get-ms", str(a.min_get_ms)] + where, TCP)
         finally:
             for s in servers:
                 s.close()
@@ -443,7 +444,7 @@ def fmt(x, spec):
 def print_table(table, ver, a, out):
     w = out.write
     w(f"# bench/peers: {a.reps} repetition(s), working set {a.ws_bytes >> 20} MiB per size and "
-      f"client count, sides alternating\n")
+      f"client count, sides alternating; C++ get passes at least {a.min_get_ms:g} ms\n")
     w("# versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()) + "\n")
     w("# GB/s (p50/p99 us of one call) medians; S/R = Strata C++ / Redis hiredis; "
       "Spy/M = Strata Python / Mooncake Python; link shm: Strata over UCX shm vs Redis over its "
@@ -507,6 +508,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ws-mib", type=int, default=256)
     ap.add_argument("--clients", default="1,4")
+    ap.add_argument("--min-get-ms", dest="min_get_ms", type=float, default=300,
+                    help="C++ sides: each get pass repeats the working set until it ran this long")
     ap.add_argument("--sides", default="", help="comma list of side names (default: all)")
     ap.add_argument("--stratad", required=True)
     ap.add_argument("--peers-client", dest="peers_client", required=True)
@@ -517,7 +520,7 @@ def main():
     a = ap.parse_args()
     a.sizes = SMOKE_SIZES if a.smoke else SIZES
     if a.smoke:
-        a.reps, a.ws_mib = 1, 8
+        a.reps, a.ws_mib, a.min_get_ms = 1, 8, 0
     a.ws_bytes = a.ws_mib << 20
     a.clients = [int(x) for x in a.clients.split(",")]
     sides = [s for s in SIDES if not a.sides or s[0] in a.sides.split(",")]

@@ -43,8 +43,12 @@ struct Config {
   std::string tls = "tcp,self";
   std::string link;          // the label printed with each row
   bool verify = true;
-  int get_passes = 1;
-  bool fetch_cached = false;  // Strata's fetched blocks through the CPU caches (a comparison)  // more than one: a long get phase to profile alone (each pass printed)
+  int get_passes = 1;          // more than one: a long get phase to profile alone (each printed)
+  bool fetch_cached = false;   // Strata's fetched blocks through the CPU caches (a comparison)
+  // A get pass repeats the working set, whole, until it has run this long (every key fetched as
+  // often as the others): a pass of 64 KiB blocks is otherwise ~10 ms, which the threads'
+  // start and end skew and one scheduling hiccup swing by tens of percent, on either side.
+  double min_get_ms = 0;
 };
 
 struct PassResult {
@@ -218,7 +222,7 @@ class RedisSide : public Side {
 
 // Runs one pass (put or get of every key) on all sides at once, from a common start.
 PassResult RunPass(std::vector<std::unique_ptr<Side>>& sides, size_t keys_per_client,
-                   size_t size, bool put) {
+                   size_t size, bool put, double min_ms = 0) {
   const size_t n = sides.size();
   std::vector<std::vector<double>> lat(n);
   std::vector<Clock::time_point> start(n), end(n);
@@ -230,11 +234,13 @@ PassResult RunPass(std::vector<std::unique_ptr<Side>>& sides, size_t keys_per_cl
       lat[c].reserve(keys_per_client);
       go.arrive_and_wait();
       start[c] = Clock::now();
-      for (size_t k = 0; k < keys_per_client && ok; ++k) {
-        auto t0 = Clock::now();
-        if (!(put ? sides[c]->Put(k) : sides[c]->Get(k))) ok = false;
-        lat[c].push_back(Seconds(Clock::now() - t0) * 1e6);
-      }
+      do {
+        for (size_t k = 0; k < keys_per_client && ok; ++k) {
+          auto t0 = Clock::now();
+          if (!(put ? sides[c]->Put(k) : sides[c]->Get(k))) ok = false;
+          lat[c].push_back(Seconds(Clock::now() - t0) * 1e6);
+        }
+      } while (ok && Seconds(Clock::now() - start[c]) * 1e3 < min_ms);
       end[c] = Clock::now();
     });
   }
@@ -293,7 +299,7 @@ int RunWorkload(const Config& cfg) {
       if (!put.ok) return 1;
       std::vector<PassResult> gets;
       for (int p = 0; p < cfg.get_passes; ++p) {
-        gets.push_back(RunPass(sides, keys, size, false));
+        gets.push_back(RunPass(sides, keys, size, false, cfg.min_get_ms));
         if (!gets.back().ok) return 1;
       }
       for (int c = 0; c < nc && cfg.verify; ++c) {
@@ -354,6 +360,8 @@ int main(int argc, char** argv) {
   app.add_option("--link", cfg.link, "label of the link (tcp, shm, unix)");
   app.add_option("--get-passes", cfg.get_passes, "get passes after each put pass (profiling)")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--min-get-ms", cfg.min_get_ms,
+                 "repeat each get pass over the working set until it ran this long");
   app.add_flag("--fetch-cached", cfg.fetch_cached,
                "Strata: fetched blocks land in the CPU caches (fetch_bypasses_cache off)");
   CLI11_PARSE(app, argc, argv);
