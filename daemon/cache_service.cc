@@ -597,7 +597,8 @@ std::optional<Caller> CacheService::AmCaller(std::string_view ticket) const {
 
 template <typename Answer>
 void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker,
-                                 AmScopedKind kind, Answer&& answer, const KeepAnswer& keep) {
+                                 AmScopedKind kind, Answer&& answer,
+                                 std::optional<KeepAnswer> keep) {
   namespace w = am_wire;
   const auto request = OpenAmRequest(m, kind);
   if (!request) return;
@@ -634,7 +635,7 @@ void CacheService::ServeAmScoped(const transport::AmMessage& m, transport::Worke
   }
   // An incomplete answer sends the client to the gRPC call, which counts itself.
   const bool counted = h.complete;
-  if (!(keep && code == absl::StatusCode::kOk && h.complete && keep(h, &data)))
+  if (!(keep && code == absl::StatusCode::kOk && h.complete && (*keep)(h, &data)))
     worker->AmReply(m.reply_ep, kind.reply_am, w::EncodeReplyHeader(h), std::move(data));
   if (metrics_ && counted)
     metrics_->Record(kind.rpc, static_cast<int>(ToGrpcCode(code)),
@@ -679,7 +680,7 @@ void CacheService::HandleAmAcquirePushAnswered(const transport::AmMessage& m,
 void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Worker* worker,
                                   uint16_t request_am, bool answer_in_block) {
   v1::AcquireResponse resp;
-  HeldAnswer held;
+  std::optional<HeldAnswer> held;
   if (m.reply_ep == nullptr ||
       !ServeAmAcquire(m, worker, request_am, &resp, answer_in_block ? &held : nullptr))
     return;
@@ -693,14 +694,14 @@ void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Work
   }
   // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
   // for the blocks ends at its deadline.
-  const bool held_back = held.header.complete;
-  if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices,
-                  held_back ? &held : nullptr)) {
+  const HeldAnswer* answer = held ? &*held : nullptr;
+  if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices, answer)) {
     acquires_with_push_.fetch_add(1, std::memory_order_relaxed);
-    if (held_back) answers_in_block_.fetch_add(1, std::memory_order_relaxed);
-  } else if (held_back)  // nothing was sent: the answer goes alone, the client waits as before
-    worker->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(held.header),
-                    std::move(held.data));
+    if (held) answers_in_block_.fetch_add(1, std::memory_order_relaxed);
+  } else if (held) {  // nothing was sent: the answer goes alone, the client waits as before
+    worker->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(held->header),
+                    std::move(held->data));
+  }
   // Each send holds its extent until UCX is done with it: the lease is needed no longer, and
   // ending it here spares the client a Release message (ConnectResponse.push_releases).
   EndLease(resp.lease_id()).IgnoreError();
@@ -746,19 +747,17 @@ void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::
 
 bool CacheService::ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
                                   uint16_t request_am, v1::AcquireResponse* granted,
-                                  HeldAnswer* held) {
+                                  std::optional<HeldAnswer>* held) {
   bool leased = false;
-  KeepAnswer keep;
-  if (held != nullptr && granted != nullptr) {
-    keep = [&](const am_wire::ReplyHeader& h, std::string* data) {
-      const bool some_block = std::any_of(granted->status().begin(), granted->status().end(),
-                                          [](int s) { return s == v1::BLOCK_OK; });
-      if (!leased || !some_block || data->size() > am_wire::kMaxAnswerInBlockBytes) return false;
-      held->header = h;
-      held->data = std::move(*data);
-      return true;
-    };
-  }
+  auto hold = [&](const am_wire::ReplyHeader& h, std::string* data) {
+    const bool some_block = std::any_of(granted->status().begin(), granted->status().end(),
+                                        [](int s) { return s == v1::BLOCK_OK; });
+    if (!leased || !some_block || data->size() > am_wire::kMaxAnswerInBlockBytes) return false;
+    held->emplace(HeldAnswer{h, std::move(*data)});
+    return true;
+  };
+  std::optional<KeepAnswer> keep;
+  if (held != nullptr && granted != nullptr) keep.emplace(hold);
   ServeAmScoped(m, worker, {request_am, am_wire::kAcquireReplyAm, RpcMetrics::kAcquire, "acquire"},
                 [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
                     const Caller& caller, am_wire::ReplyHeader* h, std::string* data) {

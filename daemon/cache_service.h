@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/am_wire.h"
@@ -149,7 +150,7 @@ class CacheService final : public v1::Cache::Service {
   // small enough is not sent but left there (empty data otherwise: it was sent).
   bool ServeAmAcquire(const transport::AmMessage& m, transport::Worker* worker,
                       uint16_t request_am, v1::AcquireResponse* granted,
-                      HeldAnswer* held = nullptr);
+                      std::optional<HeldAnswer>* held = nullptr);
   void AcquireAndPush(const transport::AmMessage& m, transport::Worker* worker,
                       uint16_t request_am, bool answer_in_block);
   // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
@@ -263,10 +264,10 @@ class CacheService final : public v1::Cache::Service {
   // &header, &data)` fills a complete answer, or leaves header.complete false to send the
   // client to gRPC. `keep(header, &data)`, when given, may take a complete, successful answer
   // to send later itself (true: nothing is sent here).
-  using KeepAnswer = std::function<bool(const am_wire::ReplyHeader&, std::string*)>;
+  using KeepAnswer = absl::FunctionRef<bool(const am_wire::ReplyHeader&, std::string*)>;
   template <typename Answer>
   void ServeAmScoped(const transport::AmMessage& m, transport::Worker* worker, AmScopedKind kind,
-                     Answer&& answer, const KeepAnswer& keep = nullptr);
+                     Answer&& answer, std::optional<KeepAnswer> keep = std::nullopt);
   // The bodies of Reserve and Commit (daemon/cache_publish.cc), by gRPC or active message.
   // CommitFor with `may_wait` false commits only what needs no network wait; otherwise it sets
   // *deferred and changes nothing.

@@ -130,12 +130,8 @@ class FakeDaemon {
   std::atomic<bool> garble_answered{false};
 
  private:
-  std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
-    std::string h(am_wire::kFetchBlockHeaderBytes, '\0');
-    am_wire::PutU64(h.data(), request_id);
-    am_wire::PutU32(h.data() + 8, index);
-    am_wire::PutU32(h.data() + 12, static_cast<uint32_t>(code));
-    return h;
+  static std::string BlockHeader(uint64_t request_id, uint32_t index, absl::StatusCode code) {
+    return am_wire::EncodeFetchBlockHeader({request_id, index, static_cast<uint32_t>(code)});
   }
 
   void HandleFetch(const transport::AmMessage& m) {
