@@ -125,6 +125,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   fetch_in_one_ = acquire_by_message_.load() && resp.fetch_in_one();
   device_fetch_ = control_by_message_.load() && resp.device_fetch_by_message();
+  spare_reservations_ = resp.spare_reservations();
   {
     std::lock_guard<std::mutex> lock(ticket_mu_);
     am_ticket_ = resp.am_ticket();
@@ -341,6 +342,20 @@ v1::ReserveRequest ReserveRequestOf(const NamespaceId& ns, std::span<const Block
   return req;
 }
 
+// A Reserve's answer, whose kOk entries must each have an offset.
+absl::StatusOr<Reservation> ReservationOf(const v1::ReserveResponse& resp) {
+  Reservation r;
+  r.id = resp.reservation_id();
+  r.expires_in = absl::Milliseconds(resp.expires_in_ms());
+  r.status = BlockStatuses(resp.status());
+  r.offsets.assign(resp.offsets().begin(), resp.offsets().end());
+  r.instance_id = resp.instance_id();
+  for (size_t i = 0; i < r.status.size(); ++i)
+    if (r.status[i] == BlockStatus::kOk && i >= r.offsets.size())
+      return absl::InternalError("Reserve answered without an offset for a reserved block");
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
@@ -361,16 +376,7 @@ absl::StatusOr<Reservation> ControlChannel::Reserve(const NamespaceId& ns,
         "Reserve", ns, [&](grpc::ClientContext* c) { return stub_->Reserve(c, req, &resp); }));
   }
   STRATA_RETURN_IF_ERROR(CheckStatusCount("Reserve", resp.status_size(), ids.size()));
-  Reservation r;
-  r.id = resp.reservation_id();
-  r.expires_in = absl::Milliseconds(resp.expires_in_ms());
-  r.status = BlockStatuses(resp.status());
-  r.offsets.assign(resp.offsets().begin(), resp.offsets().end());
-  r.instance_id = resp.instance_id();
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (r.status[i] == BlockStatus::kOk && i >= r.offsets.size())
-      return absl::InternalError("Reserve answered without an offset for a reserved block");
-  return r;
+  return ReservationOf(resp);
 }
 
 absl::StatusOr<std::optional<std::vector<BlockStatus>>> ControlChannel::PublishInOne(
@@ -409,11 +415,21 @@ absl::StatusOr<std::optional<std::vector<BlockStatus>>> ControlChannel::PublishI
 namespace {
 
 v1::CommitRequest CommitRequestOf(uint64_t reservation_id, std::span<const uint32_t> crc32c,
-                                  bool taken_while_writing) {
+                                  bool taken_while_writing, const CommitSpares* spares = nullptr) {
   v1::CommitRequest req;
   req.set_reservation_id(reservation_id);
   req.set_crcs_taken_while_writing(taken_while_writing);
   for (uint32_t crc : crc32c) req.add_crc32c(crc);
+  if (spares != nullptr && spares->ns != nullptr) {
+    if (spares->named != nullptr)
+      *req.mutable_rename() = ReserveRequestOf(*spares->ns, std::span(spares->named, 1),
+                                               std::span(&spares->named_parent, 1),
+                                               std::span(&spares->named_size, 1));
+    if (spares->want_bytes > 0) {
+      req.mutable_spare()->set_namespace_id(std::string(spares->ns->AsBytes()));
+      req.mutable_spare()->set_bytes(spares->want_bytes);
+    }
+  }
   return req;
 }
 
@@ -429,8 +445,10 @@ std::optional<FollowUp> ControlChannel::CommitFollowUp(uint64_t reservation_id,
 
 absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(
     uint64_t reservation_id, std::span<const uint32_t> crc32c, bool taken_while_writing,
-    const std::optional<absl::StatusOr<AmReply>>* answered) {
-  const v1::CommitRequest req = CommitRequestOf(reservation_id, crc32c, taken_while_writing);
+    const std::optional<absl::StatusOr<AmReply>>* answered, CommitSpares* spares) {
+  if (spares != nullptr && !spare_reservations_.load()) spares = nullptr;
+  const v1::CommitRequest req =
+      CommitRequestOf(reservation_id, crc32c, taken_while_writing, spares);
   v1::CommitResponse resp;
   std::optional<std::string> fast;
   if (answered != nullptr && answered->has_value()) {
@@ -446,6 +464,11 @@ absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(
         Rpc("Commit", [&](grpc::ClientContext* c) { return stub_->Commit(c, req, &resp); }));
   }
   STRATA_RETURN_IF_ERROR(CheckStatusCount("Commit", resp.status_size(), crc32c.size()));
+  if (spares != nullptr && resp.has_spare() && resp.spare().reservation_id() != 0) {
+    auto spare = ReservationOf(resp.spare());
+    if (spare.ok() && spare->status.size() == 1 && spare->status[0] == BlockStatus::kOk)
+      spares->granted = *std::move(spare);
+  }
   return BlockStatuses(resp.status());
 }
 

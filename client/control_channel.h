@@ -59,6 +59,19 @@ struct Reservation {
   uint64_t instance_id = 0;  // the daemon instance whose arena the offsets are in (0: unsaid)
 };
 
+// What a Commit may carry besides the CRCs, where the daemon offers spare reservations
+// (ControlChannel::spare_reservations): a spare holds one extent for a block not yet named, so
+// a publish into it is the copy and one Commit that names the block.
+struct CommitSpares {
+  const NamespaceId* ns = nullptr;  // of the block named and of the spare wanted
+  // The reservation committed is a spare, and its block is this one (CommitRequest.rename).
+  const BlockId* named = nullptr;
+  BlockId named_parent{};
+  uint64_t named_size = 0;
+  uint64_t want_bytes = 0;  // a spare of this many bytes for the next publish (0: none)
+  Reservation granted;      // out: the spare granted (id 0: none); one kOk status and offset
+};
+
 // The daemon's answer to Acquire: the blocks it pinned for reading, until Release.
 struct Lease {
   uint64_t id = 0;  // 0 when nothing was leased
@@ -120,7 +133,10 @@ class ControlChannel {
   // `answered`: the reply to CommitFollowUp's request, when it went behind the blocks.
   absl::StatusOr<std::vector<BlockStatus>> Commit(
       uint64_t reservation_id, std::span<const uint32_t> crc32c, bool taken_while_writing = false,
-      const std::optional<absl::StatusOr<AmReply>>* answered = nullptr);
+      const std::optional<absl::StatusOr<AmReply>>* answered = nullptr,
+      CommitSpares* spares = nullptr);
+  // Whether Commit takes CommitSpares (the daemon said so at the last Connect).
+  bool spare_reservations() const { return spare_reservations_.load(); }
   // The Commit as an active message to post behind a publish's blocks (DataMover::Put), or
   // nullopt where Commit does not go by message.
   std::optional<FollowUp> CommitFollowUp(uint64_t reservation_id, std::span<const uint32_t> crc32c,
@@ -241,6 +257,7 @@ class ControlChannel {
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
   std::atomic<bool> device_fetch_{false};        // ... and fetches into lent device buffers
+  std::atomic<bool> spare_reservations_{false};  // Commit takes CommitSpares (any route)
   // With authentication: what stands for this client in fast-path messages (Connect sets it
   // again after a reconnection).
   std::string ticket() const {

@@ -22,6 +22,8 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
 absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOptions& options,
                                                                 ChannelSecurity security) {
   std::unique_ptr<DaemonLink> link(new DaemonLink(options));
+  if (const char* on = std::getenv("STRATA_CLIENT_SPARES"); on != nullptr)
+    link->spares_on_ = std::string_view(on) != "0";
   ControlOptions control;
   control.endpoint = options.endpoint;
   control.client_name = options.client_name;
@@ -56,6 +58,14 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
                                                        std::span<const BlockId> ids,
                                                        std::span<const BlockId> parents,
                                                        std::span<const ConstBuffer> blobs) {
+  const bool spares = UsesSpares(ids.size());
+  if (spares) {
+    if (std::optional<Spare> spare = TakeSpare(ns, blobs[0].size)) {
+      if (auto done = PublishIntoSpare(*spare, ns, ids[0], parents.empty() ? BlockId{} : parents[0],
+                                       blobs[0]))
+        return *std::move(done);
+    }
+  }
   PublishResult result;
   result.ids.assign(ids.begin(), ids.end());
   if (mover_->PublishesByMessage()) {
@@ -91,10 +101,14 @@ absl::StatusOr<PublishResult> DaemonLink::PublishBlobs(const NamespaceId& ns,
     return absl::Status(put.status().code(),
                         absl::StrCat("publish transfer failed: ", put.status().message()));
   }
+  CommitSpares ask;
+  ask.ns = &ns;
+  if (spares) ask.want_bytes = blobs[0].size;  // for the next publish
   STRATA_ASSIGN_OR_RETURN(std::vector<BlockStatus> committed,
                           control_->Commit(reservation.id, put->crc32c,
                                            /*taken_while_writing=*/put->route == Route::kMapped,
-                                           &put->follow_up_reply));
+                                           &put->follow_up_reply, &ask));
+  if (spares) KeepSpare(ns, ask.want_bytes, ask.granted);
   for (size_t k = 0; k < reserved.size(); ++k) result.status[reserved[k]] = committed[k];
   return Tally(std::move(result), blobs);
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -46,12 +48,18 @@ class DaemonLink {
   static absl::StatusOr<std::unique_ptr<DaemonLink>> Connect(const ClientOptions& options,
                                                              ChannelSecurity security);
 
+  ~DaemonLink();  // gives back the spare reservation it holds
+  DaemonLink(const DaemonLink&) = delete;
+  DaemonLink& operator=(const DaemonLink&) = delete;
+
   const ClientOptions& options() const { return options_; }
   ControlChannel& control() { return *control_; }
   DataMover& mover() { return *mover_; }
 
   // Publishes blobs under `ids` (parents: empty, or ids[i-1] of the chain): Reserve, move the
-  // bytes, Commit; a failed transfer aborts the reservation.
+  // bytes, Commit; a failed transfer aborts the reservation. A one-blob publish through the
+  // mapped arena goes into the spare reservation the last one's Commit asked for, when it fits
+  // (CommitSpares): the copy and one Commit, no Reserve.
   absl::StatusOr<PublishResult> PublishBlobs(const NamespaceId& ns, std::span<const BlockId> ids,
                                              std::span<const BlockId> parents,
                                              std::span<const ConstBuffer> blobs);
@@ -63,6 +71,16 @@ class DaemonLink {
 
  private:
   struct Plan;
+  // A spare reservation granted to this link (CommitSpares::granted): one extent of `bytes` in
+  // `ns`, for the next one-blob publish there.
+  struct Spare {
+    uint64_t id = 0;
+    NamespaceId ns;
+    uint64_t offset = 0, bytes = 0;
+    absl::Time expires;
+    absl::Duration lifetime;
+    uint64_t instance_id = 0;
+  };
 
   explicit DaemonLink(const ClientOptions& options) : options_(options) {}
   Plan PlanLanding(const Lease& lease, const FetchLanding& into, FetchResult* r);
@@ -87,10 +105,29 @@ class DaemonLink {
                        const FetchLanding& into, bool verify, FetchResult* r);
   void Finish(const FetchLanding& into, const Plan& plan, std::vector<uint8_t> intact,
               FetchResult* r);
+  // Whether a publish of `n` blobs asks for and uses spares: one blob, through the mapped
+  // arena, where the daemon offers them.
+  bool UsesSpares(size_t n) const;
+  // The spare held, when it is for `ns` and holds `bytes`; a spare near its expiry is given
+  // back instead.
+  std::optional<Spare> TakeSpare(const NamespaceId& ns, uint64_t bytes);
+  // Holds `granted` (id 0: nothing), giving back the one held before.
+  void KeepSpare(const NamespaceId& ns, uint64_t bytes, const Reservation& granted);
+  // A one-blob publish into `spare`: the copy, then a Commit that names the block and asks for
+  // the next spare. nullopt: the spare is gone (expired, or its daemon restarted) or the Commit
+  // failed: publish as usual.
+  std::optional<absl::StatusOr<PublishResult>> PublishIntoSpare(const Spare& spare,
+                                                                const NamespaceId& ns,
+                                                                const BlockId& id,
+                                                                const BlockId& parent,
+                                                                const ConstBuffer& blob);
 
   const ClientOptions options_;
   std::unique_ptr<ControlChannel> control_;
   std::unique_ptr<DataMover> mover_;  // destroyed first: the channel's fast path points at it
+  bool spares_on_ = true;  // STRATA_CLIENT_SPARES=0 turns them off (for comparisons)
+  std::mutex spare_mu_;
+  std::optional<Spare> spare_;
 };
 
 }  // namespace strata::client

@@ -6,9 +6,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
@@ -28,8 +31,34 @@ using cache_internal::AddStatuses;
 using cache_internal::IsOpenIn;
 using cache_internal::UnknownId;
 
+namespace {
+
+// A block committed into a spare at least this large lets the progress thread sleep once idle
+// (ProgressThread::SleepWhenIdle): its client copies as long before its next request as a
+// wake-up costs (~10 us on shared memory here), and more.
+constexpr uint64_t kSleepAfterSpareBytes = 256 << 10;
+
+// The id a spare's block is reserved under until a Commit names it: drawn at random once per
+// process and counted on, so never a real block's (and never reserved twice).
+BlockId SpareId() {
+  static const std::array<uint32_t, 6> seed = [] {
+    std::random_device rd;
+    std::array<uint32_t, 6> s;
+    for (uint32_t& w : s) w = rd();
+    return s;
+  }();
+  static std::atomic<uint64_t> count{0};
+  BlockId id;
+  std::memcpy(id.bytes.data(), seed.data(), sizeof(seed));
+  const uint64_t n = count.fetch_add(1, std::memory_order_relaxed);
+  std::memcpy(id.bytes.data() + sizeof(seed), &n, sizeof(n));
+  return id;
+}
+
+}  // namespace
+
 grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
-                                      v1::ReserveResponse* resp) {
+                                      v1::ReserveResponse* resp, bool spare) {
   auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
   if (!MayUseNamespace(caller, scoped->ns))
@@ -46,7 +75,7 @@ grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveReq
     items[i].size = req.sizes(static_cast<int>(i));
   }
   ReserveResult r = store_->Reserve(ns, items);
-  if (metrics_) {
+  if (metrics_ && !spare) {  // a spare's bytes count once it is named (RenameSpare)
     uint64_t granted = 0;
     for (size_t i = 0; i < r.status.size(); ++i)
       if (r.status[i] == BlockStatus::kOk) granted += items[i].size;
@@ -67,7 +96,8 @@ grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveReq
     if (no_space++ == 0) first = i;
   }
   static LogRateLimiter limit;
-  if (uint64_t suppressed = 0; no_space > 0 && limit.Allow(&suppressed))
+  // A spare refused is no publish refused: its client publishes the usual way.
+  if (uint64_t suppressed = 0; !spare && no_space > 0 && limit.Allow(&suppressed))
     spdlog::warn("Reserve in namespace {}: no space for {} of {} blocks (first: {}, {} bytes){}",
                  ns.ShortHex(), no_space, items.size(), items[first].id.ShortHex(),
                  items[first].size, SuppressedNote(suppressed));
@@ -111,6 +141,12 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
     if (replicates || (cluster && cluster->size() > 1)) {
       *deferred = true;
       return grpc::Status::OK;
+    }
+  }
+  if (req.has_rename()) {
+    if (std::optional<grpc::Status> answered = RenameSpare(caller, req, resp)) {
+      if (answered->ok()) GrantSpare(caller, req.spare(), resp->mutable_spare());
+      return *answered;
     }
   }
   std::vector<uint32_t> crcs(req.crc32c().begin(), req.crc32c().end());
@@ -164,7 +200,55 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
         "Commit of reservation {}: {} of {} blocks failed CRC32C verification and were "
         "dropped{}",
         req.reservation_id(), crc_failed, r->size(), SuppressedNote(suppressed));
+  GrantSpare(caller, req.spare(), resp->mutable_spare());
   return grpc::Status::OK;
+}
+
+std::optional<grpc::Status> CacheService::RenameSpare(const Caller& caller,
+                                                      const v1::CommitRequest& req,
+                                                      v1::CommitResponse* resp) {
+  const v1::ReserveRequest& named = req.rename();
+  auto scoped = CheckScoped(named.namespace_id(), named.ids(), IsOpenIn(*namespaces_));
+  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
+  if (!MayUseNamespace(caller, scoped->ns))
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the namespace belongs to another tenant than the token's");
+  if (scoped->ids.size() != 1 || named.sizes_size() != 1)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a spare is renamed to exactly one block (one id, one size)");
+  auto parents = CheckReserveParents(named, 1);
+  if (!parents.ok()) return ToGrpcStatus(parents.status());
+  const ReserveItem item{scoped->ids[0], parents->empty() ? BlockId{} : (*parents)[0],
+                         named.sizes(0)};
+  auto renamed = store_->RenameReserved(req.reservation_id(), scoped->ns, item);
+  if (!renamed.ok()) return ToGrpcStatus(renamed.status());
+  spares_named_.fetch_add(1, std::memory_order_relaxed);
+  if (*renamed != BlockStatus::kOk) {  // held already (or refused): the spare went back
+    id_owners_.Forget(req.reservation_id());
+    AddStatuses({*renamed}, resp->mutable_status());
+    return grpc::Status::OK;
+  }
+  if (metrics_) metrics_->AddPublishBytes(item.size);
+  ReserveResult r;
+  r.reservation_id = req.reservation_id();
+  r.status = {BlockStatus::kOk};
+  RememberReplication(scoped->ns, std::span(&item, 1), r);
+  return std::nullopt;
+}
+
+void CacheService::GrantSpare(const Caller& caller, const v1::SpareRequest& want,
+                              v1::ReserveResponse* spare) {
+  if (want.bytes() == 0) return;
+  v1::ReserveRequest rq;
+  rq.set_namespace_id(want.namespace_id());
+  const BlockId id = SpareId();
+  rq.set_ids(id.bytes.data(), id.bytes.size());
+  rq.add_sizes(want.bytes());
+  // Refused (no room, no such namespace, another tenant's): the client publishes as usual.
+  if (!ReserveFor(caller, rq, spare, /*spare=*/true).ok() || spare->reservation_id() == 0)
+    spare->Clear();
+  else
+    spares_granted_.fetch_add(1, std::memory_order_relaxed);
 }
 
 grpc::Status CacheService::PublishMade(
@@ -281,6 +365,11 @@ void CacheService::HandleAmCommit(const transport::AmMessage& m, transport::Work
       {am_wire::kCommitRequestAm, am_wire::kCommitReplyAm, RpcMetrics::kCommit, "commit"},
       [&](const Caller& caller, const v1::CommitRequest& req, v1::CommitResponse* resp,
           bool* deferred) {
+        // A large block committed into a spare: its client's next request comes after its next
+        // copy, so polling until then only takes the core from it.
+        if (data_plane_.progress && req.has_rename() && req.rename().sizes_size() == 1 &&
+            req.rename().sizes(0) >= kSleepAfterSpareBytes)
+          data_plane_.progress->SleepWhenIdle();
         return CommitFor(caller, req, absl::Now(), /*may_wait=*/false, deferred, resp);
       });
 }

@@ -143,6 +143,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_acquire_and_push(fast_paths);
     resp->set_push_releases(fast_paths);
     resp->set_answer_in_first_block(fast_paths);
+    resp->set_spare_reservations(true);
     resp->set_publish_in_one(fast_paths);
     resp->set_fetch_in_one(fast_paths);
     resp->set_device_fetch_by_message(fast_paths && data_plane_.gpu != nullptr);
@@ -458,6 +459,8 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["answers_in_first_block_total"] = answers_in_block_.load(std::memory_order_relaxed);
+    c["spares_granted_total"] = spares_granted_.load(std::memory_order_relaxed);
+    c["spares_named_total"] = spares_named_.load(std::memory_order_relaxed);
     c["releases_by_message_total"] = releases_by_message_.load(std::memory_order_relaxed);
     c["reserves_and_commits_by_message_total"] =
         controls_by_message_.load(std::memory_order_relaxed);

@@ -271,10 +271,19 @@ class CacheService final : public v1::Cache::Service {
   // The bodies of Reserve and Commit (daemon/cache_publish.cc), by gRPC or active message.
   // CommitFor with `may_wait` false commits only what needs no network wait; otherwise it sets
   // *deferred and changes nothing.
+  // `spare`: a spare for a block not yet named (GrantSpare).
   grpc::Status ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
-                          v1::ReserveResponse* resp);
+                          v1::ReserveResponse* resp, bool spare = false);
   grpc::Status CommitFor(const Caller& caller, const v1::CommitRequest& req, absl::Time deadline,
                          bool may_wait, bool* deferred, v1::CommitResponse* resp);
+  // CommitRequest.rename: names the spare's block (checked as a Reserve of it is). nullopt:
+  // named, commit it; otherwise the answer to send (the spare went back) or the error.
+  std::optional<grpc::Status> RenameSpare(const Caller& caller, const v1::CommitRequest& req,
+                                          v1::CommitResponse* resp);
+  // CommitRequest.spare: reserves one for the caller's next publish into `spare` (left empty
+  // where none is granted).
+  void GrantSpare(const Caller& caller, const v1::SpareRequest& want,
+                  v1::ReserveResponse* spare);
   // The frame of a fast path whose request and reply are a gRPC call's messages (am_wire's
   // reserve and commit): `body(caller, req, &resp, &deferred)`.
   template <typename Request, typename Response, typename Body>
@@ -316,6 +325,8 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
   std::atomic<uint64_t> acquires_with_push_{0};   // ... whose blocks HandleAmAcquirePush sent
   std::atomic<uint64_t> answers_in_block_{0};     // ... with the answer in the first block
+  std::atomic<uint64_t> spares_granted_{0};       // spare reservations granted by Commits
+  std::atomic<uint64_t> spares_named_{0};         // ... and named by a later Commit
   std::atomic<uint64_t> releases_by_message_{0};  // leases a Release message ended
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   std::atomic<uint64_t> published_in_one_{0};     // publishes answered by HandleAmPublishInOne

@@ -90,6 +90,11 @@ class BlockStore {
       uint64_t reservation_id, std::span<const uint32_t> crcs,
       CommitCheck check = CommitCheck::kReread) = 0;
   virtual absl::Status Abort(uint64_t reservation_id) = 0;
+  // Names again the one block of an open reservation (a spare): HostTier::RenameReserved, and
+  // an id another tier holds is answered kExists (the reservation given back).
+  virtual absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id,
+                                                     const NamespaceId& ns,
+                                                     const ReserveItem& item) = 0;
 
   // Number of leading ids of `ns` held in any tier; `tiers` (when not null) gets the tier of
   // each of them.

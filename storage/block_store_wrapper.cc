@@ -27,4 +27,13 @@ ReserveResult ReserveExceptHeld(std::span<const ReserveItem> items,
   return r;
 }
 
+absl::StatusOr<BlockStatus> RenameUnlessHeld(
+    const std::function<bool()>& held,
+    const std::function<absl::StatusOr<BlockStatus>()>& rename,
+    const std::function<absl::Status()>& abort) {
+  if (!held()) return rename();
+  if (absl::Status s = abort(); !s.ok()) return s;
+  return BlockStatus::kExists;
+}
+
 }  // namespace strata

@@ -27,6 +27,10 @@ class BlockStoreWrapper : public BlockStore {
     return target_->Commit(reservation_id, crcs, check);
   }
   absl::Status Abort(uint64_t reservation_id) override { return target_->Abort(reservation_id); }
+  absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id, const NamespaceId& ns,
+                                             const ReserveItem& item) override {
+    return target_->RenameReserved(reservation_id, ns, item);
+  }
   size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
                 std::vector<Tier>* tiers) override {
     return target_->Lookup(ns, ids, tiers);
@@ -92,5 +96,12 @@ ReserveResult ReserveExceptHeld(std::span<const ReserveItem> items,
                                 const std::function<bool(const ReserveItem&)>& held,
                                 const std::function<ReserveResult(std::span<const ReserveItem>)>&
                                     reserve);
+
+// A spare's renaming when a tier above may hold the block: held, the spare goes back (`abort`)
+// and the answer is kExists; otherwise `rename` answers.
+absl::StatusOr<BlockStatus> RenameUnlessHeld(
+    const std::function<bool()>& held,
+    const std::function<absl::StatusOr<BlockStatus>()>& rename,
+    const std::function<absl::Status()>& abort);
 
 }  // namespace strata

@@ -20,6 +20,10 @@ class HostBlockStore final : public BlockStore {
     return host_->Commit(reservation_id, crcs, check);
   }
   absl::Status Abort(uint64_t reservation_id) override { return host_->Abort(reservation_id); }
+  absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id, const NamespaceId& ns,
+                                             const ReserveItem& item) override {
+    return host_->RenameReserved(reservation_id, ns, item);
+  }
 
   size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
                 std::vector<Tier>* tiers) override;

@@ -535,6 +535,62 @@ absl::Status HostTier::HoldReservation(uint64_t reservation_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<BlockStatus> HostTier::RenameReserved(uint64_t reservation_id,
+                                                     const NamespaceId& ns_id,
+                                                     const ReserveItem& item) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end() || it->second.dropped ||
+      it->second.expires <= options_.clock())
+    return absl::NotFoundError(absl::StrCat("reservation ", reservation_id,
+                                            " is unknown (expired, aborted or committed)"));
+  Reservation& res = it->second;
+  if (res.writers > 0 || res.committing)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reservation ", reservation_id, " is being written or committed: it cannot be renamed"));
+  if (res.slots.size() != 1)
+    return absl::InvalidArgumentError(absl::StrCat("reservation ", reservation_id, " holds ",
+                                                   res.slots.size(),
+                                                   " blocks; only a one-block one is renamed"));
+  const uint32_t slot = res.slots[0];
+  Entry& e = entries_[slot];
+  if (auto ns = namespaces_.find(ns_id); ns == namespaces_.end() || ns->second != e.ns)
+    return absl::InvalidArgumentError(
+        absl::StrCat("reservation ", reservation_id, " is in another namespace"));
+  BlockStatus answer = BlockStatus::kOk;
+  if (item.size == 0 || item.size > e.size) {
+    answer = BlockStatus::kInvalid;
+  } else if (auto found = index_.find(item.id); found != index_.end() && found->second != slot) {
+    const Entry& held = entries_[found->second];
+    if (held.ns != e.ns) {
+      answer = BlockStatus::kInvalid;  // ids are namespace-seeded: not one of this namespace's
+    } else if (held.state == State::kCommitted) {
+      answer = BlockStatus::kExists;
+      Touch(found->second);
+      ++stats_.dedup_total;
+    } else {
+      answer = BlockStatus::kInProgress;
+    }
+  }
+  if (answer != BlockStatus::kOk) {
+    DropReservation(reservation_id);  // the block needs no room: the spare goes back
+    return answer;
+  }
+  index_.erase(e.id);
+  e.id = item.id;
+  e.parent = item.parent;
+  index_.emplace(item.id, slot);
+  // The extent's tail past the block goes back now, not at commit.
+  Zone& z = zones_[ZoneAt(e.offset)];
+  const uint64_t had = z.allocator.RoundUp(e.size), keep = z.allocator.RoundUp(item.size);
+  if (keep < had) z.allocator.Free(e.offset - z.begin + keep, had - keep);
+  const uint64_t freed = e.size - item.size;
+  stats_.reserved_bytes -= freed;
+  if (uint32_t t = TenantOf(e); t != kNil) tenants_[t].reserved -= freed;
+  e.size = item.size;
+  return BlockStatus::kOk;
+}
+
 absl::Status HostTier::Abort(uint64_t reservation_id) {
   absl::MutexLock lock(&mu_);
   auto it = reservations_.find(reservation_id);

@@ -239,6 +239,15 @@ class HostTier {
                                                   std::span<const uint32_t> crcs,
                                                   CommitCheck check = CommitCheck::kReread);
   absl::Status Abort(uint64_t reservation_id);
+  // Names again the one block of an open reservation (a spare, reserved under an id nobody
+  // knows, for a block not yet named): kOk, it now holds `item` in `ns`, its extent cut to
+  // item.size (Commit as usual); kExists (a committed block, touched as a Reserve would),
+  // kInProgress (reserved by another publish) or kInvalid (bigger than the extent, empty, or
+  // another namespace's id): the reservation is given back. Errors, reservation kept:
+  // NotFound (unknown, expired), InvalidArgument (several blocks, or another namespace's),
+  // FailedPrecondition (being written or committed).
+  absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id, const NamespaceId& ns,
+                                             const ReserveItem& item);
   // The reservation no longer expires: for an internal writer (a promotion from a lower tier)
   // that will commit or abort it, whose data may land after the usual timeout.
   absl::Status HoldReservation(uint64_t reservation_id);

@@ -453,6 +453,15 @@ ReserveResult TieredStore::Reserve(const NamespaceId& ns, std::span<const Reserv
       [&](std::span<const ReserveItem> rest) { return host_->Reserve(ns, rest); });
 }
 
+absl::StatusOr<BlockStatus> TieredStore::RenameReserved(uint64_t reservation_id,
+                                                        const NamespaceId& ns,
+                                                        const ReserveItem& item) {
+  return RenameUnlessHeld(
+      [&] { return OnNvme(ns, item.id); },
+      [&] { return host_->RenameReserved(reservation_id, ns, item); },
+      [&] { return host_->Abort(reservation_id); });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Evict, pins
 

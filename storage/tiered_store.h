@@ -79,6 +79,8 @@ class TieredStore final : public BlockStore {
     return host_->Commit(reservation_id, crcs, check);
   }
   absl::Status Abort(uint64_t reservation_id) override { return host_->Abort(reservation_id); }
+  absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id, const NamespaceId& ns,
+                                             const ReserveItem& item) override;
 
   // Leading blocks present in either tier; `tiers` gets kHost or kNvme for each.
   size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,

@@ -383,12 +383,12 @@ std::string Worker::TransportSummary() const {
   return tls ? tls : "auto";
 }
 
-void Worker::WaitForEvents(absl::Duration timeout) {
+bool Worker::WaitForEvents(absl::Duration timeout) {
   if (epoll_fd_ < 0) {
     int efd = -1;
     if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
       usleep(static_cast<useconds_t>(absl::ToInt64Microseconds(timeout)));
-      return;
+      return true;
     }
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
@@ -396,9 +396,10 @@ void Worker::WaitForEvents(absl::Duration timeout) {
     ev.data.fd = efd;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, efd, &ev);
   }
-  if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;  // events already pending
+  if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return false;  // events already pending
   epoll_event ev{};
   epoll_wait(epoll_fd_, &ev, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address,
@@ -457,13 +458,14 @@ ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worke
         last_event = std::chrono::steady_clock::now();
         continue;
       }
-      if (std::chrono::steady_clock::now() - last_event < window) {
+      if (!sleep_when_idle_ && std::chrono::steady_clock::now() - last_event < window) {
         // Polls between yields: clients waiting on this daemon's answers (more of them than
         // cores, on a small node) get the core at once, and with none the yield returns at once.
         sched_yield();
         continue;
       }
-      worker_->WaitForEvents(absl::Milliseconds(100));
+      if (!worker_->WaitForEvents(absl::Milliseconds(100))) continue;  // events pending
+      sleep_when_idle_ = false;
       last_event = std::chrono::steady_clock::now();  // woken: poll a while before sleeping
     }
   });

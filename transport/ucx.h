@@ -204,8 +204,9 @@ class Worker {
   static int RequestState(void* request);
   static void RequestFree(void* request);
   void RequestCancel(void* request);
-  // Sleeps until the worker has events or `timeout` passes (needs a wakeup context).
-  void WaitForEvents(absl::Duration timeout);
+  // Sleeps until the worker has events or `timeout` passes (needs a wakeup context). False:
+  // events were pending already, so it did not sleep (progress them first).
+  bool WaitForEvents(absl::Duration timeout);
   // For a thread that waits on this worker for its call's events (a client's transfer or
   // exchange): Progress(); once nothing has happened for the wait spin since `*idle_since`
   // (which it keeps up to date), also a sched_yield; and once the yield window has passed too,
@@ -267,8 +268,16 @@ class ProgressThread {
   // one, matters: the acknowledgement may leave before the call that wrote the bytes returns.
   void OrderAfterProgress();
 
+  // From a handler on this thread, when the peer it answered will be busy a while before its
+  // next request: the next pass that finds nothing to do sleeps at once, skipping the busy-poll
+  // window. On a small VM the scheduler packs this thread and the peer onto one core, and the
+  // poll, once it holds the core, keeps it for a whole time slice (~110 us here), yield or not:
+  // the peer's next copy waited that long.
+  void SleepWhenIdle() { sleep_when_idle_ = true; }
+
  private:
   Worker* worker_;
+  bool sleep_when_idle_ = false;  // this thread's only
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::thread::id id_;  // thread_'s, kept apart: Stop's join changes thread_ under readers

@@ -347,6 +347,15 @@ ReserveResult GpuTieredStore::Reserve(const NamespaceId& ns, std::span<const Res
       [&](std::span<const ReserveItem> rest) { return below()->Reserve(ns, rest); });
 }
 
+absl::StatusOr<BlockStatus> GpuTieredStore::RenameReserved(uint64_t reservation_id,
+                                                           const NamespaceId& ns,
+                                                           const ReserveItem& item) {
+  return RenameUnlessHeld(
+      [&] { return OnDevice(ns, std::span(&item.id, 1)).contains(item.id); },
+      [&] { return below()->RenameReserved(reservation_id, ns, item); },
+      [&] { return below()->Abort(reservation_id); });
+}
+
 size_t GpuTieredStore::Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
                               std::vector<Tier>* tiers) {
   const auto on_device = OnDevice(ns, ids);

@@ -159,6 +159,8 @@ class GpuTieredStore final : public BlockStoreWrapper {
   // --- BlockStore: host memory's contract, with the device tier folded in (see the top); the
   // calls not named here go to the store below as they are ---
   ReserveResult Reserve(const NamespaceId& ns, std::span<const ReserveItem> items) override;
+  absl::StatusOr<BlockStatus> RenameReserved(uint64_t reservation_id, const NamespaceId& ns,
+                                             const ReserveItem& item) override;
   size_t Lookup(const NamespaceId& ns, std::span<const BlockId> ids,
                 std::vector<Tier>* tiers) override;
   AcquireResult Acquire(const NamespaceId& ns, std::span<const BlockId> ids) override;

@@ -402,5 +402,117 @@ TEST_F(HostTierTest, HoldsTakenTogetherEndOneByOne) {
   tier_->EndLeaseRead(lease.lease_id);  // a stray end changes nothing
 }
 
+// A spare: one extent reserved under an id nobody publishes, named when its block is known.
+class HostTierSpareTest : public HostTierTest {
+ protected:
+  ReserveResult Spare(uint64_t size) {
+    ReserveItem item{Id(1000 + spares_++), {}, size};
+    return tier_->Reserve(ns_, {&item, 1});
+  }
+  int spares_ = 0;
+};
+
+TEST_F(HostTierSpareTest, ARenamedSpareCommitsUnderItsNewIdAndGivesItsTailBack) {
+  Make(64 << 10);  // 64 extents of 1 KiB
+  auto spare = Spare(16 << 10);
+  ASSERT_EQ(spare.status[0], BlockStatus::kOk);
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 16u << 10);
+  ReserveItem block{Id(1), Id(0), 5000};
+  auto renamed = tier_->RenameReserved(spare.reservation_id, ns_, block);
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ(*renamed, BlockStatus::kOk);
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 5000u);
+  // The tail past the block's 5 KiB (rounded to the 1 KiB alignment) is free again: 59 KiB fit.
+  ReserveItem rest{Id(2), {}, 59 << 10};
+  auto fits = tier_->Reserve(ns_, {&rest, 1});
+  EXPECT_EQ(fits.status[0], BlockStatus::kOk);
+  ASSERT_TRUE(tier_->Abort(fits.reservation_id).ok());
+  // The id it was reserved under is nobody's now; the block is another publish's to wait for.
+  ReserveItem placeholder{Id(1000), {}, 1024};
+  auto again = tier_->Reserve(ns_, {&placeholder, 1});
+  EXPECT_EQ(again.status[0], BlockStatus::kOk);
+  ASSERT_TRUE(tier_->Abort(again.reservation_id).ok());
+  EXPECT_EQ(tier_->Reserve(ns_, {&block, 1}).status[0], BlockStatus::kInProgress);
+
+  uint8_t* p = tier_->base() + spare.offsets[0];
+  std::memset(p, 9, 5000);
+  uint32_t crc = Crc32c(p, 5000);
+  auto c = tier_->Commit(spare.reservation_id, {&crc, 1});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)[0], BlockStatus::kOk);
+  EXPECT_EQ(Has(ns_, 1), 1u);
+  BlockId id = Id(1);
+  auto lease = tier_->Acquire(ns_, {&id, 1});
+  ASSERT_EQ(lease.status[0], BlockStatus::kOk);
+  EXPECT_EQ(lease.offsets[0], spare.offsets[0]);
+  EXPECT_EQ(lease.sizes[0], 5000u);
+  EXPECT_EQ(lease.crcs[0], crc);
+  const std::vector<BlockInfo> info = tier_->Inspect({&id, 1});
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].parent, Id(0));
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 0u);
+  EXPECT_EQ(tier_->Stats().committed_bytes, 5000u);
+}
+
+TEST_F(HostTierSpareTest, ABlockHeldAlreadyOrTooLargeGivesTheSpareBack) {
+  Make(1 << 20);
+  ASSERT_EQ(Publish(ns_, 1, 4000), BlockStatus::kOk);
+  const uint64_t dedup = tier_->Stats().dedup_total;
+
+  auto spare = Spare(8192);
+  ReserveItem held{Id(1), {}, 4000};
+  auto answer = tier_->RenameReserved(spare.reservation_id, ns_, held);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(*answer, BlockStatus::kExists);
+  EXPECT_EQ(tier_->Stats().dedup_total, dedup + 1);
+  EXPECT_EQ(tier_->Stats().open_reservations, 0u);
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 0u);
+  uint32_t crc = 0;
+  EXPECT_TRUE(absl::IsNotFound(tier_->Commit(spare.reservation_id, {&crc, 1}).status()));
+
+  // Reserved by another publish.
+  ReserveItem other{Id(2), {}, 1000};
+  auto theirs = tier_->Reserve(ns_, {&other, 1});
+  ASSERT_EQ(theirs.status[0], BlockStatus::kOk);
+  spare = Spare(8192);
+  answer = tier_->RenameReserved(spare.reservation_id, ns_, other);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(*answer, BlockStatus::kInProgress);
+
+  // Larger than the spare, or empty.
+  for (uint64_t size : {uint64_t{8193}, uint64_t{0}}) {
+    spare = Spare(8192);
+    ReserveItem big{Id(3), {}, size};
+    answer = tier_->RenameReserved(spare.reservation_id, ns_, big);
+    ASSERT_TRUE(answer.ok());
+    EXPECT_EQ(*answer, BlockStatus::kInvalid);
+  }
+  ASSERT_TRUE(tier_->Abort(theirs.reservation_id).ok());
+  EXPECT_EQ(tier_->Stats().open_reservations, 0u);
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 0u);
+}
+
+TEST_F(HostTierSpareTest, WhatCannotBeRenamedIsAnErrorAndTheReservationStays) {
+  Make(1 << 20);
+  ReserveItem block{Id(1), {}, 1000};
+  EXPECT_TRUE(absl::IsNotFound(tier_->RenameReserved(12345, ns_, block).status()));
+
+  auto spare = Spare(4096);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      tier_->RenameReserved(spare.reservation_id, other_ns_, block).status()));
+  ReserveItem two[2] = {{Id(5), {}, 1000}, {Id(6), {}, 1000}};
+  auto pair = tier_->Reserve(ns_, two);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      tier_->RenameReserved(pair.reservation_id, ns_, block).status()));
+  ASSERT_TRUE(tier_->BeginReservedWrite(spare.reservation_id, {spare.offsets[0], 4096}).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      tier_->RenameReserved(spare.reservation_id, ns_, block).status()));
+  tier_->EndReservedWrite(spare.reservation_id);
+  EXPECT_EQ(tier_->Stats().open_reservations, 2u);
+  // Expired: gone, as for a commit.
+  now_ += absl::Seconds(11);
+  EXPECT_TRUE(absl::IsNotFound(tier_->RenameReserved(spare.reservation_id, ns_, block).status()));
+}
+
 }  // namespace
 }  // namespace strata
