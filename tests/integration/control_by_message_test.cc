@@ -16,6 +16,7 @@
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/client_calls.h"
 #include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
 
@@ -31,20 +32,9 @@ constexpr uint32_t kTokensPerBlock = 16;
 NamespaceSpec Spec() { return testing::SmallSpec("control-by-message"); }
 
 std::unique_ptr<Client> Connect(const DaemonProcess& d) {
-  ClientOptions o;
-  o.endpoint = d.endpoint();
-  auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
+  return testing::ConnectClient(d.endpoint());
 }
-
-uint64_t Counter(Client& c, const std::string& name) {
-  auto stats = c.Stats();
-  if (stats.ok())
-    for (const auto& [n, v] : stats->counters)
-      if (n == name) return v;
-  return 0;
-}
+uint64_t Counter(Client& c, const std::string& name) { return testing::StatsCounter(c, name); }
 
 // Fetches `ids` into buffers of `bytes` each: the result and what landed.
 struct Fetched {

@@ -18,6 +18,7 @@
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/client_calls.h"
 #include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
 
@@ -39,20 +40,9 @@ bool Mapped() {
 }
 
 std::unique_ptr<Client> Connect(const DaemonProcess& d) {
-  ClientOptions o;
-  o.endpoint = d.endpoint();
-  auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
+  return testing::ConnectClient(d.endpoint());
 }
-
-uint64_t Counter(Client& c, const std::string& name) {
-  auto stats = c.Stats();
-  if (stats.ok())
-    for (const auto& [n, v] : stats->counters)
-      if (n == name) return v;
-  return 0;
-}
+uint64_t Counter(Client& c, const std::string& name) { return testing::StatsCounter(c, name); }
 
 uint64_t OpenReservations(Client& c) {
   auto stats = c.Stats();
