@@ -464,9 +464,10 @@ ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worke
         sched_yield();
         continue;
       }
-      if (!worker_->WaitForEvents(absl::Milliseconds(100))) continue;  // events pending
-      sleep_when_idle_ = false;
-      last_event = std::chrono::steady_clock::now();  // woken: poll a while before sleeping
+      // Woken, or events were pending: poll a while before sleeping (unless asked to sleep
+      // and it has not yet).
+      if (worker_->WaitForEvents(absl::Milliseconds(100))) sleep_when_idle_ = false;
+      last_event = std::chrono::steady_clock::now();
     }
   });
   id_ = thread_.get_id();
