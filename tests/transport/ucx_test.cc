@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -243,6 +244,51 @@ TEST(UcxTest, AWaitingCallerPollsThenYieldsThenSleepsUntilAnEvent) {
   // ... but not when the last event was just now.
   worker->SetWaitSpin(absl::Milliseconds(100), absl::ZeroDuration());
   EXPECT_EQ(one_call(Clock::now()).sleeps, 0);
+}
+
+// A handler may ask the progress thread to sleep once idle (ProgressThread::SleepWhenIdle):
+// the thread then stops polling at once instead of after its busy-poll window, so the process
+// burns no CPU while this thread waits (a poll keeps burning it).
+TEST(UcxTest, AProgressThreadAskedToSleepStopsPollingAtOnce) {
+  constexpr uint16_t kPing = 11;
+  auto server_ctx = Context::Create(/*wakeup=*/true);
+  ASSERT_TRUE(server_ctx.ok());
+  auto server = Worker::Create(*server_ctx);
+  ASSERT_TRUE(server.ok());
+  std::atomic<int> handled{0};
+  ProgressThread* progress = nullptr;
+  ASSERT_TRUE((*server)->SetAmHandler(kPing, [&](const AmMessage& m) {
+                  if (m.header == "sleep") progress->SleepWhenIdle();
+                  handled.fetch_add(1);
+                }).ok());
+  ProgressThread thread((*server).get(), /*busy_poll=*/absl::Seconds(1));
+  progress = &thread;
+  auto client_ctx = Context::Create(false);
+  ASSERT_TRUE(client_ctx.ok());
+  auto client = Worker::Create(*client_ctx);
+  ASSERT_TRUE(client.ok());
+  auto ep = (*client)->Connect((*server)->address());
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  auto process_cpu = [] {
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    return absl::DurationFromTimeval(r.ru_utime) + absl::DurationFromTimeval(r.ru_stime);
+  };
+  // This thread sleeps while the process's CPU time is counted: what it gains is the others'.
+  auto ping_then_count = [&](const std::string& what, absl::Duration wait) {
+    const int before = handled.load();
+    EXPECT_TRUE((*ep)->AmPost(kPing, what, "").ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (handled.load() == before && absl::Now() < deadline) (*client)->Progress();
+    EXPECT_EQ(handled.load(), before + 1) << what;
+    const absl::Duration cpu0 = process_cpu();
+    absl::SleepFor(wait);
+    return process_cpu() - cpu0;
+  };
+  // Within its busy-poll window the thread polls (on a loaded host it still gets a share).
+  EXPECT_GT(ping_then_count("poll", absl::Milliseconds(300)), absl::Milliseconds(50));
+  // Asked to sleep: it sleeps until an event or its 100 ms wait runs out.
+  EXPECT_LT(ping_then_count("sleep", absl::Milliseconds(80)), absl::Milliseconds(20));
 }
 
 // PeerFailure::kWatch over tcp: the endpoint asks UCX for no error handling (so keeps tcp's
