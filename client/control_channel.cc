@@ -472,13 +472,14 @@ absl::StatusOr<std::vector<BlockStatus>> ControlChannel::Commit(
   return BlockStatuses(resp.status());
 }
 
-void ControlChannel::Abort(uint64_t reservation_id) {
+void ControlChannel::Abort(uint64_t reservation_id, bool may_wait) {
   if (acquire_and_push_ && ControlsByMessage()) {  // such a daemon takes it one way
     std::string header(am_wire::kReleaseHeaderBytes, '\0');
     am_wire::PutU64(header.data(), reservation_id);
     header += ticket();
     if (fast_path_->Post(am_wire::kAbortAm, std::move(header), {}).ok()) return;
   }
+  if (!may_wait) return;
   v1::AbortRequest req;
   req.set_reservation_id(reservation_id);
   v1::AbortResponse ignored;

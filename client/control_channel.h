@@ -163,8 +163,9 @@ class ControlChannel {
   // serialized answer, or nullopt where it must go through gRPC (not offered, sent back undone
   // because the device alone could not serve it, refused, no answer in time: nothing copied).
   std::optional<std::string> DeviceFetch(const NamespaceId& ns, std::string request);
-  // Best effort: an abandoned reservation also expires on the daemon.
-  void Abort(uint64_t reservation_id);
+  // Best effort: an abandoned reservation also expires on the daemon. `may_wait` false: only as
+  // a one-way message, never a gRPC call that could wait out its deadline (a spare given back).
+  void Abort(uint64_t reservation_id, bool may_wait = true);
 
   absl::StatusOr<Lease> Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
   // An Acquire whose blocks the daemon pushes right behind its answer (DataMover::AcquireAndGet),

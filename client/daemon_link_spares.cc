@@ -3,6 +3,8 @@
 // the namespace that fits it is copied there and committed with its name, so it costs one
 // round trip instead of two (Reserve, Commit). A link holds one spare at a time; the daemon
 // counts it as reserved bytes of the namespace's tenant until it is used, given back or expires.
+// Spares go back by one-way message only: where that fails they expire, and no publish or
+// destructor waits on a daemon for them.
 #include <algorithm>
 #include <utility>
 
@@ -16,7 +18,7 @@ DaemonLink::~DaemonLink() {
     std::lock_guard<std::mutex> lock(spare_mu_);
     held.swap(spare_);
   }
-  if (held && control_ && mover_) control_->Abort(held->id);
+  if (held && control_ && mover_) control_->Abort(held->id, /*may_wait=*/false);
 }
 
 bool DaemonLink::UsesSpares(size_t n) const {
@@ -33,7 +35,7 @@ std::optional<DaemonLink::Spare> DaemonLink::TakeSpare(const NamespaceId& ns, ui
   }
   // Too close to its expiry to copy into and commit: the daemon may reclaim it meanwhile.
   if (taken->expires - absl::Now() < taken->lifetime / 4) {
-    control_->Abort(taken->id);
+    control_->Abort(taken->id, /*may_wait=*/false);
     return std::nullopt;
   }
   return taken;
@@ -48,7 +50,7 @@ void DaemonLink::KeepSpare(const NamespaceId& ns, uint64_t bytes, const Reservat
     spare_ = Spare{granted.id,     ns, granted.offsets[0], bytes, absl::Now() + granted.expires_in,
                    granted.expires_in, granted.instance_id};
   }
-  if (before) control_->Abort(before->id);
+  if (before) control_->Abort(before->id, /*may_wait=*/false);
 }
 
 std::optional<absl::StatusOr<PublishResult>> DaemonLink::PublishIntoSpare(
@@ -58,7 +60,7 @@ std::optional<absl::StatusOr<PublishResult>> DaemonLink::PublishIntoSpare(
   auto put = mover_->Put(spare.id, std::span(&move, 1), spare.expires - absl::Now(),
                          spare.instance_id);
   if (!put.ok()) {
-    control_->Abort(spare.id);
+    control_->Abort(spare.id, /*may_wait=*/false);
     return std::nullopt;
   }
   CommitSpares named;
@@ -74,7 +76,7 @@ std::optional<absl::StatusOr<PublishResult>> DaemonLink::PublishIntoSpare(
   // namespace yet), or no answer: the usual route publishes the blob again. Nothing was stored
   // when the Commit was refused; if it was stored after all, the Reserve answers kExists.
   if (!committed.ok()) {
-    control_->Abort(spare.id);  // where it was refused with the spare kept
+    control_->Abort(spare.id, /*may_wait=*/false);  // where it was refused with the spare kept
     return std::nullopt;
   }
   KeepSpare(ns, named.want_bytes, named.granted);
