@@ -712,6 +712,18 @@ void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Work
 
 // The blocks are copied into the answer under a lease that ends before it is sent: nothing
 // outlives the call, so no Release follows.
+bool CacheService::AnswerableHere(const NamespaceId& ns, std::span<const BlockId> ids,
+                                  std::span<const BlockInfo> resident) const {
+  if (!std::all_of(resident.begin(), resident.end(),
+                   [&](const BlockInfo& b) { return b.ns == ns; }))
+    return false;
+  if (resident.size() == ids.size()) return true;
+  absl::flat_hash_set<BlockId> here;
+  for (const BlockInfo& b : resident) here.insert(b.id);
+  return std::none_of(ids.begin(), ids.end(),
+                      [&](const BlockId& id) { return !here.contains(id) && store_->Holds(id); });
+}
+
 void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::Worker* worker) {
   ServeAmScoped(
       m, worker,
@@ -723,9 +735,7 @@ void CacheService::HandleAmFetchInOne(const transport::AmMessage& m, transport::
         const std::vector<BlockInfo> resident = store_->Inspect(ids);
         uint64_t total = 0;
         for (const BlockInfo& b : resident) total += b.size;
-        h->complete = resident.size() == ids.size() && total <= am_wire::kMaxFetchInOneBytes &&
-                      std::all_of(resident.begin(), resident.end(),
-                                  [&](const BlockInfo& b) { return b.ns == ns; });
+        h->complete = total <= am_wire::kMaxFetchInOneBytes && AnswerableHere(ns, ids, resident);
         h->prefix = static_cast<uint32_t>(ids.size());
         uint8_t* const arena = store_->arena_base();
         if (arena == nullptr) h->complete = false;
@@ -764,13 +774,10 @@ bool CacheService::ServeAmAcquire(const transport::AmMessage& m, transport::Work
   ServeAmScoped(m, worker, {request_am, am_wire::kAcquireReplyAm, RpcMetrics::kAcquire, "acquire"},
                 [&](const NamespaceId& ns, const std::vector<BlockId>& ids,
                     const Caller& caller, am_wire::ReplyHeader* h, std::string* data) {
-                  // Only what needs no disk read is answered here; the rest goes to the gRPC
-                  // Acquire. (Inspect sees committed host blocks and, unlike Lookup, counts
-                  // nothing.)
+                  // Only what needs no disk read is answered here (AnswerableHere). (Inspect sees
+                  // committed host blocks and, unlike Lookup, counts nothing.)
                   const std::vector<BlockInfo> resident = store_->Inspect(ids);
-                  h->complete = resident.size() == ids.size() &&
-                                std::all_of(resident.begin(), resident.end(),
-                                            [&](const BlockInfo& b) { return b.ns == ns; });
+                  h->complete = AnswerableHere(ns, ids, resident);
                   h->prefix = static_cast<uint32_t>(ids.size());
                   // A push is bounded as a push fetch is (am_wire::DecodeFetchExtents): one
                   // request never sends more than the arena holds, whatever ids repeat.

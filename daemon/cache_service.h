@@ -297,6 +297,11 @@ class CacheService final : public v1::Cache::Service {
   std::optional<Caller> AmCaller(std::string_view ticket) const;
   // Whether `caller` may act on namespace `ns` (its tenant's, or any for trusted callers).
   bool MayUseNamespace(const Caller& caller, const NamespaceId& ns) const;
+  // Whether an acquire of `ids` needs no disk read, so a message handler may answer it:
+  // `resident` (store_->Inspect(ids)) are all of `ns`, and every other id is one no tier holds
+  // (a miss, as a remote fetch starts with). A block held lower down goes to the gRPC Acquire.
+  bool AnswerableHere(const NamespaceId& ns, std::span<const BlockId> ids,
+                      std::span<const BlockInfo> resident) const;
   // The body of an Acquire, by gRPC or active message.
   void AcquireInto(const NamespaceId& ns, const std::vector<BlockId>& ids, const Caller& caller,
                    v1::AcquireResponse* resp);
