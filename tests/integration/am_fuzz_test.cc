@@ -403,14 +403,20 @@ TEST(AcquirePushWireTest, TheAnswerRidesInTheFirstBlockWhereAsked) {
   ASSERT_EQ(pushed.size(), 1u);
   EXPECT_EQ(pushed[0].second, std::string(blocks[0].begin(), blocks[0].end()));
   EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, 7, 0).empty());
-  // A block stratad does not hold: no lease, the answer alone, nothing pushed.
+  // A block no tier holds: answered here (a miss needs no disk read) with no lease, the answer
+  // alone, nothing pushed.
   ASSERT_TRUE(peer.Send(w::kAcquirePushAnsweredRequestAm, U64(8) + ns_bytes,
                         std::string(32, 'u'), eager));
   const auto alone = of_request(w::kAcquireReplyAm, 8, 1);
   ASSERT_EQ(alone.size(), 1u);
   w::ReplyHeader reply;
   ASSERT_TRUE(w::DecodeReplyHeader(alone[0].first, &reply));
-  EXPECT_FALSE(reply.complete);
+  EXPECT_TRUE(reply.complete);
+  v1::AcquireResponse missed;
+  ASSERT_TRUE(missed.ParseFromString(alone[0].second));
+  EXPECT_EQ(missed.lease_id(), 0u);
+  ASSERT_EQ(missed.status_size(), 1);
+  EXPECT_EQ(missed.status(0), v1::BLOCK_NOT_FOUND);
   peer.Progress(std::chrono::milliseconds(100));
   EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, 8, 0).empty());
   EXPECT_TRUE(of_request(w::kFetchBlockAm, 8, 0).empty());
