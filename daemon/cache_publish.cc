@@ -34,8 +34,8 @@ using cache_internal::UnknownId;
 namespace {
 
 // A block committed into a spare at least this large lets the progress thread sleep once idle
-// (ProgressThread::SleepWhenIdle): its client copies as long before its next request as a
-// wake-up costs (~10 us on shared memory here), and more.
+// (ProgressThread::SleepWhenIdle): its client's next request comes after copying a block about
+// as large (~25 us for 256 KiB), longer than waking the thread costs (~10 us here).
 constexpr uint64_t kSleepAfterSpareBytes = 256 << 10;
 
 // The id a spare's block is reserved under until a Commit names it: drawn at random once per
@@ -57,23 +57,31 @@ BlockId SpareId() {
 
 }  // namespace
 
-grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
-                                      v1::ReserveResponse* resp, bool spare) {
+grpc::Status CacheService::CheckReserve(const Caller& caller, const v1::ReserveRequest& req,
+                                        NamespaceId* ns, std::vector<ReserveItem>* items) const {
   auto scoped = CheckScoped(req.namespace_id(), req.ids(), IsOpenIn(*namespaces_));
   if (!scoped.ok()) return ToGrpcStatus(scoped.status());
   if (!MayUseNamespace(caller, scoped->ns))
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         "the namespace belongs to another tenant than the token's");
-  const NamespaceId& ns = scoped->ns;
   const std::vector<BlockId>& ids = scoped->ids;
   auto parents = CheckReserveParents(req, ids.size());
   if (!parents.ok()) return ToGrpcStatus(parents.status());
-  std::vector<ReserveItem> items(ids.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    items[i].id = ids[i];
-    if (!parents->empty()) items[i].parent = (*parents)[i];
-    items[i].size = req.sizes(static_cast<int>(i));
+  *ns = scoped->ns;
+  items->assign(ids.size(), ReserveItem{});
+  for (size_t i = 0; i < items->size(); ++i) {
+    (*items)[i].id = ids[i];
+    if (!parents->empty()) (*items)[i].parent = (*parents)[i];
+    (*items)[i].size = req.sizes(static_cast<int>(i));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
+                                      v1::ReserveResponse* resp, bool spare) {
+  NamespaceId ns;
+  std::vector<ReserveItem> items;
+  if (grpc::Status s = CheckReserve(caller, req, &ns, &items); !s.ok()) return s;
   ReserveResult r = store_->Reserve(ns, items);
   if (metrics_ && !spare) {  // a spare's bytes count once it is named (RenameSpare)
     uint64_t granted = 0;
@@ -207,20 +215,14 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
 std::optional<grpc::Status> CacheService::RenameSpare(const Caller& caller,
                                                       const v1::CommitRequest& req,
                                                       v1::CommitResponse* resp) {
-  const v1::ReserveRequest& named = req.rename();
-  auto scoped = CheckScoped(named.namespace_id(), named.ids(), IsOpenIn(*namespaces_));
-  if (!scoped.ok()) return ToGrpcStatus(scoped.status());
-  if (!MayUseNamespace(caller, scoped->ns))
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "the namespace belongs to another tenant than the token's");
-  if (scoped->ids.size() != 1 || named.sizes_size() != 1)
+  NamespaceId ns;
+  std::vector<ReserveItem> items;
+  if (grpc::Status s = CheckReserve(caller, req.rename(), &ns, &items); !s.ok()) return s;
+  if (items.size() != 1)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a spare is renamed to exactly one block (one id, one size)");
-  auto parents = CheckReserveParents(named, 1);
-  if (!parents.ok()) return ToGrpcStatus(parents.status());
-  const ReserveItem item{scoped->ids[0], parents->empty() ? BlockId{} : (*parents)[0],
-                         named.sizes(0)};
-  auto renamed = store_->RenameReserved(req.reservation_id(), scoped->ns, item);
+  const ReserveItem& item = items[0];
+  auto renamed = store_->RenameReserved(req.reservation_id(), ns, item);
   if (!renamed.ok()) return ToGrpcStatus(renamed.status());
   spares_named_.fetch_add(1, std::memory_order_relaxed);
   if (*renamed != BlockStatus::kOk) {  // held already (or refused): the spare went back
@@ -232,7 +234,7 @@ std::optional<grpc::Status> CacheService::RenameSpare(const Caller& caller,
   ReserveResult r;
   r.reservation_id = req.reservation_id();
   r.status = {BlockStatus::kOk};
-  RememberReplication(scoped->ns, std::span(&item, 1), r);
+  RememberReplication(ns, items, r);
   return std::nullopt;
 }
 

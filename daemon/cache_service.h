@@ -271,6 +271,10 @@ class CacheService final : public v1::Cache::Service {
   // The bodies of Reserve and Commit (daemon/cache_publish.cc), by gRPC or active message.
   // CommitFor with `may_wait` false commits only what needs no network wait; otherwise it sets
   // *deferred and changes nothing.
+  // The checks every Reserve passes (namespace open and the caller's, ids, parents, sizes),
+  // and its items.
+  grpc::Status CheckReserve(const Caller& caller, const v1::ReserveRequest& req, NamespaceId* ns,
+                            std::vector<ReserveItem>* items) const;
   // `spare`: a spare for a block not yet named (GrantSpare).
   grpc::Status ReserveFor(const Caller& caller, const v1::ReserveRequest& req,
                           v1::ReserveResponse* resp, bool spare = false);
