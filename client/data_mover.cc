@@ -688,7 +688,9 @@ absl::Status DataMover::AwaitPushed(PushWait& w, absl::Status sent, const absl::
     StartKeptReceives(w, &receiving);
     ReapReceives(w, &receiving);
     if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a fetch");
-    if ((++spins & 63) == 0 && absl::Now() >= deadline) {
+    // Still waiting: an answer just handled may have set the deadline to now (a lease of
+    // misses only: nothing comes, and its lifetime is zero).
+    if ((++spins & 63) == 0 && waiting() && absl::Now() >= deadline) {
       w.error = reply != nullptr && !reply->done
                     ? absl::DeadlineExceededError("no answer to the acquire-and-push in time")
                     : absl::DeadlineExceededError("pushed blocks did not all arrive in time");

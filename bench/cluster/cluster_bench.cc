@@ -95,6 +95,8 @@ std::string Joined(const std::vector<double>& v) {
 // ClientOptions::verify_crc of the bench's clients (--no-verify: what the transport alone
 // reaches; a fetched block's CRC takes about as much CPU as receiving it over tcp).
 bool verify_crc = true;
+// --fetch-only: remote fetch rounds alone, no baselines (for profiling the fetch).
+bool fetch_only = false;
 
 std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
   strata::ClientOptions o;
@@ -289,10 +291,11 @@ bool Run(int nodes, const std::string& tls, bool smoke, int reps, Result* out) {
       if (!gbps) return false;
       row.gbps_reps.push_back(*gbps);
       // Two-sided send/receive: what the transport carries when nothing is emulated.
-      row.tag_reps.push_back(PerftestGbps("tag_bw", size, pt_iters, tls, tmp).value_or(0));
+      if (!fetch_only)
+        row.tag_reps.push_back(PerftestGbps("tag_bw", size, pt_iters, tls, tmp).value_or(0));
     }
     row.gbps = Percentile(row.gbps_reps, 0.5);
-    row.perftest_tag_gbps = Percentile(row.tag_reps, 0.5);
+    row.perftest_tag_gbps = row.tag_reps.empty() ? 0 : Percentile(row.tag_reps, 0.5);
     std::vector<double> lat;
     for (int i = 0; i < (smoke ? 10 : 100); ++i) {
       auto t0 = Clock::now();
@@ -301,7 +304,8 @@ bool Run(int nodes, const std::string& tls, bool smoke, int reps, Result* out) {
       lat.push_back(Seconds(Clock::now() - t0) * 1e6);
     }
     row.p50_us = Percentile(lat, 0.5);
-    row.perftest_gbps = PerftestGbps("ucp_get", size, pt_iters, tls, tmp).value_or(0);
+    if (!fetch_only)
+      row.perftest_gbps = PerftestGbps("ucp_get", size, pt_iters, tls, tmp).value_or(0);
     (void)clients[0]->UnregisterBuffer(dst.data());
     out->fetch.push_back(row);
   }
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool no_verify = false;
   app.add_flag("--no-verify", no_verify, "fetch without checking each block's CRC");
+  app.add_flag("--fetch-only", fetch_only, "remote fetch rounds alone: no ucx_perftest baselines");
   app.add_option("--reps", reps, "remote fetch: repetitions, alternating with tag_bw (medians)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "tests/integration/daemon_process.h"
 #include "tests/support/client_calls.h"
 #include "tests/support/free_port.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_data.h"
 
 namespace strata {
@@ -277,6 +279,40 @@ TEST(ControlByMessageTest, AcquireByMessageForBlocksInHostMemory) {
   EXPECT_EQ(f->status[0], BlockStatus::kNotFound);
   EXPECT_EQ(f->status[1], BlockStatus::kNotFound);
   EXPECT_GE(by_message() - before, 5u);
+}
+
+TEST(ControlByMessageTest, FetchesOfMissesOnlyAreAnsweredNeverTimedOut) {
+  // An answer of misses only carries a lease of no lifetime: the fetch then waits for nothing,
+  // and the deadline that lifetime gives must not be checked as if it still waited. (A client
+  // that polls without yielding handles the answer in the wait loop, where every 64th turn
+  // looks at the deadline: one such fetch in 64 failed with DEADLINE_EXCEEDED.) Over tcp, as
+  // a client of another node fetches: the blocks would be pushed.
+  testing::ScopedEnv tcp("UCX_TLS", "tcp");
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  o.same_node = false;
+  o.wait_spin = absl::InfiniteDuration();
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "t");
+  // Larger than a fetch whose bytes come inside the answer: acquired and pushed. Many ids make
+  // the answer late enough for the wait loop to turn some hundreds of times first, varying.
+  std::vector<uint8_t> buf(64 << 10);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<MutableBuffer> into(256 + (round * 37) % 1024, {buf.data(), buf.size()});
+    std::vector<BlockId> unknown(into.size());
+    for (size_t i = 0; i < unknown.size(); ++i) {
+      unknown[i].bytes[0] = 0x5c;
+      std::memcpy(&unknown[i].bytes[1], &round, sizeof(round));
+      std::memcpy(&unknown[i].bytes[8], &i, sizeof(i));
+    }
+    auto f = (*client)->Fetch(ns, unknown, into);
+    ASSERT_TRUE(f.ok()) << "fetch " << round << ": " << f.status();
+    ASSERT_EQ(f->fetched, 0u);
+    ASSERT_EQ(f->status[0], BlockStatus::kNotFound);
+  }
 }
 
 TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
