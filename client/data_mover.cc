@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/data_mover_waits.h"
+#include "client/internal/landing_checks.h"
 #include "client/internal/logging.h"
 #include "client/internal/pushed_block.h"
 #include "common/crc32c.h"
@@ -56,73 +57,6 @@ struct DataMover::PushWait {
   absl::Status error;
   std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
   LandingChecks* checks = nullptr;  // told when block i is whole in its buffer
-};
-
-// CRC checks of pushed blocks on the helper thread, each as soon as its block has landed while
-// later ones still arrive; every check has ended once Finish returns or this is destroyed.
-class DataMover::LandingChecks {
- public:
-  static constexpr size_t kInlineCheckBytes = 16 << 10;
-  // around_caches: blocks copied into place go around the CPU caches (DataMover::Get).
-  LandingChecks(HelperThread& helper, bool verify, bool around_caches)
-      : helper_(helper), verify_(verify), around_caches_(around_caches) {}
-  ~LandingChecks() { Wait(); }
-  // Before any block lands.
-  void Expect(std::span<const BlockMove> blocks) {
-    blocks_ = blocks;
-    good_.assign(blocks.size(), verify_ ? 0 : 1);
-  }
-  bool verify() const { return verify_; }
-  bool around_caches() const { return around_caches_; }
-  // Block k was copied into place, its bytes' CRC `crc` taken on the way.
-  void Copied(size_t k, uint32_t crc) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++landed_;
-    good_[k] = crc == blocks_[k].crc32c;
-  }
-  void Landed(size_t k) {
-    if (!verify_) return;
-    const BlockMove& b = blocks_[k];
-    bool inline_check;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      // Waking the helper costs two thread switches (tens of microseconds on a VM, more than
-      // the CRC of a small block), and nothing is left to overlap the last block's check with.
-      inline_check = ++landed_ == blocks_.size() || b.length <= kInlineCheckBytes;
-      if (!inline_check) ++pending_;
-    }
-    if (inline_check) {
-      const uint8_t ok = Crc32c(b.local, b.length) == b.crc32c;
-      std::lock_guard<std::mutex> lock(mu_);
-      good_[k] = ok;
-      return;
-    }
-    helper_.Post([this, k] {
-      const uint8_t ok = Crc32c(blocks_[k].local, blocks_[k].length) == blocks_[k].crc32c;
-      std::lock_guard<std::mutex> lock(mu_);
-      good_[k] = ok;
-      if (--pending_ == 0) cv_.notify_all();
-    });
-  }
-  std::vector<uint8_t> Finish() {
-    Wait();
-    return std::move(good_);
-  }
-
- private:
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pending_ == 0; });
-  }
-  HelperThread& helper_;
-  const bool verify_;
-  const bool around_caches_;
-  std::span<const BlockMove> blocks_;
-  std::vector<uint8_t> good_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t pending_ = 0;
-  size_t landed_ = 0;
 };
 
 DataMover::DataMover(DataMoverOptions options, Dialer dial)

@@ -119,6 +119,8 @@ struct GetOutcome {
   std::vector<uint8_t> intact;  // per block: 0 when the CRC check failed (1 when not checked)
 };
 
+class LandingChecks;  // client/internal/landing_checks.h
+
 class DataMover {
  public:
   // Where the arena is now; called at Connect and again whenever the endpoint has failed.
@@ -227,7 +229,6 @@ class DataMover {
   struct PushWait;
   struct PublishWait;
   struct ExchangeWait;
-  class LandingChecks;
 
   DataMover(DataMoverOptions options, Dialer dial);
   Route ChooseRoute(Direction direction, bool mapped) const;

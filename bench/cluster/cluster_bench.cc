@@ -97,6 +97,8 @@ std::string Joined(const std::vector<double>& v) {
 bool verify_crc = true;
 // --fetch-only: remote fetch rounds alone, no baselines (for profiling the fetch).
 bool fetch_only = false;
+// --block-kib: remote fetch of these block sizes only (default 64, 1024, 8192).
+std::vector<size_t> block_kib;
 
 std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
   strata::ClientOptions o;
@@ -230,6 +232,10 @@ bool Run(int nodes, const std::string& tls, bool smoke, int reps, Result* out) {
   // Remote fetch: blocks published on node 1, fetched through node 0's client.
   std::vector<size_t> sizes =
       smoke ? std::vector<size_t>{1 << 20} : std::vector<size_t>{64 << 10, 1 << 20, 8 << 20};
+  if (!block_kib.empty()) {
+    sizes.clear();
+    for (size_t kib : block_kib) sizes.push_back(kib << 10);
+  }
   const size_t batch_bytes = smoke ? (16 << 20) : (64 << 20);
   std::string tmp = (std::filesystem::temp_directory_path() / "strata-cbench-XXXXXX").string();
   if (!mkdtemp(tmp.data())) return false;
@@ -330,6 +336,8 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool no_verify = false;
   app.add_flag("--no-verify", no_verify, "fetch without checking each block's CRC");
+  app.add_option("--block-kib", block_kib, "remote fetch: block sizes in KiB")
+      ->check(CLI::Range(size_t{4}, size_t{64 << 10}));
   app.add_flag("--fetch-only", fetch_only, "remote fetch rounds alone: no ucx_perftest baselines");
   app.add_option("--reps", reps, "remote fetch: repetitions, alternating with tag_bw (medians)")
       ->capture_default_str()
