@@ -55,8 +55,10 @@ class LocalCluster {
     }
   }
   ~LocalCluster() {
-    for (auto& n : nodes_) kill(n.pid, SIGTERM);
-    for (auto& n : nodes_) waitpid(n.pid, nullptr, 0);
+    for (auto& n : nodes_)
+      if (n.pid > 0) kill(n.pid, SIGTERM);
+    for (auto& n : nodes_)
+      if (n.pid > 0) waitpid(n.pid, nullptr, 0);
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
