@@ -24,6 +24,7 @@ void LandingChecks::Expect(std::span<const BlockMove> blocks) {
 
 void LandingChecks::Copied(size_t k, uint32_t crc) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++landed_;
   good_[k] = crc == blocks_[k].crc32c;
 }
 
@@ -33,12 +34,14 @@ void LandingChecks::Landed(size_t k) {
   if (b.length <= kInlineCheckBytes) {
     const uint8_t ok = Crc32c(b.local, b.length) == b.crc32c;
     std::lock_guard<std::mutex> lock(mu_);
+    ++landed_;
     good_[k] = ok;
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t p = first_piece_[k]; p < first_piece_[k + 1]; ++p) queued_.push_back(p);
-  if (helper_draining_) return;
+  // The last block is left to Finish, which comes next: no wake-up for it alone.
+  if (++landed_ == blocks_.size() || helper_draining_) return;
   helper_draining_ = true;
   ++helper_jobs_;
   helper_.Post([this] { Drain(/*helper=*/true); });

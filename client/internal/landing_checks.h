@@ -67,6 +67,7 @@ class LandingChecks {
   std::condition_variable cv_;
   std::deque<size_t> queued_;  // pieces landed, not yet taken
   size_t checking_ = 0;        // pieces taken, not yet recorded
+  size_t landed_ = 0;          // blocks landed or copied
   bool helper_draining_ = false;
   size_t helper_jobs_ = 0;  // posted to the helper, not yet ended (they use `this`)
 };

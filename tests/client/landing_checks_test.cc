@@ -94,6 +94,18 @@ TEST(LandingChecksTest, CopiedBlocksKeepTheirCrcAndUnverifiedOnesAreIntact) {
   EXPECT_EQ(unverified.Finish(), (std::vector<uint8_t>{1, 1}));
 }
 
+TEST(LandingChecksTest, TheLastBlockToLandIsCheckedByFinish) {
+  HelperThread helper;
+  for (bool corrupt : {false, true}) {
+    Landing l({(5 * LandingChecks::kPieceBytes) / 2});
+    if (corrupt) l.bytes[0][LandingChecks::kPieceBytes * 2 + 3] ^= 4;
+    LandingChecks checks(helper, /*verify=*/true, /*around_caches=*/false);
+    checks.Expect(l.moves);
+    checks.Landed(0);
+    EXPECT_EQ(checks.Finish(), (std::vector<uint8_t>{corrupt ? uint8_t{0} : uint8_t{1}}));
+  }
+}
+
 TEST(LandingChecksTest, DestroyedWithoutFinishWaitsForTheHelper) {
   HelperThread helper;
   std::vector<size_t> sizes(16, 2 * LandingChecks::kPieceBytes);
