@@ -261,7 +261,7 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
     if (ChooseRoute(Direction::kPut, mapped_arena_ != nullptr || in_writable_window) ==
         Route::kMapped) {
       STRATA_ASSIGN_OR_RETURN(auto crcs, CopyMapped(blocks, Direction::kPut, /*checksum=*/true));
-      return PutOutcome{Route::kMapped, std::move(crcs)};
+      return PutOutcome{Route::kMapped, std::move(crcs), std::nullopt};
     }
     if (zone_window_ && !zone_window_->writable() && FitsStaging(*zone_window_, blocks))
       staging_in = zone_window_;
@@ -270,13 +270,13 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
     return b.length <= kFollowUpBlockBytes;
   });
   if (staging_in && !blocks.empty()) {
-    PutOutcome out{Route::kStaged, {}};
+    PutOutcome out{Route::kStaged, {}, std::nullopt};
     STRATA_RETURN_IF_ERROR(PutByStaging(reservation_id, blocks, *staging_in, deadline,
                                         &out.crc32c, small ? &follow_up_for : nullptr,
                                         &out.follow_up_reply));
     return out;
   }
-  PutOutcome out{route(Direction::kPut), {}};
+  PutOutcome out{route(Direction::kPut), {}, std::nullopt};
   if (blocks.empty()) return out;
   if (out.route == Route::kPush && follow_up_for && small) {
     // The follow-up (a Commit) needs the CRCs before anything is sent; for blocks this small

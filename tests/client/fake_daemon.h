@@ -89,8 +89,12 @@ class FakeDaemon {
   ArenaEndpoint endpoint() const {
     auto rkey = arena_->PackRkey();
     EXPECT_TRUE(rkey.ok());
-    return {worker_->address(), rkey.value_or(""), reinterpret_cast<uint64_t>(arena_->data()),
-            arena_->size()};
+    ArenaEndpoint e;
+    e.worker_address = worker_->address();
+    e.rkey = rkey.value_or("");
+    e.base = reinterpret_cast<uint64_t>(arena_->data());
+    e.bytes = arena_->size();
+    return e;
   }
   uint8_t* arena() { return arena_->data(); }
   // Orders the progress thread's accesses to the arena (UCX's software puts and gets run
@@ -207,7 +211,7 @@ class FakeDaemon {
       return;
     std::memcpy(arena_->data() + h->offset, m.data.data(), m.data.size());
     ++published;
-    std::string ack = am_wire::EncodePublishAck({h->request_id, h->index, 0});
+    std::string ack = am_wire::EncodePublishAck({h->request_id, h->index, 0, std::nullopt});
     if (hold_publish_acks.load())
       held_acks_.emplace_back(m.reply_ep, std::move(ack));
     else

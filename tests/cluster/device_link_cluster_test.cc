@@ -242,8 +242,9 @@ TEST_F(DeviceLinkClusterTest, AStuckOrDeadSourceCostsADeadlineNotAHang) {
   const absl::Time t0 = absl::Now();
   auto stuck = n0->Reposition(p.ns, rest, "", false, "gpu");
   EXPECT_LT(absl::Now() - t0, absl::Seconds(8));  // peer_timeout is 500 ms; RPCs 5 s at most
-  if (stuck.ok())
+  if (stuck.ok()) {
     for (auto s : stuck->status) EXPECT_NE(s, BlockStatus::kOk);
+  }
   // Back again: the next transfer goes through (on a new link if the last one broke).
   cl.node(1).Signal(SIGCONT);
   std::vector<BlockId> two(p.ids.begin() + 1, p.ids.begin() + 2);
@@ -254,8 +255,9 @@ TEST_F(DeviceLinkClusterTest, AStuckOrDeadSourceCostsADeadlineNotAHang) {
   rest.assign(p.ids.begin() + 2, p.ids.end());
   cl.Kill(1);
   auto dead = n0->Reposition(p.ns, rest, "", false, "gpu");
-  if (dead.ok())
+  if (dead.ok()) {
     for (auto s : dead->status) EXPECT_NE(s, BlockStatus::kOk);
+  }
   // n0 is whole: what arrived is served, nothing else is claimed.
   auto n0_local = LocalOnly(cl.node(0));
   ASSERT_TRUE(n0_local && n0_local->OpenNamespace(Spec(), "tenant-a").ok());

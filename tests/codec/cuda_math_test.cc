@@ -621,7 +621,9 @@ void CheckSectionsEncode(const KvLayout& l, const CodecParams& p) {
     EXPECT_EQ(got, *want);
   }
   // Once per section per encode; rate control encodes a block several times.
-  if (p.rate_bits == 0) EXPECT_EQ(asked, 2 * size_t{l.num_layers} * l.TensorsPerLayer());
+  if (p.rate_bits == 0) {
+    EXPECT_EQ(asked, 2 * size_t{l.num_layers} * l.TensorsPerLayer());
+  }
 }
 
 TEST(CudaMath, SectionsQuantisedOnADeviceEncodeToTheCpuBlob) {

@@ -79,7 +79,9 @@ int64_t SeqOf(const zmq::message_t& m) {
 }
 
 Batch Decode(const std::string& topic, int64_t seq, const zmq::message_t& payload) {
-  Batch b{topic, seq};
+  Batch b;
+  b.topic = topic;
+  b.seq = seq;
   msgpack::object_handle oh =
       msgpack::unpack(static_cast<const char*>(payload.data()), payload.size());
   auto top = oh.get().as<std::vector<msgpack::object>>();

@@ -389,8 +389,9 @@ TEST(AcquirePushWireTest, TheAnswerRidesInTheFirstBlockWhereAsked) {
     EXPECT_EQ(lease.sizes(0), blocks[first].size());
     EXPECT_EQ(lease.sizes(1), blocks[second].size());
     // An eager block's bytes came with it (a rendezvous one's the raw peer leaves at stratad).
-    if (eager_first)
+    if (eager_first) {
       EXPECT_EQ(answered[0].second, std::string(blocks[0].begin(), blocks[0].end()));
+    }
     const auto rest = of_request(w::kFetchBlockAm, request, 1);
     ASSERT_EQ(rest.size(), 1u);
     EXPECT_EQ(w::DecodeFetchBlockHeader(rest[0].first)->index, 1u);

@@ -257,8 +257,9 @@ TEST(AuthTest, RolesReachOnlyTheirServices) {
   // A tenant: the Cache service only, and the calibrations of its own namespaces (this one is
   // tenant a's).
   for (const auto& [m, c] : CallEverything(*d, kTokenB, ns)) {
-    if (is_admin(m) || is_peer(m) || m.rfind("calibrations.", 0) == 0)
+    if (is_admin(m) || is_peer(m) || m.rfind("calibrations.", 0) == 0) {
       EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    }
   }
   // Tenant a reaches its own namespace's (it has none; and an opaque namespace takes none).
   auto own = CallEverything(*d, kTokenA, ns);
@@ -267,15 +268,21 @@ TEST(AuthTest, RolesReachOnlyTheirServices) {
   EXPECT_EQ(own["calibrations.Put"], grpc::StatusCode::FAILED_PRECONDITION);
   // The admin: Admin (and Cache, for operator tools), never Peer.
   for (const auto& [m, c] : CallEverything(*d, kAdminToken, ns)) {
-    if (is_peer(m)) EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
-    if (is_admin(m)) EXPECT_NE(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    if (is_peer(m)) {
+      EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    }
+    if (is_admin(m)) {
+      EXPECT_NE(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    }
     EXPECT_NE(c, grpc::StatusCode::UNAUTHENTICATED) << m;
   }
   // A peer: Peer (and Cache, which pulls read from), never Admin; a pull from a node outside
   // the cluster view is refused before anything is dialed.
   auto codes = CallEverything(*d, kPeerToken, ns);
   for (const auto& [m, c] : codes) {
-    if (is_admin(m)) EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    if (is_admin(m)) {
+      EXPECT_EQ(c, grpc::StatusCode::PERMISSION_DENIED) << m;
+    }
     EXPECT_NE(c, grpc::StatusCode::UNAUTHENTICATED) << m;
   }
   EXPECT_EQ(codes["peer.Locate"], grpc::StatusCode::OK);

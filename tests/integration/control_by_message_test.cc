@@ -96,7 +96,9 @@ TEST(ControlByMessageTest, APublishMakesNoGrpcCall) {
   EXPECT_EQ(Counter(*client, "fetches_in_one_total"), in_one ? 1u : 0u);
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  if (in_one) EXPECT_EQ(stats->open_leases, 0u);
+  if (in_one) {
+    EXPECT_EQ(stats->open_leases, 0u);
+  }
   Fetched f = FetchInto(*client, *ns, ComputeBlockIds(*ns, kTokensPerBlock, tokens), 8192);
   ASSERT_TRUE(f.result.ok()) << f.result.status();
   EXPECT_EQ(f.result->fetched, 4u);

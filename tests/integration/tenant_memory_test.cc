@@ -181,7 +181,9 @@ TEST(TenantMemoryTest, AnotherTenantCannotReadOrWriteTheArenaByRma) {
   const uint64_t mapped = ArenaAddress(d->pid());
   // Where a daemon still says where its arena is, the lookup must agree: so it finds the
   // arena (not some other mapping of that size) where the daemon does not say.
-  if (conn.arena_base() != 0) EXPECT_EQ(mapped, conn.arena_base());
+  if (conn.arena_base() != 0) {
+    EXPECT_EQ(mapped, conn.arena_base());
+  }
   const uint64_t arena = conn.arena_base() != 0 ? conn.arena_base() : mapped;
   ASSERT_NE(arena, 0u) << "no mapping of the arena's size in /proc/" << d->pid() << "/maps";
   RawUcxPeer b;

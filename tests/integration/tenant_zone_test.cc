@@ -426,7 +426,9 @@ TEST(TenantZoneTest, StagingWindowsMustBeSealedMemfdsOfAZonesTenant) {
     const int fd = memfd_create("staging-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_GE(fd, 0);
     EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-    if (seals != 0) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+    if (seals != 0) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+    }
     return fd;
   };
   std::vector<int> sockets;

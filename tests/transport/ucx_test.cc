@@ -166,7 +166,9 @@ TEST(TransportsWithoutTcpTest, AnEmptyUcxTlsMeansTheDefault) {
     o.tcp = tcp;
     auto ctx = Context::Create(o);
     EXPECT_TRUE(ctx.ok()) << "tcp " << tcp << ": " << ctx.status();
-    if (ctx.ok()) EXPECT_TRUE(Worker::Create(*ctx).ok());
+    if (ctx.ok()) {
+      EXPECT_TRUE(Worker::Create(*ctx).ok());
+    }
   }
   if (saved) setenv("UCX_TLS", kept.c_str(), 1); else unsetenv("UCX_TLS");
 }
