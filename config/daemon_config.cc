@@ -320,7 +320,10 @@ absl::Status ReadNvmeFiles(const YAML::Node& n, DaemonConfig& c) {
     NvmeFileConfig file;
     bool has_path = false, has_capacity = false;
     for (const auto& kv : n[i]) {
-      STRATA_ASSIGN_OR_RETURN(const std::string key, Key(kv.first, f));
+      // Not STRATA_ASSIGN_OR_RETURN: GCC 12 then warns of a string "maybe used uninitialized".
+      absl::StatusOr<std::string> named = Key(kv.first, f);
+      if (!named.ok()) return named.status();
+      const std::string& key = *named;
       if (key == "path") {
         STRATA_ASSIGN_OR_RETURN(file.path, Scalar<std::string>(kv.second, f + ".path"));
         has_path = true;
