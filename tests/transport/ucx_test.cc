@@ -19,6 +19,25 @@
 namespace strata::transport {
 namespace {
 
+// A client side: its own context and worker, and an endpoint to a worker's address (destroyed
+// in reverse order: the endpoint first, the context last). Fails the test where a step fails.
+struct TestClient {
+  std::shared_ptr<Context> ctx;
+  std::unique_ptr<Worker> worker;
+  std::unique_ptr<Endpoint> ep;
+};
+void ConnectTestClient(const std::string& address, TestClient* c) {
+  auto ctx = Context::Create(false);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  c->ctx = *ctx;
+  auto worker = Worker::Create(c->ctx);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  c->worker = std::move(*worker);
+  auto ep = c->worker->Connect(address);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  c->ep = std::move(*ep);
+}
+
 // A "daemon" side (allocated region, progress thread) and a "client" side (own context and
 // worker, registered buffer) in one process: exercises the same calls stratad and libstrata make.
 TEST(UcxTest, PutThenGetThroughAllocatedRegion) {
@@ -32,27 +51,23 @@ TEST(UcxTest, PutThenGetThroughAllocatedRegion) {
   auto rkey = (*region)->PackRkey();
   ASSERT_TRUE(rkey.ok());
 
-  auto client_ctx = Context::Create(false);
-  ASSERT_TRUE(client_ctx.ok());
-  auto client = Worker::Create(*client_ctx);
-  ASSERT_TRUE(client.ok());
-  auto ep = (*client)->Connect((*server)->address());
-  ASSERT_TRUE(ep.ok()) << ep.status();
-  ASSERT_TRUE((*ep)->SetRemoteKey(*rkey).ok());
+  TestClient client;
+  ASSERT_NO_FATAL_FAILURE(ConnectTestClient((*server)->address(), &client));
+  ASSERT_TRUE(client.ep->SetRemoteKey(*rkey).ok());
 
   std::vector<uint8_t> src(3 << 20), dst(3 << 20, 0);
   std::iota(src.begin(), src.end(), 0);
-  auto src_mr = (*client_ctx)->Register(src.data(), src.size());
+  auto src_mr = client.ctx->Register(src.data(), src.size());
   ASSERT_TRUE(src_mr.ok());
   uint64_t remote = reinterpret_cast<uint64_t>((*region)->data()) + 4096;
   RmaOp put{RmaOp::kPut, src.data(), src.size(), remote, (*src_mr)->handle()};
-  ASSERT_TRUE((*ep)->Transfer({&put, 1}, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(client.ep->Transfer({&put, 1}, absl::Now() + absl::Seconds(10)).ok());
   EXPECT_EQ(std::memcmp((*region)->data() + 4096, src.data(), src.size()), 0);
 
   // Two gets in one batch, unregistered destination.
   RmaOp gets[2] = {{RmaOp::kGet, dst.data(), 1 << 20, remote},
                    {RmaOp::kGet, dst.data() + (1 << 20), 2 << 20, remote + (1 << 20)}};
-  ASSERT_TRUE((*ep)->Transfer(gets, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(client.ep->Transfer(gets, absl::Now() + absl::Seconds(10)).ok());
   EXPECT_EQ(src, dst);
 }
 
@@ -289,12 +304,8 @@ TEST(UcxTest, AProgressThreadAskedToSleepStopsPollingAtOnce) {
                 }).ok());
   ProgressThread thread((*server).get(), /*busy_poll=*/absl::Seconds(1));
   progress = &thread;
-  auto client_ctx = Context::Create(false);
-  ASSERT_TRUE(client_ctx.ok());
-  auto client = Worker::Create(*client_ctx);
-  ASSERT_TRUE(client.ok());
-  auto ep = (*client)->Connect((*server)->address());
-  ASSERT_TRUE(ep.ok()) << ep.status();
+  TestClient client;
+  ASSERT_NO_FATAL_FAILURE(ConnectTestClient((*server)->address(), &client));
   auto process_cpu = [] {
     rusage r{};
     getrusage(RUSAGE_SELF, &r);
@@ -302,9 +313,9 @@ TEST(UcxTest, AProgressThreadAskedToSleepStopsPollingAtOnce) {
   };
   auto ping = [&](const std::string& what) {
     const int before = handled.load();
-    EXPECT_TRUE((*ep)->AmPost(kPing, what, "").ok());
+    EXPECT_TRUE(client.ep->AmPost(kPing, what, "").ok());
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (handled.load() == before && absl::Now() < deadline) (*client)->Progress();
+    while (handled.load() == before && absl::Now() < deadline) client.worker->Progress();
     EXPECT_EQ(handled.load(), before + 1) << what;
   };
   // Within its busy-poll window the thread polls: runnable whenever looked at.
