@@ -122,6 +122,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   acquire_and_push_ = acquire_by_message_.load() && resp.acquire_and_push();
   push_releases_ = resp.push_releases();
   answer_in_block_ = acquire_and_push_.load() && resp.answer_in_first_block();
+  push_in_pieces_ = acquire_and_push_.load() && resp.push_in_pieces();
   publish_in_one_ = control_by_message_.load() && resp.publish_in_one();
   fetch_in_one_ = acquire_by_message_.load() && resp.fetch_in_one();
   device_fetch_ = control_by_message_.load() && resp.device_fetch_by_message();
@@ -139,6 +140,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   // Before rma_off existed, active_messages_off meant no push fetches either.
   arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
   arena.publish_by_message = resp.publish_by_message();
+  arena.push_in_pieces = resp.push_in_pieces();
   arena.instance_id = resp.instance_id();
   if (!resp.zone_socket().empty() && !resp.am_ticket().empty()) {
     // A daemon elsewhere has no socket here: fetches then go by push, as before.
@@ -563,10 +565,16 @@ absl::StatusOr<Lease> ControlChannel::LeaseFrom(const v1::AcquireResponse& resp,
 }
 
 std::optional<FollowUp> ControlChannel::AcquirePushRequest(const NamespaceId& ns,
-                                                           std::span<const BlockId> ids) const {
+                                                           std::span<const BlockId> ids,
+                                                           uint32_t piece_bytes) const {
   if (fast_path_ == nullptr || !fast_path_enabled_.load() || !acquire_and_push_.load() ||
       ids.empty() || ids.size() > am_wire::kMaxIds)
     return std::nullopt;
+  if (piece_bytes != 0 && push_in_pieces_.load() && am_wire::ValidPushPieceBytes(piece_bytes)) {
+    return FollowUp{am_wire::kAcquirePushPiecesRequestAm, am_wire::kAcquireReplyAm,
+                    AmRequestHeader(&ns),
+                    am_wire::EncodePiecesRequestPrefix(piece_bytes) + PackIds(ids), piece_bytes};
+  }
   return FollowUp{answer_in_block_.load() ? am_wire::kAcquirePushAnsweredRequestAm
                                           : am_wire::kAcquirePushRequestAm,
                   am_wire::kAcquireReplyAm, AmRequestHeader(&ns), PackIds(ids)};

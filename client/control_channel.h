@@ -169,9 +169,10 @@ class ControlChannel {
 
   absl::StatusOr<Lease> Acquire(const NamespaceId& ns, std::span<const BlockId> ids);
   // An Acquire whose blocks the daemon pushes right behind its answer (DataMover::AcquireAndGet),
-  // or nullopt where the daemon does not offer it.
-  std::optional<FollowUp> AcquirePushRequest(const NamespaceId& ns,
-                                             std::span<const BlockId> ids) const;
+  // or nullopt where the daemon does not offer it. `piece_bytes` (DataMover::push_piece_bytes):
+  // blocks larger come in pieces of at most that, where the daemon offers it (0: whole).
+  std::optional<FollowUp> AcquirePushRequest(const NamespaceId& ns, std::span<const BlockId> ids,
+                                             uint32_t piece_bytes = 0) const;
   // The lease in the daemon's answer to AcquirePushRequest; nullopt when it granted none (it
   // then pushes nothing, and the caller acquires the usual way).
   std::optional<Lease> LeaseFromPushReply(const AmReply& reply, size_t ids);
@@ -255,6 +256,7 @@ class ControlChannel {
   std::atomic<bool> acquire_and_push_{false};    // ... and pushes a lease's blocks right after
   std::atomic<bool> push_releases_{false};       // ... and then ends that lease itself
   std::atomic<bool> answer_in_block_{false};     // ... answering inside the first block
+  std::atomic<bool> push_in_pieces_{false};      // ... pushing larger blocks in pieces
   std::atomic<bool> publish_in_one_{false};      // ... and takes a small publish in one message
   std::atomic<bool> fetch_in_one_{false};        // ... and answers a small fetch with its bytes
   std::atomic<bool> device_fetch_{false};        // ... and fetches into lent device buffers

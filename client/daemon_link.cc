@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<DaemonLink>> DaemonLink::Connect(const ClientOpti
   if (const char* us = std::getenv("STRATA_CLIENT_WAIT_YIELD_US"); us != nullptr && *us != '\0')
     data.wait_yield = std::string_view(us) == "inf" ? absl::InfiniteDuration()
                                                     : absl::Microseconds(std::atoll(us));
+  data.push_piece_bytes = options.push_piece_bytes;
+  if (const char* b = std::getenv("STRATA_CLIENT_PUSH_PIECE_BYTES"); b != nullptr && *b != '\0')
+    data.push_piece_bytes = static_cast<uint32_t>(std::strtoul(b, nullptr, 10));
   data.transfer_timeout = options.transfer_timeout;
   data.same_node = options.same_node;
   data.log = options.log;
@@ -218,7 +221,8 @@ std::optional<absl::StatusOr<FetchResult>> DaemonLink::FetchInOneRequest(
     const NamespaceId& ns, std::span<const BlockId> ids, const FetchLanding& into, bool verify,
     FetchResult* r) {
   if (mover_->route(DataMover::Direction::kGet) != Route::kPush) return std::nullopt;
-  std::optional<FollowUp> request = control_->AcquirePushRequest(ns, ids);
+  std::optional<FollowUp> request =
+      control_->AcquirePushRequest(ns, ids, mover_->push_piece_bytes());
   if (!request) return std::nullopt;
   std::optional<Lease> lease;
   Plan plan;

@@ -57,6 +57,8 @@ struct DataMover::PushWait {
   absl::Status error;
   std::vector<std::pair<size_t, void*>> kept;              // rendezvous payloads still to receive
   LandingChecks* checks = nullptr;  // told when block i is whole in its buffer
+  uint32_t piece_bytes = 0;         // asked of the daemon: blocks larger come in pieces
+  std::optional<PushedPieces> pieces;  // once `blocks` is known
 };
 
 DataMover::DataMover(DataMoverOptions options, Dialer dial)
@@ -93,6 +95,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmRendezvousHandler(
       am_wire::kFetchBlockAnsweredAm,
       [raw](const transport::AmMessage& msg) { return raw->OnAnsweredBlock(msg); }));
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
+      am_wire::kFetchPieceAm,
+      [raw](const transport::AmMessage& msg) { raw->OnPushedPiece(msg); }));
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
       am_wire::kPublishAckAm,
       [raw](const transport::AmMessage& msg) { raw->OnPublishAck(msg); }));
@@ -134,6 +139,20 @@ absl::Status DataMover::Redial() {
         "message either: it is older or newer than this libstrata");
   }
   prefer_push_ = arena.push_fetch && (want_push_ || !arena.rma);
+  // Pieces pay where a large block would otherwise land only at the end of its batch (tcp's
+  // rendezvous); shared memory and RDMA land it by one copy or none.
+  uint32_t piece_bytes = 0;
+  if (arena.push_in_pieces && ep->MessagesOverTcp()) {
+    const uint64_t segment = transport::TcpReceiveSegmentBytes();
+    piece_bytes = options_.push_piece_bytes.has_value()
+                      ? *options_.push_piece_bytes
+                      : static_cast<uint32_t>(std::clamp<uint64_t>(
+                            segment > kPieceHeadroom ? (segment - kPieceHeadroom) & ~uint64_t{63}
+                                                     : 0,
+                            am_wire::kMinPushPieceBytes, am_wire::kMaxPushPieceBytes));
+    if (!am_wire::ValidPushPieceBytes(piece_bytes)) piece_bytes = 0;
+  }
+  push_piece_bytes_ = piece_bytes;
   publish_by_message_ = arena.publish_by_message && (want_push_ || !arena.rma);
   // The old mapping lives exactly as long as the old endpoint (its remote key), and copies
   // through it run under map_mu_ shared without ucx_mu_: the swap waits for them, and the old
@@ -596,10 +615,13 @@ absl::Status DataMover::ReceivePushed(uint64_t lease_id, std::span<const BlockMo
   w.expected = blocks.size();
   w.checks = &checks;
   w.arrived.assign(blocks.size(), 0);
+  w.piece_bytes = push_piece_bytes_;
+  w.pieces.emplace(w.piece_bytes, blocks.size());
   std::string header(am_wire::kFetchRequestHeaderBytes, '\0');
   am_wire::PutU64(header.data(), w.request_id);
   am_wire::PutU64(header.data() + 8, lease_id);
   am_wire::PutU32(header.data() + 16, static_cast<uint32_t>(blocks.size()));
+  am_wire::PutU32(header.data() + 20, w.piece_bytes);
   std::string data(blocks.size() * 16, '\0');
   for (size_t i = 0; i < blocks.size(); ++i) {
     am_wire::PutU64(data.data() + 16 * i, blocks[i].arena_offset);
@@ -661,6 +683,7 @@ absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request
   w.request_id = reply.request_id = next_request_id_++;
   w.planned = false;
   w.checks = &checks;
+  w.piece_bytes = request.push_piece_bytes;
   reply.reply_am = request.reply_am;
   // Runs in the reply's handler, before any pushed block's handler (the daemon sends the answer
   // first, on the same endpoint).
@@ -681,6 +704,7 @@ absl::StatusOr<DataMover::AcquiredGet> DataMover::AcquireAndGet(FollowUp request
       if (b.local != nullptr || b.length != 0) ++w.expected;
     }
     checks.Expect(moves);
+    w.pieces.emplace(w.piece_bytes, moves.size());
     w.planned = true;
   };
   am_wire::PutU64(request.header.data(), reply.request_id);
@@ -777,6 +801,40 @@ bool DataMover::OnPushedBlock(const transport::AmMessage& m) {
   if (w.checks->verify()) w.checks->Copied(index, crc);
   ++w.done;
   return false;
+}
+
+void DataMover::OnPushedPiece(const transport::AmMessage& m) {
+  if (!push_wait_) return;  // a late piece of a fetch that gave up: dropped
+  PushWait& w = *push_wait_;
+  if (!w.planned || !w.pieces) {
+    const auto h = am_wire::DecodeFetchPieceHeader(m.header);
+    if (h && h->block.request_id == w.request_id)
+      w.error = absl::InternalError("stratad pushed a piece before answering the acquire");
+    return;
+  }
+  const PushedPieces::Piece got = w.pieces->Read(
+      m.header, m.data.size(), w.request_id, [&w](size_t i) { return w.blocks[i].length; },
+      w.arrived);
+  if (got.kind == PushedPieces::kNotOurs) return;
+  if (got.kind != PushedPieces::kTake) {
+    w.error = got.error;
+    return;
+  }
+  const BlockMove& b = w.blocks[got.index];
+  uint32_t crc = 0;
+  // Out of the receive segment it arrived in, still in cache: copied and checked in one pass.
+  if (b.local != nullptr)
+    crc = CopyFetched(static_cast<uint8_t*>(b.local) + got.offset, m.data.data(), m.data.size(),
+                      w.checks->verify(), w.checks->around_caches());
+  std::optional<uint32_t> block_crc;
+  if (!w.pieces->Took(got.index, got.offset, m.data.size(), crc, &block_crc)) return;
+  w.arrived[got.index] = 1;
+  ++w.done;
+  if (b.local == nullptr || !w.checks->verify()) return;  // leased, not wanted: dropped
+  if (block_crc)
+    w.checks->Copied(got.index, *block_crc);
+  else
+    w.checks->Landed(got.index);  // pieces out of order: checked from memory
 }
 
 bool DataMover::OnAnsweredBlock(const transport::AmMessage& m) {

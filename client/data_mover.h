@@ -51,6 +51,7 @@ struct ArenaEndpoint {
   bool rma = true;
   bool push_fetch = true;           // the daemon serves push fetches
   bool publish_by_message = false;  // the daemon accepts publishes by message
+  bool push_in_pieces = false;      // ... and pushes larger blocks in pieces when asked
   // Which start of the daemon answered (ConnectResponse.instance_id; 0: it does not say).
   uint64_t instance_id = 0;
   // Several tenants: this client's tenant zone, mapped read-only; fetches inside it are copies.
@@ -81,6 +82,10 @@ struct DataMoverOptions {
   absl::Duration wait_yield = absl::InfiniteDuration();
   // Whether this host has an RDMA device; unset: /sys/class/infiniband is looked at once.
   std::optional<bool> rdma_device;
+  // Pushed blocks larger than this come in pieces of at most this many bytes where the endpoint
+  // carries messages over tcp (ClientOptions::push_piece_bytes); 0: whole. Unset: what fits one
+  // of UCX's tcp receive segments (transport::TcpReceiveSegmentBytes, less kPieceHeadroom).
+  std::optional<uint32_t> push_piece_bytes;
   LogSink log;
 };
 
@@ -103,6 +108,7 @@ struct AmReply {
 struct FollowUp {
   uint16_t request_am = 0, reply_am = 0;
   std::string header, data;  // as for DataMover::Exchange (the mover writes the request id)
+  uint32_t push_piece_bytes = 0;  // an acquire-and-push: the piece size it asks for (0: none)
 };
 // Given the blocks' CRCs, the request to post behind them, or nullopt for none.
 using FollowUpFor = std::function<std::optional<FollowUp>(std::span<const uint32_t> crcs)>;
@@ -218,6 +224,12 @@ class DataMover {
                                             absl::Duration reply_timeout,
                                             bool around_caches = false);
 
+  // The piece size a push fetch asks for on the current endpoint (am_wire::kFetchPieceAm): 0
+  // where blocks come whole (pieces are off, or messages do not travel over tcp).
+  uint32_t push_piece_bytes() const { return push_piece_bytes_.load(std::memory_order_relaxed); }
+  // UCX's and the piece header's bytes within a receive segment, besides the piece.
+  static constexpr uint32_t kPieceHeadroom = 256;
+
   // A one-way active message on the endpoint (no reply is awaited). FailedPrecondition when
   // there is no working endpoint.
   absl::Status Post(uint16_t am, std::string header, std::string data);
@@ -292,6 +304,7 @@ class DataMover {
   // The first block of an acquire-and-push with the answer in its header: the answer, then
   // the block.
   bool OnAnsweredBlock(const transport::AmMessage& m);
+  void OnPushedPiece(const transport::AmMessage& m);
   void OnPublishAck(const transport::AmMessage& m);
   void OnPublishAcks(const transport::AmMessage& m);  // several stored staged blocks
   // Block `index` of the publish in progress was stored (with the CRC stratad took, if sent).
@@ -305,6 +318,7 @@ class DataMover {
   // Publishes go by message: the daemon accepts them and either push is wanted or the daemon
   // hands out no remote key.
   std::atomic<bool> publish_by_message_{false};
+  std::atomic<uint32_t> push_piece_bytes_{0};  // see push_piece_bytes()
 
   // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_
   // only while the waiting thread holds ucx_mu_, since only that thread progresses the worker.

@@ -1,5 +1,7 @@
 #include "common/am_wire.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 
 namespace strata::am_wire {
@@ -37,7 +39,8 @@ std::optional<LocateReplyHeader> DecodeLocateReplyHeader(std::string_view in) {
 
 std::optional<FetchRequestHeader> DecodeFetchRequestHeader(std::string_view in) {
   if (in.size() != kFetchRequestHeaderBytes) return std::nullopt;
-  return FetchRequestHeader{GetU64(in.data()), GetU64(in.data() + 8), GetU32(in.data() + 16)};
+  return FetchRequestHeader{GetU64(in.data()), GetU64(in.data() + 8), GetU32(in.data() + 16),
+                            GetU32(in.data() + 20)};
 }
 
 absl::StatusOr<std::vector<FetchExtent>> DecodeFetchExtents(std::string_view data, uint32_t count,
@@ -69,6 +72,48 @@ std::string EncodeFetchBlockHeader(const FetchBlockHeader& h) {
 std::optional<FetchBlockHeader> DecodeFetchBlockHeader(std::string_view in) {
   if (in.size() != kFetchBlockHeaderBytes) return std::nullopt;
   return FetchBlockHeader{GetU64(in.data()), GetU32(in.data() + 8), GetU32(in.data() + 12)};
+}
+
+uint64_t PushPieceBytes(uint64_t block_bytes, uint32_t asked) {
+  if (asked == 0 || block_bytes <= asked) return block_bytes;
+  // Counted in whole cache lines, so that rounding each piece up stays within `asked`.
+  const uint64_t most = std::max<uint64_t>(64, asked & ~uint32_t{63});
+  const uint64_t pieces = block_bytes / most + (block_bytes % most != 0);
+  const uint64_t even = block_bytes / pieces + (block_bytes % pieces != 0);
+  return (even + 63) & ~uint64_t{63};
+}
+
+uint64_t PushMessages(uint64_t block_bytes, uint32_t asked) {
+  const uint64_t piece = PushPieceBytes(block_bytes, asked);
+  if (piece >= block_bytes) return 1;
+  return block_bytes / piece + (block_bytes % piece != 0);
+}
+
+std::string EncodeFetchPieceHeader(const FetchPieceHeader& h) {
+  std::string out = EncodeFetchBlockHeader(h.block);
+  out.resize(kFetchPieceHeaderBytes);
+  PutU64(out.data() + kFetchBlockHeaderBytes, h.offset);
+  return out;
+}
+
+std::optional<FetchPieceHeader> DecodeFetchPieceHeader(std::string_view in) {
+  if (in.size() != kFetchPieceHeaderBytes) return std::nullopt;
+  const auto block = DecodeFetchBlockHeader(in.substr(0, kFetchBlockHeaderBytes));
+  if (!block || block->index == kFetchRefused) return std::nullopt;
+  return FetchPieceHeader{*block, GetU64(in.data() + kFetchBlockHeaderBytes)};
+}
+
+std::string EncodePiecesRequestPrefix(uint32_t piece_bytes) {
+  std::string out(kPiecesRequestPrefixBytes, '\0');
+  PutU32(out.data(), piece_bytes);
+  return out;
+}
+
+std::optional<PiecesRequest> DecodePiecesRequest(std::string_view data) {
+  if (data.size() < kPiecesRequestPrefixBytes || GetU32(data.data() + 4) != 0) return std::nullopt;
+  const uint32_t piece_bytes = GetU32(data.data());
+  if (piece_bytes == 0 || !ValidPushPieceBytes(piece_bytes)) return std::nullopt;
+  return PiecesRequest{piece_bytes, data.substr(kPiecesRequestPrefixBytes)};
 }
 
 std::string EncodeAnsweredBlockHeader(const FetchBlockHeader& block, const ReplyHeader& reply,

@@ -40,7 +40,9 @@ inline constexpr uint16_t kPeerLocateReplyAm = 4;
 // client asks the daemon to send the leased extents; the daemon sends each block as one active
 // message from its arena (zero copy; rendezvous for large ones, which the client receives
 // straight into the engine's buffer).
-// Request: header = u64 request id | u64 lease id | u32 count | u32 zero;
+// Request: header = u64 request id | u64 lease id | u32 count | u32 piece bytes (0: whole
+//          blocks; see kFetchPieceAm: daemons before pieces read it as zero and send whole
+//          blocks, which the client takes as well);
 //          data = count x (u64 arena offset, u64 size).
 // Block:   header = u64 request id | u32 index (0xffffffff: the request was refused) |
 //          u32 status code; data = the block's bytes.
@@ -147,6 +149,24 @@ inline constexpr uint64_t kMaxDeviceFetchByMessageBytes = uint64_t{1} << 30;
 // kAcquirePushRequestAm. Over tcp this saves a message, a system call on each side, per fetch.
 inline constexpr uint16_t kAcquirePushAnsweredRequestAm = 27;
 inline constexpr uint16_t kFetchBlockAnsweredAm = 28;
+// Pushed blocks in pieces (ConnectResponse.push_in_pieces), for a client whose endpoint
+// carries messages over tcp: a block larger than the piece bytes the client asked for goes as
+// PushPieceBytes-sized eager messages, each fitting one of UCX's tcp receive segments, so the
+// client copies and checks every piece out of the segment it arrived in, as it arrives. As one
+// rendezvous, a block is received into place at once but lands only when the holder's
+// acknowledgement comes, queued behind every block sent after it: the checks of a whole batch
+// then start at its end. Blocks up to the piece bytes still come whole (kFetchBlockAm).
+// Request: an acquire-and-push's header; data = u32 piece bytes (kMinPushPieceBytes ..
+//          kMaxPushPieceBytes) | u32 zero | the ids. Answered as kAcquirePushAnsweredRequestAm;
+//          the answer rides in the first block only when that block comes whole.
+// Piece:   header = a kFetchBlockAm header (never a refusal) | u64 offset of the piece in its
+//          block; data = the piece's bytes.
+inline constexpr uint16_t kAcquirePushPiecesRequestAm = 29;
+inline constexpr uint16_t kFetchPieceAm = 30;
+inline constexpr uint32_t kMinPushPieceBytes = 4 << 10;
+inline constexpr uint32_t kMaxPushPieceBytes = 16 << 20;
+inline constexpr size_t kFetchPieceHeaderBytes = 8 + 4 + 4 + 8;
+inline constexpr size_t kPiecesRequestPrefixBytes = 4 + 4;
 // Well under what any UCX transport takes as an active message's header.
 inline constexpr size_t kMaxAnswerInBlockBytes = 1024;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
@@ -249,6 +269,7 @@ struct FetchRequestHeader {
   uint64_t request_id = 0;
   uint64_t lease_id = 0;
   uint32_t count = 0;
+  uint32_t piece_bytes = 0;  // not checked here (ValidPushPieceBytes)
 };
 std::optional<FetchRequestHeader> DecodeFetchRequestHeader(std::string_view in);
 
@@ -280,6 +301,36 @@ struct AnsweredBlockHeader {
 std::string EncodeAnsweredBlockHeader(const FetchBlockHeader& block, const ReplyHeader& reply,
                                       std::string_view answer);
 std::optional<AnsweredBlockHeader> DecodeAnsweredBlockHeader(std::string_view in);
+
+// The length of each piece (the last may be shorter) of a block of `block_bytes` pushed for a
+// request that asked for pieces of at most `asked` bytes: the block cut into equal pieces, each
+// rounded up to 64 bytes (as many as pieces of `asked` in whole 64-byte lines need), or
+// `block_bytes` where it comes whole (asked 0, or not larger).
+// Equal pieces: a 64 KiB block goes as two of 32 KiB, not 65,280 bytes and a sliver.
+uint64_t PushPieceBytes(uint64_t block_bytes, uint32_t asked);
+// How many messages that block goes in: 1 where it comes whole, else its pieces.
+uint64_t PushMessages(uint64_t block_bytes, uint32_t asked);
+// Whether a daemon takes `asked` as a piece size: 0 (whole blocks) or within the limits.
+inline bool ValidPushPieceBytes(uint32_t asked) {
+  return asked == 0 || (asked >= kMinPushPieceBytes && asked <= kMaxPushPieceBytes);
+}
+
+struct FetchPieceHeader {
+  FetchBlockHeader block;
+  uint64_t offset = 0;
+};
+std::string EncodeFetchPieceHeader(const FetchPieceHeader& h);
+// nullopt unless exactly kFetchPieceHeaderBytes and not a refusal.
+std::optional<FetchPieceHeader> DecodeFetchPieceHeader(std::string_view in);
+
+// The data of a kAcquirePushPiecesRequestAm request: the piece size asked for (nullopt unless
+// the prefix is whole, its reserved word zero and the size valid and nonzero) and the ids.
+struct PiecesRequest {
+  uint32_t piece_bytes = 0;
+  std::string_view ids;
+};
+std::string EncodePiecesRequestPrefix(uint32_t piece_bytes);
+std::optional<PiecesRequest> DecodePiecesRequest(std::string_view data);
 
 struct PublishBlockHeader {
   uint64_t request_id = 0;

@@ -134,10 +134,12 @@ class CacheService final : public v1::Cache::Service {
   };
   // Sends the arena's `extents` to `reply_ep` as blocks of push request `request_id`, block k
   // with index indices[k], each under a read hold of `lease_id`; false (nothing sent) when an
-  // extent is not that lease's. `answer`, when given, rides in the first block's header.
+  // extent is not that lease's. `answer`, when given, rides in the first block's header (which
+  // must then come whole). `piece_bytes` (not 0): blocks larger go in pieces (kFetchPieceAm).
   bool PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
                    uint64_t lease_id, std::span<const ArenaExtent> extents,
-                   std::span<const uint32_t> indices, const HeldAnswer* answer = nullptr);
+                   std::span<const uint32_t> indices, const HeldAnswer* answer = nullptr,
+                   uint32_t piece_bytes = 0);
   // An Acquire as an active message (am_wire::kAcquireRequestAm), answered when every block is
   // in host memory; else the reply sends the client to the gRPC Acquire.
   void HandleAmAcquire(const transport::AmMessage& m, transport::Worker* worker);
@@ -145,6 +147,8 @@ class CacheService final : public v1::Cache::Service {
   void HandleAmAcquirePush(const transport::AmMessage& m, transport::Worker* worker);
   // The same, its answer inside the first pushed block (am_wire::kAcquirePushAnsweredRequestAm).
   void HandleAmAcquirePushAnswered(const transport::AmMessage& m, transport::Worker* worker);
+  // The same, larger blocks pushed in pieces (am_wire::kAcquirePushPiecesRequestAm).
+  void HandleAmAcquirePushPieces(const transport::AmMessage& m, transport::Worker* worker);
   // Answers an acquire request (`request_am`'s); true when the reply was a complete lease, then
   // in `*granted` when not null. With `held`, a lease of at least one block whose answer is
   // small enough is not sent but left there (empty data otherwise: it was sent).
@@ -152,7 +156,7 @@ class CacheService final : public v1::Cache::Service {
                       uint16_t request_am, v1::AcquireResponse* granted,
                       std::optional<HeldAnswer>* held = nullptr);
   void AcquireAndPush(const transport::AmMessage& m, transport::Worker* worker,
-                      uint16_t request_am, bool answer_in_block);
+                      uint16_t request_am, bool answer_in_block, uint32_t piece_bytes = 0);
   // A one-way release (am_wire::kReleaseAm) of a lease; with authentication, of the ticket's
   // caller's own lease only.
   void HandleAmRelease(const transport::AmMessage& m);
@@ -329,6 +333,7 @@ class CacheService final : public v1::Cache::Service {
   BlockStore* const store_;
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
+  std::atomic<uint64_t> pushed_pieces_{0};  // pieces those blocks went in (kFetchPieceAm)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
   std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)

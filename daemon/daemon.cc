@@ -505,6 +505,8 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushRequestAm, &CacheService::HandleAmAcquirePush));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushAnsweredRequestAm,
                                &CacheService::HandleAmAcquirePushAnswered));
+  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushPiecesRequestAm,
+                               &CacheService::HandleAmAcquirePushPieces));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kReserveRequestAm, &CacheService::HandleAmReserve));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kCommitRequestAm, &CacheService::HandleAmCommit));
   STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));

@@ -5,8 +5,11 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -400,6 +403,60 @@ bool Worker::WaitForEvents(absl::Duration timeout) {
   epoll_event ev{};
   epoll_wait(epoll_fd_, &ev, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
   return true;
+}
+
+uint64_t TcpReceiveSegmentBytes() {
+  constexpr uint64_t kUcxDefault = 64 << 10;
+  const char* env = std::getenv("UCX_TCP_RX_SEG_SIZE");
+  if (env == nullptr) return kUcxDefault;
+  std::string_view v(env);
+  uint64_t n = 0;
+  size_t i = 0;
+  for (; i < v.size() && std::isdigit(static_cast<unsigned char>(v[i])) && n < (1ull << 40); ++i)
+    n = n * 10 + static_cast<uint64_t>(v[i] - '0');
+  if (i == 0) return kUcxDefault;
+  if (i < v.size()) {
+    switch (std::tolower(static_cast<unsigned char>(v[i]))) {
+      case 'k': n <<= 10; ++i; break;
+      case 'm': n <<= 20; ++i; break;
+      case 'g': n <<= 30; ++i; break;
+      default: break;
+    }
+  }
+  if (i < v.size() && std::tolower(static_cast<unsigned char>(v[i])) == 'b') ++i;
+  return i == v.size() && n > 0 ? n : kUcxDefault;
+}
+
+bool Endpoint::MessagesOverTcp() const {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (out == nullptr) return false;
+  ucp_ep_print_info(ep_, out);
+  std::fclose(out);
+  // A lane reads "lane[0]:  1:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] am am_bw#0 keepalive":
+  // its transport after the resource index, its roles after the arrow.
+  bool tcp = false, found = false;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text, length), '\n')) {
+    const size_t lane = line.find("lane[");
+    const size_t arrow = line.find("->");
+    if (lane == absl::string_view::npos || arrow == absl::string_view::npos) continue;
+    const std::vector<absl::string_view> roles =
+        absl::StrSplit(line.substr(arrow), ' ', absl::SkipEmpty());
+    if (std::find(roles.begin(), roles.end(), "am") == roles.end()) continue;
+    const std::vector<absl::string_view> words =
+        absl::StrSplit(line.substr(lane, arrow - lane), ' ', absl::SkipEmpty());
+    if (words.size() < 2) continue;
+    const absl::string_view resource = words[1];  // "1:tcp/lo.0"
+    const size_t colon = resource.find(':'), slash = resource.find('/');
+    if (colon == absl::string_view::npos || slash == absl::string_view::npos || slash < colon)
+      continue;
+    found = true;
+    tcp = resource.substr(colon + 1, slash - colon - 1) == "tcp";
+    break;
+  }
+  std::free(text);
+  return found && tcp;
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remote_address,

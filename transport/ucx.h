@@ -286,6 +286,12 @@ class ProgressThread {
 #endif
 };
 
+// The size of UCX's tcp receive segments: UCX_TCP_RX_SEG_SIZE from the environment (UCX's
+// memory units: 65536, 64K, 64kb, 1M), or UCX's default of 64 KiB when unset or unreadable. A
+// setting in a ucx.conf file is not seen. An active message up to about this size reaches the
+// receiver in one segment, which UCX hands to its handler without assembling fragments.
+uint64_t TcpReceiveSegmentBytes();
+
 class Endpoint {
  public:
   ~Endpoint();  // closes gracefully within a short deadline, forcibly after
@@ -329,6 +335,10 @@ class Endpoint {
   // Whether a dead peer is reported on this endpoint, by UCX or by its watch (false on
   // shared-memory-only transports).
   bool peer_failure_detection() const { return peer_failure_detection_ || watch_ != nullptr; }
+  // Whether this endpoint's active messages travel over tcp. UCX 1.13 names an endpoint's
+  // transports only in its printed configuration (ucp_ep_print_info), which this reads; false
+  // when that cannot be read.
+  bool MessagesOverTcp() const;
 
  private:
   friend class Worker;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -91,6 +92,14 @@ struct ClientOptions {
   // namespace with a codec) or handed back (FetchBlobs) always land in the caches: they are read
   // at once.
   bool fetch_bypasses_cache = true;
+  // Where a fetch goes by push over tcp (a daemon on another node, or fetch_transfer "push"
+  // without a mapped arena), blocks larger than this come in pieces of at most this many bytes,
+  // each copied into place and checked as it arrives, instead of landing as one rendezvous at
+  // the end of the batch (docs/cluster.md: 1 MiB blocks 1.3-1.5x faster on one host's
+  // loopback). 0: whole blocks. Unset: what fits one of UCX's tcp receive segments
+  // (UCX_TCP_RX_SEG_SIZE, 64 KiB by default, less 256 bytes of headers). Environment override:
+  // STRATA_CLIENT_PUSH_PIECE_BYTES. Daemons that do not offer pieces send whole blocks.
+  std::optional<uint32_t> push_piece_bytes;
   // How a call waiting for the daemon (a transfer, a reply) spends the wait: it polls for
   // `wait_spin` after the last event, then polls between yields of its core (sched_yield) for
   // `wait_yield`, then sleeps until the next event. A yield costs nothing while a core is free

@@ -225,6 +225,71 @@ TEST_P(DataMoverBypassTest, PushReceivesEagerAndRendezvousBlocksAndFlagsCorruptO
   EXPECT_EQ(out[1], blocks.data[1]);
 }
 
+// Over tcp, blocks larger than a receive segment come in pieces, each copied into place and
+// checked as it arrives; in any order. A piece that comes twice fails the fetch.
+TEST_P(DataMoverBypassTest, PushOverTcpTakesLargeBlocksInPiecesInAnyOrder) {
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");  // read by each new UCX context
+  ::strata::testing::ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", "64K");  // UCX's default
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 8 << 20);
+  DataMoverOptions o;
+  o.fetch_transfer = "push";
+  auto d = ConnectTo(daemon, o);
+  ASSERT_TRUE(d.mover);
+  const uint32_t piece = d.mover->push_piece_bytes();
+  // What fits one receive segment.
+  EXPECT_EQ(piece, (64 << 10) - DataMover::kPieceHeadroom);
+  // Whole, 2 pieces (a 64 KiB block: two of 32 KiB), 17, 25, and 5 pieces.
+  Blocks blocks({1000, 64 << 10, 1 << 20, (3 << 20) / 2 + 17, 300000}, 0, 70);
+  blocks.CopyInto(daemon.arena());
+  daemon.arena()[blocks.puts[2].arena_offset + 900000] ^= 1;  // in a late piece
+  daemon.arena()[blocks.puts[4].arena_offset + 3] ^= 1;       // in the first
+  for (auto order : {FakeDaemon::Pieces::kInOrder, FakeDaemon::Pieces::kReversed}) {
+    daemon.pieces = order;
+    daemon.pieces_sent = 0;
+    daemon.SettleArena();
+    std::vector<std::vector<uint8_t>> out;
+    auto got = d.mover->Get(1, blocks.Gets(&out), /*verify=*/true, kLease, 0, Around());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(daemon.last_piece_bytes.load(), piece);
+    EXPECT_EQ(daemon.pieces_sent.load(), 2 + 17 + 25 + 5);
+    EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1, 0, 1, 0}));
+    for (size_t i : {0, 1, 3}) EXPECT_EQ(out[i], blocks.data[i]) << "block " << i;
+    // The damaged block's other bytes landed too.
+    EXPECT_EQ(0, std::memcmp(out[2].data(), blocks.data[2].data(), 900000));
+  }
+  daemon.pieces = FakeDaemon::Pieces::kFirstTwice;
+  std::vector<std::vector<uint8_t>> out;
+  auto got = d.mover->Get(2, blocks.Gets(&out), true, kLease, 0, Around());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal) << got.status();
+  EXPECT_NE(got.status().message().find("came twice"), std::string::npos) << got.status();
+}
+
+// Pieces are asked for only where configured and offered: 0 or a daemon that does not offer
+// them gets whole blocks.
+TEST(DataMoverTest, PushInPiecesOnlyWhereAskedAndOffered) {
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
+  for (int c = 0; c < 3; ++c) {
+    FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
+    DataMoverOptions o;
+    o.fetch_transfer = "push";
+    if (c == 0) o.push_piece_bytes = 0;
+    if (c == 1) daemon.offer_pieces = false;
+    if (c == 2) o.push_piece_bytes = 100000;  // a size of one's own
+    auto d = ConnectTo(daemon, o);
+    ASSERT_TRUE(d.mover);
+    EXPECT_EQ(d.mover->push_piece_bytes(), c == 2 ? 100000u : 0u) << c;
+    Blocks blocks({1 << 20, 5000}, 0, 80);
+    blocks.CopyInto(daemon.arena());
+    daemon.SettleArena();
+    std::vector<std::vector<uint8_t>> out;
+    auto got = d.mover->Get(1, blocks.Gets(&out), true, kLease);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->intact, (std::vector<uint8_t>{1, 1}));
+    EXPECT_EQ(out[0], blocks.data[0]);
+    EXPECT_EQ(daemon.pieces_sent.load(), c == 2 ? 11 : 0) << c;
+  }
+}
+
 TEST(DataMoverTest, LadderPrefersMappedThenPushWithoutRdmaThenRma) {
   FakeDaemon mapped(FakeDaemon::ArenaKind::kAllocated, 1 << 20);
   FakeDaemon unmapped(FakeDaemon::ArenaKind::kRegistered, 1 << 20);
@@ -475,6 +540,11 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
   };
   FollowUp request{GetParam(), am_wire::kAcquireReplyAm,
                    std::string(am_wire::kRequestHeaderBytes, '\0'), std::string(4 * 32, '\0')};
+  const bool in_pieces = GetParam() == am_wire::kAcquirePushPiecesRequestAm;
+  if (in_pieces) {  // the dropped block and the damaged one go in 16 KiB pieces
+    request.push_piece_bytes = 16 << 10;
+    request.data = am_wire::EncodePiecesRequestPrefix(16 << 10) + request.data;
+  }
   auto got = d.mover->AcquireAndGet(request, plan, /*verify=*/true, absl::Seconds(5),
                                     /*around_caches=*/true);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -484,13 +554,24 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
   EXPECT_EQ(got->intact[0], 1);
   EXPECT_EQ(got->intact[3], 0);  // the damaged one
   EXPECT_EQ(out0, blocks.data[0]);
+  EXPECT_EQ(daemon.pieces_sent.load(), in_pieces ? 4 + 19 : 0);
+  if (in_pieces) {  // undamaged, the same block lands whole and intact
+    daemon.arena()[blocks.puts[2].arena_offset + 9] ^= 1;
+    daemon.SettleArena();
+    got = d.mover->AcquireAndGet(request, plan, true, absl::Seconds(5));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->intact[3], 1);
+    EXPECT_EQ(out3, blocks.data[2]);
+    EXPECT_EQ(daemon.pushed.load(), 6);
+  }
 
   // No lease in the answer: nothing comes, nothing is waited for.
   daemon.grant_lease = false;
+  const int pushed_before = daemon.pushed.load();
   got = d.mover->AcquireAndGet(request, plan, true, absl::Seconds(5));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_FALSE(got->pushed);
-  EXPECT_EQ(daemon.pushed.load(), 3);
+  EXPECT_EQ(daemon.pushed.load(), pushed_before);
 
   // An answered block whose answer is cut short: an error at once, not a wait for the deadline.
   if (GetParam() != am_wire::kAcquirePushAnsweredRequestAm) return;
@@ -513,7 +594,8 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
 
 INSTANTIATE_TEST_SUITE_P(AnswerAloneOrInFirstBlock, AcquireAndGetTest,
                          ::testing::Values(am_wire::kAcquirePushRequestAm,
-                                           am_wire::kAcquirePushAnsweredRequestAm));
+                                           am_wire::kAcquirePushAnsweredRequestAm,
+                                           am_wire::kAcquirePushPiecesRequestAm));
 
 TEST(DataMoverTest, FailedDialFailsConnect) {
   auto made = DataMover::Connect({}, [] {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -74,6 +75,13 @@ class FakeDaemon {
                                    })
                     .ok());
     EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kAcquirePushPiecesRequestAm,
+                                   [this](const transport::AmMessage& m) {
+                                     const auto p = am_wire::DecodePiecesRequest(m.data);
+                                     if (p) HandleAcquirePush(m, true, p->piece_bytes);
+                                   })
+                    .ok());
+    EXPECT_TRUE(worker_
                     ->SetAmHandler(am_wire::kPublishBlockAm,
                                    [this](const transport::AmMessage& m) { HandlePublish(m); })
                     .ok());
@@ -94,6 +102,7 @@ class FakeDaemon {
     e.rkey = rkey.value_or("");
     e.base = reinterpret_cast<uint64_t>(arena_->data());
     e.bytes = arena_->size();
+    e.push_in_pieces = offer_pieces.load();
     return e;
   }
   uint8_t* arena() { return arena_->data(); }
@@ -114,6 +123,13 @@ class FakeDaemon {
   std::atomic<int> lookups{0};
   std::atomic<uint64_t> last_lease{0};
   std::atomic<int> pushed{0};
+  // Pieces (am_wire::kFetchPieceAm) of the blocks larger than a fetch request's piece size: sent
+  // in order, last first, or with the first one twice. The endpoint offers them unless told not.
+  enum class Pieces { kInOrder, kReversed, kFirstTwice };
+  std::atomic<Pieces> pieces{Pieces::kInOrder};
+  std::atomic<bool> offer_pieces{true};
+  std::atomic<int> pieces_sent{0};
+  std::atomic<uint32_t> last_piece_bytes{0};  // what the last fetch request asked for
   // Published blocks (eager ones only) written into the arena; with hold_publish_acks their
   // acknowledgements wait for the next lookup request, which also records how many had been
   // written when it came.
@@ -153,9 +169,16 @@ class FakeDaemon {
         return;
       case OnFetch::kPush: break;
     }
+    const uint32_t asked = am_wire::GetU32(m.header.data() + 20);
+    last_piece_bytes = asked;
     for (uint32_t i = 0; i < count; ++i) {
       const uint64_t offset = am_wire::GetU64(m.data.data() + 16 * i);
       const uint64_t size = am_wire::GetU64(m.data.data() + 16 * i + 8);
+      if (const uint64_t piece = am_wire::PushPieceBytes(size, asked); piece < size) {
+        SendPieces(m.reply_ep, request_id, i, offset, size, piece);
+        ++pushed;
+        continue;
+      }
       worker_->AmSendZeroCopy(m.reply_ep, am_wire::kFetchBlockAm,
                               BlockHeader(request_id, i, absl::StatusCode::kOk),
                               arena_->data() + offset, size, arena_->handle(),
@@ -164,8 +187,25 @@ class FakeDaemon {
     }
   }
 
+  void SendPieces(ucp_ep_h ep, uint64_t request_id, uint32_t index, uint64_t offset,
+                  uint64_t size, uint64_t piece) {
+    std::vector<uint64_t> at;
+    for (uint64_t o = 0; o < size; o += piece) at.push_back(o);
+    if (pieces.load() == Pieces::kReversed) std::reverse(at.begin(), at.end());
+    if (pieces.load() == Pieces::kFirstTwice) at.insert(at.begin() + 1, at[0]);
+    for (uint64_t o : at) {
+      worker_->AmSendZeroCopy(
+          ep, am_wire::kFetchPieceAm,
+          am_wire::EncodeFetchPieceHeader({{request_id, index, 0}, o}), arena_->data() + offset + o,
+          std::min(piece, size - o), arena_->handle(), /*eager=*/true);
+      ++pieces_sent;
+    }
+  }
+
   // With `answer_in_block`, a granted answer rides in the first pushed block's header.
-  void HandleAcquirePush(const transport::AmMessage& m, bool answer_in_block = false) {
+  // `piece_bytes`: blocks larger go in pieces, and the answer alone when the first one does.
+  void HandleAcquirePush(const transport::AmMessage& m, bool answer_in_block = false,
+                         uint32_t piece_bytes = 0) {
     if (m.reply_ep == nullptr || m.header.size() < 8) return;
     const uint64_t request_id = am_wire::GetU64(m.header.data());
     v1::AcquireResponse resp;
@@ -182,12 +222,23 @@ class FakeDaemon {
     h.prefix = static_cast<uint32_t>(leased.size());
     h.complete = grant_lease.load();
     answer_in_block = answer_in_block && h.complete;
+    for (const Leased& l : leased) {
+      if (l.size == 0) continue;
+      if (am_wire::PushPieceBytes(l.size, piece_bytes) < l.size) answer_in_block = false;
+      break;
+    }
     if (!answer_in_block)
       worker_->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(h),
                        h.complete ? resp.SerializeAsString() : "");
     if (!h.complete) return;
     for (uint32_t i = 0; i < leased.size(); ++i) {
       if (leased[i].size == 0) continue;
+      if (const uint64_t piece = am_wire::PushPieceBytes(leased[i].size, piece_bytes);
+          piece < leased[i].size) {
+        SendPieces(m.reply_ep, request_id, i, leased[i].offset, leased[i].size, piece);
+        ++pushed;
+        continue;
+      }
       std::string header = BlockHeader(request_id, i, absl::StatusCode::kOk);
       const bool answered = answer_in_block;
       if (answered) {

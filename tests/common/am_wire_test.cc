@@ -1,6 +1,6 @@
 // The staged-publish header's flags, several staged blocks in one message, the publish
-// acknowledgements with stratad's CRC and a pushed block that carries its fetch's answer: what a
-// client and a daemon of different versions must agree on.
+// acknowledgements with stratad's CRC, a pushed block that carries its fetch's answer and blocks
+// pushed in pieces: what a client and a daemon of different versions must agree on.
 #include "common/am_wire.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +150,61 @@ TEST(AmWireTest, AnsweredBlockHeaderSplitsIntoItsPartsAndRefusesWhatDoesNotFit) 
       EncodeAnsweredBlockHeader({5, 0, 0}, reply, std::string(kMaxAnswerInBlockBytes, 'a'))));
   EXPECT_FALSE(DecodeAnsweredBlockHeader(
       EncodeAnsweredBlockHeader({5, 0, 0}, reply, std::string(kMaxAnswerInBlockBytes + 1, 'a'))));
+}
+
+// Pieces: equal, a multiple of 64 bytes, never over what was asked, and as few as that allows.
+TEST(AmWireTest, PushPiecesAreEqualCacheLinesNoLargerThanAsked) {
+  EXPECT_EQ(PushPieceBytes(1 << 20, 0), 1u << 20);       // none asked: whole
+  EXPECT_EQ(PushPieceBytes(65280, 65280), 65280u);       // fits: whole
+  EXPECT_EQ(PushPieceBytes(0, 65280), 0u);
+  EXPECT_EQ(PushPieceBytes(64 << 10, 65280), 32u << 10);  // two halves, not 65,280 and 256
+  EXPECT_EQ(PushPieceBytes(1 << 20, 65280), 61696u);      // 17 pieces
+  for (uint32_t asked : {4096u, 65280u, 65300u, 100000u, 4097u, kMaxPushPieceBytes}) {
+    for (uint64_t block : {uint64_t{1}, uint64_t{4095}, uint64_t{4097}, uint64_t{65537},
+                           uint64_t{1} << 20, (uint64_t{3} << 20) / 2 + 17, uint64_t{300000},
+                           uint64_t{64} << 20}) {
+      const uint64_t piece = PushPieceBytes(block, asked);
+      if (block <= asked) {
+        EXPECT_EQ(piece, block);
+        continue;
+      }
+      EXPECT_LE(piece, asked) << block << " / " << asked;
+      EXPECT_EQ(piece % 64, 0u) << block << " / " << asked;
+      const uint64_t lines = asked & ~uint32_t{63};  // whole cache lines of `asked`
+      const uint64_t count = (block + piece - 1) / piece;
+      EXPECT_EQ(count, (block + lines - 1) / lines) << block << " / " << asked;
+      EXPECT_GT(block - (count - 1) * piece, 0u);  // the last piece is not empty
+    }
+  }
+}
+
+TEST(AmWireTest, PieceHeadersAndPiecesRequestsRefuseWhatDoesNotFit) {
+  const std::string h = EncodeFetchPieceHeader({{5, 3, 0}, 61696});
+  ASSERT_EQ(h.size(), kFetchPieceHeaderBytes);
+  auto d = DecodeFetchPieceHeader(h);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->block.request_id, 5u);
+  EXPECT_EQ(d->block.index, 3u);
+  EXPECT_EQ(d->offset, 61696u);
+  for (size_t cut = 0; cut < h.size(); ++cut)
+    EXPECT_FALSE(DecodeFetchPieceHeader(h.substr(0, cut)).has_value()) << cut;
+  EXPECT_FALSE(DecodeFetchPieceHeader(h + "x").has_value());
+  EXPECT_FALSE(DecodeFetchPieceHeader(EncodeFetchPieceHeader({{5, kFetchRefused, 9}, 0})));
+
+  const std::string ids(64, 'i');
+  const std::string request = EncodePiecesRequestPrefix(65280) + ids;
+  auto r = DecodePiecesRequest(request);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->piece_bytes, 65280u);
+  EXPECT_EQ(r->ids, ids);
+  for (uint32_t bad : {0u, kMinPushPieceBytes - 1, kMaxPushPieceBytes + 1})
+    EXPECT_FALSE(DecodePiecesRequest(EncodePiecesRequestPrefix(bad) + ids).has_value()) << bad;
+  std::string reserved = EncodePiecesRequestPrefix(65280) + ids;
+  reserved[5] = 1;
+  EXPECT_FALSE(DecodePiecesRequest(reserved).has_value());
+  EXPECT_FALSE(DecodePiecesRequest("abc").has_value());
+  EXPECT_TRUE(ValidPushPieceBytes(0));
+  EXPECT_FALSE(ValidPushPieceBytes(1));
 }
 
 }  // namespace

@@ -9,20 +9,27 @@
 // blocks (DataMover::OnPublishAcks), and the header of a block that carries its fetch's answer
 // (DataMover::OnAnsweredBlock).
 //
+// And the pieces of pushed blocks (DataMover::OnPushedPiece), replayed as a whole fetch as the
+// pushed blocks are.
+//
 // Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
-//   4 zone reply, 5 fetch in one data, 6 publish acks, 7 answered block header), then
+//   4 zone reply, 5 fetch in one data, 6 publish acks, 7 answered block header, 8 pieces), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
 //   2, 3, 4, 5, 7: the rest as the header (4: the whole reply, 5: the answer's data);
-//   6: u16-sized header | the rest as data.
+//   6: u16-sized header | the rest as data;
+//   8: u64 request id | u16 piece bytes asked | u8 blocks | per block u16 length | messages
+//      until the input ends, each u16-sized header | u16-sized data.
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "client/internal/pushed_block.h"
 #include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "common/zone_wire.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -80,11 +87,51 @@ void PushedBlocks(strata::fuzz::Input& in) {
   if (done > blocks) Fail("more blocks landed than were asked for");
 }
 
+void PushedPieces(strata::fuzz::Input& in) {
+  const uint64_t request_id = in.U64();
+  const uint32_t asked = in.U16();
+  const size_t blocks = in.U8();
+  std::vector<uint64_t> lengths(blocks);
+  for (auto& l : lengths) l = in.U16();
+  std::vector<std::vector<char>> buffers(blocks);
+  for (size_t i = 0; i < blocks; ++i) buffers[i].resize(lengths[i]);
+  std::vector<uint8_t> arrived(blocks, 0);
+  strata::client::PushedPieces pieces(asked, blocks);
+  size_t whole = 0;
+  for (int messages = 0; messages < 256; ++messages) {
+    const std::string_view header = in.Sized();
+    const std::string_view data = in.Sized();
+    if (header.empty() && data.empty()) break;
+    const auto got = pieces.Read(header, data.size(), request_id,
+                                 [&](size_t i) { return lengths[i]; }, arrived);
+    if (got.kind == strata::client::PushedPieces::kMismatch) {
+      if (got.error.ok()) Fail("a mismatched piece without an error");
+      return;  // the fetch fails as a whole
+    }
+    if (got.kind != strata::client::PushedPieces::kTake) continue;
+    if (got.index >= blocks || arrived[got.index]) Fail("a piece of a block out of range or whole");
+    // What OnPushedPiece does with it.
+    std::vector<char>& into = buffers[got.index];
+    if (got.offset + data.size() > into.size()) Fail("a piece past its block's end");
+    if (!data.empty()) std::memcpy(into.data() + got.offset, data.data(), data.size());
+    std::optional<uint32_t> crc;
+    if (!pieces.Took(got.index, got.offset, data.size(), strata::Crc32c(data.data(), data.size()),
+                     &crc))
+      continue;
+    arrived[got.index] = 1;
+    ++whole;
+    // In order, every byte came once: the block's CRC is its buffer's.
+    if (crc && *crc != strata::Crc32c(into.data(), into.size()))
+      Fail("a block's CRC from its pieces is not its bytes' CRC");
+  }
+  if (whole > blocks) Fail("more blocks whole than were asked for");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 8) {
+  switch (in.U8() % 9) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -124,6 +171,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         Fail("publish acks do not round-trip");
       break;
     }
+    case 8: PushedPieces(in); break;
     case 7: {  // DataMover::OnAnsweredBlock then reads the parts as a reply and a block header
       const std::string_view header = in.Rest();
       auto h = w::DecodeAnsweredBlockHeader(header);

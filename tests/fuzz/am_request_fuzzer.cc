@@ -7,11 +7,12 @@
 // And the zone socket's request header (common/zone_wire.h, ZoneServer::Serve), and a block
 // published through a staging window (CacheService::HandleAmPublishStaged).
 //
-// And the data of a publish in one request (CacheService::HandleAmPublishInOne), and several
-// staged blocks in one message (CacheService::HandleAmPublishStagedMany).
+// And the data of a publish in one request (CacheService::HandleAmPublishInOne), several
+// staged blocks in one message (CacheService::HandleAmPublishStagedMany), and the data of an
+// acquire-and-push in pieces (CacheService::HandleAmAcquirePushPieces).
 //
 // Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request, 6 staged
-// publish, 7 publish in one, 8 staged many) | u64
+// publish, 7 publish in one, 8 staged many, 9 acquire-and-push in pieces) | u64
 // arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
@@ -45,7 +46,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 9;
+  const uint8_t kind = in.U8() % 10;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -121,6 +122,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (d->blocks.size() > w::kMaxPublishInOneBytes) Fail("publish in one: too many bytes");
       if (w::EncodePublishInOnePrefix(d->reserve, d->crc32c) + std::string(d->blocks) != data)
         Fail("publish in one does not round-trip");
+      break;
+    }
+    case 9: {
+      // The daemon then reads the ids as an acquire's and cuts blocks into pieces of this size.
+      auto p = w::DecodePiecesRequest(data);
+      if (!p) break;
+      if (p->piece_bytes < w::kMinPushPieceBytes || p->piece_bytes > w::kMaxPushPieceBytes)
+        Fail("pieces request: piece size out of range");
+      if (w::EncodePiecesRequestPrefix(p->piece_bytes) + std::string(p->ids) != data)
+        Fail("pieces request does not round-trip");
+      for (uint64_t block : {uint64_t{1}, arena, arena + 1}) {
+        const uint64_t piece = w::PushPieceBytes(block, p->piece_bytes);
+        if (block > p->piece_bytes && (piece == 0 || piece > p->piece_bytes || piece % 64 != 0))
+          Fail("a piece size that is not whole cache lines within what was asked");
+      }
       break;
     }
     case 8: {

@@ -60,6 +60,9 @@ void AmRequests() {
   const std::string ticket(w::kTicketBytes, 't');
   Write("am_request", "lookup_ticketed",
         U8(0) + U64(0) + Sized(lookup + ticket) + strata::PackIds(Ids(3)));
+  Write("am_request", "acquire_push_pieces",
+        U8(9) + U64(1 << 20) + Sized(lookup) + w::EncodePiecesRequestPrefix(65280) +
+            strata::PackIds(Ids(2)));
   Write("am_request", "release", U8(4) + U64(0) + Sized(U64(9)));
   Write("am_request", "release_ticketed", U8(4) + U64(0) + Sized(U64(9) + ticket));
   // A publish in one of two blocks (3 and 5 bytes); the reserve request's bytes are opaque here.
@@ -98,6 +101,12 @@ void AmReplies() {
   const w::StagedAck acks[] = {{0, 0x12345678u}, {1, 0x9abcdef0u}};
   Write("am_reply", "publish_acks",
         U8(6) + Sized(w::EncodePublishAcksHeader(7, 2)) + w::EncodeStagedAcks(acks));
+  // Block 0 of 10,000 bytes in three pieces of at most 4 KiB, in order; block 1 (100) whole.
+  std::string pieces = U8(8) + U64(9) + U16(4096) + U8(2) + U16(10000) + U16(100);
+  for (uint64_t at : {0, 3392, 6784})
+    pieces += Sized(w::EncodeFetchPieceHeader({{9, 0, 0}, at})) +
+              Sized(std::string(at == 6784 ? 3216 : 3392, 'p'));
+  Write("am_reply", "pieces", pieces);
   w::ReplyHeader answered{11, 0, 1, true};
   Write("am_reply", "answered_block",
         U8(7) + w::EncodeAnsweredBlockHeader({11, 0, 0}, answered, "\x08\x63\x10\x01"));

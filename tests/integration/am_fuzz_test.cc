@@ -199,6 +199,13 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1),
        Extent(lease.offsets(0), lease.sizes(0)), rndv},
       {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1), big, rndv},
+      // Piece sizes out of range (refused), and a real extent in the smallest pieces.
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1).substr(0, 20) + U32(1),
+       Extent(lease.offsets(0), lease.sizes(0)), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1).substr(0, 20) + U32(0xffffffffu),
+       Extent(lease.offsets(0), lease.sizes(0)), r},
+      {w::kFetchRequestAm, FetchHeader(1, lease.lease_id(), 1).substr(0, 20) +
+       U32(w::kMinPushPieceBytes), Extent(lease.offsets(0), lease.sizes(0)), r},
       // Peer locate (daemon to daemon, reachable on the same worker): short/long headers, ids
       // that are not a multiple of 32 bytes, many ids, rendezvous.
       {w::kPeerLocateAm, "", id_bytes, r}, {w::kPeerLocateAm, U64(1) + "x", id_bytes, r},
@@ -231,6 +238,18 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
       {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), r},
       {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, id_bytes.substr(0, 32), 0},
       {w::kAcquirePushAnsweredRequestAm, U64(1) + ns_bytes, big, rndv},
+      // In pieces: no prefix, a prefix alone, piece sizes out of range, the reserved word set,
+      // a real block in the smallest pieces, no reply endpoint, a rendezvous payload.
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, "", r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(65280) + U32(0), r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(0) + U32(0) + id_bytes, r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(1) + U32(0) + id_bytes, r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(65280) + U32(7) + id_bytes, r},
+      {w::kAcquirePushPiecesRequestAm, U64(1), U32(65280) + U32(0) + id_bytes, r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes,
+       U32(w::kMinPushPieceBytes) + U32(0) + id_bytes.substr(0, 32), r},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(65280) + U32(0) + id_bytes, 0},
+      {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, big, rndv},
       // Publish in one: no data, a prefix that lies about its lengths, more blocks than bytes,
       // a block count of zero, a rendezvous payload, no reply endpoint.
       {w::kPublishInOneAm, U64(1) + ns_bytes, "", r},
@@ -260,6 +279,9 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     cases.push_back({w::kAcquirePushRequestAm, U64(2) + ns_bytes, copies, eager});
     // Its answer is too long to ride in a block: it comes alone.
     cases.push_back({w::kAcquirePushAnsweredRequestAm, U64(2) + ns_bytes, copies, eager});
+    // And in the smallest pieces: still at most an arena's worth.
+    cases.push_back({w::kAcquirePushPiecesRequestAm, U64(2) + ns_bytes,
+                     U32(w::kMinPushPieceBytes) + U32(0) + copies, eager});
   }
   // A fetch of many copies of one real extent: a push amplification the daemon must bound.
   {
@@ -277,7 +299,7 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   const uint16_t known[] = {w::kLookupRequestAm,     w::kFetchRequestAm,
                             w::kPeerLocateAm,        w::kReserveRequestAm,
                             w::kCommitRequestAm,     w::kAcquirePushRequestAm,
-                            w::kAcquirePushAnsweredRequestAm};
+                            w::kAcquirePushAnsweredRequestAm, w::kAcquirePushPiecesRequestAm};
   constexpr size_t kKnown = sizeof(known) / sizeof(known[0]);
   for (int i = 0; i < 150; ++i) {
     const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % kKnown];
@@ -316,6 +338,11 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
     for (int i = 0; i < 4; ++i) all += Extent(lease.offsets(i), lease.sizes(i));
     for (int k = 0; k < 8; ++k) {
       peer.Send(w::kFetchRequestAm, FetchHeader(100 + k, lease.lease_id(), 4), all, eager);
+      // In the smallest pieces: many sends in flight when the endpoint goes.
+      peer.Send(w::kFetchRequestAm,
+                FetchHeader(200 + k, lease.lease_id(), 4).substr(0, 20) +
+                    U32(w::kMinPushPieceBytes),
+                all, eager);
       peer.Send(w::kLookupRequestAm, U64(k) + ns_bytes, id_bytes, eager);
     }
     peer.Close();
@@ -336,7 +363,7 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
 // Acquire and push with the answer in the first block (am_wire kAcquirePushAnsweredRequestAm):
 // the answer rides in the first pushed block's header, eager or rendezvous, and the rest follow
 // as plain blocks; the older request still gets its answer alone, then the blocks; an answer
-// that pushes nothing comes alone.
+// that pushes nothing comes alone. Asked for pieces, a larger block comes in them.
 TEST(AcquirePushWireTest, TheAnswerRidesInTheFirstBlockWhereAsked) {
   DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
   ASSERT_TRUE(d.ok()) << d.log();
@@ -421,6 +448,52 @@ TEST(AcquirePushWireTest, TheAnswerRidesInTheFirstBlockWhereAsked) {
   peer.Progress(std::chrono::milliseconds(100));
   EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, 8, 0).empty());
   EXPECT_TRUE(of_request(w::kFetchBlockAm, 8, 0).empty());
+
+  // In pieces of at most 64 KiB: the 8 KiB block whole with the answer, the 300 KiB one as five
+  // equal pieces whose bytes make up the block; with the larger block first the answer comes
+  // alone, ahead of the pieces.
+  for (const bool small_first : {true, false}) {
+    const uint64_t request = small_first ? 9 : 10;
+    const size_t first = small_first ? 0 : 1, second = 1 - first;
+    ASSERT_TRUE(peer.Send(w::kAcquirePushPiecesRequestAm, U64(request) + ns_bytes,
+                          w::EncodePiecesRequestPrefix(64 << 10) + id_bytes(first) +
+                              id_bytes(second),
+                          eager));
+    const size_t large_index = small_first ? 1 : 0;
+    const auto pieces = of_request(w::kFetchPieceAm, request, 5);
+    ASSERT_EQ(pieces.size(), 5u) << "small first: " << small_first;
+    std::string large(blocks[1].size(), '\0');
+    for (const auto& [header, data] : pieces) {
+      const auto p = w::DecodeFetchPieceHeader(header);
+      ASSERT_TRUE(p);
+      EXPECT_EQ(p->block.index, large_index);
+      EXPECT_EQ(p->block.code, 0u);
+      EXPECT_EQ(data.size(), std::min<uint64_t>(61440, large.size() - p->offset)) << p->offset;
+      ASSERT_LE(p->offset + data.size(), large.size());
+      large.replace(p->offset, data.size(), data);
+    }
+    EXPECT_EQ(large, std::string(blocks[1].begin(), blocks[1].end()));
+    if (small_first) {
+      const auto answered = of_request(w::kFetchBlockAnsweredAm, request, 1);
+      ASSERT_EQ(answered.size(), 1u);
+      EXPECT_EQ(answered[0].second, std::string(blocks[0].begin(), blocks[0].end()));
+      EXPECT_TRUE(of_request(w::kAcquireReplyAm, request, 0).empty());
+    } else {
+      ASSERT_EQ(of_request(w::kAcquireReplyAm, request, 1).size(), 1u);
+      EXPECT_TRUE(of_request(w::kFetchBlockAnsweredAm, request, 0).empty());
+      ASSERT_EQ(of_request(w::kFetchBlockAm, request, 1).size(), 1u);
+    }
+  }
+  // A piece size out of range: refused with the reason, nothing pushed.
+  ASSERT_TRUE(peer.Send(w::kAcquirePushPiecesRequestAm, U64(11) + ns_bytes,
+                        w::EncodePiecesRequestPrefix(100) + id_bytes(1), eager));
+  const auto refused = of_request(w::kAcquireReplyAm, 11, 1);
+  ASSERT_EQ(refused.size(), 1u);
+  ASSERT_TRUE(w::DecodeReplyHeader(refused[0].first, &reply));
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(refused[0].second.find("piece size"), std::string::npos) << refused[0].second;
+  peer.Progress(std::chrono::milliseconds(100));
+  EXPECT_TRUE(of_request(w::kFetchPieceAm, 11, 0).empty());
   ASSERT_TRUE(Alive(d.pid())) << d.log();
 }
 

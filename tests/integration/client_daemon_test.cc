@@ -14,6 +14,7 @@
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_data.h"
 #include "transport/ucx.h"
 
@@ -298,17 +299,8 @@ TEST(ClientDaemonTest, CommitWithWrongCrcIsRefused) {
   EXPECT_EQ(stats->host_used_bytes, 0u);
 }
 
-TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
-  DaemonProcess d;
-  ASSERT_TRUE(d.ok()) << d.log();
-  auto client = Connect(d);
-  ASSERT_TRUE(client);
-  auto ns = *client->OpenNamespace(Spec(), "t");
-  auto tokens = Tokens(3 * kTokensPerBlock, 61);
-  auto blocks = RandomBlocks(3, 3 << 20, 62);  // big enough for the pipelined/parallel paths
-  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 3u);
-  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
-  // Find block 1 in the arena and overwrite a few bytes of it behind the daemon's back.
+// Overwrites 64 bytes at `at` of block `id` in the daemon's arena, behind its back.
+void DamageInArena(DaemonProcess& d, const NamespaceId& ns, const BlockId& id, uint64_t at) {
   auto stub = RawStub(d);
   v1::ConnectResponse conn;
   {
@@ -318,7 +310,7 @@ TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
   }
   v1::AcquireRequest acq;
   acq.set_namespace_id(std::string(ns.AsBytes()));
-  acq.set_ids(std::string(ids[1].AsBytes()));
+  acq.set_ids(std::string(id.AsBytes()));
   v1::AcquireResponse where;
   {
     grpc::ClientContext c;
@@ -333,8 +325,21 @@ TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
   char garbage[64];
   std::memset(garbage, 0x5a, sizeof garbage);
   transport::RmaOp put{transport::RmaOp::kPut, garbage, sizeof garbage,
-                       conn.arena_base() + where.offsets(0) + 1000};
+                       conn.arena_base() + where.offsets(0) + at};
   ASSERT_TRUE((*ep)->Transfer({&put, 1}, absl::Now() + absl::Seconds(5)).ok());
+}
+
+TEST(ClientDaemonTest, BlockCorruptedInTheArenaIsReportedNotServed) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = Connect(d);
+  ASSERT_TRUE(client);
+  auto ns = *client->OpenNamespace(Spec(), "t");
+  auto tokens = Tokens(3 * kTokensPerBlock, 61);
+  auto blocks = RandomBlocks(3, 3 << 20, 62);  // big enough for the pipelined/parallel paths
+  ASSERT_EQ(client->Publish(ns, tokens, testing::BufferViews(blocks))->stored, 3u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  ASSERT_NO_FATAL_FAILURE(DamageInArena(d, ns, ids[1], 1000));
 
   std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(3 << 20));
   std::vector<MutableBuffer> bufs;
@@ -578,6 +583,63 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
       EXPECT_TRUE(std::equal(blocks[i].begin(), blocks[i].end(), got[m][i].begin()))
           << modes[m] << " block " << i;
     }
+  }
+}
+
+// Over tcp, a block larger than a receive segment is pushed in pieces, each copied and checked
+// as it arrives: by the acquire-and-push request (the default) and by the push that follows a
+// gRPC Acquire alike, a damaged block is still caught, and with pieces off the blocks come
+// whole.
+TEST(ClientDaemonTest, PushOverTcpSendsLargeBlocksInCheckedPieces) {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || std::string(tls) != "tcp")
+    GTEST_SKIP() << "runs in the UCX_TLS=tcp pass: pieces are for endpoints over tcp";
+  ::strata::testing::ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", "64K");  // UCX's default
+  DaemonProcess d("host_tier:\n  capacity: 256MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto tokens = Tokens(4 * kTokensPerBlock, 71);
+  std::vector<std::vector<uint8_t>> blocks;
+  for (size_t n : {size_t{1000}, size_t{64} << 10, (size_t{1} << 20) + 17, size_t{3} << 20})
+    blocks.push_back(RandomBlocks(1, n, 72 + static_cast<uint32_t>(blocks.size()))[0]);
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  o.same_node = false;  // over tcp the arena is then not mapped: fetches go by push
+  auto publisher = Client::Connect(o);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  NamespaceId ns = *(*publisher)->OpenNamespace(Spec(), "t");
+  auto published = (*publisher)->Publish(ns, tokens, testing::BufferViews(blocks));
+  ASSERT_TRUE(published.ok()) << published.status();
+  ASSERT_EQ(published->stored, 4u);
+  auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
+  ASSERT_NO_FATAL_FAILURE(DamageInArena(d, ns, ids[2], 900000));  // in piece 15 of 17
+  struct Variant {
+    const char* name;
+    bool by_message;
+    std::optional<uint32_t> piece_bytes;
+    uint64_t pieces;
+  };
+  // 64 KiB: 2 pieces; 1 MiB + 17: 17; 3 MiB: 49.
+  for (const Variant& v : {Variant{"acquire-and-push", true, std::nullopt, 2 + 17 + 49},
+                           Variant{"gRPC acquire, then push", false, std::nullopt, 2 + 17 + 49},
+                           Variant{"pieces off", true, 0, 0}}) {
+    ClientOptions vo = o;
+    vo.control_by_message = v.by_message;
+    vo.push_piece_bytes = v.piece_bytes;
+    auto c = Client::Connect(vo);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->OpenNamespace(Spec(), "t").ok());
+    std::vector<std::vector<uint8_t>> out;
+    std::vector<MutableBuffer> bufs;
+    for (const auto& b : blocks) out.emplace_back(b.size());
+    for (auto& b : out) bufs.push_back({b.data(), b.size()});
+    const uint64_t pieces_before = DaemonCounter(**c, "pushed_pieces_total");
+    auto f = (*c)->Fetch(ns, ids, bufs);
+    ASSERT_TRUE(f.ok()) << v.name << ": " << f.status();
+    EXPECT_EQ(DaemonCounter(**c, "pushed_pieces_total") - pieces_before, v.pieces) << v.name;
+    EXPECT_EQ(f->status, (std::vector<BlockStatus>{BlockStatus::kOk, BlockStatus::kOk,
+                                                   BlockStatus::kCrcMismatch, BlockStatus::kOk}))
+        << v.name;
+    for (size_t i : {0, 1, 3}) EXPECT_EQ(out[i], blocks[i]) << v.name << " block " << i;
   }
 }
 

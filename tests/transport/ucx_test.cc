@@ -203,7 +203,33 @@ TEST(TransportsWithoutTcpTest, ContextWithoutTcpStillConnectsLocally) {
   auto client = Worker::Create(*client_ctx);
   ASSERT_TRUE(client.ok());
   auto ep = (*client)->Connect((*worker)->address());
-  EXPECT_TRUE(ep.ok()) << ep.status();
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_FALSE((*ep)->MessagesOverTcp());  // pushes then come whole (DataMover)
+}
+
+// Where UCX_TLS leaves tcp alone, an endpoint says its messages travel over it.
+TEST(UcxTest, AnEndpointTellsWhetherItsMessagesTravelOverTcp) {
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
+  auto server_ctx = Context::Create(true);
+  ASSERT_TRUE(server_ctx.ok()) << server_ctx.status();
+  auto server = Worker::Create(*server_ctx);
+  ASSERT_TRUE(server.ok()) << server.status();
+  TestClient client;
+  ASSERT_NO_FATAL_FAILURE(ConnectTestClient((*server)->address(), &client));
+  EXPECT_TRUE(client.ep->MessagesOverTcp());
+}
+
+// UCX's memory units, as UCX reads UCX_TCP_RX_SEG_SIZE; anything else is UCX's default.
+TEST(UcxTest, TcpReceiveSegmentBytesReadsUcxMemoryUnits) {
+  const std::pair<const char*, uint64_t> cases[] = {
+      {"65536", 65536},   {"64K", 64 << 10},  {"64kb", 64 << 10}, {"256KB", 256 << 10},
+      {"1m", 1 << 20},    {"2MB", 2 << 20},   {"1G", 1ull << 30}, {"", 64 << 10},
+      {"K", 64 << 10},    {"12x", 64 << 10},  {"0", 64 << 10},    {"32K ", 64 << 10},
+      {"inf", 64 << 10},  {"auto", 64 << 10}, {"8192", 8192}};
+  for (const auto& [text, bytes] : cases) {
+    ::strata::testing::ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", text);
+    EXPECT_EQ(TcpReceiveSegmentBytes(), bytes) << "'" << text << "'";
+  }
 }
 
 // A waiting caller's progress (Worker::ProgressWaiting) polls, then yields, then sleeps on the
