@@ -141,6 +141,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
   arena.publish_by_message = resp.publish_by_message();
   arena.push_in_pieces = resp.push_in_pieces();
+  arena.publish_in_pieces = resp.publish_in_pieces();
   arena.instance_id = resp.instance_id();
   if (!resp.zone_socket().empty() && !resp.am_ticket().empty()) {
     // A daemon elsewhere has no socket here: fetches then go by push, as before.

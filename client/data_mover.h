@@ -52,6 +52,7 @@ struct ArenaEndpoint {
   bool push_fetch = true;           // the daemon serves push fetches
   bool publish_by_message = false;  // the daemon accepts publishes by message
   bool push_in_pieces = false;      // ... and pushes larger blocks in pieces when asked
+  bool publish_in_pieces = false;   // ... and takes published blocks in pieces
   // Which start of the daemon answered (ConnectResponse.instance_id; 0: it does not say).
   uint64_t instance_id = 0;
   // Several tenants: this client's tenant zone, mapped read-only; fetches inside it are copies.
@@ -264,9 +265,18 @@ class DataMover {
   absl::StatusOr<std::vector<uint8_t>> GetByPush(uint64_t lease_id,
                                                  std::span<const BlockMove> blocks, bool verify,
                                                  absl::Time deadline, bool around_caches);
+  // `follow_up`, when set, runs once every block is sent (not yet acknowledged): the request
+  // it returns goes right behind them, its reply in `*follow_up_reply`. Only where every block
+  // goes eagerly (SendsEagerly).
+  using LateFollowUp = std::function<std::optional<FollowUp>()>;
   absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
-                            absl::Time deadline, FollowUp* follow_up = nullptr,
+                            absl::Time deadline, const LateFollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);
+  // Whether a published block goes as eager messages only (small, or in pieces), so that the
+  // daemon has written it before it handles a message sent after it.
+  bool SendsEagerly(const BlockMove& b) const;
+  // The pieces a published block goes in (its length: whole).
+  uint64_t PublishPieceBytes(const BlockMove& b) const;
   // Whether `window` has a staging window that every block fits and whose zone holds them all.
   // After a redial the publish buffers are lent to a daemon that went away: lends them to the
   // current one, with none of this class's locks held (the loans are socket exchanges).
@@ -319,6 +329,7 @@ class DataMover {
   // hands out no remote key.
   std::atomic<bool> publish_by_message_{false};
   std::atomic<uint32_t> push_piece_bytes_{0};  // see push_piece_bytes()
+  std::atomic<uint32_t> publish_piece_bytes_{0};  // the same for publishes by message
 
   // The endpoint and everything progressed through it. Handlers see push_wait_/exchange_wait_
   // only while the waiting thread holds ucx_mu_, since only that thread progresses the worker.

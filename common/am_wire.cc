@@ -160,6 +160,30 @@ absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_byt
   return absl::OkStatus();
 }
 
+std::string EncodePublishPieceHeader(const PublishPieceHeader& h) {
+  std::string out = EncodePublishBlockHeader(h.block);
+  out.resize(kPublishPieceHeaderBytes, '\0');
+  PutU64(out.data() + kPublishBlockHeaderBytes, h.offset);
+  return out;
+}
+
+std::optional<PublishPieceHeader> DecodePublishPieceHeader(std::string_view in) {
+  if (in.size() != kPublishPieceHeaderBytes) return std::nullopt;
+  const auto block = DecodePublishBlockHeader(in.substr(0, kPublishBlockHeaderBytes));
+  if (!block) return std::nullopt;
+  return PublishPieceHeader{*block, GetU64(in.data() + kPublishBlockHeaderBytes)};
+}
+
+absl::Status CheckPublishPiece(const PublishPieceHeader& h, uint64_t payload_bytes,
+                               uint64_t arena_bytes) {
+  const PublishBlockHeader& b = h.block;
+  if (b.size > arena_bytes || b.offset > arena_bytes - b.size)
+    return absl::InvalidArgumentError("a published block's extent lies outside the arena");
+  if (payload_bytes == 0 || h.offset >= b.size || payload_bytes > b.size - h.offset)
+    return absl::InvalidArgumentError("a published piece is empty or lies outside its block");
+  return absl::OkStatus();
+}
+
 std::string EncodePublishStagedHeader(const PublishStagedHeader& h) {
   std::string out = EncodePublishBlockHeader(h.block);
   out.resize(kPublishStagedHeaderBytes, '\0');

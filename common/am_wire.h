@@ -167,6 +167,15 @@ inline constexpr uint32_t kMinPushPieceBytes = 4 << 10;
 inline constexpr uint32_t kMaxPushPieceBytes = 16 << 20;
 inline constexpr size_t kFetchPieceHeaderBytes = 8 + 4 + 4 + 8;
 inline constexpr size_t kPiecesRequestPrefixBytes = 4 + 4;
+// Published blocks in pieces (ConnectResponse.publish_in_pieces), the same way round: over tcp
+// a client sends a block larger than its piece size as PushPieceBytes-sized eager messages, in
+// order, and stratad copies each into the reserved extent taking the CRC as it copies (Commit
+// then need not read the block again); it acknowledges the block once, after its last piece,
+// as kPublishAckAm. Every message being eager, a Commit may follow right behind the pieces.
+// Piece: header = a kPublishBlockHeader naming the whole block (its offset and size) | u64
+//        offset of the piece in the block; data = the piece's bytes. A piece that does not
+//        continue its block where the last one ended is refused (kInvalidArgument).
+inline constexpr uint16_t kPublishPieceAm = 31;
 // Well under what any UCX transport takes as an active message's header.
 inline constexpr size_t kMaxAnswerInBlockBytes = 1024;
 // Blocks one Reserve or Commit by message may carry (its request stays an eager message).
@@ -178,6 +187,7 @@ inline constexpr size_t kTicketBytes = 16;
 inline constexpr size_t kReleaseHeaderBytes = 8;
 inline constexpr size_t kPublishBlockHeaderBytes = 8 + 8 + 8 + 8 + 4 + 4;
 inline constexpr size_t kPublishAckHeaderBytes = 8 + 4 + 4;
+inline constexpr size_t kPublishPieceHeaderBytes = kPublishBlockHeaderBytes + 8;
 inline constexpr size_t kPublishAckWithCrcBytes = kPublishAckHeaderBytes + 4;
 inline constexpr size_t kPublishStagedHeaderBytes = kPublishBlockHeaderBytes + 8 + 8 + 4 + 4;
 inline constexpr size_t kFetchRequestHeaderBytes = 8 + 8 + 4 + 4;
@@ -346,6 +356,18 @@ std::optional<PublishBlockHeader> DecodePublishBlockHeader(std::string_view in);
 // the sender): its extent inside an arena of `arena_bytes` and its size the payload's.
 // InvalidArgument otherwise.
 absl::Status CheckPublishBlock(const PublishBlockHeader& h, uint64_t payload_bytes,
+                               uint64_t arena_bytes);
+
+struct PublishPieceHeader {
+  PublishBlockHeader block;
+  uint64_t offset = 0;  // of the piece, in the block
+};
+std::string EncodePublishPieceHeader(const PublishPieceHeader& h);
+// nullopt unless exactly kPublishPieceHeaderBytes around a valid block header.
+std::optional<PublishPieceHeader> DecodePublishPieceHeader(std::string_view in);
+// Whether the daemon may act on piece `h` whose `payload_bytes` arrived: its block's extent
+// inside the arena, the piece not empty and inside its block. InvalidArgument otherwise.
+absl::Status CheckPublishPiece(const PublishPieceHeader& h, uint64_t payload_bytes,
                                uint64_t arena_bytes);
 
 // PublishStagedHeader::flags: the client took no CRC (crc32c is 0); stratad takes it as it

@@ -635,9 +635,14 @@ void CacheService::NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t
   staged_[reservation_id][offset] = {size, crc};
 }
 
-void CacheService::ForgetStaged(uint64_t reservation_id) {
+void CacheService::ForgetStaged(uint64_t reservation_id, std::optional<uint64_t> offset) {
   absl::MutexLock lock(&staged_mu_);
-  staged_.erase(reservation_id);
+  auto it = staged_.find(reservation_id);
+  if (it == staged_.end()) return;
+  if (offset)
+    it->second.erase(*offset);
+  else
+    staged_.erase(it);
 }
 
 bool CacheService::StagedWithCrcs(uint64_t reservation_id, std::span<const uint32_t> crcs) {
@@ -714,6 +719,80 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
                            ack(absl::StatusCode::kOk, {});
                          });
   return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
+}
+
+void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
+                                        transport::Worker* worker) {
+  namespace w = am_wire;
+  const auto piece = w::DecodePublishPieceHeader(m.header);
+  if (m.reply_ep == nullptr || !piece || m.rendezvous) {
+    DropAm(w::kPublishPieceAm, m, "published piece without a reply endpoint, as a rendezvous "
+                                  "or with a header that is not 48 bytes");
+    return;
+  }
+  const w::PublishBlockHeader& block = piece->block;
+  const ucp_ep_h reply_ep = m.reply_ep;
+  auto ack = [&](absl::StatusCode code, std::string why) {
+    worker->AmReply(reply_ep, w::kPublishAckAm,
+                    w::EncodePublishAck({block.request_id, block.index,
+                                         static_cast<uint32_t>(code), std::nullopt}),
+                    std::move(why));
+  };
+  CallScope call(this);
+  if (!call.admitted()) return ack(absl::StatusCode::kUnavailable, "stratad is shutting down");
+  uint8_t* const arena = store_->arena_base();
+  const absl::Status checked = w::CheckPublishPiece(*piece, m.data.size(), store_->arena_bytes());
+  if (arena == nullptr || !checked.ok()) {
+    const std::string why = checked.ok() ? "no arena" : std::string(checked.message());
+    DropAm(w::kPublishPieceAm, m, why);
+    return ack(absl::StatusCode::kInvalidArgument, why);
+  }
+  const uint64_t reservation_id = block.reservation_id;
+  const auto key = std::make_pair(reservation_id, block.offset);
+  auto at = publish_pieces_.find(key);
+  const absl::Time now = absl::Now();
+  if (piece->offset == 0) {
+    // A block (re)starts: a CRC noted for it earlier no longer holds.
+    ForgetStaged(reservation_id, block.offset);
+    if (at == publish_pieces_.end()) {
+      if (publish_pieces_.size() >= kMaxBlocksInPieces) {
+        const absl::Duration idle = store_->reservation_timeout();
+        absl::erase_if(publish_pieces_, [&](const auto& e) { return now - e.second.touched > idle; });
+      }
+      if (publish_pieces_.size() >= kMaxBlocksInPieces)
+        return ack(absl::StatusCode::kResourceExhausted,
+                   "too many blocks are being published in pieces at once");
+      at = publish_pieces_.emplace(key, PiecesSoFar{}).first;
+    }
+    at->second = PiecesSoFar{0, 0, now};
+  }
+  if (at == publish_pieces_.end() || at->second.next != piece->offset) {
+    // Out of order, or for a block that is whole already: the block's CRC is unknown here, so
+    // Commit must read the bytes again; the publish fails anyway.
+    if (at != publish_pieces_.end()) publish_pieces_.erase(at);
+    ForgetStaged(reservation_id);
+    return ack(absl::StatusCode::kInvalidArgument,
+               "a published piece does not continue its block where the last one ended");
+  }
+  // The write hold keeps the extent this reservation's while the piece is copied in.
+  if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block.offset, block.size});
+      !held.ok()) {
+    publish_pieces_.erase(at);
+    return ack(held.code(), std::string(held.message()));
+  }
+  PiecesSoFar& so_far = at->second;
+  so_far.crc = CopyWithCrc32cStreaming(arena + block.offset + piece->offset, m.data.data(),
+                                       m.data.size(), so_far.crc);
+  store_->EndReservedWrite(reservation_id);
+  so_far.next += m.data.size();
+  so_far.touched = now;
+  if (so_far.next < block.size) return;
+  // Whole, and stratad took its CRC as it wrote every byte: Commit need not read it again.
+  NoteStaged(reservation_id, block.offset, block.size, so_far.crc);
+  publish_pieces_.erase(at);
+  published_blocks_.fetch_add(1, std::memory_order_relaxed);
+  published_in_pieces_.fetch_add(1, std::memory_order_relaxed);
+  ack(absl::StatusCode::kOk, {});
 }
 
 }  // namespace strata::daemon

@@ -128,6 +128,7 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_rma_off(!data_plane_.clients_map_arena);
     if (caller.role == Role::kTenant) resp->set_zone_socket(data_plane_.zone_socket);
     resp->set_publish_by_message(true);
+    resp->set_publish_in_pieces(true);
     resp->set_instance_id(data_plane_.instance_id);
     resp->set_reservation_timeout_ms(absl::ToInt64Milliseconds(store_->reservation_timeout()));
     resp->set_lease_timeout_ms(absl::ToInt64Milliseconds(store_->lease_timeout()));
@@ -456,6 +457,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["lookups_total"] = s.lookups;
     c["pushed_blocks_total"] = pushed_blocks_.load(std::memory_order_relaxed);
     c["pushed_pieces_total"] = pushed_pieces_.load(std::memory_order_relaxed);
+    c["published_in_pieces_total"] = published_in_pieces_.load(std::memory_order_relaxed);
     c["published_by_message_total"] = published_blocks_.load(std::memory_order_relaxed);
     c["published_staged_total"] = staged_blocks_.load(std::memory_order_relaxed);
     if (data_plane_.stagings) c["staging_windows_lent"] = data_plane_.stagings->size();

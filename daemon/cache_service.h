@@ -167,6 +167,8 @@ class CacheService final : public v1::Cache::Service {
   // reservation, receiving a rendezvous payload straight there, and acknowledges it. Returns
   // whether it kept the rendezvous descriptor (never: a receive it starts owns it).
   bool HandleAmPublish(const transport::AmMessage& m, transport::Worker* worker);
+  // A piece of a block published by message (am_wire::kPublishPieceAm), copied in with its CRC.
+  void HandleAmPublishPiece(const transport::AmMessage& m, transport::Worker* worker);
   // A block the client copied into its staging window (am_wire::kPublishStagedAm), or several
   // of one reservation (kPublishStagedManyAm).
   void HandleAmPublishStaged(const transport::AmMessage& m, transport::Worker* worker);
@@ -334,6 +336,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> pushed_pieces_{0};  // pieces those blocks went in (kFetchPieceAm)
+  std::atomic<uint64_t> published_in_pieces_{0};  // blocks that came in pieces (kPublishPieceAm)
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
   std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
@@ -363,8 +366,19 @@ class CacheService final : public v1::Cache::Service {
     uint32_t crc;
   };
   static constexpr size_t kMaxStagedReservations = 4096;
+  // Blocks being published in pieces, by reservation and extent offset: where the next piece
+  // must start and the CRC of the bytes so far. The progress thread's only. Past
+  // kMaxBlocksInPieces, entries untouched for a reservation timeout go (their client is gone).
+  struct PiecesSoFar {
+    uint64_t next = 0;
+    uint32_t crc = 0;
+    absl::Time touched;
+  };
+  static constexpr size_t kMaxBlocksInPieces = 4096;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, PiecesSoFar> publish_pieces_;
   void NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size, uint32_t crc);
-  void ForgetStaged(uint64_t reservation_id);
+  // All of the reservation's extents, or the one at `offset`.
+  void ForgetStaged(uint64_t reservation_id, std::optional<uint64_t> offset = std::nullopt);
   // Whether every block of the reservation was copied in from a staging window with exactly
   // the CRC `crcs` gives it (and forgets the reservation's record).
   bool StagedWithCrcs(uint64_t reservation_id, std::span<const uint32_t> crcs);

@@ -537,6 +537,12 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         return false;
       }));
   STRATA_RETURN_IF_ERROR(
+      worker->SetAmHandler(am_wire::kPublishPieceAm, [this](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) return s->HandleAmPublishPiece(m, worker.get());
+        am_drops.Note(am_wire::kPublishPieceAm, m, "published piece before the service started");
+      }));
+  STRATA_RETURN_IF_ERROR(
       worker->SetAmHandler(am_wire::kPublishStagedAm, [this](const transport::AmMessage& m) {
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) return s->HandleAmPublishStaged(m, worker.get());

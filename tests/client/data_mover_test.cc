@@ -264,6 +264,49 @@ TEST_P(DataMoverBypassTest, PushOverTcpTakesLargeBlocksInPiecesInAnyOrder) {
   EXPECT_NE(got.status().message().find("came twice"), std::string::npos) << got.status();
 }
 
+// Over tcp a block larger than the eager limit is published in pieces, all eager: the
+// follow-up (a Commit) goes right behind them, and the daemon has written every block before it
+// reads it. Without pieces such a block goes by rendezvous and nothing follows it.
+TEST(DataMoverTest, PublishOverTcpSendsLargeBlocksInPiecesWithTheFollowUpBehind) {
+  ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
+  ::strata::testing::ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", "64K");
+  FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 8 << 20);
+  auto made = DataMover::Connect({}, [&daemon] {
+    ArenaEndpoint e = daemon.endpoint();
+    e.rma = false;  // as a daemon that hands out no key: blocks go by message
+    e.publish_by_message = true;
+    return absl::StatusOr<ArenaEndpoint>(e);
+  });
+  ASSERT_TRUE(made.ok()) << made.status();
+  Dialed d;
+  d.mover = std::move(*made);
+  ASSERT_EQ(d.mover->route(DataMover::Direction::kPut), Route::kPush);
+  daemon.hold_publish_acks = true;  // released by the follow-up: it must come after them all
+  // Whole (eager), 5 pieces, 17 pieces.
+  Blocks blocks({1000, 300000, (1 << 20) + 17}, 0, 90);
+  std::vector<uint32_t> crcs_seen;
+  auto put = d.mover->Put(/*reservation_id=*/9, blocks.puts, absl::Seconds(5), 0,
+                          [&](std::span<const uint32_t> crcs) {
+                            crcs_seen.assign(crcs.begin(), crcs.end());
+                            return std::optional<FollowUp>(FollowUp{
+                                am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
+                                std::string(8, '\0'), "commit"});
+                          });
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(put->follow_up_reply.has_value());
+  ASSERT_TRUE(put->follow_up_reply->ok()) << put->follow_up_reply->status();
+  EXPECT_EQ(daemon.published_pieces.load(), 5 + 17);
+  EXPECT_EQ(daemon.published_before_lookup.load(), 3);
+  ASSERT_EQ(crcs_seen.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(crcs_seen[i], blocks.puts[i].crc32c) << i;
+  EXPECT_EQ(put->crc32c, crcs_seen);
+  daemon.SettleArena();
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(0, std::memcmp(daemon.arena() + blocks.puts[i].arena_offset, blocks.data[i].data(),
+                             blocks.data[i].size()))
+        << i;
+}
+
 // Pieces are asked for only where configured and offered: 0 or a daemon that does not offer
 // them gets whole blocks.
 TEST(DataMoverTest, PushInPiecesOnlyWhereAskedAndOffered) {

@@ -82,6 +82,10 @@ class FakeDaemon {
                                    })
                     .ok());
     EXPECT_TRUE(worker_
+                    ->SetAmHandler(am_wire::kPublishPieceAm,
+                                   [this](const transport::AmMessage& m) { HandlePublishPiece(m); })
+                    .ok());
+    EXPECT_TRUE(worker_
                     ->SetAmHandler(am_wire::kPublishBlockAm,
                                    [this](const transport::AmMessage& m) { HandlePublish(m); })
                     .ok());
@@ -103,6 +107,7 @@ class FakeDaemon {
     e.base = reinterpret_cast<uint64_t>(arena_->data());
     e.bytes = arena_->size();
     e.push_in_pieces = offer_pieces.load();
+    e.publish_in_pieces = offer_pieces.load();
     return e;
   }
   uint8_t* arena() { return arena_->data(); }
@@ -130,6 +135,7 @@ class FakeDaemon {
   std::atomic<bool> offer_pieces{true};
   std::atomic<int> pieces_sent{0};
   std::atomic<uint32_t> last_piece_bytes{0};  // what the last fetch request asked for
+  std::atomic<int> published_pieces{0};  // published pieces written into the arena
   // Published blocks (eager ones only) written into the arena; with hold_publish_acks their
   // acknowledgements wait for the next lookup request, which also records how many had been
   // written when it came.
@@ -263,6 +269,25 @@ class FakeDaemon {
     std::memcpy(arena_->data() + h->offset, m.data.data(), m.data.size());
     ++published;
     std::string ack = am_wire::EncodePublishAck({h->request_id, h->index, 0, std::nullopt});
+    if (hold_publish_acks.load())
+      held_acks_.emplace_back(m.reply_ep, std::move(ack));
+    else
+      worker_->AmReply(m.reply_ep, am_wire::kPublishAckAm, std::move(ack), "");
+  }
+
+  // A published piece lands in the arena; its block is acknowledged (and counted as published)
+  // after its last byte, as stratad does.
+  void HandlePublishPiece(const transport::AmMessage& m) {
+    const auto p = am_wire::DecodePublishPieceHeader(m.header);
+    if (m.reply_ep == nullptr || !p ||
+        !am_wire::CheckPublishPiece(*p, m.data.size(), arena_->size()).ok())
+      return;
+    std::memcpy(arena_->data() + p->block.offset + p->offset, m.data.data(), m.data.size());
+    ++published_pieces;
+    if (p->offset + m.data.size() < p->block.size) return;
+    ++published;
+    std::string ack =
+        am_wire::EncodePublishAck({p->block.request_id, p->block.index, 0, std::nullopt});
     if (hold_publish_acks.load())
       held_acks_.emplace_back(m.reply_ep, std::move(ack));
     else

@@ -207,5 +207,30 @@ TEST(AmWireTest, PieceHeadersAndPiecesRequestsRefuseWhatDoesNotFit) {
   EXPECT_FALSE(ValidPushPieceBytes(1));
 }
 
+TEST(AmWireTest, PublishPiecesStayInsideTheirBlockAndTheArena) {
+  const PublishPieceHeader p{{7, 11, 4096, 200000, 3}, 65536};
+  const std::string h = EncodePublishPieceHeader(p);
+  ASSERT_EQ(h.size(), kPublishPieceHeaderBytes);
+  auto d = DecodePublishPieceHeader(h);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->block.reservation_id, 11u);
+  EXPECT_EQ(d->block.size, 200000u);
+  EXPECT_EQ(d->block.index, 3u);
+  EXPECT_EQ(d->offset, 65536u);
+  EXPECT_FALSE(DecodePublishPieceHeader(h.substr(0, h.size() - 1)).has_value());
+  std::string reserved = h;
+  reserved[kPublishBlockHeaderBytes - 1] = 1;  // the block header's zero word
+  EXPECT_FALSE(DecodePublishPieceHeader(reserved).has_value());
+  const uint64_t arena = 1 << 20;
+  EXPECT_TRUE(CheckPublishPiece(p, 65536, arena).ok());
+  EXPECT_TRUE(CheckPublishPiece({p.block, 196608}, 200000 - 196608, arena).ok());  // the last
+  EXPECT_FALSE(CheckPublishPiece({p.block, 196608}, 200000 - 196608 + 1, arena).ok());
+  EXPECT_FALSE(CheckPublishPiece({p.block, 200000}, 1, arena).ok());
+  EXPECT_FALSE(CheckPublishPiece(p, 0, arena).ok());
+  EXPECT_FALSE(CheckPublishPiece({{7, 11, arena - 100, 200000, 3}, 0}, 1, arena).ok());
+  EXPECT_FALSE(CheckPublishPiece({{7, 11, ~0ull - 10, 200000, 3}, 0}, 1, arena).ok());
+  EXPECT_FALSE(CheckPublishPiece({{7, 11, 0, ~0ull, 3}, ~0ull - 1}, 1, arena).ok());
+}
+
 }  // namespace
 }  // namespace strata::am_wire

@@ -9,10 +9,12 @@
 //
 // And the data of a publish in one request (CacheService::HandleAmPublishInOne), several
 // staged blocks in one message (CacheService::HandleAmPublishStagedMany), and the data of an
-// acquire-and-push in pieces (CacheService::HandleAmAcquirePushPieces).
+// acquire-and-push in pieces (CacheService::HandleAmAcquirePushPieces), and a published piece
+// (CacheService::HandleAmPublishPiece).
 //
 // Input: u8 kind (0 lookup, 1 fetch, 2 locate, 3 publish, 4 release, 5 zone request, 6 staged
-// publish, 7 publish in one, 8 staged many, 9 acquire-and-push in pieces) | u64
+// publish, 7 publish in one, 8 staged many, 9 acquire-and-push in pieces, 10 published piece) |
+// u64
 // arena bytes (fetch, publish) | u16-sized header | the rest as the message data.
 #include <cstdint>
 #include <string>
@@ -46,7 +48,7 @@ void CheckExtents(std::string_view data, uint32_t count, uint64_t arena) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  const uint8_t kind = in.U8() % 10;
+  const uint8_t kind = in.U8() % 11;
   const uint64_t arena = in.U64();
   const std::string_view header = in.Sized();
   const std::string_view data = in.Rest();
@@ -122,6 +124,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       if (d->blocks.size() > w::kMaxPublishInOneBytes) Fail("publish in one: too many bytes");
       if (w::EncodePublishInOnePrefix(d->reserve, d->crc32c) + std::string(d->blocks) != data)
         Fail("publish in one does not round-trip");
+      break;
+    }
+    case 10: {
+      // HandleAmPublishPiece then copies data.size() bytes to arena + block offset + offset.
+      auto p = w::DecodePublishPieceHeader(header);
+      if (!p) break;
+      if (w::EncodePublishPieceHeader(*p) != header) Fail("published piece header round trip");
+      if (!w::CheckPublishPiece(*p, data.size(), arena).ok()) break;
+      const uint64_t end = p->block.offset + p->offset + data.size();
+      if (data.empty() || p->offset >= p->block.size || end > arena ||
+          end < p->block.offset || p->offset + data.size() > p->block.size)
+        Fail("a published piece accepted outside its block or the arena");
       break;
     }
     case 9: {

@@ -63,6 +63,10 @@ void AmRequests() {
   Write("am_request", "acquire_push_pieces",
         U8(9) + U64(1 << 20) + Sized(lookup) + w::EncodePiecesRequestPrefix(65280) +
             strata::PackIds(Ids(2)));
+  Write("am_request", "publish_piece",
+        U8(10) + U64(1 << 20) +
+            Sized(w::EncodePublishPieceHeader({{7, 11, 4096, 200000, 0}, 65536})) +
+            std::string(65536, 'p'));
   Write("am_request", "release", U8(4) + U64(0) + Sized(U64(9)));
   Write("am_request", "release_ticketed", U8(4) + U64(0) + Sized(U64(9) + ticket));
   // A publish in one of two blocks (3 and 5 bytes); the reserve request's bytes are opaque here.

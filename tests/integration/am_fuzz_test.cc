@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/am_wire.h"
+#include "common/crc32c.h"
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
@@ -250,6 +251,16 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
        U32(w::kMinPushPieceBytes) + U32(0) + id_bytes.substr(0, 32), r},
       {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, U32(65280) + U32(0) + id_bytes, 0},
       {w::kAcquirePushPiecesRequestAm, U64(1) + ns_bytes, big, rndv},
+      // Published pieces: short header, nobody's reservation, outside the arena, an empty
+      // piece, no reply endpoint, a rendezvous payload.
+      {w::kPublishPieceAm, U64(1), "x", r},
+      {w::kPublishPieceAm, w::EncodePublishPieceHeader({{1, 987654321, 0, 4096, 0}, 0}), "x", r},
+      {w::kPublishPieceAm, w::EncodePublishPieceHeader({{1, 987654321, ~0ull, 4096, 0}, 0}),
+       "x", r},
+      {w::kPublishPieceAm, w::EncodePublishPieceHeader({{1, 987654321, 0, 4096, 0}, 0}), "", r},
+      {w::kPublishPieceAm, w::EncodePublishPieceHeader({{1, 987654321, 0, 4096, 0}, 0}), "x", 0},
+      {w::kPublishPieceAm, w::EncodePublishPieceHeader({{1, 987654321, 0, 1 << 20, 0}, 0}), big,
+       rndv},
       // Publish in one: no data, a prefix that lies about its lengths, more blocks than bytes,
       // a block count of zero, a rendezvous payload, no reply endpoint.
       {w::kPublishInOneAm, U64(1) + ns_bytes, "", r},
@@ -299,7 +310,8 @@ TEST(DaemonAmFuzzTest, MalformedActiveMessagesNeverCrashTheDaemon) {
   const uint16_t known[] = {w::kLookupRequestAm,     w::kFetchRequestAm,
                             w::kPeerLocateAm,        w::kReserveRequestAm,
                             w::kCommitRequestAm,     w::kAcquirePushRequestAm,
-                            w::kAcquirePushAnsweredRequestAm, w::kAcquirePushPiecesRequestAm};
+                            w::kAcquirePushAnsweredRequestAm, w::kAcquirePushPiecesRequestAm,
+                            w::kPublishPieceAm};
   constexpr size_t kKnown = sizeof(known) / sizeof(known[0]);
   for (int i = 0; i < 150; ++i) {
     const uint16_t id = rng() % 4 == 0 ? static_cast<uint16_t>(rng() % 64) : known[rng() % kKnown];
@@ -619,6 +631,123 @@ TEST(DaemonAmFuzzTest, AbortByMessageEndsTheReservation) {
     peer.Progress(std::chrono::milliseconds(10));
   EXPECT_EQ(open_reservations(), 0u);
   ASSERT_TRUE(Alive(d.pid())) << d.log();
+}
+
+// Pieces of published blocks (am_wire kPublishPieceAm) from a raw peer: a block whose pieces
+// come in order is acknowledged once, after its last; a piece that does not continue its block
+// is refused; and a block that starts over after it was whole, or never finished, is read again
+// at Commit, so a CRC stratad noted earlier never vouches for bytes written since.
+TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ClientOf(d);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  constexpr uint64_t kBlock = 200000, kPiece = 65536;  // four pieces, the last 3,392 bytes
+  const auto ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(3 * kTokensPerBlock, 41));
+  auto reserve = [&](size_t first, size_t n) {
+    v1::ReserveRequest req;
+    req.set_namespace_id(std::string(ns.AsBytes()));
+    for (size_t i = first; i < first + n; ++i) {
+      req.mutable_ids()->append(std::string(ids[i].AsBytes()));
+      req.add_sizes(kBlock);
+    }
+    v1::ReserveResponse res;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(stub->Reserve(&ctx, req, &res).ok());
+    return res;
+  };
+  auto commit = [&](uint64_t reservation, const std::vector<uint32_t>& crcs) {
+    v1::CommitRequest req;
+    req.set_reservation_id(reservation);
+    for (uint32_t c : crcs) req.add_crc32c(c);
+    v1::CommitResponse res;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(stub->Commit(&ctx, req, &res).ok());
+    return std::vector<int>(res.status().begin(), res.status().end());
+  };
+  const auto blocks = RandomBlocks(3, kBlock, 42);
+  const auto garbage = RandomBlocks(1, kPiece, 43)[0];
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ConnectRaw(d).worker_address));
+  const uint32_t eager = RawUcxPeer::kReply | RawUcxPeer::kEager;
+  uint64_t request = 100;
+  auto send_piece = [&](const v1::ReserveResponse& r, uint32_t index, uint64_t at,
+                        const std::vector<uint8_t>& from, uint64_t from_at) {
+    const uint64_t n = std::min(kPiece, kBlock - at);
+    return peer.Send(w::kPublishPieceAm,
+                     w::EncodePublishPieceHeader(
+                         {{request, r.reservation_id(), r.offsets(index), kBlock, index}, at}),
+                     std::string_view(reinterpret_cast<const char*>(from.data()) + from_at, n),
+                     eager);
+  };
+  // The acknowledgements of `request`, after waiting up to `tries` x 10 ms for `n` of them.
+  auto acks = [&](size_t n, int tries = 200) {
+    std::vector<w::PublishAck> out;
+    for (int i = 0; i < tries && out.size() < n; ++i) {
+      peer.Progress(std::chrono::milliseconds(10));
+      out.clear();
+      for (auto& [header, data] : peer.replies(w::kPublishAckAm)) {
+        auto a = w::DecodePublishAck(header);
+        if (a && a->request_id == request) out.push_back(*a);
+      }
+    }
+    return out;
+  };
+  const auto two = reserve(0, 2);
+  ASSERT_EQ(two.offsets_size(), 2);
+  for (uint32_t k = 0; k < 2; ++k) {
+    for (uint64_t at = 0; at < kBlock; at += kPiece) {
+      ASSERT_TRUE(send_piece(two, k, at, blocks[k], at));
+      if (at + kPiece < kBlock) {
+        EXPECT_TRUE(acks(1, 5).empty()) << "acknowledged before its end";
+      }
+    }
+    const auto a = acks(1);
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_EQ(a[0].index, k);
+    EXPECT_EQ(a[0].code, 0u);
+    ++request;
+  }
+  // Block 0 starts over with other bytes and never ends: Commit reads it again and refuses it.
+  ASSERT_TRUE(send_piece(two, 0, 0, garbage, 0));
+  EXPECT_TRUE(acks(1, 5).empty());
+  const std::vector<uint32_t> crcs = {Crc32c(blocks[0].data(), kBlock),
+                                      Crc32c(blocks[1].data(), kBlock)};
+  EXPECT_EQ(commit(two.reservation_id(), crcs),
+            (std::vector<int>{v1::BLOCK_CRC_MISMATCH, v1::BLOCK_OK}));
+
+  // Out of order: refused at once, and the block is not taken.
+  ++request;
+  const auto one = reserve(2, 1);
+  ASSERT_EQ(one.offsets_size(), 1);
+  ASSERT_TRUE(send_piece(one, 0, kPiece, blocks[2], kPiece));
+  const auto refused = acks(1);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].code, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  // A piece outside its block, or of a block outside the arena: refused, nothing written.
+  ++request;
+  ASSERT_TRUE(peer.Send(w::kPublishPieceAm,
+                        w::EncodePublishPieceHeader({{request, one.reservation_id(),
+                                                      one.offsets(0), kBlock, 0}, kBlock}),
+                        "x", eager));
+  ASSERT_TRUE(peer.Send(w::kPublishPieceAm,
+                        w::EncodePublishPieceHeader({{request, one.reservation_id(), ~0ull - 8,
+                                                      kBlock, 0}, 0}),
+                        "x", eager));
+  const auto outside = acks(2);
+  ASSERT_EQ(outside.size(), 2u);
+  for (const auto& a : outside)
+    EXPECT_EQ(a.code, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(commit(one.reservation_id(), {Crc32c(blocks[2].data(), kBlock)}),
+            (std::vector<int>{v1::BLOCK_CRC_MISMATCH}));
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+  ASSERT_NO_FATAL_FAILURE(ExpectServes(d, 44));
 }
 
 }  // namespace

@@ -589,8 +589,8 @@ TEST(ClientDaemonTest, RmaAndPushFetchesAgree) {
 // Over tcp, a block larger than a receive segment is pushed in pieces, each copied and checked
 // as it arrives: by the acquire-and-push request (the default) and by the push that follows a
 // gRPC Acquire alike, a damaged block is still caught, and with pieces off the blocks come
-// whole.
-TEST(ClientDaemonTest, PushOverTcpSendsLargeBlocksInCheckedPieces) {
+// whole. Blocks over 256 KiB are published in pieces the same way round.
+TEST(ClientDaemonTest, OverTcpLargeBlocksTravelInCheckedPieces) {
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr || std::string(tls) != "tcp")
     GTEST_SKIP() << "runs in the UCX_TLS=tcp pass: pieces are for endpoints over tcp";
@@ -607,9 +607,24 @@ TEST(ClientDaemonTest, PushOverTcpSendsLargeBlocksInCheckedPieces) {
   auto publisher = Client::Connect(o);
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   NamespaceId ns = *(*publisher)->OpenNamespace(Spec(), "t");
+  // Published in pieces too: the two blocks over 256 KiB (smaller ones go whole and eagerly).
+  const uint64_t in_pieces_before = DaemonCounter(**publisher, "published_in_pieces_total");
   auto published = (*publisher)->Publish(ns, tokens, testing::BufferViews(blocks));
   ASSERT_TRUE(published.ok()) << published.status();
   ASSERT_EQ(published->stored, 4u);
+  EXPECT_EQ(DaemonCounter(**publisher, "published_in_pieces_total") - in_pieces_before, 2u);
+  {
+    // With pieces off the same blocks (other tokens) go whole.
+    ClientOptions whole = o;
+    whole.push_piece_bytes = 0;
+    auto w = Client::Connect(whole);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->OpenNamespace(Spec(), "t").ok());
+    auto again = (*w)->Publish(ns, Tokens(4 * kTokensPerBlock, 79), testing::BufferViews(blocks));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->stored, 4u);
+    EXPECT_EQ(DaemonCounter(**w, "published_in_pieces_total") - in_pieces_before, 2u);
+  }
   auto ids = ComputeBlockIds(ns, kTokensPerBlock, tokens);
   ASSERT_NO_FATAL_FAILURE(DamageInArena(d, ns, ids[2], 900000));  // in piece 15 of 17
   struct Variant {
