@@ -158,7 +158,8 @@ inline constexpr uint16_t kFetchBlockAnsweredAm = 28;
 // then start at its end. Blocks up to the piece bytes still come whole (kFetchBlockAm).
 // Request: an acquire-and-push's header; data = u32 piece bytes (kMinPushPieceBytes ..
 //          kMaxPushPieceBytes) | u32 zero | the ids. Answered as kAcquirePushAnsweredRequestAm;
-//          the answer rides in the first block only when that block comes whole.
+//          a first block of at most 256 KiB comes whole, with the answer in its header; before
+//          a larger one, which comes in pieces, the answer comes alone.
 // Piece:   header = a kFetchBlockAm header (never a refusal) | u64 offset of the piece in its
 //          block; data = the piece's bytes.
 inline constexpr uint16_t kAcquirePushPiecesRequestAm = 29;

@@ -65,9 +65,11 @@ void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Work
   }
   // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
   // for the blocks ends at its deadline.
-  if (held && !extents.empty() &&
+  // A first block up to kEagerPushBytes goes whole with the answer (as without pieces: one
+  // message per fetch of one small block); a larger one goes in pieces, whose headers carry no
+  // answer, so the answer goes first, alone.
+  if (held && !extents.empty() && extents[0].size > kEagerPushBytes &&
       am_wire::PushPieceBytes(extents[0].size, piece_bytes) < extents[0].size) {
-    // The first block goes in pieces, whose headers carry no answer: it goes first, alone.
     worker->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(held->header),
                     std::move(held->data));
     held.reset();
@@ -165,9 +167,7 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
                                std::memory_order_relaxed);
       continue;
     }
-    // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy.
-    constexpr uint64_t kEagerBytes = 256 << 10;
-    const bool eager = extents[i].size <= kEagerBytes;
+    const bool eager = extents[i].size <= kEagerPushBytes;
     // Where clients get no key, a rendezvous does not name the arena's registration: its
     // request would carry the arena's remote key, which opens the whole arena to the receiver.
     // UCX then registers just the block. An eager send carries bytes, never a key.

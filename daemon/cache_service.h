@@ -136,6 +136,9 @@ class CacheService final : public v1::Cache::Service {
   // with index indices[k], each under a read hold of `lease_id`; false (nothing sent) when an
   // extent is not that lease's. `answer`, when given, rides in the first block's header (which
   // must then come whole). `piece_bytes` (not 0): blocks larger go in pieces (kFetchPieceAm).
+  // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy: a
+  // whole block this small is pushed eagerly.
+  static constexpr uint64_t kEagerPushBytes = 256 << 10;
   bool PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uint64_t request_id,
                    uint64_t lease_id, std::span<const ArenaExtent> extents,
                    std::span<const uint32_t> indices, const HeldAnswer* answer = nullptr,

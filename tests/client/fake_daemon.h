@@ -230,7 +230,8 @@ class FakeDaemon {
     answer_in_block = answer_in_block && h.complete;
     for (const Leased& l : leased) {
       if (l.size == 0) continue;
-      if (am_wire::PushPieceBytes(l.size, piece_bytes) < l.size) answer_in_block = false;
+      if (l.size > (256 << 10) && am_wire::PushPieceBytes(l.size, piece_bytes) < l.size)
+        answer_in_block = false;
       break;
     }
     if (!answer_in_block)
@@ -240,7 +241,7 @@ class FakeDaemon {
     for (uint32_t i = 0; i < leased.size(); ++i) {
       if (leased[i].size == 0) continue;
       if (const uint64_t piece = am_wire::PushPieceBytes(leased[i].size, piece_bytes);
-          piece < leased[i].size) {
+          piece < leased[i].size && !answer_in_block) {  // the answered first block is whole
         SendPieces(m.reply_ep, request_id, i, leased[i].offset, leased[i].size, piece);
         ++pushed;
         continue;
