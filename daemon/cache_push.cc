@@ -142,8 +142,15 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   // when the lease ends first (a client that stops receiving cannot make the daemon send bytes
   // of whatever block or tenant the extent would go to next). Checked in one pass: one check per
   // extent cost a set of the whole lease each, quadratic in the blocks of a fetch.
+  // Per extent, the bytes of each message: an answered first block goes whole.
+  auto piece_of = [&](size_t i) {
+    return answer != nullptr && i == 0 ? extents[i].size
+                                       : am_wire::PushPieceBytes(extents[i].size, piece_bytes);
+  };
   uint64_t sends = 0;
-  for (const ArenaExtent& e : extents) sends += am_wire::PushMessages(e.size, piece_bytes);
+  for (size_t i = 0; i < extents.size(); ++i)
+    sends += piece_of(i) < extents[i].size ? am_wire::PushMessages(extents[i].size, piece_bytes)
+                                           : 1;
   // At most the arena over kMinPushPieceBytes, plus one per extent: the extents add up to at
   // most the arena (DecodeFetchExtents, ServeAmAcquire).
   if (sends > std::numeric_limits<uint32_t>::max()) return false;
@@ -151,8 +158,8 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   uint8_t* const arena = store_->arena_base();
   BlockStore* store = store_;
   for (size_t i = 0; i < extents.size(); ++i) {
-    const uint64_t piece = am_wire::PushPieceBytes(extents[i].size, piece_bytes);
-    if (piece < extents[i].size && !(answer != nullptr && i == 0)) {
+    const uint64_t piece = piece_of(i);
+    if (piece < extents[i].size) {
       // Each piece fits one of the client's receive segments: eager, zero copy from the arena.
       for (uint64_t at = 0; at < extents[i].size; at += piece) {
         worker->AmSendZeroCopy(

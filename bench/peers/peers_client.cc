@@ -125,7 +125,10 @@ class StrataSide : public Side {
     strata::MutableBuffer b{dst_ + key * size_, size_};
     auto r = client_->Fetch(ns_, {&ids_[key], 1}, {&b, 1});
     if (!r.ok() || r->fetched != 1) {
-      std::cerr << "strata get: " << (r.ok() ? "missed" : r.status().ToString()) << "\n";
+      std::cerr << "strata get of " << size_ << " B: "
+                << (r.ok() ? absl::StrCat("missed (block status ", static_cast<int>(r->status[0]), ")")
+                           : r.status().ToString())
+                << "\n";
       return false;
     }
     return true;
