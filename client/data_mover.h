@@ -265,10 +265,14 @@ class DataMover {
   absl::StatusOr<std::vector<uint8_t>> GetByPush(uint64_t lease_id,
                                                  std::span<const BlockMove> blocks, bool verify,
                                                  absl::Time deadline, bool around_caches);
-  // `follow_up`, when set, runs once every block is sent (not yet acknowledged): the request
-  // it returns goes right behind them, its reply in `*follow_up_reply`. Only where every block
-  // goes eagerly (SendsEagerly).
-  using LateFollowUp = std::function<std::optional<FollowUp>()>;
+  // `follow_up`, when set, is made once every block is sent (not yet acknowledged) and `ready`
+  // says it can be (the CRCs it carries are in; the sends progress meanwhile): the request goes
+  // right behind the blocks, its reply in `*follow_up_reply`. Only where every block goes
+  // eagerly (SendsEagerly).
+  struct LateFollowUp {
+    std::function<bool()> ready;
+    std::function<std::optional<FollowUp>()> make;
+  };
   absl::Status PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
                             absl::Time deadline, const LateFollowUp* follow_up = nullptr,
                             std::optional<absl::StatusOr<Reply>>* follow_up_reply = nullptr);

@@ -51,7 +51,7 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
     // taking them first costs less than the round trip it saves.
     for (const BlockMove& b : blocks) out.crc32c.push_back(Crc32c(b.local, b.length));
     std::optional<FollowUp> follow_up = follow_up_for(out.crc32c);
-    const LateFollowUp late = [&] { return std::move(follow_up); };
+    const LateFollowUp late{[] { return true; }, [&] { return std::move(follow_up); }};
     std::optional<absl::StatusOr<Reply>> reply;
     STRATA_RETURN_IF_ERROR(
         PutByMessage(reservation_id, blocks, deadline, follow_up ? &late : nullptr, &reply));
@@ -77,10 +77,11 @@ absl::StatusOr<PutOutcome> DataMover::Put(uint64_t reservation_id,
       std::unique_lock<std::mutex> lock(crc_mu);
       crc_cv.wait(lock, [&] { return crc_done; });
     };
-    const LateFollowUp late = [&] {
-      crcs_in();
-      return follow_up_for(out.crc32c);
-    };
+    const LateFollowUp late{[&] {
+                              std::lock_guard<std::mutex> lock(crc_mu);
+                              return crc_done;
+                            },
+                            [&] { return follow_up_for(out.crc32c); }};
     std::optional<absl::StatusOr<Reply>> reply;
     absl::Status sent = PutByMessage(reservation_id, blocks, deadline,
                                      follow_up_for && eager ? &late : nullptr, &reply);
@@ -150,15 +151,22 @@ absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const Bl
   }
   ExchangeWait reply;
   std::optional<FollowUp> follow_up;
-  if (late_follow_up != nullptr && s.ok()) {
-    follow_up = (*late_follow_up)();
+  bool follow_up_made = late_follow_up == nullptr;
+  auto post_follow_up = [&] {
+    if (follow_up_made || !s.ok() || !late_follow_up->ready()) return;
+    follow_up_made = true;
+    follow_up = late_follow_up->make();
     if (follow_up) s = PostFollowUp(&*follow_up, &reply);
-  }
+  };
+  post_follow_up();
   unsigned spins = 0;
   auto idle_since = transport::Worker::Clock::now();
   while (s.ok() && w.error.ok() &&
-         (w.done < blocks.size() || !sending.empty() || (follow_up && !reply.done))) {
-    worker_->ProgressWaiting(&idle_since, deadline, /*may_sleep=*/sending.empty());
+         (w.done < blocks.size() || !sending.empty() || !follow_up_made ||
+          (follow_up && !reply.done))) {
+    worker_->ProgressWaiting(&idle_since, deadline,
+                             /*may_sleep=*/sending.empty() && follow_up_made);
+    post_follow_up();
     ReapSends(&sending, &w.error, "sending a published block failed");
     if (w.error.ok() && ep_->failed()) w.error = DaemonWentAway("a publish");
     if ((++spins & 63) == 0 && absl::Now() >= deadline) {
