@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<DataMover>> DataMover::Connect(DataMoverOptions o
       am_wire::kFetchPieceAm,
       [raw](const transport::AmMessage& msg) { raw->OnPushedPiece(msg); }));
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
+      am_wire::kFetchPieceAnsweredAm,
+      [raw](const transport::AmMessage& msg) { raw->OnAnsweredPiece(msg); }));
+  STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
       am_wire::kPublishAckAm,
       [raw](const transport::AmMessage& msg) { raw->OnPublishAck(msg); }));
   STRATA_RETURN_IF_ERROR(m->worker_->SetAmHandler(
@@ -666,6 +669,25 @@ bool DataMover::OnAnsweredBlock(const transport::AmMessage& m) {
   transport::AmMessage block = m;
   block.header = h->block;
   return OnPushedBlock(block);
+}
+
+void DataMover::OnAnsweredPiece(const transport::AmMessage& m) {
+  if (!push_wait_) return;  // late: dropped
+  const auto h = am_wire::DecodeAnsweredPieceHeader(m.header);
+  if (!h) {
+    if (m.header.size() >= 8 && am_wire::GetU64(m.header.data()) == push_wait_->request_id)
+      push_wait_->error = absl::InternalError("stratad sent a malformed answered piece");
+    return;
+  }
+  transport::AmMessage answer;
+  answer.header = h->reply;
+  answer.data = h->answer;
+  OnExchangeReply(am_wire::kAcquireReplyAm, answer);
+  // No lease came of that answer (the plan found none usable): the piece is not waited for.
+  if (!push_wait_->planned) return;
+  transport::AmMessage piece = m;
+  piece.header = h->block;
+  OnPushedPiece(piece);
 }
 
 void DataMover::StartPrefault() {

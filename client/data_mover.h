@@ -319,6 +319,8 @@ class DataMover {
   // the block.
   bool OnAnsweredBlock(const transport::AmMessage& m);
   void OnPushedPiece(const transport::AmMessage& m);
+  // The first piece of an acquire-and-push whose answer rides in its header.
+  void OnAnsweredPiece(const transport::AmMessage& m);
   void OnPublishAck(const transport::AmMessage& m);
   void OnPublishAcks(const transport::AmMessage& m);  // several stored staged blocks
   // Block `index` of the publish in progress was stored (with the CRC stratad took, if sent).

@@ -103,6 +103,23 @@ std::optional<FetchPieceHeader> DecodeFetchPieceHeader(std::string_view in) {
   return FetchPieceHeader{*block, GetU64(in.data() + kFetchBlockHeaderBytes)};
 }
 
+std::string EncodeAnsweredPieceHeader(const FetchPieceHeader& piece, const ReplyHeader& reply,
+                                      std::string_view answer) {
+  std::string out = EncodeFetchPieceHeader(piece);
+  out += EncodeReplyHeader(reply);
+  out.append(answer.data(), answer.size());
+  return out;
+}
+
+std::optional<AnsweredBlockHeader> DecodeAnsweredPieceHeader(std::string_view in) {
+  constexpr size_t kFixed = kFetchPieceHeaderBytes + kReplyHeaderBytes;
+  if (in.size() < kFixed || in.size() > kFixed + kMaxAnswerInBlockBytes) return std::nullopt;
+  if (!DecodeFetchPieceHeader(in.substr(0, kFetchPieceHeaderBytes))) return std::nullopt;
+  return AnsweredBlockHeader{in.substr(0, kFetchPieceHeaderBytes),
+                             in.substr(kFetchPieceHeaderBytes, kReplyHeaderBytes),
+                             in.substr(kFixed)};
+}
+
 std::string EncodePiecesRequestPrefix(uint32_t piece_bytes) {
   std::string out(kPiecesRequestPrefixBytes, '\0');
   PutU32(out.data(), piece_bytes);

@@ -157,13 +157,18 @@ inline constexpr uint16_t kFetchBlockAnsweredAm = 28;
 // acknowledgement comes, queued behind every block sent after it: the checks of a whole batch
 // then start at its end. Blocks up to the piece bytes still come whole (kFetchBlockAm).
 // Request: an acquire-and-push's header; data = u32 piece bytes (kMinPushPieceBytes ..
-//          kMaxPushPieceBytes) | u32 zero | the ids. Answered as kAcquirePushAnsweredRequestAm;
-//          a first block of at most 256 KiB comes whole, with the answer in its header; before
-//          a larger one, which comes in pieces, the answer comes alone.
+//          kMaxPushPieceBytes) | u32 zero | the ids. Answered as kAcquirePushAnsweredRequestAm,
+//          the answer in the header of the first message: the first block's when it comes
+//          whole, else its first piece's (kFetchPieceAnsweredAm). A 64 KiB block then goes as
+//          two pieces, the first with the answer, rather than as one message of 64 KiB and
+//          headers, which UCX cuts into two fragments and copies together again on arrival.
 // Piece:   header = a kFetchBlockAm header (never a refusal) | u64 offset of the piece in its
 //          block; data = the piece's bytes.
 inline constexpr uint16_t kAcquirePushPiecesRequestAm = 29;
 inline constexpr uint16_t kFetchPieceAm = 30;
+// Header = a kFetchPieceAm header | the reply header | the serialized strata.v1.AcquireResponse
+// (as kFetchBlockAnsweredAm's); data = the piece's bytes.
+inline constexpr uint16_t kFetchPieceAnsweredAm = 32;
 inline constexpr uint32_t kMinPushPieceBytes = 4 << 10;
 inline constexpr uint32_t kMaxPushPieceBytes = 16 << 20;
 inline constexpr size_t kFetchPieceHeaderBytes = 8 + 4 + 4 + 8;
@@ -333,6 +338,11 @@ struct FetchPieceHeader {
 std::string EncodeFetchPieceHeader(const FetchPieceHeader& h);
 // nullopt unless exactly kFetchPieceHeaderBytes and not a refusal.
 std::optional<FetchPieceHeader> DecodeFetchPieceHeader(std::string_view in);
+// As the answered block header, for kFetchPieceAnsweredAm: `block` views a kFetchPieceAm
+// header (never a refusal).
+std::string EncodeAnsweredPieceHeader(const FetchPieceHeader& piece, const ReplyHeader& reply,
+                                      std::string_view answer);
+std::optional<AnsweredBlockHeader> DecodeAnsweredPieceHeader(std::string_view in);
 
 // The data of a kAcquirePushPiecesRequestAm request: the piece size asked for (nullopt unless
 // the prefix is whole, its reserved word zero and the size valid and nonzero) and the ids.

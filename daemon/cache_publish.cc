@@ -757,7 +757,8 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
     if (at == publish_pieces_.end()) {
       if (publish_pieces_.size() >= kMaxBlocksInPieces) {
         const absl::Duration idle = store_->reservation_timeout();
-        absl::erase_if(publish_pieces_, [&](const auto& e) { return now - e.second.touched > idle; });
+        absl::erase_if(publish_pieces_,
+                       [&](const auto& e) { return now - e.second.touched > idle; });
       }
       if (publish_pieces_.size() >= kMaxBlocksInPieces)
         return ack(absl::StatusCode::kResourceExhausted,

@@ -65,15 +65,6 @@ void CacheService::AcquireAndPush(const transport::AmMessage& m, transport::Work
   }
   // Cannot fail: the extents are the lease's own, just granted. Were it to, the client's wait
   // for the blocks ends at its deadline.
-  // A first block up to kEagerPushBytes goes whole with the answer (as without pieces: one
-  // message per fetch of one small block); a larger one goes in pieces, whose headers carry no
-  // answer, so the answer goes first, alone.
-  if (held && !extents.empty() && extents[0].size > kEagerPushBytes &&
-      am_wire::PushPieceBytes(extents[0].size, piece_bytes) < extents[0].size) {
-    worker->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(held->header),
-                    std::move(held->data));
-    held.reset();
-  }
   const HeldAnswer* answer = held ? &*held : nullptr;
   if (PushExtents(worker, m.reply_ep, request_id, resp.lease_id(), extents, indices, answer,
                   piece_bytes)) {
@@ -142,15 +133,8 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   // when the lease ends first (a client that stops receiving cannot make the daemon send bytes
   // of whatever block or tenant the extent would go to next). Checked in one pass: one check per
   // extent cost a set of the whole lease each, quadratic in the blocks of a fetch.
-  // Per extent, the bytes of each message: an answered first block goes whole.
-  auto piece_of = [&](size_t i) {
-    return answer != nullptr && i == 0 ? extents[i].size
-                                       : am_wire::PushPieceBytes(extents[i].size, piece_bytes);
-  };
   uint64_t sends = 0;
-  for (size_t i = 0; i < extents.size(); ++i)
-    sends += piece_of(i) < extents[i].size ? am_wire::PushMessages(extents[i].size, piece_bytes)
-                                           : 1;
+  for (const ArenaExtent& e : extents) sends += am_wire::PushMessages(e.size, piece_bytes);
   // At most the arena over kMinPushPieceBytes, plus one per extent: the extents add up to at
   // most the arena (DecodeFetchExtents, ServeAmAcquire).
   if (sends > std::numeric_limits<uint32_t>::max()) return false;
@@ -158,14 +142,19 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   uint8_t* const arena = store_->arena_base();
   BlockStore* store = store_;
   for (size_t i = 0; i < extents.size(); ++i) {
-    const uint64_t piece = piece_of(i);
+    const uint64_t piece = am_wire::PushPieceBytes(extents[i].size, piece_bytes);
     if (piece < extents[i].size) {
       // Each piece fits one of the client's receive segments: eager, zero copy from the arena.
+      // The answer, when held, rides in the first one.
       for (uint64_t at = 0; at < extents[i].size; at += piece) {
+        const am_wire::FetchPieceHeader header{
+            {request_id, indices[i], static_cast<uint32_t>(absl::StatusCode::kOk)}, at};
+        const bool answered = answer != nullptr && i == 0 && at == 0;
         worker->AmSendZeroCopy(
-            reply_ep, am_wire::kFetchPieceAm,
-            am_wire::EncodeFetchPieceHeader(
-                {{request_id, indices[i], static_cast<uint32_t>(absl::StatusCode::kOk)}, at}),
+            reply_ep, answered ? am_wire::kFetchPieceAnsweredAm : am_wire::kFetchPieceAm,
+            answered
+                ? am_wire::EncodeAnsweredPieceHeader(header, answer->header, answer->data)
+                : am_wire::EncodeFetchPieceHeader(header),
             arena + extents[i].offset + at, std::min(piece, extents[i].size - at),
             data_plane_.arena_memh, /*eager=*/true,
             [store, lease_id](bool) { store->EndLeaseRead(lease_id); });

@@ -126,7 +126,8 @@ class StrataSide : public Side {
     auto r = client_->Fetch(ns_, {&ids_[key], 1}, {&b, 1});
     if (!r.ok() || r->fetched != 1) {
       std::cerr << "strata get of " << size_ << " B: "
-                << (r.ok() ? absl::StrCat("missed (block status ", static_cast<int>(r->status[0]), ")")
+                << (r.ok() ? absl::StrCat("missed (block status ",
+                                          static_cast<int>(r->status[0]), ")")
                            : r.status().ToString())
                 << "\n";
       return false;

@@ -606,6 +606,28 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
     EXPECT_EQ(got->intact[3], 1);
     EXPECT_EQ(out3, blocks.data[2]);
     EXPECT_EQ(daemon.pushed.load(), 6);
+    // The pieced block alone: the answer rides in its first piece.
+    daemon.leased = {leased(2)};
+    daemon.pieces_sent = 0;
+    daemon.SettleArena();
+    std::fill(out3.begin(), out3.end(), 0);
+    auto plan_large = [&](const AmReply& reply) -> std::optional<DataMover::PushLanding> {
+      am_wire::ReplyHeader h;
+      v1::AcquireResponse resp;
+      if (!am_wire::DecodeReplyHeader(reply.header, &h) || !h.complete ||
+          !resp.ParseFromString(reply.data))
+        return std::nullopt;
+      DataMover::PushLanding l{std::vector<BlockMove>(1), absl::Seconds(30)};
+      l.moves[0] = {out3.data(), out3.size(), resp.offsets(0), resp.crc32c(0)};
+      return l;
+    };
+    FollowUp one = request;
+    one.data = am_wire::EncodePiecesRequestPrefix(16 << 10) + std::string(32, '\0');
+    got = d.mover->AcquireAndGet(one, plan_large, true, absl::Seconds(5));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->intact, (std::vector<uint8_t>{1}));
+    EXPECT_EQ(out3, blocks.data[2]);
+    EXPECT_EQ(daemon.pieces_sent.load(), 19);
   }
 
   // No lease in the answer: nothing comes, nothing is waited for.

@@ -193,17 +193,23 @@ class FakeDaemon {
     }
   }
 
+  // `answer` (a reply header and the serialized answer), when not empty, rides in the header of
+  // the first piece sent.
   void SendPieces(ucp_ep_h ep, uint64_t request_id, uint32_t index, uint64_t offset,
-                  uint64_t size, uint64_t piece) {
+                  uint64_t size, uint64_t piece, const std::string& answer = {}) {
     std::vector<uint64_t> at;
     for (uint64_t o = 0; o < size; o += piece) at.push_back(o);
     if (pieces.load() == Pieces::kReversed) std::reverse(at.begin(), at.end());
     if (pieces.load() == Pieces::kFirstTwice) at.insert(at.begin() + 1, at[0]);
-    for (uint64_t o : at) {
+    for (size_t k = 0; k < at.size(); ++k) {
+      const uint64_t o = at[k];
+      std::string header = am_wire::EncodeFetchPieceHeader({{request_id, index, 0}, o});
+      const bool answered = k == 0 && !answer.empty();
+      if (answered) header += answer;
       worker_->AmSendZeroCopy(
-          ep, am_wire::kFetchPieceAm,
-          am_wire::EncodeFetchPieceHeader({{request_id, index, 0}, o}), arena_->data() + offset + o,
-          std::min(piece, size - o), arena_->handle(), /*eager=*/true);
+          ep, answered ? am_wire::kFetchPieceAnsweredAm : am_wire::kFetchPieceAm,
+          std::move(header), arena_->data() + offset + o, std::min(piece, size - o),
+          arena_->handle(), /*eager=*/true);
       ++pieces_sent;
     }
   }
@@ -228,12 +234,6 @@ class FakeDaemon {
     h.prefix = static_cast<uint32_t>(leased.size());
     h.complete = grant_lease.load();
     answer_in_block = answer_in_block && h.complete;
-    for (const Leased& l : leased) {
-      if (l.size == 0) continue;
-      if (l.size > (256 << 10) && am_wire::PushPieceBytes(l.size, piece_bytes) < l.size)
-        answer_in_block = false;
-      break;
-    }
     if (!answer_in_block)
       worker_->AmReply(m.reply_ep, am_wire::kAcquireReplyAm, am_wire::EncodeReplyHeader(h),
                        h.complete ? resp.SerializeAsString() : "");
@@ -241,8 +241,12 @@ class FakeDaemon {
     for (uint32_t i = 0; i < leased.size(); ++i) {
       if (leased[i].size == 0) continue;
       if (const uint64_t piece = am_wire::PushPieceBytes(leased[i].size, piece_bytes);
-          piece < leased[i].size && !answer_in_block) {  // the answered first block is whole
-        SendPieces(m.reply_ep, request_id, i, leased[i].offset, leased[i].size, piece);
+          piece < leased[i].size) {
+        // The answer, when it rides along, in the first piece's header.
+        SendPieces(m.reply_ep, request_id, i, leased[i].offset, leased[i].size, piece,
+                   answer_in_block ? am_wire::EncodeReplyHeader(h) + resp.SerializeAsString()
+                                   : std::string());
+        answer_in_block = false;
         ++pushed;
         continue;
       }

@@ -205,6 +205,21 @@ TEST(AmWireTest, PieceHeadersAndPiecesRequestsRefuseWhatDoesNotFit) {
   EXPECT_FALSE(DecodePiecesRequest("abc").has_value());
   EXPECT_TRUE(ValidPushPieceBytes(0));
   EXPECT_FALSE(ValidPushPieceBytes(1));
+
+  const ReplyHeader reply{5, 0, 2, true};
+  const std::string answered = EncodeAnsweredPieceHeader({{5, 0, 0}, 0}, reply, "answer");
+  auto a = DecodeAnsweredPieceHeader(answered);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->block, EncodeFetchPieceHeader({{5, 0, 0}, 0}));
+  EXPECT_EQ(a->reply, EncodeReplyHeader(reply));
+  EXPECT_EQ(a->answer, "answer");
+  for (size_t cut = 0; cut < kFetchPieceHeaderBytes + kReplyHeaderBytes; ++cut)
+    EXPECT_FALSE(DecodeAnsweredPieceHeader(answered.substr(0, cut)).has_value()) << cut;
+  const std::string too_long(kMaxAnswerInBlockBytes + 1, 'a');
+  EXPECT_FALSE(
+      DecodeAnsweredPieceHeader(EncodeAnsweredPieceHeader({{5, 0, 0}, 0}, reply, too_long)));
+  EXPECT_FALSE(
+      DecodeAnsweredPieceHeader(EncodeAnsweredPieceHeader({{5, kFetchRefused, 9}, 0}, reply, "")));
 }
 
 TEST(AmWireTest, PublishPiecesStayInsideTheirBlockAndTheArena) {

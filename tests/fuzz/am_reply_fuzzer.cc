@@ -13,11 +13,12 @@
 // pushed blocks are.
 //
 // Input: u8 kind (0 lookup reply, 1 pushed blocks, 2 locate reply header, 3 publish ack,
-//   4 zone reply, 5 fetch in one data, 6 publish acks, 7 answered block header, 8 pieces), then
+//   4 zone reply, 5 fetch in one data, 6 publish acks, 7 answered block header, 8 pieces,
+//   9 answered piece header), then
 //   0: u16 ids asked | u16-sized header | the rest as data;
 //   1: u64 request id | u8 blocks | per block u16 length | messages until the input ends, each
 //      u8 flags (bit 0: rendezvous) | u16-sized header | u16-sized data;
-//   2, 3, 4, 5, 7: the rest as the header (4: the whole reply, 5: the answer's data);
+//   2, 3, 4, 5, 7, 9: the rest as the header (4: the whole reply, 5: the answer's data);
 //   6: u16-sized header | the rest as data;
 //   8: u64 request id | u16 piece bytes asked | u8 blocks | per block u16 length | messages
 //      until the input ends, each u16-sized header | u16-sized data.
@@ -131,7 +132,7 @@ void PushedPieces(strata::fuzz::Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   strata::fuzz::Input in(bytes, size);
-  switch (in.U8() % 9) {
+  switch (in.U8() % 10) {
     case 0: LookupReply(in); break;
     case 1: PushedBlocks(in); break;
     case 2: (void)w::DecodeLocateReplyHeader(in.Rest()); break;
@@ -172,6 +173,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       break;
     }
     case 8: PushedPieces(in); break;
+    case 9: {  // DataMover::OnAnsweredPiece then reads the parts as a reply and a piece header
+      const std::string_view header = in.Rest();
+      auto h = w::DecodeAnsweredPieceHeader(header);
+      if (!h) break;
+      if (h->block.size() != w::kFetchPieceHeaderBytes || h->reply.size() != w::kReplyHeaderBytes ||
+          h->answer.size() > w::kMaxAnswerInBlockBytes || !w::DecodeFetchPieceHeader(h->block))
+        Fail("answered piece header: part sizes");
+      if (std::string(h->block) + std::string(h->reply) + std::string(h->answer) != header)
+        Fail("answered piece header: the parts are not the whole");
+      break;
+    }
     case 7: {  // DataMover::OnAnsweredBlock then reads the parts as a reply and a block header
       const std::string_view header = in.Rest();
       auto h = w::DecodeAnsweredBlockHeader(header);

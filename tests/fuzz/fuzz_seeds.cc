@@ -111,6 +111,8 @@ void AmReplies() {
     pieces += Sized(w::EncodeFetchPieceHeader({{9, 0, 0}, at})) +
               Sized(std::string(at == 6784 ? 3216 : 3392, 'p'));
   Write("am_reply", "pieces", pieces);
+  Write("am_reply", "answered_piece",
+        U8(9) + w::EncodeAnsweredPieceHeader({{11, 0, 0}, 0}, {11, 0, 1, true}, "\x08\x63"));
   w::ReplyHeader answered{11, 0, 1, true};
   Write("am_reply", "answered_block",
         U8(7) + w::EncodeAnsweredBlockHeader({11, 0, 0}, answered, "\x08\x63\x10\x01"));

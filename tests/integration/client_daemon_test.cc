@@ -639,13 +639,13 @@ TEST(ClientDaemonTest, OverTcpLargeBlocksTravelInCheckedPieces) {
     std::vector<size_t> order;  // of the blocks in the fetch
     uint64_t pieces;
   };
-  // 64 KiB: 2 pieces; 1 MiB + 17: 17; 3 MiB: 49. With the 64 KiB block first it comes whole,
-  // the answer in its header; with the 3 MiB one first the answer comes alone, ahead of its
-  // pieces.
+  // 64 KiB: 2 pieces; 1 MiB + 17: 17; 3 MiB: 49. With a small block first (1000 bytes) it comes
+  // whole, the answer in its header; with a larger one first the answer rides in its first
+  // piece.
   const std::vector<size_t> in_order = {0, 1, 2, 3};
   for (const Variant& v :
        {Variant{"acquire-and-push", true, std::nullopt, in_order, 2 + 17 + 49},
-        Variant{"acquire-and-push, 64 KiB first", true, std::nullopt, {1, 0, 2, 3}, 17 + 49},
+        Variant{"acquire-and-push, 64 KiB first", true, std::nullopt, {1, 0, 2, 3}, 2 + 17 + 49},
         Variant{"acquire-and-push, largest first", true, std::nullopt, {3, 2, 1, 0}, 2 + 17 + 49},
         Variant{"gRPC acquire, then push", false, std::nullopt, in_order, 2 + 17 + 49},
         Variant{"pieces off", true, 0, in_order, 0}}) {

@@ -28,7 +28,7 @@ class RawUcxPeer {
     if (!worker.ok()) return;
     worker_ = std::move(*worker);
     // Replies (lookup, locate, pushed blocks) are counted and dropped.
-    for (uint16_t id = 0; id < 32; ++id) {
+    for (uint16_t id = 0; id < 64; ++id) {
       (void)worker_->SetAmRendezvousHandler(id, [this, id](const transport::AmMessage& m) {
         ++replies_;
         std::lock_guard<std::mutex> lock(reply_mu_);
