@@ -134,8 +134,8 @@ class CacheService final : public v1::Cache::Service {
   };
   // Sends the arena's `extents` to `reply_ep` as blocks of push request `request_id`, block k
   // with index indices[k], each under a read hold of `lease_id`; false (nothing sent) when an
-  // extent is not that lease's. `answer`, when given, rides in the first block's header (which
-  // must then come whole). `piece_bytes` (not 0): blocks larger go in pieces (kFetchPieceAm).
+  // extent is not that lease's. `answer`, when given, rides in the first block's header (or its
+  // first piece's). `piece_bytes` (not 0): blocks larger go in pieces (kFetchPieceAm).
   // Up to a few hundred KiB the rendezvous round trip costs more than the receiver's copy: a
   // whole block this small is pushed eagerly.
   static constexpr uint64_t kEagerPushBytes = 256 << 10;
