@@ -62,6 +62,12 @@ for kind in "${KINDS[@]}"; do
   export STRATA_TEST_DAEMON_SIGTERM=1
   export TSAN_OPTIONS="halt_on_error=1:exitcode=67:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp:print_suppressions=0"
   if [ "$kind" = tsan ]; then
+    # UCX's memory hooks (libucm) intercept the madvise glibc makes on a thread's stack as the
+    # thread exits; under TSan that lands in a mutex interceptor after the thread's TSan state is
+    # gone and segfaults the process (data_mover_test's AcquireAndGetTest, whose fake daemon
+    # restarts its progress thread). Without the hooks UCX's registration cache is not told of
+    # unmaps: fine for these tests, which unregister what they register.
+    export UCX_MEM_EVENTS=no
     # Debian's abseil is not built with TSan, so absl::Mutex's lock and unlock are invisible to
     # it and every field guarded by one would look racy. The shim tells TSan about them
     # (tests/sanitizers/tsan_absl_mutex.cc); processes the tests start inherit it.

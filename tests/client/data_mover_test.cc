@@ -607,6 +607,7 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
     EXPECT_EQ(out3, blocks.data[2]);
     EXPECT_EQ(daemon.pushed.load(), 6);
     // The pieced block alone: the answer rides in its first piece.
+    daemon.SettleArena();  // the progress thread's reads of `leased` before this write
     daemon.leased = {leased(2)};
     daemon.pieces_sent = 0;
     daemon.SettleArena();
@@ -643,6 +644,7 @@ TEST_P(AcquireAndGetTest, LandsWhatThePlanSaysAndChecksIt) {
   // One eager block only: a rendezvous send the client never takes would outlive the fake daemon.
   daemon.grant_lease = true;
   daemon.garble_answered = true;
+  daemon.SettleArena();  // the progress thread's reads of `leased` before this write
   daemon.leased = {leased(0)};
   daemon.SettleArena();
   auto plan_one = [&](const AmReply&) -> std::optional<DataMover::PushLanding> {

@@ -144,8 +144,8 @@ class FakeDaemon {
   std::atomic<int> published_before_lookup{-1};
   // An acquire-and-push is answered with lease 99 over `leased` (by id position: arena offset,
   // size and CRC; size 0, not held), whose blocks are then pushed; with grant_lease false the
-  // answer is incomplete and nothing is pushed. Set `leased` before SettleArena, which orders it
-  // before the progress thread's reads.
+  // answer is incomplete and nothing is pushed. Set `leased` between two SettleArena calls,
+  // which order it after the progress thread's earlier reads and before its next ones.
   struct Leased {
     uint64_t offset = 0, size = 0;
     uint32_t crc = 0;
