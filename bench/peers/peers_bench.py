@@ -322,7 +322,8 @@ def side_strata_cxx(link, tls):
         servers, conn = start_stratad(a, tls, tmp)
         try:
             return run_cxx(a, ["--system", "strata", "--endpoint", conn["endpoint"],
-                               "--link", link, "--min-get-ms", str(a.min_get_ms)], tls)
+                               "--link", link, "--min-get-ms", str(a.min_get_ms),
+                               "--min-put-ms", str(a.min_put_ms)], tls)
         finally:
             for s in servers:
                 s.close()
@@ -336,7 +337,8 @@ def side_redis_cxx(link):
                  else ["--redis-socket", conn["socket"]])
         try:
             return run_cxx(a, ["--system", "redis", "--link", link,
-                               "--min-get-ms", str(a.min_get_ms)] + where, TCP)
+                               "--min-get-ms", str(a.min_get_ms),
+                               "--min-put-ms", str(a.min_put_ms)] + where, TCP)
         finally:
             for s in servers:
                 s.close()
@@ -444,7 +446,8 @@ def fmt(x, spec):
 def print_table(table, ver, a, out):
     w = out.write
     w(f"# bench/peers: {a.reps} repetition(s), working set {a.ws_bytes >> 20} MiB per size and "
-      f"client count, sides alternating; C++ get passes at least {a.min_get_ms:g} ms\n")
+      f"client count, sides alternating; C++ get passes at least {a.min_get_ms:g} ms, "
+      f"put rounds at least {a.min_put_ms:g} ms\n")
     w("# versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()) + "\n")
     w("# GB/s (p50/p99 us of one call) medians; S/R = Strata C++ / Redis hiredis; "
       "Spy/M = Strata Python / Mooncake Python; link shm: Strata over UCX shm vs Redis over its "
@@ -510,6 +513,9 @@ def main():
     ap.add_argument("--clients", default="1,4")
     ap.add_argument("--min-get-ms", dest="min_get_ms", type=float, default=300,
                     help="C++ sides: each get pass repeats the working set until it ran this long")
+    ap.add_argument("--min-put-ms", dest="min_put_ms", type=float, default=300,
+                    help="C++ sides: the working set is put again (the last round removed, "
+                         "untimed) until the put rounds ran this long")
     ap.add_argument("--sides", default="", help="comma list of side names (default: all)")
     ap.add_argument("--stratad", required=True)
     ap.add_argument("--peers-client", dest="peers_client", required=True)
@@ -520,7 +526,7 @@ def main():
     a = ap.parse_args()
     a.sizes = SMOKE_SIZES if a.smoke else SIZES
     if a.smoke:
-        a.reps, a.ws_mib, a.min_get_ms = 1, 8, 0
+        a.reps, a.ws_mib, a.min_get_ms, a.min_put_ms = 1, 8, 0, 20  # two put rounds or more
     a.ws_bytes = a.ws_mib << 20
     a.clients = [int(x) for x in a.clients.split(",")]
     sides = [s for s in SIDES if not a.sides or s[0] in a.sides.split(",")]

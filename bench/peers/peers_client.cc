@@ -49,6 +49,10 @@ struct Config {
   // often as the others): a pass of 64 KiB blocks is otherwise ~10 ms, which the threads'
   // start and end skew and one scheduling hiccup swing by tens of percent, on either side.
   double min_get_ms = 0;
+  // The same for puts: the working set is put again, after an untimed removal of what the last
+  // round stored, until the rounds' timed spans add up to this (each round from its threads'
+  // common start to its last end, as a single pass).
+  double min_put_ms = 0;
 };
 
 struct PassResult {
@@ -64,7 +68,8 @@ class Side {
   virtual bool Prepare(char* src, char* dst, size_t keys, size_t size) = 0;
   virtual bool Put(size_t key) = 0;
   virtual bool Get(size_t key) = 0;
-  virtual bool Clear() = 0;  // removes what this client stored (untimed)
+  virtual bool Forget() = 0;  // removes what this client stored, to put it again (untimed)
+  virtual bool Clear() = 0;   // Forget() and release what Prepare() took (untimed)
 };
 
 class StrataSide : public Side {
@@ -134,13 +139,17 @@ class StrataSide : public Side {
     }
     return true;
   }
-  bool Clear() override {
+  bool Forget() override {
     for (size_t i = 0; i < ids_.size(); i += 1024) {
       auto n = std::min<size_t>(1024, ids_.size() - i);
       if (!client_->Evict(ns_, std::span(ids_).subspan(i, n), false, true).ok()) return false;
     }
+    return true;
+  }
+  bool Clear() override {
     // Before the caller frees the memory, so no registration outlives it.
-    return client_->UnregisterBuffer(src_).ok() && client_->UnregisterBuffer(dst_).ok();
+    return Forget() && client_->UnregisterBuffer(src_).ok() &&
+           client_->UnregisterBuffer(dst_).ok();
   }
 
  private:
@@ -201,7 +210,8 @@ class RedisSide : public Side {
     if (r) freeReplyObject(r);
     return ok;
   }
-  bool Clear() override {
+  bool Clear() override { return Forget(); }
+  bool Forget() override {
     for (size_t i = 0; i < keys_; ++i) {
       std::string k = Key(i);
       redisAppendCommand(c_, "DEL %b", k.data(), k.size());
@@ -224,39 +234,64 @@ class RedisSide : public Side {
   size_t size_ = 0, keys_ = 0;
 };
 
-// Runs one pass (put or get of every key) on all sides at once, from a common start.
-PassResult RunPass(std::vector<std::unique_ptr<Side>>& sides, size_t keys_per_client,
-                   size_t size, bool put, double min_ms = 0) {
+// One round of a pass on all sides at once, from a common start: each client puts or gets
+// every key, a get round again and again until it has run min_ms. Adds the round's latencies to
+// `lat` and returns its span, from the first thread's start to the last one's end (< 0: failed).
+double RunRound(std::vector<std::unique_ptr<Side>>& sides, size_t keys_per_client, bool put,
+                double min_ms, std::vector<std::vector<double>>* lat) {
   const size_t n = sides.size();
-  std::vector<std::vector<double>> lat(n);
   std::vector<Clock::time_point> start(n), end(n);
   std::atomic<bool> ok{true};
   std::latch go(static_cast<std::ptrdiff_t>(n));
   std::vector<std::thread> threads;
   for (size_t c = 0; c < n; ++c) {
     threads.emplace_back([&, c] {
-      lat[c].reserve(keys_per_client);
+      (*lat)[c].reserve((*lat)[c].size() + keys_per_client);
       go.arrive_and_wait();
       start[c] = Clock::now();
       do {
         for (size_t k = 0; k < keys_per_client && ok; ++k) {
           auto t0 = Clock::now();
           if (!(put ? sides[c]->Put(k) : sides[c]->Get(k))) ok = false;
-          lat[c].push_back(Seconds(Clock::now() - t0) * 1e6);
+          (*lat)[c].push_back(Seconds(Clock::now() - t0) * 1e6);
         }
-      } while (ok && Seconds(Clock::now() - start[c]) * 1e3 < min_ms);
+      } while (!put && ok && Seconds(Clock::now() - start[c]) * 1e3 < min_ms);
       end[c] = Clock::now();
     });
   }
   for (auto& t : threads) t.join();
+  if (!ok) return -1;
+  return Seconds(*std::max_element(end.begin(), end.end()) -
+                 *std::min_element(start.begin(), start.end()));
+}
+
+// Runs one pass (put or get of every key) on all sides. A put pass with min_ms repeats its
+// round, removing what the last one stored in between (untimed), until the rounds ran min_ms.
+PassResult RunPass(std::vector<std::unique_ptr<Side>>& sides, size_t keys_per_client,
+                   size_t size, bool put, double min_ms = 0) {
+  std::vector<std::vector<double>> lat(sides.size());
   PassResult r;
-  r.ok = ok;
+  double secs = 0;
+  for (;;) {
+    const double span = RunRound(sides, keys_per_client, put, min_ms, &lat);
+    if (span < 0) {
+      r.ok = false;
+      return r;
+    }
+    secs += span;
+    if (!put || secs * 1e3 >= min_ms) break;
+    for (auto& side : sides) {
+      if (!side->Forget()) {
+        std::cerr << "removing a put round's blocks failed\n";
+        r.ok = false;
+        return r;
+      }
+    }
+  }
   std::vector<double> all;
   for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
   r.ops = all.size();
-  auto t0 = *std::min_element(start.begin(), start.end());
-  auto t1 = *std::max_element(end.begin(), end.end());
-  r.gbps = static_cast<double>(r.ops * size) / Seconds(t1 - t0) / 1e9;
+  r.gbps = static_cast<double>(r.ops * size) / secs / 1e9;
   r.p50_us = Percentile(all, 0.5);
   r.p99_us = Percentile(all, 0.99);
   return r;
@@ -299,7 +334,7 @@ int RunWorkload(const Config& cfg) {
         if (!all[c]->Prepare(src[c].data(), dst[c].data(), keys, size)) return 1;
         sides.push_back(std::move(all[c]));
       }
-      PassResult put = RunPass(sides, keys, size, true);
+      PassResult put = RunPass(sides, keys, size, true, cfg.min_put_ms);
       if (!put.ok) return 1;
       std::vector<PassResult> gets;
       for (int p = 0; p < cfg.get_passes; ++p) {
@@ -366,6 +401,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--min-get-ms", cfg.min_get_ms,
                  "repeat each get pass over the working set until it ran this long");
+  app.add_option("--min-put-ms", cfg.min_put_ms,
+                 "put the working set again (what was put removed in between, untimed) until "
+                 "the put rounds ran this long");
   app.add_flag("--fetch-cached", cfg.fetch_cached,
                "Strata: fetched blocks land in the CPU caches (fetch_bypasses_cache off)");
   CLI11_PARSE(app, argc, argv);
