@@ -141,6 +141,7 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
   if (!store_->BeginLeaseRead(lease_id, extents, static_cast<uint32_t>(sends))) return false;
   uint8_t* const arena = store_->arena_base();
   BlockStore* store = store_;
+  uint64_t pieces_sent = 0;
   for (size_t i = 0; i < extents.size(); ++i) {
     const uint64_t piece = am_wire::PushPieceBytes(extents[i].size, piece_bytes);
     if (piece < extents[i].size) {
@@ -158,9 +159,8 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
             arena + extents[i].offset + at, std::min(piece, extents[i].size - at),
             data_plane_.arena_memh, /*eager=*/true,
             [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
+        ++pieces_sent;
       }
-      pushed_pieces_.fetch_add(am_wire::PushMessages(extents[i].size, piece_bytes),
-                               std::memory_order_relaxed);
       continue;
     }
     const bool eager = extents[i].size <= kEagerPushBytes;
@@ -179,6 +179,7 @@ bool CacheService::PushExtents(transport::Worker* worker, ucp_ep_h reply_ep, uin
         [store, lease_id](bool) { store->EndLeaseRead(lease_id); });
   }
   pushed_blocks_.fetch_add(extents.size(), std::memory_order_relaxed);
+  if (pieces_sent != 0) pushed_pieces_.fetch_add(pieces_sent, std::memory_order_relaxed);
   return true;
 }
 
