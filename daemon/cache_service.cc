@@ -471,6 +471,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
         controls_by_message_.load(std::memory_order_relaxed);
     c["fetches_in_one_total"] = fetched_in_one_.load(std::memory_order_relaxed);
     c["publishes_in_one_total"] = published_in_one_.load(std::memory_order_relaxed);
+    c["locates_total"] = locates_.load(std::memory_order_relaxed);
     if (data_plane_.am_drops) c["am_dropped_total"] = data_plane_.am_drops->total();
     c["lookup_hit_blocks_total"] = s.lookup_hit_blocks;
     c["lookup_miss_blocks_total"] = s.lookup_miss_blocks;
@@ -499,6 +500,7 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
 grpc::Status CacheService::Locate(grpc::ServerContext* ctx, const v1::LocateRequest* req,
                                   v1::LocateResponse* resp) {
   return ServeScoped(ctx, *req, [&](const NamespaceId& ns, const std::vector<BlockId>& ids) {
+    locates_.fetch_add(1, std::memory_order_relaxed);
     absl::flat_hash_set<BlockId> local;
     for (const auto& b : store_->Inspect(ids))
       if (b.ns == ns) local.insert(b.id);

@@ -351,6 +351,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> controls_by_message_{0};  // reserves and commits answered by message
   std::atomic<uint64_t> published_in_one_{0};     // publishes answered by HandleAmPublishInOne
   std::atomic<uint64_t> fetched_in_one_{0};       // fetches answered by HandleAmFetchInOne
+  std::atomic<uint64_t> locates_{0};              // Locate calls (clients finding holders)
   struct PublishInOneRequest;
   grpc::Status PublishInOneFor(const Caller& caller, const PublishInOneRequest& req,
                                v1::PublishInOneResponse* resp, bool* deferred);

@@ -9,16 +9,38 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
                                std::span<const BlockId> ids, const FetchLanding& into,
                                FetchResult* r) {
   std::vector<size_t> missing;  // index into ids
-  std::vector<BlockId> missing_ids;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (r->status[i] != BlockStatus::kNotFound) continue;
-    missing.push_back(i);
-    missing_ids.push_back(ids[i]);
-  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (r->status[i] == BlockStatus::kNotFound) missing.push_back(i);
   if (missing.empty()) return;
+  const std::string& self = local.control().node_id();
+  const std::string ns_key(ns.AsBytes());
+  // The node that served this namespace's last remote fetch is asked first, without a Locate
+  // (a gRPC call that asks the directory's owner in turn: most of a small remote fetch's
+  // latency). An engine fed by one prefill node finds its next blocks there too; where it does
+  // not, the miss costs one acquire round trip and the hint goes.
+  std::optional<Holder> hint;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = hints_.find(ns_key); it != hints_.end()) hint = it->second;
+  }
+  if (hint && hint->node != self) {
+    std::vector<bool> served =
+        FetchFrom(hint->node, hint->address, ns, ids, into, missing, local.control(), r);
+    std::vector<size_t> left;
+    for (size_t j = 0; j < missing.size(); ++j)
+      if (!served[j]) left.push_back(missing[j]);
+    if (left.size() == missing.size()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = hints_.find(ns_key); it != hints_.end() && it->second.node == hint->node)
+        hints_.erase(it);
+    }
+    missing = std::move(left);
+    if (missing.empty()) return;
+  }
+  std::vector<BlockId> missing_ids;
+  for (size_t i : missing) missing_ids.push_back(ids[i]);
   auto located = local.control().Locate(ns, missing_ids);
   if (!located.ok()) return;  // the local answer stands: those blocks are misses
-  const std::string& self = local.control().node_id();
   std::vector<size_t> attempt(missing.size(), 0);  // next holder to try, per missing block
   auto holder_of = [&](size_t k) -> const BlockHolder* {
     const auto& hs = (*located)[k];
@@ -27,6 +49,8 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
   };
   std::vector<size_t> pending(missing.size());  // index into missing
   for (size_t k = 0; k < missing.size(); ++k) pending[k] = k;
+  Holder best;  // the node that served the most blocks: the next fetch's hint
+  size_t best_served = 0;
   while (!pending.empty()) {
     std::map<std::string, std::vector<size_t>> by_node;
     std::map<std::string, std::string> address;
@@ -42,12 +66,24 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
       for (size_t k : ks) which.push_back(missing[k]);
       std::vector<bool> served =
           FetchFrom(node, address[node], ns, ids, into, which, local.control(), r);
+      size_t count = 0;
       for (size_t j = 0; j < ks.size(); ++j) {
-        if (served[j]) continue;
+        if (served[j]) {
+          ++count;
+          continue;
+        }
         ++attempt[ks[j]];
         pending.push_back(ks[j]);
       }
+      if (count > best_served) {
+        best_served = count;
+        best = {node, address[node]};
+      }
     }
+  }
+  if (best_served > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hints_[ns_key] = std::move(best);
   }
 }
 

@@ -1,6 +1,8 @@
 // Fetches the blocks the local daemon lacks from the other nodes holding them, found through
 // the local daemon's directory (Locate). Each missing block tries its holders in turn: a node
-// that fails (dead, timed out, lost the block) passes the block on to the next holder.
+// that fails (dead, timed out, lost the block) passes the block on to the next holder. The node
+// that served most of a namespace's last remote fetch is asked first next time, before any
+// Locate (a hint, dropped when it serves none).
 //
 // Holds one DaemonLink per peer node, made on first use and kept; thread-safe.
 #pragma once
@@ -8,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,9 +45,14 @@ class RemoteFetch {
                               const FetchLanding& into, const std::vector<size_t>& which,
                               const ControlChannel& local, FetchResult* r);
 
+  struct Holder {
+    std::string node, address;
+  };
+
   const ClientOptions local_options_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<DaemonLink>> peers_;  // by node id
+  std::map<std::string, Holder> hints_;  // by namespace id (its bytes): the last good holder
 };
 
 }  // namespace strata::client

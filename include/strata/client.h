@@ -65,7 +65,9 @@ struct ClientOptions {
   // Check every fetched block against the CRC32C recorded at commit.
   bool verify_crc = true;
   // Blocks the local daemon lacks are fetched straight from the node holding them (found
-  // through the local daemon's directory), trying each replica in turn.
+  // through the local daemon's directory), trying each replica in turn. The node that served
+  // most of a namespace's last remote fetch is asked first, before the directory: a client fed
+  // by one node (a decode node behind its prefill node) skips the directory's round trips.
   bool remote_fetch = true;
   // Lookups of up to 1,024 blocks as a UCX active message on the data-plane endpoint (falls back
   // to gRPC by itself; false: always gRPC).

@@ -139,6 +139,55 @@ TEST(ClusterTest, AHolderKilledMidFetchEndsTheFetchInFlightSoon) {
   std::cerr << "longest fetch after the kill: " << longest_after_kill_s << " s\n";
 }
 
+// The Locate calls a node served (clients finding the holders of blocks it lacks).
+uint64_t Locates(Client& c) {
+  auto st = c.Stats();
+  if (st.ok())
+    for (const auto& [name, value] : st->counters)
+      if (name == "locates_total") return value;
+  return ~uint64_t{0};
+}
+
+// A remote fetch first asks the node that served most of the namespace's last one, without a
+// Locate: a client fed by one node locates once; blocks held elsewhere cost the hinted node a
+// miss, one Locate, and move the hint; a hinted node that died costs a quick fallback.
+TEST(ClusterTest, ARemoteFetchAsksTheLastHolderBeforeLocating) {
+  Cluster cl(3);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  auto n0 = Connect(cl.node(0));
+  auto n1 = Connect(cl.node(1));
+  auto reader = Connect(cl.node(2));
+  ASSERT_TRUE(n0 && n1 && reader);
+  const Published a1 = Publish(*n0, 6, 31), a2 = Publish(*n0, 6, 32), a3 = Publish(*n0, 6, 33);
+  const Published b1 = Publish(*n1, 6, 34), b2 = Publish(*n1, 6, 35);
+  ASSERT_TRUE(reader->OpenNamespace(Spec(), "tenant-a").ok());
+  for (const Published* p : {&a1, &a2, &a3, &b1, &b2})
+    ASSERT_EQ(AwaitPrefix(*reader, p->ns, *p), p->ids.size()) << cl.logs();
+  auto remotely = [&](const Published& p) {
+    size_t remote = 0;
+    EXPECT_EQ(FetchIdentical(*reader, p.ns, p, &remote), p.ids.size());
+    return remote;
+  };
+  const uint64_t locates = Locates(*reader);
+  ASSERT_NE(locates, ~uint64_t{0}) << "stratad reports locates_total";
+  EXPECT_EQ(remotely(a1), a1.ids.size());
+  EXPECT_EQ(Locates(*reader), locates + 1) << "the first remote fetch locates its holder";
+  EXPECT_EQ(remotely(a2), a2.ids.size());
+  EXPECT_EQ(Locates(*reader), locates + 1) << "n0, the hint, held them all";
+  EXPECT_EQ(remotely(b1), b1.ids.size());
+  EXPECT_EQ(Locates(*reader), locates + 2) << "n0 held none: located on n1, the next hint";
+  EXPECT_EQ(remotely(b2), b2.ids.size());
+  EXPECT_EQ(Locates(*reader), locates + 2);
+  // The hinted node dies: the next fetch asks it, fails, and locates the blocks on n0.
+  cl.Kill(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(remotely(a3), a3.ids.size()) << cl.logs();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 2.0) << "a dead hint costs a fallback, not the transfer deadline";
+  std::cerr << "fetch with a dead hint: " << s << " s\n";
+  EXPECT_EQ(Locates(*reader), locates + 3);
+}
+
 TEST(ClusterTest, LookupSpansBlocksSpreadOverNodes) {
   Cluster cl(3);
   ASSERT_TRUE(cl.ok()) << cl.logs();
