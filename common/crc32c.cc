@@ -67,8 +67,17 @@ uint32_t XPowModP(uint64_t n) {
   return p;
 }
 
-// x^(8 * len) mod P: the operator that appends `len` zero bytes to a CRC register.
-uint32_t ZeroBytesOperator(size_t len) { return XPowModP(uint64_t{len} * 8); }
+// x^(8 * len) mod P: the operator that appends `len` zero bytes to a CRC register. The last
+// one is kept per thread: the pieces of a pushed block, combined one by one, are of one size.
+uint32_t ZeroBytesOperator(size_t len) {
+  thread_local size_t last_len = 0;
+  thread_local uint32_t last_op = 1u << 31;  // x^0: len 0 appends nothing
+  if (len != last_len) {
+    last_op = XPowModP(uint64_t{len} * 8);
+    last_len = len;
+  }
+  return last_op;
+}
 
 uint32_t RawPortable(uint32_t crc, const uint8_t* p, size_t n) {
   const Tables& t = tables();
