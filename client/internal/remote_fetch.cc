@@ -19,6 +19,8 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
   // latency). An engine fed by one prefill node finds its next blocks there too; where it does
   // not, the miss costs one acquire round trip and the hint goes.
   std::optional<Holder> hint;
+  Holder best;  // the node that served the most blocks: the next fetch's hint
+  size_t best_served = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = hints_.find(ns_key); it != hints_.end()) hint = it->second;
@@ -29,7 +31,9 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
     std::vector<size_t> left;
     for (size_t j = 0; j < missing.size(); ++j)
       if (!served[j]) left.push_back(missing[j]);
-    if (left.size() == missing.size()) {
+    best_served = missing.size() - left.size();
+    best = *hint;
+    if (best_served == 0) {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = hints_.find(ns_key); it != hints_.end() && it->second.node == hint->node)
         hints_.erase(it);
@@ -49,8 +53,6 @@ void RemoteFetch::FetchMissing(DaemonLink& local, const NamespaceId& ns,
   };
   std::vector<size_t> pending(missing.size());  // index into missing
   for (size_t k = 0; k < missing.size(); ++k) pending[k] = k;
-  Holder best;  // the node that served the most blocks: the next fetch's hint
-  size_t best_served = 0;
   while (!pending.empty()) {
     std::map<std::string, std::vector<size_t>> by_node;
     std::map<std::string, std::string> address;
