@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -38,10 +39,36 @@ inline std::string SanitizerReport(const std::string& log) {
   return log.substr(from, 8000);
 }
 
+// The temporary folders a test process made, removed when it exits normally (by the process
+// that made them, not a forked child): tests left hundreds in /tmp per run otherwise. Never
+// destroyed, since the removal runs at exit.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::string> dirs;
+  pid_t owner = getpid();
+};
+inline TempDirs& TempDirsOfThisProcess() {
+  static TempDirs* dirs = new TempDirs;
+  return *dirs;
+}
+inline void RemoveTempDirsAtExit() {
+  TempDirs& t = TempDirsOfThisProcess();
+  if (getpid() != t.owner) return;
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::error_code ec;
+  for (const std::string& d : t.dirs) std::filesystem::remove_all(d, ec);
+}
+
 inline std::string MakeTempDir(const std::string& tag) {
   std::string tmpl = (std::filesystem::temp_directory_path() / ("strata-" + tag + "-XXXXXX"));
   char* dir = mkdtemp(tmpl.data());
-  return dir ? std::string(dir) : std::string();
+  if (dir == nullptr) return std::string();
+  static const bool removed_at_exit = std::atexit(RemoveTempDirsAtExit) == 0;
+  (void)removed_at_exit;
+  TempDirs& t = TempDirsOfThisProcess();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.dirs.emplace_back(dir);
+  return std::string(dir);
 }
 
 // Runs a command, returns (exit code, stdout+stderr).
