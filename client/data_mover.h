@@ -252,6 +252,9 @@ class DataMover {
   // `instance_id` (nonzero) (takes ucx_mu_ then); map_mu_ and ucx_mu_ not held.
   absl::Status RedialIfStale(uint64_t instance_id);
   absl::Status CheckExtents(std::span<const BlockMove> blocks) const;
+  // A publish's start (ucx_mu_ held): a working endpoint, every block inside the arena, and `w`
+  // installed as the wait its acknowledgements go to.
+  absl::Status StartPublishWait(std::span<const BlockMove> blocks, PublishWait* w);
   ucp_mem_h FindMemh(const void* p, size_t n);
   absl::Time DeadlineWithin(absl::Duration expires_in) const;
 

@@ -112,16 +112,21 @@ bool DataMover::SendsEagerly(const BlockMove& b) const {
   return b.length <= kFollowUpBlockBytes || PublishPieceBytes(b) < b.length;
 }
 
+absl::Status DataMover::StartPublishWait(std::span<const BlockMove> blocks, PublishWait* w) {
+  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
+  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
+  w->request_id = next_request_id_++;
+  w->acked.assign(blocks.size(), 0);
+  publish_wait_ = w;
+  return absl::OkStatus();
+}
+
 absl::Status DataMover::PutByMessage(uint64_t reservation_id, std::span<const BlockMove> blocks,
                                      absl::Time deadline, const LateFollowUp* late_follow_up,
                                      std::optional<absl::StatusOr<Reply>>* follow_up_reply) {
   std::lock_guard<std::mutex> lock(ucx_mu_);
-  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
-  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
   PublishWait w;
-  w.request_id = next_request_id_++;
-  w.acked.assign(blocks.size(), 0);
-  publish_wait_ = &w;
+  STRATA_RETURN_IF_ERROR(StartPublishWait(blocks, &w));
   std::vector<void*> sending;
   absl::Status s;
   auto send = [&](uint16_t am, std::string header, const void* data, size_t length,

@@ -82,12 +82,8 @@ absl::Status DataMover::PutByStaging(uint64_t reservation_id, std::span<const Bl
                                      std::optional<absl::StatusOr<Reply>>* follow_up_reply) {
   const ZoneWindow::Staging& staging = window.staging();
   std::lock_guard<std::mutex> lock(ucx_mu_);
-  if (!ep_ || ep_->failed()) STRATA_RETURN_IF_ERROR(Redial());
-  STRATA_RETURN_IF_ERROR(CheckExtents(blocks));
   PublishWait w;
-  w.request_id = next_request_id_++;
-  w.acked.assign(blocks.size(), 0);
-  publish_wait_ = &w;
+  STRATA_RETURN_IF_ERROR(StartPublishWait(blocks, &w));
   std::vector<void*> sending;
   struct Placed {
     uint64_t offset, length;

@@ -103,21 +103,37 @@ std::optional<FetchPieceHeader> DecodeFetchPieceHeader(std::string_view in) {
   return FetchPieceHeader{*block, GetU64(in.data() + kFetchBlockHeaderBytes)};
 }
 
+namespace {
+
+// A block's or a piece's header (`head`), then the answer's reply header and the answer.
+std::string Answered(std::string head, const ReplyHeader& reply, std::string_view answer) {
+  head += EncodeReplyHeader(reply);
+  head.append(answer.data(), answer.size());
+  return head;
+}
+
+// Splits what Answered made, `head_bytes` long up front; `valid_head` checks that part.
+template <typename ValidHead>
+std::optional<AnsweredBlockHeader> SplitAnswered(std::string_view in, size_t head_bytes,
+                                                 ValidHead valid_head) {
+  const size_t fixed = head_bytes + kReplyHeaderBytes;
+  if (in.size() < fixed || in.size() > fixed + kMaxAnswerInBlockBytes) return std::nullopt;
+  if (!valid_head(in.substr(0, head_bytes))) return std::nullopt;
+  return AnsweredBlockHeader{in.substr(0, head_bytes), in.substr(head_bytes, kReplyHeaderBytes),
+                             in.substr(fixed)};
+}
+
+}  // namespace
+
 std::string EncodeAnsweredPieceHeader(const FetchPieceHeader& piece, const ReplyHeader& reply,
                                       std::string_view answer) {
-  std::string out = EncodeFetchPieceHeader(piece);
-  out += EncodeReplyHeader(reply);
-  out.append(answer.data(), answer.size());
-  return out;
+  return Answered(EncodeFetchPieceHeader(piece), reply, answer);
 }
 
 std::optional<AnsweredBlockHeader> DecodeAnsweredPieceHeader(std::string_view in) {
-  constexpr size_t kFixed = kFetchPieceHeaderBytes + kReplyHeaderBytes;
-  if (in.size() < kFixed || in.size() > kFixed + kMaxAnswerInBlockBytes) return std::nullopt;
-  if (!DecodeFetchPieceHeader(in.substr(0, kFetchPieceHeaderBytes))) return std::nullopt;
-  return AnsweredBlockHeader{in.substr(0, kFetchPieceHeaderBytes),
-                             in.substr(kFetchPieceHeaderBytes, kReplyHeaderBytes),
-                             in.substr(kFixed)};
+  return SplitAnswered(in, kFetchPieceHeaderBytes, [](std::string_view head) {
+    return DecodeFetchPieceHeader(head).has_value();
+  });
 }
 
 std::string EncodePiecesRequestPrefix(uint32_t piece_bytes) {
@@ -135,20 +151,14 @@ std::optional<PiecesRequest> DecodePiecesRequest(std::string_view data) {
 
 std::string EncodeAnsweredBlockHeader(const FetchBlockHeader& block, const ReplyHeader& reply,
                                       std::string_view answer) {
-  std::string out = EncodeFetchBlockHeader(block);
-  out += EncodeReplyHeader(reply);
-  out.append(answer.data(), answer.size());
-  return out;
+  return Answered(EncodeFetchBlockHeader(block), reply, answer);
 }
 
 std::optional<AnsweredBlockHeader> DecodeAnsweredBlockHeader(std::string_view in) {
-  constexpr size_t kFixed = kFetchBlockHeaderBytes + kReplyHeaderBytes;
-  if (in.size() < kFixed || in.size() > kFixed + kMaxAnswerInBlockBytes) return std::nullopt;
-  const auto block = DecodeFetchBlockHeader(in.substr(0, kFetchBlockHeaderBytes));
-  if (!block || block->index == kFetchRefused) return std::nullopt;
-  return AnsweredBlockHeader{in.substr(0, kFetchBlockHeaderBytes),
-                             in.substr(kFetchBlockHeaderBytes, kReplyHeaderBytes),
-                             in.substr(kFixed)};
+  return SplitAnswered(in, kFetchBlockHeaderBytes, [](std::string_view head) {
+    const auto block = DecodeFetchBlockHeader(head);
+    return block && block->index != kFetchRefused;
+  });
 }
 
 std::string EncodePublishBlockHeader(const PublishBlockHeader& h) {

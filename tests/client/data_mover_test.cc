@@ -36,6 +36,29 @@ Dialed ConnectTo(FakeDaemon& daemon, DataMoverOptions options = {}) {
   return d;
 }
 
+// A mover whose daemon hands out no key: published blocks go by message.
+std::unique_ptr<DataMover> ConnectByMessage(FakeDaemon& daemon) {
+  auto made = DataMover::Connect({}, [&daemon] {
+    ArenaEndpoint e = daemon.endpoint();
+    e.rma = false;
+    e.publish_by_message = true;
+    return absl::StatusOr<ArenaEndpoint>(e);
+  });
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? std::move(*made) : nullptr;
+}
+
+// A follow-up (a lookup request carrying "commit", answered "pong" + it by the fake daemon)
+// that records the CRCs it was made from in `seen`.
+FollowUpFor CommitRecordingCrcs(std::vector<uint32_t>* seen) {
+  return [seen](std::span<const uint32_t> crcs) {
+    seen->assign(crcs.begin(), crcs.end());
+    return std::optional<FollowUp>(
+        FollowUp{am_wire::kLookupRequestAm, am_wire::kLookupReplyAm, std::string(8, '\0'),
+                 "commit"});
+  };
+}
+
 // Blocks laid out back to back in the arena from `start`, with their sources.
 struct Blocks {
   std::vector<std::vector<uint8_t>> data;
@@ -271,27 +294,16 @@ TEST(DataMoverTest, PublishOverTcpSendsLargeBlocksInPiecesWithTheFollowUpBehind)
   ::strata::testing::ScopedEnv tcp_only("UCX_TLS", "tcp");
   ::strata::testing::ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", "64K");
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 8 << 20);
-  auto made = DataMover::Connect({}, [&daemon] {
-    ArenaEndpoint e = daemon.endpoint();
-    e.rma = false;  // as a daemon that hands out no key: blocks go by message
-    e.publish_by_message = true;
-    return absl::StatusOr<ArenaEndpoint>(e);
-  });
-  ASSERT_TRUE(made.ok()) << made.status();
   Dialed d;
-  d.mover = std::move(*made);
+  d.mover = ConnectByMessage(daemon);
+  ASSERT_TRUE(d.mover);
   ASSERT_EQ(d.mover->route(DataMover::Direction::kPut), Route::kPush);
   daemon.hold_publish_acks = true;  // released by the follow-up: it must come after them all
   // Whole (eager), 5 pieces, 17 pieces.
   Blocks blocks({1000, 300000, (1 << 20) + 17}, 0, 90);
   std::vector<uint32_t> crcs_seen;
   auto put = d.mover->Put(/*reservation_id=*/9, blocks.puts, absl::Seconds(5), 0,
-                          [&](std::span<const uint32_t> crcs) {
-                            crcs_seen.assign(crcs.begin(), crcs.end());
-                            return std::optional<FollowUp>(FollowUp{
-                                am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
-                                std::string(8, '\0'), "commit"});
-                          });
+                          CommitRecordingCrcs(&crcs_seen));
   ASSERT_TRUE(put.ok()) << put.status();
   ASSERT_TRUE(put->follow_up_reply.has_value());
   ASSERT_TRUE(put->follow_up_reply->ok()) << put->follow_up_reply->status();
@@ -498,24 +510,14 @@ TEST(DataMoverTest, ExchangeMatchesTheReplyAndTimesOutOnASilentPeer) {
 TEST(DataMoverTest, AFollowUpGoesBehindThePublishedBlocksWithoutWaitingForTheirAcks) {
   FakeDaemon daemon(FakeDaemon::ArenaKind::kRegistered, 4 << 20);
   daemon.hold_publish_acks = true;
-  auto made = DataMover::Connect({}, [&daemon] {
-    ArenaEndpoint e = daemon.endpoint();
-    e.rma = false;  // as a daemon that hands out no key: blocks go by message
-    e.publish_by_message = true;
-    return absl::StatusOr<ArenaEndpoint>(e);
-  });
-  ASSERT_TRUE(made.ok()) << made.status();
-  DataMover& mover = **made;
+  std::unique_ptr<DataMover> made = ConnectByMessage(daemon);
+  ASSERT_TRUE(made);
+  DataMover& mover = *made;
   ASSERT_EQ(mover.route(DataMover::Direction::kPut), Route::kPush);
   Blocks blocks({1000, 64 << 10, 200 << 10}, 0, 30);
   std::vector<uint32_t> crcs_seen;
   auto put = mover.Put(/*reservation_id=*/5, blocks.puts, absl::Seconds(5), 0,
-                       [&](std::span<const uint32_t> crcs) {
-                         crcs_seen.assign(crcs.begin(), crcs.end());
-                         return std::optional<FollowUp>(FollowUp{
-                             am_wire::kLookupRequestAm, am_wire::kLookupReplyAm,
-                             std::string(8, '\0'), "commit"});
-                       });
+                       CommitRecordingCrcs(&crcs_seen));
   ASSERT_TRUE(put.ok()) << put.status();
   ASSERT_TRUE(put->follow_up_reply.has_value());
   ASSERT_TRUE(put->follow_up_reply->ok()) << put->follow_up_reply->status();

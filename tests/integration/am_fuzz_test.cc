@@ -102,6 +102,24 @@ v1::AcquireResponse AcquireRaw(const DaemonProcess& d, const NamespaceId& ns,
   return resp;
 }
 
+// A reservation of `ids`, each `size` bytes, made over gRPC for messages that then name it.
+v1::ReserveResponse ReserveRaw(const DaemonProcess& d, const NamespaceId& ns,
+                               const std::vector<BlockId>& ids, uint64_t size) {
+  auto stub =
+      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ReserveRequest req;
+  req.set_namespace_id(std::string(ns.AsBytes()));
+  for (const BlockId& id : ids) {
+    req.mutable_ids()->append(std::string(id.AsBytes()));
+    req.add_sizes(size);
+  }
+  v1::ReserveResponse resp;
+  EXPECT_TRUE(stub->Reserve(&ctx, req, &resp).ok());
+  return resp;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> ClientOf(const DaemonProcess& d) {
   ClientOptions o;
   o.endpoint = d.endpoint();
@@ -616,19 +634,9 @@ TEST(DaemonAmFuzzTest, AbortByMessageEndsTheReservation) {
   auto client = ClientOf(d);
   ASSERT_TRUE(client.ok()) << client.status();
   auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
-  auto stub =
-      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
-  v1::ReserveRequest req;
-  req.set_namespace_id(std::string(ns.AsBytes()));
-  const auto id = ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 31))[0];
-  req.set_ids(std::string(id.AsBytes()));
-  req.add_sizes(4096);
-  v1::ReserveResponse res;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ASSERT_TRUE(stub->Reserve(&ctx, req, &res).ok());
-  }
+  const v1::ReserveResponse res =
+      ReserveRaw(d, ns, ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 31)), 4096);
+  ASSERT_NE(res.reservation_id(), 0u);
   auto open_reservations = [&] {
     auto s = (*client)->Stats();
     return s.ok() ? s->open_reservations : ~0ull;
@@ -663,17 +671,8 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
   constexpr uint64_t kBlock = 200000, kPiece = 65536;  // four pieces, the last 3,392 bytes
   const auto ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(3 * kTokensPerBlock, 41));
   auto reserve = [&](size_t first, size_t n) {
-    v1::ReserveRequest req;
-    req.set_namespace_id(std::string(ns.AsBytes()));
-    for (size_t i = first; i < first + n; ++i) {
-      req.mutable_ids()->append(std::string(ids[i].AsBytes()));
-      req.add_sizes(kBlock);
-    }
-    v1::ReserveResponse res;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    EXPECT_TRUE(stub->Reserve(&ctx, req, &res).ok());
-    return res;
+    return ReserveRaw(d, ns, std::vector<BlockId>(ids.begin() + first, ids.begin() + first + n),
+                      kBlock);
   };
   auto commit = [&](uint64_t reservation, const std::vector<uint32_t>& crcs) {
     v1::CommitRequest req;
