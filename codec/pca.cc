@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -131,8 +132,6 @@ struct PcaPlan {
     std::vector<float> dec_step;
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
     PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
-    std::vector<float> lanes;  // the decoder's axes in token lanes (AVX-512), where supported
-    PcaVnniAxes vnni;          // and as int16 for VNNI, where the CPU has it
     // The finest step over the spread of the head's vectors (internal::NeedsSplitOperands).
     double finest_step_to_spread = 0;
   };
@@ -145,7 +144,44 @@ struct PcaPlan {
   };
   static constexpr uint32_t kPad = ~0u;
   std::vector<Section> sections;  // layer * tensors + tensor
+
+  // The AVX-512 decoders' axes of one head, where the tiles are not there to take their place.
+  struct LaneAxes {
+    std::vector<float> lanes;  // in token lanes
+    PcaVnniAxes vnni;          // as int16 for VNNI, where the CPU has it
+    PcaVnniAxes vnni_bytes;    // and partly int8 (quads == 0: no coordinate can be)
+    std::vector<float> dec_variance;  // the calibration's, in decoder order (VNNI only)
+  };
+  // Built by the first decode that needs them (Calibrate's trial plans only encode):
+  // [section * heads + head]. `cal` is the plan's own.
+  const LaneAxes& Lanes(const Calibration& cal, size_t section, uint32_t head) const;
+  mutable std::once_flag lanes_once;
+  mutable std::vector<LaneAxes> lane_axes;
 };
+
+const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
+                                        uint32_t head) const {
+  const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
+  std::call_once(lanes_once, [&] {
+    lane_axes.resize(sections.size() * H);
+    for (size_t i = 0; i < sections.size(); ++i)
+      for (uint32_t h = 0; h < H; ++h) {
+        const Head& hp = sections[i].heads[h];
+        const HeadTransform& ht = cal.At(static_cast<uint32_t>(i / tensors),
+                                         static_cast<uint32_t>(i % tensors), h);
+        LaneAxes& a = lane_axes[i * H + h];
+        const size_t n = hp.dec_coord.size();
+        BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
+        if (!PcaVnniSupported()) continue;
+        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
+                         D, &a.vnni);
+        for (uint32_t c : hp.dec_coord) a.dec_variance.push_back(ht.variance[c]);
+        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
+                         a.dec_variance.data(), n, D, &a.vnni_bytes);
+      }
+  });
+  return lane_axes[section * H + head];
+}
 
 namespace {
 
@@ -196,16 +232,6 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
         hp.dec_slot.push_back(static_cast<uint32_t>(j));
         hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
       }
-      // The AVX-512 decoders' axes only where the tiles are not there to take their place.
-      if (PcaLanesSupported() && !PcaAmxSupported() && D % 32 == 0)
-        for (uint32_t h = 0; h < H; ++h) {
-          PcaPlan::Head& hp = sp.heads[h];
-          BuildPcaLanesAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
-                            hp.dec_coord.size(), D, &hp.lanes);
-          if (PcaVnniSupported())
-            BuildPcaVnniAxes(cal.At(l, t, h).basis.data(), hp.dec_coord.data(),
-                             hp.dec_step.data(), hp.dec_coord.size(), D, &hp.vnni);
-        }
       if (PcaAmxSupported())
         for (uint32_t h = 0; h < H; ++h) {
           PcaPlan::Head& hp = sp.heads[h];
@@ -448,7 +474,8 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        rans::SharedDecoder* shared) {
   const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
-  const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
+  const size_t section = size_t{layer} * cal.TensorsPerLayer() + tensor;
+  const PcaPlan::Section& sp = plan->sections[section];
   const uint32_t coded = sp.coded;
   ByteReader r(payload, "pca section");
   uint16_t maxq, coded_in;
@@ -517,9 +544,15 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                           ht.mean.data(), direct_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
-      if (direct && vnni && sizeof(*syms) == 1 && hp.vnni.pairs > 0) {
+      const PcaPlan::LaneAxes* la = lanes ? &plan->Lanes(cal, section, h) : nullptr;
+      if (direct && vnni && sizeof(*syms) == 1 && la->vnni.pairs > 0) {
         const PcaSymbols ps{syms, false, nslots, T, int32_t{maxq}};
-        PcaReconstructVnni(ps, hp.dec_slot.data(), n, hp.vnni, D, step_scale, ht.mean.data(),
+        // int8 terms where they add little to this block's own quantisation noise.
+        const bool bytes = la->vnni_bytes.quads > 0 && PcaVnniBytesAvailable() &&
+                           PcaVnniBytesFit(la->vnni_bytes, hp.dec_step.data(),
+                                           la->dec_variance.data(), n, step_scale);
+        PcaReconstructVnni(ps, hp.dec_slot.data(), n, bytes ? la->vnni_bytes : la->vnni, D,
+                           step_scale, ht.mean.data(),
                            direct_rope ? &angles : nullptr, head_rows, &sc->amx.sums);
         continue;
       }
@@ -532,8 +565,8 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
           DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
                      step, yt.data() + k * tp + full * kRun);
       }
-      if (direct) {
-        PcaReconstructLanes(yt.data(), tp, T, n, hp.lanes, D, ht.mean.data(),
+      if (direct && la != nullptr) {
+        PcaReconstructLanes(yt.data(), tp, T, n, la->lanes, D, ht.mean.data(),
                             direct_rope ? &angles : nullptr, head_rows, &sc->amx.sums);
         continue;
       }

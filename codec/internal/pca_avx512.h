@@ -32,30 +32,59 @@ uint64_t PcaLanesHeadsDecoded();
 
 // With AVX512-VNNI as well (PcaVnniAvailable: the CPU has it, STRATA_CODEC_VNNI is not 0 and no
 // test switched it off), integer dot products on the symbols instead: per head, the axes times
-// their steps are stored as int16 with one scale per column (the column's largest |value| /
-// 32767), and each sum is the exact integer sum of (symbol - maxq) times them (vpdpwssd, two
-// coordinates per product), times the column's scale; no dequantised coordinates are made. Each
-// term is then off by at most half a scale unit, 2^-16 of the column's largest term per unit of
-// |symbol - maxq|: on real KV 10^-7 to 10^-6 of the codec's own error energy (tested below 1 %),
-// 8-10 % of fp16 values differing from the float kernels' in their last bit. Only for
-// byte symbols (|symbol - maxq| <= 127, so no sum overflows at dim <= 256). The axes: int16
-// pairs (coordinates 2p, 2p + 1) per column, [c / 8][p][8], as 32-bit words.
+// their steps are stored as integers with one scale per column, and each sum is the exact
+// integer sum of (symbol - maxq) times them, times the column's scale; no dequantised
+// coordinates are made. Only for byte symbols (|symbol - maxq| <= 127, so no sum overflows at
+// dim <= 256). Two widths, one kernel:
+//  - int16 (vpdpwssd, two coordinates per product; the column's unit its largest |term| /
+//    32767): each term off by at most 2^-16 of the column's largest per unit of |symbol - maxq|;
+//    on real KV 10^-7 to 10^-6 of the codec's own error energy.
+//  - int8 (vpdpbusd on the raw symbols, four per product, twice int16's rate; maxq times the
+//    column's sum of terms taken off after): a unit of 2^-7 of the largest |term| leaves an
+//    error that grows with the symbols, not with the step, so the coordinates whose symbols
+//    carry the most energy (variance / step^2) stay int16 and only the rest go int8, as many as
+//    keep the expected added error under kMaxAddedError of the head's quantisation noise.
+// The axes: the head's coordinates in `order`; int16 pairs (2p, 2p + 1) per column,
+// [c / 8][p][8] 32-bit words; then int8 quads per column, [c / 8][q][8] 32-bit words.
 struct PcaVnniAxes {
+  std::vector<uint32_t> order;  // the coordinates k the kernel takes, in its order
+  size_t pairs = 0;             // int16: order[0, 2 pairs) (the last may pad); 0 and no quads:
+                                // not built (the float kernels decode)
   std::vector<uint32_t> words;
-  std::vector<float> scale;  // per column
-  size_t pairs = 0;          // (n + 1) / 2; 0: not built (the float kernels decode)
+  std::vector<float> scale;     // per column
+  size_t quads = 0;             // int8: order[2 pairs, n), padded to 4
+  std::vector<uint32_t> bytes;
+  std::vector<float> byte_scale;       // per column
+  std::vector<int32_t> byte_sum;       // per column: the sum of its int8 terms
+  // Expected squared error per token the int8 terms add (E[symbol^2] from the calibration's
+  // variances): independent of the block's step code, unlike the quantisation noise.
+  double added_error = 0;
 };
+// The share of a head's quantisation noise the int8 terms may add (expected; the decoder
+// checks it again at the block's own steps, PcaVnniBytesFit).
+inline constexpr double kMaxAddedError = 1e-3;
 bool PcaVnniSupported();  // the CPU (and STRATA_CODEC_VNNI)
 bool PcaVnniAvailable();  // and no test switched it off
 void SetPcaVnniEnabledForTest(bool enabled);
-void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
-                      size_t dim, PcaVnniAxes* axes);
+// Int8 terms (STRATA_CODEC_VNNI=16 and tests turn them off: int16 only).
+bool PcaVnniBytesAvailable();
+void SetPcaVnniBytesEnabledForTest(bool enabled);
+// All int16 where `variances` is null; else int8 beyond the coordinates that must stay int16
+// (none built where every one must: axes->quads == 0).
+void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* steps,
+                      const float* variances, size_t n, size_t dim, PcaVnniAxes* axes);
+// Whether axes with int8 terms keep within kMaxAddedError of the quantisation noise at steps
+// times `step_scale` (a step code finer than calibrated shrinks the noise, not the int8 error).
+bool PcaVnniBytesFit(const PcaVnniAxes& axes, const float* steps, const float* variances,
+                     size_t n, float step_scale);
 // Rows as PcaReconstructAmx's (scale: the section's step scale) from byte symbols.
 void PcaReconstructVnni(const PcaSymbols& s, const uint32_t* slot, size_t n,
                         const PcaVnniAxes& axes, size_t dim, float scale, const float* mean,
                         const PcaRope* rope, const PcaRows& out, std::vector<float>* scratch);
 // Heads this process has reconstructed with VNNI (tests: the path was taken).
 uint64_t PcaVnniHeadsDecoded();
+// Of those, heads with int8 terms.
+uint64_t PcaVnniBytesHeadsDecoded();
 
 }  // namespace strata::codec::internal
 

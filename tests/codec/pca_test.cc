@@ -726,9 +726,16 @@ TEST(PcaSections, VnniDecoderIsAsCloseAsTheFloatKernels) {
     std::vector<uint8_t> blob, vnni(c.bb), floats(c.bb);
     ASSERT_TRUE(c.enc.Encode(c.layout, p, block, &blob).ok());
     const uint64_t before = internal::PcaVnniHeadsDecoded();
+    const uint64_t bytes_before = internal::PcaVnniBytesHeadsDecoded();
     ASSERT_TRUE(c.dec.Decode(blob, vnni).ok());
     // The sections whose symbols are bytes (one with a coordinate beyond 127 steps has wider).
     EXPECT_GE(internal::PcaVnniHeadsDecoded() - before, 2u * 2);
+    // Int8 terms at the calibrated steps; at 16x finer ones (step code 1) the quantisation
+    // noise is 256x smaller, the int8 terms' error is not: int16 only.
+    if (code == 0)
+      EXPECT_GT(internal::PcaVnniBytesHeadsDecoded() - bytes_before, 0u);
+    else
+      EXPECT_EQ(internal::PcaVnniBytesHeadsDecoded() - bytes_before, 0u);
     internal::SetPcaVnniEnabledForTest(false);
     ASSERT_TRUE(c.dec.Decode(blob, floats).ok());
     internal::SetPcaVnniEnabledForTest(true);
@@ -760,6 +767,72 @@ TEST(PcaSections, VnniDecoderIsAsCloseAsTheFloatKernels) {
     EXPECT_NEAR(e.a, e.b, 0.01 * e.b);
   }
   internal::SetPcaAmxEnabledForTest(true);
+}
+
+// Int8 terms add at most kMaxAddedError of the quantisation noise expected from the
+// calibration: the decode with them and the one with int16 terms only are that close, on blocks
+// the calibration did not see, and the codec's error does not grow beyond it.
+TEST(PcaSections, VnniInt8TermsAddAPermilleOfTheNoise) {
+  if (!internal::PcaVnniSupported()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI";
+  if (internal::PcaAmxSupported()) GTEST_SKIP() << "AMX tiles decode on this CPU";
+  CalibratedAtLowRate c(7);
+  for (size_t b = 4; b < 7; ++b) {
+    SCOPED_TRACE(::testing::Message() << "block " << b);
+    std::vector<uint8_t> blob, bytes(c.bb), wide(c.bb);
+    ASSERT_TRUE(c.enc.Encode(c.layout, c.p, c.Block(b), &blob).ok());
+    const uint64_t before = internal::PcaVnniBytesHeadsDecoded();
+    ASSERT_TRUE(c.dec.Decode(blob, bytes).ok());
+    EXPECT_GT(internal::PcaVnniBytesHeadsDecoded() - before, 0u);
+    internal::SetPcaVnniBytesEnabledForTest(false);
+    const uint64_t heads = internal::PcaVnniHeadsDecoded();
+    const uint64_t with_bytes = internal::PcaVnniBytesHeadsDecoded();
+    ASSERT_TRUE(c.dec.Decode(blob, wide).ok());
+    EXPECT_EQ(internal::PcaVnniBytesHeadsDecoded(), with_bytes);  // int16 only
+    EXPECT_GT(internal::PcaVnniHeadsDecoded(), heads);
+    internal::SetPcaVnniBytesEnabledForTest(true);
+    const SquaredErrors e = Fp16Errors(c.Block(b), bytes, wide);
+    EXPECT_GT(e.b, 0);
+    // Twice the bound: fp16 rounding of the outputs and held-out blocks' own variances.
+    EXPECT_LT(e.apart, 2 * internal::kMaxAddedError * e.b);
+    EXPECT_LT(e.a, (1 + 2 * internal::kMaxAddedError) * e.b);
+  }
+}
+
+// The int8 axes: the coordinates whose symbols carry the most energy stay int16, the expected
+// added error is within the bound, and none are int8 where every one would break it.
+TEST(PcaVnniAxes, Int8TermsOnlyWhereTheyFitTheBound) {
+  if (!internal::PcaVnniSupported()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI";
+  const size_t dim = 64, n = 60;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> basis(dim * dim), steps(n), variances(n);
+  for (float& x : basis) x = normal(rng) / std::sqrt(float{dim});
+  std::vector<uint32_t> coords(n);
+  for (size_t k = 0; k < n; ++k) {
+    coords[k] = static_cast<uint32_t>(k);
+    variances[k] = 100.0f / static_cast<float>(k + 1);  // decaying spectrum
+    steps[k] = 0.5f;
+  }
+  internal::PcaVnniAxes wide, mixed;
+  internal::BuildPcaVnniAxes(basis.data(), coords.data(), steps.data(), nullptr, n, dim, &wide);
+  EXPECT_EQ(wide.pairs, n / 2);
+  EXPECT_EQ(wide.quads, 0u);
+  internal::BuildPcaVnniAxes(basis.data(), coords.data(), steps.data(), variances.data(), n, dim,
+                             &mixed);
+  ASSERT_GT(mixed.quads, 0u);
+  ASSERT_GT(mixed.pairs, 0u);  // the top of the spectrum stays int16 ...
+  EXPECT_EQ(mixed.order[0], 0u);
+  EXPECT_EQ(mixed.order[1], 1u);
+  EXPECT_GT(mixed.added_error, 0);  // ... and the rest adds within the bound
+  EXPECT_TRUE(internal::PcaVnniBytesFit(mixed, steps.data(), variances.data(), n, 1.0f));
+  EXPECT_FALSE(internal::PcaVnniBytesFit(mixed, steps.data(), variances.data(), n, 1.0f / 16));
+  // Steps so fine that no coordinate fits: no int8 axes at all.
+  std::vector<float> fine(n, 1e-4f);
+  internal::PcaVnniAxes none;
+  internal::BuildPcaVnniAxes(basis.data(), coords.data(), fine.data(), variances.data(), n, dim,
+                             &none);
+  EXPECT_EQ(none.quads, 0u);
+  EXPECT_EQ(none.pairs, n / 2);
 }
 
 }  // namespace
