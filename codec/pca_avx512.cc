@@ -22,8 +22,6 @@ std::atomic<uint64_t> g_heads_decoded_in_lanes{0};
 std::atomic<uint64_t> g_heads_decoded_vnni{0};
 std::atomic<uint64_t> g_heads_decoded_bytes{0};
 
-// Column c's int8 terms of the ordered coordinates [from, n) (unit: their largest |term| / 127)
-// and the expected squared error they leave, each rounding weighted by its symbols' energy.
 struct ByteColumn {
   float unit = 0;
   double error = 0;
@@ -33,6 +31,8 @@ struct ByteColumn {
 // every head of a plan).
 inline int32_t Nearest(float x) { return static_cast<int32_t>(x + (x < 0 ? -0.5f : 0.5f)); }
 
+// One column's int8 terms of the ordered coordinates [from, n): their unit (the largest |term| /
+// 127) and the expected squared error they leave, each rounding weighted by its symbols' energy.
 ByteColumn ByteColumnOf(const float* column, const double* energy, size_t from, size_t n) {
   ByteColumn b;
   float largest = 0;
