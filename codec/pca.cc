@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <numeric>
 
@@ -152,35 +153,40 @@ struct PcaPlan {
     PcaVnniAxes vnni_bytes;    // and partly int8 (quads == 0: no coordinate can be)
     std::vector<float> dec_variance;  // the calibration's, in decoder order (VNNI only)
   };
-  // Built by the first decode that needs them (Calibrate's trial plans only encode):
-  // [section * heads + head]. `cal` is the plan's own.
+  // A section's, built by the first decode that needs them (Calibrate's trial plans only
+  // encode), each section on its own so that one decode waits for its own section alone.
+  // `cal` is the plan's own.
   const LaneAxes& Lanes(const Calibration& cal, size_t section, uint32_t head) const;
-  mutable std::once_flag lanes_once;
-  mutable std::vector<LaneAxes> lane_axes;
+  struct SectionLanes {
+    std::once_flag once;
+    std::vector<LaneAxes> heads;
+  };
+  mutable std::unique_ptr<SectionLanes[]> section_lanes;  // sections.size(), set by BuildPcaPlan
 };
 
 const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
                                         uint32_t head) const {
-  const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
-  std::call_once(lanes_once, [&] {
-    lane_axes.resize(sections.size() * H);
-    for (size_t i = 0; i < sections.size(); ++i)
-      for (uint32_t h = 0; h < H; ++h) {
-        const Head& hp = sections[i].heads[h];
-        const HeadTransform& ht = cal.At(static_cast<uint32_t>(i / tensors),
-                                         static_cast<uint32_t>(i % tensors), h);
-        LaneAxes& a = lane_axes[i * H + h];
-        const size_t n = hp.dec_coord.size();
-        BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
-        if (!PcaVnniSupported()) continue;
-        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
-                         D, &a.vnni);
-        for (uint32_t c : hp.dec_coord) a.dec_variance.push_back(ht.variance[c]);
-        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
-                         a.dec_variance.data(), n, D, &a.vnni_bytes);
-      }
+  SectionLanes& sl = section_lanes[section];
+  std::call_once(sl.once, [&] {
+    const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
+    sl.heads.resize(H);
+    for (uint32_t h = 0; h < H; ++h) {
+      const Head& hp = sections[section].heads[h];
+      const HeadTransform& ht = cal.At(static_cast<uint32_t>(section / tensors),
+                                       static_cast<uint32_t>(section % tensors), h);
+      LaneAxes& a = sl.heads[h];
+      const size_t n = hp.dec_coord.size();
+      BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
+      if (!PcaVnniSupported()) continue;
+      BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n, D,
+                       &a.vnni);
+      a.dec_variance.assign(n, 0.0f);
+      for (size_t k = 0; k < n; ++k) a.dec_variance[k] = ht.variance[hp.dec_coord[k]];
+      BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
+                       a.dec_variance.data(), n, D, &a.vnni_bytes);
+    }
   });
-  return lane_axes[section * H + head];
+  return sl.heads[head];
 }
 
 namespace {
@@ -201,6 +207,7 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
   auto plan = std::make_shared<PcaPlan>();
   const uint32_t tensors = cal.TensorsPerLayer(), H = cal.num_kv_heads, D = cal.head_dim;
   plan->sections.resize(size_t{cal.num_layers} * tensors);
+  plan->section_lanes = std::make_unique<PcaPlan::SectionLanes[]>(plan->sections.size());
   for (uint32_t l = 0; l < cal.num_layers; ++l)
     for (uint32_t t = 0; t < tensors; ++t) {
       PcaPlan::Section& sp = plan->sections[size_t{l} * tensors + t];
@@ -544,8 +551,10 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                           ht.mean.data(), direct_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
       }
-      const PcaPlan::LaneAxes* la = lanes ? &plan->Lanes(cal, section, h) : nullptr;
-      if (direct && vnni && sizeof(*syms) == 1 && la->vnni.pairs > 0) {
+      // Only the paths that use them build a section's lane axes (not fp8 or coded-out ones).
+      const PcaPlan::LaneAxes* la =
+          direct && lanes ? &plan->Lanes(cal, section, static_cast<uint32_t>(h)) : nullptr;
+      if (la != nullptr && vnni && sizeof(*syms) == 1 && la->vnni.pairs > 0) {
         const PcaSymbols ps{syms, false, nslots, T, int32_t{maxq}};
         // int8 terms where they add little to this block's own quantisation noise.
         const bool bytes = la->vnni_bytes.quads > 0 && PcaVnniBytesAvailable() &&
@@ -565,7 +574,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
           DequantRun(syms + full * kRun * nslots + hp.dec_slot[k] * rest, rest, int32_t{maxq},
                      step, yt.data() + k * tp + full * kRun);
       }
-      if (direct && la != nullptr) {
+      if (la != nullptr) {
         PcaReconstructLanes(yt.data(), tp, T, n, la->lanes, D, ht.mean.data(),
                             direct_rope ? &angles : nullptr, head_rows, &sc->amx.sums);
         continue;
