@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "codec/calibration.h"
@@ -899,6 +900,29 @@ TEST(PcaVnniAxes, MixedAxesSumAsThePlainSum) {
     // Uniform symbols up to 20 steps: int8 terms off by up to 1/254 of a column's largest.
     EXPECT_GT(apart, 0);
     EXPECT_LT(apart, 1e-4 * energy);
+  }
+}
+
+// The plan's decoder axes are built by the first decode of each section, whichever thread it
+// runs on: decoders on several threads at once, from a calibration no one has decoded with yet,
+// all write the same values (TSan runs this).
+TEST(PcaSections, DecodersOnManyThreadsShareOnePlan) {
+  CalibratedAtLowRate c(5);
+  std::vector<uint8_t> blob;
+  ASSERT_TRUE(c.enc.Encode(c.layout, c.p, c.Block(4), &blob).ok());
+  std::vector<std::vector<uint8_t>> outs(4, std::vector<uint8_t>(c.bb));
+  std::vector<absl::Status> status(outs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < outs.size(); ++i)
+    threads.emplace_back([&, i] {
+      Decoder dec;
+      dec.set_calibrations(&c.set);
+      status[i] = dec.Decode(blob, outs[i]);
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_TRUE(status[i].ok()) << status[i];
+    EXPECT_EQ(outs[i], outs[0]) << i;
   }
 }
 
