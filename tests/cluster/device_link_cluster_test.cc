@@ -237,7 +237,7 @@ TEST_F(DeviceLinkClusterTest, AStuckOrDeadSourceCostsADeadlineNotAHang) {
   ASSERT_TRUE(n0->Reposition(p.ns, one, "", false, "gpu").ok());
   EXPECT_EQ(Counter(*n0, "device_link_blocks_in_total"), 1u);
   // n1 stops answering (SIGSTOP: its sockets stay open, nothing moves), then dies.
-  cl.node(1).Signal(SIGSTOP);
+  ASSERT_TRUE(cl.node(1).Stop()) << cl.logs();
   std::vector<BlockId> rest(p.ids.begin() + 1, p.ids.end());
   const absl::Time t0 = absl::Now();
   auto stuck = n0->Reposition(p.ns, rest, "", false, "gpu");

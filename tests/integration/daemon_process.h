@@ -176,6 +176,27 @@ class DaemonProcess {
 
   void Signal(int sig) { kill(pid_, sig); }
 
+  // SIGSTOP, returning once every thread has stopped (false if the process ended instead or is
+  // still running at the timeout): kill() only queues the signal, and on a loaded machine a
+  // thread already running can answer a request or two before it stops.
+  bool Stop(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    if (exited_ || pid_ <= 0) return false;
+    kill(pid_, SIGSTOP);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WUNTRACED | WNOHANG);
+      if (r == pid_ && WIFSTOPPED(status)) return true;
+      if (r == pid_) {
+        status_ = status;
+        exited_ = true;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+
   // Whether the process still runs now (it is reaped when it has ended, so ok() turns false).
   bool Running() {
     if (exited_ || pid_ <= 0) return false;

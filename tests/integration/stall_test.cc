@@ -111,7 +111,7 @@ void StallUnderBusyClients(DaemonProcess& d, const std::function<void()>& on_sto
   const int stall_ms[] = {400, 1000, 600, 800, 450};
   for (int ms : stall_ms) {
     absl::SleepFor(absl::Milliseconds(300));
-    d.Signal(SIGSTOP);
+    EXPECT_TRUE(d.Stop());
     on_stop();
     absl::SleepFor(absl::Milliseconds(ms));
     d.Signal(SIGCONT);
