@@ -73,11 +73,18 @@ struct Connected {
   uint64_t arena_bytes = 0;
 };
 
+// The daemon's Cache service over plain gRPC, each call with a 5 s deadline.
+std::unique_ptr<v1::Cache::Stub> CacheStub(const DaemonProcess& d) {
+  return v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+}
+void WithDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
 Connected ConnectRaw(const DaemonProcess& d) {
-  auto stub =
-      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  auto stub = CacheStub(d);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  WithDeadline(&ctx);
   v1::ConnectRequest req;
   req.set_client_name("am-fuzz");
   v1::ConnectResponse resp;
@@ -88,10 +95,9 @@ Connected ConnectRaw(const DaemonProcess& d) {
 // A real lease on published blocks, so fetch requests can lie about otherwise valid extents.
 v1::AcquireResponse AcquireRaw(const DaemonProcess& d, const NamespaceId& ns,
                                const std::vector<BlockId>& ids) {
-  auto stub =
-      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  auto stub = CacheStub(d);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  WithDeadline(&ctx);
   v1::AcquireRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   std::string packed;
@@ -105,10 +111,9 @@ v1::AcquireResponse AcquireRaw(const DaemonProcess& d, const NamespaceId& ns,
 // A reservation of `ids`, each `size` bytes, made over gRPC for messages that then name it.
 v1::ReserveResponse ReserveRaw(const DaemonProcess& d, const NamespaceId& ns,
                                const std::vector<BlockId>& ids, uint64_t size) {
-  auto stub =
-      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  auto stub = CacheStub(d);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  WithDeadline(&ctx);
   v1::ReserveRequest req;
   req.set_namespace_id(std::string(ns.AsBytes()));
   for (const BlockId& id : ids) {
@@ -666,8 +671,7 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
   auto client = ClientOf(d);
   ASSERT_TRUE(client.ok()) << client.status();
   auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
-  auto stub =
-      v1::Cache::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  auto stub = CacheStub(d);
   constexpr uint64_t kBlock = 200000, kPiece = 65536;  // four pieces, the last 3,392 bytes
   const auto ids = ComputeBlockIds(ns, kTokensPerBlock, Tokens(3 * kTokensPerBlock, 41));
   auto reserve = [&](size_t first, size_t n) {
@@ -680,7 +684,7 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
     for (uint32_t c : crcs) req.add_crc32c(c);
     v1::CommitResponse res;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    WithDeadline(&ctx);
     EXPECT_TRUE(stub->Commit(&ctx, req, &res).ok());
     return std::vector<int>(res.status().begin(), res.status().end());
   };
