@@ -161,7 +161,7 @@ struct PcaPlan {
     std::once_flag once;
     std::vector<LaneAxes> heads;
   };
-  mutable std::unique_ptr<SectionLanes[]> section_lanes;  // sections.size(), set by BuildPcaPlan
+  std::unique_ptr<SectionLanes[]> section_lanes;  // sections.size(), set by BuildPcaPlan
 };
 
 const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
