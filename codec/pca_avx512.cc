@@ -1,6 +1,7 @@
 // The pca decoder's sums on AVX-512 cores without AMX (codec/internal/pca_avx512.h): in float
-// token lanes, or as integer dot products on the symbols where the core has VNNI. Both leave
-// the sums in the tiles' [c][16] layout for their store pass (internal/pca_store_avx512.h).
+// token lanes (leaving the sums in the tiles' [c][16] layout), or as integer dot products on the
+// symbols in column lanes where the core has VNNI (token rows); both go through the store pass
+// of internal/pca_store_avx512.h.
 // Functions carry their own target attributes: nothing here runs unless PcaLanesSupported().
 #include "codec/internal/pca_avx512.h"
 
@@ -60,6 +61,7 @@ double QuantisationNoise(const float* steps, const float* variances, size_t n, f
 
 using avx512::PairIndex;
 using avx512::StoreGroup;
+using avx512::StoreTokenGroup;
 
 // The float decoder's sum with the tokens in the vector lanes, for AVX-512 cores without AMX:
 // sums[c][t] = sum over k of yt[k][t] * axes(k, c), fused multiply-adds in k order, for
@@ -152,98 +154,124 @@ STRATA_VNNI_TARGET inline __m512i QuadBytes(const uint8_t* sym, const PcaSymbols
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// 8 columns from c0 of both token groups, one width: the integer sums of the symbols (int16:
-// minus maxq already; int8: raw, maxq times the columns' sums of terms taken off) times the
-// columns' scales, stored, or added to what the other width stored.
+// acc += the dot products of u (unsigned bytes, or words) and s (signed bytes, or words), in
+// place: with the intrinsics GCC 12 copies every accumulator through another register in
+// SumTokenRows's loop, and it keeps an array of accumulators in memory.
 template <bool kBytes>
-STRATA_VNNI_TARGET __attribute__((always_inline)) inline void SumColumns(
-    const uint32_t* block, size_t count, const __m512i* y, const float* scale,
-    const int32_t* sum_of_terms, int32_t maxq, bool add, float* s0, float* s1) {
-  __m512i a[8], b[8];
-  for (int j = 0; j < 8; ++j) a[j] = b[j] = _mm512_setzero_si512();
-  for (size_t i = 0; i < count; ++i) {  // pairs [p][8] or quads [q][8]
-    const __m512i v0 = _mm512_loadu_si512(y + 2 * i), v1 = _mm512_loadu_si512(y + 2 * i + 1);
-    for (int j = 0; j < 8; ++j) {
-      const __m512i w = _mm512_set1_epi32(static_cast<int>(block[i * 8 + j]));
-      if constexpr (kBytes) {
-        a[j] = _mm512_dpbusd_epi32(a[j], v0, w);
-        b[j] = _mm512_dpbusd_epi32(b[j], v1, w);
-      } else {
-        a[j] = _mm512_dpwssd_epi32(a[j], v0, w);
-        b[j] = _mm512_dpwssd_epi32(b[j], v1, w);
-      }
-    }
+STRATA_VNNI_TARGET __attribute__((always_inline)) inline void DotAdd(__m512i& acc, __m512i u,
+                                                                    __m512i s) {
+  if constexpr (kBytes) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  } else {
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
   }
-  for (int j = 0; j < 8; ++j) {
-    if constexpr (kBytes) {
-      const __m512i off = _mm512_set1_epi32(maxq * sum_of_terms[j]);
-      a[j] = _mm512_sub_epi32(a[j], off);
-      b[j] = _mm512_sub_epi32(b[j], off);
+}
+
+// The integer sums acc of eight tokens from t0 at 16 columns, less off, times the columns'
+// units sc: stored as those tokens' rows at the columns, or added to what is there.
+STRATA_VNNI_TARGET __attribute__((always_inline)) inline void PutSums(
+    const __m512i (&acc)[8], __m512i off, __m512 sc, bool add, size_t t0, size_t rows,
+    size_t dim, float* sums) {
+  for (size_t t = 0; t < 8 && t0 + t < rows; ++t) {
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], off));
+    float* r = sums + (t0 + t) * dim;
+    _mm512_storeu_ps(r, add ? _mm512_fmadd_ps(x, sc, _mm512_loadu_ps(r)) : _mm512_mul_ps(x, sc));
+  }
+}
+
+// One group's sums at the 32 columns from c0, one width, with the columns in the vector lanes:
+// for every pair or quad i, token t's symbols (a pair of words or a quad of bytes) broadcast
+// times the terms of the columns; then the exact integer sums (int8: maxq times the columns'
+// sums of terms taken off) times the columns' units, stored as token rows sums[t][c] or added
+// to what the other width stored. Eight tokens by two blocks of 16 columns at a time, in named
+// accumulators: sixteen independent products in flight (VNNI issues two per cycle, five
+// cycles apart), ten loads per sixteen products.
+template <bool kBytes>
+STRATA_VNNI_TARGET __attribute__((always_inline)) inline void SumTokenRows(
+    const uint32_t* lo_terms, const uint32_t* hi_terms, size_t count, const uint32_t* y,
+    const float* scale, const int32_t* sum_of_terms, int32_t maxq, bool add, size_t rows,
+    size_t dim, float* sums) {
+  for (size_t t0 = 0; t0 < rows; t0 += 8) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+            a7 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0;
+    for (size_t i = 0; i < count; ++i) {  // terms [i][16 columns], y [i][16 tokens]
+      const __m512i w = _mm512_loadu_si512(lo_terms + i * 16);
+      const __m512i v = _mm512_loadu_si512(hi_terms + i * 16);
+      const int* at = reinterpret_cast<const int*>(y + i * 16 + t0);
+      __m512i u = _mm512_set1_epi32(at[0]);
+      DotAdd<kBytes>(a0, u, w), DotAdd<kBytes>(b0, u, v);
+      u = _mm512_set1_epi32(at[1]);
+      DotAdd<kBytes>(a1, u, w), DotAdd<kBytes>(b1, u, v);
+      u = _mm512_set1_epi32(at[2]);
+      DotAdd<kBytes>(a2, u, w), DotAdd<kBytes>(b2, u, v);
+      u = _mm512_set1_epi32(at[3]);
+      DotAdd<kBytes>(a3, u, w), DotAdd<kBytes>(b3, u, v);
+      u = _mm512_set1_epi32(at[4]);
+      DotAdd<kBytes>(a4, u, w), DotAdd<kBytes>(b4, u, v);
+      u = _mm512_set1_epi32(at[5]);
+      DotAdd<kBytes>(a5, u, w), DotAdd<kBytes>(b5, u, v);
+      u = _mm512_set1_epi32(at[6]);
+      DotAdd<kBytes>(a6, u, w), DotAdd<kBytes>(b6, u, v);
+      u = _mm512_set1_epi32(at[7]);
+      DotAdd<kBytes>(a7, u, w), DotAdd<kBytes>(b7, u, v);
     }
-    const __m512 sc = _mm512_set1_ps(scale[j]);
-    const __m512 x0 = _mm512_cvtepi32_ps(a[j]), x1 = _mm512_cvtepi32_ps(b[j]);
-    float* r0 = s0 + j * 16;
-    float* r1 = s1 + j * 16;
-    if (add) {
-      _mm512_storeu_ps(r0, _mm512_fmadd_ps(x0, sc, _mm512_loadu_ps(r0)));
-      _mm512_storeu_ps(r1, _mm512_fmadd_ps(x1, sc, _mm512_loadu_ps(r1)));
-    } else {
-      _mm512_storeu_ps(r0, _mm512_mul_ps(x0, sc));
-      _mm512_storeu_ps(r1, _mm512_mul_ps(x1, sc));
+    const __m512i lo[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    const __m512i hi[8] = {b0, b1, b2, b3, b4, b5, b6, b7};
+    // Loaded here, not held through the products: every register is taken there.
+    for (size_t h = 0; h < 2; ++h) {
+      __m512i off = _mm512_setzero_si512();
+      if constexpr (kBytes)
+        off = _mm512_mullo_epi32(_mm512_set1_epi32(maxq),
+                                 _mm512_loadu_si512(sum_of_terms + 16 * h));
+      PutSums(h == 0 ? lo : hi, off, _mm512_loadu_ps(scale + 16 * h), add, t0, rows, dim,
+              sums + 16 * h);
     }
   }
 }
 
-// sums[c][t] = the integer sums of (symbol - maxq) times the axes' terms at column c, times the
-// columns' scales: two groups of 16 tokens by 8 columns at a time, as ReconstructLanes.
+// Token rows = the integer sums of (symbol - maxq) times the axes' terms, times the columns'
+// units; per group of 16 tokens, its symbols interleaved per token once ([pair][16 tokens]
+// dwords of two words, [quad][16 tokens] dwords of four bytes), then 16 columns at a time.
 STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slot, size_t n,
                                         const PcaVnniAxes& axes, size_t dim, float scale,
                                         const float* mean, const PcaRope* rope,
                                         const PcaRows& out, std::vector<float>* scratch) {
   const size_t groups = (s.tokens + 15) / 16, pairs = axes.pairs, quads = axes.quads;
-  // Two groups' sums; their coordinate pairs, [p][group][32 words]; their quads,
-  // [q][group][64 bytes]; the slots in the axes' order.
-  scratch->resize(2 * dim * 16 + pairs * 32 + quads * 32 + n);
-  float* s0 = scratch->data();
-  float* s1 = s0 + dim * 16;
-  int16_t* y16 = reinterpret_cast<int16_t*>(s1 + dim * 16);
-  __m512i* y8 = reinterpret_cast<__m512i*>(s1 + dim * 16 + pairs * 32);
-  uint32_t* ordered = reinterpret_cast<uint32_t*>(s1 + dim * 16 + pairs * 32 + quads * 32);
+  // The group's token rows; its pairs; its quads; the slots in the axes' order.
+  scratch->resize(16 * dim + pairs * 16 + quads * 16 + n);
+  float* sums = scratch->data();
+  uint32_t* y16 = reinterpret_cast<uint32_t*>(sums + 16 * dim);
+  uint32_t* y8 = y16 + pairs * 16;
+  uint32_t* ordered = y8 + quads * 16;
   for (size_t i = 0; i < n; ++i) ordered[i] = axes.order.empty() ? slot[i] : slot[axes.order[i]];
   const size_t wide = std::min(n, 2 * pairs);  // int16 coordinates; the rest int8
   const uint8_t* sym = static_cast<const uint8_t*>(s.sym);
   const __m256i maxq = _mm256_set1_epi16(static_cast<int16_t>(s.maxq));
   const __m512i idx = PairIndex();
-  for (size_t g = 0; g < groups; g += 2) {
-    for (size_t p = 0; p < pairs; ++p)
-      for (size_t h = 0; h < 2; ++h) {
-        __m512i v = _mm512_setzero_si512();
-        if (g + h < groups) {
-          const __m256i a = SlotWords(sym, s, g + h, ordered[2 * p], maxq);
-          const __m256i b = 2 * p + 1 < wide ? SlotWords(sym, s, g + h, ordered[2 * p + 1], maxq)
-                                             : _mm256_setzero_si256();
-          v = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
-        }
-        _mm512_storeu_si512(y16 + (2 * p + h) * 32, v);
-      }
-    for (size_t q = 0; q < quads; ++q)
-      for (size_t h = 0; h < 2; ++h)
-        _mm512_storeu_si512(y8 + 2 * q + h,
-                            g + h < groups ? QuadBytes(sym, s, g + h, ordered + wide, n - wide, q)
-                                           : _mm512_setzero_si512());
-    for (size_t c0 = 0; c0 < dim; c0 += 8) {
-      float* r0 = s0 + c0 * 16;
-      float* r1 = s1 + c0 * 16;
-      if (pairs > 0)
-        SumColumns<false>(axes.words.data() + c0 * pairs, pairs,
-                          reinterpret_cast<const __m512i*>(y16), axes.scale.data() + c0, nullptr,
-                          0, false, r0, r1);
-      if (quads > 0)
-        SumColumns<true>(axes.bytes.data() + c0 * quads, quads, y8, axes.byte_scale.data() + c0,
-                         axes.byte_sum.data() + c0, s.maxq, pairs > 0, r0, r1);
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t rows = std::min<size_t>(16, s.tokens - g * 16);
+    for (size_t p = 0; p < pairs; ++p) {
+      const __m256i a = SlotWords(sym, s, g, ordered[2 * p], maxq);
+      const __m256i b = 2 * p + 1 < wide ? SlotWords(sym, s, g, ordered[2 * p + 1], maxq)
+                                         : _mm256_setzero_si256();
+      _mm512_storeu_si512(y16 + p * 16, _mm512_permutexvar_epi16(
+                                            idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)));
     }
-    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out);
-    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
+    for (size_t q = 0; q < quads; ++q)
+      _mm512_storeu_si512(y8 + q * 16, QuadBytes(sym, s, g, ordered + wide, n - wide, q));
+    for (size_t c0 = 0; c0 < dim; c0 += 32) {
+      if (pairs > 0) {
+        const uint32_t* terms = axes.words.data() + c0 * pairs;
+        SumTokenRows<false>(terms, terms + 16 * pairs, pairs, y16, axes.scale.data() + c0,
+                            nullptr, 0, false, rows, dim, sums + c0);
+      }
+      if (quads > 0) {
+        const uint32_t* terms = axes.bytes.data() + c0 * quads;
+        SumTokenRows<true>(terms, terms + 16 * quads, quads, y8, axes.byte_scale.data() + c0,
+                           axes.byte_sum.data() + c0, s.maxq, pairs > 0, rows, dim, sums + c0);
+      }
+    }
+    StoreTokenGroup(sums, dim, scale, mean, rows, rope, g * 16, out);
   }
 }
 
@@ -388,7 +416,7 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
     for (size_t i = 0; i < wide && unit > 0; ++i) {
       const long v = std::clamp(std::lrint(col[i] / unit), -32767L, 32767L);
       const uint32_t half = static_cast<uint16_t>(static_cast<int16_t>(v));
-      uint32_t& word = axes->words[(c / 8) * pairs * 8 + (i / 2) * 8 + c % 8];
+      uint32_t& word = axes->words[(c / 16) * pairs * 16 + (i / 2) * 16 + c % 16];
       word |= i % 2 == 0 ? half : half << 16;
     }
     const ByteColumn b = ByteColumnOf(col, energy.data(), wide, n);
@@ -398,7 +426,7 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
       axes->byte_sum[c] += static_cast<int32_t>(v);
       const size_t j = i - wide;
       const uint32_t byte = static_cast<uint8_t>(static_cast<int8_t>(v));
-      axes->bytes[(c / 8) * quads * 8 + (j / 4) * 8 + c % 8] |= byte << (8 * (j % 4));
+      axes->bytes[(c / 16) * quads * 16 + (j / 4) * 16 + c % 16] |= byte << (8 * (j % 4));
     }
   }
 }

@@ -44,8 +44,9 @@ uint64_t PcaLanesHeadsDecoded();
 //    error that grows with the symbols, not with the step, so the coordinates whose symbols
 //    carry the most energy (variance / step^2) stay int16 and only the rest go int8, as many as
 //    keep the expected added error under kMaxAddedError of the head's quantisation noise.
-// The axes: the head's coordinates in `order`; int16 pairs (2p, 2p + 1) per column,
-// [c / 8][p][8] 32-bit words; then int8 quads per column, [c / 8][q][8] 32-bit words.
+// The columns are the vector lanes (each token's sums come out as its row: no transposes before
+// the store pass). The axes: the head's coordinates in `order`; int16 pairs (2p, 2p + 1) per
+// column, [c / 16][p][16] 32-bit words; then int8 quads per column, [c / 16][q][16] words.
 struct PcaVnniAxes {
   std::vector<uint32_t> order;  // the coordinates k the kernel takes, in its order
   size_t pairs = 0;             // int16: order[0, 2 pairs) (the last may pad); 0 and no quads:

@@ -118,6 +118,53 @@ STRATA_AVX512_TARGET inline void StoreRows(const float* sums, size_t dim, float 
   }
 }
 
+// The same rows from sums already in token order, [t][dim] (the VNNI decoder's column lanes):
+// the same operations as StoreRows without its transposes, so the same bits.
+template <PcaRows::Type kType>
+STRATA_AVX512_TARGET inline void StoreTokenRows(const float* sums, size_t dim, float scale,
+                                                const float* mean, size_t rows,
+                                                const PcaRope* rope, size_t first_token,
+                                                const PcaRows& out) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  const size_t half = dim / 2;
+  for (size_t t = 0; t < rows; ++t) {
+    const float* r = sums + t * dim;
+    const size_t token = first_token + t;
+    if (!rope) {
+      for (size_t c0 = 0; c0 < dim; c0 += 16)
+        Put<kType>(out, token, c0,
+                   _mm512_fmadd_ps(_mm512_loadu_ps(r + c0), sc, _mm512_loadu_ps(mean + c0)));
+      continue;
+    }
+    for (size_t c0 = 0; c0 < half; c0 += 16) {
+      const __m512 a = _mm512_fmadd_ps(_mm512_loadu_ps(r + c0), sc, _mm512_loadu_ps(mean + c0));
+      const __m512 b = _mm512_fmadd_ps(_mm512_loadu_ps(r + c0 + half), sc,
+                                       _mm512_loadu_ps(mean + c0 + half));
+      const size_t at = token * half + c0;
+      const __m512 c = _mm512_loadu_ps(rope->cos + at), s = _mm512_loadu_ps(rope->sin + at);
+      Put<kType>(out, token, c0, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+      Put<kType>(out, token, c0 + half, _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
+    }
+  }
+}
+
+STRATA_AVX512_TARGET inline void StoreTokenGroup(const float* sums, size_t dim, float scale,
+                                                 const float* mean, size_t rows,
+                                                 const PcaRope* rope, size_t first_token,
+                                                 const PcaRows& out) {
+  switch (out.type) {
+    case PcaRows::Type::kFloat32:
+      return StoreTokenRows<PcaRows::Type::kFloat32>(sums, dim, scale, mean, rows, rope,
+                                                     first_token, out);
+    case PcaRows::Type::kFloat16:
+      return StoreTokenRows<PcaRows::Type::kFloat16>(sums, dim, scale, mean, rows, rope,
+                                                     first_token, out);
+    case PcaRows::Type::kBFloat16:
+      return StoreTokenRows<PcaRows::Type::kBFloat16>(sums, dim, scale, mean, rows, rope,
+                                                      first_token, out);
+  }
+}
+
 STRATA_AVX512_TARGET inline void StoreGroup(const float* sums, size_t dim, float scale,
                                      const float* mean, size_t tokens, const PcaRope* rope,
                                      size_t g, const PcaRows& out) {
