@@ -248,6 +248,7 @@ STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slo
   const uint8_t* sym = static_cast<const uint8_t*>(s.sym);
   const __m256i maxq = _mm256_set1_epi16(static_cast<int16_t>(s.maxq));
   const __m512i idx = PairIndex();
+  const bool stream = avx512::StreamsRows(out);
   for (size_t g = 0; g < groups; ++g) {
     const size_t rows = std::min<size_t>(16, s.tokens - g * 16);
     for (size_t p = 0; p < pairs; ++p) {
@@ -271,8 +272,9 @@ STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slo
                            axes.byte_sum.data() + c0, s.maxq, pairs > 0, rows, dim, sums + c0);
       }
     }
-    StoreTokenGroup(sums, dim, scale, mean, rows, rope, g * 16, out);
+    StoreTokenGroup(sums, dim, scale, mean, rows, rope, g * 16, out, stream);
   }
+  if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
 }
 
 // STRATA_CODEC_VNNI: "0" no VNNI, "16" int16 terms only (A/B runs of the int8 terms).

@@ -900,6 +900,25 @@ TEST(PcaVnniAxes, MixedAxesSumAsThePlainSum) {
     // Uniform symbols up to 20 steps: int8 terms off by up to 1/254 of a column's largest.
     EXPECT_GT(apart, 0);
     EXPECT_LT(apart, 1e-4 * energy);
+    // Rows at aligned addresses are streamed past the caches, others stored plainly: the same
+    // values either way, in every type.
+    for (const auto type : {internal::PcaRows::Type::kFloat32, internal::PcaRows::Type::kFloat16,
+                            internal::PcaRows::Type::kBFloat16}) {
+      const size_t bytes = tokens * dim * (type == internal::PcaRows::Type::kFloat32 ? 4 : 2);
+      std::vector<uint8_t> mem(bytes + 128);
+      uint8_t* aligned = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      std::vector<uint8_t> streamed(bytes), plain(bytes);
+      for (const size_t offset : {size_t{0}, size_t{2}}) {
+        std::memset(aligned, 0xA5, bytes + 2);
+        internal::PcaReconstructVnni(ps, slot.data(), n, axes, dim, 1.0f, mean.data(), nullptr,
+                                     {aligned + offset, type, dim}, &scratch);
+        std::memcpy(offset == 0 ? streamed.data() : plain.data(), aligned + offset, bytes);
+      }
+      EXPECT_EQ(streamed, plain) << "type " << static_cast<int>(type);
+      if (type == internal::PcaRows::Type::kFloat32) {
+        EXPECT_EQ(std::memcmp(streamed.data(), got.data(), bytes), 0);
+      }
+    }
   }
 }
 
