@@ -167,18 +167,6 @@ STRATA_VNNI_TARGET __attribute__((always_inline)) inline void DotAdd(__m512i& ac
   }
 }
 
-// The integer sums acc of eight tokens from t0 at 16 columns, less off, times the columns'
-// units sc: stored as those tokens' rows at the columns, or added to what is there.
-STRATA_VNNI_TARGET __attribute__((always_inline)) inline void PutSums(
-    const __m512i (&acc)[8], __m512i off, __m512 sc, bool add, size_t t0, size_t rows,
-    size_t dim, float* sums) {
-  for (size_t t = 0; t < 8 && t0 + t < rows; ++t) {
-    const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], off));
-    float* r = sums + (t0 + t) * dim;
-    _mm512_storeu_ps(r, add ? _mm512_fmadd_ps(x, sc, _mm512_loadu_ps(r)) : _mm512_mul_ps(x, sc));
-  }
-}
-
 // One group's sums at the 32 columns from c0, one width, with the columns in the vector lanes:
 // for every pair or quad i, token t's symbols (a pair of words or a quad of bytes) broadcast
 // times the terms of the columns; then the exact integer sums (int8: maxq times the columns'
@@ -215,17 +203,28 @@ STRATA_VNNI_TARGET __attribute__((always_inline)) inline void SumTokenRows(
       u = _mm512_set1_epi32(at[7]);
       DotAdd<kBytes>(a7, u, w), DotAdd<kBytes>(b7, u, v);
     }
-    const __m512i lo[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-    const __m512i hi[8] = {b0, b1, b2, b3, b4, b5, b6, b7};
     // Loaded here, not held through the products: every register is taken there.
-    for (size_t h = 0; h < 2; ++h) {
-      __m512i off = _mm512_setzero_si512();
-      if constexpr (kBytes)
-        off = _mm512_mullo_epi32(_mm512_set1_epi32(maxq),
-                                 _mm512_loadu_si512(sum_of_terms + 16 * h));
-      PutSums(h == 0 ? lo : hi, off, _mm512_loadu_ps(scale + 16 * h), add, t0, rows, dim,
-              sums + 16 * h);
+    __m512i off0 = _mm512_setzero_si512(), off1 = off0;
+    if constexpr (kBytes) {
+      const __m512i m = _mm512_set1_epi32(maxq);
+      off0 = _mm512_mullo_epi32(m, _mm512_loadu_si512(sum_of_terms));
+      off1 = _mm512_mullo_epi32(m, _mm512_loadu_si512(sum_of_terms + 16));
     }
+    const __m512 sc0 = _mm512_loadu_ps(scale), sc1 = _mm512_loadu_ps(scale + 16);
+    // Token t0 + t's row at the columns: each accumulator by name (an array of them would be
+    // stored and loaded back).
+    auto put = [&](size_t t, __m512i lo, __m512i hi) STRATA_VNNI_TARGET {
+      if (t0 + t >= rows) return;
+      float* r = sums + (t0 + t) * dim;
+      const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off0));
+      const __m512 z = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off1));
+      _mm512_storeu_ps(r, add ? _mm512_fmadd_ps(x, sc0, _mm512_loadu_ps(r))
+                              : _mm512_mul_ps(x, sc0));
+      _mm512_storeu_ps(r + 16, add ? _mm512_fmadd_ps(z, sc1, _mm512_loadu_ps(r + 16))
+                                   : _mm512_mul_ps(z, sc1));
+    };
+    put(0, a0, b0), put(1, a1, b1), put(2, a2, b2), put(3, a3, b3);
+    put(4, a4, b4), put(5, a5, b5), put(6, a6, b6), put(7, a7, b7);
   }
 }
 
