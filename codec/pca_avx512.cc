@@ -23,29 +23,65 @@ std::atomic<uint64_t> g_heads_decoded_in_lanes{0};
 std::atomic<uint64_t> g_heads_decoded_vnni{0};
 std::atomic<uint64_t> g_heads_decoded_bytes{0};
 
-struct ByteColumn {
-  float unit = 0;
-  double error = 0;
-};
-
 // Nearest, halves away from zero; inline (lrint is a library call, and this runs per term of
 // every head of a plan).
 inline int32_t Nearest(float x) { return static_cast<int32_t>(x + (x < 0 ? -0.5f : 0.5f)); }
 
-// One column's int8 terms of the ordered coordinates [from, n): their unit (the largest |term| /
-// 127) and the expected squared error they leave, each rounding weighted by its symbols' energy.
-ByteColumn ByteColumnOf(const float* column, const double* energy, size_t from, size_t n) {
-  ByteColumn b;
+// The unit of one column's int8 terms of the ordered coordinates [from, n): the largest |term| /
+// 127.
+float ByteUnit(const float* column, size_t from, size_t n) {
   float largest = 0;
   for (size_t i = from; i < n; ++i) largest = std::max(largest, std::abs(column[i]));
-  b.unit = largest / 127.0f;
-  if (b.unit == 0) return b;
-  for (size_t i = from; i < n; ++i) {
-    const double d = column[i] - static_cast<double>(Nearest(column[i] / b.unit)) * b.unit;
-    b.error += energy[i] * d * d;
-  }
-  return b;
+  return largest / 127.0f;
 }
+
+// The expected squared error per token that int8 terms of the ordered coordinates [from, n)
+// leave, over the dim columns ([c][n]): each term's rounding at its column's ByteUnit, weighted
+// by its symbols' energy. BuildPcaVnniAxes's search evaluates it a few times per head: in scalar
+// code, with a division per term, that made the first decode after a calibration arrives ~100 ms
+// slower (Qwen2.5-1.5B). The vector one rounds halves to even, not away from zero as the axes
+// do: a tie's error differs, which a bound does not mind.
+#ifdef STRATA_PCA_AVX512
+__attribute__((target("avx512f"))) double AddedError(const float* columns, const float* energy,
+                                                     size_t from, size_t n, size_t dim) {
+  double total = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    const float* col = columns + c * n;
+    auto live = [&](size_t i) __attribute__((target("avx512f"))) {
+      return static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    };
+    __m512 big = _mm512_setzero_ps();
+    for (size_t i = from; i < n; i += 16)
+      big = _mm512_max_ps(big, _mm512_abs_ps(_mm512_maskz_loadu_ps(live(i), col + i)));
+    const float unit = _mm512_reduce_max_ps(big) / 127.0f;
+    if (unit == 0) continue;
+    const __m512 u = _mm512_set1_ps(unit), inv = _mm512_set1_ps(1.0f / unit);
+    __m512 err = _mm512_setzero_ps();
+    for (size_t i = from; i < n; i += 16) {
+      const __m512 x = _mm512_maskz_loadu_ps(live(i), col + i);
+      const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT);
+      const __m512 d = _mm512_fnmadd_ps(q, u, x);
+      err = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(live(i), energy + i), d), d, err);
+    }
+    total += _mm512_reduce_add_ps(err);
+  }
+  return total;
+}
+#else
+double AddedError(const float* columns, const float* energy, size_t from, size_t n,
+                  size_t dim) {
+  double total = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    const float* col = columns + c * n;
+    const float unit = ByteUnit(col, from, n);
+    for (size_t i = from; i < n && unit > 0; ++i) {
+      const double d = col[i] - static_cast<double>(std::nearbyint(col[i] / unit)) * unit;
+      total += double{energy[i]} * d * d;
+    }
+  }
+  return total;
+}
+#endif
 
 // Expected quantisation noise per token of the head's coded coordinates at these steps.
 double QuantisationNoise(const float* steps, const float* variances, size_t n, float scale) {
@@ -254,8 +290,8 @@ STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slo
       const __m256i a = SlotWords(sym, s, g, ordered[2 * p], maxq);
       const __m256i b = 2 * p + 1 < wide ? SlotWords(sym, s, g, ordered[2 * p + 1], maxq)
                                          : _mm256_setzero_si256();
-      _mm512_storeu_si512(y16 + p * 16, _mm512_permutexvar_epi16(
-                                            idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)));
+      const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+      _mm512_storeu_si512(y16 + p * 16, _mm512_permutexvar_epi16(idx, ab));
     }
     for (size_t q = 0; q < quads; ++q)
       _mm512_storeu_si512(y8 + q * 16, QuadBytes(sym, s, g, ordered + wide, n - wide, q));
@@ -365,13 +401,13 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
   for (size_t k = 0; k < n; ++k) axes->order[k] = static_cast<uint32_t>(k);
   // energy[i]: the expected squared symbol of the i-th coordinate in order; column[c][i]: its
   // term at column c.
-  std::vector<double> energy(n, 0.0);
+  std::vector<float> energy(n, 0.0f);
   if (variances != nullptr) {
     std::vector<double> of(n);
     for (size_t k = 0; k < n; ++k) of[k] = double{variances[k]} / (double{steps[k]} * steps[k]);
     std::stable_sort(axes->order.begin(), axes->order.end(),
                      [&](uint32_t a, uint32_t b) { return of[a] > of[b]; });
-    for (size_t i = 0; i < n; ++i) energy[i] = of[axes->order[i]];
+    for (size_t i = 0; i < n; ++i) energy[i] = static_cast<float>(of[axes->order[i]]);
   }
   std::vector<float> column(dim * n);
   for (size_t c = 0; c < dim; ++c)
@@ -385,10 +421,7 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
   if (variances != nullptr) {
     const double allowed = kMaxAddedError * QuantisationNoise(steps, variances, n, 1.0f);
     auto added = [&](size_t from) {
-      double e = 0;
-      for (size_t c = 0; c < dim; ++c)
-        e += ByteColumnOf(&column[c * n], energy.data(), from, n).error;
-      return e;
+      return AddedError(column.data(), energy.data(), from, n, dim);
     };
     size_t lo = 0, hi = (n + 3) / 4;  // in quads; hi: all int16
     while (lo < hi) {
@@ -420,10 +453,10 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
       uint32_t& word = axes->words[(c / 16) * pairs * 16 + (i / 2) * 16 + c % 16];
       word |= i % 2 == 0 ? half : half << 16;
     }
-    const ByteColumn b = ByteColumnOf(col, energy.data(), wide, n);
-    axes->byte_scale[c] = b.unit;
-    for (size_t i = wide; i < n && b.unit > 0; ++i) {
-      const int32_t v = std::clamp(Nearest(col[i] / b.unit), -127, 127);
+    const float unit8 = ByteUnit(col, wide, n);
+    axes->byte_scale[c] = unit8;
+    for (size_t i = wide; i < n && unit8 > 0; ++i) {
+      const int32_t v = std::clamp(Nearest(col[i] / unit8), -127, 127);
       axes->byte_sum[c] += static_cast<int32_t>(v);
       const size_t j = i - wide;
       const uint32_t byte = static_cast<uint8_t>(static_cast<int8_t>(v));

@@ -167,7 +167,8 @@ STRATA_AVX512_TARGET inline void StoreTokenRows(const float* sums, size_t dim, f
       const __m512 b = _mm512_fmadd_ps(_mm512_loadu_ps(r + c0 + half), sc,
                                        _mm512_loadu_ps(mean + c0 + half));
       const __m512 c = _mm512_loadu_ps(tc + c0), s = _mm512_loadu_ps(ts + c0);
-      PutAt<kType, kStream>(data, row + c0, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+      PutAt<kType, kStream>(data, row + c0,
+                            _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
       PutAt<kType, kStream>(data, row + c0 + half,
                    _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
     }
