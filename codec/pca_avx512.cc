@@ -266,7 +266,7 @@ STRATA_VNNI_TARGET __attribute__((always_inline)) inline void SumTokenRows(
 
 // Token rows = the integer sums of (symbol - maxq) times the axes' terms, times the columns'
 // units; per group of 16 tokens, its symbols interleaved per token once ([pair][16 tokens]
-// dwords of two words, [quad][16 tokens] dwords of four bytes), then 16 columns at a time.
+// dwords of two words, [quad][16 tokens] dwords of four bytes), then 32 columns at a time.
 STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slot, size_t n,
                                         const PcaVnniAxes& axes, size_t dim, float scale,
                                         const float* mean, const PcaRope* rope,

@@ -156,8 +156,9 @@ STRATA_AVX512_TARGET inline void StoreTokenRows(const float* sums, size_t dim, f
     const size_t token = first_token + t, row = token * stride;
     if (!rope) {
       for (size_t c0 = 0; c0 < dim; c0 += 16)
-        PutAt<kType, kStream>(data, row + c0,
-                     _mm512_fmadd_ps(_mm512_loadu_ps(r + c0), sc, _mm512_loadu_ps(mean + c0)));
+        PutAt<kType, kStream>(
+            data, row + c0,
+            _mm512_fmadd_ps(_mm512_loadu_ps(r + c0), sc, _mm512_loadu_ps(mean + c0)));
       continue;
     }
     const float* const tc = cos + token * half;
@@ -170,7 +171,7 @@ STRATA_AVX512_TARGET inline void StoreTokenRows(const float* sums, size_t dim, f
       PutAt<kType, kStream>(data, row + c0,
                             _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
       PutAt<kType, kStream>(data, row + c0 + half,
-                   _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
+                            _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
     }
   }
 }
