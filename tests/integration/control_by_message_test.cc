@@ -346,14 +346,14 @@ TEST(ControlByMessageTest, ANamespaceTheDaemonForgotIsOpenedAgainThroughGrpc) {
 // next calls reach the new daemon without waiting out a deadline on the old endpoint, with and
 // without a gRPC call in between, and what they store fetches intact.
 TEST(ControlByMessageTest, ARestartedDaemonIsReachedAgainWithoutWaitingOutADeadline) {
-  const std::vector<std::string> listen = {"--listen",
-                                           absl::StrCat("127.0.0.1:", testing::FreePort())};
+  std::vector<std::string> listen;
   // The same secret on both: the namespace keeps its id across the restart.
   const std::string dir = testing::MakeTempDir("restart");
   std::ofstream(dir + "/secret") << "restart-test-secret-0123456789abcdef\n";
   const std::string config =
       "cluster_secret_file: " + dir + "/secret\nhost_tier:\n  capacity: 64MiB\n";
-  auto d = std::make_unique<DaemonProcess>(config, listen);
+  auto d = testing::OnFreePort(
+      &listen, [&](const auto& l) { return std::make_unique<DaemonProcess>(config, l); });
   ASSERT_TRUE(d->ok()) << d->log();
   auto client = Connect(*d);
   ASSERT_TRUE(client);

@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/free_port.h"
+
 namespace strata::testing {
 
 // The first sanitizer report in a process's output with some lines of it, empty when there is
@@ -235,6 +237,21 @@ inline bool AllServing(const std::vector<std::unique_ptr<DaemonProcess>>& daemon
   for (const auto& d : daemons)
     if (!d->ok()) return false;
   return true;
+}
+
+// A daemon on a loopback port picked by FreePort, for a test that starts it again on the same
+// endpoint: `start(listen)` starts it with `listen` (the --listen arguments, also left in
+// *listen for the restart). Another test may take the port between the pick and the bind; a
+// daemon that could not listen is started again on a new port (three tries).
+template <typename Start>
+std::unique_ptr<DaemonProcess> OnFreePort(std::vector<std::string>* listen, Start start) {
+  std::unique_ptr<DaemonProcess> d;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    *listen = {"--listen", "127.0.0.1:" + std::to_string(FreePort())};
+    d = start(*listen);
+    if (d->ok() || d->log().find("cannot listen") == std::string::npos) break;
+  }
+  return d;
 }
 
 // The logs of a test cluster's daemons, each under its node name (n0, n1, ...).

@@ -73,14 +73,19 @@ grpc::Status Announce(v1::Peer::Stub& stub, const std::string& node, const std::
 TEST(DirectoryCapTest, OneAnnouncerCannotGrowTheDirectoryBeyondItsCap) {
   // "flood" and "other" are members of the view (Announce refuses anyone else) that never
   // start: only their announcements reach this daemon.
-  const std::string self = "127.0.0.1:" + std::to_string(testing::FreePort());
-  const std::string view = "[\"self@" + self + "\", \"flood@127.0.0.1:" +
-                           std::to_string(testing::FreePort()) + "\", \"other@127.0.0.1:" +
-                           std::to_string(testing::FreePort()) + "\"]";
-  DaemonProcess d("node_id: self\nhost_tier:\n  capacity: 16MiB\ncluster:\n"
-                  "  membership: static\n  static_nodes: " + view + "\n"
-                  "  peer_timeout: 300ms\n  max_directory_entries_per_node: 100\n",
-                  {"--http-listen", "127.0.0.1:0", "--listen", self});
+  const std::string others = "\"flood@127.0.0.1:" + std::to_string(testing::FreePort()) +
+                             "\", \"other@127.0.0.1:" + std::to_string(testing::FreePort()) +
+                             "\"]";
+  std::vector<std::string> listen;
+  auto start = [&](const std::vector<std::string>& l) {
+    return std::make_unique<DaemonProcess>(
+        "node_id: self\nhost_tier:\n  capacity: 16MiB\ncluster:\n"
+        "  membership: static\n  static_nodes: [\"self@" + l[1] + "\", " + others + "\n"
+        "  peer_timeout: 300ms\n  max_directory_entries_per_node: 100\n",
+        std::vector<std::string>{"--http-listen", "127.0.0.1:0", l[0], l[1]});
+  };
+  auto owned = testing::OnFreePort(&listen, start);
+  DaemonProcess& d = *owned;
   ASSERT_TRUE(d.ok()) << d.log();
   const std::string http = d.ReadyField("http_endpoint");
   auto stub =

@@ -137,13 +137,13 @@ TEST(SpareReservationTest, OneBlobPublishesGoIntoSparesWhereTheyFit) {
 // A spare that is gone by the time a publish would use it costs that publish nothing but the
 // usual route: one that expired, and one held in the arena of a daemon since restarted.
 TEST(SpareReservationTest, AGoneSpareLeavesThePublishToTheUsualRoute) {
-  const std::vector<std::string> listen = {"--listen",
-                                           absl::StrCat("127.0.0.1:", testing::FreePort())};
+  std::vector<std::string> listen;
   const std::string dir = testing::MakeTempDir("spares");
   std::ofstream(dir + "/secret") << "spare-reservation-secret-0123456789\n";
   const std::string config = "cluster_secret_file: " + dir +
                              "/secret\nreservation_timeout: 1s\nhost_tier:\n  capacity: 64MiB\n";
-  auto d = std::make_unique<DaemonProcess>(config, listen);
+  auto d = testing::OnFreePort(
+      &listen, [&](const auto& l) { return std::make_unique<DaemonProcess>(config, l); });
   ASSERT_TRUE(d->ok()) << d->log();
   auto client = Connect(*d);
   ASSERT_TRUE(client);

@@ -355,9 +355,8 @@ TEST(TenantZoneTest, PublishBuffersAreStagedWithoutTheClientsCopy) {
 // endpoint (a new instance that knows none of them), the client lends them again on their next
 // use, and blocks published from them are copied by the new daemon and fetch intact.
 TEST(TenantZoneTest, PublishBuffersAreLentAgainToARestartedDaemon) {
-  const std::vector<std::string> listen = {"--listen",
-                                           absl::StrCat("127.0.0.1:", testing::FreePort())};
-  auto d = AuthDaemon("", listen);
+  std::vector<std::string> listen;
+  auto d = testing::OnFreePort(&listen, [](const auto& l) { return AuthDaemon("", l); });
   ASSERT_TRUE(d->ok()) << d->log();
   auto a = ConnectWithStaging(*d, kTokenA, "0");
   ASSERT_TRUE(a);
