@@ -109,6 +109,7 @@ STRATA_AVX512_TARGET void ReconstructLanes(const float* yt, size_t tp, size_t to
                                            const PcaRope* rope, const PcaRows& out,
                                            std::vector<float>* scratch) {
   const size_t groups = (tokens + 15) / 16;
+  const bool stream = avx512::StreamsRows(out);
   scratch->resize(2 * dim * 16 + n * 32);
   float* s0 = scratch->data();
   float* s1 = s0 + dim * 16;
@@ -141,9 +142,10 @@ STRATA_AVX512_TARGET void ReconstructLanes(const float* yt, size_t tp, size_t to
         _mm512_storeu_ps(s1 + (c0 + j) * 16, b[j]);
       }
     }
-    StoreGroup(s0, dim, 1.0f, mean, tokens, rope, g, out);
-    if (two) StoreGroup(s1, dim, 1.0f, mean, tokens, rope, g + 1, out);
+    StoreGroup(s0, dim, 1.0f, mean, tokens, rope, g, out, stream);
+    if (two) StoreGroup(s1, dim, 1.0f, mean, tokens, rope, g + 1, out, stream);
   }
+  if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
 }
 
 #define STRATA_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))

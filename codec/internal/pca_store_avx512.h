@@ -210,10 +210,24 @@ STRATA_AVX512_TARGET inline void StoreTokenGroup(const float* sums, size_t dim, 
   }
 }
 
+// A group's rows from its sums [c][16]; with `stream` (StreamsRows, and dim <= 256), transposed
+// into token rows first and streamed as StoreTokenRows does (a row at a time: a streaming store
+// of a part of a line that stays part is slow, and StoreRows's order leaves 16 rows' lines
+// half-written at once); the caller fences once the group's rows are all issued.
 STRATA_AVX512_TARGET inline void StoreGroup(const float* sums, size_t dim, float scale,
                                      const float* mean, size_t tokens, const PcaRope* rope,
-                                     size_t g, const PcaRows& out) {
+                                     size_t g, const PcaRows& out, bool stream = false) {
   const size_t rows = std::min<size_t>(16, tokens - g * 16);
+  if (stream && dim <= 256) {
+    alignas(64) float token_rows[16 * 256];
+    __m512 r[16];
+    for (size_t c0 = 0; c0 < dim; c0 += 16) {
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sums + (c0 + i) * 16);
+      Transpose16(r);
+      for (int t = 0; t < 16; ++t) _mm512_store_ps(token_rows + t * dim + c0, r[t]);
+    }
+    return StoreTokenGroup(token_rows, dim, scale, mean, rows, rope, g * 16, out, true);
+  }
   switch (out.type) {
     case PcaRows::Type::kFloat32:
       return StoreRows<PcaRows::Type::kFloat32>(sums, dim, scale, mean, rows, rope, g * 16, out);

@@ -922,6 +922,46 @@ TEST(PcaVnniAxes, MixedAxesSumAsThePlainSum) {
   }
 }
 
+// The float decoder in token lanes streams its rows past the caches where they are aligned
+// (each group transposed into token rows first) and stores them plainly elsewhere: the same
+// bytes either way, in every type, with and without RoPE, with a last group of 8 tokens.
+TEST(PcaLanes, StreamedRowsMatchPlainRows) {
+  if (!internal::PcaLanesSupported()) GTEST_SKIP() << "this CPU offers no AVX-512";
+  const size_t dim = 64, n = 40, tokens = 40, tp = 48;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  std::vector<float> basis(dim * dim), mean(dim), yt(n * tp, 0.0f);
+  for (float& x : basis) x = normal(rng) / 8;
+  for (float& x : mean) x = normal(rng);
+  for (size_t k = 0; k < n; ++k)
+    for (size_t t = 0; t < tokens; ++t) yt[k * tp + t] = normal(rng);
+  std::vector<uint32_t> coords(n);
+  for (size_t k = 0; k < n; ++k) coords[k] = static_cast<uint32_t>(k);
+  std::vector<float> axes, scratch, cos(tokens * dim / 2), sin(tokens * dim / 2);
+  internal::BuildPcaLanesAxes(basis.data(), coords.data(), n, dim, &axes);
+  for (size_t i = 0; i < cos.size(); ++i) {
+    cos[i] = std::cos(0.01f * static_cast<float>(i));
+    sin[i] = std::sin(0.01f * static_cast<float>(i));
+  }
+  const internal::PcaRope rope{cos.data(), sin.data()};
+  for (const internal::PcaRope* r : {static_cast<const internal::PcaRope*>(nullptr), &rope}) {
+    for (const auto type : {internal::PcaRows::Type::kFloat32, internal::PcaRows::Type::kFloat16,
+                            internal::PcaRows::Type::kBFloat16}) {
+      const size_t bytes = tokens * dim * (type == internal::PcaRows::Type::kFloat32 ? 4 : 2);
+      std::vector<uint8_t> mem(bytes + 128);
+      uint8_t* aligned = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+      std::vector<uint8_t> streamed(bytes), plain(bytes);
+      for (const size_t offset : {size_t{0}, size_t{2}}) {
+        std::memset(aligned, 0xA5, bytes + 2);
+        internal::PcaReconstructLanes(yt.data(), tp, tokens, n, axes, dim, mean.data(), r,
+                                      {aligned + offset, type, dim}, &scratch);
+        std::memcpy(offset == 0 ? streamed.data() : plain.data(), aligned + offset, bytes);
+      }
+      EXPECT_EQ(streamed, plain) << "type " << static_cast<int>(type) << (r ? " rope" : "");
+    }
+  }
+}
+
 // The plan's decoder axes are built by the first decode of each section, whichever thread it
 // runs on: decoders on several threads at once, from a calibration no one has decoded with yet,
 // all write the same values (TSan runs this).
