@@ -203,7 +203,6 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   const uint16_t* hi = axes.hi.data();
   const uint16_t* lo = axes.lo.data();
   const size_t astride = kpad * sizeof(uint16_t);
-  const bool stream = avx512::StreamsRows(out);
   const size_t esize = out.type == PcaRows::Type::kFloat32 ? 4 : 2;
   for (size_t g = 0; g < groups; g += 2) {
     // The next pair's output rows, asked for (to write) while this pair's tiles run: the rows
@@ -243,11 +242,10 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       _tile_stored(2, s0 + (c + 16) * 16, 64);
       _tile_stored(3, s1 + (c + 16) * 16, 64);
     }
-    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out, stream);
-    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out, stream);
+    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out);
+    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
   }
   _tile_release();
-  if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
 }
 
 // The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
