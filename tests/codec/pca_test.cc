@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "codec/calibration.h"
@@ -837,6 +838,24 @@ TEST(PcaVnniAxes, Int8TermsOnlyWhereTheyFitTheBound) {
   EXPECT_EQ(none.pairs, n / 2);
 }
 
+// What `decode(rows)` writes for `tokens` rows of `dim` values of `type` at an address aligned
+// to 64 bytes (where the AVX-512 decoders stream their rows) and at one 2 bytes past it (plain
+// stores): {streamed, plain}.
+template <typename Decode>
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> StreamedAndPlain(
+    size_t tokens, size_t dim, internal::PcaRows::Type type, Decode decode) {
+  const size_t bytes = tokens * dim * (type == internal::PcaRows::Type::kFloat32 ? 4 : 2);
+  std::vector<uint8_t> mem(bytes + 128);
+  uint8_t* aligned = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+  std::vector<uint8_t> streamed(bytes), plain(bytes);
+  for (const size_t offset : {size_t{0}, size_t{2}}) {
+    std::memset(aligned, 0xA5, bytes + 2);
+    decode(internal::PcaRows{aligned + offset, type, dim});
+    std::memcpy(offset == 0 ? streamed.data() : plain.data(), aligned + offset, bytes);
+  }
+  return {streamed, plain};
+}
+
 // The kernel itself against the plain sum, on the shapes the blocks above do not reach: a last
 // group of 8 tokens, an odd coordinate count, int8 coordinates not a multiple of 4, slots out of
 // order, and axes with no int16 coordinate at all.
@@ -904,19 +923,14 @@ TEST(PcaVnniAxes, MixedAxesSumAsThePlainSum) {
     // values either way, in every type.
     for (const auto type : {internal::PcaRows::Type::kFloat32, internal::PcaRows::Type::kFloat16,
                             internal::PcaRows::Type::kBFloat16}) {
-      const size_t bytes = tokens * dim * (type == internal::PcaRows::Type::kFloat32 ? 4 : 2);
-      std::vector<uint8_t> mem(bytes + 128);
-      uint8_t* aligned = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
-      std::vector<uint8_t> streamed(bytes), plain(bytes);
-      for (const size_t offset : {size_t{0}, size_t{2}}) {
-        std::memset(aligned, 0xA5, bytes + 2);
-        internal::PcaReconstructVnni(ps, slot.data(), n, axes, dim, 1.0f, mean.data(), nullptr,
-                                     {aligned + offset, type, dim}, &scratch);
-        std::memcpy(offset == 0 ? streamed.data() : plain.data(), aligned + offset, bytes);
-      }
+      const auto [streamed, plain] =
+          StreamedAndPlain(tokens, dim, type, [&](const internal::PcaRows& rows) {
+            internal::PcaReconstructVnni(ps, slot.data(), n, axes, dim, 1.0f, mean.data(),
+                                         nullptr, rows, &scratch);
+          });
       EXPECT_EQ(streamed, plain) << "type " << static_cast<int>(type);
       if (type == internal::PcaRows::Type::kFloat32) {
-        EXPECT_EQ(std::memcmp(streamed.data(), got.data(), bytes), 0);
+        EXPECT_EQ(std::memcmp(streamed.data(), got.data(), streamed.size()), 0);
       }
     }
   }
@@ -947,16 +961,11 @@ TEST(PcaLanes, StreamedRowsMatchPlainRows) {
   for (const internal::PcaRope* r : {static_cast<const internal::PcaRope*>(nullptr), &rope}) {
     for (const auto type : {internal::PcaRows::Type::kFloat32, internal::PcaRows::Type::kFloat16,
                             internal::PcaRows::Type::kBFloat16}) {
-      const size_t bytes = tokens * dim * (type == internal::PcaRows::Type::kFloat32 ? 4 : 2);
-      std::vector<uint8_t> mem(bytes + 128);
-      uint8_t* aligned = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
-      std::vector<uint8_t> streamed(bytes), plain(bytes);
-      for (const size_t offset : {size_t{0}, size_t{2}}) {
-        std::memset(aligned, 0xA5, bytes + 2);
-        internal::PcaReconstructLanes(yt.data(), tp, tokens, n, axes, dim, mean.data(), r,
-                                      {aligned + offset, type, dim}, &scratch);
-        std::memcpy(offset == 0 ? streamed.data() : plain.data(), aligned + offset, bytes);
-      }
+      const auto [streamed, plain] =
+          StreamedAndPlain(tokens, dim, type, [&](const internal::PcaRows& rows) {
+            internal::PcaReconstructLanes(yt.data(), tp, tokens, n, axes, dim, mean.data(), r,
+                                          rows, &scratch);
+          });
       EXPECT_EQ(streamed, plain) << "type " << static_cast<int>(type) << (r ? " rope" : "");
     }
   }
