@@ -31,10 +31,12 @@
 // value costs about head_dim multiply-adds (docs/codec.md, "Pca speed"). Where the CPU has AMX
 // tiles the decoder computes the same sums as bf16 matrix products instead (pca_amx.cc), equal
 // to these up to float rounding (not bit for bit: the sums' order differs), and so does the
-// encoder's projection. Between targets with and without FMA, and CPUs with and without AMX,
-// a coordinate within float rounding of a rounding boundary may then take another step (the
-// exact tokens may follow) and decoded values differ in their last bits: blobs of the same
-// block may differ between machines; each decodes on all.
+// encoder's projection. Without AMX, cores with AVX512-VNNI project from int16 operands instead
+// (pca_encode_avx512.cc: each coordinate off by ~1e-5 of the token's length, where no step is
+// finer than 2^-10 of the head's spread). Between targets with and without FMA, and CPUs with
+// and without AMX or VNNI, a coordinate that close to a rounding boundary may then take another
+// step (the exact tokens may follow) and decoded values differ in their last bits: blobs of the
+// same block may differ between machines; each decodes on all.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -133,6 +135,7 @@ struct PcaPlan {
     std::vector<float> dec_step;
     PcaAmxAxes amx;  // the same axes times their steps for the AMX decoder, where supported
     PcaAmxBasis enc_amx;  // the encoder's axes for its projection on AMX, where supported
+    PcaVnniBasis enc_vnni;  // or with VNNI, where the CPU has it (n == 0: the float kernels)
     // The finest step over the spread of the head's vectors (internal::NeedsSplitOperands).
     double finest_step_to_spread = 0;
   };
@@ -251,6 +254,15 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
           BuildPcaAmxBasis(ht.basis.data(), hp.enc_coord.data(), hp.enc_coord.size(), D,
                            NeedsSplitOperands(hp.finest_step_to_spread), &hp.enc_amx);
         }
+      else if (PcaVnniSupported())
+        for (uint32_t h = 0; h < H; ++h) {
+          PcaPlan::Head& hp = sp.heads[h];
+          const HeadTransform& ht = cal.At(l, t, h);
+          hp.finest_step_to_spread = FinestStepToSpread(ht);
+          if (VnniProjectionFits(hp.finest_step_to_spread))
+            BuildPcaVnniBasis(ht.basis.data(), hp.enc_coord.data(), hp.enc_coord.size(), D,
+                              &hp.enc_vnni);
+        }
     }
   return plan;
 }
@@ -326,6 +338,9 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
   const bool amx = PcaAmxEncodeAvailable();
+  // Without AMX, VNNI cores project as int16 dot products where the decoder would sum in lanes
+  // (not where tests pin Highway to another target, or switch VNNI off).
+  const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
   // Per head: its coordinates, [k][t] (k < kpad on the tiles, else < its coded count).
   pr->ybase.assign(H + 1, 0);
   for (size_t h = 0; h < H; ++h) {
@@ -348,6 +363,11 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
     if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
       PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
                        err2, y, &sc->amx.coords);
+      continue;
+    }
+    if (vnni && hp.enc_vnni.n > 0) {
+      PcaEncodeHeadVnni(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_vnni, tp,
+                        norm2, err2, y, &sc->vnni);
       continue;
     }
     for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time

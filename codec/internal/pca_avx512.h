@@ -1,6 +1,7 @@
 // The pca decoder's sums on AVX-512 cores without AMX (codec/pca_avx512.cc), written through
 // the tiles' store pass (mean, RoPE and the block's type in one pass; internal/pca_amx.h has the
-// shared PcaSymbols, PcaRope and PcaRows).
+// shared PcaSymbols, PcaRope and PcaRows), and the encoder's projection with VNNI
+// (codec/pca_encode_avx512.cc).
 #ifndef STRATA_CODEC_INTERNAL_PCA_AVX512_H_
 #define STRATA_CODEC_INTERNAL_PCA_AVX512_H_
 
@@ -86,6 +87,34 @@ void PcaReconstructVnni(const PcaSymbols& s, const uint32_t* slot, size_t n,
 uint64_t PcaVnniHeadsDecoded();
 // Of those, heads with int8 terms.
 uint64_t PcaVnniBytesHeadsDecoded();
+
+// The encoder's projection with VNNI (codec/pca_encode_avx512.cc), where the decoder would sum
+// in lanes and PcaVnniAvailable: as PcaEncodeHeadAmx's, from int16 operands. Each token's
+// centred vector is scaled to a length of 32767 units and rounded, each basis row likewise, and
+// their exact integer dot product times both units is the coordinate: off by ~1.3e-5 of the
+// token's length (two roundings of 0.29 units rms), which against a step of 2^-10 of the head's
+// spread adds ~0.2 % to a typical token's quantisation noise (VnniProjectionFits).
+struct PcaVnniBasis {
+  size_t n = 0;                  // coordinates; 0: not built (the float kernels project)
+  std::vector<uint32_t> pairs;   // [kpad][dim / 2] int16 pairs (element 2j in the low word);
+                                 // kpad: n rounded up to 4, rows n .. kpad - 1 zero
+  std::vector<float> unit;       // per row: its length / 32767
+};
+// Rows coords[k] of `basis` (k < n); not built unless dim is a multiple of 32 up to 256.
+void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
+                       PcaVnniBasis* out);
+// Whether int16 operands are fine enough for a head whose finest step is this share of its
+// spread (FinestStepToSpread in pca.cc).
+inline bool VnniProjectionFits(double finest_step_to_spread) {
+  return finest_step_to_spread >= 0x1p-10;
+}
+// x, stride, tokens, mean, tp, norm2, err2 as PcaEncodeHeadAmx's; y[k * tp + t] for k < n
+// (tokens past the end: zero).
+void PcaEncodeHeadVnni(const float* x, size_t stride, size_t tokens, size_t dim,
+                       const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
+                       double* err2, float* y, std::vector<uint32_t>* scratch);
+// Heads this process has projected with VNNI (tests: the path was taken).
+uint64_t PcaVnniHeadsProjected();
 
 }  // namespace strata::codec::internal
 

@@ -96,6 +96,7 @@ struct SectionScratch {
   std::vector<float> ps;                  // pca encoder: one head's scaled steps, inverses
   RopeTable rope;                         // pca: the block's RoPE angles
   PcaAmxScratch amx;                      // pca decoder on AMX tiles
+  std::vector<uint32_t> vnni;             // pca encoder with VNNI: a pass's token pairs
   // Encoders: bytes to prefetch while quantising (the next section's input), or null.
   const uint8_t* prefetch = nullptr;
   size_t prefetch_bytes = 0;
