@@ -331,16 +331,33 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   const size_t T = s.tokens, H = s.heads, D = s.head_dim, tp = PaddedTokens(T);
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
-  sc->f.resize(s.values());
-  ToFloat(in, s.dtype, sc->f.data(), s.values());
-  if (!AllFinite(sc->f.data(), s.values()))
-    return absl::InvalidArgumentError("pca section: non-finite input");
   const bool rope = tensor == 0 && cal.rope_theta > 0;
-  if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
   const bool amx = PcaAmxEncodeAvailable();
   // Without AMX, VNNI cores project as int16 dot products where the decoder would sum in lanes
-  // (not where tests pin Highway to another target, or switch VNNI off).
+  // (not where tests pin Highway to another target, or switch VNNI off). Where every head does,
+  // each reads its rows from the block (converts, rotates back and checks them in its pass: the
+  // tensor is not written as floats first).
   const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
+  bool direct = vnni && D % 32 == 0 && D <= 256 &&
+                (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
+                 s.dtype == DType::kBFloat16);
+  for (const PcaPlan::Head& hp : sp.heads)
+    direct = direct && (hp.enc_vnni.n > 0 || hp.enc_coord.empty());
+  PcaRope angles{};
+  if (direct && rope) {
+    const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
+    angles = {t.cos.data(), t.sin.data()};
+  }
+  if (!direct) {
+    sc->f.resize(s.values());
+    ToFloat(in, s.dtype, sc->f.data(), s.values());
+    if (!AllFinite(sc->f.data(), s.values()))
+      return absl::InvalidArgumentError("pca section: non-finite input");
+    if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, true, &sc->rope);
+  }
+  const PcaRows::Type type = s.dtype == DType::kFloat16    ? PcaRows::Type::kFloat16
+                             : s.dtype == DType::kBFloat16 ? PcaRows::Type::kBFloat16
+                                                           : PcaRows::Type::kFloat32;
   // Per head: its coordinates, [k][t] (k < kpad on the tiles, else < its coded count).
   pr->ybase.assign(H + 1, 0);
   for (size_t h = 0; h < H; ++h) {
@@ -365,9 +382,18 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
                        err2, y, &sc->amx.coords);
       continue;
     }
+    if (direct) {
+      const PcaInput rows{in + h * D * DTypeBytes(s.dtype), type, H * D};
+      if (!PcaEncodeHeadVnni(rows, rope ? &angles : nullptr, T, D, ht.mean.data(), hp.enc_vnni,
+                             tp, norm2, err2, y, &sc->vnni))
+        return absl::InvalidArgumentError("pca section: non-finite input");
+      continue;
+    }
     if (vnni && hp.enc_vnni.n > 0) {
-      PcaEncodeHeadVnni(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_vnni, tp,
-                        norm2, err2, y, &sc->vnni);
+      const PcaInput rows{sc->f.data() + h * D, PcaRows::Type::kFloat32, H * D};
+      if (!PcaEncodeHeadVnni(rows, nullptr, T, D, ht.mean.data(), hp.enc_vnni, tp, norm2, err2,
+                             y, &sc->vnni))
+        return absl::InvalidArgumentError("pca section: non-finite input (after RoPE)");
       continue;
     }
     for (size_t t0 = 0; t0 < T; t0 += 16) {  // transpose, 16 tokens at a time
@@ -410,6 +436,7 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   std::vector<int32_t>& tok_max = sc->pm;  // per token, max |q| over the section
   tok_max.assign(tp, 0);
   std::vector<float>& steps = sc->ps;  // the head's steps times the scale, and their inverses
+  const bool avx512 = PcaLanesSupported() && DispatchesToAvx512();  // else the Highway kernel
   for (size_t h = 0; h < H; ++h) {
     const PcaPlan::Head& hp = sp.heads[h];
     const size_t n = hp.enc_coord.size();
@@ -419,6 +446,11 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       steps[n + k] = step_scale == 1.0f ? hp.enc_inv[k] : 1.0f / steps[k];
     }
     const float* y = pr.y.data() + pr.ybase[h];
+    if (avx512) {
+      PcaQuantizeHeadAvx512(y, n, tp, steps.data(), steps.data() + n, static_cast<float>(kMaxQ),
+                            q.data() + qbase[h], err2, tok_max.data());
+      continue;
+    }
     for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
       PcaQuantizeT(y + k * tp, tp, steps[n + k], steps[k], static_cast<float>(kMaxQ),
                    q.data() + qbase[h] + k * tp, err2, tok_max.data());
@@ -430,7 +462,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   std::vector<uint16_t> exact;
   {
     std::vector<double> rel(T);
-    for (size_t tok = 0; tok < T; ++tok) rel[tok] = std::max(err2[tok], 0.0) / std::max(norm2[tok], 1e-30);
+    for (size_t tok = 0; tok < T; ++tok)
+      rel[tok] = std::max(err2[tok], 0.0) / std::max(norm2[tok], 1e-30);
     std::vector<double> sorted = rel;
     std::nth_element(sorted.begin(), sorted.begin() + T / 2, sorted.end());
     const double limit = kExactTokenFactor * sorted[T / 2];
@@ -476,7 +509,8 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       if (src) {
         EmitRuns(src, full, kRun, kRun * nslots, maxq, syms + j * kRun);
       } else {
-        for (size_t g = 0; g < full; ++g) EmitRun(src, kRun, maxq, syms + g * kRun * nslots + j * kRun);
+        for (size_t g = 0; g < full; ++g)
+          EmitRun(src, kRun, maxq, syms + g * kRun * nslots + j * kRun);
       }
       if (rest)
         EmitRun(src ? src + full * kRun : nullptr, rest, maxq,

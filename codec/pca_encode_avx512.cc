@@ -38,46 +38,130 @@ STRATA_VNNI_ENCODE_TARGET __attribute__((always_inline)) inline void WordDotAdd(
   asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
 }
 
-// One group's 16 tokens from `x` (live of them; the rest zero): per token the squared norm and
+// Token t's head vector as floats in xrow, RoPE undone where `rope` (as RopeRows undoes it,
+// the same float operations). False where it is not finite.
+STRATA_VNNI_ENCODE_TARGET void LoadRow(const PcaInput& in, size_t t, size_t dim,
+                                       const PcaRope* rope, float* xrow) {
+  const size_t at = t * in.stride;
+  switch (in.type) {
+    case PcaRows::Type::kFloat32:
+      std::memcpy(xrow, static_cast<const float*>(in.data) + at, dim * sizeof(float));
+      break;
+    case PcaRows::Type::kFloat16:
+      for (size_t d = 0; d < dim; d += 16) {
+        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
+        _mm512_storeu_ps(xrow + d,
+                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))));
+      }
+      break;
+    case PcaRows::Type::kBFloat16:
+      for (size_t d = 0; d < dim; d += 16) {
+        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
+        const __m512i w =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+        _mm512_storeu_ps(xrow + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+      break;
+  }
+  if (!rope) return;
+  const size_t half = dim / 2;
+  const float* cos = rope->cos + t * half;
+  const float* sin = rope->sin + t * half;
+  for (size_t j = 0; j < half; j += 16) {
+    const __m512 a = _mm512_loadu_ps(xrow + j), b = _mm512_loadu_ps(xrow + j + half);
+    const __m512 c = _mm512_loadu_ps(cos + j), s = _mm512_loadu_ps(sin + j);
+    _mm512_storeu_ps(xrow + j, _mm512_add_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+    _mm512_storeu_ps(xrow + j + half, _mm512_sub_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
+  }
+}
+
+// Lane i: the sum of v[i]'s lanes.
+STRATA_AVX512_TARGET inline __m512 LaneSums(__m512 v[16]) {
+  avx512::Transpose16(v);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) v[i] = _mm512_add_ps(v[i], v[i + w]);
+  return v[0];
+}
+
+// One group's 16 tokens from t0 (live of them; the rest zero): per token the squared norm and
 // centred energy added to norm2[i] and err2[i], its centred vector as int16 at kUnits over its
 // length (unit[i]: the length / kUnits), then transposed into pairs: xp[j][i] = token i's
-// elements 2j and 2j + 1 (the low word first), j < dim / 2.
-STRATA_VNNI_ENCODE_TARGET void PrepareGroup(const float* x, size_t stride, size_t live,
-                                            size_t dim, const float* mean, double* norm2,
-                                            double* err2, float* unit, int16_t* rows,
+// elements 2j and 2j + 1 (the low word first), j < dim / 2. False at a value that is not finite.
+// The tokens' sums and scales are taken together, 16 lanes at a time: one token at a time, a
+// reduction, a square root and a division stood between its two passes.
+STRATA_VNNI_ENCODE_TARGET bool PrepareGroup(const PcaInput& in, const PcaRope* rope, size_t t0,
+                                            size_t live, size_t tokens, size_t dim,
+                                            const float* mean, double* norm2, double* err2,
+                                            float* unit, float* centred, int16_t* rows,
                                             uint32_t* xp) {
+  const size_t es = in.type == PcaRows::Type::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  __m512 nx[16], nc[16];
+  for (size_t i = 0; i < 16; ++i) {
+    nx[i] = nc[i] = _mm512_setzero_ps();
+    if (i >= live) continue;
+    float* row = centred + i * dim;
+    if (t0 + 16 + i < tokens) {  // the next group's row (from L3 or memory, not the L2)
+      const char* next = static_cast<const char*>(in.data) + (t0 + 16 + i) * in.stride * es;
+      for (size_t b = 0; b < dim * es; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
+    LoadRow(in, t0 + i, dim, rope, row);
+    for (size_t d = 0; d < dim; d += 16) {
+      const __m512 v = _mm512_loadu_ps(row + d);
+      const __m512 c = _mm512_sub_ps(v, _mm512_loadu_ps(mean + d));
+      nx[i] = _mm512_fmadd_ps(v, v, nx[i]);
+      nc[i] = _mm512_fmadd_ps(c, c, nc[i]);
+      _mm512_storeu_ps(row + d, c);
+    }
+  }
+  alignas(64) float sx[16], sc[16], scale[16];
+  _mm512_store_ps(sx, LaneSums(nx));
+  _mm512_store_ps(sc, LaneSums(nc));
+  const __m512 sums = _mm512_add_ps(_mm512_load_ps(sx), _mm512_load_ps(sc));
+  if (_mm512_cmp_ps_mask(_mm512_abs_ps(sums), _mm512_set1_ps(INFINITY), _CMP_LT_OQ) != 0xFFFF) {
+    // Squares past float's range (or values that are not finite): those tokens in double.
+    for (size_t i = 0; i < live; ++i) {
+      if (std::isfinite(sx[i]) && std::isfinite(sc[i])) continue;
+      LoadRow(in, t0 + i, dim, rope, centred + i * dim);
+      double dx = 0, dc = 0;
+      for (size_t d = 0; d < dim; ++d) {
+        const float v = centred[i * dim + d];
+        if (!std::isfinite(v)) return false;
+        const double c = double{v} - mean[d];
+        dx += double{v} * v;
+        dc += c * c;
+        centred[i * dim + d] = v - mean[d];
+      }
+      norm2[i] += dx;
+      err2[i] += dc;
+      const double length = std::sqrt(dc);
+      unit[i] = static_cast<float>(length / kUnits);
+      scale[i] = length > 0 ? static_cast<float>(kUnits / length) : 0.0f;
+      sx[i] = sc[i] = NAN;  // taken
+    }
+  }
+  // The others' sums in double, their lengths and scales 16 at a time.
+  const __m512 length = _mm512_sqrt_ps(_mm512_load_ps(sc));
+  const __mmask16 taken = _mm512_cmp_ps_mask(length, length, _CMP_UNORD_Q);
+  const __mmask16 some = _mm512_cmp_ps_mask(length, _mm512_setzero_ps(), _CMP_GT_OQ) & ~taken;
+  _mm512_mask_storeu_ps(unit, ~taken, _mm512_mul_ps(length, _mm512_set1_ps(1.0f / kUnits)));
+  _mm512_mask_storeu_ps(scale, ~taken,
+                        _mm512_maskz_div_ps(some, _mm512_set1_ps(kUnits), length));
+  for (size_t i = 0; i < 16; ++i) {
+    if (taken >> i & 1) continue;
+    norm2[i] += sx[i];
+    err2[i] += sc[i];
+  }
   for (size_t i = 0; i < 16; ++i) {
     int16_t* r = rows + i * dim;
     if (i >= live) {
       std::memset(r, 0, dim * sizeof(int16_t));
-      unit[i] = 0;
       continue;
     }
-    const float* row = x + i * stride;
-    __m512 nx = _mm512_setzero_ps(), nc = nx;
+    const __m512 s = _mm512_set1_ps(scale[i]);
+    const float* c = centred + i * dim;
     for (size_t d = 0; d < dim; d += 16) {
-      const __m512 v = _mm512_loadu_ps(row + d);
-      const __m512 c = _mm512_sub_ps(v, _mm512_loadu_ps(mean + d));
-      nx = _mm512_fmadd_ps(v, v, nx);
-      nc = _mm512_fmadd_ps(c, c, nc);
-    }
-    double sx = _mm512_reduce_add_ps(nx), sc = _mm512_reduce_add_ps(nc);
-    if (!std::isfinite(sx) || !std::isfinite(sc)) {  // squares past float's range: in double
-      sx = sc = 0;
-      for (size_t d = 0; d < dim; ++d) {
-        const double c = double{row[d]} - mean[d];
-        sx += double{row[d]} * row[d];
-        sc += c * c;
-      }
-    }
-    norm2[i] += sx;
-    err2[i] += sc;
-    const double length = std::sqrt(sc);
-    unit[i] = static_cast<float>(length / kUnits);
-    const __m512 s = _mm512_set1_ps(length > 0 ? static_cast<float>(kUnits / length) : 0.0f);
-    for (size_t d = 0; d < dim; d += 16) {
-      const __m512 c = _mm512_sub_ps(_mm512_loadu_ps(row + d), _mm512_loadu_ps(mean + d));
-      const __m256i w = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(c, s)));
+      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(c + d), s);
+      const __m256i w = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(r + d), w);
     }
   }
@@ -91,6 +175,7 @@ STRATA_VNNI_ENCODE_TARGET void PrepareGroup(const float* x, size_t stride, size_
     for (size_t j = 0; j < 16; ++j)
       _mm512_storeu_ps(reinterpret_cast<float*>(xp + (j0 + j) * 16), b[j]);
   }
+  return true;
 }
 
 // y[k][t] for the coordinates of `basis` and the kGroups groups of xp ([g][dim / 2][16]) from
@@ -144,16 +229,18 @@ STRATA_VNNI_ENCODE_TARGET void ProjectGroups(const uint32_t* xp, size_t dim,
   }
 }
 
-STRATA_VNNI_ENCODE_TARGET void EncodeHead(const float* x, size_t stride, size_t tokens,
-                                          size_t dim, const float* mean,
+STRATA_VNNI_ENCODE_TARGET bool EncodeHead(const PcaInput& in, const PcaRope* rope,
+                                          size_t tokens, size_t dim, const float* mean,
                                           const PcaVnniBasis& basis, size_t tp, double* norm2,
                                           double* err2, float* y,
                                           std::vector<uint32_t>* scratch) {
   const size_t half = dim / 2, groups = tp / 16;
-  scratch->resize(kGroups * half * 16 + 8 * dim + kGroups * 16);
+  const size_t pairs = kGroups * half * 16;
+  scratch->resize(pairs + 24 * dim + kGroups * 16);
   uint32_t* xp = scratch->data();
-  int16_t* rows = reinterpret_cast<int16_t*>(xp + kGroups * half * 16);  // [16][dim]
-  float* unit = reinterpret_cast<float*>(xp + kGroups * half * 16 + 8 * dim);  // [g][16]
+  int16_t* rows = reinterpret_cast<int16_t*>(xp + pairs);               // [16][dim]
+  float* centred = reinterpret_cast<float*>(xp + pairs + 8 * dim);       // [16][dim]
+  float* unit = reinterpret_cast<float*>(xp + pairs + 24 * dim);          // [g][16]
   for (size_t g0 = 0; g0 < groups; g0 += kGroups) {
     const size_t take = std::min(kGroups, groups - g0);
     for (size_t g = 0; g < kGroups; ++g) {
@@ -164,10 +251,43 @@ STRATA_VNNI_ENCODE_TARGET void EncodeHead(const float* x, size_t stride, size_t 
       }
       const size_t t0 = (g0 + g) * 16;
       const size_t live = t0 < tokens ? std::min<size_t>(16, tokens - t0) : 0;
-      PrepareGroup(x + t0 * stride, stride, live, dim, mean, norm2 + t0, err2 + t0,
-                   unit + g * 16, rows, to);
+      if (!PrepareGroup(in, rope, t0, live, tokens, dim, mean, norm2 + t0, err2 + t0,
+                        unit + g * 16, centred, rows, to))
+        return false;
     }
     ProjectGroups(xp, dim, basis, unit, tp, g0, take, y);
+  }
+  return true;
+}
+
+// PcaQuantizeT's arithmetic on a vector of 16 tokens for every coordinate in turn, with the
+// tokens' double error sums and largest |q| held in registers across the coordinates (the
+// kernel's memory round trip per coordinate was most of its time): the same operations in the
+// same order, so the same bits.
+STRATA_AVX512_TARGET void QuantizeHead(const float* y, size_t n, size_t tp, const float* steps,
+                                       const float* inv, float limit, int32_t* q, double* err2,
+                                       int32_t* tok_max) {
+  const __m512 lo = _mm512_set1_ps(-limit), hi = _mm512_set1_ps(limit);
+  for (size_t t = 0; t < tp; t += 16) {
+    __m512d e0 = _mm512_loadu_pd(err2 + t), e1 = _mm512_loadu_pd(err2 + t + 8);
+    __m512i most = _mm512_loadu_si512(tok_max + t);
+    for (size_t k = 0; k < n; ++k) {
+      const __m512 v = _mm512_loadu_ps(y + k * tp + t);
+      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(inv[k])),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 qv = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
+      const __m512 e = _mm512_sub_ps(v, _mm512_mul_ps(qv, _mm512_set1_ps(steps[k])));
+      const __m512 gain = _mm512_sub_ps(_mm512_mul_ps(e, e), _mm512_mul_ps(v, v));
+      e0 = _mm512_add_pd(e0, _mm512_cvtps_pd(_mm512_castps512_ps256(gain)));
+      const __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(gain), 1));
+      e1 = _mm512_add_pd(e1, _mm512_cvtps_pd(upper));
+      const __m512i qi = _mm512_cvtps_epi32(qv);
+      _mm512_storeu_si512(q + k * tp + t, qi);
+      most = _mm512_max_epi32(most, _mm512_abs_epi32(qi));
+    }
+    _mm512_storeu_pd(err2 + t, e0);
+    _mm512_storeu_pd(err2 + t + 8, e1);
+    _mm512_storeu_si512(tok_max + t, most);
   }
 }
 
@@ -197,15 +317,28 @@ void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, siz
   }
 }
 
-void PcaEncodeHeadVnni(const float* x, size_t stride, size_t tokens, size_t dim,
+bool PcaEncodeHeadVnni(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
                        const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
                        double* err2, float* y, std::vector<uint32_t>* scratch) {
 #ifdef STRATA_PCA_AVX512
-  EncodeHead(x, stride, tokens, dim, mean, basis, tp, norm2, err2, y, scratch);
+  if (!EncodeHead(in, rope, tokens, dim, mean, basis, tp, norm2, err2, y, scratch)) return false;
   g_heads_projected_vnni.fetch_add(1, std::memory_order_relaxed);
+  return true;
 #else
-  (void)x, (void)stride, (void)tokens, (void)dim, (void)mean, (void)basis, (void)tp,
-      (void)norm2, (void)err2, (void)y, (void)scratch;
+  (void)in, (void)rope, (void)tokens, (void)dim, (void)mean, (void)basis, (void)tp, (void)norm2,
+      (void)err2, (void)y, (void)scratch;
+  return false;
+#endif
+}
+
+void PcaQuantizeHeadAvx512(const float* y, size_t n, size_t tp, const float* steps,
+                           const float* inv, float limit, int32_t* q, double* err2,
+                           int32_t* tok_max) {
+#ifdef STRATA_PCA_AVX512
+  QuantizeHead(y, n, tp, steps, inv, limit, q, err2, tok_max);
+#else
+  (void)y, (void)n, (void)tp, (void)steps, (void)inv, (void)limit, (void)q, (void)err2,
+      (void)tok_max;
 #endif
 }
 

@@ -108,11 +108,26 @@ void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, siz
 inline bool VnniProjectionFits(double finest_step_to_spread) {
   return finest_step_to_spread >= 0x1p-10;
 }
-// x, stride, tokens, mean, tp, norm2, err2 as PcaEncodeHeadAmx's; y[k * tp + t] for k < n
-// (tokens past the end: zero).
-void PcaEncodeHeadVnni(const float* x, size_t stride, size_t tokens, size_t dim,
+// Where the encoder's rows come from: token t's head vector at element t * stride of `data`,
+// of the block's type.
+struct PcaInput {
+  const void* data;
+  PcaRows::Type type;
+  size_t stride;
+};
+// norm2, err2 and y as PcaEncodeHeadAmx's (y[k * tp + t] for k < basis.n; tokens past the end
+// zero), from the rows as they are in the block: converted to float and, with `rope` (else
+// null), rotated back as RopeRows(..., inverse) rotates them, in the same pass. False, with the
+// head half done, where a value (after the rotation) is not finite. dim a multiple of 32 up to
+// 256, any basis.n (0: only norm2 and err2).
+bool PcaEncodeHeadVnni(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
                        const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
                        double* err2, float* y, std::vector<uint32_t>* scratch);
+// The encoder's quantisation of one head on AVX-512 cores (PcaLanesSupported): PcaQuantizeT
+// for each coordinate k < n in turn (y and q [k][tp], steps[k] and inv[k]), the same bits.
+void PcaQuantizeHeadAvx512(const float* y, size_t n, size_t tp, const float* steps,
+                           const float* inv, float limit, int32_t* q, double* err2,
+                           int32_t* tok_max);
 // Heads this process has projected with VNNI (tests: the path was taken).
 uint64_t PcaVnniHeadsProjected();
 
