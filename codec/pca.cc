@@ -102,6 +102,11 @@ void PlanSlots(const Calibration& cal, uint32_t layer, uint32_t tensor, std::vec
   *num_ctx = C;
 }
 
+// p[i] += offset (mod 256).
+void OffsetBytes(uint8_t* p, size_t n, uint8_t offset) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(p[i] + offset);
+}
+
 // Tokens padded to a multiple of 16 in the token-lane arrays (whole vectors on every target).
 inline size_t PaddedTokens(size_t T) { return (T + 15) / 16 * 16; }
 
@@ -130,6 +135,7 @@ struct PcaPlan {
     // Coded coordinates in the encoder's order (ascending) and their steps.
     std::vector<uint32_t> enc_coord;
     std::vector<float> enc_step, enc_inv;
+    std::vector<uint32_t> enc_slot;  // each coordinate's slot
     // The same coordinates in the decoder's order (by slot), their slots and steps.
     std::vector<uint32_t> dec_coord, dec_slot;
     std::vector<float> dec_step;
@@ -238,6 +244,8 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
         sp.slot_head.push_back(sl.head);
         sp.slot_k.push_back(local[size_t{sl.head} * D + sl.coord]);
         PcaPlan::Head& hp = sp.heads[sl.head];
+        hp.enc_slot.resize(hp.enc_coord.size());
+        hp.enc_slot[sp.slot_k.back()] = static_cast<uint32_t>(j);
         hp.dec_coord.push_back(sl.coord);
         hp.dec_slot.push_back(static_cast<uint32_t>(j));
         hp.dec_step.push_back(cal.At(l, t, sl.head).step[sl.coord]);
@@ -426,7 +434,6 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   std::vector<size_t> qbase(H + 1, 0);
   for (size_t h = 0; h < H; ++h) qbase[h + 1] = qbase[h] + sp.heads[h].enc_coord.size() * tp;
   std::vector<int32_t>& q = sc->pq;
-  q.resize(qbase[H]);
   // Per token: squared norm and squared coding error (the centred energy, then per coded
   // coordinate its quantisation error less its energy: the basis is orthonormal).
   std::vector<double>& pd = sc->pd;
@@ -437,24 +444,45 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   tok_max.assign(tp, 0);
   std::vector<float>& steps = sc->ps;  // the head's steps times the scale, and their inverses
   const bool avx512 = PcaLanesSupported() && DispatchesToAvx512();  // else the Highway kernel
-  for (size_t h = 0; h < H; ++h) {
-    const PcaPlan::Head& hp = sp.heads[h];
-    const size_t n = hp.enc_coord.size();
-    steps.resize(2 * n);
-    for (size_t k = 0; k < n; ++k) {
-      steps[k] = step_scale == 1.0f ? hp.enc_step[k] : hp.enc_step[k] * step_scale;
-      steps[n + k] = step_scale == 1.0f ? hp.enc_inv[k] : 1.0f / steps[k];
+  const size_t nslots = slots.size(), nsym = T * nslots;
+  // On AVX-512, whole token groups go straight to their runs as int8 (saturated): no int32
+  // coordinates written and read back. Where a coordinate left after the exact tokens needs
+  // more than a byte, they are quantised again into q.
+  const bool runs = avx512 && T % kRun == 0 && sp.coded > 0;
+  auto quantize = [&](bool to_runs, double* e2, int32_t* most) {
+    if (!to_runs) q.resize(qbase[H]);
+    for (size_t h = 0; h < H; ++h) {
+      const PcaPlan::Head& hp = sp.heads[h];
+      const size_t n = hp.enc_coord.size();
+      steps.resize(2 * n);
+      for (size_t k = 0; k < n; ++k) {
+        steps[k] = step_scale == 1.0f ? hp.enc_step[k] : hp.enc_step[k] * step_scale;
+        steps[n + k] = step_scale == 1.0f ? hp.enc_inv[k] : 1.0f / steps[k];
+      }
+      const float* y = pr.y.data() + pr.ybase[h];
+      const float limit = static_cast<float>(kMaxQ);
+      if (to_runs) {
+        PcaQuantizeHeadRunsAvx512(y, n, tp, steps.data(), steps.data() + n, limit,
+                                  hp.enc_slot.data(), nslots,
+                                  reinterpret_cast<int8_t*>(sc->syms8.data()), e2, most);
+      } else if (avx512) {
+        PcaQuantizeHeadAvx512(y, n, tp, steps.data(), steps.data() + n, limit,
+                              q.data() + qbase[h], e2, most);
+      } else {
+        for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
+          PcaQuantizeT(y + k * tp, tp, steps[n + k], steps[k], limit,
+                       q.data() + qbase[h] + k * tp, e2, most);
+      }
     }
-    const float* y = pr.y.data() + pr.ybase[h];
-    if (avx512) {
-      PcaQuantizeHeadAvx512(y, n, tp, steps.data(), steps.data() + n, static_cast<float>(kMaxQ),
-                            q.data() + qbase[h], err2, tok_max.data());
-      continue;
-    }
-    for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
-      PcaQuantizeT(y + k * tp, tp, steps[n + k], steps[k], static_cast<float>(kMaxQ),
-                   q.data() + qbase[h] + k * tp, err2, tok_max.data());
+  };
+  if (runs) {
+    sc->syms8.resize(nsym);
+    for (size_t j = 0; j < nslots; ++j)  // padding: zeros
+      if (sp.slot_head[j] == PcaPlan::kPad)
+        for (size_t g = 0; g < T / kRun; ++g)
+          std::memset(&sc->syms8[(g * nslots + j) * kRun], 0, kRun);
   }
+  quantize(runs, err2, tok_max.data());
   // Tokens the calibration fits badly are stored exactly, in place of their coordinates (which
   // become zeros, cheap to code). These are the attention sinks: in SmolLM2 the first token's
   // relative error is 10-70x the block median in most layers, and decoding it exactly alone
@@ -484,11 +512,22 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
       if (order[i] != 0 || !sink) exact.push_back(static_cast<uint16_t>(order[i]));
     std::sort(exact.begin(), exact.end());
   }
-  for (uint16_t tok : exact) {
-    for (size_t i = tok; i < q.size(); i += tp) q[i] = 0;
-    tok_max[tok] = 0;
-  }
+  for (uint16_t tok : exact) tok_max[tok] = 0;
   const int32_t maxq = *std::max_element(tok_max.begin(), tok_max.begin() + T);
+  const bool in_runs = runs && maxq <= 127;
+  if (runs && !in_runs) {  // the same q again (the errors and maxima already known)
+    std::vector<double> e2(pd.begin() + tp, pd.end());
+    std::vector<int32_t> most(tp, 0);
+    quantize(false, e2.data(), most.data());
+  }
+  for (uint16_t tok : exact) {
+    if (in_runs) {
+      for (size_t j = 0; j < nslots; ++j)
+        sc->syms8[((tok / kRun) * nslots + j) * kRun + tok % kRun] = 0;
+    } else {
+      for (size_t i = tok; i < q.size(); i += tp) q[i] = 0;
+    }
+  }
   ByteWriter w(out);
   w.U16(static_cast<uint16_t>(maxq));
   w.U16(static_cast<uint16_t>(sp.coded));
@@ -498,8 +537,13 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
   for (uint16_t tok : exact) w.Raw(in + tok * row_bytes, row_bytes);
   if (sp.coded == 0) return absl::OkStatus();
   if (!shared) return absl::InternalError("pca section: no shared stream");
-  const size_t nslots = slots.size(), nsym = T * nslots;
   const uint32_t alphabet = 2 * static_cast<uint32_t>(maxq) + 1;
+  if (in_runs) {  // q + maxq
+    OffsetBytes(sc->syms8.data(), nsym, static_cast<uint8_t>(maxq));
+    rans::Encode(sc->syms8.data(), nsym, alphabet, sp.num_ctx, &sc->rans, out, stats,
+                 rans::kMaxLanes, nullptr, shared);
+    return absl::OkStatus();
+  }
   // Runs of 16 tokens of one slot, slot after slot, token group after token group.
   const size_t full = T / kRun, rest = T % kRun;  // whole runs, and the last run's length
   auto emit = [&](auto* syms) {

@@ -263,14 +263,19 @@ STRATA_VNNI_ENCODE_TARGET bool EncodeHead(const PcaInput& in, const PcaRope* rop
 // PcaQuantizeT's arithmetic on a vector of 16 tokens for every coordinate in turn, with the
 // tokens' double error sums and largest |q| held in registers across the coordinates (the
 // kernel's memory round trip per coordinate was most of its time): the same operations in the
-// same order, so the same bits.
+// same order, so the same bits. kRuns: each coordinate's 16 symbols as int8 (saturated) into
+// its slot's run of the token group, runs[(t / 16 * nslots + slot[k]) * 16 ..], else as int32
+// into q[k * tp + t].
+template <bool kRuns>
 STRATA_AVX512_TARGET void QuantizeHead(const float* y, size_t n, size_t tp, const float* steps,
-                                       const float* inv, float limit, int32_t* q, double* err2,
-                                       int32_t* tok_max) {
+                                       const float* inv, float limit, int32_t* q,
+                                       const uint32_t* slot, size_t nslots, int8_t* runs,
+                                       double* err2, int32_t* tok_max) {
   const __m512 lo = _mm512_set1_ps(-limit), hi = _mm512_set1_ps(limit);
   for (size_t t = 0; t < tp; t += 16) {
     __m512d e0 = _mm512_loadu_pd(err2 + t), e1 = _mm512_loadu_pd(err2 + t + 8);
     __m512i most = _mm512_loadu_si512(tok_max + t);
+    int8_t* group = kRuns ? runs + (t / 16) * nslots * 16 : nullptr;
     for (size_t k = 0; k < n; ++k) {
       const __m512 v = _mm512_loadu_ps(y + k * tp + t);
       const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(inv[k])),
@@ -282,7 +287,12 @@ STRATA_AVX512_TARGET void QuantizeHead(const float* y, size_t n, size_t tp, cons
       const __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(gain), 1));
       e1 = _mm512_add_pd(e1, _mm512_cvtps_pd(upper));
       const __m512i qi = _mm512_cvtps_epi32(qv);
-      _mm512_storeu_si512(q + k * tp + t, qi);
+      if constexpr (kRuns) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(group + size_t{slot[k]} * 16),
+                         _mm512_cvtsepi32_epi8(qi));
+      } else {
+        _mm512_storeu_si512(q + k * tp + t, qi);
+      }
       most = _mm512_max_epi32(most, _mm512_abs_epi32(qi));
     }
     _mm512_storeu_pd(err2 + t, e0);
@@ -335,10 +345,21 @@ void PcaQuantizeHeadAvx512(const float* y, size_t n, size_t tp, const float* ste
                            const float* inv, float limit, int32_t* q, double* err2,
                            int32_t* tok_max) {
 #ifdef STRATA_PCA_AVX512
-  QuantizeHead(y, n, tp, steps, inv, limit, q, err2, tok_max);
+  QuantizeHead<false>(y, n, tp, steps, inv, limit, q, nullptr, 0, nullptr, err2, tok_max);
 #else
   (void)y, (void)n, (void)tp, (void)steps, (void)inv, (void)limit, (void)q, (void)err2,
       (void)tok_max;
+#endif
+}
+
+void PcaQuantizeHeadRunsAvx512(const float* y, size_t n, size_t tp, const float* steps,
+                               const float* inv, float limit, const uint32_t* slot,
+                               size_t nslots, int8_t* runs, double* err2, int32_t* tok_max) {
+#ifdef STRATA_PCA_AVX512
+  QuantizeHead<true>(y, n, tp, steps, inv, limit, nullptr, slot, nslots, runs, err2, tok_max);
+#else
+  (void)y, (void)n, (void)tp, (void)steps, (void)inv, (void)limit, (void)slot, (void)nslots,
+      (void)runs, (void)err2, (void)tok_max;
 #endif
 }
 

@@ -128,6 +128,12 @@ bool PcaEncodeHeadVnni(const PcaInput& in, const PcaRope* rope, size_t tokens, s
 void PcaQuantizeHeadAvx512(const float* y, size_t n, size_t tp, const float* steps,
                            const float* inv, float limit, int32_t* q, double* err2,
                            int32_t* tok_max);
+// The same, each coordinate's symbols of a group of 16 tokens as int8 (saturated: exact only
+// where |q| <= 127) into its slot's run, runs[(t / 16 * nslots + slot[k]) * 16 + t % 16], in
+// place of q (tp: the tokens, a multiple of 16).
+void PcaQuantizeHeadRunsAvx512(const float* y, size_t n, size_t tp, const float* steps,
+                               const float* inv, float limit, const uint32_t* slot,
+                               size_t nslots, int8_t* runs, double* err2, int32_t* tok_max);
 // Heads this process has projected with VNNI (tests: the path was taken).
 uint64_t PcaVnniHeadsProjected();
 

@@ -3,6 +3,7 @@
 // kernels', and the quantisation against the Highway kernel's bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -176,7 +177,8 @@ TEST(PcaVnniEncode, RefusesValuesThatAreNotFinite) {
 }
 
 // Per coordinate in turn, PcaQuantizeT's bits: symbols, the tokens' largest |q| and their double
-// error sums; with values past the clamp, ties of rounding and coordinates 0 .. 19.
+// error sums; with values past the clamp, ties of rounding and coordinates 0 .. 19; and the
+// same written straight into the slots' runs as bytes.
 TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
   if (!internal::PcaLanesSupported()) GTEST_SKIP() << "this CPU offers no AVX-512";
   std::mt19937 rng(43);
@@ -189,7 +191,7 @@ TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
         steps[k] = 0.01f + std::abs(g(rng));
         inv[k] = 1.0f / steps[k];
         for (size_t t = 0; t < tp; ++t) {
-          const float scale = t % 5 == 0 ? 300.0f : 3.0f;
+          const float scale = t % 5 == 0 ? 600.0f : 3.0f;
           y[k * tp + t] = t % 7 == 3 ? (std::round(scale * g(rng)) + 0.5f) * steps[k]
                                      : scale * g(rng) * steps[k];
         }
@@ -201,13 +203,39 @@ TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
         err2[t] = err2_want[t] = 0.25 * static_cast<double>(t);
       }
       for (size_t k = 0; k < n; ++k)
-        internal::PcaQuantizeT(y.data() + k * tp, tp, inv[k], steps[k], 100.0f,
+        internal::PcaQuantizeT(y.data() + k * tp, tp, inv[k], steps[k], 1000.0f,
                                q_want.data() + k * tp, err2_want.data(), most_want.data());
-      internal::PcaQuantizeHeadAvx512(y.data(), n, tp, steps.data(), inv.data(), 100.0f,
+      internal::PcaQuantizeHeadAvx512(y.data(), n, tp, steps.data(), inv.data(), 1000.0f,
                                       q.data(), err2.data(), most.data());
       EXPECT_EQ(q, q_want);
       EXPECT_EQ(most, most_want);
       EXPECT_EQ(err2, err2_want);
+      // Straight into runs: slots in another order (and one more, untouched), int8 saturated.
+      const size_t nslots = n + 1;
+      std::vector<uint32_t> slot(n);
+      for (size_t k = 0; k < n; ++k) slot[k] = static_cast<uint32_t>((k * 5 + 2) % nslots);
+      std::vector<int8_t> runs(tp * nslots, 99);
+      for (size_t t = 0; t < tp; ++t) {
+        most[t] = static_cast<int32_t>(t % 3);
+        err2[t] = 0.25 * static_cast<double>(t);
+      }
+      internal::PcaQuantizeHeadRunsAvx512(y.data(), n, tp, steps.data(), inv.data(), 1000.0f,
+                                          slot.data(), nslots, runs.data(), err2.data(),
+                                          most.data());
+      EXPECT_EQ(most, most_want);
+      EXPECT_EQ(err2, err2_want);
+      std::vector<bool> written(nslots, false);
+      for (size_t k = 0; k < n; ++k) written[slot[k]] = true;
+      for (size_t t = 0; t < tp; ++t)
+        for (size_t j = 0; j < nslots; ++j) {
+          const int8_t got = runs[(t / 16 * nslots + j) * 16 + t % 16];
+          if (!written[j]) {
+            ASSERT_EQ(got, 99);
+            continue;
+          }
+          const size_t k = std::find(slot.begin(), slot.end(), j) - slot.begin();
+          ASSERT_EQ(got, std::clamp(q_want[k * tp + t], -128, 127)) << t << " " << k;
+        }
     }
 }
 
