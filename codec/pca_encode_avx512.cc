@@ -1,8 +1,9 @@
 // The pca encoder's projection as int16 dot products on AVX512-VNNI cores without AMX
 // (internal/pca_avx512.h, PcaEncodeHeadVnni): vpdpwssd takes 32 products per instruction where
 // a float multiply-add takes 16, and this core issues either at two per cycle, so the sums that
-// were most of an encode take half the cycles.
-// Functions carry their own target attributes: nothing here runs unless PcaVnniSupported().
+// were most of an encode take half the cycles. And its quantisation on AVX-512 cores
+// (PcaQuantizeHead*Avx512). Functions carry their own target attributes: nothing here runs
+// unless PcaVnniSupported() (the projection) or PcaLanesSupported() (the quantisation).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -39,7 +40,7 @@ STRATA_VNNI_ENCODE_TARGET __attribute__((always_inline)) inline void WordDotAdd(
 }
 
 // Token t's head vector as floats in xrow, RoPE undone where `rope` (as RopeRows undoes it,
-// the same float operations). False where it is not finite.
+// the same float operations).
 STRATA_VNNI_ENCODE_TARGET void LoadRow(const PcaInput& in, size_t t, size_t dim,
                                        const PcaRope* rope, float* xrow) {
   const size_t at = t * in.stride;
@@ -124,12 +125,12 @@ STRATA_VNNI_ENCODE_TARGET bool PrepareGroup(const PcaInput& in, const PcaRope* r
       LoadRow(in, t0 + i, dim, rope, centred + i * dim);
       double dx = 0, dc = 0;
       for (size_t d = 0; d < dim; ++d) {
-        const float v = centred[i * dim + d];
-        if (!std::isfinite(v)) return false;
+        const float v = centred[i * dim + d], cf = v - mean[d];
+        if (!std::isfinite(cf)) return false;  // v, or its distance to the mean in float
         const double c = double{v} - mean[d];
         dx += double{v} * v;
         dc += c * c;
-        centred[i * dim + d] = v - mean[d];
+        centred[i * dim + d] = cf;
       }
       norm2[i] += dx;
       err2[i] += dc;
@@ -139,7 +140,7 @@ STRATA_VNNI_ENCODE_TARGET bool PrepareGroup(const PcaInput& in, const PcaRope* r
       sx[i] = sc[i] = NAN;  // taken
     }
   }
-  // The others' sums in double, their lengths and scales 16 at a time.
+  // The others' sums added in double, their lengths and scales 16 at a time.
   const __m512 length = _mm512_sqrt_ps(_mm512_load_ps(sc));
   const __mmask16 taken = _mm512_cmp_ps_mask(length, length, _CMP_UNORD_Q);
   const __mmask16 some = _mm512_cmp_ps_mask(length, _mm512_setzero_ps(), _CMP_GT_OQ) & ~taken;
@@ -238,9 +239,9 @@ STRATA_VNNI_ENCODE_TARGET bool EncodeHead(const PcaInput& in, const PcaRope* rop
   const size_t pairs = kGroups * half * 16;
   scratch->resize(pairs + 24 * dim + kGroups * 16);
   uint32_t* xp = scratch->data();
-  int16_t* rows = reinterpret_cast<int16_t*>(xp + pairs);               // [16][dim]
-  float* centred = reinterpret_cast<float*>(xp + pairs + 8 * dim);       // [16][dim]
-  float* unit = reinterpret_cast<float*>(xp + pairs + 24 * dim);          // [g][16]
+  int16_t* rows = reinterpret_cast<int16_t*>(xp + pairs);           // [16][dim]
+  float* centred = reinterpret_cast<float*>(xp + pairs + 8 * dim);   // [16][dim]
+  float* unit = reinterpret_cast<float*>(xp + pairs + 24 * dim);     // [g][16]
   for (size_t g0 = 0; g0 < groups; g0 += kGroups) {
     const size_t take = std::min(kGroups, groups - g0);
     for (size_t g = 0; g < kGroups; ++g) {

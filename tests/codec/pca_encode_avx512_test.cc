@@ -9,13 +9,14 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/half.h"
-#include "codec/internal/pca_amx.h"
 #include "codec/internal/kernels.h"
+#include "codec/internal/pca_amx.h"
 #include "codec/internal/pca_avx512.h"
 #include "codec/synthetic_kv.h"
 #include "tests/codec/test_layout.h"
@@ -301,6 +302,45 @@ TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
                   0.002 * float_blob.size());
     }
   }
+}
+
+// Through the encoder, on every path it takes here (the VNNI projection reading the block
+// itself, and the float kernels after a conversion pass): infinities and NaNs in a key (RoPE
+// undone) or a value section are refused with a clear error, at any token.
+TEST(PcaEncoder, RefusesValuesThatAreNotFinite) {
+  const KvLayout layout = Layout(2, 2, 128, 64);
+  const size_t bb = layout.BlockBytes();
+  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 5, SyntheticKvParams{});
+  std::vector<std::span<const uint8_t>> samples;
+  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
+  CalibrateOptions o;
+  o.rope_theta = 10000;
+  auto cal = Calibrate(layout, samples, o);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  CalibrationSet set;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
+  p.first_position = 4 * 64;
+  Encoder enc;
+  enc.set_calibrations(&set);
+  const size_t section = bb / 4;  // layer 0 keys, layer 0 values, layer 1 keys, values
+  for (const bool vnni : {true, false}) {
+    internal::SetPcaVnniEnabledForTest(vnni);
+    for (const uint16_t bad : {uint16_t{0x7C00}, uint16_t{0xFC00}, uint16_t{0x7E00}})
+      for (const size_t at : {size_t{0}, section + 2 * 777, 3 * section + bb / 4 - 2}) {
+        std::vector<uint8_t> block(kv.begin() + 4 * bb, kv.end());
+        std::memcpy(&block[at], &bad, 2);
+        std::vector<uint8_t> blob;
+        const absl::Status st = enc.Encode(layout, p, block, &blob);
+        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument)
+            << "vnni " << vnni << " value " << bad << " at " << at << ": " << st;
+        EXPECT_NE(st.message().find("non-finite"), std::string::npos) << st;
+      }
+    std::vector<uint8_t> blob;  // and the block itself is fine
+    EXPECT_TRUE(enc.Encode(layout, p, std::span(kv).subspan(4 * bb, bb), &blob).ok());
+  }
+  internal::SetPcaVnniEnabledForTest(true);
 }
 
 }  // namespace
