@@ -53,6 +53,28 @@ STRATA_AVX512_FN void DecStore(__m512i sv, Sym* dst) {
   }
 }
 
+// The symbols of V consecutive runs (V a multiple of 4) to dst. Bytes four runs at a time: two
+// dword and one word pack and a dword permute, where a narrowing store per run takes two uops
+// of the vector port the whole step is short of.
+template <typename Sym, int V>
+STRATA_AVX512_FN void DecStoreRuns(const __m512i* sv, Sym* dst) {
+  if constexpr (sizeof(Sym) == 1 && V % 4 == 0) {
+    // Dword 4 L + j of the packed bytes holds run j's symbols 4 L .. 4 L + 3.
+    const __m512i order =
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; v += 4) {
+      const __m512i lo = _mm512_packus_epi32(sv[v], sv[v + 1]);
+      const __m512i hi = _mm512_packus_epi32(sv[v + 2], sv[v + 3]);
+      _mm512_storeu_si512(dst + v * kCtxRun,
+                          _mm512_permutexvar_epi32(order, _mm512_packus_epi16(lo, hi)));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) DecStore(sv[v], dst + v * kCtxRun);
+  }
+}
+
 // Decodes blocks of V full 16-symbol runs (run g on state vector g % V) while at least 16 * V
 // words remain, so every 16-word load is in bounds. The V state vectors are independent, so
 // their gathers overlap. Returns the number of runs decoded (a multiple of V).
@@ -78,8 +100,7 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
     c0 = c;
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
+    DecStoreRuns<Sym, V>(sv, out + g * kCtxRun);
   }
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
@@ -89,12 +110,17 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
 
 // Decode step with one byte gather: `pack` holds, per slot, the symbol's index in the context's
 // symbols lo..lo+kTab-1 (one byte, so a context's table is 2^p bytes and stays in L1), and the
-// symbol's freq | start << 16 comes from an in-register table (kTab 16, 32 or 64 entries).
+// symbol's freq | start << 16 comes from an in-register table (kTab 16, 32 or 64 entries). The
+// context's slot mask and precision come from memory (`mask`, `p`): as broadcast operands they
+// cost the loads alone, where a value in a general register takes a vector-port uop to
+// broadcast and a shift by a register count another (three per step, on the port the step is
+// short of).
 template <int kTab>
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecStepPacked(
-    __m512i x, const uint8_t* pack, const uint32_t* ftab, __m512i lov, uint32_t p, __m512i* sv) {
+    __m512i x, const uint8_t* pack, const uint32_t* ftab, __m512i lov, const uint32_t* mask,
+    const uint32_t* p, __m512i* sv) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(*mask)));
   const __m512i idx =
       _mm512_and_si512(_mm512_i32gather_epi32(slot, pack, 1), _mm512_set1_epi32(0xFF));
   __m512i f;
@@ -113,7 +139,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i DecSte
     f = _mm512_i32gather_epi32(idx, ftab, 4);
   }
   *sv = _mm512_add_epi32(idx, lov);
-  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  const __m512i xs = _mm512_srlv_epi32(x, _mm512_set1_epi32(static_cast<int>(*p)));
   const __m512i bias = _mm512_sub_epi32(slot, _mm512_srli_epi32(f, 16));
   return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, low16), xs), bias);
 }
@@ -127,6 +153,8 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  uint32_t masks[kMaxContexts];
+  for (uint32_t c = 0; c < num_ctx; ++c) masks[c] = (1u << prob_bits[c]) - 1;
   const uint16_t* wq = wp;  // local: the stores to out must not force reloads
   size_t g = 0;
   uint32_t c0 = 0;
@@ -137,14 +165,14 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       xv[v] =
-          DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, prob_bits[c], &sv[v]);
+          DecStepPacked<kTab>(xv[v], pack[c], ftabs + size_t{c} * kTab, lov, &masks[c],
+                              &prob_bits[c], &sv[v]);
       c = c + 1 == num_ctx ? 0 : c + 1;
     }
     c0 = c;
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) xv[v] = DecRenorm(xv[v], wq);
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) DecStore(sv[v], out + (g + v) * kCtxRun);
+    DecStoreRuns<Sym, V>(sv, out + g * kCtxRun);
   }
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);

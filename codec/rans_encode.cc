@@ -41,12 +41,11 @@ TableLookup(const uint32_t* tab, __m512i idx) {
 template <typename Sym, int kTab>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncStep(
     const Sym* syms, size_t g, const uint32_t* tables, const float* rcps, size_t stride,
-    const __m512i lov, const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
+    const __m512i lov, const int* shifts, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
     __m512i& xr) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i zero = _mm512_setzero_si512();
-  const uint32_t p = prob_bits[ctx];
   const uint32_t* tab = tables + size_t{ctx} * stride;
   const uint32_t* rtab = reinterpret_cast<const uint32_t*>(rcps + size_t{ctx} * stride);
   __m512i idx;
@@ -65,7 +64,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
   // freq << (32 - p), minus one: emit while x > that (x >= freq << (32 - p)); a symbol with
   // freq = 2^p wraps to 0xFFFFFFFF and never emits.
   const __m512i xmax1 =
-      _mm512_sub_epi32(_mm512_sll_epi32(freq, _mm_cvtsi32_si128(static_cast<int>(32 - p))), one);
+      _mm512_sub_epi32(_mm512_sllv_epi32(freq, _mm512_set1_epi32(shifts[2 * ctx + 1])), one);
   __m512i x = xr;
   const __mmask16 emit = _mm512_cmpgt_epu32_mask(x, xmax1);
   const unsigned k = static_cast<unsigned>(std::popcount(static_cast<unsigned>(emit)));
@@ -85,7 +84,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
   const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
   q = _mm512_mask_add_epi32(q, over, q, one);
   r = _mm512_mask_sub_epi32(r, over, r, freq);
-  xr = _mm512_add_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(static_cast<int>(p))),
+  xr = _mm512_add_epi32(_mm512_sllv_epi32(q, _mm512_set1_epi32(shifts[2 * ctx])),
                         _mm512_add_epi32(r, start));
   ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
 }
@@ -94,9 +93,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
 template <typename Sym, int kTab, int V, size_t... I>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void EncBlock(
     const Sym* syms, size_t b, const uint32_t* tables, const float* rcps, size_t stride,
-    const __m512i lov, const uint32_t* prob_bits, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
+    const __m512i lov, const int* shifts, uint32_t& ctx, uint32_t num_ctx, uint16_t*& wp,
     __m512i* xv, std::index_sequence<I...>) {
-  ((EncStep<Sym, kTab>(syms, b * V + (V - 1 - I), tables, rcps, stride, lov, prob_bits, ctx,
+  ((EncStep<Sym, kTab>(syms, b * V + (V - 1 - I), tables, rcps, stride, lov, shifts, ctx,
                        num_ctx, wp, xv[V - 1 - I])),
    ...);
 }
@@ -118,12 +117,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  // Per context p and 32 - p, read as broadcast operands: a shift by a count in a register takes
+  // a vector-port uop to move the count and another in the shift (four per step).
+  int shifts[2 * kMaxContexts];
+  for (uint32_t c = 0; c < num_ctx; ++c) {
+    shifts[2 * c] = static_cast<int>(prob_bits[c]);
+    shifts[2 * c + 1] = 32 - static_cast<int>(prob_bits[c]);
+  }
   uint16_t* wp = wp_ref;
   uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
   for (size_t b = runs / V; b-- > 0;) {
     // Unrolled by a fold over the chains, so the states stay in registers (GCC did not unroll
     // the loop and kept them on the stack).
-    EncBlock<Sym, kTab, V>(syms, b, tables, rcps, stride, lov, prob_bits, ctx, num_ctx, wp, xv,
+    EncBlock<Sym, kTab, V>(syms, b, tables, rcps, stride, lov, shifts, ctx, num_ctx, wp, xv,
                            std::make_index_sequence<V>{});
   }
   wp_ref = wp;
