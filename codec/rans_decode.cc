@@ -23,14 +23,15 @@ inline uint32_t LoadWord(const uint16_t* p) {
 #if STRATA_RANS_AVX512
 #define STRATA_AVX512_FN __attribute__((target("avx512f,avx512bw"))) inline
 
-// One rANS decode step of 16 lanes sharing context tables (ent, sym) and precision p.
-STRATA_AVX512_FN __m512i DecStep(__m512i x, const uint32_t* ent, const uint16_t* sym, uint32_t p,
-                                 __m512i* sv) {
+// One rANS decode step of 16 lanes sharing context tables (ent, sym), slot mask and precision
+// p (from memory, as DecStepPacked's).
+STRATA_AVX512_FN __m512i DecStep(__m512i x, const uint32_t* ent, const uint16_t* sym,
+                                 const uint32_t* mask, const uint32_t* p, __m512i* sv) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>((1u << p) - 1)));
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(*mask)));
   const __m512i e = _mm512_i32gather_epi32(slot, ent, 4);
   *sv = _mm512_and_si512(_mm512_i32gather_epi32(slot, sym, 2), low16);  // tables padded
-  const __m512i xs = _mm512_srl_epi32(x, _mm_cvtsi32_si128(static_cast<int>(p)));
+  const __m512i xs = _mm512_srlv_epi32(x, _mm512_set1_epi32(static_cast<int>(*p)));
   return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 16), xs),
                           _mm512_and_si512(e, low16));
 }
@@ -85,6 +86,8 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
   __m512i xv[V];
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(states + 16 * v);
+  uint32_t masks[kMaxContexts];
+  for (uint32_t c = 0; c < num_ctx; ++c) masks[c] = (1u << prob_bits[c]) - 1;
   const uint16_t* wq = wp;  // local: the stores to out must not force reloads
   size_t g = 0;
   uint32_t c0 = 0;
@@ -94,7 +97,7 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsAvx512(
     uint32_t c = c0;
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
-      xv[v] = DecStep(xv[v], ent[c], sym[c], prob_bits[c], &sv[v]);
+      xv[v] = DecStep(xv[v], ent[c], sym[c], &masks[c], &prob_bits[c], &sv[v]);
       c = c + 1 == num_ctx ? 0 : c + 1;
     }
     c0 = c;
