@@ -18,7 +18,7 @@
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
 #include "codec/internal/pca_avx512.h"
-#include "codec/synthetic_kv.h"
+#include "tests/codec/calibrated_synthetic.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec {
@@ -247,29 +247,16 @@ TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
 // energy, at nearly their size.
 TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
   if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
-  const KvLayout layout = Layout(2, 2, 128, 64);
-  const size_t bb = layout.BlockBytes();
-  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 6, SyntheticKvParams{});
-  auto block = [&](size_t i) { return std::span(kv).subspan(i * bb, bb); };
   for (const double bits : {1.5, 4.0}) {
     SCOPED_TRACE(::testing::Message() << bits << " bits/value");
-    std::vector<std::span<const uint8_t>> samples;
-    for (size_t i = 0; i < 4; ++i) samples.push_back(block(i));
-    CalibrateOptions o;
-    o.bits_per_value = bits;
-    auto cal = Calibrate(layout, samples, o);
-    ASSERT_TRUE(cal.ok()) << cal.status();
-    CalibrationSet set;
-    CodecParams p;
-    p.mode = Mode::kPca;
-    p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-    p.first_position = 4 * 64;
-    Encoder enc;
-    Decoder dec;
-    enc.set_calibrations(&set);
-    dec.set_calibrations(&set);
+    test::CalibratedSynthetic c(6, test::AtBits(bits));
+    const KvLayout& layout = c.layout;
+    const size_t bb = c.bb;
+    CodecParams& p = c.p;
+    Encoder& enc = c.enc;
+    Decoder& dec = c.dec;
     for (size_t i = 4; i < 6; ++i, p.first_position += 64) {
-      const std::span<const uint8_t> in = block(i);
+      const std::span<const uint8_t> in = c.Block(i);
       std::vector<uint8_t> vnni_blob, float_blob, vnni(bb), floats(bb);
       const uint64_t before = internal::PcaVnniHeadsProjected();
       ASSERT_TRUE(enc.Encode(layout, p, in, &vnni_blob).ok());
@@ -308,22 +295,14 @@ TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
 // itself, and the float kernels after a conversion pass): infinities and NaNs in a key (RoPE
 // undone) or a value section are refused with a clear error, at any token.
 TEST(PcaEncoder, RefusesValuesThatAreNotFinite) {
-  const KvLayout layout = Layout(2, 2, 128, 64);
-  const size_t bb = layout.BlockBytes();
-  const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 5, SyntheticKvParams{});
-  std::vector<std::span<const uint8_t>> samples;
-  for (size_t i = 0; i < 4; ++i) samples.push_back(std::span(kv).subspan(i * bb, bb));
   CalibrateOptions o;
   o.rope_theta = 10000;
-  auto cal = Calibrate(layout, samples, o);
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  CalibrationSet set;
-  CodecParams p;
-  p.mode = Mode::kPca;
-  p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-  p.first_position = 4 * 64;
-  Encoder enc;
-  enc.set_calibrations(&set);
+  test::CalibratedSynthetic c(5, o);
+  const KvLayout& layout = c.layout;
+  const size_t bb = c.bb;
+  const std::vector<uint8_t>& kv = c.kv;
+  const CodecParams& p = c.p;
+  Encoder& enc = c.enc;
   const size_t section = bb / 4;  // layer 0 keys, layer 0 values, layer 1 keys, values
   for (const bool vnni : {true, false}) {
     internal::SetPcaVnniEnabledForTest(vnni);

@@ -17,9 +17,9 @@
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
 #include "codec/internal/pca_avx512.h"
-#include "codec/synthetic_kv.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/codec/calibrated_synthetic.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec {
@@ -623,29 +623,8 @@ SquaredErrors Fp16Errors(std::span<const uint8_t> x, const std::vector<uint8_t>&
 
 // Synthetic KV (2 layers, 2 heads of 128, 64 tokens per block) whose first four blocks calibrate
 // a namespace at 1.5 bits/value: steps coarse against the vectors' spread.
-struct CalibratedAtLowRate {
-  explicit CalibratedAtLowRate(size_t blocks)
-      : kv(GenerateSyntheticKv(layout, static_cast<uint32_t>(blocks), SyntheticKvParams{})) {
-    std::vector<std::span<const uint8_t>> samples;
-    for (size_t i = 0; i < 4; ++i) samples.push_back(Block(i));
-    CalibrateOptions o;
-    o.bits_per_value = 1.5;
-    auto cal = Calibrate(layout, samples, o);
-    EXPECT_TRUE(cal.ok()) << cal.status();
-    p.mode = Mode::kPca;
-    p.calibration_id = set.Add(std::make_shared<const Calibration>(*std::move(cal)));
-    p.first_position = 4 * 64;
-    enc.set_calibrations(&set);
-    dec.set_calibrations(&set);
-  }
-  std::span<const uint8_t> Block(size_t i) const { return std::span(kv).subspan(i * bb, bb); }
-  const KvLayout layout = Layout(2, 2, 128, 64);
-  const size_t bb = layout.BlockBytes();
-  const std::vector<uint8_t> kv;
-  CalibrationSet set;
-  CodecParams p;
-  Encoder enc;
-  Decoder dec;
+struct CalibratedAtLowRate : test::CalibratedSynthetic {
+  explicit CalibratedAtLowRate(size_t blocks) : CalibratedSynthetic(blocks, test::AtBits(1.5)) {}
 };
 
 // At low rates (steps coarse against the vectors' spread) the encoder's tiles take one bf16
