@@ -346,7 +346,7 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   // each reads its rows from the block (converts, rotates back and checks them in its pass: the
   // tensor is not written as floats first).
   const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
-  bool direct = vnni && D % 32 == 0 && D <= 256 &&
+  bool direct = vnni && PcaVnniEncodesDim(D) &&
                 (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
                  s.dtype == DType::kBFloat16);
   for (const PcaPlan::Head& hp : sp.heads)

@@ -20,9 +20,9 @@ std::atomic<uint64_t> g_heads_projected_vnni{0};
 
 // Both operands' int16 vectors have a length of at most kUnits (+ half a unit of rounding per
 // element), so every sum of products, and so every partial sum, is at most
-// (kUnits + 8)^2 < 2^31 for dim <= 256 (Cauchy-Schwarz): no int32 sum overflows.
+// (kUnits + 8)^2 < 2^31 for dim <= 256 (Cauchy-Schwarz; PcaVnniEncodesDim): no int32 sum
+// overflows.
 constexpr float kUnits = 32767.0f;
-constexpr size_t kMaxDim = 256;
 
 #ifdef STRATA_PCA_AVX512
 
@@ -309,7 +309,7 @@ STRATA_AVX512_TARGET void QuantizeHead(const float* y, size_t n, size_t tp, cons
 void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
                        PcaVnniBasis* out) {
   *out = PcaVnniBasis{};
-  if (n == 0 || dim % 32 != 0 || dim > kMaxDim) return;
+  if (n == 0 || !PcaVnniEncodesDim(dim)) return;
   const size_t half = dim / 2, kpad = (n + 3) / 4 * 4;
   out->n = n;
   out->pairs.assign(kpad * half, 0);

@@ -100,7 +100,10 @@ struct PcaVnniBasis {
                                  // kpad: n rounded up to 4, rows n .. kpad - 1 zero
   std::vector<float> unit;       // per row: its length / 32767
 };
-// Rows coords[k] of `basis` (k < n); not built unless dim is a multiple of 32 up to 256.
+// The head sizes the VNNI encoder takes: whole 16 x 16 blocks of pairs, and sums that cannot
+// overflow (dim <= 256).
+inline bool PcaVnniEncodesDim(size_t dim) { return dim % 32 == 0 && dim <= 256; }
+// Rows coords[k] of `basis` (k < n); not built unless PcaVnniEncodesDim(dim).
 void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,
                        PcaVnniBasis* out);
 // Whether int16 operands are fine enough for a head whose finest step is this share of its
@@ -118,8 +121,8 @@ struct PcaInput {
 // norm2, err2 and y as PcaEncodeHeadAmx's (y[k * tp + t] for k < basis.n; tokens past the end
 // zero), from the rows as they are in the block: converted to float and, with `rope` (else
 // null), rotated back as RopeRows(..., inverse) rotates them, in the same pass. False, with the
-// head half done, where a value (after the rotation) is not finite. dim a multiple of 32 up to
-// 256, any basis.n (0: only norm2 and err2).
+// head half done, where a value (after the rotation) is not finite. PcaVnniEncodesDim(dim), any
+// basis.n (0: only norm2 and err2).
 bool PcaEncodeHeadVnni(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
                        const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
                        double* err2, float* y, std::vector<uint32_t>* scratch);
