@@ -345,12 +345,16 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   // (not where tests pin Highway to another target, or switch VNNI off). Where every head does,
   // each reads its rows from the block (converts, rotates back and checks them in its pass: the
   // tensor is not written as floats first).
+  // The tiles read their rows from the block likewise, where every head takes them.
   const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
-  bool direct = vnni && PcaVnniEncodesDim(D) &&
-                (s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
-                 s.dtype == DType::kBFloat16);
+  const bool rows_typed = s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
+                          s.dtype == DType::kBFloat16;
+  bool direct = vnni && PcaVnniEncodesDim(D) && rows_typed;
   for (const PcaPlan::Head& hp : sp.heads)
     direct = direct && (hp.enc_vnni.n > 0 || hp.enc_coord.empty());
+  bool amx_rows = amx && rows_typed;
+  for (const PcaPlan::Head& hp : sp.heads) amx_rows = amx_rows && hp.enc_amx.kpad > 0;
+  direct = direct || amx_rows;
   PcaRope angles{};
   if (direct && rope) {
     const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
@@ -385,6 +389,13 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
     const PcaPlan::Head& hp = sp.heads[h];
     const size_t n = hp.enc_coord.size();
     float* y = pr->y.data() + pr->ybase[h];
+    if (amx_rows) {
+      const PcaInput rows{in + h * D * DTypeBytes(s.dtype), type, H * D};
+      if (!PcaEncodeHeadAmxRows(rows, rope ? &angles : nullptr, T, D, ht.mean.data(),
+                                hp.enc_amx, tp, norm2, err2, y, &sc->amx.coords))
+        return absl::InvalidArgumentError("pca section: non-finite input");
+      continue;
+    }
     if (amx && hp.enc_amx.kpad > 0) {  // the tiles take the rows as they are
       PcaEncodeHeadAmx(sc->f.data() + h * D, H * D, T, D, ht.mean.data(), hp.enc_amx, tp, norm2,
                        err2, y, &sc->amx.coords);

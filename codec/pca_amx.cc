@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -248,64 +249,65 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
-// The encoder's operand, straight from the section's rows: per group of 16 tokens and 32 columns,
-// each token's values less the mean, split into bf16 hi and (where `lo` is given) lo halves (32
-// of each, in column order: word j is the pair of columns 2j, 2j + 1), then transposed so that
-// row c / 2 holds the pair of every token (the tiles' pair layout, tpad tokens per row, those
-// past the end zero). Each token's squared norm and centred energy are summed on the way.
-STRATA_AMX_TARGET void PairRows(const float* x, size_t stride, size_t tokens, size_t dim,
-                                const float* mean, size_t tpad, double* norm2, double* err2,
-                                uint16_t* hi, uint16_t* lo) {
-  for (size_t t0 = 0; t0 < tpad; t0 += 16) {
-    __m512 n[16], e[16];
-    for (int i = 0; i < 16; ++i) n[i] = e[i] = _mm512_setzero_ps();
-    for (size_t c = 0; c < dim; c += 32) {
-      const __m512 ma = _mm512_loadu_ps(mean + c), mb = _mm512_loadu_ps(mean + c + 16);
-      __m512 h[16], l[16];
-      for (int i = 0; i < 16; ++i) {
-        if (t0 + i >= tokens) {
-          h[i] = l[i] = _mm512_setzero_ps();
-          continue;
-        }
-        const float* row = x + (t0 + i) * stride + c;
-        const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
-        n[i] = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n[i]));
-        const __m512 ca = _mm512_sub_ps(a, ma), cb = _mm512_sub_ps(b, mb);
-        e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
-        const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
-        h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
-        if (lo)
-          l[i] = reinterpret_cast<__m512>(
-              _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
+// The encoder's operand for the group of 16 tokens from t0 (`live` of them; the rest zero),
+// token i's row at x + i * stride: per 32 columns, each token's values less the mean, split into
+// bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the pair of
+// columns 2j, 2j + 1), then transposed so that row c / 2 holds the pair of every token (the
+// tiles' pair layout; rows `pitch` words apart). Each token's squared norm and centred energy
+// are summed on the way.
+STRATA_AMX_TARGET void PairGroup(const float* x, size_t stride, size_t t0, size_t live,
+                                 size_t dim, const float* mean, size_t pitch, double* norm2,
+                                 double* err2, uint16_t* hi, uint16_t* lo) {
+  __m512 n[16], e[16];
+  for (int i = 0; i < 16; ++i) n[i] = e[i] = _mm512_setzero_ps();
+  for (size_t c = 0; c < dim; c += 32) {
+    const __m512 ma = _mm512_loadu_ps(mean + c), mb = _mm512_loadu_ps(mean + c + 16);
+    __m512 h[16], l[16];
+    for (size_t i = 0; i < 16; ++i) {
+      if (i >= live) {
+        h[i] = l[i] = _mm512_setzero_ps();
+        continue;
       }
-      Transpose16(h);
-      if (lo) Transpose16(l);
-      for (int j = 0; j < 16; ++j) {
-        const size_t at = ((c / 2 + j) * tpad + t0) * 2;
-        _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
-        if (lo) _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
-      }
+      const float* row = x + i * stride + c;
+      const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+      n[i] = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n[i]));
+      const __m512 ca = _mm512_sub_ps(a, ma), cb = _mm512_sub_ps(b, mb);
+      e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
+      const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
+      h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
+      if (lo)
+        l[i] = reinterpret_cast<__m512>(
+            _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
     }
-    for (int i = 0; i < 16 && t0 + i < tokens; ++i) {
-      norm2[t0 + i] += _mm512_reduce_add_ps(n[i]);
-      err2[t0 + i] += _mm512_reduce_add_ps(e[i]);
+    Transpose16(h);
+    if (lo) Transpose16(l);
+    for (int j = 0; j < 16; ++j) {
+      const size_t at = (c / 2 + j) * pitch + t0 * 2;
+      _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
+      if (lo) _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
     }
+  }
+  for (size_t i = 0; i < live; ++i) {
+    norm2[t0 + i] += _mm512_reduce_add_ps(n[i]);
+    err2[t0 + i] += _mm512_reduce_add_ps(e[i]);
   }
 }
 
+inline size_t Live(size_t t0, size_t tokens) {
+  return t0 < tokens ? std::min<size_t>(16, tokens - t0) : 0;
+}
+
+// Words between the paired rows (PairGroup, ProjectTiles).
+inline size_t PairPitch(size_t tpad) { return tpad * 2; }
+
+// y = the axes' rows times the paired vectors (PairGroup's layout, rows `pitch` words apart).
 // Tiles as in ReconstructTiles, the roles swapped: 0-3 the coordinates (two blocks of 16 rows
 // k x two groups of 16 tokens), 4 and 5 the axes' rows k, 6 and 7 the two groups' vectors.
-STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tokens, size_t dim,
-                                       const float* mean, const PcaAmxBasis& basis, size_t tp,
-                                       double* norm2, double* err2, float* y,
-                                       std::vector<uint16_t>* scratch) {
-  const size_t tpad = (tp + 31) / 32 * 32, kpad = basis.kpad;
-  scratch->resize((basis.lo.empty() ? 1 : 2) * dim * tpad);
-  uint16_t* xh = scratch->data();
-  uint16_t* xl = basis.lo.empty() ? nullptr : xh + dim * tpad;
-  PairRows(x, stride, tokens, dim, mean, tpad, norm2, err2, xh, xl);
+STRATA_AMX_TARGET void ProjectTiles(const uint16_t* xh, const uint16_t* xl, size_t dim,
+                                    size_t pitch, const PcaAmxBasis& basis, size_t tp, float* y) {
+  const size_t kpad = basis.kpad;
   ConfigureTiles();
-  const size_t astride = dim * sizeof(uint16_t), xstride = tpad * 2 * sizeof(uint16_t);
+  const size_t astride = dim * sizeof(uint16_t), xstride = pitch * sizeof(uint16_t);
   const size_t ystride = tp * sizeof(float);
   const bool split = !basis.lo.empty();
   if (!split) g_heads_projected_in_bf16.fetch_add(1, std::memory_order_relaxed);
@@ -313,7 +315,7 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
     for (size_t k = 0; k < kpad; k += 32) {
       ZeroSums();
       for (size_t c = 0; c < dim; c += 32) {
-        const size_t at = k * dim + c, xt0 = (c / 2) * tpad * 2 + 2 * t;
+        const size_t at = k * dim + c, xt0 = (c / 2) * pitch + 2 * t;
         LoadAxisTiles(basis.hi.data() + at, astride);
         _tile_loadd(6, xh + xt0, xstride);
         _tile_loadd(7, xh + xt0 + 32, xstride);
@@ -336,6 +338,55 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
       }
     }
   _tile_release();
+}
+
+STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tokens, size_t dim,
+                                       const float* mean, const PcaAmxBasis& basis, size_t tp,
+                                       double* norm2, double* err2, float* y,
+                                       std::vector<uint16_t>* scratch) {
+  const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
+  scratch->resize((basis.lo.empty() ? 1 : 2) * half);
+  uint16_t* xh = scratch->data();
+  uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
+  for (size_t t0 = 0; t0 < tpad; t0 += 16)
+    PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean, pitch,
+              norm2, err2, xh, xl);
+  ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
+}
+
+// The same from the block's rows: each group's 16 rows converted (and rotated back) into a
+// float scratch that stays in L1, checked, then paired; the next group's rows prefetched.
+STRATA_AMX_TARGET bool EncodeHeadTilesFromRows(const PcaInput& in, const PcaRope* rope,
+                                               size_t tokens, size_t dim, const float* mean,
+                                               const PcaAmxBasis& basis, size_t tp,
+                                               double* norm2, double* err2, float* y,
+                                               std::vector<uint16_t>* scratch) {
+  const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
+  const size_t pairs = (basis.lo.empty() ? 1 : 2) * half;
+  scratch->resize(pairs + 2 * 16 * dim);  // the pairs, then 16 rows of floats
+  uint16_t* xh = scratch->data();
+  uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
+  float* rows = reinterpret_cast<float*>(scratch->data() + pairs);
+  const size_t es = in.type == PcaRows::Type::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  for (size_t t0 = 0; t0 < tpad; t0 += 16) {
+    const size_t live = Live(t0, tokens);
+    __mmask16 finite = 0xFFFF;
+    for (size_t i = 0; i < live; ++i) {
+      if (t0 + 16 + i < tokens) {  // the next group's row, from L3 or memory
+        const char* next = static_cast<const char*>(in.data) + (t0 + 16 + i) * in.stride * es;
+        for (size_t b = 0; b < dim * es; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+      }
+      float* row = rows + i * dim;
+      avx512::LoadRow(in, t0 + i, dim, rope, row);
+      for (size_t d = 0; d < dim; d += 16)
+        finite &= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(row + d)), inf, _CMP_LT_OQ);
+    }
+    if (finite != 0xFFFF) return false;
+    PairGroup(rows, dim, t0, live, dim, mean, pitch, norm2, err2, xh, xl);
+  }
+  ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
+  return true;
 }
 
 #endif  // STRATA_PCA_AMX
@@ -417,6 +468,19 @@ void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, 
 #else
   (void)x, (void)stride, (void)tokens, (void)dim, (void)mean, (void)basis, (void)tp, (void)norm2,
       (void)err2, (void)y, (void)scratch;
+#endif
+}
+
+bool PcaEncodeHeadAmxRows(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
+                          const float* mean, const PcaAmxBasis& basis, size_t tp, double* norm2,
+                          double* err2, float* y, std::vector<uint16_t>* scratch) {
+#ifdef STRATA_PCA_AMX
+  return EncodeHeadTilesFromRows(in, rope, tokens, dim, mean, basis, tp, norm2, err2, y,
+                                 scratch);
+#else
+  (void)in, (void)rope, (void)tokens, (void)dim, (void)mean, (void)basis, (void)tp, (void)norm2,
+      (void)err2, (void)y, (void)scratch;
+  return false;
 #endif
 }
 

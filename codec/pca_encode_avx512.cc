@@ -26,6 +26,8 @@ constexpr float kUnits = 32767.0f;
 
 #ifdef STRATA_PCA_AVX512
 
+using avx512::LoadRow;
+
 #define STRATA_VNNI_ENCODE_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -37,43 +39,6 @@ STRATA_VNNI_ENCODE_TARGET __attribute__((always_inline)) inline void WordDotAdd(
                                                                                __m512i u,
                                                                                __m512i s) {
   asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-}
-
-// Token t's head vector as floats in xrow, RoPE undone where `rope` (as RopeRows undoes it,
-// the same float operations).
-STRATA_VNNI_ENCODE_TARGET void LoadRow(const PcaInput& in, size_t t, size_t dim,
-                                       const PcaRope* rope, float* xrow) {
-  const size_t at = t * in.stride;
-  switch (in.type) {
-    case PcaRows::Type::kFloat32:
-      std::memcpy(xrow, static_cast<const float*>(in.data) + at, dim * sizeof(float));
-      break;
-    case PcaRows::Type::kFloat16:
-      for (size_t d = 0; d < dim; d += 16) {
-        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
-        _mm512_storeu_ps(xrow + d,
-                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))));
-      }
-      break;
-    case PcaRows::Type::kBFloat16:
-      for (size_t d = 0; d < dim; d += 16) {
-        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
-        const __m512i w =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
-        _mm512_storeu_ps(xrow + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-      }
-      break;
-  }
-  if (!rope) return;
-  const size_t half = dim / 2;
-  const float* cos = rope->cos + t * half;
-  const float* sin = rope->sin + t * half;
-  for (size_t j = 0; j < half; j += 16) {
-    const __m512 a = _mm512_loadu_ps(xrow + j), b = _mm512_loadu_ps(xrow + j + half);
-    const __m512 c = _mm512_loadu_ps(cos + j), s = _mm512_loadu_ps(sin + j);
-    _mm512_storeu_ps(xrow + j, _mm512_add_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
-    _mm512_storeu_ps(xrow + j + half, _mm512_sub_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
-  }
 }
 
 // Lane i: the sum of v[i]'s lanes.

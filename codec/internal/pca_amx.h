@@ -115,6 +115,23 @@ struct PcaRows {
   size_t stride;
 };
 
+// Where the encoder's rows come from: token t's head vector at element t * stride of `data`,
+// of the block's type.
+struct PcaInput {
+  const void* data;
+  PcaRows::Type type;
+  size_t stride;
+};
+
+// PcaEncodeHeadAmx from the rows as they are in the block (fp32, fp16 or bf16): each token's
+// row converted to float and, with `rope` (else null), rotated back as RopeRows(..., inverse)
+// rotates it, in the same pass, so the section is not written out as floats first. The same
+// norm2, err2 and y, bit for bit, as PcaEncodeHeadAmx on the converted, rotated rows. False,
+// with the head half done, where a value (after the rotation) is not finite.
+bool PcaEncodeHeadAmxRows(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
+                          const float* mean, const PcaAmxBasis& basis, size_t tp, double* norm2,
+                          double* err2, float* y, std::vector<uint16_t>* scratch);
+
 // row t = mean[c] + scale * sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t <
 // tokens (one fused multiply-add: at scale 1 exactly the sum plus the mean); then, with `rope`
 // (else null), each row rotated as RopeRows rotates it. `split`: the axes' hi and lo halves

@@ -111,13 +111,6 @@ void BuildPcaVnniBasis(const float* basis, const uint32_t* coords, size_t n, siz
 inline bool VnniProjectionFits(double finest_step_to_spread) {
   return finest_step_to_spread >= 0x1p-10;
 }
-// Where the encoder's rows come from: token t's head vector at element t * stride of `data`,
-// of the block's type.
-struct PcaInput {
-  const void* data;
-  PcaRows::Type type;
-  size_t stride;
-};
 // norm2, err2 and y as PcaEncodeHeadAmx's (y[k * tp + t] for k < basis.n; tokens past the end
 // zero), from the rows as they are in the block: converted to float and, with `rope` (else
 // null), rotated back as RopeRows(..., inverse) rotates them, in the same pass. False, with the

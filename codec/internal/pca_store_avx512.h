@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "codec/internal/pca_amx.h"
@@ -236,6 +237,43 @@ STRATA_AVX512_TARGET inline void StoreGroup(const float* sums, size_t dim, float
     case PcaRows::Type::kBFloat16:
       return StoreRows<PcaRows::Type::kBFloat16>(sums, dim, scale, mean, rows, rope, g * 16,
                                                  out);
+  }
+}
+
+// Token t's head vector as floats in xrow, RoPE undone where `rope` (as RopeRows undoes it,
+// the same float operations).
+STRATA_AVX512_TARGET inline void LoadRow(const PcaInput& in, size_t t, size_t dim,
+                                        const PcaRope* rope, float* xrow) {
+  const size_t at = t * in.stride;
+  switch (in.type) {
+    case PcaRows::Type::kFloat32:
+      std::memcpy(xrow, static_cast<const float*>(in.data) + at, dim * sizeof(float));
+      break;
+    case PcaRows::Type::kFloat16:
+      for (size_t d = 0; d < dim; d += 16) {
+        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
+        _mm512_storeu_ps(xrow + d,
+                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))));
+      }
+      break;
+    case PcaRows::Type::kBFloat16:
+      for (size_t d = 0; d < dim; d += 16) {
+        const auto* h = static_cast<const uint16_t*>(in.data) + at + d;
+        const __m512i w =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+        _mm512_storeu_ps(xrow + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+      break;
+  }
+  if (!rope) return;
+  const size_t half = dim / 2;
+  const float* cos = rope->cos + t * half;
+  const float* sin = rope->sin + t * half;
+  for (size_t j = 0; j < half; j += 16) {
+    const __m512 a = _mm512_loadu_ps(xrow + j), b = _mm512_loadu_ps(xrow + j + half);
+    const __m512 c = _mm512_loadu_ps(cos + j), s = _mm512_loadu_ps(sin + j);
+    _mm512_storeu_ps(xrow + j, _mm512_add_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+    _mm512_storeu_ps(xrow + j + half, _mm512_sub_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
   }
 }
 

@@ -1,6 +1,7 @@
 // The pca encoder's AVX-512 kernels (internal/pca_avx512.h, codec/pca_encode_avx512.cc): the
 // projection as int16 dot products against a double reference, its blobs against the float
-// kernels', and the quantisation against the Highway kernel's bits.
+// kernels', and the quantisation against the Highway kernel's bits; and the AMX tiles' encoder
+// reading the block's rows itself (internal/pca_amx.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,6 +176,111 @@ TEST(PcaVnniEncode, RefusesValuesThatAreNotFinite) {
                                                  norm2.data(), err2.data(), y.data(), &scratch))
             << static_cast<int>(type) << " " << bad << " at " << at;
       }
+}
+
+// The tiles' encoder reading the block's rows (PcaEncodeHeadAmxRows) against the tiles on the
+// rows converted and rotated back first (ToFloat, RopeRows), as the encoder did before: the same
+// coordinates, norms and centred energies, bit for bit. fp32, fp16 and bf16 rows, with and
+// without RoPE; one and both bf16 halves; tokens 1 .. 256 (a group's tail, a pair's tail), 1 to
+// dim coordinates, two heads per row (the second read).
+TEST(PcaAmxEncode, RowsReadFromTheBlockAreTheConvertedRows) {
+  if (!internal::PcaAmxAvailable()) GTEST_SKIP() << "this CPU offers no AMX tiles";
+  using Type = internal::PcaRows::Type;
+  std::mt19937 rng(43);
+  std::normal_distribution<float> g;
+  std::uniform_real_distribution<float> angle(0.0f, 6.2831853f);
+  for (const Type type : {Type::kFloat32, Type::kFloat16, Type::kBFloat16})
+  for (const bool rope : {false, true})
+  for (const bool split : {false, true})
+  for (const size_t dim : {64u, 96u, 128u})
+    for (const size_t tokens : {1u, 16u, 40u, 256u})
+      for (const size_t n : {size_t{1}, size_t{33}, dim}) {
+        SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(type) << " rope "
+                                          << rope << " split " << split << " dim " << dim
+                                          << " tokens " << tokens << " n " << n);
+        const size_t heads = 2, stride = heads * dim, tp = (tokens + 15) / 16 * 16, h = 1;
+        std::vector<float> basis(dim * dim), mean(dim), x(tokens * stride);
+        for (float& b : basis) b = g(rng) / std::sqrt(float(dim));
+        for (float& m : mean) m = g(rng);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = (i % dim == 5 ? 300.0f : 1.0f) * g(rng);
+        std::vector<float> cos(tokens * dim / 2), sin(tokens * dim / 2);
+        for (size_t i = 0; i < cos.size(); ++i) {
+          const float a = angle(rng);
+          cos[i] = std::cos(a);
+          sin[i] = std::sin(a);
+        }
+        std::vector<uint32_t> coords(n);
+        for (size_t k = 0; k < n; ++k) coords[k] = static_cast<uint32_t>((k * 7 + 3) % dim);
+        internal::PcaAmxBasis b;
+        internal::BuildPcaAmxBasis(basis.data(), coords.data(), n, dim, split, &b);
+        ASSERT_GT(b.kpad, 0u);
+        // Before: the block as floats, rotated back in place, then the tiles.
+        const std::vector<uint16_t> narrow = Narrow(x, type);
+        std::vector<float> f(x);
+        if (type != Type::kFloat32)
+          for (size_t i = 0; i < f.size(); ++i) f[i] = Rounded(x[i], type);
+        if (rope) internal::RopeRows(f.data(), tokens, heads, dim, cos.data(), sin.data(), true);
+        std::vector<float> y0(b.kpad * tp, -7.0f), y1(b.kpad * tp, -7.0f);
+        std::vector<double> n0(tp, 1.0), e0(tp, 2.0), n1(tp, 1.0), e1(tp, 2.0);
+        std::vector<uint16_t> scratch;
+        internal::PcaEncodeHeadAmx(f.data() + h * dim, stride, tokens, dim, mean.data(), b, tp,
+                                   n0.data(), e0.data(), y0.data(), &scratch);
+        const internal::PcaInput in{
+            type == Type::kFloat32 ? static_cast<const void*>(x.data() + h * dim)
+                                   : static_cast<const void*>(narrow.data() + h * dim),
+            type, stride};
+        const internal::PcaRope angles{cos.data(), sin.data()};
+        ASSERT_TRUE(internal::PcaEncodeHeadAmxRows(in, rope ? &angles : nullptr, tokens, dim,
+                                                   mean.data(), b, tp, n1.data(), e1.data(),
+                                                   y1.data(), &scratch));
+        ASSERT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(n0.data(), n1.data(), n0.size() * sizeof(double)));
+        ASSERT_EQ(0, std::memcmp(e0.data(), e1.data(), e0.size() * sizeof(double)));
+        // Not every coordinate zero: the comparison compared something.
+        ASSERT_TRUE(std::any_of(y1.begin(), y1.begin() + tokens, [](float v) { return v != 0; }));
+      }
+}
+
+// A value that is not finite in the block, or that the rotation takes past float's range, is
+// refused by the tiles' row reader.
+TEST(PcaAmxEncode, RefusesValuesThatAreNotFinite) {
+  if (!internal::PcaAmxAvailable()) GTEST_SKIP() << "this CPU offers no AMX tiles";
+  using Type = internal::PcaRows::Type;
+  const size_t dim = 64, tokens = 40, tp = 48;
+  std::vector<float> basis(dim * dim, 0.125f), mean(dim, 0.0f);
+  std::vector<uint32_t> coords = {0, 1, 2};
+  internal::PcaAmxBasis b;
+  internal::BuildPcaAmxBasis(basis.data(), coords.data(), coords.size(), dim, false, &b);
+  std::vector<float> cos(tokens * dim / 2, 0.70710677f), sin(tokens * dim / 2, 0.70710677f);
+  const internal::PcaRope angles{cos.data(), sin.data()};
+  auto accepts = [&](const std::vector<float>& x, Type type, bool rope) {
+    const std::vector<uint16_t> narrow = Narrow(x, type);
+    const internal::PcaInput in{type == Type::kFloat32 ? static_cast<const void*>(x.data())
+                                                       : narrow.data(),
+                                type, dim};
+    std::vector<float> y(b.kpad * tp);
+    std::vector<double> norm2(tp), err2(tp);
+    std::vector<uint16_t> scratch;
+    return internal::PcaEncodeHeadAmxRows(in, rope ? &angles : nullptr, tokens, dim, mean.data(),
+                                          b, tp, norm2.data(), err2.data(), y.data(), &scratch);
+  };
+  for (const Type type : {Type::kFloat32, Type::kFloat16, Type::kBFloat16})
+    for (const bool rope : {false, true}) {
+      ASSERT_TRUE(accepts(std::vector<float>(tokens * dim, 1.0f), type, rope));
+      for (const float bad : {INFINITY, -INFINITY, NAN})
+        for (const size_t at : {size_t{0}, size_t{33 * dim + 17}, tokens * dim - 1}) {
+          std::vector<float> x(tokens * dim, 1.0f);
+          x[at] = bad;
+          EXPECT_FALSE(accepts(x, type, rope))
+              << static_cast<int>(type) << " " << rope << " " << bad << " at " << at;
+        }
+    }
+  // Finite, but a rotation by 45 degrees of two values near float's largest passes it.
+  std::vector<float> x(tokens * dim, 1.0f);
+  x[7 * dim + 3] = 3e38f;
+  x[7 * dim + 3 + dim / 2] = -3e38f;
+  EXPECT_TRUE(accepts(x, Type::kFloat32, false));
+  EXPECT_FALSE(accepts(x, Type::kFloat32, true));
 }
 
 // Per coordinate in turn, PcaQuantizeT's bits: symbols, the tokens' largest |q| and their double
