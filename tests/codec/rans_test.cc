@@ -1,5 +1,6 @@
 #include "codec/rans.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -122,6 +123,37 @@ void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t
     internal::ByteReader r3(simd, "t");
     (void)Decode(r3, back2.size(), alphabet, ctx, &scratch, back2.data(), lanes == 32 ? 64 : 32);
   }
+}
+
+// The byte histogram (compares around the centre where a context's symbols lie there, one at
+// a time elsewhere) against a plain count: contexts from narrow to wide, alphabets from 1 to
+// 256 (the window clipped at either end), partial runs and run counts that leave a context's
+// last vector short, and the scalar path.
+TEST(Rans, ByteHistogramCountsEverySymbol) {
+  std::mt19937 rng(17);
+  for (const bool scalar : {false, true})
+    for (const uint32_t alphabet : {1u, 2u, 3u, 7u, 9u, 201u, 255u, 256u})
+      for (const uint32_t num_ctx : {1u, 3u, 16u})
+        for (const size_t n : {size_t{0}, size_t{15}, size_t{16 * 5 + 7}, size_t{16 * 97},
+                               size_t{16 * 131 + 9}}) {
+          SCOPED_TRACE(::testing::Message() << "alphabet " << alphabet << " contexts " << num_ctx
+                                            << " n " << n << " scalar " << scalar);
+          std::vector<uint8_t> syms(n);
+          for (size_t i = 0; i < n; ++i) {
+            // Context c's spread grows with c: some all inside the window, some mostly outside.
+            const uint32_t c = static_cast<uint32_t>((i / kCtxRun) % num_ctx);
+            std::normal_distribution<double> g(alphabet / 2, 0.3 + 6.0 * c);
+            syms[i] = static_cast<uint8_t>(std::clamp<double>(std::round(g(rng)), 0, alphabet - 1));
+          }
+          if (n > 40 && alphabet > 1) syms[n / 2] = static_cast<uint8_t>(alphabet - 1);
+          std::vector<uint32_t> want(size_t{alphabet} * num_ctx, 0), got(want.size(), 1);
+          for (size_t i = 0; i < n; ++i) ++want[((i / kCtxRun) % num_ctx) * alphabet + syms[i]];
+          for (uint32_t& v : want) ++v;  // Histogram adds to what is there
+          ForceScalarForTesting(scalar);
+          Histogram(syms.data(), n, alphabet, num_ctx, got.data());
+          ForceScalarForTesting(false);
+          ASSERT_EQ(got, want);
+        }
 }
 
 TEST(Rans, VectorEncoderMatchesScalar) {
