@@ -297,8 +297,11 @@ inline size_t Live(size_t t0, size_t tokens) {
   return t0 < tokens ? std::min<size_t>(16, tokens - t0) : 0;
 }
 
-// Words between the paired rows (PairGroup, ProjectTiles).
-inline size_t PairPitch(size_t tpad) { return tpad * 2; }
+// Words between the paired rows (PairGroup, ProjectTiles): tpad pairs and two cache lines. At
+// 256 tokens the rows would lie 1 KiB apart, and a 32-token block's 64 rows (dim 128), which
+// every block of coordinates loads again, would map to 8 of L1's 64 sets, more lines than their
+// ways: the tile loads then came from L2 (the projection 5-7 % slower, in-process A/B).
+inline size_t PairPitch(size_t tpad) { return tpad * 2 + 64; }
 
 // y = the axes' rows times the paired vectors (PairGroup's layout, rows `pitch` words apart).
 // Tiles as in ReconstructTiles, the roles swapped: 0-3 the coordinates (two blocks of 16 rows
