@@ -205,11 +205,14 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   const uint16_t* lo = axes.lo.data();
   const size_t astride = kpad * sizeof(uint16_t);
   const size_t esize = out.type == PcaRows::Type::kFloat32 ? 4 : 2;
+  // Rows aligned to the stores' width are streamed past the caches, as the VNNI decoder's are
+  // (a block is written once, and megabytes); others are asked for, to write, a pair ahead.
+  const bool stream = avx512::StreamsRows(out);
   for (size_t g = 0; g < groups; g += 2) {
     // The next pair's output rows, asked for (to write) while this pair's tiles run: the rows
     // are the block's, seldom in cache, and the store pass otherwise waits on them (0-15 %
     // faster decode in alternating runs on real KV, noisy; docs/codec.md).
-    const size_t t_end = std::min(s.tokens, (g + 4) * 16);
+    const size_t t_end = stream ? 0 : std::min(s.tokens, (g + 4) * 16);
     for (size_t t = (g + 2) * 16; t < t_end; ++t) {
       const char* row = static_cast<const char*>(out.data) + t * out.stride * esize;
       for (size_t b = 0; b < dim * esize; b += 64) _mm_prefetch(row + b, _MM_HINT_ET0);
@@ -243,9 +246,10 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       _tile_stored(2, s0 + (c + 16) * 16, 64);
       _tile_stored(3, s1 + (c + 16) * 16, 64);
     }
-    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out);
-    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out);
+    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out, stream);
+    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out, stream);
   }
+  if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
   _tile_release();
 }
 
