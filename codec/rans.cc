@@ -17,14 +17,15 @@ void ForceScalarForTesting(bool on) { g_force_scalar = on; }
 
 namespace {
 
-// Context c's whole runs (c, c + num_ctx, ...) of byte symbols counted into h, one symbol at a
-// time, in four sub-histograms (lane & 3) so that runs of one symbol do not serialise on one
-// counter's store-to-load latency.
-void CountContext(const uint8_t* syms, size_t full, uint32_t c, uint32_t num_ctx,
-                  uint32_t alphabet, uint32_t* h) {
+// Context c's whole runs (c, c + num_ctx, ...) counted into h, one symbol at a time, in four
+// sub-histograms (lane & 3) so that runs of one symbol do not serialise on one counter's
+// store-to-load latency.
+template <typename Sym>
+void CountContext(const Sym* syms, size_t full, uint32_t c, uint32_t num_ctx, uint32_t alphabet,
+                  uint32_t* h) {
   std::vector<uint32_t> sub(4 * size_t{alphabet}, 0);
   for (size_t g = c; g < full; g += num_ctx) {
-    const uint8_t* s = syms + g * kCtxRun;
+    const Sym* s = syms + g * kCtxRun;
     for (int l = 0; l < kCtxRun; l += 4) {
       ++sub[s[l]];
       ++sub[alphabet + s[l + 1]];
@@ -88,51 +89,28 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) bool CountContextAround(
 template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
   const size_t full = n / kCtxRun;
-  uint32_t ctx = 0;
-  if constexpr (sizeof(Sym) == 1) {
-    if (alphabet <= 256) {
-      // Symbols are q + maxq with alphabet 2 maxq + 1 for the quantised modes: the centre is q = 0.
-      for (uint32_t c = 0; c < num_ctx; ++c) {
-        uint32_t* h = counts + size_t{c} * alphabet;
+  if (alphabet <= 1024) {
+    for (uint32_t c = 0; c < num_ctx; ++c) {
+      uint32_t* h = counts + size_t{c} * alphabet;
 #if STRATA_RANS_AVX512
+      // Symbols are q + maxq with alphabet 2 maxq + 1 for the quantised modes: the centre is
+      // q = 0.
+      if constexpr (sizeof(Sym) == 1)
         if (UseAvx512() && CountContextAround(syms, full, c, num_ctx, alphabet, alphabet / 2, h))
           continue;
 #endif
-        CountContext(syms, full, c, num_ctx, alphabet, h);
-      }
-      ctx = static_cast<uint32_t>(full % num_ctx);
-      for (size_t i = full * kCtxRun; i < n; ++i) ++counts[size_t{ctx} * alphabet + syms[i]];
-      return;
-    }
-  }
-  if (alphabet <= 1024) {
-    // Four sub-histograms per context (lane & 3), as CountContext.
-    std::vector<uint32_t> sub(size_t{num_ctx} * 4 * alphabet, 0);
-    for (size_t g = 0; g < full; ++g) {
-      uint32_t* h = sub.data() + size_t{ctx} * 4 * alphabet;
-      const Sym* s = syms + g * kCtxRun;
-      for (int l = 0; l < kCtxRun; l += 4) {
-        ++h[s[l]];
-        ++h[alphabet + s[l + 1]];
-        ++h[2 * alphabet + s[l + 2]];
-        ++h[3 * alphabet + s[l + 3]];
-      }
-      if (++ctx == num_ctx) ctx = 0;
-    }
-    for (uint32_t c = 0; c < num_ctx; ++c) {
-      const uint32_t* h = sub.data() + size_t{c} * 4 * alphabet;
-      uint32_t* o = counts + size_t{c} * alphabet;
-      for (uint32_t a = 0; a < alphabet; ++a)
-        o[a] += h[a] + h[alphabet + a] + h[2 * alphabet + a] + h[3 * alphabet + a];
+      CountContext(syms, full, c, num_ctx, alphabet, h);
     }
   } else {
+    uint32_t ctx = 0;
     for (size_t g = 0; g < full; ++g) {
       uint32_t* h = counts + size_t{ctx} * alphabet;
       for (int l = 0; l < kCtxRun; ++l) ++h[syms[g * kCtxRun + l]];
       if (++ctx == num_ctx) ctx = 0;
     }
   }
-  for (size_t i = full * kCtxRun; i < n; ++i) ++counts[size_t{ctx} * alphabet + syms[i]];
+  const size_t ctx = num_ctx == 0 ? 0 : full % num_ctx;
+  for (size_t i = full * kCtxRun; i < n; ++i) ++counts[ctx * alphabet + syms[i]];
 }
 
 template <typename Sym>
