@@ -207,7 +207,7 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   const size_t esize = out.type == PcaRows::Type::kFloat32 ? 4 : 2;
   // Rows aligned to the stores' width are streamed past the caches, as the VNNI decoder's are
   // (a block is written once, and megabytes); others are asked for, to write, a pair ahead.
-  const bool stream = avx512::StreamsRows(out);
+  const bool stream = avx512::StreamsRows(out) && dim <= 256;  // StoreGroup streams those
   for (size_t g = 0; g < groups; g += 2) {
     // The next pair's output rows, asked for (to write) while this pair's tiles run: the rows
     // are the block's, seldom in cache, and the store pass otherwise waits on them (0-15 %

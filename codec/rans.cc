@@ -64,7 +64,7 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) bool CountContextAround(
       const size_t run = g + r * size_t{num_ctx};
       if (run >= full) break;
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + run * kCtxRun));
-      v = _mm512_inserti32x4(v, x, r);
+      v = _mm512_mask_broadcast_i32x4(v, static_cast<__mmask16>(0xF << (4 * r)), x);
       live |= uint64_t{0xFFFF} << (16 * r);
     }
     const uint64_t outside =
