@@ -19,11 +19,12 @@ namespace {
 
 // Context c's whole runs (c, c + num_ctx, ...) counted into h, one symbol at a time, in four
 // sub-histograms (lane & 3) so that runs of one symbol do not serialise on one counter's
-// store-to-load latency.
+// store-to-load latency (`scratch`: their storage, shared by a histogram's contexts).
 template <typename Sym>
 void CountContext(const Sym* syms, size_t full, uint32_t c, uint32_t num_ctx, uint32_t alphabet,
-                  uint32_t* h) {
-  std::vector<uint32_t> sub(4 * size_t{alphabet}, 0);
+                  uint32_t* h, std::vector<uint32_t>* scratch) {
+  scratch->assign(4 * size_t{alphabet}, 0);
+  uint32_t* sub = scratch->data();
   for (size_t g = c; g < full; g += num_ctx) {
     const Sym* s = syms + g * kCtxRun;
     for (int l = 0; l < kCtxRun; l += 4) {
@@ -53,7 +54,6 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) bool CountContextAround(
   __m512i value[7];
   for (uint32_t w = 0; w <= hi - lo; ++w) value[w] = _mm512_set1_epi8(static_cast<char>(lo + w));
   uint64_t in[7] = {};
-  std::vector<uint32_t> out(alphabet, 0);
   alignas(64) uint8_t bytes[64];
   bool first = true;
   for (size_t g = c; g < full; g += 4 * size_t{num_ctx}) {
@@ -69,17 +69,16 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) bool CountContextAround(
     }
     const uint64_t outside =
         _cvtmask64_u64(_mm512_cmpgt_epu8_mask(_mm512_sub_epi8(v, base), span)) & live;
-    if (first && _mm_popcnt_u64(outside) > 16) return false;
+    if (first && _mm_popcnt_u64(outside) > 16) return false;  // before anything is counted
     first = false;
     for (uint32_t w = 0; w <= hi - lo; ++w)
       in[w] += _mm_popcnt_u64(_cvtmask64_u64(_mm512_cmpeq_epi8_mask(v, value[w])) & live);
     if (outside != 0) {
       _mm512_store_si512(bytes, v);
-      for (uint64_t m = outside; m != 0; m &= m - 1) ++out[bytes[__builtin_ctzll(m)]];
+      for (uint64_t m = outside; m != 0; m &= m - 1) ++h[bytes[__builtin_ctzll(m)]];
     }
   }
-  for (uint32_t w = 0; w <= hi - lo; ++w) out[lo + w] += static_cast<uint32_t>(in[w]);
-  for (uint32_t a = 0; a < alphabet; ++a) h[a] += out[a];
+  for (uint32_t w = 0; w <= hi - lo; ++w) h[lo + w] += static_cast<uint32_t>(in[w]);
   return true;
 }
 #endif
@@ -90,6 +89,7 @@ template <typename Sym>
 void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, uint32_t* counts) {
   const size_t full = n / kCtxRun;
   if (alphabet <= 1024) {
+    std::vector<uint32_t> scratch;
     for (uint32_t c = 0; c < num_ctx; ++c) {
       uint32_t* h = counts + size_t{c} * alphabet;
 #if STRATA_RANS_AVX512
@@ -99,7 +99,7 @@ void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, u
         if (UseAvx512() && CountContextAround(syms, full, c, num_ctx, alphabet, alphabet / 2, h))
           continue;
 #endif
-      CountContext(syms, full, c, num_ctx, alphabet, h);
+      CountContext(syms, full, c, num_ctx, alphabet, h, &scratch);
     }
   } else {
     uint32_t ctx = 0;
