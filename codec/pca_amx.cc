@@ -58,7 +58,7 @@ bool DetectAmx() {
     return false;
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl"))
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
     return false;
   // AMX-BF16 (CPUID.7.0:EDX[22]), AMX-TILE (EDX[24]), AVX512-BF16 (CPUID.7.1:EAX[5]).
   unsigned a, b, c, d;
@@ -75,7 +75,7 @@ bool DetectAmx() {
 }
 
 #define STRATA_AMX_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
 struct TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -253,48 +253,68 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
-// The encoder's operand for the group of 16 tokens from t0 (`live` of them; the rest zero),
-// token i's row at x + i * stride: per 32 columns, each token's values less the mean, split into
-// bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the pair of
-// columns 2j, 2j + 1), then transposed so that row c / 2 holds the pair of every token (the
-// tiles' pair layout; rows `pitch` words apart). Each token's squared norm and centred energy
-// are summed on the way.
-STRATA_AMX_TARGET void PairGroup(const float* x, size_t stride, size_t t0, size_t live,
-                                 size_t dim, const float* mean, size_t pitch, double* norm2,
-                                 double* err2, uint16_t* hi, uint16_t* lo) {
-  __m512 n[16], e[16];
-  for (int i = 0; i < 16; ++i) n[i] = e[i] = _mm512_setzero_ps();
+// One token's row of the encoder's operand: per 32 columns, the values less the mean, split
+// into bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the
+// pair of columns 2j, 2j + 1), to hi[0 .. dim) and lo[0 .. dim); the token's squared norm and
+// centred energy added to *norm2 and *err2. False where a value is not finite (the rest is then
+// undefined). A token at a time, so that its sums stay in two registers (16 tokens' sums and
+// pairs at once did not fit the 32 and spilled).
+STRATA_AMX_TARGET inline bool PairRow(const float* x, size_t dim, const float* mean,
+                                      double* norm2, double* err2, uint16_t* hi, uint16_t* lo) {
+  constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // fpclass: NaNs and infinities
+  __mmask16 bad = 0;
+  __m512 n = _mm512_setzero_ps(), e = _mm512_setzero_ps();
   for (size_t c = 0; c < dim; c += 32) {
-    const __m512 ma = _mm512_loadu_ps(mean + c), mb = _mm512_loadu_ps(mean + c + 16);
-    __m512 h[16], l[16];
-    for (size_t i = 0; i < 16; ++i) {
-      if (i >= live) {
-        h[i] = l[i] = _mm512_setzero_ps();
-        continue;
-      }
-      const float* row = x + i * stride + c;
-      const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
-      n[i] = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n[i]));
-      const __m512 ca = _mm512_sub_ps(a, ma), cb = _mm512_sub_ps(b, mb);
-      e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
-      const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
-      h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
-      if (lo)
-        l[i] = reinterpret_cast<__m512>(
-            _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
+    const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + 16);
+    bad |= _mm512_fpclass_ps_mask(a, kNotFinite) | _mm512_fpclass_ps_mask(b, kNotFinite);
+    n = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n));
+    const __m512 ca = _mm512_sub_ps(a, _mm512_loadu_ps(mean + c));
+    const __m512 cb = _mm512_sub_ps(b, _mm512_loadu_ps(mean + c + 16));
+    e = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e));
+    if (!lo) {  // the conversion rounds to nearest even, as RoundToBf16 does
+      _mm512_storeu_si512(hi + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(cb, ca)));
+      continue;
     }
+    const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
+    _mm512_storeu_si512(hi + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(bh, ah)));
+    _mm512_storeu_si512(lo + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+                                    _mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah))));
+  }
+  *norm2 += _mm512_reduce_add_ps(n);
+  *err2 += _mm512_reduce_add_ps(e);
+  return bad == 0;
+}
+
+// A group of 16 tokens' rows of pairs ([i][dim], PairRow's; rows from `live` on zero) transposed
+// so that row c / 2 holds the pair of every token (the tiles' pair layout, rows `pitch` words
+// apart, the group's at word t0 * 2).
+STRATA_AMX_TARGET inline void TransposePairs(const uint16_t* rows, size_t live, size_t dim,
+                                             size_t pitch, size_t t0, uint16_t* out) {
+  for (size_t c = 0; c < dim; c += 32) {
+    __m512 h[16];
+    for (size_t i = 0; i < 16; ++i)
+      h[i] = i < live ? _mm512_loadu_ps(rows + i * dim + c) : _mm512_setzero_ps();
     Transpose16(h);
-    if (lo) Transpose16(l);
-    for (int j = 0; j < 16; ++j) {
-      const size_t at = (c / 2 + j) * pitch + t0 * 2;
-      _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
-      if (lo) _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
-    }
+    for (int j = 0; j < 16; ++j)
+      _mm512_storeu_ps(reinterpret_cast<float*>(out + (c / 2 + j) * pitch + t0 * 2), h[j]);
   }
-  for (size_t i = 0; i < live; ++i) {
-    norm2[t0 + i] += _mm512_reduce_add_ps(n[i]);
-    err2[t0 + i] += _mm512_reduce_add_ps(e[i]);
-  }
+}
+
+// The encoder's operand for the group of 16 tokens from t0 (`live` of them; the rest zero),
+// token i's row at x + i * stride: PairRow's pairs of each, transposed (TransposePairs) into hi
+// and lo; `rows` holds 16 * dim words per half (two with `lo`). False where a value is not
+// finite.
+STRATA_AMX_TARGET bool PairGroup(const float* x, size_t stride, size_t t0, size_t live,
+                                 size_t dim, const float* mean, size_t pitch, double* norm2,
+                                 double* err2, uint16_t* hi, uint16_t* lo, uint16_t* rows) {
+  uint16_t* lrows = lo ? rows + 16 * dim : nullptr;
+  bool finite = true;
+  for (size_t i = 0; i < live; ++i)
+    finite &= PairRow(x + i * stride, dim, mean, norm2 + t0 + i, err2 + t0 + i, rows + i * dim,
+                      lo ? lrows + i * dim : nullptr);
+  TransposePairs(rows, live, dim, pitch, t0, hi);
+  if (lo) TransposePairs(lrows, live, dim, pitch, t0, lo);
+  return finite;
 }
 
 inline size_t Live(size_t t0, size_t tokens) {
@@ -306,6 +326,47 @@ inline size_t Live(size_t t0, size_t tokens) {
 // every block of coordinates loads again, would map to 8 of L1's 64 sets, more lines than their
 // ways: the tile loads then came from L2 (the projection 5-7 % slower, in-process A/B).
 inline size_t PairPitch(size_t tpad) { return tpad * 2 + 64; }
+
+// Sums 0 and 1 (and with kBlocks 2, sums 2 and 3) <- the axes' rows k .. k + 16 * kBlocks - 1
+// times the vectors of tokens t .. t + 31, over every column.
+template <int kBlocks>
+STRATA_AMX_TARGET inline void ProjectRows(const uint16_t* xh, const uint16_t* xl, size_t dim,
+                                          size_t xstride, const PcaAmxBasis& basis,
+                                          size_t astride, size_t k, size_t t, bool split) {
+  auto load_axes = [&](const uint16_t* a) {
+    _tile_loadd(4, a, astride);
+    if constexpr (kBlocks == 2) _tile_loadd(5, a + 16 * (astride / sizeof(uint16_t)), astride);
+  };
+  auto products = [&]() {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kBlocks == 2) {
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  };
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (kBlocks == 2) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (size_t c = 0; c < dim; c += 32) {
+    const size_t at = k * dim + c, xt0 = (c / 2) * (xstride / sizeof(uint16_t)) + 2 * t;
+    load_axes(basis.hi.data() + at);
+    _tile_loadd(6, xh + xt0, xstride);
+    _tile_loadd(7, xh + xt0 + 32, xstride);
+    products();
+    if (!split) continue;
+    _tile_loadd(6, xl + xt0, xstride);
+    _tile_loadd(7, xl + xt0 + 32, xstride);
+    products();
+    load_axes(basis.lo.data() + at);
+    _tile_loadd(6, xh + xt0, xstride);
+    _tile_loadd(7, xh + xt0 + 32, xstride);
+    products();
+  }
+}
 
 // y = the axes' rows times the paired vectors (PairGroup's layout, rows `pitch` words apart).
 // Tiles as in ReconstructTiles, the roles swapped: 0-3 the coordinates (two blocks of 16 rows
@@ -320,28 +381,17 @@ STRATA_AMX_TARGET void ProjectTiles(const uint16_t* xh, const uint16_t* xl, size
   if (!split) g_heads_projected_in_bf16.fetch_add(1, std::memory_order_relaxed);
   for (size_t t = 0; t < tp; t += 32)  // a group pair's vectors stay in L1 for every k
     for (size_t k = 0; k < kpad; k += 32) {
-      ZeroSums();
-      for (size_t c = 0; c < dim; c += 32) {
-        const size_t at = k * dim + c, xt0 = (c / 2) * pitch + 2 * t;
-        LoadAxisTiles(basis.hi.data() + at, astride);
-        _tile_loadd(6, xh + xt0, xstride);
-        _tile_loadd(7, xh + xt0 + 32, xstride);
-        AddProducts();
-        if (!split) continue;
-        _tile_loadd(6, xl + xt0, xstride);
-        _tile_loadd(7, xl + xt0 + 32, xstride);
-        AddProducts();
-        LoadAxisTiles(basis.lo.data() + at, astride);
-        _tile_loadd(6, xh + xt0, xstride);
-        _tile_loadd(7, xh + xt0 + 32, xstride);
-        AddProducts();
+      if (k + 16 < kpad) {
+        ProjectRows<2>(xh, xl, dim, xstride, basis, astride, k, t, split);
+      } else {  // the last 16 rows (kpad = 16 mod 32): half the products
+        ProjectRows<1>(xh, xl, dim, xstride, basis, astride, k, t, split);
       }
       float* o = y + k * tp + t;
       _tile_stored(0, o, ystride);
-      _tile_stored(2, o + 16 * tp, ystride);
-      if (t + 16 < tp) {
-        _tile_stored(1, o + 16, ystride);
-        _tile_stored(3, o + 16 * tp + 16, ystride);
+      if (t + 16 < tp) _tile_stored(1, o + 16, ystride);
+      if (k + 16 < kpad) {
+        _tile_stored(2, o + 16 * tp, ystride);
+        if (t + 16 < tp) _tile_stored(3, o + 16 * tp + 16, ystride);
       }
     }
   _tile_release();
@@ -352,45 +402,49 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
                                        double* norm2, double* err2, float* y,
                                        std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
-  scratch->resize((basis.lo.empty() ? 1 : 2) * half);
+  const size_t halves = basis.lo.empty() ? 1 : 2;
+  scratch->resize(halves * (half + 16 * dim));  // the pairs, then a group's rows of pairs
   uint16_t* xh = scratch->data();
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
-  for (size_t t0 = 0; t0 < tpad; t0 += 16)
-    PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean, pitch,
-              norm2, err2, xh, xl);
+  uint16_t* rows = scratch->data() + halves * half;
+  for (size_t t0 = 0; t0 < tpad; t0 += 16)  // the caller checked the values
+    (void)PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean,
+                    pitch, norm2, err2, xh, xl, rows);
   ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
 }
 
 // The same from the block's rows: each group's 16 rows converted (and rotated back) into a
-// float scratch that stays in L1, checked, then paired; the next group's rows prefetched.
+// float scratch that stays in L1, then paired and checked; the next group's rows prefetched.
 STRATA_AMX_TARGET bool EncodeHeadTilesFromRows(const PcaInput& in, const PcaRope* rope,
                                                size_t tokens, size_t dim, const float* mean,
                                                const PcaAmxBasis& basis, size_t tp,
                                                double* norm2, double* err2, float* y,
                                                std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
-  const size_t pairs = (basis.lo.empty() ? 1 : 2) * half;
-  scratch->resize(pairs + 2 * 16 * dim);  // the pairs, then 16 rows of floats
+  const size_t halves = basis.lo.empty() ? 1 : 2;
+  // The pairs, a group's rows of pairs, then one row of floats.
+  scratch->resize(halves * (half + 16 * dim) + 2 * dim);
   uint16_t* xh = scratch->data();
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
-  float* rows = reinterpret_cast<float*>(scratch->data() + pairs);
+  uint16_t* hrows = scratch->data() + halves * half;
+  uint16_t* lrows = xl ? hrows + 16 * dim : nullptr;
+  float* row = reinterpret_cast<float*>(scratch->data() + halves * (half + 16 * dim));
   const size_t es = in.type == PcaRows::Type::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  const __m512 inf = _mm512_set1_ps(INFINITY);
+  bool finite = true;
   for (size_t t0 = 0; t0 < tpad; t0 += 16) {
     const size_t live = Live(t0, tokens);
-    __mmask16 finite = 0xFFFF;
     for (size_t i = 0; i < live; ++i) {
       if (t0 + 16 + i < tokens) {  // the next group's row, from L3 or memory
         const char* next = static_cast<const char*>(in.data) + (t0 + 16 + i) * in.stride * es;
         for (size_t b = 0; b < dim * es; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
       }
-      float* row = rows + i * dim;
       avx512::LoadRow(in, t0 + i, dim, rope, row);
-      for (size_t d = 0; d < dim; d += 16)
-        finite &= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(row + d)), inf, _CMP_LT_OQ);
+      finite &= PairRow(row, dim, mean, norm2 + t0 + i, err2 + t0 + i, hrows + i * dim,
+                        lrows ? lrows + i * dim : nullptr);
     }
-    if (finite != 0xFFFF) return false;
-    PairGroup(rows, dim, t0, live, dim, mean, pitch, norm2, err2, xh, xl);
+    if (!finite) return false;
+    TransposePairs(hrows, live, dim, pitch, t0, xh);
+    if (xl) TransposePairs(lrows, live, dim, pitch, t0, xl);
   }
   ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
   return true;
@@ -441,7 +495,9 @@ void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, s
   out->lo.clear();
   out->kpad = 0;
   if (dim == 0 || dim % 32 != 0 || n == 0) return;
-  const size_t kpad = (n + 31) / 32 * 32;
+  // The decoder's k is the products' inner dimension (32 bf16 per tile row); the encoder's, the
+  // axes tile's rows (16 per tile).
+  const size_t kpad = by_column ? (n + 31) / 32 * 32 : (n + 15) / 16 * 16;
   out->kpad = kpad;
   out->hi.assign(dim * kpad, 0);
   if (with_lo) out->lo.assign(dim * kpad, 0);

@@ -66,9 +66,9 @@ struct PcaAmxAxes {
 void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
                      size_t dim, PcaAmxAxes* axes);
 
-// A head's axes for the encoder: basis rows coords[k] (k < n; rows n .. kpad - 1 zero) as bf16,
-// [kpad][dim], and with `split` their lo halves too (else lo stays empty: one product). Empty
-// when the shape does not fit the tiles (dim not a multiple of 32).
+// A head's axes for the encoder: basis rows coords[k] (k < n; rows n .. kpad - 1 zero, kpad = n
+// rounded up to 16) as bf16, [kpad][dim], and with `split` their lo halves too (else lo stays
+// empty: one product). Empty when the shape does not fit the tiles (dim not a multiple of 32).
 struct PcaAmxBasis {
   std::vector<uint16_t> hi, lo;
   size_t kpad = 0;

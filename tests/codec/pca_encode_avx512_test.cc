@@ -241,6 +241,64 @@ TEST(PcaAmxEncode, RowsReadFromTheBlockAreTheConvertedRows) {
       }
 }
 
+// The tiles' coordinates against a double reference: within the bf16 roundings' bound (one
+// product: each operand rounded once, 2^-9 of itself; both halves: ~2^-16), every coded row and
+// token; the padding rows (to 16, the axes tile's height: a last half block of 16 rows takes
+// half the products) and the tokens past the end zero; norms and centred energies as summed in
+// double.
+TEST(PcaAmxEncode, CoordinatesMatchADoubleReference) {
+  if (!internal::PcaAmxAvailable()) GTEST_SKIP() << "this CPU offers no AMX tiles";
+  std::mt19937 rng(47);
+  std::normal_distribution<float> g;
+  for (const bool split : {false, true})
+  for (const size_t dim : {64u, 128u})
+    for (const size_t tokens : {40u, 256u})
+      for (const size_t n : {size_t{1}, size_t{16}, size_t{17}, size_t{32}, size_t{48}, dim}) {
+        SCOPED_TRACE(::testing::Message() << "split " << split << " dim " << dim << " tokens "
+                                          << tokens << " n " << n);
+        const size_t tp = (tokens + 15) / 16 * 16;
+        std::vector<float> basis(dim * dim), mean(dim), x(tokens * dim);
+        for (float& b : basis) b = g(rng) / std::sqrt(float(dim));
+        for (float& m : mean) m = g(rng);
+        for (float& v : x) v = g(rng);
+        std::vector<uint32_t> coords(n);
+        for (size_t k = 0; k < n; ++k) coords[k] = static_cast<uint32_t>((k * 5 + 1) % dim);
+        internal::PcaAmxBasis b;
+        internal::BuildPcaAmxBasis(basis.data(), coords.data(), n, dim, split, &b);
+        ASSERT_EQ(b.kpad, (n + 15) / 16 * 16);
+        std::vector<float> y(b.kpad * tp, -7.0f);
+        std::vector<double> norm2(tp, 0.0), err2(tp, 0.0);
+        std::vector<uint16_t> scratch;
+        internal::PcaEncodeHeadAmx(x.data(), dim, tokens, dim, mean.data(), b, tp, norm2.data(),
+                                   err2.data(), y.data(), &scratch);
+        const double rel = split ? 0x1p-15 : 0x1p-7;
+        for (size_t t = 0; t < tp; ++t) {
+          double n2 = 0, e2 = 0;
+          for (size_t c = 0; c < dim && t < tokens; ++c) {
+            n2 += double{x[t * dim + c]} * x[t * dim + c];
+            e2 += (double{x[t * dim + c]} - mean[c]) * (double{x[t * dim + c]} - mean[c]);
+          }
+          ASSERT_NEAR(norm2[t], n2, 1e-5 * n2 + 1e-30) << "token " << t;
+          ASSERT_NEAR(err2[t], e2, 1e-5 * e2 + 1e-30) << "token " << t;
+          for (size_t k = 0; k < b.kpad; ++k) {
+            const float got = y[k * tp + t];
+            if (k >= n || t >= tokens) {
+              ASSERT_EQ(got, 0.0f) << "padding row " << k << " token " << t;
+              continue;
+            }
+            double want = 0, scale = 0;
+            for (size_t c = 0; c < dim; ++c) {
+              const double term =
+                  double{basis[size_t{coords[k]} * dim + c]} * (double{x[t * dim + c]} - mean[c]);
+              want += term;
+              scale += std::abs(term);
+            }
+            ASSERT_NEAR(got, want, rel * scale) << "row " << k << " token " << t;
+          }
+        }
+      }
+}
+
 // A value that is not finite in the block, or that the rotation takes past float's range, is
 // refused by the tiles' row reader.
 TEST(PcaAmxEncode, RefusesValuesThatAreNotFinite) {
