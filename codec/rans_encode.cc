@@ -45,7 +45,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
     __m512i& xr) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   const __m512i one = _mm512_set1_epi32(1);
-  const __m512i zero = _mm512_setzero_si512();
   const uint32_t* tab = tables + size_t{ctx} * stride;
   const uint32_t* rtab = reinterpret_cast<const uint32_t*>(rcps + size_t{ctx} * stride);
   __m512i idx;
@@ -76,11 +75,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
   _mm256_mask_storeu_epi16(wp, static_cast<__mmask16>((1u << k) - 1), w);
   x = _mm512_mask_srli_epi32(x, emit, x, 16);
   const __m512 qf = _mm512_mul_ps(_mm512_cvtepu32_ps(x), rcp);
-  __m512i q = _mm512_cvttps_epu32(qf);
+  __m512i q = _mm512_cvttps_epu32(qf);  // the quotient or one less (QuotientReciprocal)
   __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
-  const __mmask16 neg = _mm512_cmplt_epi32_mask(r, zero);
-  q = _mm512_mask_sub_epi32(q, neg, q, one);
-  r = _mm512_mask_add_epi32(r, neg, r, freq);
   const __mmask16 over = _mm512_cmpge_epu32_mask(r, freq);
   q = _mm512_mask_add_epi32(q, over, q, one);
   r = _mm512_mask_sub_epi32(r, over, r, freq);
@@ -104,10 +100,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
 // state vector g % V (lanes 16 * (g % V) ..). Per-context tables hold freq | start << 16 per
 // symbol, `stride` entries per context starting at symbol `lo`. kTab selects the lookup:
 // 0 = gather, 16/32/64 = in-register permutes of a table of that many entries.
-// q = x / freq comes from x times the float reciprocal of freq (three roundings of 2^-24 each:
-// relative error < 2^-22, and q < 2^(32-p) <= 2^21, so the estimate is within 1 of the
-// quotient; a multiply has a shorter latency than a division) corrected by one step each way:
-// the result is exact, so the stream is identical to the scalar encoder's bit for bit.
+// q = x / freq comes from x times a float reciprocal of freq biased low (QuotientReciprocal:
+// q < 2^(32-p) <= 2^21, and the estimate is the quotient or one less; a multiply has a shorter
+// latency than a division) corrected by one step up: the result is exact, so the stream is
+// identical to the scalar encoder's bit for bit.
 template <typename Sym, int kTab, int V>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx512(
     const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, const float* rcps,

@@ -106,6 +106,17 @@ void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_c
   t->entropy_bits = entropy;
 }
 
+// float(x) and the product each round by at most 2^-24 of themselves and the reciprocal by
+// 2^-23: never past the 2^-22 margin (so never above the quotient), and short of it by less
+// than 2^-20 of x / freq < 2^21, i.e. by less than 1. The vector encoder then corrects in one
+// direction only.
+float QuotientReciprocal(uint32_t freq) {
+  const double want = (1.0 / freq) * (1.0 - 0x1p-22);
+  float r = static_cast<float>(want);
+  if (static_cast<double>(r) > want) r = std::nextafter(r, 0.0f);
+  return r;
+}
+
 size_t BuildSimdEncodeTables(const EncodeTables& t, uint32_t alphabet, uint32_t num_ctx,
                              Scratch* scratch, uint32_t* lo_out) {
   uint32_t lo = alphabet, hi = 0;
@@ -123,7 +134,7 @@ size_t BuildSimdEncodeTables(const EncodeTables& t, uint32_t alphabet, uint32_t 
       const EncSym& es = t.syms[size_t{c} * alphabet + sy];
       if (es.freq) {
         scratch->enc_ent[c * stride + (sy - lo)] = es.freq | es.start << 16;
-        scratch->enc_rcp[c * stride + (sy - lo)] = 1.0f / static_cast<float>(es.freq);
+        scratch->enc_rcp[c * stride + (sy - lo)] = QuotientReciprocal(es.freq);
       }
     }
   *lo_out = lo;

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "codec/internal/rans_tables.h"
 #include "gtest/gtest.h"
 
 namespace strata::codec::rans {
@@ -174,6 +175,30 @@ TEST(Rans, VectorEncoderMatchesScalar) {
   std::mt19937 rng(1);
   for (auto& v : u) v = static_cast<uint8_t>(rng());
   SimdMatchesScalar(u, 256, 1);
+}
+
+// The vector encoder's quotient estimate (float(x) times QuotientReciprocal(freq), truncated)
+// is x / freq or one less, never more, at every frequency a table can hold and for x at the
+// edges of each quotient (just below, at and above multiples of freq) up to freq * 2^21, the
+// largest state a symbol is encoded from, and at random states in between.
+TEST(Rans, QuotientEstimateIsExactOrOneLess) {
+  std::mt19937 rng(7);
+  for (uint32_t f = 1; f <= 1u << 15; ++f) {
+    const float r = QuotientReciprocal(f);
+    const uint64_t top = uint64_t{f} << 21;
+    auto check = [&](uint64_t x) {
+      if (x >= top || x > 0xFFFFFFFFu) return;
+      const uint32_t q = static_cast<uint32_t>(x / f);
+      const uint32_t est =
+          static_cast<uint32_t>(static_cast<float>(static_cast<uint32_t>(x)) * r);
+      ASSERT_TRUE(est == q || est + 1 == q) << "freq " << f << " x " << x << " est " << est;
+    };
+    for (const uint64_t m : {uint64_t{1}, uint64_t{2} << 20, (uint64_t{1} << 21) - 1,
+                             uint64_t{rng() % (1u << 21)}})
+      for (const int64_t d : {-1, 0, 1}) check(m * f + d);
+    check(top - 1);
+    for (int i = 0; i < 4; ++i) check(rng() % top);
+  }
 }
 
 }  // namespace
