@@ -111,6 +111,18 @@ STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, 
   return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
 }
 
+// The coordinates (symbol - maxq) of a whole run of 16 symbols at p, as floats.
+template <typename Sym>
+STRATA_AMX_TARGET inline __m512 RunCoords(const Sym* p, __m512i maxq) {
+  __m512i v;
+  if constexpr (sizeof(Sym) == 1) {
+    v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(v, maxq));
+}
+
 // Two vectors of 16 coordinates as 16 bf16 pairs (a[i], b[i]).
 STRATA_AMX_TARGET inline __m512i Pairs(__m512 a, __m512 b, __m512i idx) {
   return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
@@ -130,6 +142,19 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
   const Sym* sym = static_cast<const Sym*>(s.sym);
   const __m512i maxq = _mm512_set1_epi32(s.maxq), idx = PairIndex();
   const __m512 zero = _mm512_setzero_ps();
+  if (s.maxq <= 256 && g < s.tokens / 16) {  // a whole group (most): no masks, one base
+    const Sym* base = sym + g * 16 * s.nslots;
+    auto coords = [&](uint32_t j) { return RunCoords(base + size_t{j} * 16, maxq); };
+    size_t kp = 0;
+    for (; 2 * kp + 1 < n; ++kp)
+      _mm512_storeu_si512(hi + kp * 32, Pairs(coords(slot[2 * kp]), coords(slot[2 * kp + 1]), idx));
+    if (2 * kp < n) {
+      _mm512_storeu_si512(hi + kp * 32, Pairs(coords(slot[2 * kp]), zero, idx));
+      ++kp;
+    }
+    for (; kp < kpad / 2; ++kp) _mm512_storeu_si512(hi + kp * 32, _mm512_setzero_si512());
+    return false;
+  }
   if (s.maxq <= 256) {  // every coordinate exact in bf16; the remainders stay zero
     for (size_t kp = 0; kp < kpad / 2; ++kp) {
       const size_t k0 = 2 * kp, k1 = k0 + 1;
