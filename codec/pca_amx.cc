@@ -278,68 +278,55 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
-// One token's row of the encoder's operand: per 32 columns, the values less the mean, split
-// into bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the
-// pair of columns 2j, 2j + 1), to hi[0 .. dim) and lo[0 .. dim); the token's squared norm and
-// centred energy added to *norm2 and *err2. False where a value is not finite (the rest is then
-// undefined). A token at a time, so that its sums stay in two registers (16 tokens' sums and
-// pairs at once did not fit the 32 and spilled).
-STRATA_AMX_TARGET inline bool PairRow(const float* x, size_t dim, const float* mean,
-                                      double* norm2, double* err2, uint16_t* hi, uint16_t* lo) {
-  constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // fpclass: NaNs and infinities
-  __mmask16 bad = 0;
-  __m512 n = _mm512_setzero_ps(), e = _mm512_setzero_ps();
-  for (size_t c = 0; c < dim; c += 32) {
-    const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + 16);
-    bad |= _mm512_fpclass_ps_mask(a, kNotFinite) | _mm512_fpclass_ps_mask(b, kNotFinite);
-    n = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n));
-    const __m512 ca = _mm512_sub_ps(a, _mm512_loadu_ps(mean + c));
-    const __m512 cb = _mm512_sub_ps(b, _mm512_loadu_ps(mean + c + 16));
-    e = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e));
-    if (!lo) {  // the conversion rounds to nearest even, as RoundToBf16 does
-      _mm512_storeu_si512(hi + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(cb, ca)));
-      continue;
-    }
-    const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
-    _mm512_storeu_si512(hi + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(bh, ah)));
-    _mm512_storeu_si512(lo + c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
-                                    _mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah))));
-  }
-  *norm2 += _mm512_reduce_add_ps(n);
-  *err2 += _mm512_reduce_add_ps(e);
-  return bad == 0;
-}
-
-// A group of 16 tokens' rows of pairs ([i][dim], PairRow's; rows from `live` on zero) transposed
-// so that row c / 2 holds the pair of every token (the tiles' pair layout, rows `pitch` words
-// apart, the group's at word t0 * 2).
-STRATA_AMX_TARGET inline void TransposePairs(const uint16_t* rows, size_t live, size_t dim,
-                                             size_t pitch, size_t t0, uint16_t* out) {
-  for (size_t c = 0; c < dim; c += 32) {
-    __m512 h[16];
-    for (size_t i = 0; i < 16; ++i)
-      h[i] = i < live ? _mm512_loadu_ps(rows + i * dim + c) : _mm512_setzero_ps();
-    Transpose16(h);
-    for (int j = 0; j < 16; ++j)
-      _mm512_storeu_ps(reinterpret_cast<float*>(out + (c / 2 + j) * pitch + t0 * 2), h[j]);
-  }
-}
-
 // The encoder's operand for the group of 16 tokens from t0 (`live` of them; the rest zero),
-// token i's row at x + i * stride: PairRow's pairs of each, transposed (TransposePairs) into hi
-// and lo; `rows` holds 16 * dim words per half (two with `lo`). False where a value is not
-// finite.
+// token i's row at x + i * stride: per 32 columns, each token's values less the mean, split into
+// bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the pair of
+// columns 2j, 2j + 1), then transposed so that row c / 2 holds the pair of every token (the
+// tiles' pair layout; rows `pitch` words apart). Each token's squared norm and centred energy
+// are summed on the way. False where a value is not finite (the rest is then undefined).
 STRATA_AMX_TARGET bool PairGroup(const float* x, size_t stride, size_t t0, size_t live,
                                  size_t dim, const float* mean, size_t pitch, double* norm2,
-                                 double* err2, uint16_t* hi, uint16_t* lo, uint16_t* rows) {
-  uint16_t* lrows = lo ? rows + 16 * dim : nullptr;
-  bool finite = true;
-  for (size_t i = 0; i < live; ++i)
-    finite &= PairRow(x + i * stride, dim, mean, norm2 + t0 + i, err2 + t0 + i, rows + i * dim,
-                      lo ? lrows + i * dim : nullptr);
-  TransposePairs(rows, live, dim, pitch, t0, hi);
-  if (lo) TransposePairs(lrows, live, dim, pitch, t0, lo);
-  return finite;
+                                 double* err2, uint16_t* hi, uint16_t* lo) {
+  __m512 n[16], e[16];
+  for (int i = 0; i < 16; ++i) n[i] = e[i] = _mm512_setzero_ps();
+  constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // fpclass: NaNs and infinities
+  __mmask16 bad = 0;
+  for (size_t c = 0; c < dim; c += 32) {
+    const __m512 ma = _mm512_loadu_ps(mean + c), mb = _mm512_loadu_ps(mean + c + 16);
+    __m512 h[16], l[16];
+    for (size_t i = 0; i < 16; ++i) {
+      if (i >= live) {
+        h[i] = l[i] = _mm512_setzero_ps();
+        continue;
+      }
+      const float* row = x + i * stride + c;
+      const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+      bad |= _mm512_fpclass_ps_mask(a, kNotFinite) | _mm512_fpclass_ps_mask(b, kNotFinite);
+      n[i] = _mm512_fmadd_ps(a, a, _mm512_fmadd_ps(b, b, n[i]));
+      const __m512 ca = _mm512_sub_ps(a, ma), cb = _mm512_sub_ps(b, mb);
+      e[i] = _mm512_fmadd_ps(ca, ca, _mm512_fmadd_ps(cb, cb, e[i]));
+      if (!lo) {  // the conversion rounds to nearest even, as RoundToBf16 does
+        h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(cb, ca));
+        continue;
+      }
+      const __m512 ah = RoundToBf16(ca), bh = RoundToBf16(cb);
+      h[i] = reinterpret_cast<__m512>(_mm512_cvtne2ps_pbh(bh, ah));
+      l[i] = reinterpret_cast<__m512>(
+          _mm512_cvtne2ps_pbh(_mm512_sub_ps(cb, bh), _mm512_sub_ps(ca, ah)));
+    }
+    Transpose16(h);
+    if (lo) Transpose16(l);
+    for (int j = 0; j < 16; ++j) {
+      const size_t at = (c / 2 + j) * pitch + t0 * 2;
+      _mm512_storeu_ps(reinterpret_cast<float*>(hi + at), h[j]);
+      if (lo) _mm512_storeu_ps(reinterpret_cast<float*>(lo + at), l[j]);
+    }
+  }
+  for (size_t i = 0; i < live; ++i) {
+    norm2[t0 + i] += _mm512_reduce_add_ps(n[i]);
+    err2[t0 + i] += _mm512_reduce_add_ps(e[i]);
+  }
+  return bad == 0;
 }
 
 inline size_t Live(size_t t0, size_t tokens) {
@@ -427,14 +414,12 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
                                        double* norm2, double* err2, float* y,
                                        std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
-  const size_t halves = basis.lo.empty() ? 1 : 2;
-  scratch->resize(halves * (half + 16 * dim));  // the pairs, then a group's rows of pairs
+  scratch->resize((basis.lo.empty() ? 1 : 2) * half);
   uint16_t* xh = scratch->data();
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
-  uint16_t* rows = scratch->data() + halves * half;
-  for (size_t t0 = 0; t0 < tpad; t0 += 16)  // the caller checked the values
-    (void)PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean,
-                    pitch, norm2, err2, xh, xl, rows);
+  for (size_t t0 = 0; t0 < tpad; t0 += 16)
+    PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean, pitch,
+              norm2, err2, xh, xl);
   ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
 }
 
@@ -446,16 +431,12 @@ STRATA_AMX_TARGET bool EncodeHeadTilesFromRows(const PcaInput& in, const PcaRope
                                                double* norm2, double* err2, float* y,
                                                std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
-  const size_t halves = basis.lo.empty() ? 1 : 2;
-  // The pairs, a group's rows of pairs, then one row of floats.
-  scratch->resize(halves * (half + 16 * dim) + 2 * dim);
+  const size_t pairs = (basis.lo.empty() ? 1 : 2) * half;
+  scratch->resize(pairs + 2 * 16 * dim);  // the pairs, then 16 rows of floats
   uint16_t* xh = scratch->data();
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
-  uint16_t* hrows = scratch->data() + halves * half;
-  uint16_t* lrows = xl ? hrows + 16 * dim : nullptr;
-  float* row = reinterpret_cast<float*>(scratch->data() + halves * (half + 16 * dim));
+  float* rows = reinterpret_cast<float*>(scratch->data() + pairs);
   const size_t es = in.type == PcaRows::Type::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  bool finite = true;
   for (size_t t0 = 0; t0 < tpad; t0 += 16) {
     const size_t live = Live(t0, tokens);
     for (size_t i = 0; i < live; ++i) {
@@ -463,13 +444,9 @@ STRATA_AMX_TARGET bool EncodeHeadTilesFromRows(const PcaInput& in, const PcaRope
         const char* next = static_cast<const char*>(in.data) + (t0 + 16 + i) * in.stride * es;
         for (size_t b = 0; b < dim * es; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
       }
-      avx512::LoadRow(in, t0 + i, dim, rope, row);
-      finite &= PairRow(row, dim, mean, norm2 + t0 + i, err2 + t0 + i, hrows + i * dim,
-                        lrows ? lrows + i * dim : nullptr);
+      avx512::LoadRow(in, t0 + i, dim, rope, rows + i * dim);
     }
-    if (!finite) return false;
-    TransposePairs(hrows, live, dim, pitch, t0, xh);
-    if (xl) TransposePairs(lrows, live, dim, pitch, t0, xl);
+    if (!PairGroup(rows, dim, t0, live, dim, mean, pitch, norm2, err2, xh, xl)) return false;
   }
   ProjectTiles(xh, xl, dim, pitch, basis, tp, y);
   return true;
