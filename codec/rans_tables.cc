@@ -107,9 +107,9 @@ void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_c
 }
 
 // float(x) and the product each round by at most 2^-24 of themselves and the reciprocal by
-// 2^-23: never past the 2^-22 margin (so never above the quotient), and short of it by less
-// than 2^-20 of x / freq < 2^21, i.e. by less than 1. The vector encoder then corrects in one
-// direction only.
+// 2^-23: together never past the 2^-22 margin (so never above the quotient), and with it short
+// by at most 2^-21 of x / freq < 2^21, i.e. by less than 1. The vector encoder then corrects in
+// one direction only.
 float QuotientReciprocal(uint32_t freq) {
   const double want = (1.0 / freq) * (1.0 - 0x1p-22);
   float r = static_cast<float>(want);

@@ -44,8 +44,9 @@ void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_c
 float QuotientReciprocal(uint32_t freq);
 
 // The AVX-512 encoder's tables: per context `stride` entries from symbol *lo (freq | start << 16
-// in scratch->enc_ent, QuotientReciprocal(freq) in scratch->enc_rcp); stride is 16, 32 or 64 when every context's
-// symbols fit in that span, else the alphabet (and *lo 0). Returns the stride.
+// in scratch->enc_ent, QuotientReciprocal(freq) in scratch->enc_rcp); stride is 16, 32 or 64
+// when every context's symbols fit in that span, else the alphabet (and *lo 0). Returns the
+// stride.
 size_t BuildSimdEncodeTables(const EncodeTables& t, uint32_t alphabet, uint32_t num_ctx,
                              Scratch* scratch, uint32_t* lo);
 
