@@ -84,33 +84,6 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
-// The coordinates (symbol - maxq) of one slot for the 16 tokens of group g, as floats; zero
-// for tokens past the end.
-template <typename Sym>
-STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, size_t g,
-                                           uint32_t j, __m512i maxq) {
-  const size_t full = s.tokens / 16, rest = s.tokens % 16;
-  __m512i v;
-  __mmask16 live = 0xFFFF;
-  if (g < full) {
-    const Sym* p = sym + g * 16 * s.nslots + size_t{j} * 16;
-    if constexpr (sizeof(Sym) == 1) {
-      v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    } else {
-      v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    }
-  } else {
-    live = static_cast<__mmask16>((1u << rest) - 1);
-    const Sym* p = sym + full * 16 * s.nslots + size_t{j} * rest;
-    if constexpr (sizeof(Sym) == 1) {
-      v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p));
-    } else {
-      v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, p));
-    }
-  }
-  return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
-}
-
 // The coordinates (symbol - maxq) of a whole run of 16 symbols at p, as floats.
 template <typename Sym>
 STRATA_AMX_TARGET inline __m512 RunCoords(const Sym* p, __m512i maxq) {
@@ -121,6 +94,24 @@ STRATA_AMX_TARGET inline __m512 RunCoords(const Sym* p, __m512i maxq) {
     v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(v, maxq));
+}
+
+// The coordinates (symbol - maxq) of one slot for the 16 tokens of group g, as floats; zero
+// for tokens past the end.
+template <typename Sym>
+STRATA_AMX_TARGET inline __m512 SlotCoords(const Sym* sym, const PcaSymbols& s, size_t g,
+                                           uint32_t j, __m512i maxq) {
+  const size_t full = s.tokens / 16, rest = s.tokens % 16;
+  if (g < full) return RunCoords(sym + g * 16 * s.nslots + size_t{j} * 16, maxq);
+  const __mmask16 live = static_cast<__mmask16>((1u << rest) - 1);
+  const Sym* p = sym + full * 16 * s.nslots + size_t{j} * rest;
+  __m512i v;
+  if constexpr (sizeof(Sym) == 1) {
+    v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p));
+  } else {
+    v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, p));
+  }
+  return _mm512_maskz_cvtepi32_ps(live, _mm512_sub_epi32(v, maxq));
 }
 
 // Two vectors of 16 coordinates as 16 bf16 pairs (a[i], b[i]).
