@@ -37,7 +37,6 @@ namespace {
 #ifdef STRATA_PCA_AMX
 using avx512::PairIndex;
 using avx512::RoundToBf16;
-using avx512::StoreGroup;
 using avx512::Transpose16;
 #endif
 
@@ -169,16 +168,38 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
   return rest != 0;
 }
 
-// Tiles: 0-3 sums (two groups of tokens x two blocks of 16 columns), 4 and 5 the axes of the
-// two column blocks, 6 and 7 the two groups' coordinates; 32 coordinates per product.
-STRATA_AMX_TARGET inline void LoadCoordTiles(const uint16_t* y0, const uint16_t* y1) {
-  _tile_loadd(6, y0, 64);
-  _tile_loadd(7, y1, 64);
+template <typename T>
+T* AlignTo64(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
-// Rows c .. c + 31 of the axes, `stride` bytes apart, at a's row c.
-STRATA_AMX_TARGET inline void LoadAxisTiles(const uint16_t* a, size_t stride) {
-  _tile_loadd(4, a, stride);
-  _tile_loadd(5, a + 16 * (stride / sizeof(uint16_t)), stride);
+
+// Group g's coordinates as token rows (the tiles' A operand): y[t * kpad + k], coordinates k and
+// k + 1 of token t in one dword, from PairCoords's pair layout by a dword transpose per 32
+// coordinates. Transposing the coordinates (n per token) costs less than transposing the sums
+// (dim per token) did when the tiles' roles were the other way round.
+STRATA_AMX_TARGET inline void RowsFromPairs(const uint16_t* pairs, size_t kpad, uint16_t* y) {
+  for (size_t k = 0; k < kpad; k += 32) {
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j)
+      r[j] = _mm512_loadu_ps(reinterpret_cast<const float*>(pairs + (k / 2 + j) * 32));
+    Transpose16(r);
+    for (int t = 0; t < 16; ++t)
+      _mm512_storeu_ps(reinterpret_cast<float*>(y + t * kpad + k), r[t]);
+  }
+}
+
+// The decoder's tiles: 0-3 sums (two groups of 16 tokens x two blocks of 16 columns, token
+// rows), 4 and 5 the two groups' coordinates (A: token rows, 32 coordinates), 6 and 7 the axes
+// of the two column blocks (B: 16 coordinate pairs x 16 columns).
+STRATA_AMX_TARGET inline void LoadCoordTiles(const uint16_t* y0, const uint16_t* y1,
+                                             size_t stride) {
+  _tile_loadd(4, y0, stride);
+  _tile_loadd(5, y1, stride);
+}
+// The axes' pair rows k / 2 .. k / 2 + 15 at columns c .. c + 31 (PcaAmxAxes's layout).
+STRATA_AMX_TARGET inline void LoadAxisTiles(const uint16_t* a, size_t dim) {
+  _tile_loadd(6, a, dim * 2 * sizeof(uint16_t));
+  _tile_loadd(7, a + 32, dim * 2 * sizeof(uint16_t));
 }
 // Eight tiles of 16 rows of 64 bytes.
 STRATA_AMX_TARGET inline void ConfigureTiles() {
@@ -198,8 +219,8 @@ STRATA_AMX_TARGET inline void ZeroSums() {
 // Four independent sums between two products into the same one (their latency).
 STRATA_AMX_TARGET inline void AddProducts() {
   _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(1, 4, 7);
-  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(1, 5, 6);
+  _tile_dpbf16ps(2, 4, 7);
   _tile_dpbf16ps(3, 5, 7);
 }
 
@@ -207,23 +228,24 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
                                         const PcaAmxAxes& axes, bool split, size_t dim,
                                         float scale, const float* mean, const PcaRope* rope,
                                         const PcaRows& out, PcaAmxScratch* sc) {
-  const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16;
-  sc->coords.resize(4 * kpad * 16);
-  sc->sums.resize(2 * dim * 16);
-  uint16_t* y0 = sc->coords.data();
-  uint16_t* y1 = y0 + kpad * 16;
-  uint16_t* y0_lo = y1 + kpad * 16;
-  uint16_t* y1_lo = y0_lo + kpad * 16;
-  float* s0 = sc->sums.data();
-  float* s1 = s0 + dim * 16;
+  const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16, block = kpad * 16;
+  // One group's pair layout (hi, lo), then both groups' token rows (hi 0, hi 1, lo 0, lo 1).
+  // Every tile row on a cache line of its own (block and dim * 16 are multiples of 32 words).
+  sc->coords.resize(6 * block + 32);
+  sc->sums.resize(2 * dim * 16 + 16);
+  uint16_t* pair_hi = AlignTo64(sc->coords.data());
+  uint16_t* pair_lo = pair_hi + block;
+  uint16_t* y_hi[2] = {pair_lo + block, pair_lo + 2 * block};
+  uint16_t* y_lo[2] = {pair_lo + 3 * block, pair_lo + 4 * block};
+  float* rows[2] = {AlignTo64(sc->sums.data()), AlignTo64(sc->sums.data()) + dim * 16};
   ConfigureTiles();
   const uint16_t* hi = axes.hi.data();
   const uint16_t* lo = axes.lo.data();
-  const size_t astride = kpad * sizeof(uint16_t);
+  const size_t ystride = kpad * sizeof(uint16_t), rstride = dim * sizeof(float);
   const size_t esize = out.type == PcaRows::Type::kFloat32 ? 4 : 2;
   // Rows aligned to the stores' width are streamed past the caches, as the VNNI decoder's are
   // (a block is written once, and megabytes); others are asked for, to write, a pair ahead.
-  const bool stream = avx512::StreamsRows(out) && dim <= 256;  // StoreGroup streams those
+  const bool stream = avx512::StreamsRows(out);
   for (size_t g = 0; g < groups; g += 2) {
     // The next pair's output rows, asked for (to write) while this pair's tiles run: the rows
     // are the block's, seldom in cache, and the store pass otherwise waits on them (0-15 %
@@ -233,37 +255,43 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
       const char* row = static_cast<const char*>(out.data) + t * out.stride * esize;
       for (size_t b = 0; b < dim * esize; b += 64) _mm_prefetch(row + b, _MM_HINT_ET0);
     }
-    bool rest;
-    if (s.wide) {
-      rest = PairCoords<uint16_t>(s, slot, n, kpad, g, y0, y0_lo);
-      rest = PairCoords<uint16_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
-    } else {
-      rest = PairCoords<uint8_t>(s, slot, n, kpad, g, y0, y0_lo);
-      rest = PairCoords<uint8_t>(s, slot, n, kpad, g + 1, y1, y1_lo) || rest;
+    bool lo_rows[2];
+    for (int i = 0; i < 2; ++i) {
+      lo_rows[i] = s.wide ? PairCoords<uint16_t>(s, slot, n, kpad, g + i, pair_hi, pair_lo)
+                          : PairCoords<uint8_t>(s, slot, n, kpad, g + i, pair_hi, pair_lo);
+      RowsFromPairs(pair_hi, kpad, y_hi[i]);
+      if (lo_rows[i]) RowsFromPairs(pair_lo, kpad, y_lo[i]);
     }
+    const bool rest = lo_rows[0] || lo_rows[1];
+    for (int i = 0; i < 2; ++i)
+      if (rest && !lo_rows[i]) std::memset(y_lo[i], 0, block * sizeof(uint16_t));
     for (size_t c = 0; c < dim; c += 32) {
       ZeroSums();
       for (size_t k = 0; k < kpad; k += 32) {
-        LoadCoordTiles(y0 + k * 16, y1 + k * 16);
-        LoadAxisTiles(hi + c * kpad + k, astride);
+        const size_t at = k / 2 * dim * 2 + c * 2;  // pair row k / 2, column c
+        LoadCoordTiles(y_hi[0] + k, y_hi[1] + k, ystride);
+        LoadAxisTiles(hi + at, dim);
         AddProducts();
         if (split) {
-          LoadAxisTiles(lo + c * kpad + k, astride);
+          LoadAxisTiles(lo + at, dim);
           AddProducts();
         }
         if (rest) {  // coordinates beyond 256 (rare): their remainders times the axes' hi
-          LoadCoordTiles(y0_lo + k * 16, y1_lo + k * 16);
-          LoadAxisTiles(hi + c * kpad + k, astride);
+          LoadCoordTiles(y_lo[0] + k, y_lo[1] + k, ystride);
+          LoadAxisTiles(hi + at, dim);
           AddProducts();
         }
       }
-      _tile_stored(0, s0 + c * 16, 64);
-      _tile_stored(1, s1 + c * 16, 64);
-      _tile_stored(2, s0 + (c + 16) * 16, 64);
-      _tile_stored(3, s1 + (c + 16) * 16, 64);
+      _tile_stored(0, rows[0] + c, rstride);
+      _tile_stored(1, rows[1] + c, rstride);
+      _tile_stored(2, rows[0] + c + 16, rstride);
+      _tile_stored(3, rows[1] + c + 16, rstride);
     }
-    StoreGroup(s0, dim, scale, mean, s.tokens, rope, g, out, stream);
-    if (g + 1 < groups) StoreGroup(s1, dim, scale, mean, s.tokens, rope, g + 1, out, stream);
+    for (size_t i = 0; i < 2 && g + i < groups; ++i) {
+      const size_t first = (g + i) * 16;
+      avx512::StoreTokenGroup(rows[i], dim, scale, mean, std::min<size_t>(16, s.tokens - first),
+                              rope, first, out, stream);
+    }
   }
   if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
   _tile_release();
@@ -479,8 +507,8 @@ uint64_t PcaAmxHeadsProjectedInBf16() {
 namespace {
 
 // Each axis coords[k], times steps[k] where given, split into bf16 hi and lo halves (lo only
-// with_lo); (k, c) at [c * kpad + k] (by_column: the decoder's A[c][k]) or at [k * dim + c] (the
-// encoder's rows).
+// with_lo); (k, c) at [(k / 2 * dim + c) * 2 + k % 2] (by_column: the decoder's B operand, pair
+// rows of columns) or at [k * dim + c] (the encoder's rows).
 template <typename Split>
 void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
                size_t dim, bool by_column, bool with_lo, Split* out) {
@@ -488,8 +516,8 @@ void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, s
   out->lo.clear();
   out->kpad = 0;
   if (dim == 0 || dim % 32 != 0 || n == 0) return;
-  // The decoder's k is the products' inner dimension (32 bf16 per tile row); the encoder's, the
-  // axes tile's rows (16 per tile).
+  // The decoder's k is the products' inner dimension (32 bf16 per tile row: 16 pair rows); the
+  // encoder's, the axes tile's rows (16 per tile).
   const size_t kpad = by_column ? (n + 31) / 32 * 32 : (n + 15) / 16 * 16;
   out->kpad = kpad;
   out->hi.assign(dim * kpad, 0);
@@ -498,7 +526,7 @@ void SplitAxes(const float* basis, const uint32_t* coords, const float* steps, s
     for (size_t c = 0; c < dim; ++c) {
       const float a = (steps ? steps[k] : 1.0f) * basis[size_t{coords[k]} * dim + c];
       const uint16_t h = FloatToBF16(a);
-      const size_t at = by_column ? c * kpad + k : k * dim + c;
+      const size_t at = by_column ? (k / 2 * dim + c) * 2 + k % 2 : k * dim + c;
       out->hi[at] = h;
       if (with_lo) out->lo[at] = FloatToBF16(a - BF16ToFloat(h));
     }

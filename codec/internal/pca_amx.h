@@ -56,9 +56,10 @@ inline bool NeedsSplitOperands(double finest_step_to_spread) {
   return finest_step_to_spread < 0x1p-6;
 }
 
-// A head's axes times their steps, bf16 hi and lo halves, [dim][kpad] (row c: coordinate k's
-// axis at column c, in the decoder's slot order; columns k >= n zero). Empty when the shape
-// does not fit the tiles (dim not a multiple of 32).
+// A head's axes times their steps, bf16 hi and lo halves, in the tiles' pair rows: [kpad / 2]
+// [dim][2] (coordinate k's axis at column c in word (k / 2 * dim + c) * 2 + k % 2, k in the
+// decoder's slot order; k >= n zero). Empty when the shape does not fit the tiles (dim not a
+// multiple of 32).
 struct PcaAmxAxes {
   std::vector<uint16_t> hi, lo;
   size_t kpad = 0;
@@ -96,8 +97,8 @@ struct PcaSymbols {
 };
 
 struct PcaAmxScratch {
-  std::vector<uint16_t> coords;  // two token groups' coordinates, the tiles' pair layout
-  std::vector<float> sums;       // two token groups' sums, [group][c][t % 16]
+  std::vector<uint16_t> coords;  // token groups' coordinates, in pairs and in token rows
+  std::vector<float> sums;       // two token groups' sums, [group][t % 16][c]
 };
 
 // RoPE angles' cosines and sines, [token][dim / 2] (RopeTable).
