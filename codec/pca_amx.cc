@@ -168,11 +168,6 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
   return rest != 0;
 }
 
-template <typename T>
-T* AlignTo64(T* p) {
-  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-}
-
 // Group g's coordinates as token rows (the tiles' A operand): y[t * kpad + k], coordinates k and
 // k + 1 of token t in one dword, from PairCoords's pair layout by a dword transpose per 32
 // coordinates. Transposing the coordinates (n per token) costs less than transposing the sums
@@ -231,13 +226,13 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   const size_t kpad = axes.kpad, groups = (s.tokens + 15) / 16, block = kpad * 16;
   // One group's pair layout (hi, lo), then both groups' token rows (hi 0, hi 1, lo 0, lo 1).
   // Every tile row on a cache line of its own (block and dim * 16 are multiples of 32 words).
-  sc->coords.resize(6 * block + 32);
-  sc->sums.resize(2 * dim * 16 + 16);
-  uint16_t* pair_hi = AlignTo64(sc->coords.data());
+  sc->coords.resize(6 * block + kCacheLine / sizeof(uint16_t));
+  sc->sums.resize(2 * dim * 16 + kCacheLine / sizeof(float));
+  uint16_t* pair_hi = AlignToCacheLine(sc->coords.data());
   uint16_t* pair_lo = pair_hi + block;
   uint16_t* y_hi[2] = {pair_lo + block, pair_lo + 2 * block};
   uint16_t* y_lo[2] = {pair_lo + 3 * block, pair_lo + 4 * block};
-  float* rows[2] = {AlignTo64(sc->sums.data()), AlignTo64(sc->sums.data()) + dim * 16};
+  float* rows[2] = {AlignToCacheLine(sc->sums.data()), AlignToCacheLine(sc->sums.data()) + dim * 16};
   ConfigureTiles();
   const uint16_t* hi = axes.hi.data();
   const uint16_t* lo = axes.lo.data();
@@ -433,8 +428,8 @@ STRATA_AMX_TARGET void EncodeHeadTiles(const float* x, size_t stride, size_t tok
                                        double* norm2, double* err2, float* y,
                                        std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
-  scratch->resize((basis.lo.empty() ? 1 : 2) * half);
-  uint16_t* xh = scratch->data();
+  scratch->resize((basis.lo.empty() ? 1 : 2) * half + kCacheLine / sizeof(uint16_t));
+  uint16_t* xh = AlignToCacheLine(scratch->data());  // pitch: whole lines per pair row
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
   for (size_t t0 = 0; t0 < tpad; t0 += 16)
     PairGroup(t0 < tokens ? x + t0 * stride : x, stride, t0, Live(t0, tokens), dim, mean, pitch,
@@ -451,10 +446,11 @@ STRATA_AMX_TARGET bool EncodeHeadTilesFromRows(const PcaInput& in, const PcaRope
                                                std::vector<uint16_t>* scratch) {
   const size_t tpad = (tp + 31) / 32 * 32, pitch = PairPitch(tpad), half = dim / 2 * pitch;
   const size_t pairs = (basis.lo.empty() ? 1 : 2) * half;
-  scratch->resize(pairs + 2 * 16 * dim);  // the pairs, then 16 rows of floats
-  uint16_t* xh = scratch->data();
+  // The pairs, then 16 rows of floats; every pair row on whole cache lines.
+  scratch->resize(pairs + 2 * 16 * dim + kCacheLine / sizeof(uint16_t));
+  uint16_t* xh = AlignToCacheLine(scratch->data());
   uint16_t* xl = basis.lo.empty() ? nullptr : xh + half;
-  float* rows = reinterpret_cast<float*>(scratch->data() + pairs);
+  float* rows = reinterpret_cast<float*>(xh + pairs);
   const size_t es = in.type == PcaRows::Type::kFloat32 ? sizeof(float) : sizeof(uint16_t);
   for (size_t t0 = 0; t0 < tpad; t0 += 16) {
     const size_t live = Live(t0, tokens);

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "codec/internal/aligned.h"
+
 namespace strata::codec::internal {
 
 // The encoder's projection on the tiles as well (PcaEncodeHeadAmx): y = basis rows . x. Where
@@ -61,7 +63,7 @@ inline bool NeedsSplitOperands(double finest_step_to_spread) {
 // decoder's slot order; k >= n zero). Empty when the shape does not fit the tiles (dim not a
 // multiple of 32).
 struct PcaAmxAxes {
-  std::vector<uint16_t> hi, lo;
+  CacheAlignedVector<uint16_t> hi, lo;
   size_t kpad = 0;
 };
 void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* steps, size_t n,
@@ -71,7 +73,7 @@ void BuildPcaAmxAxes(const float* basis, const uint32_t* coords, const float* st
 // rounded up to 16) as bf16, [kpad][dim], and with `split` their lo halves too (else lo stays
 // empty: one product). Empty when the shape does not fit the tiles (dim not a multiple of 32).
 struct PcaAmxBasis {
-  std::vector<uint16_t> hi, lo;
+  CacheAlignedVector<uint16_t> hi, lo;
   size_t kpad = 0;
 };
 void BuildPcaAmxBasis(const float* basis, const uint32_t* coords, size_t n, size_t dim,

@@ -223,7 +223,7 @@ void RotateRope(float* x, size_t T, size_t H, size_t D, uint64_t first_position,
 // centred energy (pd: norm2[tp], then energy[tp]). A bit budget's trial encodes of one block
 // project each section once.
 struct PcaProjection {
-  std::vector<float> y;
+  CacheAlignedVector<float> y;  // the tiles store their rows here
   std::vector<size_t> ybase;
   std::vector<double> pd;
 };
