@@ -232,7 +232,8 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   uint16_t* pair_lo = pair_hi + block;
   uint16_t* y_hi[2] = {pair_lo + block, pair_lo + 2 * block};
   uint16_t* y_lo[2] = {pair_lo + 3 * block, pair_lo + 4 * block};
-  float* rows[2] = {AlignToCacheLine(sc->sums.data()), AlignToCacheLine(sc->sums.data()) + dim * 16};
+  float* const sums = AlignToCacheLine(sc->sums.data());
+  float* rows[2] = {sums, sums + dim * 16};
   ConfigureTiles();
   const uint16_t* hi = axes.hi.data();
   const uint16_t* lo = axes.lo.data();
