@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "codec/codec.h"
+#include "codec/internal/aligned.h"
 #include "codec/internal/pca_amx.h"
 #include "codec/rans.h"
 
@@ -69,7 +70,7 @@ struct RopeTable {
   size_t tokens = 0, dim = 0;
   uint64_t first_position = 0;
   float theta = 0;
-  std::vector<float> cos, sin;  // [token][pair]
+  CacheAlignedVector<float> cos, sin;  // [token][pair]; rows of 64 bytes stay on one line
   // The blocks' common part, for (tokens, dim, theta): the pairs' frequencies and the angles
   // of the offsets t * freq[pair] (cos, sin; [token][pair]), so that a block pays one sincos
   // per pair, not per (token, pair).
@@ -86,7 +87,7 @@ struct SectionScratch {
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
   std::vector<uint16_t> mu16, out_idx;  // DecodeQuantHandoff: aligned copies of payload fields
-  std::vector<uint8_t> syms8;  // decoder: symbols of alphabets <= 256
+  CacheAlignedVector<uint8_t> syms8;  // symbols of alphabets <= 256, in 16-symbol runs
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
