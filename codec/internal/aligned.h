@@ -1,6 +1,7 @@
-// Storage on cache-line boundaries for the AMX kernels' operands (codec/pca_amx.cc). A tile row
-// is 64 bytes; from a buffer that is only 16-byte aligned, as std::vector's often is, every row
-// straddles two lines and each tile load or store touches twice the lines it needs.
+// Storage on cache-line boundaries for the AMX kernels' operands (codec/pca_amx.cc) and the
+// buffers the AVX-512 loops read and write 64 bytes at a time. A tile row or a zmm vector is 64
+// bytes; from a buffer that is only 16-byte aligned, as std::vector's often is, each one
+// straddles two lines and touches twice the lines it needs.
 #ifndef STRATA_CODEC_INTERNAL_ALIGNED_H_
 #define STRATA_CODEC_INTERNAL_ALIGNED_H_
 

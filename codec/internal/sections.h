@@ -87,7 +87,7 @@ struct SectionScratch {
   std::vector<uint16_t> steps16;
   std::vector<uint16_t> syms;
   std::vector<uint16_t> mu16, out_idx;  // DecodeQuantHandoff: aligned copies of payload fields
-  CacheAlignedVector<uint8_t> syms8;  // symbols of alphabets <= 256, in 16-symbol runs
+  CacheAlignedVector<uint8_t> syms8;  // symbols of alphabets <= 256 (pca: 16-symbol runs)
   std::vector<uint8_t> lo, hi;
   std::vector<uint8_t> lo_row;  // split coder with outliers: the low bits spread over channels
   std::vector<uint32_t> counts, hcounts;  // split coder: histograms
