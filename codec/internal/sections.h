@@ -70,7 +70,7 @@ struct RopeTable {
   size_t tokens = 0, dim = 0;
   uint64_t first_position = 0;
   float theta = 0;
-  CacheAlignedVector<float> cos, sin;  // [token][pair]; rows of 64 bytes stay on one line
+  CacheAlignedVector<float> cos, sin;  // [token][pair]; each 64-byte load within one line
   // The blocks' common part, for (tokens, dim, theta): the pairs' frequencies and the angles
   // of the offsets t * freq[pair] (cos, sin; [token][pair]), so that a block pays one sincos
   // per pair, not per (token, pair).
