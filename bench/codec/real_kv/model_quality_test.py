@@ -124,6 +124,26 @@ def main():
     check(p.returncode != 0 and "expected shape (2, 2, 2, 64, 64)" in p.stderr,
           f"a metric of another shape is refused: {p.stderr.strip()!r}")
 
+    # The numpy model of transforms not built yet (cross_layer_model.py) writes decoded KV that
+    # eval reads like codec_eval's; a coarser step costs fewer bits and more of the model's KL.
+    xl = os.path.join(a.work, "xl")
+    bits = {}
+    for variant, step in (("head", "0.5"), ("xl", "0.5"), ("xl", "2")):
+        p = run([sys.executable, os.path.join(HERE, "cross_layer_model.py"), "--calib", prefix,
+                 "--prefix", prefix, "--rope-theta", "10000", "--variant", variant, "--step", step,
+                 "--importance", imp_path, "--out", xl])
+        name = f"{variant}-s{step}-imp"
+        check(p.stdout.startswith(name + ": "), f"cross_layer_model.py names its output: {p.stdout.strip()!r}")
+        bits[name] = float(p.stdout.split()[1])
+    xl_tsv = os.path.join(xl, "quality.tsv")
+    run(py + ["eval", "--model", "tiny-random", "--prefix", prefix, "--decoded", xl, "--out", xl_tsv])
+    qx = read_tsv(xl_tsv)
+    check(sorted(qx) == sorted(list(bits) + [mq.FLOOR_MODE]), f"one row per variant: {sorted(qx)}")
+    fine, coarse = qx["xl-s0.5-imp"], qx["xl-s2-imp"]
+    check(bits["xl-s2-imp"] < bits["xl-s0.5-imp"] and coarse["kl_mean"] > fine["kl_mean"] > 0,
+          f"xl step 2 vs 0.5: bits {bits['xl-s2-imp']:.3f} < {bits['xl-s0.5-imp']:.3f}, "
+          f"KL {coarse['kl_mean']:.3g} > {fine['kl_mean']:.3g}")
+
     # Refusals, each with a message that names the problem.
     p = run([a.codec_eval, "--data", prefix + ":kv", "--tokens-per-block", "96", "--modes", "lossless",
              "--write-decoded", os.path.join(a.work, "partial")], expect_ok=False)
