@@ -38,11 +38,13 @@
 #include "bench/codec/npy.h"
 #include "bench/codec/safetensors.h"
 #include "codec/codec.h"
+#include "codec/cross_layer.h"
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/sections.h"
 #include "codec/rans.h"
 #include "codec/synthetic_kv.h"
+#include "common/status_macros.h"
 
 namespace strata::codec_bench {
 namespace {
@@ -518,6 +520,76 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   return row;
 }
 
+// `xl:sSTEP`: the cross-layer coder (codec/cross_layer.h; not a blob mode yet), calibrated from
+// the --calibrate-from blocks with the pca modes' RoPE and per (layer, tensor) importances, one
+// payload per block.
+absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int reps,
+                                  std::vector<uint8_t>* decoded, const PcaContext& pca) {
+  codec::CrossLayerOptions o;
+  if (!absl::StartsWith(spec, "xl:s") || !absl::SimpleAtod(spec.substr(4), &o.step))
+    return absl::InvalidArgumentError("cross-layer modes are xl:sSTEP (e.g. xl:s0.7)");
+  if (!pca.samples)
+    return absl::InvalidArgumentError("xl modes need --calibrate-from (held-out sample KV)");
+  const Dataset& c = *pca.samples;
+  if (!(c.layout == d.layout))
+    return absl::InvalidArgumentError("--calibrate-from: geometry differs from the data's");
+  std::vector<std::span<const uint8_t>> samples;
+  for (uint32_t b = 0; b < c.blocks; ++b)
+    samples.emplace_back(c.bytes.data() + b * BlockBytes(c), BlockBytes(c));
+  o.rope_theta = pca.rope_theta;
+  if (!pca.importance.empty() && pca.importance.size() != size_t{d.layout.num_layers} * 2)
+    return absl::InvalidArgumentError("xl modes take importances per (layer, tensor) only");
+  o.importance = pca.importance;
+  const auto t0 = Clock::now();
+  auto cal = codec::CalibrateCrossLayer(c.layout, samples, o);
+  if (!cal.ok()) return cal.status();
+  size_t coded = 0;
+  for (uint32_t l = 0; l < cal->num_layers; ++l) coded += cal->Coded(l);
+  std::fprintf(stderr, "codec_eval: calibrated %s from %u blocks in %.1f s: %.1f of %zu "
+               "coordinates coded per layer\n", spec.c_str(), c.blocks, Seconds(t0, Clock::now()),
+               static_cast<double>(coded) / cal->num_layers, cal->Width());
+  const size_t bb = BlockBytes(d);
+  std::vector<std::vector<uint8_t>> payloads(d.blocks);
+  auto encode = [&]() -> absl::Status {
+    for (uint32_t b = 0; b < d.blocks; ++b) {
+      payloads[b].clear();
+      STRATA_RETURN_IF_ERROR(codec::EncodeCrossLayer(*cal, d.layout, {d.bytes.data() + b * bb, bb},
+                                                     uint64_t{b} * d.layout.tokens_per_block,
+                                                     &payloads[b]));
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = encode(); !s.ok()) return s;
+  const double te = BestSeconds(reps, [&] { (void)encode(); });
+  std::vector<uint8_t> out(d.bytes.size());
+  absl::Status st;
+  const double td = BestSeconds(reps, [&] {
+    for (uint32_t b = 0; b < d.blocks && st.ok(); ++b)
+      st = codec::DecodeCrossLayer(*cal, d.layout, payloads[b],
+                                   uint64_t{b} * d.layout.tokens_per_block, {out.data() + b * bb, bb});
+  });
+  if (!st.ok()) return st;
+  double bytes = 0;
+  for (const auto& p : payloads) bytes += static_cast<double>(p.size());
+  const double values = static_cast<double>(Values(d));
+  const Quality q = Measure(d, out);
+  Row row;
+  row.mode = spec;
+  row.lossy = true;
+  row.bits = 8 * bytes / values;
+  row.ratio = 16.0 / row.bits;
+  row.rel_mse = q.rel_mse;
+  row.rel_mse_k = q.rel_mse_k;
+  row.rel_mse_v = q.rel_mse_v;
+  row.max_abs = q.max_abs;
+  row.logit = q.logit;
+  row.bit_exact = q.exact;
+  row.enc_gbps = values * 2 / te / 1e9;
+  row.dec_gbps = values * 2 / td / 1e9;
+  if (decoded) *decoded = std::move(out);
+  return row;
+}
+
 Row RunZstd(const Dataset& d, int level, int reps) {
   const size_t bb = BlockBytes(d);
   std::vector<std::vector<uint8_t>> blobs(d.blocks, std::vector<uint8_t>(ZSTD_compressBound(bb)));
@@ -957,7 +1029,9 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<uint8_t> decoded;
-    auto r = RunCodec(d, m, reps, write_decoded.empty() ? nullptr : &decoded, &pca);
+    auto r = absl::StartsWith(m, "xl:")
+                 ? RunCrossLayer(d, m, reps, write_decoded.empty() ? nullptr : &decoded, pca)
+                 : RunCodec(d, m, reps, write_decoded.empty() ? nullptr : &decoded, &pca);
     if (!r.ok()) {
       std::fprintf(stderr, "codec_eval: %s: %s\n", m.c_str(),
                    std::string(r.status().message()).c_str());

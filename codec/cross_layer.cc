@@ -1,0 +1,575 @@
+// Cross-layer transform coding (codec/cross_layer.h). Plain float loops: every product the
+// decoder's reconstruction depends on is written as a row update (out[c] += a * row[c]) in a
+// fixed order, which compilers vectorise without reordering sums (the library is built with
+// -ffp-contract=off), so the encoder's closed-loop reconstruction and every decoder's agree bit
+// for bit on any x86 or Arm target of the same build.
+#include "codec/cross_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codec/calibration.h"
+#include "codec/internal/byte_io.h"
+#include "codec/internal/kernels.h"
+#include "codec/internal/sections.h"
+#include "codec/rans.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace strata::codec {
+
+using internal::ByteReader;
+using internal::ByteWriter;
+
+namespace {
+
+constexpr uint32_t kMagic = 0x314C5853;  // "SXL1" little-endian
+constexpr uint32_t kContexts = 16;
+constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
+constexpr size_t kRun = rans::kCtxRun;
+
+// RoPE's cosines and sines for tokens first .. first + T - 1, [t][D / 2].
+struct Angles {
+  std::vector<float> cos, sin;
+};
+
+void MakeAngles(size_t tokens, size_t dim, uint64_t first, double theta, Angles* a) {
+  const size_t half = dim / 2;
+  a->cos.resize(tokens * half);
+  a->sin.resize(tokens * half);
+  for (size_t j = 0; j < half; ++j) {
+    const double freq = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(dim));
+    for (size_t t = 0; t < tokens; ++t) {
+      const double angle = static_cast<double>(first + t) * freq;
+      a->cos[t * half + j] = static_cast<float>(std::cos(angle));
+      a->sin[t * half + j] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+// Where the geometry comes from: the block's sections are [layer][tensor][token][head][dim].
+struct Shape {
+  size_t tokens, heads, dim, width, es;
+  DType dtype;
+  size_t Section(uint32_t layer, uint32_t tensor) const {  // bytes before (layer, tensor)
+    return ((size_t{layer} * 2 + tensor) * tokens) * heads * dim * es;
+  }
+  size_t RowBytes() const { return heads * dim * es; }  // one token of one tensor
+};
+
+Shape ShapeOf(const KvLayout& l) {
+  const size_t hd = size_t{l.num_kv_heads} * l.head_dim;
+  return {l.tokens_per_block, l.num_kv_heads, l.head_dim, 2 * hd, DTypeBytes(l.dtype), l.dtype};
+}
+
+// A token's row in the calibration's units from its key and value (floats, H * D each): keys
+// rotated back by RoPE where `cos` is given, every head divided by its scale ([tensor][head]).
+void ToRow(const Shape& s, const float* k, const float* v, const float* cos, const float* sin,
+           const float* scale, float* row) {
+  const size_t half = s.dim / 2;
+  for (size_t h = 0; h < s.heads; ++h) {
+    const float* kh = k + h * s.dim;
+    float* out = row + h * s.dim;
+    const float ks = scale[h];
+    if (cos) {
+      for (size_t j = 0; j < half; ++j) {
+        const float a = kh[j], b = kh[j + half];
+        out[j] = (a * cos[j] + b * sin[j]) / ks;
+        out[j + half] = (b * cos[j] - a * sin[j]) / ks;
+      }
+    } else {
+      for (size_t j = 0; j < s.dim; ++j) out[j] = kh[j] / ks;
+    }
+    const float vs = scale[s.heads + h];
+    for (size_t j = 0; j < s.dim; ++j)
+      out[s.heads * s.dim + j] = v[h * s.dim + j] / vs;
+  }
+}
+
+// The inverse: a row back to the key and value (floats), RoPE redone.
+void FromRow(const Shape& s, const float* row, const float* cos, const float* sin,
+             const float* scale, float* k, float* v) {
+  const size_t half = s.dim / 2;
+  for (size_t h = 0; h < s.heads; ++h) {
+    const float* in = row + h * s.dim;
+    float* kh = k + h * s.dim;
+    const float ks = scale[h];
+    if (cos) {
+      for (size_t j = 0; j < half; ++j) {
+        const float a = in[j] * ks, b = in[j + half] * ks;
+        kh[j] = a * cos[j] - b * sin[j];
+        kh[j + half] = b * cos[j] + a * sin[j];
+      }
+    } else {
+      for (size_t j = 0; j < s.dim; ++j) kh[j] = in[j] * ks;
+    }
+    const float vs = scale[s.heads + h];
+    for (size_t j = 0; j < s.dim; ++j) v[h * s.dim + j] = in[s.heads * s.dim + j] * vs;
+  }
+}
+
+// Scratch for a block's layer: its keys and values as floats and its rows.
+struct LayerFloats {
+  std::vector<float> k, v;
+};
+
+// Layer `layer` of `block` as rows [t][width]. False where a value is not finite.
+bool LayerRows(const Shape& s, const uint8_t* block, uint32_t layer, const Angles* angles,
+               const float* scale, LayerFloats* f, float* rows) {
+  const size_t n = s.tokens * s.heads * s.dim, half = s.dim / 2;
+  f->k.resize(n);
+  f->v.resize(n);
+  internal::ToFloat(block + s.Section(layer, 0), s.dtype, f->k.data(), n);
+  internal::ToFloat(block + s.Section(layer, 1), s.dtype, f->v.data(), n);
+  if (!internal::AllFinite(f->k.data(), n) || !internal::AllFinite(f->v.data(), n)) return false;
+  for (size_t t = 0; t < s.tokens; ++t)
+    ToRow(s, f->k.data() + t * s.heads * s.dim, f->v.data() + t * s.heads * s.dim,
+          angles ? angles->cos.data() + t * half : nullptr,
+          angles ? angles->sin.data() + t * half : nullptr, scale, rows + t * s.width);
+  return true;
+}
+
+// guess[t] = (below[t] - below_mean) P, as row updates in input order, 16 tokens at a time
+// (the predictor's rows stay in cache across them).
+void Predict(const float* below, const float* below_mean, const float* p, size_t tokens,
+             size_t width, std::vector<float>* centred, float* guess) {
+  std::fill(guess, guess + tokens * width, 0.0f);
+  centred->resize(tokens * width);
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t i = 0; i < width; ++i)
+      (*centred)[t * width + i] = below[t * width + i] - below_mean[i];
+  for (size_t t0 = 0; t0 < tokens; t0 += 16) {
+    const size_t t1 = std::min(tokens, t0 + 16);
+    for (size_t i = 0; i < width; ++i) {
+      const float* row = p + i * width;
+      for (size_t t = t0; t < t1; ++t) {
+        const float a = (*centred)[t * width + i];
+        float* out = guess + t * width;
+        for (size_t c = 0; c < width; ++c) out[c] += a * row[c];
+      }
+    }
+  }
+}
+
+// hat[t] = mean + guess[t] + sum over k of q[t][k] step[k] axis k (k in order, zeros skipped:
+// adding a zero product would not change a sum that is not -0).
+void Reconstruct(const CrossLayerTransform& tr, const float* guess, const int32_t* q,
+                 size_t tokens, size_t width, float* hat) {
+  const size_t n = tr.step.size();
+  for (size_t t = 0; t < tokens; ++t) {
+    float* out = hat + t * width;
+    for (size_t c = 0; c < width; ++c) out[c] = tr.mean[c] + guess[t * width + c];
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t qk = q[t * n + k];
+      if (qk == 0) continue;
+      const float a = static_cast<float>(qk) * tr.step[k];
+      const float* axis = tr.axes.data() + k * width;
+      for (size_t c = 0; c < width; ++c) out[c] += a * axis[c];
+    }
+  }
+}
+
+// The symbol runs: nslots = coded rounded up to the contexts, slot j = i * kContexts + c holding
+// coordinate c * (nslots / kContexts) + i (padding: zero); run (g, j) holds tokens g * 16 ..
+// g * 16 + 15, so run r's context r mod kContexts is its coordinate's rank class.
+size_t Slots(size_t coded) { return (coded + kContexts - 1) / kContexts * kContexts; }
+size_t SlotCoordinate(size_t j, size_t nslots) {
+  return (j % kContexts) * (nslots / kContexts) + j / kContexts;
+}
+
+double Dot(const double* a, const double* b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// x = A^-1 B for symmetric positive definite A (n x n) and B (n x m), by Cholesky; false if A
+// is not positive definite. A is overwritten.
+bool SolveSpd(std::vector<double>* a, size_t n, std::vector<double>* b, size_t m) {
+  std::vector<double>& l = *a;  // lower triangle: L
+  for (size_t j = 0; j < n; ++j) {
+    double d = l[j * n + j] - Dot(&l[j * n], &l[j * n], j);
+    if (!(d > 0)) return false;
+    d = std::sqrt(d);
+    l[j * n + j] = d;
+    for (size_t i = j + 1; i < n; ++i) l[i * n + j] = (l[i * n + j] - Dot(&l[i * n], &l[j * n], j)) / d;
+  }
+  std::vector<double>& x = *b;
+  for (size_t i = 0; i < n; ++i) {  // L y = B
+    for (size_t k = 0; k < i; ++k) {
+      const double lik = l[i * n + k];
+      for (size_t c = 0; c < m; ++c) x[i * m + c] -= lik * x[k * m + c];
+    }
+    for (size_t c = 0; c < m; ++c) x[i * m + c] /= l[i * n + i];
+  }
+  for (size_t i = n; i-- > 0;) {  // L^T X = Y
+    for (size_t k = i + 1; k < n; ++k) {
+      const double lki = l[k * n + i];
+      for (size_t c = 0; c < m; ++c) x[i * m + c] -= lki * x[k * m + c];
+    }
+    for (size_t c = 0; c < m; ++c) x[i * m + c] /= l[i * n + i];
+  }
+  return true;
+}
+
+// c = a^T b for a (rows x n) and b (rows x m), row-major.
+void TransposeTimes(const std::vector<double>& a, size_t n, const std::vector<double>& b,
+                    size_t m, size_t rows, std::vector<double>* c) {
+  c->assign(n * m, 0.0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      const double ai = a[r * n + i];
+      if (ai == 0) continue;
+      double* out = c->data() + i * m;
+      const double* br = b.data() + r * m;
+      for (size_t j = 0; j < m; ++j) out[j] += ai * br[j];
+    }
+}
+
+}  // namespace
+
+absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
+  STRATA_RETURN_IF_ERROR(l.Validate());
+  if (l.kind != KvKind::kSeparateKV)
+    return absl::InvalidArgumentError("cross-layer coding needs separate K and V tensors");
+  if (l.num_layers != num_layers || l.num_kv_heads != num_kv_heads || l.head_dim != head_dim)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cross-layer calibration is for ", num_layers, " layers x ", num_kv_heads, " heads x ",
+        head_dim, ", the block is ", l.num_layers, " x ", l.num_kv_heads, " x ", l.head_dim));
+  if (l.tokens_per_block % kRun != 0 || l.tokens_per_block > 65535)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cross-layer coding needs tokens per block a multiple of 16 (at most 65520), not ",
+        l.tokens_per_block));
+  if (rope_theta > 0 && head_dim % 2 != 0)
+    return absl::InvalidArgumentError("cross-layer coding: RoPE needs an even head_dim");
+  if (layers.size() != num_layers || scale.size() != size_t{num_layers} * 2 * num_kv_heads)
+    return absl::InvalidArgumentError("cross-layer calibration: malformed");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
+    const KvLayout& layout, std::span<const std::span<const uint8_t>> blocks,
+    const CrossLayerOptions& opts) {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  if (blocks.empty()) return absl::InvalidArgumentError("cross-layer calibration: no samples");
+  if (!(opts.step > 0) || !std::isfinite(opts.step) || !(opts.ridge >= 0) ||
+      !std::isfinite(opts.ridge) || !(opts.rope_theta >= 0) || !std::isfinite(opts.rope_theta))
+    return absl::InvalidArgumentError(
+        "cross-layer calibration: step must be > 0, ridge and rope_theta >= 0, all finite");
+  if (!opts.first_positions.empty() && opts.first_positions.size() != blocks.size())
+    return absl::InvalidArgumentError("cross-layer calibration: one first position per block");
+  const size_t L = layout.num_layers;
+  if (!opts.importance.empty()) {
+    if (opts.importance.size() != L * 2)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cross-layer calibration: importance needs one value per (layer, tensor): ", L * 2));
+    for (double w : opts.importance)
+      if (!(w > 0) || !std::isfinite(w))
+        return absl::InvalidArgumentError("cross-layer calibration: importances must be > 0");
+  }
+  CrossLayerCalibration cal;
+  cal.num_layers = layout.num_layers;
+  cal.num_kv_heads = layout.num_kv_heads;
+  cal.head_dim = layout.head_dim;
+  cal.rope_theta = static_cast<float>(opts.rope_theta);
+  cal.layers.resize(L);
+  cal.scale.assign(L * 2 * layout.num_kv_heads, 1.0f);
+  STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  const Shape s = ShapeOf(layout);
+  for (const auto& b : blocks)
+    if (b.size() != layout.BlockBytes())
+      return absl::InvalidArgumentError("cross-layer calibration: a sample is not one block");
+  const size_t w = s.width, rows_n = blocks.size() * s.tokens;
+  std::vector<Angles> angles(blocks.size());
+  if (cal.rope_theta > 0)
+    for (size_t b = 0; b < blocks.size(); ++b)
+      MakeAngles(s.tokens, s.dim,
+                 opts.first_positions.empty() ? b * s.tokens : opts.first_positions[b],
+                 cal.rope_theta, &angles[b]);
+
+  std::vector<double> below, cur(rows_n * w), centred(rows_n * w), residual;
+  std::vector<float> rows(s.tokens * w);
+  std::vector<double> gram, cross, values, vectors;
+  LayerFloats f;
+  const std::vector<float> unit(2 * s.heads, 1.0f);
+  for (uint32_t l = 0; l < L; ++l) {
+    // The layer's rows as given (keys rotated back), then each head brought to unit rms.
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (!LayerRows(s, blocks[b].data(), l, cal.rope_theta > 0 ? &angles[b] : nullptr,
+                     unit.data(), &f, rows.data()))
+        return absl::InvalidArgumentError("cross-layer calibration: non-finite sample");
+      std::copy(rows.begin(), rows.end(), cur.begin() + b * s.tokens * w);
+    }
+    std::vector<double> mean(w, 0.0);
+    for (size_t r = 0; r < rows_n; ++r)
+      for (size_t c = 0; c < w; ++c) mean[c] += cur[r * w + c];
+    for (double& m : mean) m /= static_cast<double>(rows_n);
+    float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
+    for (size_t g = 0; g < 2 * s.heads; ++g) {  // (tensor, head) = columns g * D ..
+      double energy = 0;
+      for (size_t r = 0; r < rows_n; ++r)
+        for (size_t c = g * s.dim; c < (g + 1) * s.dim; ++c) {
+          const double d = cur[r * w + c] - mean[c];
+          energy += d * d;
+        }
+      const double rms = std::sqrt(energy / static_cast<double>(rows_n * s.dim));
+      const double weight = opts.importance.empty() ? 1.0 : opts.importance[l * 2 + g / s.heads];
+      scale[g] = rms > 0 ? static_cast<float>(rms / std::sqrt(weight)) : 1.0f;
+    }
+    for (size_t r = 0; r < rows_n; ++r)
+      for (size_t c = 0; c < w; ++c) {
+        // In float first, as ToRow divides for the encoder and decoder.
+        const float v = static_cast<float>(cur[r * w + c]) / scale[c / s.dim];
+        cur[r * w + c] = v;
+      }
+    CrossLayerTransform& tr = cal.layers[l];
+    tr.mean.assign(w, 0.0f);
+    std::fill(mean.begin(), mean.end(), 0.0);
+    for (size_t r = 0; r < rows_n; ++r)
+      for (size_t c = 0; c < w; ++c) mean[c] += cur[r * w + c];
+    for (size_t c = 0; c < w; ++c) {
+      mean[c] /= static_cast<double>(rows_n);
+      tr.mean[c] = static_cast<float>(mean[c]);
+    }
+    for (size_t r = 0; r < rows_n; ++r)
+      for (size_t c = 0; c < w; ++c) centred[r * w + c] = cur[r * w + c] - tr.mean[c];
+    residual = centred;
+    if (l > 0) {
+      // Ridge regression of this layer on the one below (both centred): (A^T A + ridge N I) P
+      // = A^T B.
+      TransposeTimes(below, w, below, w, rows_n, &gram);
+      for (size_t i = 0; i < w; ++i) gram[i * w + i] += opts.ridge * static_cast<double>(rows_n);
+      TransposeTimes(below, w, centred, w, rows_n, &cross);
+      if (!SolveSpd(&gram, w, &cross, w)) {  // only with ridge 0 and degenerate samples
+        for (size_t i = 0; i < w; ++i) gram[i * w + i] = 0;
+        cross.assign(w * w, 0.0);
+      }
+      tr.predictor.resize(w * w);
+      for (size_t i = 0; i < w * w; ++i) tr.predictor[i] = static_cast<float>(cross[i]);
+      for (size_t r = 0; r < rows_n; ++r)
+        for (size_t i = 0; i < w; ++i) {
+          const double a = below[r * w + i];
+          if (a == 0) continue;
+          const float* prow = tr.predictor.data() + i * w;
+          for (size_t c = 0; c < w; ++c) residual[r * w + c] -= a * prow[c];
+        }
+    }
+    // The residual's principal axes, by decreasing variance.
+    TransposeTimes(residual, w, residual, w, rows_n, &gram);
+    for (double& g : gram) g /= static_cast<double>(std::max<size_t>(rows_n - 1, 1));
+    SymmetricEigen(gram, w, &values, &vectors);
+    // Coded: the coordinates some sample reaches half a step on.
+    std::vector<double> most(w, 0.0);
+    for (size_t r = 0; r < rows_n; ++r)
+      for (size_t k = 0; k < w; ++k)
+        most[k] = std::max(most[k], std::abs(Dot(&residual[r * w], &vectors[k * w], w)));
+    tr.axes.clear();
+    tr.step.clear();
+    for (size_t k = 0; k < w; ++k) {
+      if (most[k] < 0.5 * opts.step) continue;
+      for (size_t c = 0; c < w; ++c) tr.axes.push_back(static_cast<float>(vectors[k * w + c]));
+      tr.step.push_back(static_cast<float>(opts.step));
+    }
+    below = centred;
+  }
+  return cal;
+}
+
+namespace {
+
+struct Work {
+  LayerFloats f;
+  std::vector<float> rows, hat, below_hat, guess, centred, axes_t, y, kf, vf;
+  std::vector<int32_t> q;
+  std::vector<uint16_t> syms;
+  rans::Scratch rans;
+};
+
+}  // namespace
+
+absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
+                              std::span<const uint8_t> block, uint64_t first_position,
+                              std::vector<uint8_t>* out) {
+  STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  if (block.size() != layout.BlockBytes())
+    return absl::InvalidArgumentError("cross-layer encode: input is not one block");
+  const Shape s = ShapeOf(layout);
+  const size_t T = s.tokens, w = s.width;
+  Angles angles;
+  if (cal.rope_theta > 0) MakeAngles(T, s.dim, first_position, cal.rope_theta, &angles);
+  Work k;
+  k.rows.resize(T * w);
+  k.hat.resize(T * w);
+  k.below_hat.resize(T * w);
+  k.guess.assign(T * w, 0.0f);
+  const size_t start = out->size();
+  ByteWriter bw(out);
+  bw.U32(kMagic);
+  const bool sink = first_position == 0;
+  for (uint32_t l = 0; l < cal.num_layers; ++l) {
+    const CrossLayerTransform& tr = cal.layers[l];
+    const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
+    if (!LayerRows(s, block.data(), l, cal.rope_theta > 0 ? &angles : nullptr, scale, &k.f,
+                   k.rows.data())) {
+      out->resize(start);
+      return absl::InvalidArgumentError("cross-layer encode: non-finite input");
+    }
+    if (l > 0)
+      Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
+              &k.centred, k.guess.data());
+    // The residual's coordinates, as row updates over the transposed axes.
+    const size_t n = tr.step.size();
+    k.axes_t.resize(w * n);
+    for (size_t c = 0; c < w; ++c)
+      for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
+    k.y.assign(n, 0.0f);
+    k.q.resize(T * n);
+    int32_t maxq = 0;
+    for (size_t t = 0; t < T; ++t) {
+      std::fill(k.y.begin(), k.y.end(), 0.0f);
+      for (size_t c = 0; c < w; ++c) {
+        const float r = k.rows[t * w + c] - tr.mean[c] - k.guess[t * w + c];
+        const float* at = k.axes_t.data() + c * n;
+        for (size_t j = 0; j < n; ++j) k.y[j] += r * at[j];
+      }
+      for (size_t j = 0; j < n; ++j) {
+        const float v = std::nearbyint(k.y[j] / tr.step[j]);
+        const int32_t qi = static_cast<int32_t>(std::clamp(v, -float{kMaxQ}, float{kMaxQ}));
+        k.q[t * n + j] = sink && t == 0 ? 0 : qi;
+        maxq = std::max(maxq, std::abs(k.q[t * n + j]));
+      }
+    }
+    Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    bw.U16(static_cast<uint16_t>(maxq));
+    bw.U16(sink ? 1 : 0);
+    if (sink) {
+      bw.U16(0);
+      bw.Raw(block.data() + s.Section(l, 0), s.RowBytes());
+      bw.Raw(block.data() + s.Section(l, 1), s.RowBytes());
+      std::copy(k.rows.begin(), k.rows.begin() + w, k.hat.begin());
+    }
+    if (n > 0) {
+      const size_t nslots = Slots(n);
+      k.syms.resize(T * nslots);
+      for (size_t g = 0; g < T / kRun; ++g)
+        for (size_t j = 0; j < nslots; ++j) {
+          const size_t coord = SlotCoordinate(j, nslots);
+          uint16_t* run = k.syms.data() + (g * nslots + j) * kRun;
+          for (size_t i = 0; i < kRun; ++i)
+            run[i] = static_cast<uint16_t>(
+                (coord < n ? k.q[(g * kRun + i) * n + coord] : 0) + maxq);
+        }
+      rans::Encode<uint16_t>(k.syms.data(), k.syms.size(), 2 * static_cast<uint32_t>(maxq) + 1,
+                             kContexts, &k.rans, out, nullptr, rans::kMaxLanes);
+    }
+    k.below_hat.swap(k.hat);
+  }
+  ByteWriter(out).U32(Crc32c(out->data() + start, out->size() - start));
+  return absl::OkStatus();
+}
+
+absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
+                              std::span<const uint8_t> payload, uint64_t first_position,
+                              std::span<uint8_t> out) {
+  STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  if (out.size() != layout.BlockBytes())
+    return absl::InvalidArgumentError("cross-layer decode: output is not one block");
+  if (payload.size() < 8) return absl::DataLossError("cross-layer payload: truncated");
+  const size_t body = payload.size() - 4;
+  uint32_t crc;
+  std::memcpy(&crc, payload.data() + body, 4);
+  if (crc != Crc32c(payload.data(), body))
+    return absl::DataLossError("cross-layer payload: CRC32C mismatch");
+  ByteReader in(payload.data(), body, "cross-layer payload");
+  uint32_t magic = 0;
+  STRATA_RETURN_IF_ERROR(in.Read(&magic));
+  if (magic != kMagic) return absl::DataLossError("cross-layer payload: bad magic");
+  const Shape s = ShapeOf(layout);
+  const size_t T = s.tokens, w = s.width, half = s.dim / 2;
+  Angles angles;
+  if (cal.rope_theta > 0) MakeAngles(T, s.dim, first_position, cal.rope_theta, &angles);
+  Work k;
+  k.hat.resize(T * w);
+  k.below_hat.resize(T * w);
+  k.guess.assign(T * w, 0.0f);
+  k.kf.resize(T * s.heads * s.dim);
+  k.vf.resize(T * s.heads * s.dim);
+  std::vector<float> kt(s.heads * s.dim), vt(s.heads * s.dim);
+  for (uint32_t l = 0; l < cal.num_layers; ++l) {
+    const CrossLayerTransform& tr = cal.layers[l];
+    const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
+    uint16_t maxq = 0, exact = 0;
+    STRATA_RETURN_IF_ERROR(in.Read(&maxq));
+    STRATA_RETURN_IF_ERROR(in.Read(&exact));
+    if (maxq > kMaxQ || exact > T)
+      return absl::DataLossError(absl::StrCat("cross-layer payload: layer ", l, " header"));
+    std::vector<uint16_t> tokens(exact);
+    for (uint16_t& t : tokens) STRATA_RETURN_IF_ERROR(in.Read(&t));
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] >= T || (i > 0 && tokens[i] <= tokens[i - 1]))
+        return absl::DataLossError(absl::StrCat("cross-layer payload: layer ", l, " exact tokens"));
+    std::vector<const uint8_t*> raw(2 * exact);
+    for (size_t i = 0; i < 2 * size_t{exact}; ++i)
+      STRATA_RETURN_IF_ERROR(in.Take(s.RowBytes(), &raw[i]));
+    const size_t n = tr.step.size();
+    k.q.assign(T * n, 0);
+    if (n > 0) {
+      const size_t nslots = Slots(n);
+      k.syms.resize(T * nslots);
+      STRATA_RETURN_IF_ERROR(rans::Decode<uint16_t>(in, k.syms.size(),
+                                                    2 * static_cast<uint32_t>(maxq) + 1,
+                                                    kContexts, &k.rans, k.syms.data(),
+                                                    rans::kMaxLanes));
+      for (size_t g = 0; g < T / kRun; ++g)
+        for (size_t j = 0; j < nslots; ++j) {
+          const size_t coord = SlotCoordinate(j, nslots);
+          const uint16_t* run = k.syms.data() + (g * nslots + j) * kRun;
+          for (size_t i = 0; i < kRun; ++i) {
+            const int32_t v = static_cast<int32_t>(run[i]) - maxq;
+            if (coord < n) {
+              k.q[(g * kRun + i) * n + coord] = v;
+            } else if (v != 0) {
+              return absl::DataLossError("cross-layer payload: a padding symbol is not zero");
+            }
+          }
+        }
+    }
+    for (uint16_t t : tokens)
+      for (size_t j = 0; j < n; ++j)
+        if (k.q[t * n + j] != 0)
+          return absl::DataLossError("cross-layer payload: an exact token has coordinates");
+    if (l > 0)
+      Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
+              &k.centred, k.guess.data());
+    Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    for (size_t i = 0; i < tokens.size(); ++i) {  // the exact tokens' rows, as the encoder's
+      const size_t t = tokens[i];
+      internal::ToFloat(raw[2 * i], s.dtype, kt.data(), kt.size());
+      internal::ToFloat(raw[2 * i + 1], s.dtype, vt.data(), vt.size());
+      if (!internal::AllFinite(kt.data(), kt.size()) || !internal::AllFinite(vt.data(), vt.size()))
+        return absl::DataLossError("cross-layer payload: a non-finite exact token");
+      ToRow(s, kt.data(), vt.data(), angles.cos.empty() ? nullptr : angles.cos.data() + t * half,
+            angles.sin.empty() ? nullptr : angles.sin.data() + t * half, scale,
+            k.hat.data() + t * w);
+    }
+    for (size_t t = 0; t < T; ++t)
+      FromRow(s, k.hat.data() + t * w, angles.cos.empty() ? nullptr : angles.cos.data() + t * half,
+              angles.sin.empty() ? nullptr : angles.sin.data() + t * half, scale,
+              k.kf.data() + t * s.heads * s.dim, k.vf.data() + t * s.heads * s.dim);
+    uint8_t* ko = out.data() + s.Section(l, 0);
+    uint8_t* vo = out.data() + s.Section(l, 1);
+    internal::FromFloat(k.kf.data(), s.dtype, ko, k.kf.size());
+    internal::FromFloat(k.vf.data(), s.dtype, vo, k.vf.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {  // as given, bit for bit
+      std::memcpy(ko + tokens[i] * s.RowBytes(), raw[2 * i], s.RowBytes());
+      std::memcpy(vo + tokens[i] * s.RowBytes(), raw[2 * i + 1], s.RowBytes());
+    }
+    k.below_hat.swap(k.hat);
+  }
+  if (in.remaining() != 0) return absl::DataLossError("cross-layer payload: trailing bytes");
+  return absl::OkStatus();
+}
+
+}  // namespace strata::codec

@@ -1,0 +1,88 @@
+// Cross-layer transform coding of a KV block (experimental; not a blob mode yet): each layer's
+// keys and values are coded as one vector per token (every kv head's key, RoPE undone, and
+// value: width 2 * kv_heads * head_dim), after a linear prediction from the decoded layer below.
+//
+// Why: a layer's K and V are projections of the residual stream, which each layer only nudges,
+// so the layer below predicts most of a layer (81-89 % of SmolLM2's variance). Coding the
+// residual of that prediction with one PCA per layer cut the model's KL at equal rate 5-6x on
+// SmolLM2 and 1.7x on Qwen2.5 against the per-head pca mode (docs/codec.md, "Measured, not
+// built: one transform per layer and a prediction from the layer below").
+//
+// Per token and layer l the decoder computes, in the calibration's units (each head's values
+// divided by its scale),
+//   hat_l = mean_l + (hat_{l-1} - mean_{l-1}) P_l + sum over coded k of q_k step_k axis_k
+// (P_0 = 0), then scales back and redoes RoPE on the keys. The encoder quantises the residual's
+// coordinates against its own hat_{l-1}, computed by the same code in the same order, so the
+// prediction never drifts from the decoder's. The sequence's first token (first_position 0, the
+// attention sink) is stored as given.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strata/kv_layout.h"
+
+namespace strata::codec {
+
+struct CrossLayerOptions {
+  // The quantiser step of every coded coordinate, in units of each head's rms per value on the
+  // samples (divided further by the square root of its importance).
+  double step = 0.7;
+  // The predictor's ridge regularisation: ridge * samples added to the normal equations'
+  // diagonal (in the units above). 0.1 did best of 0.01-1 on SmolLM2.
+  double ridge = 0.1;
+  // > 0: keys are coded with RoPE undone (rotate-half, this theta); sample block i starts at
+  // token position first_positions[i] (default i * tokens_per_block).
+  double rope_theta = 0;
+  std::vector<uint64_t> first_positions;
+  // Per (layer, tensor): how much the model minds each tensor's relative error
+  // (model_quality.py sensitivity). Empty: all 1.
+  std::vector<double> importance;
+};
+
+// One layer's transform, in the calibration's units.
+struct CrossLayerTransform {
+  std::vector<float> mean;       // width
+  std::vector<float> predictor;  // width x width, [below][this]; empty for layer 0
+  std::vector<float> axes;       // coded x width, row k = axis k (residual PCA, by variance)
+  std::vector<float> step;       // coded
+};
+
+struct CrossLayerCalibration {
+  uint32_t num_layers = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  float rope_theta = 0;
+  // Per (layer, tensor, head): the divisor that brings the head's values to the units above.
+  std::vector<float> scale;
+  std::vector<CrossLayerTransform> layers;
+
+  size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }
+  size_t Coded(uint32_t layer) const { return layers[layer].step.size(); }
+  // Whether blocks of `layout` can be coded with it (separate K and V, the same geometry,
+  // tokens per block a multiple of 16).
+  absl::Status Matches(const KvLayout& layout) const;
+};
+
+// From sample blocks of `layout`: per layer the heads' scales, the mean, the predictor (ridge
+// regression of the layer on the layer below, both as given), the PCA of the prediction's
+// residual, and the coordinates worth coding (some sample reaches half a step).
+absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
+    const KvLayout& layout, std::span<const std::span<const uint8_t>> blocks,
+    const CrossLayerOptions& opts);
+
+// Payload: u32 magic "SXL1", then per layer: u16 maxq (symbols are q + maxq), u16 exact tokens
+// e, e u16 token indexes, the e tokens' rows as given (keys then values, the block's type), and
+// the rANS tables and stream of the coded coordinates (runs of 16 tokens of one coordinate,
+// 16 contexts by the coordinate's rank); a CRC32C of all preceding bytes closes it.
+absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
+                              std::span<const uint8_t> block, uint64_t first_position,
+                              std::vector<uint8_t>* out);
+// DataLoss for a payload that is not one EncodeCrossLayer wrote for this calibration's shape.
+absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
+                              std::span<const uint8_t> payload, uint64_t first_position,
+                              std::span<uint8_t> out);
+
+}  // namespace strata::codec

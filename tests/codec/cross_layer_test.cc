@@ -1,0 +1,269 @@
+// The cross-layer coder (codec/cross_layer.h) on KV whose layers share a hidden state, as a
+// transformer's do: each layer's keys and values are projections of a state that every layer
+// nudges, so the layer below predicts most of a layer.
+#include "codec/cross_layer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/half.h"
+#include "tests/codec/test_layout.h"
+
+namespace strata::codec {
+namespace {
+
+using test::Layout;
+
+constexpr uint32_t kLayers = 4, kHeads = 2, kDim = 16, kTokens = 64, kHidden = 24;
+
+// Blocks of consecutive positions: token t's state s_0 (random), s_l = s_{l-1} + 0.3 noise;
+// K_l = Wk_l s_l (RoPE applied at the token's position with `theta` > 0), V_l = Wv_l s_l,
+// each plus 0.05 noise; fp16.
+std::vector<std::vector<uint8_t>> Blocks(const KvLayout& l, uint32_t count, uint32_t seed,
+                                         double theta = 0, uint32_t first_block = 0) {
+  std::mt19937 weights_rng(7);  // the same model for every call
+  std::normal_distribution<float> nd;
+  const size_t hd = size_t{l.num_kv_heads} * l.head_dim;
+  std::vector<float> wk(size_t{l.num_layers} * hd * kHidden), wv(wk.size());
+  for (float& x : wk) x = nd(weights_rng) / std::sqrt(float{kHidden});
+  for (float& x : wv) x = nd(weights_rng) / std::sqrt(float{kHidden});
+  std::mt19937 rng(seed);
+  std::vector<std::vector<uint8_t>> out;
+  for (uint32_t b = 0; b < count; ++b) {
+    std::vector<uint8_t> block(l.BlockBytes());
+    uint16_t* p = reinterpret_cast<uint16_t*>(block.data());
+    for (uint32_t t = 0; t < l.tokens_per_block; ++t) {
+      std::vector<float> s(kHidden);
+      for (float& x : s) x = nd(rng);
+      for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+        if (layer > 0)
+          for (float& x : s) x += 0.3f * nd(rng);
+        for (uint32_t tensor = 0; tensor < 2; ++tensor) {
+          const float* w = (tensor == 0 ? wk : wv).data() + size_t{layer} * hd * kHidden;
+          std::vector<float> row(hd);
+          for (size_t i = 0; i < hd; ++i) {
+            float acc = 0.05f * nd(rng);
+            for (size_t j = 0; j < kHidden; ++j) acc += w[i * kHidden + j] * s[j];
+            row[i] = acc;
+          }
+          if (tensor == 0 && theta > 0) {
+            const double pos = static_cast<double>(first_block + b) * l.tokens_per_block + t;
+            for (size_t h = 0; h < l.num_kv_heads; ++h)
+              for (size_t j = 0; j < l.head_dim / 2; ++j) {
+                const double a = pos * std::pow(theta, -2.0 * j / l.head_dim);
+                float& x = row[h * l.head_dim + j];
+                float& y = row[h * l.head_dim + j + l.head_dim / 2];
+                const float x0 = x, y0 = y;
+                x = static_cast<float>(x0 * std::cos(a) - y0 * std::sin(a));
+                y = static_cast<float>(y0 * std::cos(a) + x0 * std::sin(a));
+              }
+          }
+          uint16_t* dst = p + ((size_t{layer} * 2 + tensor) * l.tokens_per_block + t) * hd;
+          for (size_t i = 0; i < hd; ++i) dst[i] = FloatToHalf(row[i]);
+        }
+      }
+    }
+    out.push_back(std::move(block));
+  }
+  return out;
+}
+
+std::vector<std::span<const uint8_t>> Spans(const std::vector<std::vector<uint8_t>>& blocks) {
+  return {blocks.begin(), blocks.end()};
+}
+
+// Squared error over the squared values, over values [begin, end) of two fp16 blocks.
+double RelError(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t begin,
+                size_t end) {
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.data());
+  const uint16_t* y = reinterpret_cast<const uint16_t*>(b.data());
+  double err = 0, energy = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const double d = double{HalfToFloat(x[i])} - HalfToFloat(y[i]);
+    err += d * d;
+    energy += double{HalfToFloat(x[i])} * HalfToFloat(x[i]);
+  }
+  return err / energy;
+}
+
+constexpr size_t kTensorValues = size_t{kTokens} * kHeads * kDim;
+
+double RelError(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  return RelError(a, b, 0, a.size() / 2);
+}
+double LayerRelError(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t layer) {
+  return RelError(a, b, layer * 2 * kTensorValues, (layer + 1) * 2 * kTensorValues);
+}
+
+struct Coded {
+  std::vector<uint8_t> payload, decoded;
+  double bits_per_value = 0;
+};
+
+Coded RoundTrip(const CrossLayerCalibration& cal, const KvLayout& l,
+                const std::vector<uint8_t>& block, uint64_t first_position) {
+  Coded c;
+  EXPECT_TRUE(EncodeCrossLayer(cal, l, block, first_position, &c.payload).ok());
+  c.decoded.assign(block.size(), 0xAB);
+  const absl::Status s = DecodeCrossLayer(cal, l, c.payload, first_position, c.decoded);
+  EXPECT_TRUE(s.ok()) << s;
+  c.bits_per_value = 8.0 * c.payload.size() / (block.size() / 2);
+  return c;
+}
+
+TEST(CrossLayer, RoundTripsWithinTheStepAndKeepsTheSinkExact) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 1);
+  const auto eval = Blocks(l, 2, 2);
+  CrossLayerOptions o;
+  for (double step : {0.05, 0.5}) {
+    o.step = step;
+    auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    const Coded first = RoundTrip(*cal, l, eval[0], 0);
+    const Coded later = RoundTrip(*cal, l, eval[1], kTokens);
+    // Uniform quantisation noise, step^2 / 12 per coordinate in units of each head's rms (plus
+    // the coordinates left out and fp16's rounding): the relative error follows the step.
+    for (const Coded* c : {&first, &later}) {
+      const double rel = RelError(c == &first ? eval[0] : eval[1], c->decoded);
+      EXPECT_LT(rel, step * step / 12 * 1.5 + 1e-4) << "step " << step;
+      EXPECT_GT(rel, step * step / 12 * 0.05) << "step " << step;
+    }
+    EXPECT_GT(first.bits_per_value, later.bits_per_value * 0.9);
+    // The first token of a sequence (the attention sink) decodes as given in every layer, in
+    // both tensors; a later block's first token does not.
+    const size_t row = size_t{kHeads} * kDim * 2;
+    bool later_exact = true;
+    for (uint32_t layer = 0; layer < kLayers; ++layer)
+      for (uint32_t tensor = 0; tensor < 2; ++tensor) {
+        const size_t at = (size_t{layer} * 2 + tensor) * kTokens * row;
+        EXPECT_EQ(0, std::memcmp(first.decoded.data() + at, eval[0].data() + at, row));
+        later_exact = later_exact && std::memcmp(later.decoded.data() + at, eval[1].data() + at,
+                                                 row) == 0;
+      }
+    EXPECT_FALSE(later_exact);
+  }
+}
+
+TEST(CrossLayer, ThePredictionFromTheLayerBelowSavesBitsAndItsErrorDoesNotGrowWithDepth) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 3);
+  const auto eval = Blocks(l, 1, 4);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  auto predicted = CalibrateCrossLayer(l, Spans(calib), o);
+  o.ridge = 1e9;  // a predictor of ~0: every layer coded on its own
+  auto alone = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(predicted.ok() && alone.ok());
+  const Coded p = RoundTrip(*predicted, l, eval[0], kTokens);
+  const Coded a = RoundTrip(*alone, l, eval[0], kTokens);
+  const double pe = RelError(eval[0], p.decoded), ae = RelError(eval[0], a.decoded);
+  EXPECT_LT(p.bits_per_value, 0.8 * a.bits_per_value) << pe << " vs " << ae;
+  EXPECT_LT(pe, 1.5 * ae);
+  // Closed loop: each layer is predicted from the decoded layer below, as the decoder has it,
+  // so the quantisation error of one layer does not pile up in the next.
+  const double first = LayerRelError(eval[0], p.decoded, 0);
+  for (size_t layer = 1; layer < kLayers; ++layer)
+    EXPECT_LT(LayerRelError(eval[0], p.decoded, layer), 2.5 * first) << "layer " << layer;
+}
+
+TEST(CrossLayer, KeysWithRopeAreCodedAtTheirPositions) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const double theta = 10000;
+  const auto calib = Blocks(l, 8, 5, theta);
+  const auto eval = Blocks(l, 1, 6, theta, /*first_block=*/3);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  o.rope_theta = theta;
+  auto undone = CalibrateCrossLayer(l, Spans(calib), o);
+  o.rope_theta = 0;
+  auto as_given = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(undone.ok() && as_given.ok());
+  const Coded u = RoundTrip(*undone, l, eval[0], 3 * kTokens);
+  const Coded g = RoundTrip(*as_given, l, eval[0], 3 * kTokens);
+  EXPECT_LT(RelError(eval[0], u.decoded), 0.3 * 0.3 / 12 * 1.5 + 1e-4);
+  EXPECT_LT(u.bits_per_value, g.bits_per_value);
+  // Decoded at another position, the keys come out rotated wrongly.
+  std::vector<uint8_t> wrong(eval[0].size());
+  ASSERT_TRUE(DecodeCrossLayer(*undone, l, u.payload, 0, wrong).ok());
+  EXPECT_GT(RelError(eval[0], wrong), 10 * RelError(eval[0], u.decoded));
+}
+
+TEST(CrossLayer, ImportanceSpendsBitsWhereTheModelLooks) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 7);
+  const auto eval = Blocks(l, 1, 8);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  auto plain = CalibrateCrossLayer(l, Spans(calib), o);
+  o.importance.assign(kLayers * 2, 1.0);
+  o.importance[2 * 2 + 1] = 16;  // layer 2's values: a quarter of the error
+  auto steered = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(plain.ok() && steered.ok());
+  const Coded p = RoundTrip(*plain, l, eval[0], kTokens);
+  const Coded s = RoundTrip(*steered, l, eval[0], kTokens);
+  EXPECT_GT(s.bits_per_value, p.bits_per_value);
+  // Layer 2's values alone: the importance lowers their error.
+  auto values_error = [&](const Coded& c) {
+    return RelError(eval[0], c.decoded, (2 * 2 + 1) * kTensorValues, (2 * 2 + 2) * kTensorValues);
+  };
+  EXPECT_LT(values_error(s), 0.5 * values_error(p));
+}
+
+TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 4, 9);
+  CrossLayerOptions o;
+  auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(cal.ok());
+  // Options and samples.
+  CrossLayerOptions bad = o;
+  bad.step = 0;
+  EXPECT_EQ(CalibrateCrossLayer(l, Spans(calib), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.importance = {1, 2, 3};
+  EXPECT_EQ(CalibrateCrossLayer(l, Spans(calib), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CalibrateCrossLayer(l, {}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  const KvLayout odd = Layout(kLayers, kHeads, kDim, 40);
+  EXPECT_EQ(CalibrateCrossLayer(odd, Spans(Blocks(odd, 2, 1)), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Blocks of another geometry, non-finite values, the wrong output size.
+  std::vector<uint8_t> payload;
+  const KvLayout other = Layout(kLayers, kHeads, 2 * kDim, kTokens);
+  EXPECT_EQ(EncodeCrossLayer(*cal, other, Blocks(other, 1, 1)[0], 0, &payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> block = Blocks(l, 1, 10)[0];
+  std::vector<uint8_t> nan = block;
+  const uint16_t half_nan = 0x7E00;
+  std::memcpy(nan.data() + 100, &half_nan, 2);
+  EXPECT_EQ(EncodeCrossLayer(*cal, l, nan, 0, &payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(payload.empty());
+  std::vector<std::vector<uint8_t>> nan_samples = {nan};
+  EXPECT_EQ(CalibrateCrossLayer(l, Spans(nan_samples), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(EncodeCrossLayer(*cal, l, block, 0, &payload).ok());
+  std::vector<uint8_t> out(block.size());
+  std::vector<uint8_t> short_out(block.size() - 2);
+  EXPECT_EQ(DecodeCrossLayer(*cal, l, payload, 0, short_out).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Every truncation and a flipped bit anywhere: DataLoss, never a wrong decode.
+  for (size_t n : {size_t{0}, size_t{7}, payload.size() / 2, payload.size() - 1})
+    EXPECT_EQ(DecodeCrossLayer(*cal, l, std::span(payload).first(n), 0, out).code(),
+              absl::StatusCode::kDataLoss) << n;
+  for (size_t at = 0; at < payload.size(); at += 37) {
+    std::vector<uint8_t> flipped = payload;
+    flipped[at] ^= 0x10;
+    EXPECT_EQ(DecodeCrossLayer(*cal, l, flipped, 0, out).code(), absl::StatusCode::kDataLoss)
+        << at;
+  }
+}
+
+}  // namespace
+}  // namespace strata::codec
