@@ -211,6 +211,113 @@ void SymmetricEigen(std::vector<double> a, size_t n, std::vector<double>* values
   }
 }
 
+void SymmetricEigenHouseholder(std::vector<double> a, size_t n, std::vector<double>* values,
+                               std::vector<double>* vectors) {
+  // qt: the accumulated transform, transposed (row i of qt is column i of Q, A = Q T Q^T), so
+  // that every update below runs along rows.
+  std::vector<double> qt(n * n, 0.0), v(n), p(n);
+  for (size_t i = 0; i < n; ++i) qt[i * n + i] = 1.0;
+  // Householder reflections H = I - 2 v v^T (|v| = 1) zero column k below its subdiagonal:
+  // A <- H A H on the trailing block, as A - 2 v w^T - 2 w v^T with w = A v - (v^T A v) v.
+  for (size_t k = 0; k + 2 < n; ++k) {
+    const size_t m = n - k - 1;  // the trailing block: indices k + 1 ..
+    double norm2 = 0;
+    for (size_t i = 0; i < m; ++i) norm2 += a[(k + 1 + i) * n + k] * a[(k + 1 + i) * n + k];
+    if (norm2 == 0) continue;
+    const double x0 = a[(k + 1) * n + k];
+    const double alpha = x0 > 0 ? -std::sqrt(norm2) : std::sqrt(norm2);
+    for (size_t i = 0; i < m; ++i) v[i] = a[(k + 1 + i) * n + k];
+    v[0] -= alpha;
+    double vn = 0;
+    for (size_t i = 0; i < m; ++i) vn += v[i] * v[i];
+    vn = std::sqrt(vn);
+    if (vn == 0) continue;
+    for (size_t i = 0; i < m; ++i) v[i] /= vn;
+    double vav = 0;
+    for (size_t i = 0; i < m; ++i) {
+      const double* row = &a[(k + 1 + i) * n + k + 1];
+      double s = 0;
+      for (size_t j = 0; j < m; ++j) s += row[j] * v[j];
+      p[i] = s;
+      vav += v[i] * s;
+    }
+    for (size_t i = 0; i < m; ++i) p[i] -= vav * v[i];
+    for (size_t i = 0; i < m; ++i) {
+      double* row = &a[(k + 1 + i) * n + k + 1];
+      const double vi = 2 * v[i], pi = 2 * p[i];
+      for (size_t j = 0; j < m; ++j) row[j] -= vi * p[j] + pi * v[j];
+    }
+    for (size_t i = 0; i < m; ++i) a[(k + 1 + i) * n + k] = a[k * n + k + 1 + i] = 0;
+    a[(k + 1) * n + k] = a[k * n + k + 1] = alpha;
+    // Q <- Q H: rows k + 1 .. of qt less 2 v (v^T those rows).
+    std::vector<double> t(n, 0.0);
+    for (size_t i = 0; i < m; ++i) {
+      const double* row = &qt[(k + 1 + i) * n];
+      for (size_t j = 0; j < n; ++j) t[j] += v[i] * row[j];
+    }
+    for (size_t i = 0; i < m; ++i) {
+      double* row = &qt[(k + 1 + i) * n];
+      const double vi = 2 * v[i];
+      for (size_t j = 0; j < n; ++j) row[j] -= vi * t[j];
+    }
+  }
+  std::vector<double> d(n), e(n, 0.0);
+  for (size_t i = 0; i < n; ++i) d[i] = a[i * n + i];
+  for (size_t i = 0; i + 1 < n; ++i) e[i] = a[(i + 1) * n + i];
+  // Implicit symmetric QR steps with Wilkinson's shift on the bottom unreduced block, each a
+  // chain of Givens rotations chasing the bulge down (Golub & Van Loan, section 8.3).
+  const double eps = 1e-15;
+  auto negligible = [&](size_t i) {
+    return std::abs(e[i]) <= eps * (std::abs(d[i]) + std::abs(d[i + 1]));
+  };
+  size_t hi = n == 0 ? 0 : n - 1, steps = 0;
+  while (hi > 0 && steps < 50 * n) {
+    if (negligible(hi - 1)) {
+      e[hi - 1] = 0;
+      --hi;
+      continue;
+    }
+    size_t lo = hi - 1;
+    while (lo > 0 && !negligible(lo - 1)) --lo;
+    if (lo > 0) e[lo - 1] = 0;
+    const double delta = (d[hi - 1] - d[hi]) / 2, b = e[hi - 1];
+    const double mu = d[hi] - b * b / (delta + (delta >= 0 ? 1.0 : -1.0) * std::hypot(delta, b));
+    double x = d[lo] - mu, z = e[lo];
+    for (size_t k = lo; k < hi; ++k) {
+      const double r = std::hypot(x, z);
+      const double c = r == 0 ? 1.0 : x / r, s = r == 0 ? 0.0 : z / r;
+      if (k > lo) e[k - 1] = r;
+      const double dk = d[k], dk1 = d[k + 1], ek = e[k];
+      d[k] = c * c * dk + 2 * c * s * ek + s * s * dk1;
+      d[k + 1] = s * s * dk - 2 * c * s * ek + c * c * dk1;
+      e[k] = c * s * (dk1 - dk) + (c * c - s * s) * ek;
+      if (k + 1 < hi) {
+        x = e[k];
+        z = s * e[k + 1];
+        e[k + 1] *= c;
+      }
+      double* qk = &qt[k * n];
+      double* qk1 = &qt[(k + 1) * n];
+      for (size_t j = 0; j < n; ++j) {
+        const double u = qk[j], w = qk1[j];
+        qk[j] = c * u + s * w;
+        qk1[j] = c * w - s * u;
+      }
+    }
+    ++steps;
+  }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return d[x] > d[y]; });
+  values->resize(n);
+  vectors->resize(n * n);
+  for (size_t i = 0; i < n; ++i) {
+    (*values)[i] = d[order[i]];
+    std::copy(qt.begin() + order[i] * n, qt.begin() + (order[i] + 1) * n,
+              vectors->begin() + i * n);
+  }
+}
+
 std::vector<double> AllocateBits(std::span<const double> wvar, double budget, double quantum,
                                  double max_bits) {
   return AllocateBitsFrom(wvar, std::vector<double>(wvar.size(), 0.0), budget, quantum, max_bits);

@@ -30,6 +30,14 @@ constexpr uint32_t kContexts = 16;
 constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
 constexpr size_t kRun = rans::kCtxRun;
 
+// The loops below are row updates; built for AVX-512 and AVX2 beside the baseline (chosen at
+// load time), they compute the same bits on each: no sum is reordered, none contracted.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define STRATA_XL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define STRATA_XL_CLONES
+#endif
+
 // RoPE's cosines and sines for tokens first .. first + T - 1, [t][D / 2].
 struct Angles {
   std::vector<float> cos, sin;
@@ -133,7 +141,7 @@ bool LayerRows(const Shape& s, const uint8_t* block, uint32_t layer, const Angle
 
 // guess[t] = (below[t] - below_mean) P, as row updates in input order, 16 tokens at a time
 // (the predictor's rows stay in cache across them).
-void Predict(const float* below, const float* below_mean, const float* p, size_t tokens,
+STRATA_XL_CLONES void Predict(const float* below, const float* below_mean, const float* p, size_t tokens,
              size_t width, std::vector<float>* centred, float* guess) {
   std::fill(guess, guess + tokens * width, 0.0f);
   centred->resize(tokens * width);
@@ -155,7 +163,7 @@ void Predict(const float* below, const float* below_mean, const float* p, size_t
 
 // hat[t] = mean + guess[t] + sum over k of q[t][k] step[k] axis k (k in order, zeros skipped:
 // adding a zero product would not change a sum that is not -0).
-void Reconstruct(const CrossLayerTransform& tr, const float* guess, const int32_t* q,
+STRATA_XL_CLONES void Reconstruct(const CrossLayerTransform& tr, const float* guess, const int32_t* q,
                  size_t tokens, size_t width, float* hat) {
   const size_t n = tr.step.size();
   for (size_t t = 0; t < tokens; ++t) {
@@ -168,6 +176,55 @@ void Reconstruct(const CrossLayerTransform& tr, const float* guess, const int32_
       const float* axis = tr.axes.data() + k * width;
       for (size_t c = 0; c < width; ++c) out[c] += a * axis[c];
     }
+  }
+}
+
+// y[t] = (rows[t] - mean - guess[t]) axes^T, from the axes transposed ([c][k]).
+STRATA_XL_CLONES void Project(const float* rows, const float* mean, const float* guess,
+                              const float* axes_t, size_t tokens, size_t width, size_t n,
+                              float* y) {
+  for (size_t t = 0; t < tokens; ++t) {
+    float* out = y + t * n;
+    std::fill(out, out + n, 0.0f);
+    for (size_t c = 0; c < width; ++c) {
+      const float r = rows[t * width + c] - mean[c] - guess[t * width + c];
+      const float* at = axes_t + c * n;
+      for (size_t j = 0; j < n; ++j) out[j] += r * at[j];
+    }
+  }
+}
+
+// residual[r] -= below[r] P (doubles less the float predictor's products).
+STRATA_XL_CLONES void SubtractPrediction(const std::vector<double>& below, const float* p,
+                                         size_t rows, size_t width,
+                                         std::vector<double>* residual) {
+  for (size_t r = 0; r < rows; ++r) {
+    double* out = residual->data() + r * width;
+    for (size_t i = 0; i < width; ++i) {
+      const double a = below[r * width + i];
+      if (a == 0) continue;
+      const float* prow = p + i * width;
+      for (size_t c = 0; c < width; ++c) out[c] -= a * prow[c];
+    }
+  }
+}
+
+// most[k] = max over rows of |x[r] . vectors[k]| (vectors row-major, k < width).
+STRATA_XL_CLONES void LargestCoordinates(const std::vector<double>& x,
+                                         const std::vector<double>& vectors, size_t rows,
+                                         size_t width, std::vector<double>* most) {
+  std::vector<double> vt(width * width), y(width);
+  for (size_t k = 0; k < width; ++k)
+    for (size_t c = 0; c < width; ++c) vt[c * width + k] = vectors[k * width + c];
+  most->assign(width, 0.0);
+  for (size_t r = 0; r < rows; ++r) {
+    std::fill(y.begin(), y.end(), 0.0);
+    for (size_t c = 0; c < width; ++c) {
+      const double a = x[r * width + c];
+      const double* row = vt.data() + c * width;
+      for (size_t k = 0; k < width; ++k) y[k] += a * row[k];
+    }
+    for (size_t k = 0; k < width; ++k) (*most)[k] = std::max((*most)[k], std::abs(y[k]));
   }
 }
 
@@ -215,7 +272,7 @@ bool SolveSpd(std::vector<double>* a, size_t n, std::vector<double>* b, size_t m
 }
 
 // c = a^T b for a (rows x n) and b (rows x m), row-major.
-void TransposeTimes(const std::vector<double>& a, size_t n, const std::vector<double>& b,
+STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n, const std::vector<double>& b,
                     size_t m, size_t rows, std::vector<double>* c) {
   c->assign(n * m, 0.0);
   for (size_t r = 0; r < rows; ++r)
@@ -348,23 +405,15 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
       }
       tr.predictor.resize(w * w);
       for (size_t i = 0; i < w * w; ++i) tr.predictor[i] = static_cast<float>(cross[i]);
-      for (size_t r = 0; r < rows_n; ++r)
-        for (size_t i = 0; i < w; ++i) {
-          const double a = below[r * w + i];
-          if (a == 0) continue;
-          const float* prow = tr.predictor.data() + i * w;
-          for (size_t c = 0; c < w; ++c) residual[r * w + c] -= a * prow[c];
-        }
+      SubtractPrediction(below, tr.predictor.data(), rows_n, w, &residual);
     }
     // The residual's principal axes, by decreasing variance.
     TransposeTimes(residual, w, residual, w, rows_n, &gram);
     for (double& g : gram) g /= static_cast<double>(std::max<size_t>(rows_n - 1, 1));
-    SymmetricEigen(gram, w, &values, &vectors);
+    SymmetricEigenHouseholder(gram, w, &values, &vectors);
     // Coded: the coordinates some sample reaches half a step on.
-    std::vector<double> most(w, 0.0);
-    for (size_t r = 0; r < rows_n; ++r)
-      for (size_t k = 0; k < w; ++k)
-        most[k] = std::max(most[k], std::abs(Dot(&residual[r * w], &vectors[k * w], w)));
+    std::vector<double> most;
+    LargestCoordinates(residual, vectors, rows_n, w, &most);
     tr.axes.clear();
     tr.step.clear();
     for (size_t k = 0; k < w; ++k) {
@@ -424,18 +473,13 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     k.axes_t.resize(w * n);
     for (size_t c = 0; c < w; ++c)
       for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
-    k.y.assign(n, 0.0f);
+    k.y.resize(T * n);
+    Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
     k.q.resize(T * n);
     int32_t maxq = 0;
     for (size_t t = 0; t < T; ++t) {
-      std::fill(k.y.begin(), k.y.end(), 0.0f);
-      for (size_t c = 0; c < w; ++c) {
-        const float r = k.rows[t * w + c] - tr.mean[c] - k.guess[t * w + c];
-        const float* at = k.axes_t.data() + c * n;
-        for (size_t j = 0; j < n; ++j) k.y[j] += r * at[j];
-      }
       for (size_t j = 0; j < n; ++j) {
-        const float v = std::nearbyint(k.y[j] / tr.step[j]);
+        const float v = std::nearbyint(k.y[t * n + j] / tr.step[j]);
         const int32_t qi = static_cast<int32_t>(std::clamp(v, -float{kMaxQ}, float{kMaxQ}));
         k.q[t * n + j] = sink && t == 0 ? 0 : qi;
         maxq = std::max(maxq, std::abs(k.q[t * n + j]));

@@ -98,6 +98,50 @@ TEST(Calibration, JacobiEigenDecomposes) {
   }
 }
 
+// The Householder solver agrees with Jacobi's: the same eigenvalues, eigenvectors up to sign,
+// on a random matrix, a covariance of rank n / 2 (a cluster of zero eigenvalues), a diagonal
+// one and sizes 1 and 2.
+TEST(Calibration, HouseholderEigenDecomposesAsJacobiDoes) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> g;
+  for (size_t n : {size_t{1}, size_t{2}, size_t{17}, size_t{64}}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<double> a(n * n, 0.0);
+      if (kind == 0) {
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = 0; j <= i; ++j) a[i * n + j] = a[j * n + i] = g(rng);
+      } else if (kind == 1) {  // X^T X of n / 2 + 1 samples
+        std::vector<double> x((n / 2 + 1) * n);
+        for (double& v : x) v = g(rng);
+        for (size_t r = 0; r < n / 2 + 1; ++r)
+          for (size_t i = 0; i < n; ++i)
+            for (size_t j = 0; j < n; ++j) a[i * n + j] += x[r * n + i] * x[r * n + j];
+      } else {
+        for (size_t i = 0; i < n; ++i) a[i * n + i] = g(rng);
+      }
+      std::vector<double> jv, jvec, hv, hvec;
+      SymmetricEigen(a, n, &jv, &jvec);
+      SymmetricEigenHouseholder(a, n, &hv, &hvec);
+      ASSERT_EQ(hv.size(), n);
+      double scale = 0;
+      for (double v : jv) scale = std::max(scale, std::abs(v));
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(hv[i], jv[i], 1e-10 * std::max(scale, 1.0)) << n << " " << kind << " " << i;
+        for (size_t r = 0; r < n; ++r) {  // A v_i = lambda_i v_i
+          double av = 0;
+          for (size_t k = 0; k < n; ++k) av += a[r * n + k] * hvec[i * n + k];
+          EXPECT_NEAR(av, hv[i] * hvec[i * n + r], 1e-9 * std::max(scale, 1.0));
+        }
+        for (size_t j = 0; j < n; ++j) {  // orthonormal
+          double dot = 0;
+          for (size_t k = 0; k < n; ++k) dot += hvec[i * n + k] * hvec[j * n + k];
+          EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-9);
+        }
+      }
+    }
+  }
+}
+
 // The greedy allocation reaches the exhaustive DP's minimum of sum w var 2^(-2b).
 TEST(Calibration, AllocationIsTheDpOptimum) {
   std::mt19937 rng(3);
