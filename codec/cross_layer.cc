@@ -12,13 +12,23 @@
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
 #include "codec/internal/byte_io.h"
+#include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/kernels.h"
+#include "codec/internal/pca_amx.h"
 #include "codec/internal/sections.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 
 namespace strata::codec {
+
+namespace internal {
+struct CrossLayerTiles {
+  // Per layer: the predictor ([below][this]), the axes transposed ([c][k], the encoder's
+  // projection) and the axes times their steps ([k][c]).
+  std::vector<XlPairs> predictor, axes_t, scaled_axes;
+};
+}  // namespace internal
 
 using internal::ByteReader;
 using internal::ByteWriter;
@@ -423,6 +433,24 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     }
     below = centred;
   }
+  if (internal::PcaAmxSupported() && w % 32 == 0 && opts.step >= 0x1p-6) {
+    auto tiles = std::make_shared<internal::CrossLayerTiles>();
+    tiles->predictor.resize(L);
+    tiles->axes_t.resize(L);
+    tiles->scaled_axes.resize(L);
+    std::vector<float> at;
+    for (uint32_t l = 0; l < L; ++l) {
+      const CrossLayerTransform& tr = cal.layers[l];
+      const size_t n = tr.step.size();
+      if (l > 0) internal::BuildXlPairs(tr.predictor.data(), w, w, nullptr, &tiles->predictor[l]);
+      at.resize(w * n);
+      for (size_t c = 0; c < w; ++c)
+        for (size_t k = 0; k < n; ++k) at[c * n + k] = tr.axes[k * w + c];
+      internal::BuildXlPairs(at.data(), w, n, nullptr, &tiles->axes_t[l]);
+      internal::BuildXlPairs(tr.axes.data(), n, w, tr.step.data(), &tiles->scaled_axes[l]);
+    }
+    cal.tiles = std::move(tiles);
+  }
   return cal;
 }
 
@@ -432,9 +460,65 @@ struct Work {
   LayerFloats f;
   std::vector<float> rows, hat, below_hat, guess, centred, axes_t, y, kf, vf;
   std::vector<int32_t> q;
-  std::vector<uint16_t> syms;
+  std::vector<uint16_t> syms, a;  // a: the tiles' bf16 token rows
   rans::Scratch rans;
 };
+
+bool UseTiles(const CrossLayerCalibration& cal, size_t tokens) {
+  return cal.tiles && internal::XlAmxAvailable() && tokens % 32 == 0;
+}
+
+// On the tiles: guess = (below_hat - the mean below) P, zero for layer 0.
+void TileGuess(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* k) {
+  const size_t w = cal.Width();
+  if (l == 0) {
+    std::fill(k->guess.begin(), k->guess.end(), 0.0f);
+    return;
+  }
+  const float* below_mean = cal.layers[l - 1].mean.data();
+  k->a.resize(tokens * w);
+  k->centred.resize(w);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t c = 0; c < w; ++c) k->centred[c] = k->below_hat[t * w + c] - below_mean[c];
+    internal::XlToBf16(k->centred.data(), w, w, k->a.data() + t * w);
+  }
+  internal::XlProduct(k->a.data(), w, cal.tiles->predictor[l], tokens, false, k->guess.data(), w);
+}
+
+// On the tiles: y = (rows - mean - guess) axes^T, tokens x the padded coded count.
+void TileProject(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* k) {
+  const size_t w = cal.Width();
+  const CrossLayerTransform& tr = cal.layers[l];
+  const internal::XlPairs& b = cal.tiles->axes_t[l];
+  k->a.resize(tokens * w);
+  k->centred.resize(w);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t c = 0; c < w; ++c)
+      k->centred[c] = k->rows[t * w + c] - tr.mean[c] - k->guess[t * w + c];
+    internal::XlToBf16(k->centred.data(), w, w, k->a.data() + t * w);
+  }
+  k->y.resize(tokens * b.cols_pad);
+  internal::XlProduct(k->a.data(), w, b, tokens, false, k->y.data(), b.cols_pad);
+}
+
+// On the tiles: hat = mean + (guess + q (steps x axes)), the sums continuing the prediction's.
+void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* k) {
+  const size_t w = cal.Width();
+  const CrossLayerTransform& tr = cal.layers[l];
+  const size_t n = tr.step.size();
+  if (n > 0) {
+    const internal::XlPairs& b = cal.tiles->scaled_axes[l];
+    k->a.resize(tokens * b.rows_pad);
+    k->centred.resize(n);
+    for (size_t t = 0; t < tokens; ++t) {
+      for (size_t j = 0; j < n; ++j) k->centred[j] = static_cast<float>(k->q[t * n + j]);
+      internal::XlToBf16(k->centred.data(), n, b.rows_pad, k->a.data() + t * b.rows_pad);
+    }
+    internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
+  }
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t c = 0; c < w; ++c) k->hat[t * w + c] = k->guess[t * w + c] + tr.mean[c];
+}
 
 }  // namespace
 
@@ -457,6 +541,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   ByteWriter bw(out);
   bw.U32(kMagic);
   const bool sink = first_position == 0;
+  const bool tiles = UseTiles(cal, T);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
     const CrossLayerTransform& tr = cal.layers[l];
     const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
@@ -465,27 +550,41 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       out->resize(start);
       return absl::InvalidArgumentError("cross-layer encode: non-finite input");
     }
-    if (l > 0)
-      Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
-              &k.centred, k.guess.data());
-    // The residual's coordinates, as row updates over the transposed axes.
     const size_t n = tr.step.size();
-    k.axes_t.resize(w * n);
-    for (size_t c = 0; c < w; ++c)
-      for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
-    k.y.resize(T * n);
-    Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
+    size_t ny = n;  // y's row length
+    if (tiles) {
+      TileGuess(cal, l, T, &k);
+      if (n > 0) {
+        TileProject(cal, l, T, &k);
+        ny = cal.tiles->axes_t[l].cols_pad;
+      }
+    } else {
+      if (l > 0)
+        Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
+                &k.centred, k.guess.data());
+      // The residual's coordinates, as row updates over the transposed axes.
+      k.axes_t.resize(w * n);
+      for (size_t c = 0; c < w; ++c)
+        for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
+      k.y.resize(T * n);
+      Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n,
+              k.y.data());
+    }
     k.q.resize(T * n);
     int32_t maxq = 0;
     for (size_t t = 0; t < T; ++t) {
       for (size_t j = 0; j < n; ++j) {
-        const float v = std::nearbyint(k.y[t * n + j] / tr.step[j]);
+        const float v = std::nearbyint(k.y[t * ny + j] / tr.step[j]);
         const int32_t qi = static_cast<int32_t>(std::clamp(v, -float{kMaxQ}, float{kMaxQ}));
         k.q[t * n + j] = sink && t == 0 ? 0 : qi;
         maxq = std::max(maxq, std::abs(k.q[t * n + j]));
       }
     }
-    Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    if (tiles) {
+      TileHat(cal, l, T, &k);
+    } else {
+      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    }
     bw.U16(static_cast<uint16_t>(maxq));
     bw.U16(sink ? 1 : 0);
     if (sink) {
@@ -541,6 +640,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   k.kf.resize(T * s.heads * s.dim);
   k.vf.resize(T * s.heads * s.dim);
   std::vector<float> kt(s.heads * s.dim), vt(s.heads * s.dim);
+  const bool tiles = UseTiles(cal, T);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
     const CrossLayerTransform& tr = cal.layers[l];
     const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
@@ -584,10 +684,15 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       for (size_t j = 0; j < n; ++j)
         if (k.q[t * n + j] != 0)
           return absl::DataLossError("cross-layer payload: an exact token has coordinates");
-    if (l > 0)
-      Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
-              &k.centred, k.guess.data());
-    Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    if (tiles) {
+      TileGuess(cal, l, T, &k);
+      TileHat(cal, l, T, &k);
+    } else {
+      if (l > 0)
+        Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
+                &k.centred, k.guess.data());
+      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+    }
     for (size_t i = 0; i < tokens.size(); ++i) {  // the exact tokens' rows, as the encoder's
       const size_t t = tokens[i];
       internal::ToFloat(raw[2 * i], s.dtype, kt.data(), kt.size());

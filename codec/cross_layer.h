@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -25,6 +26,10 @@
 #include "strata/kv_layout.h"
 
 namespace strata::codec {
+
+namespace internal {
+struct CrossLayerTiles;  // cross_layer.cc: the AMX operands
+}
 
 struct CrossLayerOptions {
   // The quantiser step of every coded coordinate, in units of each head's rms per value on the
@@ -58,6 +63,10 @@ struct CrossLayerCalibration {
   // Per (layer, tensor, head): the divisor that brings the head's values to the units above.
   std::vector<float> scale;
   std::vector<CrossLayerTransform> layers;
+  // The products' operands for AMX tiles (internal/cross_layer_amx.h), built by
+  // CalibrateCrossLayer where the CPU has them, the width is a multiple of 32 and the step at
+  // least 2^-6. Coding then runs on the tiles for blocks of a multiple of 32 tokens.
+  std::shared_ptr<const internal::CrossLayerTiles> tiles;
 
   size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }
   size_t Coded(uint32_t layer) const { return layers[layer].step.size(); }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "codec/half.h"
+#include "codec/internal/cross_layer_amx.h"
+#include "codec/internal/pca_amx.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec {
@@ -212,6 +214,38 @@ TEST(CrossLayer, ImportanceSpendsBitsWhereTheModelLooks) {
     return RelError(eval[0], c.decoded, (2 * 2 + 1) * kTensorValues, (2 * 2 + 2) * kTensorValues);
   };
   EXPECT_LT(values_error(s), 0.5 * values_error(p));
+}
+
+// Where the CPU has AMX, the products run on its tiles (bf16 operands); the float kernels decode
+// the same payload to within that rounding, which does not grow through the layers, and their
+// own payloads round-trip as the tiles' do.
+TEST(CrossLayer, TilesAndFloatKernelsAgree) {
+  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "no AMX here";
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 12);
+  const auto eval = Blocks(l, 1, 13);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(cal.ok());
+  ASSERT_NE(cal->tiles, nullptr);
+  const uint64_t before = internal::XlTileProducts();
+  const Coded tiles = RoundTrip(*cal, l, eval[0], kTokens);
+  EXPECT_GE(internal::XlTileProducts() - before, 3u * kLayers - 1);
+  internal::SetPcaAmxEnabledForTest(false);
+  std::vector<uint8_t> by_float(eval[0].size());
+  const absl::Status s = DecodeCrossLayer(*cal, l, tiles.payload, kTokens, by_float);
+  const uint64_t after = internal::XlTileProducts();
+  const Coded floats = RoundTrip(*cal, l, eval[0], kTokens);
+  EXPECT_EQ(internal::XlTileProducts(), after);
+  internal::SetPcaAmxEnabledForTest(true);
+  ASSERT_TRUE(s.ok()) << s;
+  const double noise = RelError(eval[0], tiles.decoded);
+  EXPECT_LT(noise, 0.3 * 0.3 / 12 * 1.5 + 1e-4);
+  EXPECT_LT(RelError(eval[0], floats.decoded), 0.3 * 0.3 / 12 * 1.5 + 1e-4);
+  EXPECT_NE(tiles.decoded, by_float);  // bf16 operands: not the float kernels' bits ...
+  for (size_t layer = 0; layer < kLayers; ++layer)  // ... but far closer than the step
+    EXPECT_LT(LayerRelError(tiles.decoded, by_float, layer), 0.02 * noise) << layer;
 }
 
 TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {

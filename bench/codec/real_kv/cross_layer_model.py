@@ -107,6 +107,8 @@ def main():
     ap.add_argument("--step", type=float, required=True, help="in relative units")
     ap.add_argument("--importance", help="safetensors, tensor importance [layers, 2]")
     ap.add_argument("--ridge", type=float, default=0.1)
+    ap.add_argument("--predictor", choices=["full", "head"], default="full",
+                    help="head: each kv head's key and value from the same head's below only")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -133,8 +135,17 @@ def main():
         mc = xc.mean(0)
         if predict and below_calib is not None:
             a_rows = below_calib - below_calib.mean(0)
-            w = np.linalg.solve(a_rows.T @ a_rows + a.ridge * len(a_rows) * np.eye(width),
-                                a_rows.T @ (xc - mc))
+            if a.predictor == "full":
+                w = np.linalg.solve(a_rows.T @ a_rows + a.ridge * len(a_rows) * np.eye(width),
+                                    a_rows.T @ (xc - mc))
+            else:  # block diagonal: head h's (key, value) columns from the same columns below
+                w = np.zeros((width, width))
+                for h in range(lay.H):
+                    cols = np.r_[h * lay.D:(h + 1) * lay.D,
+                                 (lay.H + h) * lay.D:(lay.H + h + 1) * lay.D]
+                    ah = a_rows[:, cols]
+                    w[np.ix_(cols, cols)] = np.linalg.solve(
+                        ah.T @ ah + a.ridge * len(ah) * np.eye(len(cols)), ah.T @ (xc - mc)[:, cols])
             guess = (below_hat - below_calib.mean(0)) @ w
             rc = xc - mc - a_rows @ w
         else:
@@ -150,6 +161,8 @@ def main():
     bits += width * lay.L * 16  # the first token, as given
     rel = ((decoded - prefix) ** 2).sum() / ((prefix - prefix.mean(2, keepdims=True)) ** 2).sum()
     name = f"{a.variant}-s{a.step:g}" + ("-imp" if importance is not None else "")
+    if a.predictor != "full":
+        name += "-" + a.predictor
     os.makedirs(a.out, exist_ok=True)
     write_safetensors(os.path.join(a.out, name + ".safetensors"),
                       [("kv", decoded.astype(np.float16))], {"variant": name})

@@ -1,0 +1,130 @@
+// The cross-layer coder's products on AMX tiles (codec/internal/cross_layer_amx.h).
+#include "codec/internal/cross_layer_amx.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "codec/half.h"
+#include "codec/internal/pca_amx.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define STRATA_XL_AMX 1
+#define STRATA_XL_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#endif
+
+namespace strata::codec::internal {
+
+void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale,
+                  XlPairs* out) {
+  out->rows_pad = (rows + 31) / 32 * 32;
+  out->cols_pad = (cols + 31) / 32 * 32;
+  out->words.assign(out->rows_pad * out->cols_pad, 0);
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = 0; j < cols; ++j) {
+      const float v = m[i * cols + j] * (row_scale ? row_scale[i] : 1.0f);
+      out->words[(i / 2 * out->cols_pad + j) * 2 + i % 2] = FloatToBF16(v);
+    }
+}
+
+namespace {
+std::atomic<uint64_t> g_products{0};
+}  // namespace
+
+bool XlAmxAvailable() { return PcaAmxAvailable(); }
+uint64_t XlTileProducts() { return g_products.load(std::memory_order_relaxed); }
+
+#ifdef STRATA_XL_AMX
+namespace {
+
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: sums for two groups of 16 tokens x two blocks of 16 columns; 4, 5: the groups'
+// rows of a (32 of its columns); 6, 7: the two column blocks of b (16 pair rows).
+STRATA_XL_AMX_TARGET void Product(const uint16_t* a, size_t lda, const XlPairs& b,
+                                  size_t tokens, bool accumulate, float* c, size_t ldc) {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  const size_t astride = lda * sizeof(uint16_t), cstride = ldc * sizeof(float);
+  const size_t bstride = b.cols_pad * 2 * sizeof(uint16_t);
+  for (size_t t = 0; t < tokens; t += 32)
+    for (size_t j = 0; j < b.cols_pad; j += 32) {
+      float* c0 = c + t * ldc + j;
+      float* c1 = c0 + 16 * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c0, cstride);
+        _tile_loadd(1, c1, cstride);
+        _tile_loadd(2, c0 + 16, cstride);
+        _tile_loadd(3, c1 + 16, cstride);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (size_t k = 0; k < b.rows_pad; k += 32) {
+        _tile_loadd(4, a + t * lda + k, astride);
+        _tile_loadd(5, a + (t + 16) * lda + k, astride);
+        const uint16_t* bk = b.words.data() + (k / 2 * b.cols_pad + j) * 2;
+        _tile_loadd(6, bk, bstride);
+        _tile_loadd(7, bk + 32, bstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 5, 6);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c0, cstride);
+      _tile_stored(1, c1, cstride);
+      _tile_stored(2, c0 + 16, cstride);
+      _tile_stored(3, c1 + 16, cstride);
+    }
+  _tile_release();
+}
+
+STRATA_XL_AMX_TARGET void ToBf16(const float* src, size_t n, size_t n_pad, uint16_t* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
+  for (; i < n; ++i) dst[i] = FloatToBF16(src[i]);
+  std::fill(dst + n, dst + n_pad, uint16_t{0});
+}
+
+}  // namespace
+#endif
+
+void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, bool accumulate,
+               float* c, size_t ldc) {
+#ifdef STRATA_XL_AMX
+  Product(a, lda, b, tokens, accumulate, c, ldc);
+  g_products.fetch_add(1, std::memory_order_relaxed);
+#else
+  (void)a, (void)lda, (void)b, (void)tokens, (void)accumulate, (void)c, (void)ldc;
+#endif
+}
+
+void XlToBf16(const float* src, size_t n, size_t n_pad, uint16_t* dst) {
+#ifdef STRATA_XL_AMX
+  ToBf16(src, n, n_pad, dst);
+#else
+  for (size_t i = 0; i < n; ++i) dst[i] = FloatToBF16(src[i]);
+  std::fill(dst + n, dst + n_pad, uint16_t{0});
+#endif
+}
+
+}  // namespace strata::codec::internal

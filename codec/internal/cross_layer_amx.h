@@ -1,0 +1,43 @@
+// The cross-layer coder's products on AMX tiles (codec/cross_layer_amx.cc), where the CPU has
+// them (PcaAmxAvailable): C (+)= A B with A bf16 token rows and B in the tiles' pair rows, fp32
+// sums. Operands are rounded to bf16 once (nearest even), so a product is off by ~2^-9 of its
+// terms' magnitude: used only where every coded step is at least 2^-6 of the units (a head's
+// rms), where that stays under 1e-4 of the quantisation noise. The encoder runs the same
+// products in the same order as the decoder, so its closed-loop prediction is the decoder's bit
+// for bit on any AMX machine; a decoder on the float kernels differs by that rounding only, and
+// it does not grow through the layers (docs/codec.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "codec/internal/aligned.h"
+
+namespace strata::codec::internal {
+
+// A B operand: rows x cols of a matrix (row-major floats) in the tiles' pair rows
+// [rows_pad / 2][cols_pad][2], rows padded to 32 and cols to 32 with zeros.
+struct XlPairs {
+  CacheAlignedVector<uint16_t> words;
+  size_t rows_pad = 0, cols_pad = 0;
+};
+void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale,
+                  XlPairs* out);
+
+// Whether the tiles can run these products here.
+bool XlAmxAvailable();
+
+// c[t][j] (+)= sum over i < b.rows_pad of a[t][i] b[i][j], t < tokens (a multiple of 32), j <
+// b.cols_pad; a is bf16 token rows of b.rows_pad words, `lda` words apart, c fp32 rows `ldc`
+// floats apart. accumulate: start from c, else from zero.
+void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, bool accumulate,
+               float* c, size_t ldc);
+
+// Products this process has run on the tiles (tests: the path was taken).
+uint64_t XlTileProducts();
+
+// n floats to bf16 (nearest even) at dst; dst[n .. n_pad) zero.
+void XlToBf16(const float* src, size_t n, size_t n_pad, uint16_t* dst);
+
+}  // namespace strata::codec::internal
