@@ -296,6 +296,22 @@ struct Quality {
   bool exact = false;
 };
 
+// A row's size, error and speed columns from its coded bytes, its decode's quality and its best
+// encode and decode seconds over `values` values.
+void FillRow(double coded_bytes, double values, const Quality& q, double encode_s,
+             double decode_s, Row* row) {
+  row->bits = 8.0 * coded_bytes / values;
+  row->ratio = 16.0 / row->bits;
+  row->rel_mse = q.rel_mse;
+  row->rel_mse_k = q.rel_mse_k;
+  row->rel_mse_v = q.rel_mse_v;
+  row->max_abs = q.max_abs;
+  row->logit = q.logit;
+  row->bit_exact = q.exact;
+  row->enc_gbps = values * 2 / encode_s / 1e9;
+  row->dec_gbps = values * 2 / decode_s / 1e9;
+}
+
 Quality Measure(const Dataset& d, const std::vector<uint8_t>& decoded) {
   const KvLayout& l = d.layout;
   const size_t T = l.tokens_per_block, H = l.num_kv_heads, D = l.head_dim;
@@ -495,17 +511,7 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   row.baseline = params->mode == Mode::kGroupwise;
   row.lossy = params->mode == Mode::kGroupwise || params->mode == Mode::kQuant ||
               params->mode == Mode::kPca;
-  row.bits = 8.0 * static_cast<double>(stats.blob_bytes) / values;
-  row.ratio = 16.0 / row.bits;
-  row.rel_mse = q.rel_mse;
-  row.rel_mse_k = q.rel_mse_k;
-  row.rel_mse_v = q.rel_mse_v;
-  row.max_abs = q.max_abs;
-  row.logit = q.logit;
-  row.bit_exact = q.exact;
-  const double fp16_bytes = values * 2;
-  row.enc_gbps = fp16_bytes / te / 1e9;
-  row.dec_gbps = fp16_bytes / td / 1e9;
+  FillRow(static_cast<double>(stats.blob_bytes), values, q, te, td, &row);
   row.bits_param = params->key_bits;
   if (params->mode == Mode::kRaw) {
     row.entropy = WordEntropyBits(d);
@@ -576,16 +582,7 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
   Row row;
   row.mode = spec;
   row.lossy = true;
-  row.bits = 8 * bytes / values;
-  row.ratio = 16.0 / row.bits;
-  row.rel_mse = q.rel_mse;
-  row.rel_mse_k = q.rel_mse_k;
-  row.rel_mse_v = q.rel_mse_v;
-  row.max_abs = q.max_abs;
-  row.logit = q.logit;
-  row.bit_exact = q.exact;
-  row.enc_gbps = values * 2 / te / 1e9;
-  row.dec_gbps = values * 2 / td / 1e9;
+  FillRow(bytes, values, q, te, td, &row);
   if (decoded) *decoded = std::move(out);
   return row;
 }
@@ -616,15 +613,7 @@ Row RunZstd(const Dataset& d, int level, int reps) {
   double total = 0;
   for (size_t s : sizes) total += static_cast<double>(s);
   const double values = static_cast<double>(Values(d));
-  row.bits = 8 * total / values;
-  row.ratio = 16.0 / row.bits;
-  const Quality q = Measure(d, out);
-  row.rel_mse = q.rel_mse;
-  row.max_abs = q.max_abs;
-  row.logit = q.logit;
-  row.bit_exact = q.exact;
-  row.enc_gbps = values * 2 / te / 1e9;
-  row.dec_gbps = values * 2 / td / 1e9;
+  FillRow(total, values, Measure(d, out), te, td, &row);
   row.entropy = WordEntropyBits(d);
   return row;
 }
