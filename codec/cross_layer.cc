@@ -101,8 +101,7 @@ void ToRow(const Shape& s, const float* k, const float* v, const float* cos, con
       for (size_t j = 0; j < s.dim; ++j) out[j] = kh[j] / ks;
     }
     const float vs = scale[s.heads + h];
-    for (size_t j = 0; j < s.dim; ++j)
-      out[s.heads * s.dim + j] = v[h * s.dim + j] / vs;
+    for (size_t j = 0; j < s.dim; ++j) out[s.heads * s.dim + j] = v[h * s.dim + j] / vs;
   }
 }
 
@@ -151,8 +150,9 @@ bool LayerRows(const Shape& s, const uint8_t* block, uint32_t layer, const Angle
 
 // guess[t] = (below[t] - below_mean) P, as row updates in input order, 16 tokens at a time
 // (the predictor's rows stay in cache across them).
-STRATA_XL_CLONES void Predict(const float* below, const float* below_mean, const float* p, size_t tokens,
-             size_t width, std::vector<float>* centred, float* guess) {
+STRATA_XL_CLONES void Predict(const float* below, const float* below_mean, const float* p,
+                              size_t tokens, size_t width, std::vector<float>* centred,
+                              float* guess) {
   std::fill(guess, guess + tokens * width, 0.0f);
   centred->resize(tokens * width);
   for (size_t t = 0; t < tokens; ++t)
@@ -173,8 +173,8 @@ STRATA_XL_CLONES void Predict(const float* below, const float* below_mean, const
 
 // hat[t] = mean + guess[t] + sum over k of q[t][k] step[k] axis k (k in order, zeros skipped:
 // adding a zero product would not change a sum that is not -0).
-STRATA_XL_CLONES void Reconstruct(const CrossLayerTransform& tr, const float* guess, const int32_t* q,
-                 size_t tokens, size_t width, float* hat) {
+STRATA_XL_CLONES void Reconstruct(const CrossLayerTransform& tr, const float* guess,
+                                  const int32_t* q, size_t tokens, size_t width, float* hat) {
   const size_t n = tr.step.size();
   for (size_t t = 0; t < tokens; ++t) {
     float* out = hat + t * width;
@@ -206,8 +206,7 @@ STRATA_XL_CLONES void Project(const float* rows, const float* mean, const float*
 
 // residual[r] -= below[r] P (doubles less the float predictor's products).
 STRATA_XL_CLONES void SubtractPrediction(const std::vector<double>& below, const float* p,
-                                         size_t rows, size_t width,
-                                         std::vector<double>* residual) {
+                                         size_t rows, size_t width, std::vector<double>* residual) {
   for (size_t r = 0; r < rows; ++r) {
     double* out = residual->data() + r * width;
     for (size_t i = 0; i < width; ++i) {
@@ -261,7 +260,8 @@ bool SolveSpd(std::vector<double>* a, size_t n, std::vector<double>* b, size_t m
     if (!(d > 0)) return false;
     d = std::sqrt(d);
     l[j * n + j] = d;
-    for (size_t i = j + 1; i < n; ++i) l[i * n + j] = (l[i * n + j] - Dot(&l[i * n], &l[j * n], j)) / d;
+    for (size_t i = j + 1; i < n; ++i)
+      l[i * n + j] = (l[i * n + j] - Dot(&l[i * n], &l[j * n], j)) / d;
   }
   std::vector<double>& x = *b;
   for (size_t i = 0; i < n; ++i) {  // L y = B
@@ -282,8 +282,9 @@ bool SolveSpd(std::vector<double>* a, size_t n, std::vector<double>* b, size_t m
 }
 
 // c = a^T b for a (rows x n) and b (rows x m), row-major.
-STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n, const std::vector<double>& b,
-                    size_t m, size_t rows, std::vector<double>* c) {
+STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n,
+                                     const std::vector<double>& b, size_t m, size_t rows,
+                                     std::vector<double>* c) {
   c->assign(n * m, 0.0);
   for (size_t r = 0; r < rows; ++r)
     for (size_t i = 0; i < n; ++i) {
@@ -364,8 +365,8 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   for (uint32_t l = 0; l < L; ++l) {
     // The layer's rows as given (keys rotated back), then each head brought to unit rms.
     for (size_t b = 0; b < blocks.size(); ++b) {
-      if (!LayerRows(s, blocks[b].data(), l, cal.rope_theta > 0 ? &angles[b] : nullptr,
-                     unit.data(), &f, rows.data()))
+      if (!LayerRows(s, blocks[b].data(), l, cal.rope_theta > 0 ? &angles[b] : nullptr, unit.data(),
+                     &f, rows.data()))
         return absl::InvalidArgumentError("cross-layer calibration: non-finite sample");
       std::copy(rows.begin(), rows.end(), cur.begin() + b * s.tokens * w);
     }
@@ -567,8 +568,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       for (size_t c = 0; c < w; ++c)
         for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
       k.y.resize(T * n);
-      Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n,
-              k.y.data());
+      Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
     }
     k.q.resize(T * n);
     int32_t maxq = 0;
@@ -601,8 +601,8 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
           const size_t coord = SlotCoordinate(j, nslots);
           uint16_t* run = k.syms.data() + (g * nslots + j) * kRun;
           for (size_t i = 0; i < kRun; ++i)
-            run[i] = static_cast<uint16_t>(
-                (coord < n ? k.q[(g * kRun + i) * n + coord] : 0) + maxq);
+            run[i] =
+                static_cast<uint16_t>((coord < n ? k.q[(g * kRun + i) * n + coord] : 0) + maxq);
         }
       rans::Encode<uint16_t>(k.syms.data(), k.syms.size(), 2 * static_cast<uint32_t>(maxq) + 1,
                              kContexts, &k.rans, out, nullptr, rans::kMaxLanes);
@@ -663,9 +663,8 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       const size_t nslots = Slots(n);
       k.syms.resize(T * nslots);
       STRATA_RETURN_IF_ERROR(rans::Decode<uint16_t>(in, k.syms.size(),
-                                                    2 * static_cast<uint32_t>(maxq) + 1,
-                                                    kContexts, &k.rans, k.syms.data(),
-                                                    rans::kMaxLanes));
+                                                    2 * static_cast<uint32_t>(maxq) + 1, kContexts,
+                                                    &k.rans, k.syms.data(), rans::kMaxLanes));
       for (size_t g = 0; g < T / kRun; ++g)
         for (size_t j = 0; j < nslots; ++j) {
           const size_t coord = SlotCoordinate(j, nslots);

@@ -21,8 +21,7 @@
 
 namespace strata::codec::internal {
 
-void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale,
-                  XlPairs* out) {
+void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale, XlPairs* out) {
   out->rows_pad = (rows + 31) / 32 * 32;
   out->cols_pad = (cols + 31) / 32 * 32;
   out->words.assign(out->rows_pad * out->cols_pad, 0);
@@ -52,8 +51,8 @@ struct TileConfig {
 
 // Tiles 0-3: sums for two groups of 16 tokens x two blocks of 16 columns; 4, 5: the groups'
 // rows of a (32 of its columns); 6, 7: the two column blocks of b (16 pair rows).
-STRATA_XL_AMX_TARGET void Product(const uint16_t* a, size_t lda, const XlPairs& b,
-                                  size_t tokens, bool accumulate, float* c, size_t ldc) {
+STRATA_XL_AMX_TARGET void Product(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
+                                  bool accumulate, float* c, size_t ldc) {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = 16;

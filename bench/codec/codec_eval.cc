@@ -572,7 +572,8 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
   const double td = BestSeconds(reps, [&] {
     for (uint32_t b = 0; b < d.blocks && st.ok(); ++b)
       st = codec::DecodeCrossLayer(*cal, d.layout, payloads[b],
-                                   uint64_t{b} * d.layout.tokens_per_block, {out.data() + b * bb, bb});
+                                   uint64_t{b} * d.layout.tokens_per_block,
+                                   {out.data() + b * bb, bb});
   });
   if (!st.ok()) return st;
   double bytes = 0;

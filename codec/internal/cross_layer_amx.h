@@ -22,8 +22,7 @@ struct XlPairs {
   CacheAlignedVector<uint16_t> words;
   size_t rows_pad = 0, cols_pad = 0;
 };
-void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale,
-                  XlPairs* out);
+void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale, XlPairs* out);
 
 // Whether the tiles can run these products here.
 bool XlAmxAvailable();

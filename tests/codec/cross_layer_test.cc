@@ -144,8 +144,8 @@ TEST(CrossLayer, RoundTripsWithinTheStepAndKeepsTheSinkExact) {
       for (uint32_t tensor = 0; tensor < 2; ++tensor) {
         const size_t at = (size_t{layer} * 2 + tensor) * kTokens * row;
         EXPECT_EQ(0, std::memcmp(first.decoded.data() + at, eval[0].data() + at, row));
-        later_exact = later_exact && std::memcmp(later.decoded.data() + at, eval[1].data() + at,
-                                                 row) == 0;
+        later_exact =
+            later_exact && std::memcmp(later.decoded.data() + at, eval[1].data() + at, row) == 0;
       }
     EXPECT_FALSE(later_exact);
   }
@@ -276,8 +276,7 @@ TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {
   std::vector<uint8_t> nan = block;
   const uint16_t half_nan = 0x7E00;
   std::memcpy(nan.data() + 100, &half_nan, 2);
-  EXPECT_EQ(EncodeCrossLayer(*cal, l, nan, 0, &payload).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeCrossLayer(*cal, l, nan, 0, &payload).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(payload.empty());
   std::vector<std::vector<uint8_t>> nan_samples = {nan};
   EXPECT_EQ(CalibrateCrossLayer(l, Spans(nan_samples), o).status().code(),
@@ -290,12 +289,12 @@ TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {
   // Every truncation and a flipped bit anywhere: DataLoss, never a wrong decode.
   for (size_t n : {size_t{0}, size_t{7}, payload.size() / 2, payload.size() - 1})
     EXPECT_EQ(DecodeCrossLayer(*cal, l, std::span(payload).first(n), 0, out).code(),
-              absl::StatusCode::kDataLoss) << n;
+              absl::StatusCode::kDataLoss)
+        << n;
   for (size_t at = 0; at < payload.size(); at += 37) {
     std::vector<uint8_t> flipped = payload;
     flipped[at] ^= 0x10;
-    EXPECT_EQ(DecodeCrossLayer(*cal, l, flipped, 0, out).code(), absl::StatusCode::kDataLoss)
-        << at;
+    EXPECT_EQ(DecodeCrossLayer(*cal, l, flipped, 0, out).code(), absl::StatusCode::kDataLoss) << at;
   }
 }
 
