@@ -20,8 +20,9 @@ predictor (ridge regression, --ridge times the samples on the diagonal) come fro
 calibration KV alone. Writes OUT/<variant>-s<step>[-imp].safetensors (tensor 'kv', the
 prefix's shape, fp16) and appends it to OUT/modes.tsv for `model_quality.py eval`.
 
-  cross_layer_model.py --calib mq-smollm2/calib.safetensors --prefix mq-smollm2/prefix.safetensors \\
-      --rope-theta 100000 --variant xl --step 0.7 --importance importance.safetensors --out DIR
+  cross_layer_model.py --calib mq-smollm2/calib.safetensors \\
+      --prefix mq-smollm2/prefix.safetensors --rope-theta 100000 --variant xl --step 0.7 \\
+      --importance importance.safetensors --out DIR
 """
 import argparse
 import os
@@ -99,7 +100,8 @@ def code_groups(rc, rp, groups, step):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calib", required=True, help="model_quality.py prefix output (tensor kv)")
     ap.add_argument("--prefix", required=True, help="the evaluated KV (tensor kv)")
     ap.add_argument("--rope-theta", type=float, default=0.0)
@@ -144,8 +146,8 @@ def main():
                     cols = np.r_[h * lay.D:(h + 1) * lay.D,
                                  (lay.H + h) * lay.D:(lay.H + h + 1) * lay.D]
                     ah = a_rows[:, cols]
-                    w[np.ix_(cols, cols)] = np.linalg.solve(
-                        ah.T @ ah + a.ridge * len(ah) * np.eye(len(cols)), ah.T @ (xc - mc)[:, cols])
+                    gram = ah.T @ ah + a.ridge * len(ah) * np.eye(len(cols))
+                    w[np.ix_(cols, cols)] = np.linalg.solve(gram, ah.T @ (xc - mc)[:, cols])
             guess = (below_hat - below_calib.mean(0)) @ w
             rc = xc - mc - a_rows @ w
         else:
