@@ -17,7 +17,7 @@ key and value are scaled to unit rms per value on the calibration KV, then, with
 --importance (model_quality.py sensitivity's output), by the square root of the slice's
 importance, so that one step is one weighted relative error. The basis, means and the
 predictor (ridge regression, --ridge times the samples on the diagonal) come from the
-calibration KV alone. Writes OUT/<variant>-s<step>[-imp].safetensors (tensor 'kv', the
+calibration KV alone. Writes OUT/<variant>-s<step>[-imp][-head].safetensors (tensor 'kv', the
 prefix's shape, fp16) and appends it to OUT/modes.tsv for `model_quality.py eval`.
 
   cross_layer_model.py --calib mq-smollm2/calib.safetensors \\
