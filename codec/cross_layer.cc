@@ -1,8 +1,10 @@
-// Cross-layer transform coding (codec/cross_layer.h). Plain float loops: every product the
-// decoder's reconstruction depends on is written as a row update (out[c] += a * row[c]) in a
+// Cross-layer transform coding (codec/cross_layer.h). Two ways to the same products: AMX tiles
+// in bf16 (internal/cross_layer_amx.h) where the CPU has them, else plain float loops, every
+// product the reconstruction depends on written as a row update (out[c] += a * row[c]) in a
 // fixed order, which compilers vectorise without reordering sums (the library is built with
-// -ffp-contract=off), so the encoder's closed-loop reconstruction and every decoder's agree bit
-// for bit on any x86 or Arm target of the same build.
+// -ffp-contract=off). Either way the encoder's closed-loop reconstruction is the decoder's bit
+// for bit where both take the same way; across the two ways they differ by bf16's rounding,
+// which does not grow through the layers (docs/codec.md).
 #include "codec/cross_layer.h"
 
 #include <algorithm>
