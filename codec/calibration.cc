@@ -19,20 +19,22 @@ namespace {
 
 constexpr size_t kFixedBytes = 40;
 
-uint64_t Fnv1a64(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h == 0 ? 1 : h;
-}
+uint64_t Fnv1a64(const uint8_t* p, size_t n) { return CalibrationIdOf({p, n}); }
 
 size_t PerHeadFloats(uint32_t d) { return size_t{d} * d + 3 * size_t{d}; }
 
 }  // namespace
 
 std::string CalibrationIdString(uint64_t id) { return absl::StrFormat("%016x", id); }
+
+uint64_t CalibrationIdOf(std::span<const uint8_t> serialized) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : serialized) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;
+}
 
 absl::Status Calibration::Matches(const KvLayout& layout) const {
   if (layout.num_layers != num_layers || layout.num_kv_heads != num_kv_heads ||

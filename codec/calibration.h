@@ -113,6 +113,8 @@ class Calibration {
 };
 
 std::string CalibrationIdString(uint64_t id);  // 16 hex digits
+// The id of a serialized calibration artefact: FNV-1a 64 of its bytes, never zero.
+uint64_t CalibrationIdOf(std::span<const uint8_t> serialized);
 
 struct CalibrateOptions {
   double bits_per_value = 1.5;  // target, over every value of a block (dropped ones included)

@@ -300,6 +300,125 @@ STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n,
 
 }  // namespace
 
+namespace {
+
+// The tiles' operands, where the CPU has AMX, the width is a multiple of 32 and every step at
+// least 2^-6 (internal/cross_layer_amx.h).
+void BuildTiles(CrossLayerCalibration* cal) {
+  const size_t w = cal->Width(), L = cal->num_layers;
+  cal->tiles.reset();
+  if (!internal::PcaAmxSupported() || w % 32 != 0) return;
+  for (const CrossLayerTransform& tr : cal->layers)
+    for (float st : tr.step)
+      if (!(st >= 0x1p-6f)) return;
+  auto tiles = std::make_shared<internal::CrossLayerTiles>();
+  tiles->predictor.resize(L);
+  tiles->axes_t.resize(L);
+  tiles->scaled_axes.resize(L);
+  std::vector<float> at;
+  for (uint32_t l = 0; l < L; ++l) {
+    const CrossLayerTransform& tr = cal->layers[l];
+    const size_t n = tr.step.size();
+    if (l > 0) internal::BuildXlPairs(tr.predictor.data(), w, w, nullptr, &tiles->predictor[l]);
+    at.resize(w * n);
+    for (size_t c = 0; c < w; ++c)
+      for (size_t k = 0; k < n; ++k) at[c * n + k] = tr.axes[k * w + c];
+    internal::BuildXlPairs(at.data(), w, n, nullptr, &tiles->axes_t[l]);
+    internal::BuildXlPairs(tr.axes.data(), n, w, tr.step.data(), &tiles->scaled_axes[l]);
+  }
+  cal->tiles = std::move(tiles);
+}
+
+bool AllFiniteFloats(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint8_t> CrossLayerCalibration::Serialize() const {
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.U32(kCrossLayerMagic);
+  w.U16(kCrossLayerFormat);
+  w.U16(0);
+  w.U32(num_layers);
+  w.U32(num_kv_heads);
+  w.U32(head_dim);
+  w.Raw(&rope_theta, 4);
+  w.Raw(scale.data(), scale.size() * 4);
+  for (const CrossLayerTransform& tr : layers) {
+    w.U32(static_cast<uint32_t>(tr.step.size()));
+    for (const std::vector<float>* v : {&tr.mean, &tr.predictor, &tr.axes, &tr.step})
+      w.Raw(v->data(), v->size() * 4);
+  }
+  w.U32(Crc32c(out.data(), out.size()));
+  return out;
+}
+
+absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<const uint8_t> bytes) {
+  auto bad = [](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("cross-layer calibration: ", why));
+  };
+  if (bytes.size() < 32) return bad("truncated");
+  const size_t body = bytes.size() - 4;
+  uint32_t crc;
+  std::memcpy(&crc, bytes.data() + body, 4);
+  if (crc != Crc32c(bytes.data(), body)) return bad("CRC32C mismatch");
+  ByteReader r(bytes.data(), body, "cross-layer calibration");
+  uint32_t magic = 0;
+  uint16_t format = 0, reserved = 0;
+  CrossLayerCalibration c;
+  STRATA_RETURN_IF_ERROR(r.Read(&magic));
+  STRATA_RETURN_IF_ERROR(r.Read(&format));
+  STRATA_RETURN_IF_ERROR(r.Read(&reserved));
+  if (magic != kCrossLayerMagic) return bad("bad magic");
+  if (format != kCrossLayerFormat) return bad(absl::StrCat("unknown format ", format));
+  if (reserved != 0) return bad("reserved field set");
+  STRATA_RETURN_IF_ERROR(r.Read(&c.num_layers));
+  STRATA_RETURN_IF_ERROR(r.Read(&c.num_kv_heads));
+  STRATA_RETURN_IF_ERROR(r.Read(&c.head_dim));
+  STRATA_RETURN_IF_ERROR(r.Read(&c.rope_theta));
+  // Every float takes 4 bytes of the body: a geometry the body cannot hold is refused before
+  // anything is allocated for it.
+  const uint64_t w = uint64_t{2} * c.num_kv_heads * c.head_dim;
+  if (c.num_layers == 0 || w == 0 || w > 65536 || c.num_layers > body ||
+      uint64_t{c.num_layers} * w * 4 > body || (c.num_layers > 1 && w * w * 4 > body))
+    return bad("geometry disagrees with the size");
+  if (!std::isfinite(c.rope_theta) || c.rope_theta < 0) return bad("bad rope_theta");
+  auto floats = [&](std::vector<float>* v, size_t n) -> absl::Status {
+    const uint8_t* p;
+    STRATA_RETURN_IF_ERROR(r.Take(n * 4, &p));
+    v->resize(n);
+    std::memcpy(v->data(), p, n * 4);
+    return absl::OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(floats(&c.scale, size_t{c.num_layers} * 2 * c.num_kv_heads));
+  for (float x : c.scale)
+    if (!(x > 0) || !std::isfinite(x)) return bad("a scale is not positive and finite");
+  c.layers.resize(c.num_layers);
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    CrossLayerTransform& tr = c.layers[l];
+    uint32_t n = 0;
+    STRATA_RETURN_IF_ERROR(r.Read(&n));
+    if (n > w) return bad(absl::StrCat("layer ", l, " codes more coordinates than its width"));
+    STRATA_RETURN_IF_ERROR(floats(&tr.mean, w));
+    STRATA_RETURN_IF_ERROR(floats(&tr.predictor, l > 0 ? w * w : 0));
+    STRATA_RETURN_IF_ERROR(floats(&tr.axes, size_t{n} * w));
+    STRATA_RETURN_IF_ERROR(floats(&tr.step, n));
+    if (!AllFiniteFloats(tr.mean) || !AllFiniteFloats(tr.predictor) || !AllFiniteFloats(tr.axes))
+      return bad(absl::StrCat("layer ", l, " holds a non-finite value"));
+    for (float st : tr.step)
+      if (!(st > 0) || !std::isfinite(st)) return bad(absl::StrCat("layer ", l, " step"));
+  }
+  if (r.remaining() != 0) return bad("trailing bytes");
+  BuildTiles(&c);
+  return c;
+}
+
+uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize()); }
+
 absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
   STRATA_RETURN_IF_ERROR(l.Validate());
   if (l.kind != KvKind::kSeparateKV)
@@ -436,24 +555,7 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     }
     below = centred;
   }
-  if (internal::PcaAmxSupported() && w % 32 == 0 && opts.step >= 0x1p-6) {
-    auto tiles = std::make_shared<internal::CrossLayerTiles>();
-    tiles->predictor.resize(L);
-    tiles->axes_t.resize(L);
-    tiles->scaled_axes.resize(L);
-    std::vector<float> at;
-    for (uint32_t l = 0; l < L; ++l) {
-      const CrossLayerTransform& tr = cal.layers[l];
-      const size_t n = tr.step.size();
-      if (l > 0) internal::BuildXlPairs(tr.predictor.data(), w, w, nullptr, &tiles->predictor[l]);
-      at.resize(w * n);
-      for (size_t c = 0; c < w; ++c)
-        for (size_t k = 0; k < n; ++k) at[c * n + k] = tr.axes[k * w + c];
-      internal::BuildXlPairs(at.data(), w, n, nullptr, &tiles->axes_t[l]);
-      internal::BuildXlPairs(tr.axes.data(), n, w, tr.step.data(), &tiles->scaled_axes[l]);
-    }
-    cal.tiles = std::move(tiles);
-  }
+  BuildTiles(&cal);
   return cal;
 }
 

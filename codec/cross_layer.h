@@ -55,6 +55,9 @@ struct CrossLayerTransform {
   std::vector<float> step;       // coded
 };
 
+inline constexpr uint32_t kCrossLayerMagic = 0x58564B53;  // "SKVX" little-endian
+inline constexpr uint16_t kCrossLayerFormat = 1;
+
 struct CrossLayerCalibration {
   uint32_t num_layers = 0;
   uint32_t num_kv_heads = 0;
@@ -69,6 +72,15 @@ struct CrossLayerCalibration {
   std::shared_ptr<const internal::CrossLayerTiles> tiles;
 
   size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }
+  // Serialized (little-endian): u32 magic "SKVX", u16 format version kCrossLayerFormat, u16
+  // zero, u32 num_layers, num_kv_heads, head_dim, f32 rope_theta, f32 scale[layers][2][heads],
+  // then per layer u32 coded n, f32 mean[width], f32 predictor[width][width] (from layer 1),
+  // f32 axes[n][width], f32 step[n]; a CRC32C of every preceding byte. Parse checks all of it
+  // (DataLoss otherwise) and builds the tiles' operands as CalibrateCrossLayer does.
+  std::vector<uint8_t> Serialize() const;
+  static absl::StatusOr<CrossLayerCalibration> Parse(std::span<const uint8_t> bytes);
+  // CalibrationIdOf(Serialize()): what a blob of this coder would name.
+  uint64_t Id() const;
   size_t Coded(uint32_t layer) const { return layers[layer].step.size(); }
   // Whether blocks of `layout` can be coded with it (separate K and V, the same geometry,
   // tokens per block a multiple of 16).

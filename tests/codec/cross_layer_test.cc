@@ -13,6 +13,7 @@
 #include "codec/half.h"
 #include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/pca_amx.h"
+#include "common/crc32c.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec {
@@ -246,6 +247,72 @@ TEST(CrossLayer, TilesAndFloatKernelsAgree) {
   EXPECT_NE(tiles.decoded, by_float);  // bf16 operands: not the float kernels' bits ...
   for (size_t layer = 0; layer < kLayers; ++layer)  // ... but far closer than the step
     EXPECT_LT(LayerRelError(tiles.decoded, by_float, layer), 0.02 * noise) << layer;
+}
+
+// The calibration as an artefact: parsed back it decodes the same payload to the same bytes and
+// serializes to the same bytes (so the same id); anything malformed is DataLoss.
+TEST(CrossLayer, CalibrationSerializesAndRefusesCorruptArtefacts) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 6, 14);
+  const auto eval = Blocks(l, 1, 15);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  o.rope_theta = 10000;
+  auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(cal.ok());
+  const std::vector<uint8_t> bytes = cal->Serialize();
+  auto back = CrossLayerCalibration::Parse(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Serialize(), bytes);
+  EXPECT_EQ(back->Id(), cal->Id());
+  EXPECT_EQ(back->tiles != nullptr, cal->tiles != nullptr);
+  const Coded c = RoundTrip(*cal, l, eval[0], 0);
+  std::vector<uint8_t> again(eval[0].size());
+  ASSERT_TRUE(DecodeCrossLayer(*back, l, c.payload, 0, again).ok());
+  EXPECT_EQ(again, c.decoded);
+  // Another calibration, another id.
+  o.step = 0.4;
+  auto other = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->Id(), cal->Id());
+  // Truncations, flipped bits (the CRC), and well-formed artefacts with bad contents.
+  for (size_t n : {size_t{0}, size_t{20}, bytes.size() / 2, bytes.size() - 1})
+    EXPECT_EQ(CrossLayerCalibration::Parse(std::span(bytes).first(n)).status().code(),
+              absl::StatusCode::kDataLoss);
+  for (size_t at = 0; at < bytes.size(); at += 997) {
+    std::vector<uint8_t> flipped = bytes;
+    flipped[at] ^= 1;
+    EXPECT_EQ(CrossLayerCalibration::Parse(flipped).status().code(), absl::StatusCode::kDataLoss);
+  }
+  auto with_crc = [](std::vector<uint8_t> b) {
+    const uint32_t crc = Crc32c(b.data(), b.size() - 4);
+    std::memcpy(b.data() + b.size() - 4, &crc, 4);
+    return b;
+  };
+  auto refused = [&](std::vector<uint8_t> b, const char* what) {
+    auto p = CrossLayerCalibration::Parse(with_crc(std::move(b)));
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss) << what;
+    EXPECT_NE(p.status().message().find(what), std::string::npos) << p.status();
+  };
+  std::vector<uint8_t> b = bytes;
+  b[4] = 2;  // format 2
+  refused(b, "unknown format");
+  b = bytes;
+  const uint32_t huge = 1u << 30;
+  std::memcpy(b.data() + 12, &huge, 4);  // kv heads
+  refused(b, "geometry");
+  b = bytes;
+  const float nan = std::nanf("");
+  std::memcpy(b.data() + 24, &nan, 4);  // the first scale
+  refused(b, "scale");
+  b = bytes;
+  const size_t step_at = bytes.size() - 8;  // the last layer's last step
+  const float zero = 0;
+  std::memcpy(b.data() + step_at, &zero, 4);
+  refused(b, "step");
+  b = bytes;
+  b.insert(b.end() - 4, {0, 0, 0, 0});
+  refused(b, "trailing");
 }
 
 TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {
