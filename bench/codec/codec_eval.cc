@@ -552,8 +552,9 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
   size_t coded = 0;
   for (uint32_t l = 0; l < cal->num_layers; ++l) coded += cal->Coded(l);
   std::fprintf(stderr, "codec_eval: calibrated %s from %u blocks in %.1f s: %.1f of %zu "
-               "coordinates coded per layer\n", spec.c_str(), c.blocks, Seconds(t0, Clock::now()),
-               static_cast<double>(coded) / cal->num_layers, cal->Width());
+               "coordinates coded per layer, %.1f MB serialized\n", spec.c_str(), c.blocks,
+               Seconds(t0, Clock::now()), static_cast<double>(coded) / cal->num_layers,
+               cal->Width(), static_cast<double>(cal->Serialize().size()) / 1e6);
   const size_t bb = BlockBytes(d);
   std::vector<std::vector<uint8_t>> payloads(d.blocks);
   auto encode = [&]() -> absl::Status {
