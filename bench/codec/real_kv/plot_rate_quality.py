@@ -2,8 +2,8 @@
 
 Input: `codec_eval --json --quality ...` outputs, one or more per model (rows of the same mode in
 later files replace earlier ones). Plots mean KL(fp16 || mode) against bits/value, one panel
-per model, one line per family (pca:bR, pca:bR+importance, quant:kAvB:ol, quant:kAvB,
-intN-g64).
+per model, one line per family (pca:bR, pca:bR+importance, xl:sS, xl:sS+importance,
+quant:kAvB:ol, quant:kAvB, intN-g64).
 
   plot_rate_quality.py OUT.png "SmolLM2-135M=a.json,b.json" "Qwen2.5-Coder-1.5B=c.json"
 """
@@ -20,6 +20,10 @@ FAMILIES = [
     ("pca (calibrated transform)", re.compile(r"^pca:b[0-9.]+$"), "C3", "o"),
     # Rows of a run calibrated with --pca-importance, renamed with this suffix before plotting.
     ("pca + importance (model-probed)", re.compile(r"^pca:b[0-9.]+\+importance$"), "C1", "D"),
+    # The experimental cross-layer coder (codec_eval xl:sSTEP), plain and calibrated with
+    # importances (rows renamed as above).
+    ("xl (cross-layer, experimental)", re.compile(r"^xl:s[0-9.]+$"), "C4", "v"),
+    ("xl + importance", re.compile(r"^xl:s[0-9.]+\+importance$"), "C5", "P"),
     ("quant:kAvB:ol", re.compile(r"^quant:k\dv\d:ol$"), "C0", "s"),
     ("quant:kAvB", re.compile(r"^quant:k\dv\d$"), "C2", "^"),
     ("intN-g64 (baseline)", re.compile(r"^int\d-g64$"), "C7", "x"),
