@@ -215,6 +215,7 @@ void SymmetricEigen(std::vector<double> a, size_t n, std::vector<double>* values
 
 void SymmetricEigenHouseholder(std::vector<double> a, size_t n, std::vector<double>* values,
                                std::vector<double>* vectors) {
+  std::vector<double> original = a;
   // qt: the accumulated transform, transposed (row i of qt is column i of Q, A = Q T Q^T), so
   // that every update below runs along rows.
   std::vector<double> qt(n * n, 0.0), v(n), p(n);
@@ -269,8 +270,11 @@ void SymmetricEigenHouseholder(std::vector<double> a, size_t n, std::vector<doub
   // Implicit symmetric QR steps with Wilkinson's shift on the bottom unreduced block, each a
   // chain of Givens rotations chasing the bulge down (Golub & Van Loan, section 8.3).
   const double eps = 1e-15;
+  double scale = 0;  // the matrix's size, for an absolute floor under near-zero eigenvalues
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(d[i]) + std::abs(e[i]));
   auto negligible = [&](size_t i) {
-    return std::abs(e[i]) <= eps * (std::abs(d[i]) + std::abs(d[i + 1]));
+    return std::abs(e[i]) <= eps * (std::abs(d[i]) + std::abs(d[i + 1])) ||
+           std::abs(e[i]) <= 1e-300 + eps * 1e-3 * scale;
   };
   size_t hi = n == 0 ? 0 : n - 1, steps = 0;
   while (hi > 0 && steps < 50 * n) {
@@ -307,6 +311,10 @@ void SymmetricEigenHouseholder(std::vector<double> a, size_t n, std::vector<doub
       }
     }
     ++steps;
+  }
+  if (hi > 0) {  // not converged (never seen): Jacobi sweeps, slower but sure
+    SymmetricEigen(std::move(original), n, values, vectors);
+    return;
   }
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;

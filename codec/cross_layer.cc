@@ -303,14 +303,14 @@ STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n,
 namespace {
 
 // The tiles' operands, where the CPU has AMX, the width is a multiple of 32 and every step at
-// least 2^-6 (internal/cross_layer_amx.h).
+// least 2^-3 of a head's rms (internal/cross_layer_amx.h).
 void BuildTiles(CrossLayerCalibration* cal) {
   const size_t w = cal->Width(), L = cal->num_layers;
   cal->tiles.reset();
   if (!internal::PcaAmxSupported() || w % 32 != 0) return;
   for (const CrossLayerTransform& tr : cal->layers)
     for (float st : tr.step)
-      if (!(st >= 0x1p-6f)) return;
+      if (!(st >= 0x1p-3f)) return;
   auto tiles = std::make_shared<internal::CrossLayerTiles>();
   tiles->predictor.resize(L);
   tiles->axes_t.resize(L);
@@ -386,7 +386,8 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
   if (c.num_layers == 0 || w == 0 || w > 65536 || c.num_layers > body ||
       uint64_t{c.num_layers} * w * 4 > body || (c.num_layers > 1 && w * w * 4 > body))
     return bad("geometry disagrees with the size");
-  if (!std::isfinite(c.rope_theta) || c.rope_theta < 0) return bad("bad rope_theta");
+  if (!std::isfinite(c.rope_theta) || !(c.rope_theta == 0 || c.rope_theta >= 1))
+    return bad("bad rope_theta");
   auto floats = [&](std::vector<float>* v, size_t n) -> absl::Status {
     const uint8_t* p;
     STRATA_RETURN_IF_ERROR(r.Take(n * 4, &p));
@@ -419,22 +420,44 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
 
 uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize()); }
 
-absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
+namespace {
+
+// Whether blocks of `l` can be coded with a calibration of this geometry and RoPE.
+absl::Status LayoutFits(const KvLayout& l, uint32_t layers, uint32_t heads, uint32_t dim,
+                        float rope_theta) {
   STRATA_RETURN_IF_ERROR(l.Validate());
   if (l.kind != KvKind::kSeparateKV)
     return absl::InvalidArgumentError("cross-layer coding needs separate K and V tensors");
-  if (l.num_layers != num_layers || l.num_kv_heads != num_kv_heads || l.head_dim != head_dim)
+  if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16 && l.dtype != DType::kFloat32)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross-layer coding takes fp16, bf16 or fp32 "
+                     "blocks, not ",
+                     std::string(DTypeName(l.dtype))));
+  if (l.num_layers != layers || l.num_kv_heads != heads || l.head_dim != dim)
     return absl::InvalidArgumentError(absl::StrCat(
-        "cross-layer calibration is for ", num_layers, " layers x ", num_kv_heads, " heads x ",
-        head_dim, ", the block is ", l.num_layers, " x ", l.num_kv_heads, " x ", l.head_dim));
+        "cross-layer calibration is for ", layers, " layers x ", heads, " heads x ", dim,
+        ", the block is ", l.num_layers, " x ", l.num_kv_heads, " x ", l.head_dim));
   if (l.tokens_per_block % kRun != 0 || l.tokens_per_block > 65535)
     return absl::InvalidArgumentError(absl::StrCat(
         "cross-layer coding needs tokens per block a multiple of 16 (at most 65520), not ",
         l.tokens_per_block));
-  if (rope_theta > 0 && head_dim % 2 != 0)
+  if (rope_theta > 0 && dim % 2 != 0)
     return absl::InvalidArgumentError("cross-layer coding: RoPE needs an even head_dim");
-  if (layers.size() != num_layers || scale.size() != size_t{num_layers} * 2 * num_kv_heads)
-    return absl::InvalidArgumentError("cross-layer calibration: malformed");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
+  STRATA_RETURN_IF_ERROR(LayoutFits(l, num_layers, num_kv_heads, head_dim, rope_theta));
+  const size_t w = Width();
+  bool ok = layers.size() == num_layers && scale.size() == size_t{num_layers} * 2 * num_kv_heads;
+  for (size_t i = 0; ok && i < layers.size(); ++i) {
+    const CrossLayerTransform& tr = layers[i];
+    ok = tr.mean.size() == w && tr.predictor.size() == (i > 0 ? w * w : 0) && tr.step.size() <= w &&
+         tr.axes.size() == tr.step.size() * w;
+  }
+  if (!ok) return absl::InvalidArgumentError("cross-layer calibration: malformed");
   return absl::OkStatus();
 }
 
@@ -444,9 +467,11 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   STRATA_RETURN_IF_ERROR(layout.Validate());
   if (blocks.empty()) return absl::InvalidArgumentError("cross-layer calibration: no samples");
   if (!(opts.step > 0) || !std::isfinite(opts.step) || !(opts.ridge >= 0) ||
-      !std::isfinite(opts.ridge) || !(opts.rope_theta >= 0) || !std::isfinite(opts.rope_theta))
+      !std::isfinite(opts.ridge) || !(opts.rope_theta == 0 || opts.rope_theta >= 1) ||
+      !std::isfinite(opts.rope_theta) || opts.rope_theta > 3e38)
     return absl::InvalidArgumentError(
-        "cross-layer calibration: step must be > 0, ridge and rope_theta >= 0, all finite");
+        "cross-layer calibration: step must be > 0, ridge >= 0, rope_theta 0 or >= 1, all "
+        "finite");
   if (!opts.first_positions.empty() && opts.first_positions.size() != blocks.size())
     return absl::InvalidArgumentError("cross-layer calibration: one first position per block");
   const size_t L = layout.num_layers;
@@ -465,7 +490,8 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   cal.rope_theta = static_cast<float>(opts.rope_theta);
   cal.layers.resize(L);
   cal.scale.assign(L * 2 * layout.num_kv_heads, 1.0f);
-  STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  STRATA_RETURN_IF_ERROR(
+      LayoutFits(layout, cal.num_layers, cal.num_kv_heads, cal.head_dim, cal.rope_theta));
   const Shape s = ShapeOf(layout);
   for (const auto& b : blocks)
     if (b.size() != layout.BlockBytes())
@@ -627,11 +653,45 @@ void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* 
 
 }  // namespace
 
+namespace {
+
+// Layer l of the block the decoder writes: every token's row scaled back (keys rotated again)
+// in the block's type, then the exact tokens' rows as given, bit for bit (raw[2 i], raw[2 i + 1]:
+// token tokens[i]'s key and value).
+void StoreLayer(const Shape& s, uint32_t l, const Angles& angles, const float* scale,
+                const std::vector<uint16_t>& tokens, const std::vector<const uint8_t*>& raw,
+                Work* k, uint8_t* out) {
+  const size_t half = s.dim / 2, hd = s.heads * s.dim;
+  k->kf.resize(s.tokens * hd);
+  k->vf.resize(s.tokens * hd);
+  for (size_t t = 0; t < s.tokens; ++t)
+    FromRow(s, k->hat.data() + t * s.width,
+            angles.cos.empty() ? nullptr : angles.cos.data() + t * half,
+            angles.sin.empty() ? nullptr : angles.sin.data() + t * half, scale,
+            k->kf.data() + t * hd, k->vf.data() + t * hd);
+  uint8_t* ko = out + s.Section(l, 0);
+  uint8_t* vo = out + s.Section(l, 1);
+  internal::FromFloat(k->kf.data(), s.dtype, ko, k->kf.size());
+  internal::FromFloat(k->vf.data(), s.dtype, vo, k->vf.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::memcpy(ko + tokens[i] * s.RowBytes(), raw[2 * i], s.RowBytes());
+    std::memcpy(vo + tokens[i] * s.RowBytes(), raw[2 * i + 1], s.RowBytes());
+  }
+}
+
+// The reconstruction on the tiles only where its bf16 rounding stays far under a step: each
+// term q * (step x axis) is off by up to 2^-9 of itself, so |q| <= 32 keeps every coordinate
+// within 1/16 of a step (and q exact); the header's maxq tells the decoder the same.
+bool TileHatFits(int32_t maxq) { return maxq <= 32; }
+
+}  // namespace
+
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
-                              std::vector<uint8_t>* out) {
+                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction) {
   STRATA_RETURN_IF_ERROR(cal.Matches(layout));
-  if (block.size() != layout.BlockBytes())
+  if (block.size() != layout.BlockBytes() ||
+      (!reconstruction.empty() && reconstruction.size() != block.size()))
     return absl::InvalidArgumentError("cross-layer encode: input is not one block");
   const Shape s = ShapeOf(layout);
   const size_t T = s.tokens, w = s.width;
@@ -679,24 +739,36 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     for (size_t t = 0; t < T; ++t) {
       for (size_t j = 0; j < n; ++j) {
         const float v = std::nearbyint(k.y[t * ny + j] / tr.step[j]);
+        if (!std::isfinite(v)) {  // a calibration whose products overflow on this block
+          out->resize(start);
+          return absl::InvalidArgumentError(absl::StrCat("cross-layer encode: layer ", l,
+                                                         " has a coordinate that is not finite"));
+        }
         const int32_t qi = static_cast<int32_t>(std::clamp(v, -float{kMaxQ}, float{kMaxQ}));
         k.q[t * n + j] = sink && t == 0 ? 0 : qi;
         maxq = std::max(maxq, std::abs(k.q[t * n + j]));
       }
     }
-    if (tiles) {
+    if (tiles && TileHatFits(maxq)) {
       TileHat(cal, l, T, &k);
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
     }
     bw.U16(static_cast<uint16_t>(maxq));
     bw.U16(sink ? 1 : 0);
+    const std::vector<uint16_t> exact = sink ? std::vector<uint16_t>{0} : std::vector<uint16_t>{};
+    const std::vector<const uint8_t*> raw =
+        sink ? std::vector<const uint8_t*>{block.data() + s.Section(l, 0),
+                                           block.data() + s.Section(l, 1)}
+             : std::vector<const uint8_t*>{};
     if (sink) {
       bw.U16(0);
-      bw.Raw(block.data() + s.Section(l, 0), s.RowBytes());
-      bw.Raw(block.data() + s.Section(l, 1), s.RowBytes());
+      bw.Raw(raw[0], s.RowBytes());
+      bw.Raw(raw[1], s.RowBytes());
       std::copy(k.rows.begin(), k.rows.begin() + w, k.hat.begin());
     }
+    if (!reconstruction.empty())
+      StoreLayer(s, l, angles, scale, exact, raw, &k, reconstruction.data());
     if (n > 0) {
       const size_t nslots = Slots(n);
       k.syms.resize(T * nslots);
@@ -741,8 +813,6 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   k.hat.resize(T * w);
   k.below_hat.resize(T * w);
   k.guess.assign(T * w, 0.0f);
-  k.kf.resize(T * s.heads * s.dim);
-  k.vf.resize(T * s.heads * s.dim);
   std::vector<float> kt(s.heads * s.dim), vt(s.heads * s.dim);
   const bool tiles = UseTiles(cal, T);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
@@ -758,9 +828,15 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     for (size_t i = 0; i < tokens.size(); ++i)
       if (tokens[i] >= T || (i > 0 && tokens[i] <= tokens[i - 1]))
         return absl::DataLossError(absl::StrCat("cross-layer payload: layer ", l, " exact tokens"));
+    // Copied out of the payload: a row there may sit at any byte, ToFloat reads whole words.
+    std::vector<uint8_t> rows_given(2 * size_t{exact} * s.RowBytes());
     std::vector<const uint8_t*> raw(2 * exact);
-    for (size_t i = 0; i < 2 * size_t{exact}; ++i)
-      STRATA_RETURN_IF_ERROR(in.Take(s.RowBytes(), &raw[i]));
+    for (size_t i = 0; i < 2 * size_t{exact}; ++i) {
+      const uint8_t* p;
+      STRATA_RETURN_IF_ERROR(in.Take(s.RowBytes(), &p));
+      std::memcpy(rows_given.data() + i * s.RowBytes(), p, s.RowBytes());
+      raw[i] = rows_given.data() + i * s.RowBytes();
+    }
     const size_t n = tr.step.size();
     k.q.assign(T * n, 0);
     if (n > 0) {
@@ -789,11 +865,13 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
           return absl::DataLossError("cross-layer payload: an exact token has coordinates");
     if (tiles) {
       TileGuess(cal, l, T, &k);
+    } else if (l > 0) {
+      Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
+              &k.centred, k.guess.data());
+    }
+    if (tiles && TileHatFits(maxq)) {
       TileHat(cal, l, T, &k);
     } else {
-      if (l > 0)
-        Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
-                &k.centred, k.guess.data());
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
     }
     for (size_t i = 0; i < tokens.size(); ++i) {  // the exact tokens' rows, as the encoder's
@@ -806,18 +884,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
             angles.sin.empty() ? nullptr : angles.sin.data() + t * half, scale,
             k.hat.data() + t * w);
     }
-    for (size_t t = 0; t < T; ++t)
-      FromRow(s, k.hat.data() + t * w, angles.cos.empty() ? nullptr : angles.cos.data() + t * half,
-              angles.sin.empty() ? nullptr : angles.sin.data() + t * half, scale,
-              k.kf.data() + t * s.heads * s.dim, k.vf.data() + t * s.heads * s.dim);
-    uint8_t* ko = out.data() + s.Section(l, 0);
-    uint8_t* vo = out.data() + s.Section(l, 1);
-    internal::FromFloat(k.kf.data(), s.dtype, ko, k.kf.size());
-    internal::FromFloat(k.vf.data(), s.dtype, vo, k.vf.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {  // as given, bit for bit
-      std::memcpy(ko + tokens[i] * s.RowBytes(), raw[2 * i], s.RowBytes());
-      std::memcpy(vo + tokens[i] * s.RowBytes(), raw[2 * i + 1], s.RowBytes());
-    }
+    StoreLayer(s, l, angles, scale, tokens, raw, &k, out.data());
     k.below_hat.swap(k.hat);
   }
   if (in.remaining() != 0) return absl::DataLossError("cross-layer payload: trailing bytes");

@@ -98,9 +98,11 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
 // e, e u16 token indexes, the e tokens' rows as given (keys then values, the block's type), and
 // the rANS tables and stream of the coded coordinates (runs of 16 tokens of one coordinate,
 // 16 contexts by the coordinate's rank); a CRC32C of all preceding bytes closes it.
+// `reconstruction`, when given (one block), receives what DecodeCrossLayer will write for the
+// payload where it takes the same way (tiles or float kernels).
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
-                              std::vector<uint8_t>* out);
+                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction = {});
 // DataLoss for a payload that is not one EncodeCrossLayer wrote for this calibration's shape.
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,

@@ -1,11 +1,13 @@
 // The cross-layer coder's products on AMX tiles (codec/cross_layer_amx.cc), where the CPU has
 // them (PcaAmxAvailable): C (+)= A B with A bf16 token rows and B in the tiles' pair rows, fp32
-// sums. Operands are rounded to bf16 once (nearest even), so a product is off by ~2^-9 of its
-// terms' magnitude: used only where every coded step is at least 2^-6 of the units (a head's
-// rms), where that stays under 1e-4 of the quantisation noise. The encoder runs the same
-// products in the same order as the decoder, so its closed-loop prediction is the decoder's bit
-// for bit on any AMX machine; a decoder on the float kernels differs by that rounding only, and
-// it does not grow through the layers (docs/codec.md).
+// sums. Operands are rounded to bf16 once (nearest even), each product off by up to 2^-9 of
+// itself. The encoder runs the same products in the same order as the decoder, so where both
+// take the tiles the prediction's rounding is the decoder's and the closed loop absorbs it; the
+// projection's only moves the quantiser's choice; the reconstruction's (q x step x axis) is kept
+// under 1/16 of a step by taking the tiles there only for |q| <= 32 (cross_layer.cc). A decoder
+// on the float kernels differs by the prediction's rounding, ~2^-9 of the prediction (~0.002 of
+// a head's rms), which does not grow through the layers (docs/codec.md); the tiles are used only
+// where every step is at least 2^-3 of a head's rms, where that is under 2 % of a step.
 #pragma once
 
 #include <cstddef>
