@@ -392,7 +392,7 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
     const uint8_t* p;
     STRATA_RETURN_IF_ERROR(r.Take(n * 4, &p));
     v->resize(n);
-    std::memcpy(v->data(), p, n * 4);
+    if (n > 0) std::memcpy(v->data(), p, n * 4);
     return absl::OkStatus();
   };
   STRATA_RETURN_IF_ERROR(floats(&c.scale, size_t{c.num_layers} * 2 * c.num_kv_heads));
