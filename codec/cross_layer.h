@@ -4,17 +4,17 @@
 //
 // Why: a layer's K and V are projections of the residual stream, which each layer only nudges,
 // so the layer below predicts most of a layer (81-89 % of SmolLM2's variance). Coding the
-// residual of that prediction with one PCA per layer cut the model's KL at equal rate 5-6x on
-// SmolLM2 and 1.7x on Qwen2.5 against the per-head pca mode (docs/codec.md, "Measured, not
-// built: one transform per layer and a prediction from the layer below").
+// residual of that prediction with one PCA per layer cut the model's KL at equal rate 3-5x on
+// SmolLM2 and ~1.7x on Qwen2.5 against the per-head pca mode (docs/codec.md, "One transform per
+// layer and a prediction from the layer below (xl, experimental)"); it decodes 5-10x slower.
 //
 // Per token and layer l the decoder computes, in the calibration's units (each head's values
 // divided by its scale),
 //   hat_l = mean_l + (hat_{l-1} - mean_{l-1}) P_l + sum over coded k of q_k step_k axis_k
 // (P_0 = 0), then scales back and redoes RoPE on the keys. The encoder quantises the residual's
-// coordinates against its own hat_{l-1}, computed by the same code in the same order, so the
-// prediction never drifts from the decoder's. The sequence's first token (first_position 0, the
-// attention sink) is stored as given.
+// coordinates against its own hat_{l-1}, computed by the same code in the same order (tiles or
+// float kernels: internal/cross_layer_amx.h), so the prediction never drifts from the decoder's.
+// The sequence's first token (first_position 0, the attention sink) is stored as given.
 #pragma once
 
 #include <cstdint>
