@@ -19,8 +19,6 @@ namespace {
 
 constexpr size_t kFixedBytes = 40;
 
-uint64_t Fnv1a64(const uint8_t* p, size_t n) { return CalibrationIdOf({p, n}); }
-
 size_t PerHeadFloats(uint32_t d) { return size_t{d} * d + 3 * size_t{d}; }
 
 }  // namespace
@@ -150,14 +148,14 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
     }
   }
   if (absl::Status s = c.Validate(); !s.ok()) return bad(s.message());
-  c.id_ = Fnv1a64(bytes.data(), bytes.size());
+  c.id_ = CalibrationIdOf(bytes);
   return c;
 }
 
 uint64_t Calibration::Id() const {
   if (id_ == 0) {
     const std::vector<uint8_t> b = Serialize();
-    id_ = Fnv1a64(b.data(), b.size());
+    id_ = CalibrationIdOf(b);
   }
   return id_;
 }

@@ -42,18 +42,11 @@ uint64_t XlTileProducts() { return g_products.load(std::memory_order_relaxed); }
 #ifdef STRATA_XL_AMX
 namespace {
 
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles 0-3: sums for two groups of 16 tokens x two blocks of 16 columns; 4, 5: the groups'
 // rows of a (32 of its columns); 6, 7: the two column blocks of b (16 pair rows).
 STRATA_XL_AMX_TARGET void Product(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
                                   bool accumulate, float* c, size_t ldc) {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;

@@ -76,13 +76,6 @@ bool DetectAmx() {
 #define STRATA_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // The coordinates (symbol - maxq) of a whole run of 16 symbols at p, as floats.
 template <typename Sym>
 STRATA_AMX_TARGET inline __m512 RunCoords(const Sym* p, __m512i maxq) {
@@ -198,7 +191,7 @@ STRATA_AMX_TARGET inline void LoadAxisTiles(const uint16_t* a, size_t dim) {
 }
 // Eight tiles of 16 rows of 64 bytes.
 STRATA_AMX_TARGET inline void ConfigureTiles() {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;

@@ -88,6 +88,14 @@ void PcaEncodeHeadAmx(const float* x, size_t stride, size_t tokens, size_t dim, 
                       const PcaAmxBasis& basis, size_t tp, double* norm2, double* err2, float* y,
                       std::vector<uint16_t>* scratch);
 
+// The tiles' configuration (palette 1) as _tile_loadconfig reads it; both AMX users fill it.
+struct AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
 // Where a section's symbols are: token t of slot j at sym[(t / 16) * 16 * nslots + j * 16 +
 // t % 16] for the whole groups of 16, and the last `T % 16` tokens at sym[full * 16 * nslots + j *
 // rest + i].
