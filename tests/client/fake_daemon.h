@@ -180,16 +180,16 @@ class FakeDaemon {
     for (uint32_t i = 0; i < count; ++i) {
       const uint64_t offset = am_wire::GetU64(m.data.data() + 16 * i);
       const uint64_t size = am_wire::GetU64(m.data.data() + 16 * i + 8);
+      // Counted before the send: the client may finish its fetch before this thread goes on.
+      ++pushed;
       if (const uint64_t piece = am_wire::PushPieceBytes(size, asked); piece < size) {
         SendPieces(m.reply_ep, request_id, i, offset, size, piece);
-        ++pushed;
         continue;
       }
       worker_->AmSendZeroCopy(m.reply_ep, am_wire::kFetchBlockAm,
                               BlockHeader(request_id, i, absl::StatusCode::kOk),
                               arena_->data() + offset, size, arena_->handle(),
                               /*eager=*/size <= (256 << 10));
-      ++pushed;
     }
   }
 
@@ -206,11 +206,11 @@ class FakeDaemon {
       std::string header = am_wire::EncodeFetchPieceHeader({{request_id, index, 0}, o});
       const bool answered = k == 0 && !answer.empty();
       if (answered) header += answer;
+      ++pieces_sent;  // before the send, as `pushed`
       worker_->AmSendZeroCopy(
           ep, answered ? am_wire::kFetchPieceAnsweredAm : am_wire::kFetchPieceAm,
           std::move(header), arena_->data() + offset + o, std::min(piece, size - o),
           arena_->handle(), /*eager=*/true);
-      ++pieces_sent;
     }
   }
 
