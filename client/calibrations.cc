@@ -98,7 +98,7 @@ uint64_t BlobCalibrationId(std::span<const uint8_t> blob) {
   if (blob.size() < codec::kHeaderBytes) return 0;
   uint32_t magic;
   std::memcpy(&magic, blob.data(), sizeof magic);
-  if (magic != codec::kBlobMagic || blob[8] != codec::kModeCalibrated) return 0;
+  if (magic != codec::kBlobMagic || !codec::ModeNamesCalibration(blob[8])) return 0;
   uint64_t id;
   std::memcpy(&id, blob.data() + 56, sizeof id);
   return id;

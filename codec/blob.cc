@@ -130,9 +130,9 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
     return absl::DataLossError("blob: decoded size disagrees with the layout");
   h.first_position = Get<uint32_t>(p + 36);
   h.calibration_id = Get<uint64_t>(p + 56);
-  if (h.first_position != 0 && h.mode != kModeCalibrated)
+  if (h.first_position != 0 && !ModeNamesCalibration(h.mode))
     return absl::DataLossError("blob: reserved header fields are not zero");
-  if ((h.calibration_id != 0) != (h.mode == kModeCalibrated))
+  if ((h.calibration_id != 0) != ModeNamesCalibration(h.mode))
     return absl::DataLossError(h.calibration_id != 0
                                    ? "blob: a calibration id in a mode that has none"
                                    : "blob: calibrated blob without a calibration id");
@@ -154,7 +154,7 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const uint8_t> blob, ParseOptions o
     s.coder = e[5];
     s.offset = Get<uint64_t>(e + 8);
     s.size = Get<uint64_t>(e + 16);
-    if (e[0] < 1 || e[0] > 6)
+    if (e[0] < 1 || e[0] > 7)
       return absl::DataLossError(absl::StrCat("blob: section ", i, " has unknown type"));
     if (s.layer >= h.layout.num_layers || s.tensor >= h.layout.TensorsPerLayer())
       return absl::DataLossError(absl::StrCat("blob: section ", i, " names layer ", s.layer,

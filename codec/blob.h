@@ -17,10 +17,10 @@
 //   30      1     key bits (default for the blob; sections carry their own)
 //   31      1     value bits
 //   32      4     number of sections
-//   36      4     pca: position of the block's first token; zero for every other mode
+//   36      4     pca, xl: position of the block's first token; zero for every other mode
 //   40      8     total blob bytes, trailer included
 //   48      8     decoded bytes (KvLayout::BlockBytes)
-//   56      8     calibration id (pca blobs, never zero); zero for every other mode
+//   56      8     calibration id (pca and xl blobs, never zero); zero for every other mode
 //   64      24*n  section table: u8 type, u8 tensor, u16 layer, u8 bits, u8 coder, u16 reserved,
 //                 u64 offset, u64 size (offsets from the start of the blob)
 //   ...           section payloads, in table order, non-overlapping
@@ -46,8 +46,13 @@ inline constexpr size_t kSectionEntryBytes = 24;
 inline constexpr size_t kTrailerBytes = 4;
 inline constexpr uint32_t kMaxSections = 1u << 20;
 
-// The mode whose blobs name a calibration (codec::Mode::kPca); the blob layer checks the field.
+// The modes whose blobs name a calibration (codec::Mode::kPca, kCrossLayer); the blob layer
+// checks the field.
 inline constexpr uint8_t kModeCalibrated = 6;
+inline constexpr uint8_t kModeCrossLayer = 7;
+inline constexpr bool ModeNamesCalibration(uint8_t mode) {
+  return mode == kModeCalibrated || mode == kModeCrossLayer;
+}
 
 inline constexpr uint8_t kFlagHadamard = 1;
 inline constexpr uint8_t kFlagTokenDelta = 2;
@@ -55,14 +60,16 @@ inline constexpr uint8_t kFlagEntropy = 4;
 inline constexpr uint8_t kFlagKeyOutliers = 8;
 
 // kStream: the rANS stream that the blob's kCoderShared quant sections share; the last section
-// (layer 0, tensor 0, bits 0, coder 4: 128 states) when there is one.
+// (layer 0, tensor 0, bits 0, coder 4: 128 states) when there is one. kCrossLayer: an xl
+// blob's only section (layer 0, tensor 0), every layer's payload (codec/cross_layer.h).
 enum class SectionType : uint8_t {
   kRaw = 1,
   kLossless = 2,
   kQuant = 3,
   kGroupwise = 4,
   kStream = 5,
-  kPca = 6
+  kPca = 6,
+  kCrossLayer = 7
 };
 
 struct SectionEntry {
@@ -84,8 +91,8 @@ struct BlobHeader {
   uint8_t value_bits = 0;
   uint64_t total_bytes = 0;
   uint64_t decoded_bytes = 0;
-  uint64_t calibration_id = 0;  // pca mode only (kModeCalibrated)
-  uint32_t first_position = 0;  // pca mode only
+  uint64_t calibration_id = 0;  // pca and xl modes only (ModeNamesCalibration)
+  uint32_t first_position = 0;  // pca and xl modes only
 };
 
 // A validated view of a blob; spans point into the caller's buffer.

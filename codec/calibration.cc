@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/codec.h"
+#include "codec/cross_layer.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/sections.h"
 #include "common/crc32c.h"
@@ -34,7 +35,26 @@ uint64_t CalibrationIdOf(std::span<const uint8_t> serialized) {
   return h == 0 ? 1 : h;
 }
 
+Calibration Calibration::OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl) {
+  Calibration c;
+  c.num_layers = xl->num_layers;
+  c.num_kv_heads = xl->num_kv_heads;
+  c.head_dim = xl->head_dim;
+  c.kind = KvKind::kSeparateKV;
+  c.version = xl->version;
+  c.sample_bits = xl->sample_bits;
+  c.rope_theta = xl->rope_theta;
+  c.cross_layer = std::move(xl);
+  return c;
+}
+
 absl::Status Calibration::Matches(const KvLayout& layout) const {
+  if (cross_layer) {
+    if (absl::Status s = cross_layer->Matches(layout); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("codec: calibration ",
+                                                     CalibrationIdString(Id()), ": ", s.message()));
+    return absl::OkStatus();
+  }
   if (layout.num_layers != num_layers || layout.num_kv_heads != num_kv_heads ||
       layout.head_dim != head_dim || layout.kind != kind)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,6 +65,13 @@ absl::Status Calibration::Matches(const KvLayout& layout) const {
 }
 
 absl::Status Calibration::Validate() const {
+  if (cross_layer) {
+    const CrossLayerCalibration& x = *cross_layer;
+    if (num_layers != x.num_layers || num_kv_heads != x.num_kv_heads || head_dim != x.head_dim ||
+        kind != KvKind::kSeparateKV || !heads.empty())
+      return absl::InvalidArgumentError("calibration: fields disagree with the cross-layer one");
+    return absl::OkStatus();
+  }
   if (num_layers == 0 || num_kv_heads == 0 || head_dim == 0 || num_layers > 65535 ||
       num_kv_heads > 65535 || head_dim > 4096)
     return absl::InvalidArgumentError("calibration: bad geometry");
@@ -68,6 +95,7 @@ absl::Status Calibration::Validate() const {
 }
 
 std::vector<uint8_t> Calibration::Serialize() const {
+  if (cross_layer) return cross_layer->Serialize();
   std::vector<uint8_t> out;
   internal::ByteWriter w(&out);
   w.U32(kCalibrationMagic);
@@ -97,6 +125,16 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
   auto bad = [](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("calibration: ", why));
   };
+  if (bytes.size() >= 4) {
+    uint32_t magic;
+    std::memcpy(&magic, bytes.data(), 4);
+    if (magic == kCrossLayerMagic) {
+      STRATA_ASSIGN_OR_RETURN(CrossLayerCalibration xl, CrossLayerCalibration::Parse(bytes));
+      Calibration c = OfCrossLayer(std::make_shared<const CrossLayerCalibration>(std::move(xl)));
+      c.id_ = CalibrationIdOf(bytes);
+      return c;
+    }
+  }
   if (bytes.size() < kFixedBytes + 4) return bad("truncated");
   const size_t body = bytes.size() - 4;
   uint32_t crc;

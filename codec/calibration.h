@@ -1,5 +1,8 @@
-// Calibrated transform coding (codec mode `pca`): a per-namespace artefact, computed once from
-// sample blocks, that the encoder and decoder of every blob of the mode must share.
+// Calibrated transform coding (codec modes `pca` and `xl`): a per-namespace artefact, computed
+// once from sample blocks, that the encoder and decoder of every blob of the mode must share.
+// A Calibration is either a per-head one (pca, the format below) or holds a cross-layer one
+// (xl, codec/cross_layer.h, magic "SKVX"); Parse takes either, and the daemon stores, copies and
+// hands out both alike.
 //
 // For each layer, tensor (K, V; or the MLA latent) and kv head a Calibration holds the mean head
 // vector, an orthonormal basis (the principal axes of the samples, by decreasing variance) and a
@@ -32,6 +35,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <mutex>
@@ -45,6 +49,7 @@ namespace strata::codec {
 namespace internal {
 struct PcaPlan;  // pca.cc: what the sections derive from a calibration
 }
+struct CrossLayerCalibration;  // codec/cross_layer.h
 
 inline constexpr uint32_t kCalibrationMagic = 0x50564B53;  // "SKVP" little-endian
 inline constexpr uint16_t kCalibrationFormat = 1;
@@ -71,8 +76,16 @@ class Calibration {
   // positions are rotated copies of one distribution, which smears the principal axes: on
   // SmolLM2 the same relative MSE needs ~0.75 fewer bits per key value with RoPE undone.
   float rope_theta = 0;
-  // (layer * tensors + tensor) * num_kv_heads + head.
+  // (layer * tensors + tensor) * num_kv_heads + head. Empty for a cross-layer calibration.
   std::vector<HeadTransform> heads;
+  // Set for a cross-layer calibration (codec mode xl): the artefact is its serialization, and
+  // the fields above mirror its geometry, version, sample rate and RoPE.
+  std::shared_ptr<const CrossLayerCalibration> cross_layer;
+
+  // The calibration of mode xl made of `xl` (its fields copied as above).
+  static Calibration OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl);
+  // "pca" or "xl": the codec mode the calibration serves.
+  std::string_view ModeName() const { return cross_layer ? "xl" : "pca"; }
 
   uint32_t TensorsPerLayer() const { return kind == KvKind::kMlaLatent ? 1 : 2; }
   const HeadTransform& At(uint32_t layer, uint32_t tensor, uint32_t head) const {
@@ -84,7 +97,8 @@ class Calibration {
   absl::Status Validate() const;
 
   std::vector<uint8_t> Serialize() const;
-  // Parses and validates; DataLoss on anything malformed (CRC, sizes, reserved fields).
+  // Parses and validates either kind (by magic); DataLoss on anything malformed (CRC, sizes,
+  // reserved fields).
   static absl::StatusOr<Calibration> Parse(std::span<const uint8_t> bytes);
 
   // The id blobs carry: FNV-1a 64 of Serialize(), never zero. Computed once (the object is

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "codec/cross_layer.h"
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/sections.h"
@@ -24,6 +25,7 @@ std::string_view ModeName(Mode m) {
     case Mode::kQuant: return "quant";
     case Mode::kGroupwise: return "groupwise";
     case Mode::kPca: return "pca";
+    case Mode::kCrossLayer: return "xl";
   }
   return "unknown";
 }
@@ -53,6 +55,17 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
             "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
       if (error_target != 0)
         return absl::InvalidArgumentError("codec: an error target is a quant option");
+      return absl::OkStatus();
+    case Mode::kCrossLayer:
+      if (layout.dtype == DType::kFloat8E4M3)
+        return absl::InvalidArgumentError("codec: xl mode does not take fp8 tensors");
+      if (calibration_id == 0)
+        return absl::InvalidArgumentError(
+            "codec: xl mode needs a calibration id (calibrate the namespace first)");
+      if (rate_bits != 0 || error_target != 0)
+        return absl::InvalidArgumentError(
+            "codec: xl mode has no bit budget or error target (its calibration's step sets the "
+            "rate)");
       return absl::OkStatus();
     default: return absl::InvalidArgumentError("codec: unknown mode");
   }
@@ -136,7 +149,22 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
         "expected pca:bR (R bits per value, 0 < R <= 8) or pca:<16 hex digit id>, then "
         "optionally :rC (at most C bits per value per block), or pca:rC alone");
   }
-  if (parts[0] != "quant") return bad("unknown mode (raw, lossless, intN-gG, quant:...)");
+  if (parts[0] == "xl") {
+    p.mode = Mode::kCrossLayer;
+    float step;
+    if (parts.size() == 2 && absl::StartsWith(parts[1], "s") &&
+        absl::SimpleAtof(parts[1].substr(1), &step) && step > 0 && step <= 16) {
+      p.xl_step = step;
+      return p;
+    }
+    if (parts.size() == 2 && parts[1].size() == 16 &&
+        absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
+      return p;
+    return bad("expected xl:sS (step S in units of each head's rms, 0 < S <= 16) or xl:<16 hex "
+               "digit id>");
+  }
+  if (parts[0] != "quant")
+    return bad("unknown mode (raw, lossless, intN-gG, quant:..., pca:..., xl:...)");
   p.mode = Mode::kQuant;
   for (size_t i = 1; i < parts.size(); ++i) {
     absl::string_view t = parts[i];
@@ -181,6 +209,9 @@ std::string CodecSpecString(const CodecParams& p) {
           : p.pca_target_bits > 0 ? absl::StrCat(":b", p.pca_target_bits)
                                   : "",
           p.rate_bits > 0 ? absl::StrCat(":r", p.rate_bits) : "");
+    case Mode::kCrossLayer:
+      return p.calibration_id != 0 ? absl::StrCat("xl:", CalibrationIdString(p.calibration_id))
+                                   : absl::StrCat("xl:s", p.xl_step);
     case Mode::kQuant: {
       std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
@@ -339,16 +370,20 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
   h.mode = static_cast<uint8_t>(params.mode);
   h.layout = layout;
   std::shared_ptr<const Calibration> cal;
-  if (params.mode == Mode::kPca) {
+  if (UsesCalibration(params.mode)) {
     if (calibrations_) cal = calibrations_->Find(params.calibration_id);
     if (!cal)
       return absl::NotFoundError(absl::StrCat("codec: calibration ",
                                               CalibrationIdString(params.calibration_id),
                                               " is not known to this encoder"));
+    if (cal->ModeName() != ModeName(params.mode))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "codec: calibration ", CalibrationIdString(params.calibration_id), " is for mode ",
+          std::string(cal->ModeName()), ", not ", std::string(ModeName(params.mode))));
     STRATA_RETURN_IF_ERROR(cal->Matches(layout));
     h.calibration_id = params.calibration_id;
     if (params.first_position > UINT32_MAX)
-      return absl::InvalidArgumentError("codec: pca block position beyond 2^32");
+      return absl::InvalidArgumentError("codec: calibrated block position beyond 2^32");
     h.first_position = cal->rope_theta > 0 ? static_cast<uint32_t>(params.first_position) : 0;
     h.flags = kFlagEntropy;
   }
@@ -370,6 +405,15 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
     SectionEntry e;
     e.type = SectionType::kRaw;
     w.BeginSection(e)->insert(blob->end(), block.begin(), block.end());
+    w.EndSection();
+    STRATA_RETURN_IF_ERROR(w.Finish());
+  } else if (params.mode == Mode::kCrossLayer) {
+    if (source) return absl::InternalError("codec: xl blocks are not encoded from sections");
+    BlobWriter w(blob, h, 1);
+    SectionEntry e;
+    e.type = SectionType::kCrossLayer;
+    STRATA_RETURN_IF_ERROR(EncodeCrossLayer(*cal->cross_layer, layout, block,
+                                            params.first_position, w.BeginSection(e)));
     w.EndSection();
     STRATA_RETURN_IF_ERROR(w.Finish());
   } else {
@@ -493,6 +537,15 @@ absl::Status CheckSections(const BlobView& v) {
       return absl::DataLossError("blob: a raw blob holds one section of the block's size");
     return absl::OkStatus();
   }
+  if (mode == Mode::kCrossLayer) {
+    const SectionEntry* s = v.sections.size() == 1 ? &v.sections[0] : nullptr;
+    if (!s || s->type != SectionType::kCrossLayer || s->layer != 0 || s->tensor != 0 ||
+        s->bits != 0 || s->coder != 0)
+      return absl::DataLossError("blob: an xl blob holds one cross-layer section");
+    if (h.layout.dtype == DType::kFloat8E4M3)
+      return absl::DataLossError("blob: quantised fp8 blob");
+    return absl::OkStatus();
+  }
   if (mode != Mode::kLossless && mode != Mode::kQuant && mode != Mode::kGroupwise &&
       mode != Mode::kPca)
     return absl::DataLossError(absl::StrCat("blob: unknown mode ", h.mode));
@@ -573,18 +626,29 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
         "codec: output holds ", out.size(), " bytes, blob decodes to ", layout.BlockBytes()));
   const Mode mode = static_cast<Mode>(v.header.mode);
   std::shared_ptr<const Calibration> cal;
-  if (mode == Mode::kPca) {
+  if (UsesCalibration(mode)) {
     if (calibrations_) cal = calibrations_->Find(v.header.calibration_id);
     if (!cal)
       return absl::NotFoundError(absl::StrCat(
           "codec: blob needs calibration ", CalibrationIdString(v.header.calibration_id),
           ", which this decoder does not hold (fetch the namespace's calibrations)"));
+    if (cal->ModeName() != ModeName(mode))
+      return absl::DataLossError(absl::StrCat(
+          "blob: a ", std::string(ModeName(mode)), " blob names calibration ",
+          CalibrationIdString(v.header.calibration_id), ", which is for mode ",
+          std::string(cal->ModeName())));
     if (absl::Status st = cal->Matches(layout); !st.ok())
       return absl::DataLossError(absl::StrCat("blob: ", st.message()));
   }
   if (mode == Mode::kRaw) {
     std::memcpy(out.data(), v.Payload(v.sections[0]).data(), out.size());
     return absl::OkStatus();
+  }
+  if (mode == Mode::kCrossLayer) {
+    if (opts.device_sections)
+      return absl::UnimplementedError("codec: xl blobs are decoded on the CPU only");
+    return DecodeCrossLayer(*cal->cross_layer, layout, v.Payload(v.sections[0]),
+                            v.header.first_position, out);
   }
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);

@@ -24,6 +24,9 @@
 //              quantised with the calibration's steps (trailing ones dropped), rANS-coded. The
 //              blob names its calibration by id; the Encoder and Decoder find it in the
 //              CalibrationSet they are given and refuse blobs whose calibration they lack.
+//   xl         calibrated cross-layer transform coding (codec/cross_layer.h): each layer's keys
+//              and values coded as one vector per token after a prediction from the decoded
+//              layer below. Like pca, the blob names its calibration (a cross-layer one).
 //
 // Pure library: no I/O, no threads. Encoder and Decoder keep scratch buffers between calls; use
 // one per thread.
@@ -47,9 +50,19 @@
 namespace strata::codec {
 
 // 5 is skipped: mode values double as section types, and 5 is the shared stream's.
-enum class Mode : uint8_t { kRaw = 1, kLossless = 2, kQuant = 3, kGroupwise = 4, kPca = 6 };
+enum class Mode : uint8_t {
+  kRaw = 1,
+  kLossless = 2,
+  kQuant = 3,
+  kGroupwise = 4,
+  kPca = 6,
+  kCrossLayer = 7  // "xl"
+};
 static_assert(static_cast<uint8_t>(Mode::kPca) == kModeCalibrated);
+static_assert(static_cast<uint8_t>(Mode::kCrossLayer) == kModeCrossLayer);
 std::string_view ModeName(Mode m);
+// The modes whose blobs are coded with a namespace's calibration (pca, xl).
+inline bool UsesCalibration(Mode m) { return ModeNamesCalibration(static_cast<uint8_t>(m)); }
 
 struct CodecParams {
   Mode mode = Mode::kRaw;
@@ -80,10 +93,13 @@ struct CodecParams {
   // Per-layer bit allocation (quant and groupwise); empty means key_bits / value_bits everywhere.
   std::vector<uint8_t> layer_key_bits;
   std::vector<uint8_t> layer_value_bits;
-  // pca: the calibration blobs are coded with (Calibration::Id()). Zero in a spec that only
-  // asks for a rate (`pca:b1.5`): a tool that calibrates (codec_eval, the namespace's
-  // calibration command) resolves it; the Encoder refuses it.
+  // pca, xl: the calibration blobs are coded with (Calibration::Id()). Zero in a spec that
+  // only asks for a rate (`pca:b1.5`) or a step (`xl:s0.7`): a tool that calibrates (codec_eval,
+  // the namespace's calibration command) resolves it; the Encoder refuses it.
   uint64_t calibration_id = 0;
+  // xl: the step a calibration for this spec is made with (CrossLayerOptions::step), when
+  // calibration_id is not yet known.
+  float xl_step = 0;
   float pca_target_bits = 0;  // pca: the rate asked for, when calibration_id is not yet known
   // pca: the rate a calibration for this spec aims at: pca_target_bits, else the budget of
   // `pca:rC` (0: neither).
@@ -114,7 +130,8 @@ struct CodecParams {
 // transform coding with that calibration) and "pca:bR" (R bits per value, for a calibration
 // still to be made), either optionally with ":rC" (at most C bits per value per block), and
 // "pca:rC" (at most C bits per value per block with the calibration the context gives: a
-// namespace's calibrated at C, a cold codec's the blob's own).
+// namespace's calibrated at C, a cold codec's the blob's own); "xl:<16 hex digits>" (cross-layer
+// coding with that calibration) and "xl:sS" (a calibration still to be made, at step S).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
 std::string CodecSpecString(const CodecParams& p);
 

@@ -343,10 +343,13 @@ std::vector<uint8_t> CrossLayerCalibration::Serialize() const {
   w.U32(kCrossLayerMagic);
   w.U16(kCrossLayerFormat);
   w.U16(0);
+  w.U32(version);
   w.U32(num_layers);
   w.U32(num_kv_heads);
   w.U32(head_dim);
   w.Raw(&rope_theta, 4);
+  w.Raw(&step, 4);
+  w.Raw(&sample_bits, 4);
   w.Raw(scale.data(), scale.size() * 4);
   for (const CrossLayerTransform& tr : layers) {
     w.U32(static_cast<uint32_t>(tr.step.size()));
@@ -361,7 +364,7 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
   auto bad = [](const std::string& why) {
     return absl::DataLossError(absl::StrCat("cross-layer calibration: ", why));
   };
-  if (bytes.size() < 32) return bad("truncated");
+  if (bytes.size() < 44) return bad("truncated");
   const size_t body = bytes.size() - 4;
   uint32_t crc;
   std::memcpy(&crc, bytes.data() + body, 4);
@@ -376,10 +379,16 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
   if (magic != kCrossLayerMagic) return bad("bad magic");
   if (format != kCrossLayerFormat) return bad(absl::StrCat("unknown format ", format));
   if (reserved != 0) return bad("reserved field set");
+  STRATA_RETURN_IF_ERROR(r.Read(&c.version));
   STRATA_RETURN_IF_ERROR(r.Read(&c.num_layers));
   STRATA_RETURN_IF_ERROR(r.Read(&c.num_kv_heads));
   STRATA_RETURN_IF_ERROR(r.Read(&c.head_dim));
   STRATA_RETURN_IF_ERROR(r.Read(&c.rope_theta));
+  STRATA_RETURN_IF_ERROR(r.Read(&c.step));
+  STRATA_RETURN_IF_ERROR(r.Read(&c.sample_bits));
+  if (!(c.step > 0) || !std::isfinite(c.step) || !(c.sample_bits >= 0) ||
+      !std::isfinite(c.sample_bits))
+    return bad("step or sample bits out of range");
   // Every float takes 4 bytes of the body: a geometry the body cannot hold is refused before
   // anything is allocated for it.
   const uint64_t w = uint64_t{2} * c.num_kv_heads * c.head_dim;
@@ -488,6 +497,8 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   cal.num_kv_heads = layout.num_kv_heads;
   cal.head_dim = layout.head_dim;
   cal.rope_theta = static_cast<float>(opts.rope_theta);
+  cal.step = static_cast<float>(opts.step);
+  cal.version = opts.version;
   cal.layers.resize(L);
   cal.scale.assign(L * 2 * layout.num_kv_heads, 1.0f);
   STRATA_RETURN_IF_ERROR(
@@ -582,6 +593,18 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     below = centred;
   }
   BuildTiles(&cal);
+  // The rate the calibration gives, on samples it was made from (as pca's sample_bits).
+  std::vector<uint8_t> payload;
+  uint64_t bytes = 0, coded_values = 0;
+  for (size_t b = 0; b < std::min(opts.rate_samples, blocks.size()); ++b) {
+    payload.clear();
+    STRATA_RETURN_IF_ERROR(EncodeCrossLayer(
+        cal, layout, blocks[b], opts.first_positions.empty() ? b * s.tokens : opts.first_positions[b],
+        &payload));
+    bytes += payload.size();
+    coded_values += layout.BlockBytes() / DTypeBytes(layout.dtype);
+  }
+  if (coded_values > 0) cal.sample_bits = static_cast<float>(8.0 * bytes / coded_values);
   return cal;
 }
 

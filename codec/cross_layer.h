@@ -1,4 +1,4 @@
-// Cross-layer transform coding of a KV block (experimental; not a blob mode yet): each layer's
+// Cross-layer transform coding of a KV block (codec mode `xl`, codec/codec.h): each layer's
 // keys and values are coded as one vector per token (every kv head's key, RoPE undone, and
 // value: width 2 * kv_heads * head_dim), after a linear prediction from the decoded layer below.
 //
@@ -45,6 +45,9 @@ struct CrossLayerOptions {
   // Per (layer, tensor): how much the model minds each tensor's relative error
   // (model_quality.py sensitivity). Empty: all 1.
   std::vector<double> importance;
+  uint32_t version = 1;  // the namespace's counter (v1, v2, ...), carried by the artefact
+  // How many sample blocks are coded to measure the rate the calibration gives (sample_bits).
+  size_t rate_samples = 4;
 };
 
 // One layer's transform, in the calibration's units.
@@ -56,13 +59,16 @@ struct CrossLayerTransform {
 };
 
 inline constexpr uint32_t kCrossLayerMagic = 0x58564B53;  // "SKVX" little-endian
-inline constexpr uint16_t kCrossLayerFormat = 1;
+inline constexpr uint16_t kCrossLayerFormat = 2;
 
 struct CrossLayerCalibration {
+  uint32_t version = 1;  // the namespace's counter; informational, as a pca calibration's
   uint32_t num_layers = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
   float rope_theta = 0;
+  float step = 0;         // the step asked for (CrossLayerOptions::step)
+  float sample_bits = 0;  // bits per value of the first samples' payloads (0: not measured)
   // Per (layer, tensor, head): the divisor that brings the head's values to the units above.
   std::vector<float> scale;
   std::vector<CrossLayerTransform> layers;
@@ -73,7 +79,8 @@ struct CrossLayerCalibration {
 
   size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }
   // Serialized (little-endian): u32 magic "SKVX", u16 format version kCrossLayerFormat, u16
-  // zero, u32 num_layers, num_kv_heads, head_dim, f32 rope_theta, f32 scale[layers][2][heads],
+  // zero, u32 version, num_layers, num_kv_heads, head_dim, f32 rope_theta, step, sample_bits,
+  // f32 scale[layers][2][heads],
   // then per layer u32 coded n, f32 mean[width], f32 predictor[width][width] (from layer 1),
   // f32 axes[n][width], f32 step[n]; a CRC32C of every preceding byte. Parse checks all of it
   // (DataLoss otherwise) and builds the tiles' operands as CalibrateCrossLayer does.
@@ -89,7 +96,8 @@ struct CrossLayerCalibration {
 
 // From sample blocks of `layout`: per layer the heads' scales, the mean, the predictor (ridge
 // regression of the layer on the layer below, both as given), the PCA of the prediction's
-// residual, and the coordinates worth coding (some sample reaches half a step).
+// residual, and the coordinates worth coding (some sample reaches half a step); then the first
+// opts.rate_samples samples are coded to measure sample_bits.
 absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     const KvLayout& layout, std::span<const std::span<const uint8_t>> blocks,
     const CrossLayerOptions& opts);

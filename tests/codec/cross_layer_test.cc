@@ -10,6 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "codec/calibration.h"
+#include "codec/codec.h"
 #include "codec/half.h"
 #include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/pca_amx.h"
@@ -269,6 +272,14 @@ TEST(CrossLayer, CalibrationSerializesAndRefusesCorruptArtefacts) {
   EXPECT_EQ(back->Serialize(), bytes);
   EXPECT_EQ(back->Id(), cal->Id());
   EXPECT_EQ(back->tiles != nullptr, cal->tiles != nullptr);
+  EXPECT_EQ(back->version, 1u);
+  EXPECT_FLOAT_EQ(back->step, 0.3f);
+  // The rate of the first samples, as their payloads measure it.
+  std::vector<uint8_t> sample_payload;
+  ASSERT_TRUE(EncodeCrossLayer(*cal, l, calib[0], 0, &sample_payload).ok());
+  const double values = static_cast<double>(l.BlockBytes()) / 2;
+  EXPECT_GT(back->sample_bits, 0.5 * 8.0 * sample_payload.size() / values);
+  EXPECT_LT(back->sample_bits, 2.0 * 8.0 * sample_payload.size() / values);
   const Coded c = RoundTrip(*cal, l, eval[0], 0);
   std::vector<uint8_t> again(eval[0].size());
   ASSERT_TRUE(DecodeCrossLayer(*back, l, c.payload, 0, again).ok());
@@ -298,16 +309,23 @@ TEST(CrossLayer, CalibrationSerializesAndRefusesCorruptArtefacts) {
     EXPECT_NE(p.status().message().find(what), std::string::npos) << p.status();
   };
   std::vector<uint8_t> b = bytes;
-  b[4] = 2;  // format 2
+  b[4] = 1;  // format 1 (no version, step or sample rate)
   refused(b, "unknown format");
   b = bytes;
   const uint32_t huge = 1u << 30;
-  std::memcpy(b.data() + 12, &huge, 4);  // kv heads
+  std::memcpy(b.data() + 16, &huge, 4);  // kv heads
   refused(b, "geometry");
   b = bytes;
   const float nan = std::nanf("");
-  std::memcpy(b.data() + 24, &nan, 4);  // the first scale
+  std::memcpy(b.data() + 36, &nan, 4);  // the first scale
   refused(b, "scale");
+  b = bytes;
+  std::memcpy(b.data() + 28, &nan, 4);  // the step asked for
+  refused(b, "step or sample bits");
+  b = bytes;
+  const float negative = -1;
+  std::memcpy(b.data() + 32, &negative, 4);  // the samples' rate
+  refused(b, "step or sample bits");
   b = bytes;
   const size_t step_at = bytes.size() - 8;  // the last layer's last step
   const float zero = 0;
@@ -439,6 +457,140 @@ TEST(CrossLayer, RefusesWhatItCannotCodeAndDetectsCorruption) {
     flipped[at] ^= 0x10;
     EXPECT_EQ(DecodeCrossLayer(*cal, l, flipped, 0, out).code(), absl::StatusCode::kDataLoss) << at;
   }
+}
+
+// Codec mode xl: blobs name their cross-layer calibration by id, as pca blobs do, and decode to
+// exactly what the payload coder reconstructs.
+TEST(CrossLayerBlob, RoundTripsThroughTheEncoderAndDecoder) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 6, 14, 10000);
+  const auto eval = Blocks(l, 2, 15, 10000, 6);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  o.rope_theta = 10000;
+  o.version = 3;
+  auto made = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  // The namespace artefact: Calibration::Parse takes the cross-layer serialization.
+  const std::vector<uint8_t> artefact = made->Serialize();
+  auto parsed = Calibration::Parse(artefact);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_NE(parsed->cross_layer, nullptr);
+  EXPECT_EQ(parsed->ModeName(), "xl");
+  EXPECT_EQ(parsed->Id(), made->Id());
+  EXPECT_EQ(parsed->Serialize(), artefact);
+  EXPECT_EQ(parsed->version, 3u);
+  EXPECT_EQ(parsed->num_layers, kLayers);
+  EXPECT_FLOAT_EQ(parsed->rope_theta, 10000.0f);
+  EXPECT_FLOAT_EQ(parsed->sample_bits, made->sample_bits);
+  EXPECT_TRUE(parsed->Validate().ok());
+  EXPECT_TRUE(parsed->Matches(l).ok());
+  KvLayout other = l;
+  other.head_dim = 32;
+  EXPECT_FALSE(parsed->Matches(other).ok());
+
+  CalibrationSet set;
+  const uint64_t id = set.Add(std::make_shared<const Calibration>(*parsed));
+  auto spec = ParseCodecSpec(absl::StrCat("xl:", CalibrationIdString(id)));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mode, Mode::kCrossLayer);
+  Encoder enc;
+  enc.set_calibrations(&set);
+  Decoder dec;
+  dec.set_calibrations(&set);
+  for (uint32_t b = 0; b < eval.size(); ++b) {
+    CodecParams p = *spec;
+    p.first_position = (6 + b) * uint64_t{kTokens};
+    std::vector<uint8_t> blob;
+    ASSERT_TRUE(enc.Encode(l, p, eval[b], &blob).ok());
+    std::vector<uint8_t> payload, want(eval[b].size());
+    ASSERT_TRUE(EncodeCrossLayer(*made, l, eval[b], p.first_position, &payload, want).ok());
+    EXPECT_LT(blob.size(), payload.size() + 128) << "a header, one section and a trailer";
+    std::vector<uint8_t> got(eval[b].size());
+    ASSERT_TRUE(dec.Decode(blob, got).ok());
+    EXPECT_EQ(got, want) << "block " << b;
+    EXPECT_LT(RelError(eval[b], got), 0.05);
+    auto info = InspectBlob(blob);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->params.mode, Mode::kCrossLayer);
+    EXPECT_EQ(info->params.calibration_id, id);
+    EXPECT_EQ(info->params.first_position, p.first_position);
+    // Without the calibration: NotFound, nothing written.
+    Decoder bare;
+    std::vector<uint8_t> untouched(eval[b].size(), 0xee);
+    EXPECT_EQ(bare.Decode(blob, untouched).code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(untouched, std::vector<uint8_t>(eval[b].size(), 0xee));
+    // Every flipped bit of the blob: DataLoss.
+    for (size_t at = 0; at < blob.size(); at += 61) {
+      std::vector<uint8_t> flipped = blob;
+      flipped[at] ^= 4;
+      EXPECT_FALSE(dec.Decode(flipped, got).ok()) << "byte " << at;
+    }
+  }
+}
+
+TEST(CrossLayerBlob, ACalibrationServesItsOwnModeOnly) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 6, 14);
+  const auto eval = Blocks(l, 1, 15);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  auto xl = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(xl.ok()) << xl.status();
+  CalibrateOptions po;
+  po.bits_per_value = 2;
+  auto pca = Calibrate(l, Spans(calib), po);
+  ASSERT_TRUE(pca.ok()) << pca.status();
+  CalibrationSet set;
+  const uint64_t xl_id = set.Add(std::make_shared<const Calibration>(
+      Calibration::OfCrossLayer(std::make_shared<const CrossLayerCalibration>(*xl))));
+  const uint64_t pca_id = set.Add(std::make_shared<const Calibration>(*pca));
+  Encoder enc;
+  enc.set_calibrations(&set);
+  std::vector<uint8_t> blob;
+  CodecParams p;
+  p.mode = Mode::kPca;
+  p.calibration_id = xl_id;
+  auto wrong = enc.Encode(l, p, eval[0], &blob);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << wrong;
+  EXPECT_NE(wrong.message().find("is for mode xl"), std::string::npos) << wrong;
+  p.mode = Mode::kCrossLayer;
+  p.calibration_id = pca_id;
+  EXPECT_EQ(enc.Encode(l, p, eval[0], &blob).code(), absl::StatusCode::kInvalidArgument);
+  p.calibration_id = xl_id;
+  ASSERT_TRUE(enc.Encode(l, p, eval[0], &blob).ok());
+  // An xl blob whose header names the pca calibration (its CRC made good) is refused.
+  std::memcpy(blob.data() + 56, &pca_id, 8);
+  const uint32_t crc = Crc32c(blob.data(), blob.size() - 4);
+  std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+  Decoder dec;
+  dec.set_calibrations(&set);
+  std::vector<uint8_t> out(eval[0].size());
+  auto st = dec.Decode(blob, out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("which is for mode pca"), std::string::npos) << st;
+}
+
+TEST(CrossLayerBlob, SpecsNameAStepOrACalibration) {
+  auto s = ParseCodecSpec("xl:s0.7");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->mode, Mode::kCrossLayer);
+  EXPECT_FLOAT_EQ(s->xl_step, 0.7f);
+  EXPECT_EQ(s->calibration_id, 0u);
+  EXPECT_EQ(CodecSpecString(*s), "xl:s0.7");
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  EXPECT_FALSE(s->Validate(l).ok()) << "no calibration id yet";
+  auto id = ParseCodecSpec("xl:00000000000000ab");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->calibration_id, 0xabu);
+  EXPECT_EQ(CodecSpecString(*id), "xl:00000000000000ab");
+  EXPECT_TRUE(id->Validate(l).ok());
+  CodecParams capped = *id;
+  capped.rate_bits = 1.5;
+  EXPECT_FALSE(capped.Validate(l).ok());
+  for (const char* bad : {"xl", "xl:s0", "xl:s-1", "xl:s17", "xl:snan", "xl:b1.5",
+                          "xl:s0.7:r1.5", "xl:0000000000000000", "xl:00ab"})
+    EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
 }
 
 }  // namespace
