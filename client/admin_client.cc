@@ -93,6 +93,8 @@ CalibrationSummary FromProto(const v1::CalibrationInfo& c) {
   s.target_bits = c.target_bits();
   s.sample_bits = c.sample_bits();
   s.rope_theta = c.rope_theta();
+  s.mode = c.codec_mode();
+  s.step = c.step();
   s.added_unix_ms = c.added_unix_ms();
   s.current = c.current();
   return s;

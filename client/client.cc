@@ -18,6 +18,7 @@
 #include "client/device_calls.h"
 #include "client/internal/remote_fetch.h"
 #include "codec/codec.h"
+#include "codec/cross_layer.h"
 #include "common/packed_ids.h"
 #include "common/status_macros.h"
 #include "strata/vllm_ids.h"
@@ -62,7 +63,7 @@ struct Client::Impl {
     into.buffers = buffers;
     into.decode = params.has_value();
     if (into.decode) into.decoded_bytes = LayoutOf(ns).BlockBytes();
-    if (into.decode && params->mode == codec::Mode::kPca) {
+    if (into.decode && codec::UsesCalibration(params->mode)) {
       into.calibrations = &calibrations->set();
       into.ensure_calibrations = [cache = calibrations.get(), ns](std::span<const uint64_t> ids) {
         cache->Ensure(ns, ids);
@@ -149,9 +150,9 @@ absl::StatusOr<NamespaceId> Client::OpenNamespace(const NamespaceSpec& spec,
       return absl::InvalidArgumentError(
           absl::StrCat("namespace.codec_policy: ", parsed.status().message()));
     codec::CodecParams check = *parsed;
-    // "pca:bR" asks for a rate: the namespace's calibration is made later, and each blob names
-    // the one it was coded with.
-    if (check.mode == codec::Mode::kPca && check.calibration_id == 0) check.calibration_id = 1;
+    // "pca:bR" asks for a rate, "xl:sS" for a step: the namespace's calibration is made later,
+    // and each blob names the one it was coded with.
+    if (codec::UsesCalibration(check.mode) && check.calibration_id == 0) check.calibration_id = 1;
     if (auto s = check.Validate(spec.layout); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("namespace.codec_policy: ", s.message()));
     params = *parsed;
@@ -227,7 +228,7 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
           absl::StrCat("block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
                        layout.DebugString(), " needs ", layout.BlockBytes()));
   codec::CodecParams params = *codec_params;
-  if (params.mode == codec::Mode::kPca) {
+  if (codec::UsesCalibration(params.mode)) {
     STRATA_ASSIGN_OR_RETURN(auto calibration,
                             impl_->calibrations->ForEncoding(ns, params.calibration_id));
     params.calibration_id = calibration->Id();
@@ -275,6 +276,8 @@ CalibrationInfo InfoOf(const v1::CalibrationInfo& w) {
   c.target_bits = w.target_bits();
   c.sample_bits = w.sample_bits();
   c.rope_theta = w.rope_theta();
+  c.mode = w.codec_mode();
+  c.step = w.step();
   c.current = w.current();
   return c;
 }
@@ -285,9 +288,9 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
                                                   std::span<const ConstBuffer> samples,
                                                   const CalibrationRequest& request) {
   STRATA_ASSIGN_OR_RETURN(auto params, impl_->CodecOf(ns));
-  if (!params || params->mode != codec::Mode::kPca)
+  if (!params || !codec::UsesCalibration(params->mode))
     return absl::FailedPreconditionError(
-        absl::StrCat("namespace ", ns.ShortHex(), " does not use a calibrated codec (pca)"));
+        absl::StrCat("namespace ", ns.ShortHex(), " does not use a calibrated codec (pca, xl)"));
   const KvLayout layout = impl_->LayoutOf(ns);
   std::vector<std::span<const uint8_t>> blocks;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -297,20 +300,34 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
                                                      layout.BlockBytes()));
     blocks.push_back({static_cast<const uint8_t*>(samples[i].data), samples[i].size});
   }
-  codec::CalibrateOptions opts;
-  opts.bits_per_value = request.bits_per_value > 0          ? request.bits_per_value
-                        : params->PcaCalibrationBits() > 0 ? params->PcaCalibrationBits()
-                                                           : 1.5;
-  opts.rope_theta = request.rope_theta;
-  opts.first_positions = request.first_positions;
-  opts.importance = request.importance;
   // The next version: one past the highest this daemon (and so the cluster it asked) knows.
   STRATA_ASSIGN_OR_RETURN(auto listed, impl_->calibrations->List(ns));
   uint32_t highest = 0;
   for (const auto& c : listed.calibrations()) highest = std::max(highest, c.version());
-  opts.version = highest + 1;
-  STRATA_ASSIGN_OR_RETURN(codec::Calibration calibration, codec::Calibrate(layout, blocks, opts));
-  std::vector<uint8_t> bytes = calibration.Serialize();
+  std::vector<uint8_t> bytes;
+  if (params->mode == codec::Mode::kCrossLayer) {
+    codec::CrossLayerOptions opts;
+    opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.7;
+    opts.rope_theta = request.rope_theta;
+    opts.first_positions = request.first_positions;
+    opts.importance = request.importance;
+    opts.version = highest + 1;
+    STRATA_ASSIGN_OR_RETURN(codec::CrossLayerCalibration calibration,
+                            codec::CalibrateCrossLayer(layout, blocks, opts));
+    bytes = calibration.Serialize();
+  } else {
+    codec::CalibrateOptions opts;
+    opts.bits_per_value = request.bits_per_value > 0          ? request.bits_per_value
+                          : params->PcaCalibrationBits() > 0 ? params->PcaCalibrationBits()
+                                                             : 1.5;
+    opts.rope_theta = request.rope_theta;
+    opts.first_positions = request.first_positions;
+    opts.importance = request.importance;
+    opts.version = highest + 1;
+    STRATA_ASSIGN_OR_RETURN(codec::Calibration calibration,
+                            codec::Calibrate(layout, blocks, opts));
+    bytes = calibration.Serialize();
+  }
   return PutCalibration(ns, bytes);
 }
 

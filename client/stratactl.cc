@@ -399,22 +399,24 @@ int RunListCalibrations(AdminClient& admin, const Flags& f) {
                        "{\"namespace_id\":\"%s\",\"id\":\"%016x\",\"version\":%d,\"bytes\":%d,"
                        "\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"target_bits\":%g,"
                        "\"sample_bits\":%g,\"rope_theta\":%g,\"added_unix_ms\":%d,"
-                       "\"current\":%s}",
+                       "\"current\":%s,\"mode\":\"%s\",\"step\":%g}",
                        Hex(c.ns), c.id, c.version, c.bytes, c.num_layers, c.num_kv_heads,
                        c.head_dim, c.target_bits, c.sample_bits, c.rope_theta, c.added_unix_ms,
-                       c.current ? "true" : "false");
+                       c.current ? "true" : "false", c.mode, c.step);
     }
     std::cout << "]}\n";
     return 0;
   }
-  std::cout << absl::StrFormat("%-16s  %-16s %4s %9s %-13s %6s %6s %8s\n", "NAMESPACE", "ID", "VER",
-                               "BYTES", "SHAPE", "TARGET", "BITS", "CURRENT");
+  // TARGET: the bits per value a pca calibration aimed for, the step an xl one was made with.
+  std::cout << absl::StrFormat("%-16s  %-16s %4s %-4s %9s %-13s %6s %6s %8s\n", "NAMESPACE", "ID",
+                               "VER", "MODE", "BYTES", "SHAPE", "TARGET", "BITS", "CURRENT");
   for (const auto& c : *r)
-    std::cout << absl::StrFormat("%-16s  %016x %4d %9s %-13s %6.2f %6.2f %8s\n",
-                                 c.ns.ShortHex(), c.id, c.version, strata::FormatSize(c.bytes),
-                                 absl::StrFormat("%dx%dx%d", c.num_layers, c.num_kv_heads,
-                                                 c.head_dim),
-                                 c.target_bits, c.sample_bits, c.current ? "yes" : "");
+    std::cout << absl::StrFormat(
+        "%-16s  %016x %4d %-4s %9s %-13s %6s %6.2f %8s\n", c.ns.ShortHex(), c.id, c.version,
+        c.mode.empty() ? "pca" : c.mode, strata::FormatSize(c.bytes),
+        absl::StrFormat("%dx%dx%d", c.num_layers, c.num_kv_heads, c.head_dim),
+        c.mode == "xl" ? absl::StrFormat("s%.2f", c.step) : absl::StrFormat("%.2f", c.target_bits),
+        c.sample_bits, c.current ? "yes" : "");
   return 0;
 }
 
@@ -533,7 +535,7 @@ Commands DefineCommands(CLI::App& app, Flags& f) {
       "drain", "move a node's blocks to the nodes that rank next for them, then leave the cluster");
   c.drain->add_option("node", f.target_node, "node id (default: the --endpoint node)");
   auto* calibration =
-      app.add_subcommand("calibration", "namespaces' calibrations (codec mode pca)");
+      app.add_subcommand("calibration", "namespaces' calibrations (codec modes pca and xl)");
   calibration->require_subcommand(1);
   c.calibration_ls = calibration->add_subcommand("ls", "calibrations held by the node");
   c.calibration_ls->add_option("--namespace", f.ns_hex, "only this namespace's");

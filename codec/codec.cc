@@ -644,12 +644,9 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
     std::memcpy(out.data(), v.Payload(v.sections[0]).data(), out.size());
     return absl::OkStatus();
   }
-  if (mode == Mode::kCrossLayer) {
-    if (opts.device_sections)
-      return absl::UnimplementedError("codec: xl blobs are decoded on the CPU only");
+  if (mode == Mode::kCrossLayer)  // on the CPU, device sections or not (they are quant's)
     return DecodeCrossLayer(*cal->cross_layer, layout, v.Payload(v.sections[0]),
                             v.header.first_position, out);
-  }
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
   // With a shared stream (the last section) the sections are decoded last to first: the stream

@@ -487,7 +487,8 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   if (!opts.importance.empty()) {
     if (opts.importance.size() != L * 2)
       return absl::InvalidArgumentError(absl::StrCat(
-          "cross-layer calibration: importance needs one value per (layer, tensor): ", L * 2));
+          "cross-layer calibration: importances come one per (layer, tensor): ", L * 2, ", not ",
+          opts.importance.size()));
     for (double w : opts.importance)
       if (!(w > 0) || !std::isfinite(w))
         return absl::InvalidArgumentError("cross-layer calibration: importances must be > 0");

@@ -603,16 +603,18 @@ class PyClient {
     return d;
   }
 
-  // Calibrates a pca namespace from sample blocks (docs/codec.md, "Calibrations in the cluster").
+  // Calibrates a pca or xl namespace from sample blocks (docs/codec.md, "Calibrations in the
+  // cluster").
   py::dict Calibrate(py::bytes ns, py::sequence samples, double bits_per_value, double rope_theta,
                      std::optional<std::vector<uint64_t>> first_positions,
-                     std::optional<std::vector<double>> importance) {
+                     std::optional<std::vector<double>> importance, double step) {
     NamespaceId id = IdFrom(ns);
     std::vector<BufferView> views = ViewsFrom(samples, false);
     std::vector<strata::ConstBuffer> bufs;
     for (const BufferView& v : views) bufs.push_back({v.data(), v.size()});
     strata::CalibrationRequest req;
     req.bits_per_value = bits_per_value;
+    req.step = step;
     req.rope_theta = rope_theta;
     if (first_positions) req.first_positions = *first_positions;
     if (importance) req.importance = *importance;
@@ -648,6 +650,8 @@ class PyClient {
     d["target_bits"] = c.target_bits;
     d["sample_bits"] = c.sample_bits;
     d["rope_theta"] = c.rope_theta;
+    d["mode"] = c.mode;
+    d["step"] = c.step;
     d["current"] = c.current;
     d["replicated_to"] = c.replicated_to;
     return d;
@@ -800,7 +804,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("parents") = py::none(), py::arg("first_positions") = py::none())
       .def("calibrate", &PyClient::Calibrate, py::arg("ns"), py::arg("samples"),
            py::arg("bits_per_value") = 0.0, py::arg("rope_theta") = 0.0,
-           py::arg("first_positions") = py::none(), py::arg("importance") = py::none())
+           py::arg("first_positions") = py::none(), py::arg("importance") = py::none(),
+           py::arg("step") = 0.0)
       .def("list_calibrations", &PyClient::ListCalibrations, py::arg("ns"))
       .def("lookup", &PyClient::Lookup, py::arg("ns"), py::arg("tokens"))
       .def("lookup_ids", &PyClient::LookupIds, py::arg("ns"), py::arg("ids"))

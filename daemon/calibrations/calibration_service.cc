@@ -23,16 +23,22 @@ absl::Status TakesCalibrations(const std::optional<NamespaceRegistry::Entry>& en
                                const NamespaceId& ns) {
   if (!entry) return absl::OkStatus();
   auto params = codec::ParseCodecSpec(entry->spec.codec_policy);
-  if (!params.ok() || params->mode != codec::Mode::kPca)
+  if (!params.ok() || !codec::UsesCalibration(params->mode))
     return absl::FailedPreconditionError(
         absl::StrCat("namespace ", ns.ShortHex(), " has codec policy '", entry->spec.codec_policy,
-                     "', which uses no calibration (only pca modes do)"));
+                     "', which uses no calibration (only pca and xl modes do)"));
   return absl::OkStatus();
 }
 
 absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
                         const NamespaceId& ns, const codec::Calibration& calibration) {
   if (!entry) return absl::OkStatus();
+  auto params = codec::ParseCodecSpec(entry->spec.codec_policy);
+  if (params.ok() && codec::ModeName(params->mode) != calibration.ModeName())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace ", ns.ShortHex(), " codes blocks with mode ",
+        std::string(codec::ModeName(params->mode)), "; the calibration is for mode ",
+        std::string(calibration.ModeName())));
   if (auto s = calibration.Matches(entry->spec.layout); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("the calibration does not fit namespace ", ns.ShortHex(), ": ", s.message()));
@@ -54,6 +60,8 @@ void FillCalibrationInfo(const CalibrationRecord& r, bool current, v1::Calibrati
   info->set_added_unix_ms(absl::ToUnixMillis(r.added));
   info->set_namespace_id(std::string(r.ns.AsBytes()));
   info->set_current(current);
+  info->set_codec_mode(r.mode);
+  info->set_step(r.step);
 }
 
 grpc::Status CalibrationService::Admit(const grpc::ServerContext* ctx, const std::string& raw,

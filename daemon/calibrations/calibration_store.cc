@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
+#include "codec/cross_layer.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -85,6 +86,8 @@ absl::StatusOr<CalibrationRecord> DescribeCalibration(const NamespaceId& ns, std
   r.target_bits = parsed->target_bits;
   r.sample_bits = parsed->sample_bits;
   r.rope_theta = parsed->rope_theta;
+  r.mode = std::string(parsed->ModeName());
+  r.step = parsed->cross_layer ? parsed->cross_layer->step : 0;
   r.added = absl::Now();
   r.artefact = std::make_shared<const std::string>(std::move(artefact));
   if (parsed_out) *parsed_out = *std::move(parsed);

@@ -1,4 +1,4 @@
-// The calibrations this daemon holds (codec mode pca, codec/calibration.h): per namespace, the
+// The calibrations this daemon holds (codec modes pca and xl, codec/calibration.h): per namespace, the
 // serialized artefacts by id, each with the facts operators and clients ask about. Artefacts
 // are kept in memory (a client that encodes or decodes asks for them often) and, when the store
 // has a directory, in one file each, so a restarted daemon still decodes what it stored before.
@@ -38,6 +38,8 @@ struct CalibrationRecord {
   uint32_t version = 0;
   uint32_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
   float target_bits = 0, sample_bits = 0, rope_theta = 0;
+  std::string mode;  // the codec mode it serves: "pca" or "xl"
+  float step = 0;    // xl: the step it was made with
   absl::Time added;
   std::shared_ptr<const std::string> artefact;  // the serialized bytes, as stored
 };

@@ -168,9 +168,9 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
   if (entry->spec.codec_policy != kOpaqueCodecPolicy) {
     auto parsed = codec::ParseCodecSpec(entry->spec.codec_policy);
     if (!parsed.ok()) return ToGrpcStatus(parsed.status());
-    if (parsed->mode == codec::Mode::kPca)
+    if (codec::UsesCalibration(parsed->mode))
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "a pca namespace's blocks are published from host memory, where the "
+                          "a calibrated (pca or xl) namespace's blocks are published from host memory, where the "
                           "client library encodes them with the namespace's calibration");
     params = *parsed;
   }

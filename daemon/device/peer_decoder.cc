@@ -34,9 +34,10 @@ absl::Status PeerDecoder::EnsureCalibration(const NamespaceId& ns,
                                             std::span<const uint8_t> blob) {
   STRATA_ASSIGN_OR_RETURN(codec::BlobInfo info, codec::InspectBlob(blob));
   const uint64_t id = info.params.calibration_id;
-  if (info.params.mode != codec::Mode::kPca || id == 0 || set_.Find(id)) return absl::OkStatus();
+  if (!codec::UsesCalibration(info.params.mode) || id == 0 || set_.Find(id))
+    return absl::OkStatus();
   if (calibrations_ == nullptr)
-    return absl::NotFoundError("this daemon keeps no calibrations to decode pca blobs with");
+    return absl::NotFoundError("this daemon keeps no calibrations to decode pca or xl blobs with");
   STRATA_ASSIGN_OR_RETURN(CalibrationRecord r, calibrations_->Get(ns, id));
   const std::string& bytes = *r.artefact;
   auto parsed = codec::Calibration::Parse(

@@ -114,7 +114,7 @@ absl::Status Transcoder::Transcode(const TranscodeItem& item, std::vector<uint8_
   if (!info.ok()) return info.status();
   if (!(info->layout == ns->spec.layout))
     return absl::InvalidArgumentError("the blob's layout is not its namespace's");
-  if (info->params.mode == codec::Mode::kPca &&
+  if (codec::UsesCalibration(info->params.mode) &&
       calibration_set_.Find(info->params.calibration_id) == nullptr) {
     if (calibrations_ == nullptr) return absl::NotFoundError("no calibration store");
     auto record = calibrations_->Get(item.ns, info->params.calibration_id);

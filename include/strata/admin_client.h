@@ -107,6 +107,8 @@ struct CalibrationSummary {
   uint64_t bytes = 0;
   uint32_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
   float target_bits = 0, sample_bits = 0, rope_theta = 0;
+  std::string mode;  // the codec mode it serves: "pca" or "xl"
+  float step = 0;    // xl: the step it was made with
   int64_t added_unix_ms = 0;
   bool current = false;  // what new blobs of the namespace are coded with
 };

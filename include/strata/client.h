@@ -240,8 +240,8 @@ struct DaemonStats {
   std::vector<std::pair<std::string, uint64_t>> counters;
 };
 
-// A namespace's calibration (codec policy "pca:..."): the learned transform its blobs are coded
-// with, stored by the daemons. docs/codec.md, "Calibrations".
+// A namespace's calibration (codec policy "pca:..." or "xl:..."): the learned transform its blobs
+// are coded with, stored by the daemons. docs/codec.md, "Calibrations".
 struct CalibrationInfo {
   uint64_t id = 0;        // what blobs name it by (a hash of its bytes)
   uint32_t version = 0;   // the namespace's counter; the highest is current
@@ -249,21 +249,26 @@ struct CalibrationInfo {
   float target_bits = 0;  // bits per value it aimed for
   float sample_bits = 0;  // and reached on its samples
   float rope_theta = 0;   // > 0: keys coded with RoPE undone
+  std::string mode;       // the codec mode it serves: "pca" or "xl"
+  float step = 0;         // xl: the quantiser step it was made with (target_bits is 0)
   bool current = false;   // what new blobs are coded with
   uint32_t replicated_to = 0;  // after a Calibrate or PutCalibration: daemons that took a copy
 };
 
 struct CalibrationRequest {
-  // Bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5", or C of
-  // "pca:rC").
+  // pca: bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5", or
+  // C of "pca:rC").
   double bits_per_value = 0;
+  // xl: the quantiser step (in units of each head's rms); 0: the step of the namespace's codec
+  // policy ("xl:s0.7").
+  double step = 0;
   // > 0: undo RoPE with this theta (the model's rope_theta) on the keys before the transform.
   double rope_theta = 0;
   // With rope_theta: the position of each sample block's first token (default: sample i starts
   // at i * tokens_per_block, a prefix published from its first token).
   std::vector<uint64_t> first_positions;
-  // How much the model minds each layer's relative error, per (layer, tensor) or per (layer,
-  // tensor, kv head), layer-major; empty: all alike. Measured by running the model on decoded
+  // How much the model minds each layer's relative error, per (layer, tensor) or (pca only) per
+  // (layer, tensor, kv head), layer-major; empty: all alike. Measured by running the model on decoded
   // KV (bench/codec/real_kv/model_quality.py sensitivity; docs/codec.md): layers differ by
   // 100x; from 2 bits/value up, spending the bits where the model looks lowered its KL 1.5-2.7x
   // at equal rate on two models, while at 1 bit/value it did worse.

@@ -227,6 +227,49 @@ def test_a_calibrated_namespace_round_trip(client):
         assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
 
 
+def test_a_cross_layer_namespace_round_trip(client):
+    # Codec mode xl: every layer predicted from the decoded layer below, the residual coded with
+    # one transform per layer. KV whose layers share a state that each layer nudges.
+    layout = {**SMALL, "dtype": "fp16"}
+    ns = client.open_namespace("py/xl-model", tenant="team-a", codec="xl:s0.3", **layout)
+    rng = np.random.default_rng(11)
+    layers, heads, dim = SMALL["num_layers"], SMALL["num_kv_heads"], SMALL["head_dim"]
+    tokens = SMALL["tokens_per_block"]
+    weights = rng.normal(size=(layers, 2, 8, heads * dim))
+
+    def kv_blocks(n):
+        out = []
+        for _ in range(n):
+            state = rng.normal(size=(tokens, 8))
+            block = []
+            for layer in range(layers):
+                state = state + 0.3 * rng.normal(size=state.shape)
+                for tensor in range(2):
+                    block.append(state @ weights[layer, tensor]
+                                 + 0.01 * rng.normal(size=(tokens, heads * dim)))
+            out.append(np.concatenate([b.reshape(-1) for b in block]).astype(np.float16))
+        return out
+
+    with pytest.raises(errors.StrataError, match="calibrate"):
+        client.publish(ns, tokens_of(1), kv_blocks(1))
+    info = client.calibrate(ns, kv_blocks(32))
+    assert info["version"] == 1 and info["current"] and info["mode"] == "xl"
+    assert info["step"] == pytest.approx(0.3) and info["target_bits"] == 0
+    assert 0 < info["sample_bits"] < 16
+    finer = client.calibrate(ns, kv_blocks(32), step=0.2)
+    assert finer["version"] == 2 and finer["step"] == pytest.approx(0.2)
+    assert finer["sample_bits"] > info["sample_bits"]
+
+    src = kv_blocks(3)
+    assert client.publish(ns, tokens_of(3), src).stored == 3
+    out = [np.zeros_like(b) for b in src]
+    got = client.fetch(ns, client.block_ids(ns, tokens_of(3)), out)
+    assert got.status == [strata.BlockStatus.OK] * 3
+    for a, b in zip(src, out):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
+
+
 def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):
     # Two tenants on this node: each client's zone of the arena is read-only to it, and blocks
     # the engine writes into a publish buffer are copied by stratad straight into the zone.

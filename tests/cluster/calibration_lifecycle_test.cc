@@ -1,8 +1,9 @@
-// A namespace's calibrations (codec mode pca) through their life, on real stratad processes:
-// publishing before any calibration is refused with what to do; blobs coded with v1 still decode
-// after a recalibration to v2; a node that joined after the calibration fetches it from the
-// node that has it; and when no node reached has it, the blocks come back as
-// kUnknownCalibration, never decoded with the wrong basis (issue 16, item 2).
+// A namespace's calibrations (codec modes pca and xl) through their life, on real stratad
+// processes: publishing before any calibration is refused with what to do; blobs coded with v1
+// still decode after a recalibration to v2; a node that joined after the calibration fetches it
+// from the node that has it; and when no node reached has it, the blocks come back as
+// kUnknownCalibration, never decoded with the wrong basis (issue 16, item 2). The tests that
+// hold for both modes run for each (a pca policy and an xl one).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,6 +34,20 @@ NamespaceSpec PcaSpec() {
   NamespaceSpec s = testing::SmallSpec("calibration-test", /*layers=*/2, /*head_dim=*/64);
   s.codec_policy = "pca:b2";
   return s;
+}
+
+// The same namespace (same model, layout and so block ids) under `policy`.
+NamespaceSpec SpecWith(const std::string& policy) {
+  NamespaceSpec s = PcaSpec();
+  s.codec_policy = policy;
+  return s;
+}
+
+// The policies the mode-independent tests run with: pca at 2 bits per value, xl at half of each
+// head's rms per step.
+const char* const kPolicies[] = {"pca:b2", "xl:s0.5"};
+std::string PolicyName(const ::testing::TestParamInfo<const char*>& info) {
+  return std::string(info.param).substr(0, std::string(info.param).find(':'));
 }
 
 // Blocks [first, first + n) of one synthetic KV sequence (one model's statistics: the
@@ -132,8 +147,9 @@ void ExpectClose(const Fetched& f, const Published& p) {
   ASSERT_EQ(f.status.size(), p.blocks.size());
   for (size_t i = 0; i < p.blocks.size(); ++i) {
     EXPECT_EQ(f.status[i], BlockStatus::kOk) << "block " << i;
-    // pca:b2 calibrated on other blocks of this sequence stays well under 10%; a calibration
-    // learned on another sequence's statistics gave 50-96% while this test was written.
+    // pca:b2 (and xl:s0.5) calibrated on other blocks of this sequence stays well under 10%; a
+    // pca calibration learned on another sequence's statistics gave 50-96% while this test was
+    // written.
     EXPECT_LT(RelativeError(p.blocks[i], f.blocks[i]), 0.1) << "block " << i;
   }
 }
@@ -152,12 +168,19 @@ bool FirstTokenExact(const std::vector<uint8_t>& want, const std::vector<uint8_t
 // The first block of a sequence keeps its first token (the attention sink) exact in every
 // section; a later block codes its first token. Publish knows each block's position; PublishIds
 // without positions takes the block whose parent is the zero id as a sequence's first.
-TEST(CalibrationLifecycleTest, ASequencesFirstTokenIsKeptExact) {
+class CalibrationModesTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  NamespaceSpec Spec() const { return SpecWith(GetParam()); }
+  bool Xl() const { return std::string(GetParam()).rfind("xl", 0) == 0; }
+};
+INSTANTIATE_TEST_SUITE_P(Modes, CalibrationModesTest, ::testing::ValuesIn(kPolicies), PolicyName);
+
+TEST_P(CalibrationModesTest, ASequencesFirstTokenIsKeptExact) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto c = Connect(d);
   ASSERT_TRUE(c);
-  auto ns = c->OpenNamespace(PcaSpec(), "tenant-a");
+  auto ns = c->OpenNamespace(Spec(), "tenant-a");
   ASSERT_TRUE(ns.ok()) << ns.status();
   ASSERT_TRUE(c->Calibrate(*ns, Views(KvBlocks(32, 0))).ok());
 
@@ -234,12 +257,12 @@ TEST(CalibrationLifecycleTest, ABitBudgetHoldsForEveryPublishedBlock) {
   EXPECT_LT(cal_at_cap_error, 0.2);
 }
 
-TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
+TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto c = Connect(d);
   ASSERT_TRUE(c);
-  auto ns = c->OpenNamespace(PcaSpec(), "tenant-a");
+  auto ns = c->OpenNamespace(Spec(), "tenant-a");
   ASSERT_TRUE(ns.ok()) << ns.status();
 
   // No calibration yet: publishing says what to do, and nothing is stored.
@@ -252,7 +275,13 @@ TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_EQ(v1->version, 1u);
   EXPECT_TRUE(v1->current);
-  EXPECT_NEAR(v1->target_bits, 2.0, 1e-6) << "the rate of the namespace's policy, pca:b2";
+  EXPECT_EQ(v1->mode, Xl() ? "xl" : "pca");
+  if (Xl()) {
+    EXPECT_NEAR(v1->step, 0.5, 1e-6) << "the step of the namespace's policy, xl:s0.5";
+  } else {
+    EXPECT_NEAR(v1->target_bits, 2.0, 1e-6) << "the rate of the namespace's policy, pca:b2";
+  }
+  EXPECT_GT(v1->sample_bits, 0);
   Published p1 = Publish(*c, *ns, 6, 82);
 
   // Importances (what each layer's error costs the model) come one per (layer, tensor) or per
@@ -264,6 +293,7 @@ TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   EXPECT_NE(refused.status().message().find("importances"), std::string::npos) << refused.status();
   CalibrationRequest finer;
   finer.bits_per_value = 3;
+  finer.step = 0.3;
   finer.importance.assign(size_t{PcaSpec().layout.num_layers} * 2, 1.0);
   finer.importance[0] = 4.0;
   auto samples2 = KvBlocks(32, 16);
@@ -292,12 +322,12 @@ TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   // A client that has seen neither calibration decodes both generations.
   auto fresh = Connect(d);
   ASSERT_TRUE(fresh);
-  ASSERT_TRUE(fresh->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  ASSERT_TRUE(fresh->OpenNamespace(Spec(), "tenant-a").ok());
   ExpectClose(Fetch(*fresh, *ns, p1.ids), p1);
   ExpectClose(Fetch(*fresh, *ns, p2.ids), p2);
 
   // A calibration for another layout, or a version already taken, is refused.
-  NamespaceSpec other = PcaSpec();
+  NamespaceSpec other = Spec();
   other.layout.head_dim = 32;
   other.model_id = "calibration-test-other";
   auto other_ns = c->OpenNamespace(other, "tenant-a");
@@ -322,12 +352,49 @@ TEST(CalibrationLifecycleTest, OldBlobsStillDecodeAfterARecalibration) {
   ASSERT_EQ(ls.first, 0) << ls.second;
   EXPECT_NE(ls.second.find(absl::StrFormat("%016x", v1->id)), std::string::npos) << ls.second;
   EXPECT_NE(ls.second.find(absl::StrFormat("%016x", v2->id)), std::string::npos) << ls.second;
+  EXPECT_NE(ls.second.find(Xl() ? " xl " : " pca "), std::string::npos) << ls.second;
+}
+
+// A namespace takes calibrations of its own codec mode only: a pca artefact is refused by an xl
+// namespace and the other way round, with a message that names both modes.
+TEST(CalibrationLifecycleTest, ACalibrationOfTheOtherModeIsRefused) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  std::string artefact[2];
+  NamespaceId ns[2];
+  for (int i = 0; i < 2; ++i) {
+    NamespaceSpec spec = SpecWith(kPolicies[i]);
+    spec.model_id = absl::StrCat("calibration-test-", i);
+    auto opened = c->OpenNamespace(spec, "tenant-a");
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    ns[i] = *opened;
+    auto cal = c->Calibrate(ns[i], Views(KvBlocks(32, 0)));
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    const std::string file = absl::StrCat(d.dir(), "/artefact", i);
+    auto got = RunCommand(absl::StrCat(STRATACTL_BIN, " --endpoint ", d.endpoint(),
+                                       " calibration get --namespace ", ns[i].ToHex(), " -o ",
+                                       file));
+    ASSERT_EQ(got.first, 0) << got.second;
+    std::ifstream in(file, std::ios::binary);
+    artefact[i].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string& other = artefact[1 - i];
+    auto put = c->PutCalibration(ns[i], {reinterpret_cast<const uint8_t*>(other.data()),
+                                         other.size()});
+    EXPECT_EQ(put.status().code(), absl::StatusCode::kInvalidArgument) << put.status();
+    EXPECT_NE(put.status().message().find("the calibration is for mode"), std::string::npos)
+        << put.status();
+  }
 }
 
 // Node n0 is up; node n1 (in n0's static view) starts only after n0's clients calibrated and
 // published, so it never received the calibration.
-class LateJoinerTest : public ::testing::Test {
+class LateJoinerTest : public ::testing::TestWithParam<const char*> {
  protected:
+  NamespaceSpec Spec() const { return SpecWith(GetParam()); }
   void SetUp() override {
     dir_ = MakeTempDir("calibration-cluster");
     std::ofstream(dir_ + "/secret") << "calibration-test-secret-0123456789\n";
@@ -336,7 +403,7 @@ class LateJoinerTest : public ::testing::Test {
     ASSERT_TRUE(n0_->ok()) << n0_->log();
     a_ = Connect(*n0_);
     ASSERT_TRUE(a_);
-    auto ns = a_->OpenNamespace(PcaSpec(), "tenant-a");
+    auto ns = a_->OpenNamespace(Spec(), "tenant-a");
     ASSERT_TRUE(ns.ok()) << ns.status();
     ns_ = *ns;
     auto samples = KvBlocks(32, 0);
@@ -349,7 +416,7 @@ class LateJoinerTest : public ::testing::Test {
     ASSERT_TRUE(n1_->ok()) << n1_->log();
     b_ = Connect(*n1_);
     ASSERT_TRUE(b_);
-    ASSERT_TRUE(b_->OpenNamespace(PcaSpec(), "tenant-a").ok());
+    ASSERT_TRUE(b_->OpenNamespace(Spec(), "tenant-a").ok());
     auto none = b_->ListCalibrations(ns_);
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_TRUE(none->empty());
@@ -385,7 +452,9 @@ class LateJoinerTest : public ::testing::Test {
   Published p_;
 };
 
-TEST_F(LateJoinerTest, ANodeThatLacksTheCalibrationFetchesItFromTheCluster) {
+INSTANTIATE_TEST_SUITE_P(Modes, LateJoinerTest, ::testing::ValuesIn(kPolicies), PolicyName);
+
+TEST_P(LateJoinerTest, ANodeThatLacksTheCalibrationFetchesItFromTheCluster) {
   Fetched f = Fetch(*b_, ns_, p_.ids);
   ExpectClose(f, p_);
   EXPECT_EQ(f.remote, p_.ids.size()) << "n1 held none of the blocks";
@@ -411,14 +480,14 @@ TEST_F(LateJoinerTest, ANodeThatLacksTheCalibrationFetchesItFromTheCluster) {
   EXPECT_EQ((*both)[1].id, v2->id);
   auto fresh_b = Connect(*n1_);
   ASSERT_TRUE(fresh_b);
-  ASSERT_TRUE(fresh_b->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  ASSERT_TRUE(fresh_b->OpenNamespace(Spec(), "tenant-a").ok());
   Published q = Publish(*fresh_b, ns_, 3, 104);
   std::vector<std::vector<uint8_t>> blobs;
   ASSERT_TRUE(fresh_b->FetchBlobs(ns_, q.ids, &blobs).ok());
   for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v2->id);
 }
 
-TEST_F(LateJoinerTest, BlobsOfACalibrationNoNodeHasAreRefusedPerBlock) {
+TEST_P(LateJoinerTest, BlobsOfACalibrationNoNodeHasAreRefusedPerBlock) {
   // n1 copies the blobs (not the calibration), then the only node with the calibration dies.
   auto moved = b_->Prefetch(ns_, p_.ids);
   ASSERT_TRUE(moved.ok()) << moved.status();
@@ -428,7 +497,7 @@ TEST_F(LateJoinerTest, BlobsOfACalibrationNoNodeHasAreRefusedPerBlock) {
 
   auto fresh = Connect(*n1_);
   ASSERT_TRUE(fresh);
-  ASSERT_TRUE(fresh->OpenNamespace(PcaSpec(), "tenant-a").ok());
+  ASSERT_TRUE(fresh->OpenNamespace(Spec(), "tenant-a").ok());
   std::vector<std::vector<uint8_t>> out(p_.ids.size(),
                                         std::vector<uint8_t>(PcaSpec().layout.BlockBytes(), 0xee));
   std::vector<MutableBuffer> bufs;
