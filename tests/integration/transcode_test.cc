@@ -91,7 +91,7 @@ Outcome PublishThrough(const std::string& cold_codec, const NamespaceSpec& spec 
   const auto kv =
       codec::GenerateSyntheticKv(layout, kPrompts + kSamples, codec::SyntheticKvParams{});
   auto block = [&](size_t p) { return std::span(kv).subspan(p * bytes, bytes); };
-  if (absl::StartsWith(spec.codec_policy, "pca")) {
+  if (absl::StartsWith(spec.codec_policy, "pca") || absl::StartsWith(spec.codec_policy, "xl")) {
     std::vector<ConstBuffer> samples;
     for (size_t i = 0; i < kSamples; ++i) samples.push_back({block(kPrompts + i).data(), bytes});
     auto cal = client->Calibrate(*ns, samples);
@@ -178,6 +178,23 @@ TEST(TranscodeTest, PcaBlocksGoColdWithTheirOwnCalibration) {
   // count is the blob's) and decodes with a larger, bounded error.
   const double values = spec.layout.BlockBytes() / 2.0;
   EXPECT_LE(cold.oldest_bytes * 8.0, 1.4 * values);
+  EXPECT_LT(cold.oldest_bytes, cold.newest_bytes);
+  EXPECT_GT(cold.oldest_error, cold.newest_error);
+  EXPECT_LT(cold.oldest_error, 0.5);
+}
+
+// An xl namespace's cold blocks go to a quant cold codec: the daemon decodes each with the
+// cross-layer calibration it stores (the same artefact store as pca's) and re-codes it.
+TEST(TranscodeTest, CrossLayerBlocksGoColdThroughTheirCalibration) {
+  const NamespaceSpec spec = Spec("xl:s0.15", 64);
+  const Outcome plain = PublishThrough("", spec);
+  const Outcome cold = PublishThrough(kColdCodec, spec);
+  std::printf("resident blocks: %zu without a cold codec, %zu with (%llu transcoded); newest "
+              "%llu bytes (error %.4f), oldest %llu bytes (error %.4f)\n",
+              plain.resident, cold.resident, static_cast<unsigned long long>(cold.transcoded),
+              static_cast<unsigned long long>(cold.newest_bytes), cold.newest_error,
+              static_cast<unsigned long long>(cold.oldest_bytes), cold.oldest_error);
+  ExpectMoreResident(plain, cold);
   EXPECT_LT(cold.oldest_bytes, cold.newest_bytes);
   EXPECT_GT(cold.oldest_error, cold.newest_error);
   EXPECT_LT(cold.oldest_error, 0.5);
