@@ -6,7 +6,7 @@
 // so the layer below predicts most of a layer (81-89 % of SmolLM2's variance). Coding the
 // residual of that prediction with one PCA per layer cut the model's KL at equal rate 3-5x on
 // SmolLM2 and ~1.7x on Qwen2.5 against the per-head pca mode (docs/codec.md, "One transform per
-// layer and a prediction from the layer below (xl, experimental)"); it decodes 5-10x slower.
+// layer and a prediction from the layer below (xl)"); it decodes 5-10x slower.
 //
 // Per token and layer l the decoder computes, in the calibration's units (each head's values
 // divided by its scale),

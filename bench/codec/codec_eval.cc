@@ -526,9 +526,8 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   return row;
 }
 
-// `xl:sSTEP`: the cross-layer coder (codec/cross_layer.h; not a blob mode yet), calibrated from
-// the --calibrate-from blocks with the pca modes' RoPE and per (layer, tensor) importances, one
-// payload per block.
+// `xl:sSTEP`: codec mode xl (codec/cross_layer.h), calibrated from the --calibrate-from blocks
+// with the pca modes' RoPE and per (layer, tensor) importances; blobs as the store keeps them.
 absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int reps,
                                   std::vector<uint8_t>* decoded, const PcaContext& pca) {
   codec::CrossLayerOptions o;
@@ -555,14 +554,23 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
                "coordinates coded per layer, %.1f MB serialized\n", spec.c_str(), c.blocks,
                Seconds(t0, Clock::now()), static_cast<double>(coded) / cal->num_layers,
                cal->Width(), static_cast<double>(cal->Serialize().size()) / 1e6);
+  codec::CalibrationSet set;
+  codec::CodecParams params;
+  params.mode = codec::Mode::kCrossLayer;
+  params.calibration_id = set.Add(std::make_shared<const codec::Calibration>(
+      codec::Calibration::OfCrossLayer(
+          std::make_shared<const codec::CrossLayerCalibration>(*std::move(cal)))));
+  codec::Encoder encoder;
+  encoder.set_calibrations(&set);
+  codec::Decoder decoder;
+  decoder.set_calibrations(&set);
   const size_t bb = BlockBytes(d);
   std::vector<std::vector<uint8_t>> payloads(d.blocks);
   auto encode = [&]() -> absl::Status {
     for (uint32_t b = 0; b < d.blocks; ++b) {
-      payloads[b].clear();
-      STRATA_RETURN_IF_ERROR(codec::EncodeCrossLayer(*cal, d.layout, {d.bytes.data() + b * bb, bb},
-                                                     uint64_t{b} * d.layout.tokens_per_block,
-                                                     &payloads[b]));
+      params.first_position = uint64_t{b} * d.layout.tokens_per_block;
+      STRATA_RETURN_IF_ERROR(
+          encoder.Encode(d.layout, params, {d.bytes.data() + b * bb, bb}, &payloads[b]));
     }
     return absl::OkStatus();
   };
@@ -572,9 +580,7 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
   absl::Status st;
   const double td = BestSeconds(reps, [&] {
     for (uint32_t b = 0; b < d.blocks && st.ok(); ++b)
-      st = codec::DecodeCrossLayer(*cal, d.layout, payloads[b],
-                                   uint64_t{b} * d.layout.tokens_per_block,
-                                   {out.data() + b * bb, bb});
+      st = decoder.Decode(payloads[b], {out.data() + b * bb, bb});
   });
   if (!st.ok()) return st;
   double bytes = 0;
