@@ -307,7 +307,8 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
   std::vector<uint8_t> bytes;
   if (params->mode == codec::Mode::kCrossLayer) {
     codec::CrossLayerOptions opts;
-    opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.7;
+    // xl:rC names no step: a fine one (more coordinates coded), the budget coarsens it per block.
+    opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.5;
     opts.rope_theta = request.rope_theta;
     opts.first_positions = request.first_positions;
     opts.importance = request.importance;

@@ -33,8 +33,8 @@ std::string_view ModeName(Mode m) {
 absl::Status CodecParams::Validate(const KvLayout& layout) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
-  if (pca_step_code != 0 && mode != Mode::kPca)
-    return absl::InvalidArgumentError("codec: a step scale is a pca option");
+  if (pca_step_code != 0 && !UsesCalibration(mode))
+    return absl::InvalidArgumentError("codec: a step scale is a pca or xl option");
   switch (mode) {
     case Mode::kRaw: return absl::OkStatus();
     case Mode::kLossless:
@@ -56,16 +56,17 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
       if (error_target != 0)
         return absl::InvalidArgumentError("codec: an error target is a quant option");
       return absl::OkStatus();
-    case Mode::kCrossLayer:
+    case Mode::kCrossLayer:  // xl:sS or xl:rC alone ask for a calibration still to be made
       if (layout.dtype == DType::kFloat8E4M3)
         return absl::InvalidArgumentError("codec: xl mode does not take fp8 tensors");
       if (calibration_id == 0)
         return absl::InvalidArgumentError(
             "codec: xl mode needs a calibration id (calibrate the namespace first)");
-      if (rate_bits != 0 || error_target != 0)
+      if (rate_bits != 0 && !(rate_bits > 0 && rate_bits <= 16))
         return absl::InvalidArgumentError(
-            "codec: xl mode has no bit budget or error target (its calibration's step sets the "
-            "rate)");
+            "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
+      if (error_target != 0)
+        return absl::InvalidArgumentError("codec: an error target is a quant option");
       return absl::OkStatus();
     default: return absl::InvalidArgumentError("codec: unknown mode");
   }
@@ -151,17 +152,28 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
   }
   if (parts[0] == "xl") {
     p.mode = Mode::kCrossLayer;
-    float step;
-    if (parts.size() == 2 && absl::StartsWith(parts[1], "s") &&
+    float step, cap;
+    auto budget = [&](absl::string_view part) {
+      if (!absl::StartsWith(part, "r") || !absl::SimpleAtof(part.substr(1), &cap) ||
+          !(cap > 0 && cap <= 16))
+        return false;
+      p.rate_bits = cap;
+      return true;
+    };
+    if (parts.size() == 3 && !budget(parts[2]))
+      return bad("an xl bit budget is :rC with 0 < C <= 16 bits per value");
+    if (parts.size() == 2 && budget(parts[1])) return p;  // xl:rC
+    if (parts.size() >= 2 && parts.size() <= 3 && absl::StartsWith(parts[1], "s") &&
         absl::SimpleAtof(parts[1].substr(1), &step) && step > 0 && step <= 16) {
       p.xl_step = step;
       return p;
     }
-    if (parts.size() == 2 && parts[1].size() == 16 &&
+    if (parts.size() >= 2 && parts.size() <= 3 && parts[1].size() == 16 &&
         absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
       return p;
     return bad("expected xl:sS (step S in units of each head's rms, 0 < S <= 16) or xl:<16 hex "
-               "digit id>");
+               "digit id>, then optionally :rC (at most C bits per value per block), or xl:rC "
+               "alone");
   }
   if (parts[0] != "quant")
     return bad("unknown mode (raw, lossless, intN-gG, quant:..., pca:..., xl:...)");
@@ -210,8 +222,12 @@ std::string CodecSpecString(const CodecParams& p) {
                                   : "",
           p.rate_bits > 0 ? absl::StrCat(":r", p.rate_bits) : "");
     case Mode::kCrossLayer:
-      return p.calibration_id != 0 ? absl::StrCat("xl:", CalibrationIdString(p.calibration_id))
-                                   : absl::StrCat("xl:s", p.xl_step);
+      return absl::StrCat(
+          "xl",
+          p.calibration_id != 0 ? absl::StrCat(":", CalibrationIdString(p.calibration_id))
+          : p.xl_step > 0       ? absl::StrCat(":s", p.xl_step)
+                                : "",
+          p.rate_bits > 0 ? absl::StrCat(":r", p.rate_bits) : "");
     case Mode::kQuant: {
       std::string s = absl::StrCat("quant:k", p.key_bits, "v", p.value_bits);
       if (p.group_size != 64) absl::StrAppend(&s, ":g", p.group_size);
@@ -358,8 +374,8 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
                                  std::span<const uint8_t> block, const SectionSource* source,
                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(params.Validate(layout));
-  if (params.rate_bits > 0 && params.mode == Mode::kPca)
-    return EncodePcaWithinRate(layout, params, block, blob, stats);
+  if (params.rate_bits > 0 && UsesCalibration(params.mode))
+    return EncodeCalibratedWithinRate(layout, params, block, blob, stats);
   if (params.rate_bits > 0) return EncodeWithinRate(layout, params, block, source, blob, stats);
   if (params.error_target > 0)
     return EncodeWithinError(layout, params, block, source, blob, stats);
@@ -412,8 +428,10 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
     BlobWriter w(blob, h, 1);
     SectionEntry e;
     e.type = SectionType::kCrossLayer;
+    e.bits = params.pca_step_code;  // the step scale's code, as a pca section's
     STRATA_RETURN_IF_ERROR(EncodeCrossLayer(*cal->cross_layer, layout, block,
-                                            params.first_position, w.BeginSection(e)));
+                                            params.first_position, w.BeginSection(e), {},
+                                            internal::PcaStepScale(e.bits)));
     w.EndSection();
     STRATA_RETURN_IF_ERROR(w.Finish());
   } else {
@@ -540,7 +558,7 @@ absl::Status CheckSections(const BlobView& v) {
   if (mode == Mode::kCrossLayer) {
     const SectionEntry* s = v.sections.size() == 1 ? &v.sections[0] : nullptr;
     if (!s || s->type != SectionType::kCrossLayer || s->layer != 0 || s->tensor != 0 ||
-        s->bits != 0 || s->coder != 0)
+        s->coder != 0)
       return absl::DataLossError("blob: an xl blob holds one cross-layer section");
     if (h.layout.dtype == DType::kFloat8E4M3)
       return absl::DataLossError("blob: quantised fp8 blob");
@@ -646,7 +664,8 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
   }
   if (mode == Mode::kCrossLayer)  // on the CPU, device sections or not (they are quant's)
     return DecodeCrossLayer(*cal->cross_layer, layout, v.Payload(v.sections[0]),
-                            v.header.first_position, out);
+                            v.header.first_position, out,
+                            internal::PcaStepScale(v.sections[0].bits));
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
   // With a shared stream (the last section) the sections are decoded last to first: the stream

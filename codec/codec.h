@@ -79,8 +79,8 @@ struct CodecParams {
   // quant: the encoder picks each block's bits per layer, at most key_bits / value_bits: the
   // most that keep the blob within the budget (codec/rate_control.cc). A block that exceeds it
   // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size).
-  // pca: the encoder scales all of the calibration's steps by the finest common factor that
-  // keeps the blob within the budget (pca_step_code below, chosen per block); a block that
+  // pca and xl: the encoder scales all of the calibration's steps by the finest common factor
+  // that keeps the blob within the budget (pca_step_code below, chosen per block); a block that
   // exceeds it even at the coarsest is stored at the coarsest. The search keeps every section's
   // coordinates (4 bytes per coded coordinate and token: up to twice the fp16 block), and the
   // Encoder keeps that buffer for its next block.
@@ -104,7 +104,7 @@ struct CodecParams {
   // pca: the rate a calibration for this spec aims at: pca_target_bits, else the budget of
   // `pca:rC` (0: neither).
   float PcaCalibrationBits() const { return pca_target_bits > 0 ? pca_target_bits : rate_bits; }
-  // pca: every step of the calibration times 2^((code - 128) / 32) in this block (0: as
+  // pca and xl: every step of the calibration times 2^((code - 128) / 32) in this block (0: as
   // calibrated, the same as 128); each section carries it. Rate control sets it; 1 .. 255 span
   // 1/16 .. 16 times the calibrated steps (about -4 .. +4 bits per coded coordinate).
   uint8_t pca_step_code = 0;
@@ -131,7 +131,9 @@ struct CodecParams {
 // still to be made), either optionally with ":rC" (at most C bits per value per block), and
 // "pca:rC" (at most C bits per value per block with the calibration the context gives: a
 // namespace's calibrated at C, a cold codec's the blob's own); "xl:<16 hex digits>" (cross-layer
-// coding with that calibration) and "xl:sS" (a calibration still to be made, at step S).
+// coding with that calibration) and "xl:sS" (a calibration still to be made, at step S), either
+// optionally with ":rC" as pca's, and "xl:rC" (a namespace's calibrated at step 0.5, a cold
+// codec's the blob's own).
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec);
 std::string CodecSpecString(const CodecParams& p);
 
@@ -208,10 +210,10 @@ class Encoder {
   absl::Status EncodeWithinRate(const KvLayout& layout, const CodecParams& params,
                                 std::span<const uint8_t> block, const SectionSource* source,
                                 std::vector<uint8_t>* blob, EncodeStats* stats);
-  // pca with params.rate_bits > 0: the block's step scale search (codec/rate_control.cc).
-  absl::Status EncodePcaWithinRate(const KvLayout& layout, const CodecParams& params,
-                                   std::span<const uint8_t> block, std::vector<uint8_t>* blob,
-                                   EncodeStats* stats);
+  // pca or xl with params.rate_bits > 0: the block's step scale search (codec/rate_control.cc).
+  absl::Status EncodeCalibratedWithinRate(const KvLayout& layout, const CodecParams& params,
+                                          std::span<const uint8_t> block,
+                                          std::vector<uint8_t>* blob, EncodeStats* stats);
   // During a pca search: every section's projection is kept (from the first trial on) and
   // reused by the later trials of the same block.
   void BeginPcaSearch();

@@ -173,10 +173,11 @@ STRATA_XL_CLONES void Predict(const float* below, const float* below_mean, const
   }
 }
 
-// hat[t] = mean + guess[t] + sum over k of q[t][k] step[k] axis k (k in order, zeros skipped:
-// adding a zero product would not change a sum that is not -0).
+// hat[t] = mean + guess[t] + sum over k of q[t][k] (step[k] step_scale) axis k (k in order,
+// zeros skipped: adding a zero product would not change a sum that is not -0).
 STRATA_XL_CLONES void Reconstruct(const CrossLayerTransform& tr, const float* guess,
-                                  const int32_t* q, size_t tokens, size_t width, float* hat) {
+                                  const int32_t* q, size_t tokens, size_t width, float step_scale,
+                                  float* hat) {
   const size_t n = tr.step.size();
   for (size_t t = 0; t < tokens; ++t) {
     float* out = hat + t * width;
@@ -184,7 +185,7 @@ STRATA_XL_CLONES void Reconstruct(const CrossLayerTransform& tr, const float* gu
     for (size_t k = 0; k < n; ++k) {
       const int32_t qk = q[t * n + k];
       if (qk == 0) continue;
-      const float a = static_cast<float>(qk) * tr.step[k];
+      const float a = static_cast<float>(qk) * (tr.step[k] * step_scale);
       const float* axis = tr.axes.data() + k * width;
       for (size_t c = 0; c < width; ++c) out[c] += a * axis[c];
     }
@@ -619,8 +620,19 @@ struct Work {
   rans::Scratch rans;
 };
 
-bool UseTiles(const CrossLayerCalibration& cal, size_t tokens) {
-  return cal.tiles && internal::XlAmxAvailable() && tokens % 32 == 0;
+// Whether a step scale keeps every scaled step where the tiles' bf16 projection is accurate
+// enough (BuildTiles asks 2^-3 of the calibrated steps).
+bool ScaledStepsFitTiles(const CrossLayerCalibration& cal, float step_scale) {
+  if (step_scale >= 1) return true;
+  for (const CrossLayerTransform& tr : cal.layers)
+    for (float st : tr.step)
+      if (!(st * step_scale >= 0x1p-3f)) return false;
+  return true;
+}
+
+bool UseTiles(const CrossLayerCalibration& cal, size_t tokens, float step_scale) {
+  return cal.tiles && internal::XlAmxAvailable() && tokens % 32 == 0 &&
+         ScaledStepsFitTiles(cal, step_scale);
 }
 
 // On the tiles: guess = (below_hat - the mean below) P, zero for layer 0.
@@ -656,8 +668,10 @@ void TileProject(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Wo
   internal::XlProduct(k->a.data(), w, b, tokens, false, k->y.data(), b.cols_pad);
 }
 
-// On the tiles: hat = mean + (guess + q (steps x axes)), the sums continuing the prediction's.
-void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* k) {
+// On the tiles: hat = mean + (guess + (q step_scale) (steps x axes)), the sums continuing the
+// prediction's; q step_scale rounded to bf16 (exact at scale 1).
+void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, float step_scale,
+             Work* k) {
   const size_t w = cal.Width();
   const CrossLayerTransform& tr = cal.layers[l];
   const size_t n = tr.step.size();
@@ -666,7 +680,8 @@ void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* 
     k->a.resize(tokens * b.rows_pad);
     k->centred.resize(n);
     for (size_t t = 0; t < tokens; ++t) {
-      for (size_t j = 0; j < n; ++j) k->centred[j] = static_cast<float>(k->q[t * n + j]);
+      for (size_t j = 0; j < n; ++j)
+        k->centred[j] = static_cast<float>(k->q[t * n + j]) * step_scale;
       internal::XlToBf16(k->centred.data(), n, b.rows_pad, k->a.data() + t * b.rows_pad);
     }
     internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
@@ -705,15 +720,20 @@ void StoreLayer(const Shape& s, uint32_t l, const Angles& angles, const float* s
 
 // The reconstruction on the tiles only where its bf16 rounding stays far under a step: each
 // term q * (step x axis) is off by up to 2^-9 of itself, so |q| <= 32 keeps every coordinate
-// within 1/16 of a step (and q exact); the header's maxq tells the decoder the same.
-bool TileHatFits(int32_t maxq) { return maxq <= 32; }
+// within 1/16 of a step (and q exact); the header's maxq tells the decoder the same. A scaled
+// step rounds q * step_scale to bf16 too: |q| <= 16 keeps the same bound.
+bool TileHatFits(int32_t maxq, float step_scale) { return maxq <= (step_scale == 1 ? 32 : 16); }
+
 
 }  // namespace
 
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
-                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction) {
+                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction,
+                              float step_scale) {
   STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  if (!(step_scale > 0) || !std::isfinite(step_scale))
+    return absl::InvalidArgumentError("cross-layer encode: the step scale must be > 0");
   if (block.size() != layout.BlockBytes() ||
       (!reconstruction.empty() && reconstruction.size() != block.size()))
     return absl::InvalidArgumentError("cross-layer encode: input is not one block");
@@ -730,7 +750,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   ByteWriter bw(out);
   bw.U32(kMagic);
   const bool sink = first_position == 0;
-  const bool tiles = UseTiles(cal, T);
+  const bool tiles = UseTiles(cal, T, step_scale);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
     const CrossLayerTransform& tr = cal.layers[l];
     const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
@@ -762,7 +782,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     int32_t maxq = 0;
     for (size_t t = 0; t < T; ++t) {
       for (size_t j = 0; j < n; ++j) {
-        const float v = std::nearbyint(k.y[t * ny + j] / tr.step[j]);
+        const float v = std::nearbyint(k.y[t * ny + j] / (tr.step[j] * step_scale));
         if (!std::isfinite(v)) {  // a calibration whose products overflow on this block
           out->resize(start);
           return absl::InvalidArgumentError(absl::StrCat("cross-layer encode: layer ", l,
@@ -773,10 +793,10 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
         maxq = std::max(maxq, std::abs(k.q[t * n + j]));
       }
     }
-    if (tiles && TileHatFits(maxq)) {
-      TileHat(cal, l, T, &k);
+    if (tiles && TileHatFits(maxq, step_scale)) {
+      TileHat(cal, l, T, step_scale, &k);
     } else {
-      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
     }
     bw.U16(static_cast<uint16_t>(maxq));
     bw.U16(sink ? 1 : 0);
@@ -815,8 +835,10 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
 
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,
-                              std::span<uint8_t> out) {
+                              std::span<uint8_t> out, float step_scale) {
   STRATA_RETURN_IF_ERROR(cal.Matches(layout));
+  if (!(step_scale > 0) || !std::isfinite(step_scale))
+    return absl::InvalidArgumentError("cross-layer decode: the step scale must be > 0");
   if (out.size() != layout.BlockBytes())
     return absl::InvalidArgumentError("cross-layer decode: output is not one block");
   if (payload.size() < 8) return absl::DataLossError("cross-layer payload: truncated");
@@ -838,7 +860,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   k.below_hat.resize(T * w);
   k.guess.assign(T * w, 0.0f);
   std::vector<float> kt(s.heads * s.dim), vt(s.heads * s.dim);
-  const bool tiles = UseTiles(cal, T);
+  const bool tiles = UseTiles(cal, T, step_scale);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
     const CrossLayerTransform& tr = cal.layers[l];
     const float* scale = cal.scale.data() + size_t{l} * 2 * s.heads;
@@ -893,10 +915,10 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
               &k.centred, k.guess.data());
     }
-    if (tiles && TileHatFits(maxq)) {
-      TileHat(cal, l, T, &k);
+    if (tiles && TileHatFits(maxq, step_scale)) {
+      TileHat(cal, l, T, step_scale, &k);
     } else {
-      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, k.hat.data());
+      Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
     }
     for (size_t i = 0; i < tokens.size(); ++i) {  // the exact tokens' rows, as the encoder's
       const size_t t = tokens[i];

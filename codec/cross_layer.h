@@ -107,13 +107,15 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
 // the rANS tables and stream of the coded coordinates (runs of 16 tokens of one coordinate,
 // 16 contexts by the coordinate's rank); a CRC32C of all preceding bytes closes it.
 // `reconstruction`, when given (one block), receives what DecodeCrossLayer will write for the
-// payload where it takes the same way (tiles or float kernels).
+// payload where it takes the same way (tiles or float kernels). `step_scale` multiplies every
+// step of the calibration (a bit budget's search sets it; the decoder must be given the same).
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
-                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction = {});
+                              std::vector<uint8_t>* out, std::span<uint8_t> reconstruction = {},
+                              float step_scale = 1.0f);
 // DataLoss for a payload that is not one EncodeCrossLayer wrote for this calibration's shape.
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,
-                              std::span<uint8_t> out);
+                              std::span<uint8_t> out, float step_scale = 1.0f);
 
 }  // namespace strata::codec

@@ -239,9 +239,13 @@ absl::Status Encoder::EncodeWithinRate(const KvLayout& layout, const CodecParams
   return absl::OkStatus();
 }
 
-absl::Status Encoder::EncodePcaWithinRate(const KvLayout& layout, const CodecParams& params,
-                                          std::span<const uint8_t> block,
-                                          std::vector<uint8_t>* blob, EncodeStats* stats) {
+// pca and xl alike: a trial is a whole encode at one step code (pca keeps its sections'
+// projections between trials; xl codes every layer again, since each layer's prediction comes
+// from the one below as decoded at that code).
+absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
+                                                 const CodecParams& params,
+                                                 std::span<const uint8_t> block,
+                                                 std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(CheckBlockSize(layout, block));
   const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
   const double budget = std::floor(static_cast<double>(params.rate_bits) *

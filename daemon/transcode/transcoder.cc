@@ -27,18 +27,20 @@ absl::Status Transcoder::CheckColdCodec(const std::string& spec, const Namespace
   if (!params.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cold_codec: ", params.status().message()));
   }
-  if (params->mode == codec::Mode::kPca) {
+  if (codec::UsesCalibration(params->mode)) {
     // Only with the blob's own calibration, the steps scaled to a bit budget: a calibration made
     // for the cold rate would have to be made and replicated first.
-    if (params->calibration_id != 0 || params->pca_target_bits > 0 || params->rate_bits == 0)
-      return absl::InvalidArgumentError(
-          "cold_codec: a pca cold codec is pca:rC (each blob re-coded with its own calibration "
-          "at most C bits per value)");
+    const std::string mode(codec::ModeName(params->mode));
+    if (params->calibration_id != 0 || params->pca_target_bits > 0 || params->xl_step > 0 ||
+        params->rate_bits == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cold_codec: a ", mode, " cold codec is ", mode,
+          ":rC (each blob re-coded with its own calibration at most C bits per value)"));
     auto policy = codec::ParseCodecSpec(ns.codec_policy);
-    if (!policy.ok() || policy->mode != codec::Mode::kPca)
+    if (!policy.ok() || policy->mode != params->mode)
       return absl::FailedPreconditionError(
-          "cold_codec: pca:rC needs a pca namespace (its blobs' calibrations); use a quant or "
-          "groupwise spec");
+          absl::StrCat("cold_codec: ", mode, ":rC needs a ", mode,
+                       " namespace (its blobs' calibrations); use a quant or groupwise spec"));
     return absl::OkStatus();
   }
   if (params->mode == codec::Mode::kRaw || params->mode == codec::Mode::kLossless) {
@@ -127,9 +129,11 @@ absl::Status Transcoder::Transcode(const TranscodeItem& item, std::vector<uint8_
   }
   auto cold = ColdParams(ns->cold_codec);
   if (!cold.ok()) return cold.status();
-  if (cold->mode == codec::Mode::kPca) {  // pca:rC: the blob's own calibration and position
-    if (info->params.mode != codec::Mode::kPca)
-      return absl::FailedPreconditionError("pca:rC re-codes pca blobs only");
+  if (codec::UsesCalibration(cold->mode)) {  // pca:rC, xl:rC: the blob's own calibration
+    if (info->params.mode != cold->mode)
+      return absl::FailedPreconditionError(
+          absl::StrCat(std::string(codec::ModeName(cold->mode)), ":rC re-codes ",
+                       std::string(codec::ModeName(cold->mode)), " blobs only"));
     cold->calibration_id = info->params.calibration_id;
     cold->first_position = info->params.first_position;
   }

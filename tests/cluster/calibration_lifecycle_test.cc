@@ -205,8 +205,9 @@ TEST_P(CalibrationModesTest, ASequencesFirstTokenIsKeptExact) {
   EXPECT_FALSE(FirstTokenExact(blocks[1], g.blocks[1]));
 }
 
-// A policy with a bit budget (pca:bR:rC; pca:rC calibrates at C) keeps every stored blob within
-// C bits per value, through the client's publish, and decodes close to what was published.
+// A policy with a bit budget (pca:bR:rC; pca:rC calibrates at C; xl:sS:rC, xl:rC) keeps every
+// stored blob within C bits per value, through the client's publish, and decodes close to what
+// was published.
 TEST(CalibrationLifecycleTest, ABitBudgetHoldsForEveryPublishedBlock) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
@@ -242,19 +243,23 @@ TEST(CalibrationLifecycleTest, ABitBudgetHoldsForEveryPublishedBlock) {
       *error = std::max(*error, RelativeError(KvBlock(kv, bytes, 16 + i), out));
     }
   };
-  std::vector<uint64_t> capped, plain, cal_at_cap;
-  double capped_error = 0, plain_error = 0, cal_at_cap_error = 0;
-  run("pca:b2:r1.5", &capped, &capped_error);
-  run("pca:b2", &plain, &plain_error);
-  run("pca:r1.5", &cal_at_cap, &cal_at_cap_error);
-  for (size_t i = 0; i < 8; ++i) {
-    EXPECT_LE(capped[i] * 8.0, 1.5 * values) << "block " << i;
-    EXPECT_LE(cal_at_cap[i] * 8.0, 1.5 * values) << "block " << i;
-    EXPECT_GT(plain[i], capped[i]) << "block " << i;
+  for (const std::string base : {"pca:b2", "xl:s0.3"}) {
+    SCOPED_TRACE(base);
+    const std::string mode = base.substr(0, base.find(':'));
+    std::vector<uint64_t> capped, plain, cal_at_cap;
+    double capped_error = 0, plain_error = 0, cal_at_cap_error = 0;
+    run(base + ":r1.5", &capped, &capped_error);
+    run(base, &plain, &plain_error);
+    run(mode + ":r1.5", &cal_at_cap, &cal_at_cap_error);
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_LE(capped[i] * 8.0, 1.5 * values) << "block " << i;
+      EXPECT_LE(cal_at_cap[i] * 8.0, 1.5 * values) << "block " << i;
+      EXPECT_GT(plain[i], capped[i]) << "block " << i;
+    }
+    EXPECT_GT(capped_error, plain_error);
+    EXPECT_LT(capped_error, 0.2);
+    EXPECT_LT(cal_at_cap_error, 0.2);
   }
-  EXPECT_GT(capped_error, plain_error);
-  EXPECT_LT(capped_error, 0.2);
-  EXPECT_LT(cal_at_cap_error, 0.2);
 }
 
 TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {

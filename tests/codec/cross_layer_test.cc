@@ -14,6 +14,7 @@
 #include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/half.h"
+#include "codec/internal/sections.h"
 #include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/pca_amx.h"
 #include "common/crc32c.h"
@@ -585,12 +586,84 @@ TEST(CrossLayerBlob, SpecsNameAStepOrACalibration) {
   EXPECT_EQ(id->calibration_id, 0xabu);
   EXPECT_EQ(CodecSpecString(*id), "xl:00000000000000ab");
   EXPECT_TRUE(id->Validate(l).ok());
+  for (const char* spec : {"xl:s0.7:r1.5", "xl:00000000000000ab:r2", "xl:r1.5"}) {
+    auto capped = ParseCodecSpec(spec);
+    ASSERT_TRUE(capped.ok()) << spec << ": " << capped.status();
+    EXPECT_EQ(CodecSpecString(*capped), spec);
+    EXPECT_GT(capped->rate_bits, 0);
+  }
   CodecParams capped = *id;
-  capped.rate_bits = 1.5;
-  EXPECT_FALSE(capped.Validate(l).ok());
-  for (const char* bad : {"xl", "xl:s0", "xl:s-1", "xl:s17", "xl:snan", "xl:b1.5",
-                          "xl:s0.7:r1.5", "xl:0000000000000000", "xl:00ab"})
+  capped.error_target = 0.1f;
+  EXPECT_FALSE(capped.Validate(l).ok()) << "an error target is quant's";
+  for (const char* bad : {"xl", "xl:s0", "xl:s-1", "xl:s17", "xl:snan", "xl:b1.5", "xl:s0.7:r0",
+                          "xl:s0.7:r17", "xl:s0.7:e0.1", "xl:r1:r1", "xl:0000000000000000",
+                          "xl:00ab"})
     EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
+}
+
+// xl:<id>:rC: every block at most C bits per value, the calibration's steps scaled by the
+// finest common code that fits (as pca's budget); the blob's section carries the code and the
+// decode is what the coder reconstructed at that scale.
+TEST(CrossLayerBlob, ABitBudgetHoldsForEveryBlock) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 6, 14, 10000);
+  const auto eval = Blocks(l, 3, 15, 10000, 6);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  o.rope_theta = 10000;
+  auto made = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CalibrationSet set;
+  const uint64_t id = set.Add(std::make_shared<const Calibration>(
+      Calibration::OfCrossLayer(std::make_shared<const CrossLayerCalibration>(*made))));
+  Encoder enc;
+  enc.set_calibrations(&set);
+  Decoder dec;
+  dec.set_calibrations(&set);
+  const double values = static_cast<double>(l.BlockBytes()) / 2;
+  CodecParams p;
+  p.mode = Mode::kCrossLayer;
+  p.calibration_id = id;
+  for (uint32_t b = 0; b < eval.size(); ++b) {
+    p.first_position = (6 + b) * uint64_t{kTokens};
+    p.rate_bits = 0;
+    std::vector<uint8_t> plain, blob;
+    ASSERT_TRUE(enc.Encode(l, p, eval[b], &plain).ok());
+    std::vector<uint8_t> plain_out(eval[b].size()), out(eval[b].size());
+    ASSERT_TRUE(dec.Decode(plain, plain_out).ok());
+    const double plain_bits = 8.0 * plain.size() / values;
+    for (double cap : {0.6 * plain_bits, 1.5 * plain_bits}) {
+      p.rate_bits = static_cast<float>(cap);
+      ASSERT_TRUE(enc.Encode(l, p, eval[b], &blob).ok());
+      EXPECT_LE(8.0 * blob.size(), p.rate_bits * values) << "block " << b << " cap " << cap;
+      auto info = InspectBlob(blob);
+      ASSERT_TRUE(info.ok()) << info.status();
+      const uint8_t code = info->sections[0].bits;
+      ASSERT_TRUE(dec.Decode(blob, out).ok());
+      std::vector<uint8_t> payload, want(eval[b].size());
+      ASSERT_TRUE(EncodeCrossLayer(*made, l, eval[b], p.first_position, &payload, want,
+                                   internal::PcaStepScale(code))
+                      .ok());
+      EXPECT_EQ(out, want) << "block " << b << " code " << int{code};
+      if (cap < plain_bits) {  // coarser steps: fewer bits, more error
+        EXPECT_GT(code, 128);
+        EXPECT_GT(RelError(eval[b], out), RelError(eval[b], plain_out));
+      } else {  // room to spare: finer steps than calibrated, so less error
+        EXPECT_LT(code, 128);
+        EXPECT_LT(RelError(eval[b], out), RelError(eval[b], plain_out));
+        EXPECT_GT(8.0 * blob.size(), 0.8 * p.rate_bits * values) << "the budget is mostly used";
+      }
+    }
+  }
+  // A budget nothing meets: stored at the coarsest code, not refused.
+  p.rate_bits = 0.01f;
+  std::vector<uint8_t> blob;
+  ASSERT_TRUE(enc.Encode(l, p, eval[0], &blob).ok());
+  auto info = InspectBlob(blob);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->sections[0].bits, 255);
+  std::vector<uint8_t> out(eval[0].size());
+  EXPECT_TRUE(dec.Decode(blob, out).ok());
 }
 
 }  // namespace

@@ -183,21 +183,29 @@ TEST(TranscodeTest, PcaBlocksGoColdWithTheirOwnCalibration) {
   EXPECT_LT(cold.oldest_error, 0.5);
 }
 
-// An xl namespace's cold blocks go to a quant cold codec: the daemon decodes each with the
-// cross-layer calibration it stores (the same artefact store as pca's) and re-codes it.
+// An xl namespace's cold blocks: the daemon decodes each with the cross-layer calibration it
+// stores (the same artefact store as pca's) and re-codes it with a quant cold codec, or with
+// xl:rC (its own calibration, every step scaled to fit C bits per value).
 TEST(TranscodeTest, CrossLayerBlocksGoColdThroughTheirCalibration) {
   const NamespaceSpec spec = Spec("xl:s0.15", 64);
   const Outcome plain = PublishThrough("", spec);
-  const Outcome cold = PublishThrough(kColdCodec, spec);
-  std::printf("resident blocks: %zu without a cold codec, %zu with (%llu transcoded); newest "
-              "%llu bytes (error %.4f), oldest %llu bytes (error %.4f)\n",
-              plain.resident, cold.resident, static_cast<unsigned long long>(cold.transcoded),
-              static_cast<unsigned long long>(cold.newest_bytes), cold.newest_error,
-              static_cast<unsigned long long>(cold.oldest_bytes), cold.oldest_error);
-  ExpectMoreResident(plain, cold);
-  EXPECT_LT(cold.oldest_bytes, cold.newest_bytes);
-  EXPECT_GT(cold.oldest_error, cold.newest_error);
-  EXPECT_LT(cold.oldest_error, 0.5);
+  const double values = spec.layout.BlockBytes() / 2.0;
+  for (const char* cold_codec : {kColdCodec, "xl:r1.4"}) {
+    const Outcome cold = PublishThrough(cold_codec, spec);
+    std::printf("%s: resident blocks: %zu without a cold codec, %zu with (%llu transcoded); "
+                "newest %llu bytes (error %.4f), oldest %llu bytes (error %.4f)\n",
+                cold_codec, plain.resident, cold.resident,
+                static_cast<unsigned long long>(cold.transcoded),
+                static_cast<unsigned long long>(cold.newest_bytes), cold.newest_error,
+                static_cast<unsigned long long>(cold.oldest_bytes), cold.oldest_error);
+    ExpectMoreResident(plain, cold);
+    EXPECT_LT(cold.oldest_bytes, cold.newest_bytes);
+    EXPECT_GT(cold.oldest_error, cold.newest_error);
+    EXPECT_LT(cold.oldest_error, 0.5);
+    if (std::string(cold_codec) == "xl:r1.4") {
+      EXPECT_LE(cold.oldest_bytes * 8.0, 1.4 * values);
+    }
+  }
 }
 
 TEST(TranscodeTest, BadColdCodecsAreRefusedAtOpen) {
@@ -223,6 +231,11 @@ TEST(TranscodeTest, BadColdCodecsAreRefusedAtOpen) {
   EXPECT_EQ(open("pca:b2", "pca:00000000deadbeef:r1").code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(open("pca:b2", "pca:r1").ok());
+  // xl alike: xl:rC, in an xl namespace only.
+  EXPECT_EQ(open("pca:b2", "xl:r1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(open("xl:s0.5", "pca:r1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(open("xl:s0.5", "xl:s0.8").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(open("xl:s0.5", "xl:r1").ok());
   EXPECT_TRUE(open(kHotCodec, kColdCodec).ok());
   EXPECT_TRUE(open(kHotCodec, "").ok());
 }
