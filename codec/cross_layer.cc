@@ -668,8 +668,8 @@ void TileProject(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Wo
   internal::XlProduct(k->a.data(), w, b, tokens, false, k->y.data(), b.cols_pad);
 }
 
-// On the tiles: hat = mean + (guess + (q step_scale) (steps x axes)), the sums continuing the
-// prediction's; q step_scale rounded to bf16 (exact at scale 1).
+// On the tiles: hat = mean + (guess + q (steps x axes)), the sums continuing the prediction's;
+// with a step scale, guess + step_scale (q (steps x axes)), the product's sums scaled in fp32.
 void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, float step_scale,
              Work* k) {
   const size_t w = cal.Width();
@@ -680,11 +680,16 @@ void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, float 
     k->a.resize(tokens * b.rows_pad);
     k->centred.resize(n);
     for (size_t t = 0; t < tokens; ++t) {
-      for (size_t j = 0; j < n; ++j)
-        k->centred[j] = static_cast<float>(k->q[t * n + j]) * step_scale;
+      for (size_t j = 0; j < n; ++j) k->centred[j] = static_cast<float>(k->q[t * n + j]);
       internal::XlToBf16(k->centred.data(), n, b.rows_pad, k->a.data() + t * b.rows_pad);
     }
-    internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
+    if (step_scale == 1) {
+      internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
+    } else {
+      k->y.resize(tokens * w);
+      internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, false, k->y.data(), w);
+      for (size_t i = 0; i < tokens * w; ++i) k->guess[i] += step_scale * k->y[i];
+    }
   }
   for (size_t t = 0; t < tokens; ++t)
     for (size_t c = 0; c < w; ++c) k->hat[t * w + c] = k->guess[t * w + c] + tr.mean[c];
@@ -720,9 +725,9 @@ void StoreLayer(const Shape& s, uint32_t l, const Angles& angles, const float* s
 
 // The reconstruction on the tiles only where its bf16 rounding stays far under a step: each
 // term q * (step x axis) is off by up to 2^-9 of itself, so |q| <= 32 keeps every coordinate
-// within 1/16 of a step (and q exact); the header's maxq tells the decoder the same. A scaled
-// step rounds q * step_scale to bf16 too: |q| <= 16 keeps the same bound.
-bool TileHatFits(int32_t maxq, float step_scale) { return maxq <= (step_scale == 1 ? 32 : 16); }
+// within 1/16 of a step (and q exact); the header's maxq tells the decoder the same. A step
+// scale multiplies the sums in fp32 (TileHat), which keeps the bound.
+bool TileHatFits(int32_t maxq) { return maxq <= 32; }
 
 
 }  // namespace
@@ -793,7 +798,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
         maxq = std::max(maxq, std::abs(k.q[t * n + j]));
       }
     }
-    if (tiles && TileHatFits(maxq, step_scale)) {
+    if (tiles && TileHatFits(maxq)) {
       TileHat(cal, l, T, step_scale, &k);
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
@@ -915,7 +920,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
               &k.centred, k.guess.data());
     }
-    if (tiles && TileHatFits(maxq, step_scale)) {
+    if (tiles && TileHatFits(maxq)) {
       TileHat(cal, l, T, step_scale, &k);
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());

@@ -526,13 +526,18 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   return row;
 }
 
-// `xl:sSTEP`: codec mode xl (codec/cross_layer.h), calibrated from the --calibrate-from blocks
-// with the pca modes' RoPE and per (layer, tensor) importances; blobs as the store keeps them.
+// `xl:sSTEP[:rC]`: codec mode xl (codec/cross_layer.h), calibrated from the --calibrate-from
+// blocks with the pca modes' RoPE and per (layer, tensor) importances, each block within C bits
+// per value with :rC (xl:rC alone calibrates at step 0.5, as a namespace would); blobs as the
+// store keeps them.
 absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int reps,
                                   std::vector<uint8_t>* decoded, const PcaContext& pca) {
   codec::CrossLayerOptions o;
-  if (!absl::StartsWith(spec, "xl:s") || !absl::SimpleAtod(spec.substr(4), &o.step))
-    return absl::InvalidArgumentError("cross-layer modes are xl:sSTEP (e.g. xl:s0.7)");
+  auto parsed = codec::ParseCodecSpec(spec);
+  if (!parsed.ok() || parsed->mode != codec::Mode::kCrossLayer || parsed->calibration_id != 0)
+    return absl::InvalidArgumentError(
+        "cross-layer modes are xl:sSTEP[:rC] or xl:rC (e.g. xl:s0.7, xl:s0.5:r1.4)");
+  o.step = parsed->xl_step > 0 ? parsed->xl_step : 0.5;
   if (!pca.samples)
     return absl::InvalidArgumentError("xl modes need --calibrate-from (held-out sample KV)");
   const Dataset& c = *pca.samples;
@@ -555,8 +560,7 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
                Seconds(t0, Clock::now()), static_cast<double>(coded) / cal->num_layers,
                cal->Width(), static_cast<double>(cal->Serialize().size()) / 1e6);
   codec::CalibrationSet set;
-  codec::CodecParams params;
-  params.mode = codec::Mode::kCrossLayer;
+  codec::CodecParams params = *parsed;
   params.calibration_id = set.Add(std::make_shared<const codec::Calibration>(
       codec::Calibration::OfCrossLayer(
           std::make_shared<const codec::CrossLayerCalibration>(*std::move(cal)))));
