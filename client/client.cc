@@ -306,6 +306,14 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
   for (const auto& c : listed.calibrations()) highest = std::max(highest, c.version());
   std::vector<uint8_t> bytes;
   if (params->mode == codec::Mode::kCrossLayer) {
+    // A width x width predictor per layer: refused before minutes of calibration are spent.
+    if (const uint64_t floor = codec::CrossLayerCalibration::MinSerializedBytes(layout);
+        floor > codec::kMaxCalibrationArtefactBytes)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace ", ns.ShortHex(), ": an xl calibration for ", layout.DebugString(),
+          " takes at least ", floor >> 20, " MiB (a predictor of (2 x kv heads x head_dim)^2 "
+          "floats per layer), over the ", codec::kMaxCalibrationArtefactBytes >> 20,
+          " MiB a daemon stores; use a pca policy for this model"));
     codec::CrossLayerOptions opts;
     // xl:rC names no step: a fine one (more coordinates coded), the budget coarsens it per block.
     opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.5;
@@ -329,6 +337,11 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
                             codec::Calibrate(layout, blocks, opts));
     bytes = calibration.Serialize();
   }
+  if (bytes.size() > codec::kMaxCalibrationArtefactBytes)
+    return absl::FailedPreconditionError(
+        absl::StrCat("namespace ", ns.ShortHex(), ": the calibration takes ", bytes.size() >> 20,
+                     " MiB, over the ", codec::kMaxCalibrationArtefactBytes >> 20,
+                     " MiB a daemon stores"));
   return PutCalibration(ns, bytes);
 }
 

@@ -126,6 +126,10 @@ class Calibration {
   mutable PlanCache plan_;
 };
 
+// The largest artefact a daemon stores (gRPC messages are capped at 64 MiB): checked by the
+// daemon, and by the client before it calibrates or sends one.
+inline constexpr uint64_t kMaxCalibrationArtefactBytes = 60ull << 20;
+
 std::string CalibrationIdString(uint64_t id);  // 16 hex digits
 // The id of a serialized calibration artefact: FNV-1a 64 of its bytes, never zero.
 uint64_t CalibrationIdOf(std::span<const uint8_t> serialized);

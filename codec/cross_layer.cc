@@ -430,6 +430,12 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
 
 uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize()); }
 
+uint64_t CrossLayerCalibration::MinSerializedBytes(const KvLayout& l) {
+  const uint64_t w = uint64_t{2} * l.num_kv_heads * l.head_dim, layers = l.num_layers;
+  return 44 + layers * 2 * l.num_kv_heads * 4 + layers * (4 + w * 4) +
+         (layers > 0 ? layers - 1 : 0) * w * w * 4;
+}
+
 namespace {
 
 // Whether blocks of `l` can be coded with a calibration of this geometry and RoPE.

@@ -78,6 +78,9 @@ struct CrossLayerCalibration {
   std::shared_ptr<const internal::CrossLayerTiles> tiles;
 
   size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }
+  // The fewest bytes an artefact for `layout` can take (every predictor and mean, no coded
+  // coordinate): a geometry whose floor exceeds the store's limit cannot use mode xl.
+  static uint64_t MinSerializedBytes(const KvLayout& layout);
   // Serialized (little-endian): u32 magic "SKVX", u16 format version kCrossLayerFormat, u16
   // zero, u32 version, num_layers, num_kv_heads, head_dim, f32 rope_theta, step, sample_bits,
   // f32 scale[layers][2][heads],

@@ -20,17 +20,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "codec/calibration.h"
 #include "strata/block_id.h"
 
-namespace strata::codec {
-class Calibration;
-}
 
 namespace strata::daemon {
 
 // Larger artefacts are refused: gRPC messages are capped at 64 MiB. (A 70B-class model with 80
 // layers, 8 KV heads and head_dim 128 needs ~86 MB and is out of reach of format 1.)
-inline constexpr uint64_t kMaxCalibrationBytes = 60ull << 20;
+inline constexpr uint64_t kMaxCalibrationBytes = codec::kMaxCalibrationArtefactBytes;
 
 struct CalibrationRecord {
   NamespaceId ns;

@@ -395,6 +395,31 @@ TEST(CalibrationLifecycleTest, ACalibrationOfTheOtherModeIsRefused) {
   }
 }
 
+// An xl policy for a model too wide for its artefact (a predictor of width^2 floats per layer
+// past the daemon's limit) is refused at once, saying what to use instead; nothing is stored.
+TEST(CalibrationLifecycleTest, AnXlCalibrationTooLargeToStoreIsRefusedBeforeCalibrating) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  NamespaceSpec wide = SpecWith("xl:s0.5");
+  wide.model_id = "calibration-test-wide";
+  wide.layout.num_kv_heads = 32;  // width 2 x 32 x 64 = 4096: 64 MiB per predictor
+  auto ns = c->OpenNamespace(wide, "tenant-a");
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  std::vector<uint8_t> sample(wide.layout.BlockBytes(), 0x3c);
+  const ConstBuffer samples[] = {{sample.data(), sample.size()}};
+  const auto start = std::chrono::steady_clock::now();
+  auto cal = c->Calibrate(*ns, samples);
+  EXPECT_EQ(cal.status().code(), absl::StatusCode::kFailedPrecondition) << cal.status();
+  EXPECT_NE(cal.status().message().find("use a pca policy"), std::string::npos) << cal.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
+      << "refused before calibrating";
+  auto listed = c->ListCalibrations(*ns);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+}
+
 // Node n0 is up; node n1 (in n0's static view) starts only after n0's clients calibrated and
 // published, so it never received the calibration.
 class LateJoinerTest : public ::testing::TestWithParam<const char*> {

@@ -111,6 +111,10 @@ def main():
     ap.add_argument("--ridge", type=float, default=0.1)
     ap.add_argument("--predictor", choices=["full", "head"], default="full",
                     help="head: each kv head's key and value from the same head's below only")
+    ap.add_argument("--predictor-rank", type=int, default=0,
+                    help="> 0: the full predictor reduced to this rank (reduced-rank regression: "
+                         "the ridge fit projected on the top right singular vectors of its fitted "
+                         "values), 2 x width x rank numbers instead of width^2")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -140,6 +144,10 @@ def main():
             if a.predictor == "full":
                 w = np.linalg.solve(a_rows.T @ a_rows + a.ridge * len(a_rows) * np.eye(width),
                                     a_rows.T @ (xc - mc))
+                if 0 < a.predictor_rank < width:
+                    _, _, vt = np.linalg.svd(a_rows @ w, full_matrices=False)
+                    v = vt[:a.predictor_rank].T
+                    w = (w @ v) @ v.T
             else:  # block diagonal: head h's (key, value) columns from the same columns below
                 w = np.zeros((width, width))
                 for h in range(lay.H):
@@ -165,6 +173,8 @@ def main():
     name = f"{a.variant}-s{a.step:g}" + ("-imp" if importance is not None else "")
     if a.predictor != "full":
         name += "-" + a.predictor
+    if a.predictor_rank > 0:
+        name += f"-r{a.predictor_rank}"
     os.makedirs(a.out, exist_ok=True)
     write_safetensors(os.path.join(a.out, name + ".safetensors"),
                       [("kv", decoded.astype(np.float16))], {"variant": name})
