@@ -54,8 +54,8 @@ absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::ForE
     if (absl::IsNotFound(fetched.status()))
       return absl::FailedPreconditionError(absl::StrCat(
           "namespace ", ns.ShortHex(),
-          " codes blocks with a calibration (codec policy pca or xl) but has none yet: calibrate it "
-          "(Client::Calibrate, or stratactl calibration put) before publishing (",
+          " codes blocks with a calibration (codec policy pca or xl) but has none yet: calibrate "
+          "it (Client::Calibrate, or stratactl calibration put) before publishing (",
           fetched.status().message(), ")"));
     return fetched.status();
   }

@@ -57,8 +57,8 @@ class CalibrationCache {
   absl::flat_hash_map<NamespaceId, Current> current_;  // guarded by mu_
 };
 
-// The calibration id a blob names (pca and xl blobs), read from its header without checking the rest;
-// 0 for anything else.
+// The calibration id a blob names (pca and xl blobs), read from its header without checking the
+// rest; 0 for anything else.
 uint64_t BlobCalibrationId(std::span<const uint8_t> blob);
 
 }  // namespace strata::client

@@ -304,6 +304,14 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
   STRATA_ASSIGN_OR_RETURN(auto listed, impl_->calibrations->List(ns));
   uint32_t highest = 0;
   for (const auto& c : listed.calibrations()) highest = std::max(highest, c.version());
+  // What both modes' options share: the request's RoPE, positions, importances; the version.
+  auto with_request = [&](auto opts) {
+    opts.rope_theta = request.rope_theta;
+    opts.first_positions = request.first_positions;
+    opts.importance = request.importance;
+    opts.version = highest + 1;
+    return opts;
+  };
   std::vector<uint8_t> bytes;
   if (params->mode == codec::Mode::kCrossLayer) {
     // A width x width predictor per layer: refused before minutes of calibration are spent.
@@ -314,25 +322,17 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
           " takes at least ", floor >> 20, " MiB (a predictor of (2 x kv heads x head_dim)^2 "
           "floats per layer), over the ", codec::kMaxCalibrationArtefactBytes >> 20,
           " MiB a daemon stores; use a pca policy for this model"));
-    codec::CrossLayerOptions opts;
+    codec::CrossLayerOptions opts = with_request(codec::CrossLayerOptions{});
     // xl:rC names no step: a fine one (more coordinates coded), the budget coarsens it per block.
     opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.5;
-    opts.rope_theta = request.rope_theta;
-    opts.first_positions = request.first_positions;
-    opts.importance = request.importance;
-    opts.version = highest + 1;
     STRATA_ASSIGN_OR_RETURN(codec::CrossLayerCalibration calibration,
                             codec::CalibrateCrossLayer(layout, blocks, opts));
     bytes = calibration.Serialize();
   } else {
-    codec::CalibrateOptions opts;
+    codec::CalibrateOptions opts = with_request(codec::CalibrateOptions{});
     opts.bits_per_value = request.bits_per_value > 0          ? request.bits_per_value
                           : params->PcaCalibrationBits() > 0 ? params->PcaCalibrationBits()
                                                              : 1.5;
-    opts.rope_theta = request.rope_theta;
-    opts.first_positions = request.first_positions;
-    opts.importance = request.importance;
-    opts.version = highest + 1;
     STRATA_ASSIGN_OR_RETURN(codec::Calibration calibration,
                             codec::Calibrate(layout, blocks, opts));
     bytes = calibration.Serialize();

@@ -102,6 +102,36 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The calibrated modes' spec after the mode: `<ask>X` (a calibration still to be made, X in
+// (0, ask_max], into *asked) or a 16 hex digit calibration id, then optionally `:rC` (a bit
+// budget); or `rC` alone. False when the parts are none of these.
+bool ParseCalibratedSpec(const std::vector<absl::string_view>& parts, char ask, float ask_max,
+                         float* asked, CodecParams* p) {
+  auto budget = [&](absl::string_view part) {
+    float cap;
+    if (!absl::StartsWith(part, "r") || !absl::SimpleAtof(part.substr(1), &cap) ||
+        !(cap > 0 && cap <= 16))
+      return false;
+    p->rate_bits = cap;
+    return true;
+  };
+  if (parts.size() == 2 && budget(parts[1])) return true;  // rC alone
+  if (parts.size() < 2 || parts.size() > 3 || (parts.size() == 3 && !budget(parts[2])))
+    return false;
+  float x;
+  if (!parts[1].empty() && parts[1][0] == ask && absl::SimpleAtof(parts[1].substr(1), &x) &&
+      x > 0 && x <= ask_max) {
+    *asked = x;
+    return true;
+  }
+  return parts[1].size() == 16 && absl::SimpleHexAtoi(parts[1], &p->calibration_id) &&
+         p->calibration_id != 0;
+}
+
+}  // namespace
+
 absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
   absl::string_view spec = AsAbsl(spec_in);
   CodecParams p;
@@ -127,50 +157,14 @@ absl::StatusOr<CodecParams> ParseCodecSpec(std::string_view spec_in) {
   std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
   if (parts[0] == "pca") {
     p.mode = Mode::kPca;
-    float bits, cap;
-    auto budget = [&](absl::string_view part) {
-      if (!absl::StartsWith(part, "r") || !absl::SimpleAtof(part.substr(1), &cap) ||
-          !(cap > 0 && cap <= 16))
-        return false;
-      p.rate_bits = cap;
-      return true;
-    };
-    if (parts.size() == 3 && !budget(parts[2]))
-      return bad("a pca bit budget is :rC with 0 < C <= 16 bits per value");
-    if (parts.size() == 2 && budget(parts[1])) return p;  // pca:rC
-    if (parts.size() >= 2 && parts.size() <= 3 && absl::StartsWith(parts[1], "b") &&
-        absl::SimpleAtof(parts[1].substr(1), &bits) && bits > 0 && bits <= 8) {
-      p.pca_target_bits = bits;
-      return p;
-    }
-    if (parts.size() >= 2 && parts.size() <= 3 && parts[1].size() == 16 &&
-        absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
-      return p;
+    if (ParseCalibratedSpec(parts, 'b', 8, &p.pca_target_bits, &p)) return p;
     return bad(
         "expected pca:bR (R bits per value, 0 < R <= 8) or pca:<16 hex digit id>, then "
         "optionally :rC (at most C bits per value per block), or pca:rC alone");
   }
   if (parts[0] == "xl") {
     p.mode = Mode::kCrossLayer;
-    float step, cap;
-    auto budget = [&](absl::string_view part) {
-      if (!absl::StartsWith(part, "r") || !absl::SimpleAtof(part.substr(1), &cap) ||
-          !(cap > 0 && cap <= 16))
-        return false;
-      p.rate_bits = cap;
-      return true;
-    };
-    if (parts.size() == 3 && !budget(parts[2]))
-      return bad("an xl bit budget is :rC with 0 < C <= 16 bits per value");
-    if (parts.size() == 2 && budget(parts[1])) return p;  // xl:rC
-    if (parts.size() >= 2 && parts.size() <= 3 && absl::StartsWith(parts[1], "s") &&
-        absl::SimpleAtof(parts[1].substr(1), &step) && step > 0 && step <= 16) {
-      p.xl_step = step;
-      return p;
-    }
-    if (parts.size() >= 2 && parts.size() <= 3 && parts[1].size() == 16 &&
-        absl::SimpleHexAtoi(parts[1], &p.calibration_id) && p.calibration_id != 0)
-      return p;
+    if (ParseCalibratedSpec(parts, 's', 16, &p.xl_step, &p)) return p;
     return bad("expected xl:sS (step S in units of each head's rms, 0 < S <= 16) or xl:<16 hex "
                "digit id>, then optionally :rC (at most C bits per value per block), or xl:rC "
                "alone");

@@ -24,14 +24,6 @@
 
 namespace strata::codec {
 
-namespace internal {
-struct CrossLayerTiles {
-  // Per layer: the predictor ([below][this]), the axes transposed ([c][k], the encoder's
-  // projection) and the axes times their steps ([k][c]).
-  std::vector<XlPairs> predictor, axes_t, scaled_axes;
-};
-}  // namespace internal
-
 using internal::ByteReader;
 using internal::ByteWriter;
 
@@ -303,141 +295,6 @@ STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n,
 
 namespace {
 
-// The tiles' operands, where the CPU has AMX, the width is a multiple of 32 and every step at
-// least 2^-3 of a head's rms (internal/cross_layer_amx.h).
-void BuildTiles(CrossLayerCalibration* cal) {
-  const size_t w = cal->Width(), L = cal->num_layers;
-  cal->tiles.reset();
-  if (!internal::PcaAmxSupported() || w % 32 != 0) return;
-  for (const CrossLayerTransform& tr : cal->layers)
-    for (float st : tr.step)
-      if (!(st >= 0x1p-3f)) return;
-  auto tiles = std::make_shared<internal::CrossLayerTiles>();
-  tiles->predictor.resize(L);
-  tiles->axes_t.resize(L);
-  tiles->scaled_axes.resize(L);
-  std::vector<float> at;
-  for (uint32_t l = 0; l < L; ++l) {
-    const CrossLayerTransform& tr = cal->layers[l];
-    const size_t n = tr.step.size();
-    if (l > 0) internal::BuildXlPairs(tr.predictor.data(), w, w, nullptr, &tiles->predictor[l]);
-    at.resize(w * n);
-    for (size_t c = 0; c < w; ++c)
-      for (size_t k = 0; k < n; ++k) at[c * n + k] = tr.axes[k * w + c];
-    internal::BuildXlPairs(at.data(), w, n, nullptr, &tiles->axes_t[l]);
-    internal::BuildXlPairs(tr.axes.data(), n, w, tr.step.data(), &tiles->scaled_axes[l]);
-  }
-  cal->tiles = std::move(tiles);
-}
-
-bool AllFiniteFloats(const std::vector<float>& v) {
-  for (float x : v)
-    if (!std::isfinite(x)) return false;
-  return true;
-}
-
-}  // namespace
-
-std::vector<uint8_t> CrossLayerCalibration::Serialize() const {
-  std::vector<uint8_t> out;
-  ByteWriter w(&out);
-  w.U32(kCrossLayerMagic);
-  w.U16(kCrossLayerFormat);
-  w.U16(0);
-  w.U32(version);
-  w.U32(num_layers);
-  w.U32(num_kv_heads);
-  w.U32(head_dim);
-  w.Raw(&rope_theta, 4);
-  w.Raw(&step, 4);
-  w.Raw(&sample_bits, 4);
-  w.Raw(scale.data(), scale.size() * 4);
-  for (const CrossLayerTransform& tr : layers) {
-    w.U32(static_cast<uint32_t>(tr.step.size()));
-    for (const std::vector<float>* v : {&tr.mean, &tr.predictor, &tr.axes, &tr.step})
-      w.Raw(v->data(), v->size() * 4);
-  }
-  w.U32(Crc32c(out.data(), out.size()));
-  return out;
-}
-
-absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<const uint8_t> bytes) {
-  auto bad = [](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("cross-layer calibration: ", why));
-  };
-  if (bytes.size() < 44) return bad("truncated");
-  const size_t body = bytes.size() - 4;
-  uint32_t crc;
-  std::memcpy(&crc, bytes.data() + body, 4);
-  if (crc != Crc32c(bytes.data(), body)) return bad("CRC32C mismatch");
-  ByteReader r(bytes.data(), body, "cross-layer calibration");
-  uint32_t magic = 0;
-  uint16_t format = 0, reserved = 0;
-  CrossLayerCalibration c;
-  STRATA_RETURN_IF_ERROR(r.Read(&magic));
-  STRATA_RETURN_IF_ERROR(r.Read(&format));
-  STRATA_RETURN_IF_ERROR(r.Read(&reserved));
-  if (magic != kCrossLayerMagic) return bad("bad magic");
-  if (format != kCrossLayerFormat) return bad(absl::StrCat("unknown format ", format));
-  if (reserved != 0) return bad("reserved field set");
-  STRATA_RETURN_IF_ERROR(r.Read(&c.version));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.num_layers));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.num_kv_heads));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.head_dim));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.rope_theta));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.step));
-  STRATA_RETURN_IF_ERROR(r.Read(&c.sample_bits));
-  if (!(c.step > 0) || !std::isfinite(c.step) || !(c.sample_bits >= 0) ||
-      !std::isfinite(c.sample_bits))
-    return bad("step or sample bits out of range");
-  // Every float takes 4 bytes of the body: a geometry the body cannot hold is refused before
-  // anything is allocated for it.
-  const uint64_t w = uint64_t{2} * c.num_kv_heads * c.head_dim;
-  if (c.num_layers == 0 || w == 0 || w > 65536 || c.num_layers > body ||
-      uint64_t{c.num_layers} * w * 4 > body || (c.num_layers > 1 && w * w * 4 > body))
-    return bad("geometry disagrees with the size");
-  if (!std::isfinite(c.rope_theta) || !(c.rope_theta == 0 || c.rope_theta >= 1))
-    return bad("bad rope_theta");
-  auto floats = [&](std::vector<float>* v, size_t n) -> absl::Status {
-    const uint8_t* p;
-    STRATA_RETURN_IF_ERROR(r.Take(n * 4, &p));
-    v->resize(n);
-    if (n > 0) std::memcpy(v->data(), p, n * 4);
-    return absl::OkStatus();
-  };
-  STRATA_RETURN_IF_ERROR(floats(&c.scale, size_t{c.num_layers} * 2 * c.num_kv_heads));
-  for (float x : c.scale)
-    if (!(x > 0) || !std::isfinite(x)) return bad("a scale is not positive and finite");
-  c.layers.resize(c.num_layers);
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    CrossLayerTransform& tr = c.layers[l];
-    uint32_t n = 0;
-    STRATA_RETURN_IF_ERROR(r.Read(&n));
-    if (n > w) return bad(absl::StrCat("layer ", l, " codes more coordinates than its width"));
-    STRATA_RETURN_IF_ERROR(floats(&tr.mean, w));
-    STRATA_RETURN_IF_ERROR(floats(&tr.predictor, l > 0 ? w * w : 0));
-    STRATA_RETURN_IF_ERROR(floats(&tr.axes, size_t{n} * w));
-    STRATA_RETURN_IF_ERROR(floats(&tr.step, n));
-    if (!AllFiniteFloats(tr.mean) || !AllFiniteFloats(tr.predictor) || !AllFiniteFloats(tr.axes))
-      return bad(absl::StrCat("layer ", l, " holds a non-finite value"));
-    for (float st : tr.step)
-      if (!(st > 0) || !std::isfinite(st)) return bad(absl::StrCat("layer ", l, " step"));
-  }
-  if (r.remaining() != 0) return bad("trailing bytes");
-  BuildTiles(&c);
-  return c;
-}
-
-uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize()); }
-
-uint64_t CrossLayerCalibration::MinSerializedBytes(const KvLayout& l) {
-  const uint64_t w = uint64_t{2} * l.num_kv_heads * l.head_dim, layers = l.num_layers;
-  return 44 + layers * 2 * l.num_kv_heads * 4 + layers * (4 + w * 4) +
-         (layers > 0 ? layers - 1 : 0) * w * w * 4;
-}
-
-namespace {
-
 // Whether blocks of `l` can be coded with a calibration of this geometry and RoPE.
 absl::Status LayoutFits(const KvLayout& l, uint32_t layers, uint32_t heads, uint32_t dim,
                         float rope_theta) {
@@ -600,15 +457,14 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     }
     below = centred;
   }
-  BuildTiles(&cal);
+  internal::BuildCrossLayerTiles(&cal);
   // The rate the calibration gives, on samples it was made from (as pca's sample_bits).
   std::vector<uint8_t> payload;
   uint64_t bytes = 0, coded_values = 0;
   for (size_t b = 0; b < std::min(opts.rate_samples, blocks.size()); ++b) {
     payload.clear();
-    STRATA_RETURN_IF_ERROR(EncodeCrossLayer(
-        cal, layout, blocks[b], opts.first_positions.empty() ? b * s.tokens : opts.first_positions[b],
-        &payload));
+    const uint64_t first = opts.first_positions.empty() ? b * s.tokens : opts.first_positions[b];
+    STRATA_RETURN_IF_ERROR(EncodeCrossLayer(cal, layout, blocks[b], first, &payload));
     bytes += payload.size();
     coded_values += layout.BlockBytes() / DTypeBytes(layout.dtype);
   }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "codec/cross_layer.h"
 #include "codec/half.h"
 #include "codec/internal/pca_amx.h"
 
@@ -20,6 +21,31 @@
 #endif
 
 namespace strata::codec::internal {
+
+void BuildCrossLayerTiles(CrossLayerCalibration* cal) {
+  const size_t w = cal->Width(), L = cal->num_layers;
+  cal->tiles.reset();
+  if (!PcaAmxSupported() || w % 32 != 0) return;
+  for (const CrossLayerTransform& tr : cal->layers)
+    for (float st : tr.step)
+      if (!(st >= 0x1p-3f)) return;
+  auto tiles = std::make_shared<CrossLayerTiles>();
+  tiles->predictor.resize(L);
+  tiles->axes_t.resize(L);
+  tiles->scaled_axes.resize(L);
+  std::vector<float> at;
+  for (uint32_t l = 0; l < L; ++l) {
+    const CrossLayerTransform& tr = cal->layers[l];
+    const size_t n = tr.step.size();
+    if (l > 0) BuildXlPairs(tr.predictor.data(), w, w, nullptr, &tiles->predictor[l]);
+    at.resize(w * n);
+    for (size_t c = 0; c < w; ++c)
+      for (size_t k = 0; k < n; ++k) at[c * n + k] = tr.axes[k * w + c];
+    BuildXlPairs(at.data(), w, n, nullptr, &tiles->axes_t[l]);
+    BuildXlPairs(tr.axes.data(), n, w, tr.step.data(), &tiles->scaled_axes[l]);
+  }
+  cal->tiles = std::move(tiles);
+}
 
 void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale, XlPairs* out) {
   out->rows_pad = (rows + 31) / 32 * 32;

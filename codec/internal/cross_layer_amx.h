@@ -16,6 +16,10 @@
 
 #include "codec/internal/aligned.h"
 
+namespace strata::codec {
+struct CrossLayerCalibration;  // codec/cross_layer.h
+}
+
 namespace strata::codec::internal {
 
 // A B operand: rows x cols of a matrix (row-major floats) in the tiles' pair rows
@@ -25,6 +29,15 @@ struct XlPairs {
   size_t rows_pad = 0, cols_pad = 0;
 };
 void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_scale, XlPairs* out);
+
+// A calibration's operands on the tiles: per layer the predictor ([below][this]), the axes
+// transposed ([c][k], the encoder's projection) and the axes times their steps ([k][c]).
+struct CrossLayerTiles {
+  std::vector<XlPairs> predictor, axes_t, scaled_axes;
+};
+// Sets cal->tiles where the CPU has AMX, the width is a multiple of 32 and every step at least
+// 2^-3 of a head's rms; resets it elsewhere (CalibrateCrossLayer and Parse call it).
+void BuildCrossLayerTiles(CrossLayerCalibration* cal);
 
 // Whether the tiles can run these products here.
 bool XlAmxAvailable();

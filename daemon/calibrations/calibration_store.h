@@ -1,7 +1,8 @@
-// The calibrations this daemon holds (codec modes pca and xl, codec/calibration.h): per namespace, the
-// serialized artefacts by id, each with the facts operators and clients ask about. Artefacts
-// are kept in memory (a client that encodes or decodes asks for them often) and, when the store
-// has a directory, in one file each, so a restarted daemon still decodes what it stored before.
+// The calibrations this daemon holds (codec modes pca and xl, codec/calibration.h): per
+// namespace, the serialized artefacts by id, each with the facts operators and clients ask
+// about. Artefacts are kept in memory (a client that encodes or decodes asks for them often)
+// and, when the store has a directory, in one file each, so a restarted daemon still decodes
+// what it stored before.
 //
 // Versions: each artefact carries the namespace's counter (v1, v2, ...); the highest is the
 // namespace's current calibration, the one new blobs are coded with. Old versions stay: blobs

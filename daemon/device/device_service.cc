@@ -170,8 +170,9 @@ grpc::Status DeviceService::PublishFromDevice(grpc::ServerContext* ctx,
     if (!parsed.ok()) return ToGrpcStatus(parsed.status());
     if (codec::UsesCalibration(parsed->mode))
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "a calibrated (pca or xl) namespace's blocks are published from host memory, where the "
-                          "client library encodes them with the namespace's calibration");
+                          "a calibrated (pca or xl) namespace's blocks are published from host "
+                          "memory, where the client library encodes them with the namespace's "
+                          "calibration");
     params = *parsed;
   }
   auto buffer = loans_.Use(req->loan_id(), caller, absl::Now());

@@ -268,8 +268,8 @@ struct CalibrationRequest {
   // at i * tokens_per_block, a prefix published from its first token).
   std::vector<uint64_t> first_positions;
   // How much the model minds each layer's relative error, per (layer, tensor) or (pca only) per
-  // (layer, tensor, kv head), layer-major; empty: all alike. Measured by running the model on decoded
-  // KV (bench/codec/real_kv/model_quality.py sensitivity; docs/codec.md): layers differ by
+  // (layer, tensor, kv head), layer-major; empty: all alike. Measured by running the model on
+  // decoded KV (bench/codec/real_kv/model_quality.py sensitivity; docs/codec.md): layers differ by
   // 100x; from 2 bits/value up, spending the bits where the model looks lowered its KL 1.5-2.7x
   // at equal rate on two models, while at 1 bit/value it did worse.
   std::vector<double> importance;
