@@ -1,5 +1,5 @@
-// libFuzzer target for calibrated coding (codec mode pca): the calibration parser and the pca
-// sections of a blob decoded with that calibration. Input: u8 flags, u32 n, n bytes of
+// libFuzzer target for calibrated coding (codec modes pca and xl): the calibration parser (either
+// artefact) and the sections of a blob decoded with that calibration. Input: u8 flags, u32 n, n bytes of
 // serialized calibration, then a blob. Flag 1 rewrites the calibration's CRC32C trailer (so
 // mutations reach the parser's checks behind it), flag 2 checks the blob's CRC (unset, mutations
 // reach the pca section parser and the rANS decoder). Every input must end in a Status or a

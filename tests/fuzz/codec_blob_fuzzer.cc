@@ -13,7 +13,8 @@
 
 namespace {
 
-// The decoder holds one calibration (the seeds' geometry), so pca blobs reach their sections.
+// The decoder holds a pca and an xl calibration (the seeds' geometry), so blobs of both modes
+// reach their sections.
 const strata::codec::CalibrationSet* PcaSet() {
   static const strata::codec::CalibrationSet* set = [] {
     auto* s = new strata::codec::CalibrationSet;
@@ -23,6 +24,7 @@ const strata::codec::CalibrationSet* PcaSet() {
     l.head_dim = 32;
     l.tokens_per_block = 16;
     if (auto cal = strata::codec::fuzz::PcaFuzzCalibration(l)) s->Add(cal);
+    if (auto cal = strata::codec::fuzz::XlFuzzCalibration(l)) s->Add(cal);
     return s;
   }();
   return set;

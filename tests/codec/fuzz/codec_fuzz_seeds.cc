@@ -1,7 +1,7 @@
 // Writes one valid blob per codec mode (small layouts) into a directory: the fuzzer's seeds.
 // Each file starts with the fuzzer's selector byte (1: verify CRC, 0: skip it).
 // With a second directory, also the seeds of tests/fuzz/calibration_fuzzer (a calibration with
-// and one without RoPE undone, each with pca blobs coded with it).
+// and one without RoPE undone, each with pca blobs coded with it; an xl one with xl blobs).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +20,35 @@
 namespace {
 
 using namespace strata;
+
+// calibration_fuzzer's inputs for one calibration (`bytes`, in `set`, named by `p`): blocks 0
+// and 5 coded with it, each with and without the blob's CRC checked.
+int WriteCalibrationSeed(const std::string& dir, const KvLayout& l,
+                         const std::vector<uint8_t>& bytes, const codec::CalibrationSet& set,
+                         codec::CodecParams p, const std::vector<std::span<const uint8_t>>& samples,
+                         int* n) {
+  codec::Encoder enc;
+  enc.set_calibrations(&set);
+  for (uint32_t b : {0u, 5u}) {
+    p.first_position = b * l.tokens_per_block;
+    std::vector<uint8_t> blob;
+    if (auto s = enc.Encode(l, p, samples[b], &blob); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    for (char flags : {'\0', '\2'}) {
+      std::ofstream f(dir + "/seed" + std::to_string((*n)++), std::ios::binary);
+      const uint32_t len = static_cast<uint32_t>(bytes.size());
+      char len_bytes[4];
+      std::memcpy(len_bytes, &len, 4);
+      f.write(&flags, 1);
+      f.write(len_bytes, 4);
+      f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+    }
+  }
+  return 0;
+}
 
 // calibration_fuzzer's input: flags, u32 length, the calibration, the blob.
 int WriteCalibrationSeeds(const std::string& dir) {
@@ -49,28 +78,26 @@ int WriteCalibrationSeeds(const std::string& dir) {
     codec::CodecParams p;
     p.mode = codec::Mode::kPca;
     p.calibration_id = set.Add(std::make_shared<const codec::Calibration>(*std::move(cal)));
-    codec::Encoder enc;
-    enc.set_calibrations(&set);
-    for (uint32_t b : {0u, 5u}) {
-      p.first_position = b * l.tokens_per_block;
-      std::vector<uint8_t> blob;
-      if (auto s = enc.Encode(l, p, samples[b], &blob); !s.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-      for (char flags : {'\0', '\2'}) {
-        std::ofstream f(dir + "/seed" + std::to_string(n++), std::ios::binary);
-        const uint32_t len = static_cast<uint32_t>(bytes.size());
-        char len_bytes[4];
-        std::memcpy(len_bytes, &len, 4);
-        f.write(&flags, 1);
-        f.write(len_bytes, 4);
-        f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-        f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
-      }
-    }
+    if (WriteCalibrationSeed(dir, l, bytes, set, p, samples, &n) != 0) return 1;
   }
-  return 0;
+  codec::CrossLayerOptions o;  // an xl calibration and its blobs, one with a step code
+  o.step = 0.5;
+  o.rope_theta = 10000;
+  auto xl = codec::CalibrateCrossLayer(l, samples, o);
+  if (!xl.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(xl.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<uint8_t> bytes = xl->Serialize();
+  codec::CalibrationSet set;
+  codec::CodecParams p;
+  p.mode = codec::Mode::kCrossLayer;
+  p.calibration_id = set.Add(
+      std::make_shared<const codec::Calibration>(codec::Calibration::OfCrossLayer(
+          std::make_shared<const codec::CrossLayerCalibration>(*std::move(xl)))));
+  if (WriteCalibrationSeed(dir, l, bytes, set, p, samples, &n) != 0) return 1;
+  p.rate_bits = 1.5;
+  return WriteCalibrationSeed(dir, l, bytes, set, p, samples, &n);
 }
 
 }  // namespace
@@ -94,21 +121,29 @@ int main(int argc, char** argv) {
       f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
     }
   };
-  // pca blobs of the fuzz target's calibration (fp16 and bf16 share it).
+  // pca and xl blobs of the fuzz target's calibrations (fp16 and bf16 share them); an xl blob
+  // with a step code too.
   const auto cal = codec::fuzz::PcaFuzzCalibration(l);
-  if (!cal) return 1;
+  const auto xl = codec::fuzz::XlFuzzCalibration(l);
+  if (!cal || !xl) return 1;
   codec::CalibrationSet set;
-  codec::CodecParams pca;
+  codec::CodecParams pca, xl_plain, xl_capped;
   pca.mode = codec::Mode::kPca;
   pca.calibration_id = set.Add(cal);
-  pca.first_position = 32;
+  xl_plain.mode = codec::Mode::kCrossLayer;
+  xl_plain.calibration_id = set.Add(xl);
+  xl_capped = xl_plain;
+  xl_capped.rate_bits = 2;
   codec::Encoder enc;
   enc.set_calibrations(&set);
-  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    l.dtype = dt;
-    std::vector<uint8_t> blob;
-    if (!enc.Encode(l, pca, codec::GenerateSyntheticKv(l, 1), &blob).ok()) return 1;
-    write(blob);
+  for (codec::CodecParams* p : {&pca, &xl_plain, &xl_capped}) {
+    p->first_position = 32;
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      l.dtype = dt;
+      std::vector<uint8_t> blob;
+      if (!enc.Encode(l, *p, codec::GenerateSyntheticKv(l, 1), &blob).ok()) return 1;
+      write(blob);
+    }
   }
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     l.dtype = dt;
