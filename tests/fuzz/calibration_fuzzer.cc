@@ -1,9 +1,9 @@
 // libFuzzer target for calibrated coding (codec modes pca and xl): the calibration parser (either
-// artefact) and the sections of a blob decoded with that calibration. Input: u8 flags, u32 n, n bytes of
-// serialized calibration, then a blob. Flag 1 rewrites the calibration's CRC32C trailer (so
-// mutations reach the parser's checks behind it), flag 2 checks the blob's CRC (unset, mutations
-// reach the pca section parser and the rANS decoder). Every input must end in a Status or a
-// decode; a calibration that parses must serialize back to the same bytes.
+// artefact) and the sections of a blob decoded with that calibration. Input: u8 flags, u32 n, n
+// bytes of serialized calibration, then a blob. Flag 1 rewrites the calibration's CRC32C trailer
+// (so mutations reach the parser's checks behind it), flag 2 checks the blob's CRC (unset,
+// mutations reach the section parsers and the rANS decoder). Every input must end in a Status or
+// a decode; a calibration that parses must serialize back to the same bytes.
 #include <cstdint>
 #include <cstring>
 #include <memory>

@@ -44,7 +44,8 @@ int WriteCalibrationSeed(const std::string& dir, const KvLayout& l,
       f.write(&flags, 1);
       f.write(len_bytes, 4);
       f.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+      f.write(reinterpret_cast<const char*>(blob.data()),
+              static_cast<std::streamsize>(blob.size()));
     }
   }
   return 0;
