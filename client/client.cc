@@ -313,15 +313,13 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
     return opts;
   };
   std::vector<uint8_t> bytes;
-  if (params->mode == codec::Mode::kCrossLayer) {
-    // A width x width predictor per layer: refused before minutes of calibration are spent.
-    if (const uint64_t floor = codec::CrossLayerCalibration::MinSerializedBytes(layout);
-        floor > codec::kMaxCalibrationArtefactBytes)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "namespace ", ns.ShortHex(), ": an xl calibration for ", layout.DebugString(),
-          " takes at least ", floor >> 20, " MiB (a predictor of (2 x kv heads x head_dim)^2 "
-          "floats per layer), over the ", codec::kMaxCalibrationArtefactBytes >> 20,
-          " MiB a daemon stores; use a pca policy for this model"));
+  const bool xl = params->mode == codec::Mode::kCrossLayer;
+  if (xl ? request.bits_per_value != 0 : request.step != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace ", ns.ShortHex(), " uses mode ", std::string(codec::ModeName(params->mode)),
+        xl ? ", whose calibrations take a step, not bits per value"
+           : ", whose calibrations take bits per value, not a step"));
+  if (xl) {
     codec::CrossLayerOptions opts = with_request(codec::CrossLayerOptions{});
     // xl:rC names no step: a fine one (more coordinates coded), the budget coarsens it per block.
     opts.step = request.step > 0 ? request.step : params->xl_step > 0 ? params->xl_step : 0.5;

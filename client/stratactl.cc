@@ -402,7 +402,7 @@ int RunListCalibrations(AdminClient& admin, const Flags& f) {
                        "\"current\":%s,\"mode\":\"%s\",\"step\":%g}",
                        Hex(c.ns), c.id, c.version, c.bytes, c.num_layers, c.num_kv_heads,
                        c.head_dim, c.target_bits, c.sample_bits, c.rope_theta, c.added_unix_ms,
-                       c.current ? "true" : "false", c.mode, c.step);
+                       c.current ? "true" : "false", c.mode.empty() ? "pca" : c.mode, c.step);
     }
     std::cout << "]}\n";
     return 0;

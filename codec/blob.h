@@ -17,7 +17,8 @@
 //   30      1     key bits (default for the blob; sections carry their own)
 //   31      1     value bits
 //   32      4     number of sections
-//   36      4     pca, xl: position of the block's first token; zero for every other mode
+//   36      4     pca, xl: position of the block's first token (without RoPE, nonzero at
+//                 least where the block does not begin its sequence); zero for other modes
 //   40      8     total blob bytes, trailer included
 //   48      8     decoded bytes (KvLayout::BlockBytes)
 //   56      8     calibration id (pca and xl blobs, never zero); zero for every other mode

@@ -35,8 +35,17 @@ uint64_t CalibrationIdOf(std::span<const uint8_t> serialized) {
   return h == 0 ? 1 : h;
 }
 
-Calibration Calibration::OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl) {
+std::string_view CalibrationModeOf(std::span<const uint8_t> serialized) {
+  if (serialized.size() < 4) return "";
+  uint32_t magic;
+  std::memcpy(&magic, serialized.data(), 4);
+  return magic == kCalibrationMagic ? "pca" : magic == kCrossLayerMagic ? "xl" : "";
+}
+
+Calibration Calibration::OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl,
+                                      uint64_t id) {
   Calibration c;
+  c.id_ = id != 0 ? id : xl->Id();
   c.num_layers = xl->num_layers;
   c.num_kv_heads = xl->num_kv_heads;
   c.head_dim = xl->head_dim;
@@ -130,9 +139,8 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
     std::memcpy(&magic, bytes.data(), 4);
     if (magic == kCrossLayerMagic) {
       STRATA_ASSIGN_OR_RETURN(CrossLayerCalibration xl, CrossLayerCalibration::Parse(bytes));
-      Calibration c = OfCrossLayer(std::make_shared<const CrossLayerCalibration>(std::move(xl)));
-      c.id_ = CalibrationIdOf(bytes);
-      return c;
+      return OfCrossLayer(std::make_shared<const CrossLayerCalibration>(std::move(xl)),
+                          CalibrationIdOf(bytes));
     }
   }
   if (bytes.size() < kFixedBytes + 4) return bad("truncated");

@@ -82,8 +82,10 @@ class Calibration {
   // the fields above mirror its geometry, version, sample rate and RoPE.
   std::shared_ptr<const CrossLayerCalibration> cross_layer;
 
-  // The calibration of mode xl made of `xl` (its fields copied as above).
-  static Calibration OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl);
+  // The calibration of mode xl made of `xl` (its fields copied as above); `id`, when known, is
+  // CalibrationIdOf its serialization (else computed here, so that Id() never writes later).
+  static Calibration OfCrossLayer(std::shared_ptr<const CrossLayerCalibration> xl,
+                                  uint64_t id = 0);
   // "pca" or "xl": the codec mode the calibration serves.
   std::string_view ModeName() const { return cross_layer ? "xl" : "pca"; }
 
@@ -133,6 +135,9 @@ inline constexpr uint64_t kMaxCalibrationArtefactBytes = 60ull << 20;
 std::string CalibrationIdString(uint64_t id);  // 16 hex digits
 // The id of a serialized calibration artefact: FNV-1a 64 of its bytes, never zero.
 uint64_t CalibrationIdOf(std::span<const uint8_t> serialized);
+// The codec mode a serialized artefact is for, from its magic alone: "pca", "xl", or "" for
+// neither (what a daemon checks before it parses an artefact put into a namespace).
+std::string_view CalibrationModeOf(std::span<const uint8_t> serialized);
 
 struct CalibrateOptions {
   double bits_per_value = 1.5;  // target, over every value of a block (dropped ones included)

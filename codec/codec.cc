@@ -57,8 +57,8 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
         return absl::InvalidArgumentError("codec: an error target is a quant option");
       return absl::OkStatus();
     case Mode::kCrossLayer:  // xl:sS or xl:rC alone ask for a calibration still to be made
-      if (layout.dtype == DType::kFloat8E4M3)
-        return absl::InvalidArgumentError("codec: xl mode does not take fp8 tensors");
+      if (absl::Status s = CrossLayerLayoutSupported(layout); !s.ok())
+        return absl::InvalidArgumentError(absl::StrCat("codec: ", s.message()));
       if (calibration_id == 0)
         return absl::InvalidArgumentError(
             "codec: xl mode needs a calibration id (calibrate the namespace first)");
@@ -394,7 +394,9 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
     h.calibration_id = params.calibration_id;
     if (params.first_position > UINT32_MAX)
       return absl::InvalidArgumentError("codec: calibrated block position beyond 2^32");
-    h.first_position = cal->rope_theta > 0 ? static_cast<uint32_t>(params.first_position) : 0;
+    // Recorded with or without RoPE: a daemon that re-codes the blob (a cold codec) must know
+    // whether it begins its sequence (position 0, whose first token is kept exact).
+    h.first_position = static_cast<uint32_t>(params.first_position);
     h.flags = kFlagEntropy;
   }
   if (params.mode == Mode::kQuant || params.mode == Mode::kGroupwise) {

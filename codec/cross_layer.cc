@@ -321,6 +321,18 @@ absl::Status LayoutFits(const KvLayout& l, uint32_t layers, uint32_t heads, uint
 
 }  // namespace
 
+absl::Status CrossLayerLayoutSupported(const KvLayout& l) {
+  STRATA_RETURN_IF_ERROR(LayoutFits(l, l.num_layers, l.num_kv_heads, l.head_dim, 0));
+  if (const uint64_t floor = CrossLayerCalibration::MinSerializedBytes(l);
+      floor > kMaxCalibrationArtefactBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an xl calibration for ", l.num_layers, " layers of ", 2 * uint64_t{l.num_kv_heads},
+        " x ", l.head_dim, " values takes at least ", floor >> 20,
+        " MiB (a predictor of (2 x kv heads x head_dim)^2 floats per layer), over the ",
+        kMaxCalibrationArtefactBytes >> 20, " MiB a daemon stores; use a pca policy"));
+  return absl::OkStatus();
+}
+
 absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
   STRATA_RETURN_IF_ERROR(LayoutFits(l, num_layers, num_kv_heads, head_dim, rope_theta));
   const size_t w = Width();

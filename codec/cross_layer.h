@@ -97,6 +97,12 @@ struct CrossLayerCalibration {
   absl::Status Matches(const KvLayout& layout) const;
 };
 
+// Whether mode xl can code blocks of `layout` at all: separate K and V of fp16, bf16 or fp32,
+// tokens per block a multiple of 16, and an artefact that can fit a daemon's store
+// (kMaxCalibrationArtefactBytes: a width x width predictor per layer). InvalidArgument saying
+// which, at namespace open rather than at the first calibration.
+absl::Status CrossLayerLayoutSupported(const KvLayout& layout);
+
 // From sample blocks of `layout`: per layer the heads' scales, the mean, the predictor (ridge
 // regression of the layer on the layer below, both as given), the PCA of the prediction's
 // residual, and the coordinates worth coding (some sample reaches half a step); then the first

@@ -18,6 +18,15 @@ using internal::ByteWriter;
 
 namespace {
 
+// The fewest bytes an artefact of this geometry takes (header, scales, per layer the coded
+// count and mean, every predictor, no coded coordinate, the CRC), without overflow.
+using Wide = unsigned __int128;
+Wide MinBytes(uint64_t layers, uint64_t heads, uint64_t dim) {
+  const Wide w = Wide{2} * heads * dim;
+  return 44 + Wide{layers} * 2 * heads * 4 + Wide{layers} * (4 + w * 4) +
+         (layers > 0 ? layers - 1 : 0) * w * w * 4;
+}
+
 bool AllFiniteFloats(const std::vector<float>& v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
@@ -78,11 +87,11 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
   if (!(c.step > 0) || !std::isfinite(c.step) || !(c.sample_bits >= 0) ||
       !std::isfinite(c.sample_bits))
     return bad("step or sample bits out of range");
-  // Every float takes 4 bytes of the body: a geometry the body cannot hold is refused before
-  // anything is allocated for it.
+  // Every float takes 4 bytes: a geometry the artefact's size cannot hold (every predictor and
+  // mean, no coordinate coded) is refused before anything is allocated for it.
   const uint64_t w = uint64_t{2} * c.num_kv_heads * c.head_dim;
-  if (c.num_layers == 0 || w == 0 || w > 65536 || c.num_layers > body ||
-      uint64_t{c.num_layers} * w * 4 > body || (c.num_layers > 1 && w * w * 4 > body))
+  if (c.num_layers == 0 || w == 0 || w > 65536 ||
+      MinBytes(c.num_layers, c.num_kv_heads, c.head_dim) > bytes.size())
     return bad("geometry disagrees with the size");
   if (!std::isfinite(c.rope_theta) || !(c.rope_theta == 0 || c.rope_theta >= 1))
     return bad("bad rope_theta");
@@ -119,9 +128,8 @@ absl::StatusOr<CrossLayerCalibration> CrossLayerCalibration::Parse(std::span<con
 uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize()); }
 
 uint64_t CrossLayerCalibration::MinSerializedBytes(const KvLayout& l) {
-  const uint64_t w = uint64_t{2} * l.num_kv_heads * l.head_dim, layers = l.num_layers;
-  return 44 + layers * 2 * l.num_kv_heads * 4 + layers * (4 + w * 4) +
-         (layers > 0 ? layers - 1 : 0) * w * w * 4;
+  const Wide n = MinBytes(l.num_layers, l.num_kv_heads, l.head_dim);
+  return n > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(n);
 }
 
 }  // namespace strata::codec

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
 #include "codec/codec.h"
+#include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -30,15 +31,23 @@ absl::Status TakesCalibrations(const std::optional<NamespaceRegistry::Entry>& en
   return absl::OkStatus();
 }
 
-absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
-                        const NamespaceId& ns, const codec::Calibration& calibration) {
-  if (!entry) return absl::OkStatus();
+// The artefact is of the namespace's mode (read from its magic, before it is parsed).
+absl::Status OfItsMode(const std::optional<NamespaceRegistry::Entry>& entry, const NamespaceId& ns,
+                       std::string_view artefact_mode) {
+  if (!entry || artefact_mode.empty()) return absl::OkStatus();  // the parser says what is wrong
   auto params = codec::ParseCodecSpec(entry->spec.codec_policy);
-  if (params.ok() && codec::ModeName(params->mode) != calibration.ModeName())
+  if (params.ok() && codec::ModeName(params->mode) != artefact_mode)
     return absl::InvalidArgumentError(absl::StrCat(
         "namespace ", ns.ShortHex(), " codes blocks with mode ",
         std::string(codec::ModeName(params->mode)), "; the calibration is for mode ",
-        std::string(calibration.ModeName())));
+        std::string(artefact_mode)));
+  return absl::OkStatus();
+}
+
+absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
+                        const NamespaceId& ns, const codec::Calibration& calibration) {
+  if (!entry) return absl::OkStatus();
+  STRATA_RETURN_IF_ERROR(OfItsMode(entry, ns, calibration.ModeName()));
   if (auto s = calibration.Matches(entry->spec.layout); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("the calibration does not fit namespace ", ns.ShortHex(), ": ", s.message()));
@@ -93,6 +102,12 @@ grpc::Status CalibrationService::Put(grpc::ServerContext* ctx,
   if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
   const auto entry = namespaces_->Find(ns);
   if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
+  const std::string& artefact = req->artefact();
+  if (auto s = OfItsMode(entry, ns,
+                         codec::CalibrationModeOf({reinterpret_cast<const uint8_t*>(artefact.data()),
+                                                   artefact.size()}));
+      !s.ok())
+    return ToGrpcStatus(s);
   auto stored = store_->Put(ns, req->artefact(), [&](const codec::Calibration& c) {
     return FitsLayout(entry, ns, c);
   });

@@ -36,7 +36,7 @@ NamespaceSpec PcaSpec() {
   return s;
 }
 
-// The same namespace (same model, layout and so block ids) under `policy`.
+// The same model and layout (and so the same block ids) under `policy` (another namespace).
 NamespaceSpec SpecWith(const std::string& policy) {
   NamespaceSpec s = PcaSpec();
   s.codec_policy = policy;
@@ -296,9 +296,13 @@ TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   auto refused = c->Calibrate(*ns, Views(samples1), wrong);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_NE(refused.status().message().find("importances"), std::string::npos) << refused.status();
+  // A request's rate is the mode's own: bits per value for pca, a step for xl.
+  CalibrationRequest foreign;
+  (Xl() ? foreign.bits_per_value : foreign.step) = 0.5;
+  auto mixed = c->Calibrate(*ns, Views(samples1), foreign);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument) << mixed.status();
   CalibrationRequest finer;
-  finer.bits_per_value = 3;
-  finer.step = 0.3;
+  (Xl() ? finer.step : finer.bits_per_value) = Xl() ? 0.3 : 3;
   finer.importance.assign(size_t{PcaSpec().layout.num_layers} * 2, 1.0);
   finer.importance[0] = 4.0;
   auto samples2 = KvBlocks(32, 16);
@@ -395,9 +399,10 @@ TEST(CalibrationLifecycleTest, ACalibrationOfTheOtherModeIsRefused) {
   }
 }
 
-// An xl policy for a model too wide for its artefact (a predictor of width^2 floats per layer
-// past the daemon's limit) is refused at once, saying what to use instead; nothing is stored.
-TEST(CalibrationLifecycleTest, AnXlCalibrationTooLargeToStoreIsRefusedBeforeCalibrating) {
+// An xl policy is refused where xl cannot serve the layout: a model too wide for its artefact (a
+// predictor of width^2 floats per layer past the daemon's limit), saying what to use instead, or
+// blocks of a token count that is not a multiple of 16; at open, not at the first calibration.
+TEST(CalibrationLifecycleTest, AnXlPolicyTheLayoutCannotTakeIsRefusedAtOpen) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
   auto c = Connect(d);
@@ -406,18 +411,17 @@ TEST(CalibrationLifecycleTest, AnXlCalibrationTooLargeToStoreIsRefusedBeforeCali
   wide.model_id = "calibration-test-wide";
   wide.layout.num_kv_heads = 32;  // width 2 x 32 x 64 = 4096: 64 MiB per predictor
   auto ns = c->OpenNamespace(wide, "tenant-a");
-  ASSERT_TRUE(ns.ok()) << ns.status();
-  std::vector<uint8_t> sample(wide.layout.BlockBytes(), 0x3c);
-  const ConstBuffer samples[] = {{sample.data(), sample.size()}};
-  const auto start = std::chrono::steady_clock::now();
-  auto cal = c->Calibrate(*ns, samples);
-  EXPECT_EQ(cal.status().code(), absl::StatusCode::kFailedPrecondition) << cal.status();
-  EXPECT_NE(cal.status().message().find("use a pca policy"), std::string::npos) << cal.status();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
-      << "refused before calibrating";
-  auto listed = c->ListCalibrations(*ns);
-  ASSERT_TRUE(listed.ok()) << listed.status();
-  EXPECT_TRUE(listed->empty());
+  EXPECT_EQ(ns.status().code(), absl::StatusCode::kInvalidArgument) << ns.status();
+  EXPECT_NE(ns.status().message().find("use a pca policy"), std::string::npos) << ns.status();
+  wide.codec_policy = "pca:b2";
+  EXPECT_TRUE(c->OpenNamespace(wide, "tenant-a").ok()) << "pca takes it";
+  NamespaceSpec odd = SpecWith("xl:s0.5");
+  odd.model_id = "calibration-test-odd";
+  odd.layout.tokens_per_block = 24;
+  auto odd_ns = c->OpenNamespace(odd, "tenant-a");
+  EXPECT_EQ(odd_ns.status().code(), absl::StatusCode::kInvalidArgument) << odd_ns.status();
+  EXPECT_NE(odd_ns.status().message().find("multiple of 16"), std::string::npos)
+      << odd_ns.status();
 }
 
 // Node n0 is up; node n1 (in n0's static view) starts only after n0's clients calibrated and

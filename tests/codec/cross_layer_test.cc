@@ -14,9 +14,9 @@
 #include "codec/calibration.h"
 #include "codec/codec.h"
 #include "codec/half.h"
-#include "codec/internal/sections.h"
 #include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/internal/sections.h"
 #include "common/crc32c.h"
 #include "tests/codec/test_layout.h"
 
@@ -521,11 +521,17 @@ TEST(CrossLayerBlob, RoundTripsThroughTheEncoderAndDecoder) {
     std::vector<uint8_t> untouched(eval[b].size(), 0xee);
     EXPECT_EQ(bare.Decode(blob, untouched).code(), absl::StatusCode::kNotFound);
     EXPECT_EQ(untouched, std::vector<uint8_t>(eval[b].size(), 0xee));
-    // Every flipped bit of the blob: DataLoss.
+    // Every flipped bit of the blob: DataLoss (the blob's CRC; behind it, the payload's own).
     for (size_t at = 0; at < blob.size(); at += 61) {
       std::vector<uint8_t> flipped = blob;
       flipped[at] ^= 4;
-      EXPECT_FALSE(dec.Decode(flipped, got).ok()) << "byte " << at;
+      EXPECT_EQ(dec.Decode(flipped, got).code(), absl::StatusCode::kDataLoss) << "byte " << at;
+      if (at >= 64 + 24) {  // in the payload: its CRC, the blob's unchecked
+        DecodeOptions unchecked;
+        unchecked.verify_crc = false;
+        EXPECT_EQ(dec.Decode(flipped, got, unchecked).code(), absl::StatusCode::kDataLoss)
+            << "byte " << at;
+      }
     }
   }
 }
@@ -559,17 +565,66 @@ TEST(CrossLayerBlob, ACalibrationServesItsOwnModeOnly) {
   p.calibration_id = pca_id;
   EXPECT_EQ(enc.Encode(l, p, eval[0], &blob).code(), absl::StatusCode::kInvalidArgument);
   p.calibration_id = xl_id;
+  p.first_position = 64;  // no RoPE: recorded all the same (a re-coder keeps no sink here)
   ASSERT_TRUE(enc.Encode(l, p, eval[0], &blob).ok());
-  // An xl blob whose header names the pca calibration (its CRC made good) is refused.
-  std::memcpy(blob.data() + 56, &pca_id, 8);
-  const uint32_t crc = Crc32c(blob.data(), blob.size() - 4);
-  std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+  auto info = InspectBlob(blob);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->params.first_position, 64u);
   Decoder dec;
   dec.set_calibrations(&set);
   std::vector<uint8_t> out(eval[0].size());
-  auto st = dec.Decode(blob, out);
-  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-  EXPECT_NE(st.message().find("which is for mode pca"), std::string::npos) << st;
+  auto with_crc = [](std::vector<uint8_t> b) {
+    const uint32_t crc = Crc32c(b.data(), b.size() - 4);
+    std::memcpy(b.data() + b.size() - 4, &crc, 4);
+    return b;
+  };
+  auto refused = [&](const std::vector<uint8_t>& b, const char* what) {
+    auto st = dec.Decode(with_crc(b), out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << what << ": " << st;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st;
+  };
+  // An xl blob whose header names the pca calibration (its CRC made good) is refused, and a pca
+  // blob naming the xl calibration.
+  std::vector<uint8_t> b = blob;
+  std::memcpy(b.data() + 56, &pca_id, 8);
+  refused(b, "which is for mode pca");
+  std::vector<uint8_t> pca_blob;
+  CodecParams pp;
+  pp.mode = Mode::kPca;
+  pp.calibration_id = pca_id;
+  ASSERT_TRUE(enc.Encode(l, pp, eval[0], &pca_blob).ok());
+  b = pca_blob;
+  std::memcpy(b.data() + 56, &xl_id, 8);
+  refused(b, "which is for mode xl");
+  // The xl blob's one section: another type, a coder or another layer are refused.
+  for (const auto& [at, value] : {std::pair<size_t, uint8_t>{64, 6}, {64 + 5, 1}, {64 + 2, 1}}) {
+    b = blob;
+    b[at] = value;
+    refused(b, "one cross-layer section");
+  }
+}
+
+// An artefact whose header claims more layers than its bytes can hold (every layer needs its
+// mean, and all but the first a predictor) is refused before anything is allocated for them.
+TEST(CrossLayer, AnArtefactClaimingMoreThanItHoldsIsRefusedAtOnce) {
+  std::vector<uint8_t> b(8 << 20, 0);  // 8 MiB of zeros after the header
+  auto put32 = [&](size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); };
+  auto putf = [&](size_t at, float v) { std::memcpy(b.data() + at, &v, 4); };
+  put32(0, kCrossLayerMagic);
+  b[4] = kCrossLayerFormat;
+  put32(8, 1);                // version
+  put32(12, (8 << 20) / 8);   // layers: one scale pair each would fill the bytes
+  put32(16, 1);               // kv heads
+  put32(20, 1);               // head dim: width 2
+  putf(28, 0.5f);             // step
+  const uint32_t crc = Crc32c(b.data(), b.size() - 4);
+  std::memcpy(b.data() + b.size() - 4, &crc, 4);
+  auto p = CrossLayerCalibration::Parse(b);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss) << p.status();
+  EXPECT_NE(p.status().message().find("geometry"), std::string::npos) << p.status();
+  KvLayout l = Layout(2, 1, 1, 16);
+  EXPECT_EQ(CrossLayerCalibration::MinSerializedBytes(l),
+            44u + 2 * 2 * 4 + 2 * (4 + 2 * 4) + 1 * 2 * 2 * 4);
 }
 
 TEST(CrossLayerBlob, SpecsNameAStepOrACalibration) {
