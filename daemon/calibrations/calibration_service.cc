@@ -103,10 +103,9 @@ grpc::Status CalibrationService::Put(grpc::ServerContext* ctx,
   const auto entry = namespaces_->Find(ns);
   if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
   const std::string& artefact = req->artefact();
-  if (auto s = OfItsMode(entry, ns,
-                         codec::CalibrationModeOf({reinterpret_cast<const uint8_t*>(artefact.data()),
-                                                   artefact.size()}));
-      !s.ok())
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(artefact.data()),
+                                       artefact.size());
+  if (auto s = OfItsMode(entry, ns, codec::CalibrationModeOf(bytes)); !s.ok())
     return ToGrpcStatus(s);
   auto stored = store_->Put(ns, req->artefact(), [&](const codec::Calibration& c) {
     return FitsLayout(entry, ns, c);
