@@ -2,8 +2,10 @@
 // artefact) and the sections of a blob decoded with that calibration. Input: u8 flags, u32 n, n
 // bytes of serialized calibration, then a blob. Flag 1 rewrites the calibration's CRC32C trailer
 // (so mutations reach the parser's checks behind it), flag 2 checks the blob's CRC (unset,
-// mutations reach the section parsers and the rANS decoder). Every input must end in a Status or
-// a decode; a calibration that parses must serialize back to the same bytes.
+// mutations reach the section parsers and the rANS decoder). The blob is made to name the
+// calibration's id (a mutated calibration has another), so it reaches the calibration's decoder.
+// Every input must end in a Status or a decode; a calibration that parses must serialize back to
+// the same bytes.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -32,7 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!parsed.ok()) return 0;
   if (parsed->Serialize() != cal) __builtin_trap();
   CalibrationSet set;
-  set.Add(std::make_shared<const Calibration>(*std::move(parsed)));
+  const uint64_t id = set.Add(std::make_shared<const Calibration>(*std::move(parsed)));
+  std::vector<uint8_t> named(blob.begin(), blob.end());
+  if (named.size() >= kHeaderBytes + kTrailerBytes) {
+    std::memcpy(named.data() + 56, &id, 8);
+    const uint32_t crc = strata::Crc32c(named.data(), named.size() - kTrailerBytes);
+    std::memcpy(named.data() + named.size() - kTrailerBytes, &crc, 4);
+    blob = named;
+  }
   ParseOptions po;
   po.verify_crc = flags & 2;
   auto view = ParseBlob(blob, po);

@@ -146,6 +146,14 @@ int main(int argc, char** argv) {
       write(blob);
     }
   }
+  // xl blocks of 32 tokens: where the CPU has AMX, the products run on its tiles.
+  l.tokens_per_block = 32;
+  for (codec::CodecParams* p : {&xl_plain, &xl_capped}) {
+    std::vector<uint8_t> blob;
+    if (!enc.Encode(l, *p, codec::GenerateSyntheticKv(l, 1), &blob).ok()) return 1;
+    write(blob);
+  }
+  l.tokens_per_block = 16;
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     l.dtype = dt;
     auto data = codec::GenerateSyntheticKv(l, 1);
