@@ -109,8 +109,9 @@ def main():
     ap.add_argument("--step", type=float, required=True, help="in relative units")
     ap.add_argument("--importance", help="safetensors, tensor importance [layers, 2]")
     ap.add_argument("--ridge", type=float, default=0.1)
-    ap.add_argument("--predictor", choices=["full", "head"], default="full",
-                    help="head: each kv head's key and value from the same head's below only")
+    ap.add_argument("--predictor", choices=["full", "head", "two"], default="full",
+                    help="head: each kv head's key and value from the same head's below only; "
+                         "two: from the two layers below (a 2 width x width ridge fit)")
     ap.add_argument("--predictor-rank", type=int, default=0,
                     help="> 0: the full predictor reduced to this rank (reduced-rank regression: "
                          "the ridge fit projected on the top right singular vectors of its fitted "
@@ -136,12 +137,19 @@ def main():
     decoded = np.zeros_like(prefix)
     bits = 0.0
     below_calib = below_hat = None
+    below2_calib = below2_hat = None  # two layers down (--predictor two)
     for l in range(lay.L):
         xc, xp = lay.rows(calib, l), lay.rows(prefix, l)
         mc = xc.mean(0)
         if predict and below_calib is not None:
             a_rows = below_calib - below_calib.mean(0)
-            if a.predictor == "full":
+            if a.predictor == "two" and below2_calib is not None:
+                a2 = np.hstack([a_rows, below2_calib - below2_calib.mean(0)])
+                w2 = np.linalg.solve(a2.T @ a2 + a.ridge * len(a2) * np.eye(2 * width),
+                                     a2.T @ (xc - mc))
+                guess2 = np.hstack([below_hat - below_calib.mean(0),
+                                    below2_hat - below2_calib.mean(0)]) @ w2
+            if a.predictor in ("full", "two"):
                 w = np.linalg.solve(a_rows.T @ a_rows + a.ridge * len(a_rows) * np.eye(width),
                                     a_rows.T @ (xc - mc))
                 if 0 < a.predictor_rank < width:
@@ -158,6 +166,8 @@ def main():
                     w[np.ix_(cols, cols)] = np.linalg.solve(gram, ah.T @ (xc - mc)[:, cols])
             guess = (below_hat - below_calib.mean(0)) @ w
             rc = xc - mc - a_rows @ w
+            if a.predictor == "two" and below2_calib is not None:
+                guess, rc = guess2, xc - mc - a2 @ w2
         else:
             guess = 0.0
             rc = xc - mc
@@ -166,6 +176,7 @@ def main():
         hat = residual + guess + mc
         hat[0] = xp[0]
         decoded[l, 0], decoded[l, 1] = lay.unrows(hat, l)
+        below2_calib, below2_hat = below_calib, below_hat
         below_calib, below_hat = xc, hat
     values = prefix.size
     bits += width * lay.L * 16  # the first token, as given

@@ -128,11 +128,14 @@ def main():
     # eval reads like codec_eval's; a coarser step costs fewer bits and more of the model's KL.
     xl = os.path.join(a.work, "xl")
     bits = {}
-    for variant, step in (("head", "0.5"), ("xl", "0.5"), ("xl", "2")):
+    for variant, step, extra in (("head", "0.5", []), ("xl", "0.5", []), ("xl", "2", []),
+                                 ("xl", "0.5", ["--predictor", "two"]),
+                                 ("xl", "0.5", ["--predictor-rank", "8"])):
         p = run([sys.executable, os.path.join(HERE, "cross_layer_model.py"), "--calib", prefix,
                  "--prefix", prefix, "--rope-theta", "10000", "--variant", variant, "--step", step,
-                 "--importance", imp_path, "--out", xl])
-        name = f"{variant}-s{step}-imp"
+                 "--importance", imp_path, "--out", xl] + extra)
+        name = f"{variant}-s{step}-imp" + ("-two" if "two" in extra else "") + (
+            "-r8" if "--predictor-rank" in extra else "")
         check(p.stdout.startswith(name + ": "), f"cross_layer_model.py names its output: {p.stdout.strip()!r}")
         bits[name] = float(p.stdout.split()[1])
     xl_tsv = os.path.join(xl, "quality.tsv")
