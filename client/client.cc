@@ -291,6 +291,12 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
   if (!params || !codec::UsesCalibration(params->mode))
     return absl::FailedPreconditionError(
         absl::StrCat("namespace ", ns.ShortHex(), " does not use a calibrated codec (pca, xl)"));
+  const bool xl = params->mode == codec::Mode::kCrossLayer;
+  if (xl ? request.bits_per_value != 0 : request.step != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace ", ns.ShortHex(), " uses mode ", std::string(codec::ModeName(params->mode)),
+        xl ? ", whose calibrations take a step, not bits per value"
+           : ", whose calibrations take bits per value, not a step"));
   const KvLayout layout = impl_->LayoutOf(ns);
   std::vector<std::span<const uint8_t>> blocks;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -313,12 +319,6 @@ absl::StatusOr<CalibrationInfo> Client::Calibrate(const NamespaceId& ns,
     return opts;
   };
   std::vector<uint8_t> bytes;
-  const bool xl = params->mode == codec::Mode::kCrossLayer;
-  if (xl ? request.bits_per_value != 0 : request.step != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "namespace ", ns.ShortHex(), " uses mode ", std::string(codec::ModeName(params->mode)),
-        xl ? ", whose calibrations take a step, not bits per value"
-           : ", whose calibrations take bits per value, not a step"));
   if (xl) {
     codec::CrossLayerOptions opts = with_request(codec::CrossLayerOptions{});
     // xl:rC names no step: a fine one (more coordinates coded), the budget coarsens it per block.

@@ -134,14 +134,10 @@ absl::StatusOr<Calibration> Calibration::Parse(std::span<const uint8_t> bytes) {
   auto bad = [](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("calibration: ", why));
   };
-  if (bytes.size() >= 4) {
-    uint32_t magic;
-    std::memcpy(&magic, bytes.data(), 4);
-    if (magic == kCrossLayerMagic) {
-      STRATA_ASSIGN_OR_RETURN(CrossLayerCalibration xl, CrossLayerCalibration::Parse(bytes));
-      return OfCrossLayer(std::make_shared<const CrossLayerCalibration>(std::move(xl)),
-                          CalibrationIdOf(bytes));
-    }
+  if (CalibrationModeOf(bytes) == "xl") {
+    STRATA_ASSIGN_OR_RETURN(CrossLayerCalibration xl, CrossLayerCalibration::Parse(bytes));
+    return OfCrossLayer(std::make_shared<const CrossLayerCalibration>(std::move(xl)),
+                        CalibrationIdOf(bytes));
   }
   if (bytes.size() < kFixedBytes + 4) return bad("truncated");
   const size_t body = bytes.size() - 4;

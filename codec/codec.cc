@@ -33,6 +33,20 @@ std::string_view ModeName(Mode m) {
 absl::Status CodecParams::Validate(const KvLayout& layout) const {
   STRATA_RETURN_IF_ERROR(layout.Validate());
   auto bits_ok = [](uint8_t b) { return b >= 2 && b <= 8; };
+  // pca and xl alike: a calibration named (pca:bR, xl:sS or C alone ask for one still to be
+  // made), an optional bit budget, no error target.
+  auto calibrated = [&]() -> absl::Status {
+    if (calibration_id == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "codec: ", std::string(ModeName(mode)),
+          " mode needs a calibration id (calibrate the namespace first)"));
+    if (rate_bits != 0 && !(rate_bits > 0 && rate_bits <= 16))
+      return absl::InvalidArgumentError(
+          "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
+    if (error_target != 0)
+      return absl::InvalidArgumentError("codec: an error target is a quant option");
+    return absl::OkStatus();
+  };
   if (pca_step_code != 0 && !UsesCalibration(mode))
     return absl::InvalidArgumentError("codec: a step scale is a pca or xl option");
   switch (mode) {
@@ -47,27 +61,11 @@ absl::Status CodecParams::Validate(const KvLayout& layout) const {
       if (layout.dtype == DType::kFloat8E4M3)
         return absl::InvalidArgumentError("codec: pca mode does not take fp8 tensors");
       if (layout.num_layers > 65535) return absl::InvalidArgumentError("codec: too many layers");
-      if (calibration_id == 0)
-        return absl::InvalidArgumentError(
-            "codec: pca mode needs a calibration id (calibrate the namespace first)");
-      if (rate_bits != 0 && !(rate_bits > 0 && rate_bits <= 16))
-        return absl::InvalidArgumentError(
-            "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
-      if (error_target != 0)
-        return absl::InvalidArgumentError("codec: an error target is a quant option");
-      return absl::OkStatus();
-    case Mode::kCrossLayer:  // xl:sS or xl:rC alone ask for a calibration still to be made
+      return calibrated();
+    case Mode::kCrossLayer:
       if (absl::Status s = CrossLayerLayoutSupported(layout); !s.ok())
         return absl::InvalidArgumentError(absl::StrCat("codec: ", s.message()));
-      if (calibration_id == 0)
-        return absl::InvalidArgumentError(
-            "codec: xl mode needs a calibration id (calibrate the namespace first)");
-      if (rate_bits != 0 && !(rate_bits > 0 && rate_bits <= 16))
-        return absl::InvalidArgumentError(
-            "codec: a bit budget (rate_bits) needs 0 < R <= 16 bits per value");
-      if (error_target != 0)
-        return absl::InvalidArgumentError("codec: an error target is a quant option");
-      return absl::OkStatus();
+      return calibrated();
     default: return absl::InvalidArgumentError("codec: unknown mode");
   }
   if (layout.dtype == DType::kFloat8E4M3)

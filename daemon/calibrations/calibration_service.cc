@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
 #include "codec/codec.h"
-#include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -47,7 +46,6 @@ absl::Status OfItsMode(const std::optional<NamespaceRegistry::Entry>& entry, con
 absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
                         const NamespaceId& ns, const codec::Calibration& calibration) {
   if (!entry) return absl::OkStatus();
-  STRATA_RETURN_IF_ERROR(OfItsMode(entry, ns, calibration.ModeName()));
   if (auto s = calibration.Matches(entry->spec.layout); !s.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("the calibration does not fit namespace ", ns.ShortHex(), ": ", s.message()));

@@ -24,7 +24,6 @@
 #include "codec/calibration.h"
 #include "strata/block_id.h"
 
-
 namespace strata::daemon {
 
 // Larger artefacts are refused: gRPC messages are capped at 64 MiB. (A 70B-class model with 80
