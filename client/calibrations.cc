@@ -8,10 +8,12 @@
 
 namespace strata::client {
 
-CalibrationCache::CalibrationCache(ControlChannel* control, absl::Duration refresh)
+CalibrationCache::CalibrationCache(ControlChannel* control, uint64_t max_bytes,
+                                   absl::Duration refresh)
     : control_(control),
       refresh_(refresh),
-      stub_(v1::Calibrations::NewStub(control->channel())) {}
+      stub_(v1::Calibrations::NewStub(control->channel())),
+      set_(max_bytes) {}
 
 absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::Fetch(
     const NamespaceId& ns, uint64_t id) {
@@ -64,9 +66,19 @@ absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::ForE
   return fetched;
 }
 
-void CalibrationCache::Ensure(const NamespaceId& ns, std::span<const uint64_t> ids) {
-  for (uint64_t id : ids)
-    if (id != 0 && !set_.Find(id)) (void)Fetch(ns, id);
+std::vector<std::shared_ptr<const codec::Calibration>> CalibrationCache::Ensure(
+    const NamespaceId& ns, std::span<const uint64_t> ids) {
+  std::vector<std::shared_ptr<const codec::Calibration>> held;
+  for (uint64_t id : ids) {
+    if (id == 0) continue;
+    std::shared_ptr<const codec::Calibration> c = set_.Find(id);
+    if (!c) {
+      auto fetched = Fetch(ns, id);
+      if (fetched.ok()) c = *std::move(fetched);
+    }
+    if (c) held.push_back(std::move(c));
+  }
+  return held;
 }
 
 absl::StatusOr<v1::PutCalibrationResponse> CalibrationCache::Put(const NamespaceId& ns,

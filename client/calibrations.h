@@ -1,6 +1,8 @@
-// The calibrations (codec mode pca) a client encodes and decodes a namespace's blobs with: asked
-// of its daemon (which asks the rest of the cluster when it lacks one), checked against the id
-// asked for, and kept for the client's life. The namespace's current calibration, the one new
+// The calibrations (codec modes pca and xl) a client encodes and decodes a namespace's blobs
+// with: asked of its daemon (which asks the rest of the cluster when it lacks one), checked
+// against the id asked for, and kept while they fit the client's budget
+// (ClientOptions::calibration_cache_bytes; the least recently used beyond it are asked again
+// when a blob names them). The namespace's current calibration, the one new
 // blobs are coded with, is asked again after `refresh`, so a recalibration reaches every client
 // within that time; blobs of any earlier version still decode.
 #pragma once
@@ -23,7 +25,8 @@ namespace strata::client {
 
 class CalibrationCache {
  public:
-  explicit CalibrationCache(ControlChannel* control, absl::Duration refresh = absl::Seconds(10));
+  CalibrationCache(ControlChannel* control, uint64_t max_bytes,
+                   absl::Duration refresh = absl::Seconds(10));
 
   // What the Encoder and Decoder look calibrations up in.
   const codec::CalibrationSet& set() const { return set_; }
@@ -34,8 +37,10 @@ class CalibrationCache {
   absl::StatusOr<std::shared_ptr<const codec::Calibration>> ForEncoding(const NamespaceId& ns,
                                                                         uint64_t id);
   // Asks the daemon for every id of `ids` not held yet. Those it cannot get stay out of set():
-  // their blobs then decode to kUnknownCalibration.
-  void Ensure(const NamespaceId& ns, std::span<const uint64_t> ids);
+  // their blobs then decode to kUnknownCalibration. Returns the ones held: keeping them keeps
+  // them in set() (the budget evicts only calibrations nobody holds) until the blobs decode.
+  std::vector<std::shared_ptr<const codec::Calibration>> Ensure(const NamespaceId& ns,
+                                                                std::span<const uint64_t> ids);
 
   absl::StatusOr<v1::PutCalibrationResponse> Put(const NamespaceId& ns, std::string artefact);
   absl::StatusOr<v1::ListCalibrationsResponse> List(const NamespaceId& ns);

@@ -66,7 +66,7 @@ struct Client::Impl {
     if (into.decode && codec::UsesCalibration(params->mode)) {
       into.calibrations = &calibrations->set();
       into.ensure_calibrations = [cache = calibrations.get(), ns](std::span<const uint64_t> ids) {
-        cache->Ensure(ns, ids);
+        return cache->Ensure(ns, ids);
       };
     }
     return into;
@@ -94,7 +94,8 @@ Client::~Client() = default;
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>(options);
   STRATA_ASSIGN_OR_RETURN(impl->local, client::DaemonLink::Connect(options));
-  impl->calibrations = std::make_unique<client::CalibrationCache>(&impl->local->control());
+  impl->calibrations = std::make_unique<client::CalibrationCache>(
+      &impl->local->control(), options.calibration_cache_bytes);
   impl->device = v1::DeviceCopies::NewStub(impl->local->control().channel());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }

@@ -299,7 +299,7 @@ void DaemonLink::Finish(const FetchLanding& into, const Plan& plan, std::vector<
         if (std::find(missing.begin(), missing.end(), id) == missing.end()) missing.push_back(id);
       }
     if (!retry.empty() && into.ensure_calibrations) {
-      into.ensure_calibrations(missing);
+      const auto held = into.ensure_calibrations(missing);
       decode_some(retry);
     }
   }

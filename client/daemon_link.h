@@ -31,10 +31,12 @@ struct FetchLanding {
   // `decoded_bytes` (the layout's BlockBytes()) each. Each blob's own CRC32C guards it then.
   bool decode = false;
   uint64_t decoded_bytes = 0;
-  // Calibrated blobs (codec mode pca) decode with these; `ensure_calibrations`, when set, is
-  // asked once per fetch for the ids a blob named that `calibrations` lacked.
+  // Calibrated blobs (codec modes pca and xl) decode with these; `ensure_calibrations`, when
+  // set, is asked once per fetch for the ids a blob named that `calibrations` lacked, and what
+  // it returns is held until those blobs decode (so a bounded set keeps them meanwhile).
   const codec::CalibrationSet* calibrations = nullptr;
-  std::function<void(std::span<const uint64_t>)> ensure_calibrations;
+  std::function<std::vector<std::shared_ptr<const codec::Calibration>>(std::span<const uint64_t>)>
+      ensure_calibrations;
 };
 
 class DaemonLink {

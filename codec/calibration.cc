@@ -10,6 +10,7 @@
 #include "codec/codec.h"
 #include "codec/cross_layer.h"
 #include "codec/internal/byte_io.h"
+#include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/sections.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
@@ -601,25 +602,79 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   return cal;
 }
 
+uint64_t Calibration::MemoryBytes() const {
+  uint64_t floats = 0;
+  for (const HeadTransform& h : heads)
+    floats += h.mean.size() + 3 * h.basis.size() + h.variance.size() + h.step.size();
+  uint64_t bytes = sizeof(Calibration) + floats * sizeof(float);
+  if (cross_layer) {
+    const CrossLayerCalibration& xl = *cross_layer;
+    floats = xl.scale.size();
+    for (const CrossLayerTransform& l : xl.layers)
+      floats += l.mean.size() + l.predictor.size() + l.axes.size() + l.step.size();
+    bytes += sizeof(CrossLayerCalibration) + floats * sizeof(float);
+    if (xl.tiles)
+      for (const auto* ops : {&xl.tiles->predictor, &xl.tiles->axes_t, &xl.tiles->scaled_axes})
+        for (const internal::XlPairs& p : *ops) bytes += p.words.size() * sizeof(uint16_t);
+  }
+  return bytes;
+}
+
 uint64_t CalibrationSet::Add(std::shared_ptr<const Calibration> c) {
   const uint64_t id = c->Id();
+  const uint64_t size = c->MemoryBytes();
   std::lock_guard<std::mutex> g(mu_);
-  map_.emplace(id, std::move(c));
+  auto [it, added] = map_.try_emplace(id);
+  it->second.last_used = ++tick_;
+  if (added) {
+    it->second.cal = std::move(c);
+    it->second.bytes = size;
+    bytes_ += size;
+    EvictLocked(id);
+  }
   return id;
+}
+
+void CalibrationSet::EvictLocked(uint64_t keep) {
+  if (max_bytes_ == 0) return;
+  while (bytes_ > max_bytes_) {
+    // A handful of entries: a scan for the oldest one nobody else holds.
+    auto victim = map_.end();
+    for (auto it = map_.begin(); it != map_.end(); ++it)
+      if (it->first != keep && it->second.cal.use_count() == 1 &&
+          (victim == map_.end() || it->second.last_used < victim->second.last_used))
+        victim = it;
+    if (victim == map_.end()) return;  // every other one is in use: over budget until released
+    bytes_ -= victim->second.bytes;
+    ++evictions_;
+    map_.erase(victim);
+  }
 }
 
 std::shared_ptr<const Calibration> CalibrationSet::Find(uint64_t id) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = map_.find(id);
-  return it == map_.end() ? nullptr : it->second;
+  if (it == map_.end()) return nullptr;
+  it->second.last_used = ++tick_;
+  return it->second.cal;
 }
 
 std::vector<uint64_t> CalibrationSet::Ids() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<uint64_t> ids;
-  for (const auto& [id, c] : map_) ids.push_back(id);
+  for (const auto& [id, e] : map_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+uint64_t CalibrationSet::bytes() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return bytes_;
+}
+
+uint64_t CalibrationSet::evictions() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return evictions_;
 }
 
 }  // namespace strata::codec

@@ -97,6 +97,9 @@ class Calibration {
   absl::Status Matches(const KvLayout& layout) const;
   // Structural and numeric checks (sizes, finite values, non-negative steps).
   absl::Status Validate() const;
+  // About what the parsed calibration takes in memory: its floats, the xl tiles' operands, and
+  // for pca the plan its coders build on first use (~2 more copies of the axes).
+  uint64_t MemoryBytes() const;
 
   std::vector<uint8_t> Serialize() const;
   // Parses and validates either kind (by magic); DataLoss on anything malformed (CRC, sizes,
@@ -202,18 +205,41 @@ void SymmetricEigen(std::vector<double> a, size_t n, std::vector<double>* values
 void SymmetricEigenHouseholder(std::vector<double> a, size_t n, std::vector<double>* values,
                                std::vector<double>* vectors);
 
-// Calibrations a process holds, by id. Thread-safe; the daemon and client will fill it from the
-// namespace's stored artefacts.
+// Calibrations a process holds, by id. Thread-safe. With a byte budget (the daemon's and the
+// client's caches: a recalibrated namespace must not grow a long-lived process by a parsed
+// artefact per version, ~80 MB each for an xl one), adding one evicts the least recently found
+// or added calibrations beyond the budget that nobody else holds: a caller that keeps the
+// shared_ptr Find or Add gave it (a pin) keeps that calibration in the set, so a decode between
+// an Ensure and its Decoder never loses the one it asked for. An evicted calibration is fetched
+// again (from the daemon's store, or the cluster) when a blob names it.
 class CalibrationSet {
  public:
+  // 0: no budget (keeps everything, as tests and codec_eval want).
+  explicit CalibrationSet(uint64_t max_bytes = 0) : max_bytes_(max_bytes) {}
+
   // Adds (or keeps, if the id is already present) and returns the id.
   uint64_t Add(std::shared_ptr<const Calibration> c);
   std::shared_ptr<const Calibration> Find(uint64_t id) const;
   std::vector<uint64_t> Ids() const;
 
+  uint64_t max_bytes() const { return max_bytes_; }
+  // What the held calibrations take (Calibration::MemoryBytes), and how many were evicted.
+  uint64_t bytes() const;
+  uint64_t evictions() const;
+
  private:
+  struct Entry {
+    std::shared_ptr<const Calibration> cal;
+    uint64_t bytes = 0;
+    mutable uint64_t last_used = 0;  // tick_ when last found or added
+  };
+  void EvictLocked(uint64_t keep);
+
+  const uint64_t max_bytes_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<const Calibration>> map_;  // guarded by mu_
+  std::unordered_map<uint64_t, Entry> map_;  // guarded by mu_
+  mutable uint64_t tick_ = 0;                // guarded by mu_
+  uint64_t bytes_ = 0, evictions_ = 0;       // guarded by mu_
 };
 
 }  // namespace strata::codec

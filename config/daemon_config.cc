@@ -208,11 +208,15 @@ limits:
   # Bytes one tenant may hold in reservations not yet committed; more is NO_SPACE. 0: no bound
   # (tenant_max_share bounds them too).
   tenant_max_reserved_bytes: 0
-  # Calibrations (codec mode pca) kept per namespace, and their bytes in all, in memory and
+  # Calibrations (codec modes pca and xl) kept per namespace, and their bytes in all, in memory and
   # under <data_dir>/calibrations. A new one past either is refused; none is ever dropped, as
   # blobs coded with it may still be stored somewhere in the cluster.
   max_calibrations_per_namespace: 16
   calibration_bytes: 1GiB
+  # Memory for parsed calibrations (what cold transcoding and decodes for GPU peers code with;
+  # an xl one of a 1.5B model takes ~80 MB): the least recently used beyond it are parsed again
+  # from the store when a blob names them; those in use stay. 0: no bound.
+  parsed_calibration_bytes: 256MiB
 
 # KV events in vLLM's format (msgpack over ZMQ) for KV-aware routers (llm-d, Dynamo):
 # BlockStored when a block is committed to host memory, BlockRemoved when it leaves it, one
@@ -497,6 +501,8 @@ std::map<std::string, Setter> Setters() {
                      At(&C::limits, &L::max_calibrations_per_namespace));
   s["limits.calibration_bytes"] =
       ReadSize("limits.calibration_bytes", At(&C::limits, &L::calibration_bytes));
+  s["limits.parsed_calibration_bytes"] = ReadSize("limits.parsed_calibration_bytes",
+                                                  At(&C::limits, &L::parsed_calibration_bytes));
   return s;
 }
 

@@ -133,6 +133,7 @@ struct LimitsConfig {
   // daemon/calibrations/calibration_store.h
   uint32_t max_calibrations_per_namespace = 16;
   uint64_t calibration_bytes = 1ull << 30;
+  uint64_t parsed_calibration_bytes = 256ull << 20;  // 0: no bound
 };
 
 struct DaemonConfig {

@@ -664,7 +664,8 @@ absl::Status Daemon::Impl::StartServices() {
   builder.RegisterService(peer.get());
   auto calibration_store = CalibrationStore::Open(
       config.data_dir + "/calibrations",
-      {config.limits.max_calibrations_per_namespace, config.limits.calibration_bytes});
+      {config.limits.max_calibrations_per_namespace, config.limits.calibration_bytes,
+       config.limits.parsed_calibration_bytes});
   if (!calibration_store.ok())
     return absl::Status(calibration_store.status().code(),
                         absl::StrCat("config field 'data_dir': ",

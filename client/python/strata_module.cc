@@ -748,7 +748,8 @@ PYBIND11_MODULE(_strata, m) {
                        bool same_node, const std::string& vllm_hash_seed, bool quiet,
                        const std::string& auth_token, const std::string& tls_ca_file,
                        const std::string& tls_cert_file, const std::string& tls_key_file,
-                       const std::string& tls_server_name, bool fetch_bypasses_cache) {
+                       const std::string& tls_server_name, bool fetch_bypasses_cache,
+                       uint64_t calibration_cache_bytes) {
              strata::ClientOptions o;
              o.endpoint = endpoint;
              o.client_name = client_name;
@@ -765,6 +766,7 @@ PYBIND11_MODULE(_strata, m) {
              o.fetch_transfer = fetch_transfer;
              o.same_node = same_node;
              o.fetch_bypasses_cache = fetch_bypasses_cache;
+             o.calibration_cache_bytes = calibration_cache_bytes;
              o.vllm_hash_seed = vllm_hash_seed;
              if (quiet) o.log = [](strata::LogLevel, std::string_view) {};
              return std::make_unique<PyClient>(o);
@@ -776,7 +778,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("same_node") = true, py::arg("vllm_hash_seed") = "", py::arg("quiet") = false,
            py::arg("auth_token") = "", py::arg("tls_ca_file") = "", py::arg("tls_cert_file") = "",
            py::arg("tls_key_file") = "", py::arg("tls_server_name") = "",
-           py::arg("fetch_bypasses_cache") = true)
+           py::arg("fetch_bypasses_cache") = true,
+           py::arg("calibration_cache_bytes") = strata::ClientOptions{}.calibration_cache_bytes)
       .def("close", &PyClient::Close)
       .def_property_readonly("node_id", &PyClient::NodeId)
       .def("tokens_per_block", &PyClient::TokensPerBlock, py::arg("ns"))

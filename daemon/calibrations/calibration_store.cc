@@ -229,6 +229,21 @@ absl::StatusOr<CalibrationRecord> CalibrationStore::Get(const NamespaceId& ns, u
                                           codec::CalibrationIdString(id)));
 }
 
+absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationStore::Parsed(
+    const NamespaceId& ns, uint64_t id) const {
+  // The namespace's own record first: a blob of one namespace never borrows another's
+  // calibration through the shared cache.
+  STRATA_ASSIGN_OR_RETURN(CalibrationRecord r, Get(ns, id));
+  if (auto held = parsed_.Find(r.id)) return held;
+  const std::string& bytes = *r.artefact;
+  auto parsed = codec::Calibration::Parse(
+      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!parsed.ok()) return parsed.status();
+  auto held = std::make_shared<const codec::Calibration>(*std::move(parsed));
+  parsed_.Add(held);
+  return held;
+}
+
 std::vector<CalibrationRecord> CalibrationStore::List(std::optional<NamespaceId> ns) const {
   std::vector<CalibrationRecord> out;
   absl::MutexLock lock(&mu_);

@@ -47,6 +47,9 @@ class CalibrationStore {
   struct Limits {
     uint32_t max_per_namespace = 16;
     uint64_t max_bytes = 1ull << 30;  // every artefact of every namespace
+    // Parsed calibrations kept for the daemon's own coders (cold transcoding, decodes for GPU
+    // peers): the least recently used beyond this are parsed again when needed. 0: no bound.
+    uint64_t parsed_bytes = 256ull << 20;
   };
 
   // `dir` empty: memory only. Otherwise the directory is created if missing and every artefact
@@ -66,6 +69,14 @@ class CalibrationStore {
   absl::StatusOr<CalibrationRecord> Get(const NamespaceId& ns, uint64_t id) const;
   // Every record of `ns` (nullopt: of every namespace), by namespace, then version.
   std::vector<CalibrationRecord> List(std::optional<NamespaceId> ns) const;
+  // The calibration `id` of `ns`, parsed (kept in parsed() within Limits::parsed_bytes; parsed
+  // again after it was dropped). Holding the result keeps it in parsed() for the daemon's
+  // Encoder and Decoder. NOT_FOUND when `ns` has no such calibration.
+  absl::StatusOr<std::shared_ptr<const codec::Calibration>> Parsed(const NamespaceId& ns,
+                                                                   uint64_t id) const;
+  // What the daemon's Encoders and Decoders look calibrations up in. Thread-safe.
+  const codec::CalibrationSet& parsed() const { return parsed_; }
+
   // Whether `id` is the namespace's current (highest-version) calibration.
   bool IsCurrent(const NamespaceId& ns, uint64_t id) const;
 
@@ -82,6 +93,7 @@ class CalibrationStore {
 
   const std::string dir_;
   const Limits limits_;
+  mutable codec::CalibrationSet parsed_{limits_.parsed_bytes};  // thread-safe
   size_t rejected_files_ = 0;  // set by Load, before the store is shared
   mutable absl::Mutex mu_;
   // Per namespace, by version (a few each: a vector scanned linearly).

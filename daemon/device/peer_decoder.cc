@@ -22,29 +22,23 @@ bool PeerDecoder::OnDevice() { return false; }
 
 PeerDecoder::PeerDecoder(const CalibrationStore* calibrations)
     : calibrations_(calibrations), device_(std::make_unique<Device>()) {
-  cpu_.set_calibrations(&set_);
+  const codec::CalibrationSet* set = calibrations ? &calibrations->parsed() : &no_calibrations_;
+  cpu_.set_calibrations(set);
 #if STRATA_DAEMON_CUDA
-  device_->decoder.set_calibrations(&set_);
+  device_->decoder.set_calibrations(set);
 #endif
 }
 
 PeerDecoder::~PeerDecoder() = default;
 
-absl::Status PeerDecoder::EnsureCalibration(const NamespaceId& ns,
-                                            std::span<const uint8_t> blob) {
+absl::StatusOr<std::shared_ptr<const codec::Calibration>> PeerDecoder::CalibrationOf(
+    const NamespaceId& ns, std::span<const uint8_t> blob) {
   STRATA_ASSIGN_OR_RETURN(codec::BlobInfo info, codec::InspectBlob(blob));
   const uint64_t id = info.params.calibration_id;
-  if (!codec::UsesCalibration(info.params.mode) || id == 0 || set_.Find(id))
-    return absl::OkStatus();
+  if (!codec::UsesCalibration(info.params.mode) || id == 0) return nullptr;
   if (calibrations_ == nullptr)
     return absl::NotFoundError("this daemon keeps no calibrations to decode pca or xl blobs with");
-  STRATA_ASSIGN_OR_RETURN(CalibrationRecord r, calibrations_->Get(ns, id));
-  const std::string& bytes = *r.artefact;
-  auto parsed = codec::Calibration::Parse(
-      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
-  if (!parsed.ok()) return parsed.status();
-  set_.Add(std::make_shared<const codec::Calibration>(std::move(*parsed)));
-  return absl::OkStatus();
+  return calibrations_->Parsed(ns, id);
 }
 
 absl::Status PeerDecoder::DecodeInto(const NamespaceId& ns, std::span<const uint8_t> blob,
@@ -53,7 +47,9 @@ absl::Status PeerDecoder::DecodeInto(const NamespaceId& ns, std::span<const uint
   std::lock_guard<std::mutex> lock(mu_);
   if (offset > peer.size() || bytes > peer.size() - offset)
     return absl::OutOfRangeError("the decoded block does not fit where its offset puts it");
-  STRATA_RETURN_IF_ERROR(EnsureCalibration(ns, blob));
+  // Held until the blob is decoded: the store's cache keeps what somebody holds.
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const codec::Calibration> calibration,
+                          CalibrationOf(ns, blob));
 #if STRATA_DAEMON_CUDA
   if (uint8_t* dst = peer.device_data())
     return device_->decoder.Decode(blob, dst + offset, bytes);

@@ -34,11 +34,13 @@ class PeerDecoder {
   static bool OnDevice();
 
  private:
-  absl::Status EnsureCalibration(const NamespaceId& ns, std::span<const uint8_t> blob);
+  // The calibration `blob` names, parsed (null for a blob that names none).
+  absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationOf(
+      const NamespaceId& ns, std::span<const uint8_t> blob);
   struct Device;  // the CUDA decoder, in CUDA builds
 
   const CalibrationStore* const calibrations_;
-  codec::CalibrationSet set_;
+  const codec::CalibrationSet no_calibrations_;  // the decoders' set without a store
   std::mutex mu_;
   codec::Decoder cpu_;
   std::vector<uint8_t> host_;

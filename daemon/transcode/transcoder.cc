@@ -56,8 +56,9 @@ absl::Status Transcoder::CheckColdCodec(const std::string& spec, const Namespace
 Transcoder::Transcoder(HostTier* host, const NamespaceRegistry* namespaces,
                        const CalibrationStore* calibrations)
     : host_(host), namespaces_(namespaces), calibrations_(calibrations) {
-  decoder_.set_calibrations(&calibration_set_);
-  encoder_.set_calibrations(&calibration_set_);
+  const codec::CalibrationSet* set = calibrations ? &calibrations->parsed() : &no_calibrations_;
+  decoder_.set_calibrations(set);
+  encoder_.set_calibrations(set);
 }
 
 Transcoder::~Transcoder() { Stop(); }
@@ -116,16 +117,13 @@ absl::Status Transcoder::Transcode(const TranscodeItem& item, std::vector<uint8_
   if (!info.ok()) return info.status();
   if (!(info->layout == ns->spec.layout))
     return absl::InvalidArgumentError("the blob's layout is not its namespace's");
-  if (codec::UsesCalibration(info->params.mode) &&
-      calibration_set_.Find(info->params.calibration_id) == nullptr) {
+  // Held until the block is re-coded: the store's cache keeps what somebody holds.
+  std::shared_ptr<const codec::Calibration> calibration;
+  if (codec::UsesCalibration(info->params.mode)) {
     if (calibrations_ == nullptr) return absl::NotFoundError("no calibration store");
-    auto record = calibrations_->Get(item.ns, info->params.calibration_id);
-    if (!record.ok()) return record.status();
-    const std::string& bytes = *record->artefact;
-    auto parsed = codec::Calibration::Parse(
-        {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    auto parsed = calibrations_->Parsed(item.ns, info->params.calibration_id);
     if (!parsed.ok()) return parsed.status();
-    calibration_set_.Add(std::make_shared<const codec::Calibration>(std::move(*parsed)));
+    calibration = *std::move(parsed);
   }
   auto cold = ColdParams(ns->cold_codec);
   if (!cold.ok()) return cold.status();

@@ -67,7 +67,7 @@ class Transcoder {
   absl::Mutex mu_;  // the codec's scratch and the parsed specs
   codec::Decoder decoder_ ABSL_GUARDED_BY(mu_);
   codec::Encoder encoder_ ABSL_GUARDED_BY(mu_);
-  codec::CalibrationSet calibration_set_;  // thread-safe; the pca blobs' calibrations, parsed
+  const codec::CalibrationSet no_calibrations_;  // the coders' set without a store
   std::vector<uint8_t> decoded_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, codec::CodecParams> parsed_ ABSL_GUARDED_BY(mu_);
 };

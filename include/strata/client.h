@@ -131,6 +131,12 @@ struct ClientOptions {
   // parent of every first block. Empty: this process's PYTHONHASHSEED (the engine's own, when
   // libstrata runs inside it), or vLLM's fixed default seed when that is unset too.
   std::string vllm_hash_seed;
+  // How much memory the calibrations this client parsed (codec modes pca and xl) may keep: the
+  // least recently used ones beyond it are dropped and asked of the daemon again when a blob
+  // names them (a parsed xl calibration of a 1.5B model takes ~80 MB; a namespace recalibrated
+  // every hour would otherwise grow the engine by that much per version). The ones in use stay,
+  // so one larger than the budget still serves. 0: no bound.
+  uint64_t calibration_cache_bytes = uint64_t{256} << 20;
   // Where diagnostics go. Unset: warnings and errors are written to stderr, prefixed
   // "libstrata: ", and the rest is dropped; a sink that ignores everything silences the library.
   LogSink log;

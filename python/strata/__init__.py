@@ -45,7 +45,9 @@ class Client(_NativeClient):
     default the endpoint's host), rpc_timeout and transfer_timeout (seconds),
     verify_crc, remote_fetch, lookup_fast_path, fetch_transfer ("auto", "rma", "push"),
     fetch_bypasses_cache (False: fetched blocks land in the CPU caches), same_node,
-    vllm_hash_seed, quiet, and async_workers (threads behind the *_async calls).
+    vllm_hash_seed, quiet, calibration_cache_bytes (memory for parsed pca/xl calibrations; the
+    least recently used beyond it are asked of the daemon again; 0: no bound), and
+    async_workers (threads behind the *_async calls).
     """
 
     def __init__(self, endpoint: str = "127.0.0.1:7420", *, async_workers: int = 4, **options):

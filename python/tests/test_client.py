@@ -227,7 +227,7 @@ def test_a_calibrated_namespace_round_trip(client):
         assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
 
 
-def test_a_cross_layer_namespace_round_trip(client):
+def test_a_cross_layer_namespace_round_trip(client, daemon):
     # Codec mode xl: every layer predicted from the decoded layer below, the residual coded with
     # one transform per layer. KV whose layers share a state that each layer nudges.
     layout = {**SMALL, "dtype": "fp16"}
@@ -256,18 +256,27 @@ def test_a_cross_layer_namespace_round_trip(client):
     assert info["version"] == 1 and info["current"] and info["mode"] == "xl"
     assert info["step"] == pytest.approx(0.3) and info["target_bits"] == 0
     assert 0 < info["sample_bits"] < 16
+    old_src = kv_blocks(2)
+    old_tokens = [t + 1000 for t in tokens_of(2)]
+    assert client.publish(ns, old_tokens, old_src).stored == 2
     finer = client.calibrate(ns, kv_blocks(32), step=0.2)
     assert finer["version"] == 2 and finer["step"] == pytest.approx(0.2)
     assert finer["sample_bits"] > info["sample_bits"]
 
     src = kv_blocks(3)
     assert client.publish(ns, tokens_of(3), src).stored == 3
-    out = [np.zeros_like(b) for b in src]
-    got = client.fetch(ns, client.block_ids(ns, tokens_of(3)), out)
-    assert got.status == [strata.BlockStatus.OK] * 3
-    for a, b in zip(src, out):
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
+    ids = client.block_ids(ns, old_tokens) + client.block_ids(ns, tokens_of(3))
+    # The client above, and one that keeps a single parsed calibration at a time: blobs of both
+    # versions in one fetch still decode.
+    with strata.Client(daemon.endpoint, calibration_cache_bytes=1) as tight:
+        tight.open_namespace("py/xl-model", tenant="team-a", codec="xl:s0.3", **layout)
+        for c in (client, tight, tight):
+            out = [np.zeros_like(b) for b in old_src + src]
+            got = c.fetch(ns, ids, out)
+            assert got.status == [strata.BlockStatus.OK] * 5
+            for a, b in zip(old_src + src, out):
+                a, b = a.astype(np.float64), b.astype(np.float64)
+                assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
 
 
 def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):

@@ -335,6 +335,30 @@ TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   ExpectClose(Fetch(*fresh, *ns, p1.ids), p1);
   ExpectClose(Fetch(*fresh, *ns, p2.ids), p2);
 
+  // A client whose cache keeps one calibration at a time (the others parsed again when a blob
+  // names them) decodes both generations, one after the other and mixed in one fetch, and
+  // publishes with the current one.
+  ClientOptions tight;
+  tight.endpoint = d.endpoint();
+  tight.calibration_cache_bytes = 1;
+  auto small = Client::Connect(tight);
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_TRUE((*small)->OpenNamespace(Spec(), "tenant-a").ok());
+  Published mixed_gens = p1;
+  for (size_t i = 0; i < p2.ids.size(); i += 2) {
+    mixed_gens.ids.insert(mixed_gens.ids.begin() + i, p2.ids[i]);
+    mixed_gens.blocks.insert(mixed_gens.blocks.begin() + i, p2.blocks[i]);
+  }
+  for (int round = 0; round < 2; ++round) {
+    ExpectClose(Fetch(**small, *ns, p1.ids), p1);
+    ExpectClose(Fetch(**small, *ns, p2.ids), p2);
+    ExpectClose(Fetch(**small, *ns, mixed_gens.ids), mixed_gens);
+  }
+  Published p3 = Publish(**small, *ns, 2, 94);
+  ASSERT_TRUE((*small)->FetchBlobs(*ns, p3.ids, &blobs).ok());
+  for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v2->id);
+  ExpectClose(Fetch(**small, *ns, p3.ids), p3);
+
   // A calibration for another layout, or a version already taken, is refused.
   NamespaceSpec other = Spec();
   other.layout.head_dim = 32;

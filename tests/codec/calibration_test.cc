@@ -429,6 +429,55 @@ TEST(Calibration, OldBlobsDecodeAfterRecalibration) {
   EXPECT_EQ(set.Ids().size(), 2u);
 }
 
+// A set with a budget drops the least recently found or added calibration that nobody holds;
+// its blobs are then refused as unknown (NotFound, so a client or daemon asks for it again),
+// never decoded with another.
+TEST(Calibration, ABoundedSetDropsTheLeastRecentlyUsedOneNobodyHolds) {
+  Blocks b(kLayout, 7, 9);
+  std::shared_ptr<const Calibration> v[3];
+  for (uint32_t i = 0; i < 3; ++i) v[i] = CalibrateOn(b, 2 * i, 2, 1.5, i + 1);
+  ASSERT_TRUE(v[0] && v[1] && v[2]);
+  const uint64_t each = v[0]->MemoryBytes();
+  EXPECT_GE(each, v[0]->Serialize().size());
+  CalibrationSet set(2 * each + each / 2);
+  Encoder enc;
+  Decoder dec;
+  enc.set_calibrations(&set);
+  dec.set_calibrations(&set);
+  std::vector<uint8_t> blob[3];
+  for (uint32_t i = 0; i < 3; ++i) {
+    CodecParams p;
+    p.mode = Mode::kPca;
+    p.calibration_id = v[i]->Id();
+    set.Add(std::make_shared<const Calibration>(*v[i]));  // copies: the set's own references
+    ASSERT_TRUE(enc.Encode(kLayout, p, b[6], &blob[i]).ok());
+    if (i == 1) {
+      ASSERT_NE(set.Find(v[0]->Id()), nullptr);  // v0 is now more recent than v1
+    }
+  }
+  EXPECT_EQ(set.evictions(), 1u);
+  EXPECT_EQ(set.Find(v[1]->Id()), nullptr);
+  EXPECT_LE(set.bytes(), set.max_bytes());
+  std::vector<uint8_t> out(kLayout.BlockBytes());
+  EXPECT_TRUE(absl::IsNotFound(dec.Decode(blob[1], out)));
+  EXPECT_TRUE(dec.Decode(blob[0], out).ok());
+  EXPECT_TRUE(dec.Decode(blob[2], out).ok());
+
+  // One held elsewhere stays; the set goes over its budget rather than drop it.
+  std::shared_ptr<const Calibration> held = set.Find(v[0]->Id());
+  set.Find(v[2]->Id());
+  set.Add(std::make_shared<const Calibration>(*v[1]));
+  EXPECT_NE(set.Find(v[0]->Id()), nullptr);
+  EXPECT_NE(set.Find(v[1]->Id()), nullptr);
+  EXPECT_EQ(set.Find(v[2]->Id()), nullptr);
+  EXPECT_EQ(set.evictions(), 2u);
+  held.reset();
+  set.Add(std::make_shared<const Calibration>(*v[2]));  // now v0, the oldest, goes
+  EXPECT_EQ(set.Find(v[0]->Id()), nullptr);
+  EXPECT_EQ(set.Ids().size(), 2u);
+  EXPECT_LE(set.bytes(), set.max_bytes());
+}
+
 // A token unlike the calibration samples is stored exactly: here, as with an attention sink's
 // KV, a token of tiny norm in data whose mean is far from zero.
 TEST(Calibration, OutlierTokenIsStoredExactly) {

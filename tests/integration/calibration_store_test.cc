@@ -166,6 +166,56 @@ TEST_F(CalibrationStoreTest, ARestartedStoreHasEveryCalibrationAndSetsDamagedFil
   EXPECT_EQ(bad, 2u);
 }
 
+// The daemon's coders parse calibrations through the store's bounded cache: within its budget
+// the least recently used calibration nobody holds goes (and is parsed again when asked), one
+// in use stays, and a namespace never gets another's calibration through the shared cache.
+TEST_F(CalibrationStoreTest, ParsedCalibrationsStayWithinTheirBudget) {
+  const std::string v1 = Artefact(1), v2 = Artefact(2, 2), v3 = Artefact(3, 3);
+  auto probe = codec::Calibration::Parse({reinterpret_cast<const uint8_t*>(v1.data()), v1.size()});
+  ASSERT_TRUE(probe.ok());
+  CalibrationStore::Limits limits;
+  limits.parsed_bytes = 2 * probe->MemoryBytes() + probe->MemoryBytes() / 2;  // two fit
+  auto store = Open(limits);
+  uint64_t id[3];
+  int i = 0;
+  for (const std::string* a : {&v1, &v2, &v3}) {
+    auto r = store->Put(Ns(1), *a);
+    ASSERT_TRUE(r.ok()) << r.status();
+    id[i++] = r->id;
+  }
+  for (int round = 0; round < 3; ++round)
+    for (uint64_t want : id) {
+      auto c = store->Parsed(Ns(1), want);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ((*c)->Id(), want);
+      EXPECT_EQ(store->parsed().Find(want), *c);  // what the daemon's coders look up
+      EXPECT_LE(store->parsed().bytes(), limits.parsed_bytes);
+    }
+  EXPECT_EQ(store->parsed().Ids().size(), 2u);
+  EXPECT_EQ(store->parsed().evictions(), 7u);  // every parse after the first two
+
+  // Held calibrations stay, over the budget if they must, until released.
+  {
+    auto a = store->Parsed(Ns(1), id[0]);
+    auto b = store->Parsed(Ns(1), id[1]);
+    auto c = store->Parsed(Ns(1), id[2]);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    EXPECT_EQ(store->parsed().Ids().size(), 3u);
+    EXPECT_GT(store->parsed().bytes(), limits.parsed_bytes);
+  }
+  // Released, they go with the next one parsed.
+  auto r4 = store->Put(Ns(1), Artefact(4, 4));
+  ASSERT_TRUE(r4.ok()) << r4.status();
+  auto fourth = store->Parsed(Ns(1), r4->id);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_LE(store->parsed().bytes(), limits.parsed_bytes);
+  EXPECT_EQ(store->parsed().Ids().size(), 2u);
+
+  // Another namespace's id is not this namespace's, cached or not.
+  auto other = store->Parsed(Ns(2), id[2]);
+  EXPECT_TRUE(absl::IsNotFound(other.status())) << other.status();
+}
+
 TEST_F(CalibrationStoreTest, WithoutADirectoryNothingIsWritten) {
   auto store = CalibrationStore::Open("", {});
   ASSERT_TRUE(store.ok());
