@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
+#include "codec/half.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/cross_layer_amx.h"
 #include "codec/internal/kernels.h"
@@ -100,8 +101,12 @@ void ToRow(const Shape& s, const float* k, const float* v, const float* cos, con
 }
 
 // The inverse: a row back to the key and value (floats), RoPE redone.
-void FromRow(const Shape& s, const float* row, const float* cos, const float* sin,
-             const float* scale, float* k, float* v) {
+// (Vectorised per ISA: its results only ever leave as the block's values, never feed a
+// prediction.)
+STRATA_XL_CLONES void FromRow(const Shape& s, const float* __restrict__ row,
+                              const float* __restrict__ cos, const float* __restrict__ sin,
+                              const float* __restrict__ scale, float* __restrict__ k,
+                              float* __restrict__ v) {
   const size_t half = s.dim / 2;
   for (size_t h = 0; h < s.heads; ++h) {
     const float* in = row + h * s.dim;
@@ -490,7 +495,7 @@ struct Work {
   LayerFloats f;
   std::vector<float> rows, hat, below_hat, guess, centred, axes_t, y, kf, vf;
   std::vector<int32_t> q;
-  std::vector<uint16_t> syms, a;  // a: the tiles' bf16 token rows
+  std::vector<uint16_t> syms, a, qa;  // a, qa: the tiles' bf16 token rows (qa: of q)
   rans::Scratch rans;
 };
 
@@ -542,8 +547,50 @@ void TileProject(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Wo
   internal::XlProduct(k->a.data(), w, b, tokens, false, k->y.data(), b.cols_pad);
 }
 
+// The reconstruction's operand on the tiles: q as bf16 token rows of the scaled axes' padded
+// width (every |q| <= 32 is exact in bf16), from the encoder's q.
+void TileHatRows(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, Work* k) {
+  const size_t n = cal.layers[l].step.size();
+  const size_t rows_pad = cal.tiles->scaled_axes[l].rows_pad;
+  k->qa.resize(tokens * rows_pad);
+  k->centred.resize(n);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t j = 0; j < n; ++j) k->centred[j] = static_cast<float>(k->q[t * n + j]);
+    internal::XlToBf16(k->centred.data(), n, rows_pad, k->qa.data() + t * rows_pad);
+  }
+}
+
+// The same rows straight from the decoded symbol runs (word for word what TileHatRows makes of
+// the q they hold), checking on the way that padding slots and the exact tokens' rows hold
+// zeros; false where one does not. The decoder's q never exists as integers on this path.
+bool TileHatRowsFromSymbols(const CrossLayerCalibration& cal, uint32_t l, size_t tokens,
+                            uint16_t maxq, const std::vector<uint16_t>& exact, Work* k) {
+  const size_t n = cal.layers[l].step.size();
+  const size_t rows_pad = cal.tiles->scaled_axes[l].rows_pad, nslots = Slots(n);
+  uint16_t bf16_of[2 * 32 + 1];  // TileHatFits: maxq <= 32
+  for (int32_t s = 0; s <= 2 * int32_t{maxq}; ++s)
+    bf16_of[s] = FloatToBF16(static_cast<float>(s - int32_t{maxq}));
+  k->qa.resize(tokens * rows_pad);
+  for (size_t t = 0; t < tokens; ++t)  // nslots <= rows_pad; the rest of a row is padding
+    std::fill_n(k->qa.data() + t * rows_pad + nslots, rows_pad - nslots, uint16_t{0});
+  uint32_t bad = 0;
+  for (size_t g = 0; g < tokens / kRun; ++g)
+    for (size_t j = 0; j < nslots; ++j) {
+      const size_t coord = SlotCoordinate(j, nslots);
+      const uint16_t* run = k->syms.data() + (g * nslots + j) * kRun;
+      uint16_t* dst = k->qa.data() + g * kRun * rows_pad + coord;
+      if (coord >= n)
+        for (size_t i = 0; i < kRun; ++i) bad |= run[i] ^ maxq;
+      for (size_t i = 0; i < kRun; ++i) dst[i * rows_pad] = bf16_of[run[i]];
+    }
+  for (uint16_t t : exact)
+    for (size_t c = 0; c < n; ++c) bad |= k->qa[t * rows_pad + c];
+  return bad == 0;
+}
+
 // On the tiles: hat = mean + (guess + q (steps x axes)), the sums continuing the prediction's;
 // with a step scale, guess + step_scale (q (steps x axes)), the product's sums scaled in fp32.
+// q comes as k->qa (TileHatRows).
 void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, float step_scale,
              Work* k) {
   const size_t w = cal.Width();
@@ -551,22 +598,43 @@ void TileHat(const CrossLayerCalibration& cal, uint32_t l, size_t tokens, float 
   const size_t n = tr.step.size();
   if (n > 0) {
     const internal::XlPairs& b = cal.tiles->scaled_axes[l];
-    k->a.resize(tokens * b.rows_pad);
-    k->centred.resize(n);
-    for (size_t t = 0; t < tokens; ++t) {
-      for (size_t j = 0; j < n; ++j) k->centred[j] = static_cast<float>(k->q[t * n + j]);
-      internal::XlToBf16(k->centred.data(), n, b.rows_pad, k->a.data() + t * b.rows_pad);
-    }
     if (step_scale == 1) {
-      internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
+      internal::XlProduct(k->qa.data(), b.rows_pad, b, tokens, true, k->guess.data(), w);
     } else {
       k->y.resize(tokens * w);
-      internal::XlProduct(k->a.data(), b.rows_pad, b, tokens, false, k->y.data(), w);
+      internal::XlProduct(k->qa.data(), b.rows_pad, b, tokens, false, k->y.data(), w);
       for (size_t i = 0; i < tokens * w; ++i) k->guess[i] += step_scale * k->y[i];
     }
   }
   for (size_t t = 0; t < tokens; ++t)
     for (size_t c = 0; c < w; ++c) k->hat[t * w + c] = k->guess[t * w + c] + tr.mean[c];
+}
+
+// The coded coordinates' q ([t][n]) from the decoded symbol runs, for the float kernels;
+// DataLoss for a padding slot or an exact token's coordinate that is not zero.
+absl::Status SymbolsToQ(const std::vector<uint16_t>& syms, size_t tokens, size_t n,
+                        uint16_t maxq, const std::vector<uint16_t>& exact,
+                        std::vector<int32_t>* q) {
+  q->assign(tokens * n, 0);
+  const size_t nslots = Slots(n);
+  for (size_t g = 0; n > 0 && g < tokens / kRun; ++g)
+    for (size_t j = 0; j < nslots; ++j) {
+      const size_t coord = SlotCoordinate(j, nslots);
+      const uint16_t* run = syms.data() + (g * nslots + j) * kRun;
+      for (size_t i = 0; i < kRun; ++i) {
+        const int32_t v = static_cast<int32_t>(run[i]) - maxq;
+        if (coord < n) {
+          (*q)[(g * kRun + i) * n + coord] = v;
+        } else if (v != 0) {
+          return absl::DataLossError("cross-layer payload: a padding symbol is not zero");
+        }
+      }
+    }
+  for (uint16_t t : exact)
+    for (size_t j = 0; j < n; ++j)
+      if ((*q)[t * n + j] != 0)
+        return absl::DataLossError("cross-layer payload: an exact token has coordinates");
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -673,6 +741,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       }
     }
     if (tiles && TileHatFits(maxq)) {
+      if (n > 0) TileHatRows(cal, l, T, &k);
       TileHat(cal, l, T, step_scale, &k);
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
@@ -763,38 +832,28 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       raw[i] = rows_given.data() + i * s.RowBytes();
     }
     const size_t n = tr.step.size();
-    k.q.assign(T * n, 0);
+    const bool tile_hat = tiles && TileHatFits(maxq);
     if (n > 0) {
-      const size_t nslots = Slots(n);
-      k.syms.resize(T * nslots);
+      k.syms.resize(T * Slots(n));
       STRATA_RETURN_IF_ERROR(rans::Decode<uint16_t>(in, k.syms.size(),
                                                     2 * static_cast<uint32_t>(maxq) + 1, kContexts,
                                                     &k.rans, k.syms.data(), rans::kMaxLanes));
-      for (size_t g = 0; g < T / kRun; ++g)
-        for (size_t j = 0; j < nslots; ++j) {
-          const size_t coord = SlotCoordinate(j, nslots);
-          const uint16_t* run = k.syms.data() + (g * nslots + j) * kRun;
-          for (size_t i = 0; i < kRun; ++i) {
-            const int32_t v = static_cast<int32_t>(run[i]) - maxq;
-            if (coord < n) {
-              k.q[(g * kRun + i) * n + coord] = v;
-            } else if (v != 0) {
-              return absl::DataLossError("cross-layer payload: a padding symbol is not zero");
-            }
-          }
-        }
     }
-    for (uint16_t t : tokens)
-      for (size_t j = 0; j < n; ++j)
-        if (k.q[t * n + j] != 0)
-          return absl::DataLossError("cross-layer payload: an exact token has coordinates");
+    if (tile_hat) {
+      if (n > 0 && !TileHatRowsFromSymbols(cal, l, T, maxq, tokens, &k))
+        return absl::DataLossError(
+            absl::StrCat("cross-layer payload: layer ", l,
+                         " has a padding symbol or an exact token's coordinate that is not zero"));
+    } else {
+      STRATA_RETURN_IF_ERROR(SymbolsToQ(k.syms, T, n, maxq, tokens, &k.q));
+    }
     if (tiles) {
       TileGuess(cal, l, T, &k);
     } else if (l > 0) {
       Predict(k.below_hat.data(), cal.layers[l - 1].mean.data(), tr.predictor.data(), T, w,
               &k.centred, k.guess.data());
     }
-    if (tiles && TileHatFits(maxq)) {
+    if (tile_hat) {
       TileHat(cal, l, T, step_scale, &k);
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
