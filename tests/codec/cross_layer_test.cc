@@ -392,6 +392,7 @@ TEST(CrossLayer, MalformedFieldsBehindAGoodCrcAreDataLoss) {
       {set16(4, 3000), "header"},           // maxq beyond the alphabet
       {set16(6, kTokens + 1), "header"},    // more exact tokens than the block has
       {set16(8, kTokens), "exact tokens"},  // an exact token past the end
+      {set16(8, 5), "exact token"},         // a coded token named exact: it has coordinates
       {trailing, "trailing"},
   };
   for (const Case& c : cases) {
