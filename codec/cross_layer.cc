@@ -8,6 +8,7 @@
 #include "codec/cross_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -30,7 +31,12 @@ using internal::ByteWriter;
 
 namespace {
 
-constexpr uint32_t kMagic = 0x314C5853;  // "SXL1" little-endian
+// "SXL1": every layer's symbols in a stream of its own (128 states each, ~3 % of a 1.5
+// bits/value payload); "SXL2": one stream for the block, after the last layer (what the encoder
+// writes; both decode).
+constexpr uint32_t kMagicLayerStreams = 0x314C5853;  // "SXL1" little-endian
+constexpr uint32_t kMagic = 0x324C5853;              // "SXL2"
+std::atomic<bool> g_layer_streams{false};  // internal::XlWriteLayerStreamsForTesting
 constexpr uint32_t kContexts = 16;
 constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
 constexpr size_t kRun = rans::kCtxRun;
@@ -497,6 +503,11 @@ struct Work {
   std::vector<int32_t> q;
   std::vector<uint16_t> syms, a, qa;  // a, qa: the tiles' bf16 token rows (qa: of q)
   rans::Scratch rans;
+  // The encoder's per layer: its header and exact rows, then its symbols (coded last to first
+  // into one stream once every layer is quantised: the decoder reads the stream from its end).
+  std::vector<std::vector<uint8_t>> head;
+  std::vector<std::vector<uint16_t>> layer_syms;
+  rans::SharedEncoder shared;
 };
 
 // Whether a step scale keeps every scaled step where the tiles' bf16 projection is accurate
@@ -674,6 +685,10 @@ bool TileHatFits(int32_t maxq) { return maxq <= 32; }
 
 }  // namespace
 
+namespace internal {
+void XlWriteLayerStreamsForTesting(bool on) { g_layer_streams.store(on); }
+}  // namespace internal
+
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
                               std::vector<uint8_t>* out, std::span<uint8_t> reconstruction,
@@ -694,8 +709,8 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   k.below_hat.resize(T * w);
   k.guess.assign(T * w, 0.0f);
   const size_t start = out->size();
-  ByteWriter bw(out);
-  bw.U32(kMagic);
+  k.head.resize(cal.num_layers);
+  k.layer_syms.resize(cal.num_layers);
   const bool sink = first_position == 0;
   const bool tiles = UseTiles(cal, T, step_scale);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
@@ -746,6 +761,8 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
     }
+    k.head[l].clear();
+    ByteWriter bw(&k.head[l]);
     bw.U16(static_cast<uint16_t>(maxq));
     bw.U16(sink ? 1 : 0);
     const std::vector<uint16_t> exact = sink ? std::vector<uint16_t>{0} : std::vector<uint16_t>{};
@@ -763,20 +780,54 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       StoreLayer(s, l, angles, scale, exact, raw, &k, reconstruction.data());
     if (n > 0) {
       const size_t nslots = Slots(n);
-      k.syms.resize(T * nslots);
+      std::vector<uint16_t>& syms = k.layer_syms[l];
+      syms.resize(T * nslots);
       for (size_t g = 0; g < T / kRun; ++g)
         for (size_t j = 0; j < nslots; ++j) {
           const size_t coord = SlotCoordinate(j, nslots);
-          uint16_t* run = k.syms.data() + (g * nslots + j) * kRun;
+          uint16_t* run = syms.data() + (g * nslots + j) * kRun;
           for (size_t i = 0; i < kRun; ++i)
             run[i] =
                 static_cast<uint16_t>((coord < n ? k.q[(g * kRun + i) * n + coord] : 0) + maxq);
         }
-      rans::Encode<uint16_t>(k.syms.data(), k.syms.size(), 2 * static_cast<uint32_t>(maxq) + 1,
-                             kContexts, &k.rans, out, nullptr, rans::kMaxLanes);
+    } else {
+      k.layer_syms[l].clear();
     }
     k.below_hat.swap(k.hat);
   }
+  // The tables of layer l go with its header; its symbols into the one stream, last layer first.
+  const bool one_stream = !g_layer_streams.load(std::memory_order_relaxed);
+  std::vector<std::vector<uint8_t>> tables(cal.num_layers);
+  k.shared.Reset();
+  for (uint32_t l = cal.num_layers; l-- > 0;) {
+    const std::vector<uint16_t>& syms = k.layer_syms[l];
+    if (syms.empty()) continue;
+    uint16_t maxq;
+    std::memcpy(&maxq, k.head[l].data(), 2);
+    rans::Encode<uint16_t>(syms.data(), syms.size(), 2 * uint32_t{maxq} + 1, kContexts, &k.rans,
+                           &tables[l], nullptr, rans::kMaxLanes, nullptr,
+                           one_stream ? &k.shared : nullptr);
+  }
+  if (!one_stream) {
+    ByteWriter(out).U32(kMagicLayerStreams);
+    for (uint32_t l = 0; l < cal.num_layers; ++l) {
+      out->insert(out->end(), k.head[l].begin(), k.head[l].end());
+      out->insert(out->end(), tables[l].begin(), tables[l].end());
+    }
+    ByteWriter(out).U32(Crc32c(out->data() + start, out->size() - start));
+    return absl::OkStatus();
+  }
+  ByteWriter bw(out);
+  bw.U32(kMagic);
+  const size_t stream_at = out->size();
+  bw.U32(0);  // where the stream begins, from the payload's start: set below
+  for (uint32_t l = 0; l < cal.num_layers; ++l) {
+    out->insert(out->end(), k.head[l].begin(), k.head[l].end());
+    out->insert(out->end(), tables[l].begin(), tables[l].end());
+  }
+  const uint32_t stream_offset = static_cast<uint32_t>(out->size() - start);
+  std::memcpy(out->data() + stream_at, &stream_offset, 4);
+  rans::FinishShared(&k.shared, out, nullptr);
   ByteWriter(out).U32(Crc32c(out->data() + start, out->size() - start));
   return absl::OkStatus();
 }
@@ -798,7 +849,21 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   ByteReader in(payload.data(), body, "cross-layer payload");
   uint32_t magic = 0;
   STRATA_RETURN_IF_ERROR(in.Read(&magic));
-  if (magic != kMagic) return absl::DataLossError("cross-layer payload: bad magic");
+  if (magic != kMagic && magic != kMagicLayerStreams)
+    return absl::DataLossError("cross-layer payload: bad magic");
+  // SXL2: the layers' tables up to the stream, which runs to the CRC.
+  rans::SharedDecoder shared_stream;
+  rans::SharedDecoder* shared = nullptr;
+  if (magic == kMagic) {
+    uint32_t stream_offset = 0;
+    STRATA_RETURN_IF_ERROR(in.Read(&stream_offset));
+    if (stream_offset < 8 || stream_offset > body)
+      return absl::DataLossError("cross-layer payload: stream offset out of range");
+    STRATA_RETURN_IF_ERROR(rans::StartShared(
+        payload.subspan(stream_offset, body - stream_offset), &shared_stream));
+    shared = &shared_stream;
+    in = ByteReader(payload.data() + 8, stream_offset - 8, "cross-layer payload");
+  }
   const Shape s = ShapeOf(layout);
   const size_t T = s.tokens, w = s.width, half = s.dim / 2;
   Angles angles;
@@ -837,7 +902,8 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       k.syms.resize(T * Slots(n));
       STRATA_RETURN_IF_ERROR(rans::Decode<uint16_t>(in, k.syms.size(),
                                                     2 * static_cast<uint32_t>(maxq) + 1, kContexts,
-                                                    &k.rans, k.syms.data(), rans::kMaxLanes));
+                                                    &k.rans, k.syms.data(), rans::kMaxLanes,
+                                                    shared));
     }
     if (tile_hat) {
       if (n > 0 && !TileHatRowsFromSymbols(cal, l, T, maxq, tokens, &k))
@@ -872,6 +938,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     k.below_hat.swap(k.hat);
   }
   if (in.remaining() != 0) return absl::DataLossError("cross-layer payload: trailing bytes");
+  if (shared) return rans::FinishShared(*shared);
   return absl::OkStatus();
 }
 

@@ -111,10 +111,13 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     const KvLayout& layout, std::span<const std::span<const uint8_t>> blocks,
     const CrossLayerOptions& opts);
 
-// Payload: u32 magic "SXL1", then per layer: u16 maxq (symbols are q + maxq), u16 exact tokens
-// e, e u16 token indexes, the e tokens' rows as given (keys then values, the block's type), and
-// the rANS tables and stream of the coded coordinates (runs of 16 tokens of one coordinate,
-// 16 contexts by the coordinate's rank); a CRC32C of all preceding bytes closes it.
+// Payload: u32 magic "SXL2", u32 the stream's offset in the payload, then per layer: u16 maxq
+// (symbols are q + maxq), u16 exact tokens e, e u16 token indexes, the e tokens' rows as given
+// (keys then values, the block's type), and the rANS tables of the coded coordinates (runs of
+// 16 tokens of one coordinate, 16 contexts by the coordinate's rank); then one rANS stream of
+// every layer's symbols (128 states, rans::FinishShared; coded last layer first, so the decoder
+// takes layer 0 first); a CRC32C of all preceding bytes closes it. Payloads of magic "SXL1"
+// (session 44's: each layer's stream, states included, after its tables; no offset) decode too.
 // `reconstruction`, when given (one block), receives what DecodeCrossLayer will write for the
 // payload where it takes the same way (tiles or float kernels). `step_scale` multiplies every
 // step of the calibration (a bit budget's search sets it; the decoder must be given the same).
@@ -126,5 +129,10 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,
                               std::span<uint8_t> out, float step_scale = 1.0f);
+
+namespace internal {
+// Tests: EncodeCrossLayer writes "SXL1" payloads (a stream per layer) while on. Not thread-safe.
+void XlWriteLayerStreamsForTesting(bool on);
+}  // namespace internal
 
 }  // namespace strata::codec

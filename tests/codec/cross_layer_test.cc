@@ -357,9 +357,46 @@ TEST(CrossLayer, LargeCoordinatesDecodeAsTheEncoderReconstructed) {
   ASSERT_TRUE(cal.ok());
   const Coded c = RoundTrip(*cal, l, eval[0], kTokens);
   EXPECT_LT(RelError(eval[0], c.decoded), 1e-3);
-  uint16_t maxq = 0;  // layer 0's header, after the magic
-  std::memcpy(&maxq, c.payload.data() + 4, 2);
+  uint16_t maxq = 0;  // layer 0's header, after the magic and the stream's offset
+  std::memcpy(&maxq, c.payload.data() + 8, 2);
   EXPECT_GT(maxq, 256);
+}
+
+// One rANS stream for the block (SXL2) instead of one per layer (SXL1, 128 states each): the
+// same symbols, so the same decoded block, in fewer bytes; both payloads decode, and a layer
+// stream's states do not pass for the other format's.
+TEST(CrossLayer, OneStreamPerBlockDecodesAsAStreamPerLayer) {
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 20);
+  const auto eval = Blocks(l, 2, 21);
+  for (double step : {0.05, 0.7}) {
+    CrossLayerOptions o;
+    o.step = step;
+    auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    for (uint64_t first : {uint64_t{0}, uint64_t{kTokens}}) {
+      const Coded shared = RoundTrip(*cal, l, eval[1], first);
+      internal::XlWriteLayerStreamsForTesting(true);
+      const Coded layered = RoundTrip(*cal, l, eval[1], first);
+      internal::XlWriteLayerStreamsForTesting(false);
+      EXPECT_EQ(std::string(shared.payload.begin(), shared.payload.begin() + 4), "SXL2");
+      EXPECT_EQ(std::string(layered.payload.begin(), layered.payload.begin() + 4), "SXL1");
+      EXPECT_EQ(shared.decoded, layered.decoded) << "step " << step;
+      // Up to (kLayers - 1) * 128 states of 4 bytes saved (less what the states carried over
+      // hold of the next layer's symbols, and the offset's 4 bytes).
+      ASSERT_LT(shared.payload.size(), layered.payload.size());
+      const size_t saved = layered.payload.size() - shared.payload.size();
+      EXPECT_GT(saved, (kLayers - 1) * 256) << "step " << step;
+      EXPECT_LE(saved, (kLayers - 1) * 512) << "step " << step;
+      std::vector<uint8_t> relabelled = layered.payload;  // SXL1 read as SXL2
+      std::memcpy(relabelled.data(), "SXL2", 4);
+      const uint32_t crc = Crc32c(relabelled.data(), relabelled.size() - 4);
+      std::memcpy(relabelled.data() + relabelled.size() - 4, &crc, 4);
+      std::vector<uint8_t> out(l.BlockBytes());
+      EXPECT_EQ(DecodeCrossLayer(*cal, l, relabelled, first, out).code(),
+                absl::StatusCode::kDataLoss);
+    }
+  }
 }
 
 // Payloads whose CRC holds but whose fields do not: DataLoss, naming the fault.
@@ -381,19 +418,28 @@ TEST(CrossLayer, MalformedFieldsBehindAGoodCrcAreDataLoss) {
     std::memcpy(b.data() + at, &v, 2);
     return b;
   };
-  // Layer 0: magic (4), maxq (2), exact count (2), token index (2), the token's rows, tables.
+  // Magic (4), the stream's offset (4); layer 0: maxq (2), exact count (2), token index (2), the
+  // token's rows, tables; ... the stream.
   struct Case {
     std::vector<uint8_t> bytes;
     const char* what;
   };
-  std::vector<uint8_t> trailing = payload;
-  trailing.insert(trailing.end() - 4, uint8_t{0});
+  uint32_t stream_offset;
+  std::memcpy(&stream_offset, payload.data() + 4, 4);
+  std::vector<uint8_t> trailing = payload;  // a byte between the last layer and the stream
+  trailing.insert(trailing.begin() + stream_offset, uint8_t{0});
+  ++stream_offset;
+  std::memcpy(trailing.data() + 4, &stream_offset, 4);
+  std::vector<uint8_t> far = payload;
+  const uint32_t past = static_cast<uint32_t>(payload.size());
+  std::memcpy(far.data() + 4, &past, 4);
   const std::vector<Case> cases = {
-      {set16(4, 3000), "header"},           // maxq beyond the alphabet
-      {set16(6, kTokens + 1), "header"},    // more exact tokens than the block has
-      {set16(8, kTokens), "exact tokens"},  // an exact token past the end
-      {set16(8, 5), "exact token"},         // a coded token named exact: it has coordinates
+      {set16(8, 3000), "header"},            // maxq beyond the alphabet
+      {set16(10, kTokens + 1), "header"},    // more exact tokens than the block has
+      {set16(12, kTokens), "exact tokens"},  // an exact token past the end
+      {set16(12, 5), "exact token"},         // a coded token named exact: it has coordinates
       {trailing, "trailing"},
+      {far, "stream offset"},
   };
   for (const Case& c : cases) {
     const absl::Status s = decode(c.bytes);
@@ -403,9 +449,9 @@ TEST(CrossLayer, MalformedFieldsBehindAGoodCrcAreDataLoss) {
   // A payload whose maxq is lowered decodes its symbols against another alphabet: the stream
   // or the symbols' checks refuse it, it never decodes.
   uint16_t maxq;
-  std::memcpy(&maxq, payload.data() + 4, 2);
+  std::memcpy(&maxq, payload.data() + 8, 2);
   ASSERT_GT(maxq, 0);
-  EXPECT_EQ(decode(set16(4, maxq - 1)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(decode(set16(8, maxq - 1)).code(), absl::StatusCode::kDataLoss);
   // Blocks of fp8 cannot be coded.
   const KvLayout fp8 = Layout(kLayers, kHeads, kDim, kTokens, DType::kFloat8E4M3);
   EXPECT_EQ(cal->Matches(fp8).code(), absl::StatusCode::kInvalidArgument);
