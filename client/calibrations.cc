@@ -34,9 +34,8 @@ absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::Fetc
     return absl::DataLossError(absl::StrCat("asked for calibration ",
                                             codec::CalibrationIdString(id), ", got ",
                                             codec::CalibrationIdString(parsed->Id())));
-  auto held = std::make_shared<const codec::Calibration>(std::move(*parsed));
-  set_.Add(held);
-  return held;
+  // What the set holds under the id (another thread's copy, if it got there first): the pin.
+  return set_.Insert(std::make_shared<const codec::Calibration>(std::move(*parsed)));
 }
 
 absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::ForEncoding(

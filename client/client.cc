@@ -229,8 +229,10 @@ absl::StatusOr<PublishResult> Client::PublishIds(const NamespaceId& ns,
           absl::StrCat("block ", i, " has ", blocks[i].size, " bytes; namespace layout ",
                        layout.DebugString(), " needs ", layout.BlockBytes()));
   codec::CodecParams params = *codec_params;
+  // Held until every block is encoded: the client's cache keeps what somebody holds.
+  std::shared_ptr<const codec::Calibration> calibration;
   if (codec::UsesCalibration(params.mode)) {
-    STRATA_ASSIGN_OR_RETURN(auto calibration,
+    STRATA_ASSIGN_OR_RETURN(calibration,
                             impl_->calibrations->ForEncoding(ns, params.calibration_id));
     params.calibration_id = calibration->Id();
     if (calibration->rope_theta > 0 && first_positions.empty())

@@ -621,8 +621,13 @@ uint64_t Calibration::MemoryBytes() const {
 }
 
 uint64_t CalibrationSet::Add(std::shared_ptr<const Calibration> c) {
+  return Insert(std::move(c))->Id();
+}
+
+std::shared_ptr<const Calibration> CalibrationSet::Insert(std::shared_ptr<const Calibration> c) {
   const uint64_t id = c->Id();
   const uint64_t size = c->MemoryBytes();
+  std::vector<std::shared_ptr<const Calibration>> dropped;  // freed after the lock
   std::lock_guard<std::mutex> g(mu_);
   auto [it, added] = map_.try_emplace(id);
   it->second.last_used = ++tick_;
@@ -630,23 +635,27 @@ uint64_t CalibrationSet::Add(std::shared_ptr<const Calibration> c) {
     it->second.cal = std::move(c);
     it->second.bytes = size;
     bytes_ += size;
-    EvictLocked(id);
   }
-  return id;
+  std::shared_ptr<const Calibration> held = it->second.cal;
+  if (added) EvictLocked(id, &dropped);
+  return held;
 }
 
-void CalibrationSet::EvictLocked(uint64_t keep) {
+void CalibrationSet::EvictLocked(uint64_t keep,
+                                 std::vector<std::shared_ptr<const Calibration>>* dropped) {
   if (max_bytes_ == 0) return;
   while (bytes_ > max_bytes_) {
-    // A handful of entries: a scan for the oldest one nobody else holds.
+    // A handful of entries: a scan for the oldest one nobody else holds. (Held ones stay, and
+    // the set over its budget, until an Add finds them released.)
     auto victim = map_.end();
     for (auto it = map_.begin(); it != map_.end(); ++it)
       if (it->first != keep && it->second.cal.use_count() == 1 &&
           (victim == map_.end() || it->second.last_used < victim->second.last_used))
         victim = it;
-    if (victim == map_.end()) return;  // every other one is in use: over budget until released
+    if (victim == map_.end()) return;
     bytes_ -= victim->second.bytes;
     ++evictions_;
+    dropped->push_back(std::move(victim->second.cal));
     map_.erase(victim);
   }
 }

@@ -219,6 +219,10 @@ class CalibrationSet {
 
   // Adds (or keeps, if the id is already present) and returns the id.
   uint64_t Add(std::shared_ptr<const Calibration> c);
+  // The same, returning the calibration the set holds under that id (`c`, or the one already
+  // there): the pin that keeps it in the set. (Pinning `c` itself would not, when two threads
+  // parsed the same id and the other's copy went in.)
+  std::shared_ptr<const Calibration> Insert(std::shared_ptr<const Calibration> c);
   std::shared_ptr<const Calibration> Find(uint64_t id) const;
   std::vector<uint64_t> Ids() const;
 
@@ -233,7 +237,8 @@ class CalibrationSet {
     uint64_t bytes = 0;
     mutable uint64_t last_used = 0;  // tick_ when last found or added
   };
-  void EvictLocked(uint64_t keep);
+  // Moves what goes into `dropped`, to be freed after the lock.
+  void EvictLocked(uint64_t keep, std::vector<std::shared_ptr<const Calibration>>* dropped);
 
   const uint64_t max_bytes_;
   mutable std::mutex mu_;

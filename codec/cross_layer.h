@@ -131,7 +131,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
                               std::span<uint8_t> out, float step_scale = 1.0f);
 
 namespace internal {
-// Tests: EncodeCrossLayer writes "SXL1" payloads (a stream per layer) while on. Not thread-safe.
+// Tests: EncodeCrossLayer writes "SXL1" payloads (a stream per layer) while on (process-wide).
 void XlWriteLayerStreamsForTesting(bool on);
 }  // namespace internal
 

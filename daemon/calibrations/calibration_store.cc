@@ -239,9 +239,8 @@ absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationStore::Pars
   auto parsed = codec::Calibration::Parse(
       {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   if (!parsed.ok()) return parsed.status();
-  auto held = std::make_shared<const codec::Calibration>(*std::move(parsed));
-  parsed_.Add(held);
-  return held;
+  // What the set holds under the id (another caller's copy, if it got there first): the pin.
+  return parsed_.Insert(std::make_shared<const codec::Calibration>(*std::move(parsed)));
 }
 
 std::vector<CalibrationRecord> CalibrationStore::List(std::optional<NamespaceId> ns) const {

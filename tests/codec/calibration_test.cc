@@ -476,6 +476,16 @@ TEST(Calibration, ABoundedSetDropsTheLeastRecentlyUsedOneNobodyHolds) {
   EXPECT_EQ(set.Find(v[0]->Id()), nullptr);
   EXPECT_EQ(set.Ids().size(), 2u);
   EXPECT_LE(set.bytes(), set.max_bytes());
+
+  // Two threads that parsed the same id: the second's copy is not the one held, so Insert hands
+  // back the held one, whose pin keeps it in the set.
+  const uint64_t before = set.bytes();
+  std::shared_ptr<const Calibration> pin = set.Insert(std::make_shared<const Calibration>(*v[2]));
+  EXPECT_EQ(pin, set.Find(v[2]->Id()));
+  EXPECT_EQ(set.bytes(), before);
+  set.Add(std::make_shared<const Calibration>(*v[0]));
+  set.Add(std::make_shared<const Calibration>(*v[1]));
+  EXPECT_EQ(set.Find(v[2]->Id()), pin);
 }
 
 // A token unlike the calibration samples is stored exactly: here, as with an attention sink's
