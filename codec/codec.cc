@@ -659,7 +659,7 @@ absl::Status Decoder::Decode(std::span<const uint8_t> blob, std::span<uint8_t> o
   if (mode == Mode::kCrossLayer)  // on the CPU, device sections or not (they are quant's)
     return DecodeCrossLayer(*cal->cross_layer, layout, v.Payload(v.sections[0]),
                             v.header.first_position, out,
-                            internal::PcaStepScale(v.sections[0].bits));
+                            internal::PcaStepScale(v.sections[0].bits), opts.verify_crc);
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
   // With a shared stream (the last section) the sections are decoded last to first: the stream

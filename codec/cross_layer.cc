@@ -834,7 +834,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
 
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,
-                              std::span<uint8_t> out, float step_scale) {
+                              std::span<uint8_t> out, float step_scale, bool verify_crc) {
   STRATA_RETURN_IF_ERROR(cal.Matches(layout));
   if (!(step_scale > 0) || !std::isfinite(step_scale))
     return absl::InvalidArgumentError("cross-layer decode: the step scale must be > 0");
@@ -844,7 +844,7 @@ absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   const size_t body = payload.size() - 4;
   uint32_t crc;
   std::memcpy(&crc, payload.data() + body, 4);
-  if (crc != Crc32c(payload.data(), body))
+  if (verify_crc && crc != Crc32c(payload.data(), body))
     return absl::DataLossError("cross-layer payload: CRC32C mismatch");
   ByteReader in(payload.data(), body, "cross-layer payload");
   uint32_t magic = 0;

@@ -126,9 +126,12 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
                               std::vector<uint8_t>* out, std::span<uint8_t> reconstruction = {},
                               float step_scale = 1.0f);
 // DataLoss for a payload that is not one EncodeCrossLayer wrote for this calibration's shape.
+// `verify_crc` false skips the payload's own CRC32C (the blob's, which covers it, was checked
+// by the caller, or the caller fuzzes what lies behind it); every other check stays.
 absl::Status DecodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> payload, uint64_t first_position,
-                              std::span<uint8_t> out, float step_scale = 1.0f);
+                              std::span<uint8_t> out, float step_scale = 1.0f,
+                              bool verify_crc = true);
 
 namespace internal {
 // Tests: EncodeCrossLayer writes "SXL1" payloads (a stream per layer) while on (process-wide).

@@ -452,6 +452,19 @@ TEST(CrossLayer, MalformedFieldsBehindAGoodCrcAreDataLoss) {
   std::memcpy(&maxq, payload.data() + 8, 2);
   ASSERT_GT(maxq, 0);
   EXPECT_EQ(decode(set16(8, maxq - 1)).code(), absl::StatusCode::kDataLoss);
+  // Without the payload's own CRC (a caller that checked the blob's, or a fuzzer), a good
+  // payload with a bad CRC decodes and the fields behind it are still checked.
+  std::vector<uint8_t> bad_crc = payload;
+  bad_crc.back() ^= 1;
+  std::vector<uint8_t> out(l.BlockBytes()), want(l.BlockBytes());
+  ASSERT_TRUE(DecodeCrossLayer(*cal, l, payload, 0, want).ok());
+  EXPECT_EQ(DecodeCrossLayer(*cal, l, bad_crc, 0, out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(DecodeCrossLayer(*cal, l, bad_crc, 0, out, 1.0f, /*verify_crc=*/false).ok());
+  EXPECT_EQ(out, want);
+  for (const Case& c : cases)
+    EXPECT_EQ(DecodeCrossLayer(*cal, l, c.bytes, 0, out, 1.0f, false).code(),
+              absl::StatusCode::kDataLoss)
+        << c.what;
   // Blocks of fp8 cannot be coded.
   const KvLayout fp8 = Layout(kLayers, kHeads, kDim, kTokens, DType::kFloat8E4M3);
   EXPECT_EQ(cal->Matches(fp8).code(), absl::StatusCode::kInvalidArgument);
