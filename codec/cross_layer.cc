@@ -17,6 +17,7 @@
 #include "codec/half.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/cross_layer_amx.h"
+#include "codec/internal/cross_layer_layout.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
 #include "codec/internal/sections.h"
@@ -304,59 +305,6 @@ STRATA_XL_CLONES void TransposeTimes(const std::vector<double>& a, size_t n,
 
 }  // namespace
 
-namespace {
-
-// Whether blocks of `l` can be coded with a calibration of this geometry and RoPE.
-absl::Status LayoutFits(const KvLayout& l, uint32_t layers, uint32_t heads, uint32_t dim,
-                        float rope_theta) {
-  STRATA_RETURN_IF_ERROR(l.Validate());
-  if (l.kind != KvKind::kSeparateKV)
-    return absl::InvalidArgumentError("cross-layer coding needs separate K and V tensors");
-  if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16 && l.dtype != DType::kFloat32)
-    return absl::InvalidArgumentError(
-        absl::StrCat("cross-layer coding takes fp16, bf16 or fp32 "
-                     "blocks, not ",
-                     std::string(DTypeName(l.dtype))));
-  if (l.num_layers != layers || l.num_kv_heads != heads || l.head_dim != dim)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cross-layer calibration is for ", layers, " layers x ", heads, " heads x ", dim,
-        ", the block is ", l.num_layers, " x ", l.num_kv_heads, " x ", l.head_dim));
-  if (l.tokens_per_block % kRun != 0 || l.tokens_per_block > 65535)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cross-layer coding needs tokens per block a multiple of 16 (at most 65520), not ",
-        l.tokens_per_block));
-  if (rope_theta > 0 && dim % 2 != 0)
-    return absl::InvalidArgumentError("cross-layer coding: RoPE needs an even head_dim");
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status CrossLayerLayoutSupported(const KvLayout& l) {
-  STRATA_RETURN_IF_ERROR(LayoutFits(l, l.num_layers, l.num_kv_heads, l.head_dim, 0));
-  if (const uint64_t floor = CrossLayerCalibration::MinSerializedBytes(l);
-      floor > kMaxCalibrationArtefactBytes)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an xl calibration for ", l.num_layers, " layers of ", 2 * uint64_t{l.num_kv_heads},
-        " x ", l.head_dim, " values takes at least ", floor >> 20,
-        " MiB (a predictor of (2 x kv heads x head_dim)^2 floats per layer), over the ",
-        kMaxCalibrationArtefactBytes >> 20, " MiB a daemon stores; use a pca policy"));
-  return absl::OkStatus();
-}
-
-absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
-  STRATA_RETURN_IF_ERROR(LayoutFits(l, num_layers, num_kv_heads, head_dim, rope_theta));
-  const size_t w = Width();
-  bool ok = layers.size() == num_layers && scale.size() == size_t{num_layers} * 2 * num_kv_heads;
-  for (size_t i = 0; ok && i < layers.size(); ++i) {
-    const CrossLayerTransform& tr = layers[i];
-    ok = tr.mean.size() == w && tr.predictor.size() == (i > 0 ? w * w : 0) && tr.step.size() <= w &&
-         tr.axes.size() == tr.step.size() * w;
-  }
-  if (!ok) return absl::InvalidArgumentError("cross-layer calibration: malformed");
-  return absl::OkStatus();
-}
-
 absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
     const KvLayout& layout, std::span<const std::span<const uint8_t>> blocks,
     const CrossLayerOptions& opts) {
@@ -389,8 +337,8 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
   cal.version = opts.version;
   cal.layers.resize(L);
   cal.scale.assign(L * 2 * layout.num_kv_heads, 1.0f);
-  STRATA_RETURN_IF_ERROR(
-      LayoutFits(layout, cal.num_layers, cal.num_kv_heads, cal.head_dim, cal.rope_theta));
+  STRATA_RETURN_IF_ERROR(internal::CrossLayerLayoutFits(layout, cal.num_layers, cal.num_kv_heads,
+                                                         cal.head_dim, cal.rope_theta));
   const Shape s = ShapeOf(layout);
   for (const auto& b : blocks)
     if (b.size() != layout.BlockBytes())

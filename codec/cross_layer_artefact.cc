@@ -1,5 +1,5 @@
 // Codec mode xl's calibration as a namespace artefact (codec/cross_layer.h): its serialization,
-// parsed with every check before anything is allocated for it.
+// parsed with every check before anything is allocated for it, and the layouts it can code.
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +8,8 @@
 #include "codec/cross_layer.h"
 #include "codec/internal/byte_io.h"
 #include "codec/internal/cross_layer_amx.h"
+#include "codec/internal/cross_layer_layout.h"
+#include "codec/rans.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
 
@@ -130,6 +132,59 @@ uint64_t CrossLayerCalibration::Id() const { return CalibrationIdOf(Serialize())
 uint64_t CrossLayerCalibration::MinSerializedBytes(const KvLayout& l) {
   const Wide n = MinBytes(l.num_layers, l.num_kv_heads, l.head_dim);
   return n > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(n);
+}
+
+namespace internal {
+
+absl::Status CrossLayerLayoutFits(const KvLayout& l, uint32_t layers, uint32_t heads,
+                                  uint32_t dim, float rope_theta) {
+  STRATA_RETURN_IF_ERROR(l.Validate());
+  if (l.kind != KvKind::kSeparateKV)
+    return absl::InvalidArgumentError("cross-layer coding needs separate K and V tensors");
+  if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16 && l.dtype != DType::kFloat32)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross-layer coding takes fp16, bf16 or fp32 "
+                     "blocks, not ",
+                     std::string(DTypeName(l.dtype))));
+  if (l.num_layers != layers || l.num_kv_heads != heads || l.head_dim != dim)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cross-layer calibration is for ", layers, " layers x ", heads, " heads x ", dim,
+        ", the block is ", l.num_layers, " x ", l.num_kv_heads, " x ", l.head_dim));
+  if (l.tokens_per_block % rans::kCtxRun != 0 || l.tokens_per_block > 65535)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cross-layer coding needs tokens per block a multiple of 16 (at most 65520), not ",
+        l.tokens_per_block));
+  if (rope_theta > 0 && dim % 2 != 0)
+    return absl::InvalidArgumentError("cross-layer coding: RoPE needs an even head_dim");
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::Status CrossLayerLayoutSupported(const KvLayout& l) {
+  STRATA_RETURN_IF_ERROR(internal::CrossLayerLayoutFits(l, l.num_layers, l.num_kv_heads, l.head_dim, 0));
+  if (const uint64_t floor = CrossLayerCalibration::MinSerializedBytes(l);
+      floor > kMaxCalibrationArtefactBytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an xl calibration for ", l.num_layers, " layers of ", 2 * uint64_t{l.num_kv_heads},
+        " x ", l.head_dim, " values takes at least ", floor >> 20,
+        " MiB (a predictor of (2 x kv heads x head_dim)^2 floats per layer), over the ",
+        kMaxCalibrationArtefactBytes >> 20, " MiB a daemon stores; use a pca policy"));
+  return absl::OkStatus();
+}
+
+absl::Status CrossLayerCalibration::Matches(const KvLayout& l) const {
+  STRATA_RETURN_IF_ERROR(
+      internal::CrossLayerLayoutFits(l, num_layers, num_kv_heads, head_dim, rope_theta));
+  const size_t w = Width();
+  bool ok = layers.size() == num_layers && scale.size() == size_t{num_layers} * 2 * num_kv_heads;
+  for (size_t i = 0; ok && i < layers.size(); ++i) {
+    const CrossLayerTransform& tr = layers[i];
+    ok = tr.mean.size() == w && tr.predictor.size() == (i > 0 ? w * w : 0) && tr.step.size() <= w &&
+         tr.axes.size() == tr.step.size() * w;
+  }
+  if (!ok) return absl::InvalidArgumentError("cross-layer calibration: malformed");
+  return absl::OkStatus();
 }
 
 }  // namespace strata::codec
