@@ -671,6 +671,7 @@ absl::Status Daemon::Impl::StartServices() {
                         absl::StrCat("config field 'data_dir': ",
                                      calibration_store.status().message()));
   calibrations = std::move(*calibration_store);
+  RegisterCalibrationSeries(metrics, calibrations.get());
   calibration_service =
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());

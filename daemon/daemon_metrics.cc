@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 
+#include "daemon/calibrations/calibration_store.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/events/kv_event_publisher.h"
 
@@ -330,6 +331,27 @@ void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events) {
   m.AddCollector([events, batches, dropped] {
     batches->Set(events->batches_published());
     dropped->Set(events->events_dropped());
+  });
+}
+
+void RegisterCalibrationSeries(MetricsRegistry& m, const CalibrationStore* store) {
+  Gauge* count = m.AddGauge("strata_calibrations",
+                            "Calibration artefacts (codec modes pca and xl) this daemon stores.");
+  Gauge* bytes = m.AddGauge("strata_calibration_bytes",
+                            "Their serialized bytes (limits.calibration_bytes bounds them).");
+  Gauge* parsed = m.AddGauge(
+      "strata_parsed_calibration_bytes",
+      "Memory of the parsed calibrations kept for cold transcoding and decodes for GPU peers "
+      "(limits.parsed_calibration_bytes bounds those not in use).");
+  Counter* evicted = m.AddCounter(
+      "strata_parsed_calibration_evictions_total",
+      "Parsed calibrations dropped to stay within limits.parsed_calibration_bytes (each parsed "
+      "again from the store when a blob names it).");
+  m.AddCollector([store, count, bytes, parsed, evicted] {
+    count->Set(static_cast<double>(store->size()));
+    bytes->Set(static_cast<double>(store->bytes()));
+    parsed->Set(static_cast<double>(store->parsed().bytes()));
+    evicted->Set(store->parsed().evictions());
   });
 }
 

@@ -55,4 +55,9 @@ class KvEventPublisher;
 // The KV event series (when events are on); `events` outlives the registry's scrapes.
 void RegisterEventSeries(MetricsRegistry& m, const KvEventPublisher* events);
 
+class CalibrationStore;
+// The calibration store's series: the artefacts it holds, and the parsed calibrations the
+// daemon's coders keep (limits.parsed_calibration_bytes); `store` outlives the scrapes.
+void RegisterCalibrationSeries(MetricsRegistry& m, const CalibrationStore* store);
+
 }  // namespace strata::daemon

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
+#include "codec/synthetic_kv.h"
 #include "strata/client.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/operability/ops_helpers.h"
+#include "tests/support/test_data.h"
 
 namespace strata {
 namespace {
@@ -384,6 +387,64 @@ TEST(OperabilityTest, CodecRatioFollowsCodecNamespaces) {
   ASSERT_TRUE(ratio.has_value());
   EXPECT_NEAR(*ratio, 3.0 * block / pub->bytes_sent, 1e-6);
   EXPECT_GT(*ratio, 1.0);
+}
+
+// The calibration series: the artefacts stored, and the parsed calibrations cold transcoding
+// decodes xl blobs through, kept within one byte here: once blobs of both versions go cold,
+// each switch between them drops the other version's parse.
+TEST(OperabilityTest, CalibrationSeriesFollowTheStoreAndTheParsedCache) {
+  HttpDaemon d("host_tier:\n  capacity: 1MiB\nlimits:\n  parsed_calibration_bytes: 1\n");
+  ASSERT_TRUE(d.ok()) << d.process.log();
+  auto client = Connect(d.process);
+  ASSERT_TRUE(client);
+  NamespaceSpec spec = testing::SmallSpec("ops-calibrations");  // 128 KiB raw per block
+  spec.codec_policy = "xl:s0.15";
+  spec.layout.tokens_per_block = 64;
+  NamespaceOptions options;
+  options.cold_codec = "xl:r1.4";
+  auto ns = client->OpenNamespace(spec, "tenant-cal", options);
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  constexpr size_t kPerVersion = 80, kSamples = 16;
+  const size_t bytes = spec.layout.BlockBytes();
+  const auto kv = codec::GenerateSyntheticKv(spec.layout, 2 * kPerVersion + kSamples,
+                                             codec::SyntheticKvParams{});
+  auto block = [&](size_t i) { return ConstBuffer{kv.data() + i * bytes, bytes}; };
+  std::vector<ConstBuffer> samples;
+  for (size_t i = 0; i < kSamples; ++i) samples.push_back(block(2 * kPerVersion + i));
+  auto transcoding = [&] {
+    auto s = client->Stats();
+    if (!s.ok()) return uint64_t{0};
+    for (auto& [k, v] : s->counters)
+      if (k == "transcoding_blocks") return v;
+    return uint64_t{0};
+  };
+  for (int version = 1; version <= 2; ++version) {
+    CalibrationRequest req;
+    req.step = version == 1 ? 0.15 : 0.12;
+    auto cal = client->Calibrate(*ns, samples, req);
+    ASSERT_TRUE(cal.ok()) << cal.status();
+    for (size_t p = (version - 1) * kPerVersion; p < version * kPerVersion; ++p) {
+      const ConstBuffer in = block(p);
+      auto pub = client->Publish(*ns, testing::Tokens(64, 5000 + 64 * static_cast<uint32_t>(p)),
+                                 {&in, 1});
+      ASSERT_TRUE(pub.ok()) << pub.status();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (transcoding() != 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  auto m = HttpGet(d.http, "/metrics");
+  ASSERT_EQ(m.status, 200);
+  using testing::SampleValue;
+  std::printf("transcoded %.0f blocks; parsed calibrations %.0f bytes, %.0f evictions\n",
+              SampleValue(m.body, "strata_transcoded_blocks_total").value_or(-1),
+              SampleValue(m.body, "strata_parsed_calibration_bytes").value_or(-1),
+              SampleValue(m.body, "strata_parsed_calibration_evictions_total").value_or(-1));
+  EXPECT_EQ(SampleValue(m.body, "strata_calibrations"), 2.0);
+  EXPECT_GT(SampleValue(m.body, "strata_calibration_bytes").value_or(0), 0.0);
+  EXPECT_GT(SampleValue(m.body, "strata_transcoded_blocks_total").value_or(0), 0.0);
+  EXPECT_GE(SampleValue(m.body, "strata_parsed_calibration_evictions_total").value_or(0), 1.0);
+  EXPECT_GT(SampleValue(m.body, "strata_parsed_calibration_bytes").value_or(0), 0.0);
 }
 
 TEST(OperabilityTest, DashboardNamesOnlyExportedMetrics) {
