@@ -455,6 +455,7 @@ struct Work {
   // into one stream once every layer is quantised: the decoder reads the stream from its end).
   std::vector<std::vector<uint8_t>> head;
   std::vector<std::vector<uint16_t>> layer_syms;
+  std::vector<uint16_t> layer_maxq;
   rans::SharedEncoder shared;
 };
 
@@ -659,6 +660,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
   const size_t start = out->size();
   k.head.resize(cal.num_layers);
   k.layer_syms.resize(cal.num_layers);
+  k.layer_maxq.resize(cal.num_layers);
   const bool sink = first_position == 0;
   const bool tiles = UseTiles(cal, T, step_scale);
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
@@ -709,6 +711,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     } else {
       Reconstruct(tr, k.guess.data(), k.q.data(), T, w, step_scale, k.hat.data());
     }
+    k.layer_maxq[l] = static_cast<uint16_t>(maxq);
     k.head[l].clear();
     ByteWriter bw(&k.head[l]);
     bw.U16(static_cast<uint16_t>(maxq));
@@ -743,39 +746,31 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
     }
     k.below_hat.swap(k.hat);
   }
-  // The tables of layer l go with its header; its symbols into the one stream, last layer first.
+  // The tables of layer l go with its header; its symbols into the one stream, last layer first
+  // (SXL1, for tests: each layer's own stream after its tables).
   const bool one_stream = !g_layer_streams.load(std::memory_order_relaxed);
   std::vector<std::vector<uint8_t>> tables(cal.num_layers);
   k.shared.Reset();
   for (uint32_t l = cal.num_layers; l-- > 0;) {
     const std::vector<uint16_t>& syms = k.layer_syms[l];
     if (syms.empty()) continue;
-    uint16_t maxq;
-    std::memcpy(&maxq, k.head[l].data(), 2);
-    rans::Encode<uint16_t>(syms.data(), syms.size(), 2 * uint32_t{maxq} + 1, kContexts, &k.rans,
-                           &tables[l], nullptr, rans::kMaxLanes, nullptr,
+    rans::Encode<uint16_t>(syms.data(), syms.size(), 2 * uint32_t{k.layer_maxq[l]} + 1, kContexts,
+                           &k.rans, &tables[l], nullptr, rans::kMaxLanes, nullptr,
                            one_stream ? &k.shared : nullptr);
   }
-  if (!one_stream) {
-    ByteWriter(out).U32(kMagicLayerStreams);
-    for (uint32_t l = 0; l < cal.num_layers; ++l) {
-      out->insert(out->end(), k.head[l].begin(), k.head[l].end());
-      out->insert(out->end(), tables[l].begin(), tables[l].end());
-    }
-    ByteWriter(out).U32(Crc32c(out->data() + start, out->size() - start));
-    return absl::OkStatus();
-  }
   ByteWriter bw(out);
-  bw.U32(kMagic);
+  bw.U32(one_stream ? kMagic : kMagicLayerStreams);
   const size_t stream_at = out->size();
-  bw.U32(0);  // where the stream begins, from the payload's start: set below
+  if (one_stream) bw.U32(0);  // where the stream begins, from the payload's start: set below
   for (uint32_t l = 0; l < cal.num_layers; ++l) {
     out->insert(out->end(), k.head[l].begin(), k.head[l].end());
     out->insert(out->end(), tables[l].begin(), tables[l].end());
   }
-  const uint32_t stream_offset = static_cast<uint32_t>(out->size() - start);
-  std::memcpy(out->data() + stream_at, &stream_offset, 4);
-  rans::FinishShared(&k.shared, out, nullptr);
+  if (one_stream) {
+    const uint32_t stream_offset = static_cast<uint32_t>(out->size() - start);
+    std::memcpy(out->data() + stream_at, &stream_offset, 4);
+    rans::FinishShared(&k.shared, out, nullptr);
+  }
   ByteWriter(out).U32(Crc32c(out->data() + start, out->size() - start));
   return absl::OkStatus();
 }
