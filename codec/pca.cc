@@ -480,9 +480,12 @@ absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibratio
         PcaQuantizeHeadAvx512(y, n, tp, steps.data(), steps.data() + n, limit,
                               q.data() + qbase[h], e2, most);
       } else {
+        std::vector<float>& gain = sc->pg;
+        gain.assign(tp, 0.0f);
         for (size_t k = 0; k < n; ++k)  // k order on every target: the same exact-token choice
           PcaQuantizeT(y + k * tp, tp, steps[n + k], steps[k], limit,
-                       q.data() + qbase[h] + k * tp, e2, most);
+                       q.data() + qbase[h] + k * tp, gain.data(), most);
+        for (size_t t = 0; t < tp; ++t) e2[t] += gain[t];
       }
     }
   };

@@ -168,19 +168,18 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
 }
 
 void PcaQuantizeTImpl(const float* y, size_t tp, float inv_step, float step, float limit,
-                      int32_t* q, double* err2, int32_t* max_abs) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const hn::Rebind<int32_t, decltype(dd)> di;
-  const size_t N = hn::Lanes(dd);
+                      int32_t* q, float* gain, int32_t* max_abs) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const size_t N = hn::Lanes(df);
   const auto lo = hn::Set(df, -limit), hi = hn::Set(df, limit);
   const auto inv = hn::Set(df, inv_step), st = hn::Set(df, step);
   for (size_t t = 0; t < tp; t += N) {
     const auto yv = hn::LoadU(df, y + t);
     const auto qv = hn::Min(hi, hn::Max(lo, hn::Round(hn::Mul(yv, inv))));
     const auto e = hn::Sub(yv, hn::Mul(qv, st));
-    const auto gain = hn::Sub(hn::Mul(e, e), hn::Mul(yv, yv));
-    hn::StoreU(hn::Add(hn::LoadU(dd, err2 + t), hn::PromoteTo(dd, gain)), dd, err2 + t);
+    const auto g = hn::Sub(hn::Mul(e, e), hn::Mul(yv, yv));
+    hn::StoreU(hn::Add(hn::LoadU(df, gain + t), g), df, gain + t);
     const auto qi = hn::ConvertTo(di, qv);
     hn::StoreU(qi, di, q + t);
     hn::StoreU(hn::Max(hn::LoadU(di, max_abs + t), hn::Abs(qi)), di, max_abs + t);
@@ -412,8 +411,8 @@ void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
   HWY_DYNAMIC_DISPATCH(PcaProjectTImpl)(xt, tp, dim, basis, coords, n, y);
 }
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
-                  double* err2, int32_t* max_abs) {
-  HWY_DYNAMIC_DISPATCH(PcaQuantizeTImpl)(y, tp, inv_step, step, limit, q, err2, max_abs);
+                  float* gain, int32_t* max_abs) {
+  HWY_DYNAMIC_DISPATCH(PcaQuantizeTImpl)(y, tp, inv_step, step, limit, q, gain, max_abs);
 }
 void PcaReconstruct(const float* yt, size_t tp, size_t rows, size_t n, const float* basis,
                     const uint32_t* coords, size_t dim, const float* mean, float* out,

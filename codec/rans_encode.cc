@@ -168,7 +168,7 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
     Histogram(syms, n, alphabet, num_ctx, counts.data());
   }
   EncodeTables t;
-  BuildEncodeTables(counts.data(), alphabet, num_ctx, scratch, w, &t);
+  BuildEncodeTables(counts.data(), alphabet, num_ctx, scratch, w, &t, stats && !given);
   const EncSym* enc = t.syms;
   const size_t table_bytes = out->size() - table_start;
   // Statistics are of the symbols themselves, whatever the tables were built from.

@@ -1,6 +1,7 @@
 #include "codec/internal/rans_tables.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -53,7 +54,8 @@ void Normalize(const uint32_t* c, uint32_t count, uint64_t total, int prob_bits,
 }  // namespace
 
 void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_ctx,
-                       Scratch* scratch, internal::ByteWriter& w, EncodeTables* t) {
+                       Scratch* scratch, internal::ByteWriter& w, EncodeTables* t,
+                       bool with_entropy) {
   scratch->enc_syms.resize(size_t{alphabet} * num_ctx * sizeof(EncSym));
   EncSym* enc = reinterpret_cast<EncSym*>(scratch->enc_syms.data());
   for (size_t i = 0; i < size_t{alphabet} * num_ctx; ++i) enc[i].freq = 0;
@@ -78,7 +80,7 @@ void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_c
       w.U8(0);
       continue;
     }
-    for (uint32_t s = lo; s <= hi; ++s)
+    for (uint32_t s = lo; s <= hi && with_entropy; ++s)
       if (h[s]) entropy += h[s] * std::log2(static_cast<double>(total) / h[s]);
     const int p = ChooseProbBits(used);
     t->prob_bits[c] = static_cast<uint32_t>(p);
@@ -112,9 +114,9 @@ void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_c
 // one direction only.
 float QuotientReciprocal(uint32_t freq) {
   const double want = (1.0 / freq) * (1.0 - 0x1p-22);
-  float r = static_cast<float>(want);
-  if (static_cast<double>(r) > want) r = std::nextafter(r, 0.0f);
-  return r;
+  const float r = static_cast<float>(want);
+  // Rounded up: the float below (r is positive and normal, so one less in its bits).
+  return static_cast<double>(r) > want ? std::bit_cast<float>(std::bit_cast<uint32_t>(r) - 1) : r;
 }
 
 size_t BuildSimdEncodeTables(const EncodeTables& t, uint32_t alphabet, uint32_t num_ctx,

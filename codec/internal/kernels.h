@@ -104,10 +104,11 @@ void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* nor
 // with two on those that do not; k < n, t < tp; basis rows are dim floats.
 void PcaProjectT(const float* xt, size_t tp, size_t dim, const float* basis,
                  const uint32_t* coords, size_t n, float* y);
-// Per token t < tp: q = clamp(round(y * inv_step)) (half to even), err2[t] += (y - q step)^2 -
-// y^2 (float terms, added in double), max_abs[t] = max(max_abs[t], |q|).
+// Per token t < tp: q = clamp(round(y * inv_step)) (half to even), gain[t] += (y - q step)^2 -
+// y^2 (in float: a head's gains are summed over its coordinates in float and then added to the
+// token's double error once), max_abs[t] = max(max_abs[t], |q|).
 void PcaQuantizeT(const float* y, size_t tp, float inv_step, float step, float limit, int32_t* q,
-                  double* err2, int32_t* max_abs);
+                  float* gain, int32_t* max_abs);
 // out[t][c] = mean[c] + sum over k < n of yt[k][t] * basis[coords[k]][c], the products added in
 // k order; t < rows, c < dim, out rows out_stride floats apart; fused as PcaProjectT. So a
 // coordinate within float rounding of a rounding boundary may quantise to another step, and a

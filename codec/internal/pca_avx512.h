@@ -120,7 +120,8 @@ bool PcaEncodeHeadVnni(const PcaInput& in, const PcaRope* rope, size_t tokens, s
                        const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
                        double* err2, float* y, std::vector<uint32_t>* scratch);
 // The encoder's quantisation of one head on AVX-512 cores (PcaLanesSupported): PcaQuantizeT
-// for each coordinate k < n in turn (y and q [k][tp], steps[k] and inv[k]), the same bits.
+// for each coordinate k < n in turn (y and q [k][tp], steps[k] and inv[k]) into float gains
+// starting at 0, then each token's gain added to err2[t]: the same bits.
 void PcaQuantizeHeadAvx512(const float* y, size_t n, size_t tp, const float* steps,
                            const float* inv, float limit, int32_t* q, double* err2,
                            int32_t* tok_max);

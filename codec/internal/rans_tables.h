@@ -31,13 +31,15 @@ struct EncodeTables {
   uint32_t prob_bits[kMaxContexts];  // 0: context unused
   uint32_t lo[kMaxContexts];         // symbols used: lo..hi (lo = alphabet, hi = 0 when none)
   uint32_t hi[kMaxContexts];
-  double entropy_bits;  // of `counts`, the order-0 entropy summed over the contexts
+  double entropy_bits;  // of `counts`, the order-0 entropy summed over the contexts (if asked)
 };
 
 // Normalises `counts` (num_ctx * alphabet, as Histogram's), appends the serialised tables to
-// `w` and fills the EncSym records (in scratch->enc_syms) and `t`.
+// `w` and fills the EncSym records (in scratch->enc_syms) and `t`; t->entropy_bits only
+// `with_entropy` (else 0: a logarithm per symbol and context, for statistics alone).
 void BuildEncodeTables(const uint32_t* counts, uint32_t alphabet, uint32_t num_ctx,
-                       Scratch* scratch, internal::ByteWriter& w, EncodeTables* t);
+                       Scratch* scratch, internal::ByteWriter& w, EncodeTables* t,
+                       bool with_entropy);
 
 // 1 / freq less 2^-22 of itself, rounded down to a float: for every x < freq * 2^21,
 // trunc(float(x) * it) (float arithmetic, round to nearest) is x / freq or one less.

@@ -95,6 +95,7 @@ struct SectionScratch {
   std::vector<double> pd;                 // pca encoder: per-token squared norms and errors
   std::vector<int32_t> pm;                // pca encoder: per-token largest |q|
   std::vector<float> ps;                  // pca encoder: one head's scaled steps, inverses
+  std::vector<float> pg;                  // pca encoder (float kernels): one head's gains
   RopeTable rope;                         // pca: the block's RoPE angles
   PcaAmxScratch amx;                      // pca decoder on AMX tiles
   std::vector<uint32_t> vnni;             // pca encoder with VNNI: a pass's token pairs

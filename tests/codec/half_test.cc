@@ -366,14 +366,14 @@ void CheckPcaKernelsMatchScalar() {
   for (size_t i = 0; i < tp; ++i)
     y[i] = i < 4 ? (static_cast<float>(i) + 0.5f) * step : 40.0f * g(rng);
   std::vector<int32_t> q(tp), max_abs(tp, 7);
-  std::vector<double> err2(tp, 0.5);
-  internal::PcaQuantizeT(y.data(), tp, inv, step, 100.0f, q.data(), err2.data(), max_abs.data());
+  std::vector<float> gain(tp, 0.5f);
+  internal::PcaQuantizeT(y.data(), tp, inv, step, 100.0f, q.data(), gain.data(), max_abs.data());
   for (size_t i = 0; i < tp; ++i) {
     const float want = std::min(100.0f, std::max(-100.0f, std::nearbyint(y[i] * inv)));
     const float e = y[i] - want * step;
     EXPECT_EQ(q[i], static_cast<int32_t>(want)) << i;
     EXPECT_EQ(max_abs[i], std::max(7, std::abs(q[i]))) << i;
-    EXPECT_EQ(err2[i], 0.5 + static_cast<double>(e * e - y[i] * y[i])) << i;
+    EXPECT_EQ(gain[i], 0.5f + (e * e - y[i] * y[i])) << i;
   }
   // Symbol runs out and back: 3 runs of 16 at a stride of 48.
   {

@@ -341,8 +341,8 @@ TEST(PcaAmxEncode, RefusesValuesThatAreNotFinite) {
   EXPECT_FALSE(accepts(x, Type::kFloat32, true));
 }
 
-// Per coordinate in turn, PcaQuantizeT's bits: symbols, the tokens' largest |q| and their double
-// error sums; with values past the clamp, ties of rounding and coordinates 0 .. 19; and the
+// Per coordinate in turn, PcaQuantizeT's bits: symbols, the tokens' largest |q| and their error
+// sums (float gains over the head, added to the double error once); with values past the clamp, ties of rounding and coordinates 0 .. 19; and the
 // same written straight into the slots' runs as bytes.
 TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
   if (!internal::PcaLanesSupported()) GTEST_SKIP() << "this CPU offers no AVX-512";
@@ -367,9 +367,11 @@ TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
         most[t] = most_want[t] = static_cast<int32_t>(t % 3);
         err2[t] = err2_want[t] = 0.25 * static_cast<double>(t);
       }
+      std::vector<float> gain(tp, 0.0f);
       for (size_t k = 0; k < n; ++k)
         internal::PcaQuantizeT(y.data() + k * tp, tp, inv[k], steps[k], 1000.0f,
-                               q_want.data() + k * tp, err2_want.data(), most_want.data());
+                               q_want.data() + k * tp, gain.data(), most_want.data());
+      for (size_t t = 0; t < tp; ++t) err2_want[t] += gain[t];
       internal::PcaQuantizeHeadAvx512(y.data(), n, tp, steps.data(), inv.data(), 1000.0f,
                                       q.data(), err2.data(), most.data());
       EXPECT_EQ(q, q_want);
