@@ -169,7 +169,7 @@ void PcaProjectTImpl(const float* xt, size_t tp, size_t dim, const float* basis,
 
 void PcaQuantizeTImpl(const float* y, size_t tp, float inv_step, float step, float limit,
                       int32_t* q, float* gain, int32_t* max_abs) {
-  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 16> df;  // tp is a multiple of 16, not of a wider vector's lanes
   const hn::RebindToSigned<decltype(df)> di;
   const size_t N = hn::Lanes(df);
   const auto lo = hn::Set(df, -limit), hi = hn::Set(df, limit);

@@ -186,6 +186,7 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
     for (size_t h = 0; h < H; ++h) {
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
       const float* xc = &centred[(tok * H + h) * D];
+      float gain = 0;  // the head's error terms in float, added to the token's once
       for (size_t c = 0; c < D; ++c) {
         if (ht.step[c] == 0) continue;
         float y = 0;  // as the kernels add: fused where the target has FMA
@@ -195,9 +196,10 @@ void ReferenceSection(const Calibration& cal, uint32_t layer, uint32_t tensor, c
         const float inv = 1.0f / step;
         const float qv = std::min(2047.0f, std::max(-2047.0f, std::nearbyint(y * inv)));
         const float e = y - qv * step;
-        err2[tok] += e * e - y * y;
+        gain += e * e - y * y;
         q[(tok * H + h) * D + c] = static_cast<int32_t>(qv);
       }
+      err2[tok] += gain;
     }
   std::vector<double> rel(T);
   for (size_t tok = 0; tok < T; ++tok) rel[tok] = std::max(err2[tok], 0.0) / std::max(norm2[tok], 1e-30);

@@ -2,8 +2,8 @@
 
 Input: `codec_eval --json --quality ...` outputs, one or more per model (rows of the same mode in
 later files replace earlier ones). Plots mean KL(fp16 || mode) against bits/value, one panel
-per model, one line per family (pca:bR, pca:bR+importance, xl:sS, xl:sS+importance,
-quant:kAvB:ol, quant:kAvB, intN-g64).
+per model, one line per family (pca:bR, pca:bR+importance, xl:sS, xl:sS+importance, the same
+rate-capped as xl:sS:rB, quant:kAvB:ol, quant:kAvB, intN-g64).
 
   plot_rate_quality.py OUT.png "SmolLM2-135M=a.json,b.json" "Qwen2.5-Coder-1.5B=c.json"
 """
@@ -24,6 +24,9 @@ FAMILIES = [
     # importances (rows renamed as above).
     ("xl (cross-layer, experimental)", re.compile(r"^xl:s[0-9.]+$"), "C4", "v"),
     ("xl + importance", re.compile(r"^xl:s[0-9.]+\+importance$"), "C5", "P"),
+    # xl under a rate cap (codec_eval xl:sSTEP:rC: each block within C bits per value).
+    ("xl, rate-capped", re.compile(r"^xl:s[0-9.]+:r[0-9.]+$"), "C6", "*"),
+    ("xl + importance, rate-capped", re.compile(r"^xl:s[0-9.]+:r[0-9.]+\+importance$"), "C8", "X"),
     ("quant:kAvB:ol", re.compile(r"^quant:k\dv\d:ol$"), "C0", "s"),
     ("quant:kAvB", re.compile(r"^quant:k\dv\d$"), "C2", "^"),
     ("intN-g64 (baseline)", re.compile(r"^int\d-g64$"), "C7", "x"),
