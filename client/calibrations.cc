@@ -34,6 +34,7 @@ absl::StatusOr<std::shared_ptr<const codec::Calibration>> CalibrationCache::Fetc
     return absl::DataLossError(absl::StrCat("asked for calibration ",
                                             codec::CalibrationIdString(id), ", got ",
                                             codec::CalibrationIdString(parsed->Id())));
+  fetches_.fetch_add(1, std::memory_order_relaxed);
   // What the set holds under the id (another thread's copy, if it got there first): the pin.
   return set_.Insert(std::make_shared<const codec::Calibration>(std::move(*parsed)));
 }

@@ -7,6 +7,7 @@
 // within that time; blobs of any earlier version still decode.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,8 @@ class CalibrationCache {
                                                                 std::span<const uint64_t> ids);
 
   absl::StatusOr<v1::PutCalibrationResponse> Put(const NamespaceId& ns, std::string artefact);
+  // Artefacts asked of the daemon and parsed (set() says what is held).
+  uint64_t fetches() const { return fetches_.load(std::memory_order_relaxed); }
   absl::StatusOr<v1::ListCalibrationsResponse> List(const NamespaceId& ns);
 
  private:
@@ -54,6 +57,7 @@ class CalibrationCache {
   const absl::Duration refresh_;
   std::unique_ptr<v1::Calibrations::Stub> stub_;
   codec::CalibrationSet set_;
+  std::atomic<uint64_t> fetches_{0};
   struct Current {
     uint64_t id = 0;
     absl::Time checked;

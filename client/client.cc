@@ -363,6 +363,17 @@ absl::StatusOr<std::vector<CalibrationInfo>> Client::ListCalibrations(const Name
   return out;
 }
 
+CalibrationCacheStats Client::calibration_cache_stats() const {
+  const codec::CalibrationSet& set = impl_->calibrations->set();
+  CalibrationCacheStats s;
+  s.calibrations = set.Ids().size();
+  s.bytes = set.bytes();
+  s.budget_bytes = set.max_bytes();
+  s.evictions = set.evictions();
+  s.fetches = impl_->calibrations->fetches();
+  return s;
+}
+
 absl::StatusOr<LookupResult> Client::Lookup(const NamespaceId& ns,
                                             std::span<const uint32_t> tokens) {
   LookupResult r;

@@ -603,6 +603,17 @@ class PyClient {
     return d;
   }
 
+  py::dict CalibrationCacheStats() {
+    const strata::CalibrationCacheStats s = client().calibration_cache_stats();
+    py::dict d;
+    d["calibrations"] = s.calibrations;
+    d["bytes"] = s.bytes;
+    d["budget_bytes"] = s.budget_bytes;
+    d["evictions"] = s.evictions;
+    d["fetches"] = s.fetches;
+    return d;
+  }
+
   // Calibrates a pca or xl namespace from sample blocks (docs/codec.md, "Calibrations in the
   // cluster").
   py::dict Calibrate(py::bytes ns, py::sequence samples, double bits_per_value, double rope_theta,
@@ -819,7 +830,8 @@ PYBIND11_MODULE(_strata, m) {
            py::arg("target_node") = "", py::arg("move") = false, py::arg("target_tier") = "host")
       .def("pin", &PyClient::Pin, py::arg("ns"), py::arg("ids"), py::arg("ttl_seconds"))
       .def("unpin", &PyClient::Unpin, py::arg("ns"), py::arg("ids"))
-      .def("stats", &PyClient::Stats);
+      .def("stats", &PyClient::Stats)
+      .def("calibration_cache_stats", &PyClient::CalibrationCacheStats);
 
   m.def(
       "vllm_block_hashes",

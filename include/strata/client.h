@@ -261,6 +261,15 @@ struct CalibrationInfo {
   uint32_t replicated_to = 0;  // after a Calibrate or PutCalibration: daemons that took a copy
 };
 
+// The client's own cache of parsed calibrations (ClientOptions::calibration_cache_bytes).
+struct CalibrationCacheStats {
+  uint64_t calibrations = 0;  // held now
+  uint64_t bytes = 0;         // what they take in memory (over the budget while all are in use)
+  uint64_t budget_bytes = 0;  // 0: no bound
+  uint64_t evictions = 0;     // dropped to stay within the budget, since the client started
+  uint64_t fetches = 0;       // artefacts asked of the daemon and parsed
+};
+
 struct CalibrationRequest {
   // pca: bits per value to aim for; 0: the rate of the namespace's codec policy ("pca:b1.5", or
   // C of "pca:rC").
@@ -339,6 +348,9 @@ class Client {
                                                  std::span<const uint8_t> artefact);
   // The namespace's calibrations on the local daemon, oldest version first.
   absl::StatusOr<std::vector<CalibrationInfo>> ListCalibrations(const NamespaceId& ns);
+  // This client's parsed calibrations (every namespace's): a budget too small for the versions
+  // in use shows as evictions and fetches that keep growing.
+  CalibrationCacheStats calibration_cache_stats() const;
 
   // Ids of every full block of `tokens` under the namespace's id scheme. `cache_salt` is the
   // request's salt in a namespace with a vLLM id scheme (it enters the first block's id).

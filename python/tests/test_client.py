@@ -277,6 +277,13 @@ def test_a_cross_layer_namespace_round_trip(client, daemon):
             for a, b in zip(old_src + src, out):
                 a, b = a.astype(np.float64), b.astype(np.float64)
                 assert np.sum((a - b) ** 2) < 0.01 * np.sum(a ** 2)
+        # Both versions in use by one fetch: the budget is exceeded rather than one dropped, and
+        # nothing was asked for again after (only a new version would push them out).
+        stats = tight.calibration_cache_stats()
+        assert stats["budget_bytes"] == 1 and stats["bytes"] > 1
+        assert stats["calibrations"] == 2 and stats["fetches"] == 2 and stats["evictions"] == 0
+    held = client.calibration_cache_stats()
+    assert held["calibrations"] >= 2 and held["evictions"] == 0 and held["bytes"] > 0
 
 
 def test_publish_buffers_are_published_without_the_clients_copy(tmp_path):

@@ -334,6 +334,13 @@ TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   ASSERT_TRUE(fresh->OpenNamespace(Spec(), "tenant-a").ok());
   ExpectClose(Fetch(*fresh, *ns, p1.ids), p1);
   ExpectClose(Fetch(*fresh, *ns, p2.ids), p2);
+  // It asked its daemon for each once and keeps both (the default budget holds many).
+  const CalibrationCacheStats fresh_stats = fresh->calibration_cache_stats();
+  EXPECT_EQ(fresh_stats.calibrations, 2u);
+  EXPECT_EQ(fresh_stats.fetches, 2u);
+  EXPECT_EQ(fresh_stats.evictions, 0u);
+  EXPECT_GT(fresh_stats.bytes, 0u);
+  EXPECT_EQ(fresh_stats.budget_bytes, ClientOptions{}.calibration_cache_bytes);
 
   // A client whose cache keeps one calibration at a time (the others parsed again when a blob
   // names them) decodes both generations, one after the other and mixed in one fetch, and
@@ -358,6 +365,13 @@ TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   ASSERT_TRUE((*small)->FetchBlobs(*ns, p3.ids, &blobs).ok());
   for (const auto& b : blobs) EXPECT_EQ(BlobCalibration(b), v2->id);
   ExpectClose(Fetch(**small, *ns, p3.ids), p3);
+  // Its cache says so: every switch of generation dropped one and asked for it again.
+  const CalibrationCacheStats tight_stats = (*small)->calibration_cache_stats();
+  EXPECT_EQ(tight_stats.budget_bytes, 1u);
+  EXPECT_GE(tight_stats.calibrations, 1u);
+  EXPECT_GT(tight_stats.bytes, tight_stats.budget_bytes);  // the one in use stays
+  EXPECT_GE(tight_stats.evictions, 4u);
+  EXPECT_GE(tight_stats.fetches, tight_stats.evictions + tight_stats.calibrations);
 
   // A calibration for another layout, or a version already taken, is refused.
   NamespaceSpec other = Spec();
