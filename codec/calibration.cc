@@ -440,6 +440,8 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
   for (double v : opts.importance)
     if (!(v >= 0 && std::isfinite(v)))
       return absl::InvalidArgumentError("calibrate: importances must be finite and >= 0");
+  if (!(opts.min_coordinate_bits >= 0 && opts.min_coordinate_bits <= 8))
+    return absl::InvalidArgumentError("calibrate: min_coordinate_bits must be in [0, 8]");
   if (!opts.importance.empty() &&
       std::none_of(opts.importance.begin(), opts.importance.end(), [](double v) { return v > 0; }))
     return absl::InvalidArgumentError("calibrate: every importance is zero: nothing to code");
@@ -552,7 +554,10 @@ absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
       floor = AllocateBits(plain_wvar, budget);
       for (double& b : floor) b = std::max(0.0, b - opts.importance_floor_bits);
     }
-    const std::vector<double> bits = AllocateBitsFrom(wvar, std::move(floor), budget);
+    std::vector<double> bits = AllocateBitsFrom(wvar, floor, budget);
+    for (size_t k = 0; k < bits.size(); ++k)
+      if (bits[k] > 0 && bits[k] < opts.min_coordinate_bits - 1e-9)
+        bits[k] = floor[k] > 0 ? opts.min_coordinate_bits : 0.0;
     size_t k = 0;
     for (HeadTransform& ht : cal.heads)
       for (size_t i = 0; i < d; ++i, ++k) {

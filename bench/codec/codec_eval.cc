@@ -393,6 +393,7 @@ struct PcaContext {
   std::vector<float> metric;  // CalibrateOptions::metric, or empty
   std::vector<double> importance;  // CalibrateOptions::importance, or empty
   double importance_floor_bits = codec::CalibrateOptions{}.importance_floor_bits;
+  double min_coordinate_bits = codec::CalibrateOptions{}.min_coordinate_bits;
 };
 
 // A float16 or float32 tensor's elements as floats.
@@ -454,6 +455,7 @@ absl::Status ResolveCalibration(const Dataset& d, PcaContext* ctx, CodecParams* 
   o.metric = ctx->metric;
   o.importance = ctx->importance;
   o.importance_floor_bits = ctx->importance_floor_bits;
+  o.min_coordinate_bits = ctx->min_coordinate_bits;
   const auto t0 = Clock::now();
   auto cal = codec::Calibrate(c.layout, blocks, o);
   if (!cal.ok()) return cal.status();
@@ -790,7 +792,8 @@ int main(int argc, char** argv) {
   std::string data_path, modes_str, write_npy, queries_path, write_queries, dtype_str = "fp16";
   std::string write_decoded, quality_path, calibrate_from, pca_metric, pca_importance;
   double pca_key_weight = 1.0, pca_rope_theta = 0,
-         pca_importance_floor = codec::CalibrateOptions{}.importance_floor_bits;
+         pca_importance_floor = codec::CalibrateOptions{}.importance_floor_bits,
+         pca_min_coordinate_bits = codec::CalibrateOptions{}.min_coordinate_bits;
   bool json = false, smoke = false;
   int reps = 3;
   codec::SyntheticKvParams gen;
@@ -842,6 +845,9 @@ int main(int argc, char** argv) {
   app.add_option("--pca-importance-floor", pca_importance_floor,
                  "pca calibration with --pca-importance: no coordinate gets more than this many "
                  "bits fewer than without importances (< 0: no floor)");
+  app.add_option("--pca-min-coordinate-bits", pca_min_coordinate_bits,
+                 "pca calibration: a coordinate gets at least this many bits of the allocation's "
+                 "model or none (0: the model's allocation as it is)");
   app.add_option("--pca-rope-theta", pca_rope_theta,
                  "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
                  "of --data and of --calibrate-from starts at token b * tokens-per-block");
@@ -993,6 +999,7 @@ int main(int argc, char** argv) {
   pca.key_weight = pca_key_weight;
   pca.rope_theta = pca_rope_theta;
   pca.importance_floor_bits = pca_importance_floor;
+  pca.min_coordinate_bits = pca_min_coordinate_bits;
   if (!calibrate_from.empty()) {
     auto c = LoadNpyDataset(calibrate_from, d.layout.tokens_per_block);
     if (!c.ok()) {

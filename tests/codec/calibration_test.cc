@@ -1,4 +1,5 @@
 // Calibrated transform coding: the calibration artefact, its lifecycle and the pca mode.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -319,6 +320,57 @@ double HeadBits(const HeadTransform& h) {
   for (size_t c = 0; c < h.step.size(); ++c)
     if (h.step[c] > 0) bits += std::log2(std::sqrt(12.0 * h.variance[c]) / h.step[c]);
   return bits;
+}
+
+// Each head's coordinates by their bits (as HeadBits reads them; dropped ones not counted).
+std::vector<double> CoordinateBits(const Calibration& cal) {
+  std::vector<double> bits;
+  for (const HeadTransform& h : cal.heads)
+    for (size_t c = 0; c < h.step.size(); ++c)
+      if (h.step[c] > 0) bits.push_back(std::log2(std::sqrt(12.0 * h.variance[c]) / h.step[c]));
+  return bits;
+}
+
+TEST(Calibration, CoordinatesGetTheMinimumBitsOrNone) {
+  Blocks b(kLayout, 5, 31);
+  std::vector<std::span<const uint8_t>> samples = {b[0], b[1], b[2], b[3]};
+  CalibrateOptions o;
+  o.bits_per_value = 1.5;
+  EXPECT_EQ(o.min_coordinate_bits, 0) << "off by default";
+  auto all = Calibrate(kLayout, samples, o);
+  o.min_coordinate_bits = 0.75;
+  auto thresholded = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(thresholded.ok() && all.ok());
+  const std::vector<double> kept = CoordinateBits(*thresholded), every = CoordinateBits(*all);
+  for (double bits : kept) EXPECT_GE(bits, 0.75 - 1e-6);
+  // Without the minimum the model hands out quarter and half bits on this data, and the same
+  // target then codes more coordinates.
+  EXPECT_GT(std::count_if(every.begin(), every.end(), [](double v) { return v < 0.75 - 1e-6; }),
+            0);
+  EXPECT_LT(kept.size(), every.size());
+  EXPECT_LE(thresholded->sample_bits, 1.5f);
+  EXPECT_GT(thresholded->sample_bits, 1.4f) << "the dropped coordinates' bits are spent elsewhere";
+  // Both decode a held-out block; the thresholded one with fewer coordinates.
+  for (const auto& cal : {*thresholded, *all}) {
+    PcaCodec codec(std::make_shared<const Calibration>(cal));
+    std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+    ASSERT_TRUE(codec.enc.Encode(kLayout, codec.p, b[4], &blob).ok());
+    ASSERT_TRUE(codec.dec.Decode(blob, out).ok());
+    EXPECT_LT(RelMse(b[4], out), 0.5);
+  }
+  // With importances, a coordinate their floor keeps is coded at the minimum, not dropped.
+  o.importance.assign(size_t{kLayout.num_layers} * 2 * kLayout.num_kv_heads, 1.0);
+  o.importance[0] = 1e-3;
+  auto floored = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(floored.ok()) << floored.status();
+  for (double bits : CoordinateBits(*floored)) EXPECT_GE(bits, 0.75 - 1e-6);
+  EXPECT_GT(HeadBits(floored->heads[0]), 0);
+  o.importance.clear();
+  for (double bad : {-0.25, 8.5, std::nan("")}) {
+    o.min_coordinate_bits = bad;
+    EXPECT_EQ(Calibrate(kLayout, samples, o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(Calibration, ImportanceMovesBitsWithinTheFloor) {
