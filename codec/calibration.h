@@ -185,8 +185,8 @@ struct CalibrateOptions {
 
 // Calibrates from sample blocks of `layout` (each layout.BlockBytes() bytes): per head PCA
 // (covariance, Jacobi eigendecomposition), then the bit allocation of AllocateBits over all
-// coordinates of the block, with the model budget adjusted until the quantised samples' order-0
-// entropy meets the target.
+// coordinates of the block (then min_coordinate_bits), with the model budget adjusted until the
+// quantised samples' order-0 entropy meets the target.
 absl::StatusOr<Calibration> Calibrate(const KvLayout& layout,
                                       std::span<const std::span<const uint8_t>> blocks,
                                       const CalibrateOptions& opts);

@@ -358,13 +358,22 @@ TEST(Calibration, CoordinatesGetTheMinimumBitsOrNone) {
     ASSERT_TRUE(codec.dec.Decode(blob, out).ok());
     EXPECT_LT(RelMse(b[4], out), 0.5);
   }
-  // With importances, a coordinate their floor keeps is coded at the minimum, not dropped.
+  // With importances, a coordinate their floor keeps is coded at the minimum, not dropped: head
+  // 0, which matters not at all, gets exactly its floor (the plain allocation, in quarter bits,
+  // less 2.1: 0.15, 0.4, 0.65, 0.9, ... bits), and only raising a floor below 0.75 gives 0.75.
   o.importance.assign(size_t{kLayout.num_layers} * 2 * kLayout.num_kv_heads, 1.0);
-  o.importance[0] = 1e-3;
+  o.importance[0] = 0;
+  o.importance_floor_bits = 2.1;
   auto floored = Calibrate(kLayout, samples, o);
   ASSERT_TRUE(floored.ok()) << floored.status();
   for (double bits : CoordinateBits(*floored)) EXPECT_GE(bits, 0.75 - 1e-6);
-  EXPECT_GT(HeadBits(floored->heads[0]), 0);
+  const HeadTransform& h0 = floored->heads[0];
+  int raised = 0;
+  for (size_t c = 0; c < h0.step.size(); ++c)
+    if (h0.step[c] > 0 &&
+        std::abs(std::log2(std::sqrt(12.0 * h0.variance[c]) / h0.step[c]) - 0.75) < 1e-6)
+      ++raised;
+  EXPECT_GT(raised, 0);
   o.importance.clear();
   for (double bad : {-0.25, 8.5, std::nan("")}) {
     o.min_coordinate_bits = bad;
