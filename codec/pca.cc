@@ -185,10 +185,14 @@ const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
                                        static_cast<uint32_t>(section % tensors), h);
       LaneAxes& a = sl.heads[h];
       const size_t n = hp.dec_coord.size();
-      BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
+      // Where the tiles decode, only their int8 heads read these axes (the int8 ones).
+      const bool tiles = PcaAmxSupported();
+      if (tiles ? !PcaAmxInt8Supported() : !PcaLanesSupported()) continue;
+      if (!tiles) BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
       if (!PcaVnniSupported()) continue;
-      BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n, D,
-                       &a.vnni);
+      if (!tiles)
+        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
+                         D, &a.vnni);
       a.dec_variance.assign(n, 0.0f);
       for (size_t k = 0; k < n; ++k) a.dec_variance[k] = ht.variance[hp.dec_coord[k]];
       BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
@@ -623,6 +627,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   const size_t full = T / kRun, rest = T % kRun;  // whole symbol runs, and the last run's length
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
   const bool amx = PcaAmxAvailable();
+  const bool amx_int8 = amx && PcaAmxInt8Available() && PcaVnniBytesAvailable();
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   // Without AMX, AVX-512 cores sum with the tokens in the vector lanes, through the tiles' store
   // pass; where Highway would dispatch to another target (tests pin each), or AMX is only
@@ -657,6 +662,16 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                        h * D * (rows.type == PcaRows::Type::kFloat32 ? 4 : 2);
       if (amx && syms && hp.amx.kpad > 0) {
         const PcaSymbols ps{syms, sizeof(*syms) == 2, nslots, T, int32_t{maxq}};
+        if (amx_int8 && sizeof(*syms) == 1) {  // int8 terms, where the VNNI rule admits them all
+          const PcaPlan::LaneAxes& la = plan->Lanes(cal, section, static_cast<uint32_t>(h));
+          if (la.vnni_bytes.pairs == 0 && la.vnni_bytes.quads > 0 &&
+              PcaVnniBytesFit(la.vnni_bytes, hp.dec_step.data(), la.dec_variance.data(), n,
+                              step_scale) &&
+              PcaReconstructAmxInt8(ps, hp.dec_slot.data(), n, la.vnni_bytes, D, step_scale,
+                                    ht.mean.data(), direct_rope ? &angles : nullptr, head_rows,
+                                    &sc->amx))
+            continue;
+        }
         // The block's own steps decide (its step code may make them finer than calibrated).
         const bool split = NeedsSplitOperands(hp.finest_step_to_spread * step_scale);
         PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, split, D, step_scale,

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "codec/half.h"
+#include "codec/internal/pca_avx512.h"
 #include "codec/internal/pca_store_avx512.h"
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
@@ -45,6 +46,8 @@ std::atomic<bool> g_encode_enabled_for_test{true};
 std::atomic<uint64_t> g_heads_decoded{0};
 std::atomic<uint64_t> g_heads_decoded_in_bf16{0};
 std::atomic<uint64_t> g_heads_projected_in_bf16{0};
+std::atomic<bool> g_int8_enabled_for_test{true};
+std::atomic<uint64_t> g_heads_decoded_int8{0};
 
 #ifdef STRATA_PCA_AMX
 
@@ -127,7 +130,9 @@ STRATA_AMX_TARGET bool PairCoords(const PcaSymbols& s, const uint32_t* slot, siz
   const __m512 zero = _mm512_setzero_ps();
   if (s.maxq <= 256 && g < s.tokens / 16) {  // a whole group (most): no masks, one base
     const Sym* base = sym + g * 16 * s.nslots;
-    auto coords = [&](uint32_t j) { return RunCoords(base + size_t{j} * 16, maxq); };
+    auto coords = [&](uint32_t j) STRATA_AMX_TARGET {
+      return RunCoords(base + size_t{j} * 16, maxq);
+    };
     size_t kp = 0;
     for (; 2 * kp + 1 < n; ++kp)
       _mm512_storeu_si512(hi + kp * 32, Pairs(coords(slot[2 * kp]), coords(slot[2 * kp + 1]), idx));
@@ -286,6 +291,160 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
   _tile_release();
 }
 
+// AMX-INT8 (CPUID.7.0:EDX[25]) where the tiles are there, with AVX512-VBMI for the byte
+// permutes that interleave the symbols. Opt-in for now (STRATA_CODEC_AMX_INT8=1): written on a
+// machine without AMX, it has not run yet (docs/codec.md, "Pca speed", session 48).
+bool DetectAmxInt8() {
+  if (const char* env = std::getenv("STRATA_CODEC_AMX_INT8"); !env || std::strcmp(env, "1") != 0)
+    return false;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512vnni"))
+    return false;
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  return (d >> 25) & 1;
+}
+
+#define STRATA_AMX_INT8_TARGET                                                                \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,amx-tile," \
+                        "amx-bf16,amx-int8")))
+
+// Coordinates 4q .. 4q + 3 (ordered: their slots) for the 16 tokens of group g, interleaved per
+// token: token t's four raw symbols in dword t (the tiles' unsigned bytes); zero past n and past
+// the last token. `idx`: byte 4t + i from byte 16i + t (a 4 x 16 transpose).
+STRATA_AMX_INT8_TARGET inline __m512i QuadRun(const uint8_t* sym, const PcaSymbols& s, size_t g,
+                                              const uint32_t* ordered, size_t n, size_t q,
+                                              __m512i idx) {
+  const size_t full = s.tokens / 16, rest = s.tokens % 16;
+  const uint32_t* j = ordered + 4 * q;
+  __m512i v;
+  if (g < full && 4 * q + 4 <= n) {  // most: whole runs, one base
+    const uint8_t* base = sym + g * 16 * s.nslots;
+    auto run = [&](int i) STRATA_AMX_INT8_TARGET {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + size_t{j[i]} * 16));
+    };
+    v = _mm512_castsi128_si512(run(0));
+    v = _mm512_inserti32x4(v, run(1), 1);
+    v = _mm512_inserti32x4(v, run(2), 2);
+    v = _mm512_inserti32x4(v, run(3), 3);
+  } else {
+    const __mmask16 live = g < full ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << rest) - 1);
+    __m128i r[4];
+    for (size_t i = 0; i < 4; ++i) {
+      if (4 * q + i >= n) {
+        r[i] = _mm_setzero_si128();
+      } else if (g < full) {
+        r[i] = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(sym + (g * s.nslots + j[i]) * 16));
+      } else {
+        r[i] = _mm_maskz_loadu_epi8(live, sym + full * 16 * s.nslots + size_t{j[i]} * rest);
+      }
+    }
+    v = _mm512_inserti32x4(_mm512_castsi128_si512(r[0]), r[1], 1);
+    v = _mm512_inserti32x4(v, r[2], 2);
+    v = _mm512_inserti32x4(v, r[3], 3);
+  }
+  return _mm512_permutexvar_epi8(idx, v);
+}
+
+// Group g's symbols as the tiles' A operand: chunk c (coordinates 64c .. 64c + 63 in the axes'
+// order) as 16 token rows of 64 bytes at rows + 1024c; zero past n and past the last token.
+STRATA_AMX_INT8_TARGET void ByteRows(const PcaSymbols& s, const uint32_t* ordered, size_t n,
+                                     size_t chunks, size_t g, uint8_t* rows) {
+  if (g * 16 >= s.tokens) {
+    std::memset(rows, 0, chunks * 1024);
+    return;
+  }
+  alignas(64) static constexpr uint8_t kIdx[64] = {
+      0, 16, 32, 48, 1, 17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
+      37, 53, 6, 22, 38, 54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27,
+      43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  const uint8_t* sym = static_cast<const uint8_t*>(s.sym);
+  for (size_t c = 0; c < chunks; ++c) {
+    __m512 r[16];
+    for (size_t i = 0; i < 16; ++i) {
+      const size_t q = 16 * c + i;
+      r[i] = 4 * q < n ? _mm512_castsi512_ps(QuadRun(sym, s, g, ordered, n, q, idx))
+                       : _mm512_setzero_ps();
+    }
+    Transpose16(r);  // quad rows of token dwords -> token rows of quads
+    for (size_t t = 0; t < 16; ++t)
+      _mm512_store_ps(reinterpret_cast<float*>(rows + c * 1024 + t * 64), r[t]);
+  }
+}
+
+// A group's int32 sums [t][dim], in place, as floats: (sum - maxq * sum of the column's terms)
+// times the column's unit (the VNNI decoder's operations: the same bits).
+STRATA_AMX_INT8_TARGET void BytesToFloats(float* rows, size_t count, size_t dim,
+                                          const PcaVnniAxes& axes, int32_t maxq) {
+  const __m512i m = _mm512_set1_epi32(maxq);
+  for (size_t c = 0; c < dim; c += 16) {
+    const __m512i off = _mm512_mullo_epi32(m, _mm512_loadu_si512(axes.byte_sum.data() + c));
+    const __m512 unit = _mm512_loadu_ps(axes.byte_scale.data() + c);
+    for (size_t t = 0; t < count; ++t) {
+      float* p = rows + t * dim + c;
+      const __m512i sum = _mm512_load_si512(p);
+      _mm512_store_ps(p, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, off)), unit));
+    }
+  }
+}
+
+// PcaReconstructAmxInt8 on a head that qualifies: per pair of token groups, their symbols as
+// byte rows, then per 32 columns the tiles (0-3 the int32 sums of two groups by two blocks of
+// 16 columns, 4-5 the groups' symbols, 6-7 the columns' int8 terms: 16 quads x 16 columns,
+// PcaVnniAxes's layout as it is), then the floats and the store pass.
+STRATA_AMX_INT8_TARGET void ReconstructTilesInt8(const PcaSymbols& s, const uint32_t* slot,
+                                                 size_t n, const PcaVnniAxes& axes, size_t dim,
+                                                 float scale, const float* mean,
+                                                 const PcaRope* rope, const PcaRows& out,
+                                                 PcaAmxScratch* sc) {
+  const size_t groups = (s.tokens + 15) / 16, chunks = axes.quad_pitch / 16;
+  const size_t block = chunks * 1024;  // bytes of one group's rows
+  // Both groups' byte rows, then the slots in the axes' order (in sc->coords' 16-bit words).
+  sc->coords.resize((2 * block + 4 * n + kCacheLine) / 2);
+  uint8_t* const a0 = AlignToCacheLine(reinterpret_cast<uint8_t*>(sc->coords.data()));
+  uint8_t* const a1 = a0 + block;
+  uint32_t* const ordered = reinterpret_cast<uint32_t*>(a1 + block);
+  for (size_t i = 0; i < n; ++i) ordered[i] = slot[axes.order[i]];
+  sc->sums.resize(2 * dim * 16 + kCacheLine / sizeof(float));
+  float* const sums = AlignToCacheLine(sc->sums.data());
+  float* rows[2] = {sums, sums + dim * 16};
+  ConfigureTiles();
+  const uint8_t* const terms = reinterpret_cast<const uint8_t*>(axes.bytes.data());
+  const size_t pitch = axes.quad_pitch * 64, rstride = dim * sizeof(float);
+  const bool stream = avx512::StreamsRows(out);
+  for (size_t g = 0; g < groups; g += 2) {
+    ByteRows(s, ordered, n, chunks, g, a0);
+    ByteRows(s, ordered, n, chunks, g + 1, a1);
+    for (size_t c = 0; c < dim; c += 32) {
+      ZeroSums();
+      const uint8_t* b = terms + c / 16 * pitch;
+      for (size_t k = 0; k < block; k += 1024) {
+        _tile_loadd(4, a0 + k, 64);
+        _tile_loadd(5, a1 + k, 64);
+        _tile_loadd(6, b + k, 64);
+        _tile_loadd(7, b + pitch + k, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 5, 6);
+        _tile_dpbusd(2, 4, 7);
+        _tile_dpbusd(3, 5, 7);
+      }
+      _tile_stored(0, rows[0] + c, rstride);
+      _tile_stored(1, rows[1] + c, rstride);
+      _tile_stored(2, rows[0] + c + 16, rstride);
+      _tile_stored(3, rows[1] + c + 16, rstride);
+    }
+    for (size_t i = 0; i < 2 && g + i < groups; ++i) {
+      const size_t first = (g + i) * 16, count = std::min<size_t>(16, s.tokens - first);
+      BytesToFloats(rows[i], count, dim, axes, s.maxq);
+      avx512::StoreTokenGroup(rows[i], dim, scale, mean, count, rope, first, out, stream);
+    }
+  }
+  if (stream) _mm_sfence();  // the streamed rows visible before whoever the caller tells
+  _tile_release();
+}
+
 // The encoder's operand for the group of 16 tokens from t0 (`live` of them; the rest zero),
 // token i's row at x + i * stride: per 32 columns, each token's values less the mean, split into
 // bf16 hi and (where `lo` is given) lo halves (32 of each, in column order: word j is the pair of
@@ -353,11 +512,11 @@ template <int kBlocks>
 STRATA_AMX_TARGET inline void ProjectRows(const uint16_t* xh, const uint16_t* xl, size_t dim,
                                           size_t xstride, const PcaAmxBasis& basis,
                                           size_t astride, size_t k, size_t t, bool split) {
-  auto load_axes = [&](const uint16_t* a) {
+  auto load_axes = [&](const uint16_t* a) STRATA_AMX_TARGET {
     _tile_loadd(4, a, astride);
     if constexpr (kBlocks == 2) _tile_loadd(5, a + 16 * (astride / sizeof(uint16_t)), astride);
   };
-  auto products = [&]() {
+  auto products = [&]() STRATA_AMX_TARGET {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if constexpr (kBlocks == 2) {
@@ -484,6 +643,42 @@ void SetPcaAmxEncodeEnabledForTest(bool enabled) { g_encode_enabled_for_test.sto
 
 bool PcaAmxEncodeAvailable() {
   return PcaAmxAvailable() && g_encode_enabled_for_test.load(std::memory_order_relaxed);
+}
+
+bool PcaAmxInt8Supported() {
+#ifdef STRATA_PCA_AMX
+  static const bool detected = PcaAmxSupported() && DetectAmxInt8();
+  return detected;
+#else
+  return false;
+#endif
+}
+
+bool PcaAmxInt8Available() {
+  return PcaAmxInt8Supported() && g_int8_enabled_for_test.load(std::memory_order_relaxed);
+}
+
+void SetPcaAmxInt8EnabledForTest(bool enabled) { g_int8_enabled_for_test.store(enabled); }
+
+uint64_t PcaAmxInt8HeadsDecoded() {
+  return g_heads_decoded_int8.load(std::memory_order_relaxed);
+}
+
+bool PcaReconstructAmxInt8(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                           const PcaVnniAxes& axes, size_t dim, float scale, const float* mean,
+                           const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch) {
+#ifdef STRATA_PCA_AMX
+  if (!PcaAmxInt8Supported() || s.wide || s.maxq > 127 || axes.pairs != 0 || axes.quads == 0 ||
+      axes.order.size() != n || dim % 32 != 0 || dim > 256 || s.tokens == 0)
+    return false;
+  ReconstructTilesInt8(s, slot, n, axes, dim, scale, mean, rope, out, scratch);
+  g_heads_decoded_int8.fetch_add(1, std::memory_order_relaxed);
+  return true;
+#else
+  (void)s, (void)slot, (void)n, (void)axes, (void)dim, (void)scale, (void)mean, (void)rope,
+      (void)out, (void)scratch;
+  return false;
+#endif
 }
 
 uint64_t PcaAmxHeadsDecoded() { return g_heads_decoded.load(std::memory_order_relaxed); }

@@ -304,8 +304,9 @@ STRATA_VNNI_TARGET void ReconstructVnni(const PcaSymbols& s, const uint32_t* slo
                             nullptr, 0, false, rows, dim, sums + c0);
       }
       if (quads > 0) {
-        const uint32_t* terms = axes.bytes.data() + c0 * quads;
-        SumTokenRows<true>(terms, terms + 16 * quads, quads, y8, axes.byte_scale.data() + c0,
+        const uint32_t* terms = axes.bytes.data() + c0 * axes.quad_pitch;
+        SumTokenRows<true>(terms, terms + 16 * axes.quad_pitch, quads, y8,
+                           axes.byte_scale.data() + c0,
                            axes.byte_sum.data() + c0, s.maxq, pairs > 0, rows, dim, sums + c0);
       }
     }
@@ -438,11 +439,12 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
   const size_t pairs = (wide + 1) / 2, quads = (n - wide + 3) / 4;
   axes->pairs = pairs;
   axes->quads = quads;
+  axes->quad_pitch = (quads + 15) / 16 * 16;
   axes->scale.assign(dim, 0.0f);
   axes->words.assign(dim * pairs, 0);
   axes->byte_scale.assign(dim, 0.0f);
   axes->byte_sum.assign(dim, 0);
-  axes->bytes.assign(dim * quads, 0);
+  axes->bytes.assign(dim * axes->quad_pitch, 0);
   for (size_t c = 0; c < dim; ++c) {
     const float* col = &column[c * n];
     float largest = 0;
@@ -462,7 +464,8 @@ void BuildPcaVnniAxes(const float* basis, const uint32_t* coords, const float* s
       axes->byte_sum[c] += static_cast<int32_t>(v);
       const size_t j = i - wide;
       const uint32_t byte = static_cast<uint8_t>(static_cast<int8_t>(v));
-      axes->bytes[(c / 16) * quads * 16 + (j / 4) * 16 + c % 16] |= byte << (8 * (j % 4));
+      const size_t word = ((c / 16) * axes->quad_pitch + j / 4) * 16 + c % 16;
+      axes->bytes[word] |= byte << (8 * (j % 4));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include "codec/rans.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -12,8 +13,10 @@
 namespace strata::codec::rans {
 
 bool g_force_scalar = false;
+bool g_force_avx2 = false;
 
 void ForceScalarForTesting(bool on) { g_force_scalar = on; }
+void ForceAvx2ForTesting(bool on) { g_force_avx2 = on; }
 
 namespace {
 
@@ -81,6 +84,48 @@ __attribute__((target("avx512f,avx512bw,popcnt"))) bool CountContextAround(
   for (uint32_t w = 0; w <= hi - lo; ++w) h[lo + w] += static_cast<uint32_t>(in[w]);
   return true;
 }
+
+// CountContextAround for AVX2 cores: two runs per vector, the masks 32 bits wide, the range
+// check by an unsigned max (AVX2 has no unsigned byte compare).
+__attribute__((target("avx2,popcnt"))) bool CountContextAroundAvx2(
+    const uint8_t* syms, size_t full, uint32_t c, uint32_t num_ctx, uint32_t alphabet,
+    uint32_t center, uint32_t* h) {
+  const uint32_t lo = center >= 3 ? center - 3 : 0, hi = std::min(alphabet - 1, center + 3);
+  const __m256i base = _mm256_set1_epi8(static_cast<char>(lo));
+  const __m256i span = _mm256_set1_epi8(static_cast<char>(hi - lo));
+  __m256i value[7];
+  for (uint32_t w = 0; w <= hi - lo; ++w) value[w] = _mm256_set1_epi8(static_cast<char>(lo + w));
+  uint64_t in[7] = {};
+  alignas(32) uint8_t bytes[32];
+  bool first = true;
+  for (size_t g = c; g < full; g += 2 * size_t{num_ctx}) {
+    // Runs g and g + num_ctx; one past the end counts as nothing.
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + g * kCtxRun));
+    const size_t next = g + num_ctx;
+    const bool both = next < full;
+    const __m128i b =
+        both ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(syms + next * kCtxRun))
+             : _mm_setzero_si128();
+    const __m256i v = _mm256_set_m128i(b, a);
+    const uint32_t live = both ? 0xFFFFFFFFu : 0xFFFFu;
+    const __m256i off = _mm256_sub_epi8(v, base);
+    const uint32_t inside = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(off, span), span)));
+    const uint32_t outside = ~inside & live;
+    if (first && _mm_popcnt_u32(outside) > static_cast<int>(std::popcount(live)) / 4)
+      return false;  // before anything is counted
+    first = false;
+    for (uint32_t w = 0; w <= hi - lo; ++w)
+      in[w] += static_cast<uint32_t>(_mm_popcnt_u32(
+          static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, value[w]))) & live));
+    if (outside != 0) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), v);
+      for (uint32_t m = outside; m != 0; m &= m - 1) ++h[bytes[__builtin_ctz(m)]];
+    }
+  }
+  for (uint32_t w = 0; w <= hi - lo; ++w) h[lo + w] += static_cast<uint32_t>(in[w]);
+  return true;
+}
 #endif
 
 }  // namespace
@@ -96,7 +141,10 @@ void Histogram(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, u
       // Symbols are q + maxq with alphabet 2 maxq + 1 for the quantised modes: the centre is
       // q = 0.
       if constexpr (sizeof(Sym) == 1)
-        if (UseAvx512() && CountContextAround(syms, full, c, num_ctx, alphabet, alphabet / 2, h))
+        if (UseAvx512() ? CountContextAround(syms, full, c, num_ctx, alphabet, alphabet / 2, h)
+                        : UseAvx2() &&
+                              CountContextAroundAvx2(syms, full, c, num_ctx, alphabet,
+                                                     alphabet / 2, h))
           continue;
 #endif
       CountContext(syms, full, c, num_ctx, alphabet, h, &scratch);

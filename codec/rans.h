@@ -123,10 +123,15 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
 template <typename Sym>
 double EmpiricalEntropyBits(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx);
 
-// True when Decode uses the AVX-512 path on this CPU.
+// True when Decode uses the AVX-512 path on this CPU; Avx2DecodeAvailable when its 8-lane AVX2
+// loop can run here (the path where AVX-512 is not there, or ForceAvx2ForTesting).
 bool SimdDecodeAvailable();
+bool Avx2DecodeAvailable();
 
 // Tests: run the scalar encoder and decoder even where AVX-512 is available (not thread-safe).
 void ForceScalarForTesting(bool on);
+// Tests: run the AVX2 decoder (and the scalar encoder) where AVX-512 is available too (not
+// thread-safe); no effect without AVX2.
+void ForceAvx2ForTesting(bool on);
 
 }  // namespace strata::codec::rans

@@ -183,6 +183,120 @@ __attribute__((target("avx512f,avx512bw"))) size_t DecodeRunsPackedAvx512(
   return g;
 }
 
+// The AVX2 loop: each 16-symbol run is two 8-lane halves, otherwise the packed loop above. AVX2
+// has no expand, so a refill takes the next words through a permute chosen by the lanes' mask
+// (kRefill: lane i takes word popcount(mask & ((1 << i) - 1))).
+#define STRATA_AVX2_FN __attribute__((target("avx2,bmi,bmi2,popcnt"), always_inline)) inline
+#define STRATA_AVX2_LAMBDA __attribute__((target("avx2"), always_inline))
+
+struct RefillTable {
+  uint8_t word[256][8];
+};
+constexpr RefillTable MakeRefillTable() {
+  RefillTable t{};
+  for (int m = 0; m < 256; ++m) {
+    int k = 0;
+    for (int i = 0; i < 8; ++i) {
+      t.word[m][i] = static_cast<uint8_t>(k);
+      k += (m >> i) & 1;
+    }
+  }
+  return t;
+}
+alignas(64) constexpr RefillTable kRefill = MakeRefillTable();
+
+// One decode step of 8 lanes: the symbol's index by a byte gather from the context's slots,
+// its freq | start << 16 from two registers (kTab 16) or a gather from the context's table.
+template <int kTab>
+STRATA_AVX2_FN __m256i DecStepAvx2(__m256i x, const uint8_t* pack, const uint32_t* ftab,
+                                   __m256i lov, __m256i mask, __m128i p, __m256i* sv) {
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i slot = _mm256_and_si256(x, mask);
+  const __m256i idx = _mm256_and_si256(
+      _mm256_i32gather_epi32(reinterpret_cast<const int*>(pack), slot, 1), _mm256_set1_epi32(0xFF));
+  __m256i f;
+  // Entries 8j .. 8j + 7 of the table at idx (mod 8), and a choice between two by an index bit.
+  auto part = [&](int j) STRATA_AVX2_LAMBDA {
+    return _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ftab + 8 * j)), idx));
+  };
+  auto pick = [&](__m256 a, __m256 b, int bit) STRATA_AVX2_LAMBDA {
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 31 - bit)));
+  };
+  if constexpr (kTab == 16) {
+    f = _mm256_castps_si256(pick(part(0), part(1), 3));
+  } else if constexpr (kTab == 32) {
+    f = _mm256_castps_si256(pick(pick(part(0), part(1), 3), pick(part(2), part(3), 3), 4));
+  } else {
+    f = _mm256_i32gather_epi32(reinterpret_cast<const int*>(ftab), idx, 4);
+  }
+  *sv = _mm256_add_epi32(idx, lov);
+  const __m256i xs = _mm256_srl_epi32(x, p);
+  const __m256i bias = _mm256_sub_epi32(slot, _mm256_srli_epi32(f, 16));
+  return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(f, low16), xs), bias);
+}
+
+// Refills the lanes that fell below kL with the next words, in lane order.
+STRATA_AVX2_FN __m256i DecRenormAvx2(__m256i x, const uint16_t*& wp) {
+  const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
+  const unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need)));
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)));
+  const __m256i at = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kRefill.word[m])));
+  wp += std::popcount(m);
+  const __m256i refill =
+      _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_permutevar8x32_epi32(w, at));
+  return _mm256_blendv_epi8(x, refill, need);
+}
+
+// A run's 16 symbols from its two halves' indexes (plus lo).
+template <typename Sym>
+STRATA_AVX2_FN void DecStoreRunAvx2(__m256i a, __m256i b, Sym* dst) {
+  const __m256i words = _mm256_packus_epi32(a, b);  // a0-3 b0-3 | a4-7 b4-7
+  if constexpr (sizeof(Sym) == 1) {
+    const __m256i bytes = _mm256_packus_epi16(words, words);  // dword 0: a0-3, 1: b0-3, 4: a4-7
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order)));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute4x64_epi64(words, 0xD8));
+  }
+}
+
+template <typename Sym, int kTab, int V>
+__attribute__((target("avx2,bmi,bmi2,popcnt"))) size_t DecodeRunsPackedAvx2(
+    uint32_t* states, const uint16_t*& wp, const uint16_t* wend, size_t runs, uint32_t num_ctx,
+    const uint8_t* const* pack, const uint32_t* ftabs, uint32_t lo, const uint32_t* prob_bits,
+    Sym* out) {
+  alignas(32) uint32_t x[16 * V];
+  std::memcpy(x, states, sizeof(x));
+  const __m256i lov = _mm256_set1_epi32(static_cast<int>(lo));
+  const uint16_t* wq = wp;  // local: the stores to out must not force reloads
+  size_t g = 0;
+  uint32_t c = 0;
+  for (; g + V <= runs; g += V) {
+    if (wend - wq < 16 * V) break;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << prob_bits[c]) - 1));
+      const __m128i p = _mm_cvtsi32_si128(static_cast<int>(prob_bits[c]));
+      const uint32_t* ftab = ftabs + size_t{c} * kTab;
+      __m256i* xv = reinterpret_cast<__m256i*>(x + 16 * v);
+      __m256i sa, sb;
+      const __m256i a = DecStepAvx2<kTab>(_mm256_load_si256(xv), pack[c], ftab, lov, mask, p, &sa);
+      const __m256i b =
+          DecStepAvx2<kTab>(_mm256_load_si256(xv + 1), pack[c], ftab, lov, mask, p, &sb);
+      _mm256_store_si256(xv, DecRenormAvx2(a, wq));
+      _mm256_store_si256(xv + 1, DecRenormAvx2(b, wq));
+      DecStoreRunAvx2(sa, sb, out + (g + v) * kCtxRun);
+      c = c + 1 == num_ctx ? 0 : c + 1;
+    }
+  }
+  std::memcpy(states, x, sizeof(x));
+  wp = wq;
+  return g;
+}
+
 #endif
 
 // The decode tables of one section, in the form the loops below read.
@@ -211,7 +325,8 @@ void BuildDecodeTables(const TableLayout& layout, uint32_t num_ctx, size_t full_
   t->tab = 0;
 #if STRATA_RANS_AVX512
   const uint32_t span = layout.span();
-  t->packed = UseAvx512() && full_runs >= size_t(L / 16) && span > 0 && span <= 256;
+  t->packed = (UseAvx512() || UseAvx2()) && full_runs >= size_t(L / 16) && span > 0 &&
+              span <= 256;
   t->tab = span <= 16 ? 16 : span <= 32 ? 32 : span <= 64 ? 64 : 256;
 #endif
   if (t->packed) {
@@ -280,6 +395,19 @@ size_t DecodeRunsSimd(const DecodeTables& t, const TableLayout& layout, size_t f
   return WithChains(L / 16, [&](auto v) {
     return DecodeRunsAvx512<Sym, decltype(v)::value>(s->x, s->wp, s->wend, full_runs, num_ctx,
                                                      t.ent, t.sym, layout.prob_bits, out);
+  });
+}
+
+// The AVX2 loop over the full runs, on the packed tables, likewise.
+template <typename Sym>
+size_t DecodeRunsAvx2(const DecodeTables& t, const TableLayout& layout, size_t full_runs,
+                      uint32_t num_ctx, int L, Stream* s, Sym* out) {
+  return WithChains(L / 16, [&](auto v) {
+    return WithTableSpan<256>(t.tab, [&](auto span) {
+      return DecodeRunsPackedAvx2<Sym, decltype(span)::value, decltype(v)::value>(
+          s->x, s->wp, s->wend, full_runs, num_ctx, t.pack, t.ftab, layout.sym_lo,
+          layout.prob_bits, out);
+    });
   });
 }
 #endif
@@ -384,6 +512,14 @@ bool SimdDecodeAvailable() {
 #endif
 }
 
+bool Avx2DecodeAvailable() {
+#if STRATA_RANS_AVX512
+  return CpuHasAvx2();
+#else
+  return false;
+#endif
+}
+
 absl::Status StartShared(std::span<const uint8_t> payload, SharedDecoder* dec) {
   if (payload.size() < sizeof(dec->x) || (payload.size() - sizeof(dec->x)) % 2 != 0)
     return absl::DataLossError("rans: bad shared stream length");
@@ -432,6 +568,8 @@ absl::Status Decode(internal::ByteReader& in, size_t n, uint32_t alphabet, uint3
 #if STRATA_RANS_AVX512
   if (UseAvx512() && full_runs >= size_t(L / 16))
     g = DecodeRunsSimd(tables, layout, full_runs, num_ctx, L, &stream, out);
+  else if (tables.packed && UseAvx2())
+    g = DecodeRunsAvx2(tables, layout, full_runs, num_ctx, L, &stream, out);
 #endif
   if (tables.packed) {
     STRATA_RETURN_IF_ERROR(DecodeRunsScalarPacked(tables, layout, n, num_ctx, L, g, &stream, out));

@@ -12,6 +12,10 @@
 namespace strata::codec::rans {
 namespace {
 
+// Words a buffer keeps in front of the lowest word an encoding can reach: the scalar loop
+// stores at wp[-1] and the AVX2 loop 8 words below wp before either knows how many it keeps.
+constexpr size_t kWordSlack = 8;
+
 inline uint64_t MulHi64(uint64_t a, uint64_t b) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
@@ -133,6 +137,115 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void EncodeRunsAvx
   for (int v = 0; v < V; ++v) _mm512_storeu_si512(states + 16 * v, xv[v]);
 }
 
+// The AVX2 loop (x86 cores without AVX-512): each run as two 8-lane halves, the high lanes
+// first, otherwise EncodeRunsAvx512's arithmetic, so the same stream. AVX2 has neither a
+// compress nor unsigned conversions and compares: a half's words are permuted to the top of a
+// vector by its emit mask (kCompress) and stored as 8 words ending at wp (the words below are
+// written over by the next ones: the buffers keep kWordSlack words in front); float(x) is its
+// two 16-bit halves' sum, rounded once; the compares go through the sign bit.
+#define STRATA_AVX2_ENC __attribute__((target("avx2,bmi,bmi2,popcnt,fma"), always_inline)) inline
+
+struct CompressTable {
+  uint8_t lane[256][8];  // mask m: lanes 8 - popcount(m) .. 7 take m's set lanes, in order
+};
+constexpr CompressTable MakeCompressTable() {
+  CompressTable t{};
+  for (int m = 0; m < 256; ++m) {
+    int j = 8 - std::popcount(static_cast<unsigned>(m));
+    for (int i = 0; i < 8; ++i)
+      if ((m >> i) & 1) t.lane[m][j++] = static_cast<uint8_t>(i);
+  }
+  return t;
+}
+alignas(64) constexpr CompressTable kCompress = MakeCompressTable();
+
+// 8 entries of a context's table by index: in-register permutes (kTab 16 or 32), else a gather.
+template <int kTab>
+STRATA_AVX2_ENC __m256i Lookup8(const uint32_t* tab, __m256i idx) {
+  if constexpr (kTab == 16 || kTab == 32) {
+    auto part = [&](int j) __attribute__((target("avx2"), always_inline)) {
+      return _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tab + 8 * j)), idx));
+    };
+    auto pick = [&](__m256 a, __m256 b, int bit) __attribute__((target("avx2"), always_inline)) {
+      return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 31 - bit)));
+    };
+    if constexpr (kTab == 16) return _mm256_castps_si256(pick(part(0), part(1), 3));
+    return _mm256_castps_si256(pick(pick(part(0), part(1), 3), pick(part(2), part(3), 3), 4));
+  } else {
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(tab), idx, 4);
+  }
+}
+
+template <int kTab>
+STRATA_AVX2_ENC __m256i EncHalfAvx2(__m256i x, __m256i idx, const uint32_t* tab,
+                                    const uint32_t* rtab, __m128i p, __m128i pinv, uint16_t*& wp) {
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i e = Lookup8<kTab>(tab, idx);
+  const __m256 rcp = _mm256_castsi256_ps(Lookup8<kTab>(rtab, idx));
+  const __m256i freq = _mm256_and_si256(e, low16);
+  const __m256i start = _mm256_srli_epi32(e, 16);
+  const __m256i xmax1 = _mm256_sub_epi32(_mm256_sll_epi32(freq, pinv), _mm256_set1_epi32(1));
+  const __m256i emit =
+      _mm256_cmpgt_epi32(_mm256_xor_si256(x, sign), _mm256_xor_si256(xmax1, sign));
+  const unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(emit)));
+  const __m256i at = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kCompress.lane[m])));
+  const __m256i words =
+      _mm256_permutevar8x32_epi32(_mm256_and_si256(x, low16), at);  // emitted words on top
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(words, words), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(wp - 8), _mm256_castsi256_si128(packed));
+  wp -= std::popcount(m);
+  x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), emit);
+  const __m256 xf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 16)),
+                                    _mm256_set1_ps(65536.0f),
+                                    _mm256_cvtepi32_ps(_mm256_and_si256(x, low16)));
+  __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(xf, rcp));  // the quotient or one less
+  __m256i r = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, freq));
+  const __m256i over = _mm256_cmpgt_epi32(r, _mm256_sub_epi32(freq, _mm256_set1_epi32(1)));
+  q = _mm256_sub_epi32(q, over);
+  r = _mm256_sub_epi32(r, _mm256_and_si256(over, freq));
+  return _mm256_add_epi32(_mm256_sll_epi32(q, p), _mm256_add_epi32(r, start));
+}
+
+template <typename Sym>
+STRATA_AVX2_ENC __m256i Indexes8(const Sym* s, __m256i lov) {
+  __m256i v;
+  if constexpr (sizeof(Sym) == 1) {
+    v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
+  } else {
+    v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+  return _mm256_sub_epi32(v, lov);
+}
+
+template <typename Sym, int kTab, int V>
+__attribute__((target("avx2,bmi,bmi2,popcnt,fma"))) void EncodeRunsAvx2(
+    const Sym* syms, size_t runs, uint32_t num_ctx, const uint32_t* tables, const float* rcps,
+    size_t stride, uint32_t lo, const uint32_t* prob_bits, uint32_t* states, uint16_t*& wp_ref) {
+  alignas(32) uint32_t x[16 * V];
+  std::memcpy(x, states, sizeof(x));
+  const __m256i lov = _mm256_set1_epi32(static_cast<int>(lo));
+  uint16_t* wp = wp_ref;
+  uint32_t ctx = static_cast<uint32_t>((runs - 1) % num_ctx);
+  for (size_t g = runs; g-- > 0;) {
+    const uint32_t* tab = tables + size_t{ctx} * stride;
+    const uint32_t* rtab = reinterpret_cast<const uint32_t*>(rcps + size_t{ctx} * stride);
+    const __m128i p = _mm_cvtsi32_si128(static_cast<int>(prob_bits[ctx]));
+    const __m128i pinv = _mm_cvtsi32_si128(32 - static_cast<int>(prob_bits[ctx]));
+    __m256i* xv = reinterpret_cast<__m256i*>(x + 16 * (g % V));
+    const Sym* s = syms + g * kCtxRun;
+    _mm256_store_si256(xv + 1, EncHalfAvx2<kTab>(_mm256_load_si256(xv + 1), Indexes8(s + 8, lov),
+                                                 tab, rtab, p, pinv, wp));
+    _mm256_store_si256(xv, EncHalfAvx2<kTab>(_mm256_load_si256(xv), Indexes8(s, lov), tab, rtab,
+                                             p, pinv, wp));
+    ctx = ctx == 0 ? num_ctx - 1 : ctx - 1;
+  }
+  wp_ref = wp;
+  std::memcpy(states, x, sizeof(x));
+}
+
 // Encodes runs g-1 .. 0 (g a multiple of L / 16) with the vector loop, from the tables' packed
 // form.
 template <typename Sym>
@@ -142,10 +255,17 @@ void EncodeRunsSimd(const Sym* syms, size_t g, uint32_t alphabet, uint32_t num_c
   const size_t stride = BuildSimdEncodeTables(t, alphabet, num_ctx, scratch, &lo);
   const uint32_t* tabs = scratch->enc_ent.data();
   const float* rcps = scratch->enc_rcp.data();
+  const bool avx512 = UseAvx512();
   WithChains(L / 16, [&](auto v) {
     WithTableSpan<0>(stride, [&](auto span) {
-      EncodeRunsAvx512<Sym, decltype(span)::value, decltype(v)::value>(
-          syms, g, num_ctx, tabs, rcps, stride, lo, t.prob_bits, x, wp);
+      constexpr int kTab = decltype(span)::value, kV = decltype(v)::value;
+      if (avx512) {
+        EncodeRunsAvx512<Sym, kTab, kV>(syms, g, num_ctx, tabs, rcps, stride, lo, t.prob_bits,
+                                        x, wp);
+      } else {
+        EncodeRunsAvx2<Sym, kTab, kV>(syms, g, num_ctx, tabs, rcps, stride, lo, t.prob_bits, x,
+                                      wp);
+      }
     });
   });
 }
@@ -176,16 +296,17 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
       stats && given ? EmpiricalEntropyBits(syms, n, alphabet, num_ctx) : t.entropy_bits;
 
   // Encode backwards; words are written from the end of the buffer towards its front (at most
-  // one word per symbol, +1: the unconditional store at wp[-1]; + L for the final states).
+  // one word per symbol, + kWordSlack: the unconditional stores below wp; + L for the final
+  // states).
   uint16_t* wend;
   uint32_t own_states[kMaxLanes];
   uint32_t* x = own_states;
   if (shared) {
-    wend = shared->Chunk(shared->used, n + 1) + n + 1;
+    wend = shared->Chunk(shared->used, n + kWordSlack) + n + kWordSlack;
     x = shared->x;
   } else {
     std::vector<uint16_t>& words = scratch->words;
-    words.resize(n + L + 1);
+    words.resize(n + L + kWordSlack);
     wend = words.data() + words.size();
     for (int l = 0; l < L; ++l) x[l] = kL;
   }
@@ -218,7 +339,7 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
   if (n % kCtxRun != 0) scalar_run(--g);  // the partial run is the last one
 #if STRATA_RANS_AVX512
   const size_t V = static_cast<size_t>(L / 16);
-  if (g >= V && UseAvx512()) {
+  if (g >= V && (UseAvx512() || UseAvx2())) {
     while (g % V != 0) scalar_run(--g);  // the vector loop takes whole blocks of V runs
     EncodeRunsSimd(syms, g, alphabet, num_ctx, L, t, scratch, x, wp);
     g = 0;
@@ -230,8 +351,8 @@ void Encode(const Sym* syms, size_t n, uint32_t alphabet, uint32_t num_ctx, Scra
   size_t stream_bytes = nwords * 2;
   if (shared) {
     const size_t k = shared->used++;
-    shared->end[k] = n + 1;
-    shared->begin[k] = n + 1 - nwords;
+    shared->end[k] = n + kWordSlack;
+    shared->begin[k] = n + kWordSlack - nwords;
   } else {
     stream_bytes += size_t(L) * 4;
     w.Varint(static_cast<uint32_t>(stream_bytes));

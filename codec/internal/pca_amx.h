@@ -143,6 +143,27 @@ bool PcaEncodeHeadAmxRows(const PcaInput& in, const PcaRope* rope, size_t tokens
                           const float* mean, const PcaAmxBasis& basis, size_t tp, double* norm2,
                           double* err2, float* y, std::vector<uint16_t>* scratch);
 
+struct PcaVnniAxes;  // internal/pca_avx512.h
+
+// With AMX-INT8 as well (PcaAmxInt8Available: the CPU has it and AVX512-VBMI, the tiles are
+// supported, STRATA_CODEC_AMX_INT8=1 asks for it (not yet run on a machine with AMX: opt-in
+// until it has been) and no test switched it off), heads whose VNNI axes
+// are int8 throughout (axes.pairs == 0, axes.quads > 0: the coordinates the VNNI decoder's rule
+// admits, internal/pca_avx512.h) are summed on the tiles as that decoder sums them: the raw byte
+// symbols (unsigned) times the int8 terms (signed), 64 coordinates per product where bf16 takes
+// 32, the exact int32 sums less maxq times each column's sum of terms, times the column's unit,
+// then the same store pass. The rows are bit for bit PcaReconstructVnni's with the same axes.
+bool PcaAmxInt8Supported();
+bool PcaAmxInt8Available();
+void SetPcaAmxInt8EnabledForTest(bool enabled);
+// False, writing nothing, where the head does not qualify (wide symbols, int16 coordinates, no
+// int8 ones, dim not a multiple of 32) or the tiles are not supported.
+bool PcaReconstructAmxInt8(const PcaSymbols& s, const uint32_t* slot, size_t n,
+                           const PcaVnniAxes& axes, size_t dim, float scale, const float* mean,
+                           const PcaRope* rope, const PcaRows& out, PcaAmxScratch* scratch);
+// Heads this process has summed with AMX-INT8 (tests: the path was taken).
+uint64_t PcaAmxInt8HeadsDecoded();
+
 // row t = mean[c] + scale * sum over k < n of (sym(t, slot[k]) - maxq) * axes(c, k), t <
 // tokens (one fused multiply-add: at scale 1 exactly the sum plus the mean); then, with `rope`
 // (else null), each row rotated as RopeRows rotates it. `split`: the axes' hi and lo halves

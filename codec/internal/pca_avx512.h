@@ -47,7 +47,9 @@ uint64_t PcaLanesHeadsDecoded();
 //    keep the expected added error under kMaxAddedError of the head's quantisation noise.
 // The columns are the vector lanes (each token's sums come out as its row: no transposes before
 // the store pass). The axes: the head's coordinates in `order`; int16 pairs (2p, 2p + 1) per
-// column, [c / 16][p][16] 32-bit words; then int8 quads per column, [c / 16][q][16] words.
+// column, [c / 16][p][16] 32-bit words; then int8 quads per column, [c / 16][q][16] words, q <
+// quad_pitch (quads rounded up to 16, the rows past quads zero: whole AMX-INT8 tiles, each
+// column block's on a cache line, internal/pca_amx.h).
 struct PcaVnniAxes {
   std::vector<uint32_t> order;  // the coordinates k the kernel takes, in its order
   size_t pairs = 0;             // int16: order[0, 2 pairs) (the last may pad); 0 and no quads:
@@ -55,7 +57,8 @@ struct PcaVnniAxes {
   std::vector<uint32_t> words;
   std::vector<float> scale;     // per column
   size_t quads = 0;             // int8: order[2 pairs, n), padded to 4
-  std::vector<uint32_t> bytes;
+  size_t quad_pitch = 0;
+  CacheAlignedVector<uint32_t> bytes;
   std::vector<float> byte_scale;       // per column
   std::vector<int32_t> byte_sum;       // per column: the sum of its int8 terms
   // Expected squared error per token the int8 terms add (E[symbol^2] from the calibration's

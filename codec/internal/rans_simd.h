@@ -16,8 +16,9 @@
 
 namespace strata::codec::rans {
 
-// Set by ForceScalarForTesting.
+// Set by ForceScalarForTesting and ForceAvx2ForTesting.
 extern bool g_force_scalar;
+extern bool g_force_avx2;
 
 #if STRATA_RANS_AVX512
 inline bool CpuHasAvx512() {
@@ -25,7 +26,17 @@ inline bool CpuHasAvx512() {
   return ok;
 }
 
-inline bool UseAvx512() { return CpuHasAvx512() && !g_force_scalar; }
+inline bool UseAvx512() { return CpuHasAvx512() && !g_force_scalar && !g_force_avx2; }
+
+// The decoder's 8-lane loop, for x86 cores without AVX-512 (AMD's before Zen 4, Intel's
+// clients): AVX2 with its gathers, BMI2 and POPCNT.
+inline bool CpuHasAvx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+                         __builtin_cpu_supports("popcnt");
+  return ok;
+}
+
+inline bool UseAvx2() { return CpuHasAvx2() && !UseAvx512() && !g_force_scalar; }
 
 // The SIMD paths are templates on the number of 16-lane state vectors (8, 4 or 2 for 128, 64
 // or 32 states) and on the span of a section's symbol table (16, 32, 64, or a general one):

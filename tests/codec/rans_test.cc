@@ -78,27 +78,34 @@ TEST(Rans, CorruptStreamsFailCleanly) {
   Scratch scratch;
   std::vector<uint8_t> buf;
   Encode(syms.data(), syms.size(), 256, 2, &scratch, &buf, nullptr);
-  std::vector<uint8_t> out(syms.size());
-  int failures = 0;
-  for (size_t cut = 0; cut < buf.size(); cut += 7) {
-    internal::ByteReader r(buf.data(), cut, "t");
-    failures += !Decode(r, out.size(), 256, 2, &scratch, out.data()).ok();
+  // On whichever decoder this CPU runs, and on the AVX2 one where it can run.
+  for (const bool avx2 : {false, true}) {
+    if (avx2 && !Avx2DecodeAvailable()) continue;
+    ForceAvx2ForTesting(avx2);
+    std::vector<uint8_t> out(syms.size());
+    int failures = 0;
+    for (size_t cut = 0; cut < buf.size(); cut += 7) {
+      internal::ByteReader r(buf.data(), cut, "t");
+      failures += !Decode(r, out.size(), 256, 2, &scratch, out.data()).ok();
+    }
+    EXPECT_EQ(failures, static_cast<int>((buf.size() + 6) / 7));  // every truncation fails
+    std::mt19937 rng(9);
+    int detected = 0;
+    for (int i = 0; i < 300; ++i) {
+      std::vector<uint8_t> bad = buf;
+      bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+      internal::ByteReader r(bad, "t");
+      detected += !Decode(r, out.size(), 256, 2, &scratch, out.data()).ok();
+    }
+    // Most single-byte corruptions are caught by the table checks and the final-state check.
+    EXPECT_GT(detected, 200);
+    ForceAvx2ForTesting(false);
   }
-  EXPECT_EQ(failures, static_cast<int>((buf.size() + 6) / 7));  // every truncation fails
-  std::mt19937 rng(9);
-  int detected = 0;
-  for (int i = 0; i < 300; ++i) {
-    std::vector<uint8_t> bad = buf;
-    bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
-    internal::ByteReader r(bad, "t");
-    detected += !Decode(r, out.size(), 256, 2, &scratch, out.data()).ok();
-  }
-  // Most single-byte corruptions are caught by the table checks and the final-state check.
-  EXPECT_GT(detected, 200);
 }
 
 // The vector and scalar paths must write the same stream bit for bit, and each must decode the
-// other's output (skips nothing where AVX-512 is missing: both runs are then scalar).
+// other's output (where neither vector loop can run, both runs are scalar); the AVX2 loops
+// likewise wherever they can run.
 template <typename Sym>
 void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t ctx) {
   for (int lanes : {32, 64, 128}) {
@@ -114,12 +121,29 @@ void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t
     ForceScalarForTesting(false);
     ASSERT_EQ(simd, scalar) << "n=" << syms.size() << " alphabet=" << alphabet << " ctx=" << ctx
                             << " lanes=" << lanes;
+    if (Avx2DecodeAvailable()) {  // the AVX2 encoder's stream too, where AVX-512 runs by default
+      std::vector<uint8_t> avx2;
+      ForceAvx2ForTesting(true);
+      Encode(syms.data(), syms.size(), alphabet, ctx, &scratch, &avx2, nullptr, lanes);
+      ForceAvx2ForTesting(false);
+      ASSERT_EQ(avx2, scalar) << "AVX2, n=" << syms.size() << " alphabet=" << alphabet;
+    }
     EXPECT_TRUE(scalar_dec_ok);
     EXPECT_EQ(back, syms);
     internal::ByteReader r2(simd, "t");
     ASSERT_TRUE(Decode(r2, back2.size(), alphabet, ctx, &scratch, back2.data(), lanes).ok());
     EXPECT_EQ(back2, syms);
     EXPECT_EQ(r2.remaining(), 0u);
+    if (Avx2DecodeAvailable()) {  // the AVX2 loop too, where AVX-512 would take its place
+      ForceAvx2ForTesting(true);
+      std::vector<Sym> back3(syms.size());
+      internal::ByteReader r4(simd, "t");
+      const bool ok = Decode(r4, back3.size(), alphabet, ctx, &scratch, back3.data(), lanes).ok();
+      ForceAvx2ForTesting(false);
+      EXPECT_TRUE(ok);
+      EXPECT_EQ(back3, syms);
+      EXPECT_EQ(r4.remaining(), 0u);
+    }
     // A stream read with the other lane count must fail cleanly, not crash.
     internal::ByteReader r3(simd, "t");
     (void)Decode(r3, back2.size(), alphabet, ctx, &scratch, back2.data(), lanes == 32 ? 64 : 32);
@@ -129,16 +153,16 @@ void SimdMatchesScalar(const std::vector<Sym>& syms, uint32_t alphabet, uint32_t
 // The byte histogram (compares around the centre where a context's symbols lie there, one at
 // a time elsewhere) against a plain count: contexts from narrow to wide, alphabets from 1 to
 // 256 (the window clipped at either end), partial runs and run counts that leave a context's
-// last vector short, and the scalar path.
+// last vector short, the scalar path and the AVX2 one (mode 0, 1, 2).
 TEST(Rans, ByteHistogramCountsEverySymbol) {
   std::mt19937 rng(17);
-  for (const bool scalar : {false, true})
+  for (const int mode : {0, 1, 2})
     for (const uint32_t alphabet : {1u, 2u, 3u, 7u, 9u, 201u, 255u, 256u})
       for (const uint32_t num_ctx : {1u, 3u, 16u})
         for (const size_t n : {size_t{0}, size_t{15}, size_t{16 * 5 + 7}, size_t{16 * 97},
                                size_t{16 * 131 + 9}}) {
           SCOPED_TRACE(::testing::Message() << "alphabet " << alphabet << " contexts " << num_ctx
-                                            << " n " << n << " scalar " << scalar);
+                                            << " n " << n << " mode " << mode);
           std::vector<uint8_t> syms(n);
           for (size_t i = 0; i < n; ++i) {
             // Context c's spread grows with c: some all inside the window, some mostly outside.
@@ -150,8 +174,10 @@ TEST(Rans, ByteHistogramCountsEverySymbol) {
           std::vector<uint32_t> want(size_t{alphabet} * num_ctx, 0), got(want.size(), 1);
           for (size_t i = 0; i < n; ++i) ++want[((i / kCtxRun) % num_ctx) * alphabet + syms[i]];
           for (uint32_t& v : want) ++v;  // Histogram adds to what is there
-          ForceScalarForTesting(scalar);
+          ForceScalarForTesting(mode == 1);
+          ForceAvx2ForTesting(mode == 2);
           Histogram(syms.data(), n, alphabet, num_ctx, got.data());
+          ForceAvx2ForTesting(false);
           ForceScalarForTesting(false);
           ASSERT_EQ(got, want);
         }
@@ -162,6 +188,10 @@ TEST(Rans, VectorEncoderMatchesScalar) {
     for (uint32_t ctx : {1u, 2u, 3u, 4u, 8u}) {
       SimdMatchesScalar(Skewed<uint8_t>(n, 256, 20.0, static_cast<uint32_t>(n + ctx)), 256, ctx);
       SimdMatchesScalar(Skewed<uint8_t>(n, 256, 0.3, static_cast<uint32_t>(n + 7 * ctx)), 256, ctx);
+      // Spans of 17-32 and 33-64 symbols (the decoders' in-register tables and their gathers).
+      SimdMatchesScalar(Skewed<uint8_t>(n, 256, 3.5, static_cast<uint32_t>(n + 9 * ctx)), 256, ctx);
+      SimdMatchesScalar(Skewed<uint8_t>(n, 256, 7.0, static_cast<uint32_t>(n + 11 * ctx)), 256,
+                        ctx);
       SimdMatchesScalar(Skewed<uint16_t>(n, 64, 2.0, static_cast<uint32_t>(n * 5 + ctx)), 64, ctx);
       SimdMatchesScalar(Skewed<uint16_t>(n, 4096, 600.0, static_cast<uint32_t>(n * 3 + ctx)), 4096,
                         ctx);
