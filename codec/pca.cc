@@ -49,6 +49,7 @@
 #include "codec/internal/byte_io.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/internal/pca_avx2.h"
 #include "codec/internal/pca_avx512.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
@@ -185,12 +186,19 @@ const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
                                        static_cast<uint32_t>(section % tensors), h);
       LaneAxes& a = sl.heads[h];
       const size_t n = hp.dec_coord.size();
-      // Where the tiles decode, only their int8 heads read these axes (the int8 ones).
-      const bool tiles = PcaAmxSupported();
-      if (tiles ? !PcaAmxInt8Supported() : !PcaLanesSupported()) continue;
-      if (!tiles) BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
+      // Where the tiles decode, only their int8 heads read these axes (the int8 ones); AVX2
+      // cores, the int16 ones.
+      const bool tiles = PcaAmxSupported(), lanes = !tiles && PcaLanesSupported();
+      if (!tiles && !lanes) {
+        if (PcaAvx2Supported())
+          BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
+                           D, &a.vnni);
+        continue;
+      }
+      if (tiles && !PcaAmxInt8Supported()) continue;
+      if (lanes) BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
       if (!PcaVnniSupported()) continue;
-      if (!tiles)
+      if (lanes)
         BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
                          D, &a.vnni);
       a.dec_variance.assign(n, 0.0f);
@@ -635,11 +643,17 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   const bool lanes = !PcaAmxSupported() && D % 32 == 0 && PcaLanesSupported() &&
                      DispatchesToAvx512();
   const bool vnni = lanes && PcaVnniAvailable();  // on byte symbols, where the plan has the axes
-  // When every head goes through the tiles or the lanes, they also rotate the keys and convert
-  // to the block's type (two passes less).
-  bool direct = (amx || lanes) && coded > 0 && s.dtype != DType::kFloat8E4M3;
+  // Cores with AVX2 but neither: integer sums of byte symbols (internal/pca_avx2.h).
+  const bool avx2 = !PcaAmxSupported() && !lanes && D % 32 == 0 && D <= 256 &&
+                    2 * uint32_t{maxq} + 1 <= 256 && PcaAvx2Available() && DispatchesToAvx2();
+  // When every head goes through the tiles, the lanes or AVX2's sums, they also rotate the keys
+  // and convert to the block's type (two passes less).
+  bool direct = (amx || lanes || avx2) && coded > 0 && s.dtype != DType::kFloat8E4M3;
   if (amx)
     for (const PcaPlan::Head& hp : sp.heads) direct = direct && hp.amx.kpad > 0;
+  if (avx2 && direct)
+    for (uint32_t h = 0; h < H; ++h)
+      direct = direct && plan->Lanes(cal, section, h).vnni.pairs > 0;
   PcaRows rows{sc->f.data(), PcaRows::Type::kFloat32, H * D};
   if (direct) {
     rows.data = out;
@@ -677,6 +691,14 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
         PcaReconstructAmx(ps, hp.dec_slot.data(), n, hp.amx, split, D, step_scale,
                           ht.mean.data(), direct_rope ? &angles : nullptr, head_rows, &sc->amx);
         continue;
+      }
+      if (avx2 && syms) {
+        const PcaSymbols ps{syms, sizeof(*syms) == 2, nslots, T, int32_t{maxq}};
+        const PcaPlan::LaneAxes& la = plan->Lanes(cal, section, static_cast<uint32_t>(h));
+        if (PcaReconstructAvx2(ps, hp.dec_slot.data(), n, la.vnni, D, step_scale,
+                               ht.mean.data(), direct_rope ? &angles : nullptr, head_rows,
+                               &sc->amx.sums))
+          continue;
       }
       // Only the paths that use them build a section's lane axes (not fp8 or coded-out ones).
       const PcaPlan::LaneAxes* la =

@@ -41,9 +41,23 @@ float ByteUnit(const float* column, size_t from, size_t n) {
 // code, with a division per term, that made the first decode after a calibration arrives ~100 ms
 // slower (Qwen2.5-1.5B). The vector one rounds halves to even, not away from zero as the axes
 // do: a tie's error differs, which a bound does not mind.
+double AddedErrorScalar(const float* columns, const float* energy, size_t from, size_t n,
+                        size_t dim) {
+  double total = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    const float* col = columns + c * n;
+    const float unit = ByteUnit(col, from, n);
+    for (size_t i = from; i < n && unit > 0; ++i) {
+      const double d = col[i] - static_cast<double>(std::nearbyint(col[i] / unit)) * unit;
+      total += double{energy[i]} * d * d;
+    }
+  }
+  return total;
+}
 #ifdef STRATA_PCA_AVX512
-__attribute__((target("avx512f"))) double AddedError(const float* columns, const float* energy,
-                                                     size_t from, size_t n, size_t dim) {
+__attribute__((target("avx512f"))) double AddedErrorAvx512(const float* columns,
+                                                           const float* energy, size_t from,
+                                                           size_t n, size_t dim) {
   double total = 0;
   for (size_t c = 0; c < dim; ++c) {
     const float* col = columns + c * n;
@@ -67,21 +81,20 @@ __attribute__((target("avx512f"))) double AddedError(const float* columns, const
   }
   return total;
 }
-#else
+#endif
+// The vector sum where the CPU has AVX-512 (the decoders that read int8 terms run there), the
+// scalar one elsewhere (tests build such axes on any CPU).
 double AddedError(const float* columns, const float* energy, size_t from, size_t n,
                   size_t dim) {
-  double total = 0;
-  for (size_t c = 0; c < dim; ++c) {
-    const float* col = columns + c * n;
-    const float unit = ByteUnit(col, from, n);
-    for (size_t i = from; i < n && unit > 0; ++i) {
-      const double d = col[i] - static_cast<double>(std::nearbyint(col[i] / unit)) * unit;
-      total += double{energy[i]} * d * d;
-    }
-  }
-  return total;
-}
+#ifdef STRATA_PCA_AVX512
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  if (avx512) return AddedErrorAvx512(columns, energy, from, n, dim);
 #endif
+  return AddedErrorScalar(columns, energy, from, n, dim);
+}
 
 // Expected quantisation noise per token of the head's coded coordinates at these steps.
 double QuantisationNoise(const float* steps, const float* variances, size_t n, float scale) {
@@ -384,6 +397,10 @@ bool PcaVnniAvailable() {
 }
 
 void SetPcaVnniEnabledForTest(bool enabled) { g_vnni_enabled_for_test.store(enabled); }
+
+bool PcaIntegerSumsEnabledForTest() {
+  return g_vnni_enabled_for_test.load(std::memory_order_relaxed);
+}
 
 bool PcaVnniBytesAvailable() {
 #ifdef STRATA_PCA_AVX512

@@ -364,6 +364,7 @@ void RopeRowsImpl(float* x, size_t tokens, size_t heads, size_t dim, const float
 }
 
 bool DispatchesToAvx512Impl() { return HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL; }
+bool DispatchesToAvx2Impl() { return HWY_TARGET == HWY_AVX2; }
 bool FusesMultiplyAddsImpl() { return HWY_NATIVE_FMA != 0; }
 
 bool AllFiniteImpl(const float* x, size_t n) {
@@ -400,6 +401,7 @@ HWY_EXPORT(DequantRuns8Impl);
 HWY_EXPORT(DequantRuns16Impl);
 HWY_EXPORT(AllFiniteImpl);
 HWY_EXPORT(DispatchesToAvx512Impl);
+HWY_EXPORT(DispatchesToAvx2Impl);
 HWY_EXPORT(FusesMultiplyAddsImpl);
 
 void PcaCenterT(float* xt, size_t tp, size_t dim, const float* mean, double* norm2,
@@ -442,6 +444,7 @@ void DequantRuns(const uint16_t* sym, size_t runs, size_t run, size_t stride, in
 }
 bool AllFinite(const float* x, size_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(x, n); }
 bool DispatchesToAvx512() { return HWY_DYNAMIC_DISPATCH(DispatchesToAvx512Impl)(); }
+bool DispatchesToAvx2() { return HWY_DYNAMIC_DISPATCH(DispatchesToAvx2Impl)(); }
 bool FusesMultiplyAdds() { return HWY_DYNAMIC_DISPATCH(FusesMultiplyAddsImpl)(); }
 
 }  // namespace strata::codec::internal

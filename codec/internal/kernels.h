@@ -137,6 +137,7 @@ bool AllFinite(const float* x, size_t n);
 // Whether the kernels above run their AVX-512 versions (the target Highway dispatches to; tests
 // pin others): cheap, unlike asking Highway, which detects the CPU again on every call.
 bool DispatchesToAvx512();
+bool DispatchesToAvx2();  // likewise, AVX2
 // Whether the dispatched target fuses PcaProjectT's and PcaReconstruct's multiply-adds.
 bool FusesMultiplyAdds();
 

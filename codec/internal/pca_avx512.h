@@ -54,7 +54,7 @@ struct PcaVnniAxes {
   std::vector<uint32_t> order;  // the coordinates k the kernel takes, in its order
   size_t pairs = 0;             // int16: order[0, 2 pairs) (the last may pad); 0 and no quads:
                                 // not built (the float kernels decode)
-  std::vector<uint32_t> words;
+  CacheAlignedVector<uint32_t> words;
   std::vector<float> scale;     // per column
   size_t quads = 0;             // int8: order[2 pairs, n), padded to 4
   size_t quad_pitch = 0;
@@ -70,7 +70,10 @@ struct PcaVnniAxes {
 inline constexpr double kMaxAddedError = 1e-3;
 bool PcaVnniSupported();  // the CPU (and STRATA_CODEC_VNNI)
 bool PcaVnniAvailable();  // and no test switched it off
+// Tests: the float kernels instead of the integer sums (VNNI's, and AVX2's where VNNI is not
+// there: internal/pca_avx2.h), or the integer sums again.
 void SetPcaVnniEnabledForTest(bool enabled);
+bool PcaIntegerSumsEnabledForTest();  // what the tests last set (true at start)
 // Int8 terms (STRATA_CODEC_VNNI=16 and tests turn them off: int16 only).
 bool PcaVnniBytesAvailable();
 void SetPcaVnniBytesEnabledForTest(bool enabled);

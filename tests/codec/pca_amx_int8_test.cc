@@ -13,68 +13,16 @@
 #include "codec/internal/pca_avx512.h"
 #include "gtest/gtest.h"
 #include "tests/codec/calibrated_synthetic.h"
+#include "tests/codec/pca_kernel_cases.h"
 
 namespace strata::codec {
 namespace {
 
 using internal::PcaRows;
-
-// Random byte symbols in the decoder's layout (16-token runs per slot, then the last group's
-// runs), a random basis, a mean and RoPE tables for one head.
-struct Head {
-  Head(size_t dim, size_t n, size_t tokens, size_t nslots, int32_t maxq, uint32_t seed)
-      : dim(dim), n(n), tokens(tokens), nslots(nslots), maxq(maxq) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal;
-    basis.resize(dim * dim);
-    for (float& x : basis) x = normal(rng) / std::sqrt(static_cast<float>(dim));
-    mean.resize(dim);
-    for (float& m : mean) m = normal(rng);
-    coords.resize(n);
-    slot.resize(n);
-    steps.resize(n);
-    for (size_t k = 0; k < n; ++k) {
-      coords[k] = static_cast<uint32_t>(k);
-      // Distinct and out of order: nslots is odd and coprime to 7 in every case below.
-      slot[k] = static_cast<uint32_t>((k * 7 + 3) % nslots);
-      steps[k] = 0.25f + 0.01f * static_cast<float>(k);
-    }
-    sym.resize(tokens * nslots);
-    std::uniform_int_distribution<int> value(0, 2 * maxq);
-    for (uint8_t& v : sym) v = static_cast<uint8_t>(value(rng));
-    cos.resize(tokens * dim / 2);
-    sin.resize(tokens * dim / 2);
-    for (size_t i = 0; i < cos.size(); ++i) {
-      cos[i] = std::cos(0.01f * static_cast<float>(i));
-      sin[i] = std::sin(0.01f * static_cast<float>(i));
-    }
-  }
-  internal::PcaSymbols Symbols() const { return {sym.data(), false, nslots, tokens, maxq}; }
-  // Axes whose every coordinate is int8: a flat spectrum small against the steps.
-  internal::PcaVnniAxes Int8Axes() const {
-    std::vector<float> flat(n, 1e-3f);
-    internal::PcaVnniAxes axes;
-    internal::BuildPcaVnniAxes(basis.data(), coords.data(), steps.data(), flat.data(), n, dim,
-                               &axes);
-    return axes;
-  }
-  size_t dim, n, tokens, nslots;
-  int32_t maxq;
-  std::vector<float> basis, mean, steps, cos, sin;
-  std::vector<uint32_t> coords, slot;
-  std::vector<uint8_t> sym;
-};
-
-// `decode(rows)`'s output for rows of `type` at an address on a cache line (streamed stores)
-// or 2 bytes past one (plain stores).
-template <typename Decode>
-std::vector<uint8_t> Decoded(const Head& h, PcaRows::Type type, size_t offset, Decode decode) {
-  const size_t bytes = h.tokens * h.dim * (type == PcaRows::Type::kFloat32 ? 4 : 2);
-  std::vector<uint8_t> mem(bytes + 128, 0xA5);
-  uint8_t* at = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64 + offset;
-  decode(PcaRows{at, type, h.dim});
-  return {at, at + bytes};
-}
+using test::Decoded;
+using test::Fp16Errors;
+using test::Head;
+using test::SquaredErrors;
 
 TEST(PcaAmxInt8, SumsAsTheVnniDecoderBitForBit) {
   if (!internal::PcaAmxInt8Supported())
@@ -145,27 +93,6 @@ TEST(PcaAmxInt8, RefusesHeadsThatDoNotQualify) {
                                                1.0f, h.mean.data(), nullptr, rows, &scratch));
   EXPECT_EQ(internal::PcaAmxInt8HeadsDecoded(), before);
   EXPECT_TRUE(out == untouched);
-}
-
-// Squared errors over an fp16 block: of `a` and `b` against `x`, and of `a` against `b`.
-struct SquaredErrors {
-  double a = 0, b = 0, apart = 0;
-};
-SquaredErrors Fp16Errors(std::span<const uint8_t> x, const std::vector<uint8_t>& a,
-                         const std::vector<uint8_t>& b) {
-  SquaredErrors e;
-  auto at = [](const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return double{HalfToFloat(h)};
-  };
-  for (size_t v = 0; v < x.size() / 2; ++v) {
-    const double xv = at(x.data() + 2 * v), av = at(a.data() + 2 * v), bv = at(b.data() + 2 * v);
-    e.a += (av - xv) * (av - xv);
-    e.b += (bv - xv) * (bv - xv);
-    e.apart += (av - bv) * (av - bv);
-  }
-  return e;
 }
 
 // In the codec: at the calibrated steps the tiles take int8 terms for the heads the VNNI rule
