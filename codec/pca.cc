@@ -274,7 +274,7 @@ std::shared_ptr<const PcaPlan> BuildPcaPlan(const Calibration& cal) {
           BuildPcaAmxBasis(ht.basis.data(), hp.enc_coord.data(), hp.enc_coord.size(), D,
                            NeedsSplitOperands(hp.finest_step_to_spread), &hp.enc_amx);
         }
-      else if (PcaVnniSupported())
+      else if (PcaVnniSupported() || PcaAvx2Supported())
         for (uint32_t h = 0; h < H; ++h) {
           PcaPlan::Head& hp = sp.heads[h];
           const HeadTransform& ht = cal.At(l, t, h);
@@ -358,10 +358,13 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   // each reads its rows from the block (converts, rotates back and checks them in its pass: the
   // tensor is not written as floats first).
   // The tiles read their rows from the block likewise, where every head takes them.
+  // AVX2 cores likewise, with vpmaddwd (internal/pca_avx2.h).
   const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
+  const bool avx2 = !PcaAmxSupported() && !vnni && PcaAvx2Available() && DispatchesToAvx2();
+  auto project = avx2 ? &PcaEncodeHeadAvx2 : &PcaEncodeHeadVnni;
   const bool rows_typed = s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
                           s.dtype == DType::kBFloat16;
-  bool direct = vnni && PcaVnniEncodesDim(D) && rows_typed;
+  bool direct = (vnni || avx2) && PcaVnniEncodesDim(D) && rows_typed;
   for (const PcaPlan::Head& hp : sp.heads)
     direct = direct && (hp.enc_vnni.n > 0 || hp.enc_coord.empty());
   bool amx_rows = amx && rows_typed;
@@ -415,15 +418,15 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
     }
     if (direct) {
       const PcaInput rows{in + h * D * DTypeBytes(s.dtype), type, H * D};
-      if (!PcaEncodeHeadVnni(rows, rope ? &angles : nullptr, T, D, ht.mean.data(), hp.enc_vnni,
-                             tp, norm2, err2, y, &sc->vnni))
+      if (!project(rows, rope ? &angles : nullptr, T, D, ht.mean.data(), hp.enc_vnni, tp, norm2,
+                   err2, y, &sc->vnni))
         return absl::InvalidArgumentError("pca section: non-finite input");
       continue;
     }
-    if (vnni && hp.enc_vnni.n > 0) {
+    if ((vnni || avx2) && hp.enc_vnni.n > 0) {
       const PcaInput rows{sc->f.data() + h * D, PcaRows::Type::kFloat32, H * D};
-      if (!PcaEncodeHeadVnni(rows, nullptr, T, D, ht.mean.data(), hp.enc_vnni, tp, norm2, err2,
-                             y, &sc->vnni))
+      if (!project(rows, nullptr, T, D, ht.mean.data(), hp.enc_vnni, tp, norm2, err2, y,
+                   &sc->vnni))
         return absl::InvalidArgumentError("pca section: non-finite input (after RoPE)");
       continue;
     }

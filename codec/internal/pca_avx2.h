@@ -38,6 +38,17 @@ bool PcaReconstructAvx2(const PcaSymbols& s, const uint32_t* slot, size_t n,
 // Heads this process has summed with AVX2 (tests: the path was taken).
 uint64_t PcaAvx2HeadsDecoded();
 
+// The encoder's projection likewise: PcaEncodeHeadVnni's int16 operands and exact int32 sums
+// (internal/pca_avx512.h, PcaVnniBasis; same contract, same bound), with vpmaddwd. False where
+// a value (after the rotation) is not finite, the head half done; or, writing nothing, where
+// the shape does not fit (PcaVnniEncodesDim) or AVX2 is not supported.
+struct PcaVnniBasis;
+bool PcaEncodeHeadAvx2(const PcaInput& in, const PcaRope* rope, size_t tokens, size_t dim,
+                       const float* mean, const PcaVnniBasis& basis, size_t tp, double* norm2,
+                       double* err2, float* y, std::vector<uint32_t>* scratch);
+// Heads this process has projected with AVX2 (tests: the path was taken).
+uint64_t PcaAvx2HeadsProjected();
+
 }  // namespace strata::codec::internal
 
 #endif  // STRATA_CODEC_INTERNAL_PCA_AVX2_H_

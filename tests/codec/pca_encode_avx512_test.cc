@@ -1,7 +1,8 @@
 // The pca encoder's AVX-512 kernels (internal/pca_avx512.h, codec/pca_encode_avx512.cc): the
 // projection as int16 dot products against a double reference, its blobs against the float
-// kernels', and the quantisation against the Highway kernel's bits; and the AMX tiles' encoder
-// reading the block's rows itself (internal/pca_amx.h).
+// kernels', and the quantisation against the Highway kernel's bits; the same projection on AVX2
+// cores (internal/pca_avx2.h); and the AMX tiles' encoder reading the block's rows itself
+// (internal/pca_amx.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +19,9 @@
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/internal/pca_avx2.h"
 #include "codec/internal/pca_avx512.h"
+#include "hwy/targets.h"
 #include "tests/codec/calibrated_synthetic.h"
 #include "tests/codec/test_layout.h"
 
@@ -28,6 +31,19 @@ namespace {
 using test::Layout;
 
 bool Runs() { return internal::PcaVnniSupported() && !internal::PcaAmxSupported(); }
+
+// The two int16 projections (VNNI's and AVX2's): the same contract, the same tests.
+using ProjectFn = bool (*)(const internal::PcaInput&, const internal::PcaRope*, size_t, size_t,
+                           const float*, const internal::PcaVnniBasis&, size_t, double*, double*,
+                           float*, std::vector<uint32_t>*);
+struct Projection {
+  bool (*runs)();
+  ProjectFn project;
+  uint64_t (*projected)();
+};
+const Projection kVnni{Runs, internal::PcaEncodeHeadVnni, internal::PcaVnniHeadsProjected};
+const Projection kAvx2{internal::PcaAvx2Supported, internal::PcaEncodeHeadAvx2,
+                       internal::PcaAvx2HeadsProjected};
 
 float Rounded(float v, internal::PcaRows::Type type) {
   return type == internal::PcaRows::Type::kFloat16    ? HalfToFloat(FloatToHalf(v))
@@ -64,8 +80,7 @@ std::vector<uint16_t> Narrow(const std::vector<float>& x, internal::PcaRows::Typ
 // one token equal to the mean, a key-like outlier channel 300x the others, and in fp32 one token
 // far past float's squares; tokens 1 .. 256 (tails of a group and of a pass of four groups), two
 // heads per row; fp32, fp16 and bf16 rows, with and without RoPE (random angles).
-TEST(PcaVnniEncode, CoordinatesMatchADoubleReference) {
-  if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
+void CoordinatesMatchADoubleReference(const Projection& projection) {
   using Type = internal::PcaRows::Type;
   std::mt19937 rng(41);
   std::normal_distribution<float> g;
@@ -117,9 +132,8 @@ TEST(PcaVnniEncode, CoordinatesMatchADoubleReference) {
         std::vector<float> y((n + 1) * tp, -7.0f);
         std::vector<double> norm2(tp, 1.0), err2(tp, 2.0);
         std::vector<uint32_t> scratch;
-        ASSERT_TRUE(internal::PcaEncodeHeadVnni(in, rope ? &angles : nullptr, tokens, dim,
-                                                mean.data(), b, tp, norm2.data(), err2.data(),
-                                                y.data(), &scratch));
+        ASSERT_TRUE(projection.project(in, rope ? &angles : nullptr, tokens, dim, mean.data(), b,
+                                       tp, norm2.data(), err2.data(), y.data(), &scratch));
         for (size_t t = 0; t < tp; ++t) {
           std::vector<double> c(dim, 0.0);
           double nx = 0, nc = 0;
@@ -151,9 +165,18 @@ TEST(PcaVnniEncode, CoordinatesMatchADoubleReference) {
       }
 }
 
-// A value that is not finite, in any token and type, is refused.
-TEST(PcaVnniEncode, RefusesValuesThatAreNotFinite) {
+TEST(PcaVnniEncode, CoordinatesMatchADoubleReference) {
   if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
+  CoordinatesMatchADoubleReference(kVnni);
+}
+
+TEST(PcaAvx2Encode, CoordinatesMatchADoubleReference) {
+  if (!kAvx2.runs()) GTEST_SKIP() << "this CPU offers no AVX2, FMA and F16C";
+  CoordinatesMatchADoubleReference(kAvx2);
+}
+
+// A value that is not finite, in any token and type, is refused.
+void RefusesValuesThatAreNotFinite(const Projection& projection) {
   using Type = internal::PcaRows::Type;
   const size_t dim = 64, tokens = 40, tp = 48;
   std::vector<float> basis(dim * dim, 0.125f), mean(dim, 0.0f);
@@ -172,10 +195,20 @@ TEST(PcaVnniEncode, RefusesValuesThatAreNotFinite) {
         std::vector<float> y(coords.size() * tp);
         std::vector<double> norm2(tp), err2(tp);
         std::vector<uint32_t> scratch;
-        EXPECT_FALSE(internal::PcaEncodeHeadVnni(in, nullptr, tokens, dim, mean.data(), b, tp,
-                                                 norm2.data(), err2.data(), y.data(), &scratch))
+        EXPECT_FALSE(projection.project(in, nullptr, tokens, dim, mean.data(), b, tp,
+                                        norm2.data(), err2.data(), y.data(), &scratch))
             << static_cast<int>(type) << " " << bad << " at " << at;
       }
+}
+
+TEST(PcaVnniEncode, RefusesValuesThatAreNotFinite) {
+  if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
+  RefusesValuesThatAreNotFinite(kVnni);
+}
+
+TEST(PcaAvx2Encode, RefusesValuesThatAreNotFinite) {
+  if (!kAvx2.runs()) GTEST_SKIP() << "this CPU offers no AVX2, FMA and F16C";
+  RefusesValuesThatAreNotFinite(kAvx2);
 }
 
 // The tiles' encoder reading the block's rows (PcaEncodeHeadAmxRows) against the tiles on the
@@ -342,8 +375,9 @@ TEST(PcaAmxEncode, RefusesValuesThatAreNotFinite) {
 }
 
 // Per coordinate in turn, PcaQuantizeT's bits: symbols, the tokens' largest |q| and their error
-// sums (float gains over the head, added to the double error once); with values past the clamp, ties of rounding and coordinates 0 .. 19; and the
-// same written straight into the slots' runs as bytes.
+// sums (float gains over the head, added to the double error once); with values past the
+// clamp, ties of rounding and coordinates 0 .. 19; and the same written straight into the slots'
+// runs as bytes.
 TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
   if (!internal::PcaLanesSupported()) GTEST_SKIP() << "this CPU offers no AVX-512";
   std::mt19937 rng(43);
@@ -411,8 +445,7 @@ TEST(PcaAvx512Encode, QuantisationMatchesTheKernelPerCoordinate) {
 // its blobs decode (by the same float decoder) to the float kernels' values in nearly every head
 // vector (98 % at 1.5 bits, 80 % at 4), as far from the input to within 0.1 % of the error
 // energy, at nearly their size.
-TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
-  if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
+void BlobsMatchTheFloatKernels(const Projection& projection) {
   for (const double bits : {1.5, 4.0}) {
     SCOPED_TRACE(::testing::Message() << bits << " bits/value");
     test::CalibratedSynthetic c(6, test::AtBits(bits));
@@ -424,12 +457,12 @@ TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
     for (size_t i = 4; i < 6; ++i, p.first_position += 64) {
       const std::span<const uint8_t> in = c.Block(i);
       std::vector<uint8_t> vnni_blob, float_blob, vnni(bb), floats(bb);
-      const uint64_t before = internal::PcaVnniHeadsProjected();
+      const uint64_t before = projection.projected();
       ASSERT_TRUE(enc.Encode(layout, p, in, &vnni_blob).ok());
-      EXPECT_EQ(internal::PcaVnniHeadsProjected() - before, 2u * 2 * 2);  // every head
+      EXPECT_EQ(projection.projected() - before, 2u * 2 * 2);  // every head
       internal::SetPcaVnniEnabledForTest(false);
       ASSERT_TRUE(enc.Encode(layout, p, in, &float_blob).ok());
-      EXPECT_EQ(internal::PcaVnniHeadsProjected() - before, 2u * 2 * 2);
+      EXPECT_EQ(projection.projected() - before, 2u * 2 * 2);
       ASSERT_TRUE(dec.Decode(vnni_blob, vnni).ok());
       ASSERT_TRUE(dec.Decode(float_blob, floats).ok());
       internal::SetPcaVnniEnabledForTest(true);
@@ -455,6 +488,21 @@ TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
                   0.002 * float_blob.size());
     }
   }
+}
+
+TEST(PcaVnniEncode, BlobsMatchTheFloatKernels) {
+  if (!Runs()) GTEST_SKIP() << "this CPU offers no AVX512-VNNI (or has AMX tiles)";
+  BlobsMatchTheFloatKernels(kVnni);
+}
+
+// Where neither AMX tiles nor VNNI project (pinned to AVX2 where the CPU has AVX-512).
+TEST(PcaAvx2Encode, BlobsMatchTheFloatKernels) {
+  if (!kAvx2.runs()) GTEST_SKIP() << "this CPU offers no AVX2, FMA and F16C";
+  if (internal::PcaAmxSupported()) GTEST_SKIP() << "AMX tiles project on this CPU";
+  if ((hwy::SupportedTargets() & HWY_AVX2) == 0) GTEST_SKIP() << "Highway offers no AVX2 here";
+  hwy::SetSupportedTargetsForTest(HWY_AVX2);
+  BlobsMatchTheFloatKernels(kAvx2);
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Through the encoder, on every path it takes here (the VNNI projection reading the block
