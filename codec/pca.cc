@@ -188,19 +188,15 @@ const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
       const size_t n = hp.dec_coord.size();
       // Where the tiles decode, only their int8 heads read these axes (the int8 ones); AVX2
       // cores, the int16 ones.
+      // (The AVX2 sums run where Highway dispatches to AVX2, also on AVX-512 cores pinned so.)
       const bool tiles = PcaAmxSupported(), lanes = !tiles && PcaLanesSupported();
-      if (!tiles && !lanes) {
-        if (PcaAvx2Supported())
-          BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
-                           D, &a.vnni);
-        continue;
-      }
+      if (!tiles && (PcaAvx2Supported() || (lanes && PcaVnniSupported())))
+        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
+                         D, &a.vnni);
+      if (!tiles && !lanes) continue;
       if (tiles && !PcaAmxInt8Supported()) continue;
       if (lanes) BuildPcaLanesAxes(ht.basis.data(), hp.dec_coord.data(), n, D, &a.lanes);
       if (!PcaVnniSupported()) continue;
-      if (lanes)
-        BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
-                         D, &a.vnni);
       a.dec_variance.assign(n, 0.0f);
       for (size_t k = 0; k < n; ++k) a.dec_variance[k] = ht.variance[hp.dec_coord[k]];
       BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(),
@@ -669,6 +665,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
     const RopeTable& t = RopeTableFor(&sc->rope, T, D, first_position, cal.rope_theta);
     angles = {t.cos.data(), t.sin.data()};
   }
+  bool refused = false;  // a head the direct AVX2 path was to take (a bug, never data)
   auto reconstruct = [&](auto* syms) {
     for (size_t h = 0; h < H; ++h) {
       const HeadTransform& ht = cal.At(layer, tensor, static_cast<uint32_t>(h));
@@ -702,6 +699,10 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
                                ht.mean.data(), direct_rope ? &angles : nullptr, head_rows,
                                &sc->amx.sums))
           continue;
+        if (direct) {  // the rows are the block's type: no other path may write them
+          refused = true;
+          continue;
+        }
       }
       // Only the paths that use them build a section's lane axes (not fp8 or coded-out ones).
       const PcaPlan::LaneAxes* la =
@@ -755,6 +756,7 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
       STRATA_RETURN_IF_ERROR(take(sc->syms.data()));
     }
   }
+  if (refused) return absl::InternalError("pca section: the AVX2 decoder refused a head");
   if (r.remaining() != 0) return absl::DataLossError("pca section: trailing bytes");
   if (!direct) {
     if (rope) RotateRope(sc->f.data(), T, H, D, first_position, cal.rope_theta, false, &sc->rope);

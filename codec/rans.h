@@ -130,7 +130,7 @@ bool Avx2DecodeAvailable();
 
 // Tests: run the scalar encoder and decoder even where AVX-512 is available (not thread-safe).
 void ForceScalarForTesting(bool on);
-// Tests: run the AVX2 decoder (and the scalar encoder) where AVX-512 is available too (not
+// Tests: run the AVX2 loops (encoder, decoder, histogram) where AVX-512 is available too (not
 // thread-safe); no effect without AVX2.
 void ForceAvx2ForTesting(bool on);
 

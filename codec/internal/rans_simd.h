@@ -28,10 +28,12 @@ inline bool CpuHasAvx512() {
 
 inline bool UseAvx512() { return CpuHasAvx512() && !g_force_scalar && !g_force_avx2; }
 
-// The decoder's 8-lane loop, for x86 cores without AVX-512 (AMD's before Zen 4, Intel's
-// clients): AVX2 with its gathers, BMI2 and POPCNT.
+// The 8-lane loops, for x86 cores without AVX-512 (AMD's before Zen 4, Intel's clients):
+// AVX2 with its gathers, FMA (the encoder's float(x)), BMI1, BMI2 and POPCNT: every feature
+// their target attributes name.
 inline bool CpuHasAvx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
                          __builtin_cpu_supports("popcnt");
   return ok;
 }
