@@ -188,24 +188,10 @@ bool StreamsRows(const PcaRows& out) {
 STRATA_AVX2_TARGET void StoreGroup(const float* sums, size_t dim, float scale, const float* mean,
                                    size_t rows, const PcaRope* rope, size_t first_token,
                                    const PcaRows& out, bool stream) {
-  using T = PcaRows::Type;
-  auto store = [&](auto type, auto streaming) {
+  WithRowsKind(out.type, stream, [&](auto type, auto streaming) {
     StoreRows<decltype(type)::value, decltype(streaming)::value>(sums, dim, scale, mean, rows,
                                                                   rope, first_token, out);
-  };
-  using Stream = std::true_type;
-  using Plain = std::false_type;
-  switch (out.type) {
-    case T::kFloat32:
-      return stream ? store(std::integral_constant<T, T::kFloat32>{}, Stream{})
-                    : store(std::integral_constant<T, T::kFloat32>{}, Plain{});
-    case T::kFloat16:
-      return stream ? store(std::integral_constant<T, T::kFloat16>{}, Stream{})
-                    : store(std::integral_constant<T, T::kFloat16>{}, Plain{});
-    case T::kBFloat16:
-      return stream ? store(std::integral_constant<T, T::kBFloat16>{}, Stream{})
-                    : store(std::integral_constant<T, T::kBFloat16>{}, Plain{});
-  }
+  });
 }
 
 STRATA_AVX2_TARGET void ReconstructAvx2(const PcaSymbols& s, const uint32_t* slot, size_t n,

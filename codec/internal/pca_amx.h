@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "codec/internal/aligned.h"
@@ -125,6 +126,25 @@ struct PcaRows {
   Type type;
   size_t stride;
 };
+
+// Calls f(std::integral_constant<PcaRows::Type, type>{}, std::bool_constant<stream>{}): the
+// store passes' loops per row type and store kind, each a compile-time constant.
+template <typename F>
+inline void WithRowsKind(PcaRows::Type type, bool stream, F&& f) {
+  using T = PcaRows::Type;
+  auto with = [&](auto kind) {
+    if (stream) {
+      f(kind, std::true_type{});
+    } else {
+      f(kind, std::false_type{});
+    }
+  };
+  switch (type) {
+    case T::kFloat32: return with(std::integral_constant<T, T::kFloat32>{});
+    case T::kFloat16: return with(std::integral_constant<T, T::kFloat16>{});
+    case T::kBFloat16: return with(std::integral_constant<T, T::kBFloat16>{});
+  }
+}
 
 // Where the encoder's rows come from: token t's head vector at element t * stride of `data`,
 // of the block's type.

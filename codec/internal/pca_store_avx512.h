@@ -190,25 +190,11 @@ STRATA_AVX512_TARGET inline void StoreTokenGroup(const float* sums, size_t dim, 
                                                  const float* mean, size_t rows,
                                                  const PcaRope* rope, size_t first_token,
                                                  const PcaRows& out, bool stream) {
-  using T = PcaRows::Type;
-  auto store = [&](auto type, auto streaming) {
+  WithRowsKind(out.type, stream, [&](auto type, auto streaming) {
     StoreTokenRows<decltype(type)::value, decltype(streaming)::value>(sums, dim, scale, mean,
                                                                       rows, rope, first_token,
                                                                       out);
-  };
-  using Stream = std::true_type;
-  using Plain = std::false_type;
-  switch (out.type) {
-    case T::kFloat32:
-      return stream ? store(std::integral_constant<T, T::kFloat32>{}, Stream{})
-                    : store(std::integral_constant<T, T::kFloat32>{}, Plain{});
-    case T::kFloat16:
-      return stream ? store(std::integral_constant<T, T::kFloat16>{}, Stream{})
-                    : store(std::integral_constant<T, T::kFloat16>{}, Plain{});
-    case T::kBFloat16:
-      return stream ? store(std::integral_constant<T, T::kBFloat16>{}, Stream{})
-                    : store(std::integral_constant<T, T::kBFloat16>{}, Plain{});
-  }
+  });
 }
 
 // A group's rows from its sums [c][16]; with `stream` (StreamsRows, and dim <= 256), transposed

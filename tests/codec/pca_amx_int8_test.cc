@@ -22,21 +22,18 @@ using internal::PcaRows;
 using test::Decoded;
 using test::Fp16Errors;
 using test::Head;
+using test::HeadShape;
 using test::SquaredErrors;
 
 TEST(PcaAmxInt8, SumsAsTheVnniDecoderBitForBit) {
   if (!internal::PcaAmxInt8Supported())
     GTEST_SKIP() << "no AMX-INT8 here, or STRATA_CODEC_AMX_INT8=1 not set";
-  struct Shape {
-    size_t dim, n, tokens, nslots;
-    int32_t maxq;
-  };
   // Coordinates short of, at and past a tile's 64 (and of a quad), one token to a block's 256,
   // a last group of 1, 8 and 15 tokens, symbols up to 127 steps either side.
-  for (const Shape& sh : {Shape{64, 61, 40, 61, 20}, Shape{64, 64, 256, 65, 127},
-                          Shape{64, 17, 1, 19, 3}, Shape{128, 105, 256, 111, 12},
-                          Shape{128, 65, 47, 67, 60}, Shape{128, 128, 16, 129, 1},
-                          Shape{256, 200, 33, 201, 7}, Shape{32, 16, 24, 17, 100}}) {
+  for (const HeadShape& sh : {HeadShape{64, 61, 40, 61, 20}, HeadShape{64, 64, 256, 65, 127},
+                              HeadShape{64, 17, 1, 19, 3}, HeadShape{128, 105, 256, 111, 12},
+                              HeadShape{128, 65, 47, 67, 60}, HeadShape{128, 128, 16, 129, 1},
+                              HeadShape{256, 200, 33, 201, 7}, HeadShape{32, 16, 24, 17, 100}}) {
     SCOPED_TRACE(::testing::Message() << "dim " << sh.dim << " n " << sh.n << " tokens "
                                       << sh.tokens << " maxq " << sh.maxq);
     const Head h(sh.dim, sh.n, sh.tokens, sh.nslots, sh.maxq, static_cast<uint32_t>(sh.n));

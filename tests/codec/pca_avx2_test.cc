@@ -22,20 +22,17 @@ using internal::PcaRows;
 using test::Decoded;
 using test::Fp16Errors;
 using test::Head;
+using test::HeadShape;
 using test::SquaredErrors;
 
 TEST(PcaAvx2, SumsAsThePlainSum) {
   if (!internal::PcaAvx2Supported()) GTEST_SKIP() << "this CPU offers no AVX2, FMA and F16C";
-  struct Shape {
-    size_t dim, n, tokens, nslots;
-    int32_t maxq;
-  };
   // An odd coordinate count (a last pair of one), one token to a block's 256, a last group of
   // 1, 8 and 15 tokens, symbols up to 127 steps either side.
-  for (const Shape& sh : {Shape{64, 61, 40, 61, 20}, Shape{64, 64, 256, 65, 127},
-                          Shape{64, 17, 1, 19, 3}, Shape{128, 105, 256, 111, 12},
-                          Shape{128, 1, 47, 3, 60}, Shape{256, 200, 33, 201, 7},
-                          Shape{32, 31, 24, 31, 100}}) {
+  for (const HeadShape& sh : {HeadShape{64, 61, 40, 61, 20}, HeadShape{64, 64, 256, 65, 127},
+                              HeadShape{64, 17, 1, 19, 3}, HeadShape{128, 105, 256, 111, 12},
+                              HeadShape{128, 1, 47, 3, 60}, HeadShape{256, 200, 33, 201, 7},
+                              HeadShape{32, 31, 24, 31, 100}}) {
     SCOPED_TRACE(::testing::Message() << "dim " << sh.dim << " n " << sh.n << " tokens "
                                       << sh.tokens << " maxq " << sh.maxq);
     const Head h(sh.dim, sh.n, sh.tokens, sh.nslots, sh.maxq, static_cast<uint32_t>(sh.n + 1));

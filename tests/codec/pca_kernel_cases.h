@@ -18,6 +18,12 @@ namespace strata::codec::test {
 
 using internal::PcaRows;
 
+// A head's shape for the kernel tests: dim, coordinates, tokens, slots, symbols' maxq.
+struct HeadShape {
+  size_t dim, n, tokens, nslots;
+  int32_t maxq;
+};
+
 // Random byte symbols in the decoder's layout (16-token runs per slot, then the last group's
 // runs), a random basis, a mean and RoPE tables for one head.
 struct Head {
