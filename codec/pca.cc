@@ -186,9 +186,9 @@ const PcaPlan::LaneAxes& PcaPlan::Lanes(const Calibration& cal, size_t section,
                                        static_cast<uint32_t>(section % tensors), h);
       LaneAxes& a = sl.heads[h];
       const size_t n = hp.dec_coord.size();
-      // Where the tiles decode, only their int8 heads read these axes (the int8 ones); AVX2
-      // cores, the int16 ones.
-      // (The AVX2 sums run where Highway dispatches to AVX2, also on AVX-512 cores pinned so.)
+      // Where the tiles decode, only their int8 heads read these axes (the int8 ones); the AVX2
+      // sums read the int16 ones wherever Highway dispatches to AVX2 (AVX-512 cores pinned so
+      // too).
       const bool tiles = PcaAmxSupported(), lanes = !tiles && PcaLanesSupported();
       if (!tiles && (PcaAvx2Supported() || (lanes && PcaVnniSupported())))
         BuildPcaVnniAxes(ht.basis.data(), hp.dec_coord.data(), hp.dec_step.data(), nullptr, n,
