@@ -1,5 +1,6 @@
-// Cross-layer transform coding (codec/cross_layer.h). Two ways to the same products: AMX tiles
-// in bf16 (internal/cross_layer_amx.h) where the CPU has them, else plain float loops, every
+// Cross-layer transform coding (codec/cross_layer.h). Two ways to the same products: bf16
+// operands (internal/cross_layer_amx.h: AMX tiles, AVX512-BF16 or AVX2 FMAs, whichever the CPU
+// has), else plain float loops, every
 // product the reconstruction depends on written as a row update (out[c] += a * row[c]) in a
 // fixed order, which compilers vectorise without reordering sums (the library is built with
 // -ffp-contract=off). Either way the encoder's closed-loop reconstruction is the decoder's bit
@@ -470,7 +471,7 @@ bool ScaledStepsFitTiles(const CrossLayerCalibration& cal, float step_scale) {
 }
 
 bool UseTiles(const CrossLayerCalibration& cal, size_t tokens, float step_scale) {
-  return cal.tiles && internal::XlAmxAvailable() && tokens % 32 == 0 &&
+  return cal.tiles && internal::XlProductsAvailable() && tokens % 32 == 0 &&
          ScaledStepsFitTiles(cal, step_scale);
 }
 

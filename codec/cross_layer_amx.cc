@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "codec/cross_layer.h"
 #include "codec/half.h"
@@ -25,7 +27,10 @@ namespace strata::codec::internal {
 void BuildCrossLayerTiles(CrossLayerCalibration* cal) {
   const size_t w = cal->Width(), L = cal->num_layers;
   cal->tiles.reset();
-  if (!PcaAmxSupported() || w % 32 != 0) return;
+  if (!(PcaAmxSupported() || XlBf16ProductsSupported() || XlAvx512FmaProductsSupported() ||
+        XlFmaProductsSupported()) ||
+      w % 32 != 0)
+    return;
   for (const CrossLayerTransform& tr : cal->layers)
     for (float st : tr.step)
       if (!(st >= 0x1p-3f)) return;
@@ -60,9 +65,33 @@ void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_sca
 
 namespace {
 std::atomic<uint64_t> g_products{0};
+std::atomic<XlKernel> g_cap{XlKernel::kAmx};
 }  // namespace
 
-bool XlAmxAvailable() { return PcaAmxAvailable(); }
+// STRATA_CODEC_XL_KERNEL: "float", "fma", "avx512-fma" or "bf16", the best kernel allowed (A/B runs; an
+// encoder and its decoders on one machine must agree, as they do by default).
+XlKernel EnvCap() {
+  const char* env = std::getenv("STRATA_CODEC_XL_KERNEL");
+  if (env == nullptr) return XlKernel::kAmx;
+  const std::string_view v(env);
+  return v == "float"      ? XlKernel::kFloat
+         : v == "fma"        ? XlKernel::kFma
+         : v == "avx512-fma" ? XlKernel::kAvx512Fma
+         : v == "bf16"       ? XlKernel::kAvx512Bf16
+                             : XlKernel::kAmx;
+}
+
+XlKernel XlKernelInUse() {
+  static const XlKernel env_cap = EnvCap();
+  const XlKernel cap = std::min(env_cap, g_cap.load(std::memory_order_relaxed));
+  if (cap >= XlKernel::kAmx && PcaAmxAvailable()) return XlKernel::kAmx;
+  if (cap >= XlKernel::kAvx512Bf16 && XlBf16ProductsSupported()) return XlKernel::kAvx512Bf16;
+  if (cap >= XlKernel::kAvx512Fma && XlAvx512FmaProductsSupported()) return XlKernel::kAvx512Fma;
+  if (cap >= XlKernel::kFma && XlFmaProductsSupported()) return XlKernel::kFma;
+  return XlKernel::kFloat;
+}
+void SetXlKernelCapForTest(XlKernel cap) { g_cap.store(cap); }
+bool XlProductsAvailable() { return XlKernelInUse() != XlKernel::kFloat; }
 uint64_t XlTileProducts() { return g_products.load(std::memory_order_relaxed); }
 
 #ifdef STRATA_XL_AMX
@@ -114,35 +143,34 @@ STRATA_XL_AMX_TARGET void Product(const uint16_t* a, size_t lda, const XlPairs& 
   _tile_release();
 }
 
-STRATA_XL_AMX_TARGET void ToBf16(const float* src, size_t n, size_t n_pad, uint16_t* dst) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
-  for (; i < n; ++i) dst[i] = FloatToBF16(src[i]);
-  std::fill(dst + n, dst + n_pad, uint16_t{0});
-}
-
 }  // namespace
 #endif
 
 void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, bool accumulate,
                float* c, size_t ldc) {
+  switch (XlKernelInUse()) {
+    case XlKernel::kAmx:
 #ifdef STRATA_XL_AMX
-  Product(a, lda, b, tokens, accumulate, c, ldc);
-  g_products.fetch_add(1, std::memory_order_relaxed);
-#else
-  (void)a, (void)lda, (void)b, (void)tokens, (void)accumulate, (void)c, (void)ldc;
+      Product(a, lda, b, tokens, accumulate, c, ldc);
 #endif
+      break;
+    case XlKernel::kAvx512Bf16:
+      XlProductBf16(a, lda, b, tokens, accumulate, c, ldc);
+      break;
+    case XlKernel::kAvx512Fma:
+      XlProductAvx512Fma(a, lda, b, tokens, accumulate, c, ldc);
+      break;
+    case XlKernel::kFma:
+      XlProductFma(a, lda, b, tokens, accumulate, c, ldc);
+      break;
+    case XlKernel::kFloat:
+      return;  // callers ask XlProductsAvailable first
+  }
+  g_products.fetch_add(1, std::memory_order_relaxed);
 }
 
 void XlToBf16(const float* src, size_t n, size_t n_pad, uint16_t* dst) {
-#ifdef STRATA_XL_AMX
-  ToBf16(src, n, n_pad, dst);
-#else
-  for (size_t i = 0; i < n; ++i) dst[i] = FloatToBF16(src[i]);
-  std::fill(dst + n, dst + n_pad, uint16_t{0});
-#endif
+  XlToBf16Vector(src, n, n_pad, dst);
 }
 
 }  // namespace strata::codec::internal

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -224,11 +225,17 @@ TEST(CrossLayer, ImportanceSpendsBitsWhereTheModelLooks) {
   EXPECT_LT(values_error(s), 0.5 * values_error(p));
 }
 
-// Where the CPU has AMX, the products run on its tiles (bf16 operands); the float kernels decode
-// the same payload to within that rounding, which does not grow through the layers, and their
-// own payloads round-trip as the tiles' do.
-TEST(CrossLayer, TilesAndFloatKernelsAgree) {
-  if (!internal::PcaAmxSupported()) GTEST_SKIP() << "no AMX here";
+// Caps the product kernels for a scope (tests that fail midway leave the default behind).
+struct KernelCap {
+  explicit KernelCap(internal::XlKernel k) { internal::SetXlKernelCapForTest(k); }
+  ~KernelCap() { internal::SetXlKernelCapForTest(internal::XlKernel::kAmx); }
+};
+
+// Where the CPU runs a bf16 product kernel (AMX tiles, AVX512-BF16 or AVX2 FMAs), the products
+// take it; the float kernels decode the same payload to within bf16's rounding, which does not
+// grow through the layers, and their own payloads round-trip as the products' do.
+TEST(CrossLayer, ProductKernelsAndFloatKernelsAgree) {
+  if (!internal::XlProductsAvailable()) GTEST_SKIP() << "no bf16 product kernel here";
   const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
   const auto calib = Blocks(l, 8, 12);
   const auto eval = Blocks(l, 1, 13);
@@ -240,13 +247,16 @@ TEST(CrossLayer, TilesAndFloatKernelsAgree) {
   const uint64_t before = internal::XlTileProducts();
   const Coded tiles = RoundTrip(*cal, l, eval[0], kTokens);
   EXPECT_GE(internal::XlTileProducts() - before, 3u * kLayers - 1);
-  internal::SetPcaAmxEnabledForTest(false);
-  const uint64_t after = internal::XlTileProducts();
   std::vector<uint8_t> by_float(eval[0].size());
-  const absl::Status s = DecodeCrossLayer(*cal, l, tiles.payload, kTokens, by_float);
-  const Coded floats = RoundTrip(*cal, l, eval[0], kTokens);
-  EXPECT_EQ(internal::XlTileProducts(), after);
-  internal::SetPcaAmxEnabledForTest(true);
+  absl::Status s;
+  Coded floats;
+  {
+    KernelCap no_products(internal::XlKernel::kFloat);
+    const uint64_t after = internal::XlTileProducts();
+    s = DecodeCrossLayer(*cal, l, tiles.payload, kTokens, by_float);
+    floats = RoundTrip(*cal, l, eval[0], kTokens);
+    EXPECT_EQ(internal::XlTileProducts(), after);
+  }
   ASSERT_TRUE(s.ok()) << s;
   const double noise = RelError(eval[0], tiles.decoded);
   EXPECT_LT(noise, 0.3 * 0.3 / 12 * 1.5 + 1e-4);
@@ -254,6 +264,146 @@ TEST(CrossLayer, TilesAndFloatKernelsAgree) {
   EXPECT_NE(tiles.decoded, by_float);  // bf16 operands: not the float kernels' bits ...
   for (size_t layer = 0; layer < kLayers; ++layer)  // ... but far closer than the step
     EXPECT_LT(LayerRelError(tiles.decoded, by_float, layer), 0.02 * noise) << layer;
+}
+
+// The product kernels this CPU runs, best first.
+std::vector<internal::XlKernel> SupportedXlKernels() {
+  std::vector<internal::XlKernel> out;
+  if (internal::PcaAmxAvailable()) out.push_back(internal::XlKernel::kAmx);
+  if (internal::XlBf16ProductsSupported()) out.push_back(internal::XlKernel::kAvx512Bf16);
+  if (internal::XlAvx512FmaProductsSupported()) out.push_back(internal::XlKernel::kAvx512Fma);
+  if (internal::XlFmaProductsSupported()) out.push_back(internal::XlKernel::kFma);
+  return out;
+}
+
+// A payload coded on one kernel decodes on every other within float rounding: the kernels share
+// the bf16 operands and differ only in the order their float sums round.
+TEST(CrossLayer, EveryProductKernelDecodesTheOthersPayloads) {
+  const std::vector<internal::XlKernel> kernels = SupportedXlKernels();
+  if (kernels.empty()) GTEST_SKIP() << "no bf16 product kernel here";
+  const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
+  const auto calib = Blocks(l, 8, 21);
+  const auto eval = Blocks(l, 1, 22, 10000);
+  CrossLayerOptions o;
+  o.step = 0.3;
+  o.rope_theta = 10000;
+  auto cal = CalibrateCrossLayer(l, Spans(calib), o);
+  ASSERT_TRUE(cal.ok());
+  ASSERT_NE(cal->tiles, nullptr);
+  KernelCap cap(kernels.front());
+  for (internal::XlKernel enc : kernels) {
+    internal::SetXlKernelCapForTest(enc);
+    ASSERT_EQ(internal::XlKernelInUse(), enc);
+    const uint64_t before = internal::XlTileProducts();
+    const Coded c = RoundTrip(*cal, l, eval[0], 0);
+    EXPECT_GE(internal::XlTileProducts() - before, 3u * kLayers - 1);
+    const double noise = RelError(eval[0], c.decoded);
+    EXPECT_LT(noise, 0.3 * 0.3 / 12 * 1.5 + 1e-4) << static_cast<int>(enc);
+    for (internal::XlKernel dec : kernels) {
+      internal::SetXlKernelCapForTest(dec);
+      std::vector<uint8_t> out(eval[0].size(), 0xAB);
+      ASSERT_TRUE(DecodeCrossLayer(*cal, l, c.payload, 0, out).ok());
+      if (dec == enc) {
+        EXPECT_EQ(out, c.decoded);
+        continue;
+      }
+      for (size_t layer = 0; layer < kLayers; ++layer)
+        EXPECT_LT(LayerRelError(c.decoded, out, layer), 1e-3 * noise)
+            << static_cast<int>(enc) << " -> " << static_cast<int>(dec) << " layer " << layer;
+    }
+  }
+}
+
+// Each kernel's C (+)= A B against a double sum of the same bf16 operands, within float's
+// rounding of a sum of that many products; the FMA kernel bit for bit as std::fma in pair order
+// (even row, then odd); nothing written beside C's columns.
+TEST(CrossLayer, ProductKernelsMatchADoubleReference) {
+  const std::vector<internal::XlKernel> kernels = SupportedXlKernels();
+  if (kernels.empty()) GTEST_SKIP() << "no bf16 product kernel here";
+  KernelCap cap(kernels.front());
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  struct Shape {
+    size_t tokens, rows, cols;
+  };
+  for (const Shape sh : {Shape{32, 32, 32}, Shape{64, 64, 96}, Shape{32, 344, 512},
+                         Shape{64, 512, 344}, Shape{32, 30, 20}}) {
+    std::vector<float> m(sh.rows * sh.cols), row_scale(sh.rows);
+    for (float& x : m) x = nd(rng);
+    for (float& x : row_scale) x = std::exp(nd(rng));
+    internal::XlPairs b;
+    internal::BuildXlPairs(m.data(), sh.rows, sh.cols, row_scale.data(), &b);
+    const size_t lda = b.rows_pad + 32, ldc = b.cols_pad + 16;
+    std::vector<uint16_t> a(sh.tokens * lda, 0x7FC0);  // NaN outside the rows: never read
+    std::vector<float> af(sh.rows);
+    for (size_t t = 0; t < sh.tokens; ++t) {
+      for (float& x : af) x = nd(rng) * 4;
+      internal::XlToBf16(af.data(), sh.rows, b.rows_pad, a.data() + t * lda);
+    }
+    auto bw = [&](size_t i, size_t j) {
+      return BF16ToFloat(b.words[(i / 2 * b.cols_pad + j) * 2 + i % 2]);
+    };
+    std::vector<float> c0(sh.tokens * ldc);
+    for (float& x : c0) x = nd(rng);
+    for (internal::XlKernel k : kernels)
+      for (bool accumulate : {false, true}) {
+        internal::SetXlKernelCapForTest(k);
+        std::vector<float> c = c0;
+        internal::XlProduct(a.data(), lda, b, sh.tokens, accumulate, c.data(), ldc);
+        for (size_t t = 0; t < sh.tokens; ++t)
+          for (size_t j = 0; j < ldc; ++j) {
+            const float got = c[t * ldc + j];
+            if (j >= b.cols_pad) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(c0[t * ldc + j]));
+              continue;
+            }
+            double ref = accumulate ? c0[t * ldc + j] : 0.0, mag = std::abs(ref);
+            float fma = accumulate ? c0[t * ldc + j] : 0.0f;
+            for (size_t i = 0; i < b.rows_pad; ++i) {
+              const float x = BF16ToFloat(a[t * lda + i]), y = bw(i, j);
+              ref += double{x} * y;
+              mag += std::abs(double{x} * y);
+              fma = std::fma(x, y, fma);
+            }
+            ASSERT_LE(std::abs(got - ref), (b.rows_pad + 1) * 0x1p-24 * mag + 1e-30)
+                << static_cast<int>(k) << " " << sh.tokens << "x" << sh.rows << "x" << sh.cols
+                << " t " << t << " j " << j;
+            if (k == internal::XlKernel::kFma || k == internal::XlKernel::kAvx512Fma) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(fma))
+                  << sh.rows << "x" << sh.cols << " t " << t << " j " << j;
+            }
+          }
+      }
+  }
+}
+
+// The vector conversions round as FloatToBF16 (nearest even, NaNs quiet), past the vectors'
+// ends too, and zero the padding; AVX512-BF16's reads denormals as zero, so those are left out
+// where it runs.
+TEST(CrossLayer, Bf16ConversionsRoundAsTheScalarOne) {
+  std::mt19937 rng(41);
+  std::vector<float> src;
+  for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x7F800000u, 0xFF800000u,
+                        0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x80000000u, 0x7F7FFFFFu,
+                        0x00000001u, 0x807FFFFFu})
+    src.push_back(std::bit_cast<float>(bits));
+  while (src.size() < 77) src.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (bool avx2 : {false, true}) {
+    if (avx2 && !internal::XlFmaProductsSupported()) continue;
+    const bool daz = !avx2 && internal::XlBf16ProductsSupported();
+    for (size_t n : {size_t{0}, size_t{7}, size_t{16}, size_t{77}}) {
+      std::vector<uint16_t> out(n + 19, 0x1234);
+      (avx2 ? internal::XlToBf16Avx2 : internal::XlToBf16Vector)(src.data(), n, n + 16,
+                                                                  out.data());
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t x = std::bit_cast<uint32_t>(src[i]);
+        if (daz && (x & 0x7F800000u) == 0 && (x & 0x7FFFFFu) != 0) continue;
+        EXPECT_EQ(out[i], FloatToBF16(src[i])) << avx2 << " " << std::hex << x;
+      }
+      for (size_t i = n; i < n + 16; ++i) EXPECT_EQ(out[i], 0) << i;
+      for (size_t i = n + 16; i < n + 19; ++i) EXPECT_EQ(out[i], 0x1234) << i;
+    }
+  }
 }
 
 // The calibration as an artefact: parsed back it decodes the same payload to the same bytes and
