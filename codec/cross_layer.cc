@@ -1,11 +1,11 @@
 // Cross-layer transform coding (codec/cross_layer.h). Two ways to the same products: bf16
-// operands (internal/cross_layer_amx.h: AMX tiles, AVX512-BF16 or AVX2 FMAs, whichever the CPU
-// has), else plain float loops, every
-// product the reconstruction depends on written as a row update (out[c] += a * row[c]) in a
-// fixed order, which compilers vectorise without reordering sums (the library is built with
-// -ffp-contract=off). Either way the encoder's closed-loop reconstruction is the decoder's bit
-// for bit where both take the same way; across the two ways they differ by bf16's rounding,
-// which does not grow through the layers (docs/codec.md).
+// operands (internal/cross_layer_amx.h: AMX tiles, AVX512-BF16, or FMAs on AVX-512 or AVX2,
+// whichever the CPU has), else plain float loops, every product the reconstruction depends on
+// written as a row update (out[c] += a * row[c]) in a fixed order, which compilers vectorise
+// without reordering sums (the library is built with -ffp-contract=off). Either way the
+// encoder's closed-loop reconstruction is the decoder's bit for bit where both take the same
+// kernel; the bf16 kernels differ among themselves by float rounding, and from the float loops
+// by bf16's rounding, which does not grow through the layers (docs/codec.md).
 #include "codec/cross_layer.h"
 
 #include <algorithm>

@@ -72,9 +72,10 @@ struct CrossLayerCalibration {
   // Per (layer, tensor, head): the divisor that brings the head's values to the units above.
   std::vector<float> scale;
   std::vector<CrossLayerTransform> layers;
-  // The products' operands for AMX tiles (internal/cross_layer_amx.h), built by
-  // CalibrateCrossLayer where the CPU has them, the width is a multiple of 32 and the step at
-  // least 2^-6. Coding then runs on the tiles for blocks of a multiple of 32 tokens.
+  // The products' bf16 operands (internal/cross_layer_amx.h), built by CalibrateCrossLayer and
+  // Parse where the CPU runs one of their kernels (AMX tiles, AVX512-BF16, AVX-512 or AVX2
+  // FMAs), the width is a multiple of 32 and every step at least 2^-3. Coding then takes them
+  // for blocks of a multiple of 32 tokens.
   std::shared_ptr<const internal::CrossLayerTiles> tiles;
 
   size_t Width() const { return size_t{2} * num_kv_heads * head_dim; }

@@ -1,8 +1,10 @@
-// The cross-layer coder's products on AMX tiles (codec/internal/cross_layer_amx.h).
+// The cross-layer coder's bf16 products (codec/internal/cross_layer_amx.h): the AMX tiles' kernel,
+// the choice among the kernels and the operands they share.
 #include "codec/internal/cross_layer_amx.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -24,13 +26,57 @@
 
 namespace strata::codec::internal {
 
+namespace {
+
+std::atomic<uint64_t> g_products{0};
+std::atomic<XlKernel> g_cap{XlKernel::kAmx};
+
+// STRATA_CODEC_XL_KERNEL: "float", "fma", "avx512-fma", "bf16" or "amx", the best kernel
+// allowed (A/B runs; an encoder and its decoders on one machine must agree, as they do by
+// default). Anything else allows every kernel.
+XlKernel EnvCap() {
+  static const XlKernel cap = [] {
+    const char* env = std::getenv("STRATA_CODEC_XL_KERNEL");
+    const std::string_view v(env == nullptr ? "" : env);
+    if (v == "float") return XlKernel::kFloat;
+    if (v == "fma") return XlKernel::kFma;
+    if (v == "avx512-fma") return XlKernel::kAvx512Fma;
+    if (v == "bf16") return XlKernel::kAvx512Bf16;
+    return XlKernel::kAmx;
+  }();
+  return cap;
+}
+
+// The best kernel under `cap` that this CPU runs (AMX only where the process has the tiles).
+XlKernel BestKernel(XlKernel cap, bool amx) {
+  if (cap >= XlKernel::kAmx && amx) return XlKernel::kAmx;
+  if (cap >= XlKernel::kAvx512Bf16 && XlBf16ProductsSupported()) return XlKernel::kAvx512Bf16;
+  if (cap >= XlKernel::kAvx512Fma && XlAvx512FmaProductsSupported()) return XlKernel::kAvx512Fma;
+  if (cap >= XlKernel::kFma && XlFmaProductsSupported()) return XlKernel::kFma;
+  return XlKernel::kFloat;
+}
+
+// The products one at a time, as the FMA kernels sum them (the same bits): for a product asked
+// of a kernel that is not there (a test's cap changed under a caller).
+void ScalarProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
+                   bool accumulate, float* c, size_t ldc) {
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t j = 0; j < b.cols_pad; ++j) {
+      float sum = accumulate ? c[t * ldc + j] : 0.0f;
+      for (size_t i = 0; i < b.rows_pad; ++i)
+        sum = std::fma(BF16ToFloat(a[t * lda + i]),
+                       BF16ToFloat(b.words[(i / 2 * b.cols_pad + j) * 2 + i % 2]), sum);
+      c[t * ldc + j] = sum;
+    }
+}
+
+}  // namespace
+
 void BuildCrossLayerTiles(CrossLayerCalibration* cal) {
   const size_t w = cal->Width(), L = cal->num_layers;
   cal->tiles.reset();
-  if (!(PcaAmxSupported() || XlBf16ProductsSupported() || XlAvx512FmaProductsSupported() ||
-        XlFmaProductsSupported()) ||
-      w % 32 != 0)
-    return;
+  // Not where no kernel may run them: the operands are ~0.6x the calibration's own size.
+  if (BestKernel(EnvCap(), PcaAmxSupported()) == XlKernel::kFloat || w % 32 != 0) return;
   for (const CrossLayerTransform& tr : cal->layers)
     for (float st : tr.step)
       if (!(st >= 0x1p-3f)) return;
@@ -63,32 +109,8 @@ void BuildXlPairs(const float* m, size_t rows, size_t cols, const float* row_sca
     }
 }
 
-namespace {
-std::atomic<uint64_t> g_products{0};
-std::atomic<XlKernel> g_cap{XlKernel::kAmx};
-}  // namespace
-
-// STRATA_CODEC_XL_KERNEL: "float", "fma", "avx512-fma" or "bf16", the best kernel allowed (A/B runs; an
-// encoder and its decoders on one machine must agree, as they do by default).
-XlKernel EnvCap() {
-  const char* env = std::getenv("STRATA_CODEC_XL_KERNEL");
-  if (env == nullptr) return XlKernel::kAmx;
-  const std::string_view v(env);
-  return v == "float"      ? XlKernel::kFloat
-         : v == "fma"        ? XlKernel::kFma
-         : v == "avx512-fma" ? XlKernel::kAvx512Fma
-         : v == "bf16"       ? XlKernel::kAvx512Bf16
-                             : XlKernel::kAmx;
-}
-
 XlKernel XlKernelInUse() {
-  static const XlKernel env_cap = EnvCap();
-  const XlKernel cap = std::min(env_cap, g_cap.load(std::memory_order_relaxed));
-  if (cap >= XlKernel::kAmx && PcaAmxAvailable()) return XlKernel::kAmx;
-  if (cap >= XlKernel::kAvx512Bf16 && XlBf16ProductsSupported()) return XlKernel::kAvx512Bf16;
-  if (cap >= XlKernel::kAvx512Fma && XlAvx512FmaProductsSupported()) return XlKernel::kAvx512Fma;
-  if (cap >= XlKernel::kFma && XlFmaProductsSupported()) return XlKernel::kFma;
-  return XlKernel::kFloat;
+  return BestKernel(std::min(EnvCap(), g_cap.load(std::memory_order_relaxed)), PcaAmxAvailable());
 }
 void SetXlKernelCapForTest(XlKernel cap) { g_cap.store(cap); }
 bool XlProductsAvailable() { return XlKernelInUse() != XlKernel::kFloat; }
@@ -152,6 +174,8 @@ void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, b
     case XlKernel::kAmx:
 #ifdef STRATA_XL_AMX
       Product(a, lda, b, tokens, accumulate, c, ldc);
+#else
+      ScalarProduct(a, lda, b, tokens, accumulate, c, ldc);
 #endif
       break;
     case XlKernel::kAvx512Bf16:
@@ -163,8 +187,9 @@ void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, b
     case XlKernel::kFma:
       XlProductFma(a, lda, b, tokens, accumulate, c, ldc);
       break;
-    case XlKernel::kFloat:
-      return;  // callers ask XlProductsAvailable first
+    case XlKernel::kFloat:  // callers ask XlProductsAvailable first
+      ScalarProduct(a, lda, b, tokens, accumulate, c, ldc);
+      break;
   }
   g_products.fetch_add(1, std::memory_order_relaxed);
 }

@@ -1,8 +1,8 @@
-// The cross-layer coder's bf16 products on cores without AMX tiles (internal/cross_layer_amx.h):
+// The cross-layer coder's bf16 products without AMX tiles (internal/cross_layer_amx.h):
 // `vdpbf16ps` where the core has AVX512-BF16 (AMD Zen 4, Intel Cooper Lake and later), else the
-// same pairs as two FMAs, on AVX-512 or AVX2. The operands are the tiles' (bf16 token rows, pair rows of
-// B), so a payload the tiles coded decodes here with the prediction off by float rounding alone,
-// not by bf16's. A bf16 times a bf16 is exact in float, so an FMA adds it with one rounding.
+// same pairs as two FMAs, on AVX-512 or AVX2. The operands are the tiles' (bf16 token rows, pair
+// rows of B): the kernels' sums differ by float rounding alone. A bf16 times a bf16 is exact in
+// float, so an FMA adds it with one rounding, and both FMA kernels give the same bits.
 #include <algorithm>
 #include <cstring>
 
@@ -16,7 +16,8 @@
 #define STRATA_XL_FMA_TARGET __attribute__((target("avx2,fma")))
 #define STRATA_XL_AVX512_TARGET __attribute__((target("avx512f")))
 #if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 shift intrinsics pass an undefined vector as the unused merge operand.
+// GCC 12's AVX-512 shift intrinsics pass an undefined vector as the unused merge operand (the
+// AMX file and the pca kernels say the same).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #endif
@@ -25,6 +26,13 @@ namespace strata::codec::internal {
 
 #ifdef STRATA_XL_X86
 namespace {
+
+// A token's coordinates 2p and 2p + 1 as one word (the row's words are uint16_t).
+inline int PairAt(const uint16_t* row, size_t p) {
+  int w;
+  std::memcpy(&w, row + 2 * p, sizeof(w));
+  return w;
+}
 
 // Four tokens from t by NJ column vectors of 16 from j, over every pair row of b: acc (+)= a b.
 template <int NJ>
@@ -37,15 +45,15 @@ STRATA_XL_BF16_TARGET inline void Bf16Tile(const uint16_t* a, size_t lda, const 
       acc[tt][jj] = accumulate ? _mm512_loadu_ps(c + (t + tt) * ldc + j + 16 * jj)
                                : _mm512_setzero_ps();
   const uint32_t* bw = reinterpret_cast<const uint32_t*>(b.words.data()) + j;
-  const uint32_t* ar[4];
-  for (int tt = 0; tt < 4; ++tt) ar[tt] = reinterpret_cast<const uint32_t*>(a + (t + tt) * lda);
+  const uint16_t* ar[4];
+  for (int tt = 0; tt < 4; ++tt) ar[tt] = a + (t + tt) * lda;
   const size_t pairs = b.rows_pad / 2;
   for (size_t p = 0; p < pairs; ++p) {
     __m512bh bv[NJ];
     for (int jj = 0; jj < NJ; ++jj)
       bv[jj] = (__m512bh)_mm512_loadu_si512(bw + p * b.cols_pad + 16 * jj);
     for (int tt = 0; tt < 4; ++tt) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ar[tt][p]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(PairAt(ar[tt], p));
       for (int jj = 0; jj < NJ; ++jj) acc[tt][jj] = _mm512_dpbf16_ps(acc[tt][jj], av, bv[jj]);
     }
   }
@@ -93,8 +101,8 @@ STRATA_XL_FMA_TARGET inline void FmaTile(const uint16_t* a, size_t lda, const Xl
       acc[tt][jj] = accumulate ? _mm256_loadu_ps(c + (t + tt) * ldc + j + 8 * jj)
                                : _mm256_setzero_ps();
   const uint32_t* bw = reinterpret_cast<const uint32_t*>(b.words.data()) + j;
-  const uint32_t* ar[4];
-  for (int tt = 0; tt < 4; ++tt) ar[tt] = reinterpret_cast<const uint32_t*>(a + (t + tt) * lda);
+  const uint16_t* ar[4];
+  for (int tt = 0; tt < 4; ++tt) ar[tt] = a + (t + tt) * lda;
   const size_t pairs = b.rows_pad / 2;
   for (size_t p = 0; p < pairs; ++p) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bw + p * b.cols_pad));
@@ -102,7 +110,7 @@ STRATA_XL_FMA_TARGET inline void FmaTile(const uint16_t* a, size_t lda, const Xl
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bw + p * b.cols_pad + 8));
     const __m256 be0 = EvenHalf(w0), bo0 = OddHalf(w0), be1 = EvenHalf(w1), bo1 = OddHalf(w1);
     for (int tt = 0; tt < 4; ++tt) {
-      const __m256i aw = _mm256_set1_epi32(static_cast<int>(ar[tt][p]));
+      const __m256i aw = _mm256_set1_epi32(PairAt(ar[tt], p));
       const __m256 ae = EvenHalf(aw), ao = OddHalf(aw);
       acc[tt][0] = _mm256_fmadd_ps(ae, be0, acc[tt][0]);
       acc[tt][1] = _mm256_fmadd_ps(ae, be1, acc[tt][1]);
@@ -138,8 +146,8 @@ STRATA_XL_AVX512_TARGET inline void FmaTile512(const uint16_t* a, size_t lda, co
       acc[tt][jj] = accumulate ? _mm512_loadu_ps(c + (t + tt) * ldc + j + 16 * jj)
                                : _mm512_setzero_ps();
   const uint32_t* bw = reinterpret_cast<const uint32_t*>(b.words.data()) + j;
-  const uint32_t* ar[4];
-  for (int tt = 0; tt < 4; ++tt) ar[tt] = reinterpret_cast<const uint32_t*>(a + (t + tt) * lda);
+  const uint16_t* ar[4];
+  for (int tt = 0; tt < 4; ++tt) ar[tt] = a + (t + tt) * lda;
   const size_t pairs = b.rows_pad / 2;
   for (size_t p = 0; p < pairs; ++p) {
     const __m512i w0 = _mm512_loadu_si512(bw + p * b.cols_pad);
@@ -147,7 +155,7 @@ STRATA_XL_AVX512_TARGET inline void FmaTile512(const uint16_t* a, size_t lda, co
     const __m512 be0 = EvenHalf512(w0), bo0 = OddHalf512(w0);
     const __m512 be1 = EvenHalf512(w1), bo1 = OddHalf512(w1);
     for (int tt = 0; tt < 4; ++tt) {
-      const __m512i aw = _mm512_set1_epi32(static_cast<int>(ar[tt][p]));
+      const __m512i aw = _mm512_set1_epi32(PairAt(ar[tt], p));
       const __m512 ae = EvenHalf512(aw), ao = OddHalf512(aw);
       acc[tt][0] = _mm512_fmadd_ps(ae, be0, acc[tt][0]);
       acc[tt][1] = _mm512_fmadd_ps(ae, be1, acc[tt][1]);

@@ -2,7 +2,8 @@
 // tiles' pair rows, fp32 sums. They run on AMX tiles (codec/cross_layer_amx.cc) where the CPU has
 // them (PcaAmxAvailable), else as `vdpbf16ps` on AVX512-BF16 or as FMAs on AVX-512 or AVX2
 // (codec/cross_layer_bf16.cc): the same operands and sums up to float rounding. Operands are
-// rounded to bf16 once (nearest even), each product off by up to 2^-9 of itself. The encoder
+// rounded to bf16 once (nearest even), each product off by up to 2^-9 of itself; the kernels' sums
+// differ among themselves by float rounding. The encoder
 // runs the same products in the same order as the decoder, so where both take the same kernel
 // the prediction's rounding is the decoder's and the closed loop absorbs it; the projection's
 // only moves the quantiser's choice; the reconstruction's (q x step x axis) is kept under 1/16 of
@@ -44,7 +45,8 @@ void BuildCrossLayerTiles(CrossLayerCalibration* cal);
 
 // The kernels, in the order of preference.
 enum class XlKernel { kFloat, kFma, kAvx512Fma, kAvx512Bf16, kAmx };
-// The best kernel this CPU runs (and the tests allow): kFloat where none.
+// The best kernel this CPU runs, within STRATA_CODEC_XL_KERNEL's cap and the tests': kFloat
+// where none. AMX only where PcaAmxAvailable (so STRATA_CODEC_AMX=0 leaves AVX512-BF16 or FMAs).
 XlKernel XlKernelInUse();
 // Tests: the best kernel XlKernelInUse may return (kAmx, the default, allows every one).
 void SetXlKernelCapForTest(XlKernel cap);

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
       write(blob);
     }
   }
-  // xl blocks of 32 tokens: where the CPU has AMX, the products run on its tiles.
+  // xl blocks of 32 tokens: the products run on the bf16 kernels (AMX, AVX512-BF16 or FMAs).
   l.tokens_per_block = 32;
   for (codec::CodecParams* p : {&xl_plain, &xl_capped}) {
     std::vector<uint8_t> blob;
