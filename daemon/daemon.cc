@@ -16,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "codec/codec.h"
 #include "common/am_wire.h"
 #include "common/status_macros.h"
 #include "common/units.h"
@@ -672,6 +673,8 @@ absl::Status Daemon::Impl::StartServices() {
                                      calibration_store.status().message()));
   calibrations = std::move(*calibration_store);
   RegisterCalibrationSeries(metrics, calibrations.get());
+  RegisterCodecKernelSeries(metrics);
+  spdlog::info("codec kernels: {}", codec::DescribeCpuKernels());
   calibration_service =
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());

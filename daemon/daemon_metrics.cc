@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 
+#include "codec/codec.h"
 #include "daemon/calibrations/calibration_store.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/events/kv_event_publisher.h"
@@ -353,6 +354,15 @@ void RegisterCalibrationSeries(MetricsRegistry& m, const CalibrationStore* store
     parsed->Set(static_cast<double>(store->parsed().bytes()));
     evicted->Set(store->parsed().evictions());
   });
+}
+
+void RegisterCodecKernelSeries(MetricsRegistry& m) {
+  for (const codec::CpuKernel& k : codec::CpuKernels())
+    m.AddGauge("strata_codec_kernel_info",
+               "1 for the CPU path each part of the codec takes on this node (rans, pca_decode, "
+               "pca_encode, xl_products): it sets the codec's speed.",
+               {{"part", k.part}, {"kernel", k.kernel}})
+        ->Set(1);
 }
 
 void RegisterClusterSeries(MetricsRegistry& m, const std::atomic<Cluster*>* cluster) {

@@ -60,4 +60,8 @@ class CalibrationStore;
 // daemon's coders keep (limits.parsed_calibration_bytes); `store` outlives the scrapes.
 void RegisterCalibrationSeries(MetricsRegistry& m, const CalibrationStore* store);
 
+// strata_codec_kernel_info{part, kernel} 1 per part of the codec (codec::CpuKernels): what sets
+// this node's encode, decode and transcode speed.
+void RegisterCodecKernelSeries(MetricsRegistry& m);
+
 }  // namespace strata::daemon

@@ -382,6 +382,33 @@ TEST(CrossLayer, ProductKernelsMatchADoubleReference) {
   }
 }
 
+// CpuKernels names the product kernel in use, and "float" where the cap leaves none.
+TEST(CrossLayer, CpuKernelsNameTheProductKernelInUse) {
+  auto xl = [] {
+    for (const CpuKernel& k : CpuKernels())
+      if (k.part == "xl_products") return k.kernel;
+    return std::string("missing");
+  };
+  const std::pair<internal::XlKernel, const char*> names[] = {
+      {internal::XlKernel::kAmx, "amx-bf16"},
+      {internal::XlKernel::kAvx512Bf16, "avx512-bf16"},
+      {internal::XlKernel::kAvx512Fma, "avx512-fma"},
+      {internal::XlKernel::kFma, "avx2-fma"}};
+  for (const auto& [kernel, name] : names) {
+    KernelCap cap(kernel);
+    if (internal::XlKernelInUse() == kernel) {
+      EXPECT_EQ(xl(), name);
+    }
+  }
+  {
+    KernelCap cap(internal::XlKernel::kFloat);
+    EXPECT_EQ(xl(), "float");
+  }
+  const std::string line = DescribeCpuKernels();
+  for (const char* part : {"rans ", "pca_decode ", "pca_encode ", "xl_products "})
+    EXPECT_NE(line.find(part), std::string::npos) << line;
+}
+
 // The vector conversions round as FloatToBF16 (nearest even, NaNs quiet), past the vectors'
 // ends too, and zero the padding; AVX512-BF16's reads denormals as zero, so those are left out
 // where it runs.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "codec/codec.h"
 #include "codec/synthetic_kv.h"
 #include "strata/client.h"
 #include "tests/integration/daemon_process.h"
@@ -141,6 +142,14 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   EXPECT_EQ(SampleValue(m.body, "strata_data_plane_bytes_total{direction=\"publish\"}"), 7 * 512);
   EXPECT_EQ(SampleValue(m.body, "strata_data_plane_bytes_total{direction=\"fetch\"}"), 512);
   EXPECT_EQ(SampleValue(m.body, "strata_build_info{version=\"" STRATA_VERSION "\"}"), 1);
+  // The codec's CPU paths, as this process finds them on the same machine and environment.
+  const std::vector<codec::CpuKernel> kernels = codec::CpuKernels();
+  ASSERT_EQ(kernels.size(), 4u);
+  for (const codec::CpuKernel& k : kernels)
+    EXPECT_EQ(SampleValue(m.body, "strata_codec_kernel_info{part=\"" + k.part + "\",kernel=\"" +
+                                      k.kernel + "\"}"),
+              1)
+        << m.body;
 }
 
 // A real Prometheus server scrapes the daemon; its HTTP API answers PromQL with what we published.
