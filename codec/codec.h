@@ -274,8 +274,8 @@ absl::StatusOr<BlobInfo> InspectBlob(std::span<const uint8_t> blob);
 // The CPU path each part of the codec takes in this process, which sets its speed (the same
 // mode runs 5-10x apart between cores with and without AMX or AVX512-BF16: docs/codec.md, "CPU
 // kernels"): part "rans" (avx512, avx2, scalar), "pca_decode" and "pca_encode" (amx-int8,
-// amx-bf16, avx512-vnni, avx512, avx2, float), "xl_products" (amx-bf16, avx512-bf16, avx512-fma,
-// avx2-fma, float). DescribeCpuKernels: the same as one line, "rans avx512, pca_decode ...".
+// amx-bf16, avx512-vnni, avx512, avx2, float), "xl_products" (amx-bf16, avx512-bf16, avx2-fma,
+// float). DescribeCpuKernels: the same as one line, "rans avx512, pca_decode ...".
 struct CpuKernel {
   std::string part, kernel;
 };

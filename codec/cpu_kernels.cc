@@ -47,7 +47,6 @@ std::string XlKernelName() {
   switch (internal::XlKernelInUse()) {
     case internal::XlKernel::kAmx: return "amx-bf16";
     case internal::XlKernel::kAvx512Bf16: return "avx512-bf16";
-    case internal::XlKernel::kAvx512Fma: return "avx512-fma";
     case internal::XlKernel::kFma: return "avx2-fma";
     case internal::XlKernel::kFloat: break;
   }

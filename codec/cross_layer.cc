@@ -1,5 +1,5 @@
 // Cross-layer transform coding (codec/cross_layer.h). Two ways to the same products: bf16
-// operands (internal/cross_layer_amx.h: AMX tiles, AVX512-BF16, or FMAs on AVX-512 or AVX2,
+// operands (internal/cross_layer_amx.h: AMX tiles, AVX512-BF16, or FMAs on AVX2,
 // whichever the CPU has), else plain float loops, every product the reconstruction depends on
 // written as a row update (out[c] += a * row[c]) in a fixed order, which compilers vectorise
 // without reordering sums (the library is built with -ffp-contract=off). Either way the

@@ -73,8 +73,8 @@ struct CrossLayerCalibration {
   std::vector<float> scale;
   std::vector<CrossLayerTransform> layers;
   // The products' bf16 operands (internal/cross_layer_amx.h), built by CalibrateCrossLayer and
-  // Parse where the CPU runs one of their kernels (AMX tiles, AVX512-BF16, AVX-512 or AVX2
-  // FMAs), the width is a multiple of 32 and every step at least 2^-3. Coding then takes them
+  // Parse where the CPU runs one of their kernels (AMX tiles, AVX512-BF16, AVX2 FMAs), the
+  // width is a multiple of 32 and every step at least 2^-3. Coding then takes them
   // for blocks of a multiple of 32 tokens.
   std::shared_ptr<const internal::CrossLayerTiles> tiles;
 

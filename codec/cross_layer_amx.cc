@@ -31,7 +31,7 @@ namespace {
 std::atomic<uint64_t> g_products{0};
 std::atomic<XlKernel> g_cap{XlKernel::kAmx};
 
-// STRATA_CODEC_XL_KERNEL: "float", "fma", "avx512-fma", "bf16" or "amx", the best kernel
+// STRATA_CODEC_XL_KERNEL: "float", "fma", "bf16" or "amx", the best kernel
 // allowed (A/B runs; an encoder and its decoders on one machine must agree, as they do by
 // default). Anything else allows every kernel.
 XlKernel EnvCap() {
@@ -40,7 +40,6 @@ XlKernel EnvCap() {
     const std::string_view v(env == nullptr ? "" : env);
     if (v == "float") return XlKernel::kFloat;
     if (v == "fma") return XlKernel::kFma;
-    if (v == "avx512-fma") return XlKernel::kAvx512Fma;
     if (v == "bf16") return XlKernel::kAvx512Bf16;
     return XlKernel::kAmx;
   }();
@@ -51,7 +50,6 @@ XlKernel EnvCap() {
 XlKernel BestKernel(XlKernel cap, bool amx) {
   if (cap >= XlKernel::kAmx && amx) return XlKernel::kAmx;
   if (cap >= XlKernel::kAvx512Bf16 && XlBf16ProductsSupported()) return XlKernel::kAvx512Bf16;
-  if (cap >= XlKernel::kAvx512Fma && XlAvx512FmaProductsSupported()) return XlKernel::kAvx512Fma;
   if (cap >= XlKernel::kFma && XlFmaProductsSupported()) return XlKernel::kFma;
   return XlKernel::kFloat;
 }
@@ -180,9 +178,6 @@ void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, b
       break;
     case XlKernel::kAvx512Bf16:
       XlProductBf16(a, lda, b, tokens, accumulate, c, ldc);
-      break;
-    case XlKernel::kAvx512Fma:
-      XlProductAvx512Fma(a, lda, b, tokens, accumulate, c, ldc);
       break;
     case XlKernel::kFma:
       XlProductFma(a, lda, b, tokens, accumulate, c, ldc);

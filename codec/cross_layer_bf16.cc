@@ -1,8 +1,8 @@
 // The cross-layer coder's bf16 products without AMX tiles (internal/cross_layer_amx.h):
 // `vdpbf16ps` where the core has AVX512-BF16 (AMD Zen 4, Intel Cooper Lake and later), else the
-// same pairs as two FMAs, on AVX-512 or AVX2. The operands are the tiles' (bf16 token rows, pair
-// rows of B): the kernels' sums differ by float rounding alone. A bf16 times a bf16 is exact in
-// float, so an FMA adds it with one rounding, and both FMA kernels give the same bits.
+// same pairs as two FMAs on AVX2. The operands are the tiles' (bf16 token rows, pair rows of B):
+// the kernels' sums differ by float rounding alone. A bf16 times a bf16 is exact in float, so an
+// FMA adds it with one rounding: the FMA kernel's sums are std::fma's in pair order.
 #include <algorithm>
 #include <cstring>
 
@@ -14,12 +14,6 @@
 #define STRATA_XL_X86 1
 #define STRATA_XL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define STRATA_XL_FMA_TARGET __attribute__((target("avx2,fma")))
-#define STRATA_XL_AVX512_TARGET __attribute__((target("avx512f")))
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 shift intrinsics pass an undefined vector as the unused merge operand (the
-// AMX file and the pca kernels say the same).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #endif
 
 namespace strata::codec::internal {
@@ -128,53 +122,6 @@ STRATA_XL_FMA_TARGET void ProductFma(const uint16_t* a, size_t lda, const XlPair
     for (size_t t = 0; t < tokens; t += 4) FmaTile(a, lda, b, t, j, accumulate, c, ldc);
 }
 
-// FmaTile in 16 lanes, for AVX-512 cores without BF16 (Intel's Skylake to Ice Lake servers).
-STRATA_XL_AVX512_TARGET inline __m512 EvenHalf512(__m512i w) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-STRATA_XL_AVX512_TARGET inline __m512 OddHalf512(__m512i w) {
-  return _mm512_castsi512_ps(
-      _mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000))));
-}
-
-STRATA_XL_AVX512_TARGET inline void FmaTile512(const uint16_t* a, size_t lda, const XlPairs& b,
-                                               size_t t, size_t j, bool accumulate, float* c,
-                                               size_t ldc) {
-  __m512 acc[4][2];
-  for (int tt = 0; tt < 4; ++tt)
-    for (int jj = 0; jj < 2; ++jj)
-      acc[tt][jj] = accumulate ? _mm512_loadu_ps(c + (t + tt) * ldc + j + 16 * jj)
-                               : _mm512_setzero_ps();
-  const uint32_t* bw = reinterpret_cast<const uint32_t*>(b.words.data()) + j;
-  const uint16_t* ar[4];
-  for (int tt = 0; tt < 4; ++tt) ar[tt] = a + (t + tt) * lda;
-  const size_t pairs = b.rows_pad / 2;
-  for (size_t p = 0; p < pairs; ++p) {
-    const __m512i w0 = _mm512_loadu_si512(bw + p * b.cols_pad);
-    const __m512i w1 = _mm512_loadu_si512(bw + p * b.cols_pad + 16);
-    const __m512 be0 = EvenHalf512(w0), bo0 = OddHalf512(w0);
-    const __m512 be1 = EvenHalf512(w1), bo1 = OddHalf512(w1);
-    for (int tt = 0; tt < 4; ++tt) {
-      const __m512i aw = _mm512_set1_epi32(PairAt(ar[tt], p));
-      const __m512 ae = EvenHalf512(aw), ao = OddHalf512(aw);
-      acc[tt][0] = _mm512_fmadd_ps(ae, be0, acc[tt][0]);
-      acc[tt][1] = _mm512_fmadd_ps(ae, be1, acc[tt][1]);
-      acc[tt][0] = _mm512_fmadd_ps(ao, bo0, acc[tt][0]);
-      acc[tt][1] = _mm512_fmadd_ps(ao, bo1, acc[tt][1]);
-    }
-  }
-  for (int tt = 0; tt < 4; ++tt)
-    for (int jj = 0; jj < 2; ++jj)
-      _mm512_storeu_ps(c + (t + tt) * ldc + j + 16 * jj, acc[tt][jj]);
-}
-
-STRATA_XL_AVX512_TARGET void ProductFma512(const uint16_t* a, size_t lda, const XlPairs& b,
-                                           size_t tokens, bool accumulate, float* c,
-                                           size_t ldc) {
-  for (size_t j = 0; j < b.cols_pad; j += 32)
-    for (size_t t = 0; t < tokens; t += 4) FmaTile512(a, lda, b, t, j, accumulate, c, ldc);
-}
-
 // FloatToBF16 eight at a time (nearest even; NaNs quiet).
 STRATA_XL_FMA_TARGET void ToBf16Avx2(const float* src, size_t n, size_t n_pad, uint16_t* dst) {
   size_t i = 0;
@@ -221,24 +168,6 @@ void XlProductBf16(const uint16_t* a, size_t lda, const XlPairs& b, size_t token
                    bool accumulate, float* c, size_t ldc) {
 #ifdef STRATA_XL_X86
   ProductBf16(a, lda, b, tokens, accumulate, c, ldc);
-#else
-  (void)a, (void)lda, (void)b, (void)tokens, (void)accumulate, (void)c, (void)ldc;
-#endif
-}
-
-bool XlAvx512FmaProductsSupported() {
-#ifdef STRATA_XL_X86
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-#else
-  return false;
-#endif
-}
-
-void XlProductAvx512Fma(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
-                        bool accumulate, float* c, size_t ldc) {
-#ifdef STRATA_XL_X86
-  ProductFma512(a, lda, b, tokens, accumulate, c, ldc);
 #else
   (void)a, (void)lda, (void)b, (void)tokens, (void)accumulate, (void)c, (void)ldc;
 #endif

@@ -1,6 +1,6 @@
 // The cross-layer coder's bf16 products: C (+)= A B with A bf16 token rows and B in the AMX
 // tiles' pair rows, fp32 sums. They run on AMX tiles (codec/cross_layer_amx.cc) where the CPU has
-// them (PcaAmxAvailable), else as `vdpbf16ps` on AVX512-BF16 or as FMAs on AVX-512 or AVX2
+// them (PcaAmxAvailable), else as `vdpbf16ps` on AVX512-BF16 or as FMAs on AVX2
 // (codec/cross_layer_bf16.cc): the same operands and sums up to float rounding. Operands are
 // rounded to bf16 once (nearest even), each product off by up to 2^-9 of itself; the kernels' sums
 // differ among themselves by float rounding. The encoder
@@ -44,7 +44,7 @@ struct CrossLayerTiles {
 void BuildCrossLayerTiles(CrossLayerCalibration* cal);
 
 // The kernels, in the order of preference.
-enum class XlKernel { kFloat, kFma, kAvx512Fma, kAvx512Bf16, kAmx };
+enum class XlKernel { kFloat, kFma, kAvx512Bf16, kAmx };
 // The best kernel this CPU runs, within STRATA_CODEC_XL_KERNEL's cap and the tests': kFloat
 // where none. AMX only where PcaAmxAvailable (so STRATA_CODEC_AMX=0 leaves AVX512-BF16 or FMAs).
 XlKernel XlKernelInUse();
@@ -53,7 +53,6 @@ void SetXlKernelCapForTest(XlKernel cap);
 // Whether XlProduct runs here (XlKernelInUse() != kFloat).
 bool XlProductsAvailable();
 bool XlBf16ProductsSupported();       // AVX512-BF16
-bool XlAvx512FmaProductsSupported();  // AVX-512F
 bool XlFmaProductsSupported();        // AVX2 and FMA
 
 // c[t][j] (+)= sum over i < b.rows_pad of a[t][i] b[i][j], t < tokens (a multiple of 32), j <
@@ -64,8 +63,6 @@ void XlProduct(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens, b
 // The same products by one kernel each (cross_layer_bf16.cc), for a CPU that supports it.
 void XlProductBf16(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
                    bool accumulate, float* c, size_t ldc);
-void XlProductAvx512Fma(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
-                        bool accumulate, float* c, size_t ldc);
 void XlProductFma(const uint16_t* a, size_t lda, const XlPairs& b, size_t tokens,
                   bool accumulate, float* c, size_t ldc);
 

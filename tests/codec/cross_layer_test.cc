@@ -270,7 +270,7 @@ TEST(CrossLayer, ProductKernelsAndFloatKernelsAgree) {
 std::vector<internal::XlKernel> SupportedXlKernels() {
   std::vector<internal::XlKernel> out;
   for (internal::XlKernel k : {internal::XlKernel::kAmx, internal::XlKernel::kAvx512Bf16,
-                               internal::XlKernel::kAvx512Fma, internal::XlKernel::kFma}) {
+                               internal::XlKernel::kFma}) {
     KernelCap cap(k);
     if (internal::XlKernelInUse() == k) out.push_back(k);
   }
@@ -304,10 +304,7 @@ TEST(CrossLayer, EveryProductKernelDecodesTheOthersPayloads) {
       internal::SetXlKernelCapForTest(dec);
       std::vector<uint8_t> out(eval[0].size(), 0xAB);
       ASSERT_TRUE(DecodeCrossLayer(*cal, l, c.payload, 0, out).ok());
-      const auto fma = [](internal::XlKernel k) {
-        return k == internal::XlKernel::kFma || k == internal::XlKernel::kAvx512Fma;
-      };
-      if (dec == enc || (fma(dec) && fma(enc))) {  // the FMA kernels sum alike
+      if (dec == enc) {
         EXPECT_EQ(out, c.decoded) << static_cast<int>(enc) << " -> " << static_cast<int>(dec);
         continue;
       }
@@ -373,7 +370,7 @@ TEST(CrossLayer, ProductKernelsMatchADoubleReference) {
             ASSERT_LE(std::abs(got - ref), (b.rows_pad + 1) * 0x1p-24 * mag + 1e-30)
                 << static_cast<int>(k) << " " << sh.tokens << "x" << sh.rows << "x" << sh.cols
                 << " t " << t << " j " << j;
-            if (k == internal::XlKernel::kFma || k == internal::XlKernel::kAvx512Fma) {
+            if (k == internal::XlKernel::kFma) {
               ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(fma))
                   << sh.rows << "x" << sh.cols << " t " << t << " j " << j;
             }
@@ -392,7 +389,6 @@ TEST(CrossLayer, CpuKernelsNameTheProductKernelInUse) {
   const std::pair<internal::XlKernel, const char*> names[] = {
       {internal::XlKernel::kAmx, "amx-bf16"},
       {internal::XlKernel::kAvx512Bf16, "avx512-bf16"},
-      {internal::XlKernel::kAvx512Fma, "avx512-fma"},
       {internal::XlKernel::kFma, "avx2-fma"}};
   for (const auto& [kernel, name] : names) {
     KernelCap cap(kernel);
