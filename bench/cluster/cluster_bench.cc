@@ -3,8 +3,15 @@
 //    over every node, through one node's client;
 //  - remote fetch throughput: blocks held on one node fetched by a client of another node,
 //    beside ucx_perftest tag_bw and ucp_get (same size, same UCX_TLS) measured in the same run;
-//    fetch and tag_bw alternate over --reps repetitions and the table shows their medians.
+//    fetch and tag_bw alternate over --reps repetitions and the table shows their medians;
+//  - beside them, plain tcp sockets moving the same blocks out of the same working set (the
+//    least that crossing a socket costs when the blocks are not in the caches: tag_bw resends
+//    one cache-resident buffer).
+#include <arpa/inet.h>
+#include <sys/time.h>
+
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -115,6 +122,87 @@ std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
   return std::move(*c);
 }
 
+// GB/s of `rounds` passes of the blocks of `src` over one loopback tcp connection, as plain
+// sockets move them at best here: send() calls of at most 64 KiB less 256 bytes (the holder's
+// pieces are as large at most), recv() calls of at most 64 KiB (UCX's receive segment) straight
+// into place in a destination of the same size, on a thread of its own (not the fetch's
+// destination: the fetch's check must see its own bytes). Both limits matter on loopback:
+// sends of exactly 64 KiB (each leaves a 53-byte segment past lo's MSS) ran at 1.5-1.9 GB/s
+// against 3.8-4.4, and recv() calls of whole blocks at ~2 (likely: the socket stays locked through
+// long copies and acknowledgements lag). nullopt (said why) if a socket fails or stalls for 10 s.
+std::optional<double> PlainTcpGbps(const std::vector<char>& src, int rounds) {
+  auto fail = [](const char* what) -> std::optional<double> {
+    std::cerr << "plain tcp baseline: " << what << ": " << std::strerror(errno) << "\n";
+    return std::nullopt;
+  };
+  const timeval stall{10, 0};
+  auto bounded = [&](int fd) {
+    return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof stall) == 0 &&
+           setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof stall) == 0;
+  };
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  Fd listener{socket(AF_INET, SOCK_STREAM, 0)};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (listener.fd < 0 || !bounded(listener.fd) ||
+      bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(listener.fd, 1) != 0 ||
+      getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return fail("listening");
+  Fd out{socket(AF_INET, SOCK_STREAM, 0)};
+  if (out.fd < 0 || !bounded(out.fd) ||
+      connect(out.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return fail("connecting");
+  Fd in{accept(listener.fd, nullptr, nullptr)};
+  if (in.fd < 0 || !bounded(in.fd)) return fail("accepting");
+  const size_t bytes = src.size();
+  std::vector<char> dst(bytes, 0);  // faulted in before the clock starts
+  // One pass untimed first, as the fetch's first round: a new connection starts slow.
+  double secs = 0;
+  for (int timed_rounds : {1, rounds}) {
+    std::atomic<bool> received{true};
+    auto t0 = Clock::now();
+    std::thread receiver([&] {
+      for (int r = 0; r < timed_rounds; ++r)
+        for (size_t at = 0; at < bytes;) {
+          ssize_t n = recv(in.fd, dst.data() + at, std::min<size_t>(bytes - at, 64 << 10), 0);
+          if (n <= 0) {
+            received = false;
+            return;
+          }
+          at += static_cast<size_t>(n);
+        }
+    });
+    bool sent = true;
+    constexpr size_t kSend = (64 << 10) - 256;
+    for (int r = 0; r < timed_rounds && sent; ++r)
+      for (size_t at = 0; at < bytes && sent;) {
+        ssize_t n = send(out.fd, src.data() + at, std::min<size_t>(bytes - at, kSend), 0);
+        sent = n > 0;
+        if (sent) at += static_cast<size_t>(n);
+      }
+    const int send_errno = errno;
+    if (!sent) shutdown(out.fd, SHUT_RDWR);  // the receiver's recv returns at once
+    receiver.join();
+    secs = Seconds(Clock::now() - t0);
+    errno = send_errno;
+    if (!sent) return fail("sending");
+    if (!received) return fail("receiving");
+  }
+  if (std::memcmp(src.data(), dst.data(), bytes) != 0) {
+    std::cerr << "plain tcp baseline: received different bytes\n";
+    return std::nullopt;
+  }
+  return static_cast<double>(bytes) * rounds / secs / 1e9;
+}
+
 struct FetchRow {
   size_t block_bytes = 0;
   // Medians of the repetitions; fetch and tag_bw alternate, so both see the same machine.
@@ -122,7 +210,8 @@ struct FetchRow {
   // The Locate of that one block (gRPC to the asking node, which asks the directory's owner):
   // part of a remote fetch's p50.
   double locate_p50_us = 0;
-  std::vector<double> gbps_reps, tag_reps;
+  double socket_gbps = 0;  // PlainTcpGbps over the same working set (median)
+  std::vector<double> gbps_reps, tag_reps, socket_reps;
 };
 
 struct Result {
@@ -267,6 +356,9 @@ bool Run(int nodes, const std::string& tls, bool smoke, int reps, Result* out) {
     // tag_bw on loopback tcp swings 2-9 GB/s from one run to the next on this kind of VM: one
     // measurement each would make the ratio a coin toss.
     int pt_iters = std::max(20, static_cast<int>((smoke ? (256 << 20) : (1ull << 30)) / size));
+    // Plain tcp moves as many bytes as tag_bw (at least the fetch's rounds): shorter runs of it
+    // swing more.
+    const int socket_rounds = std::max<int>(rounds, pt_iters * size / src.size());
     // GB/s of `rounds` fetches of the whole batch (after one warm-up call in the first: it
     // connects to node 1 and opens the namespace there); nullopt on a failure, reported.
     auto fetch_rounds = [&](bool warm_up) -> std::optional<double> {
@@ -302,11 +394,14 @@ bool Run(int nodes, const std::string& tls, bool smoke, int reps, Result* out) {
       if (!gbps) return false;
       row.gbps_reps.push_back(*gbps);
       // Two-sided send/receive: what the transport carries when nothing is emulated.
-      if (!fetch_only)
+      if (!fetch_only) {
         row.tag_reps.push_back(PerftestGbps("tag_bw", size, pt_iters, tls, tmp).value_or(0));
+        row.socket_reps.push_back(PlainTcpGbps(src, socket_rounds).value_or(0));
+      }
     }
     row.gbps = Percentile(row.gbps_reps, 0.5);
     row.perftest_tag_gbps = row.tag_reps.empty() ? 0 : Percentile(row.tag_reps, 0.5);
+    row.socket_gbps = row.socket_reps.empty() ? 0 : Percentile(row.socket_reps, 0.5);
     std::vector<double> lat;
     for (int i = 0; i < (smoke ? 10 : 100); ++i) {
       auto t0 = Clock::now();
@@ -391,11 +486,13 @@ int main(int argc, char** argv) {
                          "{\"block_bytes\": %d, \"gbps\": %.3f, \"p50_us\": %.1f, \"locate_p50_us\": %.1f, "
                          "\"perftest_gbps\": %.3f, \"ratio_vs_perftest\": %.3f, "
                          "\"perftest_tag_gbps\": %.3f, \"ratio_vs_tag\": %.3f, "
-                         "\"gbps_reps\": [%s], \"tag_reps\": [%s]}",
+                         "\"socket_gbps\": %.3f, \"ratio_vs_socket\": %.3f, "
+                         "\"gbps_reps\": [%s], \"tag_reps\": [%s], \"socket_reps\": [%s]}",
                          f.block_bytes, f.gbps, f.p50_us, f.locate_p50_us,
                          f.perftest_gbps, f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0, f.perftest_tag_gbps,
                          f.perftest_tag_gbps > 0 ? f.gbps / f.perftest_tag_gbps : 0.0,
-                         Joined(f.gbps_reps), Joined(f.tag_reps));
+                         f.socket_gbps, f.socket_gbps > 0 ? f.gbps / f.socket_gbps : 0.0,
+                         Joined(f.gbps_reps), Joined(f.tag_reps), Joined(f.socket_reps));
       }
       std::cout << "]}";
     }
@@ -413,17 +510,21 @@ int main(int argc, char** argv) {
         "%.0f us p99 %.0f us\n",
         r.grpc_lookup_p50_us, r.grpc_lookup_p99_us, r.grpc_local_lookup_p50_us,
         r.grpc_local_lookup_p99_us);
-    std::cout << absl::StrFormat("  %-10s %10s %10s %10s %12s %8s %12s %8s\n", "block", "GB/s",
-                                 "p50 us", "locate us", "ucp_get", "ratio", "tag_bw", "ratio");
+    std::cout << absl::StrFormat("  %-10s %10s %10s %10s %12s %8s %12s %8s %12s %8s\n", "block",
+                                 "GB/s", "p50 us", "locate us", "ucp_get", "ratio", "tag_bw",
+                                 "ratio", "plain tcp", "ratio");
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
     for (const auto& f : r.fetch)
       std::cout << absl::StrFormat(
-          "  %-10d %10.2f %10.0f %10.0f %12.2f %8.2f %12.2f %8.2f\n", f.block_bytes, f.gbps,
-          f.p50_us, f.locate_p50_us, f.perftest_gbps, f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0,
-          f.perftest_tag_gbps, f.perftest_tag_gbps > 0 ? f.gbps / f.perftest_tag_gbps : 0.0);
+          "  %-10d %10.2f %10.0f %10.0f %12.2f %8.2f %12.2f %8.2f %12.2f %8.2f\n",
+          f.block_bytes, f.gbps, f.p50_us, f.locate_p50_us, f.perftest_gbps,
+          ratio(f.gbps, f.perftest_gbps), f.perftest_tag_gbps, ratio(f.gbps, f.perftest_tag_gbps),
+          f.socket_gbps, ratio(f.gbps, f.socket_gbps));
     std::cout << "  every repetition in order (the table has their medians), GB/s:\n";
     for (const auto& f : r.fetch)
-      std::cout << absl::StrFormat("  %-10d fetch %s | tag_bw %s\n", f.block_bytes,
-                                   Joined(f.gbps_reps), Joined(f.tag_reps));
+      std::cout << absl::StrFormat("  %-10d fetch %s | tag_bw %s | plain tcp %s\n",
+                                   f.block_bytes, Joined(f.gbps_reps), Joined(f.tag_reps),
+                                   Joined(f.socket_reps));
   }
   return 0;
 }
