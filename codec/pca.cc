@@ -51,6 +51,7 @@
 #include "codec/internal/pca_amx.h"
 #include "codec/internal/pca_avx2.h"
 #include "codec/internal/pca_avx512.h"
+#include "codec/internal/pca_dispatch.h"
 #include "codec/internal/sections.h"
 #include "common/status_macros.h"
 
@@ -348,15 +349,16 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
   const bool rope = tensor == 0 && cal.rope_theta > 0;
-  const bool amx = PcaAmxEncodeAvailable();
+  const PcaEncodeKernel kernel = ChoosePcaEncodeKernel();
+  const bool amx = kernel == PcaEncodeKernel::kAmxBf16;
   // Without AMX, VNNI cores project as int16 dot products where the decoder would sum in lanes
   // (not where tests pin Highway to another target, or switch VNNI off). Where every head does,
   // each reads its rows from the block (converts, rotates back and checks them in its pass: the
   // tensor is not written as floats first).
   // The tiles read their rows from the block likewise, where every head takes them.
   // AVX2 cores likewise, with vpmaddwd (internal/pca_avx2.h).
-  const bool vnni = !PcaAmxSupported() && PcaVnniAvailable() && DispatchesToAvx512();
-  const bool avx2 = !PcaAmxSupported() && !vnni && PcaAvx2Available() && DispatchesToAvx2();
+  const bool vnni = kernel == PcaEncodeKernel::kAvx512Vnni;
+  const bool avx2 = kernel == PcaEncodeKernel::kAvx2;
   auto project = avx2 ? &PcaEncodeHeadAvx2 : &PcaEncodeHeadVnni;
   const bool rows_typed = s.dtype == DType::kFloat32 || s.dtype == DType::kFloat16 ||
                           s.dtype == DType::kBFloat16;
@@ -633,18 +635,19 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   std::vector<float>& yt = sc->row;  // one head's dequantised coordinates, [k][t] in slot order
   const size_t full = T / kRun, rest = T % kRun;  // whole symbol runs, and the last run's length
   // Per head: out[t][h] = mean + sum of the coordinates times their axes, in slot order.
-  const bool amx = PcaAmxAvailable();
-  const bool amx_int8 = amx && PcaAmxInt8Available() && PcaVnniBytesAvailable();
+  const PcaDecodeKernel kernel = ChoosePcaDecodeKernel();
+  const bool amx = kernel == PcaDecodeKernel::kAmxBf16 || kernel == PcaDecodeKernel::kAmxInt8;
+  const bool amx_int8 = kernel == PcaDecodeKernel::kAmxInt8;
   const bool rope = tensor == 0 && cal.rope_theta > 0;
   // Without AMX, AVX-512 cores sum with the tokens in the vector lanes, through the tiles' store
-  // pass; where Highway would dispatch to another target (tests pin each), or AMX is only
-  // switched off (tests), the float kernels.
-  const bool lanes = !PcaAmxSupported() && D % 32 == 0 && PcaLanesSupported() &&
-                     DispatchesToAvx512();
-  const bool vnni = lanes && PcaVnniAvailable();  // on byte symbols, where the plan has the axes
+  // pass.
+  const bool lanes = D % 32 == 0 && (kernel == PcaDecodeKernel::kAvx512 ||
+                                     kernel == PcaDecodeKernel::kAvx512Vnni);
+  // On byte symbols, where the plan has the axes.
+  const bool vnni = lanes && kernel == PcaDecodeKernel::kAvx512Vnni;
   // Cores with AVX2 but neither: integer sums of byte symbols (internal/pca_avx2.h).
-  const bool avx2 = !PcaAmxSupported() && !lanes && D % 32 == 0 && D <= 256 &&
-                    2 * uint32_t{maxq} + 1 <= 256 && PcaAvx2Available() && DispatchesToAvx2();
+  const bool avx2 = kernel == PcaDecodeKernel::kAvx2 && D % 32 == 0 && D <= 256 &&
+                    2 * uint32_t{maxq} + 1 <= 256;
   // When every head goes through the tiles, the lanes or AVX2's sums, they also rotate the keys
   // and convert to the block's type (two passes less).
   bool direct = (amx || lanes || avx2) && coded > 0 && s.dtype != DType::kFloat8E4M3;

@@ -5,6 +5,7 @@
 // rounding, which also checks that the encoder chose the same symbols.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "codec/half.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/internal/pca_avx2.h"
 #include "codec/internal/pca_avx512.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
@@ -628,6 +630,73 @@ SquaredErrors Fp16Errors(std::span<const uint8_t> x, const std::vector<uint8_t>&
 struct CalibratedAtLowRate : test::CalibratedSynthetic {
   explicit CalibratedAtLowRate(size_t blocks) : CalibratedSynthetic(blocks, test::AtBits(1.5)) {}
 };
+
+// CpuKernels (what the daemon logs and exports) names the pca kernels that do run: under every
+// switch the tests have and on every Highway target, the kernel it names for the decoder and the
+// encoder is the one whose heads a decode and an encode of a byte-symbol block counted, and
+// "float" where none of the vector kernels counted any.
+TEST(PcaSections, CpuKernelsNameTheKernelsThatRun) {
+  CalibratedAtLowRate c(5);
+  const std::span<const uint8_t> block = c.Block(4);
+  auto kernel_of = [](const std::string& part) {
+    for (const CpuKernel& k : CpuKernels())
+      if (k.part == part) return k.kernel;
+    return std::string("(none)");
+  };
+  struct Counts {
+    uint64_t lanes = internal::PcaLanesHeadsDecoded(), vnni = internal::PcaVnniHeadsDecoded(),
+             avx2 = internal::PcaAvx2HeadsDecoded(), amx = internal::PcaAmxHeadsDecoded(),
+             amx_int8 = internal::PcaAmxInt8HeadsDecoded(),
+             vnni_projected = internal::PcaVnniHeadsProjected(),
+             avx2_projected = internal::PcaAvx2HeadsProjected(),
+             amx_projected = internal::PcaAmxHeadsProjectedInBf16();
+  };
+  auto check = [&] {
+    const Counts before;
+    std::vector<uint8_t> blob, out(c.bb);
+    ASSERT_TRUE(c.enc.Encode(c.layout, c.p, block, &blob).ok());
+    ASSERT_TRUE(c.dec.Decode(blob, out).ok());
+    const Counts after;
+    const bool lanes = after.lanes > before.lanes, vnni = after.vnni > before.vnni,
+               avx2 = after.avx2 > before.avx2,
+               amx = after.amx > before.amx || after.amx_int8 > before.amx_int8;
+    const std::string decode = kernel_of("pca_decode");
+    SCOPED_TRACE("pca_decode " + decode);
+    const std::map<std::string, bool> decoded = {{"avx512-vnni", vnni},
+                                                 {"avx512", lanes && !vnni},
+                                                 {"avx2", avx2},
+                                                 {"amx-bf16", after.amx > before.amx},
+                                                 {"amx-int8", amx},
+                                                 {"float", !(lanes || vnni || avx2 || amx)}};
+    ASSERT_TRUE(decoded.contains(decode));
+    EXPECT_TRUE(decoded.at(decode));
+    const std::string encode = kernel_of("pca_encode");
+    SCOPED_TRACE("pca_encode " + encode);
+    const bool vnni_projected = after.vnni_projected > before.vnni_projected,
+               avx2_projected = after.avx2_projected > before.avx2_projected,
+               amx_projected = after.amx_projected > before.amx_projected;
+    const std::map<std::string, bool> projected = {
+        {"avx512-vnni", vnni_projected},
+        {"avx2", avx2_projected},
+        {"amx-bf16", amx_projected},
+        {"float", !(vnni_projected || avx2_projected || amx_projected)}};
+    ASSERT_TRUE(projected.contains(encode));
+    EXPECT_TRUE(projected.at(encode));
+  };
+  for (const bool amx : {true, false}) {
+    for (const bool vnni : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "AMX " << (amx ? "on" : "off") << ", VNNI "
+                                        << (vnni ? "on" : "off"));
+      internal::SetPcaAmxEnabledForTest(amx);
+      internal::SetPcaAmxEncodeEnabledForTest(amx);
+      internal::SetPcaVnniEnabledForTest(vnni);
+      OnEveryTarget(check);
+    }
+  }
+  internal::SetPcaAmxEnabledForTest(true);
+  internal::SetPcaAmxEncodeEnabledForTest(true);
+  internal::SetPcaVnniEnabledForTest(true);
+}
 
 // At low rates (steps coarse against the vectors' spread) the encoder's tiles take one bf16
 // product: blobs as small and errors as large as the float kernels' to within a percent.
