@@ -11,8 +11,9 @@ PcaDecodeKernel ChoosePcaDecodeKernel() {
   if (PcaAmxAvailable())
     return PcaAmxInt8Available() && PcaVnniBytesAvailable() ? PcaDecodeKernel::kAmxInt8
                                                             : PcaDecodeKernel::kAmxBf16;
-  // Tiles present but switched off (tests, STRATA_CODEC_AMX=0): the float kernels, not the
-  // lanes, so those runs compare the tiles against the reference.
+  // Tiles present but switched off by the tests' switch: the float kernels, not the lanes, so
+  // those runs compare the tiles against the reference. (STRATA_CODEC_AMX=0 hides the tiles
+  // altogether: the lanes then run as on a core without them.)
   if (PcaAmxSupported()) return PcaDecodeKernel::kFloat;
   // Where Highway would dispatch to another target (tests pin each), its float kernels.
   if (PcaLanesSupported() && DispatchesToAvx512())

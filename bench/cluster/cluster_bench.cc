@@ -8,7 +8,10 @@
 //    least that crossing a socket costs when the blocks are not in the caches: tag_bw resends
 //    one cache-resident buffer).
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -128,11 +131,12 @@ std::unique_ptr<strata::Client> Connect(const std::string& endpoint) {
 // into place in a destination of the same size, on a thread of its own (not the fetch's
 // destination: the fetch's check must see its own bytes). Both limits matter on loopback:
 // sends of exactly 64 KiB (each leaves a 53-byte segment past lo's MSS) ran at 1.5-1.9 GB/s
-// against 3.8-4.4, and recv() calls of whole blocks at ~2 (likely: the socket stays locked through
+// against 3.8-4.5, and recv() calls of whole blocks at ~2 (likely: the socket stays locked through
 // long copies and acknowledgements lag). nullopt (said why) if a socket fails or stalls for 10 s.
 std::optional<double> PlainTcpGbps(const std::vector<char>& src, int rounds) {
-  auto fail = [](const char* what) -> std::optional<double> {
-    std::cerr << "plain tcp baseline: " << what << ": " << std::strerror(errno) << "\n";
+  auto fail = [](const char* what, int error = errno) -> std::optional<double> {
+    std::cerr << "plain tcp baseline: " << what << ": "
+              << (error != 0 ? std::strerror(error) : "connection closed") << "\n";
     return std::nullopt;
   };
   const timeval stall{10, 0};
@@ -168,12 +172,14 @@ std::optional<double> PlainTcpGbps(const std::vector<char>& src, int rounds) {
   double secs = 0;
   for (int timed_rounds : {1, rounds}) {
     std::atomic<bool> received{true};
+    int recv_errno = 0;  // errno is the receiving thread's own; read after the join
     auto t0 = Clock::now();
     std::thread receiver([&] {
       for (int r = 0; r < timed_rounds; ++r)
         for (size_t at = 0; at < bytes;) {
           ssize_t n = recv(in.fd, dst.data() + at, std::min<size_t>(bytes - at, 64 << 10), 0);
           if (n <= 0) {
+            recv_errno = n < 0 ? errno : 0;
             received = false;
             return;
           }
@@ -192,9 +198,9 @@ std::optional<double> PlainTcpGbps(const std::vector<char>& src, int rounds) {
     if (!sent) shutdown(out.fd, SHUT_RDWR);  // the receiver's recv returns at once
     receiver.join();
     secs = Seconds(Clock::now() - t0);
-    errno = send_errno;
-    if (!sent) return fail("sending");
-    if (!received) return fail("receiving");
+    // A receiver that failed first leaves the sender to time out: its error is the cause.
+    if (!received) return fail("receiving", recv_errno);
+    if (!sent) return fail("sending", send_errno);
   }
   if (std::memcmp(src.data(), dst.data(), bytes) != 0) {
     std::cerr << "plain tcp baseline: received different bytes\n";

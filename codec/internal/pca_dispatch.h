@@ -7,7 +7,7 @@
 namespace strata::codec::internal {
 
 enum class PcaDecodeKernel {
-  kFloat,       // the Highway float kernels (also where AMX is only switched off)
+  kFloat,       // the Highway float kernels (also where the tests switch the tiles off)
   kAvx2,        // integer sums of byte symbols (internal/pca_avx2.h)
   kAvx512,      // float sums in token lanes (internal/pca_avx512.h)
   kAvx512Vnni,  // integer sums in column lanes, int8 or int16 terms

@@ -631,10 +631,12 @@ struct CalibratedAtLowRate : test::CalibratedSynthetic {
   explicit CalibratedAtLowRate(size_t blocks) : CalibratedSynthetic(blocks, test::AtBits(1.5)) {}
 };
 
-// CpuKernels (what the daemon logs and exports) names the pca kernels that do run: under every
-// switch the tests have and on every Highway target, the kernel it names for the decoder and the
-// encoder is the one whose heads a decode and an encode of a byte-symbol block counted, and
-// "float" where none of the vector kernels counted any.
+// CpuKernels (what the daemon logs and exports) names the pca kernels that do run: with the
+// tiles, VNNI and int8 terms each switched on and off, on every Highway target, the kernel it
+// names for the decoder and the encoder is one whose heads a decode and an encode of a
+// byte-symbol block counted, and "float" where none of the vector kernels counted any. (For
+// amx-int8 the tiles' heads count: int8 terms run only where a head's axes admit them, else
+// the bf16 ones; STRATA_CODEC_AMX_INT8=1 is needed for them at all.)
 TEST(PcaSections, CpuKernelsNameTheKernelsThatRun) {
   CalibratedAtLowRate c(5);
   const std::span<const uint8_t> block = c.Block(4);
@@ -683,19 +685,23 @@ TEST(PcaSections, CpuKernelsNameTheKernelsThatRun) {
     ASSERT_TRUE(projected.contains(encode));
     EXPECT_TRUE(projected.at(encode));
   };
-  for (const bool amx : {true, false}) {
-    for (const bool vnni : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "AMX " << (amx ? "on" : "off") << ", VNNI "
-                                        << (vnni ? "on" : "off"));
-      internal::SetPcaAmxEnabledForTest(amx);
-      internal::SetPcaAmxEncodeEnabledForTest(amx);
-      internal::SetPcaVnniEnabledForTest(vnni);
-      OnEveryTarget(check);
-    }
-  }
+  for (const bool amx : {true, false})
+    for (const bool vnni : {true, false})
+      for (const bool bytes : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "AMX " << amx << ", VNNI " << vnni << ", int8 "
+                                          << bytes);
+        internal::SetPcaAmxEnabledForTest(amx);
+        internal::SetPcaAmxEncodeEnabledForTest(amx);
+        internal::SetPcaVnniEnabledForTest(vnni);
+        internal::SetPcaVnniBytesEnabledForTest(bytes);
+        internal::SetPcaAmxInt8EnabledForTest(bytes);
+        OnEveryTarget(check);
+      }
   internal::SetPcaAmxEnabledForTest(true);
   internal::SetPcaAmxEncodeEnabledForTest(true);
   internal::SetPcaVnniEnabledForTest(true);
+  internal::SetPcaVnniBytesEnabledForTest(true);
+  internal::SetPcaAmxInt8EnabledForTest(true);
 }
 
 // At low rates (steps coarse against the vectors' spread) the encoder's tiles take one bf16
