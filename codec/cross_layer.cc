@@ -44,8 +44,11 @@ constexpr int32_t kMaxQ = 2047;  // alphabet <= 4095 < rans::kMaxAlphabet
 constexpr size_t kRun = rans::kCtxRun;
 
 // The loops below are row updates; built for AVX-512 and AVX2 beside the baseline (chosen at
-// load time), they compute the same bits on each: no sum is reordered, none contracted.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// load time), they compute the same bits on each: no sum is reordered, none contracted. Not
+// under ThreadSanitizer: the clones' resolver runs while the loader relocates, before TSan's
+// runtime is up, and its instrumented entry crashes every program that links the codec.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define STRATA_XL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define STRATA_XL_CLONES

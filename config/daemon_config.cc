@@ -161,6 +161,11 @@ shutdown_grace: 10s
 # sleeps: a wake-up costs tens of microseconds, more than a small fetch. 0s: sleep at once
 # (an idle daemon then uses no CPU at all; a busy one pays the wake-ups).
 busy_poll: 50us
+# Data-plane workers, each with its own progress thread: clients are spread over them as they
+# connect, so the bytes for several clients are sent by several threads at once (one thread
+# sends for all of them with 1). Other daemons' messages go to the first. 0: one per hardware
+# thread, at most 4.
+data_plane_workers: 0
 
 cluster:
   # static: this node plus static_nodes (a fixed list). etcd: every daemon registers itself in
@@ -422,6 +427,7 @@ std::map<std::string, Setter> Setters() {
       Read<std::string>("tls.peer_server_name", At(&C::tls, &T::peer_server_name));
   s["shutdown_grace"] = ReadDuration("shutdown_grace", At(&C::shutdown_grace));
   s["busy_poll"] = ReadDuration("busy_poll", At(&C::busy_poll));
+  s["data_plane_workers"] = Read<uint32_t>("data_plane_workers", At(&C::data_plane_workers));
 
   s["host_tier.capacity"] = ReadSize("host_tier.capacity", At(&C::host, &H::capacity));
   s["host_tier.huge_pages"] = Read<bool>("host_tier.huge_pages", At(&C::host, &H::huge_pages));
@@ -661,6 +667,8 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
   // A longer window buys no latency (the next burst comes later) and keeps a core busy.
   if (c.busy_poll < absl::ZeroDuration() || c.busy_poll > absl::Milliseconds(10))
     return FieldError("busy_poll", "must be between 0s and 10ms");
+  if (c.data_plane_workers > 64)
+    return FieldError("data_plane_workers", "must be between 0 (automatic) and 64");
   if (c.limits.max_namespaces < 1) return FieldError("limits.max_namespaces", "must be >= 1");
   // A namespace released between a Reserve and its Commit would strand the committed blocks.
   if (c.limits.namespace_idle_timeout < c.host.reservation_timeout)

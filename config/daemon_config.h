@@ -149,6 +149,9 @@ struct DaemonConfig {
   GpuTierConfig gpu;
   absl::Duration shutdown_grace;
   absl::Duration busy_poll;  // the progress thread polls this long after its last message
+  // UCX workers, a progress thread each; clients spread over them. 0: one per hardware thread,
+  // at most 4 (DataPlaneWorkers).
+  uint32_t data_plane_workers = 0;
   ClusterConfig cluster;
   EventsConfig events;
   AuthConfig auth;

@@ -159,7 +159,10 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
   }
   std::vector<uint32_t> crcs(req.crc32c().begin(), req.crc32c().end());
   // The CRC check reads bytes UCX may have written on the progress thread (a software put).
-  if (data_plane_.progress) data_plane_.progress->OrderAfterProgress();
+  // (From a progress thread, a Commit by message, nothing is waited for: the endpoint's own
+  // worker wrote the bytes, and two workers each waiting for the other would never return.)
+  if (transport::ProgressThread::Current() == nullptr)
+    for (transport::ProgressThread* p : data_plane_.progress) p->OrderAfterProgress();
   // (abort drops a pending replication below too: its reservation id never commits)
   // Only where the caller could have written the bytes itself anyway: a mapped arena (one
   // tenant) or its own writable zone.
@@ -369,9 +372,10 @@ void CacheService::HandleAmCommit(const transport::AmMessage& m, transport::Work
           bool* deferred) {
         // A large block committed into a spare: its client's next request comes after its next
         // copy, so polling until then only takes the core from it.
-        if (data_plane_.progress && req.has_rename() && req.rename().sizes_size() == 1 &&
+        transport::ProgressThread* progress = transport::ProgressThread::Current();
+        if (progress != nullptr && req.has_rename() && req.rename().sizes_size() == 1 &&
             req.rename().sizes(0) >= kSleepAfterSpareBytes)
-          data_plane_.progress->SleepWhenIdle();
+          progress->SleepWhenIdle();
         return CommitFor(caller, req, absl::Now(), /*may_wait=*/false, deferred, resp);
       });
 }
@@ -749,48 +753,63 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
   }
   const uint64_t reservation_id = block.reservation_id;
   const auto key = std::make_pair(reservation_id, block.offset);
-  auto at = publish_pieces_.find(key);
   const absl::Time now = absl::Now();
-  if (piece->offset == 0) {
-    // A block (re)starts: a CRC noted for it earlier no longer holds.
-    ForgetStaged(reservation_id, block.offset);
-    if (at == publish_pieces_.end()) {
-      if (publish_pieces_.size() >= kMaxBlocksInPieces) {
-        const absl::Duration idle = store_->reservation_timeout();
-        absl::erase_if(publish_pieces_,
-                       [&](const auto& e) { return now - e.second.touched > idle; });
+  PiecesSoFar so_far;
+  absl::Status refused;  // answered after the lock is released
+  {
+    absl::MutexLock lock(&pieces_mu_);
+    auto at = publish_pieces_.find(key);
+    if (piece->offset == 0) {
+      // A block (re)starts: a CRC noted for it earlier no longer holds.
+      ForgetStaged(reservation_id, block.offset);
+      if (at == publish_pieces_.end()) {
+        if (publish_pieces_.size() >= kMaxBlocksInPieces) {
+          const absl::Duration idle = store_->reservation_timeout();
+          absl::erase_if(publish_pieces_,
+                         [&](const auto& e) { return now - e.second.touched > idle; });
+        }
+        if (publish_pieces_.size() < kMaxBlocksInPieces)
+          at = publish_pieces_.emplace(key, PiecesSoFar{}).first;
+        else
+          refused = absl::ResourceExhaustedError(
+              "too many blocks are being published in pieces at once");
       }
-      if (publish_pieces_.size() >= kMaxBlocksInPieces)
-        return ack(absl::StatusCode::kResourceExhausted,
-                   "too many blocks are being published in pieces at once");
-      at = publish_pieces_.emplace(key, PiecesSoFar{}).first;
+      if (at != publish_pieces_.end()) at->second = PiecesSoFar{0, 0, now};
     }
-    at->second = PiecesSoFar{0, 0, now};
+    if (refused.ok() && (at == publish_pieces_.end() || at->second.next != piece->offset)) {
+      // Out of order, or for a block that is whole already: the block's CRC is unknown here,
+      // so Commit must read the bytes again; the publish fails anyway.
+      if (at != publish_pieces_.end()) publish_pieces_.erase(at);
+      ForgetStaged(reservation_id);
+      refused = absl::InvalidArgumentError(
+          "a published piece does not continue its block where the last one ended");
+    }
+    if (refused.ok()) so_far = at->second;
   }
-  if (at == publish_pieces_.end() || at->second.next != piece->offset) {
-    // Out of order, or for a block that is whole already: the block's CRC is unknown here, so
-    // Commit must read the bytes again; the publish fails anyway.
-    if (at != publish_pieces_.end()) publish_pieces_.erase(at);
-    ForgetStaged(reservation_id);
-    return ack(absl::StatusCode::kInvalidArgument,
-               "a published piece does not continue its block where the last one ended");
-  }
+  if (!refused.ok()) return ack(refused.code(), std::string(refused.message()));
+  auto forget = [&] {
+    absl::MutexLock lock(&pieces_mu_);
+    publish_pieces_.erase(key);
+  };
   // The write hold keeps the extent this reservation's while the piece is copied in.
   if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block.offset, block.size});
       !held.ok()) {
-    publish_pieces_.erase(at);
+    forget();
     return ack(held.code(), std::string(held.message()));
   }
-  PiecesSoFar& so_far = at->second;
   so_far.crc = CopyWithCrc32cStreaming(arena + block.offset + piece->offset, m.data.data(),
                                        m.data.size(), so_far.crc);
   store_->EndReservedWrite(reservation_id);
   so_far.next += m.data.size();
   so_far.touched = now;
-  if (so_far.next < block.size) return;
+  if (so_far.next < block.size) {
+    absl::MutexLock lock(&pieces_mu_);
+    publish_pieces_.insert_or_assign(key, so_far);
+    return;
+  }
+  forget();
   // Whole, and stratad took its CRC as it wrote every byte: Commit need not read it again.
   NoteStaged(reservation_id, block.offset, block.size, so_far.crc);
-  publish_pieces_.erase(at);
   published_blocks_.fetch_add(1, std::memory_order_relaxed);
   published_in_pieces_.fetch_add(1, std::memory_order_relaxed);
   ack(absl::StatusCode::kOk, {});

@@ -116,7 +116,13 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
   return Serve(ctx, [&](const Caller& caller) {
     resp->set_node_id(data_plane_.node_id);
     resp->set_version(STRATA_VERSION);
-    resp->set_worker_address(data_plane_.worker_address);
+    // Other daemons (the cluster's locator) to the first worker, which answers their messages;
+    // clients round the workers, so their transfers run on several threads.
+    const auto& addresses = data_plane_.worker_addresses;
+    const bool daemon = req->client_name().starts_with("stratad:");
+    if (!addresses.empty())
+      resp->set_worker_address(addresses[daemon ? 0 : next_worker_.fetch_add(1) %
+                                                          addresses.size()]);
     resp->set_arena_bytes(store_->arena_bytes());
     // With several tenants a remote key would open the whole arena, every tenant's blocks, to
     // the caller: none is handed out, and bytes move only by messages this daemon checks

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
@@ -33,7 +34,9 @@ class Transcoder;
 // store's).
 struct DataPlaneInfo {
   std::string node_id;
-  std::string worker_address;
+  // The data-plane workers' addresses (config data_plane_workers): Connect spreads clients over
+  // them; other daemons always get the first, which also serves the cluster's messages.
+  std::vector<std::string> worker_addresses;
   std::string arena_rkey;
   // Connect hands clients the arena's key and address (mapped copies on shared memory, RMA on
   // RDMA): with authentication off, or when one tenant is all the daemon serves and no
@@ -47,9 +50,9 @@ struct DataPlaneInfo {
   const StagingTable* stagings = nullptr;
   ucp_mem_h arena_memh = nullptr;  // the arena's UCX registration (push fetches send from it)
   AmDrops* am_drops = nullptr;     // malformed active messages: counted and logged there
-  // The worker's progress thread: a Commit on another thread waits on it in TSan builds
-  // (ProgressThread::OrderAfterProgress). Null: nothing to order with (tests).
-  transport::ProgressThread* progress = nullptr;
+  // The workers' progress threads: a Commit on another thread waits on them in TSan builds
+  // (ProgressThread::OrderAfterProgress). Empty: nothing to order with (tests).
+  std::vector<transport::ProgressThread*> progress;
   std::string transports;
   bool huge_pages = false;
   // Random per start of the daemon (ConnectResponse.instance_id): tells a client whether the
@@ -340,6 +343,7 @@ class CacheService final : public v1::Cache::Service {
   std::atomic<uint64_t> pushed_blocks_{0};  // blocks sent by HandleAmFetch (push fetches)
   std::atomic<uint64_t> pushed_pieces_{0};  // pieces those blocks went in (kFetchPieceAm)
   std::atomic<uint64_t> published_in_pieces_{0};  // blocks that came in pieces (kPublishPieceAm)
+  std::atomic<uint64_t> next_worker_{0};  // the data-plane worker Connect hands out next
   std::atomic<uint64_t> published_blocks_{0};  // blocks written by HandleAmPublish
   std::atomic<uint64_t> staged_blocks_{0};     // ... and by HandleAmPublishStaged
   std::atomic<uint64_t> acquires_by_message_{0};  // leases granted by HandleAmAcquire(Push)
@@ -371,15 +375,19 @@ class CacheService final : public v1::Cache::Service {
   };
   static constexpr size_t kMaxStagedReservations = 4096;
   // Blocks being published in pieces, by reservation and extent offset: where the next piece
-  // must start and the CRC of the bytes so far. The progress thread's only. Past
-  // kMaxBlocksInPieces, entries untouched for a reservation timeout go (their client is gone).
+  // must start and the CRC of the bytes so far. A block's pieces all come over one endpoint,
+  // so one worker's thread at a time updates an entry; the map is shared by the workers (the
+  // lock is not held while a piece is copied). Past kMaxBlocksInPieces, entries untouched for a
+  // reservation timeout go (their client is gone).
   struct PiecesSoFar {
     uint64_t next = 0;
     uint32_t crc = 0;
     absl::Time touched;
   };
   static constexpr size_t kMaxBlocksInPieces = 4096;
-  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, PiecesSoFar> publish_pieces_;
+  absl::Mutex pieces_mu_;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, PiecesSoFar> publish_pieces_
+      ABSL_GUARDED_BY(pieces_mu_);
   void NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size, uint32_t crc);
   // All of the reservation's extents, or the one at `offset`.
   void ForgetStaged(uint64_t reservation_id, std::optional<uint64_t> offset = std::nullopt);

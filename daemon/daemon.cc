@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -83,6 +84,7 @@ struct Daemon::Impl {
   std::shared_ptr<transport::Context> ucx;
   AmDrops am_drops;  // outlives the worker, whose handlers count into it
   std::unique_ptr<transport::Worker> worker;
+  std::vector<std::unique_ptr<transport::Worker>> more_workers;  // data_plane_workers - 1
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
   std::unique_ptr<ZonedArena> zoned_arena;          // several tenants: a zone each
   std::unique_ptr<transport::MemoryRegion> region;  // the arena as UCX sees it
@@ -90,6 +92,7 @@ struct Daemon::Impl {
   bool clients_map_arena = true;                    // OpenDataPlane: Connect hands out the key
   MappingPages arena_pages;                         // what backs the arena
   std::unique_ptr<transport::ProgressThread> progress;
+  std::vector<std::unique_ptr<transport::ProgressThread>> more_progress;  // more_workers' threads
   std::unique_ptr<HostTier> tier;
   // What the services and the cluster see: `tier` alone, or the TieredStore over it (then
   // `tiered` is that same object, stopped before `tier` goes); with a GPU tier, the
@@ -485,82 +488,102 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     huge_pages = mmap_arena->huge_pages();
     STRATA_ASSIGN_OR_RETURN(region, ucx->Register(mmap_arena->data(), mmap_arena->size()));
   }
-  // Installed before the progress thread runs (the worker is serialized); lookups arriving
-  // before the service exists are dropped and their senders fall back to gRPC.
-  // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
-  // counted and logged at a bounded rate instead of warned about by UCX once per message.
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
-                                      std::string_view why) { am_drops.Note(id, m, why); }));
-  // A request the Cache service answers on this worker; one that comes before the service
-  // exists is dropped (its sender falls back to gRPC or times out).
-  using AmMethod = void (CacheService::*)(const transport::AmMessage&, transport::Worker*);
-  auto serve = [this](uint16_t id, AmMethod handle) {
-    return worker->SetAmHandler(id, [this, handle](const transport::AmMessage& m) {
-      CacheService* s = am_service.load(std::memory_order_acquire);
-      if (s) (s->*handle)(m, worker.get());
-    });
+  // Every worker answers the same messages, each on its own progress thread (a client's
+  // endpoint lives on one worker: its requests and replies stay on that thread).
+  auto install = [&](transport::Worker* w) -> absl::Status {
+    // Installed before the progress thread runs (the worker is serialized); lookups arriving
+    // before the service exists are dropped and their senders fall back to gRPC.
+    // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
+    // counted and logged at a bounded rate instead of warned about by UCX once per message.
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmDropHandler([this](uint16_t id, const transport::AmMessage& m,
+                                   std::string_view why) { am_drops.Note(id, m, why); }));
+    // A request the Cache service answers on this worker; one that comes before the service
+    // exists is dropped (its sender falls back to gRPC or times out).
+    using AmMethod = void (CacheService::*)(const transport::AmMessage&, transport::Worker*);
+    auto serve = [this, w](uint16_t id, AmMethod handle) {
+      return w->SetAmHandler(id, [this, w, handle](const transport::AmMessage& m) {
+        CacheService* s = am_service.load(std::memory_order_acquire);
+        if (s) (s->*handle)(m, w);
+      });
+    };
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kLookupRequestAm, &CacheService::HandleAmLookup));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquireRequestAm, &CacheService::HandleAmAcquire));
+    STRATA_RETURN_IF_ERROR(
+        serve(am_wire::kAcquirePushRequestAm, &CacheService::HandleAmAcquirePush));
+    STRATA_RETURN_IF_ERROR(
+        serve(am_wire::kAcquirePushAnsweredRequestAm, &CacheService::HandleAmAcquirePushAnswered));
+    STRATA_RETURN_IF_ERROR(
+        serve(am_wire::kAcquirePushPiecesRequestAm, &CacheService::HandleAmAcquirePushPieces));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kReserveRequestAm, &CacheService::HandleAmReserve));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kCommitRequestAm, &CacheService::HandleAmCommit));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchInOneAm, &CacheService::HandleAmFetchInOne));
+    STRATA_RETURN_IF_ERROR(
+        serve(am_wire::kPublishStagedManyAm, &CacheService::HandleAmPublishStagedMany));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kAbortAm, [this, w](const transport::AmMessage& m) {
+          CacheService* s = am_service.load(std::memory_order_acquire);
+          if (s) s->HandleAmAbort(m);
+        }));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kReleaseAm, [this, w](const transport::AmMessage& m) {
+          CacheService* s = am_service.load(std::memory_order_acquire);
+          if (s) s->HandleAmRelease(m);
+        }));
+    STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchRequestAm, &CacheService::HandleAmFetch));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kDeviceFetchAm, [this, w](const transport::AmMessage& m) {
+          DeviceService* s = am_device_service.load(std::memory_order_acquire);
+          if (s) s->HandleAmFetch(m, w);
+        }));
+    STRATA_RETURN_IF_ERROR(w->SetAmRendezvousHandler(
+        am_wire::kPublishBlockAm, [this, w](const transport::AmMessage& m) {
+          CacheService* s = am_service.load(std::memory_order_acquire);
+          if (s) return s->HandleAmPublish(m, w);
+          am_drops.Note(am_wire::kPublishBlockAm, m, "published block before the service started");
+          return false;
+        }));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kPublishPieceAm, [this, w](const transport::AmMessage& m) {
+          CacheService* s = am_service.load(std::memory_order_acquire);
+          if (s) return s->HandleAmPublishPiece(m, w);
+          am_drops.Note(am_wire::kPublishPieceAm, m, "published piece before the service started");
+        }));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kPublishStagedAm, [this, w](const transport::AmMessage& m) {
+          CacheService* s = am_service.load(std::memory_order_acquire);
+          if (s) return s->HandleAmPublishStaged(m, w);
+          am_drops.Note(am_wire::kPublishStagedAm, m, "staged block before the service started");
+        }));
+    STRATA_RETURN_IF_ERROR(
+        w->SetAmHandler(am_wire::kPeerLocateAm, [this, w](const transport::AmMessage& m) {
+          if (m.reply_ep == nullptr || m.header.size() != 8)
+            return am_drops.Note(am_wire::kPeerLocateAm, m,
+                                 "locate request without a reply endpoint or an 8-byte header");
+          if (auth && auth->enabled())
+            return am_drops.Note(am_wire::kPeerLocateAm, m,
+                                 "locate request while authentication is on (gRPC only)");
+          Cluster* c = cluster_ptr.load(std::memory_order_acquire);
+          if (c) c->locator().HandleAmLocate(m, w);
+        }));
+    return absl::OkStatus();
   };
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kLookupRequestAm, &CacheService::HandleAmLookup));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquireRequestAm, &CacheService::HandleAmAcquire));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushRequestAm, &CacheService::HandleAmAcquirePush));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushAnsweredRequestAm,
-                               &CacheService::HandleAmAcquirePushAnswered));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kAcquirePushPiecesRequestAm,
-                               &CacheService::HandleAmAcquirePushPieces));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kReserveRequestAm, &CacheService::HandleAmReserve));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kCommitRequestAm, &CacheService::HandleAmCommit));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kPublishInOneAm, &CacheService::HandleAmPublishInOne));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchInOneAm, &CacheService::HandleAmFetchInOne));
-  STRATA_RETURN_IF_ERROR(
-      serve(am_wire::kPublishStagedManyAm, &CacheService::HandleAmPublishStagedMany));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmAbort(m);
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kReleaseAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmRelease(m);
-      }));
-  STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchRequestAm, &CacheService::HandleAmFetch));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kDeviceFetchAm, [this](const transport::AmMessage& m) {
-        DeviceService* s = am_device_service.load(std::memory_order_acquire);
-        if (s) s->HandleAmFetch(m, worker.get());
-      }));
-  STRATA_RETURN_IF_ERROR(worker->SetAmRendezvousHandler(
-      am_wire::kPublishBlockAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) return s->HandleAmPublish(m, worker.get());
-        am_drops.Note(am_wire::kPublishBlockAm, m, "published block before the service started");
-        return false;
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kPublishPieceAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) return s->HandleAmPublishPiece(m, worker.get());
-        am_drops.Note(am_wire::kPublishPieceAm, m, "published piece before the service started");
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kPublishStagedAm, [this](const transport::AmMessage& m) {
-        CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) return s->HandleAmPublishStaged(m, worker.get());
-        am_drops.Note(am_wire::kPublishStagedAm, m, "staged block before the service started");
-      }));
-  STRATA_RETURN_IF_ERROR(
-      worker->SetAmHandler(am_wire::kPeerLocateAm, [this](const transport::AmMessage& m) {
-        if (m.reply_ep == nullptr || m.header.size() != 8)
-          return am_drops.Note(am_wire::kPeerLocateAm, m,
-                               "locate request without a reply endpoint or an 8-byte header");
-        if (auth && auth->enabled())
-          return am_drops.Note(am_wire::kPeerLocateAm, m,
-                               "locate request while authentication is on (gRPC only)");
-        Cluster* c = cluster_ptr.load(std::memory_order_acquire);
-        if (c) c->locator().HandleAmLocate(m, worker.get());
-      }));
+  more_workers.clear();
+  // Automatic: a sending thread per core up to 4 (one idle worker costs nothing: its thread
+  // sleeps on the worker's event fd once its busy-poll window has passed).
+  const uint32_t workers = config.data_plane_workers != 0
+                               ? config.data_plane_workers
+                               : std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  for (uint32_t i = 1; i < workers; ++i) {
+    STRATA_ASSIGN_OR_RETURN(auto more, transport::Worker::Create(ucx));
+    more_workers.push_back(std::move(more));
+  }
+  STRATA_RETURN_IF_ERROR(install(worker.get()));
+  for (auto& w : more_workers) STRATA_RETURN_IF_ERROR(install(w.get()));
   progress = std::make_unique<transport::ProgressThread>(worker.get(), config.busy_poll);
+  for (auto& w : more_workers)
+    more_progress.push_back(std::make_unique<transport::ProgressThread>(w.get(), config.busy_poll));
   return absl::OkStatus();
 }
 
@@ -616,13 +639,15 @@ absl::Status Daemon::Impl::OpenStore(std::string secret) {
 absl::Status Daemon::Impl::StartServices() {
   DataPlaneInfo dp;
   dp.node_id = node_id;
-  dp.worker_address = worker->address();
+  dp.worker_addresses.push_back(worker->address());
+  for (auto& w : more_workers) dp.worker_addresses.push_back(w->address());
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
   dp.clients_map_arena = clients_map_arena;
   dp.clients_write_zones = zoned_arena && config.auth.tenant_zones_writable;
   dp.arena_memh = region->handle();
   dp.am_drops = &am_drops;
-  dp.progress = progress.get();
+  dp.progress.push_back(progress.get());
+  for (auto& p : more_progress) dp.progress.push_back(p.get());
   dp.transports = worker->TransportSummary();
   dp.huge_pages = huge_pages;
   dp.gpu = gpu;
@@ -776,13 +801,14 @@ void Daemon::Impl::StartReclaim() {
 void Daemon::Impl::LogStarted() const {
   const MappingPages& pages = arena_pages;
   spdlog::info(
-      "stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX transports {}",
+      "stratad {} node '{}' listening on {}; host tier {} ({}, {} pages{}), UCX transports {}, "
+      "{} data-plane workers",
       STRATA_VERSION, node_id, endpoint, FormatSize(store->arena_bytes()),
       mmap_arena ? (huge_pages ? "mmap, huge pages" : "mmap") : "UCX-allocated",
       pages.page_bytes ? FormatSize(pages.page_bytes) : "unknown",
       pages.thp_bytes ? absl::StrCat(", ", FormatSize(pages.thp_bytes), " transparent huge")
                       : std::string(),
-      worker->TransportSummary());
+      worker->TransportSummary(), 1 + more_workers.size());
   if (http) spdlog::info("HTTP /metrics, /healthz, /readyz on {}", http->endpoint());
 }
 
@@ -806,6 +832,7 @@ void Daemon::Shutdown() {
   d.stop_reclaim.Notify();
   if (d.reclaim.joinable()) d.reclaim.join();
   d.progress->Stop();
+  for (auto& p : d.more_progress) p->Stop();
   if (d.transcoder) d.transcoder->Stop();
   if (d.gpu) {
     // Device blocks are copies (or, when host memory evicted theirs, lost as host blocks are).

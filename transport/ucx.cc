@@ -102,10 +102,14 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& o
   }
   const bool wakeup = options.wakeup, rma = options.rma;
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.field_mask =
+      UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features =
       (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "strata";
+  // Workers of this context run on different threads at once (the daemon's data-plane
+  // workers, a cluster locator's own worker): UCX then guards what they share.
+  params.mt_workers_shared = 1;
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
@@ -502,8 +506,15 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Worker::Connect(std::string_view remot
 
 // ---------------------------------------------------------------------------- ProgressThread
 
+namespace {
+thread_local ProgressThread* t_current_progress = nullptr;
+}  // namespace
+
+ProgressThread* ProgressThread::Current() { return t_current_progress; }
+
 ProgressThread::ProgressThread(Worker* worker, absl::Duration busy_poll) : worker_(worker) {
   thread_ = std::thread([this, busy_poll] {
+    t_current_progress = this;
     const auto window = absl::ToChronoNanoseconds(busy_poll);
     auto last_event = std::chrono::steady_clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {

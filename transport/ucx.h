@@ -268,6 +268,9 @@ class ProgressThread {
   // one, matters: the acknowledgement may leave before the call that wrote the bytes returns.
   void OrderAfterProgress();
 
+  // The progress thread the caller runs on (a handler's), or null on any other thread.
+  static ProgressThread* Current();
+
   // From a handler on this thread, when the peer it answered will be busy a while before its
   // next request: the next pass that finds nothing to do sleeps at once, skipping the busy-poll
   // window. On a small VM the scheduler packs this thread and the peer onto one core, and the

@@ -40,6 +40,19 @@ TEST(ConfigTest, BusyPollIsBounded) {
       << too_long.status();
 }
 
+TEST(ConfigTest, DataPlaneWorkersAreBounded) {
+  EXPECT_EQ(ParseConfig("")->data_plane_workers, 0u);  // automatic
+  auto c = ParseConfig("data_plane_workers: 3\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data_plane_workers, 3u);
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  auto many = ParseConfig("data_plane_workers: 65\n");
+  absl::Status refused = many.ok() ? ValidateConfig(*many) : many.status();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("data_plane_workers"), std::string::npos) << refused;
+  EXPECT_FALSE(ParseConfig("data_plane_workers: -1\n").ok());
+}
+
 // Found by tests/fuzz/config_fuzzer (corpus/config/crash-null-key): keys that are not text used
 // to throw out of ParseConfig and terminate stratad.
 TEST(ConfigTest, KeysThatAreNotTextAreRefused) {

@@ -81,12 +81,12 @@ void WithDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
-Connected ConnectRaw(const DaemonProcess& d) {
+Connected ConnectRaw(const DaemonProcess& d, const std::string& client_name = "am-fuzz") {
   auto stub = CacheStub(d);
   grpc::ClientContext ctx;
   WithDeadline(&ctx);
   v1::ConnectRequest req;
-  req.set_client_name("am-fuzz");
+  req.set_client_name(client_name);
   v1::ConnectResponse resp;
   EXPECT_TRUE(stub->Connect(&ctx, req, &resp).ok());
   return {resp.worker_address(), resp.arena_bytes()};
@@ -769,4 +769,24 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
 }
 
 }  // namespace
+// With data_plane_workers: 3, Connect hands clients the three workers in turn, and another
+// daemon (a client named stratad:...) always the first, whose worker answers the cluster's
+// messages; a count past 64 stops the daemon with an error that names the key.
+TEST(DataPlaneWorkersTest, ConnectSpreadsClientsOverTheWorkers) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\ndata_plane_workers: 3\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  std::vector<std::string> seen;
+  for (int i = 0; i < 4; ++i) seen.push_back(ConnectRaw(d).worker_address);
+  for (const std::string& a : seen) ASSERT_FALSE(a.empty());
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_NE(seen[0], seen[2]);
+  EXPECT_EQ(seen[3], seen[0]);
+  EXPECT_EQ(ConnectRaw(d, "stratad:n2:directory").worker_address, seen[0]);
+  EXPECT_EQ(ConnectRaw(d).worker_address, seen[1]);  // the turn goes on after a daemon's
+  DaemonProcess bad("host_tier:\n  capacity: 64MiB\ndata_plane_workers: 65\n");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.log().find("data_plane_workers"), std::string::npos) << bad.log();
+}
+
 }  // namespace strata

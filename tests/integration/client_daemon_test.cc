@@ -591,6 +591,64 @@ uint64_t OpenLeases(Client& c) {
   return st.ok() ? st->open_leases : ~0ull;
 }
 
+// With three data-plane workers (each client's endpoint on one of them, every worker's
+// progress thread running at once), six clients that each publish and fetch their own blocks
+// concurrently get every byte back: over tcp the 1 MiB blocks go both ways in pieces, whose
+// per-block state the workers share; with shared memory as pushes and messages.
+TEST(ClientDaemonTest, SeveralDataPlaneWorkersMoveEveryClientsBytes) {
+  DaemonProcess d("host_tier:\n  capacity: 256MiB\ndata_plane_workers: 3\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  constexpr int kClients = 6, kRounds = 6, kBlocks = 3;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    ClientOptions o;
+    o.endpoint = d.endpoint();
+    o.same_node = false;  // by push and by message, not by mapping the arena
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(std::move(*c));
+  }
+  auto ns = *clients[0]->OpenNamespace(Spec(), "t");
+  for (auto& c : clients) ASSERT_TRUE(c->OpenNamespace(Spec(), "t").ok());
+  std::atomic<int> failures{0}, verified{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t)
+    threads.emplace_back([&, t] {
+      Client& c = *clients[t];
+      for (int r = 0; r < kRounds; ++r) {
+        const auto tokens = Tokens(kBlocks * kTokensPerBlock, 5000 + 100 * t + r);
+        const auto blocks =
+            RandomBlocks(kBlocks, (size_t{1} << 20) + 64 * t, static_cast<uint32_t>(t * 31 + r));
+        auto pub = c.Publish(ns, tokens, testing::BufferViews(blocks));
+        if (!pub.ok() || pub->stored != kBlocks) {
+          ++failures;
+          continue;
+        }
+        std::vector<std::vector<uint8_t>> out(kBlocks, std::vector<uint8_t>(blocks[0].size()));
+        std::vector<MutableBuffer> bufs;
+        for (auto& b : out) bufs.push_back({b.data(), b.size()});
+        auto f = c.Fetch(ns, ComputeBlockIds(ns, kTokensPerBlock, tokens), bufs);
+        if (!f.ok() || f->fetched != kBlocks) {
+          ++failures;
+          continue;
+        }
+        for (int i = 0; i < kBlocks; ++i) (out[i] == blocks[i] ? verified : failures)++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(verified.load(), kClients * kRounds * kBlocks);
+  auto stats = clients[0]->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->open_reservations, 0u);
+  EXPECT_EQ(stats->open_leases, 0u);
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls != nullptr && std::string(tls) == "tcp") {  // every block was published in pieces
+    EXPECT_EQ(DaemonCounter(*clients[0], "published_in_pieces_total"),
+              uint64_t{kClients} * kRounds * kBlocks);
+  }
+}
+
 // Over tcp, a block larger than a receive segment is pushed in pieces, each copied and checked
 // as it arrives: by the acquire-and-push request (the default) and by the push that follows a
 // gRPC Acquire alike, a damaged block is still caught, and with pieces off the blocks come
