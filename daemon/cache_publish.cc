@@ -759,14 +759,22 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
   {
     absl::MutexLock lock(&pieces_mu_);
     auto at = publish_pieces_.find(key);
-    if (piece->offset == 0) {
+    if (at != publish_pieces_.end() && at->second.busy) {
+      // Another piece of this block is being copied in right now, so a second writer (another
+      // endpoint, on another worker) sends pieces of it too: neither's CRC would be the bytes'.
+      publish_pieces_.erase(at);
+      ForgetStaged(reservation_id);
+      refused = absl::InvalidArgumentError(
+          "pieces of one block came from two writers at once; publish it again");
+    } else if (piece->offset == 0) {
       // A block (re)starts: a CRC noted for it earlier no longer holds.
       ForgetStaged(reservation_id, block.offset);
       if (at == publish_pieces_.end()) {
         if (publish_pieces_.size() >= kMaxBlocksInPieces) {
           const absl::Duration idle = store_->reservation_timeout();
-          absl::erase_if(publish_pieces_,
-                         [&](const auto& e) { return now - e.second.touched > idle; });
+          absl::erase_if(publish_pieces_, [&](const auto& e) {
+            return !e.second.busy && now - e.second.touched > idle;
+          });
         }
         if (publish_pieces_.size() < kMaxBlocksInPieces)
           at = publish_pieces_.emplace(key, PiecesSoFar{}).first;
@@ -774,7 +782,7 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
           refused = absl::ResourceExhaustedError(
               "too many blocks are being published in pieces at once");
       }
-      if (at != publish_pieces_.end()) at->second = PiecesSoFar{0, 0, now};
+      if (at != publish_pieces_.end()) at->second = PiecesSoFar{0, 0, now, ++pieces_started_};
     }
     if (refused.ok() && (at == publish_pieces_.end() || at->second.next != piece->offset)) {
       // Out of order, or for a block that is whole already: the block's CRC is unknown here,
@@ -784,17 +792,30 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
       refused = absl::InvalidArgumentError(
           "a published piece does not continue its block where the last one ended");
     }
-    if (refused.ok()) so_far = at->second;
+    if (refused.ok()) {
+      at->second.busy = true;
+      so_far = at->second;
+    }
   }
   if (!refused.ok()) return ack(refused.code(), std::string(refused.message()));
-  auto forget = [&] {
+  // Puts this piece's result back (or, `keep` false, drops the entry); false when the entry
+  // went while the piece was copied (a second writer, or the idle sweep): then nothing holds.
+  auto finish = [&](bool keep) {
     absl::MutexLock lock(&pieces_mu_);
-    publish_pieces_.erase(key);
+    auto at = publish_pieces_.find(key);
+    if (at == publish_pieces_.end() || at->second.started != so_far.started) return false;
+    if (keep) {
+      at->second = so_far;
+      at->second.busy = false;
+    } else {
+      publish_pieces_.erase(at);
+    }
+    return true;
   };
   // The write hold keeps the extent this reservation's while the piece is copied in.
   if (absl::Status held = store_->BeginReservedWrite(reservation_id, {block.offset, block.size});
       !held.ok()) {
-    forget();
+    finish(false);
     return ack(held.code(), std::string(held.message()));
   }
   so_far.crc = CopyWithCrc32cStreaming(arena + block.offset + piece->offset, m.data.data(),
@@ -802,12 +823,13 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
   store_->EndReservedWrite(reservation_id);
   so_far.next += m.data.size();
   so_far.touched = now;
-  if (so_far.next < block.size) {
-    absl::MutexLock lock(&pieces_mu_);
-    publish_pieces_.insert_or_assign(key, so_far);
-    return;
+  const bool whole = so_far.next >= block.size;
+  if (!finish(/*keep=*/!whole)) {
+    ForgetStaged(reservation_id);
+    return ack(absl::StatusCode::kInvalidArgument,
+               "pieces of one block came from two writers at once; publish it again");
   }
-  forget();
+  if (!whole) return;
   // Whole, and stratad took its CRC as it wrote every byte: Commit need not read it again.
   NoteStaged(reservation_id, block.offset, block.size, so_far.crc);
   published_blocks_.fetch_add(1, std::memory_order_relaxed);

@@ -118,11 +118,12 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     resp->set_version(STRATA_VERSION);
     // Other daemons (the cluster's locator) to the first worker, which answers their messages;
     // clients round the workers, so their transfers run on several threads.
+    // (A probe of which daemon answers, instance_only, takes no worker's turn.)
     const auto& addresses = data_plane_.worker_addresses;
-    const bool daemon = req->client_name().starts_with("stratad:");
+    const bool first = req->client_name().starts_with("stratad:") || req->instance_only();
     if (!addresses.empty())
-      resp->set_worker_address(addresses[daemon ? 0 : next_worker_.fetch_add(1) %
-                                                          addresses.size()]);
+      resp->set_worker_address(addresses[first ? 0 : next_worker_.fetch_add(1) %
+                                                         addresses.size()]);
     resp->set_arena_bytes(store_->arena_bytes());
     // With several tenants a remote key would open the whole arena, every tenant's blocks, to
     // the caller: none is handed out, and bytes move only by messages this daemon checks

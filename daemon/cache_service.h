@@ -375,19 +375,23 @@ class CacheService final : public v1::Cache::Service {
   };
   static constexpr size_t kMaxStagedReservations = 4096;
   // Blocks being published in pieces, by reservation and extent offset: where the next piece
-  // must start and the CRC of the bytes so far. A block's pieces all come over one endpoint,
-  // so one worker's thread at a time updates an entry; the map is shared by the workers (the
-  // lock is not held while a piece is copied). Past kMaxBlocksInPieces, entries untouched for a
+  // must start and the CRC of the bytes so far. A client sends a block's pieces in order over
+  // one endpoint; the map is shared by the workers and not locked while a piece is copied, so
+  // an entry is marked busy meanwhile: pieces of one block from two writers at once fail the
+  // block instead of leaving a CRC that is not its bytes'. Past kMaxBlocksInPieces, entries untouched for a
   // reservation timeout go (their client is gone).
   struct PiecesSoFar {
     uint64_t next = 0;
     uint32_t crc = 0;
     absl::Time touched;
+    uint64_t started = 0;  // pieces_started_ when the block (re)started: tells restarts apart
+    bool busy = false;     // a piece is being copied in (the lock is not held meanwhile)
   };
   static constexpr size_t kMaxBlocksInPieces = 4096;
-  absl::Mutex pieces_mu_;
+  absl::Mutex pieces_mu_;  // taken before staged_mu_ (ForgetStaged), never after it
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, PiecesSoFar> publish_pieces_
       ABSL_GUARDED_BY(pieces_mu_);
+  uint64_t pieces_started_ ABSL_GUARDED_BY(pieces_mu_) = 0;
   void NoteStaged(uint64_t reservation_id, uint64_t offset, uint64_t size, uint32_t crc);
   // All of the reservation's extents, or the one at `offset`.
   void ForgetStaged(uint64_t reservation_id, std::optional<uint64_t> offset = std::nullopt);

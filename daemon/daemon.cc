@@ -2,16 +2,17 @@
 
 #include <grpcpp/grpcpp.h>
 #include <openssl/rand.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -52,6 +53,15 @@ namespace strata::daemon {
 
 // Everything one running stratad holds, and the steps that start it (in the order of Start).
 struct Daemon::Impl {
+  // A start that failed part way never runs Shutdown: the progress threads could still be in
+  // handlers that reach the service and the cluster, which are destroyed before them.
+  ~Impl() {
+    am_service.store(nullptr, std::memory_order_release);
+    am_device_service.store(nullptr, std::memory_order_release);
+    cluster_ptr.store(nullptr, std::memory_order_release);
+    for (auto& p : more_progress) p->Stop();
+    if (progress) progress->Stop();
+  }
   // HTTP first, so /healthz answers (and /readyz says "starting") while a large arena faults
   // in.
   absl::Status StartHttp();
@@ -431,6 +441,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   transport::ContextOptions ucx_options;
   ucx_options.wakeup = true;
   ucx_options.unnamed_allocations = true;
+  ucx_options.workers_on_threads = true;
   ucx_options.tcp = !authenticated || config.auth.ucx_tcp_trusted;
   const bool one_tenant = authenticated && auth->tenants().size() <= 1;
   clients_map_arena = !authenticated || (one_tenant && !ucx_options.tcp);
@@ -570,13 +581,15 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     return absl::OkStatus();
   };
   more_workers.clear();
-  // Automatic: one per two hardware threads, up to 4: the clients need cores too. On a 2-core
-  // VM a second worker doubled four clients' 1 MiB gets over tcp but, with every thread
-  // polling, cut their 64 KiB gets to 0.6x (bench/peers/README.md): there it stays one.
-  const uint32_t workers =
-      config.data_plane_workers != 0
-          ? config.data_plane_workers
-          : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
+  // Automatic: one per two of the CPUs this process may run on, up to 4: the clients need
+  // cores too. On a 2-core VM a second worker made four clients' 1 MiB gets over tcp 1.44x
+  // faster but, with every thread polling, their 64 KiB gets 0.6x (bench/peers/README.md):
+  // there it stays one.
+  uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  if (cpu_set_t set; sched_getaffinity(0, sizeof set, &set) == 0)
+    cpus = static_cast<uint32_t>(std::max(1, CPU_COUNT(&set)));
+  const uint32_t workers = config.data_plane_workers != 0 ? config.data_plane_workers
+                                                          : std::clamp(cpus / 2, 1u, 4u);
   for (uint32_t i = 1; i < workers; ++i) {
     STRATA_ASSIGN_OR_RETURN(auto more, transport::Worker::Create(ucx));
     more_workers.push_back(std::move(more));

@@ -107,9 +107,7 @@ absl::StatusOr<std::shared_ptr<Context>> Context::Create(const ContextOptions& o
   params.features =
       (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.name = "strata";
-  // Workers of this context run on different threads at once (the daemon's data-plane
-  // workers, a cluster locator's own worker): UCX then guards what they share.
-  params.mt_workers_shared = 1;
+  params.mt_workers_shared = options.workers_on_threads ? 1 : 0;
   ucp_context_h ctx = nullptr;
   s = ucp_init(&params, config, &ctx);
   ucp_config_release(config);

@@ -78,6 +78,10 @@ struct ContextOptions {
   // below UCP and whatever `rma` says, so a process that must not trust every host that reaches
   // its tcp port turns it off (UCX_TLS keeps its other transports; see TransportsWithoutTcp).
   bool tcp = true;
+  // Several workers of this context run on different threads at once (the daemon's data-plane
+  // workers, a cluster locator's own worker): UCX then guards what they share. A client's one
+  // worker does not pay for it.
+  bool workers_on_threads = false;
 };
 
 // The UCX_TLS value that keeps `ucx_tls` (the environment's value, null or empty when unset)

@@ -41,7 +41,9 @@ TEST(ConfigTest, BusyPollIsBounded) {
 }
 
 TEST(ConfigTest, DataPlaneWorkersAreBounded) {
-  EXPECT_EQ(ParseConfig("")->data_plane_workers, 0u);  // automatic
+  auto defaults = ParseConfig("");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->data_plane_workers, 0u);  // automatic
   auto c = ParseConfig("data_plane_workers: 3\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->data_plane_workers, 3u);

@@ -768,7 +768,6 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
   ASSERT_NO_FATAL_FAILURE(ExpectServes(d, 44));
 }
 
-}  // namespace
 // With data_plane_workers: 3, Connect hands clients the three workers in turn, and another
 // daemon (a client named stratad:...) always the first, whose worker answers the cluster's
 // messages; a count past 64 stops the daemon with an error that names the key.
@@ -789,4 +788,5 @@ TEST(DataPlaneWorkersTest, ConnectSpreadsClientsOverTheWorkers) {
   EXPECT_NE(bad.log().find("data_plane_workers"), std::string::npos) << bad.log();
 }
 
+}  // namespace
 }  // namespace strata

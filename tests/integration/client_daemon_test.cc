@@ -593,8 +593,8 @@ uint64_t OpenLeases(Client& c) {
 
 // With three data-plane workers (each client's endpoint on one of them, every worker's
 // progress thread running at once), six clients that each publish and fetch their own blocks
-// concurrently get every byte back: over tcp the 1 MiB blocks go both ways in pieces, whose
-// per-block state the workers share; with shared memory as pushes and messages.
+// concurrently get every byte back, every acquire, reserve and commit answered by message:
+// over tcp the 1 MiB blocks go both ways in pieces, whose per-block state the workers share.
 TEST(ClientDaemonTest, SeveralDataPlaneWorkersMoveEveryClientsBytes) {
   DaemonProcess d("host_tier:\n  capacity: 256MiB\ndata_plane_workers: 3\n");
   ASSERT_TRUE(d.ok()) << d.log();
@@ -642,10 +642,20 @@ TEST(ClientDaemonTest, SeveralDataPlaneWorkersMoveEveryClientsBytes) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->open_reservations, 0u);
   EXPECT_EQ(stats->open_leases, 0u);
+  // Every worker answered by message (a client whose worker did not would have fallen back to
+  // gRPC): each fetch's acquire and each publish's reserve and commit, and no message dropped.
+  Client& c0 = *clients[0];
+  EXPECT_EQ(DaemonCounter(c0, "am_dropped_total"), 0u);
+  EXPECT_GE(DaemonCounter(c0, "acquires_by_message_total"), uint64_t{kClients} * kRounds);
+  EXPECT_GE(DaemonCounter(c0, "reserves_and_commits_by_message_total"),
+            uint64_t{kClients} * kRounds);
   const char* tls = std::getenv("UCX_TLS");
-  if (tls != nullptr && std::string(tls) == "tcp") {  // every block was published in pieces
-    EXPECT_EQ(DaemonCounter(*clients[0], "published_in_pieces_total"),
+  if (tls != nullptr && std::string(tls) == "tcp") {
+    // Every block went both ways by the workers' messages: published in pieces, then pushed
+    // (over shared memory the clients read the arena themselves).
+    EXPECT_EQ(DaemonCounter(c0, "published_in_pieces_total"),
               uint64_t{kClients} * kRounds * kBlocks);
+    EXPECT_GE(DaemonCounter(c0, "pushed_blocks_total"), uint64_t{kClients} * kRounds * kBlocks);
   }
 }
 
