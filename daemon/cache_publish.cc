@@ -798,9 +798,10 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
     }
   }
   if (!refused.ok()) return ack(refused.code(), std::string(refused.message()));
-  // Puts this piece's result back (or, `keep` false, drops the entry); false when the entry
-  // went while the piece was copied (a second writer, or the idle sweep): then nothing holds.
-  auto finish = [&](bool keep) {
+  // Puts this piece's result back (or, `keep` false, drops the entry, and with `whole` notes
+  // the block's CRC in the same hold, so no restart of the block slips in between); false when
+  // the entry went while the piece was copied (a second writer, or the idle sweep).
+  auto finish = [&](bool keep, bool whole = false) {
     absl::MutexLock lock(&pieces_mu_);
     auto at = publish_pieces_.find(key);
     if (at == publish_pieces_.end() || at->second.started != so_far.started) return false;
@@ -810,6 +811,8 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
     } else {
       publish_pieces_.erase(at);
     }
+    // Whole, and stratad took its CRC as it wrote every byte: Commit need not read it again.
+    if (whole) NoteStaged(reservation_id, block.offset, block.size, so_far.crc);
     return true;
   };
   // The write hold keeps the extent this reservation's while the piece is copied in.
@@ -824,14 +827,12 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
   so_far.next += m.data.size();
   so_far.touched = now;
   const bool whole = so_far.next >= block.size;
-  if (!finish(/*keep=*/!whole)) {
+  if (!finish(/*keep=*/!whole, whole)) {
     ForgetStaged(reservation_id);
     return ack(absl::StatusCode::kInvalidArgument,
                "pieces of one block came from two writers at once; publish it again");
   }
   if (!whole) return;
-  // Whole, and stratad took its CRC as it wrote every byte: Commit need not read it again.
-  NoteStaged(reservation_id, block.offset, block.size, so_far.crc);
   published_blocks_.fetch_add(1, std::memory_order_relaxed);
   published_in_pieces_.fetch_add(1, std::memory_order_relaxed);
   ack(absl::StatusCode::kOk, {});
