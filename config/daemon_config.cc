@@ -163,8 +163,8 @@ shutdown_grace: 10s
 busy_poll: 50us
 # Data-plane workers, each with its own progress thread: clients are spread over them as they
 # connect, so the bytes for several clients are sent by several threads at once (one thread
-# sends for all of them with 1). Other daemons' messages go to the first. 0: one per two of
-# the CPUs stratad may run on (its affinity), 1 to 4.
+# sends for all of them with 1). Other daemons' messages go to the first. 0: one per CPU
+# stratad may run on (its affinity), 1 to 4.
 data_plane_workers: 0
 
 cluster:

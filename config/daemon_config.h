@@ -149,8 +149,8 @@ struct DaemonConfig {
   GpuTierConfig gpu;
   absl::Duration shutdown_grace;
   absl::Duration busy_poll;  // the progress thread polls this long after its last message
-  // UCX workers, a progress thread each; clients spread over them. 0: one per two of the CPUs
-  // this process may run on, 1 to 4.
+  // UCX workers, a progress thread each; clients spread over them. 0: one per CPU this
+  // process may run on, 1 to 4.
   uint32_t data_plane_workers = 0;
   ClusterConfig cluster;
   EventsConfig events;

@@ -581,15 +581,15 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     return absl::OkStatus();
   };
   more_workers.clear();
-  // Automatic: one per two of the CPUs this process may run on, up to 4: the clients need
-  // cores too. On a 2-core VM a second worker made four clients' 1 MiB gets over tcp 1.44x
-  // faster but, with every thread polling, their 64 KiB gets 0.6x (bench/peers/README.md):
-  // there it stays one.
+  // Automatic: one per CPU this process may run on, up to 4 (an idle worker's thread sleeps on
+  // its event fd). On a 2-core VM a second worker made four clients' 1 MiB gets over tcp
+  // faster in every alternating pair (1.4-3x); their 64 KiB gets came out lower in the calm
+  // pairs (0.57x, 0.82x): bench/peers/README.md.
   uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
   if (cpu_set_t set; sched_getaffinity(0, sizeof set, &set) == 0)
     cpus = static_cast<uint32_t>(std::max(1, CPU_COUNT(&set)));
   const uint32_t workers = config.data_plane_workers != 0 ? config.data_plane_workers
-                                                          : std::clamp(cpus / 2, 1u, 4u);
+                                                          : std::clamp(cpus, 1u, 4u);
   for (uint32_t i = 1; i < workers; ++i) {
     STRATA_ASSIGN_OR_RETURN(auto more, transport::Worker::Create(ucx));
     more_workers.push_back(std::move(more));
