@@ -725,6 +725,9 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
   return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
 }
 
+constexpr const char* kTwoWriters =
+    "pieces of one block came from two writers at once; publish it again";
+
 void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
                                         transport::Worker* worker) {
   namespace w = am_wire;
@@ -764,8 +767,7 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
       // endpoint, on another worker) sends pieces of it too: neither's CRC would be the bytes'.
       publish_pieces_.erase(at);
       ForgetStaged(reservation_id);
-      refused = absl::InvalidArgumentError(
-          "pieces of one block came from two writers at once; publish it again");
+      refused = absl::InvalidArgumentError(kTwoWriters);
     } else if (piece->offset == 0) {
       // A block (re)starts: a CRC noted for it earlier no longer holds.
       ForgetStaged(reservation_id, block.offset);
@@ -829,8 +831,7 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
   const bool whole = so_far.next >= block.size;
   if (!finish(/*keep=*/!whole, whole)) {
     ForgetStaged(reservation_id);
-    return ack(absl::StatusCode::kInvalidArgument,
-               "pieces of one block came from two writers at once; publish it again");
+    return ack(absl::StatusCode::kInvalidArgument, kTwoWriters);
   }
   if (!whole) return;
   published_blocks_.fetch_add(1, std::memory_order_relaxed);

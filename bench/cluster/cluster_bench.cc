@@ -209,6 +209,9 @@ std::optional<double> PlainTcpGbps(const std::vector<char>& src, int rounds) {
   return static_cast<double>(bytes) * rounds / secs / 1e9;
 }
 
+// a / b, or 0 where the baseline did not run.
+double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
 struct FetchRow {
   size_t block_bytes = 0;
   // Medians of the repetitions; fetch and tag_bw alternate, so both see the same machine.
@@ -489,15 +492,16 @@ int main(int argc, char** argv) {
         const auto& f = r.fetch[k];
         std::cout << (k ? ", " : "")
                   << absl::StrFormat(
-                         "{\"block_bytes\": %d, \"gbps\": %.3f, \"p50_us\": %.1f, \"locate_p50_us\": %.1f, "
+                         "{\"block_bytes\": %d, \"gbps\": %.3f, \"p50_us\": %.1f, "
+                         "\"locate_p50_us\": %.1f, "
                          "\"perftest_gbps\": %.3f, \"ratio_vs_perftest\": %.3f, "
                          "\"perftest_tag_gbps\": %.3f, \"ratio_vs_tag\": %.3f, "
                          "\"socket_gbps\": %.3f, \"ratio_vs_socket\": %.3f, "
                          "\"gbps_reps\": [%s], \"tag_reps\": [%s], \"socket_reps\": [%s]}",
                          f.block_bytes, f.gbps, f.p50_us, f.locate_p50_us,
-                         f.perftest_gbps, f.perftest_gbps > 0 ? f.gbps / f.perftest_gbps : 0.0, f.perftest_tag_gbps,
-                         f.perftest_tag_gbps > 0 ? f.gbps / f.perftest_tag_gbps : 0.0,
-                         f.socket_gbps, f.socket_gbps > 0 ? f.gbps / f.socket_gbps : 0.0,
+                         f.perftest_gbps, Ratio(f.gbps, f.perftest_gbps), f.perftest_tag_gbps,
+                         Ratio(f.gbps, f.perftest_tag_gbps), f.socket_gbps,
+                         Ratio(f.gbps, f.socket_gbps),
                          Joined(f.gbps_reps), Joined(f.tag_reps), Joined(f.socket_reps));
       }
       std::cout << "]}";
@@ -519,13 +523,12 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat("  %-10s %10s %10s %10s %12s %8s %12s %8s %12s %8s\n", "block",
                                  "GB/s", "p50 us", "locate us", "ucp_get", "ratio", "tag_bw",
                                  "ratio", "plain tcp", "ratio");
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
     for (const auto& f : r.fetch)
       std::cout << absl::StrFormat(
           "  %-10d %10.2f %10.0f %10.0f %12.2f %8.2f %12.2f %8.2f %12.2f %8.2f\n",
           f.block_bytes, f.gbps, f.p50_us, f.locate_p50_us, f.perftest_gbps,
-          ratio(f.gbps, f.perftest_gbps), f.perftest_tag_gbps, ratio(f.gbps, f.perftest_tag_gbps),
-          f.socket_gbps, ratio(f.gbps, f.socket_gbps));
+          Ratio(f.gbps, f.perftest_gbps), f.perftest_tag_gbps, Ratio(f.gbps, f.perftest_tag_gbps),
+          f.socket_gbps, Ratio(f.gbps, f.socket_gbps));
     std::cout << "  every repetition in order (the table has their medians), GB/s:\n";
     for (const auto& f : r.fetch)
       std::cout << absl::StrFormat("  %-10d fetch %s | tag_bw %s | plain tcp %s\n",
