@@ -292,10 +292,10 @@ STRATA_AMX_TARGET void ReconstructTiles(const PcaSymbols& s, const uint32_t* slo
 }
 
 // AMX-INT8 (CPUID.7.0:EDX[25]) where the tiles are there, with AVX512-VBMI for the byte
-// permutes that interleave the symbols. Opt-in for now (STRATA_CODEC_AMX_INT8=1): written on a
-// machine without AMX, it has not run yet (docs/codec.md, "Pca speed", session 48).
+// permutes that interleave the symbols. STRATA_CODEC_AMX_INT8=0 leaves the int8 heads to the bf16
+// tiles (the operator's switch, and the benchmarks' baseline).
 bool DetectAmxInt8() {
-  if (const char* env = std::getenv("STRATA_CODEC_AMX_INT8"); !env || std::strcmp(env, "1") != 0)
+  if (const char* env = std::getenv("STRATA_CODEC_AMX_INT8"); env && std::strcmp(env, "0") == 0)
     return false;
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512vnni"))

@@ -27,7 +27,7 @@ using test::SquaredErrors;
 
 TEST(PcaAmxInt8, SumsAsTheVnniDecoderBitForBit) {
   if (!internal::PcaAmxInt8Supported())
-    GTEST_SKIP() << "no AMX-INT8 here, or STRATA_CODEC_AMX_INT8=1 not set";
+    GTEST_SKIP() << "no AMX-INT8 here (or STRATA_CODEC_AMX_INT8=0)";
   // Coordinates short of, at and past a tile's 64 (and of a quad), one token to a block's 256,
   // a last group of 1, 8 and 15 tokens, symbols up to 127 steps either side.
   for (const HeadShape& sh : {HeadShape{64, 61, 40, 61, 20}, HeadShape{64, 64, 256, 65, 127},
@@ -69,7 +69,7 @@ TEST(PcaAmxInt8, SumsAsTheVnniDecoderBitForBit) {
 // symbols.
 TEST(PcaAmxInt8, RefusesHeadsThatDoNotQualify) {
   if (!internal::PcaAmxInt8Supported())
-    GTEST_SKIP() << "no AMX-INT8 here, or STRATA_CODEC_AMX_INT8=1 not set";
+    GTEST_SKIP() << "no AMX-INT8 here (or STRATA_CODEC_AMX_INT8=0)";
   const Head h(64, 61, 40, 61, 20, 5);
   std::vector<float> decaying(h.n);
   for (size_t k = 0; k < h.n; ++k) decaying[k] = 50.0f / static_cast<float>(k + 1);
@@ -98,7 +98,7 @@ TEST(PcaAmxInt8, RefusesHeadsThatDoNotQualify) {
 // decode every head.
 TEST(PcaAmxInt8, TakenWhereTheVnniRuleAdmitsEveryCoordinate) {
   if (!internal::PcaAmxInt8Supported())
-    GTEST_SKIP() << "no AMX-INT8 here, or STRATA_CODEC_AMX_INT8=1 not set";
+    GTEST_SKIP() << "no AMX-INT8 here (or STRATA_CODEC_AMX_INT8=0)";
   if (!internal::PcaVnniBytesAvailable()) GTEST_SKIP() << "STRATA_CODEC_VNNI=16: int16 only";
   test::CalibratedSynthetic c(7, test::AtBits(1.5));
   for (const uint8_t code : {uint8_t{0}, uint8_t{1}}) {

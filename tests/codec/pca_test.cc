@@ -636,7 +636,7 @@ struct CalibratedAtLowRate : test::CalibratedSynthetic {
 // names for the decoder and the encoder is one whose heads a decode and an encode of a
 // byte-symbol block counted, and "float" where none of the vector kernels counted any. (For
 // amx-int8 the tiles' heads count: int8 terms run only where a head's axes admit them, else
-// the bf16 ones; STRATA_CODEC_AMX_INT8=1 is needed for them at all.)
+// the bf16 ones; STRATA_CODEC_AMX_INT8=0 turns them off.)
 TEST(PcaSections, CpuKernelsNameTheKernelsThatRun) {
   CalibratedAtLowRate c(5);
   const std::span<const uint8_t> block = c.Block(4);
@@ -752,7 +752,9 @@ TEST(PcaSections, AmxDecoderTakesOneProductAtCoarseSteps) {
     ASSERT_TRUE(enc.Encode(layout, p, block, &blob).ok());
     const uint64_t decoded = internal::PcaAmxHeadsDecoded();
     const uint64_t one_product = internal::PcaAmxHeadsDecodedInBf16();
+    internal::SetPcaAmxInt8EnabledForTest(false);  // the int8 tiles would take these heads
     ASSERT_TRUE(dec.Decode(blob, tiles).ok());
+    internal::SetPcaAmxInt8EnabledForTest(true);
     EXPECT_EQ(internal::PcaAmxHeadsDecoded() - decoded, heads);
     EXPECT_EQ(internal::PcaAmxHeadsDecodedInBf16() - one_product, code == 0 ? heads : 0);
     internal::SetPcaAmxEnabledForTest(false);
