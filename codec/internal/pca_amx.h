@@ -168,10 +168,10 @@ struct PcaVnniAxes;  // internal/pca_avx512.h
 // With AMX-INT8 as well (PcaAmxInt8Available: the CPU has it and AVX512-VBMI, the tiles are
 // supported, STRATA_CODEC_AMX_INT8=0 does not turn it off and no test switched it off), heads
 // whose VNNI axes are int8 throughout (axes.pairs == 0, axes.quads > 0: the coordinates the VNNI
-// decoder's rule admits, internal/pca_avx512.h) are summed on the tiles as that decoder sums them: the raw byte
-// symbols (unsigned) times the int8 terms (signed), 64 coordinates per product where bf16 takes
-// 32, the exact int32 sums less maxq times each column's sum of terms, times the column's unit,
-// then the same store pass. The rows are bit for bit PcaReconstructVnni's with the same axes.
+// decoder's rule admits, internal/pca_avx512.h) are summed on the tiles as that decoder sums
+// them: the raw byte symbols (unsigned) times the int8 terms (signed), 64 coordinates per product
+// where bf16 takes 32, the exact int32 sums less maxq times each column's sum of terms, times the
+// column's unit, then the same store pass. The rows are bit for bit PcaReconstructVnni's with the same axes.
 bool PcaAmxInt8Supported();
 bool PcaAmxInt8Available();
 void SetPcaAmxInt8EnabledForTest(bool enabled);
