@@ -171,7 +171,8 @@ struct PcaVnniAxes;  // internal/pca_avx512.h
 // decoder's rule admits, internal/pca_avx512.h) are summed on the tiles as that decoder sums
 // them: the raw byte symbols (unsigned) times the int8 terms (signed), 64 coordinates per product
 // where bf16 takes 32, the exact int32 sums less maxq times each column's sum of terms, times the
-// column's unit, then the same store pass. The rows are bit for bit PcaReconstructVnni's with the same axes.
+// column's unit, then the same store pass. The rows are bit for bit PcaReconstructVnni's with the
+// same axes.
 bool PcaAmxInt8Supported();
 bool PcaAmxInt8Available();
 void SetPcaAmxInt8EnabledForTest(bool enabled);
