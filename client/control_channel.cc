@@ -133,6 +133,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   }
   ArenaEndpoint arena;
   arena.worker_address = resp.worker_address();
+  arena.first_worker_address = resp.first_worker_address();
   arena.rkey = resp.arena_rkey();
   arena.base = resp.arena_base();
   arena.bytes = resp.arena_bytes();

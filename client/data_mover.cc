@@ -127,15 +127,27 @@ absl::Status DataMover::Redial() {
   // Same node, or another one over tcp: an endpoint watched for the daemon's death keeps shared
   // memory and tcp's zero-copy rendezvous (see Worker::Connect). Over RDMA the endpoint itself
   // detects, as before: an endpoint without detection is untested there.
-  STRATA_ASSIGN_OR_RETURN(
-      std::unique_ptr<transport::Endpoint> ep,
-      worker_->Connect(arena.worker_address, options_.same_node || !rdma_
-                                                 ? transport::Worker::PeerFailure::kWatch
-                                                 : transport::Worker::PeerFailure::kDetect));
+  const auto failure = options_.same_node || !rdma_ ? transport::Worker::PeerFailure::kWatch
+                                                    : transport::Worker::PeerFailure::kDetect;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<transport::Endpoint> ep,
+                          worker_->Connect(arena.worker_address, failure));
   uint8_t* mapped = nullptr;
   if (arena.rma) {
     STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));
     mapped = static_cast<uint8_t*>(ep->MapRemote(arena.base));
+    // Through a mapping this client copies every byte itself and the daemon answers only small
+    // requests: the daemon's first worker takes those, and its other workers' threads stay
+    // free for the clients whose bytes they move (on a small node they share the cores with
+    // this client's copies). Where the first worker cannot be reached or maps nothing, the
+    // endpoint handed out stays.
+    if (mapped != nullptr && !arena.first_worker_address.empty()) {
+      auto first = worker_->Connect(arena.first_worker_address, failure);
+      if (first.ok() && (*first)->SetRemoteKey(arena.rkey).ok())
+        if (auto* m = static_cast<uint8_t*>((*first)->MapRemote(arena.base)); m != nullptr) {
+          ep = std::move(*first);
+          mapped = m;
+        }
+    }
   } else if (!arena.push_fetch || !arena.publish_by_message) {
     return absl::FailedPreconditionError(
         "stratad hands out no remote key but does not serve push fetches and publishes by "

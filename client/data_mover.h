@@ -44,6 +44,8 @@ namespace strata::client {
 // Where a daemon's data plane is (its Connect answer).
 struct ArenaEndpoint {
   std::string worker_address;  // the daemon's UCX worker
+  // Its first worker, where worker_address is another: taken instead when the arena maps.
+  std::string first_worker_address;
   std::string rkey;            // packed remote key of its host arena
   uint64_t base = 0;           // the arena's address in the daemon
   uint64_t bytes = 0;

@@ -121,9 +121,12 @@ grpc::Status CacheService::DoConnect(grpc::ServerContext* ctx, const v1::Connect
     // (A probe of which daemon answers, instance_only, takes no worker's turn.)
     const auto& addresses = data_plane_.worker_addresses;
     const bool first = req->client_name().starts_with("stratad:") || req->instance_only();
-    if (!addresses.empty())
-      resp->set_worker_address(addresses[first ? 0 : next_worker_.fetch_add(1) %
-                                                         addresses.size()]);
+    if (!addresses.empty()) {
+      const size_t turn = first ? 0 : next_worker_.fetch_add(1) % addresses.size();
+      resp->set_worker_address(addresses[turn]);
+      // A client that maps the arena moves its own bytes: it takes the first worker instead.
+      if (turn != 0) resp->set_first_worker_address(addresses[0]);
+    }
     resp->set_arena_bytes(store_->arena_bytes());
     // With several tenants a remote key would open the whole arena, every tenant's blocks, to
     // the caller: none is handed out, and bytes move only by messages this daemon checks
@@ -469,6 +472,9 @@ grpc::Status CacheService::DoStats(grpc::ServerContext* ctx, const v1::StatsRequ
     c["published_staged_total"] = staged_blocks_.load(std::memory_order_relaxed);
     if (data_plane_.stagings) c["staging_windows_lent"] = data_plane_.stagings->size();
     c["acquires_by_message_total"] = acquires_by_message_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < data_plane_.worker_requests.size(); ++i)
+      c[absl::StrCat("data_plane_worker_", i, "_requests_total")] =
+          data_plane_.worker_requests[i]->load(std::memory_order_relaxed);
     c["acquires_with_push_total"] = acquires_with_push_.load(std::memory_order_relaxed);
     c["answers_in_first_block_total"] = answers_in_block_.load(std::memory_order_relaxed);
     c["spares_granted_total"] = spares_granted_.load(std::memory_order_relaxed);

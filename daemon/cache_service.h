@@ -53,6 +53,9 @@ struct DataPlaneInfo {
   // The workers' progress threads: a Commit on another thread waits on them in TSan builds
   // (ProgressThread::OrderAfterProgress). Empty: nothing to order with (tests).
   std::vector<transport::ProgressThread*> progress;
+  // Requests each worker answered by message, in worker_addresses' order (Stats shows them as
+  // data_plane_worker_N_requests_total). Empty: not counted (tests).
+  std::vector<const std::atomic<uint64_t>*> worker_requests;
   std::string transports;
   bool huge_pages = false;
   // Random per start of the daemon (ConnectResponse.instance_id): tells a client whether the

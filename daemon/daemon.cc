@@ -103,6 +103,8 @@ struct Daemon::Impl {
   MappingPages arena_pages;                         // what backs the arena
   std::unique_ptr<transport::ProgressThread> progress;
   std::vector<std::unique_ptr<transport::ProgressThread>> more_progress;  // more_workers' threads
+  // Requests each worker answered, the first worker's first (strata_data_plane_requests_total).
+  std::unique_ptr<std::atomic<uint64_t>[]> worker_requests;
   std::unique_ptr<HostTier> tier;
   // What the services and the cluster see: `tier` alone, or the TieredStore over it (then
   // `tiered` is that same object, stopped before `tier` goes); with a GPU tier, the
@@ -501,7 +503,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
   }
   // Every worker answers the same messages, each on its own progress thread (a client's
   // endpoint lives on one worker: its requests and replies stay on that thread).
-  auto install = [&](transport::Worker* w) -> absl::Status {
+  auto install = [&](transport::Worker* w, std::atomic<uint64_t>* requests) -> absl::Status {
     // Installed before the progress thread runs (the worker is serialized); lookups arriving
     // before the service exists are dropped and their senders fall back to gRPC.
     // First: every id then has a handler, so unknown ids and misrouted rendezvous payloads are
@@ -512,8 +514,9 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     // A request the Cache service answers on this worker; one that comes before the service
     // exists is dropped (its sender falls back to gRPC or times out).
     using AmMethod = void (CacheService::*)(const transport::AmMessage&, transport::Worker*);
-    auto serve = [this, w](uint16_t id, AmMethod handle) {
-      return w->SetAmHandler(id, [this, w, handle](const transport::AmMessage& m) {
+    auto serve = [this, w, requests](uint16_t id, AmMethod handle) {
+      return w->SetAmHandler(id, [this, w, requests, handle](const transport::AmMessage& m) {
+        requests->fetch_add(1, std::memory_order_relaxed);
         CacheService* s = am_service.load(std::memory_order_acquire);
         if (s) (s->*handle)(m, w);
       });
@@ -538,7 +541,8 @@ absl::Status Daemon::Impl::OpenDataPlane() {
           if (s) s->HandleAmAbort(m);
         }));
     STRATA_RETURN_IF_ERROR(
-        w->SetAmHandler(am_wire::kReleaseAm, [this, w](const transport::AmMessage& m) {
+        w->SetAmHandler(am_wire::kReleaseAm, [this, requests](const transport::AmMessage& m) {
+          requests->fetch_add(1, std::memory_order_relaxed);
           CacheService* s = am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmRelease(m);
         }));
@@ -594,8 +598,10 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     STRATA_ASSIGN_OR_RETURN(auto more, transport::Worker::Create(ucx));
     more_workers.push_back(std::move(more));
   }
-  STRATA_RETURN_IF_ERROR(install(worker.get()));
-  for (auto& w : more_workers) STRATA_RETURN_IF_ERROR(install(w.get()));
+  worker_requests = std::make_unique<std::atomic<uint64_t>[]>(workers);
+  STRATA_RETURN_IF_ERROR(install(worker.get(), &worker_requests[0]));
+  for (size_t i = 0; i < more_workers.size(); ++i)
+    STRATA_RETURN_IF_ERROR(install(more_workers[i].get(), &worker_requests[i + 1]));
   progress = std::make_unique<transport::ProgressThread>(worker.get(), config.busy_poll);
   for (auto& w : more_workers)
     more_progress.push_back(std::make_unique<transport::ProgressThread>(w.get(), config.busy_poll));
@@ -656,6 +662,8 @@ absl::Status Daemon::Impl::StartServices() {
   dp.node_id = node_id;
   dp.worker_addresses.push_back(worker->address());
   for (auto& w : more_workers) dp.worker_addresses.push_back(w->address());
+  for (size_t i = 0; i < dp.worker_addresses.size(); ++i)
+    dp.worker_requests.push_back(&worker_requests[i]);
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
   dp.clients_map_arena = clients_map_arena;
   dp.clients_write_zones = zoned_arena && config.auth.tenant_zones_writable;

@@ -663,6 +663,80 @@ TEST(ClientDaemonTest, SeveralDataPlaneWorkersMoveEveryClientsBytes) {
   }
 }
 
+// With several data-plane workers, a client whose endpoint maps the arena (shared memory: it
+// copies its blocks itself) takes the first worker whatever turn Connect gave it, so the other
+// workers' threads are left to clients whose bytes the daemon moves; those still go round the
+// workers. Over tcp nothing maps, and every client keeps its turn.
+TEST(ClientDaemonTest, ClientsThatMapTheArenaTakeTheFirstWorker) {
+  DaemonProcess d("host_tier:\n  capacity: 64MiB\ndata_plane_workers: 3\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  const char* tls = std::getenv("UCX_TLS");
+  const bool maps = tls == nullptr || std::string(tls) != "tcp";
+  // Each client's UCX context reads UCX_TLS when it is made: "tcp" there keeps a client from
+  // mapping the arena (the daemon keeps every transport).
+  auto connect = [&](bool over_tcp) {
+    if (over_tcp && maps) setenv("UCX_TLS", "tcp", 1);
+    ClientOptions o;
+    o.endpoint = d.endpoint();
+    auto c = Client::Connect(o);
+    if (over_tcp && maps) unsetenv("UCX_TLS");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto requests = [&](Client& c) {
+    std::vector<uint64_t> r;
+    for (int w = 0; w < 3; ++w)
+      r.push_back(DaemonCounter(c, "data_plane_worker_" + std::to_string(w) + "_requests_total"));
+    return r;
+  };
+  uint32_t seed = 300;
+  // Three clients (Connect's turns 1, 2, 0 after the probe's 0) each publish and fetch two
+  // blocks of their own.
+  auto work = [&](bool over_tcp) {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < 3; ++i) clients.push_back(connect(over_tcp));
+    for (auto& c : clients) {
+      ASSERT_NE(c, nullptr);
+      auto ns = c->OpenNamespace(Spec(), "t");
+      ASSERT_TRUE(ns.ok()) << ns.status();
+      const auto tokens = Tokens(2 * kTokensPerBlock, ++seed * 1000);
+      const auto blocks = RandomBlocks(2, 64 << 10, seed);
+      auto pub = c->Publish(*ns, tokens, testing::BufferViews(blocks));
+      ASSERT_TRUE(pub.ok()) << pub.status();
+      ASSERT_EQ(pub->stored, 2u);
+      std::vector<std::vector<uint8_t>> out(2, std::vector<uint8_t>(blocks[0].size()));
+      std::vector<MutableBuffer> bufs;
+      for (auto& b : out) bufs.push_back({b.data(), b.size()});
+      auto f = c->Fetch(*ns, ComputeBlockIds(*ns, kTokensPerBlock, tokens), bufs);
+      ASSERT_TRUE(f.ok()) << f.status();
+      ASSERT_EQ(f->fetched, 2u);
+      EXPECT_TRUE(out == blocks);
+    }
+  };
+  auto probe = connect(false);
+  ASSERT_NE(probe, nullptr);
+  const std::vector<uint64_t> r0 = requests(*probe);
+  const uint64_t pushed0 = DaemonCounter(*probe, "pushed_blocks_total");
+  ASSERT_NO_FATAL_FAILURE(work(false));
+  const std::vector<uint64_t> r1 = requests(*probe);
+  ASSERT_GT(r1[0] + r1[1] + r1[2], r0[0] + r0[1] + r0[2]);  // counted at all
+  if (maps) {
+    // They fetched through the mapping (nothing pushed), every request on the first worker.
+    EXPECT_EQ(DaemonCounter(*probe, "pushed_blocks_total"), pushed0);
+    EXPECT_GT(r1[0], r0[0]);
+    EXPECT_EQ(r1[1], r0[1]);
+    EXPECT_EQ(r1[2], r0[2]);
+  } else {
+    for (int w = 0; w < 3; ++w) EXPECT_GT(r1[w], r0[w]) << "worker " << w;
+  }
+  // Clients whose bytes the daemon moves keep their turns: each worker served one of them.
+  const uint64_t pushed1 = DaemonCounter(*probe, "pushed_blocks_total");
+  ASSERT_NO_FATAL_FAILURE(work(true));
+  EXPECT_GE(DaemonCounter(*probe, "pushed_blocks_total"), pushed1 + 6);
+  const std::vector<uint64_t> r2 = requests(*probe);
+  for (int w = 0; w < 3; ++w) EXPECT_GT(r2[w], r1[w]) << "worker " << w;
+}
+
 // Over tcp, a block larger than a receive segment is pushed in pieces, each copied and checked
 // as it arrives: by the acquire-and-push request (the default) and by the push that follows a
 // gRPC Acquire alike, a damaged block is still caught, and with pieces off the blocks come
