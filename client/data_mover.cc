@@ -142,11 +142,12 @@ absl::Status DataMover::Redial() {
     // endpoint handed out stays.
     if (mapped != nullptr && !arena.first_worker_address.empty()) {
       auto first = worker_->Connect(arena.first_worker_address, failure);
-      if (first.ok() && (*first)->SetRemoteKey(arena.rkey).ok())
+      if (first.ok() && (*first)->SetRemoteKey(arena.rkey).ok()) {
         if (auto* m = static_cast<uint8_t*>((*first)->MapRemote(arena.base)); m != nullptr) {
           ep = std::move(*first);
           mapped = m;
         }
+      }
     }
   } else if (!arena.push_fetch || !arena.publish_by_message) {
     return absl::FailedPreconditionError(

@@ -93,6 +93,9 @@ struct Daemon::Impl {
   std::unique_ptr<StoreSeries> store_series;
   std::shared_ptr<transport::Context> ucx;
   AmDrops am_drops;  // outlives the worker, whose handlers count into it
+  // Requests each worker answered, the first worker's first (Stats'
+  // data_plane_worker_N_requests_total); outlives the workers, whose handlers count into it.
+  std::unique_ptr<std::atomic<uint64_t>[]> worker_requests;
   std::unique_ptr<transport::Worker> worker;
   std::vector<std::unique_ptr<transport::Worker>> more_workers;  // data_plane_workers - 1
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
@@ -103,8 +106,6 @@ struct Daemon::Impl {
   MappingPages arena_pages;                         // what backs the arena
   std::unique_ptr<transport::ProgressThread> progress;
   std::vector<std::unique_ptr<transport::ProgressThread>> more_progress;  // more_workers' threads
-  // Requests each worker answered, the first worker's first (strata_data_plane_requests_total).
-  std::unique_ptr<std::atomic<uint64_t>[]> worker_requests;
   std::unique_ptr<HostTier> tier;
   // What the services and the cluster see: `tier` alone, or the TieredStore over it (then
   // `tiered` is that same object, stopped before `tier` goes); with a GPU tier, the
@@ -516,9 +517,10 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     using AmMethod = void (CacheService::*)(const transport::AmMessage&, transport::Worker*);
     auto serve = [this, w, requests](uint16_t id, AmMethod handle) {
       return w->SetAmHandler(id, [this, w, requests, handle](const transport::AmMessage& m) {
-        requests->fetch_add(1, std::memory_order_relaxed);
         CacheService* s = am_service.load(std::memory_order_acquire);
-        if (s) (s->*handle)(m, w);
+        if (!s) return;
+        requests->fetch_add(1, std::memory_order_relaxed);
+        (s->*handle)(m, w);
       });
     };
     STRATA_RETURN_IF_ERROR(serve(am_wire::kLookupRequestAm, &CacheService::HandleAmLookup));
@@ -536,15 +538,16 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     STRATA_RETURN_IF_ERROR(
         serve(am_wire::kPublishStagedManyAm, &CacheService::HandleAmPublishStagedMany));
     STRATA_RETURN_IF_ERROR(
-        w->SetAmHandler(am_wire::kAbortAm, [this, w](const transport::AmMessage& m) {
+        w->SetAmHandler(am_wire::kAbortAm, [this](const transport::AmMessage& m) {
           CacheService* s = am_service.load(std::memory_order_acquire);
           if (s) s->HandleAmAbort(m);
         }));
     STRATA_RETURN_IF_ERROR(
         w->SetAmHandler(am_wire::kReleaseAm, [this, requests](const transport::AmMessage& m) {
-          requests->fetch_add(1, std::memory_order_relaxed);
           CacheService* s = am_service.load(std::memory_order_acquire);
-          if (s) s->HandleAmRelease(m);
+          if (!s) return;
+          requests->fetch_add(1, std::memory_order_relaxed);
+          s->HandleAmRelease(m);
         }));
     STRATA_RETURN_IF_ERROR(serve(am_wire::kFetchRequestAm, &CacheService::HandleAmFetch));
     STRATA_RETURN_IF_ERROR(
