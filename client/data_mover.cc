@@ -129,8 +129,18 @@ absl::Status DataMover::Redial() {
   // detects, as before: an endpoint without detection is untested there.
   const auto failure = options_.same_node || !rdma_ ? transport::Worker::PeerFailure::kWatch
                                                     : transport::Worker::PeerFailure::kDetect;
+  // A tenant's client that maps its zone copies its fetched blocks itself, and its published
+  // ones too where the zone is writable or a staging window is lent (the daemon's helper thread
+  // copies those), as a client that maps the whole arena does (below): it takes the daemon's
+  // first worker from the start.
+  const ZoneWindow* zone = arena.zone_window.get();
+  const bool own_bytes =
+      zone != nullptr && (zone->writable() || zone->staging_status().ok());
+  const std::string& address = own_bytes && !arena.first_worker_address.empty()
+                                   ? arena.first_worker_address
+                                   : arena.worker_address;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<transport::Endpoint> ep,
-                          worker_->Connect(arena.worker_address, failure));
+                          worker_->Connect(address, failure));
   uint8_t* mapped = nullptr;
   if (arena.rma) {
     STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));

@@ -154,6 +154,35 @@ TEST(TenantZoneTest, EachTenantMapsItsOwnZoneAndFetchesFromItWithoutPush) {
   EXPECT_FALSE(d->WaitExit(std::chrono::milliseconds(0)).has_value()) << d->log();
 }
 
+// With several data-plane workers, tenants' clients that map their zones (and lend a staging
+// window) copy their blocks themselves: they take the first worker, whatever turn Connect gave
+// them, and the other workers answer nothing of theirs. Their blocks still fetch back intact.
+TEST(TenantZoneTest, ZoneClientsTakeTheFirstWorker) {
+  auto d = AuthDaemon("data_plane_workers: 3\n");
+  ASSERT_TRUE(d->ok()) << d->log();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const std::string& token : {kTokenA, kTokenB, kTokenA, kTokenB}) {
+    clients.push_back(ConnectAs(*d, token));
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  auto requests = [&](int w) {
+    return Counter(*clients[0], absl::StrCat("data_plane_worker_", w, "_requests_total").c_str());
+  };
+  const uint64_t before[3] = {requests(0), requests(1), requests(2)};
+  ASSERT_NE(before[0], ~uint64_t{0}) << "no per-worker request counters";
+  const uint64_t pushed = Counter(*clients[0], "pushed_blocks_total");
+  uint32_t seed = 40;
+  for (auto& c : clients) {
+    const Published p = Publish(*c, 2, 256 << 10, ++seed);
+    ASSERT_EQ(p.ids.size(), 2u);
+    ExpectFetchesIntact(*c, p);
+  }
+  EXPECT_EQ(Counter(*clients[0], "pushed_blocks_total"), pushed);  // copies from the zones
+  EXPECT_GT(requests(0), before[0]);
+  EXPECT_EQ(requests(1), before[1]);
+  EXPECT_EQ(requests(2), before[2]);
+}
+
 TEST(TenantZoneTest, NoZoneWithoutATenantsOwnTicket) {
   auto d = AuthDaemon();
   ASSERT_TRUE(d->ok()) << d->log();
