@@ -602,6 +602,18 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     more_workers.push_back(std::move(more));
   }
   worker_requests = std::make_unique<std::atomic<uint64_t>[]>(workers);
+  std::vector<Counter*> request_series;
+  for (uint32_t i = 0; i < workers; ++i)
+    request_series.push_back(metrics.AddCounter(
+        "strata_data_plane_requests_total",
+        "Requests by active message a data-plane worker answered (lookups, acquires, reserves, "
+        "commits, releases, fetches and publishes in one message); clients that map the arena "
+        "all use worker 0.",
+        {{"worker", std::to_string(i)}}));
+  metrics.AddCollector([this, request_series] {
+    for (size_t i = 0; i < request_series.size(); ++i)
+      request_series[i]->Set(worker_requests[i].load(std::memory_order_relaxed));
+  });
   STRATA_RETURN_IF_ERROR(install(worker.get(), &worker_requests[0]));
   for (size_t i = 0; i < more_workers.size(); ++i)
     STRATA_RETURN_IF_ERROR(install(more_workers[i].get(), &worker_requests[i + 1]));

@@ -126,6 +126,10 @@ TEST(OperabilityTest, LiveScrapePassesPromtoolAndCountsWhatHappened) {
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_requests_total{method=\"Lookup\"}"), 2);
   // Both went over the UCX active-message fast path, not gRPC.
   EXPECT_EQ(SampleValue(m.body, "strata_lookup_fast_path_total"), 2);
+  // ... answered by a data-plane worker, with the fetch's acquire.
+  auto requests = SampleValue(m.body, "strata_data_plane_requests_total{worker=\"0\"}");
+  ASSERT_TRUE(requests.has_value()) << m.body;
+  EXPECT_GE(*requests, 3);
   EXPECT_EQ(SampleValue(m.body, "strata_rpc_duration_seconds_count{method=\"Commit\"}"), 1);
   EXPECT_EQ(
       SampleValue(m.body, "strata_rpc_errors_total{method=\"Evict\",code=\"FAILED_PRECONDITION\"}"),
