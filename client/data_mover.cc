@@ -134,8 +134,7 @@ absl::Status DataMover::Redial() {
   // copies those), as a client that maps the whole arena does (below): it takes the daemon's
   // first worker from the start.
   const ZoneWindow* zone = arena.zone_window.get();
-  const bool own_bytes =
-      zone != nullptr && (zone->writable() || zone->staging_status().ok());
+  const bool own_bytes = zone != nullptr && (zone->writable() || zone->staging_status().ok());
   const std::string& address = own_bytes && !arena.first_worker_address.empty()
                                    ? arena.first_worker_address
                                    : arena.worker_address;
@@ -150,7 +149,8 @@ absl::Status DataMover::Redial() {
     // free for the clients whose bytes they move (on a small node they share the cores with
     // this client's copies). Where the first worker cannot be reached or maps nothing, the
     // endpoint handed out stays.
-    if (mapped != nullptr && !arena.first_worker_address.empty()) {
+    if (mapped != nullptr && !arena.first_worker_address.empty() &&
+        address != arena.first_worker_address) {
       auto first = worker_->Connect(arena.first_worker_address, failure);
       if (first.ok() && (*first)->SetRemoteKey(arena.rkey).ok()) {
         if (auto* m = static_cast<uint8_t*>((*first)->MapRemote(arena.base)); m != nullptr) {
