@@ -138,8 +138,14 @@ absl::Status DataMover::Redial() {
   const std::string& address = own_bytes && !arena.first_worker_address.empty()
                                    ? arena.first_worker_address
                                    : arena.worker_address;
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<transport::Endpoint> ep,
-                          worker_->Connect(address, failure));
+  auto dialed = worker_->Connect(address, failure);
+  if (!dialed.ok() && address != arena.worker_address) {  // the worker handed out, then
+    Log(options_.log, LogLevel::kInfo,
+        absl::StrCat("first data-plane worker: ", dialed.status().ToString()));
+    dialed = worker_->Connect(arena.worker_address, failure);
+  }
+  if (!dialed.ok()) return dialed.status();
+  std::unique_ptr<transport::Endpoint> ep = std::move(*dialed);
   uint8_t* mapped = nullptr;
   if (arena.rma) {
     STRATA_RETURN_IF_ERROR(ep->SetRemoteKey(arena.rkey));

@@ -608,7 +608,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         "strata_data_plane_requests_total",
         "Requests by active message a data-plane worker answered (lookups, acquires, reserves, "
         "commits, releases, fetches and publishes in one message); clients that map the arena "
-        "all use worker 0.",
+        "(or their tenant's zone) all use worker 0.",
         {{"worker", std::to_string(i)}}));
   metrics.AddCollector([this, request_series] {
     for (size_t i = 0; i < request_series.size(); ++i)
