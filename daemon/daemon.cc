@@ -95,7 +95,11 @@ struct Daemon::Impl {
   AmDrops am_drops;  // outlives the worker, whose handlers count into it
   // Requests each worker answered, the first worker's first (Stats'
   // data_plane_worker_N_requests_total); outlives the workers, whose handlers count into it.
-  std::unique_ptr<std::atomic<uint64_t>[]> worker_requests;
+  // A cache line each: every count is bumped on its own worker's thread, per request.
+  struct alignas(64) WorkerRequests {
+    std::atomic<uint64_t> n{0};
+  };
+  std::unique_ptr<WorkerRequests[]> worker_requests;
   std::unique_ptr<transport::Worker> worker;
   std::vector<std::unique_ptr<transport::Worker>> more_workers;  // data_plane_workers - 1
   std::unique_ptr<MmapArena> mmap_arena;            // when the arena is ours
@@ -601,7 +605,7 @@ absl::Status Daemon::Impl::OpenDataPlane() {
     STRATA_ASSIGN_OR_RETURN(auto more, transport::Worker::Create(ucx));
     more_workers.push_back(std::move(more));
   }
-  worker_requests = std::make_unique<std::atomic<uint64_t>[]>(workers);
+  worker_requests = std::make_unique<WorkerRequests[]>(workers);
   std::vector<Counter*> request_series;
   for (uint32_t i = 0; i < workers; ++i)
     request_series.push_back(metrics.AddCounter(
@@ -612,11 +616,11 @@ absl::Status Daemon::Impl::OpenDataPlane() {
         {{"worker", std::to_string(i)}}));
   metrics.AddCollector([this, request_series] {
     for (size_t i = 0; i < request_series.size(); ++i)
-      request_series[i]->Set(worker_requests[i].load(std::memory_order_relaxed));
+      request_series[i]->Set(worker_requests[i].n.load(std::memory_order_relaxed));
   });
-  STRATA_RETURN_IF_ERROR(install(worker.get(), &worker_requests[0]));
+  STRATA_RETURN_IF_ERROR(install(worker.get(), &worker_requests[0].n));
   for (size_t i = 0; i < more_workers.size(); ++i)
-    STRATA_RETURN_IF_ERROR(install(more_workers[i].get(), &worker_requests[i + 1]));
+    STRATA_RETURN_IF_ERROR(install(more_workers[i].get(), &worker_requests[i + 1].n));
   progress = std::make_unique<transport::ProgressThread>(worker.get(), config.busy_poll);
   for (auto& w : more_workers)
     more_progress.push_back(std::make_unique<transport::ProgressThread>(w.get(), config.busy_poll));
@@ -678,7 +682,7 @@ absl::Status Daemon::Impl::StartServices() {
   dp.worker_addresses.push_back(worker->address());
   for (auto& w : more_workers) dp.worker_addresses.push_back(w->address());
   for (size_t i = 0; i < dp.worker_addresses.size(); ++i)
-    dp.worker_requests.push_back(&worker_requests[i]);
+    dp.worker_requests.push_back(&worker_requests[i].n);
   STRATA_ASSIGN_OR_RETURN(dp.arena_rkey, region->PackRkey());
   dp.clients_map_arena = clients_map_arena;
   dp.clients_write_zones = zoned_arena && config.auth.tenant_zones_writable;
