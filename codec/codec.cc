@@ -299,6 +299,33 @@ void Encoder::BeginPcaSearch() {
   scratch_->kept_projections = false;
 }
 void Encoder::ProjectionsKept() { scratch_->kept_projections = true; }
+absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams& params,
+                                      std::span<const uint8_t> block,
+                                      std::vector<double>* spreads) {
+  spreads->clear();
+  std::shared_ptr<const Calibration> cal =
+      calibrations_ ? calibrations_->Find(params.calibration_id) : nullptr;
+  if (!cal || cal->ModeName() != ModeName(Mode::kPca) || !cal->Matches(layout).ok() ||
+      params.first_position > UINT32_MAX)
+    return absl::OkStatus();
+  const uint32_t tensors = layout.TensorsPerLayer();
+  const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
+  std::vector<internal::PcaProjection>& kept = scratch_->projections;
+  if (kept.size() < size_t{layout.num_layers} * tensors)
+    kept.resize(size_t{layout.num_layers} * tensors);
+  for (uint32_t l = 0; l < layout.num_layers; ++l) {
+    for (uint32_t t = 0; t < tensors; ++t) {
+      const TensorShape shape = ShapeOf(layout, t);
+      const size_t index = size_t{l} * tensors + t;
+      STRATA_RETURN_IF_ERROR(internal::ProjectPca(block.data() + index * tensor_bytes, shape,
+                                                  *cal, l, t, params.first_position,
+                                                  &scratch_->sec, &kept[index]));
+      internal::AddPcaSpreads(*cal, l, t, shape.tokens, kept[index], spreads);
+    }
+  }
+  scratch_->keep_projections = scratch_->kept_projections = true;
+  return absl::OkStatus();
+}
 void Encoder::EndPcaSearch() { scratch_->keep_projections = scratch_->kept_projections = false; }
 Encoder::~Encoder() = default;
 Decoder::Decoder() : scratch_(std::make_unique<Scratch>()) {}

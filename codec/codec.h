@@ -141,6 +141,8 @@ struct EncodeStats {
   rans::CoderStats coder;  // entropy-coded streams only
   uint64_t values = 0;
   uint64_t blob_bytes = 0;
+  // pca and xl bit budgets: the whole encodes their searches ran (the kept one included).
+  uint64_t trial_encodes = 0;
   // When set, quant mode appends the symbols it entropy-codes (all sections, in order), so
   // benchmarks can run other coders on exactly the same stream.
   std::vector<uint16_t>* symbol_sink = nullptr;
@@ -189,6 +191,8 @@ class Encoder {
  public:
   Encoder();
   ~Encoder();
+  // pca and xl bit budgets: the whole encodes this encoder's searches ran (benchmarks).
+  uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
   // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
   void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
   // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob.
@@ -214,9 +218,14 @@ class Encoder {
   absl::Status EncodeCalibratedWithinRate(const KvLayout& layout, const CodecParams& params,
                                           std::span<const uint8_t> block,
                                           std::vector<uint8_t>* blob, EncodeStats* stats);
-  // During a pca search: every section's projection is kept (from the first trial on) and
-  // reused by the later trials of the same block.
+  // During a search: every pca section's projection is kept (by ProjectPcaBlock) and reused
+  // by the trials of the same block.
   void BeginPcaSearch();
+  // pca, during a search: projects every section of `block` (kept for the trials that follow)
+  // and adds their spreads (internal::AddPcaSpreads) to `spreads`. Leaves `spreads` empty where
+  // the calibration is not this encoder's or not pca's (the first trial then says why).
+  absl::Status ProjectPcaBlock(const KvLayout& layout, const CodecParams& params,
+                               std::span<const uint8_t> block, std::vector<double>* spreads);
   void ProjectionsKept();
   void EndPcaSearch();
   // params.error_target > 0: the per-section bits search (codec/rate_control.cc).
@@ -233,7 +242,11 @@ class Encoder {
     float rate_bits = 0;
     int code = 128;
     double slope = 0;  // blob bytes per code step
+    double model_ratio = 0;  // pca: the blob's bytes over the size model's (0: unknown)
+    double model_error = 0;  // pca: the model's recent relative error within a block
+    double model_bias = 0;   // pca: and its recent relative error per code, signed
   } pca_rate_hint_;
+  uint64_t budget_trial_encodes_ = 0;
 };
 
 // OK when the sink took the section (the Decoder then leaves its bytes of `out` alone).

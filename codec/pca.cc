@@ -770,6 +770,66 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Sum of y[t]^2 over n floats (n a multiple of 16, y 64-byte aligned): 16 partial sums, so
+// vectors on every target (AVX-512 where the CPU has it).
+using Floats16 = float __attribute__((vector_size(64)));
+inline float SumSquares16(const float* y, size_t n) {
+  Floats16 acc = {};
+  for (size_t t = 0; t < n; t += 16) {
+    Floats16 v;
+    std::memcpy(&v, y + t, sizeof(v));
+    acc += v * v;
+  }
+  float sum = 0;
+  for (int j = 0; j < 16; ++j) sum += acc[j];
+  return sum;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float SumSquaresAvx512(const float* y, size_t n) {
+  return SumSquares16(y, n);
+}
+#endif
+float SumSquares(const float* y, size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return SumSquaresAvx512(y, n);
+#endif
+  return SumSquares16(y, n);
+}
+
+// 16 log2(v) for v > 0, to within 0.08 (a spread bin is 1): the exponent, and the mantissa's
+// log by a quadratic (no libm call per coordinate).
+inline double SixteenLog2(double v) {
+  int e = 0;
+  const double m = 2 * std::frexp(v, &e);  // [1, 2)
+  return 16.0 * ((e - 1) + (-0.34484843 * m + 2.02466578) * m - 1.67487759);
+}
+
+}  // namespace
+
+void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
+                   const PcaProjection& pr, std::vector<double>* spreads) {
+  const std::shared_ptr<const PcaPlan> plan = cal.Plan();
+  const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
+  const size_t tp = PaddedTokens(tokens);
+  spreads->resize(kPcaSpreadBins, 0.0);
+  for (size_t h = 0; h < sp.heads.size() && h + 1 < pr.ybase.size(); ++h) {
+    const PcaPlan::Head& hp = sp.heads[h];
+    for (size_t k = 0; k < hp.enc_coord.size(); ++k) {
+      // The padded tokens are zeros.
+      const double mean2 = SumSquares(pr.y.data() + pr.ybase[h] + k * tp, tp) /
+                           static_cast<double>(tokens);
+      const double step = hp.enc_step[k];
+      // 32 log2(rms / step) = 16 log2(mean square / step^2).
+      const double at = mean2 > 0 ? SixteenLog2(mean2 / (step * step)) : -1e9;
+      const long bin = std::lround(std::clamp(at + kPcaSpreadZero, 0.0, kPcaSpreadBins - 1.0));
+      (*spreads)[static_cast<size_t>(bin)] += static_cast<double>(tokens);
+    }
+  }
+}
+
 float PcaStepScale(uint8_t code) {
   // 2^(i/32) rounded to float, i = 0 .. 31 (a table: exp2f may differ between C libraries).
   static constexpr float kOctave[32] = {

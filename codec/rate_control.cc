@@ -21,9 +21,12 @@
 // (CodecParams::pca_step_code, 2^(1/32) apart), the finest that fits. A common factor keeps the
 // calibration's allocation: every coded coordinate's quantisation noise changes by the same
 // ratio, which is what reverse water-filling asks of a rate change (coordinates the calibration
-// dropped stay dropped). Sizes fall almost linearly with the code, so secant steps find it in a
-// few trial encodes (each a whole encode: the projection runs again), two when the encoder's
-// previous block of the namespace was alike.
+// dropped stay dropped). The block is projected once; a size model from each coded
+// coordinate's spread over the block (the entropy of a Laplacian rounded to the step, per
+// coordinate), scaled by what the encoder's earlier blocks really took, picks the code to try,
+// and the trial's real size corrects it for the neighbouring codes: one trial encode (quantise
+// and code) for most blocks, where secant steps took two or three. xl (each layer predicted
+// from the one below as decoded at that code) keeps the secant steps, each a whole encode.
 //
 // An error target (CodecParams::error_target): each layer's keys and each layer's values get
 // the fewest bits, at most the ceiling, whose relative RMS error ||x - x'|| / ||x|| over the
@@ -142,6 +145,46 @@ class SectionCache {
 constexpr int kPcaCodes = 255;
 constexpr int kPcaMaxTrials = 10;
 constexpr double kPcaAim = 0.005;  // the secant aims this fraction under the budget
+// pca's size model: before it has erred on this encoder, a finer code than one that fits is
+// tried unless predicted over the budget by more than this fraction; then by three times its
+// recent error (a running mean that forgets at kPcaErrorDecay per observation, but never below
+// the last).
+constexpr double kPcaModelDoubt = 0.05;
+constexpr double kPcaErrorDecay = 0.5;
+constexpr double kPcaModelErrorFloor = 1e-4;
+
+// Bits of one symbol of a Laplacian coordinate of rms sigma rounded to steps of delta, at
+// x = log2(sigma / delta): the size model's (closed form: the symbols past zero are geometric).
+double LaplaceSymbolBits(double x) {
+  const double lambda_delta = std::sqrt(2.0) * std::exp2(-x);  // delta over the scale b
+  const double p0 = -std::expm1(-0.5 * lambda_delta);
+  if (p0 >= 1.0 - 1e-15) return 0.0;
+  const double a = std::exp(-lambda_delta);
+  const double c = 0.5 * std::exp(-0.5 * lambda_delta) * (1.0 - a);
+  const double tail = c / (1.0 - a);  // P(q = n) summed over n >= 1
+  const double bits = -p0 * std::log2(p0) -
+                      2.0 * (tail * std::log2(c) + c * std::log2(a) * a / ((1.0 - a) * (1.0 - a)));
+  return std::max(bits, 0.0);
+}
+
+// The model's bytes at `code`: every coordinate's symbols at its spread (AddPcaSpreads' bins).
+double ModelBytes(const std::vector<double>& spreads, int code) {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(2 * internal::kPcaSpreadBins + 2 * kPcaCodes);
+    for (size_t i = 0; i < t.size(); ++i)
+      t[i] = LaplaceSymbolBits((static_cast<double>(i) - internal::kPcaSpreadBins - kPcaCodes) /
+                               32.0);
+    return t;
+  }();
+  double bits = 0;
+  for (size_t b = 0; b < spreads.size(); ++b) {
+    if (spreads[b] == 0) continue;
+    const long at = static_cast<long>(b) - internal::kPcaSpreadZero - (code - 128) +
+                    internal::kPcaSpreadBins + kPcaCodes;
+    bits += spreads[b] * table[static_cast<size_t>(at)];
+  }
+  return bits / 8.0;
+}
 
 absl::Status CheckBlockSize(const KvLayout& layout, std::span<const uint8_t> block) {
   if (block.size() == layout.BlockBytes()) return absl::OkStatus();
@@ -257,7 +300,18 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   int fit = kPcaCodes + 1, miss = 0;  // the finest code known to fit, the coarsest known not to
   // The sections are projected once, in the first trial; later trials quantise and code them.
   BeginPcaSearch();
+  std::vector<double> spreads;
+  if (params.mode == Mode::kPca) {
+    absl::Status st = ProjectPcaBlock(layout, params, block, &spreads);
+    if (!st.ok()) {
+      EndPcaSearch();
+      return st;
+    }
+  }
+  uint64_t trials_run = 0;
   auto encode = [&](int code) -> absl::StatusOr<double> {
+    ++trials_run;
+    ++budget_trial_encodes_;
     trial.pca_step_code = static_cast<uint8_t>(code);
     trial_stats = EncodeStats{};
     absl::Status st =
@@ -277,35 +331,102 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     }
     return size;
   };
-  // Sizes fall with the code, ~0.5-1 % of the blob per code at 1.5-3 bits per value. Secant
-  // steps, aimed a little under the budget and kept inside the bracket once there is one, from
-  // the code and slope of this encoder's last block of the same calibration and budget (the
-  // namespace's blocks are alike: two or three trials) or else from the calibrated steps
-  // (128). Done when the next finer code is known to miss: the answer does not depend on where
-  // the search began (as long as sizes fall with the code).
   const bool hinted = pca_rate_hint_.calibration_id == params.calibration_id &&
                       pca_rate_hint_.rate_bits == params.rate_bits;
-  int code = hinted ? pca_rate_hint_.code : 128, prev_code = 0;
-  double size = 0, prev_size = 0;
+  double size = 0;
   double slope = hinted ? pca_rate_hint_.slope  // bytes per code
                         : -0.5 * static_cast<double>(values) / 8.0 / 32.0;
-  for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
-    STRATA_ASSIGN_OR_RETURN(size, encode(code));
-    if (prev_code != 0 && std::abs(code - prev_code) >= 3) {  // adjacent codes' sizes are noisy
-      const double s = (size - prev_size) / (code - prev_code);
-      if (s < 0) slope = s;
+  double ratio = hinted && pca_rate_hint_.model_ratio > 0 ? pca_rate_hint_.model_ratio : 1.0;
+  double model_error = hinted && pca_rate_hint_.model_error > 0 ? pca_rate_hint_.model_error
+                                                               : kPcaModelDoubt / 3;
+  double bias = hinted ? pca_rate_hint_.model_bias : 0.0;
+  if (!spreads.empty()) {
+    // pca: the size model (ModelBytes) times this block's ratio of real to modelled bytes,
+    // plus the sink's exact rows. The first trial takes the finest code predicted to fit, with
+    // the ratio of the encoder's last block of the namespace (within ~0.4 % of this one's on
+    // real KV); its real size then sets this block's ratio, which predicts the neighbouring
+    // codes' sizes to ~0.1 % (a code moves them 0.5-1.5 %), and to ~0.02 % once corrected by
+    // the error per code the model showed on recent blocks. A finer code than one that fits
+    // is tried unless predicted to overshoot the budget by more than three times the error
+    // such predictions had lately (kPcaModelDoubt before any): one trial for most blocks of
+    // real KV, and the finest code that fits unless the model errs by more than that.
+    const uint32_t tensors = layout.TensorsPerLayer();
+    const double sink = params.first_position == 0
+                            ? static_cast<double>(layout.num_layers) * tensors *
+                                  layout.num_kv_heads * layout.head_dim * DTypeBytes(layout.dtype)
+                            : 0.0;
+    // Anchored at a trial of this block (code `anchor`), the model's slope is corrected by
+    // what it was off per code on recent blocks (`bias`, a relative error per code).
+    int anchor = 0;
+    auto predict = [&](int c) {
+      const double raw = ratio * ModelBytes(spreads, c) + sink;
+      return anchor == 0 ? raw : raw * (1 + bias * (anchor - c));
+    };
+    // The finest code in [lo, hi] predicted within `limit` (hi where none is).
+    auto finest = [&](double limit, int lo, int hi) {
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (predict(mid) <= limit)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      return hi;
+    };
+    int code = finest(budget, 1, kPcaCodes);
+    for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
+      const double predicted = predict(code);
+      STRATA_ASSIGN_OR_RETURN(size, encode(code));
+      if (anchor != 0 && anchor != code && predicted > 0) {  // how far the anchored model erred
+        const double raw = predicted / (1 + bias * (anchor - code));
+        bias = (1 - kPcaErrorDecay) * bias +
+               kPcaErrorDecay * (size / raw - 1) / static_cast<double>(anchor - code);
+        const double err = std::abs(size / predicted - 1);
+        model_error = std::max({err, (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * err,
+                                kPcaModelErrorFloor});
+      }
+      const double modelled = ModelBytes(spreads, code);
+      if (modelled > 0 && size > sink) {
+        ratio = (size - sink) / modelled;
+        anchor = code;
+      }
+      if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
+      int next;
+      if (size <= budget) {  // a finer code, unless the model rules it out
+        if (predict(code - 1) > budget * (1 + 3 * model_error)) break;
+        next = finest(budget, miss + 1, code - 1);
+      } else {
+        next = finest(budget, code + 1, std::min(fit - 1, kPcaCodes));
+      }
+      code = next;
     }
-    if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
-    const double step = std::ceil((budget * (1 - kPcaAim) - size) / slope);
-    int next = code + static_cast<int>(std::clamp(step, -1.0 * kPcaCodes, 1.0 * kPcaCodes));
-    // Inside the bracket (miss, fit), at least a quarter of the way in when it is wide.
-    const int margin = std::max(1, (std::min(fit, kPcaCodes + 1) - miss) / 4);
-    if (miss > 0) next = std::max(next, miss + (fit <= kPcaCodes ? margin : 1));
-    if (fit <= kPcaCodes) next = std::min(next, fit - (miss > 0 ? margin : 1));
-    next = std::clamp(next, std::max(miss + 1, 1), std::min(fit - 1, kPcaCodes));
-    prev_code = code;
-    prev_size = size;
-    code = next;
+  } else {
+    // xl: secant steps. Sizes fall with the code, ~0.5-1 % of the blob per code at 1.5-3 bits
+    // per value. Steps aimed a little under the budget and kept inside the bracket once there
+    // is one, from the code and slope of this encoder's last block of the same calibration and
+    // budget (the namespace's blocks are alike: two or three trials) or else from the
+    // calibrated steps (128). Done when the next finer code is known to miss: the answer does
+    // not depend on where the search began (as long as sizes fall with the code).
+    int code = hinted ? pca_rate_hint_.code : 128, prev_code = 0;
+    double prev_size = 0;
+    for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
+      STRATA_ASSIGN_OR_RETURN(size, encode(code));
+      if (prev_code != 0 && std::abs(code - prev_code) >= 3) {  // adjacent codes' sizes: noisy
+        const double s = (size - prev_size) / (code - prev_code);
+        if (s < 0) slope = s;
+      }
+      if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
+      const double step = std::ceil((budget * (1 - kPcaAim) - size) / slope);
+      int next = code + static_cast<int>(std::clamp(step, -1.0 * kPcaCodes, 1.0 * kPcaCodes));
+      // Inside the bracket (miss, fit), at least a quarter of the way in when it is wide.
+      const int margin = std::max(1, (std::min(fit, kPcaCodes + 1) - miss) / 4);
+      if (miss > 0) next = std::max(next, miss + (fit <= kPcaCodes ? margin : 1));
+      if (fit <= kPcaCodes) next = std::min(next, fit - (miss > 0 ? margin : 1));
+      next = std::clamp(next, std::max(miss + 1, 1), std::min(fit - 1, kPcaCodes));
+      prev_code = code;
+      prev_size = size;
+      code = next;
+    }
   }
   if (fit > kPcaCodes) {  // not even the coarsest steps fit: stored at the coarsest
     STRATA_ASSIGN_OR_RETURN(size, encode(kPcaCodes));
@@ -313,11 +434,13 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     chosen_stats = trial_stats;
   }
   EndPcaSearch();
-  pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), slope};
+  pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), slope,
+                    ratio, model_error, bias};
   if (stats) {
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;
     stats->blob_bytes += chosen_stats.blob_bytes;
+    stats->trial_encodes += trials_run;
   }
   return absl::OkStatus();
 }

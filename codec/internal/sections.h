@@ -232,6 +232,13 @@ struct PcaProjection {
 absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                         uint32_t layer, uint32_t tensor, uint64_t first_position,
                         SectionScratch* sc, PcaProjection* out);
+// A bit budget's size model: adds each coded coordinate of the section's projection to
+// `spreads`, as `tokens` symbols at bin kPcaSpreadZero + round(32 log2(rms / step)) (clamped to
+// the vector), rms its root mean square over the block's tokens and step the calibration's.
+// One code (PcaStepScale) is one bin: at code c the bin stands 128 - c bins lower.
+inline constexpr int kPcaSpreadZero = 512, kPcaSpreadBins = 1024;
+void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
+                   const PcaProjection& projected, std::vector<double>* spreads);
 // The section of `in`, projected as `projected`; `step_scale` multiplies every step of the
 // calibration (PcaStepScale of the section's code).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,

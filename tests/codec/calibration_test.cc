@@ -761,6 +761,47 @@ TEST(Calibration, BitBudgetHoldsOnEveryBlockAndIsSpent) {
   }
 }
 
+// Once an encoder has seen a few blocks of a namespace, its bit budget's search tries one code
+// for most blocks (the size model, corrected by each block's trial), and what it keeps is still
+// the finest code that fits.
+TEST(Calibration, BitBudgetSearchTriesOneCodeForMostBlocks) {
+  const KvLayout layout = Layout(4, 2, 64, 256);
+  Blocks b(layout, 20, 31);
+  auto cal = CalibrateOn(b, 0, 4, 2.0);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  const double values = layout.BlockBytes() / 2.0;
+  for (float budget : {1.3f, 1.8f}) {
+    uint64_t late_trials = 0, late_blocks = 0;
+    for (size_t i = 4; i < 20; ++i) {
+      SCOPED_TRACE(::testing::Message() << "block " << i << " budget " << budget);
+      CodecParams q = p;
+      q.rate_bits = budget;
+      q.first_position = uint64_t{i} * layout.tokens_per_block;
+      std::vector<uint8_t> blob, more, out(layout.BlockBytes());
+      EncodeStats stats;
+      ASSERT_TRUE(enc.Encode(layout, q, b[i], &blob, &stats).ok());
+      ASSERT_GE(stats.trial_encodes, 1u);
+      EXPECT_LE(8.0 * blob.size() / values, budget);
+      ASSERT_TRUE(dec.Decode(blob, out).ok());
+      const uint8_t code = StepCodes(blob)[0];
+      ASSERT_GT(code, 1);
+      CodecParams finer = q;
+      finer.rate_bits = 0;
+      finer.pca_step_code = static_cast<uint8_t>(code - 1);
+      ASSERT_TRUE(enc.Encode(layout, finer, b[i], &more).ok());
+      EXPECT_GT(8.0 * more.size() / values, budget) << "code " << int{code};
+      if (i >= 12) {
+        late_trials += stats.trial_encodes;
+        ++late_blocks;
+      }
+    }
+    EXPECT_LE(late_trials, late_blocks * 3 / 2) << late_trials << " trials for " << late_blocks
+                                                << " blocks at " << budget << " bits/value";
+  }
+}
+
 // Code 128 is the calibrated steps: it decodes to what a blob without a code (0) decodes to.
 // A budget below what the coarsest steps reach stores the block at the coarsest, not refused.
 TEST(Calibration, StepScaleCodes) {
