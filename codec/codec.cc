@@ -287,6 +287,7 @@ struct Encoder::Scratch {
   // (kept_projections: they hold this block's, from its first trial on).
   std::vector<internal::PcaProjection> projections{1};
   bool keep_projections = false, kept_projections = false;
+  std::vector<double>* xl_spreads = nullptr;  // during a bit budget's search (CollectXlSpreads)
 };
 struct Decoder::Scratch {
   SectionScratch sec;
@@ -298,7 +299,6 @@ void Encoder::BeginPcaSearch() {
   scratch_->keep_projections = true;
   scratch_->kept_projections = false;
 }
-void Encoder::ProjectionsKept() { scratch_->kept_projections = true; }
 absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams& params,
                                       std::span<const uint8_t> block,
                                       std::vector<double>* spreads) {
@@ -326,7 +326,11 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
   scratch_->keep_projections = scratch_->kept_projections = true;
   return absl::OkStatus();
 }
-void Encoder::EndPcaSearch() { scratch_->keep_projections = scratch_->kept_projections = false; }
+void Encoder::EndPcaSearch() {
+  scratch_->keep_projections = scratch_->kept_projections = false;
+  scratch_->xl_spreads = nullptr;
+}
+void Encoder::CollectXlSpreads(std::vector<double>* spreads) { scratch_->xl_spreads = spreads; }
 Encoder::~Encoder() = default;
 Decoder::Decoder() : scratch_(std::make_unique<Scratch>()) {}
 Decoder::~Decoder() = default;
@@ -452,7 +456,8 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
     e.bits = params.pca_step_code;  // the step scale's code, as a pca section's
     STRATA_RETURN_IF_ERROR(EncodeCrossLayer(*cal->cross_layer, layout, block,
                                             params.first_position, w.BeginSection(e), {},
-                                            internal::PcaStepScale(e.bits)));
+                                            internal::PcaStepScale(e.bits),
+                                            scratch_->xl_spreads));
     w.EndSection();
     STRATA_RETURN_IF_ERROR(w.Finish());
   } else {

@@ -226,7 +226,9 @@ class Encoder {
   // the calibration is not this encoder's or not pca's (the first trial then says why).
   absl::Status ProjectPcaBlock(const KvLayout& layout, const CodecParams& params,
                                std::span<const uint8_t> block, std::vector<double>* spreads);
-  void ProjectionsKept();
+  // xl, during a search: each encode until EndPcaSearch adds its residuals' spreads to `spreads`
+  // (the caller clears it between trials).
+  void CollectXlSpreads(std::vector<double>* spreads);
   void EndPcaSearch();
   // params.error_target > 0: the per-section bits search (codec/rate_control.cc).
   absl::Status EncodeWithinError(const KvLayout& layout, const CodecParams& params,
@@ -236,15 +238,15 @@ class Encoder {
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
   const CalibrationSet* calibrations_ = nullptr;
-  // Where the last pca bit budget search ended: the next block's starts there.
+  // Where the last pca or xl bit budget search ended, and its size model: the next block's
+  // search starts there.
   struct PcaRateHint {
     uint64_t calibration_id = 0;
     float rate_bits = 0;
     int code = 128;
-    double slope = 0;  // blob bytes per code step
-    double model_ratio = 0;  // pca: the blob's bytes over the size model's (0: unknown)
-    double model_error = 0;  // pca: the model's recent relative error within a block
-    double model_bias = 0;   // pca: and its recent relative error per code, signed
+    double model_ratio = 0;  // the blob's bytes over the size model's (0: unknown)
+    double model_error = 0;  // the model's recent relative error within a block
+    double model_bias = 0;   // and its recent relative error per code, signed
   } pca_rate_hint_;
   uint64_t budget_trial_encodes_ = 0;
 };

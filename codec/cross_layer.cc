@@ -451,7 +451,7 @@ namespace {
 
 struct Work {
   LayerFloats f;
-  std::vector<float> rows, hat, below_hat, guess, centred, axes_t, y, kf, vf;
+  std::vector<float> rows, hat, below_hat, guess, centred, axes_t, y, kf, vf, squares;
   std::vector<int32_t> q;
   std::vector<uint16_t> syms, a, qa;  // a, qa: the tiles' bf16 token rows (qa: of q)
   rans::Scratch rans;
@@ -462,6 +462,13 @@ struct Work {
   std::vector<uint16_t> layer_maxq;
   rans::SharedEncoder shared;
 };
+
+// squares[j] += y[t][j]^2 over `tokens` rows of y (rows `stride` apart), j < n: row updates.
+STRATA_XL_CLONES void AddSquares(const float* y, size_t tokens, size_t stride, size_t n,
+                                 float* squares) {
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t j = 0; j < n; ++j) squares[j] += y[t * stride + j] * y[t * stride + j];
+}
 
 // Whether a step scale keeps every scaled step where the tiles' bf16 projection is accurate
 // enough (BuildTiles asks 2^-3 of the calibrated steps).
@@ -645,7 +652,7 @@ void XlWriteLayerStreamsForTesting(bool on) { g_layer_streams.store(on); }
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
                               std::vector<uint8_t>* out, std::span<uint8_t> reconstruction,
-                              float step_scale) {
+                              float step_scale, std::vector<double>* spreads) {
   STRATA_RETURN_IF_ERROR(cal.Matches(layout));
   if (!(step_scale > 0) || !std::isfinite(step_scale))
     return absl::InvalidArgumentError("cross-layer encode: the step scale must be > 0");
@@ -693,6 +700,14 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
         for (size_t j = 0; j < n; ++j) k.axes_t[c * n + j] = tr.axes[j * w + c];
       k.y.resize(T * n);
       Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
+    }
+    if (spreads && n > 0) {  // the coded tokens' mean squares (the sink's row is exact)
+      const size_t t0 = sink ? 1 : 0;
+      k.squares.assign(n, 0.0f);
+      AddSquares(k.y.data() + t0 * ny, T - t0, ny, n, k.squares.data());
+      for (size_t j = 0; j < n; ++j)
+        internal::AddSpread(k.squares[j] / static_cast<double>(T - t0), tr.step[j],
+                            static_cast<double>(T - t0), spreads);
     }
     k.q.resize(T * n);
     int32_t maxq = 0;

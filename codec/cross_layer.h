@@ -122,10 +122,12 @@ absl::StatusOr<CrossLayerCalibration> CalibrateCrossLayer(
 // `reconstruction`, when given (one block), receives what DecodeCrossLayer will write for the
 // payload where it takes the same way (tiles or float kernels). `step_scale` multiplies every
 // step of the calibration (a bit budget's search sets it; the decoder must be given the same).
+// `spreads`, when given, receives every layer's coded coordinates of the prediction's residual
+// as a bit budget's size model takes them (internal::AddSpread, the calibrated steps).
 absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& layout,
                               std::span<const uint8_t> block, uint64_t first_position,
                               std::vector<uint8_t>* out, std::span<uint8_t> reconstruction = {},
-                              float step_scale = 1.0f);
+                              float step_scale = 1.0f, std::vector<double>* spreads = nullptr);
 // DataLoss for a payload that is not one EncodeCrossLayer wrote for this calibration's shape.
 // `verify_crc` false skips the payload's own CRC32C (the blob's, which covers it, was checked
 // by the caller, or the caller fuzzes what lies behind it); every other check stays.

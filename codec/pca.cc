@@ -809,24 +809,24 @@ inline double SixteenLog2(double v) {
 
 }  // namespace
 
+void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads) {
+  if (spreads->size() < kSpreadBins) spreads->resize(kSpreadBins, 0.0);
+  // 32 log2(rms / step) = 16 log2(mean square / step^2).
+  const double at = mean_square > 0 && step > 0 ? SixteenLog2(mean_square / (step * step)) : -1e9;
+  const long bin = std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0));
+  (*spreads)[static_cast<size_t>(bin)] += symbols;
+}
+
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
                    const PcaProjection& pr, std::vector<double>* spreads) {
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
   const size_t tp = PaddedTokens(tokens);
-  spreads->resize(kPcaSpreadBins, 0.0);
   for (size_t h = 0; h < sp.heads.size() && h + 1 < pr.ybase.size(); ++h) {
     const PcaPlan::Head& hp = sp.heads[h];
-    for (size_t k = 0; k < hp.enc_coord.size(); ++k) {
-      // The padded tokens are zeros.
-      const double mean2 = SumSquares(pr.y.data() + pr.ybase[h] + k * tp, tp) /
-                           static_cast<double>(tokens);
-      const double step = hp.enc_step[k];
-      // 32 log2(rms / step) = 16 log2(mean square / step^2).
-      const double at = mean2 > 0 ? SixteenLog2(mean2 / (step * step)) : -1e9;
-      const long bin = std::lround(std::clamp(at + kPcaSpreadZero, 0.0, kPcaSpreadBins - 1.0));
-      (*spreads)[static_cast<size_t>(bin)] += static_cast<double>(tokens);
-    }
+    for (size_t k = 0; k < hp.enc_coord.size(); ++k)  // the padded tokens are zeros
+      AddSpread(SumSquares(pr.y.data() + pr.ybase[h] + k * tp, tp) / static_cast<double>(tokens),
+                hp.enc_step[k], static_cast<double>(tokens), spreads);
   }
 }
 

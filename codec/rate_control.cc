@@ -21,12 +21,12 @@
 // (CodecParams::pca_step_code, 2^(1/32) apart), the finest that fits. A common factor keeps the
 // calibration's allocation: every coded coordinate's quantisation noise changes by the same
 // ratio, which is what reverse water-filling asks of a rate change (coordinates the calibration
-// dropped stay dropped). The block is projected once; a size model from each coded
-// coordinate's spread over the block (the entropy of a Laplacian rounded to the step, per
-// coordinate), scaled by what the encoder's earlier blocks really took, picks the code to try,
-// and the trial's real size corrects it for the neighbouring codes: one trial encode (quantise
-// and code) for most blocks, where secant steps took two or three. xl (each layer predicted
-// from the one below as decoded at that code) keeps the secant steps, each a whole encode.
+// dropped stay dropped). A size model picks the codes to try: each coded coordinate's spread
+// over the block (the entropy of a Laplacian rounded to the step, per coordinate), scaled by
+// what the encoder's earlier blocks really took, and corrected by each trial's real size for
+// the neighbouring codes. pca projects the block once and tries one code for most blocks
+// (quantise and code); xl (each layer predicted from the one below as decoded at that code)
+// takes its spreads from a trial, so starts at its previous block's code: two for most.
 //
 // An error target (CodecParams::error_target): each layer's keys and each layer's values get
 // the fewest bits, at most the ceiling, whose relative RMS error ||x - x'|| / ||x|| over the
@@ -144,7 +144,6 @@ class SectionCache {
 // pca: step codes 1 .. kPcaCodes; the search's limits.
 constexpr int kPcaCodes = 255;
 constexpr int kPcaMaxTrials = 10;
-constexpr double kPcaAim = 0.005;  // the secant aims this fraction under the budget
 // pca's size model: before it has erred on this encoder, a finer code than one that fits is
 // tried unless predicted over the budget by more than this fraction; then by three times its
 // recent error (a running mean that forgets at kPcaErrorDecay per observation, but never below
@@ -170,17 +169,17 @@ double LaplaceSymbolBits(double x) {
 // The model's bytes at `code`: every coordinate's symbols at its spread (AddPcaSpreads' bins).
 double ModelBytes(const std::vector<double>& spreads, int code) {
   static const std::vector<double> table = [] {
-    std::vector<double> t(2 * internal::kPcaSpreadBins + 2 * kPcaCodes);
+    std::vector<double> t(2 * internal::kSpreadBins + 2 * kPcaCodes);
     for (size_t i = 0; i < t.size(); ++i)
-      t[i] = LaplaceSymbolBits((static_cast<double>(i) - internal::kPcaSpreadBins - kPcaCodes) /
+      t[i] = LaplaceSymbolBits((static_cast<double>(i) - internal::kSpreadBins - kPcaCodes) /
                                32.0);
     return t;
   }();
   double bits = 0;
   for (size_t b = 0; b < spreads.size(); ++b) {
     if (spreads[b] == 0) continue;
-    const long at = static_cast<long>(b) - internal::kPcaSpreadZero - (code - 128) +
-                    internal::kPcaSpreadBins + kPcaCodes;
+    const long at = static_cast<long>(b) - internal::kSpreadZero - (code - 128) +
+                    internal::kSpreadBins + kPcaCodes;
     bits += spreads[b] * table[static_cast<size_t>(at)];
   }
   return bits / 8.0;
@@ -293,25 +292,27 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
   const double budget = std::floor(static_cast<double>(params.rate_bits) *
                                    static_cast<double>(values) / 8.0);
+  const bool xl = params.mode == Mode::kCrossLayer;
   CodecParams trial = params;
   trial.rate_bits = 0;
   std::vector<uint8_t> attempt;
   EncodeStats trial_stats, chosen_stats;
   int fit = kPcaCodes + 1, miss = 0;  // the finest code known to fit, the coarsest known not to
-  // The sections are projected once, in the first trial; later trials quantise and code them.
+  // The size model's spreads: pca's from the block's projection (every section projected once,
+  // kept for the trials, which quantise and code); xl's from each trial's residuals.
   BeginPcaSearch();
   std::vector<double> spreads;
-  if (params.mode == Mode::kPca) {
-    absl::Status st = ProjectPcaBlock(layout, params, block, &spreads);
-    if (!st.ok()) {
-      EndPcaSearch();
-      return st;
-    }
+  if (xl) {
+    CollectXlSpreads(&spreads);
+  } else if (absl::Status st = ProjectPcaBlock(layout, params, block, &spreads); !st.ok()) {
+    EndPcaSearch();
+    return st;
   }
   uint64_t trials_run = 0;
   auto encode = [&](int code) -> absl::StatusOr<double> {
     ++trials_run;
     ++budget_trial_encodes_;
+    if (xl) spreads.clear();
     trial.pca_step_code = static_cast<uint8_t>(code);
     trial_stats = EncodeStats{};
     absl::Status st =
@@ -320,7 +321,6 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
       EndPcaSearch();
       return st;
     }
-    ProjectionsKept();
     const auto size = static_cast<double>(attempt.size());
     if (size <= budget && code < fit) {
       fit = code;
@@ -331,102 +331,72 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     }
     return size;
   };
+  // The size model (ModelBytes) times this block's ratio of real to modelled bytes, plus the
+  // sequence's first token kept exact. pca's first trial takes the finest code predicted to
+  // fit, with the ratio of the encoder's last block of the namespace (within ~0.4 % of this
+  // one's on real KV); xl's the code its last block ended at (its spreads come from a trial).
+  // A trial's real size then sets this block's ratio, which predicts the neighbouring codes'
+  // sizes to ~0.1 % (a code moves them 0.5-1.5 %), and to ~0.02 % once corrected by the error
+  // per code the model showed on recent blocks. A code finer than one that fits is tried unless
+  // predicted to overshoot the budget by more than three times the error such predictions had
+  // lately (kPcaModelDoubt before any): one trial for most pca blocks of real KV, and the
+  // finest code that fits unless the model errs by more than that.
   const bool hinted = pca_rate_hint_.calibration_id == params.calibration_id &&
                       pca_rate_hint_.rate_bits == params.rate_bits;
-  double size = 0;
-  double slope = hinted ? pca_rate_hint_.slope  // bytes per code
-                        : -0.5 * static_cast<double>(values) / 8.0 / 32.0;
   double ratio = hinted && pca_rate_hint_.model_ratio > 0 ? pca_rate_hint_.model_ratio : 1.0;
   double model_error = hinted && pca_rate_hint_.model_error > 0 ? pca_rate_hint_.model_error
                                                                : kPcaModelDoubt / 3;
   double bias = hinted ? pca_rate_hint_.model_bias : 0.0;
-  if (!spreads.empty()) {
-    // pca: the size model (ModelBytes) times this block's ratio of real to modelled bytes,
-    // plus the sink's exact rows. The first trial takes the finest code predicted to fit, with
-    // the ratio of the encoder's last block of the namespace (within ~0.4 % of this one's on
-    // real KV); its real size then sets this block's ratio, which predicts the neighbouring
-    // codes' sizes to ~0.1 % (a code moves them 0.5-1.5 %), and to ~0.02 % once corrected by
-    // the error per code the model showed on recent blocks. A finer code than one that fits
-    // is tried unless predicted to overshoot the budget by more than three times the error
-    // such predictions had lately (kPcaModelDoubt before any): one trial for most blocks of
-    // real KV, and the finest code that fits unless the model errs by more than that.
-    const uint32_t tensors = layout.TensorsPerLayer();
-    const double sink = params.first_position == 0
-                            ? static_cast<double>(layout.num_layers) * tensors *
-                                  layout.num_kv_heads * layout.head_dim * DTypeBytes(layout.dtype)
-                            : 0.0;
-    // Anchored at a trial of this block (code `anchor`), the model's slope is corrected by
-    // what it was off per code on recent blocks (`bias`, a relative error per code).
-    int anchor = 0;
-    auto predict = [&](int c) {
-      const double raw = ratio * ModelBytes(spreads, c) + sink;
-      return anchor == 0 ? raw : raw * (1 + bias * (anchor - c));
-    };
-    // The finest code in [lo, hi] predicted within `limit` (hi where none is).
-    auto finest = [&](double limit, int lo, int hi) {
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (predict(mid) <= limit)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      return hi;
-    };
-    int code = finest(budget, 1, kPcaCodes);
-    for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
-      const double predicted = predict(code);
-      STRATA_ASSIGN_OR_RETURN(size, encode(code));
-      if (anchor != 0 && anchor != code && predicted > 0) {  // how far the anchored model erred
-        const double raw = predicted / (1 + bias * (anchor - code));
-        bias = (1 - kPcaErrorDecay) * bias +
-               kPcaErrorDecay * (size / raw - 1) / static_cast<double>(anchor - code);
-        const double err = std::abs(size / predicted - 1);
-        model_error = std::max({err, (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * err,
-                                kPcaModelErrorFloor});
-      }
-      const double modelled = ModelBytes(spreads, code);
-      if (modelled > 0 && size > sink) {
-        ratio = (size - sink) / modelled;
-        anchor = code;
-      }
-      if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
-      int next;
-      if (size <= budget) {  // a finer code, unless the model rules it out
-        if (predict(code - 1) > budget * (1 + 3 * model_error)) break;
-        next = finest(budget, miss + 1, code - 1);
-      } else {
-        next = finest(budget, code + 1, std::min(fit - 1, kPcaCodes));
-      }
-      code = next;
+  const uint32_t tensors = layout.TensorsPerLayer();
+  const double sink = params.first_position == 0
+                          ? static_cast<double>(layout.num_layers) * tensors *
+                                layout.num_kv_heads * layout.head_dim * DTypeBytes(layout.dtype)
+                          : 0.0;
+  // Anchored at a trial of this block (code `anchor`), the model's slope is corrected by what
+  // it was off per code on recent blocks (`bias`, a relative error per code).
+  int anchor = 0;
+  auto predict = [&](int c) {
+    const double raw = ratio * ModelBytes(spreads, c) + sink;
+    return anchor == 0 ? raw : raw * (1 + bias * (anchor - c));
+  };
+  // The finest code in [lo, hi] predicted within `limit` (hi where none is).
+  auto finest = [&](double limit, int lo, int hi) {
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (predict(mid) <= limit)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
-  } else {
-    // xl: secant steps. Sizes fall with the code, ~0.5-1 % of the blob per code at 1.5-3 bits
-    // per value. Steps aimed a little under the budget and kept inside the bracket once there
-    // is one, from the code and slope of this encoder's last block of the same calibration and
-    // budget (the namespace's blocks are alike: two or three trials) or else from the
-    // calibrated steps (128). Done when the next finer code is known to miss: the answer does
-    // not depend on where the search began (as long as sizes fall with the code).
-    int code = hinted ? pca_rate_hint_.code : 128, prev_code = 0;
-    double prev_size = 0;
-    for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
-      STRATA_ASSIGN_OR_RETURN(size, encode(code));
-      if (prev_code != 0 && std::abs(code - prev_code) >= 3) {  // adjacent codes' sizes: noisy
-        const double s = (size - prev_size) / (code - prev_code);
-        if (s < 0) slope = s;
-      }
-      if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
-      const double step = std::ceil((budget * (1 - kPcaAim) - size) / slope);
-      int next = code + static_cast<int>(std::clamp(step, -1.0 * kPcaCodes, 1.0 * kPcaCodes));
-      // Inside the bracket (miss, fit), at least a quarter of the way in when it is wide.
-      const int margin = std::max(1, (std::min(fit, kPcaCodes + 1) - miss) / 4);
-      if (miss > 0) next = std::max(next, miss + (fit <= kPcaCodes ? margin : 1));
-      if (fit <= kPcaCodes) next = std::min(next, fit - (miss > 0 ? margin : 1));
-      next = std::clamp(next, std::max(miss + 1, 1), std::min(fit - 1, kPcaCodes));
-      prev_code = code;
-      prev_size = size;
-      code = next;
+    return hi;
+  };
+  int code = xl ? (hinted ? pca_rate_hint_.code : 128) : finest(budget, 1, kPcaCodes);
+  double size = 0;
+  for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
+    const double predicted = predict(code);
+    STRATA_ASSIGN_OR_RETURN(size, encode(code));
+    if (anchor != 0 && anchor != code && predicted > 0) {  // how far the anchored model erred
+      const double raw = predicted / (1 + bias * (anchor - code));
+      bias = (1 - kPcaErrorDecay) * bias +
+             kPcaErrorDecay * (size / raw - 1) / static_cast<double>(anchor - code);
+      const double err = std::abs(size / predicted - 1);
+      model_error = std::max({err, (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * err,
+                              kPcaModelErrorFloor});
     }
+    const double modelled = ModelBytes(spreads, code);
+    if (modelled > 0 && size > sink) {
+      ratio = (size - sink) / modelled;
+      anchor = code;
+    }
+    if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
+    int next;
+    if (size <= budget) {  // a finer code, unless the model rules it out
+      if (anchor == code && predict(code - 1) > budget * (1 + 3 * model_error)) break;
+      next = finest(budget, miss + 1, code - 1);
+    } else {
+      next = finest(budget, code + 1, std::min(fit - 1, kPcaCodes));
+    }
+    code = next;
   }
   if (fit > kPcaCodes) {  // not even the coarsest steps fit: stored at the coarsest
     STRATA_ASSIGN_OR_RETURN(size, encode(kPcaCodes));
@@ -434,8 +404,8 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     chosen_stats = trial_stats;
   }
   EndPcaSearch();
-  pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), slope,
-                    ratio, model_error, bias};
+  pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), ratio,
+                    model_error, bias};
   if (stats) {
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;

@@ -232,11 +232,13 @@ struct PcaProjection {
 absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                         uint32_t layer, uint32_t tensor, uint64_t first_position,
                         SectionScratch* sc, PcaProjection* out);
-// A bit budget's size model: adds each coded coordinate of the section's projection to
-// `spreads`, as `tokens` symbols at bin kPcaSpreadZero + round(32 log2(rms / step)) (clamped to
-// the vector), rms its root mean square over the block's tokens and step the calibration's.
-// One code (PcaStepScale) is one bin: at code c the bin stands 128 - c bins lower.
-inline constexpr int kPcaSpreadZero = 512, kPcaSpreadBins = 1024;
+// A bit budget's size model (pca and xl): a coded coordinate of mean square `mean_square` over
+// a block and calibrated step `step` adds `symbols` to `spreads` (kSpreadBins, grown to it) at
+// bin kSpreadZero + round(32 log2(rms / step)), clamped. One code (PcaStepScale) is one bin: at
+// code c a coordinate stands 128 - c bins lower.
+inline constexpr int kSpreadZero = 512, kSpreadBins = 1024;
+void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads);
+// pca: every coded coordinate of the section's projection, `tokens` symbols each.
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
                    const PcaProjection& projected, std::vector<double>* spreads);
 // The section of `in`, projected as `projected`; `step_scale` multiplies every step of the

@@ -897,26 +897,35 @@ TEST(CrossLayerBlob, SpecsNameAStepOrACalibration) {
 // xl:<id>:rC: every block at most C bits per value, the calibration's steps scaled by the
 // finest common code that fits (as pca's budget); the blob's section carries the code and the
 // decode is what the coder reconstructed at that scale.
+// An xl calibration (step 0.3, RoPE at theta 10000) of `calib` in a set, with an encoder and a
+// decoder that find it, and params of mode xl that name it.
+struct XlBudgetCodec {
+  absl::StatusOr<CrossLayerCalibration> made;
+  CalibrationSet set;
+  Encoder enc;
+  Decoder dec;
+  CodecParams p;
+  XlBudgetCodec(const KvLayout& l, const std::vector<std::vector<uint8_t>>& calib) {
+    CrossLayerOptions o;
+    o.step = 0.3;
+    o.rope_theta = 10000;
+    made = CalibrateCrossLayer(l, Spans(calib), o);
+    if (!made.ok()) return;
+    p.mode = Mode::kCrossLayer;
+    p.calibration_id = set.Add(std::make_shared<const Calibration>(
+        Calibration::OfCrossLayer(std::make_shared<const CrossLayerCalibration>(*made))));
+    enc.set_calibrations(&set);
+    dec.set_calibrations(&set);
+  }
+};
+
 TEST(CrossLayerBlob, ABitBudgetHoldsForEveryBlock) {
   const KvLayout l = Layout(kLayers, kHeads, kDim, kTokens);
-  const auto calib = Blocks(l, 6, 14, 10000);
   const auto eval = Blocks(l, 3, 15, 10000, 6);
-  CrossLayerOptions o;
-  o.step = 0.3;
-  o.rope_theta = 10000;
-  auto made = CalibrateCrossLayer(l, Spans(calib), o);
-  ASSERT_TRUE(made.ok()) << made.status();
-  CalibrationSet set;
-  const uint64_t id = set.Add(std::make_shared<const Calibration>(
-      Calibration::OfCrossLayer(std::make_shared<const CrossLayerCalibration>(*made))));
-  Encoder enc;
-  enc.set_calibrations(&set);
-  Decoder dec;
-  dec.set_calibrations(&set);
+  XlBudgetCodec codec(l, Blocks(l, 6, 14, 10000));
+  ASSERT_TRUE(codec.made.ok()) << codec.made.status();
+  auto& [made, set, enc, dec, p] = codec;
   const double values = static_cast<double>(l.BlockBytes()) / 2;
-  CodecParams p;
-  p.mode = Mode::kCrossLayer;
-  p.calibration_id = id;
   for (uint32_t b = 0; b < eval.size(); ++b) {
     p.first_position = (6 + b) * uint64_t{kTokens};
     p.rate_bits = 0;
@@ -957,6 +966,45 @@ TEST(CrossLayerBlob, ABitBudgetHoldsForEveryBlock) {
   EXPECT_EQ(info->sections[0].bits, 255);
   std::vector<uint8_t> out(eval[0].size());
   EXPECT_TRUE(dec.Decode(blob, out).ok());
+}
+
+// With one budget over a sequence's blocks, the search starts where the last block ended and
+// lets the size model (from each trial's residuals) pick the next code: at most 1.75 trial
+// encodes per block once the encoder has seen a few, and still the finest code that fits.
+TEST(CrossLayerBlob, ABitBudgetSearchTakesFewTrialsOnAlikeBlocks) {
+  const KvLayout l = Layout(kLayers, kHeads, 64, 256);
+  const auto eval = Blocks(l, 14, 22, 10000, 6);
+  XlBudgetCodec codec(l, Blocks(l, 6, 21, 10000));
+  ASSERT_TRUE(codec.made.ok()) << codec.made.status();
+  auto& [made, set, enc, dec, p] = codec;
+  const double values = static_cast<double>(l.BlockBytes()) / 2;
+  p.first_position = 6 * uint64_t{l.tokens_per_block};
+  std::vector<uint8_t> plain;
+  ASSERT_TRUE(enc.Encode(l, p, eval[0], &plain).ok());
+  p.rate_bits = static_cast<float>(0.9 * 8.0 * plain.size() / values);
+  uint64_t late_trials = 0, late_blocks = 0;
+  for (uint32_t b = 0; b < eval.size(); ++b) {
+    SCOPED_TRACE(::testing::Message() << "block " << b);
+    p.first_position = (6 + b) * uint64_t{l.tokens_per_block};
+    std::vector<uint8_t> blob, finer_blob;
+    EncodeStats stats;
+    ASSERT_TRUE(enc.Encode(l, p, eval[b], &blob, &stats).ok());
+    EXPECT_LE(8.0 * blob.size(), p.rate_bits * values);
+    auto info = InspectBlob(blob);
+    ASSERT_TRUE(info.ok()) << info.status();
+    const uint8_t code = info->sections[0].bits;
+    ASSERT_GT(code, 1);
+    CodecParams finer = p;
+    finer.rate_bits = 0;
+    finer.pca_step_code = static_cast<uint8_t>(code - 1);
+    ASSERT_TRUE(enc.Encode(l, finer, eval[b], &finer_blob).ok());
+    EXPECT_GT(8.0 * finer_blob.size(), p.rate_bits * values) << "code " << int{code};
+    if (b >= 6) {
+      late_trials += stats.trial_encodes;
+      ++late_blocks;
+    }
+  }
+  EXPECT_LE(late_trials, late_blocks * 7 / 4) << late_trials << " trials for " << late_blocks;
 }
 
 }  // namespace
