@@ -320,7 +320,8 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
       STRATA_RETURN_IF_ERROR(internal::ProjectPca(block.data() + index * tensor_bytes, shape,
                                                   *cal, l, t, params.first_position,
                                                   &scratch_->sec, &kept[index]));
-      internal::AddPcaSpreads(*cal, l, t, shape.tokens, kept[index], spreads);
+      internal::AddPcaSpreads(*cal, l, t, shape.tokens, params.first_position == 0,
+                              kept[index], spreads);
     }
   }
   scratch_->keep_projections = scratch_->kept_projections = true;

@@ -247,6 +247,7 @@ class Encoder {
     double model_ratio = 0;  // the blob's bytes over the size model's (0: unknown)
     double model_error = 0;  // the model's recent relative error within a block
     double model_bias = 0;   // and its recent relative error per code, signed
+    int unchecked_blocks = 0;  // blocks since a fitting code's finer neighbour was last tried
   } pca_rate_hint_;
   uint64_t budget_trial_encodes_ = 0;
 };

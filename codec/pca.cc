@@ -811,22 +811,37 @@ inline double SixteenLog2(double v) {
 
 void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads) {
   if (spreads->size() < kSpreadBins) spreads->resize(kSpreadBins, 0.0);
-  // 32 log2(rms / step) = 16 log2(mean square / step^2).
-  const double at = mean_square > 0 && step > 0 ? SixteenLog2(mean_square / (step * step)) : -1e9;
+  // 32 log2(rms / step) = 16 log2(mean square / step^2); a ratio that overflows takes the top
+  // bin, one that is not a number (or a step that is not positive) the bottom one.
+  const double ratio = mean_square / (step * step);
+  double at = -1e9;
+  if (std::isinf(ratio) && ratio > 0)
+    at = 1e9;
+  else if (mean_square > 0 && step > 0 && std::isfinite(ratio) && ratio > 0)
+    at = SixteenLog2(ratio);
   const long bin = std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0));
   (*spreads)[static_cast<size_t>(bin)] += symbols;
 }
 
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
-                   const PcaProjection& pr, std::vector<double>* spreads) {
+                   bool skip_first, const PcaProjection& pr, std::vector<double>* spreads) {
   const std::shared_ptr<const PcaPlan> plan = cal.Plan();
   const PcaPlan::Section& sp = plan->sections[size_t{layer} * cal.TensorsPerLayer() + tensor];
-  const size_t tp = PaddedTokens(tokens);
+  const size_t tp = PaddedTokens(tokens), whole = tokens / 16 * 16;
+  const size_t first = skip_first ? 1 : 0;
+  if (tokens <= first) return;
+  const double coded = static_cast<double>(tokens - first);
   for (size_t h = 0; h < sp.heads.size() && h + 1 < pr.ybase.size(); ++h) {
     const PcaPlan::Head& hp = sp.heads[h];
-    for (size_t k = 0; k < hp.enc_coord.size(); ++k)  // the padded tokens are zeros
-      AddSpread(SumSquares(pr.y.data() + pr.ybase[h] + k * tp, tp) / static_cast<double>(tokens),
-                hp.enc_step[k], static_cast<double>(tokens), spreads);
+    for (size_t k = 0; k < hp.enc_coord.size(); ++k) {
+      // The block's tokens only (the float kernels' padding holds the centred mean), less the
+      // sequence's first, which is kept exact.
+      const float* y = pr.y.data() + pr.ybase[h] + k * tp;
+      double sum = whole > 0 ? SumSquares(y, whole) : 0.0;
+      for (size_t t = whole; t < tokens; ++t) sum += double{y[t]} * y[t];
+      if (skip_first) sum -= double{y[0]} * y[0];
+      AddSpread(std::max(sum, 0.0) / coded, hp.enc_step[k], coded, spreads);
+    }
   }
 }
 

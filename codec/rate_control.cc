@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/internal/sections.h"
@@ -144,13 +145,17 @@ class SectionCache {
 // pca: step codes 1 .. kPcaCodes; the search's limits.
 constexpr int kPcaCodes = 255;
 constexpr int kPcaMaxTrials = 10;
-// pca's size model: before it has erred on this encoder, a finer code than one that fits is
-// tried unless predicted over the budget by more than this fraction; then by three times its
-// recent error (a running mean that forgets at kPcaErrorDecay per observation, but never below
-// the last).
-constexpr double kPcaModelDoubt = 0.05;
+// The size model's search: until the model has been measured against a neighbouring code for a
+// calibration and budget, a fitting code's finer neighbour is always tried; then unless
+// predicted over the budget by more than three times the model's recent error (a running mean
+// that forgets at kPcaErrorDecay per observation, but never below the last, nor below
+// kPcaModelErrorFloor).
 constexpr double kPcaErrorDecay = 0.5;
-constexpr double kPcaModelErrorFloor = 1e-4;
+constexpr double kPcaModelErrorFloor = 3e-4;
+constexpr int kPcaCheckEvery = 8;  // blocks: a fitting code's finer neighbour is tried anyway
+constexpr int kPcaBiasCodes = 8;   // codes from the anchor the per-code correction reaches
+// The model's error on a block beyond which the search stops following it there.
+constexpr double kPcaModelTrust = 0.01;
 
 // Bits of one symbol of a Laplacian coordinate of rms sigma rounded to steps of delta, at
 // x = log2(sigma / delta): the size model's (closed form: the symbols past zero are geometric).
@@ -299,28 +304,27 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   EncodeStats trial_stats, chosen_stats;
   int fit = kPcaCodes + 1, miss = 0;  // the finest code known to fit, the coarsest known not to
   // The size model's spreads: pca's from the block's projection (every section projected once,
-  // kept for the trials, which quantise and code); xl's from each trial's residuals.
+  // kept for the trials, which quantise and code); xl's from each trial's residuals. Whatever
+  // way this returns, the encoder forgets both (an xl spreads pointer would dangle).
   BeginPcaSearch();
+  absl::Cleanup end_search = [this] { EndPcaSearch(); };
   std::vector<double> spreads;
   if (xl) {
     CollectXlSpreads(&spreads);
-  } else if (absl::Status st = ProjectPcaBlock(layout, params, block, &spreads); !st.ok()) {
-    EndPcaSearch();
-    return st;
+  } else {
+    STRATA_RETURN_IF_ERROR(ProjectPcaBlock(layout, params, block, &spreads));
   }
   uint64_t trials_run = 0;
+  int last_code = 0;  // the last trial's (its blob in `attempt` where it missed)
   auto encode = [&](int code) -> absl::StatusOr<double> {
     ++trials_run;
     ++budget_trial_encodes_;
+    last_code = code;
     if (xl) spreads.clear();
     trial.pca_step_code = static_cast<uint8_t>(code);
     trial_stats = EncodeStats{};
-    absl::Status st =
-        EncodeImpl(layout, trial, block, nullptr, &attempt, stats ? &trial_stats : nullptr);
-    if (!st.ok()) {
-      EndPcaSearch();
-      return st;
-    }
+    STRATA_RETURN_IF_ERROR(
+        EncodeImpl(layout, trial, block, nullptr, &attempt, stats ? &trial_stats : nullptr));
     const auto size = static_cast<double>(attempt.size());
     if (size <= budget && code < fit) {
       fit = code;
@@ -339,25 +343,36 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   // sizes to ~0.1 % (a code moves them 0.5-1.5 %), and to ~0.02 % once corrected by the error
   // per code the model showed on recent blocks. A code finer than one that fits is tried unless
   // predicted to overshoot the budget by more than three times the error such predictions had
-  // lately (kPcaModelDoubt before any): one trial for most pca blocks of real KV, and the
-  // finest code that fits unless the model errs by more than that.
+  // lately (at least kPcaModelErrorFloor; always, until one was measured for this calibration
+  // and budget), and on every kPcaCheckEvery-th block anyway, which keeps that error
+  // measured: about one trial for most pca blocks of real KV, and the finest code that fits
+  // unless the model errs by more than that. Where the model keeps erring one way, the steps
+  // double (bytes the model does not scale, such as exact tokens, weigh most near the coarsest
+  // codes).
   const bool hinted = pca_rate_hint_.calibration_id == params.calibration_id &&
                       pca_rate_hint_.rate_bits == params.rate_bits;
   double ratio = hinted && pca_rate_hint_.model_ratio > 0 ? pca_rate_hint_.model_ratio : 1.0;
-  double model_error = hinted && pca_rate_hint_.model_error > 0 ? pca_rate_hint_.model_error
-                                                               : kPcaModelDoubt / 3;
+  // 0: not measured yet (every fitting code's finer neighbour is then tried).
+  double model_error = hinted ? pca_rate_hint_.model_error : 0.0;
   double bias = hinted ? pca_rate_hint_.model_bias : 0.0;
+  const int unchecked = hinted ? pca_rate_hint_.unchecked_blocks + 1 : 0;
+  const bool check_neighbour = unchecked >= kPcaCheckEvery;
   const uint32_t tensors = layout.TensorsPerLayer();
   const double sink = params.first_position == 0
                           ? static_cast<double>(layout.num_layers) * tensors *
                                 layout.num_kv_heads * layout.head_dim * DTypeBytes(layout.dtype)
                           : 0.0;
   // Anchored at a trial of this block (code `anchor`), the model's slope is corrected by what
-  // it was off per code on recent blocks (`bias`, a relative error per code).
+  // it was off per code on recent blocks (`bias`, a relative error per code), over at most
+  // kPcaBiasCodes codes and by at most a factor of two.
   int anchor = 0;
+  auto correction = [&](int c) {
+    const int away = std::clamp(anchor - c, -kPcaBiasCodes, kPcaBiasCodes);
+    return std::clamp(1 + bias * away, 0.5, 2.0);
+  };
   auto predict = [&](int c) {
     const double raw = ratio * ModelBytes(spreads, c) + sink;
-    return anchor == 0 ? raw : raw * (1 + bias * (anchor - c));
+    return anchor == 0 ? raw : raw * correction(c);
   };
   // The finest code in [lo, hi] predicted within `limit` (hi where none is).
   auto finest = [&](double limit, int lo, int hi) {
@@ -371,17 +386,26 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     return hi;
   };
   int code = xl ? (hinted ? pca_rate_hint_.code : 128) : finest(budget, 1, kPcaCodes);
-  double size = 0;
+  bool checked = false;  // a finer neighbour of a fitting code was tried
+  int last_step = 0;     // the last move, finer < 0 < coarser
+  double block_error = 0;  // how far the anchored model erred on this block's last trial
+  int prev_code = 0;       // this block's trial before the last, and its size
+  double prev_size = 0;
   for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
     const double predicted = predict(code);
-    STRATA_ASSIGN_OR_RETURN(size, encode(code));
+    STRATA_ASSIGN_OR_RETURN(const double size, encode(code));
     if (anchor != 0 && anchor != code && predicted > 0) {  // how far the anchored model erred
-      const double raw = predicted / (1 + bias * (anchor - code));
-      bias = (1 - kPcaErrorDecay) * bias +
-             kPcaErrorDecay * (size / raw - 1) / static_cast<double>(anchor - code);
-      const double err = std::abs(size / predicted - 1);
-      model_error = std::max({err, (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * err,
-                              kPcaModelErrorFloor});
+      const double raw = predicted / correction(code);
+      const int away = std::clamp(anchor - code, -kPcaBiasCodes, kPcaBiasCodes);
+      if (away != 0)
+        bias = (1 - kPcaErrorDecay) * bias + kPcaErrorDecay * (size / raw - 1) / away;
+      block_error = std::abs(size / predicted - 1);
+      model_error =
+          model_error == 0
+              ? std::max(block_error, kPcaModelErrorFloor)
+              : std::max({block_error,
+                          (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * block_error,
+                          kPcaModelErrorFloor});
     }
     const double modelled = ModelBytes(spreads, code);
     if (modelled > 0 && size > sink) {
@@ -389,23 +413,44 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
       anchor = code;
     }
     if (fit == miss + 1 || fit == 1 || miss == kPcaCodes) break;
-    int next;
-    if (size <= budget) {  // a finer code, unless the model rules it out
-      if (anchor == code && predict(code - 1) > budget * (1 + 3 * model_error)) break;
-      next = finest(budget, miss + 1, code - 1);
-    } else {
-      next = finest(budget, code + 1, std::min(fit - 1, kPcaCodes));
+    const bool fits = size <= budget;
+    if (fits && anchor == code && !check_neighbour && model_error > 0 &&
+        predict(code - 1) > budget * (1 + 3 * model_error))
+      break;  // the model rules the finer code out
+    checked |= fits;
+    // The model's pick among the codes not yet tried on the side the trial points to.
+    const int lo = miss + 1, hi = std::min(fit - 1, kPcaCodes);
+    int next = fits ? finest(budget, lo, code - 1) : finest(budget, code + 1, hi);
+    if ((block_error > kPcaModelTrust || anchor == 0) && prev_code != 0) {
+      // The model is off on this block (bytes it does not scale, such as tables and exact
+      // tokens, weigh most in small blocks and near the coarsest codes): a secant step through
+      // this block's last two trials instead, where their sizes fall with the code.
+      const double slope = (size - prev_size) / (code - prev_code);
+      if (slope < 0)
+        next = code + static_cast<int>(std::clamp(std::ceil((budget - size) / slope),
+                                                  -1.0 * kPcaCodes, 1.0 * kPcaCodes));
+      else if ((last_step < 0) == fits && last_step != 0)
+        next = code + 2 * last_step;  // no slope to follow: double the step
     }
+    prev_code = code;
+    prev_size = size;
+    if (fit <= kPcaCodes && miss > 0) {  // at least a quarter of the way into the bracket
+      const int quarter = std::max(1, (fit - miss) / 4);
+      next = std::clamp(next, miss + quarter, fit - quarter);
+    }
+    next = std::clamp(next, lo, hi);
+    last_step = next - code;
     code = next;
   }
   if (fit > kPcaCodes) {  // not even the coarsest steps fit: stored at the coarsest
-    STRATA_ASSIGN_OR_RETURN(size, encode(kPcaCodes));
-    blob->swap(attempt);
-    chosen_stats = trial_stats;
+    if (last_code != kPcaCodes) STRATA_RETURN_IF_ERROR(encode(kPcaCodes).status());
+    if (fit > kPcaCodes) {  // it missed: its blob is in `attempt`
+      blob->swap(attempt);
+      chosen_stats = trial_stats;
+    }
   }
-  EndPcaSearch();
   pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), ratio,
-                    model_error, bias};
+                    model_error, bias, checked ? 0 : unchecked};
   if (stats) {
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;

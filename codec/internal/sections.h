@@ -235,12 +235,13 @@ absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibrati
 // A bit budget's size model (pca and xl): a coded coordinate of mean square `mean_square` over
 // a block and calibrated step `step` adds `symbols` to `spreads` (kSpreadBins, grown to it) at
 // bin kSpreadZero + round(32 log2(rms / step)), clamped. One code (PcaStepScale) is one bin: at
-// code c a coordinate stands 128 - c bins lower.
+// code c a coordinate stands c - 128 bins lower.
 inline constexpr int kSpreadZero = 512, kSpreadBins = 1024;
 void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads);
-// pca: every coded coordinate of the section's projection, `tokens` symbols each.
+// pca: every coded coordinate of the section's projection over its `tokens` tokens (less the
+// first where `skip_first`: the sequence's, kept exact), a symbol per token.
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
-                   const PcaProjection& projected, std::vector<double>* spreads);
+                   bool skip_first, const PcaProjection& projected, std::vector<double>* spreads);
 // The section of `in`, projected as `projected`; `step_scale` multiplies every step of the
 // calibration (PcaStepScale of the section's code).
 absl::Status EncodePca(const uint8_t* in, const TensorShape& s, const Calibration& cal,

@@ -802,6 +802,52 @@ TEST(Calibration, BitBudgetSearchTriesOneCodeForMostBlocks) {
   }
 }
 
+// Budgets at the coarsest codes: where only the coarsest codes fit, or none does, the encoder
+// still hands back this block's blob (never what the caller's vector held before), within the
+// budget where any code fits, at code 255 where none does.
+TEST(Calibration, BitBudgetsAtTheCoarsestCodesReturnTheBlocksBlob) {
+  Blocks b(kLayout, 6, 41);
+  auto cal = CalibrateOn(b, 0, 4, 1.5);
+  ASSERT_TRUE(cal);
+  PcaCodec codec(cal);
+  auto& [set, p, enc, dec] = codec;
+  const double values = kLayout.BlockBytes() / 2.0;
+  for (size_t i = 4; i < 6; ++i) {
+    // The coarsest code whose blob is larger than code 255's (coarser ones round every
+    // coordinate to zero alike).
+    std::vector<uint8_t> at255, larger;
+    CodecParams fixed = p;
+    fixed.pca_step_code = 255;
+    ASSERT_TRUE(enc.Encode(kLayout, fixed, b[i], &at255).ok());
+    int below = 254;
+    for (; below > 128; --below) {
+      fixed.pca_step_code = static_cast<uint8_t>(below);
+      ASSERT_TRUE(enc.Encode(kLayout, fixed, b[i], &larger).ok());
+      if (larger.size() > at255.size()) break;
+    }
+    ASSERT_GT(larger.size(), at255.size());
+    const double between = 8.0 * (larger.size() + at255.size()) / 2.0 / values;
+    const double under = 8.0 * (at255.size() - 1) / values;
+    for (double budget : {between, under, 8.0 * at255.size() * 1.01 / values,
+                          8.0 * at255.size() * 1.03 / values, 8.0 * at255.size() * 1.06 / values}) {
+      SCOPED_TRACE(::testing::Message() << "block " << i << " budget " << budget);
+      CodecParams q = p;
+      q.rate_bits = static_cast<float>(budget);
+      std::vector<uint8_t> blob = {0xde, 0xad}, out(kLayout.BlockBytes());
+      ASSERT_TRUE(enc.Encode(kLayout, q, b[i], &blob).ok());
+      ASSERT_TRUE(dec.Decode(blob, out).ok());
+      const uint8_t code = StepCodes(blob)[0];
+      if (budget == under) {
+        EXPECT_EQ(code, 255);
+        EXPECT_EQ(blob, at255);
+      } else {
+        EXPECT_LE(8.0 * blob.size() / values, budget);
+        if (budget == between) EXPECT_GT(code, below);
+      }
+    }
+  }
+}
+
 // Code 128 is the calibrated steps: it decodes to what a blob without a code (0) decodes to.
 // A budget below what the coarsest steps reach stores the block at the coarsest, not refused.
 TEST(Calibration, StepScaleCodes) {
