@@ -701,7 +701,7 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       k.y.resize(T * n);
       Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
     }
-    if (spreads && n > 0) {  // the coded tokens' mean squares (the sink's row is exact)
+    if (spreads && n > 0 && T > (sink ? 1u : 0u)) {  // coded tokens' mean squares (not the sink)
       const size_t t0 = sink ? 1 : 0;
       k.squares.assign(n, 0.0f);
       AddSquares(k.y.data() + t0 * ny, T - t0, ny, n, k.squares.data());

@@ -813,12 +813,14 @@ void AddSpread(double mean_square, double step, double symbols, std::vector<doub
   if (spreads->size() < kSpreadBins) spreads->resize(kSpreadBins, 0.0);
   // 32 log2(rms / step) = 16 log2(mean square / step^2); a ratio that overflows takes the top
   // bin, one that is not a number (or a step that is not positive) the bottom one.
-  const double ratio = mean_square / (step * step);
   double at = -1e9;
-  if (std::isinf(ratio) && ratio > 0)
-    at = 1e9;
-  else if (mean_square > 0 && step > 0 && std::isfinite(ratio) && ratio > 0)
-    at = SixteenLog2(ratio);
+  if (step > 0 && mean_square > 0) {
+    const double ratio = mean_square / (step * step);
+    if (std::isinf(ratio))
+      at = 1e9;
+    else if (ratio > 0)
+      at = SixteenLog2(ratio);
+  }
   const long bin = std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0));
   (*spreads)[static_cast<size_t>(bin)] += symbols;
 }
@@ -835,12 +837,15 @@ void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size
     const PcaPlan::Head& hp = sp.heads[h];
     for (size_t k = 0; k < hp.enc_coord.size(); ++k) {
       // The block's tokens only (the float kernels' padding holds the centred mean), less the
-      // sequence's first, which is kept exact.
+      // sequence's first, which is kept exact: whole vectors of 16 from an aligned token (16
+      // where the first is skipped), the tokens before and after them one by one.
       const float* y = pr.y.data() + pr.ybase[h] + k * tp;
-      double sum = whole > 0 ? SumSquares(y, whole) : 0.0;
-      for (size_t t = whole; t < tokens; ++t) sum += double{y[t]} * y[t];
-      if (skip_first) sum -= double{y[0]} * y[0];
-      AddSpread(std::max(sum, 0.0) / coded, hp.enc_step[k], coded, spreads);
+      const size_t from = first == 0 ? 0 : std::min<size_t>(16, whole);
+      double sum = 0;
+      for (size_t t = first; t < from; ++t) sum += double{y[t]} * y[t];
+      if (whole > from) sum += SumSquares(y + from, whole - from);
+      for (size_t t = std::max(whole, first); t < tokens; ++t) sum += double{y[t]} * y[t];
+      AddSpread(sum / coded, hp.enc_step[k], coded, spreads);
     }
   }
 }

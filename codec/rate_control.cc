@@ -394,11 +394,12 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   for (int trials = 0; trials < kPcaMaxTrials; ++trials) {
     const double predicted = predict(code);
     STRATA_ASSIGN_OR_RETURN(const double size, encode(code));
-    if (anchor != 0 && anchor != code && predicted > 0) {  // how far the anchored model erred
+    // How far the anchored model erred, where the trial is a near neighbour of the anchor (the
+    // per-code correction's reach; a far jump says little about the next neighbour).
+    const int away = anchor - code;
+    if (anchor != 0 && away != 0 && std::abs(away) <= kPcaBiasCodes && predicted > 0) {
       const double raw = predicted / correction(code);
-      const int away = std::clamp(anchor - code, -kPcaBiasCodes, kPcaBiasCodes);
-      if (away != 0)
-        bias = (1 - kPcaErrorDecay) * bias + kPcaErrorDecay * (size / raw - 1) / away;
+      bias = (1 - kPcaErrorDecay) * bias + kPcaErrorDecay * (size / raw - 1) / away;
       block_error = std::abs(size / predicted - 1);
       model_error =
           model_error == 0
@@ -450,7 +451,7 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     }
   }
   pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), ratio,
-                    model_error, bias, checked ? 0 : unchecked};
+                    model_error, bias, checked ? 0 : std::min(unchecked, kPcaCheckEvery)};
   if (stats) {
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;

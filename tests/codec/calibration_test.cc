@@ -802,6 +802,33 @@ TEST(Calibration, BitBudgetSearchTriesOneCodeForMostBlocks) {
   }
 }
 
+// Blocks of fewer tokens than a vector of 16, down to one (the sequence's first token alone,
+// kept exact): each blob decodes, within the budget or (where its tables and headers alone
+// exceed it) at the coarsest code.
+TEST(Calibration, BitBudgetHoldsOnBlocksOfFewTokens) {
+  for (uint32_t tokens : {1u, 8u, 24u}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    const KvLayout layout = Layout(2, 2, 32, tokens);
+    Blocks b(layout, 8, 43);
+    auto cal = CalibrateOn(b, 0, 4, 2.0);
+    ASSERT_TRUE(cal);
+    PcaCodec codec(cal);
+    auto& [set, p, enc, dec] = codec;
+    const double values = layout.BlockBytes() / 2.0;
+    for (size_t i : {size_t{0}, size_t{4}, size_t{5}, size_t{6}}) {
+      CodecParams q = p;
+      q.rate_bits = 3.0f;
+      q.first_position = uint64_t{i} * tokens;
+      std::vector<uint8_t> blob, out(layout.BlockBytes());
+      ASSERT_TRUE(enc.Encode(layout, q, b[i], &blob).ok()) << "block " << i;
+      EXPECT_TRUE(dec.Decode(blob, out).ok()) << "block " << i;
+      if (8.0 * blob.size() / values > 3.0) {
+        EXPECT_EQ(StepCodes(blob)[0], 255) << "block " << i;
+      }
+    }
+  }
+}
+
 // Budgets at the coarsest codes: where only the coarsest codes fit, or none does, the encoder
 // still hands back this block's blob (never what the caller's vector held before), within the
 // budget where any code fits, at code 255 where none does.
@@ -842,7 +869,9 @@ TEST(Calibration, BitBudgetsAtTheCoarsestCodesReturnTheBlocksBlob) {
         EXPECT_EQ(blob, at255);
       } else {
         EXPECT_LE(8.0 * blob.size() / values, budget);
-        if (budget == between) EXPECT_GT(code, below);
+        if (budget == between) {
+          EXPECT_GT(code, below);
+        }
       }
     }
   }
