@@ -22,6 +22,7 @@
 #include "codec/internal/kernels.h"
 #include "codec/internal/pca_amx.h"
 #include "codec/internal/sections.h"
+#include "codec/internal/size_model.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
@@ -463,13 +464,6 @@ struct Work {
   rans::SharedEncoder shared;
 };
 
-// squares[j] += y[t][j]^2 over `tokens` rows of y (rows `stride` apart), j < n: row updates.
-STRATA_XL_CLONES void AddSquares(const float* y, size_t tokens, size_t stride, size_t n,
-                                 float* squares) {
-  for (size_t t = 0; t < tokens; ++t)
-    for (size_t j = 0; j < n; ++j) squares[j] += y[t * stride + j] * y[t * stride + j];
-}
-
 // Whether a step scale keeps every scaled step where the tiles' bf16 projection is accurate
 // enough (BuildTiles asks 2^-3 of the calibrated steps).
 bool ScaledStepsFitTiles(const CrossLayerCalibration& cal, float step_scale) {
@@ -701,14 +695,9 @@ absl::Status EncodeCrossLayer(const CrossLayerCalibration& cal, const KvLayout& 
       k.y.resize(T * n);
       Project(k.rows.data(), tr.mean.data(), k.guess.data(), k.axes_t.data(), T, w, n, k.y.data());
     }
-    if (spreads && n > 0 && T > (sink ? 1u : 0u)) {  // coded tokens' mean squares (not the sink)
-      const size_t t0 = sink ? 1 : 0;
-      k.squares.assign(n, 0.0f);
-      AddSquares(k.y.data() + t0 * ny, T - t0, ny, n, k.squares.data());
-      for (size_t j = 0; j < n; ++j)
-        internal::AddSpread(k.squares[j] / static_cast<double>(T - t0), tr.step[j],
-                            static_cast<double>(T - t0), spreads);
-    }
+    if (spreads && T > (sink ? 1u : 0u))  // the coded tokens (the sink's row is exact)
+      internal::AddColumnSpreads(k.y.data() + (sink ? ny : 0), T - (sink ? 1 : 0), ny, n,
+                                 tr.step.data(), &k.squares, spreads);
     k.q.resize(T * n);
     int32_t maxq = 0;
     for (size_t t = 0; t < T; ++t) {

@@ -53,6 +53,7 @@
 #include "codec/internal/pca_avx512.h"
 #include "codec/internal/pca_dispatch.h"
 #include "codec/internal/sections.h"
+#include "codec/internal/size_model.h"
 #include "common/status_macros.h"
 
 namespace strata::codec {
@@ -768,61 +769,6 @@ absl::Status DecodePca(std::span<const uint8_t> payload, const TensorShape& s,
   for (size_t i = 0; i < exact.size(); ++i)
     std::memcpy(out + exact[i] * row_bytes, exact_rows + i * row_bytes, row_bytes);
   return absl::OkStatus();
-}
-
-namespace {
-
-// Sum of y[t]^2 over n floats (n a multiple of 16, y 64-byte aligned): 16 partial sums, so
-// vectors on every target (AVX-512 where the CPU has it).
-using Floats16 = float __attribute__((vector_size(64)));
-inline float SumSquares16(const float* y, size_t n) {
-  Floats16 acc = {};
-  for (size_t t = 0; t < n; t += 16) {
-    Floats16 v;
-    std::memcpy(&v, y + t, sizeof(v));
-    acc += v * v;
-  }
-  float sum = 0;
-  for (int j = 0; j < 16; ++j) sum += acc[j];
-  return sum;
-}
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx512f"))) float SumSquaresAvx512(const float* y, size_t n) {
-  return SumSquares16(y, n);
-}
-#endif
-float SumSquares(const float* y, size_t n) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return SumSquaresAvx512(y, n);
-#endif
-  return SumSquares16(y, n);
-}
-
-// 16 log2(v) for v > 0, to within 0.08 (a spread bin is 1): the exponent, and the mantissa's
-// log by a quadratic (no libm call per coordinate).
-inline double SixteenLog2(double v) {
-  int e = 0;
-  const double m = 2 * std::frexp(v, &e);  // [1, 2)
-  return 16.0 * ((e - 1) + (-0.34484843 * m + 2.02466578) * m - 1.67487759);
-}
-
-}  // namespace
-
-void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads) {
-  if (spreads->size() < kSpreadBins) spreads->resize(kSpreadBins, 0.0);
-  // 32 log2(rms / step) = 16 log2(mean square / step^2); a ratio that overflows takes the top
-  // bin, one that is not a number (or a step that is not positive) the bottom one.
-  double at = -1e9;
-  if (step > 0 && mean_square > 0) {
-    const double ratio = mean_square / (step * step);
-    if (std::isinf(ratio))
-      at = 1e9;
-    else if (ratio > 0)
-      at = SixteenLog2(ratio);
-  }
-  const long bin = std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0));
-  (*spreads)[static_cast<size_t>(bin)] += symbols;
 }
 
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,

@@ -46,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "codec/internal/sections.h"
+#include "codec/internal/size_model.h"
 #include "common/status_macros.h"
 
 namespace strata::codec {
@@ -156,39 +157,6 @@ constexpr int kPcaCheckEvery = 8;  // blocks: a fitting code's finer neighbour i
 constexpr int kPcaBiasCodes = 8;   // codes from the anchor the per-code correction reaches
 // The model's error on a block beyond which the search stops following it there.
 constexpr double kPcaModelTrust = 0.01;
-
-// Bits of one symbol of a Laplacian coordinate of rms sigma rounded to steps of delta, at
-// x = log2(sigma / delta): the size model's (closed form: the symbols past zero are geometric).
-double LaplaceSymbolBits(double x) {
-  const double lambda_delta = std::sqrt(2.0) * std::exp2(-x);  // delta over the scale b
-  const double p0 = -std::expm1(-0.5 * lambda_delta);
-  if (p0 >= 1.0 - 1e-15) return 0.0;
-  const double a = std::exp(-lambda_delta);
-  const double c = 0.5 * std::exp(-0.5 * lambda_delta) * (1.0 - a);
-  const double tail = c / (1.0 - a);  // P(q = n) summed over n >= 1
-  const double bits = -p0 * std::log2(p0) -
-                      2.0 * (tail * std::log2(c) + c * std::log2(a) * a / ((1.0 - a) * (1.0 - a)));
-  return std::max(bits, 0.0);
-}
-
-// The model's bytes at `code`: every coordinate's symbols at its spread (AddPcaSpreads' bins).
-double ModelBytes(const std::vector<double>& spreads, int code) {
-  static const std::vector<double> table = [] {
-    std::vector<double> t(2 * internal::kSpreadBins + 2 * kPcaCodes);
-    for (size_t i = 0; i < t.size(); ++i)
-      t[i] = LaplaceSymbolBits((static_cast<double>(i) - internal::kSpreadBins - kPcaCodes) /
-                               32.0);
-    return t;
-  }();
-  double bits = 0;
-  for (size_t b = 0; b < spreads.size(); ++b) {
-    if (spreads[b] == 0) continue;
-    const long at = static_cast<long>(b) - internal::kSpreadZero - (code - 128) +
-                    internal::kSpreadBins + kPcaCodes;
-    bits += spreads[b] * table[static_cast<size_t>(at)];
-  }
-  return bits / 8.0;
-}
 
 absl::Status CheckBlockSize(const KvLayout& layout, std::span<const uint8_t> block) {
   if (block.size() == layout.BlockBytes()) return absl::OkStatus();
@@ -371,7 +339,7 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     return std::clamp(1 + bias * away, 0.5, 2.0);
   };
   auto predict = [&](int c) {
-    const double raw = ratio * ModelBytes(spreads, c) + sink;
+    const double raw = ratio * internal::ModelBytes(spreads, c) + sink;
     return anchor == 0 ? raw : raw * correction(c);
   };
   // The finest code in [lo, hi] predicted within `limit` (hi where none is).
@@ -408,7 +376,7 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
                           (1 - kPcaErrorDecay) * model_error + kPcaErrorDecay * block_error,
                           kPcaModelErrorFloor});
     }
-    const double modelled = ModelBytes(spreads, code);
+    const double modelled = internal::ModelBytes(spreads, code);
     if (modelled > 0 && size > sink) {
       ratio = (size - sink) / modelled;
       anchor = code;

@@ -232,14 +232,9 @@ struct PcaProjection {
 absl::Status ProjectPca(const uint8_t* in, const TensorShape& s, const Calibration& cal,
                         uint32_t layer, uint32_t tensor, uint64_t first_position,
                         SectionScratch* sc, PcaProjection* out);
-// A bit budget's size model (pca and xl): a coded coordinate of mean square `mean_square` over
-// a block and calibrated step `step` adds `symbols` to `spreads` (kSpreadBins, grown to it) at
-// bin kSpreadZero + round(32 log2(rms / step)), clamped. One code (PcaStepScale) is one bin: at
-// code c a coordinate stands c - 128 bins lower.
-inline constexpr int kSpreadZero = 512, kSpreadBins = 1024;
-void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads);
-// pca: every coded coordinate of the section's projection over its `tokens` tokens (less the
-// first where `skip_first`: the sequence's, kept exact), a symbol per token.
+// A bit budget's size model (internal/size_model.h): every coded coordinate of the section's
+// projection over its `tokens` tokens (less the first where `skip_first`: the sequence's, kept
+// exact), a symbol per token.
 void AddPcaSpreads(const Calibration& cal, uint32_t layer, uint32_t tensor, size_t tokens,
                    bool skip_first, const PcaProjection& projected, std::vector<double>* spreads);
 // The section of `in`, projected as `projected`; `step_scale` multiplies every step of the

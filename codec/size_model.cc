@@ -1,0 +1,107 @@
+// A bit budget's size model (internal/size_model.h).
+#include "codec/internal/size_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codec/internal/kernels.h"
+
+namespace strata::codec::internal {
+namespace {
+
+constexpr int kCodes = 255;
+
+// 16 partial sums per pass, so vectors on every target (AVX-512 where the CPU has it).
+using Floats16 = float __attribute__((vector_size(64)));
+inline float SumSquares16(const float* y, size_t n) {
+  Floats16 acc = {};
+  for (size_t t = 0; t < n; t += 16) {
+    Floats16 v;
+    std::memcpy(&v, y + t, sizeof(v));
+    acc += v * v;
+  }
+  float sum = 0;
+  for (int j = 0; j < 16; ++j) sum += acc[j];
+  return sum;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float SumSquaresAvx512(const float* y, size_t n) {
+  return SumSquares16(y, n);
+}
+#endif
+
+// 16 log2(v) for v > 0, to within 0.08 (a spread bin is 1): the exponent, and the mantissa's
+// log by a quadratic (no libm call per coordinate).
+inline double SixteenLog2(double v) {
+  int e = 0;
+  const double m = 2 * std::frexp(v, &e);  // [1, 2)
+  return 16.0 * ((e - 1) + (-0.34484843 * m + 2.02466578) * m - 1.67487759);
+}
+
+// Bits of one symbol of a Laplacian coordinate of rms sigma rounded to steps of delta, at
+// x = log2(sigma / delta) (closed form: the symbols past zero are geometric).
+double LaplaceSymbolBits(double x) {
+  const double lambda_delta = std::sqrt(2.0) * std::exp2(-x);  // delta over the scale b
+  const double p0 = -std::expm1(-0.5 * lambda_delta);
+  if (p0 >= 1.0 - 1e-15) return 0.0;
+  const double a = std::exp(-lambda_delta);
+  const double c = 0.5 * std::exp(-0.5 * lambda_delta) * (1.0 - a);
+  const double tail = c / (1.0 - a);  // P(q = n) summed over n >= 1
+  const double bits = -p0 * std::log2(p0) -
+                      2.0 * (tail * std::log2(c) + c * std::log2(a) * a / ((1.0 - a) * (1.0 - a)));
+  return std::max(bits, 0.0);
+}
+
+}  // namespace
+
+float SumSquares(const float* y, size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return SumSquaresAvx512(y, n);
+#endif
+  return SumSquares16(y, n);
+}
+
+void AddSpread(double mean_square, double step, double symbols, std::vector<double>* spreads) {
+  if (spreads->size() < kSpreadBins) spreads->resize(kSpreadBins, 0.0);
+  // 32 log2(rms / step) = 16 log2(mean square / step^2).
+  double at = -1e9;
+  if (step > 0 && mean_square > 0) {
+    const double ratio = mean_square / (step * step);
+    if (std::isinf(ratio))
+      at = 1e9;
+    else if (ratio > 0)
+      at = SixteenLog2(ratio);
+  }
+  const long bin = std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0));
+  (*spreads)[static_cast<size_t>(bin)] += symbols;
+}
+
+void AddColumnSpreads(const float* y, size_t tokens, size_t stride, size_t n, const float* steps,
+                      std::vector<float>* squares, std::vector<double>* spreads) {
+  if (tokens == 0) return;
+  squares->assign(n, 0.0f);
+  float* sq = squares->data();
+  for (size_t t = 0; t < tokens; ++t) SumSquaresRow(y + t * stride, sq, n);
+  const auto count = static_cast<double>(tokens);
+  for (size_t j = 0; j < n; ++j) AddSpread(sq[j] / count, steps[j], count, spreads);
+}
+
+double ModelBytes(const std::vector<double>& spreads, int code) {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(2 * kSpreadBins + 2 * kCodes);
+    for (size_t i = 0; i < t.size(); ++i)
+      t[i] = LaplaceSymbolBits((static_cast<double>(i) - kSpreadBins - kCodes) / 32.0);
+    return t;
+  }();
+  double bits = 0;
+  for (size_t b = 0; b < spreads.size(); ++b) {
+    if (spreads[b] == 0) continue;
+    const long at = static_cast<long>(b) - kSpreadZero - (code - 128) + kSpreadBins + kCodes;
+    bits += spreads[b] * table[static_cast<size_t>(at)];
+  }
+  return bits / 8.0;
+}
+
+}  // namespace strata::codec::internal
