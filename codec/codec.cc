@@ -284,7 +284,7 @@ struct Encoder::Scratch {
   rans::SharedEncoder shared;
   SectionArrays arrays;  // EncodeFromSections: what the source hands over, reused
   // pca: a section's projection; during a bit budget's search, every section's of the block
-  // (kept_projections: they hold this block's, from its first trial on).
+  // (kept_projections: they hold this block's, from ProjectPcaBlock on).
   std::vector<internal::PcaProjection> projections{1};
   bool keep_projections = false, kept_projections = false;
   std::vector<double>* xl_spreads = nullptr;  // during a bit budget's search (CollectXlSpreads)
