@@ -141,8 +141,6 @@ struct EncodeStats {
   rans::CoderStats coder;  // entropy-coded streams only
   uint64_t values = 0;
   uint64_t blob_bytes = 0;
-  // pca and xl bit budgets: the whole encodes their searches ran (the kept one included).
-  uint64_t trial_encodes = 0;
   // When set, quant mode appends the symbols it entropy-codes (all sections, in order), so
   // benchmarks can run other coders on exactly the same stream.
   std::vector<uint16_t>* symbol_sink = nullptr;
@@ -191,7 +189,8 @@ class Encoder {
  public:
   Encoder();
   ~Encoder();
-  // pca and xl bit budgets: the whole encodes this encoder's searches ran (benchmarks).
+  // pca and xl bit budgets: the whole encodes this encoder's searches ran (the kept ones
+  // included; benchmarks and tests take differences).
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
   // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
   void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }

@@ -282,10 +282,8 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   } else {
     STRATA_RETURN_IF_ERROR(ProjectPcaBlock(layout, params, block, &spreads));
   }
-  uint64_t trials_run = 0;
   int last_code = 0;  // the last trial's (its blob in `attempt` where it missed)
   auto encode = [&](int code) -> absl::StatusOr<double> {
-    ++trials_run;
     ++budget_trial_encodes_;
     last_code = code;
     if (xl) spreads.clear();
@@ -424,7 +422,6 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;
     stats->blob_bytes += chosen_stats.blob_bytes;
-    stats->trial_encodes += trials_run;
   }
   return absl::OkStatus();
 }
