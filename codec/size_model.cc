@@ -2,6 +2,7 @@
 #include "codec/internal/size_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,12 +37,10 @@ __attribute__((target("avx512f"))) float SumSquaresAvx512(const float* y, size_t
 // log by a quadratic, both read from the bits (no libm call per coordinate: frexp was most of a
 // budget's spreads). Subnormals read as exponent -1023, far below the lowest bin.
 inline double SixteenLog2(double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
+  const auto bits = std::bit_cast<uint64_t>(v);
   const int e = static_cast<int>((bits >> 52) & 0x7FF) - 1023;
-  bits = (bits & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;
-  double m;  // [1, 2)
-  std::memcpy(&m, &bits, sizeof(m));
+  const auto m =  // [1, 2)
+      std::bit_cast<double>((bits & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
   return 16.0 * (e + (-0.34484843 * m + 2.02466578) * m - 1.67487759);
 }
 

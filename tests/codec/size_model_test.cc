@@ -2,6 +2,7 @@
 // and what the model charges for it, against the definitions computed the slow way.
 #include "codec/internal/size_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -39,10 +40,43 @@ TEST(SizeModel, ASpreadLandsOnThirtyTwoLogsOfItsRatioToTheStep) {
   }
 }
 
+// The bins as first defined: 16 log2 by frexp's exponent and mantissa, rounded by lround.
+int ReferenceBin(double mean_square, double step) {
+  double at = -1e9;
+  if (step > 0 && mean_square > 0) {
+    const double ratio = mean_square / (step * step);
+    if (std::isinf(ratio)) {
+      at = 1e9;
+    } else if (ratio > 0) {
+      int e = 0;
+      const double m = 2 * std::frexp(ratio, &e);
+      at = 16.0 * ((e - 1) + (-0.34484843 * m + 2.02466578) * m - 1.67487759);
+    }
+  }
+  return static_cast<int>(std::lround(std::clamp(at + kSpreadZero, 0.0, kSpreadBins - 1.0)));
+}
+
+TEST(SizeModel, SpreadBinsAreTheFirstDefinitionsBinForBin) {
+  // Dense mantissas at every exponent that reaches the bins (and past them both ways).
+  for (int e = -40; e <= 40; ++e)
+    for (int i = 0; i < 1024; ++i) {
+      const double ratio = std::ldexp(1.0 + i / 1024.0 + 1e-7 * (i % 7), e);
+      for (double step : {1.0, 3.0, 0.01}) {
+        const double mean_square = ratio * step * step;
+        ASSERT_EQ(BinOf(mean_square, step), ReferenceBin(mean_square, step))
+            << "ratio " << ratio << " step " << step;
+      }
+    }
+  for (double mean_square : {0.0, 1e-310, 1e300, std::numeric_limits<double>::infinity()})
+    for (double step : {1.0, 1e-300, 0.0, std::numeric_limits<double>::infinity()})
+      EXPECT_EQ(BinOf(mean_square, step), ReferenceBin(mean_square, step))
+          << mean_square << " " << step;
+}
+
 TEST(SizeModel, SpreadsOutOfRangeTakeTheEndBins) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(BinOf(1e300, 1e-300), kSpreadBins - 1);  // the ratio overflows
+  EXPECT_EQ(BinOf(1e300, 1e-300), kSpreadBins - 1);  // step^2 underflows: the ratio is inf
   EXPECT_EQ(BinOf(inf, 1.0), kSpreadBins - 1);
   EXPECT_EQ(BinOf(1e200, 1.0), kSpreadBins - 1);  // finite, past the top bin
   EXPECT_EQ(BinOf(0.0, 1.0), 0);
@@ -78,7 +112,7 @@ double RoundedLaplaceBits(double sigma, double delta) {
 
 TEST(SizeModel, ABinCostsARoundedLaplacianOfItsSpread) {
   constexpr double kSymbols = 1000;
-  // Bin centres (32 log2(sigma / delta) whole), from mostly zeros to ~9 bits a symbol.
+  // Bin centres (32 log2(sigma / delta) whole), from mostly zeros to ~12 bits a symbol.
   for (int offset : {-96, -40, -1, 0, 17, 64, 150, 288}) {
     const double ratio = std::exp2(offset / 32.0);
     std::vector<double> spreads;
