@@ -384,6 +384,13 @@ double BestSeconds(int reps, F&& f) {
   return best;
 }
 
+// A bit budget's trial encodes per block over `reps` timed passes of `blocks` blocks (the
+// encoder counted `before` until them).
+double TrialsPerBlock(const codec::Encoder& enc, uint64_t before, uint32_t blocks, int reps) {
+  return static_cast<double>(enc.budget_trial_encodes() - before) /
+         (static_cast<double>(blocks) * std::max(reps, 1));
+}
+
 // pca modes: the calibrations made in this run, and where `pca:bR` specs calibrate from (blocks
 // other than the evaluated ones, so the figures are held out).
 struct PcaContext {
@@ -493,16 +500,13 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
     if (!s.ok()) return s;
   }
   const uint64_t trials_before = enc.budget_trial_encodes();
-  int timed_reps = 0;
   const double te = BestSeconds(reps, [&] {
-    ++timed_reps;
     for (uint32_t b = 0; b < d.blocks; ++b) {
       params->first_position = uint64_t{b} * d.layout.tokens_per_block;
       (void)enc.Encode(d.layout, *params, {d.bytes.data() + b * bb, bb}, &blobs[b]);
     }
   });
-  row.trials_per_block = static_cast<double>(enc.budget_trial_encodes() - trials_before) /
-                         (static_cast<double>(d.blocks) * std::max(timed_reps, 1));
+  row.trials_per_block = TrialsPerBlock(enc, trials_before, d.blocks, reps);
   // Timed into a buffer aligned as an arena's or a tensor's are (a vector's is 16 bytes off).
   std::vector<uint8_t> out_mem(d.bytes.size() + 64);
   uint8_t* out_p = out_mem.data() + (64 - reinterpret_cast<uintptr_t>(out_mem.data()) % 64) % 64;
@@ -588,13 +592,8 @@ absl::StatusOr<Row> RunCrossLayer(const Dataset& d, const std::string& spec, int
   };
   if (auto s = encode(); !s.ok()) return s;
   const uint64_t trials_before = encoder.budget_trial_encodes();
-  int timed_reps = 0;
-  const double te = BestSeconds(reps, [&] {
-    ++timed_reps;
-    (void)encode();
-  });
-  const double trials = static_cast<double>(encoder.budget_trial_encodes() - trials_before) /
-                        (static_cast<double>(d.blocks) * std::max(timed_reps, 1));
+  const double te = BestSeconds(reps, [&] { (void)encode(); });
+  const double trials = TrialsPerBlock(encoder, trials_before, d.blocks, reps);
   std::vector<uint8_t> out(d.bytes.size());
   absl::Status st;
   const double td = BestSeconds(reps, [&] {
