@@ -70,6 +70,12 @@ void BlobWriter::EndSection() {
   open_ = false;
 }
 
+void BlobWriter::RewindTo(const Mark& mark) {
+  out_->resize(mark.bytes);
+  next_ = mark.next;
+  open_ = false;
+}
+
 absl::Status BlobWriter::Finish() {
   if (open_ || next_ != num_sections_)
     return absl::InternalError(

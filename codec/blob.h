@@ -116,6 +116,14 @@ class BlobWriter {
   // Rewrites the open section's coder (a section encoder may settle on another coder).
   void SetSectionCoder(uint8_t coder);
   void EndSection();
+  // Where the next section begins; RewindTo(mark) forgets every section begun since (a bit
+  // budget's encoder codes its last section again).
+  struct Mark {
+    size_t bytes = 0;
+    uint32_t next = 0;
+  };
+  Mark Position() const { return {out_->size(), next_}; }
+  void RewindTo(const Mark& mark);
   // Fails if fewer sections than announced were written.
   absl::Status Finish();
 

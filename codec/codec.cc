@@ -1,5 +1,6 @@
 #include "codec/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,14 +9,17 @@
 #include "absl/strings/str_split.h"
 #include "codec/cross_layer.h"
 #include "codec/half.h"
+#include "codec/internal/encoder_scratch.h"
 #include "codec/internal/kernels.h"
 #include "codec/internal/sections.h"
+#include "codec/internal/size_model.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
 namespace strata::codec {
 
 using internal::SectionScratch;
+using internal::ShapeOf;
 using internal::TensorShape;
 
 std::string_view ModeName(Mode m) {
@@ -260,16 +264,6 @@ void HadamardRows(float* x, size_t rows, size_t n) { HadamardRowsSimd(x, rows, n
 
 namespace {
 
-TensorShape ShapeOf(const KvLayout& l, uint32_t tensor) {
-  TensorShape s;
-  s.tokens = l.tokens_per_block;
-  s.heads = l.num_kv_heads;
-  s.head_dim = l.head_dim;
-  s.dtype = l.dtype;
-  s.is_key = tensor == 0;
-  return s;
-}
-
 // Coders whose symbols (the split coder: its high part) go to the blob's shared stream.
 bool IsSharedCapable(uint8_t coder) {
   return coder == internal::kCoderShared || coder == internal::kCoderSplit;
@@ -279,16 +273,6 @@ SectionType SectionTypeOf(Mode m) { return static_cast<SectionType>(static_cast<
 
 }  // namespace
 
-struct Encoder::Scratch {
-  SectionScratch sec;
-  rans::SharedEncoder shared;
-  SectionArrays arrays;  // EncodeFromSections: what the source hands over, reused
-  // pca: a section's projection; during a bit budget's search, every section's of the block
-  // (kept_projections: they hold this block's, from ProjectPcaBlock on).
-  std::vector<internal::PcaProjection> projections{1};
-  bool keep_projections = false, kept_projections = false;
-  std::vector<double>* xl_spreads = nullptr;  // during a bit budget's search (CollectXlSpreads)
-};
 struct Decoder::Scratch {
   SectionScratch sec;
   rans::SharedDecoder shared;
@@ -310,9 +294,19 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
     return absl::OkStatus();
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t tensor_bytes = layout.BlockBytes() / (size_t{layout.num_layers} * tensors);
+  const size_t sections = size_t{layout.num_layers} * tensors;
   std::vector<internal::PcaProjection>& kept = scratch_->projections;
-  if (kept.size() < size_t{layout.num_layers} * tensors)
-    kept.resize(size_t{layout.num_layers} * tensors);
+  if (kept.size() < sections) kept.resize(sections);
+  // Each section's spreads are kept too: the next block's one-pass encode reads them
+  // (codec/pca_rate_control.cc) once the search has set the history's ratio.
+  internal::PcaBudgetHistory& history = scratch_->pca_history;
+  history = internal::PcaBudgetHistory{};
+  history.calibration_id = params.calibration_id;
+  history.rate_bits = params.rate_bits;
+  history.layout_bytes = layout.BlockBytes();
+  history.sections = sections;
+  history.spreads.assign(sections * internal::kSpreadBins, 0.0);
+  std::vector<double>& one = scratch_->section_spreads;
   for (uint32_t l = 0; l < layout.num_layers; ++l) {
     for (uint32_t t = 0; t < tensors; ++t) {
       const TensorShape shape = ShapeOf(layout, t);
@@ -320,10 +314,17 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
       STRATA_RETURN_IF_ERROR(internal::ProjectPca(block.data() + index * tensor_bytes, shape,
                                                   *cal, l, t, params.first_position,
                                                   &scratch_->sec, &kept[index]));
+      one.assign(internal::kSpreadBins, 0.0);
       internal::AddPcaSpreads(*cal, l, t, shape.tokens, params.first_position == 0,
-                              kept[index], spreads);
+                              kept[index], &one);
+      std::copy(one.begin(), one.end(),
+                history.spreads.begin() + static_cast<ptrdiff_t>(index * internal::kSpreadBins));
     }
   }
+  spreads->assign(internal::kSpreadBins, 0.0);
+  for (size_t i = 0; i < sections; ++i)
+    for (int b = 0; b < internal::kSpreadBins; ++b)
+      (*spreads)[b] += history.spreads[i * internal::kSpreadBins + b];
   scratch_->keep_projections = scratch_->kept_projections = true;
   return absl::OkStatus();
 }
@@ -394,6 +395,29 @@ absl::Status Encoder::EncodeFromSections(const KvLayout& layout, const CodecPara
   return EncodeImpl(layout, params, {}, &source, blob, stats);
 }
 
+absl::StatusOr<std::shared_ptr<const Calibration>> Encoder::CalibrationFor(
+    const KvLayout& layout, const CodecParams& params, BlobHeader* h) const {
+  std::shared_ptr<const Calibration> cal =
+      calibrations_ ? calibrations_->Find(params.calibration_id) : nullptr;
+  if (!cal)
+    return absl::NotFoundError(absl::StrCat("codec: calibration ",
+                                            CalibrationIdString(params.calibration_id),
+                                            " is not known to this encoder"));
+  if (cal->ModeName() != ModeName(params.mode))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec: calibration ", CalibrationIdString(params.calibration_id), " is for mode ",
+        std::string(cal->ModeName()), ", not ", std::string(ModeName(params.mode))));
+  STRATA_RETURN_IF_ERROR(cal->Matches(layout));
+  h->calibration_id = params.calibration_id;
+  if (params.first_position > UINT32_MAX)
+    return absl::InvalidArgumentError("codec: calibrated block position beyond 2^32");
+  // Recorded with or without RoPE: a daemon that re-codes the blob (a cold codec) must know
+  // whether it begins its sequence (position 0, whose first token is kept exact).
+  h->first_position = static_cast<uint32_t>(params.first_position);
+  h->flags = kFlagEntropy;
+  return cal;
+}
+
 absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& params,
                                  std::span<const uint8_t> block, const SectionSource* source,
                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
@@ -411,23 +435,7 @@ absl::Status Encoder::EncodeImpl(const KvLayout& layout, const CodecParams& para
   h.layout = layout;
   std::shared_ptr<const Calibration> cal;
   if (UsesCalibration(params.mode)) {
-    if (calibrations_) cal = calibrations_->Find(params.calibration_id);
-    if (!cal)
-      return absl::NotFoundError(absl::StrCat("codec: calibration ",
-                                              CalibrationIdString(params.calibration_id),
-                                              " is not known to this encoder"));
-    if (cal->ModeName() != ModeName(params.mode))
-      return absl::InvalidArgumentError(absl::StrCat(
-          "codec: calibration ", CalibrationIdString(params.calibration_id), " is for mode ",
-          std::string(cal->ModeName()), ", not ", std::string(ModeName(params.mode))));
-    STRATA_RETURN_IF_ERROR(cal->Matches(layout));
-    h.calibration_id = params.calibration_id;
-    if (params.first_position > UINT32_MAX)
-      return absl::InvalidArgumentError("codec: calibrated block position beyond 2^32");
-    // Recorded with or without RoPE: a daemon that re-codes the blob (a cold codec) must know
-    // whether it begins its sequence (position 0, whose first token is kept exact).
-    h.first_position = static_cast<uint32_t>(params.first_position);
-    h.flags = kFlagEntropy;
+    STRATA_ASSIGN_OR_RETURN(cal, CalibrationFor(layout, params, &h));
   }
   if (params.mode == Mode::kQuant || params.mode == Mode::kGroupwise) {
     h.group_size = params.group_size;

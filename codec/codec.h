@@ -192,6 +192,10 @@ class Encoder {
   // pca and xl bit budgets: the whole encodes this encoder's searches ran (the kept ones
   // included; benchmarks and tests take differences).
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
+  // pca bit budgets: after a block of the same calibration and budget, code each block in one
+  // pass (on by default; off, every block is searched for the finest common step code that
+  // fits: tests and A/B runs).
+  void set_pca_one_pass(bool on) { pca_one_pass_ = on; }
   // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
   void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
   // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob.
@@ -234,6 +238,18 @@ class Encoder {
                                  std::span<const uint8_t> block, const SectionSource* source,
                                  std::vector<uint8_t>* blob, EncodeStats* stats);
 
+  // pca with params.rate_bits > 0, after a block of the same calibration and budget: every
+  // section coded once, each at the step code its share of what is left of the budget allows
+  // (codec/pca_rate_control.cc). False where it could not keep the blob within the budget (the
+  // caller searches then).
+  absl::StatusOr<bool> EncodePcaInOnePass(const KvLayout& layout, const CodecParams& params,
+                                          std::span<const uint8_t> block,
+                                          std::vector<uint8_t>* blob, EncodeStats* stats);
+  // A calibrated mode's calibration, checked against the layout, and its header fields.
+  absl::StatusOr<std::shared_ptr<const Calibration>> CalibrationFor(const KvLayout& layout,
+                                                                    const CodecParams& params,
+                                                                    BlobHeader* h) const;
+
   struct Scratch;
   std::unique_ptr<Scratch> scratch_;
   const CalibrationSet* calibrations_ = nullptr;
@@ -249,6 +265,7 @@ class Encoder {
     int unchecked_blocks = 0;  // blocks since a fitting code's finer neighbour was last tried
   } pca_rate_hint_;
   uint64_t budget_trial_encodes_ = 0;
+  bool pca_one_pass_ = true;
 };
 
 // OK when the sink took the section (the Decoder then leaves its bytes of `out` alone).

@@ -45,6 +45,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
+#include "codec/internal/encoder_scratch.h"
 #include "codec/internal/sections.h"
 #include "codec/internal/size_model.h"
 #include "common/status_macros.h"
@@ -262,10 +263,15 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
                                                  std::span<const uint8_t> block,
                                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
   STRATA_RETURN_IF_ERROR(CheckBlockSize(layout, block));
+  const bool xl = params.mode == Mode::kCrossLayer;
+  if (!xl && pca_one_pass_) {  // after a block of this calibration and budget: one pass
+    STRATA_ASSIGN_OR_RETURN(const bool coded,
+                            EncodePcaInOnePass(layout, params, block, blob, stats));
+    if (coded) return absl::OkStatus();
+  }
   const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
   const double budget = std::floor(static_cast<double>(params.rate_bits) *
                                    static_cast<double>(values) / 8.0);
-  const bool xl = params.mode == Mode::kCrossLayer;
   CodecParams trial = params;
   trial.rate_bits = 0;
   std::vector<uint8_t> attempt;
@@ -418,6 +424,17 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   }
   pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), ratio,
                     model_error, bias, checked ? 0 : std::min(unchecked, kPcaCheckEvery)};
+  if (!xl && !spreads.empty()) {  // the next block of this budget goes in one pass
+    internal::PcaBudgetHistory& history = scratch_->pca_history;
+    const int kept = std::min(fit, kPcaCodes);
+    const double fixed = static_cast<double>(
+        kHeaderBytes + (size_t{layout.num_layers} * tensors + 1) * kSectionEntryBytes +
+        sizeof(rans::SharedEncoder::x) + kTrailerBytes);
+    const double model = internal::ModelBytes(spreads, kept);
+    const double coded = static_cast<double>(blob->size()) - fixed - sink;
+    history.ratio = model > 0 && coded > 0 ? coded / model : 0.0;
+    history.code = kept;
+  }
   if (stats) {
     stats->coder.Add(chosen_stats.coder);
     stats->values += chosen_stats.values;

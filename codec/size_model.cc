@@ -16,6 +16,7 @@ constexpr int kCodes = 255;
 
 // 16 partial sums per pass, so vectors on every target (AVX-512 where the CPU has it).
 using Floats16 = float __attribute__((vector_size(64)));
+using Doubles8 = double __attribute__((vector_size(64)));
 inline float SumSquares16(const float* y, size_t n) {
   Floats16 acc = {};
   for (size_t t = 0; t < n; t += 16) {
@@ -27,11 +28,37 @@ inline float SumSquares16(const float* y, size_t n) {
   for (int j = 0; j < 16; ++j) sum += acc[j];
   return sum;
 }
+// x[0..n) . y[0..n) in 8 partial sums.
+inline double Dot8(const double* x, const double* y, size_t n) {
+  Doubles8 acc = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Doubles8 a, b;
+    std::memcpy(&a, x + i, sizeof(a));
+    std::memcpy(&b, y + i, sizeof(b));
+    acc += a * b;
+  }
+  double sum = 0;
+  for (int j = 0; j < 8; ++j) sum += acc[j];
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target("avx512f"))) float SumSquaresAvx512(const float* y, size_t n) {
   return SumSquares16(y, n);
 }
+__attribute__((target("avx512f"))) double Dot8Avx512(const double* x, const double* y, size_t n) {
+  return Dot8(x, y, n);
+}
 #endif
+
+double Dot(const double* x, const double* y, size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return Dot8Avx512(x, y, n);
+#endif
+  return Dot8(x, y, n);
+}
 
 // 16 log2(v) for v > 0, to within 0.08 (a spread bin is 1): the exponent, and the mantissa's
 // log by a quadratic, both read from the bits (no libm call per coordinate: frexp was most of a
@@ -94,20 +121,20 @@ void AddColumnSpreads(const float* y, size_t tokens, size_t stride, size_t n, co
   for (size_t j = 0; j < n; ++j) AddSpread(sq[j] / count, steps[j], count, spreads);
 }
 
-double ModelBytes(const std::vector<double>& spreads, int code) {
+double ModelBytes(std::span<const double> spreads, int code, size_t first_bin) {
   static const std::vector<double> table = [] {
     std::vector<double> t(2 * kSpreadBins + 2 * kCodes);
     for (size_t i = 0; i < t.size(); ++i)
       t[i] = LaplaceSymbolBits((static_cast<double>(i) - kSpreadBins - kCodes) / 32.0);
     return t;
   }();
-  double bits = 0;
-  for (size_t b = 0; b < spreads.size(); ++b) {
-    if (spreads[b] == 0) continue;
-    const long at = static_cast<long>(b) - kSpreadZero - (code - 128) + kSpreadBins + kCodes;
-    bits += spreads[b] * table[static_cast<size_t>(at)];
-  }
-  return bits / 8.0;
+  constexpr auto kBins = static_cast<size_t>(kSpreadBins);
+  if (first_bin >= kBins) return 0.0;
+  // Bin b's bits per symbol are table[b + offset]: one dot product (a budget's one-pass coding
+  // asks for a dozen of these per section).
+  const auto offset = static_cast<size_t>(kSpreadBins + kCodes - kSpreadZero - (code - 128));
+  const size_t n = std::min(spreads.size(), kBins - first_bin);
+  return Dot(spreads.data(), table.data() + offset + first_bin, n) / 8.0;
 }
 
 }  // namespace strata::codec::internal

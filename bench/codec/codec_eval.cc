@@ -60,6 +60,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 // --cpu-time: speeds from the thread's CPU time instead of wall time (a loaded machine
 // preempts the run; CPU time leaves out the time the thread waited, not the cache it lost).
 bool g_cpu_time = false;
+bool g_pca_budget_search = false;  // --pca-budget-search
 double TimerSeconds() {
   if (!g_cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   timespec ts;
@@ -485,6 +486,7 @@ absl::StatusOr<Row> RunCodec(const Dataset& d, const std::string& spec, int reps
   }
   const size_t bb = BlockBytes(d);
   codec::Encoder enc;
+  enc.set_pca_one_pass(!g_pca_budget_search);
   codec::Decoder dec;
   if (pca) {
     enc.set_calibrations(&pca->set);
@@ -864,6 +866,9 @@ int main(int argc, char** argv) {
   app.add_option("--pca-rope-theta", pca_rope_theta,
                  "pca calibration: undo RoPE (rotate-half, this theta) on the keys; block b "
                  "of --data and of --calibrate-from starts at token b * tokens-per-block");
+  app.add_flag("--pca-budget-search", g_pca_budget_search,
+               "pca bit budgets: search every block for its common step code (the encoder's "
+               "one-pass coding off; an A/B of the two in one binary)");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--cpu-time", g_cpu_time,
                "speeds from the thread's CPU time, not wall time (for a loaded machine)");

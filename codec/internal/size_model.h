@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 namespace strata::codec::internal {
@@ -26,7 +27,8 @@ float SumSquares(const float* y, size_t n);
 void AddColumnSpreads(const float* y, size_t tokens, size_t stride, size_t n, const float* steps,
                       std::vector<float>* squares, std::vector<double>* spreads);
 
-// The model's bytes for `spreads` at step code `code` (1..255).
-double ModelBytes(const std::vector<double>& spreads, int code);
+// The model's bytes for `spreads` at step code `code` (1..255); spreads[i] is bin
+// first_bin + i (a caller that knows where the nonzero bins lie passes only those).
+double ModelBytes(std::span<const double> spreads, int code, size_t first_bin = 0);
 
 }  // namespace strata::codec::internal

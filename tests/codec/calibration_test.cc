@@ -13,12 +13,14 @@
 #include "codec/synthetic_kv.h"
 #include "common/crc32c.h"
 #include "gtest/gtest.h"
+#include "tests/codec/fp16_error.h"
 #include "tests/codec/test_layout.h"
 
 namespace strata::codec {
 namespace {
 
 using test::Layout;
+using test::RelMse;
 
 // Blocks 0..n-1 of one synthetic sequence (each layout.BlockBytes()).
 struct Blocks {
@@ -59,19 +61,6 @@ struct PcaCodec {
     dec.set_calibrations(&set);
   }
 };
-
-double RelMse(std::span<const uint8_t> a, std::span<const uint8_t> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i + 1 < a.size(); i += 2) {
-    uint16_t x, y;
-    std::memcpy(&x, a.data() + i, 2);
-    std::memcpy(&y, b.data() + i, 2);
-    const double fx = HalfToFloat(x), fy = HalfToFloat(y);
-    num += (fx - fy) * (fx - fy);
-    den += fx * fx;
-  }
-  return num / den;
-}
 
 const KvLayout kLayout = Layout(2, 2, 32, 64);
 
@@ -718,7 +707,8 @@ std::vector<uint8_t> StepCodes(std::span<const uint8_t> blob) {
   return codes;
 }
 
-// A bit budget (`pca:...:rR`) holds on every block, is nearly spent (the finest common step
+// A bit budget's search (`pca:...:rR`; an encoder's first block of a budget, and every block
+// with the one-pass coding off) holds on every block, is nearly spent (the finest common step
 // scale that fits), and a larger one buys less error; every section carries the block's code.
 TEST(Calibration, BitBudgetHoldsOnEveryBlockAndIsSpent) {
   Blocks b(kLayout, 8, 21);
@@ -726,6 +716,7 @@ TEST(Calibration, BitBudgetHoldsOnEveryBlockAndIsSpent) {
   ASSERT_TRUE(cal);
   PcaCodec codec(cal);
   auto& [set, p, enc, dec] = codec;
+  enc.set_pca_one_pass(false);
   const double values = kLayout.BlockBytes() / 2.0;
   std::vector<double> last_mse(8, 1e9);
   for (float budget : {0.8f, 1.2f, 1.7f, 2.4f}) {
@@ -761,9 +752,9 @@ TEST(Calibration, BitBudgetHoldsOnEveryBlockAndIsSpent) {
   }
 }
 
-// Once an encoder has seen a few blocks of a namespace, its bit budget's search tries one code
-// for most blocks (the size model, corrected by each block's trial), and what it keeps is still
-// the finest code that fits.
+// Once an encoder has seen a few blocks of a namespace, its bit budget's search (the one-pass
+// coding off) tries one code for most blocks (the size model, corrected by each block's trial),
+// and what it keeps is still the finest code that fits.
 TEST(Calibration, BitBudgetSearchTriesOneCodeForMostBlocks) {
   const KvLayout layout = Layout(4, 2, 64, 256);
   Blocks b(layout, 20, 31);
@@ -771,6 +762,7 @@ TEST(Calibration, BitBudgetSearchTriesOneCodeForMostBlocks) {
   ASSERT_TRUE(cal);
   PcaCodec codec(cal);
   auto& [set, p, enc, dec] = codec;
+  enc.set_pca_one_pass(false);
   const double values = layout.BlockBytes() / 2.0;
   for (float budget : {1.3f, 1.8f}) {
     uint64_t late_trials = 0, late_blocks = 0;
