@@ -303,7 +303,7 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
   history = internal::PcaBudgetHistory{};
   history.calibration_id = params.calibration_id;
   history.rate_bits = params.rate_bits;
-  history.layout_bytes = layout.BlockBytes();
+  history.layout = layout;
   history.sections = sections;
   history.spreads.assign(sections * internal::kSpreadBins, 0.0);
   std::vector<double>& one = scratch_->section_spreads;

@@ -83,7 +83,10 @@ struct CodecParams {
   // that keeps the blob within the budget (pca_step_code below, chosen per block); a block that
   // exceeds it even at the coarsest is stored at the coarsest. The search keeps every section's
   // coordinates (4 bytes per coded coordinate and token: up to twice the fp16 block), and the
-  // Encoder keeps that buffer for its next block.
+  // Encoder keeps that buffer for its next block. pca, once the Encoder has coded a block of the
+  // same calibration, budget and layout: one pass instead, each section at a factor of its own
+  // that keeps what is left of the budget for the sections after it (codec/pca_rate_control.cc;
+  // Encoder::set_pca_one_pass).
   float rate_bits = 0;
   // quant: a quality target per block instead (0: none), as the relative RMS error
   // ||x - x'|| / ||x|| of each layer's keys and of its values: each gets the fewest bits, at
@@ -192,6 +195,8 @@ class Encoder {
   // pca and xl bit budgets: the whole encodes this encoder's searches ran (the kept ones
   // included; benchmarks and tests take differences).
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
+  // pca bit budgets: the blocks coded in one pass (counted among the trial encodes too).
+  uint64_t budget_one_pass_encodes() const { return budget_one_pass_encodes_; }
   // pca bit budgets: after a block of the same calibration and budget, code each block in one
   // pass (on by default; off, every block is searched for the finest common step code that
   // fits: tests and A/B runs).
@@ -225,8 +230,10 @@ class Encoder {
   // by the trials of the same block.
   void BeginPcaSearch();
   // pca, during a search: projects every section of `block` (kept for the trials that follow)
-  // and adds their spreads (internal::AddPcaSpreads) to `spreads`. Leaves `spreads` empty where
-  // the calibration is not this encoder's or not pca's (the first trial then says why).
+  // and sets `spreads` to their spreads (internal::AddPcaSpreads), keeping each section's for
+  // the next block's one pass (the history, whose ratio the search sets once done). Leaves
+  // `spreads` empty where the calibration is not this encoder's or not pca's (the first trial
+  // then says why).
   absl::Status ProjectPcaBlock(const KvLayout& layout, const CodecParams& params,
                                std::span<const uint8_t> block, std::vector<double>* spreads);
   // xl, during a search: each encode until EndPcaSearch adds its residuals' spreads to `spreads`
@@ -264,7 +271,7 @@ class Encoder {
     double model_bias = 0;   // and its recent relative error per code, signed
     int unchecked_blocks = 0;  // blocks since a fitting code's finer neighbour was last tried
   } pca_rate_hint_;
-  uint64_t budget_trial_encodes_ = 0;
+  uint64_t budget_trial_encodes_ = 0, budget_one_pass_encodes_ = 0;
   bool pca_one_pass_ = true;
 };
 

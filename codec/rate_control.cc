@@ -26,7 +26,9 @@
 // what the encoder's earlier blocks really took, and corrected by each trial's real size for
 // the neighbouring codes. pca projects the block once and tries one code for most blocks
 // (quantise and code); xl (each layer predicted from the one below as decoded at that code)
-// takes its spreads from a trial, so starts at its previous block's code: two for most.
+// takes its spreads from a trial, so starts at its previous block's code: two for most. Once a
+// pca search has coded a block, the encoder's next blocks of the same calibration, budget and
+// layout go in one pass instead (codec/pca_rate_control.cc), each section at a code of its own.
 //
 // An error target (CodecParams::error_target): each layer's keys and each layer's values get
 // the fewest bits, at most the ceiling, whose relative RMS error ||x - x'|| / ||x|| over the

@@ -31,7 +31,7 @@ inline TensorShape ShapeOf(const KvLayout& l, uint32_t tensor) {
 struct PcaBudgetHistory {
   uint64_t calibration_id = 0;
   float rate_bits = 0;
-  uint64_t layout_bytes = 0;    // the block size it was taken from
+  KvLayout layout;  // the blocks' it was taken from
   size_t sections = 0;
   std::vector<double> spreads;  // sections x kSpreadBins
   double ratio = 0;             // 0: none yet (the next block searches)
