@@ -299,12 +299,8 @@ absl::Status Encoder::ProjectPcaBlock(const KvLayout& layout, const CodecParams&
   if (kept.size() < sections) kept.resize(sections);
   // Each section's spreads are kept too: the next block's one-pass encode reads them
   // (codec/pca_rate_control.cc) once the search has set the history's ratio.
-  internal::PcaBudgetHistory& history = scratch_->pca_history;
-  history = internal::PcaBudgetHistory{};
-  history.calibration_id = params.calibration_id;
-  history.rate_bits = params.rate_bits;
-  history.layout = layout;
-  history.sections = sections;
+  internal::PcaBudgetHistory& history =
+      scratch_->pca_histories.Start(params.calibration_id, params.rate_bits, layout, sections);
   history.spreads.assign(sections * internal::kSpreadBins, 0.0);
   std::vector<double>& one = scratch_->section_spreads;
   for (uint32_t l = 0; l < layout.num_layers; ++l) {

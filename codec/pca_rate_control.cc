@@ -26,7 +26,8 @@
 // section of it; it differs from the search's (its codes move by a few from section to
 // section, more in a block's last sections where a plan erred) and from a fresh encoder's, which
 // searches its first block. The record of the last block is a spreads vector per section
-// (8 KiB each: 0.44 MiB for 56 sections).
+// (8 KiB each: 0.44 MiB for 56 sections), for the last four calibrations, budgets and layouts
+// the encoder met.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -73,13 +74,12 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
                                                  const CodecParams& params,
                                                  std::span<const uint8_t> block,
                                                  std::vector<uint8_t>* blob, EncodeStats* stats) {
-  internal::PcaBudgetHistory& history = scratch_->pca_history;
   const uint32_t tensors = layout.TensorsPerLayer();
   const size_t sections = size_t{layout.num_layers} * tensors;
-  if (history.ratio <= 0 || history.calibration_id != params.calibration_id ||
-      history.rate_bits != params.rate_bits || !(history.layout == layout) ||
-      history.sections != sections)
-    return false;
+  internal::PcaBudgetHistory* found =
+      scratch_->pca_histories.Find(params.calibration_id, params.rate_bits, layout);
+  if (!found || found->ratio <= 0 || found->sections != sections) return false;
+  internal::PcaBudgetHistory& history = *found;
   // The history counts as this block's only once the block is coded: an error or a miss on the
   // way leaves it to the search, which makes it again.
   const double last_ratio = std::exchange(history.ratio, 0.0);

@@ -426,16 +426,19 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
   }
   pca_rate_hint_ = {params.calibration_id, params.rate_bits, std::min(fit, kPcaCodes), ratio,
                     model_error, bias, checked ? 0 : std::min(unchecked, kPcaCheckEvery)};
-  if (!xl && !spreads.empty()) {  // the next block of this budget goes in one pass
-    internal::PcaBudgetHistory& history = scratch_->pca_history;
+  internal::PcaBudgetHistory* history =
+      xl || spreads.empty()
+          ? nullptr
+          : scratch_->pca_histories.Find(params.calibration_id, params.rate_bits, layout);
+  if (history) {  // the next block of this budget goes in one pass
     const int kept = std::min(fit, kPcaCodes);
     const double fixed = static_cast<double>(
         kHeaderBytes + (size_t{layout.num_layers} * tensors + 1) * kSectionEntryBytes +
         sizeof(rans::SharedEncoder::x) + kTrailerBytes);
     const double model = internal::ModelBytes(spreads, kept);
     const double coded = static_cast<double>(blob->size()) - fixed - sink;
-    history.ratio = model > 0 && coded > 0 ? coded / model : 0.0;
-    history.code = kept;
+    history->ratio = model > 0 && coded > 0 ? coded / model : 0.0;
+    history->code = kept;
   }
   if (stats) {
     stats->coder.Add(chosen_stats.coder);

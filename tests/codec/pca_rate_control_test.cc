@@ -189,5 +189,49 @@ TEST(PcaOnePass, ALastSectionThatMissesIsCodedAgainCoarser) {
   EXPECT_GT(codes.back(), codes.front() + 8);  // coded again, coarser
 }
 
+// One encoder for blocks of two budgets and two calibrations in turn (a transcoder's victims
+// from several namespaces): each keeps its own record of the last block, so every block after
+// the first of its kind goes in one pass and holds its budget; a fifth kind in turn with four
+// others pushes the oldest out, and that one is searched again.
+TEST(PcaOnePass, BudgetsAndCalibrationsInTurnEachKeepTheirOwnRecord) {
+  Namespace ns(12);
+  CalibrateOptions o;
+  o.bits_per_value = 2.4;
+  std::vector<std::span<const uint8_t>> samples;
+  for (size_t i = 4; i < 8; ++i) samples.push_back(ns.Block(i));
+  auto other = Calibrate(kLayout, samples, o);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const uint64_t other_id = ns.set.Add(std::make_shared<const Calibration>(*std::move(other)));
+  Encoder enc;
+  ns.Use(&enc, true);
+  Decoder dec;
+  dec.set_calibrations(&ns.set);
+  struct Kind {
+    uint64_t id;
+    float rate;
+  };
+  auto code = [&](const Kind& k, size_t block) {
+    CodecParams q = ns.p;
+    q.calibration_id = k.id;
+    q.rate_bits = k.rate;
+    std::vector<uint8_t> blob, out(kLayout.BlockBytes());
+    const uint64_t passes = enc.budget_one_pass_encodes();
+    EXPECT_TRUE(enc.Encode(kLayout, q, ns.Block(block), &blob).ok());
+    EXPECT_LE(blob.size(), std::floor(k.rate * kLayout.BlockBytes() / 2.0 / 8.0));
+    EXPECT_TRUE(dec.Decode(blob, out).ok());
+    return enc.budget_one_pass_encodes() - passes;
+  };
+  const std::vector<Kind> four = {
+      {ns.p.calibration_id, 1.2f}, {ns.p.calibration_id, 1.6f}, {other_id, 1.6f}, {other_id, 2.0f}};
+  for (size_t round = 0; round < 3; ++round)
+    for (const Kind& k : four) {
+      SCOPED_TRACE(::testing::Message() << "round " << round << " rate " << k.rate);
+      EXPECT_EQ(code(k, 8 + round), round == 0 ? 0u : 1u);
+    }
+  EXPECT_EQ(code({ns.p.calibration_id, 1.4f}, 11), 0u);  // a fifth: searched
+  EXPECT_EQ(code(four[0], 11), 0u);                       // the oldest, pushed out
+  EXPECT_EQ(code(four[3], 11), 1u);                       // the newest, kept
+}
+
 }  // namespace
 }  // namespace strata::codec
