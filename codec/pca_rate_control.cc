@@ -215,7 +215,9 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
     const double own_model = model(one, code);
     coded += std::max(bytes - sink, 0.0);
     predicted += ratios[i] * own_model;
-    if (own_model > 0) ratios[i] = std::max(bytes - sink, 0.0) / own_model;
+    // Never 0: every ratio weighs its section's spreads into `future`, whose nonzero bins must
+    // cover every section's for the range above to hold.
+    if (own_model > 0) ratios[i] = std::max(bytes - sink, 1.0) / own_model;
     modelled += own_model;
     double* slot = history.spreads.data() + i * kBins;  // this block's, for the next block
     for (size_t b = range.lo; b < range.hi; ++b) {
