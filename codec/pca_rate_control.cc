@@ -95,8 +95,7 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
                                    static_cast<double>(values) / 8.0);
   // Bytes outside the sections (header, table, the stream's final states, trailer), and in each
   // section the sequence's first token, kept exact, which the model leaves out.
-  const double fixed = static_cast<double>(kHeaderBytes + (sections + 1) * kSectionEntryBytes +
-                                           sizeof(rans::SharedEncoder::x) + kTrailerBytes);
+  const double fixed = internal::PcaBlobFixedBytes(sections);
   const double sink = params.first_position == 0 ? static_cast<double>(layout.num_kv_heads) *
                                                        layout.head_dim * DTypeBytes(layout.dtype)
                                                  : 0.0;

@@ -432,9 +432,7 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
           : scratch_->pca_histories.Find(params.calibration_id, params.rate_bits, layout);
   if (history) {  // the next block of this budget goes in one pass
     const int kept = std::min(fit, kPcaCodes);
-    const double fixed = static_cast<double>(
-        kHeaderBytes + (size_t{layout.num_layers} * tensors + 1) * kSectionEntryBytes +
-        sizeof(rans::SharedEncoder::x) + kTrailerBytes);
+    const double fixed = internal::PcaBlobFixedBytes(size_t{layout.num_layers} * tensors);
     const double model = internal::ModelBytes(spreads, kept);
     const double coded = static_cast<double>(blob->size()) - fixed - sink;
     history->ratio = model > 0 && coded > 0 ? coded / model : 0.0;

@@ -28,6 +28,13 @@ inline TensorShape ShapeOf(const KvLayout& l, uint32_t tensor) {
   return s;
 }
 
+// A pca blob's bytes outside its sections' payloads: header, a table of `sections` + 1 entries
+// (the shared stream's too), the stream's final states, trailer.
+inline double PcaBlobFixedBytes(size_t sections) {
+  return static_cast<double>(kHeaderBytes + (sections + 1) * kSectionEntryBytes +
+                             sizeof(rans::SharedEncoder::x) + kTrailerBytes);
+}
+
 // A pca bit budget's last block of one calibration, budget and layout: each section's spreads
 // (internal/size_model.h), which stand for the sections a one-pass encode has not reached yet,
 // and the ratio of coded to modelled bytes.
