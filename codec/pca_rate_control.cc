@@ -21,6 +21,9 @@
 //     takes the blob past the budget. Where it does, that section is coded again (its
 //     projection is still at hand) at coarser codes; where even code 255 misses, the caller
 //     searches the block as a fresh encoder would.
+//   - A block the last one says little about goes to the search as well, as soon as a section
+//     shows it: one whose spreads lie far from the same section's last time, or whose plan
+//     moves by more than an octave from the section before's (kUnlikeShift, kPlanJump below).
 //
 // The blob is within the budget by construction and spends all but about a hundredth of a
 // section of it; it differs from the search's (its codes move by a few from section to
@@ -54,6 +57,16 @@ constexpr double kPriorSections = 4;
 // block's more in some layers than in others.
 constexpr double kDriftDecay = 0.8;
 
+// Blocks the last block's records say little about go to the search (their sections after
+// the one at hand would be planned from those records). Such a block's section lies, on
+// average over its spreads, more than six octaves from the same section's last time (in the
+// real KV of two models consecutive blocks' sections lie within 12 bins, 0.4 of an octave; a
+// block 16 times quieter than the last, 4 octaves, the plan still follows). Or a section's
+// plan moves more than an octave from the section before's (in the real KV at most 3 codes):
+// the sections before it were coded on a plan that was wrong.
+constexpr double kUnlikeShift = 6 * 32;
+constexpr int kPlanJump = 32;
+
 using Spreads = std::vector<double>;
 
 // The bins [lo, hi) outside which `v` is zero (lo == hi: all of it).
@@ -66,6 +79,16 @@ Range NonZero(const Spreads& v) {
   while (r.hi > r.lo && v[r.hi - 1] == 0) --r.hi;
   if (r.lo == r.hi) r = {v.size(), 0};  // empty: any range contains it
   return r;
+}
+
+// The mean bin of `v`'s symbols within `r` (0 where it has none).
+double MeanBin(const double* v, Range r) {
+  double n = 0, sum = 0;
+  for (size_t b = r.lo; b < r.hi; ++b) {
+    n += v[b];
+    sum += v[b] * static_cast<double>(b);
+  }
+  return n > 0 ? sum / n : 0.0;
 }
 
 }  // namespace
@@ -89,7 +112,6 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const Calibration> cal,
                           CalibrationFor(layout, params, &h));
   ++budget_trial_encodes_;
-  ++budget_one_pass_encodes_;
   const uint64_t values = layout.BlockBytes() / DTypeBytes(layout.dtype);
   const double budget = std::floor(static_cast<double>(params.rate_bits) *
                                    static_cast<double>(values) / 8.0);
@@ -128,6 +150,7 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
   double spent = 0;  // their bytes
   double modelled = 0;
   int code = history.code, first_code = 0;
+  int planned = code;  // the section before's plan
 
   Spreads& one = scratch_->section_spreads;
   one.assign(kBins, 0.0);
@@ -149,6 +172,8 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
     const Range own = NonZero(one);
     range = {std::min(range.lo, own.lo), std::max(range.hi, own.hi)};
     const double* last = last_block(i);
+    if (std::abs(MeanBin(one.data(), range) - MeanBin(last, range)) > kUnlikeShift)
+      return false;  // the caller searches the block
     for (size_t b = range.lo; b < range.hi; ++b) {
       future[b] -= ratios[i] * last[b];
       recent[b] = kDriftDecay * recent[b] + one[b];
@@ -174,6 +199,8 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
     } else {
       while (code < kCodes && !fits(code)) ++code;
     }
+    if (i > 0 && std::abs(code - planned) > kPlanJump) return false;  // as above
+    planned = code;
     // Coded; the last section again at coarser codes while the blob would miss the budget.
     const BlobWriter::Mark mark = w.Position();
     std::memcpy(saved_x, shared.x, sizeof(saved_x));
@@ -231,6 +258,7 @@ absl::StatusOr<bool> Encoder::EncodePcaInOnePass(const KvLayout& layout,
   w.EndSection();
   STRATA_RETURN_IF_ERROR(w.Finish());
   if (blob->size() > budget) return false;  // the accounting above is exact: never, but safe
+  ++budget_one_pass_encodes_;
   history.ratio = modelled > 0 ? coded / modelled : 0.0;
   history.code = first_code;
   if (stats) {

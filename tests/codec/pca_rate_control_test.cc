@@ -55,13 +55,13 @@ struct Namespace {
   }
 };
 
-// Block `b` with every value times `gain` (fp16).
+// Block `b` with every value times `gain` (fp16, clamped to its finite range).
 std::vector<uint8_t> Scaled(std::span<const uint8_t> b, float gain) {
   std::vector<uint8_t> out(b.begin(), b.end());
   for (size_t i = 0; i + 1 < out.size(); i += 2) {
     uint16_t h;
     std::memcpy(&h, out.data() + i, 2);
-    h = FloatToHalf(HalfToFloat(h) * gain);
+    h = FloatToHalf(std::clamp(HalfToFloat(h) * gain, -65000.0f, 65000.0f));
     std::memcpy(out.data() + i, &h, 2);
   }
   return out;
@@ -187,6 +187,51 @@ TEST(PcaOnePass, ALastSectionThatMissesIsCodedAgainCoarser) {
   const std::vector<int> codes = StepCodes(blobs[2]);
   ASSERT_FALSE(codes.empty());
   EXPECT_GT(codes.back(), codes.front() + 8);  // coded again, coarser
+}
+
+// Blocks the last one says little about go to the search, where a plan would code some sections
+// far coarser or finer than the rest: a plain block after one 1000x louder (its largest values
+// at the fp16 limit; it fits no code of 1.6 bits, stored at the coarsest as the search does),
+// whose plan coded its first sections 40 codes coarser than its last (7 % more error than the
+// search's); and at a budget of 12 bits a block 30x louder than the last, whose first section
+// the plan codes finest and the next a code 58 coarser (27 % more error). The blocks after them
+// go in one pass again.
+TEST(PcaOnePass, BlocksTheLastSaysLittleAboutGoToTheSearch) {
+  Namespace ns(10);
+  Decoder dec;
+  dec.set_calibrations(&ns.set);
+  struct Case {
+    const char* what;
+    float rate, gain;
+    std::vector<bool> one_pass;  // per block
+  };
+  const std::vector<Case> cases = {
+      {"after a block far louder", 1.6f, 1000.0f, {false, true, false, false, true}},
+      {"a plan that jumps", 12.0f, 30.0f, {false, true, false, true, true}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Encoder enc, searching;
+    ns.Use(&enc, true);
+    ns.Use(&searching, false);
+    CodecParams q = ns.p;
+    q.rate_bits = c.rate;
+    const double budget = std::floor(c.rate * kLayout.BlockBytes() / 2.0 / 8.0);
+    std::vector<std::vector<uint8_t>> blocks = Plain(ns, 4, 9);
+    blocks[2] = Scaled(blocks[2], c.gain);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "block " << i);
+      q.first_position = uint64_t{i + 4} * kLayout.tokens_per_block;
+      std::vector<uint8_t> blob, searched, out(kLayout.BlockBytes()), ref(kLayout.BlockBytes());
+      const uint64_t passes = enc.budget_one_pass_encodes();
+      ASSERT_TRUE(enc.Encode(kLayout, q, blocks[i], &blob).ok());
+      ASSERT_TRUE(searching.Encode(kLayout, q, blocks[i], &searched).ok());
+      EXPECT_EQ(enc.budget_one_pass_encodes() - passes, c.one_pass[i] ? 1u : 0u);
+      EXPECT_LE(blob.size(), std::max<double>(budget, searched.size()));
+      ASSERT_TRUE(dec.Decode(blob, out).ok());
+      ASSERT_TRUE(dec.Decode(searched, ref).ok());
+      EXPECT_LE(RelMse(blocks[i], out), 1.05 * RelMse(blocks[i], ref));
+    }
+  }
 }
 
 // One encoder for blocks of two budgets and two calibrations in turn (a transcoder's victims
