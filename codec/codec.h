@@ -193,7 +193,7 @@ class Encoder {
   Encoder();
   ~Encoder();
   // pca and xl bit budgets: the whole encodes this encoder's searches ran (the kept ones
-  // included; benchmarks and tests take differences).
+  // included), and its one-pass encodes, begun or whole; benchmarks and tests take differences.
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
   // pca bit budgets: the blocks coded in one pass (counted among the trial encodes too).
   uint64_t budget_one_pass_encodes() const { return budget_one_pass_encodes_; }
@@ -247,8 +247,9 @@ class Encoder {
 
   // pca with params.rate_bits > 0, after a block of the same calibration and budget: every
   // section coded once, each at the step code its share of what is left of the budget allows
-  // (codec/pca_rate_control.cc). False where it could not keep the blob within the budget (the
-  // caller searches then).
+  // (codec/pca_rate_control.cc). False where it could not keep the blob within the budget, or
+  // where a section showed the last block's records say little about this one (the caller
+  // searches then).
   absl::StatusOr<bool> EncodePcaInOnePass(const KvLayout& layout, const CodecParams& params,
                                           std::span<const uint8_t> block,
                                           std::vector<uint8_t>* blob, EncodeStats* stats);

@@ -1,7 +1,8 @@
 // A pca bit budget coded in one pass (codec/pca_rate_control.cc): once an encoder has coded a
-// block of a calibration and budget, each block takes one encode, holds the budget, spends it
-// as fully as the search does, and keeps its sections' codes close together; blocks unlike the
-// last one (louder, quieter) still hold it.
+// block of a calibration and budget, each block alike takes one encode, holds the budget,
+// spends it as fully as the search does, and keeps its sections' codes close together; blocks
+// unlike the last one (louder, quieter) still hold it, and blocks the last one says little
+// about go to the search.
 #include <gtest/gtest.h>
 
 #include <algorithm>
