@@ -148,7 +148,7 @@ STRATA_HD uint16_t FloatToHalfBits(float f) {
     half = 1u << (s - 1);
   }
   if (rem > half || (rem == half && (h & 1u))) ++h;  // a carry may round up into the exponent
-  if (h >= 0x7C00u) h = 0x7C00u;                     // overflow: infinity
+  if (h >= 0x7C00u) h = 0x7BFFu;  // a finite overflow saturates (FloatToHalf, codec/half.h)
   return static_cast<uint16_t>(sign | h);
 }
 

@@ -42,7 +42,9 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);            // rounds to infinity
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7BFF);            // past the largest: saturates
+  EXPECT_EQ(FloatToHalf(-1e30f), 0xFBFF);
+  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7C00);  // stays infinite
   EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);      // smallest subnormal
   EXPECT_EQ(FloatToHalf(2.9802322e-08f), 0x0000);      // half of it: ties to even (0)
   EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3C00);  // tie, even mantissa kept
@@ -65,6 +67,9 @@ void CheckSimdRowsMatchScalar() {
                       : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
                                    static_cast<int>(rng() % 40) - 30);
   }
+  // Infinities stay infinite where finite values past 65504 saturate.
+  f[7] = std::numeric_limits<float>::infinity();
+  f[8] = -f[7];
   std::vector<uint16_t> h(f.size()), b(f.size());
   internal::FloatToHalfRow(f.data(), h.data(), f.size());
   internal::FloatToBF16Row(f.data(), b.data(), f.size());
