@@ -377,7 +377,28 @@ SectionHandoff DescribeSection(const CodecParams& params, const internal::Tensor
 absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
                              std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                              EncodeStats* stats) {
-  return EncodeImpl(layout, params, block, nullptr, blob, stats);
+  EncodeStats coded;
+  if (stats) coded.symbol_sink = stats->symbol_sink;
+  STRATA_RETURN_IF_ERROR(
+      EncodeImpl(layout, params, block, nullptr, blob, stats ? &coded : nullptr));
+  // A block a lossy mode codes into more bytes than it holds (values far from what a
+  // calibration or a quantiser's steps expect, noise, garbage a buggy engine published) is
+  // stored raw: exact, and smaller (a budget's coarsest codes missed such blocks by up to 4x
+  // the block). Lossless blobs stay as they are: their planes cost at most a little more than
+  // the block.
+  const size_t raw_bytes = kHeaderBytes + kSectionEntryBytes + block.size() + kTrailerBytes;
+  if (params.mode != Mode::kRaw && params.mode != Mode::kLossless && blob->size() > raw_bytes) {
+    ++raw_fallbacks_;
+    CodecParams raw;
+    raw.mode = Mode::kRaw;
+    return EncodeImpl(layout, raw, block, nullptr, blob, stats);
+  }
+  if (stats) {
+    stats->coder.Add(coded.coder);
+    stats->values += coded.values;
+    stats->blob_bytes += coded.blob_bytes;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Encoder::EncodeFromSections(const KvLayout& layout, const CodecParams& params,

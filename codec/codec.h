@@ -78,7 +78,8 @@ struct CodecParams {
   // quant and pca: a bit budget per block, in bits per value of the whole blob (0: none).
   // quant: the encoder picks each block's bits per layer, at most key_bits / value_bits: the
   // most that keep the blob within the budget (codec/rate_control.cc). A block that exceeds it
-  // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size).
+  // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size; a blob
+  // larger than the block is stored raw instead, as in every lossy mode: Encoder::Encode).
   // pca and xl: the encoder scales all of the calibration's steps by the finest common factor
   // that keeps the blob within the budget (pca_step_code below, chosen per block); a block that
   // exceeds it even at the coarsest is stored at the coarsest. The search keeps every section's
@@ -197,13 +198,16 @@ class Encoder {
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
   // pca bit budgets: the blocks coded in one pass (counted among the trial encodes too).
   uint64_t budget_one_pass_encodes() const { return budget_one_pass_encodes_; }
+  // Blocks Encode stored raw because their lossy mode's blob came out larger than the block.
+  uint64_t raw_fallbacks() const { return raw_fallbacks_; }
   // pca bit budgets: after a block of the same calibration and budget, code each block in one
   // pass (on by default; off, every block is searched for the finest common step code that
   // fits: tests and A/B runs).
   void set_pca_one_pass(bool on) { pca_one_pass_ = on; }
   // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
   void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
-  // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob.
+  // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob: the mode's blob,
+  // or, for a lossy mode, a raw one where that is smaller (raw_fallbacks).
   absl::Status Encode(const KvLayout& layout, const CodecParams& params,
                       std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                       EncodeStats* stats = nullptr);
@@ -272,7 +276,7 @@ class Encoder {
     double model_bias = 0;   // and its recent relative error per code, signed
     int unchecked_blocks = 0;  // blocks since a fitting code's finer neighbour was last tried
   } pca_rate_hint_;
-  uint64_t budget_trial_encodes_ = 0, budget_one_pass_encodes_ = 0;
+  uint64_t budget_trial_encodes_ = 0, budget_one_pass_encodes_ = 0, raw_fallbacks_ = 0;
   bool pca_one_pass_ = true;
 };
 

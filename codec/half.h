@@ -31,16 +31,16 @@ inline float HalfToFloat(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
-// fp16 of `f`, rounded to nearest even, except that a finite value past fp16's largest (65504)
-// saturates to it: a codec that rounds a reconstruction near the limit (a quantiser's error, a
-// transform's) must not turn finite KV into infinities, which attention turns into NaNs.
-// Infinities and NaNs stay what they are.
+// fp16 of `f`, rounded to nearest even, except that anything past fp16's largest finite value
+// (65504), infinities included, saturates to it with its sign: the codec's fp16 is always
+// finite or NaN. A lossy reconstruction of a value near the limit (a quantiser's error, a
+// transform's sum) may round past it, and an infinity in decoded KV turns attention's softmax
+// into NaNs. NaNs stay NaNs (quiet).
 inline uint16_t FloatToHalf(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t absx = x & 0x7FFFFFFF;
-  if (absx >= 0x7F800000)
-    return static_cast<uint16_t>(sign | 0x7C00 | (absx > 0x7F800000 ? 0x200 : 0));
+  if (absx > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);    // NaN
   if (absx >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7BFF);  // >= 65520: 65504
   if (absx < 0x38800000) {  // result is subnormal or zero
     // value = absx as float; half subnormal unit is 2^-24.

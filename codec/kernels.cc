@@ -22,7 +22,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // that where the CPU converts (F16C: AVX2 and up); its emulation on the SSE4 and scalar targets
 // truncates (half of all values 1 ulp off; found in session 4), so those targets convert lane by
 // lane.
-// Finite values past fp16's largest saturate to it, as FloatToHalf's do.
+// Values past fp16's largest finite one, infinities included, saturate to it, as FloatToHalf's
+// do; NaNs pass (Min and Max return their second operand where one is NaN, on x86).
 template <class D, class V>
 HWY_INLINE void StoreHalf(D d, V v, uint16_t* out) {
 #if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_EMU128 || \
@@ -32,8 +33,7 @@ HWY_INLINE void StoreHalf(D d, V v, uint16_t* out) {
   for (size_t i = 0; i < hn::Lanes(d); ++i) out[i] = FloatToHalf(tmp[i]);
 #else
   const hn::Rebind<hwy::float16_t, D> dh;
-  const V most = hn::Set(d, 65504.0f);
-  v = hn::IfThenElse(hn::IsFinite(v), hn::Clamp(v, hn::Neg(most), most), v);
+  v = hn::Max(hn::Set(d, -65504.0f), hn::Min(hn::Set(d, 65504.0f), v));
   hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out));
 #endif
 }

@@ -128,9 +128,8 @@ STRATA_AVX2_TARGET inline void PutAt(void* data, size_t at, __m256 v) {
   }
   __m128i half;
   if constexpr (kType == PcaRows::Type::kFloat16) {
-    // Values past fp16's largest saturate to it (FloatToHalf, codec/half.h; a reconstruction
-    // is never an infinity or a NaN, which FloatToHalf would keep).
-    v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(65504.0f)), _mm256_set1_ps(-65504.0f));
+    // Saturated as FloatToHalf does (codec/half.h): infinities too; NaN passes.
+    v = _mm256_max_ps(_mm256_set1_ps(-65504.0f), _mm256_min_ps(_mm256_set1_ps(65504.0f), v));
     half = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   } else {  // FloatToBF16's rounding of finite values
     const __m256i u = _mm256_castps_si256(v);

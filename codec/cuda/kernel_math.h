@@ -130,8 +130,8 @@ STRATA_HD uint16_t FloatToHalfBits(float f) {
   const uint32_t x = BitsOf(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t mag = x & 0x7FFFFFFFu;
-  if (mag >= 0x7F800000u)  // infinity, or NaN made quiet
-    return static_cast<uint16_t>(sign | 0x7C00u | (mag > 0x7F800000u ? 0x200u : 0u));
+  if (mag > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN made quiet
+  if (mag == 0x7F800000u) return static_cast<uint16_t>(sign | 0x7BFFu);  // saturates, as below
   const uint32_t e = mag >> 23;
   const uint32_t m = mag & 0x7FFFFFu;
   uint32_t h, rem, half;

@@ -89,9 +89,9 @@ STRATA_AVX512_TARGET inline void PutAt(void* data, size_t at, __m512 v) {
   }
   __m256i half;
   if constexpr (kType == PcaRows::Type::kFloat16) {
-    // Values past fp16's largest saturate to it (FloatToHalf, codec/half.h; a reconstruction
-    // is never an infinity or a NaN, which FloatToHalf would keep).
-    v = _mm512_max_ps(_mm512_min_ps(v, _mm512_set1_ps(65504.0f)), _mm512_set1_ps(-65504.0f));
+    // Values past fp16's largest finite one saturate to it, as FloatToHalf's do (codec/half.h):
+    // infinities too; NaN passes (min and max return their second operand where one is NaN).
+    v = _mm512_max_ps(_mm512_set1_ps(-65504.0f), _mm512_min_ps(_mm512_set1_ps(65504.0f), v));
     half = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   } else {  // FloatToBF16's rounding (vcvtneps2bf16 would flush subnormals)
     half = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(RoundToBf16(v)), 16));

@@ -816,7 +816,15 @@ TEST(Calibration, BitBudgetHoldsOnBlocksOfFewTokens) {
       ASSERT_TRUE(enc.Encode(layout, q, b[i], &blob).ok()) << "block " << i;
       EXPECT_TRUE(dec.Decode(blob, out).ok()) << "block " << i;
       if (8.0 * blob.size() / values > 3.0) {
-        EXPECT_EQ(StepCodes(blob)[0], 255) << "block " << i;
+        // Past the budget at the coarsest code, or raw where that blob would be larger than
+        // the block (one token: the tables outweigh its 512 bytes).
+        auto v = ParseBlob(blob);
+        ASSERT_TRUE(v.ok()) << v.status();
+        if (v->header.mode == static_cast<uint8_t>(Mode::kRaw)) {
+          EXPECT_TRUE(std::equal(out.begin(), out.end(), b[i].begin())) << "block " << i;
+        } else {
+          EXPECT_EQ(StepCodes(blob)[0], 255) << "block " << i;
+        }
       }
     }
   }

@@ -1,7 +1,8 @@
 // Blocks at fp16's limits: a lossy mode's reconstruction of a value near 65504 may round past
 // it (a quantiser's error, a transform's), and fp16 would store an infinity, which attention
 // turns into NaNs. The codec saturates instead (FloatToHalf, codec/half.h): every lossy mode
-// decodes a finite block to a finite block, on every store path this CPU has.
+// decodes a finite block to a finite block, on every store path this CPU has. And blocks so
+// far from what their mode expects that its blob would outgrow them are stored raw.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -22,8 +23,9 @@
 namespace strata::codec {
 namespace {
 
-// `b` scaled so that its largest magnitude is fp16's largest.
-std::vector<uint8_t> AtTheLimit(std::span<const uint8_t> b) {
+// `b` scaled so that its largest magnitude is `over` times fp16's largest, clipped to it (over
+// > 1: its loudest values flat at +-65504).
+std::vector<uint8_t> AtTheLimit(std::span<const uint8_t> b, float over = 1) {
   std::vector<float> f(b.size() / 2);
   for (size_t i = 0; i < f.size(); ++i) {
     uint16_t h;
@@ -34,7 +36,8 @@ std::vector<uint8_t> AtTheLimit(std::span<const uint8_t> b) {
   for (float v : f) most = std::max(most, std::abs(v));
   std::vector<uint8_t> out(b.size());
   for (size_t i = 0; i < f.size(); ++i) {
-    const uint16_t h = FloatToHalf(std::clamp(f[i] * (65504.0f / most), -65504.0f, 65504.0f));
+    const float x = f[i] * (over * 65504.0f / most);
+    const uint16_t h = FloatToHalf(std::clamp(x, -65504.0f, 65504.0f));
     std::memcpy(out.data() + 2 * i, &h, 2);
   }
   return out;
@@ -102,16 +105,18 @@ TEST(Fp16Limit, EveryLossyModeDecodesAFiniteBlockToAFiniteOne) {
   EXPECT_GE(decoded, 2 * modes.size() * blocks.size());
 }
 
-// A namespace calibrated on blocks at the limit: their coordinates fit the steps, so pca's
-// decoders take their usual paths (bytes on the tiles, VNNI or AVX2 lanes; the wide symbols of
-// the test above go to the float kernels), and still store no infinity.
+// A namespace calibrated on blocks whose loudest values are clipped at the limit: their
+// coordinates fit the steps, so pca's decoders take their usual paths (bytes on the tiles, VNNI
+// or AVX2 lanes; the test above's blocks, far from its calibration, are stored raw or take the
+// float kernels), and the reconstructions of the clipped values, half of them past 65504, are
+// stored finite.
 TEST(Fp16Limit, APcaNamespaceOfBlocksAtTheLimitDecodesThemFinite) {
   const KvLayout layout = test::Layout(2, 2, 128, 64);
   const size_t bb = layout.BlockBytes();
   const std::vector<uint8_t> kv = GenerateSyntheticKv(layout, 6, SyntheticKvParams{});
   std::vector<std::vector<uint8_t>> blocks;
   for (size_t i = 0; i < 6; ++i)
-    blocks.push_back(AtTheLimit(std::span(kv).subspan(i * bb, bb)));
+    blocks.push_back(AtTheLimit(std::span(kv).subspan(i * bb, bb), 4));
   std::vector<std::span<const uint8_t>> samples(blocks.begin(), blocks.begin() + 4);
   auto cal = Calibrate(layout, samples, test::AtBits(1.5));
   ASSERT_TRUE(cal.ok()) << cal.status();
@@ -140,6 +145,48 @@ TEST(Fp16Limit, APcaNamespaceOfBlocksAtTheLimitDecodesThemFinite) {
   }
   internal::SetPcaAmxEnabledForTest(true);
   hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(enc.raw_fallbacks(), 0u);  // every block decoded through pca's kernels
+}
+
+// A block its lossy mode would code into more bytes than the block holds is stored raw: a pca
+// budget's coarsest codes on values thousands of times past the calibration's (1.9x the block
+// before), and 8-bit groups of two values (4 bytes of scale and zero per 4 bytes of codes:
+// 1.5x).
+TEST(RawFallback, ABlockItsLossyModeWouldGrowIsStoredRaw) {
+  test::CalibratedSynthetic c(6, test::AtBits(1.5));
+  CodecParams budget = c.p;
+  budget.rate_bits = 1.2f;
+  auto pairs = ParseCodecSpec("int8-g2");
+  ASSERT_TRUE(pairs.ok());
+  struct Case {
+    const char* what;
+    CodecParams p;
+    std::vector<uint8_t> block;
+  };
+  const std::vector<Case> cases = {{"pca, values far past the calibration", budget,
+                                    Alternating(c.bb)},
+                                   {"int8-g2", *pairs, AtTheLimit(c.Block(4))}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const uint64_t before = c.enc.raw_fallbacks();
+    std::vector<uint8_t> blob, out(c.bb);
+    ASSERT_TRUE(c.enc.Encode(c.layout, k.p, k.block, &blob).ok());
+    EXPECT_EQ(c.enc.raw_fallbacks() - before, 1u);
+    auto v = ParseBlob(blob);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->header.mode, static_cast<uint8_t>(Mode::kRaw));
+    EXPECT_EQ(blob.size(), kHeaderBytes + kSectionEntryBytes + c.bb + kTrailerBytes);
+    ASSERT_TRUE(c.dec.Decode(blob, out).ok());
+    EXPECT_EQ(out, k.block);
+  }
+  // A block its mode codes smaller keeps the mode.
+  const uint64_t before = c.enc.raw_fallbacks();
+  std::vector<uint8_t> blob;
+  ASSERT_TRUE(c.enc.Encode(c.layout, budget, c.Block(5), &blob).ok());
+  EXPECT_EQ(c.enc.raw_fallbacks(), before);
+  auto v = ParseBlob(blob);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->header.mode, static_cast<uint8_t>(Mode::kPca));
 }
 
 }  // namespace

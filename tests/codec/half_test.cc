@@ -27,11 +27,17 @@ void OnEveryTarget(F&& check) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Every finite fp16 and NaN; infinities come back as the largest finite value (FloatToHalf
+// saturates).
 TEST(Half, EveryHalfRoundTripsThroughFloat) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = HalfToFloat(static_cast<uint16_t>(h));
     if (std::isnan(f)) {
       EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f)))) << h;
+      continue;
+    }
+    if (std::isinf(f)) {
+      EXPECT_EQ(FloatToHalf(f), (h & 0x8000) | 0x7BFF) << h;
       continue;
     }
     EXPECT_EQ(FloatToHalf(f), h) << h;
@@ -44,7 +50,8 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7BFF);            // past the largest: saturates
   EXPECT_EQ(FloatToHalf(-1e30f), 0xFBFF);
-  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7C00);  // stays infinite
+  EXPECT_EQ(FloatToHalf(-std::numeric_limits<float>::infinity()), 0xFBFF);  // saturates too
+  EXPECT_EQ(FloatToHalf(std::nanf("")) & 0x7E00, 0x7E00);                    // a quiet NaN
   EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);      // smallest subnormal
   EXPECT_EQ(FloatToHalf(2.9802322e-08f), 0x0000);      // half of it: ties to even (0)
   EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3C00);  // tie, even mantissa kept
@@ -67,7 +74,7 @@ void CheckSimdRowsMatchScalar() {
                       : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
                                    static_cast<int>(rng() % 40) - 30);
   }
-  // Infinities stay infinite where finite values past 65504 saturate.
+  // Infinities saturate as finite values past 65504 do.
   f[7] = std::numeric_limits<float>::infinity();
   f[8] = -f[7];
   std::vector<uint16_t> h(f.size()), b(f.size());

@@ -68,11 +68,19 @@ std::vector<double> Expected(const std::vector<float>& x, size_t at, size_t dim,
   return o;
 }
 
-// The block's values in `type`, `stride` apart.
+// The block's values in `type`, `stride` apart (infinities as fp16 infinities, which
+// FloatToHalf, the codec's rounding, never writes).
 std::vector<uint16_t> Narrow(const std::vector<float>& x, internal::PcaRows::Type type) {
   std::vector<uint16_t> w(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    w[i] = type == internal::PcaRows::Type::kFloat16 ? FloatToHalf(x[i]) : FloatToBF16(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (type != internal::PcaRows::Type::kFloat16) {
+      w[i] = FloatToBF16(x[i]);
+    } else if (std::isinf(x[i])) {
+      w[i] = std::signbit(x[i]) ? 0xFC00 : 0x7C00;
+    } else {
+      w[i] = FloatToHalf(x[i]);
+    }
+  }
   return w;
 }
 
