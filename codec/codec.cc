@@ -381,13 +381,14 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
   if (stats) coded.symbol_sink = stats->symbol_sink;
   STRATA_RETURN_IF_ERROR(
       EncodeImpl(layout, params, block, nullptr, blob, stats ? &coded : nullptr));
-  // A block a lossy mode codes into more bytes than it holds (values far from what a
-  // calibration or a quantiser's steps expect, noise, garbage a buggy engine published) is
-  // stored raw: exact, and smaller (a budget's coarsest codes missed such blocks by up to 4x
-  // the block). Lossless blobs stay as they are: their planes cost at most a little more than
-  // the block.
+  // A block a calibrated mode codes into more bytes than it holds (values far from its
+  // calibration's: noise, garbage a buggy engine published) is stored raw: exact, and smaller
+  // (a budget's coarsest codes missed such blocks by up to 4x the block). quant and intN-gG
+  // keep their blobs: their CUDA encoder (EncodeFromSections, the block on the device) writes
+  // the same bytes as this one, and only their settings make them grow (groups of two values,
+  // blocks of one token), whatever the values.
   const size_t raw_bytes = kHeaderBytes + kSectionEntryBytes + block.size() + kTrailerBytes;
-  if (params.mode != Mode::kRaw && params.mode != Mode::kLossless && blob->size() > raw_bytes) {
+  if (UsesCalibration(params.mode) && blob->size() > raw_bytes) {
     ++raw_fallbacks_;
     CodecParams raw;
     raw.mode = Mode::kRaw;

@@ -78,13 +78,13 @@ struct CodecParams {
   // quant and pca: a bit budget per block, in bits per value of the whole blob (0: none).
   // quant: the encoder picks each block's bits per layer, at most key_bits / value_bits: the
   // most that keep the blob within the budget (codec/rate_control.cc). A block that exceeds it
-  // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size; a blob
-  // larger than the block is stored raw instead, as in every lossy mode: Encoder::Encode).
+  // even at 2 bits everywhere is stored at 2 bits (nothing is refused for its size).
   // pca and xl: the encoder scales all of the calibration's steps by the finest common factor
   // that keeps the blob within the budget (pca_step_code below, chosen per block); a block that
-  // exceeds it even at the coarsest is stored at the coarsest. The search keeps every section's
-  // coordinates (4 bytes per coded coordinate and token: up to twice the fp16 block), and the
-  // Encoder keeps that buffer for its next block. pca, once the Encoder has coded a block of the
+  // exceeds it even at the coarsest is stored at the coarsest (or raw where that is smaller:
+  // Encoder::Encode). The search keeps every section's coordinates (4 bytes per coded
+  // coordinate and token: up to twice the fp16 block), and the Encoder keeps that buffer for
+  // its next block. pca, once the Encoder has coded a block of the
   // same calibration, budget and layout: one pass instead, each section at a factor of its own
   // that keeps what is left of the budget for the sections after it (codec/pca_rate_control.cc;
   // Encoder::set_pca_one_pass).
@@ -198,7 +198,7 @@ class Encoder {
   uint64_t budget_trial_encodes() const { return budget_trial_encodes_; }
   // pca bit budgets: the blocks coded in one pass (counted among the trial encodes too).
   uint64_t budget_one_pass_encodes() const { return budget_one_pass_encodes_; }
-  // Blocks Encode stored raw because their lossy mode's blob came out larger than the block.
+  // Blocks Encode stored raw because their pca or xl blob came out larger than the block.
   uint64_t raw_fallbacks() const { return raw_fallbacks_; }
   // pca bit budgets: after a block of the same calibration and budget, code each block in one
   // pass (on by default; off, every block is searched for the finest common step code that
@@ -207,7 +207,7 @@ class Encoder {
   // Where pca mode finds its calibrations; must outlive the Encoder's use of it.
   void set_calibrations(const CalibrationSet* set) { calibrations_ = set; }
   // `block` holds layout.BlockBytes() bytes. Replaces the contents of *blob: the mode's blob,
-  // or, for a lossy mode, a raw one where that is smaller (raw_fallbacks).
+  // or, for pca and xl, a raw one where that is smaller (raw_fallbacks).
   absl::Status Encode(const KvLayout& layout, const CodecParams& params,
                       std::span<const uint8_t> block, std::vector<uint8_t>* blob,
                       EncodeStats* stats = nullptr);

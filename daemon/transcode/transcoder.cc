@@ -128,10 +128,11 @@ absl::Status Transcoder::Transcode(const TranscodeItem& item, std::vector<uint8_
   auto cold = ColdParams(ns->cold_codec);
   if (!cold.ok()) return cold.status();
   if (codec::UsesCalibration(cold->mode)) {  // pca:rC, xl:rC: the blob's own calibration
-    if (info->params.mode != cold->mode)
-      return absl::FailedPreconditionError(
-          absl::StrCat(std::string(codec::ModeName(cold->mode)), ":rC re-codes ",
-                       std::string(codec::ModeName(cold->mode)), " blobs only"));
+    if (info->params.mode != cold->mode)  // e.g. a block its encoder stored raw (larger coded)
+      return absl::FailedPreconditionError(absl::StrCat(
+          std::string(codec::ModeName(cold->mode)), ":rC re-codes ",
+          std::string(codec::ModeName(cold->mode)), " blobs only; this one is ",
+          std::string(codec::ModeName(info->params.mode))));
     cold->calibration_id = info->params.calibration_id;
     cold->first_position = info->params.first_position;
   }

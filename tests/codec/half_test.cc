@@ -74,13 +74,20 @@ void CheckSimdRowsMatchScalar() {
                       : std::ldexp(static_cast<float>(rng() % 100000) / 1000.0f - 50.0f,
                                    static_cast<int>(rng() % 40) - 30);
   }
-  // Infinities saturate as finite values past 65504 do.
+  // Infinities saturate as finite values past 65504 do; NaNs stay NaNs.
   f[7] = std::numeric_limits<float>::infinity();
   f[8] = -f[7];
+  f[10] = std::nanf("");
+  f[11] = -f[10];
   std::vector<uint16_t> h(f.size()), b(f.size());
   internal::FloatToHalfRow(f.data(), h.data(), f.size());
   internal::FloatToBF16Row(f.data(), b.data(), f.size());
   for (size_t i = 0; i < f.size(); ++i) {
+    if (std::isnan(f[i])) {
+      ASSERT_TRUE(std::isnan(HalfToFloat(h[i])) && std::isnan(HalfToFloat(FloatToHalf(f[i])))) << i;
+      ASSERT_TRUE(std::isnan(BF16ToFloat(b[i]))) << i;
+      continue;
+    }
     ASSERT_EQ(h[i], FloatToHalf(f[i])) << i << " " << f[i];
     ASSERT_EQ(b[i], FloatToBF16(f[i])) << i << " " << f[i];
   }
