@@ -84,9 +84,9 @@ struct CodecParams {
   // exceeds it even at the coarsest is stored at the coarsest (or raw where that is smaller:
   // Encoder::Encode). The search keeps every section's coordinates (4 bytes per coded
   // coordinate and token: up to twice the fp16 block), and the Encoder keeps that buffer for
-  // its next block. pca, once the Encoder has coded a block of the
-  // same calibration, budget and layout: one pass instead, each section at a factor of its own
-  // that keeps what is left of the budget for the sections after it (codec/pca_rate_control.cc;
+  // its next block. pca, once the Encoder has coded a block of the same calibration, budget
+  // and layout: one pass instead, each section at a factor of its own that keeps what is left
+  // of the budget for the sections after it (codec/pca_rate_control.cc;
   // Encoder::set_pca_one_pass).
   float rate_bits = 0;
   // quant: a quality target per block instead (0: none), as the relative RMS error
