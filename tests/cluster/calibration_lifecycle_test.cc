@@ -262,6 +262,47 @@ TEST(CalibrationLifecycleTest, ABitBudgetHoldsForEveryPublishedBlock) {
   }
 }
 
+// A block far from anything its namespace's calibration has seen (every value +-65504 in turn:
+// an engine publishing garbage) would code into more bytes than it holds even at a budget's
+// coarsest steps: the client stores it raw, and the daemon keeps it and hands it back exact, in
+// a pca and an xl namespace alike; the block beside it is coded (fewer bytes than raw).
+TEST(CalibrationLifecycleTest, ABlockFarFromTheCalibrationIsStoredRawAndComesBackExact) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto c = Connect(d);
+  ASSERT_TRUE(c);
+  for (const char* policy : {"pca:b2:r1.5", "xl:s0.5:r1.5"}) {
+    SCOPED_TRACE(policy);
+    auto ns = c->OpenNamespace(SpecWith(policy), "tenant-a");
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    ASSERT_TRUE(c->Calibrate(*ns, Views(KvBlocks(32, 0))).ok());
+    std::vector<std::vector<uint8_t>> blocks = KvBlocks(2, 120);
+    std::vector<uint8_t>& far = blocks[1];
+    for (size_t i = 0; i + 1 < far.size(); i += 2) {
+      const uint16_t h = i % 4 == 0 ? 0x7BFF : 0xFBFF;
+      std::memcpy(&far[i], &h, 2);
+    }
+    auto pub = c->Publish(*ns, testing::Tokens(2 * kTokens, 123), Views(blocks));
+    ASSERT_TRUE(pub.ok()) << pub.status();
+    ASSERT_EQ(pub->stored, 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      SCOPED_TRACE(::testing::Message() << "block " << i);
+      std::vector<uint8_t> out(blocks[i].size());
+      MutableBuffer buf{out.data(), out.size()};
+      auto f = c->Fetch(*ns, {&pub->ids[i], 1}, {&buf, 1});
+      ASSERT_TRUE(f.ok() && f->fetched == 1) << f.status();
+      const size_t raw = 64 + 24 + blocks[i].size() + 4;  // header, a section, trailer
+      if (i == 1) {
+        EXPECT_EQ(out, far);
+        EXPECT_EQ(f->bytes_received, raw);
+      } else {
+        EXPECT_LT(f->bytes_received, raw);
+        EXPECT_LT(RelativeError(blocks[0], out), 1.0);
+      }
+    }
+  }
+}
+
 TEST_P(CalibrationModesTest, OldBlobsStillDecodeAfterARecalibration) {
   DaemonProcess d;
   ASSERT_TRUE(d.ok()) << d.log();
