@@ -16,8 +16,8 @@
 
 #include "codec/codec.h"
 #include "codec/half.h"
-#include "codec/synthetic_kv.h"
 #include "codec/internal/pca_amx.h"
+#include "codec/synthetic_kv.h"
 #include "tests/codec/calibrated_synthetic.h"
 
 namespace strata::codec {
@@ -110,8 +110,8 @@ TEST(Fp16Limit, EveryLossyModeDecodesAFiniteBlockToAFiniteOne) {
 // A namespace calibrated on blocks whose loudest values are clipped at the limit: their
 // coordinates fit the steps, so pca's decoders take their usual paths (bytes on the tiles, VNNI
 // or AVX2 lanes; the test above's blocks, far from its calibration, are stored raw or take the
-// float kernels), and the reconstructions of the clipped values, half of them past 65504, are
-// stored finite.
+// float kernels), and the reconstructions of the clipped values, some of which round past
+// 65504, are stored finite.
 TEST(Fp16Limit, APcaNamespaceOfBlocksAtTheLimitDecodesThemFinite) {
   const KvLayout layout = test::Layout(2, 2, 128, 64);
   const size_t bb = layout.BlockBytes();
