@@ -45,6 +45,10 @@ inline constexpr uint16_t kBlobVersion = 1;
 inline constexpr size_t kHeaderBytes = 64;
 inline constexpr size_t kSectionEntryBytes = 24;
 inline constexpr size_t kTrailerBytes = 4;
+// A raw blob's bytes for a block of `block_bytes`: header, one section entry, the block, trailer.
+inline constexpr size_t RawBlobBytes(size_t block_bytes) {
+  return kHeaderBytes + kSectionEntryBytes + block_bytes + kTrailerBytes;
+}
 inline constexpr uint32_t kMaxSections = 1u << 20;
 
 // The modes whose blobs name a calibration (codec::Mode::kPca, kCrossLayer); the blob layer

@@ -387,18 +387,13 @@ absl::Status Encoder::Encode(const KvLayout& layout, const CodecParams& params,
   // keep their blobs: their CUDA encoder (EncodeFromSections, the block on the device) writes
   // the same bytes as this one, and only their settings make them grow (groups of two values,
   // blocks of one token), whatever the values.
-  const size_t raw_bytes = kHeaderBytes + kSectionEntryBytes + block.size() + kTrailerBytes;
-  if (UsesCalibration(params.mode) && blob->size() > raw_bytes) {
+  if (UsesCalibration(params.mode) && blob->size() > RawBlobBytes(block.size())) {
     ++raw_fallbacks_;
     CodecParams raw;
     raw.mode = Mode::kRaw;
     return EncodeImpl(layout, raw, block, nullptr, blob, stats);
   }
-  if (stats) {
-    stats->coder.Add(coded.coder);
-    stats->values += coded.values;
-    stats->blob_bytes += coded.blob_bytes;
-  }
+  if (stats) stats->Add(coded);
   return absl::OkStatus();
 }
 

@@ -148,6 +148,12 @@ struct EncodeStats {
   // When set, quant mode appends the symbols it entropy-codes (all sections, in order), so
   // benchmarks can run other coders on exactly the same stream.
   std::vector<uint16_t>* symbol_sink = nullptr;
+  // Adds another encode's counts (not its symbols).
+  void Add(const EncodeStats& o) {
+    coder.Add(o.coder);
+    values += o.values;
+    blob_bytes += o.blob_bytes;
+  }
 };
 
 // A quant or groupwise section that a device codec handles itself (codec/cuda/): the fields the

@@ -438,11 +438,7 @@ absl::Status Encoder::EncodeCalibratedWithinRate(const KvLayout& layout,
     history->ratio = model > 0 && coded > 0 ? coded / model : 0.0;
     history->code = kept;
   }
-  if (stats) {
-    stats->coder.Add(chosen_stats.coder);
-    stats->values += chosen_stats.values;
-    stats->blob_bytes += chosen_stats.blob_bytes;
-  }
+  if (stats) stats->Add(chosen_stats);
   return absl::OkStatus();
 }
 

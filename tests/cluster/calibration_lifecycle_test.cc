@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "codec/blob.h"
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
 #include "strata/client.h"
@@ -291,7 +292,7 @@ TEST(CalibrationLifecycleTest, ABlockFarFromTheCalibrationIsStoredRawAndComesBac
       MutableBuffer buf{out.data(), out.size()};
       auto f = c->Fetch(*ns, {&pub->ids[i], 1}, {&buf, 1});
       ASSERT_TRUE(f.ok() && f->fetched == 1) << f.status();
-      const size_t raw = 64 + 24 + blocks[i].size() + 4;  // header, a section, trailer
+      const size_t raw = codec::RawBlobBytes(blocks[i].size());
       if (i == 1) {
         EXPECT_EQ(out, far);
         EXPECT_EQ(f->bytes_received, raw);

@@ -34,7 +34,7 @@ TEST(Blob, RawRoundTripAndHeader) {
   const KvLayout l = SmallLayout();
   auto data = GenerateSyntheticKv(l, 1);
   auto blob = EncodeOrDie(l, "raw", data);
-  EXPECT_EQ(blob.size(), kHeaderBytes + kSectionEntryBytes + data.size() + kTrailerBytes);
+  EXPECT_EQ(blob.size(), RawBlobBytes(data.size()));
   EXPECT_EQ(std::memcmp(blob.data(), "SKVC", 4), 0);
   std::vector<uint8_t> out(data.size());
   ASSERT_TRUE(Decode(blob, out).ok());
