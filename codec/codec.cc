@@ -344,6 +344,8 @@ absl::Status CheckGroupwisePayload(std::span<const uint8_t> payload,
   if (payload.size() != 3 + ng * 4 + (n * bits + 7) / 8 || payload[0] != bits || g != group)
     return absl::InvalidArgumentError(
         "groupwise section from a device: payload disagrees with the section");
+  if (!internal::GroupwiseParamsFinite(payload.data() + 3, ng))  // NaN: input not finite
+    return absl::InvalidArgumentError("codec: groupwise mode needs finite values (use lossless)");
   return absl::OkStatus();
 }
 
@@ -659,6 +661,8 @@ absl::Status GroupwiseHandoff(std::span<const uint8_t> payload, const internal::
   const size_t n = s.values(), ng = (n + group - 1) / group;
   if (payload.size() != 3 + ng * 4 + (n * bits + 7) / 8)
     return absl::DataLossError("groupwise section: payload size disagrees with its header");
+  if (!internal::GroupwiseParamsFinite(payload.data() + 3, ng))
+    return absl::DataLossError("groupwise section: a scale or zero is not finite");
   h->kind = SectionHandoff::Kind::kGroupwise;
   h->bits = bits;
   h->group = group;

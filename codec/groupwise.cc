@@ -3,6 +3,8 @@
 // zero per group, codes bit-packed LSB first. No transform, no entropy coding.
 //
 // Payload: u8 bits, u16 group, fp16 scale[ngroups], fp16 zero[ngroups], packed codes.
+// Input that is not finite is refused, as every lossy mode refuses it: a NaN would round to an
+// undefined code and an infinity stretch its group's scale over every other value.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,15 @@
 #include "common/status_macros.h"
 
 namespace strata::codec::internal {
+
+bool GroupwiseParamsFinite(const uint8_t* scales, size_t groups) {
+  for (size_t i = 0; i < 2 * groups; ++i) {
+    uint16_t h;
+    std::memcpy(&h, scales + 2 * i, 2);
+    if ((h & 0x7C00) == 0x7C00) return false;
+  }
+  return true;
+}
 
 absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bits, uint16_t group,
                              SectionScratch* sc, std::vector<uint8_t>* out,
@@ -36,10 +47,15 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
   for (size_t g = 0; g < ng; ++g) {
     const size_t i0 = g * group, i1 = std::min(n, i0 + group);
     float lo = sc->f[i0], hi = sc->f[i0];
+    bool finite = std::isfinite(lo);
     for (size_t i = i0 + 1; i < i1; ++i) {
       lo = std::min(lo, sc->f[i]);
       hi = std::max(hi, sc->f[i]);
+      finite &= std::isfinite(sc->f[i]);
     }
+    if (!finite)
+      return absl::InvalidArgumentError(
+          "codec: groupwise mode needs finite values (use lossless)");
     float st = (hi - lo) / static_cast<float>(levels);
     if (!(st >= 6.103515625e-05f)) st = 6.103515625e-05f;
     const uint16_t st16 = FloatToHalf(std::min(st, 65504.0f));
@@ -95,6 +111,8 @@ absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape
   const size_t packed_bytes = (n * bits + 7) / 8;
   STRATA_RETURN_IF_ERROR(r.Take(packed_bytes, &codes));
   if (r.remaining() != 0) return absl::DataLossError("groupwise section: trailing bytes");
+  if (!GroupwiseParamsFinite(scales, ng))
+    return absl::DataLossError("groupwise section: a scale or zero is not finite");
   sc->f.resize(n);
   const uint32_t mask = (1u << bits) - 1;
   size_t bitpos = 0;

@@ -216,6 +216,8 @@ struct GroupwiseArgs {
   STRATA_HD uint64_t packed() const { return GroupwisePackedBytes(n, bits); }
 };
 
+inline constexpr uint16_t kGroupwiseNotFinite = 0x7E00;  // fp16 NaN
+
 // Thread g: min/max of group g (sequential, so signed zeros pick as the CPU's std::min does),
 // its fp16 scale and zero; thread 0 also writes the 3-byte header.
 struct GroupwiseParamsOp {
@@ -229,10 +231,17 @@ struct GroupwiseParamsOp {
     const uint64_t i0 = g * a.group;
     const uint64_t i1 = i0 + a.group < a.n ? i0 + a.group : a.n;
     float lo = LoadAsFloat(a.in, a.dtype, i0), hi = lo;
+    bool finite = IsFinite(lo);
     for (uint64_t i = i0 + 1; i < i1; ++i) {
       const float x = LoadAsFloat(a.in, a.dtype, i);
       lo = Min(lo, x);
       hi = Max(hi, x);
+      finite = finite && IsFinite(x);
+    }
+    if (!finite) {  // a NaN scale and zero: the host refuses the payload (GroupwiseParamsFinite)
+      Store16(a.payload + 3 + 2 * g, kGroupwiseNotFinite);
+      Store16(a.payload + 3 + 2 * ng + 2 * g, kGroupwiseNotFinite);
+      return;
     }
     const int levels = (1 << a.bits) - 1;
     float st = Div(Sub(hi, lo), static_cast<float>(levels));
@@ -245,7 +254,9 @@ struct GroupwiseParamsOp {
 // The code of value i, from its group's fp16 scale and zero already in the payload.
 STRATA_HD uint32_t GroupwiseCode(const GroupwiseArgs& a, const uint8_t* payload, uint64_t i) {
   const uint64_t g = i / a.group, ng = a.groups();
-  const float st = HalfBitsToFloat(Load16(payload + 3 + 2 * g));
+  const uint16_t st16 = Load16(payload + 3 + 2 * g);
+  if (st16 == kGroupwiseNotFinite) return 0;
+  const float st = HalfBitsToFloat(st16);
   const float z = HalfBitsToFloat(Load16(payload + 3 + 2 * ng + 2 * g));
   const float inv = Div(1.0f, st);
   const float levels = static_cast<float>((1 << a.bits) - 1);

@@ -210,6 +210,10 @@ absl::Status EncodeGroupwise(const uint8_t* in, const TensorShape& s, uint8_t bi
                              rans::CoderStats* stats);
 absl::Status DecodeGroupwise(std::span<const uint8_t> payload, const TensorShape& s, uint8_t bits,
                              SectionScratch* sc, uint8_t* out);
+// True when every fp16 scale and zero of a groupwise payload (2 * groups words from `scales`) is
+// finite: an encoder writes a NaN scale for a group whose input was not (the device encoder's
+// way of saying so), and a decoder must not turn one into a block of NaNs.
+bool GroupwiseParamsFinite(const uint8_t* scales, size_t groups);
 
 // RoPE on T x H head vectors of dimension D (rotate-half pairs j, j + D/2; token t at position
 // first_position + t, angle position * theta^(-2j/D)), or its inverse.

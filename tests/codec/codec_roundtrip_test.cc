@@ -494,6 +494,56 @@ TEST(Groupwise, MatchesPlainQuantisation) {
   }
 }
 
+// A value that is not finite is refused with the reason, as quant and pca refuse it (a NaN
+// rounded to no defined code); a blob whose scale or zero is not finite decodes to no NaNs.
+TEST(Groupwise, RefusesValuesThatAreNotFinite) {
+  const KvLayout l = Layout(1, 2, 64, 8);
+  const size_t n = l.ValuesPerTokenPerTensor() * l.tokens_per_block * 2;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    KvLayout ld = l;
+    ld.dtype = dt;
+    const auto clean = GenerateSyntheticKv(ld, 1);
+    const size_t eb = clean.size() / n;
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      for (size_t at : {size_t{0}, size_t{70}, n - 1}) {  // first of a group, within one, last
+        std::vector<uint8_t> data = clean;
+        if (dt == DType::kFloat32) {
+          std::memcpy(data.data() + at * eb, &bad, 4);
+        } else {
+          uint32_t bits;  // bf16: the float's high half; fp16: its own (FloatToHalf saturates)
+          std::memcpy(&bits, &bad, 4);
+          const uint16_t fp16 = std::isnan(bad) ? 0x7E00 : bad > 0 ? 0x7C00 : 0xFC00;
+          const uint16_t h =
+              dt == DType::kBFloat16 ? static_cast<uint16_t>(bits >> 16) : fp16;
+          std::memcpy(data.data() + at * eb, &h, 2);
+        }
+        auto blob = Encode(ld, *ParseCodecSpec("int4-g64"), data);
+        EXPECT_EQ(blob.status().code(), absl::StatusCode::kInvalidArgument)
+            << int(dt) << " " << bad << " at " << at;
+        EXPECT_NE(blob.status().message().find("finite"), std::string_view::npos);
+      }
+    }
+  }
+  const auto data = GenerateSyntheticKv(l, 1);
+  auto blob = Encode(l, *ParseCodecSpec("int4-g64"), data);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto info = InspectBlob(*blob);
+  ASSERT_TRUE(info.ok());
+  const size_t groups = n / 2 / 64;
+  std::vector<uint8_t> out(data.size());
+  for (size_t word : {size_t{0}, groups - 1, groups, 2 * groups - 1}) {  // scales, then zeros
+    for (uint16_t h : {uint16_t{0x7E00}, uint16_t{0x7C00}, uint16_t{0xFC00}}) {
+      std::vector<uint8_t> bad = *blob;
+      std::memcpy(bad.data() + info->sections[1].offset + 3 + 2 * word, &h, 2);
+      const uint32_t crc = Crc32c(bad.data(), bad.size() - 4);
+      std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+      const absl::Status st = Decode(bad, out);
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << word << " " << h << ": " << st;
+    }
+  }
+  EXPECT_TRUE(Decode(*blob, out).ok());
+}
+
 // Blobs written before the 64-state rANS coder (section coder 1, 32 states) still decode: the
 // lossless one to the exact input, the quant one to what the current encoder reconstructs
 // (the quantiser is unchanged; only the entropy-coded stream layout differs).

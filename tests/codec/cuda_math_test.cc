@@ -653,6 +653,58 @@ TEST(CudaMath, SectionsQuantisedOnADeviceEncodeToTheCpuBlob) {
   CheckSectionsEncode(Layout(2, 8, 128, 64, DType::kFloat16), *params);
 }
 
+// Groupwise input that is not finite: the device plan marks the group with a NaN scale and zero
+// (its codes zero), the Encoder refuses the section as the CPU encoder refuses the block, and
+// the other groups keep the CPU's bytes.
+TEST(CudaMath, GroupwiseRefusesValuesThatAreNotFiniteAsTheCpuDoes) {
+  const KvLayout l = Layout(1, 2, 64, 8, DType::kFloat16);
+  const std::vector<uint8_t> clean = GenerateSyntheticKv(l, 1);
+  const auto params = ParseCodecSpec("int4-g64");
+  ASSERT_TRUE(params.ok());
+  const uint64_t values = uint64_t{l.tokens_per_block} * l.ValuesPerTokenPerTensor();
+  for (uint16_t bad : {uint16_t{0x7E00}, uint16_t{0x7C00}, uint16_t{0xFC00}}) {
+    for (uint64_t at : {uint64_t{0}, uint64_t{70}, values - 1}) {
+      SCOPED_TRACE(testing::Message() << bad << " at " << at);
+      std::vector<uint8_t> block = clean;
+      std::memcpy(block.data() + 2 * at, &bad, 2);  // in the first section, layer 0's keys
+      auto cpu = Encode(l, *params, block);
+      EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+      Encoder enc;
+      std::vector<uint8_t> blob;
+      const absl::Status st = enc.EncodeFromSections(
+          l, *params,
+          [&](const SectionHandoff& h, SectionArrays* out) {
+            return QuantiseOnHost(block, h, out);
+          },
+          &blob);
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_NE(st.message().find("finite"), std::string_view::npos) << st;
+
+      m::GroupwiseArgs a, c;
+      a.n = c.n = values;
+      a.bits = c.bits = 4;
+      a.group = c.group = 64;
+      std::vector<uint8_t> got(m::GroupwisePayloadBytes(values, 4, 64)), want(got.size());
+      a.in = block.data();
+      a.payload = got.data();
+      c.in = clean.data();
+      c.payload = want.data();
+      HostExec ex;
+      m::GroupwiseEncodePlan(ex, a);
+      m::GroupwiseEncodePlan(ex, c);
+      const uint64_t ng = a.groups(), g = at / 64;
+      EXPECT_EQ(m::Load16(got.data() + 3 + 2 * g), m::kGroupwiseNotFinite);
+      EXPECT_EQ(m::Load16(got.data() + 3 + 2 * (ng + g)), m::kGroupwiseNotFinite);
+      for (uint64_t i = g * 64; i < std::min(values, g * 64 + 64); ++i)
+        EXPECT_EQ(m::GroupwiseCode(a, got.data(), i), 0u) << i;
+      for (uint64_t i = 0; i < values; ++i) {
+        if (i / 64 == g) continue;
+        ASSERT_EQ(m::GroupwiseCode(a, got.data(), i), m::GroupwiseCode(c, want.data(), i)) << i;
+      }
+    }
+  }
+}
+
 // Whatever a device encoder hands back is checked before it is framed: a blob made of it
 // decodes, or the encode fails with the reason.
 TEST(CudaMath, SectionsFromADeviceThatDoNotFitAreRefused) {
