@@ -331,6 +331,8 @@ TEST_F(CudaDevice, DeviceEncoderMatchesTheCpuEncoder) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(de.Encode(l, quant, block.data(), block.size(), &blob).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(de.Encode(l, *ParseCodecSpec("int4-g64"), d_block.data(), block.size(), &blob).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(de.Encode(l, quant, d_block.data(), block.size() - 2, &blob).code(),
             absl::StatusCode::kInvalidArgument);
 }
