@@ -360,25 +360,28 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();
   const uint32_t ns = InternNamespace(ns_id);
-  const uint32_t tenant = namespace_tenant_[ns];
   Reservation res;
+  // The status of an id the index already has (false where it has not).
+  auto known = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto found = index_.find(items[i].id);
+    if (found == index_.end()) return false;
+    Entry& e = entries_[found->second];
+    if (e.ns != ns) return true;  // kInvalid: ids are namespace-seeded, this one is not ours
+    if (e.state == State::kCommitted) {
+      r.status[i] = BlockStatus::kExists;
+      Touch(found->second);
+      ++stats_.dedup_total;
+    } else {
+      r.status[i] = BlockStatus::kInProgress;
+    }
+    return true;
+  };
   for (size_t i = 0; i < items.size(); ++i) {
     const ReserveItem& it = items[i];
     if (it.size == 0 || it.size > options_.max_block_bytes || it.size > capacity_)
       continue;  // kInvalid
-    if (auto found = index_.find(it.id); found != index_.end()) {
-      Entry& e = entries_[found->second];
-      if (e.ns != ns) continue;  // kInvalid: ids are namespace-seeded, this one is not ours
-      if (e.state == State::kCommitted) {
-        r.status[i] = BlockStatus::kExists;
-        Touch(found->second);
-        ++stats_.dedup_total;
-      } else {
-        r.status[i] = BlockStatus::kInProgress;
-      }
-      continue;
-    }
-    if (tenant != kNil && !MakeTenantRoom(tenant, it.size, now)) {
+    if (known(i)) continue;
+    if (const uint32_t t = namespace_tenant_[ns]; t != kNil && !MakeTenantRoom(t, it.size, now)) {
       r.status[i] = BlockStatus::kNoSpace;
       ++stats_.no_space;
       ++stats_.quota_no_space;
@@ -390,6 +393,15 @@ ReserveResult HostTier::Reserve(const NamespaceId& ns_id, std::span<const Reserv
       ++stats_.no_space;
       continue;
     }
+    // Waiting for room (write-back, transcoding) releases mu_: another caller may have reserved
+    // the same id meanwhile (two engines publishing one prefix, two fetches promoting one NVMe
+    // block), and a client's first open may have set the namespace's tenant.
+    if (known(i)) {
+      Zone& z = zones_[ZoneAt(*offset)];
+      z.allocator.Free(*offset - z.begin, it.size);
+      continue;
+    }
+    const uint32_t tenant = namespace_tenant_[ns];
     uint32_t slot = NewSlot();
     Entry& e = entries_[slot];
     e.id = it.id;

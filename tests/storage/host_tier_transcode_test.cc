@@ -201,5 +201,49 @@ TEST_F(HostTierTranscodeTest, AReservationWithoutRoomWaitsForTheTranscoder) {
   ASSERT_TRUE(tier_->Abort(r.reservation_id).ok());
 }
 
+// Two reservations of one id that both wait for room (two engines publishing one prefix, two
+// fetches promoting one NVMe block): the wait releases the tier's lock, so the id is looked up
+// again once room is found. One gets the extent, the other is told the block is in progress;
+// nothing is reserved twice, and a later abort or evict leaves no bytes behind.
+TEST_F(HostTierTranscodeTest, TwoReservationsOfOneIdWaitingForRoomGetOneExtent) {
+  for (int i = 1; i <= 6; ++i) Publish(ns_, i);
+  ReserveItem big{Id(50), {}, 3 * kBlock};
+  ReserveResult ra, rb;
+  std::thread a([&] { ra = tier_->Reserve(ns_, {&big, 1}); });
+  std::thread b([&] { rb = tier_->Reserve(ns_, {&big, 1}); });
+  absl::SleepFor(absl::Milliseconds(300));  // both waiting for the transcoder (none runs yet)
+  std::thread transcoder([this] {
+    for (int round = 0; round < 50; ++round) {
+      for (const TranscodeItem& item : tier_->TakeTranscodes(16, absl::Milliseconds(20))) {
+        auto blob = SmallerBlob(1, kBlock / 4);
+        tier_->FinishTranscode(item.handle, blob, Crc32c(blob.data(), blob.size()));
+      }
+    }
+  });
+  a.join();
+  b.join();
+  transcoder.join();
+  const bool a_won = ra.status[0] == BlockStatus::kOk;
+  ReserveResult& won = a_won ? ra : rb;
+  const ReserveResult& lost = a_won ? rb : ra;
+  ASSERT_EQ(won.status[0], BlockStatus::kOk);
+  EXPECT_EQ(lost.status[0], BlockStatus::kInProgress);
+  EXPECT_EQ(lost.reservation_id, 0u);
+  EXPECT_EQ(tier_->Stats().reserved_bytes, 3 * kBlock);
+  const uint64_t before = tier_->Stats().allocated_bytes - 3 * kBlock;
+  uint8_t* p = tier_->base() + won.offsets[0];
+  std::memset(p, 50, 3 * kBlock);
+  const uint32_t crc = Crc32c(p, 3 * kBlock);
+  auto c = tier_->Commit(won.reservation_id, {&crc, 1});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)[0], BlockStatus::kOk);
+  EXPECT_TRUE(Has(ns_, 50));
+  const BlockId id = Id(50);
+  EXPECT_EQ(tier_->Evict(ns_, {&id, 1}, false, true).status[0], BlockStatus::kOk);
+  const HostTierStats s = tier_->Stats();
+  EXPECT_EQ(s.allocated_bytes, before);
+  EXPECT_EQ(s.reserved_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace strata
