@@ -183,7 +183,7 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
   // Holders: this node's store, then the directory.
   absl::flat_hash_set<BlockId> local;
   for (const auto& id : ids)
-    if (store_.Holds(id)) local.insert(id);
+    if (store_.Lookup(ns.id, {&id, 1}, nullptr) == 1) local.insert(id);  // in this namespace
   auto located = locator_.Locate(ids, std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
   std::map<std::string, std::vector<size_t>> by_source;
   // Into another node's GPU tier, blocks it holds already go up there too: asked as if

@@ -53,10 +53,12 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
     return status;
   }
   if (replicas > 0) namespaces_.SetReplicas(*ns, replicas);
-  // Skip what is already here.
+  // Skip what is already here, in this namespace: an id another namespace holds (ids of the
+  // vllm scheme carry no namespace) is not this block, and the copy is then refused as the
+  // reservation refuses it, so that a drain or move keeps the source's copy.
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (store_.Holds(ids[i]))
+    if (store_.Lookup(*ns, {&ids[i], 1}, nullptr) == 1)
       status[i] = BlockStatus::kExists;
     else
       need.push_back(i);

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "strata/client.h"
 #include "tests/cluster/test_node.h"
 #include "tests/integration/daemon_process.h"
@@ -124,6 +125,31 @@ TEST_F(BlockPullerTest, BlocksAlreadyHeldAreNotFetchedAgain) {
   for (size_t i = 0; i < kBlocks; ++i)
     EXPECT_EQ(st[i], i < 3 ? BlockStatus::kExists : BlockStatus::kOk) << i;
   EXPECT_EQ(node_->ctx->counters.pulled.load(), kBlocks);
+}
+
+// An id held here in another namespace (ids of the vllm scheme carry none) is not the block
+// asked for: not answered kExists, which would let a drain or move drop the source's only copy,
+// and the other namespace's block stays as it was.
+TEST_F(BlockPullerTest, AnIdHeldInAnotherNamespaceIsNotTheBlock) {
+  NamespaceId other = ns_;
+  other.bytes[0] ^= 1;
+  const std::vector<uint8_t> theirs(kBlockBytes, 0x5A);
+  ReserveItem item{ids_[0], {}, kBlockBytes};
+  ReserveResult rr = node_->store->Reserve(other, {&item, 1});
+  ASSERT_EQ(rr.status[0], BlockStatus::kOk);
+  std::memcpy(node_->store->arena_base() + rr.offsets[0], theirs.data(), kBlockBytes);
+  const uint32_t crc = Crc32c(theirs.data(), kBlockBytes);
+  auto c = node_->store->Commit(rr.reservation_id, {&crc, 1});
+  ASSERT_TRUE(c.ok() && (*c)[0] == BlockStatus::kOk);
+
+  auto st = Pull(std::span<const BlockId>(ids_).first(2));
+  EXPECT_NE(st[0], BlockStatus::kExists);
+  EXPECT_NE(st[0], BlockStatus::kOk);
+  EXPECT_EQ(st[1], BlockStatus::kOk);
+  AcquireResult a = node_->store->Acquire(other, {ids_.data(), 1});
+  ASSERT_EQ(a.status[0], BlockStatus::kOk);
+  EXPECT_EQ(std::memcmp(node_->store->arena_base() + a.offsets[0], theirs.data(), kBlockBytes), 0);
+  EXPECT_TRUE(node_->store->Release(a.lease_id).ok());
 }
 
 TEST_F(BlockPullerTest, ParentsComeAlong) {
