@@ -174,6 +174,7 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
                                 ? CommitCheck::kWriterChecksummed
                                 : CommitCheck::kReread;
   auto r = store_->Commit(req.reservation_id(), crcs, check);
+  if (!r.ok()) return ToGrpcStatus(r.status());  // a retried Commit still replicates (or expires)
   std::optional<PendingReplication> replicate;
   {
     absl::MutexLock lock(&replicate_mu_);
@@ -183,7 +184,6 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
       to_replicate_.erase(it);
     }
   }
-  if (!r.ok()) return ToGrpcStatus(r.status());
   id_owners_.Forget(req.reservation_id());
   AddStatuses(*r, resp->mutable_status());
   if (cluster && cluster->size() > 1) {
@@ -201,8 +201,11 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
       ids.push_back(replicate->ids[i]);
       parents.push_back(replicate->parents[i]);
     }
+    // A call to another daemon waits peer_timeout at most, whatever the caller's deadline (a
+    // stalled replica must not hold a Commit without one forever, nor use up the client's).
     if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
-      cluster->mover().Replicate(*entry, ids, parents, deadline);
+      cluster->mover().Replicate(*entry, ids, parents,
+                                 std::min(deadline, absl::Now() + cluster->peer_timeout()));
   }
   const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
   static LogRateLimiter limit;

@@ -263,6 +263,26 @@ TEST_P(ReplicationTest, KillingAnyOneNodeLosesNoBlock) {
 
 INSTANTIATE_TEST_SUITE_P(Victims, ReplicationTest, ::testing::Values(0, 1, 2));
 
+// A replica that stops answering (SIGSTOP: its sockets stay open) costs a Commit peer_timeout
+// (500 ms here), not the client's whole deadline: the publish succeeds on this node, the failed
+// copy is counted.
+TEST(ReplicationDeadlineTest, AStalledReplicaCostsPeerTimeoutNotTheCallersDeadline) {
+  Cluster cl(2, /*replicas=*/2);
+  ASSERT_TRUE(cl.ok()) << cl.logs();
+  ClientOptions o;
+  o.endpoint = cl.node(0).endpoint();
+  o.rpc_timeout = absl::Seconds(30);
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(cl.node(1).Stop()) << cl.logs();
+  const absl::Time t0 = absl::Now();
+  Published p = Publish(**c, 4, 41);
+  const absl::Duration took = absl::Now() - t0;
+  cl.node(1).Signal(SIGCONT);
+  EXPECT_EQ(p.ids.size(), 4u);
+  EXPECT_LT(took, absl::Seconds(6)) << cl.logs();
+}
+
 TEST_F(ThreeNodeTest, UnreplicatedBlocksOfADeadNodeAreMissesWithinTheDeadline) {
   ASSERT_NO_FATAL_FAILURE(PublishOnN0SeenFromN2(6, 5));
   auto& c = n2;
