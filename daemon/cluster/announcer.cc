@@ -48,12 +48,18 @@ void Announcer::OnBlockEvent(const BlockEvent& event) {
   bool first;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
     first = events_.empty();
     if (first) first_event_at_ = std::chrono::steady_clock::now();
     events_.push_back(event);
     ++events_queued_;
   }
   if (first) wake_.notify_one();
+}
+
+size_t Announcer::QueuedEvents() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size();
 }
 
 void Announcer::RequestFullRefresh() {

@@ -46,8 +46,11 @@ class Announcer {
   // No more announcements: the thread ends and flushes return at once. Idempotent.
   void Stop();
 
-  // The store's change hook (the store's lock is held): queues the event.
+  // The store's change hook (the store's lock is held): queues the event (after Stop, a drain's
+  // among them, drops it: nothing would take it off the queue).
   void OnBlockEvent(const BlockEvent& event);
+  // Events queued and not yet announced.
+  size_t QueuedEvents() const;
   // Everything held is announced again on the next round.
   void RequestFullRefresh();
   // Drops directory entries this node does not own in `ring`, and re-announces everything
@@ -77,7 +80,7 @@ class Announcer {
   const BlockStore& store_;
   const DeviceHeld on_device_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable wake_;     // events queued, refresh due, or stop
   std::condition_variable flushed_;  // events_announced_ advanced, or stop
   std::vector<BlockEvent> events_;   // guarded by mu_, as is everything below

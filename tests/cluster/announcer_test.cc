@@ -158,6 +158,10 @@ TEST(AnnouncerTest, AfterStopFlushesReturnAtOnce) {
   a.announcer->FlushAnnouncements(absl::Now() + absl::Seconds(10));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   a.announcer->Stop();  // idempotent
+  // A drained node keeps serving its engine: what it publishes after the stop is not queued
+  // for a thread that has ended (the queue grew by an event per block until the process left).
+  for (int i = 10; i < 60; ++i) a.Publish(kNs, i);
+  EXPECT_EQ(a.announcer->QueuedEvents(), 0u);
 }
 
 }  // namespace
