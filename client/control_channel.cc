@@ -137,6 +137,7 @@ absl::StatusOr<ArenaEndpoint> ControlChannel::ConnectDataPlane() {
   arena.rkey = resp.arena_rkey();
   arena.base = resp.arena_base();
   arena.bytes = resp.arena_bytes();
+  arena_bytes_ = resp.arena_bytes();
   arena.rma = !resp.rma_off();
   // Before rma_off existed, active_messages_off meant no push fetches either.
   arena.push_fetch = resp.rma_off() || !resp.active_messages_off();
@@ -550,11 +551,18 @@ absl::StatusOr<Lease> ControlChannel::Acquire(const NamespaceId& ns, std::span<c
   return lease;
 }
 
-absl::StatusOr<Lease> ControlChannel::LeaseFrom(const v1::AcquireResponse& resp, size_t ids) {
+absl::StatusOr<Lease> ControlChannel::LeaseFrom(const v1::AcquireResponse& resp,
+                                                size_t ids) const {
   const int n = static_cast<int>(ids);
   if (resp.status_size() != n || resp.offsets_size() != n || resp.sizes_size() != n ||
       resp.crc32c_size() != n)
     return absl::InternalError("Acquire answered with the wrong number of entries");
+  if (const uint64_t arena = arena_bytes_.load(); arena != 0) {
+    for (int i = 0; i < n; ++i)
+      if (resp.status(i) == v1::BLOCK_OK &&
+          (resp.sizes(i) > arena || resp.offsets(i) > arena - resp.sizes(i)))
+        return absl::InternalError("Acquire answered with an extent outside the daemon's arena");
+  }
   Lease lease;
   lease.id = resp.lease_id();
   lease.expires_in = absl::Milliseconds(resp.expires_in_ms());

@@ -176,6 +176,8 @@ class ControlChannel {
   // The lease in the daemon's answer to AcquirePushRequest; nullopt when it granted none (it
   // then pushes nothing, and the caller acquires the usual way).
   std::optional<Lease> LeaseFromPushReply(const AmReply& reply, size_t ids);
+  // The arena size ConnectDataPlane learns; tests set it without a daemon.
+  void SetArenaBytesForTesting(uint64_t bytes) { arena_bytes_ = bytes; }
   // The daemon ends the lease of an AcquirePushRequest itself: no ReleaseAsync for it.
   bool DaemonReleasesPushes() const { return push_releases_.load(); }
   // Fire and forget: the lease also expires on the daemon, so a lost Release only delays
@@ -187,7 +189,10 @@ class ControlChannel {
                                                                std::span<const BlockId> ids);
 
  private:
-  static absl::StatusOr<Lease> LeaseFrom(const v1::AcquireResponse& resp, size_t ids);
+  // The lease in an Acquire answer, refused (InternalError) where its entries do not match the
+  // ids or a block's extent lies outside the daemon's arena: a broken or hostile daemon's sizes
+  // must not size the buffers a fetch allocates before its extents are checked.
+  absl::StatusOr<Lease> LeaseFrom(const v1::AcquireResponse& resp, size_t ids) const;
   struct LookupStream;
 
   std::optional<DataMover::Reply> ExchangeByActiveMessage(uint16_t request_am, uint16_t reply_am,
@@ -239,6 +244,7 @@ class ControlChannel {
   std::deque<std::string> node_ids_;  // guarded by node_id_mu_
   std::atomic<const std::string*> node_id_{&kNoNodeId};
   std::atomic<bool> clustered_{false};
+  std::atomic<uint64_t> arena_bytes_{0};  // the daemon's, from its last Connect (0: unknown)
 
   mutable std::mutex ns_mu_;
   absl::flat_hash_map<NamespaceId, OpenedNamespace> namespaces_;

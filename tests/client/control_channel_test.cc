@@ -142,6 +142,39 @@ TEST(ControlChannelTest, SilentFastPathSwitchesItselfOffAndTellsTheSink) {
       << logged[0].second;
 }
 
+// A daemon's Acquire answer whose extents lie outside its arena (a broken or hostile daemon, or
+// a peer a daemon pulls from) is refused before anything is sized by it: a fetch into blobs
+// allocated each block's size as given, up to 2^62 bytes, before the extents were checked.
+TEST(ControlChannelTest, ALeaseOutsideTheDaemonsArenaIsRefused) {
+  ControlChannel channel(NobodyListening());
+  channel.SetArenaBytesForTesting(1 << 20);
+  auto reply = [](std::vector<std::pair<uint64_t, uint64_t>> extents, v1::BlockStatus status) {
+    v1::AcquireResponse resp;
+    resp.set_lease_id(7);
+    for (auto [offset, size] : extents) {
+      resp.add_status(status);
+      resp.add_offsets(offset);
+      resp.add_sizes(size);
+      resp.add_crc32c(0);
+    }
+    am_wire::ReplyHeader h;
+    h.prefix = static_cast<uint32_t>(extents.size());
+    h.complete = true;
+    return AmReply{am_wire::EncodeReplyHeader(h), resp.SerializeAsString()};
+  };
+  auto fits = channel.LeaseFromPushReply(reply({{0, 4096}, {(1 << 20) - 8, 8}}, v1::BLOCK_OK), 2);
+  ASSERT_TRUE(fits.has_value());
+  EXPECT_EQ(fits->sizes, (std::vector<uint64_t>{4096, 8}));
+  for (auto bad : {std::pair<uint64_t, uint64_t>{0, uint64_t{1} << 62}, {0, (1 << 20) + 1},
+                   {(1 << 20) - 8, 9}, {~uint64_t{0}, 16}}) {
+    EXPECT_FALSE(channel.LeaseFromPushReply(reply({{0, 64}, bad}, v1::BLOCK_OK), 2).has_value())
+        << bad.first << " " << bad.second;
+  }
+  // A block not granted carries no extent to check.
+  EXPECT_TRUE(channel.LeaseFromPushReply(reply({{0, uint64_t{1} << 62}}, v1::BLOCK_NOT_FOUND), 1)
+                  .has_value());
+}
+
 TEST(LoggingTest, WithoutASinkWarningsGoToStderrAndChatterIsDropped) {
   ::testing::internal::CaptureStderr();
   Log(nullptr, LogLevel::kInfo, "chatter");
