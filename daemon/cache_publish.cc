@@ -12,7 +12,9 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/am_wire.h"
 #include "common/crc32c.h"
@@ -728,6 +730,30 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
   return false;  // the receive owns the descriptor now (UCX: recv started inside the callback)
 }
 
+size_t CacheService::MaxBlocksInPieces() const {
+  return std::max<size_t>(kMaxBlocksInPieces, store_->arena_bytes() / am_wire::kMinPushPieceBytes);
+}
+
+void CacheService::SweepEndedPieces() {
+  std::vector<uint64_t> reservations;
+  {
+    absl::MutexLock lock(&pieces_mu_);
+    if (publish_pieces_.size() < MaxBlocksInPieces()) return;
+    for (const auto& [key, so_far] : publish_pieces_)
+      if (!so_far.busy) reservations.push_back(key.first);
+  }
+  std::sort(reservations.begin(), reservations.end());
+  reservations.erase(std::unique(reservations.begin(), reservations.end()), reservations.end());
+  absl::flat_hash_set<uint64_t> ended;  // asked without pieces_mu_: the store takes its own lock
+  for (uint64_t id : reservations)
+    if (store_->ReservedExtents(id).empty()) ended.insert(id);
+  if (ended.empty()) return;
+  absl::MutexLock lock(&pieces_mu_);
+  absl::erase_if(publish_pieces_, [&](const auto& e) {
+    return !e.second.busy && ended.contains(e.first.first);
+  });
+}
+
 constexpr const char* kTwoWriters =
     "pieces of one block came from two writers at once; publish it again";
 
@@ -757,9 +783,16 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
     DropAm(w::kPublishPieceAm, m, why);
     return ack(absl::StatusCode::kInvalidArgument, why);
   }
+  if (block.size <= w::kMinPushPieceBytes) {
+    DropAm(w::kPublishPieceAm, m, "a block this small is published whole");
+    return ack(absl::StatusCode::kInvalidArgument,
+               "a block of at most 4 KiB is published whole, not in pieces");
+  }
   const uint64_t reservation_id = block.reservation_id;
   const auto key = std::make_pair(reservation_id, block.offset);
   const absl::Time now = absl::Now();
+  if (piece->offset == 0) SweepEndedPieces();
+  const size_t max_blocks = MaxBlocksInPieces();
   PiecesSoFar so_far;
   absl::Status refused;  // answered after the lock is released
   {
@@ -775,13 +808,13 @@ void CacheService::HandleAmPublishPiece(const transport::AmMessage& m,
       // A block (re)starts: a CRC noted for it earlier no longer holds.
       ForgetStaged(reservation_id, block.offset);
       if (at == publish_pieces_.end()) {
-        if (publish_pieces_.size() >= kMaxBlocksInPieces) {
+        if (publish_pieces_.size() >= max_blocks) {
           const absl::Duration idle = store_->reservation_timeout();
           absl::erase_if(publish_pieces_, [&](const auto& e) {
             return !e.second.busy && now - e.second.touched > idle;
           });
         }
-        if (publish_pieces_.size() < kMaxBlocksInPieces)
+        if (publish_pieces_.size() < max_blocks)
           at = publish_pieces_.emplace(key, PiecesSoFar{}).first;
         else
           refused = absl::ResourceExhaustedError(

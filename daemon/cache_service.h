@@ -381,8 +381,11 @@ class CacheService final : public v1::Cache::Service {
   // must start and the CRC of the bytes so far. A client sends a block's pieces in order over
   // one endpoint; the map is shared by the workers and not locked while a piece is copied, so
   // an entry is marked busy meanwhile: pieces of one block from two writers at once fail the
-  // block instead of leaving a CRC that is not its bytes'. Past kMaxBlocksInPieces, entries untouched for a
-  // reservation timeout go (their client is gone).
+  // block instead of leaving a CRC that is not its bytes'. Only blocks larger than
+  // am_wire::kMinPushPieceBytes come in pieces, so the entries of open reservations number fewer
+  // than MaxBlocksInPieces(); past it, the entries of reservations that ended (committed,
+  // aborted, expired) go, and those untouched for a reservation timeout (their client is gone):
+  // no caller can fill the table for the others.
   struct PiecesSoFar {
     uint64_t next = 0;
     uint32_t crc = 0;
@@ -390,7 +393,10 @@ class CacheService final : public v1::Cache::Service {
     uint64_t started = 0;  // pieces_started_ when the block (re)started: tells restarts apart
     bool busy = false;     // a piece is being copied in (the lock is not held meanwhile)
   };
-  static constexpr size_t kMaxBlocksInPieces = 4096;
+  static constexpr size_t kMaxBlocksInPieces = 4096;  // at least; see MaxBlocksInPieces
+  size_t MaxBlocksInPieces() const;
+  // With the table full: drops the entries of reservations no longer open.
+  void SweepEndedPieces();
   absl::Mutex pieces_mu_;  // taken before staged_mu_ (ForgetStaged), never after it
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, PiecesSoFar> publish_pieces_
       ABSL_GUARDED_BY(pieces_mu_);

@@ -768,6 +768,74 @@ TEST(PublishPiecesTest, InOrderOnlyAndCommitReadsAgainWhatChangedSince) {
   ASSERT_NO_FATAL_FAILURE(ExpectServes(d, 44));
 }
 
+// The table of blocks being published in pieces is shared by every caller: blocks of
+// reservations that ended (here aborted after their first piece, 4,096 of them: the table's
+// size for a 16 MiB arena) leave no entry that refuses another caller's block, and a block too
+// small to come in pieces is refused.
+TEST(PublishPiecesTest, EndedReservationsLeaveNoEntriesThatRefuseOthers) {
+  DaemonProcess d("host_tier:\n  capacity: 16MiB\n");
+  ASSERT_TRUE(d.ok()) << d.log();
+  auto client = ClientOf(d);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ns = *(*client)->OpenNamespace(Spec(), "tenant");
+  constexpr uint64_t kBlock = 8192, kPiece = 4096;
+  RawUcxPeer peer;
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer.Connect(ConnectRaw(d).worker_address));
+  const uint32_t eager = RawUcxPeer::kReply | RawUcxPeer::kEager;
+  const std::string half(kPiece, 'h');
+  uint64_t request = 1;
+  for (uint32_t round = 0; round < 64; ++round) {
+    const auto r = ReserveRaw(
+        d, ns, ComputeBlockIds(ns, kTokensPerBlock, Tokens(64 * kTokensPerBlock, 1000 + round)),
+        kBlock);
+    ASSERT_EQ(r.offsets_size(), 64) << round;
+    for (uint32_t k = 0; k < 64; ++k)
+      ASSERT_TRUE(peer.Send(w::kPublishPieceAm,
+                            w::EncodePublishPieceHeader(
+                                {{request++, r.reservation_id(), r.offsets(k), kBlock, k}, 0}),
+                            half, eager));
+    ASSERT_TRUE(peer.Send(w::kAbortAm, U64(r.reservation_id()), "", 0));  // after its pieces
+    peer.Progress(std::chrono::milliseconds(1));
+  }
+  auto acks_of = [&](uint64_t id) {
+    std::vector<w::PublishAck> out;
+    for (int i = 0; i < 300 && out.empty(); ++i) {
+      peer.Progress(std::chrono::milliseconds(10));
+      for (auto& [header, data] : peer.replies(w::kPublishAckAm)) {
+        auto a = w::DecodePublishAck(header);
+        if (a && a->request_id == id) out.push_back(*a);
+      }
+    }
+    return out;
+  };
+  const auto one =
+      ReserveRaw(d, ns, ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 7)), kBlock);
+  ASSERT_EQ(one.offsets_size(), 1);
+  const uint64_t last = request++;
+  for (uint64_t at = 0; at < kBlock; at += kPiece)
+    ASSERT_TRUE(peer.Send(w::kPublishPieceAm,
+                          w::EncodePublishPieceHeader(
+                              {{last, one.reservation_id(), one.offsets(0), kBlock, 0}, at}),
+                          half, eager));
+  const auto got = acks_of(last);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].code, 0u) << "the table refused a block of an open reservation";
+
+  const auto tiny =
+      ReserveRaw(d, ns, ComputeBlockIds(ns, kTokensPerBlock, Tokens(kTokensPerBlock, 8)), 2);
+  ASSERT_EQ(tiny.offsets_size(), 1);
+  const uint64_t small = request++;
+  ASSERT_TRUE(peer.Send(
+      w::kPublishPieceAm,
+      w::EncodePublishPieceHeader({{small, tiny.reservation_id(), tiny.offsets(0), 2, 0}, 0}),
+      "x", eager));
+  const auto refused = acks_of(small);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].code, static_cast<uint32_t>(absl::StatusCode::kInvalidArgument));
+  ASSERT_TRUE(Alive(d.pid())) << d.log();
+}
+
 // With data_plane_workers: 3, Connect hands clients the three workers in turn, and another
 // daemon (a client named stratad:...) always the first, whose worker answers the cluster's
 // messages; a count past 64 stops the daemon with an error that names the key.
