@@ -180,6 +180,10 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
       tenant = caller.tenant;
     }
     const NamespaceSpec spec = FromProto(req->spec());
+    // Checked before the namespace opens: a refused request must not hold a slot of
+    // limits.max_namespaces until the idle release.
+    if (req->replicas() > 8)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
     if (!req->cold_codec().empty()) {
       absl::Status cold = absl::FailedPreconditionError("this daemon does not transcode");
       if (transcoder_) cold = Transcoder::CheckColdCodec(req->cold_codec(), spec);
@@ -194,8 +198,6 @@ grpc::Status CacheService::DoOpenNamespace(grpc::ServerContext* ctx,
                      LogSafe(id.status().ToString(), 512), SuppressedNote(suppressed));
       return ToGrpcStatus(id.status());
     }
-    if (req->replicas() > 8)
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "replicas must be 0 to 8");
     if (req->replicas() > 0) namespaces_->SetReplicas(*id, req->replicas());
     if (!req->cold_codec().empty()) {
       namespaces_->SetColdCodec(*id, req->cold_codec());

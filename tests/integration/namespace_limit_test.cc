@@ -32,10 +32,11 @@ class NamespaceLimitTest : public ::testing::Test {
         grpc::CreateChannel(daemon_->endpoint(), grpc::InsecureChannelCredentials()));
   }
 
-  grpc::Status Open(const std::string& tenant, std::string* id = nullptr) {
+  grpc::Status Open(const std::string& tenant, std::string* id = nullptr, uint32_t replicas = 0) {
     v1::OpenNamespaceRequest req;
     *req.mutable_spec() = ToProto(testing::SmallSpec("ns-limit"));
     req.set_tenant(tenant);
+    req.set_replicas(replicas);
     v1::OpenNamespaceResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = stub_->OpenNamespace(&ctx, req, &resp);
@@ -80,6 +81,10 @@ class NamespaceLimitTest : public ::testing::Test {
 
 TEST_F(NamespaceLimitTest, OpeningBeyondTheLimitIsRefusedAndIdleOnesAreReleased) {
   std::string kept, idle;
+  // A request refused for what it asks (replicas past 8) opens nothing, so takes no slot.
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(Open("refused-" + std::to_string(i), nullptr, 9).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(Open("t0", &kept).ok());
   ASSERT_TRUE(Open("t1", &idle).ok());
   ASSERT_TRUE(Open("t2").ok());
