@@ -70,13 +70,18 @@ bool HostTier::FinishTranscode(uint32_t handle, std::span<const uint8_t> blob, u
   Zone& z = zones_[ZoneAt(e.offset)];
   const uint64_t had = z.allocator.RoundUp(e.size);
   const uint64_t keep = z.allocator.RoundUp(blob.size());
+  const BlockMeta meta{e.parent, std::max<uint32_t>(e.accesses, 1)};
   if (blob.empty() || keep >= had) {
     ++stats_.transcode_failures;
     e.transcoded = true;  // not again: its next eviction is final
+    if (e.pinned_until > options_.clock()) {
+      // Pinned while it was with the transcoder (Pin answered kOk): it stays.
+      policy_->OnInsert(e.id, meta);
+      return false;
+    }
     EvictVictim(handle);
     return false;
   }
-  const BlockMeta meta{e.parent, std::max<uint32_t>(e.accesses, 1)};
   if (e.leases > 0) {
     // A reader holds the old bytes: they stay, and the block may be chosen again later.
     ++stats_.transcode_skipped;

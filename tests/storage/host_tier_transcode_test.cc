@@ -154,7 +154,14 @@ TEST_F(HostTierTranscodeTest, FailuresEvictAndLeasedBlocksKeepTheirBytes) {
   EXPECT_EQ(a.crcs[0], Crc32c(tier_->base() + a.offsets[0], kBlock));
   ASSERT_TRUE(tier_->Release(a.lease_id).ok());
   EXPECT_TRUE(Has(ns_, 3));
-  for (size_t k = 3; k < items.size(); ++k) tier_->FinishTranscode(items[k].handle, {}, 0);
+  // Pinned while with the transcoder (the pin answered kOk), then not transcoded: it stays.
+  ASSERT_GE(items.size(), 4u);
+  const BlockId fourth = Id(4);
+  EXPECT_EQ(tier_->Pin(ns_, {&fourth, 1}, absl::Hours(1))[0], BlockStatus::kOk);
+  EXPECT_FALSE(tier_->FinishTranscode(items[3].handle, {}, 0));
+  EXPECT_TRUE(Has(ns_, 4));
+  EXPECT_EQ(tier_->Stats().pinned_blocks, 1u);
+  for (size_t k = 4; k < items.size(); ++k) tier_->FinishTranscode(items[k].handle, {}, 0);
 }
 
 TEST_F(HostTierTranscodeTest, EvictedWhileTranscodingFreesItsExtentAtTheEnd) {
