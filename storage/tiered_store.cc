@@ -469,8 +469,19 @@ EvictResult TieredStore::Evict(const NamespaceId& ns, std::span<const BlockId> i
                                bool force) {
   if (!cascade) {
     EvictResult r = host_->Evict(ns, ids, false, force);
+    // A fetch may promote a block between the looks below (its reservation was not yet a block
+    // when host memory was asked; the promotion ends under io_mu_): its host copy then goes.
+    auto evict_promoted = [&](size_t i) {
+      const EvictResult up = host_->Evict(ns, {&ids[i], 1}, false, force);
+      r.status[i] = up.status[0];
+      r.removed_blocks += up.removed_blocks;
+    };
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (r.status[i] != BlockStatus::kNotFound || !OnNvme(ns, ids[i])) continue;
+      if (r.status[i] != BlockStatus::kNotFound) continue;
+      if (!OnNvme(ns, ids[i])) {
+        evict_promoted(i);
+        continue;
+      }
       {
         absl::MutexLock l(&meta_mu_);
         if (!force && PinnedOnNvme(ids[i])) {
@@ -483,7 +494,9 @@ EvictResult TieredStore::Evict(const NamespaceId& ns, std::span<const BlockId> i
         r.status[i] = BlockStatus::kOk;
         ++r.removed_blocks;
         n_.nvme_removed_explicit.fetch_add(1);
+        continue;
       }
+      evict_promoted(i);
     }
     return r;
   }
