@@ -664,6 +664,9 @@ absl::Status ValidateConfig(const DaemonConfig& c) {
     return FieldError("reservation_timeout", "must be >= 100ms");
   if (c.host.lease_timeout < absl::Milliseconds(100))
     return FieldError("lease_timeout", "must be >= 100ms");
+  // Below it every pin would end before anyone relied on it, while Pin still answers OK.
+  if (c.host.max_pin_ttl < absl::Seconds(1))
+    return FieldError("max_pin_ttl", "must be >= 1s");
   // A longer window buys no latency (the next burst comes later) and keeps a core busy.
   if (c.busy_poll < absl::ZeroDuration() || c.busy_poll > absl::Milliseconds(10))
     return FieldError("busy_poll", "must be between 0s and 10ms");

@@ -78,6 +78,8 @@ TEST(ConfigTest, ErrorsNameTheField) {
         Case{"host_tier:\n  arena: gpu\n", "'host_tier.arena'"},
         Case{"nvme_tier:\n  capacity: 1GiB\n", "'nvme_tier'"},
         Case{"reservation_timeout: 10ms\n", "'reservation_timeout'"},
+        Case{"max_pin_ttl: 0s\n", "'max_pin_ttl'"},
+        Case{"max_pin_ttl: 500ms\n", "'max_pin_ttl'"},
         Case{"listen: nowhere\n", "'listen'"},
         Case{"host_tier:\n  huge_pages: maybe\n", "'host_tier.huge_pages'"},
         Case{"log_format: xml\n", "'log_format'"},
