@@ -74,8 +74,9 @@ bool HostTier::FinishTranscode(uint32_t handle, std::span<const uint8_t> blob, u
   if (blob.empty() || keep >= had) {
     ++stats_.transcode_failures;
     e.transcoded = true;  // not again: its next eviction is final
-    if (e.pinned_until > options_.clock()) {
-      // Pinned while it was with the transcoder (Pin answered kOk): it stays.
+    if (e.pinned_until > options_.clock() || e.leases > 0) {
+      // Pinned (Pin answered kOk) or leased while it was with the transcoder: it stays, as an
+      // eviction pass would have left it.
       policy_->OnInsert(e.id, meta);
       return false;
     }

@@ -161,7 +161,15 @@ TEST_F(HostTierTranscodeTest, FailuresEvictAndLeasedBlocksKeepTheirBytes) {
   EXPECT_FALSE(tier_->FinishTranscode(items[3].handle, {}, 0));
   EXPECT_TRUE(Has(ns_, 4));
   EXPECT_EQ(tier_->Stats().pinned_blocks, 1u);
-  for (size_t k = 4; k < items.size(); ++k) tier_->FinishTranscode(items[k].handle, {}, 0);
+  // Leased while with the transcoder, then not transcoded: it stays too.
+  ASSERT_GE(items.size(), 5u);
+  const BlockId fifth = Id(5);
+  AcquireResult held = tier_->Acquire(ns_, {&fifth, 1});
+  ASSERT_EQ(held.status[0], BlockStatus::kOk);
+  EXPECT_FALSE(tier_->FinishTranscode(items[4].handle, {}, 0));
+  ASSERT_TRUE(tier_->Release(held.lease_id).ok());
+  EXPECT_TRUE(Has(ns_, 5));
+  for (size_t k = 5; k < items.size(); ++k) tier_->FinishTranscode(items[k].handle, {}, 0);
 }
 
 TEST_F(HostTierTranscodeTest, EvictedWhileTranscodingFreesItsExtentAtTheEnd) {
