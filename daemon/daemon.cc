@@ -746,6 +746,7 @@ absl::Status Daemon::Impl::StartServices() {
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());
   peer->set_calibrations(calibrations.get());
+  peer->set_namespaces(namespaces.get());
   transcoder = std::make_unique<Transcoder>(tier.get(), namespaces.get(), calibrations.get());
   transcoder->Start();
   service->set_transcoder(transcoder.get());

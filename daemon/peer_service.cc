@@ -111,7 +111,13 @@ grpc::Status PeerService::PutCalibration(grpc::ServerContext* ctx,
   if (!store) return NotUp();
   auto ns = Digest::FromBytes(req->namespace_id());
   if (!ns.ok()) return ToGrpcStatus(absl::InvalidArgumentError("namespace_id must be 32 bytes"));
-  auto stored = store->Put(*ns, req->artefact());
+  std::optional<NamespaceRegistry::Entry> entry;
+  if (const NamespaceRegistry* namespaces = namespaces_.load()) entry = namespaces->Find(*ns);
+  if (auto s = ArtefactFitsNamespace(entry, *ns, req->artefact()); !s.ok())
+    return ToGrpcStatus(s);
+  auto stored = store->Put(*ns, req->artefact(), [&](const codec::Calibration& c) {
+    return CalibrationFitsNamespace(entry, *ns, c);
+  });
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   FillCalibrationInfo(*stored, false, resp->mutable_info());
   return grpc::Status::OK;

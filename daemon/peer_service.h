@@ -6,6 +6,7 @@
 #include "daemon/auth.h"
 #include "daemon/calibrations/calibration_store.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/namespace_registry.h"
 #include "strata/v1/peer.grpc.pb.h"
 
 namespace strata::daemon {
@@ -18,6 +19,8 @@ class PeerService final : public v1::Peer::Service {
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
   // Where GetCalibration and PutCalibration look; they answer UNAVAILABLE until it is set.
   void set_calibrations(CalibrationStore* store) { calibrations_.store(store); }
+  // The namespaces open here, against which a copied calibration is checked as a client's is.
+  void set_namespaces(const NamespaceRegistry* namespaces) { namespaces_.store(namespaces); }
 
   grpc::Status Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
                         v1::AnnounceResponse*) override;
@@ -48,6 +51,7 @@ class PeerService final : public v1::Peer::Service {
 
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<CalibrationStore*> calibrations_{nullptr};
+  std::atomic<const NamespaceRegistry*> namespaces_{nullptr};
   const Authenticator* const auth_;
 };
 

@@ -1,10 +1,12 @@
 #include "daemon/calibrations/calibration_service.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "codec/calibration.h"
 #include "codec/codec.h"
+#include "common/status_macros.h"
 #include "daemon/cluster/cluster.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -54,6 +56,19 @@ absl::Status FitsLayout(const std::optional<NamespaceRegistry::Entry>& entry,
 
 }  // namespace
 
+absl::Status ArtefactFitsNamespace(const std::optional<NamespaceRegistry::Entry>& entry,
+                                   const NamespaceId& ns, std::string_view artefact) {
+  STRATA_RETURN_IF_ERROR(TakesCalibrations(entry, ns));
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(artefact.data()),
+                                       artefact.size());
+  return OfItsMode(entry, ns, codec::CalibrationModeOf(bytes));
+}
+
+absl::Status CalibrationFitsNamespace(const std::optional<NamespaceRegistry::Entry>& entry,
+                                      const NamespaceId& ns, const codec::Calibration& c) {
+  return FitsLayout(entry, ns, c);
+}
+
 void FillCalibrationInfo(const CalibrationRecord& r, bool current, v1::CalibrationInfo* info) {
   info->set_id(r.id);
   info->set_version(r.version);
@@ -99,14 +114,9 @@ grpc::Status CalibrationService::Put(grpc::ServerContext* ctx,
   Caller caller;
   if (grpc::Status s = Admit(ctx, req->namespace_id(), &ns, &caller); !s.ok()) return s;
   const auto entry = namespaces_->Find(ns);
-  if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
-  const std::string& artefact = req->artefact();
-  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(artefact.data()),
-                                       artefact.size());
-  if (auto s = OfItsMode(entry, ns, codec::CalibrationModeOf(bytes)); !s.ok())
-    return ToGrpcStatus(s);
+  if (auto s = ArtefactFitsNamespace(entry, ns, req->artefact()); !s.ok()) return ToGrpcStatus(s);
   auto stored = store_->Put(ns, req->artefact(), [&](const codec::Calibration& c) {
-    return FitsLayout(entry, ns, c);
+    return CalibrationFitsNamespace(entry, ns, c);
   });
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   FillCalibrationInfo(*stored, store_->IsCurrent(ns, stored->id), resp->mutable_info());
@@ -139,11 +149,15 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   // A peer's answer is checked (parsed, and against the id asked for) and kept, so the next
   // reader finds it here.
   const uint64_t asked = req->id();
-  auto kept = store_->Put(ns, fetched->artefact(), [asked](const codec::Calibration& c) {
-    return asked == 0 || c.Id() == asked
-               ? absl::OkStatus()
-               : absl::DataLossError(
-                     "another node answered with a calibration other than the one asked for");
+  const auto entry = namespaces_->Find(ns);
+  if (auto s = ArtefactFitsNamespace(entry, ns, fetched->artefact()); !s.ok())
+    return ToGrpcStatus(absl::DataLossError(
+        absl::StrCat("another node's answer is unusable: ", s.message())));
+  auto kept = store_->Put(ns, fetched->artefact(), [&](const codec::Calibration& c) {
+    if (asked != 0 && c.Id() != asked)
+      return absl::DataLossError(
+          "another node answered with a calibration other than the one asked for");
+    return CalibrationFitsNamespace(entry, ns, c);
   });
   if (absl::IsDataLoss(kept.status()) || absl::IsInvalidArgument(kept.status()))
     return ToGrpcStatus(absl::DataLossError(

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
+#include <string_view>
 
 #include "daemon/auth.h"
 #include "daemon/calibrations/calibration_store.h"
@@ -42,6 +44,15 @@ class CalibrationService final : public v1::Calibrations::Service {
   const Authenticator* const auth_;
   std::atomic<Cluster*> cluster_{nullptr};
 };
+
+// Whether `artefact` may be a calibration of `ns` as this node has the namespace open (`entry`;
+// anything goes where it is not open here): its codec policy uses calibrations, the artefact is
+// of its mode, and, once parsed, it fits its layout (`check`, for CalibrationStore::Put). Every
+// way one is stored checks it: a client's Put, a peer's copy, an answer fetched from a peer.
+absl::Status ArtefactFitsNamespace(const std::optional<NamespaceRegistry::Entry>& entry,
+                                   const NamespaceId& ns, std::string_view artefact);
+absl::Status CalibrationFitsNamespace(const std::optional<NamespaceRegistry::Entry>& entry,
+                                      const NamespaceId& ns, const codec::Calibration& c);
 
 // A record as the wire shows it; `current` says whether it is its namespace's newest here.
 void FillCalibrationInfo(const CalibrationRecord& r, bool current, v1::CalibrationInfo* info);

@@ -4,6 +4,7 @@
 // from the node that has it; and when no node reached has it, the blocks come back as
 // kUnknownCalibration, never decoded with the wrong basis (issue 16, item 2). The tests that
 // hold for both modes run for each (a pca policy and an xl one).
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "codec/half.h"
 #include "codec/synthetic_kv.h"
 #include "strata/client.h"
+#include "strata/v1/peer.grpc.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/test_data.h"
@@ -476,6 +478,24 @@ TEST(CalibrationLifecycleTest, ACalibrationOfTheOtherModeIsRefused) {
     EXPECT_EQ(put.status().code(), absl::StatusCode::kInvalidArgument) << put.status();
     EXPECT_NE(put.status().message().find("the calibration is for mode"), std::string::npos)
         << put.status();
+  }
+  // A copy from another node (whose clients never opened the namespace there, so nothing was
+  // checked) is checked here as a client's own Put: it does not become the namespace's
+  // calibration, which would stop every publish.
+  auto peer =
+      v1::Peer::NewStub(grpc::CreateChannel(d.endpoint(), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 2; ++i) {
+    v1::PutCalibrationRequest req;
+    req.set_namespace_id(std::string(ns[i].AsBytes()));
+    req.set_artefact(artefact[1 - i]);
+    v1::PutCalibrationResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status s = peer->PutCalibration(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    auto listed = c->ListCalibrations(ns[i]);
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    EXPECT_EQ(listed->size(), 1u) << "the other mode's artefact was stored";
   }
 }
 
