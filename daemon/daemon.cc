@@ -728,7 +728,7 @@ absl::Status Daemon::Impl::StartServices() {
   builder.RegisterService(service.get());
   admin = std::make_unique<AdminService>(store.get(), namespaces.get(), auth.get());
   builder.RegisterService(admin.get());
-  peer = std::make_unique<PeerService>(auth.get());
+  peer = std::make_unique<PeerService>(auth.get(), namespaces.get());
   builder.RegisterService(peer.get());
   auto calibration_store = CalibrationStore::Open(
       config.data_dir + "/calibrations",
@@ -746,7 +746,6 @@ absl::Status Daemon::Impl::StartServices() {
       std::make_unique<CalibrationService>(calibrations.get(), namespaces.get(), auth.get());
   builder.RegisterService(calibration_service.get());
   peer->set_calibrations(calibrations.get());
-  peer->set_namespaces(namespaces.get());
   transcoder = std::make_unique<Transcoder>(tier.get(), namespaces.get(), calibrations.get());
   transcoder->Start();
   service->set_transcoder(transcoder.get());

@@ -112,7 +112,7 @@ grpc::Status PeerService::PutCalibration(grpc::ServerContext* ctx,
   auto ns = Digest::FromBytes(req->namespace_id());
   if (!ns.ok()) return ToGrpcStatus(absl::InvalidArgumentError("namespace_id must be 32 bytes"));
   std::optional<NamespaceRegistry::Entry> entry;
-  if (const NamespaceRegistry* namespaces = namespaces_.load()) entry = namespaces->Find(*ns);
+  if (namespaces_) entry = namespaces_->Find(*ns);
   if (auto s = ArtefactFitsNamespace(entry, *ns, req->artefact()); !s.ok())
     return ToGrpcStatus(s);
   auto stored = store->Put(*ns, req->artefact(), [&](const codec::Calibration& c) {

@@ -13,14 +13,15 @@ namespace strata::daemon {
 
 class PeerService final : public v1::Peer::Service {
  public:
-  // `auth` null: authentication off; otherwise only peer tokens are served.
-  explicit PeerService(const Authenticator* auth = nullptr) : auth_(auth) {}
+  // `auth` null: authentication off; otherwise only peer tokens are served. `namespaces`: those
+  // open here, against which a copied calibration is checked as a client's is (null: none).
+  explicit PeerService(const Authenticator* auth = nullptr,
+                       const NamespaceRegistry* namespaces = nullptr)
+      : auth_(auth), namespaces_(namespaces) {}
   // Calls are refused (UNAVAILABLE) until the cluster layer is set.
   void set_cluster(Cluster* cluster) { cluster_.store(cluster); }
   // Where GetCalibration and PutCalibration look; they answer UNAVAILABLE until it is set.
   void set_calibrations(CalibrationStore* store) { calibrations_.store(store); }
-  // The namespaces open here, against which a copied calibration is checked as a client's is.
-  void set_namespaces(const NamespaceRegistry* namespaces) { namespaces_.store(namespaces); }
 
   grpc::Status Announce(grpc::ServerContext*, const v1::AnnounceRequest* req,
                         v1::AnnounceResponse*) override;
@@ -51,8 +52,8 @@ class PeerService final : public v1::Peer::Service {
 
   std::atomic<Cluster*> cluster_{nullptr};
   std::atomic<CalibrationStore*> calibrations_{nullptr};
-  std::atomic<const NamespaceRegistry*> namespaces_{nullptr};
   const Authenticator* const auth_;
+  const NamespaceRegistry* const namespaces_;
 };
 
 }  // namespace strata::daemon
