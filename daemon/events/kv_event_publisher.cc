@@ -15,6 +15,7 @@ namespace {
 // Events waiting for the publisher thread; beyond this a burst is dropped (and counted) rather
 // than letting a stalled thread grow the daemon without bound.
 constexpr size_t kMaxPendingEvents = 1 << 20;
+constexpr int kReplaysPerRound = 8;  // replay requests served between two publishing rounds
 
 std::string SeqBytes(int64_t seq) {
   std::string out(8, '\0');
@@ -162,7 +163,10 @@ void KvEventPublisher::ServeReplays() {
   zmq::pollitem_t item{s.replay.handle(), 0, ZMQ_POLLIN, 0};
   try {
     if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) return;
-    while (true) {
+    // A few requests per round: callers that ask without end (the socket is unauthenticated)
+    // must not keep new events from being published, nor a stop from being seen.
+    for (int served = 0; served < kReplaysPerRound && !stop_.load(std::memory_order_acquire);
+         ++served) {
       // One message: its first frames kept, the rest only counted (ZMQ hands over a multipart
       // message whole, so the rest must still be read off the socket).
       std::vector<zmq::message_t> frames;
