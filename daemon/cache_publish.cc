@@ -120,11 +120,12 @@ void CacheService::RememberReplication(const NamespaceId& ns, std::span<const Re
   if (!cluster || r.reservation_id == 0 || cluster->size() <= 1) return;
   auto entry = namespaces_->Find(ns);
   if (!entry || cluster->mover().ReplicasFor(*entry) <= 1) return;
-  PendingReplication p{ns, {}, {}, absl::Now() + store_->reservation_timeout()};
+  PendingReplication p{ns, {}, {}, 0, absl::Now() + store_->reservation_timeout()};
   for (size_t i = 0; i < items.size(); ++i) {
     if (r.status[i] != BlockStatus::kOk) continue;
     p.ids.push_back(items[i].id);
     p.parents.push_back(items[i].parent);
+    p.bytes += items[i].size;
   }
   absl::MutexLock lock(&replicate_mu_);
   // Forget reservations that were abandoned (never committed nor aborted).
@@ -177,6 +178,7 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
                                 : CommitCheck::kReread;
   auto r = store_->Commit(req.reservation_id(), crcs, check);
   if (!r.ok()) return ToGrpcStatus(r.status());  // a retried Commit still replicates (or expires)
+  ForgetPieces(req.reservation_id());
   std::optional<PendingReplication> replicate;
   {
     absl::MutexLock lock(&replicate_mu_);
@@ -203,11 +205,16 @@ grpc::Status CacheService::CommitFor(const Caller& caller, const v1::CommitReque
       ids.push_back(replicate->ids[i]);
       parents.push_back(replicate->parents[i]);
     }
-    // A call to another daemon waits peer_timeout at most, whatever the caller's deadline (a
-    // stalled replica must not hold a Commit without one forever, nor use up the client's).
+    // Within the caller's deadline, and within peer_timeout plus the time the bytes take at a
+    // floor rate (the replica's pull runs under the same deadline): a stalled replica must not
+    // hold a Commit without a deadline forever, nor use up a client's, while a large commit's
+    // copies keep the time they need.
+    constexpr double kFloorBytesPerSecond = 50e6;
+    const absl::Duration budget =
+        cluster->peer_timeout() +
+        absl::Seconds(static_cast<double>(replicate->bytes) / kFloorBytesPerSecond);
     if (auto entry = namespaces_->Find(replicate->ns); entry && !ids.empty())
-      cluster->mover().Replicate(*entry, ids, parents,
-                                 std::min(deadline, absl::Now() + cluster->peer_timeout()));
+      cluster->mover().Replicate(*entry, ids, parents, std::min(deadline, absl::Now() + budget));
   }
   const auto crc_failed = std::count(r->begin(), r->end(), BlockStatus::kCrcMismatch);
   static LogRateLimiter limit;
@@ -731,7 +738,16 @@ bool CacheService::HandleAmPublish(const transport::AmMessage& m, transport::Wor
 }
 
 size_t CacheService::MaxBlocksInPieces() const {
-  return std::max<size_t>(kMaxBlocksInPieces, store_->arena_bytes() / am_wire::kMinPushPieceBytes);
+  return std::clamp<size_t>(store_->arena_bytes() / am_wire::kMinPushPieceBytes,
+                            kMaxBlocksInPieces, kMostBlocksInPieces);
+}
+
+void CacheService::ForgetPieces(uint64_t reservation_id) {
+  absl::MutexLock lock(&pieces_mu_);
+  if (publish_pieces_.empty()) return;
+  absl::erase_if(publish_pieces_, [&](const auto& e) {
+    return !e.second.busy && e.first.first == reservation_id;
+  });
 }
 
 void CacheService::SweepEndedPieces() {

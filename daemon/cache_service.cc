@@ -308,6 +308,7 @@ grpc::Status CacheService::AbortFor(const Caller& caller, uint64_t reservation_i
   if (!id_owners_.Allowed(reservation_id, caller)) return UnknownId("reservation", reservation_id);
   absl::Status aborted = store_->Abort(reservation_id);
   ForgetStaged(reservation_id);
+  ForgetPieces(reservation_id);
   if (aborted.ok()) {
     absl::MutexLock lock(&replicate_mu_);
     to_replicate_.erase(reservation_id);

@@ -366,6 +366,7 @@ class CacheService final : public v1::Cache::Service {
   struct PendingReplication {
     NamespaceId ns;
     std::vector<BlockId> ids, parents;  // the BLOCK_OK entries, in commit order
+    uint64_t bytes = 0;                 // theirs, for the copies' time budget
     absl::Time expires;
   };
   // Blocks stratad itself copied in from a staging window, with the CRC it took as it wrote
@@ -381,11 +382,11 @@ class CacheService final : public v1::Cache::Service {
   // must start and the CRC of the bytes so far. A client sends a block's pieces in order over
   // one endpoint; the map is shared by the workers and not locked while a piece is copied, so
   // an entry is marked busy meanwhile: pieces of one block from two writers at once fail the
-  // block instead of leaving a CRC that is not its bytes'. Only blocks larger than
-  // am_wire::kMinPushPieceBytes come in pieces, so the entries of open reservations number fewer
-  // than MaxBlocksInPieces(); past it, the entries of reservations that ended (committed,
-  // aborted, expired) go, and those untouched for a reservation timeout (their client is gone):
-  // no caller can fill the table for the others.
+  // block instead of leaving a CRC that is not its bytes'. A reservation's entries go at its
+  // Commit or Abort; past MaxBlocksInPieces(), those of reservations that ended otherwise
+  // (expired) go, then those untouched for a reservation timeout. Only blocks larger than
+  // am_wire::kMinPushPieceBytes come in pieces, so up to an arena of 256 MiB open reservations
+  // cannot fill the table; past that, one caller needs 256 MiB of them reserved to.
   struct PiecesSoFar {
     uint64_t next = 0;
     uint32_t crc = 0;
@@ -393,8 +394,10 @@ class CacheService final : public v1::Cache::Service {
     uint64_t started = 0;  // pieces_started_ when the block (re)started: tells restarts apart
     bool busy = false;     // a piece is being copied in (the lock is not held meanwhile)
   };
-  static constexpr size_t kMaxBlocksInPieces = 4096;  // at least; see MaxBlocksInPieces
+  static constexpr size_t kMaxBlocksInPieces = 4096;    // at least; see MaxBlocksInPieces
+  static constexpr size_t kMostBlocksInPieces = 65536;  // ~4 MiB of entries at most
   size_t MaxBlocksInPieces() const;
+  void ForgetPieces(uint64_t reservation_id);
   // With the table full: drops the entries of reservations no longer open.
   void SweepEndedPieces();
   absl::Mutex pieces_mu_;  // taken before staged_mu_ (ForgetStaged), never after it

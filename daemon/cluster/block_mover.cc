@@ -183,7 +183,7 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
   // Holders: this node's store, then the directory.
   absl::flat_hash_set<BlockId> local;
   for (const auto& id : ids)
-    if (store_.Lookup(ns.id, {&id, 1}, nullptr) == 1) local.insert(id);  // in this namespace
+    if (HeldIn(store_, ns.id, id)) local.insert(id);
   auto located = locator_.Locate(ids, std::min(deadline, absl::Now() + ctx_.config.peer_timeout));
   std::map<std::string, std::vector<size_t>> by_source;
   // Into another node's GPU tier, blocks it holds already go up there too: asked as if
@@ -199,8 +199,11 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
         if (l.tier == placement::LocationTier::kGpu && l.node != target &&
             std::find(holders.begin(), holders.end(), l.node) == holders.end())
           holders.insert(holders.begin(), l.node);
+    // The directory knows ids, not namespaces: this node is a holder only where it holds the
+    // block in this namespace (found above).
     for (const auto& l : located[i])
-      if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
+      if (l.node != ctx_.self.id &&
+          std::find(holders.begin(), holders.end(), l.node) == holders.end())
         holders.push_back(l.node);
     const bool there = std::find(holders.begin(), holders.end(), target) != holders.end();
     if (there && promote_there) {
@@ -384,8 +387,11 @@ void BlockMover::RepairNamespace(const Ring& ring, const NamespaceRegistry::Entr
   std::map<uint32_t, std::vector<size_t>> per_target;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::vector<std::string> holders = {ctx_.self.id};
+    // The directory knows ids, not namespaces: this node is a holder only where it holds the
+    // block in this namespace (found above).
     for (const auto& l : located[i])
-      if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
+      if (l.node != ctx_.self.id &&
+          std::find(holders.begin(), holders.end(), l.node) == holders.end())
         holders.push_back(l.node);
     if (holders.size() >= copies) continue;
     // One holder acts: the smallest id among them.

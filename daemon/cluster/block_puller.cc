@@ -58,7 +58,7 @@ std::vector<BlockStatus> BlockPuller::Pull(const NamespaceSpec& spec, const std:
   // reservation refuses it, so that a drain or move keeps the source's copy.
   std::vector<size_t> need;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (store_.Lookup(*ns, {&ids[i], 1}, nullptr) == 1)
+    if (HeldIn(store_, *ns, ids[i]))
       status[i] = BlockStatus::kExists;
     else
       need.push_back(i);

@@ -42,6 +42,13 @@ enum class PullInto {
   kDeviceIfAny,    // the GPU tier where there is one and it has room, else host memory
 };
 
+// Whether `store` holds `id` in namespace `ns`: Holds and the directory know ids only, and an
+// id another namespace holds here (ids of the vllm scheme carry none) is not the block. Holds
+// first, so that only a held id pays the namespace's lookup (which counts and touches it).
+inline bool HeldIn(BlockStore& store, const NamespaceId& ns, const BlockId& id) {
+  return store.Holds(id) && store.Lookup(ns, {&id, 1}, nullptr) == 1;
+}
+
 class BlockPuller {
  public:
   // `gpu`: this node's GPU tier (null: none); `device`: its device links to other GPU tiers

@@ -264,8 +264,8 @@ TEST_P(ReplicationTest, KillingAnyOneNodeLosesNoBlock) {
 INSTANTIATE_TEST_SUITE_P(Victims, ReplicationTest, ::testing::Values(0, 1, 2));
 
 // A replica that stops answering (SIGSTOP: its sockets stay open) costs a Commit peer_timeout
-// (500 ms here), not the client's whole deadline: the publish succeeds on this node, the failed
-// copy is counted.
+// (500 ms here) and the bytes' time at a floor rate, not the client's whole deadline: the
+// publish succeeds on this node.
 TEST(ReplicationDeadlineTest, AStalledReplicaCostsPeerTimeoutNotTheCallersDeadline) {
   Cluster cl(2, /*replicas=*/2);
   ASSERT_TRUE(cl.ok()) << cl.logs();
