@@ -111,7 +111,6 @@ TEST(TieredStorePromote, BatchesKeepBytesPinsAndExclusiveTiers) {
   f.store->Stop();
 }
 
-// Listing the node's blocks for the cluster layer: host and NVMe blocks, each once.
 // An explicit evict of an NVMe block that a fetch promotes at the same moment: whichever comes
 // first, the evict answers kOk and the block is gone from both tiers afterwards (the evict used
 // to miss a block whose promotion was under way: kNotFound, and the block stayed in host memory).
@@ -150,6 +149,7 @@ TEST(TieredStorePromote, AnEvictRacingAPromotionRemovesTheBlock) {
   f.store->Stop();
 }
 
+// Listing the node's blocks for the cluster layer: host and NVMe blocks, each once.
 TEST(TieredStoreList, AllBlocksAndIdsCoverBothTiersOnce) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.Open());
