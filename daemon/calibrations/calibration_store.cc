@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -31,7 +32,10 @@ std::string FileName(const NamespaceId& ns, uint64_t id) {
 // file, fsync, rename, fsync of the directory.
 absl::Status WriteDurably(const std::string& dir, const std::string& name,
                           const std::string& bytes) {
-  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  // A temporary file of its own per write: two Puts of one artefact at once (a client's and a
+  // peer's copy) must not truncate each other's file nor rename it away.
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".", ::getpid(), ".", writes++, ".tmp");
   const std::string path = absl::StrCat(dir, "/", name);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
@@ -133,6 +137,11 @@ absl::Status CalibrationStore::Load() {
         why = r.status();
       } else if (FileName(*ns, r->id) != name) {
         why = absl::DataLossError("its bytes hash to another id than its name says");
+      } else if (HasVersion(*ns, r->version)) {
+        // Left by a crash between two Puts of one version (the second removes its file once
+        // refused): the first in name order stays, as every later Put of the version is refused.
+        why = absl::FailedPreconditionError(
+            absl::StrCat("the namespace has another calibration of version ", r->version));
       } else {
         struct stat st;
         if (::stat(path.c_str(), &st) == 0) r->added = absl::TimeFromTimespec(st.st_mtim);
@@ -147,6 +156,14 @@ absl::Status CalibrationStore::Load() {
   }
   if (count_ > 0) spdlog::info("loaded {} calibrations ({} bytes) from {}", count_, bytes_, dir_);
   return absl::OkStatus();
+}
+
+bool CalibrationStore::HasVersion(const NamespaceId& ns, uint32_t version) const {
+  auto it = by_ns_.find(ns);
+  if (it == by_ns_.end()) return false;
+  for (const CalibrationRecord& r : it->second)
+    if (r.version == version) return true;
+  return false;
 }
 
 void CalibrationStore::Insert(CalibrationRecord r) {

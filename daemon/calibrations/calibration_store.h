@@ -89,6 +89,7 @@ class CalibrationStore {
   absl::Status Load();
   absl::Status WriteFile(const CalibrationRecord& r) const;
   // Adds a parsed record; the caller has checked the limits.
+  bool HasVersion(const NamespaceId& ns, uint32_t version) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Insert(CalibrationRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;

@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <stdlib.h>
 
+#include "absl/strings/str_format.h"
 #include "codec/calibration.h"
 #include "codec/synthetic_kv.h"
 
@@ -164,6 +166,42 @@ TEST_F(CalibrationStoreTest, ARestartedStoreHasEveryCalibrationAndSetsDamagedFil
   for (const auto& e : std::filesystem::directory_iterator(dir_))
     bad += e.path().extension() == ".bad";
   EXPECT_EQ(bad, 2u);
+
+  // Two files of one version (a crash between a Put and the removal of the one refused): the
+  // first in name order stays, the other is set aside, so a version still names one calibration.
+  const std::string other = Artefact(2, 77);  // version 2 again, another id
+  auto described = CalibrationStore::Open("", {});
+  ASSERT_TRUE(described.ok());
+  auto parsed = (*described)->Put(Ns(1), other);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::ofstream(dir_ + "/" + Ns(1).ToHex() + "-" + absl::StrFormat("%016x", parsed->id) + ".skvp",
+                std::ios::binary)
+      << other;
+  store.reset();
+  store = Open();
+  EXPECT_EQ(store->size(), 2u);
+  EXPECT_EQ(store->rejected_files(), 1u);
+  ASSERT_EQ(store->List(Ns(1)).size(), 2u);
+}
+
+// Two Puts of one artefact at once (a client's and a peer's copy of it) both succeed, and the
+// directory holds the one file.
+TEST_F(CalibrationStoreTest, TwoPutsOfOneArtefactAtOnceBothSucceed) {
+  auto store = Open();
+  for (uint32_t round = 0; round < 12; ++round) {  // within max_per_namespace (16)
+    const std::string a = Artefact(round + 1, 100 + round);
+    absl::Status got[2];
+    std::thread t([&] { got[0] = store->Put(Ns(4), a).status(); });
+    got[1] = store->Put(Ns(4), a).status();
+    t.join();
+    EXPECT_TRUE(got[0].ok() && got[1].ok()) << round << ": " << got[0] << " / " << got[1];
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().extension(), ".skvp") << e.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 12u);
 }
 
 // The daemon's coders parse calibrations through the store's bounded cache: within its budget
