@@ -26,32 +26,37 @@ std::vector<std::string> OtherAddresses(ClusterContext& ctx) {
 absl::StatusOr<v1::GetCalibrationResponse> CalibrationSync::Fetch(const NamespaceId& ns,
                                                                   uint64_t id,
                                                                   absl::Time deadline) {
-  // Shared with the callbacks, which may outlive this call when it returns on a first answer.
+  // Shared with the callbacks, which may outlive this call (and the cluster) when it returns on
+  // a first answer or at the deadline: they touch nothing else.
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     size_t pending = 0;
+    uint64_t failures = 0;
     std::optional<v1::GetCalibrationResponse> best;
   };
   auto state = std::make_shared<State>();
   const std::vector<std::string> peers = OtherAddresses(ctx_);
   state->pending = peers.size();
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::GetCalibrationRequest req;
+    v1::GetCalibrationResponse resp;
+  };
+  std::vector<std::shared_ptr<Call>> calls;
   for (const std::string& address : peers) {
-    struct Call {
-      grpc::ClientContext ctx;
-      v1::GetCalibrationRequest req;
-      v1::GetCalibrationResponse resp;
-    };
     auto call = std::make_shared<Call>();
+    calls.push_back(call);
     call->ctx.set_deadline(absl::ToChronoTime(deadline));
     call->req.set_namespace_id(std::string(ns.AsBytes()));
     call->req.set_id(id);
     ctx_.peers.Get(address)->async()->GetCalibration(
         &call->ctx, &call->req, &call->resp,
-        [state, call, id, counters = &ctx_.counters](grpc::Status s) {
-          if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND)
-            counters->peer_failures.fetch_add(1);
+        [state, call, id](grpc::Status s) {
           std::lock_guard<std::mutex> lock(state->mu);
+          if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND &&
+              s.error_code() != grpc::StatusCode::CANCELLED)
+            ++state->failures;
           const bool usable = s.ok() && (id == 0 || call->resp.info().id() == id);
           if (usable && (!state->best || state->best->info().version() < call->resp.info().version()))
             state->best = std::move(call->resp);
@@ -63,11 +68,18 @@ absl::StatusOr<v1::GetCalibrationResponse> CalibrationSync::Fetch(const Namespac
   // An id names one artefact: the first copy will do. The newest version needs every answer.
   state->cv.wait_until(lock, absl::ToChronoTime(deadline),
                        [&] { return state->pending == 0 || (id != 0 && state->best); });
-  if (!state->best)
+  std::optional<v1::GetCalibrationResponse> best = std::move(state->best);
+  state->best.reset();
+  ctx_.counters.peer_failures.fetch_add(state->failures);  // those that answered in time
+  state->failures = 0;
+  lock.unlock();
+  // The calls still running would each bring a whole artefact (up to 60 MiB) for nobody.
+  for (const auto& call : calls) call->ctx.TryCancel();
+  if (!best)
     return absl::NotFoundError(
         peers.empty() ? std::string("no other node in the cluster to ask")
                       : "none of the other nodes asked holds it");
-  return *state->best;
+  return *std::move(best);
 }
 
 uint32_t CalibrationSync::Push(const NamespaceId& ns, const std::string& artefact,
