@@ -69,6 +69,7 @@ struct HttpServer::Impl {
     bool answered = false;   // `out` is final
     bool rendering = false;  // waiting for the render thread
     bool dead = false;       // the peer left while rendering: closed when the render returns
+    bool peer_closed = false;  // the peer shut down its side after a whole request: still answered
     bool head = false;
     Clock::time_point deadline;
   };
@@ -170,7 +171,12 @@ bool HttpServer::Impl::OnReadable(Conn& c) {
   char buf[4096];
   for (;;) {
     ssize_t n = read(c.fd, buf, sizeof buf);
-    if (n == 0) return false;  // the peer went away before its answer
+    if (n == 0) {
+      // The peer shut down its side. After a whole request the answer still goes (a client may
+      // end its writing once it has sent one, as `nc -N` does); before one, none ever will.
+      c.peer_closed = true;
+      return c.answered || c.rendering;
+    }
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     if (c.answered || c.rendering) continue;  // a body or pipelined bytes: ignored
     c.in.append(buf, static_cast<size_t>(n));
@@ -214,8 +220,11 @@ void HttpServer::Impl::EventLoop() {
     fds.clear();
     fds.push_back({listen_fd, POLLIN, 0});
     fds.push_back({wake_fd, POLLIN, 0});
-    for (const Conn& c : conns)
-      fds.push_back({c.fd, static_cast<short>(c.dead ? 0 : c.answered ? POLLOUT : POLLIN), 0});
+    for (const Conn& c : conns) {
+      // A peer that closed its side has nothing more to read: it waits for its render.
+      const short wanted = c.dead ? 0 : c.answered ? POLLOUT : c.peer_closed ? 0 : POLLIN;
+      fds.push_back({c.fd, wanted, 0});
+    }
     if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
     if (fds[1].revents & POLLIN) {
       uint64_t v;
