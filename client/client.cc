@@ -405,6 +405,9 @@ absl::StatusOr<FetchResult> Client::Fetch(const NamespaceId& ns, std::span<const
     return absl::InvalidArgumentError(
         absl::StrCat(ids.size(), " ids but ", buffers.size(), " buffers"));
   if (ids.empty()) return impl_->local->Fetch(ns, ids, {});
+  for (const MutableBuffer& b : buffers)
+    if (b.data == nullptr && b.size != 0)
+      return absl::InvalidArgumentError("a fetch buffer of non-zero size has no address");
   STRATA_ASSIGN_OR_RETURN(client::FetchLanding into, impl_->LandingFor(ns, buffers));
   STRATA_ASSIGN_OR_RETURN(FetchResult r, impl_->local->Fetch(ns, ids, into));
   if (impl_->options.remote_fetch && impl_->control().clustered() && r.fetched < ids.size())

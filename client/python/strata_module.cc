@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,12 @@ void Check(const absl::Status& s) {
 [[noreturn]] void InvalidArgument(const std::string& what) {
   Raise(absl::InvalidArgumentError(what));
 }
+
+// Thrown where the GIL may not be held (Raise needs it): the module's translator raises
+// strata.errors.FailedPreconditionError for it once pybind11 holds the GIL again.
+struct ClientClosed : std::exception {
+  const char* what() const noexcept override { return "the client is closed"; }
+};
 
 // Ids travel as 32-byte `bytes`.
 BlockId IdFrom(py::handle h) {
@@ -310,23 +317,26 @@ class PyClient {
     client_ = Take(std::move(c));
   }
 
-  strata::Client& client() {
-    if (!client_) Raise(absl::FailedPreconditionError("the client is closed"));
-    return *client_;
+  // The client for one call, kept alive until the call ends even if another thread closes it
+  // meanwhile. Called with or without the GIL: ClientClosed once closed.
+  std::shared_ptr<strata::Client> client() {
+    std::lock_guard<std::mutex> lock(client_mu_);
+    if (!client_) throw ClientClosed();
+    return client_;
   }
 
   // Memory the engine writes blocks into and publishes from (Client::AllocatePublishBuffer):
   // with several tenants on this node the daemon copies those blocks straight into the tenant's
   // zone, without this client's copy.
   PyPublishBuffer AllocatePublishBuffer(size_t nbytes) {
-    client();  // raises once closed
+    std::shared_ptr<strata::Client> c = client();
     absl::StatusOr<strata::MutableBuffer> b;
     {
       py::gil_scoped_release release;
-      b = client_->AllocatePublishBuffer(nbytes);
+      b = c->AllocatePublishBuffer(nbytes);
     }
     strata::MutableBuffer buf = Take(std::move(b));
-    return PyPublishBuffer{client_, static_cast<uint8_t*>(buf.data), buf.size};
+    return PyPublishBuffer{c, static_cast<uint8_t*>(buf.data), buf.size};
   }
 
   // Lends the daemon a buffer of this process's device memory (Client::LendDeviceBuffer).
@@ -335,7 +345,7 @@ class PyClient {
     absl::StatusOr<uint64_t> id;
     {
       py::gil_scoped_release release;
-      id = client().LendDeviceBuffer(h);
+      id = client()->LendDeviceBuffer(h);
     }
     return PyDeviceLoan{Take(std::move(id)), std::move(buffer)};
   }
@@ -347,7 +357,7 @@ class PyClient {
     absl::StatusOr<strata::DeviceFetchResult> r;
     {
       py::gil_scoped_release release;
-      r = client().FetchToDevice(id, loan.id, block_ids, offsets, {promote, decode});
+      r = client()->FetchToDevice(id, loan.id, block_ids, offsets, {promote, decode});
     }
     strata::DeviceFetchResult f = Take(std::move(r));
     return {f.status, f.sizes, f.crcs, f.sources, f.fetched, f.bytes};
@@ -363,7 +373,7 @@ class PyClient {
     absl::StatusOr<strata::DevicePublishResult> r;
     {
       py::gil_scoped_release release;
-      r = client().PublishFromDevice(id, loan.id, block_ids, parent_ids, offsets, sizes);
+      r = client()->PublishFromDevice(id, loan.id, block_ids, parent_ids, offsets, sizes);
     }
     strata::DevicePublishResult p = Take(std::move(r));
     return {p.status, p.stored_bytes, p.stored, p.bytes_read, p.encoded_on_device};
@@ -373,15 +383,20 @@ class PyClient {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client().ReturnDeviceBuffer(loan.id);
+      s = client()->ReturnDeviceBuffer(loan.id);
     }
     Check(s);
   }
 
   void Close() {
     registered_.clear();
+    std::shared_ptr<strata::Client> closing;
+    {
+      std::lock_guard<std::mutex> lock(client_mu_);
+      closing.swap(client_);
+    }
     py::gil_scoped_release release;
-    client_.reset();
+    closing.reset();  // the last call still running, if any, ends the client
   }
 
   py::bytes OpenNamespace(const std::string& model_id, uint32_t num_layers, uint32_t num_kv_heads,
@@ -416,7 +431,7 @@ class PyClient {
     absl::StatusOr<NamespaceId> ns;
     {
       py::gil_scoped_release release;
-      ns = client().OpenNamespace(spec, tenant, options);
+      ns = client()->OpenNamespace(spec, tenant, options);
     }
     return IdTo(Take(std::move(ns)));
   }
@@ -429,7 +444,7 @@ class PyClient {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client().RegisterBuffer(data, size);
+      s = client()->RegisterBuffer(data, size);
     }
     Check(s);
     registered_.push_back({data, std::move(obj), std::make_shared<BufferView>(std::move(view))});
@@ -441,14 +456,14 @@ class PyClient {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client().UnregisterBuffer(data);
+      s = client()->UnregisterBuffer(data);
     }
     Check(s);
     std::erase_if(registered_, [&](const Registered& r) { return r.data == data; });
   }
 
   py::list BlockIds(py::bytes ns, py::handle tokens, const std::string& cache_salt) {
-    return IdsTo(Take(client().BlockIds(IdFrom(ns), TokensFrom(tokens), cache_salt)));
+    return IdsTo(Take(client()->BlockIds(IdFrom(ns), TokensFrom(tokens), cache_salt)));
   }
 
   PyPublishResult Publish(py::bytes ns, py::handle tokens, py::sequence blocks) {
@@ -460,7 +475,7 @@ class PyClient {
     absl::StatusOr<strata::PublishResult> r;
     {
       py::gil_scoped_release release;
-      r = client().Publish(id, toks, bufs);
+      r = client()->Publish(id, toks, bufs);
     }
     return ToPy(Take(std::move(r)));
   }
@@ -477,7 +492,7 @@ class PyClient {
     absl::StatusOr<strata::PublishResult> r;
     {
       py::gil_scoped_release release;
-      r = client().PublishIds(id, block_ids, parent_ids, bufs,
+      r = client()->PublishIds(id, block_ids, parent_ids, bufs,
                               first_positions ? std::span<const uint64_t>(*first_positions)
                                               : std::span<const uint64_t>());
     }
@@ -490,7 +505,7 @@ class PyClient {
     absl::StatusOr<strata::LookupResult> r;
     {
       py::gil_scoped_release release;
-      r = client().Lookup(id, toks);
+      r = client()->Lookup(id, toks);
     }
     strata::LookupResult found = Take(std::move(r));
     PyLookupResult out;
@@ -507,7 +522,7 @@ class PyClient {
     absl::StatusOr<size_t> r;
     {
       py::gil_scoped_release release;
-      r = client().LookupIds(id, block_ids);
+      r = client()->LookupIds(id, block_ids);
     }
     return Take(std::move(r));
   }
@@ -521,7 +536,7 @@ class PyClient {
     absl::StatusOr<strata::FetchResult> r;
     {
       py::gil_scoped_release release;
-      r = client().Fetch(id, block_ids, bufs);
+      r = client()->Fetch(id, block_ids, bufs);
     }
     strata::FetchResult f = Take(std::move(r));
     return {f.status, f.sizes, f.fetched, f.bytes_received, f.remote};
@@ -533,7 +548,7 @@ class PyClient {
     absl::StatusOr<strata::EvictOutcome> r;
     {
       py::gil_scoped_release release;
-      r = client().Evict(id, block_ids, cascade, force);
+      r = client()->Evict(id, block_ids, cascade, force);
     }
     return Take(std::move(r)).status;
   }
@@ -545,7 +560,7 @@ class PyClient {
     absl::StatusOr<strata::RepositionOutcome> r;
     {
       py::gil_scoped_release release;
-      r = client().Reposition(id, block_ids, target_node, move, target_tier);
+      r = client()->Reposition(id, block_ids, target_node, move, target_tier);
     }
     strata::RepositionOutcome out = Take(std::move(r));
     py::dict d;
@@ -562,7 +577,7 @@ class PyClient {
     absl::StatusOr<std::vector<BlockStatus>> r;
     {
       py::gil_scoped_release release;
-      r = client().Pin(id, block_ids, absl::Seconds(ttl_seconds));
+      r = client()->Pin(id, block_ids, absl::Seconds(ttl_seconds));
     }
     return Take(std::move(r));
   }
@@ -573,7 +588,7 @@ class PyClient {
     absl::StatusOr<std::vector<BlockStatus>> r;
     {
       py::gil_scoped_release release;
-      r = client().Unpin(id, block_ids);
+      r = client()->Unpin(id, block_ids);
     }
     return Take(std::move(r));
   }
@@ -582,7 +597,7 @@ class PyClient {
     absl::StatusOr<strata::DaemonStats> r;
     {
       py::gil_scoped_release release;
-      r = client().Stats();
+      r = client()->Stats();
     }
     strata::DaemonStats s = Take(std::move(r));
     py::dict d;
@@ -604,7 +619,7 @@ class PyClient {
   }
 
   py::dict CalibrationCacheStats() {
-    const strata::CalibrationCacheStats s = client().calibration_cache_stats();
+    const strata::CalibrationCacheStats s = client()->calibration_cache_stats();
     py::dict d;
     d["calibrations"] = s.calibrations;
     d["bytes"] = s.bytes;
@@ -632,7 +647,7 @@ class PyClient {
     absl::StatusOr<strata::CalibrationInfo> r;
     {
       py::gil_scoped_release release;
-      r = client().Calibrate(id, bufs, req);
+      r = client()->Calibrate(id, bufs, req);
     }
     return CalibrationDict(Take(std::move(r)));
   }
@@ -642,15 +657,15 @@ class PyClient {
     absl::StatusOr<std::vector<strata::CalibrationInfo>> r;
     {
       py::gil_scoped_release release;
-      r = client().ListCalibrations(id);
+      r = client()->ListCalibrations(id);
     }
     py::list out;
     for (const auto& c : Take(std::move(r))) out.append(CalibrationDict(c));
     return out;
   }
 
-  std::string NodeId() { return client().node_id(); }
-  uint32_t TokensPerBlock(py::bytes ns) { return client().tokens_per_block(IdFrom(ns)); }
+  std::string NodeId() { return client()->node_id(); }
+  uint32_t TokensPerBlock(py::bytes ns) { return client()->tokens_per_block(IdFrom(ns)); }
 
  private:
   static py::dict CalibrationDict(const strata::CalibrationInfo& c) {
@@ -680,13 +695,25 @@ class PyClient {
   std::vector<Registered> registered_;
   // Shared with the publish buffers handed out: their memory is the client's, so a closed
   // client lives on until the last of them is gone.
-  std::shared_ptr<strata::Client> client_;
+  std::mutex client_mu_;
+  std::shared_ptr<strata::Client> client_;  // guarded by client_mu_
 };
 
 }  // namespace
 
 PYBIND11_MODULE(_strata, m) {
   m.doc() = "libstrata: publish, look up and fetch KV-cache blocks on a stratad";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ClientClosed&) {
+      try {
+        Raise(absl::FailedPreconditionError("the client is closed"));
+      } catch (py::error_already_set& e) {
+        e.restore();
+      }
+    }
+  });
 
   py::enum_<BlockStatus>(m, "BlockStatus")
       .value("OK", BlockStatus::kOk)

@@ -137,6 +137,61 @@ def test_errors_are_exceptions_with_the_message(client, daemon):
     assert isinstance(client.stats()["host_capacity_bytes"], int)
 
 
+def test_a_closed_client_raises_and_a_close_during_a_call_is_safe(daemon):
+    # In a child process: a call on a closed client used to kill the interpreter (it raised
+    # without the GIL), which must fail this test rather than the test run.
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent(f"""
+        import numpy as np, strata
+        from strata import errors
+        c = strata.Client({daemon.endpoint!r}, rpc_timeout=5.0)
+        ns = c.open_namespace("py/closed", tenant="t", num_layers=2, num_kv_heads=1,
+                              head_dim=64, dtype="bf16", tokens_per_block=16)
+        c.close()
+        for call in (lambda: c.lookup(ns, list(range(16))),
+                     lambda: c.fetch(ns, [b"\\x01" * 32], [np.zeros(16, np.uint8)]),
+                     lambda: c.publish(ns, list(range(16)), [np.zeros(16, np.uint8)]),
+                     lambda: c.stats()):
+            try:
+                call()
+                raise SystemExit("a closed client answered")
+            except errors.FailedPreconditionError as e:
+                assert "closed" in str(e), e
+        c.close()
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+    # One thread fetches while another closes the client: each call succeeds or raises.
+    c = strata.Client(daemon.endpoint, rpc_timeout=5.0)
+    ns = c.open_namespace("py/closing", tenant="t", **SMALL)
+    tokens = tokens_of(2, start=7000)
+    c.publish(ns, tokens, blocks_of(2))
+    ids = c.block_ids(ns, tokens)
+    outcomes = []
+
+    def fetch_until_closed():
+        out = [np.zeros(SMALL_BLOCK_BYTES, dtype=np.uint8) for _ in ids]
+        for _ in range(2000):
+            try:
+                outcomes.append(c.fetch(ns, ids, out).fetched)
+            except errors.FailedPreconditionError:
+                outcomes.append("closed")
+                return
+
+    t = threading.Thread(target=fetch_until_closed)
+    t.start()
+    time.sleep(0.05)
+    c.close()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert outcomes and all(o in (2, "closed") for o in outcomes), outcomes[-5:]
+
+
 def test_a_dead_endpoint_fails_within_the_deadline():
     start = time.monotonic()
     with pytest.raises(errors.StrataError):

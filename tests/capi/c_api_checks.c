@@ -106,6 +106,15 @@ int CheckRoundTrip(const char* endpoint, char* failure, size_t failure_size) {
     if (got[b] != block_bytes || memcmp(out[b], blocks[b], block_bytes) != 0)
       FAIL("block %d differs after fetch", b);
   if (strata_unregister_buffer(client, out[0], &err) != 0) FAIL("unregister: %s", err);
+  /* A buffer with no address but room for the block is refused (3), nothing written. */
+  {
+    void* none[1] = {NULL};
+    uint8_t st = 0xee;
+    int rc = strata_fetch(client, &ns, ids, 1, none, capacities, &st, got, &fetched, &err);
+    if (rc != 3) FAIL("fetch into a NULL buffer: rc %d", rc);
+    strata_free(err);
+    err = NULL;
+  }
 
   /* Pin protects from eviction; unpin and evict with cascade remove the chain. */
   if (strata_pin(client, &ns, ids, 1, 60000, status, &err) != 0) FAIL("pin: %s", err);
