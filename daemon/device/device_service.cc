@@ -104,9 +104,16 @@ grpc::Status DeviceService::DecodeToPeer(const NamespaceId& ns, const std::vecto
   // The blobs are read from host memory (which also stages device-only and NVMe-only blocks):
   // the entropy decoding runs on the CPU whichever way the rest goes.
   AcquireResult lease = gpu_->Acquire(ns, ids);
+  // Decodes queue behind each other (one decoder): a read hold keeps the leased extents this
+  // lease's even past its expiry, so no byte of a block that replaced one is decoded as it.
+  std::vector<ArenaExtent> extents;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (lease.status[i] == BlockStatus::kOk) extents.push_back({lease.offsets[i], lease.sizes[i]});
+  const bool held = lease.lease_id != 0 && gpu_->BeginLeaseRead(lease.lease_id, extents, 1);
   uint64_t written = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     BlockStatus st = lease.status[i];
+    if (st == BlockStatus::kOk && !held) st = BlockStatus::kNotFound;  // the lease ended at once
     uint64_t size = 0;
     if (st == BlockStatus::kOk) {
       const std::span<const uint8_t> blob(gpu_->arena_base() + lease.offsets[i], lease.sizes[i]);
@@ -125,6 +132,7 @@ grpc::Status DeviceService::DecodeToPeer(const NamespaceId& ns, const std::vecto
     resp->add_crc32c(st == BlockStatus::kOk ? lease.crcs[i] : 0);
     resp->add_source(st == BlockStatus::kOk ? v1::TIER_HOST : v1::TIER_UNKNOWN);
   }
+  if (held) gpu_->EndLeaseRead(lease.lease_id);
   if (lease.lease_id != 0) (void)gpu_->Release(lease.lease_id);
   resp->set_bytes_copied(written);
   return grpc::Status::OK;
