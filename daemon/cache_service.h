@@ -385,8 +385,8 @@ class CacheService final : public v1::Cache::Service {
   // block instead of leaving a CRC that is not its bytes'. A reservation's entries go at its
   // Commit or Abort; past MaxBlocksInPieces(), those of reservations that ended otherwise
   // (expired) go, then those untouched for a reservation timeout. Only blocks larger than
-  // am_wire::kMinPushPieceBytes come in pieces, so up to an arena of 256 MiB open reservations
-  // cannot fill the table; past that, one caller needs 256 MiB of them reserved to.
+  // am_wire::kMinPushPieceBytes come in pieces, so below a 256 MiB arena open reservations
+  // cannot fill the table; above it, filling it takes 256 MiB of reservations left open.
   struct PiecesSoFar {
     uint64_t next = 0;
     uint32_t crc = 0;

@@ -66,10 +66,10 @@ struct HttpServer::Impl {
     std::string in;
     std::string out;
     size_t written = 0;
-    bool answered = false;   // `out` is final
-    bool rendering = false;  // waiting for the render thread
-    bool dead = false;       // the peer left while rendering: closed when the render returns
-    bool peer_closed = false;  // the peer shut down its side after a whole request: still answered
+    bool answered = false;     // `out` is final
+    bool rendering = false;    // waiting for the render thread
+    bool dead = false;         // the peer left while rendering: closed when the render returns
+    bool peer_closed = false;  // the peer shut down its side after a whole request
     bool head = false;
     Clock::time_point deadline;
   };

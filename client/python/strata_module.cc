@@ -493,8 +493,8 @@ class PyClient {
     {
       py::gil_scoped_release release;
       r = client()->PublishIds(id, block_ids, parent_ids, bufs,
-                              first_positions ? std::span<const uint64_t>(*first_positions)
-                                              : std::span<const uint64_t>());
+                               first_positions ? std::span<const uint64_t>(*first_positions)
+                                               : std::span<const uint64_t>());
     }
     return ToPy(Take(std::move(r)));
   }

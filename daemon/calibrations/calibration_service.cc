@@ -142,6 +142,9 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   }
   Cluster* c = cluster_.load();
   if (!c) return ToGrpcStatus(found.status());
+  const auto entry = namespaces_->Find(ns);
+  // A namespace without calibrations has none to fetch (nor a use for up to 60 MiB of one).
+  if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
   auto fetched = c->calibrations().Fetch(ns, req->id(), PeerDeadline(ctx, *c));
   if (!fetched.ok())
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -149,7 +152,6 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   // A peer's answer is checked (parsed, and against the id asked for) and kept, so the next
   // reader finds it here.
   const uint64_t asked = req->id();
-  const auto entry = namespaces_->Find(ns);
   if (auto s = ArtefactFitsNamespace(entry, ns, fetched->artefact()); !s.ok())
     return ToGrpcStatus(absl::DataLossError(
         absl::StrCat("another node's answer is unusable: ", s.message())));

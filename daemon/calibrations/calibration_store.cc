@@ -115,8 +115,16 @@ absl::StatusOr<std::unique_ptr<CalibrationStore>> CalibrationStore::Open(std::st
 absl::Status CalibrationStore::Load() {
   std::error_code ec;
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
-    if (e.is_regular_file() && e.path().extension() == kSuffix) files.push_back(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    if (!e.is_regular_file()) continue;
+    if (e.path().extension() == kSuffix) files.push_back(e.path());
+    // A write a crash cut short (WriteDurably's temporary file): never renamed into place.
+    const std::string name = e.path().filename().string();
+    if (name.size() > 5 && name[0] == '.' && name.ends_with(".tmp")) {
+      std::error_code gone;
+      std::filesystem::remove(e.path(), gone);
+    }
+  }
   if (ec)
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read the calibration directory ", dir_, ": ", ec.message()));
@@ -211,14 +219,24 @@ absl::StatusOr<CalibrationRecord> CalibrationStore::Put(
                        limits_.max_bytes, ", limits.calibration_bytes)"));
     return std::optional<CalibrationRecord>();
   };
+  const auto key = std::make_pair(ns, r.version);
   {
     absl::MutexLock lock(&mu_);
     auto admitted = admit();
     if (!admitted.ok()) return admitted.status();
     if (*admitted) return **admitted;
+    Writing& w = writing_[key];
+    if (w.writers > 0 && w.id != r.id)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace ", ns.ShortHex(), " is storing another calibration of version ", r.version,
+          " (id ", codec::CalibrationIdString(w.id), "); give the new one a higher version"));
+    w.id = r.id;
+    ++w.writers;
   }
-  if (auto s = WriteFile(r); !s.ok()) return s;
+  const absl::Status written = WriteFile(r);
   absl::MutexLock lock(&mu_);
+  if (--writing_[key].writers == 0) writing_.erase(key);
+  if (!written.ok()) return written;
   auto admitted = admit();
   if (admitted.ok() && !*admitted) {
     Insert(r);

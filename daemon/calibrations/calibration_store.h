@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -88,8 +89,8 @@ class CalibrationStore {
   CalibrationStore(std::string dir, Limits limits) : dir_(std::move(dir)), limits_(limits) {}
   absl::Status Load();
   absl::Status WriteFile(const CalibrationRecord& r) const;
-  // Adds a parsed record; the caller has checked the limits.
   bool HasVersion(const NamespaceId& ns, uint32_t version) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Adds a parsed record; the caller has checked the limits.
   void Insert(CalibrationRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
@@ -100,6 +101,14 @@ class CalibrationStore {
   // Per namespace, by version (a few each: a vector scanned linearly).
   absl::flat_hash_map<NamespaceId, std::vector<CalibrationRecord>> by_ns_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Files being written, by namespace and version: the id and how many Puts write it. Another
+  // artefact of that version is refused before its file is written, so two files of one version
+  // are only ever left by a crash (Load then keeps the first).
+  struct Writing {
+    uint64_t id = 0;
+    int writers = 0;
+  };
+  absl::flat_hash_map<std::pair<NamespaceId, uint32_t>, Writing> writing_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

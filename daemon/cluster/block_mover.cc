@@ -196,11 +196,11 @@ absl::StatusOr<BlockMover::RepositionResult> BlockMover::Reposition(
     // Into a GPU tier: a holder with the block on its device first (device to device).
     if (to_device)
       for (const auto& l : located[i])
-        if (l.tier == placement::LocationTier::kGpu && l.node != target &&
+        if (l.tier == placement::LocationTier::kGpu && l.node != target && l.node != ctx_.self.id &&
             std::find(holders.begin(), holders.end(), l.node) == holders.end())
           holders.insert(holders.begin(), l.node);
     // The directory knows ids, not namespaces: this node is a holder only where it holds the
-    // block in this namespace (found above).
+    // block in this namespace (`local`, above).
     for (const auto& l : located[i])
       if (l.node != ctx_.self.id &&
           std::find(holders.begin(), holders.end(), l.node) == holders.end())
@@ -387,11 +387,8 @@ void BlockMover::RepairNamespace(const Ring& ring, const NamespaceRegistry::Entr
   std::map<uint32_t, std::vector<size_t>> per_target;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::vector<std::string> holders = {ctx_.self.id};
-    // The directory knows ids, not namespaces: this node is a holder only where it holds the
-    // block in this namespace (found above).
     for (const auto& l : located[i])
-      if (l.node != ctx_.self.id &&
-          std::find(holders.begin(), holders.end(), l.node) == holders.end())
+      if (std::find(holders.begin(), holders.end(), l.node) == holders.end())
         holders.push_back(l.node);
     if (holders.size() >= copies) continue;
     // One holder acts: the smallest id among them.

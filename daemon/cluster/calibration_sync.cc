@@ -104,9 +104,12 @@ uint32_t CalibrationSync::Push(const NamespaceId& ns, const std::string& artefac
     ctx_.peers.Get(address)->async()->PutCalibration(
         &call->ctx, &call->req, &call->resp,
         [call, &stored, &calls, counters = &ctx_.counters](grpc::Status s) {
+          // A refusal (the artefact does not fit the namespace there) is an answer, not a
+          // failure of the peer.
           if (s.ok())
             stored.fetch_add(1);
-          else
+          else if (s.error_code() != grpc::StatusCode::INVALID_ARGUMENT &&
+                   s.error_code() != grpc::StatusCode::FAILED_PRECONDITION)
             counters->peer_failures.fetch_add(1);
           calls.Done();
         });
