@@ -144,7 +144,7 @@ grpc::Status CalibrationService::Get(grpc::ServerContext* ctx,
   if (!c) return ToGrpcStatus(found.status());
   const auto entry = namespaces_->Find(ns);
   // A namespace without calibrations has none to fetch (nor a use for up to 60 MiB of one).
-  if (auto s = TakesCalibrations(entry, ns); !s.ok()) return ToGrpcStatus(s);
+  if (!TakesCalibrations(entry, ns).ok()) return ToGrpcStatus(found.status());
   auto fetched = c->calibrations().Fetch(ns, req->id(), PeerDeadline(ctx, *c));
   if (!fetched.ok())
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
