@@ -62,20 +62,27 @@ struct Fixture {
     auto c = host->Commit(r.reservation_id, {&crc, 1});
     ASSERT_TRUE(c.ok() && (*c)[0] == BlockStatus::kOk) << i;
   }
+
+  // Publishes every block, waits until write-back moved the oldest to NVMe, and drops what is
+  // still in host memory, so that promotions have room without write-back: `down` gets the
+  // blocks on NVMe (at least 70, enough to cross a promotion batch).
+  void PublishAndDemote(std::vector<BlockId>* down) {
+    for (int i = 0; i < kBlocks; ++i) ASSERT_NO_FATAL_FAILURE(Publish(i));
+    // Write-back runs on its own thread: wait until the oldest blocks are down.
+    for (int t = 0; t < 500 && store->Counters().nvme_blocks < 80; ++t)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::vector<BlockId> up;
+    for (int i = 0; i < kBlocks; ++i) (store->HoldsOnNvme(IdOf(i)) ? *down : up).push_back(IdOf(i));
+    ASSERT_GE(down->size(), 70u) << "not enough blocks demoted to cross a promotion batch";
+    store->Evict(ns, up, /*cascade=*/false, /*force=*/true);
+  }
 };
 
 TEST(TieredStorePromote, BatchesKeepBytesPinsAndExclusiveTiers) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.Open());
-  for (int i = 0; i < kBlocks; ++i) ASSERT_NO_FATAL_FAILURE(f.Publish(i));
-  // Write-back runs on its own thread: wait until the oldest blocks are down.
-  for (int t = 0; t < 500 && f.store->Counters().nvme_blocks < 80; ++t)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<BlockId> down, up;
-  for (int i = 0; i < kBlocks; ++i) (f.store->HoldsOnNvme(IdOf(i)) ? down : up).push_back(IdOf(i));
-  ASSERT_GE(down.size(), 70u) << "not enough blocks demoted to cross a promotion batch";
-  // Room for the promotions without write-back: drop what is still in host memory.
-  f.store->Evict(f.ns, up, /*cascade=*/false, /*force=*/true);
+  std::vector<BlockId> down;
+  ASSERT_NO_FATAL_FAILURE(f.PublishAndDemote(&down));
   // A pin set while on NVMe must follow the block; a block evicted from NVMe must stay gone.
   const BlockId pinned = down[3], evicted = down[5];
   ASSERT_EQ(f.store->Pin(f.ns, {&pinned, 1}, absl::Hours(1))[0], BlockStatus::kOk);
@@ -117,13 +124,8 @@ TEST(TieredStorePromote, BatchesKeepBytesPinsAndExclusiveTiers) {
 TEST(TieredStorePromote, AnEvictRacingAPromotionRemovesTheBlock) {
   Fixture f;
   ASSERT_NO_FATAL_FAILURE(f.Open());
-  for (int i = 0; i < kBlocks; ++i) ASSERT_NO_FATAL_FAILURE(f.Publish(i));
-  for (int t = 0; t < 500 && f.store->Counters().nvme_blocks < 80; ++t)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<BlockId> down, up;
-  for (int i = 0; i < kBlocks; ++i) (f.store->HoldsOnNvme(IdOf(i)) ? down : up).push_back(IdOf(i));
-  ASSERT_GE(down.size(), 70u);
-  f.store->Evict(f.ns, up, /*cascade=*/false, /*force=*/true);  // room for the promotions
+  std::vector<BlockId> down;
+  ASSERT_NO_FATAL_FAILURE(f.PublishAndDemote(&down));
   for (size_t k = 0; k < down.size(); ++k) {
     const BlockId id = down[k];
     std::atomic<int> ready{0};
